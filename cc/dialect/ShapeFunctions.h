@@ -1,0 +1,34 @@
+// Result-type rules of the transformer ops, shared by the op verifiers and by shape inference,
+// so that what the verifier accepts and what inference produces can never disagree.
+#ifndef GPT_CC_DIALECT_SHAPEFUNCTIONS_H
+#define GPT_CC_DIALECT_SHAPEFUNCTIONS_H
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Support/LogicalResult.h"
+
+namespace mlir::transformer {
+
+/// Produces the diagnostic an error is reported on (usually `op.emitOpError()`).
+using EmitErrorFn = llvm::function_ref<InFlightDiagnostic()>;
+
+// Each function returns the result type implied by the operand types, or emits an error
+// naming the offending shapes and fails. An unranked operand gives an unranked result.
+
+/// numpy broadcasting: shapes aligned on trailing dims, each pair equal or one of them 1.
+FailureOr<TensorType> inferBroadcastType(Type lhs, Type rhs, EmitErrorFn emitError);
+/// Same shape as the input; `minRank` is the smallest rank the op accepts.
+FailureOr<TensorType> inferSameShapeType(Type input, int64_t minRank, EmitErrorFn emitError);
+/// The last two dims swapped.
+FailureOr<TensorType> inferTransposeType(Type input, EmitErrorFn emitError);
+/// [..., M, K] x [..., K, N] (or x [K, N]) -> [..., M, N].
+FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
+/// Input shape; weight and bias must be rank-1 of the size of the input's last dim.
+FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError);
+
+/// Fails with an error unless `declared` is compatible with `inferred` (equal where both are known).
+LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError);
+
+} // namespace mlir::transformer
+
+#endif // GPT_CC_DIALECT_SHAPEFUNCTIONS_H

@@ -1,0 +1,53 @@
+// DRR canonicalization patterns of the `transformer` dialect, run by the stock --canonicalize.
+#ifndef GPT_TRANSFORMER_CANONICALIZE_TD
+#define GPT_TRANSFORMER_CANONICALIZE_TD
+
+include "mlir/IR/PatternBase.td"
+include "cc/dialect/TransformerOps.td"
+
+// A rewrite may only replace a value by one of exactly the same type: otherwise users
+// (a func.return, a ranked consumer) would see a different shape.
+def SameType : Constraint<CPred<"$0.getType() == $1.getType()">, "values of identical type">;
+def IsAllZeros : Constraint<CPred<"::mlir::transformer::isSplatOf($0, 0.0f)">, "a constant of zeros">;
+def IsAllOnes : Constraint<CPred<"::mlir::transformer::isSplatOf($0, 1.0f)">, "a constant of ones">;
+def HasStaticShape : Constraint<
+    CPred<"::llvm::cast<::mlir::ShapedType>($0.getType()).hasStaticShape()">, "a static shape">;
+
+def FoldAdd : NativeCodeCall<"::mlir::transformer::foldBinaryConstants($0, $1, $2, std::plus<float>())">;
+def FoldMul : NativeCodeCall<"::mlir::transformer::foldBinaryConstants($0, $1, $2, std::multiplies<float>())">;
+def FoldNeg : NativeCodeCall<"::mlir::transformer::foldNegConstant($0, $1)">;
+def FoldTranspose : NativeCodeCall<"::mlir::transformer::foldTransposeConstant($0, $1)">;
+
+// add(x, 0) = x
+def AddZeroRight : Pat<(Transformer_AddOp:$res $x, (Transformer_ConstantOp $zero)),
+                       (replaceWithValue $x), [(IsAllZeros $zero), (SameType $res, $x)]>;
+// add(0, x) = x
+def AddZeroLeft : Pat<(Transformer_AddOp:$res (Transformer_ConstantOp $zero), $x),
+                      (replaceWithValue $x), [(IsAllZeros $zero), (SameType $res, $x)]>;
+// mul(x, 1) = x
+def MulOneRight : Pat<(Transformer_MulOp:$res $x, (Transformer_ConstantOp $one)),
+                      (replaceWithValue $x), [(IsAllOnes $one), (SameType $res, $x)]>;
+// mul(1, x) = x
+def MulOneLeft : Pat<(Transformer_MulOp:$res (Transformer_ConstantOp $one), $x),
+                     (replaceWithValue $x), [(IsAllOnes $one), (SameType $res, $x)]>;
+// neg(neg(x)) = x
+def NegNeg : Pat<(Transformer_NegOp:$res (Transformer_NegOp $x)),
+                 (replaceWithValue $x), [(SameType $res, $x)]>;
+// transpose(transpose(x)) = x
+def TransposeTranspose : Pat<(Transformer_TransposeOp:$res (Transformer_TransposeOp $x)),
+                             (replaceWithValue $x), [(SameType $res, $x)]>;
+
+// add(c1, c2) = c1 + c2, computed now
+def FoldAddOfConstants : Pat<(Transformer_AddOp:$res (Transformer_ConstantOp $a), (Transformer_ConstantOp $b)),
+                             (Transformer_ConstantOp (FoldAdd $res, $a, $b)), [(HasStaticShape $res)]>;
+// mul(c1, c2) = c1 * c2, computed now
+def FoldMulOfConstants : Pat<(Transformer_MulOp:$res (Transformer_ConstantOp $a), (Transformer_ConstantOp $b)),
+                             (Transformer_ConstantOp (FoldMul $res, $a, $b)), [(HasStaticShape $res)]>;
+// neg(c) = -c, computed now
+def FoldNegOfConstant : Pat<(Transformer_NegOp:$res (Transformer_ConstantOp $a)),
+                            (Transformer_ConstantOp (FoldNeg $res, $a)), [(HasStaticShape $res)]>;
+// transpose(c) = c^T, computed now
+def FoldTransposeOfConstant : Pat<(Transformer_TransposeOp:$res (Transformer_ConstantOp $a)),
+                                  (Transformer_ConstantOp (FoldTranspose $res, $a)), [(HasStaticShape $res)]>;
+
+#endif // GPT_TRANSFORMER_CANONICALIZE_TD

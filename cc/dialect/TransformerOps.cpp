@@ -1,0 +1,116 @@
+// Verifiers, shape inference and canonicalization hooks of the `transformer` ops.
+#include "cc/dialect/ConstantFolding.h"
+#include "cc/dialect/ShapeFunctions.h"
+#include "cc/dialect/TransformerDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
+
+#include <cmath>
+#include <functional>
+
+using namespace mlir;
+using namespace mlir::transformer;
+
+#include "cc/dialect/ShapeInferenceInterface.cpp.inc"
+
+namespace {
+#include "cc/dialect/TransformerCanonicalize.inc"
+
+/// The verifier of a single-result op: the operand shapes must be valid (`inferred` succeeded)
+/// and agree with the declared result type.
+LogicalResult verifyInferred(Operation *op, FailureOr<TensorType> inferred) {
+  if (failed(inferred)) return failure();
+  return verifyCompatibleResult(op->getResult(0).getType(), *inferred, [op] { return op->emitOpError(); });
+}
+
+/// Shape inference of a single-result op: an unranked result takes the inferred type; a ranked
+/// result is kept, after checking that it does not contradict the operands.
+LogicalResult refineResult(Operation *op, FailureOr<TensorType> inferred) {
+  if (failed(inferred)) return failure();
+  Value result = op->getResult(0);
+  if (!isa<RankedTensorType>(result.getType())) {
+    result.setType(*inferred);
+    return success();
+  }
+  return verifyCompatibleResult(result.getType(), *inferred, [op] { return op->emitOpError(); });
+}
+
+auto errorOn(Operation *op) {
+  return [op] { return op->emitOpError(); };
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// ConstantOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext *, std::optional<Location> location, Adaptor adaptor,
+                                           SmallVectorImpl<Type> &inferredReturnTypes) {
+  DenseElementsAttr value = adaptor.getValue();
+  if (!value) return emitOptionalError(location, "'transformer.constant' requires a `value` attribute");
+  inferredReturnTypes.push_back(value.getType());
+  return success();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult AddOp::verify() { return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+LogicalResult AddOp::inferShapes() { return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+void AddOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<AddZeroRight, AddZeroLeft, FoldAddOfConstants>(context);
+}
+
+LogicalResult MulOp::verify() { return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+LogicalResult MulOp::inferShapes() { return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+void MulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<MulOneRight, MulOneLeft, FoldMulOfConstants>(context);
+}
+
+LogicalResult NegOp::verify() { return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+LogicalResult NegOp::inferShapes() { return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+void NegOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<NegNeg, FoldNegOfConstant>(context);
+}
+
+LogicalResult ReluOp::verify() { return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+LogicalResult ReluOp::inferShapes() { return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+
+LogicalResult GeluOp::verify() { return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+LogicalResult GeluOp::inferShapes() { return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+
+// Softmax normalizes over the last dimension, so it needs one.
+LogicalResult SoftmaxOp::verify() { return verifyInferred(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this))); }
+LogicalResult SoftmaxOp::inferShapes() { return refineResult(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this))); }
+
+//===----------------------------------------------------------------------===//
+// Shape, contraction and normalization ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult TransposeOp::verify() { return verifyInferred(*this, inferTransposeType(getInput().getType(), errorOn(*this))); }
+LogicalResult TransposeOp::inferShapes() { return refineResult(*this, inferTransposeType(getInput().getType(), errorOn(*this))); }
+void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<TransposeTranspose, FoldTransposeOfConstant>(context);
+}
+
+LogicalResult MatmulOp::verify() { return verifyInferred(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+LogicalResult MatmulOp::inferShapes() { return refineResult(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+
+LogicalResult LayerNormOp::verify() {
+  float epsilon = getEpsilon().convertToFloat();
+  if (!(epsilon > 0.0f) || !std::isfinite(epsilon))
+    return emitOpError() << "epsilon must be a positive finite number, got " << getEpsilonAttr();
+  return verifyInferred(*this, inferLayerNormType(getInput().getType(), getWeight().getType(), getBias().getType(), errorOn(*this)));
+}
+LogicalResult LayerNormOp::inferShapes() {
+  return refineResult(*this, inferLayerNormType(getInput().getType(), getWeight().getType(), getBias().getType(), errorOn(*this)));
+}
+
+#define GET_OP_CLASSES
+#include "cc/dialect/TransformerOps.cpp.inc"

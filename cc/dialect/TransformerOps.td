@@ -1,0 +1,160 @@
+// Operations of the `transformer` dialect.
+#ifndef GPT_TRANSFORMER_OPS_TD
+#define GPT_TRANSFORMER_OPS_TD
+
+include "cc/dialect/TransformerDialect.td"
+include "cc/dialect/ShapeInferenceInterface.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Transformer_ConstantOp : Transformer_Op<"constant",
+    [ConstantLike, Pure, InferTypeOpAdaptor]> {
+  let summary = "A constant f32 tensor";
+  let description = [{
+    Holds its data in the `value` attribute; the result type is the attribute's type.
+    Model weights are function arguments, not constants: this op is for small literals.
+
+    ```mlir
+    %c = transformer.constant dense<[[1.0, 2.0], [3.0, 4.0]]> : tensor<2x2xf32>
+    ```
+  }];
+  let arguments = (ins FloatElementsAttr<32>:$value);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$value attr-dict";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops
+//===----------------------------------------------------------------------===//
+
+// Binary elementwise op with numpy-style broadcasting (shapes aligned on the trailing dims).
+class Transformer_BroadcastBinaryOp<string mnemonic, string algebra>
+    : Transformer_Op<mnemonic,
+        [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Elementwise " # algebra # " with numpy-style broadcasting";
+  let description = [{
+    Operand shapes are aligned on their trailing dimensions; each pair of dimensions must be
+    equal or one of them must be 1 (numpy broadcasting), so a bias `tensor<N>` combines with
+    activations `tensor<MxN>`.
+
+    ```mlir
+    %y = transformer.}] # mnemonic # [{ %x, %bias : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$lhs, F32Tensor:$rhs);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Transformer_AddOp : Transformer_BroadcastBinaryOp<"add", "addition">;
+def Transformer_MulOp : Transformer_BroadcastBinaryOp<"mul", "multiplication">;
+
+// Unary op whose result has the shape of its operand.
+class Transformer_UnaryOp<string mnemonic, string meaning, list<Trait> traits = []>
+    : Transformer_Op<mnemonic,
+        !listconcat([Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>], traits)> {
+  let arguments = (ins F32Tensor:$input);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+  let description = meaning # [{
+
+    ```mlir
+    %y = transformer.}] # mnemonic # [{ %x : tensor<4x8xf32> -> tensor<4x8xf32>
+    ```
+  }];
+}
+
+def Transformer_NegOp : Transformer_UnaryOp<"neg", "Elementwise negation: `-x`."> {
+  let summary = "Elementwise negation";
+  let hasCanonicalizer = 1;
+}
+
+def Transformer_ReluOp : Transformer_UnaryOp<"relu", "Elementwise rectified linear unit: `max(x, 0)`."> {
+  let summary = "Elementwise ReLU";
+}
+
+def Transformer_GeluOp : Transformer_UnaryOp<"gelu", [{
+    Elementwise GELU, tanh approximation (as in GPT-2):
+    `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`.}]> {
+  let summary = "Elementwise GELU (tanh approximation)";
+}
+
+def Transformer_SoftmaxOp : Transformer_UnaryOp<"softmax",
+    "Softmax over the last dimension: `exp(x - max(x)) / sum(exp(x - max(x)))`."> {
+  let summary = "Softmax over the last dimension";
+}
+
+//===----------------------------------------------------------------------===//
+// Shape and contraction ops
+//===----------------------------------------------------------------------===//
+
+def Transformer_TransposeOp : Transformer_Op<"transpose",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Swaps the last two dimensions";
+  let description = [{
+    Exchanges the two innermost dimensions of a tensor of rank 2 or more; leading (batch)
+    dimensions are kept in place.
+
+    ```mlir
+    %t = transformer.transpose %x : tensor<2x4x8xf32> -> tensor<2x8x4xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Transformer_MatmulOp : Transformer_Op<"matmul",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Matrix product, batched on leading dimensions";
+  let description = [{
+    `[..., M, K] x [..., K, N] -> [..., M, N]`. Both operands have rank 2 or more. The leading
+    (batch) dimensions of the two operands must be equal, or the right operand may have rank 2,
+    in which case the same matrix (a weight) multiplies every batch of the left operand.
+
+    ```mlir
+    %y = transformer.matmul %x, %w : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+    %s = transformer.matmul %q, %kt : (tensor<12x64x64xf32>, tensor<12x64x64xf32>) -> tensor<12x64x64xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$lhs, F32Tensor:$rhs);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+def Transformer_LayerNormOp : Transformer_Op<"layer_norm",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Layer normalization over the last dimension";
+  let description = [{
+    `(x - mean(x)) / sqrt(var(x) + epsilon) * weight + bias`, with mean and (biased) variance
+    taken over the last dimension. `weight` and `bias` are rank-1 tensors of the size of that
+    dimension.
+
+    ```mlir
+    %y = transformer.layer_norm %x, %w, %b {epsilon = 1.0e-05 : f32}
+        : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input, F32Tensor:$weight, F32Tensor:$bias,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+#endif // GPT_TRANSFORMER_OPS_TD
