@@ -1,0 +1,320 @@
+// --transformer-to-linalg: lowers every transformer op to linalg/tensor/arith/math on tensors.
+#include "cc/dialect/TransformerDialect.h"
+#include "cc/passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/AffineMap.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+#include <cmath>
+
+namespace mlir::transformer {
+#define GEN_PASS_DEF_TRANSFORMERTOLINALG
+#include "cc/passes/Passes.h.inc"
+
+namespace {
+
+using BodyBuilder = llvm::function_ref<Value(OpBuilder &, Location, ValueRange)>;
+
+Value f32Constant(OpBuilder &b, Location loc, double value) {
+  return b.create<arith::ConstantOp>(loc, b.getF32FloatAttr(static_cast<float>(value)));
+}
+
+Value emptyTensor(OpBuilder &b, Location loc, ArrayRef<int64_t> shape) {
+  return b.create<tensor::EmptyOp>(loc, shape, b.getF32Type());
+}
+
+/// Map from the iteration space of a rank-`rank` result to an operand of shape `shape` under
+/// numpy broadcasting: missing leading dims are dropped, size-1 dims read index 0.
+AffineMap broadcastMap(ArrayRef<int64_t> shape, ArrayRef<int64_t> resultShape, MLIRContext *ctx) {
+  int64_t rank = resultShape.size(), offset = rank - shape.size();
+  SmallVector<AffineExpr> exprs;
+  for (auto [i, size] : llvm::enumerate(shape)) {
+    bool broadcast = size == 1 && resultShape[offset + i] != 1;
+    exprs.push_back(broadcast ? getAffineConstantExpr(0, ctx) : getAffineDimExpr(offset + i, ctx));
+  }
+  return AffineMap::get(rank, 0, exprs, ctx);
+}
+
+/// Map from a rank-`rank` iteration space to its first `rank - 1` dims (one value per row).
+AffineMap rowMap(int64_t rank, MLIRContext *ctx) {
+  return AffineMap::getMultiDimIdentityMap(rank, ctx).getMajorSubMap(rank - 1);
+}
+
+/// Map from a rank-`rank` iteration space to its last dim (a per-feature vector).
+AffineMap featureMap(int64_t rank, MLIRContext *ctx) {
+  return AffineMap::get(rank, 0, getAffineDimExpr(rank - 1, ctx));
+}
+
+/// A linalg.generic over the iteration space of `shape`; `body` gets the input elements and
+/// the current output element and returns the new output element.
+Value buildGeneric(OpBuilder &b, Location loc, Value init, ValueRange inputs, ArrayRef<AffineMap> inputMaps,
+                   AffineMap outputMap, ArrayRef<utils::IteratorType> iterators, BodyBuilder body) {
+  SmallVector<AffineMap> maps(inputMaps);
+  maps.push_back(outputMap);
+  auto generic = b.create<linalg::GenericOp>(
+      loc, init.getType(), inputs, ValueRange{init}, maps, iterators,
+      [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        nb.create<linalg::YieldOp>(nloc, body(nb, nloc, args));
+      });
+  return generic.getResult(0);
+}
+
+/// Elementwise generic producing `resultType` from broadcast-compatible `inputs`.
+Value buildElementwise(OpBuilder &b, Location loc, RankedTensorType resultType, ValueRange inputs, BodyBuilder body) {
+  MLIRContext *ctx = b.getContext();
+  SmallVector<AffineMap> maps;
+  for (Value input : inputs)
+    maps.push_back(broadcastMap(cast<RankedTensorType>(input.getType()).getShape(), resultType.getShape(), ctx));
+  SmallVector<utils::IteratorType> iterators(resultType.getRank(), utils::IteratorType::parallel);
+  return buildGeneric(b, loc, emptyTensor(b, loc, resultType.getShape()), inputs, maps,
+                      AffineMap::getMultiDimIdentityMap(resultType.getRank(), ctx), iterators, body);
+}
+
+/// Reduces the last dim of `inputs[0]`'s shape: `inputs` are read through `inputMaps`, the
+/// accumulator starts at `initValue`; `body(args)` gets the input elements then the accumulator.
+Value buildRowReduction(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, ValueRange inputs,
+                        ArrayRef<AffineMap> inputMaps, double initValue, BodyBuilder body) {
+  int64_t rank = shape.size();
+  Value empty = emptyTensor(b, loc, shape.drop_back());
+  Value init = b.create<linalg::FillOp>(loc, f32Constant(b, loc, initValue), empty).getResult(0);
+  SmallVector<utils::IteratorType> iterators(rank, utils::IteratorType::parallel);
+  iterators.back() = utils::IteratorType::reduction;
+  return buildGeneric(b, loc, init, inputs, inputMaps, rowMap(rank, b.getContext()), iterators, body);
+}
+
+RankedTensorType rankedType(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+//===----------------------------------------------------------------------===//
+// Patterns
+//===----------------------------------------------------------------------===//
+
+struct ConstantLowering : OpConversionPattern<ConstantOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ConstantOp op, OpAdaptor, ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOpWithNewOp<arith::ConstantOp>(op, op.getValue());
+    return success();
+  }
+};
+
+/// Binary and unary elementwise ops, described by the scalar function they apply.
+template <typename OpTy>
+struct ElementwiseLowering : OpConversionPattern<OpTy> {
+  using OpConversionPattern<OpTy>::OpConversionPattern;
+  static Value scalar(OpBuilder &b, Location loc, ValueRange args);
+
+  LogicalResult matchAndRewrite(OpTy op, typename OpTy::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(op, buildElementwise(rewriter, op.getLoc(), rankedType(op.getResult()),
+                                            adaptor.getOperands(), scalar));
+    return success();
+  }
+};
+
+template <> Value ElementwiseLowering<AddOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::AddFOp>(loc, args[0], args[1]);
+}
+template <> Value ElementwiseLowering<MulOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::MulFOp>(loc, args[0], args[1]);
+}
+template <> Value ElementwiseLowering<NegOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::NegFOp>(loc, args[0]);
+}
+template <> Value ElementwiseLowering<ReluOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::MaximumFOp>(loc, args[0], f32Constant(b, loc, 0.0));
+}
+// 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
+template <> Value ElementwiseLowering<GeluOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  Value x = args[0];
+  Value x3 = b.create<arith::MulFOp>(loc, b.create<arith::MulFOp>(loc, x, x), x);
+  Value inner = b.create<arith::AddFOp>(loc, x, b.create<arith::MulFOp>(loc, f32Constant(b, loc, 0.044715), x3));
+  Value scaled = b.create<arith::MulFOp>(loc, f32Constant(b, loc, std::sqrt(2.0 / M_PI)), inner);
+  Value onePlusTanh = b.create<arith::AddFOp>(loc, f32Constant(b, loc, 1.0), b.create<math::TanhOp>(loc, scaled));
+  Value halfX = b.create<arith::MulFOp>(loc, f32Constant(b, loc, 0.5), x);
+  return b.create<arith::MulFOp>(loc, halfX, onePlusTanh);
+}
+
+struct TransposeLowering : OpConversionPattern<TransposeOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(TransposeOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    RankedTensorType type = rankedType(op.getResult());
+    SmallVector<int64_t> permutation = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+    std::swap(permutation[type.getRank() - 1], permutation[type.getRank() - 2]);
+    Value init = emptyTensor(rewriter, op.getLoc(), type.getShape());
+    auto transpose = rewriter.create<linalg::TransposeOp>(op.getLoc(), adaptor.getInput(), init, permutation);
+    rewriter.replaceOp(op, transpose.getResult());
+    return success();
+  }
+};
+
+/// Reassociation grouping dims [0, n) into one and keeping every later dim of a rank-`rank` tensor.
+SmallVector<ReassociationIndices> collapseLeading(int64_t n, int64_t rank) {
+  SmallVector<ReassociationIndices> groups(1);
+  for (int64_t i = 0; i < n; ++i) groups[0].push_back(i);
+  for (int64_t i = n; i < rank; ++i) groups.push_back({i});
+  return groups;
+}
+
+Value collapse(OpBuilder &b, Location loc, Value v, int64_t n) {
+  return b.create<tensor::CollapseShapeOp>(loc, v, collapseLeading(n, rankedType(v).getRank()));
+}
+
+struct MatmulLowering : OpConversionPattern<MatmulOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(MatmulOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    RankedTensorType resultType = rankedType(op.getResult());
+    int64_t rank = resultType.getRank();
+    Value lhs = adaptor.getLhs(), rhs = adaptor.getRhs();
+    Value zero = f32Constant(rewriter, loc, 0.0);
+    auto zeroFilled = [&](ArrayRef<int64_t> shape) {
+      return rewriter.create<linalg::FillOp>(loc, zero, emptyTensor(rewriter, loc, shape)).getResult(0);
+    };
+
+    Value product;
+    if (rankedType(rhs).getRank() == 2) {
+      // A weight shared by every batch: fold the batch dims into M and run one 2-D matmul.
+      if (rank > 2) lhs = collapse(rewriter, loc, lhs, rank - 1);
+      int64_t m = rankedType(lhs).getDimSize(0), n = resultType.getShape().back();
+      product = rewriter.create<linalg::MatmulOp>(loc, ValueRange{lhs, rhs}, ValueRange{zeroFilled({m, n})}).getResult(0);
+    } else {
+      // Same batch dims on both sides: fold them into one and run a batch matmul.
+      if (rank > 3) {
+        lhs = collapse(rewriter, loc, lhs, rank - 2);
+        rhs = collapse(rewriter, loc, rhs, rank - 2);
+      }
+      auto l = rankedType(lhs);
+      SmallVector<int64_t> shape = {l.getDimSize(0), l.getDimSize(1), resultType.getShape().back()};
+      product = rewriter.create<linalg::BatchMatmulOp>(loc, ValueRange{lhs, rhs}, ValueRange{zeroFilled(shape)}).getResult(0);
+    }
+    if (rankedType(product) != resultType) {
+      int64_t folded = rankedType(rhs).getRank() == 2 ? rank - 1 : rank - 2;
+      product = rewriter.create<tensor::ExpandShapeOp>(loc, resultType, product, collapseLeading(folded, rank));
+    }
+    rewriter.replaceOp(op, product);
+    return success();
+  }
+};
+
+// (x - mean) * rsqrt(var + eps) * weight + bias, statistics over the last dim.
+struct LayerNormLowering : OpConversionPattern<LayerNormOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(LayerNormOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType type = rankedType(op.getResult());
+    int64_t rank = type.getRank();
+    Value x = adaptor.getInput();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, ctx), row = rowMap(rank, ctx);
+    double invN = 1.0 / static_cast<double>(type.getShape().back());
+
+    Value sum = buildRowReduction(rewriter, loc, type.getShape(), {x}, {identity}, 0.0,
+                                  [](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                    return b.create<arith::AddFOp>(l, a[0], a[1]);
+                                  });
+    Value squares = buildRowReduction(
+        rewriter, loc, type.getShape(), {x, sum}, {identity, row}, 0.0,
+        [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+          Value mean = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
+          Value centered = b.create<arith::SubFOp>(l, a[0], mean);
+          return b.create<arith::AddFOp>(l, a[2], b.create<arith::MulFOp>(l, centered, centered));
+        });
+    float epsilon = op.getEpsilon().convertToFloat();
+    SmallVector<utils::IteratorType> parallel(rank, utils::IteratorType::parallel);
+    Value normalized = buildGeneric(
+        rewriter, loc, emptyTensor(rewriter, loc, type.getShape()),
+        {x, sum, squares, adaptor.getWeight(), adaptor.getBias()},
+        {identity, row, row, featureMap(rank, ctx), featureMap(rank, ctx)}, identity, parallel,
+        [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+          Value scale = f32Constant(b, l, invN);
+          Value mean = b.create<arith::MulFOp>(l, a[1], scale);
+          Value variance = b.create<arith::MulFOp>(l, a[2], scale);
+          Value rstd = b.create<math::RsqrtOp>(l, b.create<arith::AddFOp>(l, variance, f32Constant(b, l, epsilon)));
+          Value centered = b.create<arith::SubFOp>(l, a[0], mean);
+          Value scaled = b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, centered, rstd), a[3]);
+          return b.create<arith::AddFOp>(l, scaled, a[4]);
+        });
+    rewriter.replaceOp(op, normalized);
+    return success();
+  }
+};
+
+// exp(x - max) / sum(exp(x - max)) over the last dim; subtracting the row max keeps exp finite.
+struct SoftmaxLowering : OpConversionPattern<SoftmaxOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(SoftmaxOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType type = rankedType(op.getResult());
+    int64_t rank = type.getRank();
+    Value x = adaptor.getInput();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, ctx), row = rowMap(rank, ctx);
+
+    Value max = buildRowReduction(rewriter, loc, type.getShape(), {x}, {identity},
+                                  -std::numeric_limits<double>::infinity(),
+                                  [](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                    return b.create<arith::MaximumFOp>(l, a[0], a[1]);
+                                  });
+    Value sum = buildRowReduction(rewriter, loc, type.getShape(), {x, max}, {identity, row}, 0.0,
+                                  [](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                    Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
+                                    return b.create<arith::AddFOp>(l, a[2], e);
+                                  });
+    SmallVector<utils::IteratorType> parallel(rank, utils::IteratorType::parallel);
+    Value result = buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {x, max, sum},
+                                {identity, row, row}, identity, parallel,
+                                [](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                  Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
+                                  return b.create<arith::DivFOp>(l, e, a[2]);
+                                });
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+bool isStaticTensor(Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  return ranked && ranked.hasStaticShape();
+}
+
+class TransformerToLinalgPass : public impl::TransformerToLinalgBase<TransformerToLinalgPass> {
+public:
+  void runOnOperation() override {
+    // The patterns build static-shaped linalg; say plainly what is missing instead of failing
+    // with a generic "failed to legalize" message.
+    WalkResult shapes = getOperation().walk([](Operation *op) {
+      if (!isa<TransformerDialect>(op->getDialect())) return WalkResult::advance();
+      SmallVector<Type> types(op->getOperandTypes());
+      llvm::append_range(types, op->getResultTypes());
+      for (Type t : types) {
+        if (!isStaticTensor(t)) {
+          op->emitOpError() << "has type " << t << "; --transformer-to-linalg needs static shapes "
+                            << "(run --transformer-shape-inference first)";
+          return WalkResult::interrupt();
+        }
+      }
+      return WalkResult::advance();
+    });
+    if (shapes.wasInterrupted()) return signalPassFailure();
+
+    ConversionTarget target(getContext());
+    target.addIllegalDialect<TransformerDialect>();
+    target.addLegalDialect<arith::ArithDialect, linalg::LinalgDialect, math::MathDialect, tensor::TensorDialect>();
+    RewritePatternSet patterns(&getContext());
+    populateTransformerToLinalgPatterns(patterns);
+    if (failed(applyPartialConversion(getOperation(), target, std::move(patterns)))) signalPassFailure();
+  }
+};
+
+} // namespace
+
+void populateTransformerToLinalgPatterns(RewritePatternSet &patterns) {
+  patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
+               ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, TransposeLowering, MatmulLowering,
+               LayerNormLowering, SoftmaxLowering>(patterns.getContext());
+}
+
+} // namespace mlir::transformer
