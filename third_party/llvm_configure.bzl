@@ -11,9 +11,9 @@ def _llvm_configure_impl(repository_ctx):
     if result.return_code != 0 or have != want:
         fail("gpt needs LLVM/MLIR exactly %s, but %s reports '%s'." % (want, llvm_config, have))
     prefix = repository_ctx.execute([llvm_config, "--prefix"]).stdout.strip()
-    for sub in ["include", "lib", "bin"]:
+    for sub in ["include", "lib", "bin", "build"]:
         repository_ctx.symlink(prefix + "/" + sub, sub)
-    for required in ["lib/libMLIR.so", "lib/libLLVM.so", "bin/mlir-tblgen", "bin/FileCheck", "include/mlir/IR/OpBase.td"]:
+    for required in ["lib/libMLIR.so", "lib/libLLVM.so", "bin/mlir-tblgen", "bin/FileCheck", "include/mlir/IR/OpBase.td", "build/utils/lit/lit.py"]:
         if not repository_ctx.path(required).exists:
             fail("%s/%s is missing: install libmlir-19-dev, mlir-19-tools and llvm-19-tools (tools/setup.sh)." % (prefix, required))
     # The rpath lets binaries and the Python extension find libMLIR.so at run time without LD_LIBRARY_PATH.

@@ -1,0 +1,14 @@
+// Declarations of the init functions that add each area's bindings to the gpt._gpt module.
+#ifndef GPT_PYTHON_GPT__GPT_BINDINGS_H
+#define GPT_PYTHON_GPT__GPT_BINDINGS_H
+
+#include <pybind11/pybind11.h>
+
+namespace gpt::python {
+
+/// Text-IR entry points: parse transformer-dialect IR, run a named pass pipeline, print the result.
+void initCompiler(pybind11::module_ &m);
+
+} // namespace gpt::python
+
+#endif // GPT_PYTHON_GPT__GPT_BINDINGS_H

@@ -1,0 +1,217 @@
+// DRR canonicalization patterns of the transformer dialect, positive and negative cases,
+// written in generic op syntax so the custom printer/parser play no part in the input.
+// RUN: gpt-opt %s --split-input-file --canonicalize | FileCheck %s
+
+// add(x, 0) = x, with the zero broadcast from a bias-shaped constant.
+// CHECK-LABEL: func.func @add_zero_right
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @add_zero_right(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %zero = "transformer.constant"() {value = dense<0.0> : tensor<8xf32>} : () -> tensor<8xf32>
+  %0 = "transformer.add"(%x, %zero) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// add(0, x) = x
+// CHECK-LABEL: func.func @add_zero_left
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @add_zero_left(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %zero = "transformer.constant"() {value = dense<0.0> : tensor<4x8xf32>} : () -> tensor<4x8xf32>
+  %0 = "transformer.add"(%zero, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Negative: the zero broadcasts x to a larger shape, so x cannot replace the sum.
+// CHECK-LABEL: func.func @add_zero_broadcasts_x
+// CHECK: %[[SUM:.*]] = transformer.add
+// CHECK-NEXT: return %[[SUM]] : tensor<4x8xf32>
+func.func @add_zero_broadcasts_x(%x: tensor<8xf32>) -> tensor<4x8xf32> {
+  %zero = "transformer.constant"() {value = dense<0.0> : tensor<4x8xf32>} : () -> tensor<4x8xf32>
+  %0 = "transformer.add"(%x, %zero) : (tensor<8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Negative: a constant that is not all zeros.
+// CHECK-LABEL: func.func @add_nonzero
+// CHECK: transformer.add
+func.func @add_nonzero(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %c = "transformer.constant"() {value = dense<[0.0, 1.0]> : tensor<2xf32>} : () -> tensor<2xf32>
+  %0 = "transformer.add"(%x, %c) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+// Negative: the result type is unranked, so replacing it by a ranked x would change its type.
+// CHECK-LABEL: func.func @add_zero_unranked_result
+// CHECK: transformer.add
+func.func @add_zero_unranked_result(%x: tensor<4xf32>) -> tensor<*xf32> {
+  %zero = "transformer.constant"() {value = dense<0.0> : tensor<4xf32>} : () -> tensor<4xf32>
+  %0 = "transformer.add"(%x, %zero) : (tensor<4xf32>, tensor<4xf32>) -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}
+
+// -----
+
+// mul(x, 1) = x
+// CHECK-LABEL: func.func @mul_one_right
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @mul_one_right(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %one = "transformer.constant"() {value = dense<1.0> : tensor<8xf32>} : () -> tensor<8xf32>
+  %0 = "transformer.mul"(%x, %one) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// mul(1, x) = x
+// CHECK-LABEL: func.func @mul_one_left
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @mul_one_left(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %one = "transformer.constant"() {value = dense<1.0> : tensor<f32>} : () -> tensor<f32>
+  %0 = "transformer.mul"(%one, %x) : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Negative: multiplying by 2 is not the identity.
+// CHECK-LABEL: func.func @mul_two
+// CHECK: transformer.mul
+func.func @mul_two(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %two = "transformer.constant"() {value = dense<2.0> : tensor<4xf32>} : () -> tensor<4xf32>
+  %0 = "transformer.mul"(%x, %two) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// Negative: the ones broadcast x to a larger shape.
+// CHECK-LABEL: func.func @mul_one_broadcasts_x
+// CHECK: transformer.mul
+func.func @mul_one_broadcasts_x(%x: tensor<8xf32>) -> tensor<2x8xf32> {
+  %one = "transformer.constant"() {value = dense<1.0> : tensor<2x8xf32>} : () -> tensor<2x8xf32>
+  %0 = "transformer.mul"(%x, %one) : (tensor<8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}
+
+// -----
+
+// neg(neg(x)) = x
+// CHECK-LABEL: func.func @neg_neg
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @neg_neg(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = "transformer.neg"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %1 = "transformer.neg"(%0) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %1 : tensor<4x8xf32>
+}
+
+// -----
+
+// Negative: a single neg stays; neg(neg(neg(x))) = neg(x).
+// CHECK-LABEL: func.func @neg_neg_neg
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>)
+// CHECK-NEXT: %[[N:.*]] = transformer.neg %[[X]]
+// CHECK-NEXT: return %[[N]]
+func.func @neg_neg_neg(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = "transformer.neg"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  %1 = "transformer.neg"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  %2 = "transformer.neg"(%1) : (tensor<4xf32>) -> tensor<4xf32>
+  return %2 : tensor<4xf32>
+}
+
+// -----
+
+// transpose(transpose(x)) = x, on a batched tensor.
+// CHECK-LABEL: func.func @transpose_transpose
+// CHECK-SAME: (%[[X:.*]]: tensor<2x4x8xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @transpose_transpose(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %0 = "transformer.transpose"(%x) : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
+  %1 = "transformer.transpose"(%0) : (tensor<2x8x4xf32>) -> tensor<2x4x8xf32>
+  return %1 : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Negative: the inner result is unranked and the outer one too, so the pair cannot be dropped
+// without changing the returned type.
+// CHECK-LABEL: func.func @transpose_transpose_unranked
+// CHECK-COUNT-2: transformer.transpose
+func.func @transpose_transpose_unranked(%x: tensor<4x8xf32>) -> tensor<*xf32> {
+  %0 = "transformer.transpose"(%x) : (tensor<4x8xf32>) -> tensor<*xf32>
+  %1 = "transformer.transpose"(%0) : (tensor<*xf32>) -> tensor<*xf32>
+  return %1 : tensor<*xf32>
+}
+
+// -----
+
+// Constant folding: add with broadcasting, mul, transpose and neg of constants all fold into one
+// constant. a + b = [[11, 22], [13, 24]]; * a = [[11, 44], [39, 96]]; transposed and negated.
+// CHECK-LABEL: func.func @fold_constants
+// CHECK-NEXT: %[[C:.*]] = transformer.constant dense<{{\[\[}}-1.100000e+01, -3.900000e+01], [-4.400000e+01, -9.600000e+01]]> : tensor<2x2xf32>
+// CHECK-NEXT: return %[[C]]
+func.func @fold_constants() -> tensor<2x2xf32> {
+  %a = "transformer.constant"() {value = dense<[[1.0, 2.0], [3.0, 4.0]]> : tensor<2x2xf32>} : () -> tensor<2x2xf32>
+  %b = "transformer.constant"() {value = dense<[10.0, 20.0]> : tensor<2xf32>} : () -> tensor<2xf32>
+  %0 = "transformer.add"(%a, %b) : (tensor<2x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>
+  %1 = "transformer.mul"(%0, %a) : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  %2 = "transformer.transpose"(%1) : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %3 = "transformer.neg"(%2) : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  return %3 : tensor<2x2xf32>
+}
+
+// -----
+
+// Folding a batched, non-square transpose: [2,2,3] -> [2,3,2].
+// CHECK-LABEL: func.func @fold_batched_transpose
+// CHECK-NEXT: transformer.constant dense<{{\[\[\[}}0.000000e+00, 3.000000e+00], [1.000000e+00, 4.000000e+00], [2.000000e+00, 5.000000e+00]], {{\[\[}}6.000000e+00, 9.000000e+00], [7.000000e+00, 1.000000e+01], [8.000000e+00, 1.100000e+01]]]> : tensor<2x3x2xf32>
+func.func @fold_batched_transpose() -> tensor<2x3x2xf32> {
+  %a = "transformer.constant"() {value = dense<[[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], [[6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]]> : tensor<2x2x3xf32>} : () -> tensor<2x2x3xf32>
+  %0 = "transformer.transpose"(%a) : (tensor<2x2x3xf32>) -> tensor<2x3x2xf32>
+  return %0 : tensor<2x3x2xf32>
+}
+
+// -----
+
+// Folding broadcasts a column against a row: [[1], [2]] * [10, 20, 30].
+// CHECK-LABEL: func.func @fold_outer_product
+// CHECK-NEXT: transformer.constant dense<{{\[\[}}1.000000e+01, 2.000000e+01, 3.000000e+01], [2.000000e+01, 4.000000e+01, 6.000000e+01]]> : tensor<2x3xf32>
+func.func @fold_outer_product() -> tensor<2x3xf32> {
+  %col = "transformer.constant"() {value = dense<[[1.0], [2.0]]> : tensor<2x1xf32>} : () -> tensor<2x1xf32>
+  %row = "transformer.constant"() {value = dense<[10.0, 20.0, 30.0]> : tensor<3xf32>} : () -> tensor<3xf32>
+  %0 = "transformer.mul"(%col, %row) : (tensor<2x1xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+// Negative: an unranked result is not folded (the constant's type would differ from it).
+// CHECK-LABEL: func.func @no_fold_unranked
+// CHECK: transformer.neg
+func.func @no_fold_unranked() -> tensor<*xf32> {
+  %a = "transformer.constant"() {value = dense<1.0> : tensor<2xf32>} : () -> tensor<2xf32>
+  %0 = "transformer.neg"(%a) : (tensor<2xf32>) -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}
+
+// -----
+
+// Negative: an operand that is not a constant blocks folding.
+// CHECK-LABEL: func.func @no_fold_argument
+// CHECK: transformer.add
+func.func @no_fold_argument(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %a = "transformer.constant"() {value = dense<1.0> : tensor<2xf32>} : () -> tensor<2xf32>
+  %0 = "transformer.add"(%a, %x) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}

@@ -1,0 +1,91 @@
+// --transformer-shape-inference: unranked results become ranked through ShapeInferenceOpInterface.
+// RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-shape-inference | FileCheck %s
+
+// The chain from the issue: matmul -> gelu -> transpose; the function result type is refined too.
+// CHECK-LABEL: func.func @matmul_gelu_transpose
+// CHECK-SAME: -> tensor<16x4xf32>
+// CHECK: transformer.matmul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK: transformer.gelu %{{.*}} : tensor<4x16xf32> -> tensor<4x16xf32>
+// CHECK: transformer.transpose %{{.*}} : tensor<4x16xf32> -> tensor<16x4xf32>
+// CHECK: return %{{.*}} : tensor<16x4xf32>
+func.func @matmul_gelu_transpose(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) -> tensor<*xf32> {
+  %0 = transformer.matmul %a, %b : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<*xf32>
+  %1 = transformer.gelu %0 : tensor<*xf32> -> tensor<*xf32>
+  %2 = transformer.transpose %1 : tensor<*xf32> -> tensor<*xf32>
+  return %2 : tensor<*xf32>
+}
+
+// -----
+
+// Every op: broadcasting add/mul, unary ops, batched matmul with a shared weight, layer_norm, softmax.
+// CHECK-LABEL: func.func @every_op
+// CHECK: transformer.add {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.mul {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.neg {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.relu {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.layer_norm {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.matmul {{.*}} -> tensor<2x4x16xf32>
+// CHECK: transformer.transpose {{.*}} -> tensor<2x16x4xf32>
+// CHECK: transformer.matmul {{.*}} -> tensor<2x4x4xf32>
+// CHECK: transformer.softmax {{.*}} -> tensor<2x4x4xf32>
+// CHECK: transformer.constant {{.*}} : tensor<3xf32>
+// CHECK: transformer.add {{.*}} -> tensor<2x1x3xf32>
+func.func @every_op(%x: tensor<2x4x8xf32>, %bias: tensor<8xf32>, %w: tensor<8x16xf32>, %col: tensor<2x1x1xf32>)
+    -> (tensor<*xf32>, tensor<*xf32>) {
+  %0 = transformer.add %x, %bias : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<*xf32>
+  %1 = transformer.mul %0, %x : (tensor<*xf32>, tensor<2x4x8xf32>) -> tensor<*xf32>
+  %2 = transformer.neg %1 : tensor<*xf32> -> tensor<*xf32>
+  %3 = transformer.relu %2 : tensor<*xf32> -> tensor<*xf32>
+  %4 = transformer.layer_norm %3, %bias, %bias : (tensor<*xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<*xf32>
+  %5 = transformer.matmul %4, %w : (tensor<*xf32>, tensor<8x16xf32>) -> tensor<*xf32>
+  %6 = transformer.transpose %5 : tensor<*xf32> -> tensor<*xf32>
+  %7 = transformer.matmul %5, %6 : (tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
+  %8 = transformer.softmax %7 : tensor<*xf32> -> tensor<*xf32>
+  %c = transformer.constant dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+  %9 = transformer.add %col, %c : (tensor<2x1x1xf32>, tensor<3xf32>) -> tensor<*xf32>
+  return %8, %9 : tensor<*xf32>, tensor<*xf32>
+}
+
+// -----
+
+// Ops the pass does not know are left alone, and so are their users that stay unranked.
+// CHECK-LABEL: func.func @unknown_op
+// CHECK: tensor.cast %{{.*}} : tensor<4xf32> to tensor<*xf32>
+// CHECK: transformer.neg %{{.*}} : tensor<*xf32> -> tensor<*xf32>
+// CHECK: transformer.relu %{{.*}} : tensor<4xf32> -> tensor<4xf32>
+func.func @unknown_op(%x: tensor<4xf32>) -> (tensor<*xf32>, tensor<*xf32>) {
+  %0 = tensor.cast %x : tensor<4xf32> to tensor<*xf32>
+  %1 = transformer.neg %0 : tensor<*xf32> -> tensor<*xf32>
+  %2 = transformer.relu %x : tensor<4xf32> -> tensor<*xf32>
+  return %1, %2 : tensor<*xf32>, tensor<*xf32>
+}
+
+// -----
+
+// Dynamic dims stay dynamic; the result is still ranked.
+// CHECK-LABEL: func.func @dynamic
+// CHECK: transformer.matmul {{.*}} -> tensor<?x16xf32>
+func.func @dynamic(%a: tensor<?x8xf32>, %b: tensor<8x16xf32>) -> tensor<*xf32> {
+  %0 = transformer.matmul %a, %b : (tensor<?x8xf32>, tensor<8x16xf32>) -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}
+
+// -----
+
+// A conflict that only shows once shapes are known: an error, not a crash.
+func.func @conflict(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<5x16xf32>) -> tensor<*xf32> {
+  %0 = transformer.matmul %a, %b : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<*xf32>
+  // expected-error @+1 {{operands are not broadcast-compatible: 'tensor<4x16xf32>' and 'tensor<5x16xf32>' (dimension 4 vs 5)}}
+  %1 = transformer.add %0, %c : (tensor<*xf32>, tensor<5x16xf32>) -> tensor<*xf32>
+  return %1 : tensor<*xf32>
+}
+
+// -----
+
+// A ranked result that contradicts the inferred operand shapes is an error.
+func.func @ranked_result_conflict(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) -> tensor<4x4xf32> {
+  %0 = transformer.matmul %a, %b : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<*xf32>
+  // expected-error @+1 {{result type 'tensor<4x4xf32>' does not match the type 'tensor<4x16xf32>' implied by the operands}}
+  %1 = transformer.relu %0 : tensor<*xf32> -> tensor<4x4xf32>
+  return %1 : tensor<4x4xf32>
+}

@@ -1,0 +1,68 @@
+"""Tests of gpt.run_pipeline: text IR in, pass pipeline run by the C++ core, text IR out."""
+
+import pytest
+
+import gpt
+
+CHAIN = """
+func.func @chain(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) -> tensor<*xf32> {
+  %0 = transformer.matmul %a, %b : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<*xf32>
+  %1 = transformer.gelu %0 : tensor<*xf32> -> tensor<*xf32>
+  %2 = transformer.transpose %1 : tensor<*xf32> -> tensor<*xf32>
+  %3 = transformer.transpose %2 : tensor<*xf32> -> tensor<*xf32>
+  return %3 : tensor<*xf32>
+}
+"""
+
+
+def test_shape_inference_then_canonicalize_removes_double_transpose():
+    out = gpt.run_pipeline(CHAIN, "transformer-shape-inference,canonicalize")
+    assert "-> tensor<4x16xf32>" in out
+    assert "transformer.transpose" not in out
+    assert "tensor<*xf32>" not in out
+
+
+def test_pipeline_as_list_and_lowering_leaves_no_transformer_ops():
+    out = gpt.run_pipeline(CHAIN, ["transformer-shape-inference", "canonicalize", "transformer-to-linalg"])
+    assert "linalg.matmul" in out
+    assert "math.tanh" in out
+    assert "transformer." not in out
+
+
+def test_empty_pipeline_round_trips():
+    out = gpt.run_pipeline(CHAIN, "")
+    assert out.count("transformer.transpose") == 2
+
+
+def test_verifier_error_names_both_shapes():
+    bad = CHAIN.replace("tensor<8x16xf32>", "tensor<9x16xf32>")
+    with pytest.raises(gpt.CompilerError) as info:
+        gpt.run_pipeline(bad, "canonicalize")
+    message = str(info.value)
+    assert "contraction dimensions do not match" in message
+    assert "tensor<4x8xf32>" in message and "tensor<9x16xf32>" in message
+    assert 'loc("input":3:' in message  # the diagnostic carries the source location
+
+
+def test_unknown_pass_is_reported():
+    with pytest.raises(gpt.CompilerError, match="'no-such-pass' does not refer to a registered pass"):
+        gpt.run_pipeline(CHAIN, "canonicalize,no-such-pass")
+
+
+def test_parse_error_is_reported():
+    with pytest.raises(gpt.CompilerError, match="failed to parse the input IR"):
+        gpt.run_pipeline("func.func @f( {", "canonicalize")
+
+
+def test_pass_failure_is_reported_with_diagnostic():
+    with pytest.raises(gpt.CompilerError, match="needs static shapes"):
+        gpt.run_pipeline(CHAIN, "transformer-to-linalg")
+
+
+def test_compiler_error_is_a_runtime_error():
+    assert issubclass(gpt.CompilerError, RuntimeError)
+
+
+def test_non_string_ir_is_a_type_error():
+    with pytest.raises(TypeError, match="ir must be a str"):
+        gpt.run_pipeline(b"module {}", "canonicalize")
