@@ -4,6 +4,7 @@
 
 #include "cc/dialect/TransformerDialect.h"
 #include "cc/passes/Passes.h"
+#include "cc/passes/Pipelines.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -25,6 +26,7 @@ void registerAllPasses() {
   std::call_once(once, [] {
     mlir::registerAllPasses();
     mlir::transformer::registerTransformerPasses();
+    gpt::registerPipelines();
   });
 }
 

@@ -4,6 +4,8 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <tuple>
+
 namespace mlir::transformer {
 namespace {
 
@@ -106,6 +108,81 @@ FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, Emi
                          << ", the last dimension of input " << input;
   }
   return ranked(in.getShape(), input);
+}
+
+FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitError) {
+  auto t = dyn_cast<RankedTensorType>(table);
+  auto i = dyn_cast<RankedTensorType>(ids);
+  if (t && t.getRank() != 2) return emitError() << "table must be a rank-2 [vocab, features] tensor, got " << table;
+  if (i && i.getRank() != 1) return emitError() << "ids must be a rank-1 tensor, got " << ids;
+  if (!t || !i) return unranked(table);
+  return ranked({i.getDimSize(0), t.getDimSize(1)}, table);
+}
+
+FailureOr<TensorType> inferSliceType(Type input, int64_t offset, int64_t size, EmitErrorFn emitError) {
+  if (offset < 0 || size <= 0)
+    return emitError() << "needs offset >= 0 and size > 0, got offset " << offset << " and size " << size;
+  auto in = dyn_cast<RankedTensorType>(input);
+  if (!in) return unranked(input);
+  if (failed(checkRank(in, 1, "input", emitError))) return failure();
+  int64_t last = in.getShape().back();
+  if (!ShapedType::isDynamic(last) && offset + size > last)
+    return emitError() << "slice [" << offset << ", " << offset + size << ") does not fit in the last dimension ("
+                       << last << ") of " << input;
+  SmallVector<int64_t> shape(in.getShape());
+  shape.back() = size;
+  return ranked(shape, input);
+}
+
+FailureOr<TensorType> inferSplitHeadsType(Type input, int64_t numHeads, EmitErrorFn emitError) {
+  if (numHeads <= 0) return emitError() << "num_heads must be positive, got " << numHeads;
+  auto in = dyn_cast<RankedTensorType>(input);
+  if (!in) return unranked(input);
+  if (in.getRank() != 2) return emitError() << "input must be a rank-2 [tokens, features] tensor, got " << input;
+  int64_t features = in.getDimSize(1);
+  if (!ShapedType::isDynamic(features) && features % numHeads != 0)
+    return emitError() << "features (" << features << ") of " << input << " do not divide into " << numHeads << " heads";
+  int64_t headDim = ShapedType::isDynamic(features) ? ShapedType::kDynamic : features / numHeads;
+  return ranked({numHeads, in.getDimSize(0), headDim}, input);
+}
+
+FailureOr<TensorType> inferMergeHeadsType(Type input, EmitErrorFn emitError) {
+  auto in = dyn_cast<RankedTensorType>(input);
+  if (!in) return unranked(input);
+  if (in.getRank() != 3) return emitError() << "input must be a rank-3 [heads, tokens, head_dim] tensor, got " << input;
+  int64_t heads = in.getDimSize(0), headDim = in.getDimSize(2);
+  int64_t features = ShapedType::isDynamic(heads) || ShapedType::isDynamic(headDim) ? ShapedType::kDynamic : heads * headDim;
+  return ranked({in.getDimSize(1), features}, input);
+}
+
+FailureOr<TensorType> inferRopeType(Type input, Type positions, EmitErrorFn emitError) {
+  auto in = dyn_cast<RankedTensorType>(input);
+  auto pos = dyn_cast<RankedTensorType>(positions);
+  if (pos && pos.getRank() != 1) return emitError() << "positions must be a rank-1 tensor, got " << positions;
+  if (!in) return unranked(input);
+  if (in.getRank() != 3) return emitError() << "input must be a rank-3 [heads, tokens, head_dim] tensor, got " << input;
+  int64_t headDim = in.getDimSize(2);
+  if (!ShapedType::isDynamic(headDim) && headDim % 2 != 0)
+    return emitError() << "head_dim must be even to rotate halves, got " << input;
+  if (pos && !dimsCompatible(pos.getDimSize(0), in.getDimSize(1)))
+    return emitError() << "positions " << positions << " must have one entry per token of " << input;
+  return ranked(in.getShape(), input);
+}
+
+FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, EmitErrorFn emitError) {
+  auto q = dyn_cast<RankedTensorType>(query);
+  auto k = dyn_cast<RankedTensorType>(key);
+  auto v = dyn_cast<RankedTensorType>(value);
+  for (auto [name, t, type] : {std::tuple<StringRef, RankedTensorType, Type>{"query", q, query}, {"key", k, key}, {"value", v, value}})
+    if (t && t.getRank() != 3) return emitError() << name << " must be a rank-3 [heads, tokens, head_dim] tensor, got " << type;
+  if (!q || !k || !v) return unranked(query);
+  if (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)) || !dimsCompatible(k.getDimSize(0), v.getDimSize(0)))
+    return emitError() << "query " << query << ", key " << key << " and value " << value << " must have the same number of heads";
+  if (!dimsCompatible(q.getDimSize(2), k.getDimSize(2)))
+    return emitError() << "query " << query << " and key " << key << " must have the same head_dim";
+  if (!dimsCompatible(k.getDimSize(1), v.getDimSize(1)))
+    return emitError() << "key " << key << " and value " << value << " must have the same number of tokens";
+  return ranked({q.getDimSize(0), q.getDimSize(1), v.getDimSize(2)}, query);
 }
 
 LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError) {

@@ -26,6 +26,19 @@ FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError)
 /// Input shape; weight and bias must be rank-1 of the size of the input's last dim.
 FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError);
 
+/// [V, D] table gathered by [T] ids -> [T, D].
+FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitError);
+/// The last dim narrowed to `size`, after checking that [offset, offset + size) fits in it.
+FailureOr<TensorType> inferSliceType(Type input, int64_t offset, int64_t size, EmitErrorFn emitError);
+/// [T, H*d] -> [H, T, d].
+FailureOr<TensorType> inferSplitHeadsType(Type input, int64_t numHeads, EmitErrorFn emitError);
+/// [H, T, d] -> [T, H*d].
+FailureOr<TensorType> inferMergeHeadsType(Type input, EmitErrorFn emitError);
+/// [H, T, d] with an even d and one position per row t -> the same shape.
+FailureOr<TensorType> inferRopeType(Type input, Type positions, EmitErrorFn emitError);
+/// q [H, Tq, d], k [H, Tk, d], v [H, Tk, dv] -> [H, Tq, dv].
+FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, EmitErrorFn emitError);
+
 /// Fails with an error unless `declared` is compatible with `inferred` (equal where both are known).
 LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError);
 

@@ -112,5 +112,37 @@ LogicalResult LayerNormOp::inferShapes() {
   return refineResult(*this, inferLayerNormType(getInput().getType(), getWeight().getType(), getBias().getType(), errorOn(*this)));
 }
 
+//===----------------------------------------------------------------------===//
+// Model-level ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() { return verifyInferred(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this))); }
+LogicalResult EmbeddingOp::inferShapes() { return refineResult(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this))); }
+
+LogicalResult SliceOp::verify() { return verifyInferred(*this, inferSliceType(getInput().getType(), getOffset(), getSize(), errorOn(*this))); }
+LogicalResult SliceOp::inferShapes() { return refineResult(*this, inferSliceType(getInput().getType(), getOffset(), getSize(), errorOn(*this))); }
+
+LogicalResult SplitHeadsOp::verify() { return verifyInferred(*this, inferSplitHeadsType(getInput().getType(), getNumHeads(), errorOn(*this))); }
+LogicalResult SplitHeadsOp::inferShapes() { return refineResult(*this, inferSplitHeadsType(getInput().getType(), getNumHeads(), errorOn(*this))); }
+
+LogicalResult MergeHeadsOp::verify() { return verifyInferred(*this, inferMergeHeadsType(getInput().getType(), errorOn(*this))); }
+LogicalResult MergeHeadsOp::inferShapes() { return refineResult(*this, inferMergeHeadsType(getInput().getType(), errorOn(*this))); }
+
+LogicalResult RopeOp::verify() {
+  float base = getBase().convertToFloat();
+  if (!(base > 1.0f) || !std::isfinite(base)) return emitOpError() << "base must be a finite number > 1, got " << getBaseAttr();
+  return verifyInferred(*this, inferRopeType(getInput().getType(), getPositions().getType(), errorOn(*this)));
+}
+LogicalResult RopeOp::inferShapes() { return refineResult(*this, inferRopeType(getInput().getType(), getPositions().getType(), errorOn(*this))); }
+
+LogicalResult CausalAttentionOp::verify() {
+  float scale = getScale().convertToFloat();
+  if (!(scale > 0.0f) || !std::isfinite(scale)) return emitOpError() << "scale must be a positive finite number, got " << getScaleAttr();
+  return verifyInferred(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(), errorOn(*this)));
+}
+LogicalResult CausalAttentionOp::inferShapes() {
+  return refineResult(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(), errorOn(*this)));
+}
+
 #define GET_OP_CLASSES
 #include "cc/dialect/TransformerOps.cpp.inc"

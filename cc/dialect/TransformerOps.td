@@ -157,4 +157,121 @@ def Transformer_LayerNormOp : Transformer_Op<"layer_norm",
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Model-level ops
+//===----------------------------------------------------------------------===//
+
+def Transformer_EmbeddingOp : Transformer_Op<"embedding",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Gathers rows of an embedding table";
+  let description = [{
+    `result[t, :] = table[ids[t], :]`. The table is `[V, D]`, the ids a rank-1 tensor of `i64`.
+    Ids outside `[0, V)` are the caller's error; the lowering clamps them so that compiled code
+    never reads outside the table.
+
+    ```mlir
+    %x = transformer.embedding %wte, %ids : (tensor<256x64xf32>, tensor<8xi64>) -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$table, TensorOf<[I64]>:$ids);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$table `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Transformer_SliceOp : Transformer_Op<"slice",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "A contiguous range of the last dimension";
+  let description = [{
+    `result[..., i] = input[..., offset + i]` for `i` in `[0, size)`. Splits the fused
+    query/key/value projection into its three parts.
+
+    ```mlir
+    %k = transformer.slice %qkv {offset = 64 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input, I64Attr:$offset, I64Attr:$size);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def Transformer_SplitHeadsOp : Transformer_Op<"split_heads",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "[T, H*d] -> [H, T, d]";
+  let description = [{
+    Splits the feature dimension into `num_heads` heads and moves the head dimension first:
+    `result[h, t, i] = input[t, h * d + i]`.
+
+    ```mlir
+    %q = transformer.split_heads %x {num_heads = 4 : i64} : tensor<8x64xf32> -> tensor<4x8x16xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input, I64Attr:$num_heads);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def Transformer_MergeHeadsOp : Transformer_Op<"merge_heads",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "[H, T, d] -> [T, H*d]";
+  let description = [{
+    The inverse of `split_heads`: `result[t, h * d + i] = input[h, t, i]`.
+
+    ```mlir
+    %y = transformer.merge_heads %a : tensor<4x8x16xf32> -> tensor<8x64xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def Transformer_RopeOp : Transformer_Op<"rope",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Rotary position embedding (GPT-NeoX rotate-half)";
+  let description = [{
+    For `x : [H, T, d]` and the absolute position `p = positions[t]` of each row, with
+    `half = d / 2`, `theta_i = base^(-2 i / d)` and `a = p * theta_(j mod half)`:
+    `result[h, t, j] = x[h, t, j] * cos(a) - x[h, t, j + half] * sin(a)` for `j < half`, and
+    `result[h, t, j] = x[h, t, j] * cos(a) + x[h, t, j - half] * sin(a)` for `j >= half`.
+
+    ```mlir
+    %q2 = transformer.rope %q, %pos : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input, TensorOf<[I64]>:$positions,
+                       DefaultValuedAttr<F32Attr, "10000.0">:$base);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input `,` $positions attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Causal scaled dot-product attention over heads";
+  let description = [{
+    `q : [H, Tq, d]`, `k, v : [H, Tk, d]`. Query row `i` sits at absolute position
+    `query_offset + i` (0 when the operand is absent) and attends to the keys `j <= query_offset + i`:
+    `result[h, i] = softmax_j(scale * q[h, i] . k[h, j], masked) . v[h, j]`.
+    Keys past every query's position (an unfilled cache) are never read into the result.
+
+    ```mlir
+    %a = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32}
+        : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+    %d = transformer.causal_attention %q1, %kc, %vc offset %pos {scale = 0.25 : f32}
+        : (tensor<4x1x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>, index) -> tensor<4x1x16xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$query, F32Tensor:$key, F32Tensor:$value,
+                       Optional<Index>:$query_offset, F32Attr:$scale);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`offset` $query_offset^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // GPT_TRANSFORMER_OPS_TD

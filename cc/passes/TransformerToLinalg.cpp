@@ -275,7 +275,179 @@ struct SoftmaxLowering : OpConversionPattern<SoftmaxOp> {
   }
 };
 
+struct EmbeddingLowering : OpConversionPattern<EmbeddingOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(EmbeddingOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType type = rankedType(op.getResult());
+    Value table = adaptor.getTable();
+    int64_t vocab = rankedType(table).getDimSize(0);
+    SmallVector<utils::IteratorType> parallel(2, utils::IteratorType::parallel);
+    Value result = buildGeneric(
+        rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {adaptor.getIds()},
+        {AffineMap::get(2, 0, getAffineDimExpr(0, ctx))}, AffineMap::getMultiDimIdentityMap(2, ctx), parallel,
+        [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+          // Clamp the id so that a bad id can never read outside the table; callers validate ids.
+          Value id = b.create<arith::IndexCastOp>(l, b.getIndexType(), a[0]);
+          id = b.create<arith::MaxSIOp>(l, id, b.create<arith::ConstantIndexOp>(l, 0));
+          id = b.create<arith::MinSIOp>(l, id, b.create<arith::ConstantIndexOp>(l, vocab - 1));
+          Value feature = b.create<linalg::IndexOp>(l, 1);
+          return b.create<tensor::ExtractOp>(l, table, ValueRange{id, feature});
+        });
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+struct SliceLowering : OpConversionPattern<SliceOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(SliceOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    RankedTensorType type = rankedType(op.getResult());
+    int64_t rank = type.getRank();
+    SmallVector<OpFoldResult> offsets(rank, rewriter.getIndexAttr(0)), strides(rank, rewriter.getIndexAttr(1));
+    offsets.back() = rewriter.getIndexAttr(op.getOffset());
+    SmallVector<OpFoldResult> sizes = llvm::map_to_vector(type.getShape(), [&](int64_t d) -> OpFoldResult {
+      return rewriter.getIndexAttr(d);
+    });
+    rewriter.replaceOpWithNewOp<tensor::ExtractSliceOp>(op, type, adaptor.getInput(), offsets, sizes, strides);
+    return success();
+  }
+};
+
+Value transpose(OpBuilder &b, Location loc, Value input, ArrayRef<int64_t> permutation) {
+  ArrayRef<int64_t> in = rankedType(input).getShape();
+  SmallVector<int64_t> shape = llvm::map_to_vector(permutation, [&](int64_t p) { return in[p]; });
+  return b.create<linalg::TransposeOp>(loc, input, emptyTensor(b, loc, shape), permutation).getResult()[0];
+}
+
+// [T, H*d] -> expand to [T, H, d] -> transpose to [H, T, d].
+struct SplitHeadsLowering : OpConversionPattern<SplitHeadsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(SplitHeadsOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    ArrayRef<int64_t> out = rankedType(op.getResult()).getShape();
+    auto expandedType = RankedTensorType::get({out[1], out[0], out[2]}, rewriter.getF32Type());
+    Value expanded = rewriter.create<tensor::ExpandShapeOp>(loc, expandedType, adaptor.getInput(),
+                                                            SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    rewriter.replaceOp(op, transpose(rewriter, loc, expanded, {1, 0, 2}));
+    return success();
+  }
+};
+
+// [H, T, d] -> transpose to [T, H, d] -> collapse to [T, H*d].
+struct MergeHeadsLowering : OpConversionPattern<MergeHeadsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(MergeHeadsOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Value transposed = transpose(rewriter, op.getLoc(), adaptor.getInput(), {1, 0, 2});
+    rewriter.replaceOpWithNewOp<tensor::CollapseShapeOp>(op, transposed, SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    return success();
+  }
+};
+
+// x[j] * cos(a) -/+ x[j +/- half] * sin(a), with a = position * base^(-2 (j mod half) / d). The
+// angle and its cosine/sine are computed in f64: positions reach thousands of radians, where f32
+// would lose the low digits of the angle.
+struct RopeLowering : OpConversionPattern<RopeOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(RopeOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType type = rankedType(op.getResult());
+    Value x = adaptor.getInput();
+    int64_t headDim = type.getDimSize(2), half = headDim / 2;
+    double logBase = std::log(static_cast<double>(op.getBase().convertToFloat()));
+    SmallVector<utils::IteratorType> parallel(3, utils::IteratorType::parallel);
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(3, ctx);
+    Value result = buildGeneric(
+        rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {x, adaptor.getPositions()},
+        {identity, AffineMap::get(3, 0, getAffineDimExpr(1, ctx))}, identity, parallel,
+        [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+          Value h = b.create<linalg::IndexOp>(l, 0), t = b.create<linalg::IndexOp>(l, 1);
+          Value j = b.create<linalg::IndexOp>(l, 2);
+          Value halfIdx = b.create<arith::ConstantIndexOp>(l, half);
+          Value firstHalf = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, j, halfIdx);
+          Value pair = b.create<arith::RemUIOp>(l, j, halfIdx);  // frequency index j mod half
+          Value partner = b.create<arith::SelectOp>(l, firstHalf, b.create<arith::AddIOp>(l, j, halfIdx),
+                                                    b.create<arith::SubIOp>(l, j, halfIdx));
+          Value other = b.create<tensor::ExtractOp>(l, x, ValueRange{h, t, partner});
+
+          Type f64 = b.getF64Type();
+          Value pairF = b.create<arith::UIToFPOp>(l, f64, b.create<arith::IndexCastUIOp>(l, b.getI64Type(), pair));
+          Value exponent = b.create<arith::MulFOp>(
+              l, pairF, b.create<arith::ConstantOp>(l, b.getF64FloatAttr(-2.0 * logBase / headDim)));
+          Value invFreq = b.create<math::ExpOp>(l, exponent);
+          Value angle = b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f64, a[1]), invFreq);
+          Value cos = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::CosOp>(l, angle));
+          Value sin = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::SinOp>(l, angle));
+          Value rotated = b.create<arith::MulFOp>(l, other, sin);
+          rotated = b.create<arith::SelectOp>(l, firstHalf, b.create<arith::NegFOp>(l, rotated), rotated);
+          return b.create<arith::AddFOp>(l, b.create<arith::MulFOp>(l, a[0], cos), rotated);
+        });
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+// scores = q . k^T (batch matmul against the transposed keys); a masked, scaled softmax over the
+// keys with j <= offset + i kept; then probs . v. The mask is computed from linalg.index, so no
+// mask tensor exists and masked keys (an unfilled cache) contribute exactly 0.
+struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(CausalAttentionOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType resultType = rankedType(op.getResult());
+    Value q = adaptor.getQuery(), k = adaptor.getKey(), v = adaptor.getValue();
+    int64_t heads = rankedType(q).getDimSize(0), queries = rankedType(q).getDimSize(1);
+    int64_t keys = rankedType(k).getDimSize(1);
+    Value offset = adaptor.getQueryOffset() ? adaptor.getQueryOffset()
+                                            : rewriter.create<arith::ConstantIndexOp>(loc, 0).getResult();
+    float scale = op.getScale().convertToFloat();
+    Value zero = f32Constant(rewriter, loc, 0.0);
+
+    Value kT = transpose(rewriter, loc, k, {0, 2, 1});
+    SmallVector<int64_t> scoreShape = {heads, queries, keys};
+    Value scoreInit = rewriter.create<linalg::FillOp>(loc, zero, emptyTensor(rewriter, loc, scoreShape)).getResult(0);
+    Value scores = rewriter.create<linalg::BatchMatmulOp>(loc, ValueRange{q, kT}, ValueRange{scoreInit}).getResult(0);
+
+    // True where key j is visible from query i.
+    auto visible = [offset](OpBuilder &b, Location l) -> Value {
+      Value i = b.create<linalg::IndexOp>(l, 1), j = b.create<linalg::IndexOp>(l, 2);
+      return b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ule, j, b.create<arith::AddIOp>(l, i, offset));
+    };
+    auto scaled = [scale](OpBuilder &b, Location l, Value s) -> Value {
+      return b.create<arith::MulFOp>(l, s, f32Constant(b, l, scale));
+    };
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(3, ctx), row = rowMap(3, ctx);
+    Value max = buildRowReduction(rewriter, loc, scoreShape, {scores}, {identity},
+                                  -std::numeric_limits<double>::infinity(),
+                                  [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                    Value m = b.create<arith::MaximumFOp>(l, scaled(b, l, a[0]), a[1]);
+                                    return b.create<arith::SelectOp>(l, visible(b, l), m, a[1]);
+                                  });
+    auto expShifted = [&](OpBuilder &b, Location l, Value s, Value m) -> Value {
+      Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, scaled(b, l, s), m));
+      return b.create<arith::SelectOp>(l, visible(b, l), e, f32Constant(b, l, 0.0));
+    };
+    Value sum = buildRowReduction(rewriter, loc, scoreShape, {scores, max}, {identity, row}, 0.0,
+                                  [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                    return b.create<arith::AddFOp>(l, a[2], expShifted(b, l, a[0], a[1]));
+                                  });
+    SmallVector<utils::IteratorType> parallel(3, utils::IteratorType::parallel);
+    Value probs = buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, scoreShape), {scores, max, sum},
+                               {identity, row, row}, identity, parallel,
+                               [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                 return b.create<arith::DivFOp>(l, expShifted(b, l, a[0], a[1]), a[2]);
+                               });
+    Value outInit = rewriter.create<linalg::FillOp>(loc, zero, emptyTensor(rewriter, loc, resultType.getShape())).getResult(0);
+    rewriter.replaceOpWithNewOp<linalg::BatchMatmulOp>(op, ValueRange{probs, v}, ValueRange{outInit});
+    return success();
+  }
+};
+
 bool isStaticTensor(Type type) {
+  if (!isa<TensorType>(type)) return true;  // scalars such as an attention offset
   auto ranked = dyn_cast<RankedTensorType>(type);
   return ranked && ranked.hasStaticShape();
 }
@@ -314,7 +486,8 @@ public:
 void populateTransformerToLinalgPatterns(RewritePatternSet &patterns) {
   patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
                ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, TransposeLowering, MatmulLowering,
-               LayerNormLowering, SoftmaxLowering>(patterns.getContext());
+               LayerNormLowering, SoftmaxLowering, EmbeddingLowering, SliceLowering, SplitHeadsLowering,
+               MergeHeadsLowering, RopeLowering, CausalAttentionLowering>(patterns.getContext());
 }
 
 } // namespace mlir::transformer

@@ -9,6 +9,9 @@ namespace gpt::python {
 /// Text-IR entry points: parse transformer-dialect IR, run a named pass pipeline, print the result.
 void initCompiler(pybind11::module_ &m);
 
+/// CompiledModel: a GPT's compiled entry points, called with numpy arrays (zero-copy).
+void initModel(pybind11::module_ &m);
+
 } // namespace gpt::python
 
 #endif // GPT_PYTHON_GPT__GPT_BINDINGS_H

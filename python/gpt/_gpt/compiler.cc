@@ -2,6 +2,8 @@
 #include "python/gpt/_gpt/bindings.h"
 
 #include "cc/Registration.h"
+#include "cc/runtime/CompiledModel.h"
+#include "cc/runtime/DiagnosticCapture.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -15,20 +17,15 @@
 
 #include <cctype>
 #include <stdexcept>
-#include <vector>
 #include <string>
+#include <vector>
 
 namespace py = pybind11;
 
 namespace gpt::python {
 namespace {
 
-/// Thrown for any MLIR failure; carries every diagnostic MLIR emitted, with locations. pybind11
-/// turns it into gpt.CompilerError once the GIL is held again.
-struct CompilerError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
+/// Dialects and passes are registered once per process; every call gets a fresh context.
 const mlir::DialectRegistry &registry() {
   static const mlir::DialectRegistry *instance = [] {
     auto *r = new mlir::DialectRegistry();
@@ -39,37 +36,8 @@ const mlir::DialectRegistry &registry() {
   return *instance;
 }
 
-/// Collects diagnostics as "loc: error: message" lines instead of printing them to stderr.
-class DiagnosticCollector {
-public:
-  explicit DiagnosticCollector(mlir::MLIRContext &ctx)
-      : handler(&ctx, [this](mlir::Diagnostic &diag) {
-          llvm::raw_string_ostream os(text);
-          if (!text.empty()) os << "\n";
-          os << diag.getLocation() << ": " << severity(diag.getSeverity()) << ": " << diag;
-          for (const mlir::Diagnostic &note : diag.getNotes())
-            os << "\n" << note.getLocation() << ": note: " << note;
-          return mlir::success();
-        }) {}
-
-  std::string message(const std::string &what) const { return text.empty() ? what : what + ":\n" + text; }
-
-private:
-  static const char *severity(mlir::DiagnosticSeverity s) {
-    switch (s) {
-    case mlir::DiagnosticSeverity::Error: return "error";
-    case mlir::DiagnosticSeverity::Warning: return "warning";
-    case mlir::DiagnosticSeverity::Note: return "note";
-    case mlir::DiagnosticSeverity::Remark: return "remark";
-    }
-    return "diagnostic";
-  }
-
-  std::string text;
-  mlir::ScopedDiagnosticHandler handler;
-};
-
-[[noreturn]] void fail(const std::string &message) { throw CompilerError(message); }
+/// Raised in Python as gpt.CompilerError (registered in module.cc).
+[[noreturn]] void fail(const std::string &message) { throw CompileError(message); }
 
 /// Splits a textual pipeline at the commas that are not inside `(...)` or `{...}`.
 std::vector<std::string> splitTopLevel(const std::string &pipeline) {
@@ -108,7 +76,7 @@ void addPipeline(mlir::OpPassManager &pm, const std::string &pipeline) {
 std::string runPipeline(const std::string &ir, const std::string &pipeline, bool verifyEach) {
   mlir::MLIRContext ctx(registry());
   ctx.allowUnregisteredDialects(false);
-  DiagnosticCollector diagnostics(ctx);
+  DiagnosticCapture diagnostics(ctx);
 
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(ir, &ctx, "input");
   if (!module) fail(diagnostics.message("failed to parse the input IR"));
@@ -127,7 +95,6 @@ std::string runPipeline(const std::string &ir, const std::string &pipeline, bool
 } // namespace
 
 void initCompiler(py::module_ &m) {
-  py::register_exception<CompilerError>(m, "CompilerError", PyExc_RuntimeError);
   m.def("run_pipeline", &runPipeline, py::arg("ir"), py::arg("pipeline"), py::arg("verify_each") = true,
         py::call_guard<py::gil_scoped_release>(),
         "Parse MLIR text, run a textual pass pipeline over it and return the printed result.");

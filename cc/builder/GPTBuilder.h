@@ -1,0 +1,48 @@
+// Builds transformer-dialect modules for the entry points of a GPT, given its configuration.
+#ifndef GPT_CC_BUILDER_GPTBUILDER_H
+#define GPT_CC_BUILDER_GPTBUILDER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class MLIRContext;
+} // namespace mlir
+
+namespace gpt {
+
+struct GPTConfig {
+  int64_t nLayer = 0;
+  int64_t nHead = 0;
+  int64_t nEmbd = 0;
+  int64_t vocabSize = 0;
+  int64_t blockSize = 0;
+  bool rope = false;  ///< rotary embedding (GPT-NeoX rotate-half) instead of a learned `wpe` table
+  float layerNormEps = 1e-5f;
+
+  /// An empty string when the configuration is usable, else what is wrong with it.
+  std::string validate() const;
+};
+
+/// One weight argument of a compiled entry point.
+struct ParameterSpec {
+  std::string name;            ///< HF GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;
+};
+
+/// The weights every entry point takes, in argument order after the per-call arguments. All use
+/// HF GPT-2 names and shapes except "lm_head.weight_t": the tied embedding transposed to [D, V],
+/// laid out once at load time so that the LM head is a plain matmul.
+std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config);
+
+/// `@forward(ids: tensor<Txi64>, positions: tensor<Txi64>, weights...) -> tensor<TxVxf32>`:
+/// logits for every position. Intermediate results are left unranked for shape inference.
+mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen);
+
+} // namespace gpt
+
+#endif // GPT_CC_BUILDER_GPTBUILDER_H

@@ -1,0 +1,154 @@
+// Pipeline builders (see Pipelines.h). The order of the LLVM lowering passes follows
+// shared/MLIR19_FACTS.md section 2, verified on MLIR 19.
+#include "cc/passes/Pipelines.h"
+
+#include "cc/passes/Passes.h"
+
+#include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/BufferizationToMemRef/BufferizationToMemRef.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MathToLibm/MathToLibm.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Conversion/VectorToSCF/VectorToSCF.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/OneShotAnalysis.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+#include <mutex>
+
+namespace gpt {
+
+using mlir::OpPassManager;
+
+namespace {
+constexpr std::pair<PipelineLevel, llvm::StringLiteral> kLevelNames[] = {
+    {PipelineLevel::Baseline, "baseline"},
+    {PipelineLevel::Fused, "fused"},
+    {PipelineLevel::Vectorized, "vectorized"},
+    {PipelineLevel::Default, "default"},
+};
+constexpr std::pair<Stage, llvm::StringLiteral> kStageNames[] = {
+    {Stage::Transformer, "transformer"},
+    {Stage::Linalg, "linalg"},
+    {Stage::Bufferized, "bufferized"},
+    {Stage::LLVM, "llvm"},
+};
+
+bool fuses(const PipelineOptions &options) { return options.level != PipelineLevel::Baseline; }
+} // namespace
+
+std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name) {
+  for (auto [level, levelName] : kLevelNames)
+    if (name == levelName) return level;
+  return std::nullopt;
+}
+
+llvm::StringRef pipelineLevelName(PipelineLevel level) {
+  for (auto [l, name] : kLevelNames)
+    if (l == level) return name;
+  return "unknown";
+}
+
+std::optional<Stage> parseStage(llvm::StringRef name) {
+  for (auto [stage, stageName] : kStageNames)
+    if (name == stageName) return stage;
+  return std::nullopt;
+}
+
+std::vector<std::string> stageNames() {
+  std::vector<std::string> names;
+  for (auto [stage, name] : kStageNames) names.push_back(name.str());
+  return names;
+}
+
+void addTransformerStage(OpPassManager &pm) {
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerShapeInference());
+  pm.addPass(mlir::createCanonicalizerPass());
+}
+
+void addLinalgStage(OpPassManager &pm, const PipelineOptions &options) {
+  pm.addPass(mlir::transformer::createTransformerToLinalg());
+  if (fuses(options)) {
+    pm.addPass(mlir::createLinalgElementwiseOpFusionPass());
+    pm.addPass(mlir::createCanonicalizerPass());
+    pm.addPass(mlir::createCSEPass());
+    pm.addPass(mlir::createLoopInvariantCodeMotionPass());
+  }
+}
+
+void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
+  mlir::bufferization::OneShotBufferizationOptions bufferization;
+  bufferization.bufferizeFunctionBoundaries = true;
+  bufferization.setFunctionBoundaryTypeConversion(mlir::bufferization::LayoutMapOption::IdentityLayoutMap);
+  pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferization));
+  // canonicalize first: drop-equivalent-buffer-results only sees through folded loop iter_args.
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(mlir::bufferization::createDropEquivalentBufferResultsPass());
+  mlir::bufferization::BufferDeallocationPipelineOptions deallocation;
+  mlir::bufferization::buildBufferDeallocationPipeline(pm, deallocation);
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
+  if (fuses(options)) {
+    pm.addPass(mlir::createCanonicalizerPass());
+    pm.addPass(mlir::createLoopInvariantCodeMotionPass());
+  }
+}
+
+void addLLVMStage(OpPassManager &pm, const PipelineOptions &) {
+  pm.addPass(mlir::createBufferizationToMemRefPass());
+  pm.addPass(mlir::createConvertVectorToSCFPass(mlir::VectorTransferToSCFOptions().enableFullUnroll()));
+  pm.addPass(mlir::memref::createExpandStridedMetadataPass());
+  pm.addPass(mlir::createLowerAffinePass());
+  pm.addPass(mlir::createConvertSCFToCFPass());
+  pm.addPass(mlir::createConvertVectorToLLVMPass());
+  pm.addPass(mlir::createConvertMathToLLVMPass());
+  pm.addPass(mlir::createConvertMathToLibmPass());
+  pm.addPass(mlir::createArithToLLVMConversionPass());
+  pm.addPass(mlir::createConvertIndexToLLVMPass());
+  pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(mlir::createConvertControlFlowToLLVMPass());
+  pm.addPass(mlir::createConvertFuncToLLVMPass());
+  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+}
+
+void addPipelineUpTo(OpPassManager &pm, Stage last, const PipelineOptions &options) {
+  addTransformerStage(pm);
+  if (last == Stage::Transformer) return;
+  addLinalgStage(pm, options);
+  if (last == Stage::Linalg) return;
+  addBufferizedStage(pm, options);
+  if (last == Stage::Bufferized) return;
+  addLLVMStage(pm, options);
+}
+
+void registerPipelines() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mlir::PassPipelineRegistration<>("gpt-transformer-stage", "Canonicalize and infer shapes of transformer IR",
+                                     addTransformerStage);
+    mlir::PassPipelineRegistration<PipelineOptions>("gpt-linalg-stage", "Lower transformer IR to linalg on tensors",
+                                                    addLinalgStage);
+    mlir::PassPipelineRegistration<PipelineOptions>("gpt-bufferized-stage", "Bufferize linalg on tensors to loops",
+                                                    addBufferizedStage);
+    mlir::PassPipelineRegistration<PipelineOptions>("gpt-llvm-stage", "Lower loops on buffers to the LLVM dialect",
+                                                    addLLVMStage);
+    mlir::PassPipelineRegistration<PipelineOptions>(
+        "gpt-compile", "The whole pipeline: transformer dialect to LLVM dialect",
+        [](OpPassManager &pm, const PipelineOptions &options) { addPipelineUpTo(pm, Stage::LLVM, options); });
+  });
+}
+
+} // namespace gpt

@@ -1,0 +1,84 @@
+// ExecutionEngine setup for the host CPU (see JitFunction.h). The codegen level has to sit on the
+// TargetMachine: ExecutionEngineOptions::jitCodeGenOptLevel is ignored (MLIR19_FACTS.md section 4).
+#include "cc/runtime/JitFunction.h"
+
+#include "mlir/ExecutionEngine/CRunnerUtils.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+namespace gpt {
+namespace {
+
+std::string describe(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+std::unique_ptr<llvm::TargetMachine> hostTargetMachine() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(llvm::sys::getProcessTriple())};
+  builder.setCPU(llvm::sys::getHostCPUName().str());
+  llvm::SubtargetFeatures features;
+  for (const auto &[feature, enabled] : llvm::sys::getHostCPUFeatures()) features.AddFeature(feature, enabled);
+  builder.addFeatures(features.getFeatures());
+  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  auto machine = builder.createTargetMachine();
+  if (!machine) throw std::runtime_error("cannot create a TargetMachine for the host: " + describe(machine.takeError()));
+  return std::move(*machine);
+}
+
+} // namespace
+
+JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
+  mlir::registerBuiltinDialectTranslation(*module.getContext());
+  mlir::registerLLVMDialectTranslation(*module.getContext());
+
+  std::unique_ptr<llvm::TargetMachine> machine = hostTargetMachine();
+  auto optimize = mlir::makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, machine.get());
+  mlir::ExecutionEngineOptions options;
+  options.transformer = optimize;  // a function_ref: `optimize` outlives create()
+  options.enableGDBNotificationListener = false;
+  options.enablePerfNotificationListener = false;  // otherwise jit-<pid>.dump files pile up
+  auto created = mlir::ExecutionEngine::create(module, options, std::move(machine));
+  if (!created) throw std::runtime_error("JIT compilation failed: " + describe(created.takeError()));
+  engine = std::move(*created);
+
+  // memref.copy of strided views lowers to a call of the runner-utils memrefCopy; give the JIT
+  // its address instead of a path to the shared library.
+  engine->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap symbols;
+    symbols[interner("memrefCopy")] = {llvm::orc::ExecutorAddr::fromPtr(&memrefCopy), llvm::JITSymbolFlags::Exported};
+    return symbols;
+  });
+
+  auto function = engine->lookupPacked(("_mlir_ciface_" + name).str());
+  if (!function) throw std::runtime_error("compiled module has no entry point " + name.str() + ": " + describe(function.takeError()));
+  packed = *function;
+}
+
+JitFunction::~JitFunction() = default;
+
+void JitFunction::operator()(llvm::ArrayRef<void *> descriptors) const {
+  // The packed wrapper takes a pointer to each argument; the arguments are descriptor pointers.
+  std::vector<void *> arguments(descriptors.begin(), descriptors.end());
+  std::vector<void *> packedArgs;
+  packedArgs.reserve(arguments.size());
+  for (void *&argument : arguments) packedArgs.push_back(&argument);
+  packed(packedArgs.data());
+}
+
+} // namespace gpt

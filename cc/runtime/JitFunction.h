@@ -1,0 +1,37 @@
+// A function compiled from an LLVM-dialect module by MLIR's ExecutionEngine for the host CPU.
+#ifndef GPT_CC_RUNTIME_JITFUNCTION_H
+#define GPT_CC_RUNTIME_JITFUNCTION_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <memory>
+#include <string>
+
+namespace mlir {
+class ExecutionEngine;
+class ModuleOp;
+} // namespace mlir
+
+namespace gpt {
+
+class JitFunction {
+public:
+  /// JIT-compiles `module` (already in the LLVM dialect) for the host CPU and its features, with
+  /// full LLVM optimization and codegen level Aggressive, and resolves `name`'s C interface
+  /// wrapper `_mlir_ciface_<name>`. Throws std::runtime_error with LLVM's message on failure.
+  JitFunction(mlir::ModuleOp module, llvm::StringRef name);
+  ~JitFunction();
+
+  /// Calls `_mlir_ciface_<name>(args...)`: one pointer per argument, each to a memref
+  /// descriptor, the first one receiving the returned memref.
+  void operator()(llvm::ArrayRef<void *> descriptors) const;
+
+private:
+  std::unique_ptr<mlir::ExecutionEngine> engine;
+  void (*packed)(void **) = nullptr;
+};
+
+} // namespace gpt
+
+#endif // GPT_CC_RUNTIME_JITFUNCTION_H

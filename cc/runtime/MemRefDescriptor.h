@@ -1,0 +1,42 @@
+// A memref descriptor of any rank, laid out as MLIR's StridedMemRefType<float, rank>:
+// {allocated pointer, aligned pointer, offset, sizes[rank], strides[rank]}.
+#ifndef GPT_CC_RUNTIME_MEMREFDESCRIPTOR_H
+#define GPT_CC_RUNTIME_MEMREFDESCRIPTOR_H
+
+#include <cstdint>
+#include <vector>
+
+namespace gpt {
+
+class MemRefDescriptor {
+public:
+  /// Describes a dense row-major buffer owned by someone else (zero-copy view of a numpy array).
+  static MemRefDescriptor view(const void *data, const std::vector<int64_t> &shape) {
+    MemRefDescriptor d(shape.size());
+    d.words[0] = d.words[1] = reinterpret_cast<int64_t>(data);
+    int64_t stride = 1;
+    for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
+      d.words[3 + i] = shape[i];
+      d.words[3 + shape.size() + i] = stride;
+      stride *= shape[i];
+    }
+    return d;
+  }
+  /// An empty descriptor for compiled code to fill in (a returned memref).
+  static MemRefDescriptor result(int64_t rank) { return MemRefDescriptor(rank); }
+
+  void *pointer() { return words.data(); }
+  void *allocated() const { return reinterpret_cast<void *>(words[0]); }
+  float *data() const { return reinterpret_cast<float *>(words[1]) + words[2]; }
+  int64_t size(int64_t dim) const { return words[3 + dim]; }
+  int64_t stride(int64_t dim) const { return words[3 + rank + dim]; }
+
+private:
+  explicit MemRefDescriptor(int64_t rank) : rank(rank), words(3 + 2 * rank, 0) {}
+  int64_t rank;
+  std::vector<int64_t> words;
+};
+
+} // namespace gpt
+
+#endif // GPT_CC_RUNTIME_MEMREFDESCRIPTOR_H

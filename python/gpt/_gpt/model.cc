@@ -1,0 +1,92 @@
+// Bindings of CompiledModel: numpy arrays in and out, no copies of weights.
+#include "python/gpt/_gpt/bindings.h"
+
+#include "cc/runtime/CompiledModel.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace py = pybind11;
+
+namespace gpt::python {
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style>;
+
+std::vector<const float *> weightPointers(const CompiledModel &model, const py::list &weights) {
+  const std::vector<ParameterSpec> &specs = model.parameters();
+  if (weights.size() != specs.size())
+    throw std::invalid_argument("expected " + std::to_string(specs.size()) + " weights, got " + std::to_string(weights.size()));
+  std::vector<const float *> pointers;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    // No implicit conversion: a wrong dtype or a strided view would silently cost a copy per call.
+    py::array array = weights[i].cast<py::array>();
+    if (!py::isinstance<FloatArray>(array) || !(array.flags() & py::array::c_style))
+      throw std::invalid_argument(specs[i].name + " must be a C-contiguous float32 array");
+    std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
+    if (shape != specs[i].shape) throw std::invalid_argument(specs[i].name + " has the wrong shape");
+    pointers.push_back(static_cast<const float *>(array.data()));
+  }
+  return pointers;
+}
+
+py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
+                  const py::list &weights) {
+  if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
+  std::vector<const float *> pointers = weightPointers(model, weights);
+  Logits logits;
+  {
+    py::gil_scoped_release release;
+    logits = model.forward(ids.data(), ids.shape(0), pointers);
+  }
+  // The buffer came from malloc in compiled code: numpy frees it when the array dies.
+  py::capsule owner(logits.allocated, [](void *p) { std::free(p); });
+  return py::array_t<float>({logits.rows, logits.cols}, {logits.cols * sizeof(float), sizeof(float)}, logits.data, owner);
+}
+
+} // namespace
+
+void initModel(py::module_ &m) {
+  py::class_<CompiledModel>(m, "CompiledModel")
+      .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
+                       float layerNormEps, const std::string &pipeline, int threads) {
+             GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope, layerNormEps};
+             CompileOptions options;
+             std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
+             if (!level) throw std::invalid_argument("unknown pipeline '" + pipeline + "'");
+             options.level = *level;
+             options.threads = threads;
+             return std::make_unique<CompiledModel>(config, options);
+           }),
+           py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
+           py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"))
+      .def("parameter_specs",
+           [](const CompiledModel &model) {
+             py::list specs;
+             for (const ParameterSpec &spec : model.parameters())
+               specs.append(py::make_tuple(spec.name, py::tuple(py::cast(spec.shape))));
+             return specs;
+           },
+           "(name, shape) of every weight, in the order forward() takes them.")
+      .def("bucket_for", &CompiledModel::bucketFor, py::arg("seq_len"),
+           "The padded sequence length that seq_len tokens are compiled for.")
+      .def("forward", &forward, py::arg("ids"), py::arg("weights"),
+           "Logits [bucket_for(len(ids)), vocab] (rows past len(ids) are padding).")
+      .def(
+          "ir",
+          [](CompiledModel &model, const std::string &stage, int64_t seqLen) {
+            std::optional<Stage> parsed = parseStage(stage);
+            if (!parsed) throw std::invalid_argument("unknown stage '" + stage + "'");
+            py::gil_scoped_release release;
+            return model.ir(*parsed, seqLen);
+          },
+          py::arg("stage"), py::arg("seq_len"))
+      .def("compiled_buckets", &CompiledModel::compiledBuckets,
+           "{bucket: seconds spent compiling it} for every bucket compiled so far.");
+  m.attr("STAGES") = py::cast(stageNames());
+}
+
+} // namespace gpt::python
