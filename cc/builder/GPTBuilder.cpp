@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/MLIRContext.h"
@@ -104,47 +105,93 @@ private:
 
 } // namespace
 
+namespace {
+
+constexpr const char *kLayerWeightNames[] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+    "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",   "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
+};
+
+/// Creates `name` with `argTypes -> resultTypes`: inputs are read-only for bufferization, and
+/// public entry points get a C interface for the runtime.
+func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef<Type> argTypes,
+                            ArrayRef<Type> resultTypes, bool entryPoint) {
+  auto fn = b.create<func::FuncOp>(loc, name, b.getFunctionType(argTypes, resultTypes));
+  // Weights and inputs are read-only: bufferization must never write into the caller's arrays.
+  for (unsigned i = 0; i < argTypes.size(); ++i)
+    fn.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName, b.getBoolAttr(false));
+  if (entryPoint)
+    fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());  // called as _mlir_ciface_<name>
+  else
+    fn.setPrivate();
+  fn.addEntryBlock();
+  return fn;
+}
+
+/// `@gpt_block(x: [T, D], positions: [T], 12 layer weights) -> [T, D]`: one transformer layer.
+/// Every layer has the same shapes, so the model calls one compiled copy n_layer times instead of
+/// unrolling n_layer copies: compile time no longer grows with depth.
+func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int64_t seqLen,
+                        ArrayRef<ParameterSpec> layerSpecs) {
+  Type f32 = b.getF32Type();
+  auto activations = RankedTensorType::get({seqLen, config.nEmbd}, f32);
+  SmallVector<Type> argTypes = {activations, RankedTensorType::get({seqLen}, b.getI64Type())};
+  for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(RankedTensorType::get(spec.shape, f32));
+  func::FuncOp fn = createFunction(b, loc, "gpt_block", argTypes, {activations}, /*entryPoint=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&fn.front());
+  GraphBuilder g(b, loc, config);
+  Value x = fn.getArgument(0), positions = fn.getArgument(1);
+  SmallVector<Value> w(fn.getArguments().drop_front(2));
+  x = g.add(x, g.attention(x, w, positions));
+  x = g.add(x, g.mlp(x, w));
+  // A cast to the declared type keeps the builder's output valid before shape inference; it
+  // folds away once the types agree.
+  b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, activations, x).getResult());
+  return fn;
+}
+
+} // namespace
+
 OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen) {
-  ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect>();
+  ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect, tensor::TensorDialect>();
   OpBuilder b(&ctx);
   Location loc = NameLoc::get(b.getStringAttr("gpt.forward"));
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
 
-  auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
   std::vector<ParameterSpec> specs = parameterSpecs(config);
+  std::vector<ParameterSpec> layerSpecs;
+  for (const char *name : kLayerWeightNames)
+    for (const ParameterSpec &spec : specs)
+      if (spec.name == std::string("transformer.h.0.") + name) layerSpecs.push_back(spec);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs);
+
+  auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
   SmallVector<Type> argTypes = {idsType, idsType};
   for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.shape, b.getF32Type()));
-  auto fnType = b.getFunctionType(argTypes, {UnrankedTensorType::get(b.getF32Type())});
-  auto fn = b.create<func::FuncOp>(loc, "forward", fnType);
-  // Weights and inputs are read-only: bufferization must never write into the caller's arrays.
-  for (unsigned i = 0; i < argTypes.size(); ++i)
-    fn.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName, b.getBoolAttr(false));
-  // The runtime calls entry points through their _mlir_ciface_ wrapper (memref descriptors by pointer).
-  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
-  Block *entry = fn.addEntryBlock();
-  b.setInsertionPointToStart(entry);
+  auto logitsType = RankedTensorType::get({seqLen, config.vocabSize}, b.getF32Type());
+  func::FuncOp fn = createFunction(b, loc, "forward", argTypes, {logitsType}, /*entryPoint=*/true);
+  b.setInsertionPointToStart(&fn.front());
 
   std::map<std::string, Value> weights;
-  for (auto [i, spec] : llvm::enumerate(specs)) weights[spec.name] = entry->getArgument(i + 2);
-  Value ids = entry->getArgument(0), positions = entry->getArgument(1);
+  for (auto [i, spec] : llvm::enumerate(specs)) weights[spec.name] = fn.getArgument(i + 2);
+  Value ids = fn.getArgument(0), positions = fn.getArgument(1);
 
   GraphBuilder g(b, loc, config);
   Value x = b.create<EmbeddingOp>(loc, g.unranked(), weights["transformer.wte.weight"], ids);
   if (!config.rope) x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), weights["transformer.wpe.weight"], positions));
+  // The call's operand types must match the block's signature.
+  x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    std::string p = "transformer.h." + std::to_string(layer) + ".";
-    SmallVector<Value> w;
-    for (const char *name : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-                             "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-                             "mlp.c_proj.weight", "mlp.c_proj.bias"})
-      w.push_back(weights[p + name]);
-    x = g.add(x, g.attention(x, w, positions));
-    x = g.add(x, g.mlp(x, w));
+    SmallVector<Value> operands = {x, positions};
+    for (const char *name : kLayerWeightNames)
+      operands.push_back(weights["transformer.h." + std::to_string(layer) + "." + name]);
+    x = b.create<func::CallOp>(loc, block, operands).getResult(0);
   }
   x = g.layerNorm(x, weights["transformer.ln_f.weight"], weights["transformer.ln_f.bias"]);
   Value logits = b.create<MatmulOp>(loc, g.unranked(), x, weights["lm_head.weight_t"]);
-  b.create<func::ReturnOp>(loc, logits);
+  b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, logitsType, logits).getResult());
   return module;
 }
 

@@ -40,7 +40,8 @@ struct ParameterSpec {
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config);
 
 /// `@forward(ids: tensor<Txi64>, positions: tensor<Txi64>, weights...) -> tensor<TxVxf32>`:
-/// logits for every position. Intermediate results are left unranked for shape inference.
+/// logits for every position, calling a private `@gpt_block` once per layer. Function boundaries
+/// are typed; results inside are left unranked for shape inference.
 mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen);
 
 } // namespace gpt

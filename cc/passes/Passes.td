@@ -69,4 +69,43 @@ def TransformerToLinalg : Pass<"transformer-to-linalg", "::mlir::ModuleOp"> {
   ];
 }
 
+def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncOp"> {
+  let summary = "Choose register tiles for matmuls and record them as attributes";
+  let description = [{
+    Marks each static `linalg.matmul` whose M is a multiple of 8 and N a multiple of 32 with
+    `gpt.register_tile = [8, 32, 1]`, and each static `linalg.batch_matmul` whose M and N are
+    multiples of 8 with `gpt.register_tile = [1, 8, 8, 1]`. The decision is data in the IR:
+    the Transform-dialect schedule matches these attributes, and ops left unmarked (shapes the
+    tiles do not divide) stay scalar loops, so no partial tile is ever vectorized.
+
+    Before:
+    ```mlir
+    %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+    ```
+    After:
+    ```mlir
+    %0 = linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+    ```
+  }];
+}
+
+def ApplySchedule : Pass<"gpt-apply-schedule", "::mlir::ModuleOp"> {
+  let summary = "Apply one of the Transform-dialect schedules built into the compiler";
+  let description = [{
+    Runs the `__transform_main` sequence of a schedule from `cc/passes/schedules/` (compiled into
+    the binary, so the Python package needs no file paths) on the module. The same file can be
+    run on its own with
+    `gpt-opt --transform-preload-library=transform-library-paths=<file> --transform-interpreter`.
+  }];
+  let options = [
+    Option<"scheduleName", "schedule", "std::string", /*default=*/"\"vectorize_matmuls\"",
+           "Name of the schedule: the stem of its file in cc/passes/schedules/">,
+  ];
+  let dependentDialects = [
+    "::mlir::scf::SCFDialect",
+    "::mlir::transform::TransformDialect",
+    "::mlir::vector::VectorDialect",
+  ];
+}
+
 #endif // GPT_CC_PASSES_PASSES_TD

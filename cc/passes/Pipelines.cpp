@@ -43,11 +43,15 @@ constexpr std::pair<PipelineLevel, llvm::StringLiteral> kLevelNames[] = {
 constexpr std::pair<Stage, llvm::StringLiteral> kStageNames[] = {
     {Stage::Transformer, "transformer"},
     {Stage::Linalg, "linalg"},
+    {Stage::Vectorized, "vectorized"},
     {Stage::Bufferized, "bufferized"},
     {Stage::LLVM, "llvm"},
 };
 
 bool fuses(const PipelineOptions &options) { return options.level != PipelineLevel::Baseline; }
+bool vectorizes(const PipelineOptions &options) {
+  return options.level == PipelineLevel::Vectorized || options.level == PipelineLevel::Default;
+}
 } // namespace
 
 std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name) {
@@ -90,6 +94,14 @@ void addLinalgStage(OpPassManager &pm, const PipelineOptions &options) {
   }
 }
 
+void addVectorizedStage(OpPassManager &pm, const PipelineOptions &options) {
+  if (!vectorizes(options)) return;
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createSelectRegisterTiles());
+  pm.addPass(mlir::transformer::createApplySchedule());
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(mlir::createCSEPass());
+}
+
 void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   mlir::bufferization::OneShotBufferizationOptions bufferization;
   bufferization.bufferizeFunctionBoundaries = true;
@@ -129,6 +141,8 @@ void addPipelineUpTo(OpPassManager &pm, Stage last, const PipelineOptions &optio
   if (last == Stage::Transformer) return;
   addLinalgStage(pm, options);
   if (last == Stage::Linalg) return;
+  addVectorizedStage(pm, options);
+  if (last == Stage::Vectorized) return;
   addBufferizedStage(pm, options);
   if (last == Stage::Bufferized) return;
   addLLVMStage(pm, options);
@@ -141,6 +155,8 @@ void registerPipelines() {
                                      addTransformerStage);
     mlir::PassPipelineRegistration<PipelineOptions>("gpt-linalg-stage", "Lower transformer IR to linalg on tensors",
                                                     addLinalgStage);
+    mlir::PassPipelineRegistration<PipelineOptions>("gpt-vectorized-stage", "Tile and vectorize linalg on tensors",
+                                                    addVectorizedStage);
     mlir::PassPipelineRegistration<PipelineOptions>("gpt-bufferized-stage", "Bufferize linalg on tensors to loops",
                                                     addBufferizedStage);
     mlir::PassPipelineRegistration<PipelineOptions>("gpt-llvm-stage", "Lower loops on buffers to the LLVM dialect",

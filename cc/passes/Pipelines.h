@@ -29,7 +29,7 @@ std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name);
 llvm::StringRef pipelineLevelName(PipelineLevel level);
 
 /// The stages a model goes through, in order. `model.ir(stage)` prints the IR after one of them.
-enum class Stage { Transformer, Linalg, Bufferized, LLVM };
+enum class Stage { Transformer, Linalg, Vectorized, Bufferized, LLVM };
 std::optional<Stage> parseStage(llvm::StringRef name);
 std::vector<std::string> stageNames();
 
@@ -46,6 +46,9 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
 void addTransformerStage(mlir::OpPassManager &pm);
 /// Stage "linalg": lowering to linalg on tensors, plus fusion from the `fused` level up.
 void addLinalgStage(mlir::OpPassManager &pm, const PipelineOptions &options);
+/// Stage "vectorized": from the `vectorized` level up, register tiles are chosen and the
+/// Transform-dialect schedule tiles and vectorizes the matmuls; nothing at lower levels.
+void addVectorizedStage(mlir::OpPassManager &pm, const PipelineOptions &options);
 /// Stage "bufferized": one-shot bufferization and deallocation, then loops.
 void addBufferizedStage(mlir::OpPassManager &pm, const PipelineOptions &options);
 /// Stage "llvm": everything to the LLVM dialect. Functions marked `llvm.emit_c_interface` get
@@ -55,7 +58,7 @@ void addLLVMStage(mlir::OpPassManager &pm, const PipelineOptions &options);
 /// Adds the stages from the first up to and including `last`.
 void addPipelineUpTo(mlir::OpPassManager &pm, Stage last, const PipelineOptions &options);
 
-/// Registers --gpt-transformer-stage, --gpt-linalg-stage, --gpt-bufferized-stage,
+/// Registers --gpt-transformer-stage, --gpt-linalg-stage, --gpt-vectorized-stage, --gpt-bufferized-stage,
 /// --gpt-llvm-stage and the whole --gpt-compile pipeline (each taking `level=`).
 void registerPipelines();
 

@@ -24,6 +24,8 @@ CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &opti
     : config_(config), options_(options) {
   if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
   parameters_ = parameterSpecs(config);
+  // Schedules run upstream passes by name (transform.apply_registered_pass).
+  registerAllPasses();
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   context = std::make_unique<mlir::MLIRContext>(registry);

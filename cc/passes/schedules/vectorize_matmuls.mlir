@@ -1,0 +1,53 @@
+// Transform-dialect schedule of the `vectorized` pipeline: register-tiles and vectorizes the
+// matmuls that --gpt-select-register-tiles marked, keeping each accumulator tile in vector
+// registers across the K loop (MLIR19_FACTS.md sections 3 and 4). Only marked ops are touched:
+// vectorizing whole untiled ops would build huge vectors.
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    // [M, N, K] = [8, 32, 1]: an 8x32 f32 accumulator is 16 zmm registers; each K step is
+    // 2 vector loads of B, 8 broadcasts of A and 16 FMAs.
+    %matmuls = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.register_tile = [8, 32, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %matmuls : !transform.any_op {
+    ^bb0(%matmul: !transform.any_op):
+      %tile, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [8, 32, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    // Attention's batched products have small N (head size or sequence bucket): 8x8 tiles.
+    %batched = transform.structured.match ops{["linalg.batch_matmul"]} attributes{gpt.register_tile = [1, 8, 8, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %batched : !transform.any_op {
+    ^bb0(%bmm: !transform.any_op):
+      %tile, %b, %m, %n, %k = transform.structured.tile_using_for %bmm tile_sizes [1, 8, 8, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %funcs = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
+    // reduction_to_contract must run before canonicalization, or the unit-dim reductions fold
+    // into scalar adds (MLIR19_FACTS.md section 3).
+    transform.apply_patterns to %funcs {
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.transfer_permutation_patterns
+    } : !transform.any_op
+    transform.apply_patterns to %funcs {
+      transform.apply_patterns.canonicalization
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
+    } : !transform.any_op
+    // Moves the accumulator's read/write out of the K loop, so it stays in registers.
+    %hoisted = transform.apply_registered_pass "loop-invariant-subset-hoisting" to %funcs
+        : (!transform.any_op) -> !transform.any_op
+    transform.apply_cse to %hoisted : !transform.any_op
+    transform.apply_patterns to %hoisted {
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = outerproduct
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = innerparallel
+      transform.apply_patterns.vector.split_transfer_full_partial split_transfer_strategy = "linalg-copy"
+      transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
+      transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
+      transform.apply_patterns.vector.lower_shape_cast
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = shuffle_1d
+    } : !transform.any_op
+    transform.yield
+  }
+}
