@@ -53,7 +53,7 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c) {
   }
   specs.push_back({"transformer.ln_f.weight", {d}});
   specs.push_back({"transformer.ln_f.bias", {d}});
-  specs.push_back({"lm_head.weight_t", {d, c.vocabSize}});
+  specs.push_back({"lm_head.weight_t", {d, c.paddedVocabSize()}});
   return specs;
 }
 
@@ -170,7 +170,7 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
   SmallVector<Type> argTypes = {idsType, idsType};
   for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.shape, b.getF32Type()));
-  auto logitsType = RankedTensorType::get({seqLen, config.vocabSize}, b.getF32Type());
+  auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize()}, b.getF32Type());
   func::FuncOp fn = createFunction(b, loc, "forward", argTypes, {logitsType}, /*entryPoint=*/true);
   b.setInsertionPointToStart(&fn.front());
 

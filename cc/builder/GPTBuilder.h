@@ -26,6 +26,10 @@ struct GPTConfig {
 
   /// An empty string when the configuration is usable, else what is wrong with it.
   std::string validate() const;
+
+  /// The vocabulary rounded up to a multiple of the matmul register tile's width (32), so the LM
+  /// head tiles evenly; logits past vocabSize are padding.
+  int64_t paddedVocabSize() const { return (vocabSize + 31) / 32 * 32; }
 };
 
 /// One weight argument of a compiled entry point.
@@ -35,11 +39,13 @@ struct ParameterSpec {
 };
 
 /// The weights every entry point takes, in argument order after the per-call arguments. All use
-/// HF GPT-2 names and shapes except "lm_head.weight_t": the tied embedding transposed to [D, V],
-/// laid out once at load time so that the LM head is a plain matmul.
+/// HF GPT-2 names and shapes except "lm_head.weight_t": the tied embedding transposed to
+/// [D, paddedVocabSize()] with zero columns past the vocabulary, laid out once at load time so
+/// that the LM head is a plain, evenly tiled matmul.
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config);
 
-/// `@forward(ids: tensor<Txi64>, positions: tensor<Txi64>, weights...) -> tensor<TxVxf32>`:
+/// `@forward(ids: tensor<Txi64>, positions: tensor<Txi64>, weights...) -> tensor<TxV'xf32>`
+/// (V' = paddedVocabSize()):
 /// logits for every position, calling a private `@gpt_block` once per layer. Function boundaries
 /// are typed; results inside are left unranked for shape inference.
 mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen);

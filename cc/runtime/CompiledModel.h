@@ -54,7 +54,7 @@ public:
   /// program per length; causal attention makes the padding invisible to the real positions.
   int64_t bucketFor(int64_t seqLen) const;
 
-  /// Logits [bucket, vocab] of `ids` (1 <= count <= block_size) padded to its bucket; `weights`
+  /// Logits [bucket, padded vocab] of `ids` (1 <= count <= block_size) padded to its bucket; `weights`
   /// point at dense float32 arrays in `parameters()` order. Compiles on the first call per bucket.
   Logits forward(const int64_t *ids, int64_t count, const std::vector<const float *> &weights);
 

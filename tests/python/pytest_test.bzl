@@ -6,7 +6,7 @@ def pytest_test(name, size = "small", data = [], **kwargs):
         srcs = ["//tests/python:pytest_main.py", name + ".py"],
         main = "//tests/python:pytest_main.py",
         args = ["$(location %s.py)" % name],
-        deps = ["//python:gpt_lib"],
+        deps = ["//python:gpt_lib", "//tests/python:test_support"],
         data = data,
         python_version = "PY3",
         srcs_version = "PY3",

@@ -74,7 +74,7 @@ void initModel(py::module_ &m) {
       .def("bucket_for", &CompiledModel::bucketFor, py::arg("seq_len"),
            "The padded sequence length that seq_len tokens are compiled for.")
       .def("forward", &forward, py::arg("ids"), py::arg("weights"),
-           "Logits [bucket_for(len(ids)), vocab] (rows past len(ids) are padding).")
+           "Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding.")
       .def(
           "ir",
           [](CompiledModel &model, const std::string &stage, int64_t seqLen) {

@@ -1,0 +1,60 @@
+"""Model and compiler configuration: GPTConfig and CompileOptions."""
+
+import dataclasses
+import os
+from typing import Optional
+
+PIPELINES = ("baseline", "fused", "vectorized", "default")
+POS_EMBEDDINGS = ("learned", "rope")
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+    """Shape of a GPT (nanoGPT's names). `pos_embedding="rope"` replaces the learned position
+    table with GPT-NeoX rotary embedding (rotate-half, base 10000) on q and k."""
+
+    n_layer: int
+    n_head: int
+    n_embd: int
+    vocab_size: int
+    block_size: int
+    pos_embedding: str = "learned"
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.pos_embedding not in POS_EMBEDDINGS:
+            raise ValueError(f"GPTConfig.pos_embedding must be one of {POS_EMBEDDINGS}, got {self.pos_embedding!r}")
+        if self.pos_embedding == "rope" and self.head_size % 2:
+            raise ValueError(f"rope needs an even head size, got n_embd / n_head = {self.head_size}")
+        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+            raise ValueError(f"GPTConfig.layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """How models are compiled. `pipeline` is one of "baseline" (scalar loops, the unoptimized
+    reference), "fused", "vectorized" or "default" (the fastest correct one); `threads=None`
+    means all cores."""
+
+    pipeline: str = "default"
+    threads: Optional[int] = None
+
+    def __post_init__(self):
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"CompileOptions.pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"CompileOptions.threads must be None or a positive int, got {self.threads!r}")
+
+    def resolved_threads(self) -> int:
+        return self.threads or os.cpu_count() or 1
