@@ -18,7 +18,7 @@ namespace gpt {
 class JitFunction {
 public:
   /// JIT-compiles `module` (already in the LLVM dialect) for the host CPU and its features, with
-  /// full LLVM optimization and codegen level Aggressive, and resolves `name`'s C interface
+  /// LLVM IR optimization level 2 and codegen level Aggressive, and resolves `name`'s C interface
   /// wrapper `_mlir_ciface_<name>`. Throws std::runtime_error with LLVM's message on failure.
   JitFunction(mlir::ModuleOp module, llvm::StringRef name);
   ~JitFunction();
