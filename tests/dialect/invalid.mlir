@@ -127,3 +127,115 @@ func.func @constant_wrong_result_type() {
   %0 = "transformer.constant"() {value = dense<1.0> : tensor<2xf32>} : () -> tensor<3xf32>
   return
 }
+
+// -----
+
+func.func @embedding_table_rank(%t: tensor<256xf32>, %ids: tensor<8xi64>) {
+  // expected-error @+1 {{table must be a rank-2 [vocab, features] tensor, got 'tensor<256xf32>'}}
+  %0 = transformer.embedding %t, %ids : (tensor<256xf32>, tensor<8xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_ids_rank(%t: tensor<256x64xf32>, %ids: tensor<2x8xi64>) {
+  // expected-error @+1 {{ids must be a rank-1 tensor, got 'tensor<2x8xi64>'}}
+  %0 = transformer.embedding %t, %ids : (tensor<256x64xf32>, tensor<2x8xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @slice_out_of_bounds(%x: tensor<8x192xf32>) {
+  // expected-error @+1 {{slice [160, 224) does not fit in the last dimension (192) of 'tensor<8x192xf32>'}}
+  %0 = transformer.slice %x {offset = 160 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @slice_negative(%x: tensor<8x192xf32>) {
+  // expected-error @+1 {{needs offset >= 0 and size > 0, got offset -1 and size 64}}
+  %0 = transformer.slice %x {offset = -1 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @split_heads_indivisible(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{features (64) of 'tensor<8x64xf32>' do not divide into 3 heads}}
+  %0 = transformer.split_heads %x {num_heads = 3 : i64} : tensor<8x64xf32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @split_heads_zero(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{num_heads must be positive, got 0}}
+  %0 = transformer.split_heads %x {num_heads = 0 : i64} : tensor<8x64xf32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @merge_heads_rank(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{input must be a rank-3 [heads, tokens, head_dim] tensor, got 'tensor<8x64xf32>'}}
+  %0 = transformer.merge_heads %x : tensor<8x64xf32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @rope_odd_head_dim(%x: tensor<4x8x15xf32>, %pos: tensor<8xi64>) {
+  // expected-error @+1 {{head_dim must be even to rotate halves, got 'tensor<4x8x15xf32>'}}
+  %0 = transformer.rope %x, %pos : (tensor<4x8x15xf32>, tensor<8xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @rope_positions_length(%x: tensor<4x8x16xf32>, %pos: tensor<7xi64>) {
+  // expected-error @+1 {{positions 'tensor<7xi64>' must have one entry per token of 'tensor<4x8x16xf32>'}}
+  %0 = transformer.rope %x, %pos : (tensor<4x8x16xf32>, tensor<7xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @rope_base(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) {
+  // expected-error @+1 {{base must be a finite number > 1}}
+  %0 = transformer.rope %x, %pos {base = 1.0 : f32} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_heads(%q: tensor<4x8x16xf32>, %k: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{must have the same number of heads}}
+  %0 = transformer.causal_attention %q, %k, %k {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_head_dim(%q: tensor<4x8x16xf32>, %k: tensor<4x8x8xf32>) {
+  // expected-error @+1 {{query 'tensor<4x8x16xf32>' and key 'tensor<4x8x8xf32>' must have the same head_dim}}
+  %0 = transformer.causal_attention %q, %k, %k {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x8xf32>, tensor<4x8x8xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_key_value_tokens(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>, %v: tensor<4x9x16xf32>) {
+  // expected-error @+1 {{key 'tensor<4x8x16xf32>' and value 'tensor<4x9x16xf32>' must have the same number of tokens}}
+  %0 = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x9x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_scale(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{scale must be a positive finite number}}
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.0 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}

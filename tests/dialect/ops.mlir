@@ -58,3 +58,26 @@ func.func @unranked(%x: tensor<*xf32>, %y: tensor<?x8xf32>) -> tensor<*xf32> {
   %1 = transformer.matmul %0, %0 : (tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
   return %1 : tensor<*xf32>
 }
+
+// CHECK-LABEL: func.func @model_ops
+func.func @model_ops(%wte: tensor<256x64xf32>, %ids: tensor<8xi64>, %qkv: tensor<8x192xf32>, %pos: index)
+    -> (tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>) {
+  // CHECK: transformer.embedding %{{.*}}, %{{.*}} : (tensor<256x64xf32>, tensor<8xi64>) -> tensor<8x64xf32>
+  %x = transformer.embedding %wte, %ids : (tensor<256x64xf32>, tensor<8xi64>) -> tensor<8x64xf32>
+  // CHECK: transformer.slice %{{.*}} {offset = 64 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<8x64xf32>
+  %k = transformer.slice %qkv {offset = 64 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<8x64xf32>
+  // CHECK: transformer.split_heads %{{.*}} {num_heads = 4 : i64} : tensor<8x64xf32> -> tensor<4x8x16xf32>
+  %h = transformer.split_heads %k {num_heads = 4 : i64} : tensor<8x64xf32> -> tensor<4x8x16xf32>
+  // CHECK: transformer.rope %{{.*}}, %{{.*}} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+  %r = transformer.rope %h, %ids : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+  // CHECK: transformer.rope %{{.*}}, %{{.*}} {base = 5.000000e+05 : f32}
+  %r2 = transformer.rope %h, %ids {base = 500000.0 : f32} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 2.500000e-01 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+  %a = transformer.causal_attention %r, %r2, %h {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} offset %{{.*}} {scale = 2.500000e-01 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, index) -> tensor<4x8x16xf32>
+  %d = transformer.causal_attention %r, %r2, %h offset %pos {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, index) -> tensor<4x8x16xf32>
+  // CHECK: transformer.merge_heads %{{.*}} : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  %m = transformer.merge_heads %a : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  %m2 = transformer.merge_heads %d : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  return %x, %m, %m2 : tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>
+}

@@ -89,3 +89,25 @@ func.func @ranked_result_conflict(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) -> 
   %1 = transformer.relu %0 : tensor<*xf32> -> tensor<4x4xf32>
   return %1 : tensor<4x4xf32>
 }
+
+// -----
+
+// The model-level ops: one attention head group, from token ids to merged heads.
+// CHECK-LABEL: func.func @model_ops
+// CHECK-SAME: -> tensor<8x64xf32>
+// CHECK: transformer.embedding {{.*}} -> tensor<8x64xf32>
+// CHECK: transformer.slice {{.*}} -> tensor<8x64xf32>
+// CHECK: transformer.split_heads {{.*}} -> tensor<4x8x16xf32>
+// CHECK: transformer.rope {{.*}} -> tensor<4x8x16xf32>
+// CHECK: transformer.causal_attention {{.*}} -> tensor<4x8x16xf32>
+// CHECK: transformer.merge_heads {{.*}} -> tensor<8x64xf32>
+func.func @model_ops(%wte: tensor<256x64xf32>, %ids: tensor<8xi64>, %w: tensor<64x192xf32>) -> tensor<*xf32> {
+  %x = transformer.embedding %wte, %ids : (tensor<256x64xf32>, tensor<8xi64>) -> tensor<*xf32>
+  %qkv = transformer.matmul %x, %w : (tensor<*xf32>, tensor<64x192xf32>) -> tensor<*xf32>
+  %q = transformer.slice %qkv {offset = 0 : i64, size = 64 : i64} : tensor<*xf32> -> tensor<*xf32>
+  %h = transformer.split_heads %q {num_heads = 4 : i64} : tensor<*xf32> -> tensor<*xf32>
+  %r = transformer.rope %h, %ids : (tensor<*xf32>, tensor<8xi64>) -> tensor<*xf32>
+  %a = transformer.causal_attention %r, %r, %h {scale = 0.25 : f32} : (tensor<*xf32>, tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
+  %m = transformer.merge_heads %a : tensor<*xf32> -> tensor<*xf32>
+  return %m : tensor<*xf32>
+}

@@ -153,3 +153,75 @@ func.func @needs_shapes(%x: tensor<*xf32>) -> tensor<*xf32> {
   %0 = transformer.neg %x : tensor<*xf32> -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }
+
+// -----
+
+// Embedding: a gather through tensor.extract, with the id clamped into the table.
+// CHECK-LABEL: func.func @embedding
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%{{.*}} : tensor<8xi64>) outs(%{{.*}} : tensor<8x64xf32>)
+// CHECK: %[[ID:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: %[[LO:.*]] = arith.maxsi %[[ID]], %{{.*}} : index
+// CHECK: %[[HI:.*]] = arith.minsi %[[LO]], %{{.*}} : index
+// CHECK: %[[F:.*]] = linalg.index 1 : index
+// CHECK: tensor.extract %{{.*}}[%[[HI]], %[[F]]] : tensor<256x64xf32>
+func.func @embedding(%table: tensor<256x64xf32>, %ids: tensor<8xi64>) -> tensor<8x64xf32> {
+  %0 = transformer.embedding %table, %ids : (tensor<256x64xf32>, tensor<8xi64>) -> tensor<8x64xf32>
+  return %0 : tensor<8x64xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @slice_and_heads
+// CHECK: %[[S:.*]] = tensor.extract_slice %{{.*}}[0, 64] [8, 64] [1, 1] : tensor<8x192xf32> to tensor<8x64xf32>
+// CHECK: %[[E:.*]] = tensor.expand_shape %[[S]] {{\[\[}}0], [1, 2]] output_shape [8, 4, 16] : tensor<8x64xf32> into tensor<8x4x16xf32>
+// CHECK: %[[H:.*]] = linalg.transpose ins(%[[E]] : tensor<8x4x16xf32>) outs(%{{.*}} : tensor<4x8x16xf32>) permutation = [1, 0, 2]
+// CHECK: %[[T:.*]] = linalg.transpose ins(%[[H]] : tensor<4x8x16xf32>) outs(%{{.*}} : tensor<8x4x16xf32>) permutation = [1, 0, 2]
+// CHECK: tensor.collapse_shape %[[T]] {{\[\[}}0], [1, 2]] : tensor<8x4x16xf32> into tensor<8x64xf32>
+func.func @slice_and_heads(%qkv: tensor<8x192xf32>) -> tensor<8x64xf32> {
+  %k = transformer.slice %qkv {offset = 64 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<8x64xf32>
+  %h = transformer.split_heads %k {num_heads = 4 : i64} : tensor<8x64xf32> -> tensor<4x8x16xf32>
+  %m = transformer.merge_heads %h : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  return %m : tensor<8x64xf32>
+}
+
+// -----
+
+// RoPE: the partner element j +/- half is read with tensor.extract; the angle is computed in f64.
+// CHECK-LABEL: func.func @rope
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%{{.*}}, %{{.*}} : tensor<4x8x16xf32>, tensor<8xi64>)
+// CHECK: %[[J:.*]] = linalg.index 2 : index
+// CHECK: %[[FIRST:.*]] = arith.cmpi ult, %[[J]], %c8 : index
+// CHECK: tensor.extract
+// CHECK: math.exp %{{.*}} : f64
+// CHECK: math.cos %{{.*}} : f64
+// CHECK: math.sin %{{.*}} : f64
+// CHECK: arith.select %[[FIRST]]
+func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf32> {
+  %0 = transformer.rope %x, %pos : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+  return %0 : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Causal attention: scores by batch_matmul against transposed keys, a masked softmax whose
+// mask j <= i + offset comes from linalg.index (no mask tensor), then probs x values.
+// CHECK-LABEL: func.func @causal_attention
+// CHECK-SAME: %[[OFFSET:[^:]*]]: index
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<2x8x4xf32>) outs(%{{.*}} : tensor<2x4x8xf32>) permutation = [0, 2, 1]
+// CHECK: %[[SCORES:.*]] = linalg.batch_matmul ins(%{{.*}}, %{{.*}} : tensor<2x8x4xf32>, tensor<2x4x8xf32>)
+// CHECK: %[[NEGINF:.*]] = arith.constant 0xFF800000 : f32
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%[[SCORES]]
+// CHECK: arith.constant 5.000000e-01 : f32
+// CHECK: %[[I:.*]] = linalg.index 1 : index
+// CHECK: %[[J:.*]] = linalg.index 2 : index
+// CHECK: %[[LAST:.*]] = arith.addi %[[I]], %[[OFFSET]] : index
+// CHECK: arith.cmpi ule, %[[J]], %[[LAST]] : index
+// CHECK: math.exp
+// CHECK: arith.divf
+// CHECK: linalg.batch_matmul ins(%{{.*}}, %{{.*}} : tensor<2x8x8xf32>, tensor<2x8x4xf32>) outs(%{{.*}} : tensor<2x8x4xf32>)
+func.func @causal_attention(%q: tensor<2x8x4xf32>, %k: tensor<2x8x4xf32>, %v: tensor<2x8x4xf32>, %pos: index) -> tensor<2x8x4xf32> {
+  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>, index) -> tensor<2x8x4xf32>
+  return %0 : tensor<2x8x4xf32>
+}

@@ -1,0 +1,34 @@
+// --gpt-select-register-tiles: the tile decision is written into the IR as an attribute.
+// RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles | FileCheck %s
+
+// CHECK-LABEL: func.func @divisible
+// CHECK: linalg.matmul {gpt.register_tile = [8, 32, 1]}
+// CHECK: linalg.batch_matmul {gpt.register_tile = [1, 8, 8, 1]}
+func.func @divisible(%a: tensor<16x64xf32>, %b: tensor<64x96xf32>, %c: tensor<16x96xf32>,
+                     %x: tensor<2x8x16xf32>, %y: tensor<2x16x8xf32>, %z: tensor<2x8x8xf32>) -> (tensor<16x96xf32>, tensor<2x8x8xf32>) {
+  %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+  %1 = linalg.batch_matmul ins(%x, %y : tensor<2x8x16xf32>, tensor<2x16x8xf32>) outs(%z : tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
+  return %0, %1 : tensor<16x96xf32>, tensor<2x8x8xf32>
+}
+
+// -----
+
+// N = 100 is not a multiple of 32 and M = 12 not a multiple of 8: left for scalar loops.
+// CHECK-LABEL: func.func @not_divisible
+// CHECK-NOT: gpt.register_tile
+func.func @not_divisible(%a: tensor<16x64xf32>, %b: tensor<64x100xf32>, %c: tensor<16x100xf32>,
+                         %x: tensor<2x12x16xf32>, %y: tensor<2x16x8xf32>, %z: tensor<2x12x8xf32>) -> (tensor<16x100xf32>, tensor<2x12x8xf32>) {
+  %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x100xf32>) outs(%c : tensor<16x100xf32>) -> tensor<16x100xf32>
+  %1 = linalg.batch_matmul ins(%x, %y : tensor<2x12x16xf32>, tensor<2x16x8xf32>) outs(%z : tensor<2x12x8xf32>) -> tensor<2x12x8xf32>
+  return %0, %1 : tensor<16x100xf32>, tensor<2x12x8xf32>
+}
+
+// -----
+
+// Dynamic shapes are never marked.
+// CHECK-LABEL: func.func @dynamic
+// CHECK-NOT: gpt.register_tile
+func.func @dynamic(%a: tensor<?x64xf32>, %b: tensor<64x96xf32>, %c: tensor<?x96xf32>) -> tensor<?x96xf32> {
+  %0 = linalg.matmul ins(%a, %b : tensor<?x64xf32>, tensor<64x96xf32>) outs(%c : tensor<?x96xf32>) -> tensor<?x96xf32>
+  return %0 : tensor<?x96xf32>
+}

@@ -1,0 +1,39 @@
+// The vectorize_matmuls Transform-dialect schedule, run on its own from its file, and the same
+// schedule through --gpt-apply-schedule (the copy compiled into the binary).
+// RUN: gpt-opt %s --transform-preload-library=transform-library-paths=%S/../../cc/passes/schedules/vectorize_matmuls.mlir --transform-interpreter | FileCheck %s
+// RUN: gpt-opt %s --gpt-apply-schedule=schedule=vectorize_matmuls | FileCheck %s
+// RUN: not gpt-opt %s --gpt-apply-schedule=schedule=no_such_schedule 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+
+// UNKNOWN: unknown schedule 'no_such_schedule' (known: vectorize_matmuls)
+
+// An 8x32 accumulator lives in registers across the K loop: read once before it, one
+// outerproduct (8 x 32 FMAs) per K step, written once after it.
+// CHECK-LABEL: func.func @marked
+// CHECK: scf.for %[[M:.*]] = %c0 to %c16 step %c8
+// CHECK: scf.for %[[N:.*]] = %c0 to %c96 step %c32
+// CHECK: %[[ACC:.*]] = vector.transfer_read %{{.*}}[%[[M]], %[[N]]]{{.*}} : tensor<16x96xf32>, vector<8x32xf32>
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c1 iter_args(%{{.*}} = %{{.*}}, %[[A:.*]] = %[[ACC]])
+// CHECK: vector.outerproduct %{{.*}}, %{{.*}}, %[[A]] {kind = #vector.kind<add>} : vector<8xf32>, vector<32xf32>
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%[[M]], %[[N]]] {in_bounds = [true, true]} : vector<8x32xf32>, tensor<16x96xf32>
+// CHECK-NOT: linalg.matmul
+func.func @marked(%a: tensor<16x64xf32>, %b: tensor<64x96xf32>, %c: tensor<16x96xf32>) -> tensor<16x96xf32> {
+  %0 = linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+  return %0 : tensor<16x96xf32>
+}
+
+// CHECK-LABEL: func.func @batched
+// CHECK: vector.outerproduct %{{.*}}, %{{.*}}, %{{.*}} {kind = #vector.kind<add>} : vector<8xf32>, vector<8xf32>
+// CHECK-NOT: linalg.batch_matmul
+func.func @batched(%x: tensor<2x8x16xf32>, %y: tensor<2x16x8xf32>, %z: tensor<2x8x8xf32>) -> tensor<2x8x8xf32> {
+  %0 = linalg.batch_matmul {gpt.register_tile = [1, 8, 8, 1]} ins(%x, %y : tensor<2x8x16xf32>, tensor<2x16x8xf32>) outs(%z : tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
+  return %0 : tensor<2x8x8xf32>
+}
+
+// Unmarked ops are not touched.
+// CHECK-LABEL: func.func @unmarked
+// CHECK: linalg.matmul ins
+// CHECK-NOT: vector.
+func.func @unmarked(%a: tensor<16x64xf32>, %b: tensor<64x100xf32>, %c: tensor<16x100xf32>) -> tensor<16x100xf32> {
+  %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x100xf32>) outs(%c : tensor<16x100xf32>) -> tensor<16x100xf32>
+  return %0 : tensor<16x100xf32>
+}
