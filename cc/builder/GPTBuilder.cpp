@@ -77,8 +77,13 @@ public:
     return b.create<SplitHeadsOp>(loc, unranked(), slice, b.getI64IntegerAttr(config.nHead));
   }
 
-  /// Pre-LayerNorm causal self-attention: the residual branch, not yet added to x.
-  Value attention(Value x, ArrayRef<Value> w, Value positions) {
+  /// Pre-LayerNorm causal self-attention: the residual branch, not yet added to x. With a KV
+  /// cache (`cache` set), the new keys and values are written at `offset` and the queries attend
+  /// over the cache; `cache->key`/`value` are replaced by the updated caches.
+  struct Cache {
+    Value key, value, offset;
+  };
+  Value attention(Value x, ArrayRef<Value> w, Value positions, Cache *cache = nullptr) {
     Value qkv = linear(layerNorm(x, w[0], w[1]), w[2], w[3]);
     Value q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
     if (config.rope) {
@@ -86,8 +91,14 @@ public:
       q = b.create<RopeOp>(loc, unranked(), q, positions, base);
       k = b.create<RopeOp>(loc, unranked(), k, positions, base);
     }
+    Value offset;
+    if (cache) {
+      cache->key = k = b.create<CacheUpdateOp>(loc, unranked(), k, cache->key, cache->offset);
+      cache->value = v = b.create<CacheUpdateOp>(loc, unranked(), v, cache->value, cache->offset);
+      offset = cache->offset;
+    }
     float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
-    Value a = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, /*query_offset=*/Value(), b.getF32FloatAttr(scale));
+    Value a = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
     return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w[4], w[5]);
   }
 
@@ -131,24 +142,60 @@ func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef
 /// `@gpt_block(x: [T, D], positions: [T], 12 layer weights) -> [T, D]`: one transformer layer.
 /// Every layer has the same shapes, so the model calls one compiled copy n_layer times instead of
 /// unrolling n_layer copies: compile time no longer grows with depth.
+///
+/// With `cacheLen` > 0 the block also takes `offset: index` and this layer's key and value caches
+/// `[H, cacheLen, d]`, and returns them updated: `(x, positions, offset, k, v, weights) -> (x, k, v)`.
 func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int64_t seqLen,
-                        ArrayRef<ParameterSpec> layerSpecs) {
+                        ArrayRef<ParameterSpec> layerSpecs, int64_t cacheLen = 0) {
   Type f32 = b.getF32Type();
   auto activations = RankedTensorType::get({seqLen, config.nEmbd}, f32);
+  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.nEmbd / config.nHead}, f32);
+  bool cached = cacheLen > 0;
   SmallVector<Type> argTypes = {activations, RankedTensorType::get({seqLen}, b.getI64Type())};
+  SmallVector<Type> resultTypes = {activations};
+  if (cached) {
+    argTypes.append({b.getIndexType(), cacheType, cacheType});
+    resultTypes.append({cacheType, cacheType});
+  }
+  int64_t firstWeight = argTypes.size();
   for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(RankedTensorType::get(spec.shape, f32));
-  func::FuncOp fn = createFunction(b, loc, "gpt_block", argTypes, {activations}, /*entryPoint=*/false);
+  func::FuncOp fn = createFunction(b, loc, cached ? "gpt_block_cached" : "gpt_block", argTypes, resultTypes,
+                                   /*entryPoint=*/false);
+  if (cached)  // the caches are updated in place
+    for (unsigned i : {3u, 4u}) fn.removeArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.front());
   GraphBuilder g(b, loc, config);
   Value x = fn.getArgument(0), positions = fn.getArgument(1);
-  SmallVector<Value> w(fn.getArguments().drop_front(2));
-  x = g.add(x, g.attention(x, w, positions));
+  SmallVector<Value> w(fn.getArguments().drop_front(firstWeight));
+  GraphBuilder::Cache cache;
+  if (cached) cache = {fn.getArgument(3), fn.getArgument(4), fn.getArgument(2)};
+  x = g.add(x, g.attention(x, w, positions, cached ? &cache : nullptr));
   x = g.add(x, g.mlp(x, w));
-  // A cast to the declared type keeps the builder's output valid before shape inference; it
-  // folds away once the types agree.
-  b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, activations, x).getResult());
+  // Casts to the declared types keep the builder's output valid before shape inference; they
+  // fold away once the types agree.
+  SmallVector<Value> results = {b.create<tensor::CastOp>(loc, activations, x)};
+  if (cached) {
+    results.push_back(b.create<tensor::CastOp>(loc, cacheType, cache.key));
+    results.push_back(b.create<tensor::CastOp>(loc, cacheType, cache.value));
+  }
+  b.create<func::ReturnOp>(loc, results);
   return fn;
+}
+
+std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config) {
+  std::vector<ParameterSpec> specs = parameterSpecs(config), layer;
+  for (const char *name : kLayerWeightNames)
+    for (const ParameterSpec &spec : specs)
+      if (spec.name == std::string("transformer.h.0.") + name) layer.push_back(spec);
+  return layer;
+}
+
+SmallVector<Value> layerWeights(std::map<std::string, Value> &weights, int64_t layer) {
+  SmallVector<Value> values;
+  for (const char *name : kLayerWeightNames)
+    values.push_back(weights["transformer.h." + std::to_string(layer) + "." + name]);
+  return values;
 }
 
 } // namespace
@@ -161,11 +208,7 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   b.setInsertionPointToEnd(module->getBody());
 
   std::vector<ParameterSpec> specs = parameterSpecs(config);
-  std::vector<ParameterSpec> layerSpecs;
-  for (const char *name : kLayerWeightNames)
-    for (const ParameterSpec &spec : specs)
-      if (spec.name == std::string("transformer.h.0.") + name) layerSpecs.push_back(spec);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config));
 
   auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
   SmallVector<Type> argTypes = {idsType, idsType};
@@ -185,13 +228,68 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     SmallVector<Value> operands = {x, positions};
-    for (const char *name : kLayerWeightNames)
-      operands.push_back(weights["transformer.h." + std::to_string(layer) + "." + name]);
+    operands.append(layerWeights(weights, layer));
     x = b.create<func::CallOp>(loc, block, operands).getResult(0);
   }
   x = g.layerNorm(x, weights["transformer.ln_f.weight"], weights["transformer.ln_f.bias"]);
   Value logits = b.create<MatmulOp>(loc, g.unranked(), x, weights["lm_head.weight_t"]);
   b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, logitsType, logits).getResult());
+  return module;
+}
+
+OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, int64_t cacheLen) {
+  ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect, tensor::TensorDialect>();
+  OpBuilder b(&ctx);
+  Location loc = NameLoc::get(b.getStringAttr("gpt.step"));
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config), cacheLen);
+
+  Type f32 = b.getF32Type();
+  auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
+  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.nEmbd / config.nHead}, f32);
+  std::vector<ParameterSpec> specs = parameterSpecs(config);
+  SmallVector<Type> argTypes = {idsType, idsType, RankedTensorType::get({1}, b.getI64Type()), b.getIndexType()};
+  const int64_t firstCache = argTypes.size(), firstWeight = firstCache + 2 * config.nLayer;
+  argTypes.append(2 * config.nLayer, cacheType);
+  for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.shape, f32));
+  auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, f32);
+  SmallVector<Type> resultTypes = {logitsType};
+  resultTypes.append(2 * config.nLayer, cacheType);
+  func::FuncOp fn = createFunction(b, loc, "step", argTypes, resultTypes, /*entryPoint=*/true);
+  for (int64_t i = firstCache; i < firstWeight; ++i)  // the caches are updated in place
+    fn.removeArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName);
+  b.setInsertionPointToStart(&fn.front());
+
+  std::map<std::string, Value> weights;
+  for (auto [i, spec] : llvm::enumerate(specs)) weights[spec.name] = fn.getArgument(firstWeight + i);
+  Value ids = fn.getArgument(0), positions = fn.getArgument(1), last = fn.getArgument(2), offset = fn.getArgument(3);
+
+  GraphBuilder g(b, loc, config);
+  Value x = b.create<EmbeddingOp>(loc, g.unranked(), weights["transformer.wte.weight"], ids);
+  if (!config.rope) x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), weights["transformer.wpe.weight"], positions));
+  x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
+  SmallVector<Value> keys, values;
+  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
+    SmallVector<Value> operands = {x, positions, offset, fn.getArgument(firstCache + 2 * layer),
+                                   fn.getArgument(firstCache + 2 * layer + 1)};
+    operands.append(layerWeights(weights, layer));
+    auto call = b.create<func::CallOp>(loc, block, operands);
+    x = call.getResult(0);
+    keys.push_back(call.getResult(1));
+    values.push_back(call.getResult(2));
+  }
+  // Only the last real token's logits are needed: gather its row (an embedding lookup into the
+  // activations) before the final LayerNorm and the LM head.
+  x = b.create<EmbeddingOp>(loc, g.unranked(), x, last);
+  x = g.layerNorm(x, weights["transformer.ln_f.weight"], weights["transformer.ln_f.bias"]);
+  Value logits = b.create<MatmulOp>(loc, g.unranked(), x, weights["lm_head.weight_t"]);
+  SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
+  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
+    results.push_back(keys[layer]);
+    results.push_back(values[layer]);
+  }
+  b.create<func::ReturnOp>(loc, results);
   return module;
 }
 

@@ -50,6 +50,15 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config);
 /// are typed; results inside are left unranked for shape inference.
 mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen);
 
+/// The cached entry point behind prefill and decode:
+/// `@step(ids: [T], positions: [T], last: [1] i64, offset: index, k_0, v_0, ..., k_{L-1}, v_{L-1}:
+///        [H, cacheLen, d], weights...) -> (logits [1, V'], the updated caches)`.
+/// The T tokens sit at positions offset .. offset + T - 1; their keys and values are written into
+/// the caches (in place after bufferization), attention runs over the cache, and only row `last`
+/// goes through the LM head. Decode is T = 1; prefill is T = the (bucketed) prompt length.
+mlir::OwningOpRef<mlir::ModuleOp> buildStep(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
+                                            int64_t cacheLen);
+
 } // namespace gpt
 
 #endif // GPT_CC_BUILDER_GPTBUILDER_H

@@ -185,6 +185,19 @@ FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, EmitE
   return ranked({q.getDimSize(0), q.getDimSize(1), v.getDimSize(2)}, query);
 }
 
+FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn emitError) {
+  auto u = dyn_cast<RankedTensorType>(update);
+  auto c = dyn_cast<RankedTensorType>(cache);
+  for (auto [name, t, type] : {std::tuple<StringRef, RankedTensorType, Type>{"update", u, update}, {"cache", c, cache}})
+    if (t && t.getRank() != 3) return emitError() << name << " must be a rank-3 [heads, tokens, head_dim] tensor, got " << type;
+  if (!u || !c) return unranked(cache);
+  if (!dimsCompatible(u.getDimSize(0), c.getDimSize(0)) || !dimsCompatible(u.getDimSize(2), c.getDimSize(2)))
+    return emitError() << "update " << update << " and cache " << cache << " must agree on heads and head_dim";
+  if (!ShapedType::isDynamic(u.getDimSize(1)) && !ShapedType::isDynamic(c.getDimSize(1)) && u.getDimSize(1) > c.getDimSize(1))
+    return emitError() << "update " << update << " has more tokens than cache " << cache << " can hold";
+  return ranked(c.getShape(), cache);
+}
+
 LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError) {
   auto d = dyn_cast<RankedTensorType>(declared);
   auto i = dyn_cast<RankedTensorType>(inferred);

@@ -39,6 +39,9 @@ FailureOr<TensorType> inferRopeType(Type input, Type positions, EmitErrorFn emit
 /// q [H, Tq, d], k [H, Tk, d], v [H, Tk, dv] -> [H, Tq, dv].
 FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, EmitErrorFn emitError);
 
+/// update [H, T, d] written into cache [H, M, d] (T <= M) -> the cache's type.
+FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn emitError);
+
 /// Fails with an error unless `declared` is compatible with `inferred` (equal where both are known).
 LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError);
 

@@ -144,5 +144,12 @@ LogicalResult CausalAttentionOp::inferShapes() {
   return refineResult(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(), errorOn(*this)));
 }
 
+LogicalResult CacheUpdateOp::verify() {
+  return verifyInferred(*this, inferCacheUpdateType(getUpdate().getType(), getCache().getType(), errorOn(*this)));
+}
+LogicalResult CacheUpdateOp::inferShapes() {
+  return refineResult(*this, inferCacheUpdateType(getUpdate().getType(), getCache().getType(), errorOn(*this)));
+}
+
 #define GET_OP_CLASSES
 #include "cc/dialect/TransformerOps.cpp.inc"

@@ -274,4 +274,25 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
   let hasVerifier = 1;
 }
 
+def Transformer_CacheUpdateOp : Transformer_Op<"cache_update",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Writes new keys or values into a KV cache at a position";
+  let description = [{
+    `cache : [H, M, d]` (M = the cache's capacity), `update : [H, T, d]`: the result is `cache`
+    with rows `offset .. offset + T - 1` replaced by `update`. `offset + T <= M` is the caller's
+    precondition (the runtime checks it before calling compiled code). When the cache is a
+    writable function argument, bufferization performs the update in place.
+
+    ```mlir
+    %k2 = transformer.cache_update %k into %cache[%pos] : tensor<4x1x16xf32>, tensor<4x64x16xf32> -> tensor<4x64x16xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$update, F32Tensor:$cache, Index:$offset);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = [{
+    $update `into` $cache `[` $offset `]` attr-dict `:` type($update) `,` type($cache) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // GPT_TRANSFORMER_OPS_TD

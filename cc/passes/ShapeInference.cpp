@@ -13,8 +13,9 @@ namespace mlir::transformer {
 
 namespace {
 
+/// True when no operand is an unranked tensor (scalars such as an index offset do not count).
 bool allOperandsRanked(Operation *op) {
-  return llvm::all_of(op->getOperandTypes(), [](Type t) { return isa<RankedTensorType>(t); });
+  return llvm::none_of(op->getOperandTypes(), [](Type t) { return isa<UnrankedTensorType>(t); });
 }
 
 class TransformerShapeInferencePass

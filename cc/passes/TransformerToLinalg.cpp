@@ -446,6 +446,21 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
   }
 };
 
+// update -> cache[:, offset : offset + T, :], as one insert_slice (in place after bufferization).
+struct CacheUpdateLowering : OpConversionPattern<CacheUpdateOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(CacheUpdateOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    ArrayRef<int64_t> update = rankedType(adaptor.getUpdate()).getShape();
+    SmallVector<OpFoldResult> offsets = {rewriter.getIndexAttr(0), adaptor.getOffset(), rewriter.getIndexAttr(0)};
+    SmallVector<OpFoldResult> sizes = llvm::map_to_vector(update, [&](int64_t d) -> OpFoldResult {
+      return rewriter.getIndexAttr(d);
+    });
+    SmallVector<OpFoldResult> strides(3, rewriter.getIndexAttr(1));
+    rewriter.replaceOpWithNewOp<tensor::InsertSliceOp>(op, adaptor.getUpdate(), adaptor.getCache(), offsets, sizes, strides);
+    return success();
+  }
+};
+
 bool isStaticTensor(Type type) {
   if (!isa<TensorType>(type)) return true;  // scalars such as an attention offset
   auto ranked = dyn_cast<RankedTensorType>(type);
@@ -487,7 +502,7 @@ void populateTransformerToLinalgPatterns(RewritePatternSet &patterns) {
   patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
                ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, TransposeLowering, MatmulLowering,
                LayerNormLowering, SoftmaxLowering, EmbeddingLowering, SliceLowering, SplitHeadsLowering,
-               MergeHeadsLowering, RopeLowering, CausalAttentionLowering>(patterns.getContext());
+               MergeHeadsLowering, RopeLowering, CausalAttentionLowering, CacheUpdateLowering>(patterns.getContext());
 }
 
 } // namespace mlir::transformer

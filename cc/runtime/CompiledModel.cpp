@@ -6,6 +6,7 @@
 #include "cc/runtime/JitFunction.h"
 #include "cc/runtime/MemRefDescriptor.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
@@ -42,46 +43,126 @@ int64_t CompiledModel::bucketFor(int64_t seqLen) const {
   return std::min(bucket, std::max(config_.blockSize, seqLen));
 }
 
-std::string CompiledModel::ir(Stage stage, int64_t seqLen) {
-  std::lock_guard<std::mutex> lock(mutex);
+mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen) {
   DiagnosticCapture diagnostics(*context);
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildForward(*context, config_, seqLen);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      cacheLen > 0 ? buildStep(*context, config_, seqLen, cacheLen) : buildForward(*context, config_, seqLen);
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   pipeline.level = options_.level;
   addPipelineUpTo(pm, stage, pipeline);
-  if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("pipeline failed"));
+  if (mlir::failed(pm.run(*module))) {
+    std::string what = cacheLen > 0 ? "the cached step for " + std::to_string(seqLen) + " tokens"
+                                    : "forward for " + std::to_string(seqLen) + " tokens";
+    throw CompileError(diagnostics.message("compiling " + what + " failed"));
+  }
+  return module;
+}
+
+std::string CompiledModel::ir(Stage stage, int64_t seqLen, int64_t cacheLen) {
+  std::lock_guard<std::mutex> lock(mutex);
+  mlir::OwningOpRef<mlir::ModuleOp> module = lower(stage, seqLen, cacheLen);
   std::string text;
   llvm::raw_string_ostream os(text);
   module->print(os);
   return text;
 }
 
+namespace {
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+} // namespace
+
 const JitFunction &CompiledModel::forwardFor(int64_t bucket) {
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = forwardCache.find(bucket); it != forwardCache.end()) return *it->second;
-
   auto start = std::chrono::steady_clock::now();
+  auto function = std::make_unique<JitFunction>(*lower(Stage::LLVM, bucket, 0), "forward");
+  compileSeconds[bucket] = secondsSince(start);
+  return *(forwardCache[bucket] = std::move(function));
+}
+
+const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(seqLen, cacheLen);
+  if (auto it = stepCache.find(key); it != stepCache.end()) return *it->second;
+  auto start = std::chrono::steady_clock::now();
+  mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::Bufferized, seqLen, cacheLen);
+  // The caches are passed in and updated where they are: bufferization must have written them in
+  // place and dropped them from the results, leaving the logits as the only returned buffer.
+  auto entry = module->lookupSymbol<mlir::func::FuncOp>("step");
+  if (!entry || entry.getNumResults() != 1)
+    throw CompileError("internal error: the KV caches of the cached step were not updated in place");
   DiagnosticCapture diagnostics(*context);
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildForward(*context, config_, bucket);
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   pipeline.level = options_.level;
-  addPipelineUpTo(pm, Stage::LLVM, pipeline);
-  if (mlir::failed(pm.run(*module)))
-    throw CompileError(diagnostics.message("compiling forward for " + std::to_string(bucket) + " tokens failed"));
-  auto function = std::make_unique<JitFunction>(*module, "forward");
-  compileSeconds[bucket] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return *(forwardCache[bucket] = std::move(function));
+  addLLVMStage(pm, pipeline);
+  if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering the cached step to LLVM failed"));
+  auto function = std::make_unique<JitFunction>(*module, "step");
+  stepCompileSeconds[key] = secondsSince(start);
+  return *(stepCache[key] = std::move(function));
+}
+
+void CompiledModel::checkWeights(const std::vector<const float *> &weights) const {
+  if (weights.size() != parameters_.size())
+    throw std::invalid_argument("expected " + std::to_string(parameters_.size()) + " weights, got " +
+                                std::to_string(weights.size()));
+}
+
+Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,
+                           const std::vector<float *> &keys, const std::vector<float *> &values,
+                           const std::vector<const float *> &weights) {
+  checkWeights(weights);
+  if (keys.size() != static_cast<size_t>(config_.nLayer) || values.size() != keys.size())
+    throw std::invalid_argument("expected one key and one value cache per layer");
+  if (cacheLen < 1 || cacheLen > config_.blockSize)
+    throw std::invalid_argument("cache length " + std::to_string(cacheLen) + " is outside [1, block_size]");
+  if (count < 1 || offset < 0 || offset + count > cacheLen)
+    throw std::invalid_argument(std::to_string(count) + " tokens at position " + std::to_string(offset) +
+                                " do not fit in a cache of " + std::to_string(cacheLen) + " positions");
+  // Decode (one token) never pads; prefill pads to its bucket when the padded rows fit.
+  int64_t rows = count == 1 ? 1 : bucketFor(count);
+  if (offset + rows > cacheLen) rows = count;
+  const JitFunction &function = stepFor(rows, cacheLen);
+
+  std::vector<int64_t> paddedIds(rows, 0), positions(rows), last = {count - 1};
+  std::copy(ids, ids + count, paddedIds.begin());
+  for (int64_t i = 0; i < rows; ++i) positions[i] = std::min(offset + i, config_.blockSize - 1);
+  const int64_t headSize = config_.nEmbd / config_.nHead;
+
+  std::vector<MemRefDescriptor> descriptors;
+  descriptors.reserve(4 + 2 * keys.size() + parameters_.size());
+  descriptors.push_back(MemRefDescriptor::result(2));
+  descriptors.push_back(MemRefDescriptor::view(paddedIds.data(), {rows}));
+  descriptors.push_back(MemRefDescriptor::view(positions.data(), {rows}));
+  descriptors.push_back(MemRefDescriptor::view(last.data(), {1}));
+  for (size_t l = 0; l < keys.size(); ++l) {
+    descriptors.push_back(MemRefDescriptor::view(keys[l], {config_.nHead, cacheLen, headSize}));
+    descriptors.push_back(MemRefDescriptor::view(values[l], {config_.nHead, cacheLen, headSize}));
+  }
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    descriptors.push_back(MemRefDescriptor::view(weights[i], parameters_[i].shape));
+  std::vector<void *> pointers;
+  pointers.push_back(descriptors[0].pointer());
+  pointers.push_back(descriptors[1].pointer());
+  pointers.push_back(descriptors[2].pointer());
+  pointers.push_back(descriptors[3].pointer());
+  int64_t offsetArgument = offset;  // an index argument is passed by value
+  pointers.push_back(&offsetArgument);
+  for (size_t i = 4; i < descriptors.size(); ++i) pointers.push_back(descriptors[i].pointer());
+  function.call(pointers, /*scalarArguments=*/{4});
+
+  const MemRefDescriptor &out = descriptors.front();
+  return Logits{out.data(), out.allocated(), out.size(0), out.size(1)};
 }
 
 Logits CompiledModel::forward(const int64_t *ids, int64_t count, const std::vector<const float *> &weights) {
   if (count < 1 || count > config_.blockSize)
     throw std::invalid_argument("sequence length " + std::to_string(count) + " is outside [1, block_size=" +
                                 std::to_string(config_.blockSize) + "]");
-  if (weights.size() != parameters_.size())
-    throw std::invalid_argument("expected " + std::to_string(parameters_.size()) + " weights, got " +
-                                std::to_string(weights.size()));
+  checkWeights(weights);
   int64_t bucket = bucketFor(count);
   const JitFunction &function = forwardFor(bucket);
 
@@ -100,7 +181,7 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count, const std::vect
     descriptors.push_back(MemRefDescriptor::view(weights[i], parameters_[i].shape));
   std::vector<void *> pointers;
   for (MemRefDescriptor &d : descriptors) pointers.push_back(d.pointer());
-  function(pointers);
+  function.call(pointers);
 
   const MemRefDescriptor &out = descriptors.front();
   if (out.stride(1) != 1 || out.stride(0) != out.size(1))
@@ -111,6 +192,11 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count, const std::vect
 std::map<int64_t, double> CompiledModel::compiledBuckets() const {
   std::lock_guard<std::mutex> lock(mutex);
   return compileSeconds;
+}
+
+std::map<std::pair<int64_t, int64_t>, double> CompiledModel::compiledSteps() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return stepCompileSeconds;
 }
 
 } // namespace gpt

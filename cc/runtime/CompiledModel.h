@@ -6,6 +6,9 @@
 #include "cc/builder/GPTBuilder.h"
 #include "cc/passes/Pipelines.h"
 
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -58,14 +61,30 @@ public:
   /// point at dense float32 arrays in `parameters()` order. Compiles on the first call per bucket.
   Logits forward(const int64_t *ids, int64_t count, const std::vector<const float *> &weights);
 
-  /// The forward program for `seqLen` tokens after `stage`, as text.
-  std::string ir(Stage stage, int64_t seqLen);
+  /// One cached step (prefill or decode): `count` tokens at positions offset .. offset+count-1,
+  /// their keys/values written into the per-layer caches `keys[l]`, `values[l]` (dense
+  /// [n_head, cacheLen, head_size] float arrays, updated in place), attention over the cache.
+  /// Returns the logits [1, padded vocab] of the last of the `count` tokens. Tokens are padded to
+  /// their bucket when the padded rows still fit in the cache (else compiled for exactly `count`).
+  /// Throws std::invalid_argument, before touching the caches, when they would overflow.
+  Logits step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen, const std::vector<float *> &keys,
+              const std::vector<float *> &values, const std::vector<const float *> &weights);
 
-  /// Buckets compiled so far, and the wall time spent compiling each.
+  /// The program of an entry point after `stage`, as text: forward for `seqLen` tokens, or
+  /// (cacheLen > 0) the cached step for `seqLen` tokens against a cache of `cacheLen` positions.
+  std::string ir(Stage stage, int64_t seqLen, int64_t cacheLen = 0);
+
+  /// Forward buckets compiled so far, and the wall time spent compiling each.
   std::map<int64_t, double> compiledBuckets() const;
+  /// Cached-step programs compiled so far: {(tokens, cache length): seconds}.
+  std::map<std::pair<int64_t, int64_t>, double> compiledSteps() const;
 
 private:
+  /// Builds the module of an entry point and runs the pipeline up to `stage` on it.
+  mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen);
   const JitFunction &forwardFor(int64_t bucket);
+  const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
+  void checkWeights(const std::vector<const float *> &weights) const;
 
   GPTConfig config_;
   CompileOptions options_;
@@ -74,6 +93,8 @@ private:
   mutable std::mutex mutex;  // guards the context and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;
   std::map<int64_t, double> compileSeconds;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;
+  std::map<std::pair<int64_t, int64_t>, double> stepCompileSeconds;
 };
 
 } // namespace gpt

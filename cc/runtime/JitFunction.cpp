@@ -15,6 +15,7 @@
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -75,12 +76,17 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
 
 JitFunction::~JitFunction() = default;
 
-void JitFunction::operator()(llvm::ArrayRef<void *> descriptors) const {
-  // The packed wrapper takes a pointer to each argument; the arguments are descriptor pointers.
-  std::vector<void *> arguments(descriptors.begin(), descriptors.end());
+void JitFunction::call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments) const {
+  // The packed wrapper takes a pointer to each argument's value. A memref argument's value is a
+  // pointer to its descriptor; a scalar's value is the scalar itself, which `arguments` already
+  // points to.
+  std::vector<void *> values(arguments.begin(), arguments.end());
   std::vector<void *> packedArgs;
-  packedArgs.reserve(arguments.size());
-  for (void *&argument : arguments) packedArgs.push_back(&argument);
+  packedArgs.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    bool scalar = std::find(scalarArguments.begin(), scalarArguments.end(), i) != scalarArguments.end();
+    packedArgs.push_back(scalar ? values[i] : static_cast<void *>(&values[i]));
+  }
   packed(packedArgs.data());
 }
 

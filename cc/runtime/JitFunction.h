@@ -24,8 +24,9 @@ public:
   ~JitFunction();
 
   /// Calls `_mlir_ciface_<name>(args...)`: one pointer per argument, each to a memref
-  /// descriptor, the first one receiving the returned memref.
-  void operator()(llvm::ArrayRef<void *> descriptors) const;
+  /// descriptor (the first one receives the returned memref), except at the positions listed in
+  /// `scalarArguments`, where the pointer is to an int64_t passed by value (an index argument).
+  void call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments = {}) const;
 
 private:
   std::unique_ptr<mlir::ExecutionEngine> engine;

@@ -33,6 +33,8 @@ std::vector<const float *> weightPointers(const CompiledModel &model, const py::
   return pointers;
 }
 
+py::array wrapLogits(const Logits &logits);
+
 py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
                   const py::list &weights) {
   if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
@@ -42,9 +44,41 @@ py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style 
     py::gil_scoped_release release;
     logits = model.forward(ids.data(), ids.shape(0), pointers);
   }
+  return wrapLogits(logits);
+}
+
+py::array wrapLogits(const Logits &logits) {
   // The buffer came from malloc in compiled code: numpy frees it when the array dies.
   py::capsule owner(logits.allocated, [](void *p) { std::free(p); });
   return py::array_t<float>({logits.rows, logits.cols}, {logits.cols * sizeof(float), sizeof(float)}, logits.data, owner);
+}
+
+std::vector<float *> cachePointers(const CompiledModel &model, const py::list &caches, int64_t cacheLen) {
+  const GPTConfig &c = model.config();
+  std::vector<int64_t> shape = {c.nHead, cacheLen, c.nEmbd / c.nHead};
+  std::vector<float *> pointers;
+  for (const py::handle &item : caches) {
+    py::array array = item.cast<py::array>();
+    if (!py::isinstance<FloatArray>(array) || !(array.flags() & py::array::c_style) || !array.writeable())
+      throw std::invalid_argument("KV cache buffers must be writable C-contiguous float32 arrays");
+    if (std::vector<int64_t>(array.shape(), array.shape() + array.ndim()) != shape)
+      throw std::invalid_argument("KV cache buffer has the wrong shape");
+    pointers.push_back(static_cast<float *>(array.mutable_data()));
+  }
+  return pointers;
+}
+
+py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids, int64_t offset,
+               int64_t cacheLen, const py::list &keys, const py::list &values, const py::list &weights) {
+  if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
+  std::vector<const float *> weightPtrs = weightPointers(model, weights);
+  std::vector<float *> keyPtrs = cachePointers(model, keys, cacheLen), valuePtrs = cachePointers(model, values, cacheLen);
+  Logits logits;
+  {
+    py::gil_scoped_release release;
+    logits = model.step(ids.data(), ids.shape(0), offset, cacheLen, keyPtrs, valuePtrs, weightPtrs);
+  }
+  return wrapLogits(logits);
 }
 
 } // namespace
@@ -75,17 +109,23 @@ void initModel(py::module_ &m) {
            "The padded sequence length that seq_len tokens are compiled for.")
       .def("forward", &forward, py::arg("ids"), py::arg("weights"),
            "Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding.")
+      .def("step", &step, py::arg("ids"), py::arg("offset"), py::arg("cache_len"), py::arg("keys"), py::arg("values"),
+           py::arg("weights"),
+           "Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and "
+           "whose keys/values are written into the per-layer caches in place.")
       .def(
           "ir",
-          [](CompiledModel &model, const std::string &stage, int64_t seqLen) {
+          [](CompiledModel &model, const std::string &stage, int64_t seqLen, int64_t cacheLen) {
             std::optional<Stage> parsed = parseStage(stage);
             if (!parsed) throw std::invalid_argument("unknown stage '" + stage + "'");
             py::gil_scoped_release release;
-            return model.ir(*parsed, seqLen);
+            return model.ir(*parsed, seqLen, cacheLen);
           },
-          py::arg("stage"), py::arg("seq_len"))
+          py::arg("stage"), py::arg("seq_len"), py::arg("cache_len") = 0)
       .def("compiled_buckets", &CompiledModel::compiledBuckets,
-           "{bucket: seconds spent compiling it} for every bucket compiled so far.");
+           "{bucket: seconds spent compiling it} for every forward bucket compiled so far.")
+      .def("compiled_steps", &CompiledModel::compiledSteps,
+           "{(tokens, cache length): seconds} for every cached-step program compiled so far.");
   m.attr("STAGES") = py::cast(stageNames());
 }
 
