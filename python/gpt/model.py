@@ -1,11 +1,14 @@
 """GPT: a GPT-2-style model whose forward pass is compiled by the gpt compiler for this CPU."""
 
-from typing import Mapping, Optional, Sequence
+import time
+from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from gpt import _gpt
+from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
+from gpt.sampling import check_sampling_args, sample
 from gpt.weights import load_pretrained, random_weights, validate_weights
 
 STAGES = tuple(_gpt.STAGES)
@@ -29,6 +32,7 @@ class GPT:
             layer_norm_eps=float(config.layer_norm_eps), pipeline=options.pipeline,
             threads=options.resolved_threads())
         self._arguments = self._arrange_arguments()
+        self._last_generation = {}
 
     # -- constructors ---------------------------------------------------------------------------
 
@@ -76,23 +80,143 @@ class GPT:
         logits = self._compiled.forward(ids, self._arguments)
         return logits[: len(ids), : self._config.vocab_size]
 
-    def ir(self, stage: str = "transformer", seq_len: Optional[int] = None) -> str:
-        """The forward program for `seq_len` tokens (default: the smallest bucket) after `stage`,
-        one of gpt.STAGES: "transformer", "linalg", "vectorized", "bufferized", "llvm"."""
+    def new_cache(self, max_len: Optional[int] = None) -> KVCache:
+        """An empty KV cache for up to `max_len` positions (default: block_size)."""
+        max_len = self._config.block_size if max_len is None else max_len
+        if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or not 1 <= max_len <= self._config.block_size:
+            raise ValueError(f"max_len must be an int in [1, block_size={self._config.block_size}], got {max_len!r}")
+        return KVCache(self, int(max_len))
+
+    def prefill(self, ids: Sequence[int], cache: KVCache) -> np.ndarray:
+        """Runs `ids` at the cache's next positions, storing their keys and values in `cache`;
+        returns the logits [vocab_size] of the last of them."""
+        ids = self._check_ids(ids)
+        return self._step(ids, cache)
+
+    def decode(self, token: int, cache: KVCache) -> np.ndarray:
+        """Runs one token at position len(cache) against the cache; returns its logits [vocab_size]."""
+        if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+            raise TypeError(f"token must be an int, got {type(token).__name__}")
+        return self._step(self._check_ids([token]), cache)
+
+    def generate(self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_k: Optional[int] = None,
+                 top_p: Optional[float] = None, seed: Optional[int] = None, use_cache: bool = True,
+                 stop: Optional[Iterable[int]] = None, stream: bool = False) -> Union[List[int], Iterator[int]]:
+        """Continues `ids` by up to `max_new_tokens` tokens and returns the new ones (not the prompt);
+        an iterator over the same tokens when `stream=True`. temperature 0 is greedy; otherwise
+        tokens are drawn from softmax(logits / temperature) limited to `top_k` tokens and to the
+        `top_p` nucleus, with a generator seeded by `seed`. A token in `stop` ends generation and
+        is not returned. `use_cache=False` recomputes the whole sequence every step (the reference
+        the cache is measured against). Arguments are checked before anything runs."""
+        ids = self._check_ids(ids)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if len(ids) + max_new_tokens > self._config.block_size:
+            raise ValueError(f"{len(ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed "
+                             f"block_size={self._config.block_size}")
+        check_sampling_args(temperature, top_k, top_p)
+        stop_ids = frozenset(int(t) for t in self._check_ids(list(stop))) if stop else frozenset()
+        tokens = self._generate(ids, int(max_new_tokens), float(temperature), top_k, top_p,
+                                np.random.default_rng(seed), use_cache, stop_ids)
+        return tokens if stream else list(tokens)
+
+    @property
+    def last_generation(self) -> dict:
+        """Timings of the last generate() run: prompt and generated token counts, seconds spent
+        on the prompt and on generation (compilation excluded), and seconds spent compiling."""
+        return dict(self._last_generation)
+
+    def ir(self, stage: str = "transformer", seq_len: Optional[int] = None, entry: str = "forward",
+           cache_len: Optional[int] = None) -> str:
+        """A compiled program after `stage`, one of gpt.STAGES: "transformer", "linalg",
+        "vectorized", "bufferized", "llvm". `entry="forward"` (for `seq_len` tokens, default the
+        smallest bucket) or `entry="step"`, the cached prefill/decode step (default one token,
+        i.e. decode) against a cache of `cache_len` positions (default block_size)."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
-        seq_len = self._compiled.bucket_for(1) if seq_len is None else self._check_length(seq_len)
-        return self._compiled.ir(stage, seq_len)
+        if entry == "forward":
+            seq_len = self._compiled.bucket_for(1) if seq_len is None else self._check_length(seq_len)
+            return self._compiled.ir(stage, seq_len)
+        if entry == "step":
+            cache_len = self._config.block_size if cache_len is None else self._check_length(cache_len)
+            seq_len = 1 if seq_len is None else self._check_length(seq_len)
+            if seq_len > cache_len:
+                raise ValueError(f"seq_len {seq_len} does not fit in cache_len {cache_len}")
+            return self._compiled.ir(stage, seq_len, cache_len)
+        raise ValueError(f"unknown entry point {entry!r}; expected 'forward' or 'step'")
 
     def compiled_lengths(self) -> dict:
-        """{padded sequence length: seconds spent compiling it} for everything compiled so far."""
+        """{padded sequence length: seconds spent compiling it} for every forward program so far."""
         return dict(self._compiled.compiled_buckets())
+
+    def compiled_steps(self) -> dict:
+        """{(tokens, cache length): seconds spent compiling it} for every cached-step program so far."""
+        return dict(self._compiled.compiled_steps())
+
+    def compile_seconds(self) -> float:
+        """Total seconds this model has spent compiling."""
+        return sum(self.compiled_lengths().values()) + sum(self.compiled_steps().values())
 
     def bucket_for(self, seq_len: int) -> int:
         """The padded length that `seq_len` tokens are compiled and run at."""
         return self._compiled.bucket_for(self._check_length(seq_len))
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _step(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a gpt.KVCache, got {type(cache).__name__}")
+        if cache.model is not self:
+            raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
+        if len(cache) + len(ids) > cache.max_len:
+            raise ValueError(f"KV cache is full: {len(cache)} + {len(ids)} tokens exceed max_len={cache.max_len}")
+        logits = self._compiled.step(ids, len(cache), cache.max_len, cache._key_views, cache._value_views,
+                                     self._arguments)
+        cache._length += len(ids)  # only once the step has run
+        return logits[0, : self._config.vocab_size]
+
+    def _generation_cache_len(self, needed: int) -> int:
+        """Cache capacity for a generation of `needed` positions: a power of two (>= 64), so a few
+        programs serve every length, and attention does not scan a block_size-long cache."""
+        length = 64
+        while length < needed:
+            length *= 2
+        return min(length, self._config.block_size)
+
+    def _generate(self, ids, max_new_tokens, temperature, top_k, top_p, rng, use_cache, stop_ids):
+        stats = self._last_generation = dict(prompt_tokens=len(ids), generated_tokens=0, prompt_seconds=0.0,
+                                             generate_seconds=0.0, compile_seconds=0.0)
+        if max_new_tokens == 0:
+            return
+
+        def timed(key, fn, *args):
+            compiled_before = self.compile_seconds()
+            start = time.perf_counter()
+            result = fn(*args)
+            compiling = self.compile_seconds() - compiled_before
+            stats["compile_seconds"] += compiling
+            stats[key] += time.perf_counter() - start - compiling
+            return result
+
+        if use_cache:
+            cache = self.new_cache(self._generation_cache_len(len(ids) + max_new_tokens))
+            logits = timed("prompt_seconds", self.prefill, ids, cache)
+        else:
+            sequence = list(ids)
+            logits = timed("prompt_seconds", lambda: self.forward(sequence)[-1])
+        for step in range(max_new_tokens):
+            token = sample(logits, temperature, top_k, top_p, rng)
+            if token in stop_ids:
+                return
+            stats["generated_tokens"] += 1
+            yield token
+            if step + 1 == max_new_tokens:
+                return
+            if use_cache:
+                logits = timed("generate_seconds", self.decode, token, cache)
+            else:
+                sequence.append(token)
+                logits = timed("generate_seconds", lambda: self.forward(sequence)[-1])
 
     def _arrange_arguments(self):
         """The weight arrays in the order the compiled entry points take them."""

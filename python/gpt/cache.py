@@ -1,0 +1,43 @@
+"""KVCache: the per-layer key and value buffers that prefill fills and decode extends."""
+
+import numpy as np
+
+
+class KVCache:
+    """Keys and values of every layer for up to `max_len` positions of one sequence.
+
+    Made by `model.new_cache()`; belongs to that model. `len(cache)` is the number of positions
+    filled so far. The buffers are written in place by compiled code; a call that raises leaves
+    the cache as it was.
+    """
+
+    def __init__(self, model, max_len: int):
+        cfg = model.config
+        self._model = model
+        self._max_len = max_len
+        shape = (cfg.n_layer, cfg.n_head, max_len, cfg.head_size)
+        # Zeros, not empty: positions past len(cache) are masked out of attention, and a masked
+        # probability (exactly 0) times a finite value stays 0, where 0 * NaN would not.
+        self._keys = np.zeros(shape, np.float32)
+        self._values = np.zeros(shape, np.float32)
+        self._key_views = [self._keys[layer] for layer in range(cfg.n_layer)]
+        self._value_views = [self._values[layer] for layer in range(cfg.n_layer)]
+        self._length = 0
+
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def max_len(self) -> int:
+        return self._max_len
+
+    def __len__(self) -> int:
+        return self._length
+
+    def reset(self) -> None:
+        """Forget every position (the buffers are reused)."""
+        self._length = 0
+
+    def __repr__(self) -> str:
+        return f"KVCache(len={self._length}, max_len={self._max_len})"

@@ -1,0 +1,45 @@
+"""Tokenizers: bytes for vocab-256 models, HF tokenizer.json (the `tokenizers` package) otherwise."""
+
+import os
+from typing import List, Optional
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids 0..255 (the embedded model's vocabulary)."""
+
+    vocab_size = 256
+
+    def encode(self, text: str) -> List[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids) -> str:
+        # A sampled byte sequence need not be valid UTF-8; never fail on it.
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """A HF tokenizer.json, as shipped with GPT-2 checkpoints."""
+
+    def __init__(self, path: str):
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(path)
+        self.vocab_size = self._tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> List[int]:
+        return self._tokenizer.encode(text).ids
+
+    def decode(self, ids) -> str:
+        return self._tokenizer.decode([int(i) for i in ids])
+
+
+def tokenizer_for(model_dir: Optional[str], vocab_size: int):
+    """The directory's tokenizer.json when there is one, else bytes for a vocab-256 model."""
+    if model_dir is not None:
+        path = os.path.join(model_dir, "tokenizer.json")
+        if os.path.isfile(path):
+            return HFTokenizer(path)
+    if vocab_size == 256:
+        return ByteTokenizer()
+    raise ValueError(f"no tokenizer: {model_dir or 'the model'} has no tokenizer.json and a vocabulary of "
+                     f"{vocab_size} is not bytes")

@@ -1,0 +1,207 @@
+"""KV-cached prefill/decode against the uncached forward pass, the cache's contract, and generate()."""
+
+import numpy as np
+import pytest
+
+import gpt
+from shapes import GPT2_SMALL, MID, NANO, RTOL, config, exercising_weights, relative_error, token_ids
+
+SHAPES = [("nano", NANO), ("mid", MID), ("gpt2-small", GPT2_SMALL)]
+
+
+@pytest.mark.parametrize("pos_embedding", ["learned", "rope"])
+@pytest.mark.parametrize("name, shape", SHAPES, ids=[s[0] for s in SHAPES])
+def test_prefill_then_100_decode_steps_match_forward(name, shape, pos_embedding):
+    cfg = config(shape, pos_embedding)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg, seed=21))
+    sequence = token_ids(cfg, 116, seed=5)      # 16 prompt tokens + 100 decoded ones
+    # Causal attention: row t of one forward over the whole sequence is the logits after t + 1 tokens.
+    expected = model.forward(sequence)
+    cache = model.new_cache()
+    logits = model.prefill(sequence[:16], cache)
+    assert len(cache) == 16
+    assert relative_error(logits, expected[15]) < RTOL
+    for t in range(16, 116):
+        logits = model.decode(int(sequence[t]), cache)
+        assert relative_error(logits, expected[t]) < RTOL, f"decode step at position {t}"
+    assert len(cache) == 116
+
+
+@pytest.mark.parametrize("pos_embedding", ["learned", "rope"])
+def test_greedy_generation_with_and_without_cache_is_identical(pos_embedding):
+    cfg = config(MID, pos_embedding)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg, seed=2))
+    prompt = token_ids(cfg, 16, seed=3)
+    cached = model.generate(prompt, max_new_tokens=40)
+    assert cached == model.generate(prompt, max_new_tokens=40, use_cache=False)
+    assert len(cached) == 40
+
+
+def test_interleaved_caches_equal_separate_runs():
+    cfg = config(NANO, "rope")
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg))
+    prompts = [token_ids(cfg, n, seed=n) for n in (5, 11, 3)]
+    tokens = [token_ids(cfg, 20, seed=100 + i) for i in range(3)]
+
+    def run_alone(i):
+        cache = model.new_cache(64)
+        out = [model.prefill(prompts[i], cache)]
+        out += [model.decode(int(t), cache) for t in tokens[i]]
+        return np.stack(out)
+
+    alone = [run_alone(i) for i in range(3)]
+    caches = [model.new_cache(64) for _ in range(3)]
+    together = [[model.prefill(prompts[i], caches[i])] for i in range(3)]
+    for step in range(20):
+        for i in (2, 0, 1):
+            together[i].append(model.decode(int(tokens[i][step]), caches[i]))
+    for i in range(3):
+        np.testing.assert_array_equal(np.stack(together[i]), alone[i])
+
+
+def test_chunked_prefill_equals_one_prefill():
+    cfg = config(NANO)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg))
+    ids = token_ids(cfg, 30)
+    one, two = model.new_cache(), model.new_cache()
+    whole = model.prefill(ids, one)
+    model.prefill(ids[:13], two)
+    assert relative_error(model.prefill(ids[13:], two), whole) < RTOL
+    assert len(one) == len(two) == 30
+
+
+def test_prefill_near_the_end_of_the_cache_does_not_overflow():
+    """17 tokens at position 40 of a 64-long cache: the 32-token bucket would not fit, so the
+    step is compiled for exactly 17 tokens; the logits still match forward."""
+    cfg = config(NANO)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg))
+    ids = token_ids(cfg, 57)
+    cache = model.new_cache(64)
+    model.prefill(ids[:40], cache)
+    logits = model.prefill(ids[40:], cache)
+    assert (17, 64) in model.compiled_steps()
+    assert relative_error(logits, model.forward(ids)[-1]) < RTOL
+
+
+def test_decode_never_recompiles_as_the_position_grows():
+    cfg = config(NANO)
+    model = gpt.GPT.random(cfg)
+    cache = model.new_cache(128)
+    model.prefill([1, 2, 3], cache)
+    model.decode(4, cache)
+    compiled = model.compiled_steps()
+    for t in range(60):
+        model.decode(t % 256, cache)
+    assert model.compiled_steps() == compiled
+    assert (1, 128) in compiled
+
+
+# -- the cache's contract ---------------------------------------------------------------------
+
+
+def test_cache_properties_and_reset():
+    cfg = config(NANO)
+    model = gpt.GPT.random(cfg)
+    cache = model.new_cache()
+    assert cache.max_len == cfg.block_size and len(cache) == 0 and cache.model is model
+    first = model.prefill([7, 8, 9], cache)
+    cache.reset()
+    assert len(cache) == 0
+    np.testing.assert_array_equal(model.prefill([7, 8, 9], cache), first)
+
+
+def test_full_cache_raises_and_is_unchanged():
+    cfg = config(NANO)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg))
+    cache = model.new_cache(8)
+    model.prefill([1, 2, 3, 4, 5, 6], cache)
+    keys, values = cache._keys.copy(), cache._values.copy()
+    with pytest.raises(ValueError, match=r"KV cache is full: 6 \+ 3 tokens exceed max_len=8"):
+        model.prefill([1, 2, 3], cache)
+    model.decode(7, cache)
+    model.decode(8, cache)
+    keys, values = cache._keys.copy(), cache._values.copy()
+    with pytest.raises(ValueError, match="KV cache is full"):
+        model.decode(9, cache)
+    assert len(cache) == 8
+    np.testing.assert_array_equal(cache._keys, keys)
+    np.testing.assert_array_equal(cache._values, values)
+
+
+def test_cache_of_another_model_is_rejected():
+    cfg = config(NANO)
+    a, b = gpt.GPT.random(cfg, seed=0), gpt.GPT.random(cfg, seed=1)
+    cache = a.new_cache()
+    with pytest.raises(ValueError, match="belongs to another model"):
+        b.prefill([1, 2], cache)
+    with pytest.raises(ValueError, match="belongs to another model"):
+        b.decode(1, cache)
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m, c: m.decode(256, c), ValueError, "token id 256 is out of range"),
+    (lambda m, c: m.decode(1.0, c), TypeError, "token must be an int"),
+    (lambda m, c: m.prefill([], c), ValueError, "at least one token"),
+    (lambda m, c: m.prefill([1], object()), TypeError, "cache must be a gpt.KVCache"),
+    (lambda m, c: m.new_cache(0), ValueError, r"max_len must be an int in \[1, block_size=128\]"),
+    (lambda m, c: m.new_cache(129), ValueError, "max_len must be"),
+])
+def test_bad_cached_calls_raise(call, error, message):
+    model = gpt.GPT.random(config(NANO))
+    cache = model.new_cache()
+    with pytest.raises(error, match=message):
+        call(model, cache)
+    assert len(cache) == 0
+
+
+# -- generate ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nano():
+    cfg = config(NANO)
+    return gpt.GPT.from_weights(cfg, exercising_weights(cfg, seed=8))
+
+
+def test_same_seed_same_tokens_different_seed_different_tokens(nano):
+    kwargs = dict(max_new_tokens=30, temperature=1.0, top_k=50, top_p=0.95)
+    a = nano.generate([1, 2, 3], seed=7, **kwargs)
+    assert a == nano.generate([1, 2, 3], seed=7, **kwargs)
+    assert a != nano.generate([1, 2, 3], seed=8, **kwargs)
+    assert a == nano.generate([1, 2, 3], seed=7, use_cache=False, **kwargs)
+
+
+def test_stream_yields_the_same_tokens(nano):
+    kwargs = dict(max_new_tokens=25, temperature=0.9, top_k=20, seed=3)
+    stream = nano.generate([5, 6], stream=True, **kwargs)
+    assert not isinstance(stream, list)
+    assert list(stream) == nano.generate([5, 6], **kwargs)
+
+
+def test_stop_token_ends_generation_and_is_not_returned(nano):
+    full = nano.generate([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=11)
+    stop_at = full[10]
+    first = full.index(stop_at)
+    assert nano.generate([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=11, stop=[stop_at]) == full[:first]
+    streamed = list(nano.generate([1, 2, 3], max_new_tokens=30, temperature=1.0, seed=11, stop=[stop_at], stream=True))
+    assert streamed == full[:first] and stop_at not in streamed
+
+
+def test_generate_returns_new_tokens_only(nano):
+    out = nano.generate([9, 9, 9], max_new_tokens=7)
+    assert len(out) == 7 and all(isinstance(t, int) for t in out)
+    assert nano.generate([9, 9, 9], max_new_tokens=0) == []
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_new_tokens=126), r"3 prompt tokens \+ max_new_tokens=126 exceed block_size=128"),
+    (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0"),
+    (dict(max_new_tokens=5, temperature=-0.5), "temperature must be a finite number >= 0"),
+    (dict(max_new_tokens=5, temperature=1.0, top_k=0), "top_k must be None or a positive int"),
+    (dict(max_new_tokens=5, temperature=1.0, top_p=1.5), r"top_p must be None or in \(0, 1\]"),
+    (dict(max_new_tokens=5, stop=[300]), "token id 300 is out of range"),
+])
+def test_bad_generate_arguments_raise_before_running(nano, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        nano.generate([1, 2, 3], stream=True, **kwargs)  # raised at the call, not at the first next()
