@@ -73,8 +73,9 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
   let summary = "Choose register tiles for matmuls and record them as attributes";
   let description = [{
     Marks each static `linalg.matmul` whose M is a multiple of 8 and N a multiple of 32 with
-    `gpt.register_tile = [8, 32, 1]`, and each static `linalg.batch_matmul` whose M and N are
-    multiples of 8 with `gpt.register_tile = [1, 8, 8, 1]`. The decision is data in the IR:
+    `gpt.register_tile = [8, 32, 1]` (else, N a multiple of 32, `[1, 32, 1]`: the decode shape),
+    and each static `linalg.batch_matmul` whose M and N are multiples of 8 with
+    `gpt.register_tile = [1, 8, 8, 1]` (else, N a multiple of 8, `[1, 1, 8, 1]`). The decision is data in the IR:
     the Transform-dialect schedule matches these attributes, and ops left unmarked (shapes the
     tiles do not divide) stay scalar loops, so no partial tile is ever vectorized.
 

@@ -14,12 +14,29 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %tile : !transform.any_op
     }
+    // One row (decode): a 32-wide accumulator row; each K step streams 32 weights once.
+    %rows = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.register_tile = [1, 32, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %rows : !transform.any_op {
+    ^bb0(%matmul: !transform.any_op):
+      %tile, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [1, 32, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
     // Attention's batched products have small N (head size or sequence bucket): 8x8 tiles.
     %batched = transform.structured.match ops{["linalg.batch_matmul"]} attributes{gpt.register_tile = [1, 8, 8, 1]} in %root
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %batched : !transform.any_op {
     ^bb0(%bmm: !transform.any_op):
       %tile, %b, %m, %n, %k = transform.structured.tile_using_for %bmm tile_sizes [1, 8, 8, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %batchedRows = transform.structured.match ops{["linalg.batch_matmul"]} attributes{gpt.register_tile = [1, 1, 8, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %batchedRows : !transform.any_op {
+    ^bb0(%bmm: !transform.any_op):
+      %tile, %b, %m, %n, %k = transform.structured.tile_using_for %bmm tile_sizes [1, 1, 8, 1]
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %tile : !transform.any_op
     }
