@@ -1,52 +1,131 @@
-"""The `gpt` command line (python -m gpt): absl-py flags, one subcommand per job.
+"""The `gpt` command line (python -m gpt, or bazel run //tools:gpt --), with absl-py flags.
 
-  python -m gpt stages FILE.mlir   print a transformer-dialect program after each compiler stage
+  generate   generate text with the embedded byte-level model or a HF GPT-2 directory (--model)
+  ir         print a model's program after a compiler stage
+  stages     print a transformer-dialect .mlir file after each compiler stage
 """
 
+import os
 import sys
+import time
 
 from absl import app, flags
 
 from gpt import compiler
+from gpt.config import PIPELINES, CompileOptions, GPTConfig
+from gpt.model import GPT, STAGES
+from gpt.tokenizer import tokenizer_for
 
 FLAGS = flags.FLAGS
 
-# The stages a transformer-dialect program goes through, each a pass pipeline applied to the
-# output of the stage before it.
-STAGES = (
-    ("input (as parsed)", ""),
-    ("canonicalize (DRR patterns, constant folding)", "canonicalize"),
-    ("transformer-shape-inference", "transformer-shape-inference,canonicalize"),
-    ("transformer-to-linalg", "transformer-to-linalg,canonicalize,cse"),
-)
+EMBEDDED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "byte-gpt")
+
+flags.DEFINE_string("model", None, "HF GPT-2 directory (config.json + model.safetensors [+ tokenizer.json]); "
+                    "default: the embedded byte-level model")
+flags.DEFINE_string("prompt", "Once upon a time", "text to continue")
+flags.DEFINE_integer("max_new_tokens", 64, "number of tokens to generate", lower_bound=0)
+flags.DEFINE_float("temperature", 0.8, "0 = greedy", lower_bound=0.0)
+flags.DEFINE_integer("top_k", 40, "sample among the k most likely tokens (0 = no limit)", lower_bound=0)
+flags.DEFINE_float("top_p", None, "nucleus sampling probability mass", lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_integer("seed", None, "random seed (same seed, same text)")
+flags.DEFINE_bool("cache", True, "use the KV cache (--nocache recomputes every step)")
+flags.DEFINE_bool("stream", True, "print tokens as they are generated")
+flags.DEFINE_enum("pipeline", "default", PIPELINES, "compiler pipeline level")
+flags.DEFINE_integer("threads", None, "threads (default: all cores)", lower_bound=1)
+flags.DEFINE_enum("stage", "linalg", STAGES, "ir: the compiler stage to print")
+flags.DEFINE_enum("entry", "forward", ["forward", "step"], "ir: forward, or the cached prefill/decode step")
+flags.DEFINE_integer("seq_len", None, "ir: number of tokens the program is compiled for", lower_bound=1)
+flags.DEFINE_integer("n_layer", None, "ir without --model: a random model of this shape")
+flags.DEFINE_integer("n_head", 4, "ir without --model")
+flags.DEFINE_integer("n_embd", 64, "ir without --model")
+flags.DEFINE_integer("vocab_size", 256, "ir without --model")
+flags.DEFINE_integer("block_size", 128, "ir without --model")
+flags.DEFINE_enum("pos_embedding", "learned", ["learned", "rope"], "ir without --model")
+
+
+def _options() -> CompileOptions:
+    return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads)
+
+
+def _load_model() -> GPT:
+    return GPT.from_pretrained(FLAGS.model or EMBEDDED_MODEL, options=_options())
+
+
+def generate() -> None:
+    model = _load_model()
+    tokenizer = tokenizer_for(FLAGS.model or EMBEDDED_MODEL, model.config.vocab_size)
+    prompt = tokenizer.encode(FLAGS.prompt)
+    if not prompt:
+        raise app.UsageError("--prompt must not be empty")
+    room = model.config.block_size - len(prompt)
+    if room < 0:
+        raise app.UsageError(f"--prompt is {len(prompt)} tokens, longer than the model's block_size="
+                             f"{model.config.block_size}")
+    max_new = min(FLAGS.max_new_tokens, room)
+    tokens = model.generate(prompt, max_new_tokens=max_new, temperature=FLAGS.temperature,
+                            top_k=FLAGS.top_k or None, top_p=FLAGS.top_p, seed=FLAGS.seed,
+                            use_cache=FLAGS.cache, stream=True)
+    start = time.perf_counter()
+    out = []
+    sys.stdout.write(FLAGS.prompt)
+    for token in tokens:
+        out.append(token)
+        if FLAGS.stream:
+            # Re-decode the whole continuation: a multi-byte character may span several tokens.
+            text = tokenizer.decode(out)
+            previous = tokenizer.decode(out[:-1])
+            if text.startswith(previous) and not text.endswith("\ufffd"):
+                sys.stdout.write(text[len(previous):])
+                sys.stdout.flush()
+    if not FLAGS.stream:
+        sys.stdout.write(tokenizer.decode(out))
+    total = time.perf_counter() - start
+    stats = model.last_generation
+    prompt_rate = stats["prompt_tokens"] / stats["prompt_seconds"] if stats["prompt_seconds"] else float("inf")
+    decode_rate = (stats["generated_tokens"] - 1) / stats["generate_seconds"] if stats["generate_seconds"] else float("inf")
+    print()
+    print(f"[gpt] prompt: {stats['prompt_tokens']} tokens, {prompt_rate:.1f} tok/s | generated: "
+          f"{stats['generated_tokens']} tokens, {decode_rate:.1f} tok/s | compile: {stats['compile_seconds']:.2f} s | "
+          f"total {total:.2f} s | pipeline {FLAGS.pipeline}, cache {'on' if FLAGS.cache else 'off'}")
+
+
+def ir() -> None:
+    if FLAGS.model or FLAGS.n_layer is None:
+        model = _load_model()
+    else:
+        cfg = GPTConfig(n_layer=FLAGS.n_layer, n_head=FLAGS.n_head, n_embd=FLAGS.n_embd, vocab_size=FLAGS.vocab_size,
+                        block_size=FLAGS.block_size, pos_embedding=FLAGS.pos_embedding)
+        model = GPT.random(cfg, options=_options())
+    print(model.ir(FLAGS.stage, seq_len=FLAGS.seq_len, entry=FLAGS.entry))
 
 
 def stages(path: str) -> None:
     try:
         with open(path, encoding="utf-8") as f:
-            ir = f.read()
+            text = f.read()
     except OSError as e:
         raise app.UsageError(f"cannot read {path}: {e.strerror}")
-    for title, pipeline in STAGES:
-        ir = compiler.run_pipeline(ir, pipeline)
+    for title, pipeline in (("input (as parsed)", ""),
+                            ("canonicalize (DRR patterns, constant folding)", "canonicalize"),
+                            ("transformer-shape-inference", "transformer-shape-inference,canonicalize"),
+                            ("transformer-to-linalg", "transformer-to-linalg,canonicalize,cse")):
+        text = compiler.run_pipeline(text, pipeline)
         print(f"// ===== {title} " + "=" * max(0, 70 - len(title)))
-        print(ir)
+        print(text)
 
 
-COMMANDS = {"stages": (stages, "FILE.mlir")}
+COMMANDS = {"generate": (generate, 0), "ir": (ir, 0), "stages": (stages, 1)}
 
 
 def main(argv):
     if len(argv) < 2 or argv[1] not in COMMANDS:
-        usage = "\n".join(f"  python -m gpt {name} {args}" for name, (_, args) in COMMANDS.items())
-        raise app.UsageError("expected a command:\n" + usage)
-    command, arg_spec = COMMANDS[argv[1]]
-    args = argv[2:]
-    if len(args) != len(arg_spec.split()):
-        raise app.UsageError(f"usage: python -m gpt {argv[1]} {arg_spec}")
+        raise app.UsageError("expected a command: " + ", ".join(COMMANDS))
+    command, arity = COMMANDS[argv[1]]
+    if len(argv) - 2 != arity:
+        raise app.UsageError(f"{argv[1]} takes {arity} positional argument(s), got {argv[2:]}")
     try:
-        command(*args)
-    except compiler.CompilerError as e:
+        command(*argv[2:])
+    except (ValueError, FileNotFoundError, compiler.CompilerError) as e:
         print(f"gpt: error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -1,0 +1,62 @@
+"""The command line: generate with the embedded model, ir, and clear errors for bad flags."""
+
+import os
+import subprocess
+import sys
+
+import gpt
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+
+
+def run_cli(*args):
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
+    return subprocess.run([sys.executable, "-m", "gpt", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_generate_with_the_embedded_model_prints_text_and_timing():
+    result = run_cli("generate", "--prompt", "def ", "--max_new_tokens", "40", "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    text, timing = result.stdout.rstrip("\n").rsplit("\n", 1)
+    assert text.startswith("def ") and len(text) > len("def ")
+    assert timing.startswith("[gpt] prompt: 4 tokens,") and "generated: 40 tokens" in timing and "compile:" in timing
+
+
+def test_generate_is_reproducible_with_a_seed_and_greedy_matches_the_api():
+    a = run_cli("generate", "--prompt", "import ", "--max_new_tokens", "30", "--seed", "5", "--nostream")
+    b = run_cli("generate", "--prompt", "import ", "--max_new_tokens", "30", "--seed", "5")
+    assert a.returncode == b.returncode == 0
+    assert a.stdout.split("\n[gpt]")[0] == b.stdout.split("\n[gpt]")[0]
+    greedy = run_cli("generate", "--prompt", "class ", "--max_new_tokens", "25", "--temperature", "0")
+    model = gpt.GPT.from_pretrained(os.path.join(os.path.dirname(gpt.__file__), "data", "byte-gpt"))
+    tok = gpt.ByteTokenizer()
+    expected = "class " + tok.decode(model.generate(tok.encode("class "), max_new_tokens=25))
+    assert greedy.stdout.split("\n[gpt]")[0] == expected
+
+
+def test_embedded_model_is_a_small_byte_level_gpt():
+    model = gpt.GPT.from_pretrained(os.path.join(os.path.dirname(gpt.__file__), "data", "byte-gpt"))
+    assert model.config.vocab_size == 256
+    params = sum(v.size for v in model.state_dict().values())
+    assert 100_000 < params < 2_000_000
+
+
+def test_ir_command_prints_a_stage():
+    result = run_cli("ir", "--stage", "linalg", "--n_layer", "1", "--n_head", "2", "--n_embd", "32")
+    assert result.returncode == 0, result.stderr
+    assert "linalg.batch_matmul" in result.stdout and "transformer." not in result.stdout
+    step = run_cli("ir", "--stage", "transformer", "--entry", "step")
+    assert step.returncode == 0 and "transformer.cache_update" in step.stdout
+
+
+def test_bad_flags_are_reported():
+    bad_value = run_cli("generate", "--max_new_tokens", "-3")
+    assert bad_value.returncode != 0 and "max_new_tokens" in bad_value.stderr
+    unknown = run_cli("generate", "--temprature", "1")
+    assert unknown.returncode != 0 and "temprature" in unknown.stderr
+    no_command = run_cli()
+    assert no_command.returncode != 0 and "expected a command" in no_command.stderr
+    missing = run_cli("generate", "--model", "/nonexistent/dir")
+    assert missing.returncode == 1 and "no such model directory: /nonexistent/dir" in missing.stderr
+    bad_stage = run_cli("ir", "--stage", "asm")
+    assert bad_stage.returncode != 0 and "stage" in bad_stage.stderr
