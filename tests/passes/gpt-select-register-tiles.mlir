@@ -13,14 +13,27 @@ func.func @divisible(%a: tensor<16x64xf32>, %b: tensor<64x96xf32>, %c: tensor<16
 
 // -----
 
-// N = 100 is not a multiple of 32 and M = 12 not a multiple of 8: left for scalar loops.
+// One row (decode): the row tiles of the table.
+// CHECK-LABEL: func.func @one_row
+// CHECK: linalg.matmul {gpt.register_tile = [1, 32, 1]}
+// CHECK: linalg.batch_matmul {gpt.register_tile = [1, 1, 8, 1]}
+func.func @one_row(%a: tensor<1x64xf32>, %b: tensor<64x96xf32>, %c: tensor<1x96xf32>,
+                   %x: tensor<2x1x16xf32>, %y: tensor<2x16x64xf32>, %z: tensor<2x1x64xf32>) -> (tensor<1x96xf32>, tensor<2x1x64xf32>) {
+  %0 = linalg.matmul ins(%a, %b : tensor<1x64xf32>, tensor<64x96xf32>) outs(%c : tensor<1x96xf32>) -> tensor<1x96xf32>
+  %1 = linalg.batch_matmul ins(%x, %y : tensor<2x1x16xf32>, tensor<2x16x64xf32>) outs(%z : tensor<2x1x64xf32>) -> tensor<2x1x64xf32>
+  return %0, %1 : tensor<1x96xf32>, tensor<2x1x64xf32>
+}
+
+// -----
+
+// N = 100 is not a multiple of 32 nor N = 12 of 8: left for scalar loops.
 // CHECK-LABEL: func.func @not_divisible
 // CHECK-NOT: gpt.register_tile
 func.func @not_divisible(%a: tensor<16x64xf32>, %b: tensor<64x100xf32>, %c: tensor<16x100xf32>,
-                         %x: tensor<2x12x16xf32>, %y: tensor<2x16x8xf32>, %z: tensor<2x12x8xf32>) -> (tensor<16x100xf32>, tensor<2x12x8xf32>) {
+                         %x: tensor<2x8x16xf32>, %y: tensor<2x16x12xf32>, %z: tensor<2x8x12xf32>) -> (tensor<16x100xf32>, tensor<2x8x12xf32>) {
   %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x100xf32>) outs(%c : tensor<16x100xf32>) -> tensor<16x100xf32>
-  %1 = linalg.batch_matmul ins(%x, %y : tensor<2x12x16xf32>, tensor<2x16x8xf32>) outs(%z : tensor<2x12x8xf32>) -> tensor<2x12x8xf32>
-  return %0, %1 : tensor<16x100xf32>, tensor<2x12x8xf32>
+  %1 = linalg.batch_matmul ins(%x, %y : tensor<2x8x16xf32>, tensor<2x16x12xf32>) outs(%z : tensor<2x8x12xf32>) -> tensor<2x8x12xf32>
+  return %0, %1 : tensor<16x100xf32>, tensor<2x8x12xf32>
 }
 
 // -----

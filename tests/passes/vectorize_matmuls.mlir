@@ -29,6 +29,15 @@ func.func @batched(%x: tensor<2x8x16xf32>, %y: tensor<2x16x8xf32>, %z: tensor<2x
   return %0 : tensor<2x8x8xf32>
 }
 
+// A decode row: a 32-wide accumulator, one vector of weights per K step.
+// CHECK-LABEL: func.func @row
+// CHECK: vector.outerproduct %{{.*}}, %{{.*}}, %{{.*}} {kind = #vector.kind<add>} : vector<1xf32>, vector<32xf32>
+// CHECK-NOT: linalg.matmul
+func.func @row(%a: tensor<1x64xf32>, %b: tensor<64x96xf32>, %c: tensor<1x96xf32>) -> tensor<1x96xf32> {
+  %0 = linalg.matmul {gpt.register_tile = [1, 32, 1]} ins(%a, %b : tensor<1x64xf32>, tensor<64x96xf32>) outs(%c : tensor<1x96xf32>) -> tensor<1x96xf32>
+  return %0 : tensor<1x96xf32>
+}
+
 // Unmarked ops are not touched.
 // CHECK-LABEL: func.func @unmarked
 // CHECK: linalg.matmul ins
