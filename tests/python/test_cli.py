@@ -60,3 +60,35 @@ def test_bad_flags_are_reported():
     assert missing.returncode == 1 and "no such model directory: /nonexistent/dir" in missing.stderr
     bad_stage = run_cli("ir", "--stage", "asm")
     assert bad_stage.returncode != 0 and "stage" in bad_stage.stderr
+
+
+def test_model_directory_with_tokenizer_json(tmp_path):
+    """--model DIR uses DIR/tokenizer.json through the tokenizers package."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    words = ["[UNK]", "the", "cat", "sat", "on", "mat", "a", "dog"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(words), n_positions=64,
+                               bos_token_id=0, eos_token_id=0)).save_pretrained(tmp_path)
+
+    loaded = gpt.tokenizer.tokenizer_for(str(tmp_path), len(words))
+    assert isinstance(loaded, gpt.HFTokenizer)
+    assert loaded.encode("the cat sat") == [1, 2, 3]
+    result = run_cli("generate", "--model", str(tmp_path), "--prompt", "the cat", "--max_new_tokens", "5",
+                     "--temperature", "0")
+    assert result.returncode == 0, result.stderr
+    model = gpt.GPT.from_pretrained(str(tmp_path))
+    expected = loaded.decode(model.generate([1, 2], max_new_tokens=5))
+    assert result.stdout.startswith("the cat") and expected in result.stdout
+    assert "prompt: 2 tokens" in result.stdout
+
+
+def test_byte_tokenizer_round_trips_and_never_fails():
+    tok = gpt.ByteTokenizer()
+    assert tok.decode(tok.encode("héllo ∑")) == "héllo ∑"
+    assert tok.decode([0xE2, 0x88]) == "\ufffd"  # a cut multi-byte character decodes, not raises
