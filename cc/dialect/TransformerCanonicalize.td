@@ -36,6 +36,12 @@ def NegNeg : Pat<(Transformer_NegOp:$res (Transformer_NegOp $x)),
 // transpose(transpose(x)) = x
 def TransposeTranspose : Pat<(Transformer_TransposeOp:$res (Transformer_TransposeOp $x)),
                              (replaceWithValue $x), [(SameType $res, $x)]>;
+// merge_heads(split_heads(x)) = x
+def MergeSplitHeads : Pat<(Transformer_MergeHeadsOp:$res (Transformer_SplitHeadsOp $x, $heads)),
+                          (replaceWithValue $x), [(SameType $res, $x)]>;
+// split_heads(merge_heads(x), H) = x, when x has H heads
+def SplitMergeHeads : Pat<(Transformer_SplitHeadsOp:$res (Transformer_MergeHeadsOp $x), $heads),
+                          (replaceWithValue $x), [(SameType $res, $x)]>;
 
 // add(c1, c2) = c1 + c2, computed now
 def FoldAddOfConstants : Pat<(Transformer_AddOp:$res (Transformer_ConstantOp $a), (Transformer_ConstantOp $b)),

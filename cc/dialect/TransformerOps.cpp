@@ -125,6 +125,14 @@ LogicalResult SliceOp::inferShapes() { return refineResult(*this, inferSliceType
 LogicalResult SplitHeadsOp::verify() { return verifyInferred(*this, inferSplitHeadsType(getInput().getType(), getNumHeads(), errorOn(*this))); }
 LogicalResult SplitHeadsOp::inferShapes() { return refineResult(*this, inferSplitHeadsType(getInput().getType(), getNumHeads(), errorOn(*this))); }
 
+void SplitHeadsOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<SplitMergeHeads>(context);
+}
+
+void MergeHeadsOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<MergeSplitHeads>(context);
+}
+
 LogicalResult MergeHeadsOp::verify() { return verifyInferred(*this, inferMergeHeadsType(getInput().getType(), errorOn(*this))); }
 LogicalResult MergeHeadsOp::inferShapes() { return refineResult(*this, inferMergeHeadsType(getInput().getType(), errorOn(*this))); }
 

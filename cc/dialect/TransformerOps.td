@@ -211,6 +211,7 @@ def Transformer_SplitHeadsOp : Transformer_Op<"split_heads",
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 def Transformer_MergeHeadsOp : Transformer_Op<"merge_heads",
@@ -227,6 +228,7 @@ def Transformer_MergeHeadsOp : Transformer_Op<"merge_heads",
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 def Transformer_RopeOp : Transformer_Op<"rope",

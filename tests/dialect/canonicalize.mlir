@@ -215,3 +215,39 @@ func.func @no_fold_argument(%x: tensor<2xf32>) -> tensor<2xf32> {
   %0 = "transformer.add"(%a, %x) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+// -----
+
+// merge_heads(split_heads(x)) = x
+// CHECK-LABEL: func.func @merge_split_heads
+// CHECK-SAME: (%[[X:.*]]: tensor<8x64xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @merge_split_heads(%x: tensor<8x64xf32>) -> tensor<8x64xf32> {
+  %0 = "transformer.split_heads"(%x) {num_heads = 4 : i64} : (tensor<8x64xf32>) -> tensor<4x8x16xf32>
+  %1 = "transformer.merge_heads"(%0) : (tensor<4x8x16xf32>) -> tensor<8x64xf32>
+  return %1 : tensor<8x64xf32>
+}
+
+// -----
+
+// split_heads(merge_heads(x), 4) = x for x with 4 heads.
+// CHECK-LABEL: func.func @split_merge_heads
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8x16xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @split_merge_heads(%x: tensor<4x8x16xf32>) -> tensor<4x8x16xf32> {
+  %0 = "transformer.merge_heads"(%x) : (tensor<4x8x16xf32>) -> tensor<8x64xf32>
+  %1 = "transformer.split_heads"(%0) {num_heads = 4 : i64} : (tensor<8x64xf32>) -> tensor<4x8x16xf32>
+  return %1 : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Negative: re-splitting into a different number of heads is a real reshuffle.
+// CHECK-LABEL: func.func @split_merge_other_heads
+// CHECK: transformer.merge_heads
+// CHECK: transformer.split_heads
+func.func @split_merge_other_heads(%x: tensor<4x8x16xf32>) -> tensor<2x8x32xf32> {
+  %0 = "transformer.merge_heads"(%x) : (tensor<4x8x16xf32>) -> tensor<8x64xf32>
+  %1 = "transformer.split_heads"(%0) {num_heads = 2 : i64} : (tensor<8x64xf32>) -> tensor<2x8x32xf32>
+  return %1 : tensor<2x8x32xf32>
+}
