@@ -27,9 +27,10 @@ struct GPTConfig {
   /// An empty string when the configuration is usable, else what is wrong with it.
   std::string validate() const;
 
-  /// The vocabulary rounded up to a multiple of the matmul register tile's width (32), so the LM
-  /// head tiles evenly; logits past vocabSize are padding.
-  int64_t paddedVocabSize() const { return (vocabSize + 31) / 32 * 32; }
+  /// The vocabulary rounded up to a multiple of 256 (8 threads x the matmul register tile's
+  /// width, 32), so the LM head tiles and splits across threads evenly; logits past vocabSize are
+  /// padding.
+  int64_t paddedVocabSize() const { return (vocabSize + 255) / 256 * 256; }
 };
 
 /// One weight argument of a compiled entry point.

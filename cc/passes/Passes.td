@@ -75,7 +75,10 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
     Marks each static `linalg.matmul` whose M is a multiple of 8 and N a multiple of 32 with
     `gpt.register_tile = [8, 32, 1]` (else, N a multiple of 32, `[1, 32, 1]`: the decode shape),
     and each static `linalg.batch_matmul` whose M and N are multiples of 8 with
-    `gpt.register_tile = [1, 8, 8, 1]` (else, N a multiple of 8, `[1, 1, 8, 1]`). The decision is data in the IR:
+    `gpt.register_tile = [1, 8, 8, 1]` (else, N a multiple of 8, `[1, 1, 8, 1]`). With
+    `threads` > 1, a marked op also gets `gpt.parallel_chunks = k`, the largest of 8, 4, 2 not above
+    `threads` that splits its parallel dimension evenly into whole tiles (matmul: N into k pieces
+    of a multiple of the tile width; batch matmul: the batch, i.e. the heads). The decision is data in the IR:
     the Transform-dialect schedule matches these attributes, and ops left unmarked (shapes the
     tiles do not divide) stay scalar loops, so no partial tile is ever vectorized.
 
@@ -88,6 +91,9 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
     %0 = linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
     ```
   }];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"1", "Threads the compiled code may use">,
+  ];
 }
 
 def ApplySchedule : Pass<"gpt-apply-schedule", "::mlir::ModuleOp"> {

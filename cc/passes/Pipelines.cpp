@@ -14,7 +14,9 @@
 #include "mlir/Conversion/MathToLibm/MathToLibm.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/OpenMPToLLVM/ConvertOpenMPToLLVM.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/SCFToOpenMP/SCFToOpenMP.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
 #include "mlir/Conversion/VectorToSCF/VectorToSCF.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
@@ -23,6 +25,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -96,7 +99,9 @@ void addLinalgStage(OpPassManager &pm, const PipelineOptions &options) {
 
 void addVectorizedStage(OpPassManager &pm, const PipelineOptions &options) {
   if (!vectorizes(options)) return;
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createSelectRegisterTiles());
+  mlir::transformer::SelectRegisterTilesOptions tiles;
+  tiles.threads = options.threads;
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createSelectRegisterTiles(tiles));
   pm.addPass(mlir::transformer::createApplySchedule());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
@@ -112,6 +117,17 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(mlir::bufferization::createDropEquivalentBufferResultsPass());
   mlir::bufferization::BufferDeallocationPipelineOptions deallocation;
   mlir::bufferization::buildBufferDeallocationPipeline(pm, deallocation);
+  if (vectorizes(options) && options.threads > 1) {
+    // The schedule's scf.forall loops (on buffers now: pitfall 8 of MLIR19_FACTS.md) become
+    // OpenMP worksharing loops. Canonicalization then inlines the memref.alloca_scope the
+    // conversion wraps each body in (it holds no allocas), which would otherwise become invalid
+    // once scf-to-cf gives it several blocks.
+    pm.addPass(mlir::createForallToParallelLoopPass());
+    mlir::ConvertSCFToOpenMPPassOptions openmp;
+    openmp.numThreads = static_cast<unsigned>(options.threads);
+    pm.addPass(mlir::createConvertSCFToOpenMPPass(openmp));
+    pm.addPass(mlir::createCanonicalizerPass());
+  }
   pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
   if (fuses(options)) {
     pm.addPass(mlir::createCanonicalizerPass());
@@ -131,6 +147,7 @@ void addLLVMStage(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(mlir::createArithToLLVMConversionPass());
   pm.addPass(mlir::createConvertIndexToLLVMPass());
   pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(mlir::createConvertOpenMPToLLVMPass());
   pm.addPass(mlir::createConvertControlFlowToLLVMPass());
   pm.addPass(mlir::createConvertFuncToLLVMPass());
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());

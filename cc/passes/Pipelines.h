@@ -40,6 +40,9 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
                        clEnumValN(PipelineLevel::Fused, "fused", "elementwise fusion, CSE, LICM"),
                        clEnumValN(PipelineLevel::Vectorized, "vectorized", "fused + tile-and-vectorize"),
                        clEnumValN(PipelineLevel::Default, "default", "the fastest correct pipeline"))};
+  Option<int64_t> threads{*this, "threads",
+                          llvm::cl::desc("threads the compiled code may use (OpenMP when > 1; vectorized levels)"),
+                          llvm::cl::init(1)};
 };
 
 /// Stage "transformer": canonicalize, shape inference, canonicalize.

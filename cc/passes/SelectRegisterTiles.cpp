@@ -35,16 +35,32 @@ bool tilesEvenly(linalg::LinalgOp op, ArrayRef<int64_t> tile) {
   return true;
 }
 
+/// The number of contiguous pieces to split `op` into for `threads` threads: the largest of 8, 4,
+/// 2 (the counts the schedule handles) not above `threads` that leaves every piece a whole number
+/// of tiles, or 1. Matmuls split along N, batch matmuls along the batch (attention heads).
+int64_t parallelChunks(linalg::LinalgOp op, ArrayRef<int64_t> tile, int64_t threads) {
+  auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
+  bool batched = isa<linalg::BatchMatmulOp>(op);
+  int64_t extent = batched ? shape[0] : shape[1];
+  int64_t unit = batched ? tile[0] : tile[1];
+  for (int64_t chunks : {8, 4, 2})
+    if (chunks <= threads && extent % (chunks * unit) == 0) return chunks;
+  return 1;
+}
+
 class SelectRegisterTilesPass : public impl::SelectRegisterTilesBase<SelectRegisterTilesPass> {
 public:
+  using SelectRegisterTilesBase::SelectRegisterTilesBase;
+
   void runOnOperation() override {
     OpBuilder b(&getContext());
     getOperation().walk([&](linalg::LinalgOp op) {
       for (const TileChoice &choice : kTileTable) {
-        if (op->getName().getStringRef() == choice.opName && tilesEvenly(op, choice.tile)) {
-          op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));
-          break;
-        }
+        if (op->getName().getStringRef() != choice.opName || !tilesEvenly(op, choice.tile)) continue;
+        op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));
+        if (int64_t chunks = parallelChunks(op, choice.tile, threads); chunks > 1)
+          op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
+        break;
       }
     });
   }

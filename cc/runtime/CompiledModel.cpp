@@ -50,6 +50,7 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqL
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   pipeline.level = options_.level;
+  pipeline.threads = std::max(1, options_.threads);
   addPipelineUpTo(pm, stage, pipeline);
   if (mlir::failed(pm.run(*module))) {
     std::string what = cacheLen > 0 ? "the cached step for " + std::to_string(seqLen) + " tokens"
@@ -98,6 +99,7 @@ const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   pipeline.level = options_.level;
+  pipeline.threads = std::max(1, options_.threads);
   addLLVMStage(pm, pipeline);
   if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering the cached step to LLVM failed"));
   auto function = std::make_unique<JitFunction>(*module, "step");

@@ -7,6 +7,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/IR/Module.h"
@@ -70,6 +71,7 @@ std::unique_ptr<llvm::TargetMachine> hostTargetMachine() {
 JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
   mlir::registerBuiltinDialectTranslation(*module.getContext());
   mlir::registerLLVMDialectTranslation(*module.getContext());
+  mlir::registerOpenMPDialectTranslation(*module.getContext());
 
   std::unique_ptr<llvm::TargetMachine> machine = hostTargetMachine();
   // IR level O2 without unrolling (see optimizeModule); the codegen level stays Aggressive.
@@ -77,6 +79,9 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
   std::function<llvm::Error(llvm::Module *)> optimize = [target](llvm::Module *m) { return optimizeModule(m, target); };
   mlir::ExecutionEngineOptions options;
   options.transformer = optimize;  // a function_ref: `optimize` outlives create()
+  // Multi-threaded programs call the OpenMP runtime (__kmpc_fork_call, ...).
+  llvm::StringRef sharedLibraries[] = {GPT_LIBOMP_PATH};
+  options.sharedLibPaths = sharedLibraries;
   options.enableGDBNotificationListener = false;
   options.enablePerfNotificationListener = false;  // otherwise jit-<pid>.dump files pile up
   auto created = mlir::ExecutionEngine::create(module, options, std::move(machine));

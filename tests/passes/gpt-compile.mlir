@@ -7,6 +7,11 @@
 // RUN: gpt-opt %s --pass-pipeline='builtin.module(gpt-transformer-stage,gpt-linalg-stage{level=fused})' | FileCheck %s --check-prefix=LINALG
 // RUN: gpt-opt %s --pass-pipeline='builtin.module(gpt-transformer-stage,gpt-linalg-stage{level=baseline})' | FileCheck %s --check-prefix=UNFUSED
 // RUN: not gpt-opt %s --pass-pipeline='builtin.module(gpt-compile{level=O3})' 2>&1 | FileCheck %s --check-prefix=BADLEVEL
+// RUN: gpt-opt %s --pass-pipeline='builtin.module(gpt-compile{level=default threads=2})' | FileCheck %s --check-prefix=OPENMP
+
+// Two threads: the matmul's N halves run as an OpenMP worksharing loop with 2 threads.
+// OPENMP: omp.parallel num_threads(%{{.*}} : i32)
+// OPENMP: omp.wsloop
 
 // The default level multiplies in 32-wide vectors (the register tile's N); the others do not.
 // LLVM-LABEL: llvm.func @mlp

@@ -45,3 +45,29 @@ func.func @dynamic(%a: tensor<?x64xf32>, %b: tensor<64x96xf32>, %c: tensor<?x96x
   %0 = linalg.matmul ins(%a, %b : tensor<?x64xf32>, tensor<64x96xf32>) outs(%c : tensor<?x96xf32>) -> tensor<?x96xf32>
   return %0 : tensor<?x96xf32>
 }
+
+// -----
+
+// With threads, each marked op also records how many contiguous pieces to split it into: the
+// largest of 8/4/2 not above the thread count that leaves whole tiles (matmul: N = 96 is 3 tiles
+// wide, so it is not split; N = 128 splits in 4 (threads=4) or 2 (threads=2); batch matmul: the
+// 2 batches split in 2).
+// RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles=threads=2 | FileCheck %s --check-prefix=THREADS2
+// RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles=threads=4 | FileCheck %s --check-prefix=THREADS4
+// THREADS2-LABEL: func.func @threads
+// THREADS2: linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%{{.*}}, %{{.*}} : tensor<16x64xf32>, tensor<64x96xf32>)
+// THREADS2: linalg.matmul {gpt.parallel_chunks = 2 : i64, gpt.register_tile = [8, 32, 1]}
+// THREADS2: linalg.batch_matmul {gpt.parallel_chunks = 2 : i64, gpt.register_tile = [1, 8, 8, 1]}
+// THREADS4-LABEL: func.func @threads
+// THREADS4: linalg.matmul {gpt.parallel_chunks = 4 : i64, gpt.register_tile = [8, 32, 1]}
+// THREADS4: linalg.batch_matmul {gpt.parallel_chunks = 2 : i64, gpt.register_tile = [1, 8, 8, 1]}
+// CHECK-LABEL: func.func @threads
+// CHECK-NOT: gpt.parallel_chunks
+func.func @threads(%a: tensor<16x64xf32>, %b: tensor<64x96xf32>, %c: tensor<16x96xf32>,
+                   %b2: tensor<64x128xf32>, %c2: tensor<16x128xf32>,
+                   %x: tensor<2x8x16xf32>, %y: tensor<2x16x8xf32>, %z: tensor<2x8x8xf32>) -> (tensor<16x96xf32>, tensor<16x128xf32>, tensor<2x8x8xf32>) {
+  %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+  %1 = linalg.matmul ins(%a, %b2 : tensor<16x64xf32>, tensor<64x128xf32>) outs(%c2 : tensor<16x128xf32>) -> tensor<16x128xf32>
+  %2 = linalg.batch_matmul ins(%x, %y : tensor<2x8x16xf32>, tensor<2x16x8xf32>) outs(%z : tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
+  return %0, %1, %2 : tensor<16x96xf32>, tensor<16x128xf32>, tensor<2x8x8xf32>
+}

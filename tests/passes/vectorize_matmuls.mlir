@@ -38,6 +38,17 @@ func.func @row(%a: tensor<1x64xf32>, %b: tensor<64x96xf32>, %c: tensor<1x96xf32>
   return %0 : tensor<1x96xf32>
 }
 
+// Split across 2 threads: an scf.forall over two 64-wide halves of N, register tiles inside.
+// CHECK-LABEL: func.func @split
+// CHECK: scf.forall (%{{.*}}) in (2)
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c32
+// CHECK: vector.outerproduct %{{.*}}, %{{.*}}, %{{.*}} {kind = #vector.kind<add>} : vector<8xf32>, vector<32xf32>
+// CHECK: scf.forall.in_parallel
+func.func @split(%a: tensor<16x64xf32>, %b: tensor<64x128xf32>, %c: tensor<16x128xf32>) -> tensor<16x128xf32> {
+  %0 = linalg.matmul {gpt.parallel_chunks = 2 : i64, gpt.register_tile = [8, 32, 1]} ins(%a, %b : tensor<16x64xf32>, tensor<64x128xf32>) outs(%c : tensor<16x128xf32>) -> tensor<16x128xf32>
+  return %0 : tensor<16x128xf32>
+}
+
 // Unmarked ops are not touched.
 // CHECK-LABEL: func.func @unmarked
 // CHECK: linalg.matmul ins

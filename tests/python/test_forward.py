@@ -70,3 +70,24 @@ def test_padding_does_not_leak_into_real_positions():
     ids = token_ids(cfg, 40)
     assert model.bucket_for(7) == 8 and model.bucket_for(40) == 64
     np.testing.assert_allclose(model.forward(ids[:7]), model.forward(ids)[:7], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [NANO, MID], ids=["nano", "mid"])
+def test_thread_counts_agree(shape):
+    """Threads split matmuls into independent pieces (no reduction is split), so 1, 2 and 3
+    threads give the same logits; all match the reference."""
+    cfg = config(shape, "rope")
+    weights = exercising_weights(cfg, seed=6)
+    ids = token_ids(cfg, 50, seed=1)
+    expected = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, "rope")
+    results = []
+    for threads in (1, 2, 3):
+        model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(threads=threads))
+        results.append(model.forward(ids))
+        cache = model.new_cache(64)
+        model.prefill(ids[:40], cache)
+        decoded = [model.decode(int(t), cache) for t in ids[40:]]
+        assert relative_error(np.stack(decoded), results[-1][40:]) < RTOL
+    for logits in results:
+        assert relative_error(logits, expected) < RTOL
+    np.testing.assert_array_equal(results[0], results[1])

@@ -1,9 +1,55 @@
-// Transform-dialect schedule of the `vectorized` pipeline: register-tiles and vectorizes the
-// matmuls that --gpt-select-register-tiles marked, keeping each accumulator tile in vector
+// Transform-dialect schedule of the `vectorized` pipeline: splits the matmuls across threads and
+// register-tiles and vectorizes them, as --gpt-select-register-tiles marked them, keeping each accumulator tile in vector
 // registers across the K loop (MLIR19_FACTS.md sections 3 and 4). Only marked ops are touched:
 // vectorizing whole untiled ops would build huge vectors.
 module attributes {transform.with_named_sequence} {
   transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    // Threads: --gpt-select-register-tiles marks ops to split into `gpt.parallel_chunks`
+    // contiguous pieces (matmul: along N; batch matmul: along the heads), one scf.forall
+    // iteration each, which become an OpenMP loop after bufferization. The pieces keep the
+    // op's attributes, so the register tiling below applies inside each.
+    %matmulChunks2 = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.parallel_chunks = 2} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %matmulChunks2 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %chunk, %forall = transform.structured.tile_using_forall %op num_threads [0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+    %matmulChunks4 = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.parallel_chunks = 4} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %matmulChunks4 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %chunk, %forall = transform.structured.tile_using_forall %op num_threads [0, 4]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+    %matmulChunks8 = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.parallel_chunks = 8} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %matmulChunks8 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %chunk, %forall = transform.structured.tile_using_forall %op num_threads [0, 8]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+    %batchChunks2 = transform.structured.match ops{["linalg.batch_matmul"]} attributes{gpt.parallel_chunks = 2} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %batchChunks2 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %chunk, %forall = transform.structured.tile_using_forall %op num_threads [2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+    %batchChunks4 = transform.structured.match ops{["linalg.batch_matmul"]} attributes{gpt.parallel_chunks = 4} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %batchChunks4 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %chunk, %forall = transform.structured.tile_using_forall %op num_threads [4]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+    %batchChunks8 = transform.structured.match ops{["linalg.batch_matmul"]} attributes{gpt.parallel_chunks = 8} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %batchChunks8 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %chunk, %forall = transform.structured.tile_using_forall %op num_threads [8]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
     // [M, N, K] = [8, 32, 1]: an 8x32 f32 accumulator is 16 zmm registers; each K step is
     // 2 vector loads of B, 8 broadcasts of A and 16 FMAs.
     %matmuls = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.register_tile = [8, 32, 1]} in %root
