@@ -23,9 +23,9 @@ SHAPES = {
 }
 
 
-def measure(shape, pipeline, seq_len, repeats, budget):
+def measure(shape, pipeline, threads, seq_len, repeats, budget):
     cfg = gpt.GPTConfig(**SHAPES[shape])
-    model = gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(pipeline=pipeline))
+    model = gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(pipeline=pipeline, threads=threads))
     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=seq_len)
     start = time.perf_counter()
     model.forward(ids)                       # compiles the bucket, then runs once
@@ -46,6 +46,8 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="nano,gpt2-small")
     parser.add_argument("--pipelines", default="baseline,fused,default")
+    parser.add_argument("--threads", default="1,2",
+                        help="thread counts for the vectorized levels (baseline and fused are single-threaded)")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of timed runs per configuration")
@@ -53,14 +55,17 @@ def main(argv):
 
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_forward.py " + " ".join(argv))
     print()
-    print(f"| model | pipeline | T | compile, cold (s) | forward, 1st call after compile (ms) "
+    print(f"| model | pipeline | threads | T | compile, cold (s) | forward, 1st call after compile (ms) "
           f"| forward, cached (ms, median) | runs |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
         for pipeline in args.pipelines.split(","):
-            compile_s, first_run, latency, runs = measure(shape, pipeline, args.seq_len, args.repeats, args.budget)
-            print(f"| {shape} | {pipeline} | {args.seq_len} | {compile_s:.2f} | {first_run * 1e3:.1f} "
-                  f"| {latency * 1e3:.1f} | {runs} |", flush=True)
+            thread_counts = [int(t) for t in args.threads.split(",")] if pipeline in ("vectorized", "default") else [1]
+            for threads in thread_counts:
+                compile_s, first_run, latency, runs = measure(shape, pipeline, threads, args.seq_len, args.repeats,
+                                                              args.budget)
+                print(f"| {shape} | {pipeline} | {threads} | {args.seq_len} | {compile_s:.2f} | {first_run * 1e3:.1f} "
+                      f"| {latency * 1e3:.1f} | {runs} |", flush=True)
 
 
 if __name__ == "__main__":

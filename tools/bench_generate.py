@@ -37,6 +37,7 @@ def main(argv):
     parser.add_argument("--shapes", default="nano,gpt2-small")
     parser.add_argument("--pipeline", default="default")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="default: all cores")
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_generate.py " + " ".join(argv))
     print()
@@ -45,7 +46,7 @@ def main(argv):
     print("|---|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
         cfg = gpt.GPTConfig(**SHAPES[shape])
-        model = gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(pipeline=args.pipeline))
+        model = gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(pipeline=args.pipeline, threads=args.threads))
         prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, size=16)
         for new in (20, 100):
             # Warm-up: compiles every program both paths need (forward buckets up to 16 + new).
