@@ -191,6 +191,13 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count, const std::vect
   return Logits{out.data(), out.allocated(), out.size(0), out.size(1)};
 }
 
+void CompiledModel::dumpForwardObject(int64_t seqLen, const std::string &path) {
+  if (seqLen < 1 || seqLen > config_.blockSize) throw std::invalid_argument("sequence length outside [1, block_size]");
+  const JitFunction &function = forwardFor(bucketFor(seqLen));
+  std::lock_guard<std::mutex> lock(mutex);
+  function.dumpObject(path);
+}
+
 std::map<int64_t, double> CompiledModel::compiledBuckets() const {
   std::lock_guard<std::mutex> lock(mutex);
   return compileSeconds;

@@ -74,6 +74,10 @@ public:
   /// (cacheLen > 0) the cached step for `seqLen` tokens against a cache of `cacheLen` positions.
   std::string ir(Stage stage, int64_t seqLen, int64_t cacheLen = 0);
 
+  /// Writes the machine code of the forward program for `seqLen` tokens (compiling it if needed)
+  /// to `path`, an ELF object file: what the JIT runs, for inspection with objdump.
+  void dumpForwardObject(int64_t seqLen, const std::string &path);
+
   /// Forward buckets compiled so far, and the wall time spent compiling each.
   std::map<int64_t, double> compiledBuckets() const;
   /// Cached-step programs compiled so far: {(tokens, cache length): seconds}.

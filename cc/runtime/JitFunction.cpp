@@ -82,6 +82,7 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
   // Multi-threaded programs call the OpenMP runtime (__kmpc_fork_call, ...).
   llvm::StringRef sharedLibraries[] = {GPT_LIBOMP_PATH};
   options.sharedLibPaths = sharedLibraries;
+  options.enableObjectDump = true;  // keeps the object so that dumpObject() can show the machine code
   options.enableGDBNotificationListener = false;
   options.enablePerfNotificationListener = false;  // otherwise jit-<pid>.dump files pile up
   auto created = mlir::ExecutionEngine::create(module, options, std::move(machine));
@@ -102,6 +103,8 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
 }
 
 JitFunction::~JitFunction() = default;
+
+void JitFunction::dumpObject(const std::string &path) const { engine->dumpToObjectFile(path); }
 
 void JitFunction::call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments) const {
   // The packed wrapper takes a pointer to each argument's value. A memref argument's value is a

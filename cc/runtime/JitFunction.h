@@ -28,6 +28,9 @@ public:
   /// `scalarArguments`, where the pointer is to an int64_t passed by value (an index argument).
   void call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments = {}) const;
 
+  /// Writes the machine code the JIT produced as an ELF relocatable object file.
+  void dumpObject(const std::string &path) const;
+
 private:
   std::unique_ptr<mlir::ExecutionEngine> engine;
   void (*packed)(void **) = nullptr;

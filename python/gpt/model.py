@@ -145,6 +145,12 @@ class GPT:
             return self._compiled.ir(stage, seq_len, cache_len)
         raise ValueError(f"unknown entry point {entry!r}; expected 'forward' or 'step'")
 
+    def save_object(self, path: str, seq_len: Optional[int] = None) -> None:
+        """Writes the machine code the JIT produced for forward(seq_len tokens) to `path` (an ELF
+        object file; `llvm-objdump -d` shows it)."""
+        seq_len = self._compiled.bucket_for(1) if seq_len is None else self._check_length(seq_len)
+        self._compiled.dump_forward_object(seq_len, str(path))
+
     def compiled_lengths(self) -> dict:
         """{padded sequence length: seconds spent compiling it} for every forward program so far."""
         return dict(self._compiled.compiled_buckets())

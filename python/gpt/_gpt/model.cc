@@ -122,6 +122,13 @@ void initModel(py::module_ &m) {
             return model.ir(*parsed, seqLen, cacheLen);
           },
           py::arg("stage"), py::arg("seq_len"), py::arg("cache_len") = 0)
+      .def(
+          "dump_forward_object",
+          [](CompiledModel &model, int64_t seqLen, const std::string &path) {
+            py::gil_scoped_release release;
+            model.dumpForwardObject(seqLen, path);
+          },
+          py::arg("seq_len"), py::arg("path"), "Writes the JIT's machine code of forward(seq_len) to an ELF object.")
       .def("compiled_buckets", &CompiledModel::compiledBuckets,
            "{bucket: seconds spent compiling it} for every forward bucket compiled so far.")
       .def("compiled_steps", &CompiledModel::compiledSteps,
