@@ -12,6 +12,11 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/ADT/StringExtras.h"
+
 #include <chrono>
 #include <stdexcept>
 
@@ -19,6 +24,8 @@ namespace gpt {
 
 namespace {
 constexpr int64_t kSmallestBucket = 8;  // the register-tile height of the matmul schedules
+// Part of every disk-cache key: bump when the runtime's calling convention changes.
+constexpr const char *kCompilerVersion = "gpt-jit-1 llvm-19.1.7";
 }
 
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
@@ -79,7 +86,8 @@ const JitFunction &CompiledModel::forwardFor(int64_t bucket) {
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = forwardCache.find(bucket); it != forwardCache.end()) return *it->second;
   auto start = std::chrono::steady_clock::now();
-  auto function = std::make_unique<JitFunction>(*lower(Stage::LLVM, bucket, 0), "forward");
+  mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::LLVM, bucket, 0);
+  std::unique_ptr<JitFunction> function = jit(*module, "forward");
   compileSeconds[bucket] = secondsSince(start);
   return *(forwardCache[bucket] = std::move(function));
 }
@@ -102,9 +110,45 @@ const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
   pipeline.threads = std::max(1, options_.threads);
   addLLVMStage(pm, pipeline);
   if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering the cached step to LLVM failed"));
-  auto function = std::make_unique<JitFunction>(*module, "step");
+  std::unique_ptr<JitFunction> function = jit(*module, "step");
   stepCompileSeconds[key] = secondsSince(start);
   return *(stepCache[key] = std::move(function));
+}
+
+std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::StringRef name) {
+  if (options_.cacheDir.empty()) return std::make_unique<JitFunction>(module, name);
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  module.print(os);
+  const std::string host = JitFunction::hostDescription();  // named: the parts below are views
+  llvm::SHA256 hash;
+  for (llvm::StringRef part : {llvm::StringRef(kCompilerVersion), llvm::StringRef(host), name, llvm::StringRef(ir)}) {
+    hash.update(part);
+    hash.update(llvm::StringRef("\0", 1));
+  }
+  std::string path = options_.cacheDir + "/" + llvm::toHex(hash.final(), /*LowerCase=*/true) + ".o";
+  if (std::unique_ptr<JitFunction> loaded = JitFunction::load(path, name)) {
+    ++diskHits;
+    return loaded;
+  }
+  auto function = std::make_unique<JitFunction>(module, name);
+  // Best effort: a cache that cannot be written costs speed, never correctness. Write to a
+  // private name, then rename, so another process never loads a half-written file.
+  if (!llvm::sys::fs::create_directories(options_.cacheDir)) {
+    std::string temporary = path + ".tmp" + std::to_string(llvm::sys::Process::getProcessId());
+    try {
+      function->dumpObject(temporary);
+      if (llvm::sys::fs::rename(temporary, path)) llvm::sys::fs::remove(temporary);
+    } catch (const std::exception &) {
+      llvm::sys::fs::remove(temporary);
+    }
+  }
+  return function;
+}
+
+int64_t CompiledModel::diskCacheHits() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return diskHits;
 }
 
 void CompiledModel::checkWeights(const std::vector<const float *> &weights) const {

@@ -32,6 +32,10 @@ struct CompileError : std::runtime_error {
 struct CompileOptions {
   PipelineLevel level = PipelineLevel::Default;
   int threads = 0;  ///< 0: all cores
+  /// Directory of the on-disk object cache shared by processes; empty: no disk cache. Entries are
+  /// keyed by the SHA-256 of the program's LLVM-dialect IR (which encodes shapes and options),
+  /// the host CPU and features, and the compiler version.
+  std::string cacheDir;
 };
 
 /// Logits returned by compiled code: `rows x cols` floats at `data`, in a buffer that compiled
@@ -82,12 +86,16 @@ public:
   std::map<int64_t, double> compiledBuckets() const;
   /// Cached-step programs compiled so far: {(tokens, cache length): seconds}.
   std::map<std::pair<int64_t, int64_t>, double> compiledSteps() const;
+  /// Programs loaded from the on-disk cache instead of being compiled.
+  int64_t diskCacheHits() const;
 
 private:
   /// Builds the module of an entry point and runs the pipeline up to `stage` on it.
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen);
   const JitFunction &forwardFor(int64_t bucket);
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
+  /// JIT-compiles an LLVM-dialect module, or loads it from the disk cache, storing it there.
+  std::unique_ptr<JitFunction> jit(mlir::ModuleOp module, llvm::StringRef name);
   void checkWeights(const std::vector<const float *> &weights) const;
 
   GPTConfig config_;
@@ -99,6 +107,7 @@ private:
   std::map<int64_t, double> compileSeconds;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;
   std::map<std::pair<int64_t, int64_t>, double> stepCompileSeconds;
+  int64_t diskHits = 0;
 };
 
 } // namespace gpt

@@ -8,11 +8,15 @@
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
@@ -49,17 +53,25 @@ llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine) {
   return llvm::Error::success();
 }
 
-std::unique_ptr<llvm::TargetMachine> hostTargetMachine() {
+void initializeNativeTarget() {
   static std::once_flag once;
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
   });
-  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(llvm::sys::getProcessTriple())};
-  builder.setCPU(llvm::sys::getHostCPUName().str());
+}
+
+llvm::SubtargetFeatures hostFeatures() {
   llvm::SubtargetFeatures features;
   for (const auto &[feature, enabled] : llvm::sys::getHostCPUFeatures()) features.AddFeature(feature, enabled);
-  builder.addFeatures(features.getFeatures());
+  return features;
+}
+
+std::unique_ptr<llvm::TargetMachine> hostTargetMachine() {
+  initializeNativeTarget();
+  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(llvm::sys::getProcessTriple())};
+  builder.setCPU(llvm::sys::getHostCPUName().str());
+  builder.addFeatures(hostFeatures().getFeatures());
   builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   auto machine = builder.createTargetMachine();
   if (!machine) throw std::runtime_error("cannot create a TargetMachine for the host: " + describe(machine.takeError()));
@@ -102,9 +114,71 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
   packed = *function;
 }
 
+JitFunction::JitFunction() = default;
 JitFunction::~JitFunction() = default;
 
-void JitFunction::dumpObject(const std::string &path) const { engine->dumpToObjectFile(path); }
+std::string JitFunction::hostDescription() {
+  // Sorted: the feature map's iteration order differs between processes.
+  std::vector<std::string> features = hostFeatures().getFeatures();
+  std::sort(features.begin(), features.end());
+  std::string description = llvm::sys::getProcessTriple() + " " + llvm::sys::getHostCPUName().str();
+  for (const std::string &feature : features) description += " " + feature;
+  return description;
+}
+
+std::unique_ptr<JitFunction> JitFunction::load(const std::string &objectPath, llvm::StringRef name) {
+  initializeNativeTarget();
+  auto buffer = llvm::MemoryBuffer::getFile(objectPath);
+  if (!buffer) return nullptr;
+  auto jit = llvm::orc::LLJITBuilder().create();
+  if (!jit) {
+    llvm::consumeError(jit.takeError());
+    return nullptr;
+  }
+  llvm::orc::JITDylib &dylib = (*jit)->getMainJITDylib();
+  // The same symbols the ExecutionEngine gave the code when it was compiled: the process (libc,
+  // libm), the OpenMP runtime and memrefCopy.
+  char prefix = (*jit)->getDataLayout().getGlobalPrefix();
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix);
+  auto openmp = llvm::orc::DynamicLibrarySearchGenerator::Load(GPT_LIBOMP_PATH, prefix);
+  if (!process || !openmp) {
+    llvm::consumeError(process.takeError());
+    llvm::consumeError(openmp.takeError());
+    return nullptr;
+  }
+  dylib.addGenerator(std::move(*process));
+  dylib.addGenerator(std::move(*openmp));
+  llvm::orc::MangleAndInterner interner((*jit)->getExecutionSession(), (*jit)->getDataLayout());
+  llvm::orc::SymbolMap symbols;
+  symbols[interner("memrefCopy")] = {llvm::orc::ExecutorAddr::fromPtr(&memrefCopy), llvm::JITSymbolFlags::Exported};
+  if (llvm::Error error = dylib.define(llvm::orc::absoluteSymbols(std::move(symbols)))) {
+    llvm::consumeError(std::move(error));
+    return nullptr;
+  }
+  if (llvm::Error error = (*jit)->addObjectFile(std::move(*buffer))) {
+    llvm::consumeError(std::move(error));
+    return nullptr;
+  }
+  auto address = (*jit)->lookup(("_mlir__mlir_ciface_" + name).str());
+  if (!address) {
+    llvm::consumeError(address.takeError());
+    return nullptr;
+  }
+  std::unique_ptr<JitFunction> function(new JitFunction());
+  function->packed = address->toPtr<void (*)(void **)>();
+  function->loaded = std::move(*jit);
+  function->objectPath = objectPath;
+  return function;
+}
+
+void JitFunction::dumpObject(const std::string &path) const {
+  if (engine) {
+    engine->dumpToObjectFile(path);
+    return;
+  }
+  if (std::error_code error = llvm::sys::fs::copy_file(objectPath, path))
+    throw std::runtime_error("cannot copy " + objectPath + " to " + path + ": " + error.message());
+}
 
 void JitFunction::call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments) const {
   // The packed wrapper takes a pointer to each argument's value. A memref argument's value is a

@@ -8,6 +8,10 @@
 #include <memory>
 #include <string>
 
+namespace llvm::orc {
+class LLJIT;
+} // namespace llvm::orc
+
 namespace mlir {
 class ExecutionEngine;
 class ModuleOp;
@@ -23,6 +27,14 @@ public:
   JitFunction(mlir::ModuleOp module, llvm::StringRef name);
   ~JitFunction();
 
+  /// Loads an object file written by dumpObject() in this or an earlier process, with plain ORC
+  /// (no MLIR, no LLVM optimization or codegen). Returns nullptr when it cannot be loaded.
+  static std::unique_ptr<JitFunction> load(const std::string &objectPath, llvm::StringRef name);
+
+  /// The host's CPU name and features: part of every on-disk cache key, since the code is
+  /// specialised for them.
+  static std::string hostDescription();
+
   /// Calls `_mlir_ciface_<name>(args...)`: one pointer per argument, each to a memref
   /// descriptor (the first one receives the returned memref), except at the positions listed in
   /// `scalarArguments`, where the pointer is to an int64_t passed by value (an index argument).
@@ -32,7 +44,10 @@ public:
   void dumpObject(const std::string &path) const;
 
 private:
-  std::unique_ptr<mlir::ExecutionEngine> engine;
+  JitFunction();
+  std::unique_ptr<mlir::ExecutionEngine> engine;  // compiled here
+  std::unique_ptr<llvm::orc::LLJIT> loaded;       // or loaded from an object file
+  std::string objectPath;
   void (*packed)(void **) = nullptr;
 };
 

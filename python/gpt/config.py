@@ -44,10 +44,14 @@ class GPTConfig:
 class CompileOptions:
     """How models are compiled. `pipeline` is one of "baseline" (scalar loops, the unoptimized
     reference), "fused", "vectorized" or "default" (the fastest correct one); `threads=None`
-    means all cores."""
+    means all cores. Compiled code is also kept on disk, so that the next process loads it
+    instead of compiling: in `cache_dir` (default `$GPT_CACHE_DIR`, else `~/.cache/gpt/jit`), unless
+    `disk_cache=False`."""
 
     pipeline: str = "default"
     threads: Optional[int] = None
+    cache_dir: Optional[str] = None
+    disk_cache: bool = True
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -58,3 +62,10 @@ class CompileOptions:
 
     def resolved_threads(self) -> int:
         return self.threads or os.cpu_count() or 1
+
+    def resolved_cache_dir(self) -> str:
+        """The disk-cache directory, or "" when the disk cache is off."""
+        if not self.disk_cache:
+            return ""
+        return self.cache_dir or os.environ.get("GPT_CACHE_DIR") or os.path.join(
+            os.path.expanduser("~"), ".cache", "gpt", "jit")

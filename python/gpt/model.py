@@ -30,7 +30,7 @@ class GPT:
             n_layer=config.n_layer, n_head=config.n_head, n_embd=config.n_embd, vocab_size=config.vocab_size,
             block_size=config.block_size, rope=config.pos_embedding == "rope",
             layer_norm_eps=float(config.layer_norm_eps), pipeline=options.pipeline,
-            threads=options.resolved_threads())
+            threads=options.resolved_threads(), cache_dir=options.resolved_cache_dir())
         self._arguments = self._arrange_arguments()
         self._last_generation = {}
 
@@ -158,6 +158,10 @@ class GPT:
     def compiled_steps(self) -> dict:
         """{(tokens, cache length): seconds spent compiling it} for every cached-step program so far."""
         return dict(self._compiled.compiled_steps())
+
+    def disk_cache_hits(self) -> int:
+        """How many programs were loaded from the on-disk cache instead of being compiled."""
+        return self._compiled.disk_cache_hits()
 
     def compile_seconds(self) -> float:
         """Total seconds this model has spent compiling."""

@@ -20,4 +20,6 @@ def _preload_sanitizer_runtimes():
 
 if __name__ == "__main__":
     _preload_sanitizer_runtimes()
+    # Compiled code goes to the test's scratch space, not to ~/.cache/gpt of whoever runs the tests.
+    os.environ.setdefault("GPT_CACHE_DIR", os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "gpt-jit-cache"))
     sys.exit(pytest.main(["-q", "-p", "no:cacheprovider"] + sys.argv[1:]))

@@ -86,17 +86,19 @@ py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | p
 void initModel(py::module_ &m) {
   py::class_<CompiledModel>(m, "CompiledModel")
       .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
-                       float layerNormEps, const std::string &pipeline, int threads) {
+                       float layerNormEps, const std::string &pipeline, int threads, const std::string &cacheDir) {
              GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope, layerNormEps};
              CompileOptions options;
              std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
              if (!level) throw std::invalid_argument("unknown pipeline '" + pipeline + "'");
              options.level = *level;
              options.threads = threads;
+             options.cacheDir = cacheDir;
              return std::make_unique<CompiledModel>(config, options);
            }),
            py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
-           py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"))
+           py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"),
+           py::arg("cache_dir") = "")
       .def("parameter_specs",
            [](const CompiledModel &model) {
              py::list specs;
@@ -131,6 +133,8 @@ void initModel(py::module_ &m) {
           py::arg("seq_len"), py::arg("path"), "Writes the JIT's machine code of forward(seq_len) to an ELF object.")
       .def("compiled_buckets", &CompiledModel::compiledBuckets,
            "{bucket: seconds spent compiling it} for every forward bucket compiled so far.")
+      .def("disk_cache_hits", &CompiledModel::diskCacheHits,
+           "Programs loaded from the on-disk cache instead of being compiled.")
       .def("compiled_steps", &CompiledModel::compiledSteps,
            "{(tokens, cache length): seconds} for every cached-step program compiled so far.");
   m.attr("STAGES") = py::cast(stageNames());
