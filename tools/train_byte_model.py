@@ -37,10 +37,10 @@ def corpus() -> tuple:
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="python/gpt/data/byte-gpt")
-    parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (the shipped weights used 2)")
     args = parser.parse_args(argv)
 
     torch.manual_seed(SEED)
