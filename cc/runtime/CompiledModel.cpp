@@ -146,21 +146,39 @@ std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::Str
   return function;
 }
 
+double CompiledModel::totalCompileSeconds() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  double total = 0;
+  for (const auto &[bucket, seconds] : compileSeconds) total += seconds;
+  for (const auto &[key, seconds] : stepCompileSeconds) total += seconds;
+  return total;
+}
+
 int64_t CompiledModel::diskCacheHits() const {
   std::lock_guard<std::mutex> lock(mutex);
   return diskHits;
 }
 
-void CompiledModel::checkWeights(const std::vector<const float *> &weights) const {
+void CompiledModel::setWeights(const std::vector<const float *> &weights) {
   if (weights.size() != parameters_.size())
     throw std::invalid_argument("expected " + std::to_string(parameters_.size()) + " weights, got " +
                                 std::to_string(weights.size()));
+  std::vector<MemRefDescriptor> descriptors;
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    descriptors.push_back(MemRefDescriptor::view(weights[i], parameters_[i].shape));
+  std::lock_guard<std::mutex> lock(mutex);
+  weightDescriptors = std::move(descriptors);
+}
+
+void CompiledModel::run(const JitFunction &function, std::vector<void *> leading, llvm::ArrayRef<size_t> scalarArguments) {
+  if (weightDescriptors.empty()) throw std::logic_error("CompiledModel: setWeights() was never called");
+  // Compiled code only reads argument descriptors, so concurrent calls can share the weights'.
+  for (MemRefDescriptor &weight : weightDescriptors) leading.push_back(weight.pointer());
+  function.call(leading, scalarArguments);
 }
 
 Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,
-                           const std::vector<float *> &keys, const std::vector<float *> &values,
-                           const std::vector<const float *> &weights) {
-  checkWeights(weights);
+                           const std::vector<float *> &keys, const std::vector<float *> &values) {
   if (keys.size() != static_cast<size_t>(config_.nLayer) || values.size() != keys.size())
     throw std::invalid_argument("expected one key and one value cache per layer");
   if (cacheLen < 1 || cacheLen > config_.blockSize)
@@ -178,37 +196,29 @@ Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, in
   for (int64_t i = 0; i < rows; ++i) positions[i] = std::min(offset + i, config_.blockSize - 1);
   const int64_t headSize = config_.nEmbd / config_.nHead;
 
-  std::vector<MemRefDescriptor> descriptors;
-  descriptors.reserve(4 + 2 * keys.size() + parameters_.size());
-  descriptors.push_back(MemRefDescriptor::result(2));
-  descriptors.push_back(MemRefDescriptor::view(paddedIds.data(), {rows}));
-  descriptors.push_back(MemRefDescriptor::view(positions.data(), {rows}));
-  descriptors.push_back(MemRefDescriptor::view(last.data(), {1}));
+  // Built before any pointer into it is taken: the vector must not reallocate afterwards.
+  std::vector<MemRefDescriptor> descriptors = {
+      MemRefDescriptor::result(2), MemRefDescriptor::view(paddedIds.data(), {rows}),
+      MemRefDescriptor::view(positions.data(), {rows}), MemRefDescriptor::view(last.data(), {1})};
   for (size_t l = 0; l < keys.size(); ++l) {
     descriptors.push_back(MemRefDescriptor::view(keys[l], {config_.nHead, cacheLen, headSize}));
     descriptors.push_back(MemRefDescriptor::view(values[l], {config_.nHead, cacheLen, headSize}));
   }
-  for (size_t i = 0; i < parameters_.size(); ++i)
-    descriptors.push_back(MemRefDescriptor::view(weights[i], parameters_[i].shape));
-  std::vector<void *> pointers;
-  pointers.push_back(descriptors[0].pointer());
-  pointers.push_back(descriptors[1].pointer());
-  pointers.push_back(descriptors[2].pointer());
-  pointers.push_back(descriptors[3].pointer());
   int64_t offsetArgument = offset;  // an index argument is passed by value
-  pointers.push_back(&offsetArgument);
-  for (size_t i = 4; i < descriptors.size(); ++i) pointers.push_back(descriptors[i].pointer());
-  function.call(pointers, /*scalarArguments=*/{4});
+  std::vector<void *> arguments;
+  for (size_t i = 0; i < 4; ++i) arguments.push_back(descriptors[i].pointer());
+  arguments.push_back(&offsetArgument);
+  for (size_t i = 4; i < descriptors.size(); ++i) arguments.push_back(descriptors[i].pointer());
+  run(function, std::move(arguments), /*scalarArguments=*/{4});
 
   const MemRefDescriptor &out = descriptors.front();
   return Logits{out.data(), out.allocated(), out.size(0), out.size(1)};
 }
 
-Logits CompiledModel::forward(const int64_t *ids, int64_t count, const std::vector<const float *> &weights) {
+Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
   if (count < 1 || count > config_.blockSize)
     throw std::invalid_argument("sequence length " + std::to_string(count) + " is outside [1, block_size=" +
                                 std::to_string(config_.blockSize) + "]");
-  checkWeights(weights);
   int64_t bucket = bucketFor(count);
   const JitFunction &function = forwardFor(bucket);
 
@@ -218,16 +228,12 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count, const std::vect
   std::copy(ids, ids + count, paddedIds.begin());
   for (int64_t i = 0; i < bucket; ++i) positions[i] = i;
 
-  std::vector<MemRefDescriptor> descriptors;
-  descriptors.reserve(parameters_.size() + 3);
-  descriptors.push_back(MemRefDescriptor::result(2));
-  descriptors.push_back(MemRefDescriptor::view(paddedIds.data(), {bucket}));
-  descriptors.push_back(MemRefDescriptor::view(positions.data(), {bucket}));
-  for (size_t i = 0; i < parameters_.size(); ++i)
-    descriptors.push_back(MemRefDescriptor::view(weights[i], parameters_[i].shape));
-  std::vector<void *> pointers;
-  for (MemRefDescriptor &d : descriptors) pointers.push_back(d.pointer());
-  function.call(pointers);
+  std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::result(2),
+                                               MemRefDescriptor::view(paddedIds.data(), {bucket}),
+                                               MemRefDescriptor::view(positions.data(), {bucket})};
+  std::vector<void *> arguments;
+  for (MemRefDescriptor &d : descriptors) arguments.push_back(d.pointer());
+  run(function, std::move(arguments));
 
   const MemRefDescriptor &out = descriptors.front();
   if (out.stride(1) != 1 || out.stride(0) != out.size(1))

@@ -5,6 +5,7 @@
 
 #include "cc/builder/GPTBuilder.h"
 #include "cc/passes/Pipelines.h"
+#include "cc/runtime/MemRefDescriptor.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -61,9 +62,14 @@ public:
   /// program per length; causal attention makes the padding invisible to the real positions.
   int64_t bucketFor(int64_t seqLen) const;
 
-  /// Logits [bucket, padded vocab] of `ids` (1 <= count <= block_size) padded to its bucket; `weights`
-  /// point at dense float32 arrays in `parameters()` order. Compiles on the first call per bucket.
-  Logits forward(const int64_t *ids, int64_t count, const std::vector<const float *> &weights);
+  /// Binds the weights every entry point reads: dense float32 arrays in `parameters()` order,
+  /// owned by the caller and alive while the model runs. Their descriptors are built once here,
+  /// not on every call.
+  void setWeights(const std::vector<const float *> &weights);
+
+  /// Logits [bucket, padded vocab] of `ids` (1 <= count <= block_size) padded to its bucket.
+  /// Compiles on the first call per bucket.
+  Logits forward(const int64_t *ids, int64_t count);
 
   /// One cached step (prefill or decode): `count` tokens at positions offset .. offset+count-1,
   /// their keys/values written into the per-layer caches `keys[l]`, `values[l]` (dense
@@ -72,7 +78,7 @@ public:
   /// their bucket when the padded rows still fit in the cache (else compiled for exactly `count`).
   /// Throws std::invalid_argument, before touching the caches, when they would overflow.
   Logits step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen, const std::vector<float *> &keys,
-              const std::vector<float *> &values, const std::vector<const float *> &weights);
+              const std::vector<float *> &values);
 
   /// The program of an entry point after `stage`, as text: forward for `seqLen` tokens, or
   /// (cacheLen > 0) the cached step for `seqLen` tokens against a cache of `cacheLen` positions.
@@ -88,6 +94,8 @@ public:
   std::map<std::pair<int64_t, int64_t>, double> compiledSteps() const;
   /// Programs loaded from the on-disk cache instead of being compiled.
   int64_t diskCacheHits() const;
+  /// Seconds spent compiling (or loading) every program so far.
+  double totalCompileSeconds() const;
 
 private:
   /// Builds the module of an entry point and runs the pipeline up to `stage` on it.
@@ -96,11 +104,14 @@ private:
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
   /// JIT-compiles an LLVM-dialect module, or loads it from the disk cache, storing it there.
   std::unique_ptr<JitFunction> jit(mlir::ModuleOp module, llvm::StringRef name);
-  void checkWeights(const std::vector<const float *> &weights) const;
+  /// Runs `function` on `leading` (the result descriptor, then the per-call arguments) followed by
+  /// the bound weights; `scalarArguments` as in JitFunction::call.
+  void run(const JitFunction &function, std::vector<void *> leading, llvm::ArrayRef<size_t> scalarArguments = {});
 
   GPTConfig config_;
   CompileOptions options_;
   std::vector<ParameterSpec> parameters_;
+  std::vector<MemRefDescriptor> weightDescriptors;  // set once by setWeights
   std::unique_ptr<mlir::MLIRContext> context;
   mutable std::mutex mutex;  // guards the context and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;

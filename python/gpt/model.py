@@ -32,6 +32,7 @@ class GPT:
             layer_norm_eps=float(config.layer_norm_eps), pipeline=options.pipeline,
             threads=options.resolved_threads(), cache_dir=options.resolved_cache_dir())
         self._arguments = self._arrange_arguments()
+        self._compiled.set_weights(self._arguments)
         self._last_generation = {}
 
     # -- constructors ---------------------------------------------------------------------------
@@ -77,7 +78,7 @@ class GPT:
     def forward(self, ids: Sequence[int]) -> np.ndarray:
         """Logits [len(ids), vocab_size] for every position of the token sequence `ids`."""
         ids = self._check_ids(ids)
-        logits = self._compiled.forward(ids, self._arguments)
+        logits = self._compiled.forward(ids)
         return logits[: len(ids), : self._config.vocab_size]
 
     def new_cache(self, max_len: Optional[int] = None) -> KVCache:
@@ -165,7 +166,7 @@ class GPT:
 
     def compile_seconds(self) -> float:
         """Total seconds this model has spent compiling."""
-        return sum(self.compiled_lengths().values()) + sum(self.compiled_steps().values())
+        return self._compiled.total_compile_seconds()
 
     def bucket_for(self, seq_len: int) -> int:
         """The padded length that `seq_len` tokens are compiled and run at."""
@@ -180,8 +181,7 @@ class GPT:
             raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
         if len(cache) + len(ids) > cache.max_len:
             raise ValueError(f"KV cache is full: {len(cache)} + {len(ids)} tokens exceed max_len={cache.max_len}")
-        logits = self._compiled.step(ids, len(cache), cache.max_len, cache._key_views, cache._value_views,
-                                     self._arguments)
+        logits = self._compiled.step(ids, len(cache), cache.max_len, cache._key_views, cache._value_views)
         cache._length += len(ids)  # only once the step has run
         return logits[0, : self._config.vocab_size]
 

@@ -16,6 +16,7 @@ namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style>;
 
+/// Checks the weights against the model's parameter specs and returns their data pointers.
 std::vector<const float *> weightPointers(const CompiledModel &model, const py::list &weights) {
   const std::vector<ParameterSpec> &specs = model.parameters();
   if (weights.size() != specs.size())
@@ -35,14 +36,12 @@ std::vector<const float *> weightPointers(const CompiledModel &model, const py::
 
 py::array wrapLogits(const Logits &logits);
 
-py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
-                  const py::list &weights) {
+py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids) {
   if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
-  std::vector<const float *> pointers = weightPointers(model, weights);
   Logits logits;
   {
     py::gil_scoped_release release;
-    logits = model.forward(ids.data(), ids.shape(0), pointers);
+    logits = model.forward(ids.data(), ids.shape(0));
   }
   return wrapLogits(logits);
 }
@@ -69,14 +68,13 @@ std::vector<float *> cachePointers(const CompiledModel &model, const py::list &c
 }
 
 py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids, int64_t offset,
-               int64_t cacheLen, const py::list &keys, const py::list &values, const py::list &weights) {
+               int64_t cacheLen, const py::list &keys, const py::list &values) {
   if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
-  std::vector<const float *> weightPtrs = weightPointers(model, weights);
   std::vector<float *> keyPtrs = cachePointers(model, keys, cacheLen), valuePtrs = cachePointers(model, values, cacheLen);
   Logits logits;
   {
     py::gil_scoped_release release;
-    logits = model.step(ids.data(), ids.shape(0), offset, cacheLen, keyPtrs, valuePtrs, weightPtrs);
+    logits = model.step(ids.data(), ids.shape(0), offset, cacheLen, keyPtrs, valuePtrs);
   }
   return wrapLogits(logits);
 }
@@ -109,10 +107,14 @@ void initModel(py::module_ &m) {
            "(name, shape) of every weight, in the order forward() takes them.")
       .def("bucket_for", &CompiledModel::bucketFor, py::arg("seq_len"),
            "The padded sequence length that seq_len tokens are compiled for.")
-      .def("forward", &forward, py::arg("ids"), py::arg("weights"),
+      .def(
+          "set_weights",
+          [](CompiledModel &model, const py::list &weights) { model.setWeights(weightPointers(model, weights)); },
+          py::arg("weights"), py::keep_alive<1, 2>(),
+          "Binds the weights (checked here, once) for every later call; the model keeps the list alive.")
+      .def("forward", &forward, py::arg("ids"),
            "Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding.")
       .def("step", &step, py::arg("ids"), py::arg("offset"), py::arg("cache_len"), py::arg("keys"), py::arg("values"),
-           py::arg("weights"),
            "Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and "
            "whose keys/values are written into the per-layer caches in place.")
       .def(
@@ -133,6 +135,8 @@ void initModel(py::module_ &m) {
           py::arg("seq_len"), py::arg("path"), "Writes the JIT's machine code of forward(seq_len) to an ELF object.")
       .def("compiled_buckets", &CompiledModel::compiledBuckets,
            "{bucket: seconds spent compiling it} for every forward bucket compiled so far.")
+      .def("total_compile_seconds", &CompiledModel::totalCompileSeconds,
+           "Seconds spent compiling (or loading) every program so far.")
       .def("disk_cache_hits", &CompiledModel::diskCacheHits,
            "Programs loaded from the on-disk cache instead of being compiled.")
       .def("compiled_steps", &CompiledModel::compiledSteps,
