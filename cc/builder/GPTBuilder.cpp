@@ -30,8 +30,12 @@ std::string GPTConfig::validate() const {
   return "";
 }
 
-std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c) {
+std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, bool packWeights) {
   const int64_t d = c.nEmbd;
+  // A matmul's [K, N] weight: packed into panels when asked and N divides into them.
+  auto matmulWeight = [&](std::string name, int64_t k, int64_t n) {
+    return ParameterSpec{std::move(name), {k, n}, packWeights && n % kPanelWidth == 0 ? kPanelWidth : 0};
+  };
   std::vector<ParameterSpec> specs = {{"transformer.wte.weight", {c.vocabSize, d}}};
   if (!c.rope) specs.push_back({"transformer.wpe.weight", {c.blockSize, d}});
   for (int64_t i = 0; i < c.nLayer; ++i) {
@@ -39,21 +43,21 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c) {
     specs.insert(specs.end(), {
                                   {p + "ln_1.weight", {d}},
                                   {p + "ln_1.bias", {d}},
-                                  {p + "attn.c_attn.weight", {d, 3 * d}},
+                                  matmulWeight(p + "attn.c_attn.weight", d, 3 * d),
                                   {p + "attn.c_attn.bias", {3 * d}},
-                                  {p + "attn.c_proj.weight", {d, d}},
+                                  matmulWeight(p + "attn.c_proj.weight", d, d),
                                   {p + "attn.c_proj.bias", {d}},
                                   {p + "ln_2.weight", {d}},
                                   {p + "ln_2.bias", {d}},
-                                  {p + "mlp.c_fc.weight", {d, 4 * d}},
+                                  matmulWeight(p + "mlp.c_fc.weight", d, 4 * d),
                                   {p + "mlp.c_fc.bias", {4 * d}},
-                                  {p + "mlp.c_proj.weight", {4 * d, d}},
+                                  matmulWeight(p + "mlp.c_proj.weight", 4 * d, d),
                                   {p + "mlp.c_proj.bias", {d}},
                               });
   }
   specs.push_back({"transformer.ln_f.weight", {d}});
   specs.push_back({"transformer.ln_f.bias", {d}});
-  specs.push_back({"lm_head.weight_t", {d, c.paddedVocabSize()}});
+  specs.push_back(matmulWeight("lm_head.weight_t", d, c.paddedVocabSize()));
   return specs;
 }
 
@@ -67,7 +71,12 @@ public:
   Type unranked() { return UnrankedTensorType::get(b.getF32Type()); }
 
   Value add(Value x, Value y) { return b.create<AddOp>(loc, unranked(), x, y); }
-  Value linear(Value x, Value w, Value bias) { return add(b.create<MatmulOp>(loc, unranked(), x, w), bias); }
+  /// x times a weight, plain [K, N] or packed in panels [N/P, K, P].
+  Value matmul(Value x, Value w) {
+    if (cast<RankedTensorType>(w.getType()).getRank() == 3) return b.create<PackedMatmulOp>(loc, unranked(), x, w);
+    return b.create<MatmulOp>(loc, unranked(), x, w);
+  }
+  Value linear(Value x, Value w, Value bias) { return add(matmul(x, w), bias); }
   Value layerNorm(Value x, Value w, Value bias) {
     return b.create<LayerNormOp>(loc, unranked(), x, w, bias, b.getF32FloatAttr(config.layerNormEps));
   }
@@ -158,7 +167,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
     resultTypes.append({cacheType, cacheType});
   }
   int64_t firstWeight = argTypes.size();
-  for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(RankedTensorType::get(spec.shape, f32));
+  for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(RankedTensorType::get(spec.argumentShape(), f32));
   func::FuncOp fn = createFunction(b, loc, cached ? "gpt_block_cached" : "gpt_block", argTypes, resultTypes,
                                    /*entryPoint=*/false);
   if (cached)  // the caches are updated in place
@@ -183,8 +192,8 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   return fn;
 }
 
-std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config) {
-  std::vector<ParameterSpec> specs = parameterSpecs(config), layer;
+std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config, bool packWeights) {
+  std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights), layer;
   for (const char *name : kLayerWeightNames)
     for (const ParameterSpec &spec : specs)
       if (spec.name == std::string("transformer.h.0.") + name) layer.push_back(spec);
@@ -200,19 +209,19 @@ SmallVector<Value> layerWeights(std::map<std::string, Value> &weights, int64_t l
 
 } // namespace
 
-OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen) {
+OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, bool packWeights) {
   ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect, tensor::TensorDialect>();
   OpBuilder b(&ctx);
   Location loc = NameLoc::get(b.getStringAttr("gpt.forward"));
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
 
-  std::vector<ParameterSpec> specs = parameterSpecs(config);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config));
+  std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, packWeights));
 
   auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
   SmallVector<Type> argTypes = {idsType, idsType};
-  for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.shape, b.getF32Type()));
+  for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.argumentShape(), b.getF32Type()));
   auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize()}, b.getF32Type());
   func::FuncOp fn = createFunction(b, loc, "forward", argTypes, {logitsType}, /*entryPoint=*/true);
   b.setInsertionPointToStart(&fn.front());
@@ -232,27 +241,28 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
     x = b.create<func::CallOp>(loc, block, operands).getResult(0);
   }
   x = g.layerNorm(x, weights["transformer.ln_f.weight"], weights["transformer.ln_f.bias"]);
-  Value logits = b.create<MatmulOp>(loc, g.unranked(), x, weights["lm_head.weight_t"]);
+  Value logits = g.matmul(x, weights["lm_head.weight_t"]);
   b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, logitsType, logits).getResult());
   return module;
 }
 
-OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, int64_t cacheLen) {
+OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, int64_t cacheLen,
+                                bool packWeights) {
   ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect, tensor::TensorDialect>();
   OpBuilder b(&ctx);
   Location loc = NameLoc::get(b.getStringAttr("gpt.step"));
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config), cacheLen);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, packWeights), cacheLen);
 
   Type f32 = b.getF32Type();
   auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
   auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.nEmbd / config.nHead}, f32);
-  std::vector<ParameterSpec> specs = parameterSpecs(config);
+  std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights);
   SmallVector<Type> argTypes = {idsType, idsType, RankedTensorType::get({1}, b.getI64Type()), b.getIndexType()};
   const int64_t firstCache = argTypes.size(), firstWeight = firstCache + 2 * config.nLayer;
   argTypes.append(2 * config.nLayer, cacheType);
-  for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.shape, f32));
+  for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.argumentShape(), f32));
   auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, f32);
   SmallVector<Type> resultTypes = {logitsType};
   resultTypes.append(2 * config.nLayer, cacheType);
@@ -283,7 +293,7 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   // activations) before the final LayerNorm and the LM head.
   x = b.create<EmbeddingOp>(loc, g.unranked(), x, last);
   x = g.layerNorm(x, weights["transformer.ln_f.weight"], weights["transformer.ln_f.bias"]);
-  Value logits = b.create<MatmulOp>(loc, g.unranked(), x, weights["lm_head.weight_t"]);
+  Value logits = g.matmul(x, weights["lm_head.weight_t"]);
   SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     results.push_back(keys[layer]);

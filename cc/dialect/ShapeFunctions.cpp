@@ -96,6 +96,24 @@ FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError)
   return ranked(shape, lhs);
 }
 
+FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, EmitErrorFn emitError) {
+  auto l = dyn_cast<RankedTensorType>(lhs);
+  auto r = dyn_cast<RankedTensorType>(rhs);
+  if (r && r.getRank() != 3)
+    return emitError() << "rhs must be a rank-3 [N / P, K, P] panel-packed weight, got " << rhs;
+  if (!l || !r) return unranked(lhs);
+  if (failed(checkRank(l, 2, "lhs", emitError))) return failure();
+  int64_t k1 = l.getShape().back(), k2 = r.getDimSize(1);
+  if (!dimsCompatible(k1, k2))
+    return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k1
+                       << " columns but the packed rhs " << rhs << " has " << k2 << " rows";
+  SmallVector<int64_t> shape(l.getShape().drop_back());
+  int64_t panels = r.getDimSize(0), width = r.getDimSize(2);
+  shape.push_back(ShapedType::isDynamic(panels) || ShapedType::isDynamic(width) ? ShapedType::kDynamic
+                                                                                : panels * width);
+  return ranked(shape, lhs);
+}
+
 FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError) {
   auto in = dyn_cast<RankedTensorType>(input);
   if (!in) return unranked(input);

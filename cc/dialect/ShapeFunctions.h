@@ -23,6 +23,8 @@ FailureOr<TensorType> inferSameShapeType(Type input, int64_t minRank, EmitErrorF
 FailureOr<TensorType> inferTransposeType(Type input, EmitErrorFn emitError);
 /// [..., M, K] x [..., K, N] (or x [K, N]) -> [..., M, N].
 FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
+/// [..., M, K] x [N/P, K, P] (a weight packed in column panels) -> [..., N].
+FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
 /// Input shape; weight and bias must be rank-1 of the size of the input's last dim.
 FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError);
 

@@ -101,6 +101,8 @@ void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRCo
 
 LogicalResult MatmulOp::verify() { return verifyInferred(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
 LogicalResult MatmulOp::inferShapes() { return refineResult(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+LogicalResult PackedMatmulOp::verify() { return verifyInferred(*this, inferPackedMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+LogicalResult PackedMatmulOp::inferShapes() { return refineResult(*this, inferPackedMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
 
 LogicalResult LayerNormOp::verify() {
   float epsilon = getEpsilon().convertToFloat();

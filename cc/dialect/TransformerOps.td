@@ -133,6 +133,26 @@ def Transformer_MatmulOp : Transformer_Op<"matmul",
   let hasVerifier = 1;
 }
 
+def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Product with a weight stored in column panels";
+  let description = [{
+    `[..., M, K] x [N / P, K, P] -> [..., M, N]`: the same product as `transformer.matmul` with a
+    `[K, N]` weight `w`, whose columns are stored as `N / P` contiguous panels of width `P`:
+    `packed[j / P, k, j % P] = w[k, j]`. The runtime repacks each weight once, at load; a
+    register tile `P` columns wide then reads its whole slice of the weight from consecutive
+    addresses, so prefill matmuls stay in cache and decode streams the weight sequentially.
+
+    ```mlir
+    %y = transformer.packed_matmul %x, %w : (tensor<8x768xf32>, tensor<96x768x32xf32>) -> tensor<8x3072xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$lhs, F32Tensor:$rhs);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Normalization
 //===----------------------------------------------------------------------===//

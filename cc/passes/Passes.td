@@ -69,6 +69,23 @@ def TransformerToLinalg : Pass<"transformer-to-linalg", "::mlir::ModuleOp"> {
   ];
 }
 
+def FuseElementwise : Pass<"gpt-fuse-elementwise"> {
+  let summary = "Fuse elementwise linalg ops, leaving packed matmuls whole";
+  let description = [{
+    Upstream's `--linalg-fuse-elementwise-ops` (a producer with one use is merged into its
+    consumer; reshapes are propagated by expanding loops) with one exception: a `linalg.generic`
+    marked `gpt.packed_matmul` (from `transformer.packed_matmul`) is never merged with a
+    neighbour and never reshaped. Upstream's pass would pull the LayerNorm before it into its
+    loop nest, recomputing the normalization once per weight panel, and would change the loop
+    structure that the register tiling matches.
+  }];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect",
+  ];
+}
+
 def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncOp"> {
   let summary = "Choose register tiles for matmuls and record them as attributes";
   let description = [{

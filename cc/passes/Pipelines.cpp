@@ -63,6 +63,10 @@ std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name) {
   return std::nullopt;
 }
 
+bool packsWeights(PipelineLevel level) {
+  return level == PipelineLevel::Vectorized || level == PipelineLevel::Default;
+}
+
 llvm::StringRef pipelineLevelName(PipelineLevel level) {
   for (auto [l, name] : kLevelNames)
     if (l == level) return name;
@@ -90,7 +94,7 @@ void addTransformerStage(OpPassManager &pm) {
 void addLinalgStage(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(mlir::transformer::createTransformerToLinalg());
   if (fuses(options)) {
-    pm.addPass(mlir::createLinalgElementwiseOpFusionPass());
+    pm.addPass(mlir::transformer::createFuseElementwise());
     pm.addPass(mlir::createCanonicalizerPass());
     pm.addPass(mlir::createCSEPass());
     pm.addPass(mlir::createLoopInvariantCodeMotionPass());

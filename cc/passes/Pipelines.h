@@ -26,6 +26,9 @@ enum class PipelineLevel {
 };
 
 std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name);
+/// Whether programs of this level take their matmul weights packed in column panels (the
+/// layout the vectorizing schedule's register tiles read); lower levels take them as given.
+bool packsWeights(PipelineLevel level);
 llvm::StringRef pipelineLevelName(PipelineLevel level);
 
 /// The stages a model goes through, in order. `model.ir(stage)` prints the IR after one of them.

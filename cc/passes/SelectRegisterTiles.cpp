@@ -14,17 +14,30 @@ namespace {
 /// The first matching row wins, so each op kind lists its tiles from the largest down.
 struct TileChoice {
   llvm::StringLiteral opName;
-  SmallVector<int64_t> tile;  // loop order of the op: ([batch,] M, N, K)
+  SmallVector<int64_t> tile;  // loop order of the op: ([batch,] M, N, K), or (M, panel, column, K)
+  int64_t splitDim;           // the parallel loop split across threads
 };
 
 const TileChoice kTileTable[] = {
-    // Prefill and forward: 8 rows x 32 columns of accumulators.
-    {linalg::MatmulOp::getOperationName(), {8, 32, 1}},
-    // Decode (one row): a 32-wide row of accumulators, streaming the weight once.
-    {linalg::MatmulOp::getOperationName(), {1, 32, 1}},
-    {linalg::BatchMatmulOp::getOperationName(), {1, 8, 8, 1}},
-    {linalg::BatchMatmulOp::getOperationName(), {1, 1, 8, 1}},
+    // Matmuls against panel-packed weights (transformer.packed_matmul): 8 rows x one 32-column
+    // panel of accumulators; the weight panel is read from consecutive addresses.
+    {linalg::GenericOp::getOperationName(), {8, 1, 32, 1}, 1},
+    // Decode (one row): one 32-wide accumulator row, streaming each panel once.
+    {linalg::GenericOp::getOperationName(), {1, 1, 32, 1}, 1},
+    // Plain matmuls: 8 rows x 32 columns of accumulators, or one row.
+    {linalg::MatmulOp::getOperationName(), {8, 32, 1}, 1},
+    {linalg::MatmulOp::getOperationName(), {1, 32, 1}, 1},
+    // Attention's batched products, split across threads by batch (head).
+    {linalg::BatchMatmulOp::getOperationName(), {1, 8, 8, 1}, 0},
+    {linalg::BatchMatmulOp::getOperationName(), {1, 1, 8, 1}, 0},
 };
+
+/// True for the ops a row of the table may describe: named matmuls, and the linalg.generic that
+/// --transformer-to-linalg emits for a packed matmul (marked `gpt.packed_matmul`).
+bool isCandidate(linalg::LinalgOp op, const TileChoice &choice) {
+  if (op->getName().getStringRef() != choice.opName) return false;
+  return !isa<linalg::GenericOp>(op) || op->hasAttr("gpt.packed_matmul");
+}
 
 /// True when every parallel dim of the static result divides by its tile size.
 bool tilesEvenly(linalg::LinalgOp op, ArrayRef<int64_t> tile) {
@@ -37,12 +50,10 @@ bool tilesEvenly(linalg::LinalgOp op, ArrayRef<int64_t> tile) {
 
 /// The number of contiguous pieces to split `op` into for `threads` threads: the largest of 8, 4,
 /// 2 (the counts the schedule handles) not above `threads` that leaves every piece a whole number
-/// of tiles, or 1. Matmuls split along N, batch matmuls along the batch (attention heads).
-int64_t parallelChunks(linalg::LinalgOp op, ArrayRef<int64_t> tile, int64_t threads) {
+/// of tiles along the table's split dimension, or 1.
+int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t threads) {
   auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
-  bool batched = isa<linalg::BatchMatmulOp>(op);
-  int64_t extent = batched ? shape[0] : shape[1];
-  int64_t unit = batched ? tile[0] : tile[1];
+  int64_t extent = shape[choice.splitDim], unit = choice.tile[choice.splitDim];
   for (int64_t chunks : {8, 4, 2})
     if (chunks <= threads && extent % (chunks * unit) == 0) return chunks;
   return 1;
@@ -56,9 +67,9 @@ public:
     OpBuilder b(&getContext());
     getOperation().walk([&](linalg::LinalgOp op) {
       for (const TileChoice &choice : kTileTable) {
-        if (op->getName().getStringRef() != choice.opName || !tilesEvenly(op, choice.tile)) continue;
+        if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
         op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));
-        if (int64_t chunks = parallelChunks(op, choice.tile, threads); chunks > 1)
+        if (int64_t chunks = parallelChunks(op, choice, threads); chunks > 1)
           op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
         break;
       }

@@ -199,6 +199,50 @@ struct MatmulLowering : OpConversionPattern<MatmulOp> {
   }
 };
 
+/// The attribute marking the linalg.generic of a packed matmul, for --gpt-select-register-tiles.
+constexpr llvm::StringLiteral kPackedMatmulAttr = "gpt.packed_matmul";
+
+/// [M, K] x [N/P, K, P] as one linalg.generic over (m, panel, column, k) that writes [M, N/P, P]:
+/// a register tile of one panel's P columns reads the weight from consecutive addresses. The
+/// result is then viewed (collapse_shape, no copy) as [M, N].
+struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(PackedMatmulOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType resultType = rankedType(op.getResult());
+    int64_t rank = resultType.getRank();
+    Value lhs = adaptor.getLhs();
+    if (rank > 2) lhs = collapse(rewriter, loc, lhs, rank - 1);
+    ArrayRef<int64_t> packed = rankedType(adaptor.getRhs()).getShape();
+    int64_t m = rankedType(lhs).getDimSize(0);
+
+    Value init = rewriter.create<linalg::FillOp>(loc, f32Constant(rewriter, loc, 0.0),
+                                                 emptyTensor(rewriter, loc, {m, packed[0], packed[2]}))
+                     .getResult(0);
+    AffineExpr mDim, panel, column, k;
+    bindDims(ctx, mDim, panel, column, k);
+    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, k}, ctx),
+                                        AffineMap::get(4, 0, {panel, k, column}, ctx)};
+    using utils::IteratorType;
+    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
+                                           IteratorType::reduction};
+    Value panels = buildGeneric(rewriter, loc, init, {lhs, adaptor.getRhs()}, inputMaps,
+                                AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
+                                [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                  Value product = b.create<arith::MulFOp>(l, args[0], args[1]);
+                                  return b.create<arith::AddFOp>(l, args[2], product);
+                                });
+    panels.getDefiningOp()->setAttr(kPackedMatmulAttr, rewriter.getUnitAttr());
+    Value product = rewriter.create<tensor::CollapseShapeOp>(loc, panels, SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    if (rank > 2)
+      product = rewriter.create<tensor::ExpandShapeOp>(loc, resultType, product, collapseLeading(rank - 1, rank));
+    rewriter.replaceOp(op, product);
+    return success();
+  }
+};
+
 // (x - mean) * rsqrt(var + eps) * weight + bias, statistics over the last dim.
 struct LayerNormLowering : OpConversionPattern<LayerNormOp> {
   using OpConversionPattern::OpConversionPattern;
@@ -500,7 +544,7 @@ public:
 
 void populateTransformerToLinalgPatterns(RewritePatternSet &patterns) {
   patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
-               ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, TransposeLowering, MatmulLowering,
+               ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, TransposeLowering, MatmulLowering, PackedMatmulLowering,
                LayerNormLowering, SoftmaxLowering, EmbeddingLowering, SliceLowering, SplitHeadsLowering,
                MergeHeadsLowering, RopeLowering, CausalAttentionLowering, CacheUpdateLowering>(patterns.getContext());
 }

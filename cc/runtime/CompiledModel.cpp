@@ -2,6 +2,7 @@
 #include "cc/runtime/CompiledModel.h"
 
 #include "cc/Registration.h"
+#include "cc/kernels/PanelPacking.h"
 #include "cc/runtime/DiagnosticCapture.h"
 #include "cc/runtime/JitFunction.h"
 #include "cc/runtime/MemRefDescriptor.h"
@@ -31,7 +32,7 @@ constexpr const char *kCompilerVersion = "gpt-jit-1 llvm-19.1.7";
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
     : config_(config), options_(options) {
   if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
-  parameters_ = parameterSpecs(config);
+  parameters_ = parameterSpecs(config, packsWeights(options.level));
   // Schedules run upstream passes by name (transform.apply_registered_pass).
   registerAllPasses();
   mlir::DialectRegistry registry;
@@ -53,7 +54,8 @@ int64_t CompiledModel::bucketFor(int64_t seqLen) const {
 mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen) {
   DiagnosticCapture diagnostics(*context);
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      cacheLen > 0 ? buildStep(*context, config_, seqLen, cacheLen) : buildForward(*context, config_, seqLen);
+      cacheLen > 0 ? buildStep(*context, config_, seqLen, cacheLen, packsWeights(options_.level))
+                   : buildForward(*context, config_, seqLen, packsWeights(options_.level));
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   pipeline.level = options_.level;
@@ -163,11 +165,22 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
   if (weights.size() != parameters_.size())
     throw std::invalid_argument("expected " + std::to_string(parameters_.size()) + " weights, got " +
                                 std::to_string(weights.size()));
+  // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
-  for (size_t i = 0; i < parameters_.size(); ++i)
-    descriptors.push_back(MemRefDescriptor::view(weights[i], parameters_[i].shape));
+  std::vector<kernels::AlignedFloats> packed;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const ParameterSpec &spec = parameters_[i];
+    if (spec.panelWidth == 0) {  // read where the caller keeps it
+      descriptors.push_back(MemRefDescriptor::view(weights[i], spec.shape));
+      continue;
+    }
+    packed.push_back(kernels::allocateAligned(spec.shape[0] * spec.shape[1]));
+    kernels::packPanels(weights[i], spec.shape[0], spec.shape[1], spec.panelWidth, packed.back().get());
+    descriptors.push_back(MemRefDescriptor::view(packed.back().get(), spec.argumentShape()));
+  }
   std::lock_guard<std::mutex> lock(mutex);
   weightDescriptors = std::move(descriptors);
+  packedWeights = std::move(packed);
 }
 
 void CompiledModel::run(const JitFunction &function, std::vector<void *> leading, llvm::ArrayRef<size_t> scalarArguments) {

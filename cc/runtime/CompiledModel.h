@@ -4,6 +4,7 @@
 #define GPT_CC_RUNTIME_COMPILEDMODEL_H
 
 #include "cc/builder/GPTBuilder.h"
+#include "cc/kernels/PanelPacking.h"
 #include "cc/passes/Pipelines.h"
 #include "cc/runtime/MemRefDescriptor.h"
 
@@ -64,7 +65,8 @@ public:
 
   /// Binds the weights every entry point reads: dense float32 arrays in `parameters()` order,
   /// owned by the caller and alive while the model runs. Their descriptors are built once here,
-  /// not on every call.
+  /// not on every call, and the weights whose spec has a panel width are repacked here, once,
+  /// into storage the model owns.
   void setWeights(const std::vector<const float *> &weights);
 
   /// Logits [bucket, padded vocab] of `ids` (1 <= count <= block_size) padded to its bucket.
@@ -112,6 +114,7 @@ private:
   CompileOptions options_;
   std::vector<ParameterSpec> parameters_;
   std::vector<MemRefDescriptor> weightDescriptors;  // set once by setWeights
+  std::vector<kernels::AlignedFloats> packedWeights;  // the panel-packed copies they point into
   std::unique_ptr<mlir::MLIRContext> context;
   mutable std::mutex mutex;  // guards the context and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;

@@ -5,24 +5,24 @@
 module attributes {transform.with_named_sequence} {
   transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
     // Threads: --gpt-select-register-tiles marks ops to split into `gpt.parallel_chunks`
-    // contiguous pieces (matmul: along N; batch matmul: along the heads), one scf.forall
+    // contiguous pieces (matmul: along N; packed matmul: along the panels; batch matmul: along the heads), one scf.forall
     // iteration each, which become an OpenMP loop after bufferization. The pieces keep the
     // op's attributes, so the register tiling below applies inside each.
-    %matmulChunks2 = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.parallel_chunks = 2} in %root
+    %matmulChunks2 = transform.structured.match ops{["linalg.matmul", "linalg.generic"]} attributes{gpt.parallel_chunks = 2} in %root
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %matmulChunks2 : !transform.any_op {
     ^bb0(%op: !transform.any_op):
       %chunk, %forall = transform.structured.tile_using_forall %op num_threads [0, 2]
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     }
-    %matmulChunks4 = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.parallel_chunks = 4} in %root
+    %matmulChunks4 = transform.structured.match ops{["linalg.matmul", "linalg.generic"]} attributes{gpt.parallel_chunks = 4} in %root
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %matmulChunks4 : !transform.any_op {
     ^bb0(%op: !transform.any_op):
       %chunk, %forall = transform.structured.tile_using_forall %op num_threads [0, 4]
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     }
-    %matmulChunks8 = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.parallel_chunks = 8} in %root
+    %matmulChunks8 = transform.structured.match ops{["linalg.matmul", "linalg.generic"]} attributes{gpt.parallel_chunks = 8} in %root
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %matmulChunks8 : !transform.any_op {
     ^bb0(%op: !transform.any_op):
@@ -49,6 +49,27 @@ module attributes {transform.with_named_sequence} {
     ^bb0(%op: !transform.any_op):
       %chunk, %forall = transform.structured.tile_using_forall %op num_threads [8]
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+    // Packed matmuls, loops (M, panel, column, K) = [8, 1, 32, 1]: an 8x32 f32 accumulator is
+    // 16 zmm registers; each K step is 2 vector loads of the panel, 8 broadcasts of A and 16 FMAs.
+    // The panel loop is outermost, so one panel (K x 32 floats) stays in cache across all of M.
+    %packed = transform.structured.match ops{["linalg.generic"]} attributes{gpt.register_tile = [8, 1, 32, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %packed : !transform.any_op {
+    ^bb0(%matmul: !transform.any_op):
+      %tile, %p, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [8, 1, 32, 1] interchange = [1, 0, 2, 3]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    // Decode against packed weights: one 32-wide accumulator row per panel, streaming the
+    // weight once, front to back.
+    %packedRows = transform.structured.match ops{["linalg.generic"]} attributes{gpt.register_tile = [1, 1, 32, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %packedRows : !transform.any_op {
+    ^bb0(%matmul: !transform.any_op):
+      %tile, %p, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [1, 1, 32, 1] interchange = [1, 0, 2, 3]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
     }
     // [M, N, K] = [8, 32, 1]: an 8x32 f32 accumulator is 16 zmm registers; each K step is
     // 2 vector loads of B, 8 broadcasts of A and 16 FMAs.

@@ -1,0 +1,30 @@
+// Weight repacking into column panels (see PanelPacking.h).
+#include "cc/kernels/PanelPacking.h"
+
+#include <algorithm>
+#include <new>
+#include <stdexcept>
+
+namespace gpt::kernels {
+
+AlignedFloats allocateAligned(int64_t count) {
+  constexpr size_t kAlignment = 64;
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  size_t bytes = (static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float) + kAlignment - 1) / kAlignment *
+                 kAlignment;
+  auto *data = static_cast<float *>(std::aligned_alloc(kAlignment, bytes));
+  if (!data) throw std::bad_alloc();
+  return AlignedFloats(data);
+}
+
+void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed) {
+  if (rows < 0 || width <= 0 || cols < 0 || cols % width != 0)
+    throw std::invalid_argument("packPanels: the column count must be a multiple of the panel width");
+  // Panel by panel, row by row: reads `width` consecutive floats of a row and writes the panel
+  // sequentially, so both sides move whole cache lines.
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t row = 0; row < rows; ++row)
+      std::copy_n(matrix + row * cols + panel * width, width, packed + (panel * rows + row) * width);
+}
+
+} // namespace gpt::kernels

@@ -1,0 +1,29 @@
+// Weight repacking done once, when a model's weights are bound: a [K, N] matrix into the column
+// panels that `transformer.packed_matmul` reads.
+#ifndef GPT_CC_KERNELS_PANELPACKING_H
+#define GPT_CC_KERNELS_PANELPACKING_H
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+namespace gpt::kernels {
+
+struct FreeDeleter {
+  void operator()(float *p) const { std::free(p); }
+};
+
+/// Float storage aligned to 64 bytes (a cache line, one zmm load).
+using AlignedFloats = std::unique_ptr<float[], FreeDeleter>;
+
+/// `count` uninitialized floats aligned to 64 bytes; throws std::bad_alloc when out of memory.
+AlignedFloats allocateAligned(int64_t count);
+
+/// Writes `packed[j / width][k][j % width] = matrix[k][j]` for a row-major [rows, cols] `matrix`
+/// (`cols` a multiple of `width`): each panel of `width` columns becomes one contiguous
+/// [rows, width] block, so a register tile of those columns walks memory front to back.
+void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed);
+
+} // namespace gpt::kernels
+
+#endif // GPT_CC_KERNELS_PANELPACKING_H
