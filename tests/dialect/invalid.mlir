@@ -239,3 +239,27 @@ func.func @attention_scale(%q: tensor<4x8x16xf32>) {
   %0 = transformer.causal_attention %q, %q, %q {scale = 0.0 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
   return
 }
+
+// -----
+
+func.func @packed_matmul_unpacked_weight(%a: tensor<4x8xf32>, %b: tensor<8x64xf32>) {
+  // expected-error @+1 {{rhs must be a rank-3 [N / P, K, P] panel-packed weight, got 'tensor<8x64xf32>'}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<8x64xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_contraction_mismatch(%a: tensor<4x8xf32>, %b: tensor<2x9x32xf32>) {
+  // expected-error @+1 {{contraction dimensions do not match: lhs 'tensor<4x8xf32>' has 8 columns but the packed rhs 'tensor<2x9x32xf32>' has 9 rows}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x9x32xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_wrong_result(%a: tensor<4x8xf32>, %b: tensor<2x8x32xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x32xf32>' does not match the type 'tensor<4x64xf32>' implied by the operands}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xf32>) -> tensor<4x32xf32>
+  return
+}

@@ -39,6 +39,14 @@ func.func @shapes(%x: tensor<2x4x8xf32>, %w: tensor<8x16xf32>, %y: tensor<2x8x3x
   return %0, %1, %2 : tensor<2x8x4xf32>, tensor<2x4x16xf32>, tensor<2x4x3xf32>
 }
 
+// A weight packed in column panels: [N/P, K, P] = [2, 8, 32] stands for an 8x64 weight.
+// CHECK-LABEL: func.func @packed_matmul
+func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<2x8x32xf32>) -> tensor<2x4x64xf32> {
+  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<2x8x32xf32>) -> tensor<2x4x64xf32>
+  %0 = transformer.packed_matmul %x, %w : (tensor<2x4x8xf32>, tensor<2x8x32xf32>) -> tensor<2x4x64xf32>
+  return %0 : tensor<2x4x64xf32>
+}
+
 // CHECK-LABEL: func.func @layer_norm
 func.func @layer_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   // The default epsilon (1e-5) is elided.

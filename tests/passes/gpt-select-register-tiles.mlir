@@ -71,3 +71,48 @@ func.func @threads(%a: tensor<16x64xf32>, %b: tensor<64x96xf32>, %c: tensor<16x9
   %2 = linalg.batch_matmul ins(%x, %y : tensor<2x8x16xf32>, tensor<2x16x8xf32>) outs(%z : tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
   return %0, %1, %2 : tensor<16x96xf32>, tensor<16x128xf32>, tensor<2x8x8xf32>
 }
+
+// -----
+
+// Packed matmuls (generics marked gpt.packed_matmul, loops M, panel, column, K): 8 rows x one
+// 32-wide panel, or one row for decode; threads split the panels (6 panels: 2 pieces on 2
+// threads, still 2 on 4 threads since 6 is not a multiple of 4). An unmarked generic with the
+// same loops is not a packed matmul and is left alone.
+#pA = affine_map<(m, p, j, k) -> (m, k)>
+#pB = affine_map<(m, p, j, k) -> (p, k, j)>
+#pC = affine_map<(m, p, j, k) -> (m, p, j)>
+// CHECK-LABEL: func.func @packed
+// CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1]
+// CHECK-NOT: gpt.register_tile
+// CHECK: return
+// THREADS2-LABEL: func.func @packed
+// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = 2 : i64, gpt.register_tile = [8, 1, 32, 1]
+// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = 2 : i64, gpt.register_tile = [1, 1, 32, 1]
+// THREADS4-LABEL: func.func @packed
+// THREADS4: gpt.packed_matmul, gpt.parallel_chunks = 2 : i64, gpt.register_tile = [8, 1, 32, 1]
+func.func @packed(%a: tensor<16x64xf32>, %w: tensor<6x64x32xf32>, %c: tensor<16x6x32xf32>,
+                  %r: tensor<1x64xf32>, %cr: tensor<1x6x32xf32>) -> (tensor<16x6x32xf32>, tensor<1x6x32xf32>, tensor<16x6x32xf32>) {
+  %0 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a, %w : tensor<16x64xf32>, tensor<6x64x32xf32>) outs(%c : tensor<16x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  %1 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%r, %w : tensor<1x64xf32>, tensor<6x64x32xf32>) outs(%cr : tensor<1x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<1x6x32xf32>
+  %2 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a, %w : tensor<16x64xf32>, tensor<6x64x32xf32>) outs(%c : tensor<16x6x32xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  return %0, %1, %2 : tensor<16x6x32xf32>, tensor<1x6x32xf32>, tensor<16x6x32xf32>
+}

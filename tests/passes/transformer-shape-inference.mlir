@@ -111,3 +111,14 @@ func.func @model_ops(%wte: tensor<256x64xf32>, %ids: tensor<8xi64>, %w: tensor<6
   %m = transformer.merge_heads %a : tensor<*xf32> -> tensor<*xf32>
   return %m : tensor<*xf32>
 }
+
+// -----
+
+// A packed weight [N/P, K, P] = [3, 8, 32] gives N = 96 columns; leading dims of x are kept.
+// CHECK-LABEL: func.func @packed_matmul
+// CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<2x4x96xf32>
+// CHECK: return %{{.*}} : tensor<2x4x96xf32>
+func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tensor<*xf32> {
+  %0 = transformer.packed_matmul %x, %w : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}

@@ -225,3 +225,26 @@ func.func @causal_attention(%q: tensor<2x8x4xf32>, %k: tensor<2x8x4xf32>, %v: te
   %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>, index) -> tensor<2x8x4xf32>
   return %0 : tensor<2x8x4xf32>
 }
+
+// -----
+
+// A packed weight [N/P, K, P]: one generic over (m, panel, column, k) marked gpt.packed_matmul,
+// reading the panel as (panel, k, column); its [M, N/P, P] result is viewed as [M, N] and the
+// batch dims of x are folded into M and restored.
+// CHECK-DAG: #[[A:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d3)>
+// CHECK-DAG: #[[W:.*]] = affine_map<(d0, d1, d2, d3) -> (d1, d3, d2)>
+// CHECK-DAG: #[[C:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+// CHECK-LABEL: func.func @packed_matmul
+// CHECK: %[[X:.*]] = tensor.collapse_shape %{{.*}} {{\[}}[0, 1], [2]] : tensor<2x4x8xf32> into tensor<8x8xf32>
+// CHECK: %[[ZERO:.*]] = linalg.fill {{.*}} -> tensor<8x3x32xf32>
+// CHECK: %[[P:.*]] = linalg.generic {indexing_maps = [#[[A]], #[[W]], #[[C]]], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+// CHECK-SAME: ins(%[[X]], %{{.*}} : tensor<8x8xf32>, tensor<3x8x32xf32>) outs(%[[ZERO]] : tensor<8x3x32xf32>)
+// CHECK-SAME: gpt.packed_matmul
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: %[[N:.*]] = tensor.collapse_shape %[[P]] {{\[}}[0], [1, 2]] : tensor<8x3x32xf32> into tensor<8x96xf32>
+// CHECK: tensor.expand_shape %[[N]] {{\[}}[0, 1], [2]] output_shape [2, 4, 96] : tensor<8x96xf32> into tensor<2x4x96xf32>
+func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tensor<2x4x96xf32> {
+  %0 = transformer.packed_matmul %x, %w : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<2x4x96xf32>
+  return %0 : tensor<2x4x96xf32>
+}

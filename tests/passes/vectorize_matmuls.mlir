@@ -57,3 +57,50 @@ func.func @unmarked(%a: tensor<16x64xf32>, %b: tensor<64x100xf32>, %c: tensor<16
   %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x100xf32>) outs(%c : tensor<16x100xf32>) -> tensor<16x100xf32>
   return %0 : tensor<16x100xf32>
 }
+
+// A packed matmul (loops M, panel, column, K): the panel loop is outermost, and each K step
+// reads 32 consecutive weights of the panel into one outerproduct per accumulator row.
+#packedA = affine_map<(m, p, j, k) -> (m, k)>
+#packedB = affine_map<(m, p, j, k) -> (p, k, j)>
+#packedC = affine_map<(m, p, j, k) -> (m, p, j)>
+// CHECK-LABEL: func.func @packed
+// CHECK: scf.for %[[P:.*]] = %c0 to %c3 step %c1
+// CHECK: scf.for %[[M:.*]] = %c0 to %c16 step %c8
+// CHECK: %[[ACC:.*]] = vector.transfer_read %{{.*}}[%[[M]], %[[P]], %c0]{{.*}} : tensor<16x3x32xf32>, vector<8x1x32xf32>
+// CHECK: scf.for %[[K:.*]] = %c0 to %c64 step %c1 iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %[[ACC]])
+// CHECK: vector.transfer_read %{{.*}}[%[[P]], %[[K]], %c0]{{.*}} : tensor<3x64x32xf32>, vector<1x1x32xf32>
+// CHECK-COUNT-8: vector.outerproduct %{{.*}}, %{{.*}}, %{{.*}} {kind = #vector.kind<add>} : vector<32xf32>, f32
+// CHECK: vector.transfer_write
+// CHECK-NOT: linalg.generic
+func.func @packed(%a: tensor<16x64xf32>, %b: tensor<3x64x32xf32>, %c: tensor<16x3x32xf32>) -> tensor<16x3x32xf32> {
+  %0 = linalg.generic {indexing_maps = [#packedA, #packedB, #packedC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a, %b : tensor<16x64xf32>, tensor<3x64x32xf32>) outs(%c : tensor<16x3x32xf32>)
+      attrs = {gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1]} {
+  ^bb0(%x: f32, %w: f32, %acc: f32):
+    %p = arith.mulf %x, %w : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<16x3x32xf32>
+  return %0 : tensor<16x3x32xf32>
+}
+
+// Decode against packed weights, split across 2 threads by panel: each thread streams its
+// panels front to back with a single 32-wide accumulator row.
+// CHECK-LABEL: func.func @packed_row_split
+// CHECK: scf.forall (%{{.*}}) in (2)
+// CHECK: scf.for %{{.*}} = %c0 to %c2 step %c1
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c1
+// CHECK: vector.outerproduct %{{.*}}, %{{.*}}, %{{.*}} {kind = #vector.kind<add>} : vector<32xf32>, f32
+// CHECK-NOT: vector.outerproduct
+// CHECK: scf.forall.in_parallel
+func.func @packed_row_split(%a: tensor<1x64xf32>, %b: tensor<4x64x32xf32>, %c: tensor<1x4x32xf32>) -> tensor<1x4x32xf32> {
+  %0 = linalg.generic {indexing_maps = [#packedA, #packedB, #packedC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a, %b : tensor<1x64xf32>, tensor<4x64x32xf32>) outs(%c : tensor<1x4x32xf32>)
+      attrs = {gpt.packed_matmul, gpt.parallel_chunks = 2 : i64, gpt.register_tile = [1, 1, 32, 1]} {
+  ^bb0(%x: f32, %w: f32, %acc: f32):
+    %p = arith.mulf %x, %w : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<1x4x32xf32>
+  return %0 : tensor<1x4x32xf32>
+}

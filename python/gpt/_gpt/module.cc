@@ -11,4 +11,5 @@ PYBIND11_MODULE(_gpt, m) {
   pybind11::register_exception<gpt::CompileError>(m, "CompilerError", PyExc_RuntimeError);
   gpt::python::initCompiler(m);
   gpt::python::initModel(m);
+  gpt::python::initKernels(m);
 }

@@ -1,0 +1,31 @@
+// Bindings of the hand-written kernels, so tests can check them against numpy.
+#include "python/gpt/_gpt/bindings.h"
+
+#include "cc/kernels/PanelPacking.h"
+
+#include <pybind11/numpy.h>
+
+#include <stdexcept>
+
+namespace py = pybind11;
+
+namespace gpt::python {
+
+void initKernels(py::module_ &m) {
+  m.def(
+      "pack_panels",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> matrix, int64_t width) {
+        if (matrix.ndim() != 2) throw std::invalid_argument("pack_panels needs a 2-D [K, N] matrix");
+        if (width <= 0 || matrix.shape(1) % width != 0)
+          throw std::invalid_argument("the column count " + std::to_string(matrix.shape(1)) +
+                                      " is not a multiple of the panel width " + std::to_string(width));
+        int64_t rows = matrix.shape(0), cols = matrix.shape(1);
+        py::array_t<float> packed({cols / width, rows, width});
+        kernels::packPanels(matrix.data(), rows, cols, width, packed.mutable_data());
+        return packed;
+      },
+      py::arg("matrix"), py::arg("width"),
+      "The [N/width, K, width] column panels of a [K, N] matrix, as the runtime packs matmul weights.");
+}
+
+} // namespace gpt::python
