@@ -86,6 +86,22 @@ def FuseElementwise : Pass<"gpt-fuse-elementwise"> {
   ];
 }
 
+def ApproximateVectorMath : Pass<"gpt-approximate-vector-math"> {
+  let summary = "Replace math ops on vectors by polynomial approximations";
+  let description = [{
+    Rewrites `math.tanh`, `math.exp` and the other ops MLIR's polynomial approximations cover,
+    where they operate on vectors, into arithmetic on the same vectors (MLIR's
+    `populateMathPolynomialApproximationPatterns`, accurate to a few ulp in f32). Without it a
+    vectorized GELU or softmax would be split back into one libm call per lane. Scalar math ops
+    are left for libm.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::math::MathDialect",
+    "::mlir::vector::VectorDialect",
+  ];
+}
+
 def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncOp"> {
   let summary = "Choose register tiles for matmuls and record them as attributes";
   let description = [{

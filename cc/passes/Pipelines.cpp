@@ -107,6 +107,7 @@ void addVectorizedStage(OpPassManager &pm, const PipelineOptions &options) {
   tiles.threads = options.threads;
   pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createSelectRegisterTiles(tiles));
   pm.addPass(mlir::transformer::createApplySchedule());
+  pm.addPass(mlir::transformer::createApproximateVectorMath());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
 }

@@ -2,6 +2,7 @@
 #include "cc/passes/Passes.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 
 namespace mlir::transformer {
@@ -59,6 +60,27 @@ int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t th
   return 1;
 }
 
+/// Elementwise generics (every loop parallel, one static result of rank 2 or 3, no gather):
+/// one vector of the largest of 32, 16, 8 lanes that divides the innermost dim, split across
+/// threads along dim 1 like matmuls. Vectorized, GELU's tanh and softmax's exp become
+/// polynomial approximations on whole vectors instead of one libm call per element.
+std::optional<TileChoice> elementwiseChoice(linalg::LinalgOp op) {
+  if (!isa<linalg::GenericOp>(op) || op->hasAttr("gpt.packed_matmul") || op.getNumReductionLoops() != 0 ||
+      op.getNumDpsInits() != 1)
+    return std::nullopt;
+  auto result = dyn_cast<RankedTensorType>(op.getDpsInits()[0].getType());
+  if (!result || !result.hasStaticShape() || result.getRank() < 2 || result.getRank() > 3) return std::nullopt;
+  // A gather (tensor.extract in the body: the embedding lookup) does not vectorize as plain loads.
+  if (!op->getRegion(0).getOps<tensor::ExtractOp>().empty()) return std::nullopt;
+  for (int64_t width : {32, 16, 8}) {
+    if (result.getShape().back() % width != 0) continue;
+    SmallVector<int64_t> tile(result.getRank(), 1);
+    tile.back() = width;
+    return TileChoice{linalg::GenericOp::getOperationName(), tile, 1};
+  }
+  return std::nullopt;
+}
+
 class SelectRegisterTilesPass : public impl::SelectRegisterTilesBase<SelectRegisterTilesPass> {
 public:
   using SelectRegisterTilesBase::SelectRegisterTilesBase;
@@ -66,6 +88,12 @@ public:
   void runOnOperation() override {
     OpBuilder b(&getContext());
     getOperation().walk([&](linalg::LinalgOp op) {
+      if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
+        op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice->tile));
+        if (int64_t chunks = parallelChunks(op, *choice, threads); chunks > 1)
+          op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
+        return;
+      }
       for (const TileChoice &choice : kTileTable) {
         if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
         op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));

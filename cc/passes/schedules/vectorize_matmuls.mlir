@@ -107,6 +107,57 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %tile : !transform.any_op
     }
+    // Elementwise generics: one vector of the innermost dim per step (its width chosen by
+    // --gpt-select-register-tiles), so GELU, bias and residual adds, LayerNorm's normalization and
+    // softmax's exp run on whole vectors.
+    %elementwise2d32 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.register_tile = [1, 32]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %elementwise2d32 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %tile, %l0, %l1 = transform.structured.tile_using_for %op tile_sizes [1, 32]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %elementwise2d16 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.register_tile = [1, 16]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %elementwise2d16 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %tile, %l0, %l1 = transform.structured.tile_using_for %op tile_sizes [1, 16]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %elementwise2d8 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.register_tile = [1, 8]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %elementwise2d8 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %tile, %l0, %l1 = transform.structured.tile_using_for %op tile_sizes [1, 8]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %elementwise3d32 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.register_tile = [1, 1, 32]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %elementwise3d32 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %tile, %l0, %l1, %l2 = transform.structured.tile_using_for %op tile_sizes [1, 1, 32]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %elementwise3d16 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.register_tile = [1, 1, 16]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %elementwise3d16 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %tile, %l0, %l1, %l2 = transform.structured.tile_using_for %op tile_sizes [1, 1, 16]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %elementwise3d8 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.register_tile = [1, 1, 8]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %elementwise3d8 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %tile, %l0, %l1, %l2 = transform.structured.tile_using_for %op tile_sizes [1, 1, 8]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
     %funcs = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
     // reduction_to_contract must run before canonicalization, or the unit-dim reductions fold
     // into scalar adds (MLIR19_FACTS.md section 3).
@@ -131,6 +182,7 @@ module attributes {transform.with_named_sequence} {
       transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
       transform.apply_patterns.vector.lower_shape_cast
       transform.apply_patterns.vector.lower_transpose lowering_strategy = shuffle_1d
+      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
     } : !transform.any_op
     transform.yield
   }
