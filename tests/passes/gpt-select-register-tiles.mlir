@@ -116,3 +116,51 @@ func.func @packed(%a: tensor<16x64xf32>, %w: tensor<6x64x32xf32>, %c: tensor<16x
   } -> tensor<16x6x32xf32>
   return %0, %1, %2 : tensor<16x6x32xf32>, tensor<1x6x32xf32>, tensor<16x6x32xf32>
 }
+
+// -----
+
+// Elementwise generics get one vector of the innermost dim (the largest of 32/16/8 lanes that
+// divides it) and split across threads along dim 1. Not marked: reductions, gathers
+// (tensor.extract in the body), and innermost dims no vector width divides.
+#e2 = affine_map<(d0, d1) -> (d0, d1)>
+#e3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#r2 = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @elementwise
+// CHECK: linalg.generic {{.*}}gpt.register_tile = [1, 32]
+// CHECK: linalg.generic {{.*}}gpt.register_tile = [1, 1, 16]
+// CHECK-NOT: gpt.register_tile
+// CHECK: return
+// THREADS2-LABEL: func.func @elementwise
+// THREADS2: gpt.parallel_chunks = 2 : i64, gpt.register_tile = [1, 32]
+// THREADS2: gpt.parallel_chunks = 2 : i64, gpt.register_tile = [1, 1, 16]
+func.func @elementwise(%a: tensor<4x64xf32>, %b: tensor<2x4x48xf32>, %c: tensor<4x6xf32>, %r: tensor<4xf32>,
+                       %table: tensor<10x64xf32>) -> (tensor<4x64xf32>, tensor<2x4x48xf32>, tensor<4x6xf32>, tensor<4xf32>, tensor<4x64xf32>) {
+  %0 = linalg.generic {indexing_maps = [#e2, #e2], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<4x64xf32>) outs(%a : tensor<4x64xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %t = math.tanh %x : f32
+    linalg.yield %t : f32
+  } -> tensor<4x64xf32>
+  %1 = linalg.generic {indexing_maps = [#e3, #e3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%b : tensor<2x4x48xf32>) outs(%b : tensor<2x4x48xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %t = arith.addf %x, %x : f32
+    linalg.yield %t : f32
+  } -> tensor<2x4x48xf32>
+  %2 = linalg.generic {indexing_maps = [#e2, #e2], iterator_types = ["parallel", "parallel"]} ins(%c : tensor<4x6xf32>) outs(%c : tensor<4x6xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %t = arith.addf %x, %x : f32
+    linalg.yield %t : f32
+  } -> tensor<4x6xf32>
+  %3 = linalg.generic {indexing_maps = [#e2, #r2], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<4x64xf32>) outs(%r : tensor<4xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %t = arith.addf %x, %o : f32
+    linalg.yield %t : f32
+  } -> tensor<4xf32>
+  %4 = linalg.generic {indexing_maps = [#e2], iterator_types = ["parallel", "parallel"]} outs(%a : tensor<4x64xf32>) {
+  ^bb0(%o: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %t = tensor.extract %table[%i, %j] : tensor<10x64xf32>
+    linalg.yield %t : f32
+  } -> tensor<4x64xf32>
+  return %0, %1, %2, %3, %4 : tensor<4x64xf32>, tensor<2x4x48xf32>, tensor<4x6xf32>, tensor<4xf32>, tensor<4x64xf32>
+}

@@ -68,7 +68,7 @@ func.func @unmarked(%a: tensor<16x64xf32>, %b: tensor<64x100xf32>, %c: tensor<16
 // CHECK: scf.for %[[M:.*]] = %c0 to %c16 step %c8
 // CHECK: %[[ACC:.*]] = vector.transfer_read %{{.*}}[%[[M]], %[[P]], %c0]{{.*}} : tensor<16x3x32xf32>, vector<8x1x32xf32>
 // CHECK: scf.for %[[K:.*]] = %c0 to %c64 step %c1 iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %[[ACC]])
-// CHECK: vector.transfer_read %{{.*}}[%[[P]], %[[K]], %c0]{{.*}} : tensor<3x64x32xf32>, vector<1x1x32xf32>
+// CHECK: vector.transfer_read %{{.*}}[%[[P]], %[[K]], %c0]{{.*}} : tensor<3x64x32xf32>, vector<32xf32>
 // CHECK-COUNT-8: vector.outerproduct %{{.*}}, %{{.*}}, %{{.*}} {kind = #vector.kind<add>} : vector<32xf32>, f32
 // CHECK: vector.transfer_write
 // CHECK-NOT: linalg.generic
@@ -103,4 +103,24 @@ func.func @packed_row_split(%a: tensor<1x64xf32>, %b: tensor<4x64x32xf32>, %c: t
     linalg.yield %s : f32
   } -> tensor<1x4x32xf32>
   return %0 : tensor<1x4x32xf32>
+}
+
+// An elementwise generic marked [1, 32]: a loop over rows and 32-lane chunks, each one vector
+// read, the computation on vector<32xf32>, one vector write.
+#ew = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-LABEL: func.func @elementwise
+// CHECK: scf.for %{{.*}} = %c0 to %c4 step %c1
+// CHECK: scf.for %{{.*}} = %c0 to %c64 step %c32
+// CHECK: vector.transfer_read {{.*}} : tensor<4x64xf32>, vector<32xf32>
+// CHECK: math.tanh %{{.*}} : vector<32xf32>
+// CHECK: vector.transfer_write {{.*}} : vector<32xf32>, tensor<4x64xf32>
+// CHECK-NOT: linalg.generic
+func.func @elementwise(%a: tensor<4x64xf32>) -> tensor<4x64xf32> {
+  %0 = linalg.generic {indexing_maps = [#ew, #ew], iterator_types = ["parallel", "parallel"]}
+      ins(%a : tensor<4x64xf32>) outs(%a : tensor<4x64xf32>) attrs = {gpt.register_tile = [1, 32]} {
+  ^bb0(%x: f32, %o: f32):
+    %t = math.tanh %x : f32
+    linalg.yield %t : f32
+  } -> tensor<4x64xf32>
+  return %0 : tensor<4x64xf32>
 }
