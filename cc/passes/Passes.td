@@ -65,6 +65,7 @@ def TransformerToLinalg : Pass<"transformer-to-linalg", "::mlir::ModuleOp"> {
     "::mlir::arith::ArithDialect",
     "::mlir::linalg::LinalgDialect",
     "::mlir::math::MathDialect",
+    "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect",
   ];
 }
@@ -100,6 +101,18 @@ def ApproximateVectorMath : Pass<"gpt-approximate-vector-math"> {
     "::mlir::math::MathDialect",
     "::mlir::vector::VectorDialect",
   ];
+}
+
+def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
+  let summary = "Inline memref.alloca_scope regions that allocate nothing on the stack";
+  let description = [{
+    `--convert-scf-to-openmp` wraps every parallel loop body in a `memref.alloca_scope`. A scope
+    matters only for `memref.alloca`; upstream canonicalization keeps it whenever the body holds
+    an op it cannot prove alloca-free, and once `--convert-scf-to-cf` gives the body several
+    blocks the scope is invalid. This pass inlines every scope (without results) whose body has no
+    `memref.alloca`, which is always safe: nothing in it lives on the stack.
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
 }
 
 def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncOp"> {

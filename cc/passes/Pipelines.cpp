@@ -116,6 +116,9 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   mlir::bufferization::OneShotBufferizationOptions bufferization;
   bufferization.bufferizeFunctionBoundaries = true;
   bufferization.setFunctionBoundaryTypeConversion(mlir::bufferization::LayoutMapOption::IdentityLayoutMap);
+  // The attention's key loop carries its running max, sum and output as new tensors each
+  // iteration; they become buffers allocated in the loop and freed by the deallocation pipeline.
+  bufferization.allowReturnAllocsFromLoops = true;
   pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferization));
   // canonicalize first: drop-equivalent-buffer-results only sees through folded loop iter_args.
   pm.addPass(mlir::createCanonicalizerPass());
@@ -123,15 +126,19 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   mlir::bufferization::BufferDeallocationPipelineOptions deallocation;
   mlir::bufferization::buildBufferDeallocationPipeline(pm, deallocation);
   if (vectorizes(options) && options.threads > 1) {
-    // The schedule's scf.forall loops (on buffers now: pitfall 8 of MLIR19_FACTS.md) become
-    // OpenMP worksharing loops. Canonicalization then inlines the memref.alloca_scope the
-    // conversion wraps each body in (it holds no allocas), which would otherwise become invalid
-    // once scf-to-cf gives it several blocks.
+    // The scf.forall loops of the schedule and of the attention's heads (on buffers now:
+    // pitfall 8 of MLIR19_FACTS.md) become OpenMP worksharing loops. The memref.alloca_scope the
+    // conversion wraps each body in holds no allocas and is inlined; it would otherwise become
+    // invalid once scf-to-cf gives it several blocks.
     pm.addPass(mlir::createForallToParallelLoopPass());
     mlir::ConvertSCFToOpenMPPassOptions openmp;
     openmp.numThreads = static_cast<unsigned>(options.threads);
     pm.addPass(mlir::createConvertSCFToOpenMPPass(openmp));
+    pm.addPass(mlir::transformer::createInlineAllocaScopes());
     pm.addPass(mlir::createCanonicalizerPass());
+  } else {
+    // Single-threaded: the attention's loop over heads (an scf.forall) runs in order.
+    pm.addPass(mlir::createForallToForLoopPass());
   }
   pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
   if (fuses(options)) {

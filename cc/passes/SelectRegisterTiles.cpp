@@ -2,6 +2,7 @@
 #include "cc/passes/Passes.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 
@@ -25,9 +26,21 @@ const TileChoice kTileTable[] = {
     {linalg::GenericOp::getOperationName(), {8, 1, 32, 1}, 1},
     // Decode (one row): one 32-wide accumulator row, streaming each panel once.
     {linalg::GenericOp::getOperationName(), {1, 1, 32, 1}, 1},
-    // Plain matmuls: 8 rows x 32 columns of accumulators, or one row.
+    // Plain matmuls, and attention's q . k^T per key block (keys stored [T, d]: each K step
+    // gathers one column of the key block, which stays in L1): 8 rows x 32 columns of
+    // accumulators, or one row (decode); narrower for attention's small heads and short blocks.
     {linalg::MatmulOp::getOperationName(), {8, 32, 1}, 1},
+    {linalg::MatmulTransposeBOp::getOperationName(), {8, 32, 1}, 1},
+    {linalg::MatmulOp::getOperationName(), {8, 16, 1}, 1},
+    {linalg::MatmulTransposeBOp::getOperationName(), {8, 16, 1}, 1},
+    {linalg::MatmulOp::getOperationName(), {8, 8, 1}, 1},
+    {linalg::MatmulTransposeBOp::getOperationName(), {8, 8, 1}, 1},
     {linalg::MatmulOp::getOperationName(), {1, 32, 1}, 1},
+    {linalg::MatmulTransposeBOp::getOperationName(), {1, 32, 1}, 1},
+    {linalg::MatmulOp::getOperationName(), {1, 16, 1}, 1},
+    {linalg::MatmulTransposeBOp::getOperationName(), {1, 16, 1}, 1},
+    {linalg::MatmulOp::getOperationName(), {1, 8, 1}, 1},
+    {linalg::MatmulTransposeBOp::getOperationName(), {1, 8, 1}, 1},
     // Attention's batched products, split across threads by batch (head).
     {linalg::BatchMatmulOp::getOperationName(), {1, 8, 8, 1}, 0},
     {linalg::BatchMatmulOp::getOperationName(), {1, 1, 8, 1}, 0},
@@ -90,14 +103,17 @@ public:
     getOperation().walk([&](linalg::LinalgOp op) {
       if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
         op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice->tile));
-        if (int64_t chunks = parallelChunks(op, *choice, threads); chunks > 1)
+        bool nested = op->getParentOfType<scf::ForallOp>() != nullptr;
+        if (int64_t chunks = parallelChunks(op, *choice, threads); chunks > 1 && !nested)
           op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
         return;
       }
       for (const TileChoice &choice : kTileTable) {
         if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
         op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));
-        if (int64_t chunks = parallelChunks(op, choice, threads); chunks > 1)
+        // Inside an scf.forall (the attention's loop over heads) the threads are already busy.
+        bool nested = op->getParentOfType<scf::ForallOp>() != nullptr;
+        if (int64_t chunks = parallelChunks(op, choice, threads); chunks > 1 && !nested)
           op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
         break;
       }

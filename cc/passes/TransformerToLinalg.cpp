@@ -5,6 +5,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AffineMap.h"
 #include "mlir/Transforms/DialectConversion.h"
@@ -433,9 +434,37 @@ struct RopeLowering : OpConversionPattern<RopeOp> {
   }
 };
 
-// scores = q . k^T (batch matmul against the transposed keys); a masked, scaled softmax over the
-// keys with j <= offset + i kept; then probs . v. The mask is computed from linalg.index, so no
-// mask tensor exists and masked keys (an unfilled cache) contribute exactly 0.
+/// The largest of 32, 16, 8, 4, 2, 1 that divides `n`: the block size of an attention loop.
+int64_t blockSize(int64_t n) {
+  int64_t block = 32;
+  while (n % block != 0) block /= 2;
+  return block;
+}
+
+/// A row slice [rows, cols] of head `head` of a [H, N, cols] tensor, starting at row `row`.
+Value headRows(OpBuilder &b, Location loc, Value tensor, Value head, Value row, int64_t rows) {
+  int64_t cols = rankedType(tensor).getDimSize(2);
+  auto type = RankedTensorType::get({rows, cols}, b.getF32Type());
+  SmallVector<OpFoldResult> offsets = {head, row, b.getIndexAttr(0)};
+  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), b.getIndexAttr(rows), b.getIndexAttr(cols)};
+  SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
+  return b.create<tensor::ExtractSliceOp>(loc, type, tensor, offsets, sizes, strides);
+}
+
+Value zeroFilled(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, double value = 0.0) {
+  return b.create<linalg::FillOp>(loc, f32Constant(b, loc, value), emptyTensor(b, loc, shape)).getResult(0);
+}
+
+/// Fused causal attention, flash-attention style: for each head and each block of Bq queries,
+/// a loop over blocks of Bk keys keeps a running row max `m`, row sum `l` and output `acc`
+/// (online softmax), so no [Tq, Tk] score matrix exists, only one [Bq, Bk] tile at a time.
+/// The key loop stops at the last key any query of the block may see (key j is visible from
+/// query i when j <= offset + i): blocks the causal mask removes entirely are never visited,
+/// and a decode step (one query at `offset`) reads the cache only up to its own position.
+///
+/// Per key block: s = q_blk . k_blk^T (linalg.matmul_transpose_b), masked and scaled;
+/// m' = max(m, rowmax(s)); p = exp(s - m'); c = exp(m - m'); l' = c l + rowsum(p);
+/// acc' = c acc + p . v_blk. After the loop the block's output is acc / l.
 struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(CausalAttentionOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
@@ -444,48 +473,132 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
     RankedTensorType resultType = rankedType(op.getResult());
     Value q = adaptor.getQuery(), k = adaptor.getKey(), v = adaptor.getValue();
     int64_t heads = rankedType(q).getDimSize(0), queries = rankedType(q).getDimSize(1);
-    int64_t keys = rankedType(k).getDimSize(1);
+    int64_t keys = rankedType(k).getDimSize(1), valueSize = rankedType(v).getDimSize(2);
+    int64_t bq = blockSize(queries), bk = blockSize(keys);
     Value offset = adaptor.getQueryOffset() ? adaptor.getQueryOffset()
                                             : rewriter.create<arith::ConstantIndexOp>(loc, 0).getResult();
     float scale = op.getScale().convertToFloat();
-    Value zero = f32Constant(rewriter, loc, 0.0);
+    const double negInf = -std::numeric_limits<double>::infinity();
+    auto index = [&](OpBuilder &b, int64_t value) { return b.create<arith::ConstantIndexOp>(loc, value).getResult(); };
 
-    Value kT = transpose(rewriter, loc, k, {0, 2, 1});
-    SmallVector<int64_t> scoreShape = {heads, queries, keys};
-    Value scoreInit = rewriter.create<linalg::FillOp>(loc, zero, emptyTensor(rewriter, loc, scoreShape)).getResult(0);
-    Value scores = rewriter.create<linalg::BatchMatmulOp>(loc, ValueRange{q, kT}, ValueRange{scoreInit}).getResult(0);
+    AffineMap id2 = AffineMap::getMultiDimIdentityMap(2, ctx), row2 = rowMap(2, ctx);
+    AffineMap id1 = AffineMap::getMultiDimIdentityMap(1, ctx);
+    SmallVector<utils::IteratorType> parallel2(2, utils::IteratorType::parallel);
+    SmallVector<utils::IteratorType> parallel1(1, utils::IteratorType::parallel);
 
-    // True where key j is visible from query i.
-    auto visible = [offset](OpBuilder &b, Location l) -> Value {
-      Value i = b.create<linalg::IndexOp>(l, 1), j = b.create<linalg::IndexOp>(l, 2);
-      return b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ule, j, b.create<arith::AddIOp>(l, i, offset));
-    };
-    auto scaled = [scale](OpBuilder &b, Location l, Value s) -> Value {
-      return b.create<arith::MulFOp>(l, s, f32Constant(b, l, scale));
-    };
-    AffineMap identity = AffineMap::getMultiDimIdentityMap(3, ctx), row = rowMap(3, ctx);
-    Value max = buildRowReduction(rewriter, loc, scoreShape, {scores}, {identity},
-                                  -std::numeric_limits<double>::infinity(),
-                                  [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                                    Value m = b.create<arith::MaximumFOp>(l, scaled(b, l, a[0]), a[1]);
-                                    return b.create<arith::SelectOp>(l, visible(b, l), m, a[1]);
+    // One key block of one query block: (m, l, acc) -> (m', l', acc').
+    auto keyBlock = [&](OpBuilder &b, Value head, Value queryStart, Value keyStart, Value qBlock,
+                        ValueRange state) -> SmallVector<Value> {
+      Value m = state[0], l = state[1], acc = state[2];
+      Value kBlock = headRows(b, loc, k, head, keyStart, bk), vBlock = headRows(b, loc, v, head, keyStart, bk);
+      Value scores = b.create<linalg::MatmulTransposeBOp>(loc, ValueRange{qBlock, kBlock},
+                                                          ValueRange{zeroFilled(b, loc, {bq, bk})})
+                         .getResult(0);
+      // True where key keyStart + j is visible from query queryStart + i.
+      auto visible = [&](OpBuilder &nb, Location l) -> Value {
+        Value i = nb.create<arith::AddIOp>(l, queryStart, nb.create<linalg::IndexOp>(l, 0));
+        Value j = nb.create<arith::AddIOp>(l, keyStart, nb.create<linalg::IndexOp>(l, 1));
+        return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ule, j, nb.create<arith::AddIOp>(l, i, offset));
+      };
+      Value masked = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {scores}, {id2}, id2, parallel2,
+                                  [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                    Value scaled = nb.create<arith::MulFOp>(l, a[0], f32Constant(nb, l, scale));
+                                    return nb.create<arith::SelectOp>(l, visible(nb, l), scaled,
+                                                                      f32Constant(nb, l, negInf));
                                   });
-    auto expShifted = [&](OpBuilder &b, Location l, Value s, Value m) -> Value {
-      Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, scaled(b, l, s), m));
-      return b.create<arith::SelectOp>(l, visible(b, l), e, f32Constant(b, l, 0.0));
-    };
-    Value sum = buildRowReduction(rewriter, loc, scoreShape, {scores, max}, {identity, row}, 0.0,
-                                  [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                                    return b.create<arith::AddFOp>(l, a[2], expShifted(b, l, a[0], a[1]));
+      Value blockMax = buildRowReduction(b, loc, {bq, bk}, {masked}, {id2}, negInf,
+                                         [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                           return nb.create<arith::MaximumFOp>(l, a[0], a[1]);
+                                         });
+      Value newMax = buildGeneric(b, loc, emptyTensor(b, loc, {bq}), {m, blockMax}, {id1, id1}, id1, parallel1,
+                                  [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                    return nb.create<arith::MaximumFOp>(l, a[0], a[1]);
                                   });
-    SmallVector<utils::IteratorType> parallel(3, utils::IteratorType::parallel);
-    Value probs = buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, scoreShape), {scores, max, sum},
-                               {identity, row, row}, identity, parallel,
-                               [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                                 return b.create<arith::DivFOp>(l, expShifted(b, l, a[0], a[1]), a[2]);
-                               });
-    Value outInit = rewriter.create<linalg::FillOp>(loc, zero, emptyTensor(rewriter, loc, resultType.getShape())).getResult(0);
-    rewriter.replaceOpWithNewOp<linalg::BatchMatmulOp>(op, ValueRange{probs, v}, ValueRange{outInit});
+      // exp(s - m') for visible keys, exactly 0 for masked ones (never exp of -inf).
+      Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {masked, newMax}, {id2, row2}, id2, parallel2,
+                                 [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                   Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], a[1]));
+                                   return nb.create<arith::SelectOp>(l, visible(nb, l), e, f32Constant(nb, l, 0.0));
+                                 });
+      // The rescale of the old state: exp(m - m'), 0 before the first visible key.
+      Value correction = buildGeneric(b, loc, emptyTensor(b, loc, {bq}), {m, newMax}, {id1, id1}, id1, parallel1,
+                                      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                        Value unset = nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::OEQ, a[0],
+                                                                               f32Constant(nb, l, negInf));
+                                        Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], a[1]));
+                                        return nb.create<arith::SelectOp>(l, unset, f32Constant(nb, l, 0.0), e);
+                                      });
+      Value blockSum = buildRowReduction(b, loc, {bq, bk}, {probs}, {id2}, 0.0,
+                                         [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                           return nb.create<arith::AddFOp>(l, a[0], a[1]);
+                                         });
+      Value newSum = buildGeneric(b, loc, emptyTensor(b, loc, {bq}), {l, correction, blockSum}, {id1, id1, id1}, id1,
+                                  parallel1, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                    return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[0], a[1]), a[2]);
+                                  });
+      Value update = b.create<linalg::MatmulOp>(loc, ValueRange{probs, vBlock},
+                                                ValueRange{zeroFilled(b, loc, {bq, valueSize})})
+                         .getResult(0);
+      Value newAcc = buildGeneric(b, loc, emptyTensor(b, loc, {bq, valueSize}), {acc, correction, update},
+                                  {id2, row2, id2}, id2, parallel2,
+                                  [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                    return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[0], a[1]), a[2]);
+                                  });
+      return {newMax, newSum, newAcc};
+    };
+
+    // One query block: the key loop, then acc / l written into the output.
+    auto queryBlock = [&](OpBuilder &b, Value head, Value queryStart, Value out) -> Value {
+      Value qBlock = headRows(b, loc, q, head, queryStart, bq);
+      // Keys [0, end) with end = min(offset + queryStart + bq, keys): the last query of the block
+      // sees up to offset + queryStart + bq - 1. Rounded up to whole key blocks.
+      Value end = b.create<arith::MinUIOp>(
+          loc, b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, offset, queryStart), index(b, bq)),
+          index(b, keys));
+      // (arith.ceildivui would need arith-expand before the LLVM lowering.)
+      Value keyBlocks = b.create<arith::DivUIOp>(loc, b.create<arith::AddIOp>(loc, end, index(b, bk - 1)), index(b, bk));
+      Value keyEnd = b.create<arith::MulIOp>(loc, keyBlocks, index(b, bk));
+      SmallVector<Value> init = {zeroFilled(b, loc, {bq}, negInf), zeroFilled(b, loc, {bq}),
+                                 zeroFilled(b, loc, {bq, valueSize})};
+      auto keyLoop = b.create<scf::ForOp>(
+          loc, index(b, 0), keyEnd, index(b, bk), init,
+          [&](OpBuilder &nb, Location, Value keyStart, ValueRange state) {
+            nb.create<scf::YieldOp>(loc, keyBlock(nb, head, queryStart, keyStart, qBlock, state));
+          });
+      Value sum = keyLoop.getResult(1), acc = keyLoop.getResult(2);
+      Value normalized = buildGeneric(b, loc, emptyTensor(b, loc, {bq, valueSize}), {acc, sum}, {id2, row2}, id2,
+                                      parallel2, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                        return nb.create<arith::DivFOp>(l, a[0], a[1]);
+                                      });
+      // `out` is this head's [1, Tq, dv] slice of the result.
+      SmallVector<OpFoldResult> offsets = {b.getIndexAttr(0), queryStart, b.getIndexAttr(0)};
+      SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), b.getIndexAttr(bq), b.getIndexAttr(valueSize)};
+      SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
+      return b.create<tensor::InsertSliceOp>(loc, normalized, out, offsets, sizes, strides);
+    };
+
+    // Heads are independent: an scf.forall, which becomes an OpenMP loop when the pipeline has
+    // threads (else a plain loop). Each iteration owns its head's [Tq, dv] slice of the output.
+    Value out = emptyTensor(rewriter, loc, resultType.getShape());
+    auto headLoop = rewriter.create<scf::ForallOp>(
+        loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(heads)}, ValueRange{out}, std::nullopt,
+        [&](OpBuilder &b, Location, ValueRange args) {
+          Value head = args[0], shared = args[1];
+          SmallVector<OpFoldResult> offsets = {head, b.getIndexAttr(0), b.getIndexAttr(0)};
+          SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), b.getIndexAttr(queries), b.getIndexAttr(valueSize)};
+          SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
+          auto headType = RankedTensorType::get({1, queries, valueSize}, b.getF32Type());
+          Value headOut = b.create<tensor::ExtractSliceOp>(loc, headType, shared, offsets, sizes, strides);
+          auto queryLoop = b.create<scf::ForOp>(
+              loc, index(b, 0), index(b, queries), index(b, bq), ValueRange{headOut},
+              [&](OpBuilder &nb, Location, Value queryStart, ValueRange queryState) {
+                nb.create<scf::YieldOp>(loc, queryBlock(nb, head, queryStart, queryState[0]));
+              });
+          auto terminator = b.create<scf::InParallelOp>(loc);
+          b.setInsertionPointToStart(terminator.getBody());
+          b.create<tensor::ParallelInsertSliceOp>(loc, queryLoop.getResult(0), shared, offsets, sizes, strides);
+        });
+    rewriter.replaceOp(op, headLoop.getResult(0));
     return success();
   }
 };
@@ -533,7 +646,8 @@ public:
 
     ConversionTarget target(getContext());
     target.addIllegalDialect<TransformerDialect>();
-    target.addLegalDialect<arith::ArithDialect, linalg::LinalgDialect, math::MathDialect, tensor::TensorDialect>();
+    target.addLegalDialect<arith::ArithDialect, linalg::LinalgDialect, math::MathDialect, scf::SCFDialect,
+                           tensor::TensorDialect>();
     RewritePatternSet patterns(&getContext());
     populateTransformerToLinalgPatterns(patterns);
     if (failed(applyPartialConversion(getOperation(), target, std::move(patterns)))) signalPassFailure();

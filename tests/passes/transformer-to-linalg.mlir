@@ -205,25 +205,54 @@ func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf3
 
 // -----
 
-// Causal attention: scores by batch_matmul against transposed keys, a masked softmax whose
-// mask j <= i + offset comes from linalg.index (no mask tensor), then probs x values.
+// Causal attention, fused (flash-attention style): a forall over heads, a loop over blocks of
+// 32 queries, and inside it a loop over blocks of 32 keys with a running max, sum and output.
+// The key loop ends at the last key the block's last query may see, min(offset + q0 + 32, 64)
+// rounded up to a block: key blocks the causal mask removes entirely are never visited (with
+// offset 0 the first query block visits 1 of the 2 key blocks), and a decode step reads the
+// cache only up to its own position. Only [32, 32] score tiles exist, never the [64, 64] matrix.
 // CHECK-LABEL: func.func @causal_attention
 // CHECK-SAME: %[[OFFSET:[^:]*]]: index
-// CHECK: linalg.transpose ins(%{{.*}} : tensor<2x8x4xf32>) outs(%{{.*}} : tensor<2x4x8xf32>) permutation = [0, 2, 1]
-// CHECK: %[[SCORES:.*]] = linalg.batch_matmul ins(%{{.*}}, %{{.*}} : tensor<2x8x4xf32>, tensor<2x4x8xf32>)
-// CHECK: %[[NEGINF:.*]] = arith.constant 0xFF800000 : f32
-// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%[[SCORES]]
-// CHECK: arith.constant 5.000000e-01 : f32
-// CHECK: %[[I:.*]] = linalg.index 1 : index
-// CHECK: %[[J:.*]] = linalg.index 2 : index
-// CHECK: %[[LAST:.*]] = arith.addi %[[I]], %[[OFFSET]] : index
-// CHECK: arith.cmpi ule, %[[J]], %[[LAST]] : index
+// CHECK-NOT: tensor<2x64x64xf32>
+// CHECK: scf.forall (%[[H:.*]]) in (2) shared_outs
+// CHECK: scf.for %[[Q0:.*]] = %c0 to %c64 step %c32
+// CHECK: %[[A:.*]] = arith.addi %[[OFFSET]], %[[Q0]] : index
+// CHECK: %[[B:.*]] = arith.addi %[[A]], %c32{{.*}} : index
+// CHECK: %[[END:.*]] = arith.minui %[[B]], %c64{{.*}} : index
+// CHECK: %[[UP:.*]] = arith.addi %[[END]], %c31 : index
+// CHECK: %[[BLOCKS:.*]] = arith.divui %[[UP]], %c32{{.*}} : index
+// CHECK: %[[KEYEND:.*]] = arith.muli %[[BLOCKS]], %c32{{.*}} : index
+// CHECK: scf.for %[[K0:.*]] = %c0{{.*}} to %[[KEYEND]] step %c32{{.*}} iter_args
+// CHECK: tensor.extract_slice %{{.*}}[%[[H]], %[[K0]], 0] [1, 32, 4] [1, 1, 1] : tensor<2x64x4xf32> to tensor<32x4xf32>
+// CHECK: linalg.matmul_transpose_b ins(%{{.*}}, %{{.*}} : tensor<32x4xf32>, tensor<32x4xf32>) outs(%{{.*}} : tensor<32x32xf32>)
+// CHECK: arith.cmpi ule
 // CHECK: math.exp
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<32x32xf32>, tensor<32x4xf32>) outs(%{{.*}} : tensor<32x4xf32>)
+// CHECK: scf.yield
 // CHECK: arith.divf
-// CHECK: linalg.batch_matmul ins(%{{.*}}, %{{.*}} : tensor<2x8x8xf32>, tensor<2x8x4xf32>) outs(%{{.*}} : tensor<2x8x4xf32>)
-func.func @causal_attention(%q: tensor<2x8x4xf32>, %k: tensor<2x8x4xf32>, %v: tensor<2x8x4xf32>, %pos: index) -> tensor<2x8x4xf32> {
-  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>, index) -> tensor<2x8x4xf32>
-  return %0 : tensor<2x8x4xf32>
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[0, %[[Q0]], 0] [1, 32, 4] [1, 1, 1] : tensor<32x4xf32> into tensor<1x64x4xf32>
+// CHECK: scf.forall.in_parallel
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[%[[H]], 0, 0] [1, 64, 4] [1, 1, 1]
+// CHECK-NOT: linalg.batch_matmul
+func.func @causal_attention(%q: tensor<2x64x4xf32>, %k: tensor<2x64x4xf32>, %v: tensor<2x64x4xf32>, %pos: index) -> tensor<2x64x4xf32> {
+  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x64x4xf32>
+  return %0 : tensor<2x64x4xf32>
+}
+
+// -----
+
+// A decode step: one query against a cache of 48 positions, blocks of 16 keys (the largest
+// power of two up to 32 dividing 48); the key loop ends at min(offset + 1, 48) rounded up.
+// CHECK-LABEL: func.func @decode_attention
+// CHECK-SAME: %[[OFFSET:[^:]*]]: index
+// CHECK: scf.for %[[Q0:.*]] = %c0 to %c1{{.*}} step %c1
+// CHECK: %[[A:.*]] = arith.addi %[[OFFSET]], %[[Q0]] : index
+// CHECK: %[[B:.*]] = arith.addi %[[A]], %c1{{.*}} : index
+// CHECK: arith.minui %[[B]], %c48{{.*}} : index
+// CHECK: linalg.matmul_transpose_b ins(%{{.*}}, %{{.*}} : tensor<1x4xf32>, tensor<16x4xf32>) outs(%{{.*}} : tensor<1x16xf32>)
+func.func @decode_attention(%q: tensor<2x1x4xf32>, %k: tensor<2x48x4xf32>, %v: tensor<2x48x4xf32>, %pos: index) -> tensor<2x1x4xf32> {
+  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x1x4xf32>, tensor<2x48x4xf32>, tensor<2x48x4xf32>, index) -> tensor<2x1x4xf32>
+  return %0 : tensor<2x1x4xf32>
 }
 
 // -----

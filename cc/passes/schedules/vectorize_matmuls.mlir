@@ -71,22 +71,56 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %tile : !transform.any_op
     }
-    // [M, N, K] = [8, 32, 1]: an 8x32 f32 accumulator is 16 zmm registers; each K step is
-    // 2 vector loads of B, 8 broadcasts of A and 16 FMAs.
-    %matmuls = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.register_tile = [8, 32, 1]} in %root
+    // Plain matmuls and attention's q . k^T per key block (linalg.matmul_transpose_b, which
+    // reads a column of the [keys, d] block per K step), loops [M, N, K]. [8, 32, 1]: an 8x32
+    // f32 accumulator is 16 zmm registers; each K step is 2 vector loads of B, 8 broadcasts of A
+    // and 16 FMAs. [1, 32, 1]: one row (decode). 16 and 8 wide: attention with small heads or
+    // short blocks.
+    %matmuls8x32 = transform.structured.match ops{["linalg.matmul", "linalg.matmul_transpose_b"]} attributes{gpt.register_tile = [8, 32, 1]} in %root
         : (!transform.any_op) -> !transform.any_op
-    transform.foreach %matmuls : !transform.any_op {
+    transform.foreach %matmuls8x32 : !transform.any_op {
     ^bb0(%matmul: !transform.any_op):
       %tile, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [8, 32, 1]
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %tile : !transform.any_op
     }
-    // One row (decode): a 32-wide accumulator row; each K step streams 32 weights once.
-    %rows = transform.structured.match ops{["linalg.matmul"]} attributes{gpt.register_tile = [1, 32, 1]} in %root
+    %matmuls8x16 = transform.structured.match ops{["linalg.matmul", "linalg.matmul_transpose_b"]} attributes{gpt.register_tile = [8, 16, 1]} in %root
         : (!transform.any_op) -> !transform.any_op
-    transform.foreach %rows : !transform.any_op {
+    transform.foreach %matmuls8x16 : !transform.any_op {
+    ^bb0(%matmul: !transform.any_op):
+      %tile, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [8, 16, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %matmuls8x8 = transform.structured.match ops{["linalg.matmul", "linalg.matmul_transpose_b"]} attributes{gpt.register_tile = [8, 8, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %matmuls8x8 : !transform.any_op {
+    ^bb0(%matmul: !transform.any_op):
+      %tile, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [8, 8, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %matmuls1x32 = transform.structured.match ops{["linalg.matmul", "linalg.matmul_transpose_b"]} attributes{gpt.register_tile = [1, 32, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %matmuls1x32 : !transform.any_op {
     ^bb0(%matmul: !transform.any_op):
       %tile, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [1, 32, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %matmuls1x16 = transform.structured.match ops{["linalg.matmul", "linalg.matmul_transpose_b"]} attributes{gpt.register_tile = [1, 16, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %matmuls1x16 : !transform.any_op {
+    ^bb0(%matmul: !transform.any_op):
+      %tile, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [1, 16, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %matmuls1x8 = transform.structured.match ops{["linalg.matmul", "linalg.matmul_transpose_b"]} attributes{gpt.register_tile = [1, 8, 1]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %matmuls1x8 : !transform.any_op {
+    ^bb0(%matmul: !transform.any_op):
+      %tile, %m, %n, %k = transform.structured.tile_using_for %matmul tile_sizes [1, 8, 1]
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %tile : !transform.any_op
     }
