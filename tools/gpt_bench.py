@@ -6,15 +6,27 @@
 Columns as llama.cpp's llama-bench: model | size | params | backend | threads | test | t/s, with
 t/s the mean ± std over --repetitions runs. ppN: N prompt tokens through prefill into an empty KV
 cache; tgN: N tokens decoded one at a time against the cache, from an empty context; the cache
-holds exactly N positions (llama-bench's context is n_prompt + n_gen). Tokens are
-fixed (no tokenization, no sampling); compilation happens in a warm-up run before timing. When
-PyTorch and transformers are installed, HF's GPT2LMHeadModel with the same weights is measured in
-the same run ("pytorch-eager" rows).
+holds exactly N positions (llama-bench's context is n_prompt + n_gen). fwdN (not a llama-bench
+test): one forward pass over N tokens returning the logits of every position. Tokens are fixed
+(no tokenization, no sampling); compilation happens in a warm-up run before timing.
+
+Peers, measured in the same run with the same weights when their packages are installed:
+"pytorch-eager" (HF GPT2LMHeadModel; torch, transformers) and "onnxruntime" (that model exported
+with torch.onnx, dynamo exporter; pip install -r requirements-peers.txt). ONNX Runtime has no
+cache object: its prefill is the cache-less graph over the prompt, and its tgN runs N steps of a
+graph whose key/value inputs grow from 1 to N positions (the first past is one zero position).
+
+After the table, the decode floor: the weight bytes one decode step must read (every weight but
+the embedding tables, of which it gathers one row) over the read bandwidth measured here with
+the same thread count (numpy sums of a 1 GiB array on that many threads), against the measured
+ms/token of tgN.
 """
 
 import argparse
+import concurrent.futures
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -36,6 +48,9 @@ class OursRunner:
 
     def __init__(self, cfg, weights, threads):
         self.model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(threads=threads))
+
+    def forward(self, ids):
+        self.model.forward(ids)
 
     # Like llama-bench's context (n_prompt + n_gen), the cache holds exactly the test's tokens.
     def prompt(self, ids):
@@ -66,6 +81,10 @@ class TorchRunner:
         self.model = GPT2LMHeadModel(hf).eval()
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
 
+    def forward(self, ids):
+        with self.torch.no_grad():
+            self.model(self.torch.tensor([ids]), use_cache=False)
+
     def prompt(self, ids):
         with self.torch.no_grad():
             self.model(self.torch.tensor([ids]), use_cache=True)
@@ -78,21 +97,120 @@ class TorchRunner:
                 past = out.past_key_values
 
 
-def runners():
+class OnnxRuntimeRunner:
+    backend = "onnxruntime"
+
+    def __init__(self, cfg, weights, threads):
+        import onnxruntime
+        import torch
+
+        torch_runner = TorchRunner(cfg, weights, threads)
+        self.cfg, self.torch = cfg, torch
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.forward_session = onnxruntime.InferenceSession(
+            self._export(torch_runner.model, cached=False), options, providers=["CPUExecutionProvider"])
+        self.step_session = onnxruntime.InferenceSession(
+            self._export(torch_runner.model, cached=True), options, providers=["CPUExecutionProvider"])
+
+    def _export(self, model, cached):
+        import torch
+        from transformers import DynamicCache
+
+        n_layer = self.cfg.n_layer
+
+        class Forward(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, ids):
+                return self.model(ids, use_cache=False).logits
+
+        class Step(Forward):
+            def forward(self, ids, past_k, past_v):
+                cache = DynamicCache()
+                for layer in range(n_layer):
+                    cache.update(past_k[layer], past_v[layer], layer)
+                out = self.model(ids, past_key_values=cache, use_cache=True)
+                layers = out.past_key_values.layers
+                return (out.logits, torch.stack([layers[i].keys for i in range(n_layer)]),
+                        torch.stack([layers[i].values for i in range(n_layer)]))
+
+        path = tempfile.NamedTemporaryFile(suffix=".onnx", delete=False).name
+        tokens = torch.export.Dim("tokens", min=1, max=self.cfg.block_size)
+        if cached:
+            past = torch.zeros(self._past_shape(2))
+            positions = torch.export.Dim("past", min=1, max=self.cfg.block_size - 1)
+            torch.onnx.export(Step(), (torch.zeros(1, 1, dtype=torch.long), past, past), path, dynamo=True,
+                              dynamic_shapes=(None, {3: positions}, {3: positions}), verbose=False)
+        else:
+            torch.onnx.export(Forward(), (torch.zeros(1, 8, dtype=torch.long),), path, dynamo=True,
+                              dynamic_shapes=({1: tokens},), verbose=False)
+        return path
+
+    def _past_shape(self, positions):
+        c = self.cfg
+        return (c.n_layer, 1, c.n_head, positions, c.n_embd // c.n_head)
+
+    def forward(self, ids):
+        self.forward_session.run(None, {"ids": np.asarray([ids], np.int64)})
+
+    prompt = forward
+
+    def generate(self, ids):
+        past_k = past_v = np.zeros(self._past_shape(1), np.float32)
+        for token in ids:
+            _, past_k, past_v = self.step_session.run(
+                None, {"ids": np.asarray([[token]], np.int64), "past_k": past_k, "past_v": past_v})
+
+
+def runners(peers):
     yield OursRunner
+    if not peers:
+        return
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
         return
     yield TorchRunner
+    try:
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        return
+    yield OnnxRuntimeRunner
+
+
+def read_bandwidth(threads, gib=1.0, repetitions=5):
+    """Bytes per second that `threads` threads reading a large array reach (best of a few)."""
+    data = np.ones(int(gib * 2**30) // 4, np.float32)
+    chunks = np.array_split(data, threads)
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(np.sum, chunks))  # touch every page first
+        best = float("inf")
+        for _ in range(repetitions):
+            start = time.perf_counter()
+            list(pool.map(np.sum, chunks))  # numpy releases the GIL while summing
+            best = min(best, time.perf_counter() - start)
+    return data.nbytes / best
+
+
+def decode_weight_bytes(cfg):
+    """Bytes of weights one decode step reads: all but the embedding tables (one row gathered)."""
+    model = gpt.GPT.random(cfg, seed=0)
+    specs = model._compiled.parameter_specs()
+    return 4 * sum(int(np.prod(shape)) for name, shape in specs
+                   if name not in ("transformer.wte.weight", "transformer.wpe.weight"))
 
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="nano,gpt2-small")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--tests", default="pp128,pp512,tg128")
+    parser.add_argument("--tests", default="fwd128,pp128,pp512,tg128")
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true", help="only this project's rows")
     args = parser.parse_args(argv)
@@ -100,28 +218,46 @@ def main(argv):
     print()
     print("| model | size | params | backend | threads | test | t/s |")
     print("|---|---|---|---|---|---|---|")
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    decode_rates = {}  # (model, threads) -> our tgN tokens per second
     for name in args.models.split(","):
         cfg = gpt.GPTConfig(**MODELS[name])
         weights = gpt.weights.random_weights(cfg, seed=0)
         params = sum(v.size for v in weights.values())
         size = f"{params * 4 / 2**20:.2f} MiB"
-        for runner_class in runners():
-            if args.no_peers and runner_class is not OursRunner:
-                continue
-            for threads in (int(t) for t in args.threads.split(",")):
+        for runner_class in runners(not args.no_peers):
+            for threads in thread_counts:
                 runner = runner_class(cfg, weights, threads)
                 for test in args.tests.split(","):
-                    count = int(test[2:])
+                    kind, count = test.rstrip("0123456789"), int(test.lstrip("fwdpptg"))
                     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=count).tolist()
-                    run = runner.prompt if test.startswith("pp") else runner.generate
+                    run = {"fwd": runner.forward, "pp": runner.prompt, "tg": runner.generate}[kind]
                     run(ids)  # warm-up: compiles
                     rates = []
                     for _ in range(args.repetitions):
                         start = time.perf_counter()
                         run(ids)
                         rates.append(count / (time.perf_counter() - start))
+                    if runner_class is OursRunner and kind == "tg":
+                        decode_rates[name, threads] = statistics.mean(rates)
                     print(f"| {name} | {size} | {params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
                           f"| {stats(rates)} |", flush=True)
+    if not decode_rates:
+        return
+    print()
+    print("| model | threads | weight bytes per decode step | read bandwidth | floor (ms/token) "
+          "| gpt-mlir-jit decode (ms/token) | decode / floor |")
+    print("|---|---|---|---|---|---|---|")
+    for threads in thread_counts:
+        bandwidth = read_bandwidth(threads)
+        for name in args.models.split(","):
+            if (name, threads) not in decode_rates:
+                continue
+            weight_bytes = decode_weight_bytes(gpt.GPTConfig(**MODELS[name]))
+            floor_ms = 1e3 * weight_bytes / bandwidth
+            ours_ms = 1e3 / decode_rates[name, threads]
+            print(f"| {name} | {threads} | {weight_bytes / 1e6:.1f} MB | {bandwidth / 1e9:.1f} GB/s "
+                  f"| {floor_ms:.3f} | {ours_ms:.3f} | {ours_ms / floor_ms:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

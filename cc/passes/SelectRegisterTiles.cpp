@@ -64,8 +64,13 @@ bool tilesEvenly(linalg::LinalgOp op, ArrayRef<int64_t> tile) {
 
 /// The number of contiguous pieces to split `op` into for `threads` threads: the largest of 8, 4,
 /// 2 (the counts the schedule handles) not above `threads` that leaves every piece a whole number
-/// of tiles along the table's split dimension, or 1.
+/// of tiles along the table's split dimension, or 1 for ops smaller than kMinParallelWork.
 int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t threads) {
+  // Inside an scf.forall (the attention's loop over heads) the threads are already busy.
+  if (op->getParentOfType<scf::ForallOp>()) return 1;
+  int64_t work = 1;
+  for (int64_t range : op.getStaticLoopRanges()) work *= range;
+  if (work < kMinParallelWork) return 1;
   auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
   int64_t extent = shape[choice.splitDim], unit = choice.tile[choice.splitDim];
   for (int64_t chunks : {8, 4, 2})
@@ -103,17 +108,14 @@ public:
     getOperation().walk([&](linalg::LinalgOp op) {
       if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
         op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice->tile));
-        bool nested = op->getParentOfType<scf::ForallOp>() != nullptr;
-        if (int64_t chunks = parallelChunks(op, *choice, threads); chunks > 1 && !nested)
+        if (int64_t chunks = parallelChunks(op, *choice, threads); chunks > 1)
           op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
         return;
       }
       for (const TileChoice &choice : kTileTable) {
         if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
         op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));
-        // Inside an scf.forall (the attention's loop over heads) the threads are already busy.
-        bool nested = op->getParentOfType<scf::ForallOp>() != nullptr;
-        if (int64_t chunks = parallelChunks(op, choice, threads); chunks > 1 && !nested)
+        if (int64_t chunks = parallelChunks(op, choice, threads); chunks > 1)
           op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
         break;
       }

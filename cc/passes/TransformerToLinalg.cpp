@@ -548,7 +548,7 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
     };
 
     // One query block: the key loop, then acc / l written into the output.
-    auto queryBlock = [&](OpBuilder &b, Value head, Value queryStart, Value out) -> Value {
+    auto queryBlock = [&](OpBuilder &b, Value head, Value localHead, Value queryStart, Value out) -> Value {
       Value qBlock = headRows(b, loc, q, head, queryStart, bq);
       // Keys [0, end) with end = min(offset + queryStart + bq, keys): the last query of the block
       // sees up to offset + queryStart + bq - 1. Rounded up to whole key blocks.
@@ -570,8 +570,9 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
                                       parallel2, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                         return nb.create<arith::DivFOp>(l, a[0], a[1]);
                                       });
-      // `out` is this head's [1, Tq, dv] slice of the result.
-      SmallVector<OpFoldResult> offsets = {b.getIndexAttr(0), queryStart, b.getIndexAttr(0)};
+      // `out` is this iteration's [headsPerIteration, Tq, dv] slice of the result; `localHead`
+      // the head's index in it.
+      SmallVector<OpFoldResult> offsets = {localHead, queryStart, b.getIndexAttr(0)};
       SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), b.getIndexAttr(bq), b.getIndexAttr(valueSize)};
       SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
       return b.create<tensor::InsertSliceOp>(loc, normalized, out, offsets, sizes, strides);
@@ -579,24 +580,35 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
 
     // Heads are independent: an scf.forall, which becomes an OpenMP loop when the pipeline has
     // threads (else a plain loop). Each iteration owns its head's [Tq, dv] slice of the output.
+    // Attention too small to pay for a fork and join (a decode step of a small model) runs its
+    // heads in one scf.forall iteration, i.e. on one thread.
+    int64_t work = heads * queries * keys * rankedType(q).getDimSize(2);
+    int64_t headsPerIteration = work < kMinParallelWork ? heads : 1;
     Value out = emptyTensor(rewriter, loc, resultType.getShape());
     auto headLoop = rewriter.create<scf::ForallOp>(
-        loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(heads)}, ValueRange{out}, std::nullopt,
+        loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(heads / headsPerIteration)}, ValueRange{out}, std::nullopt,
         [&](OpBuilder &b, Location, ValueRange args) {
-          Value head = args[0], shared = args[1];
-          SmallVector<OpFoldResult> offsets = {head, b.getIndexAttr(0), b.getIndexAttr(0)};
-          SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), b.getIndexAttr(queries), b.getIndexAttr(valueSize)};
+          Value firstHead = b.create<arith::MulIOp>(loc, args[0], index(b, headsPerIteration)), shared = args[1];
+          SmallVector<OpFoldResult> offsets = {firstHead, b.getIndexAttr(0), b.getIndexAttr(0)};
+          SmallVector<OpFoldResult> sizes = {b.getIndexAttr(headsPerIteration), b.getIndexAttr(queries),
+                                             b.getIndexAttr(valueSize)};
           SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
-          auto headType = RankedTensorType::get({1, queries, valueSize}, b.getF32Type());
-          Value headOut = b.create<tensor::ExtractSliceOp>(loc, headType, shared, offsets, sizes, strides);
-          auto queryLoop = b.create<scf::ForOp>(
-              loc, index(b, 0), index(b, queries), index(b, bq), ValueRange{headOut},
-              [&](OpBuilder &nb, Location, Value queryStart, ValueRange queryState) {
-                nb.create<scf::YieldOp>(loc, queryBlock(nb, head, queryStart, queryState[0]));
+          auto headsType = RankedTensorType::get({headsPerIteration, queries, valueSize}, b.getF32Type());
+          Value headsOut = b.create<tensor::ExtractSliceOp>(loc, headsType, shared, offsets, sizes, strides);
+          auto headsLoop = b.create<scf::ForOp>(
+              loc, index(b, 0), index(b, headsPerIteration), index(b, 1), ValueRange{headsOut},
+              [&](OpBuilder &hb, Location, Value local, ValueRange headState) {
+                Value head = hb.create<arith::AddIOp>(loc, firstHead, local);
+                auto queryLoop = hb.create<scf::ForOp>(
+                    loc, index(hb, 0), index(hb, queries), index(hb, bq), headState,
+                    [&](OpBuilder &nb, Location, Value queryStart, ValueRange queryState) {
+                      nb.create<scf::YieldOp>(loc, queryBlock(nb, head, local, queryStart, queryState[0]));
+                    });
+                hb.create<scf::YieldOp>(loc, queryLoop.getResults());
               });
           auto terminator = b.create<scf::InParallelOp>(loc);
           b.setInsertionPointToStart(terminator.getBody());
-          b.create<tensor::ParallelInsertSliceOp>(loc, queryLoop.getResult(0), shared, offsets, sizes, strides);
+          b.create<tensor::ParallelInsertSliceOp>(loc, headsLoop.getResult(0), shared, offsets, sizes, strides);
         });
     rewriter.replaceOp(op, headLoop.getResult(0));
     return success();

@@ -31,9 +31,9 @@
 
 // BADLEVEL: Cannot find option named 'O3'
 
-func.func @mlp(%x: tensor<8x64xf32>, %w: tensor<64x256xf32>, %b: tensor<256xf32>) -> tensor<*xf32>
+func.func @mlp(%x: tensor<64x64xf32>, %w: tensor<64x256xf32>, %b: tensor<256xf32>) -> tensor<*xf32>
     attributes {llvm.emit_c_interface} {
-  %0 = transformer.matmul %x, %w : (tensor<8x64xf32>, tensor<64x256xf32>) -> tensor<*xf32>
+  %0 = transformer.matmul %x, %w : (tensor<64x64xf32>, tensor<64x256xf32>) -> tensor<*xf32>
   %1 = transformer.add %0, %b : (tensor<*xf32>, tensor<256xf32>) -> tensor<*xf32>
   %2 = transformer.gelu %1 : tensor<*xf32> -> tensor<*xf32>
   return %2 : tensor<*xf32>

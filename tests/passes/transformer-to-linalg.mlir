@@ -211,11 +211,15 @@ func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf3
 // rounded up to a block: key blocks the causal mask removes entirely are never visited (with
 // offset 0 the first query block visits 1 of the 2 key blocks), and a decode step reads the
 // cache only up to its own position. Only [32, 32] score tiles exist, never the [64, 64] matrix.
+// This attention is too small to split across threads (2*64*64*4 < 2^18 multiply-adds): one
+// forall iteration runs both heads.
 // CHECK-LABEL: func.func @causal_attention
 // CHECK-SAME: %[[OFFSET:[^:]*]]: index
 // CHECK-NOT: tensor<2x64x64xf32>
-// CHECK: scf.forall (%[[H:.*]]) in (2) shared_outs
-// CHECK: scf.for %[[Q0:.*]] = %c0 to %c64 step %c32
+// CHECK: scf.forall (%{{.*}}) in (1) shared_outs
+// CHECK: scf.for %[[LOCAL:.*]] = %c0 to %c2{{.*}} step %c1
+// CHECK: %[[H:.*]] = arith.addi %{{.*}}, %[[LOCAL]] : index
+// CHECK: scf.for %[[Q0:.*]] = %c0{{.*}} to %c64 step %c32
 // CHECK: %[[A:.*]] = arith.addi %[[OFFSET]], %[[Q0]] : index
 // CHECK: %[[B:.*]] = arith.addi %[[A]], %c32{{.*}} : index
 // CHECK: %[[END:.*]] = arith.minui %[[B]], %c64{{.*}} : index
@@ -230,9 +234,9 @@ func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf3
 // CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<32x32xf32>, tensor<32x4xf32>) outs(%{{.*}} : tensor<32x4xf32>)
 // CHECK: scf.yield
 // CHECK: arith.divf
-// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[0, %[[Q0]], 0] [1, 32, 4] [1, 1, 1] : tensor<32x4xf32> into tensor<1x64x4xf32>
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[%[[LOCAL]], %[[Q0]], 0] [1, 32, 4] [1, 1, 1] : tensor<32x4xf32> into tensor<2x64x4xf32>
 // CHECK: scf.forall.in_parallel
-// CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[%[[H]], 0, 0] [1, 64, 4] [1, 1, 1]
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[%{{.*}}, 0, 0] [2, 64, 4] [1, 1, 1]
 // CHECK-NOT: linalg.batch_matmul
 func.func @causal_attention(%q: tensor<2x64x4xf32>, %k: tensor<2x64x4xf32>, %v: tensor<2x64x4xf32>, %pos: index) -> tensor<2x64x4xf32> {
   %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x64x4xf32>
@@ -245,7 +249,7 @@ func.func @causal_attention(%q: tensor<2x64x4xf32>, %k: tensor<2x64x4xf32>, %v: 
 // power of two up to 32 dividing 48); the key loop ends at min(offset + 1, 48) rounded up.
 // CHECK-LABEL: func.func @decode_attention
 // CHECK-SAME: %[[OFFSET:[^:]*]]: index
-// CHECK: scf.for %[[Q0:.*]] = %c0 to %c1{{.*}} step %c1
+// CHECK: scf.for %[[Q0:.*]] = %c0{{.*}} to %c1{{.*}} step %c1
 // CHECK: %[[A:.*]] = arith.addi %[[OFFSET]], %[[Q0]] : index
 // CHECK: %[[B:.*]] = arith.addi %[[A]], %c1{{.*}} : index
 // CHECK: arith.minui %[[B]], %c48{{.*}} : index
@@ -253,6 +257,18 @@ func.func @causal_attention(%q: tensor<2x64x4xf32>, %k: tensor<2x64x4xf32>, %v: 
 func.func @decode_attention(%q: tensor<2x1x4xf32>, %k: tensor<2x48x4xf32>, %v: tensor<2x48x4xf32>, %pos: index) -> tensor<2x1x4xf32> {
   %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x1x4xf32>, tensor<2x48x4xf32>, tensor<2x48x4xf32>, index) -> tensor<2x1x4xf32>
   return %0 : tensor<2x1x4xf32>
+}
+
+// -----
+
+// Enough work to split across threads (4*64*64*16 = 2^18 multiply-adds): one head per forall
+// iteration.
+// CHECK-LABEL: func.func @parallel_heads
+// CHECK: scf.forall (%{{.*}}) in (4) shared_outs
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c1{{.*}} step %c1
+func.func @parallel_heads(%q: tensor<4x64x16xf32>, %k: tensor<4x64x16xf32>, %v: tensor<4x64x16xf32>) -> tensor<4x64x16xf32> {
+  %0 = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32} : (tensor<4x64x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>) -> tensor<4x64x16xf32>
+  return %0 : tensor<4x64x16xf32>
 }
 
 // -----
