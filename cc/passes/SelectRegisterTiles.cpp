@@ -1,6 +1,7 @@
 // --gpt-select-register-tiles: records the register tile of every matmul it can tile evenly.
 #include "cc/passes/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -99,6 +100,29 @@ std::optional<TileChoice> elementwiseChoice(linalg::LinalgOp op) {
   return std::nullopt;
 }
 
+/// Row reductions (a rank-2 generic reducing its innermost loop into one value per row, whose body
+/// ends by combining the accumulator with addf or maximumf: LayerNorm's mean and variance,
+/// attention's row max and sum): the largest of 32, 16, 8 lanes dividing the row length. The
+/// schedule keeps that many partial results in a vector across the row and reduces it once at
+/// the end of the row.
+std::optional<int64_t> rowReductionWidth(linalg::LinalgOp op) {
+  if (!isa<linalg::GenericOp>(op) || op.getNumLoops() != 2 || op.getNumReductionLoops() != 1 ||
+      op.getIteratorTypesArray()[1] != utils::IteratorType::reduction || op.getNumDpsInits() != 1)
+    return std::nullopt;
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (ShapedType::isDynamic(ranges[0]) || ShapedType::isDynamic(ranges[1])) return std::nullopt;
+  // The reduction must be a plain combiner of the accumulator, which the schedule's partial
+  // reduction can split (its neutral element: 0 for addf, -inf for maximumf).
+  Block &body = op->getRegion(0).front();
+  Operation *combiner = body.getTerminator()->getOperand(0).getDefiningOp();
+  if (!combiner || !isa<arith::AddFOp, arith::MaximumFOp>(combiner) ||
+      !llvm::is_contained(combiner->getOperands(), body.getArguments().back()))
+    return std::nullopt;
+  for (int64_t width : {32, 16, 8})
+    if (ranges[1] % width == 0) return width;
+  return std::nullopt;
+}
+
 class SelectRegisterTilesPass : public impl::SelectRegisterTilesBase<SelectRegisterTilesPass> {
 public:
   using SelectRegisterTilesBase::SelectRegisterTilesBase;
@@ -106,6 +130,10 @@ public:
   void runOnOperation() override {
     OpBuilder b(&getContext());
     getOperation().walk([&](linalg::LinalgOp op) {
+      if (std::optional<int64_t> width = rowReductionWidth(op)) {
+        op->setAttr("gpt.row_reduction_tile", b.getI64IntegerAttr(*width));
+        return;
+      }
       if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
         op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice->tile));
         if (int64_t chunks = parallelChunks(op, *choice, threads); chunks > 1)

@@ -125,7 +125,8 @@ func.func @packed(%a: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %c: tensor
 // -----
 
 // Elementwise generics get one vector of the innermost dim (the largest of 32/16/8 lanes that
-// divides it) and, with 2^18 elements or more, split across threads along dim 1. Not marked: reductions, gathers
+// divides it) and, with 2^18 elements or more, split across threads along dim 1. Not marked as
+// elementwise: reductions (they get a row_reduction_tile, below), gathers
 // (tensor.extract in the body), and innermost dims no vector width divides.
 #e2 = affine_map<(d0, d1) -> (d0, d1)>
 #e3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
@@ -168,4 +169,38 @@ func.func @elementwise(%a: tensor<512x512xf32>, %b: tensor<8x256x144xf32>, %c: t
     linalg.yield %t : f32
   } -> tensor<512x512xf32>
   return %0, %1, %2, %3, %4 : tensor<512x512xf32>, tensor<8x256x144xf32>, tensor<4x6xf32>, tensor<512xf32>, tensor<512x512xf32>
+}
+
+// -----
+
+// Row reductions ending in a plain combiner of the accumulator get gpt.row_reduction_tile, the
+// largest of 32/16/8 dividing the row; a body that ends in anything else (here a select) cannot
+// be split into partial results and is left alone.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @row_reductions
+// CHECK: linalg.generic {{.*}}gpt.row_reduction_tile = 32 : i64
+// CHECK: linalg.generic {{.*}}gpt.row_reduction_tile = 16 : i64
+// CHECK-NOT: gpt.row_reduction_tile
+// CHECK: return
+func.func @row_reductions(%a: tensor<8x64xf32>, %s: tensor<8xf32>, %b: tensor<8x48xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %0 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<8x64xf32>) outs(%s : tensor<8xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %sq = arith.mulf %x, %x : f32
+    %t = arith.addf %acc, %sq : f32
+    linalg.yield %t : f32
+  } -> tensor<8xf32>
+  %1 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%b : tensor<8x48xf32>) outs(%s : tensor<8xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %t = arith.maximumf %x, %acc : f32
+    linalg.yield %t : f32
+  } -> tensor<8xf32>
+  %2 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<8x64xf32>) outs(%s : tensor<8xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %t = arith.maximumf %x, %acc : f32
+    %positive = arith.cmpf ogt, %x, %acc : f32
+    %u = arith.select %positive, %t, %acc : f32
+    linalg.yield %u : f32
+  } -> tensor<8xf32>
+  return %0, %1, %2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }

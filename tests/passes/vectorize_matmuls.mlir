@@ -124,3 +124,24 @@ func.func @elementwise(%a: tensor<4x64xf32>) -> tensor<4x64xf32> {
   } -> tensor<4x64xf32>
   return %0 : tensor<4x64xf32>
 }
+
+// A row reduction marked 32: per row, a vector<32> of partial sums (starting at 0) runs across
+// the row, then one vector.multi_reduction combines it with the row's initial value.
+#rid = affine_map<(d0, d1) -> (d0, d1)>
+#rrow = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @row_sum
+// CHECK: scf.for %[[R:.*]] = %c0 to %c16 step %c1
+// CHECK: scf.for %{{.*}} = %c0 to %c768 step %c32 iter_args
+// CHECK: %[[X:.*]] = vector.transfer_read {{.*}} : tensor<16x768xf32>, vector<32xf32>
+// CHECK: arith.addf %[[X]], %{{.*}} : vector<32xf32>
+// CHECK: vector.reduction <add>, %{{.*}}, %{{.*}} : vector<32xf32> into f32
+// CHECK-NOT: linalg.generic
+func.func @row_sum(%x: tensor<16x768xf32>, %init: tensor<16xf32>) -> tensor<16xf32> {
+  %0 = linalg.generic {indexing_maps = [#rid, #rrow], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<16x768xf32>) outs(%init : tensor<16xf32>) attrs = {gpt.row_reduction_tile = 32 : i64} {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %a, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<16xf32>
+  return %0 : tensor<16xf32>
+}

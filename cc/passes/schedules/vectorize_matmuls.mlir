@@ -192,6 +192,45 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %tile : !transform.any_op
     }
+    // Row reductions (LayerNorm's statistics, attention's row max and sum): one row at a time,
+    // `gpt.row_reduction_tile` partial results in a vector across the row (0 or -inf to start,
+    // the combiner's neutral element), reduced to one value at the row's end.
+    %reductions32 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.row_reduction_tile = 32} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %reductions32 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %row, %rows = transform.structured.tile_using_for %op tile_sizes [1, 0]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %init, %partial, %combine, %loop = transform.structured.tile_reduction_using_for %row by tile_sizes = [0, 32]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %init : !transform.any_op
+      transform.structured.vectorize %partial : !transform.any_op
+      transform.structured.vectorize %combine : !transform.any_op
+    }
+    %reductions16 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.row_reduction_tile = 16} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %reductions16 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %row, %rows = transform.structured.tile_using_for %op tile_sizes [1, 0]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %init, %partial, %combine, %loop = transform.structured.tile_reduction_using_for %row by tile_sizes = [0, 16]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %init : !transform.any_op
+      transform.structured.vectorize %partial : !transform.any_op
+      transform.structured.vectorize %combine : !transform.any_op
+    }
+    %reductions8 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.row_reduction_tile = 8} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %reductions8 : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %row, %rows = transform.structured.tile_using_for %op tile_sizes [1, 0]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %init, %partial, %combine, %loop = transform.structured.tile_reduction_using_for %row by tile_sizes = [0, 8]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %init : !transform.any_op
+      transform.structured.vectorize %partial : !transform.any_op
+      transform.structured.vectorize %combine : !transform.any_op
+    }
     %funcs = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
     // reduction_to_contract must run before canonicalization, or the unit-dim reductions fold
     // into scalar adds (MLIR19_FACTS.md section 3).
@@ -210,7 +249,7 @@ module attributes {transform.with_named_sequence} {
     transform.apply_patterns to %hoisted {
       transform.apply_patterns.vector.lower_contraction lowering_strategy = outerproduct
       transform.apply_patterns.vector.transfer_permutation_patterns
-      transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = innerparallel
+      transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = innerreduction
       transform.apply_patterns.vector.split_transfer_full_partial split_transfer_strategy = "linalg-copy"
       transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
       transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
