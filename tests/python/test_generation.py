@@ -96,6 +96,24 @@ def test_decode_never_recompiles_as_the_position_grows():
     assert (1, 128) in compiled
 
 
+@pytest.mark.parametrize("pipeline", ["baseline", "default"])
+def test_decode_never_reads_key_blocks_past_its_position(pipeline):
+    """Fused attention walks the cache in blocks of 32 positions and stops after the block that
+    holds the current position. Poisoning every later block with NaN (which any read would
+    spread through 0 * NaN) must leave decode's logits finite and correct."""
+    cfg = config(NANO)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg), gpt.CompileOptions(pipeline=pipeline))
+    ids = token_ids(cfg, 6)
+    expected = model.forward(ids)[-1]
+    cache = model.new_cache(128)
+    model.prefill(ids[:5], cache)
+    cache._keys[:, :, 32:] = np.nan
+    cache._values[:, :, 32:] = np.nan
+    logits = model.decode(int(ids[5]), cache)
+    assert np.isfinite(logits).all()
+    assert relative_error(logits, expected) < RTOL
+
+
 # -- the cache's contract ---------------------------------------------------------------------
 
 
