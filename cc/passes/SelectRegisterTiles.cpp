@@ -123,6 +123,24 @@ std::optional<int64_t> rowReductionWidth(linalg::LinalgOp op) {
   return std::nullopt;
 }
 
+/// The elementwise generic that can take a packed matmul as its epilogue: the matmul's only
+/// user, of the same shape, all loops parallel, reading the matmul through an identity map as
+/// input 0 or 1 (the operand positions the schedule handles). Returns that input's position.
+std::optional<unsigned> epilogueOperand(linalg::LinalgOp matmul, linalg::GenericOp &epilogue) {
+  Value result = matmul->getResult(0);
+  if (!result.hasOneUse()) return std::nullopt;
+  auto user = dyn_cast<linalg::GenericOp>(*result.getUsers().begin());
+  if (!user || user->hasAttr("gpt.packed_matmul") || user.getNumReductionLoops() != 0 || user.getNumDpsInits() != 1 ||
+      user->getResult(0).getType() != result.getType() || !user.getRegion().getOps<tensor::ExtractOp>().empty())
+    return std::nullopt;
+  for (OpOperand *input : user.getDpsInputOperands())
+    if (input->get() == result && input->getOperandNumber() < 2 && user.getMatchingIndexingMap(input).isIdentity()) {
+      epilogue = user;
+      return input->getOperandNumber();
+    }
+  return std::nullopt;
+}
+
 class SelectRegisterTilesPass : public impl::SelectRegisterTilesBase<SelectRegisterTilesPass> {
 public:
   using SelectRegisterTilesBase::SelectRegisterTilesBase;
@@ -130,6 +148,7 @@ public:
   void runOnOperation() override {
     OpBuilder b(&getContext());
     getOperation().walk([&](linalg::LinalgOp op) {
+      if (op->hasAttr("gpt.epilogue_tile")) return;  // its packed matmul was fused into it
       if (std::optional<int64_t> width = rowReductionWidth(op)) {
         op->setAttr("gpt.row_reduction_tile", b.getI64IntegerAttr(*width));
         return;
@@ -142,6 +161,20 @@ public:
       }
       for (const TileChoice &choice : kTileTable) {
         if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
+        // Epilogue fusion: the bias/GELU/residual generic after a packed matmul drives the
+        // loops, and the schedule computes each matmul tile inside them, so the accumulator
+        // goes through the epilogue in registers and is written once. The schedule handles 1
+        // or 2 threads' pieces; other counts keep the two ops apart.
+        linalg::GenericOp epilogue;
+        int64_t chunks = parallelChunks(op, choice, threads);
+        if (op->hasAttr("gpt.packed_matmul") && chunks <= 2)
+          if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
+            op->setAttr("gpt.epilogue_fused", b.getUnitAttr());
+            epilogue->setAttr("gpt.epilogue_tile", b.getI64ArrayAttr({choice.tile[0], 1, choice.tile[2]}));
+            epilogue->setAttr("gpt.epilogue_operand", b.getI64IntegerAttr(*operand));
+            epilogue->setAttr("gpt.epilogue_chunks", b.getI64IntegerAttr(chunks));
+            break;
+          }
         op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));
         if (int64_t chunks = parallelChunks(op, choice, threads); chunks > 1)
           op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));

@@ -204,3 +204,53 @@ func.func @row_reductions(%a: tensor<8x64xf32>, %s: tensor<8xf32>, %b: tensor<8x
   } -> tensor<8xf32>
   return %0, %1, %2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// Epilogue fusion: a packed matmul whose only user is an elementwise generic of its shape,
+// reading it through an identity map as input 0 or 1, gets no tile of its own
+// (gpt.epilogue_fused); the generic records the tile the schedule computes the matmul in, the
+// input position and the thread pieces (2^18+ iterations: 2 on two threads). A matmul with a
+// second user keeps its own register tile.
+#pA = affine_map<(m, p, j, k) -> (m, k)>
+#pB = affine_map<(m, p, j, k) -> (p, k, j)>
+#pC = affine_map<(m, p, j, k) -> (m, p, j)>
+#e3 = affine_map<(m, p, j) -> (m, p, j)>
+#bias = affine_map<(m, p, j) -> (p, j)>
+// CHECK-LABEL: func.func @epilogue
+// CHECK: gpt.epilogue_fused, gpt.packed_matmul
+// CHECK-NOT: gpt.register_tile
+// CHECK: gpt.epilogue_chunks = 1 : i64, gpt.epilogue_operand = 1 : i64, gpt.epilogue_tile = [8, 1, 32]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1]
+// THREADS2-LABEL: func.func @epilogue
+// THREADS2: gpt.epilogue_chunks = 2 : i64, gpt.epilogue_operand = 1 : i64, gpt.epilogue_tile = [8, 1, 32]
+func.func @epilogue(%x: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %b: tensor<6x32xf32>, %init: tensor<16x6x32xf32>)
+    -> (tensor<16x6x32xf32>, tensor<16x6x32xf32>, tensor<16x6x32xf32>) {
+  %0 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x2048xf32>, tensor<6x2048x32xf32>) outs(%init : tensor<16x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%a: f32, %c: f32, %acc: f32):
+    %m = arith.mulf %a, %c : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  %1 = linalg.generic {indexing_maps = [#bias, #e3, #e3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%b, %0 : tensor<6x32xf32>, tensor<16x6x32xf32>) outs(%init : tensor<16x6x32xf32>) {
+  ^bb0(%c: f32, %a: f32, %o: f32):
+    %s = arith.addf %a, %c : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  %2 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x2048xf32>, tensor<6x2048x32xf32>) outs(%init : tensor<16x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%a: f32, %c: f32, %acc: f32):
+    %m = arith.mulf %a, %c : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  %3 = linalg.generic {indexing_maps = [#e3, #e3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%2 : tensor<16x6x32xf32>) outs(%init : tensor<16x6x32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %t = math.tanh %a : f32
+    linalg.yield %t : f32
+  } -> tensor<16x6x32xf32>
+  return %1, %2, %3 : tensor<16x6x32xf32>, tensor<16x6x32xf32>, tensor<16x6x32xf32>
+}

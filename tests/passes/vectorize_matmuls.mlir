@@ -145,3 +145,48 @@ func.func @row_sum(%x: tensor<16x768xf32>, %init: tensor<16xf32>) -> tensor<16xf
   } -> tensor<16xf32>
   return %0 : tensor<16xf32>
 }
+
+// Epilogue fusion: the packed matmul is computed inside its bias + tanh epilogue's loops. Per
+// [8 rows, 1 panel] tile the 8x32 accumulator starts as a zero constant (the fill is folded),
+// runs the K loop in registers, goes through the bias add and tanh as vectors and is written
+// once: no buffer holds the matmul's result.
+#fA = affine_map<(m, p, j, k) -> (m, k)>
+#fB = affine_map<(m, p, j, k) -> (p, k, j)>
+#fC = affine_map<(m, p, j, k) -> (m, p, j)>
+#f3 = affine_map<(m, p, j) -> (m, p, j)>
+#fbias = affine_map<(m, p, j) -> (p, j)>
+// (Checked after the canonicalization the pipeline runs after the schedule.)
+// RUN: gpt-opt %s --gpt-apply-schedule=schedule=vectorize_matmuls --canonicalize | FileCheck %s --check-prefix=EPILOGUE
+// EPILOGUE-LABEL: func.func @epilogue
+// EPILOGUE: scf.for %[[P:.*]] = %c0 to %c4 step %c1
+// EPILOGUE: scf.for %[[M:.*]] = %c0 to %c16 step %c8
+// EPILOGUE: %[[ACC:.*]] = scf.for %{{.*}} = %c0 to %c64 step %c1 iter_args(%{{.*}} = %cst) -> (vector<8x1x32xf32>)
+// EPILOGUE-COUNT-8: vector.outerproduct
+// EPILOGUE: arith.addf %[[ACC]], %{{.*}} : vector<8x1x32xf32>
+// EPILOGUE: math.tanh %{{.*}} : vector<8x1x32xf32>
+// EPILOGUE: vector.transfer_write %{{.*}}, %{{.*}}[%[[M]], %[[P]], %c0]
+// EPILOGUE-NOT: linalg.generic
+// EPILOGUE-NOT: linalg.fill
+// CHECK-LABEL: func.func @epilogue
+func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tensor<4x32xf32>) -> tensor<16x4x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<16x4x32xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e0 : tensor<16x4x32xf32>) -> tensor<16x4x32xf32>
+  %p = linalg.generic {indexing_maps = [#fA, #fB, #fC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x64xf32>, tensor<4x64x32xf32>) outs(%init : tensor<16x4x32xf32>) attrs = {gpt.packed_matmul, gpt.epilogue_fused} {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<16x4x32xf32>
+  %e1 = tensor.empty() : tensor<16x4x32xf32>
+  %out = linalg.generic {indexing_maps = [#f3, #fbias, #f3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%p, %bias : tensor<16x4x32xf32>, tensor<4x32xf32>) outs(%e1 : tensor<16x4x32xf32>)
+      attrs = {gpt.epilogue_tile = [8, 1, 32], gpt.epilogue_operand = 0 : i64, gpt.epilogue_chunks = 1 : i64} {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %s = arith.addf %a, %b : f32
+    %t = math.tanh %s : f32
+    linalg.yield %t : f32
+  } -> tensor<16x4x32xf32>
+  return %out : tensor<16x4x32xf32>
+}

@@ -4,6 +4,181 @@
 // vectorizing whole untiled ops would build huge vectors.
 module attributes {transform.with_named_sequence} {
   transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    // Epilogue fusion: a packed matmul whose only user is an elementwise generic (its bias add,
+    // GELU, residual add) is computed inside that generic's loops, one register tile at a time:
+    // the generic is split into `gpt.epilogue_chunks` pieces for threads (an scf.forall) and
+    // tiled [M, 1 panel, 32 columns] with the panel loop outermost; the matmul and its zero fill
+    // are fused into each tile and the matmul tiled along K. After vectorization the 8x32
+    // accumulator goes straight from the K loop through the epilogue's arithmetic and is
+    // written once. `gpt.epilogue_operand` says which input of the generic is the matmul.
+    %epilogues8x0x1 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_tile = [8, 1, 32], gpt.epilogue_operand = 0, gpt.epilogue_chunks = 1} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %epilogues8x0x1 : !transform.any_op {
+    ^bb0(%epilogue: !transform.any_op):
+      %matmul = transform.get_producer_of_operand %epilogue[0] : (!transform.any_op) -> !transform.any_op
+      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %tile, %panels, %rows, %columns = transform.structured.tile_using_for %epilogue tile_sizes [8, 1, 32] interchange = [1, 0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmul into %rows
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fill into %rows2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %fusedFill : !transform.any_op
+      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %epilogues8x0x2 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_tile = [8, 1, 32], gpt.epilogue_operand = 0, gpt.epilogue_chunks = 2} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %epilogues8x0x2 : !transform.any_op {
+    ^bb0(%epilogue: !transform.any_op):
+      %matmul = transform.get_producer_of_operand %epilogue[0] : (!transform.any_op) -> !transform.any_op
+      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %chunk, %forall = transform.structured.tile_using_forall %epilogue num_threads [0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulChunk, %forall2 = transform.structured.fuse_into_containing_op %matmul into %forall
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fillChunk, %forall3 = transform.structured.fuse_into_containing_op %fill into %forall2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %tile, %panels, %rows, %columns = transform.structured.tile_using_for %chunk tile_sizes [8, 1, 32] interchange = [1, 0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmulChunk into %rows
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fillChunk into %rows2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %fusedFill : !transform.any_op
+      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %epilogues8x1x1 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_tile = [8, 1, 32], gpt.epilogue_operand = 1, gpt.epilogue_chunks = 1} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %epilogues8x1x1 : !transform.any_op {
+    ^bb0(%epilogue: !transform.any_op):
+      %matmul = transform.get_producer_of_operand %epilogue[1] : (!transform.any_op) -> !transform.any_op
+      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %tile, %panels, %rows, %columns = transform.structured.tile_using_for %epilogue tile_sizes [8, 1, 32] interchange = [1, 0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmul into %rows
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fill into %rows2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %fusedFill : !transform.any_op
+      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %epilogues8x1x2 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_tile = [8, 1, 32], gpt.epilogue_operand = 1, gpt.epilogue_chunks = 2} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %epilogues8x1x2 : !transform.any_op {
+    ^bb0(%epilogue: !transform.any_op):
+      %matmul = transform.get_producer_of_operand %epilogue[1] : (!transform.any_op) -> !transform.any_op
+      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %chunk, %forall = transform.structured.tile_using_forall %epilogue num_threads [0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulChunk, %forall2 = transform.structured.fuse_into_containing_op %matmul into %forall
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fillChunk, %forall3 = transform.structured.fuse_into_containing_op %fill into %forall2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %tile, %panels, %rows, %columns = transform.structured.tile_using_for %chunk tile_sizes [8, 1, 32] interchange = [1, 0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmulChunk into %rows
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fillChunk into %rows2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %fusedFill : !transform.any_op
+      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %epilogues1x0x1 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_tile = [1, 1, 32], gpt.epilogue_operand = 0, gpt.epilogue_chunks = 1} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %epilogues1x0x1 : !transform.any_op {
+    ^bb0(%epilogue: !transform.any_op):
+      %matmul = transform.get_producer_of_operand %epilogue[0] : (!transform.any_op) -> !transform.any_op
+      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %tile, %panels, %rows, %columns = transform.structured.tile_using_for %epilogue tile_sizes [1, 1, 32] interchange = [1, 0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmul into %rows
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fill into %rows2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %fusedFill : !transform.any_op
+      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %epilogues1x0x2 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_tile = [1, 1, 32], gpt.epilogue_operand = 0, gpt.epilogue_chunks = 2} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %epilogues1x0x2 : !transform.any_op {
+    ^bb0(%epilogue: !transform.any_op):
+      %matmul = transform.get_producer_of_operand %epilogue[0] : (!transform.any_op) -> !transform.any_op
+      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %chunk, %forall = transform.structured.tile_using_forall %epilogue num_threads [0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulChunk, %forall2 = transform.structured.fuse_into_containing_op %matmul into %forall
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fillChunk, %forall3 = transform.structured.fuse_into_containing_op %fill into %forall2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %tile, %panels, %rows, %columns = transform.structured.tile_using_for %chunk tile_sizes [1, 1, 32] interchange = [1, 0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmulChunk into %rows
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fillChunk into %rows2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %fusedFill : !transform.any_op
+      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %epilogues1x1x1 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_tile = [1, 1, 32], gpt.epilogue_operand = 1, gpt.epilogue_chunks = 1} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %epilogues1x1x1 : !transform.any_op {
+    ^bb0(%epilogue: !transform.any_op):
+      %matmul = transform.get_producer_of_operand %epilogue[1] : (!transform.any_op) -> !transform.any_op
+      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %tile, %panels, %rows, %columns = transform.structured.tile_using_for %epilogue tile_sizes [1, 1, 32] interchange = [1, 0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmul into %rows
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fill into %rows2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %fusedFill : !transform.any_op
+      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
+    }
+    %epilogues1x1x2 = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_tile = [1, 1, 32], gpt.epilogue_operand = 1, gpt.epilogue_chunks = 2} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.foreach %epilogues1x1x2 : !transform.any_op {
+    ^bb0(%epilogue: !transform.any_op):
+      %matmul = transform.get_producer_of_operand %epilogue[1] : (!transform.any_op) -> !transform.any_op
+      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %chunk, %forall = transform.structured.tile_using_forall %epilogue num_threads [0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulChunk, %forall2 = transform.structured.fuse_into_containing_op %matmul into %forall
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fillChunk, %forall3 = transform.structured.fuse_into_containing_op %fill into %forall2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %tile, %panels, %rows, %columns = transform.structured.tile_using_for %chunk tile_sizes [1, 1, 32] interchange = [1, 0, 2]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmulChunk into %rows
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fillChunk into %rows2
+          : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      transform.structured.vectorize %fusedFill : !transform.any_op
+      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
+    }
     // Threads: --gpt-select-register-tiles marks ops to split into `gpt.parallel_chunks`
     // contiguous pieces (matmul: along N; packed matmul: along the panels; batch matmul: along the heads), one scf.forall
     // iteration each, which become an OpenMP loop after bufferization. The pieces keep the
