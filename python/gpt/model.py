@@ -98,7 +98,12 @@ class GPT:
         """Runs one token at position len(cache) against the cache; returns its logits [vocab_size]."""
         if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
             raise TypeError(f"token must be an int, got {type(token).__name__}")
-        return self._step(self._check_ids([token]), cache)
+        # The one-token case of _check_ids, without building an array to check it: decode is
+        # called once per generated token, and for small models these checks cost as much as
+        # the compiled step.
+        if not 0 <= token < self._config.vocab_size:
+            raise ValueError(f"token id {int(token)} is out of range [0, vocab_size={self._config.vocab_size})")
+        return self._step(np.array([token], dtype=np.int64), cache)
 
     def generate(self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_k: Optional[int] = None,
                  top_p: Optional[float] = None, seed: Optional[int] = None, use_cache: bool = True,
