@@ -115,6 +115,35 @@ def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
   let dependentDialects = ["::mlir::memref::MemRefDialect"];
 }
 
+def StackAllocateEntryBuffers : Pass<"gpt-stack-allocate-entry-buffers", "::mlir::func::FuncOp"> {
+  let summary = "Turn a function's small temporary buffers into stack allocations";
+  let description = [{
+    Runs right after bufferization, before deallocation is inserted. Every `memref.alloc` in a
+    function's entry block with a static shape of at most `max-buffer-bytes`, while the
+    function's total stays under `max-frame-bytes`, and that is never returned (nor handed to
+    a loop, which could return it under another name) becomes a `memref.alloca`: part of the
+    function's frame, with no malloc and free per call. This is what keeps a decode step's
+    temporaries (LayerNorm outputs, heads, attention outputs) off the heap. Allocations inside
+    loops are left alone: an alloca there would grow the stack on every iteration.
+
+    Before:
+    ```mlir
+    %0 = memref.alloc() {alignment = 64 : i64} : memref<1x768xf32>
+    ```
+    After:
+    ```mlir
+    %0 = memref.alloca() {alignment = 64 : i64} : memref<1x768xf32>
+    ```
+  }];
+  let options = [
+    Option<"maxBufferBytes", "max-buffer-bytes", "int64_t", /*default=*/"65536",
+           "Largest buffer moved to the stack">,
+    Option<"maxFrameBytes", "max-frame-bytes", "int64_t", /*default=*/"1048576",
+           "Most bytes of stack buffers per function">,
+  ];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+}
+
 def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncOp"> {
   let summary = "Choose register tiles for matmuls and record them as attributes";
   let description = [{
