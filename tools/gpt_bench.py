@@ -24,6 +24,7 @@ ms/token of tgN.
 
 import argparse
 import concurrent.futures
+import re
 import statistics
 import sys
 import tempfile
@@ -199,18 +200,21 @@ def read_bandwidth(threads, gib=1.0, repetitions=5):
 
 
 def decode_weight_bytes(cfg):
-    """Bytes of weights one decode step reads: all but the embedding tables (one row gathered)."""
-    model = gpt.GPT.random(cfg, seed=0)
-    specs = model._compiled.parameter_specs()
-    return 4 * sum(int(np.prod(shape)) for name, shape in specs
-                   if name not in ("transformer.wte.weight", "transformer.wpe.weight"))
+    """Bytes of weights one decode step reads: every weight but the embedding tables (it gathers
+    one row of each), plus the LM head, which reads the whole (tied) embedding, padded to a
+    multiple of 256 columns as the compiled program stores it."""
+    shapes = gpt.weights.expected_shapes(cfg)
+    gathered = ("transformer.wte.weight", "transformer.wpe.weight")
+    floats = sum(int(np.prod(shape)) for name, shape in shapes.items() if name not in gathered)
+    padded_vocab = (cfg.vocab_size + 255) // 256 * 256
+    return 4 * (floats + padded_vocab * cfg.n_embd)
 
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="nano,gpt2-small")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--tests", default="fwd128,pp128,pp512,tg128")
+    parser.add_argument("--tests", default="fwd128,pp128,pp512,tg128", help="fwdN, ppN or tgN, comma-separated")
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true", help="only this project's rows")
     args = parser.parse_args(argv)
@@ -229,7 +233,8 @@ def main(argv):
             for threads in thread_counts:
                 runner = runner_class(cfg, weights, threads)
                 for test in args.tests.split(","):
-                    kind, count = test.rstrip("0123456789"), int(test.lstrip("fwdpptg"))
+                    kind, count = re.fullmatch(r"(fwd|pp|tg)(\d+)", test).groups()
+                    count = int(count)
                     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=count).tolist()
                     run = {"fwd": runner.forward, "pp": runner.prompt, "tg": runner.generate}[kind]
                     run(ids)  # warm-up: compiles
