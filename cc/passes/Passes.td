@@ -40,8 +40,13 @@ def TransformerToLinalg : Pass<"transformer-to-linalg", "::mlir::ModuleOp"> {
     same meaning: `matmul` becomes `linalg.matmul` or `linalg.batch_matmul` (with reshapes when
     the weight is shared across a batch), `transpose` becomes `linalg.transpose`, elementwise ops
     become `linalg.generic` with broadcasting indexing maps, and `layer_norm` / `softmax` become
-    row reductions followed by an elementwise `linalg.generic`. Needs static shapes: run
-    `--transformer-shape-inference` first.
+    row reductions followed by an elementwise `linalg.generic`. `packed_matmul` becomes a
+    `linalg.generic` over (m, panel, column, k) marked `gpt.packed_matmul`, viewed as [M, N] by
+    a `tensor.collapse_shape`. `causal_attention` becomes a fused loop nest (flash-attention
+    style): an `scf.forall` over heads, blocks of queries, and a loop over blocks of keys with
+    an online softmax whose upper bound is the last key the query block may see, so blocks the
+    causal mask removes entirely are never visited and no [Tq, Tk] score tensor exists. Needs
+    static shapes: run `--transformer-shape-inference` first.
 
     Before:
     ```mlir
@@ -145,17 +150,27 @@ def StackAllocateEntryBuffers : Pass<"gpt-stack-allocate-entry-buffers", "::mlir
 }
 
 def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncOp"> {
-  let summary = "Choose register tiles for matmuls and record them as attributes";
+  let summary = "Choose register tiles, thread pieces and fusions, and record them as attributes";
   let description = [{
-    Marks each static `linalg.matmul` whose M is a multiple of 8 and N a multiple of 32 with
-    `gpt.register_tile = [8, 32, 1]` (else, N a multiple of 32, `[1, 32, 1]`: the decode shape),
-    and each static `linalg.batch_matmul` whose M and N are multiples of 8 with
-    `gpt.register_tile = [1, 8, 8, 1]` (else, N a multiple of 8, `[1, 1, 8, 1]`). With
-    `threads` > 1, a marked op also gets `gpt.parallel_chunks = k`, the largest of 8, 4, 2 not above
-    `threads` that splits its parallel dimension evenly into whole tiles (matmul: N into k pieces
-    of a multiple of the tile width; batch matmul: the batch, i.e. the heads). The decision is data in the IR:
-    the Transform-dialect schedule matches these attributes, and ops left unmarked (shapes the
-    tiles do not divide) stay scalar loops, so no partial tile is ever vectorized.
+    The decisions of the `vectorize_matmuls` schedule, written into the IR so that the schedule
+    only matches attributes and `gpt-opt` shows what was chosen. Only static shapes that the
+    tiles divide are marked: nothing unmarked is vectorized, so no partial tile exists.
+
+    - `gpt.register_tile`, from a table, largest tile first: packed matmuls (generics marked
+      `gpt.packed_matmul`, loops M, panel, column, K) `[8, 1, 32, 1]` or `[1, 1, 32, 1]`
+      (decode); `linalg.matmul` and attention's `linalg.matmul_transpose_b` `[8, 32, 1]` down to
+      `[1, 8, 1]`; `linalg.batch_matmul` `[1, 8, 8, 1]` or `[1, 1, 8, 1]`; elementwise generics
+      (rank 2 or 3, no gather) one vector of 32, 16 or 8 lanes of their innermost dimension.
+    - `gpt.row_reduction_tile = w` on rank-2 row reductions that end in an `addf`/`maximumf` of
+      the accumulator: partial results in a vector of `w` lanes.
+    - Epilogue fusion: a packed matmul whose only user is an elementwise generic of its shape
+      (reading it through an identity map as input 0 or 1) gets `gpt.epilogue_fused` instead
+      of a tile; the generic gets `gpt.epilogue_tile`, `gpt.epilogue_operand` and
+      `gpt.epilogue_chunks`.
+    - With `threads` > 1, `gpt.parallel_chunks = k` on ops of at least 2^18 iterations outside
+      any scf.forall: the largest of 8, 4, 2 not above `threads` that splits the op's split
+      dimension (matmul N, packed matmul and elementwise dim 1, batch matmul the heads) into
+      whole tiles.
 
     Before:
     ```mlir
