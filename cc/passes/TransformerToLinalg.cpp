@@ -510,9 +510,21 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
                                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                            return nb.create<arith::MaximumFOp>(l, a[0], a[1]);
                                          });
-      Value newMax = buildGeneric(b, loc, emptyTensor(b, loc, {bq}), {m, blockMax}, {id1, id1}, id1, parallel1,
+      // The rescale of the old state, exp(m - max(m, blockMax)); 0 before the first visible key.
+      Value correction = buildGeneric(b, loc, emptyTensor(b, loc, {bq}), {m, blockMax}, {id1, id1}, id1, parallel1,
+                                      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                        Value newMax = nb.create<arith::MaximumFOp>(l, a[0], a[1]);
+                                        Value unset = nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::OEQ, a[0],
+                                                                               f32Constant(nb, l, negInf));
+                                        Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], newMax));
+                                        return nb.create<arith::SelectOp>(l, unset, f32Constant(nb, l, 0.0), e);
+                                      });
+      // The running state is updated in place (destination = the loop-carried tensor), so its
+      // buffers carry over from one key block to the next instead of being allocated anew:
+      // m' = max(m, blockMax) over m, after `correction` has read m.
+      Value newMax = buildGeneric(b, loc, m, {blockMax}, {id1}, id1, parallel1,
                                   [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                    return nb.create<arith::MaximumFOp>(l, a[0], a[1]);
+                                    return nb.create<arith::MaximumFOp>(l, a[1], a[0]);
                                   });
       // exp(s - m') for visible keys, exactly 0 for masked ones (never exp of -inf).
       Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {masked, newMax}, {id2, row2}, id2, parallel2,
@@ -520,29 +532,22 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
                                    Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], a[1]));
                                    return nb.create<arith::SelectOp>(l, visible(nb, l), e, f32Constant(nb, l, 0.0));
                                  });
-      // The rescale of the old state: exp(m - m'), 0 before the first visible key.
-      Value correction = buildGeneric(b, loc, emptyTensor(b, loc, {bq}), {m, newMax}, {id1, id1}, id1, parallel1,
-                                      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                        Value unset = nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::OEQ, a[0],
-                                                                               f32Constant(nb, l, negInf));
-                                        Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], a[1]));
-                                        return nb.create<arith::SelectOp>(l, unset, f32Constant(nb, l, 0.0), e);
-                                      });
       Value blockSum = buildRowReduction(b, loc, {bq, bk}, {probs}, {id2}, 0.0,
                                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                            return nb.create<arith::AddFOp>(l, a[0], a[1]);
                                          });
-      Value newSum = buildGeneric(b, loc, emptyTensor(b, loc, {bq}), {l, correction, blockSum}, {id1, id1, id1}, id1,
-                                  parallel1, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                    return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[0], a[1]), a[2]);
+      // l' = c l + rowsum(p), over l.
+      Value newSum = buildGeneric(b, loc, l, {correction, blockSum}, {id1, id1}, id1, parallel1,
+                                  [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                    return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[2], a[0]), a[1]);
                                   });
       Value update = b.create<linalg::MatmulOp>(loc, ValueRange{probs, vBlock},
                                                 ValueRange{zeroFilled(b, loc, {bq, valueSize})})
                          .getResult(0);
-      Value newAcc = buildGeneric(b, loc, emptyTensor(b, loc, {bq, valueSize}), {acc, correction, update},
-                                  {id2, row2, id2}, id2, parallel2,
+      // acc' = c acc + p . v, over acc.
+      Value newAcc = buildGeneric(b, loc, acc, {correction, update}, {row2, id2}, id2, parallel2,
                                   [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                    return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[0], a[1]), a[2]);
+                                    return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[2], a[0]), a[1]);
                                   });
       return {newMax, newSum, newAcc};
     };
