@@ -147,6 +147,11 @@ public:
 
   void runOnOperation() override {
     OpBuilder b(&getContext());
+    auto markTile = [&](linalg::LinalgOp op, const TileChoice &choice) {
+      op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));
+      if (int64_t chunks = parallelChunks(op, choice, threads); chunks > 1)
+        op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
+    };
     getOperation().walk([&](linalg::LinalgOp op) {
       if (op->hasAttr("gpt.epilogue_tile")) return;  // its packed matmul was fused into it
       if (std::optional<int64_t> width = rowReductionWidth(op)) {
@@ -154,9 +159,7 @@ public:
         return;
       }
       if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
-        op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice->tile));
-        if (int64_t chunks = parallelChunks(op, *choice, threads); chunks > 1)
-          op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
+        markTile(op, *choice);
         return;
       }
       for (const TileChoice &choice : kTileTable) {
@@ -175,9 +178,7 @@ public:
             epilogue->setAttr("gpt.epilogue_chunks", b.getI64IntegerAttr(chunks));
             break;
           }
-        op->setAttr("gpt.register_tile", b.getI64ArrayAttr(choice.tile));
-        if (int64_t chunks = parallelChunks(op, choice, threads); chunks > 1)
-          op->setAttr("gpt.parallel_chunks", b.getI64IntegerAttr(chunks));
+        markTile(op, choice);
         break;
       }
     });

@@ -28,6 +28,11 @@ Value emptyTensor(OpBuilder &b, Location loc, ArrayRef<int64_t> shape) {
   return b.create<tensor::EmptyOp>(loc, shape, b.getF32Type());
 }
 
+/// A new f32 tensor of `shape` filled with `value` (the initial value of a reduction).
+Value filled(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, double value = 0.0) {
+  return b.create<linalg::FillOp>(loc, f32Constant(b, loc, value), emptyTensor(b, loc, shape)).getResult(0);
+}
+
 /// Map from the iteration space of a rank-`rank` result to an operand of shape `shape` under
 /// numpy broadcasting: missing leading dims are dropped, size-1 dims read index 0.
 AffineMap broadcastMap(ArrayRef<int64_t> shape, ArrayRef<int64_t> resultShape, MLIRContext *ctx) {
@@ -80,8 +85,7 @@ Value buildElementwise(OpBuilder &b, Location loc, RankedTensorType resultType, 
 Value buildRowReduction(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, ValueRange inputs,
                         ArrayRef<AffineMap> inputMaps, double initValue, BodyBuilder body) {
   int64_t rank = shape.size();
-  Value empty = emptyTensor(b, loc, shape.drop_back());
-  Value init = b.create<linalg::FillOp>(loc, f32Constant(b, loc, initValue), empty).getResult(0);
+  Value init = filled(b, loc, shape.drop_back(), initValue);
   SmallVector<utils::IteratorType> iterators(rank, utils::IteratorType::parallel);
   iterators.back() = utils::IteratorType::reduction;
   return buildGeneric(b, loc, init, inputs, inputMaps, rowMap(rank, b.getContext()), iterators, body);
@@ -170,17 +174,13 @@ struct MatmulLowering : OpConversionPattern<MatmulOp> {
     RankedTensorType resultType = rankedType(op.getResult());
     int64_t rank = resultType.getRank();
     Value lhs = adaptor.getLhs(), rhs = adaptor.getRhs();
-    Value zero = f32Constant(rewriter, loc, 0.0);
-    auto zeroFilled = [&](ArrayRef<int64_t> shape) {
-      return rewriter.create<linalg::FillOp>(loc, zero, emptyTensor(rewriter, loc, shape)).getResult(0);
-    };
 
     Value product;
     if (rankedType(rhs).getRank() == 2) {
       // A weight shared by every batch: fold the batch dims into M and run one 2-D matmul.
       if (rank > 2) lhs = collapse(rewriter, loc, lhs, rank - 1);
       int64_t m = rankedType(lhs).getDimSize(0), n = resultType.getShape().back();
-      product = rewriter.create<linalg::MatmulOp>(loc, ValueRange{lhs, rhs}, ValueRange{zeroFilled({m, n})}).getResult(0);
+      product = rewriter.create<linalg::MatmulOp>(loc, ValueRange{lhs, rhs}, ValueRange{filled(rewriter, loc, {m, n})}).getResult(0);
     } else {
       // Same batch dims on both sides: fold them into one and run a batch matmul.
       if (rank > 3) {
@@ -189,7 +189,7 @@ struct MatmulLowering : OpConversionPattern<MatmulOp> {
       }
       auto l = rankedType(lhs);
       SmallVector<int64_t> shape = {l.getDimSize(0), l.getDimSize(1), resultType.getShape().back()};
-      product = rewriter.create<linalg::BatchMatmulOp>(loc, ValueRange{lhs, rhs}, ValueRange{zeroFilled(shape)}).getResult(0);
+      product = rewriter.create<linalg::BatchMatmulOp>(loc, ValueRange{lhs, rhs}, ValueRange{filled(rewriter, loc, shape)}).getResult(0);
     }
     if (rankedType(product) != resultType) {
       int64_t folded = rankedType(rhs).getRank() == 2 ? rank - 1 : rank - 2;
@@ -219,9 +219,7 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
     ArrayRef<int64_t> packed = rankedType(adaptor.getRhs()).getShape();
     int64_t m = rankedType(lhs).getDimSize(0);
 
-    Value init = rewriter.create<linalg::FillOp>(loc, f32Constant(rewriter, loc, 0.0),
-                                                 emptyTensor(rewriter, loc, {m, packed[0], packed[2]}))
-                     .getResult(0);
+    Value init = filled(rewriter, loc, {m, packed[0], packed[2]});
     AffineExpr mDim, panel, column, k;
     bindDims(ctx, mDim, panel, column, k);
     SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, k}, ctx),
@@ -451,10 +449,6 @@ Value headRows(OpBuilder &b, Location loc, Value tensor, Value head, Value row, 
   return b.create<tensor::ExtractSliceOp>(loc, type, tensor, offsets, sizes, strides);
 }
 
-Value zeroFilled(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, double value = 0.0) {
-  return b.create<linalg::FillOp>(loc, f32Constant(b, loc, value), emptyTensor(b, loc, shape)).getResult(0);
-}
-
 /// Fused causal attention, flash-attention style: for each head and each block of Bq queries,
 /// a loop over blocks of Bk keys keeps a running row max `m`, row sum `l` and output `acc`
 /// (online softmax), so no [Tq, Tk] score matrix exists, only one [Bq, Bk] tile at a time.
@@ -492,7 +486,7 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
       Value m = state[0], l = state[1], acc = state[2];
       Value kBlock = headRows(b, loc, k, head, keyStart, bk), vBlock = headRows(b, loc, v, head, keyStart, bk);
       Value scores = b.create<linalg::MatmulTransposeBOp>(loc, ValueRange{qBlock, kBlock},
-                                                          ValueRange{zeroFilled(b, loc, {bq, bk})})
+                                                          ValueRange{filled(b, loc, {bq, bk})})
                          .getResult(0);
       // True where key keyStart + j is visible from query queryStart + i.
       auto visible = [&](OpBuilder &nb, Location l) -> Value {
@@ -542,7 +536,7 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
                                     return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[2], a[0]), a[1]);
                                   });
       Value update = b.create<linalg::MatmulOp>(loc, ValueRange{probs, vBlock},
-                                                ValueRange{zeroFilled(b, loc, {bq, valueSize})})
+                                                ValueRange{filled(b, loc, {bq, valueSize})})
                          .getResult(0);
       // acc' = c acc + p . v, over acc.
       Value newAcc = buildGeneric(b, loc, acc, {correction, update}, {row2, id2}, id2, parallel2,
@@ -563,8 +557,8 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
       // (arith.ceildivui would need arith-expand before the LLVM lowering.)
       Value keyBlocks = b.create<arith::DivUIOp>(loc, b.create<arith::AddIOp>(loc, end, index(b, bk - 1)), index(b, bk));
       Value keyEnd = b.create<arith::MulIOp>(loc, keyBlocks, index(b, bk));
-      SmallVector<Value> init = {zeroFilled(b, loc, {bq}, negInf), zeroFilled(b, loc, {bq}),
-                                 zeroFilled(b, loc, {bq, valueSize})};
+      SmallVector<Value> init = {filled(b, loc, {bq}, negInf), filled(b, loc, {bq}),
+                                 filled(b, loc, {bq, valueSize})};
       auto keyLoop = b.create<scf::ForOp>(
           loc, index(b, 0), keyEnd, index(b, bk), init,
           [&](OpBuilder &nb, Location, Value keyStart, ValueRange state) {
