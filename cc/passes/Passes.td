@@ -120,24 +120,71 @@ def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
   let dependentDialects = ["::mlir::memref::MemRefDialect"];
 }
 
-def StackAllocateEntryBuffers : Pass<"gpt-stack-allocate-entry-buffers", "::mlir::func::FuncOp"> {
-  let summary = "Turn a function's small temporary buffers into stack allocations";
+def ResultsToOutParams : Pass<"gpt-results-to-out-params", "::mlir::ModuleOp"> {
+  let summary = "Make every function write its memref results into buffers its caller passes";
   let description = [{
-    Runs right after bufferization, before deallocation is inserted. Every `memref.alloc` in a
-    function's entry block with a static shape of at most `max-buffer-bytes`, while the
-    function's total stays under `max-frame-bytes`, and that is never returned (nor handed to
-    a loop, which could return it under another name) becomes a `memref.alloca`: part of the
-    function's frame, with no malloc and free per call. This is what keeps a decode step's
-    temporaries (LayerNorm outputs, heads, attention outputs) off the heap. Allocations inside
-    loops are left alone: an alloca there would grow the stack on every iteration.
+    Runs right after bufferization. Each memref a function returns becomes an extra argument at
+    the end of its argument list (upstream `promoteBufferResultsToOutParams`), and each call site
+    allocates that buffer and passes it. Where the returned buffer was allocated in the function,
+    the function writes into the caller's buffer directly, with no copy, even when it returns a
+    reshaped view of its allocation: the allocation is first given the returned shape, and the
+    shape it was allocated with becomes a view of it.
+
+    The point is allocation: a callee's result, allocated inside the callee, lives on the heap
+    because it outlives the call; the caller's buffer for it is a temporary of the caller, which
+    `--gpt-stack-allocate-temporaries` can put in its frame. The entry points' results are
+    buffers the runtime passes (the logits), so a compiled program returns nothing and hands no
+    ownership across the call.
 
     Before:
     ```mlir
-    %0 = memref.alloc() {alignment = 64 : i64} : memref<1x768xf32>
+    func.func private @block(%x: memref<1x64xf32>) -> memref<1x64xf32> {
+      %0 = memref.alloc() : memref<1x2x32xf32>
+      ...
+      %1 = memref.collapse_shape %0 [[0], [1, 2]] : memref<1x2x32xf32> into memref<1x64xf32>
+      return %1 : memref<1x64xf32>
+    }
     ```
     After:
     ```mlir
-    %0 = memref.alloca() {alignment = 64 : i64} : memref<1x768xf32>
+    func.func private @block(%x: memref<1x64xf32>, %out: memref<1x64xf32>) {
+      %0 = memref.expand_shape %out [[0], [1, 2]] output_shape [1, 2, 32] : memref<1x64xf32> into memref<1x2x32xf32>
+      ...
+      return
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+}
+
+def StackAllocateTemporaries : Pass<"gpt-stack-allocate-temporaries", "::mlir::func::FuncOp"> {
+  let summary = "Turn a function's small temporary buffers into stack buffers in its frame";
+  let description = [{
+    Runs right after bufferization and after `--gpt-results-to-out-params`, before deallocation
+    is inserted. Every `memref.alloc` with a static shape of at most `max-buffer-bytes`, while
+    the function's total stays under `max-frame-bytes`, that never outlives the region that
+    allocates it (it is not returned, not yielded, not handed to an op that could hand it back
+    under another name) becomes a 64-byte aligned `memref.alloca` in the function's entry block:
+    part of the frame, with no malloc and free per call. An allocation inside sequential loops
+    (`scf.for`, `scf.if`) is hoisted there too: one buffer serves every iteration, since no
+    iteration's buffer outlives it. Allocations inside an `scf.forall`, whose iterations run at
+    once, stay on the heap. This is what keeps a decode step free of heap allocation: LayerNorm
+    outputs, heads, the attention's running state and the buffers a caller passes for a callee's
+    results.
+
+    Before:
+    ```mlir
+    scf.for %i = %c0 to %c4 step %c1 {
+      %0 = memref.alloc() {alignment = 64 : i64} : memref<1xf32>
+      ...
+    }
+    ```
+    After:
+    ```mlir
+    %0 = memref.alloca() {alignment = 64 : i64} : memref<1xf32>
+    scf.for %i = %c0 to %c4 step %c1 {
+      ...
+    }
     ```
   }];
   let options = [

@@ -123,8 +123,10 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   // canonicalize first: drop-equivalent-buffer-results only sees through folded loop iter_args.
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::bufferization::createDropEquivalentBufferResultsPass());
-  // Small temporaries live in the function's frame: no malloc/free per call (a decode step).
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createStackAllocateEntryBuffers());
+  // Results become buffers the caller passes (the runtime, for the entry points' logits), and
+  // small temporaries live in the function's frame: no malloc/free per call (a decode step).
+  pm.addPass(mlir::transformer::createResultsToOutParams());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createStackAllocateTemporaries());
   mlir::bufferization::BufferDeallocationPipelineOptions deallocation;
   mlir::bufferization::buildBufferDeallocationPipeline(pm, deallocation);
   if (vectorizes(options) && options.threads > 1) {

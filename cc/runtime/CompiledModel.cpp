@@ -26,7 +26,7 @@ namespace gpt {
 namespace {
 constexpr int64_t kSmallestBucket = 8;  // the register-tile height of the matmul schedules
 // Part of every disk-cache key: bump when the runtime's calling convention changes.
-constexpr const char *kCompilerVersion = "gpt-jit-1 llvm-19.1.7";
+constexpr const char *kCompilerVersion = "gpt-jit-2 llvm-19.1.7";
 }
 
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
@@ -88,8 +88,7 @@ const JitFunction &CompiledModel::forwardFor(int64_t bucket) {
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = forwardCache.find(bucket); it != forwardCache.end()) return *it->second;
   auto start = std::chrono::steady_clock::now();
-  mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::LLVM, bucket, 0);
-  std::unique_ptr<JitFunction> function = jit(*module, "forward");
+  std::unique_ptr<JitFunction> function = compileEntry("forward", bucket, 0, bucket);
   compileSeconds[bucket] = secondsSince(start);
   return *(forwardCache[bucket] = std::move(function));
 }
@@ -99,22 +98,31 @@ const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
   auto key = std::make_pair(seqLen, cacheLen);
   if (auto it = stepCache.find(key); it != stepCache.end()) return *it->second;
   auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<JitFunction> function = compileEntry("step", seqLen, cacheLen, 1);
+  stepCompileSeconds[key] = secondsSince(start);
+  return *(stepCache[key] = std::move(function));
+}
+
+std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen,
+                                                         int64_t logitsRows) {
   mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::Bufferized, seqLen, cacheLen);
-  // The caches are passed in and updated where they are: bufferization must have written them in
-  // place and dropped them from the results, leaving the logits as the only returned buffer.
-  auto entry = module->lookupSymbol<mlir::func::FuncOp>("step");
-  if (!entry || entry.getNumResults() != 1)
-    throw CompileError("internal error: the KV caches of the cached step were not updated in place");
+  // The calling convention run() relies on: nothing returned, the logits written into the last
+  // argument, and (for the cached step) the caches updated where they are, not copied out.
+  auto entry = module->lookupSymbol<mlir::func::FuncOp>(name);
+  auto logitsType = mlir::MemRefType::get({logitsRows, config_.paddedVocabSize()}, mlir::Float32Type::get(context.get()));
+  if (!entry || entry.getNumResults() != 0 || entry.getNumArguments() == 0 ||
+      entry.getArgumentTypes().back() != logitsType)
+    throw CompileError("internal error: " + name.str() + " does not take its logits as a " +
+                       std::to_string(logitsRows) + "x" + std::to_string(config_.paddedVocabSize()) +
+                       " buffer in its last argument and return nothing");
   DiagnosticCapture diagnostics(*context);
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   pipeline.level = options_.level;
   pipeline.threads = std::max(1, options_.threads);
   addLLVMStage(pm, pipeline);
-  if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering the cached step to LLVM failed"));
-  std::unique_ptr<JitFunction> function = jit(*module, "step");
-  stepCompileSeconds[key] = secondsSince(start);
-  return *(stepCache[key] = std::move(function));
+  if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));
+  return jit(*module, name);
 }
 
 std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::StringRef name) {
@@ -183,11 +191,21 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
   packedWeights = std::move(packed);
 }
 
-void CompiledModel::run(const JitFunction &function, std::vector<void *> leading, llvm::ArrayRef<size_t> scalarArguments) {
+Logits CompiledModel::run(const JitFunction &function, std::vector<void *> leading, int64_t logitsRows,
+                          llvm::ArrayRef<size_t> scalarArguments) {
   if (weightDescriptors.empty()) throw std::logic_error("CompiledModel: setWeights() was never called");
+  const int64_t cols = config_.paddedVocabSize();
+  // Rounded up to whole cache lines, as aligned_alloc requires; released with free().
+  size_t bytes = (logitsRows * cols * sizeof(float) + 63) / 64 * 64;
+  std::unique_ptr<float, decltype(&std::free)> logits(static_cast<float *>(std::aligned_alloc(64, bytes)), &std::free);
+  if (!logits) throw std::bad_alloc();
+  MemRefDescriptor out = MemRefDescriptor::view(logits.get(), {logitsRows, cols});
   // Compiled code only reads argument descriptors, so concurrent calls can share the weights'.
   for (MemRefDescriptor &weight : weightDescriptors) leading.push_back(weight.pointer());
+  leading.push_back(out.pointer());
   function.call(leading, scalarArguments);
+  float *data = logits.release();
+  return Logits{data, data, logitsRows, cols};
 }
 
 Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,
@@ -210,22 +228,19 @@ Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, in
   const int64_t headSize = config_.nEmbd / config_.nHead;
 
   // Built before any pointer into it is taken: the vector must not reallocate afterwards.
-  std::vector<MemRefDescriptor> descriptors = {
-      MemRefDescriptor::result(2), MemRefDescriptor::view(paddedIds.data(), {rows}),
-      MemRefDescriptor::view(positions.data(), {rows}), MemRefDescriptor::view(last.data(), {1})};
+  std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::view(paddedIds.data(), {rows}),
+                                               MemRefDescriptor::view(positions.data(), {rows}),
+                                               MemRefDescriptor::view(last.data(), {1})};
   for (size_t l = 0; l < keys.size(); ++l) {
     descriptors.push_back(MemRefDescriptor::view(keys[l], {config_.nHead, cacheLen, headSize}));
     descriptors.push_back(MemRefDescriptor::view(values[l], {config_.nHead, cacheLen, headSize}));
   }
   int64_t offsetArgument = offset;  // an index argument is passed by value
   std::vector<void *> arguments;
-  for (size_t i = 0; i < 4; ++i) arguments.push_back(descriptors[i].pointer());
+  for (size_t i = 0; i < 3; ++i) arguments.push_back(descriptors[i].pointer());
   arguments.push_back(&offsetArgument);
-  for (size_t i = 4; i < descriptors.size(); ++i) arguments.push_back(descriptors[i].pointer());
-  run(function, std::move(arguments), /*scalarArguments=*/{4});
-
-  const MemRefDescriptor &out = descriptors.front();
-  return Logits{out.data(), out.allocated(), out.size(0), out.size(1)};
+  for (size_t i = 3; i < descriptors.size(); ++i) arguments.push_back(descriptors[i].pointer());
+  return run(function, std::move(arguments), /*logitsRows=*/1, /*scalarArguments=*/{3});
 }
 
 Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
@@ -241,17 +256,11 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
   std::copy(ids, ids + count, paddedIds.begin());
   for (int64_t i = 0; i < bucket; ++i) positions[i] = i;
 
-  std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::result(2),
-                                               MemRefDescriptor::view(paddedIds.data(), {bucket}),
+  std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::view(paddedIds.data(), {bucket}),
                                                MemRefDescriptor::view(positions.data(), {bucket})};
   std::vector<void *> arguments;
   for (MemRefDescriptor &d : descriptors) arguments.push_back(d.pointer());
-  run(function, std::move(arguments));
-
-  const MemRefDescriptor &out = descriptors.front();
-  if (out.stride(1) != 1 || out.stride(0) != out.size(1))
-    throw std::logic_error("compiled forward returned non-contiguous logits");
-  return Logits{out.data(), out.allocated(), out.size(0), out.size(1)};
+  return run(function, std::move(arguments), /*logitsRows=*/bucket);
 }
 
 void CompiledModel::dumpForwardObject(int64_t seqLen, const std::string &path) {

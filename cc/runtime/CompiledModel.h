@@ -40,8 +40,8 @@ struct CompileOptions {
   std::string cacheDir;
 };
 
-/// Logits returned by compiled code: `rows x cols` floats at `data`, in a buffer that compiled
-/// code allocated with malloc; the caller owns it and releases it with free(allocated).
+/// Logits written by compiled code: `rows x cols` floats at `data`, in a 64-byte aligned buffer
+/// the runtime allocated for the call; the caller owns it and releases it with free(allocated).
 struct Logits {
   float *data = nullptr;
   void *allocated = nullptr;
@@ -104,11 +104,16 @@ private:
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen);
   const JitFunction &forwardFor(int64_t bucket);
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
+  /// Lowers entry point `name` ("forward", or "step" when cacheLen > 0), checks that it writes
+  /// [logitsRows, padded vocab] logits into its last argument and returns nothing, and compiles it.
+  std::unique_ptr<JitFunction> compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen, int64_t logitsRows);
   /// JIT-compiles an LLVM-dialect module, or loads it from the disk cache, storing it there.
   std::unique_ptr<JitFunction> jit(mlir::ModuleOp module, llvm::StringRef name);
-  /// Runs `function` on `leading` (the result descriptor, then the per-call arguments) followed by
-  /// the bound weights; `scalarArguments` as in JitFunction::call.
-  void run(const JitFunction &function, std::vector<void *> leading, llvm::ArrayRef<size_t> scalarArguments = {});
+  /// Runs `function` on `leading` (the per-call arguments), the bound weights and a new
+  /// [logitsRows, padded vocab] buffer for the logits, which it returns; `scalarArguments` as in
+  /// JitFunction::call.
+  Logits run(const JitFunction &function, std::vector<void *> leading, int64_t logitsRows,
+             llvm::ArrayRef<size_t> scalarArguments = {});
 
   GPTConfig config_;
   CompileOptions options_;

@@ -35,8 +35,8 @@ public:
   /// specialised for them.
   static std::string hostDescription();
 
-  /// Calls `_mlir_ciface_<name>(args...)`: one pointer per argument, each to a memref
-  /// descriptor (the first one receives the returned memref), except at the positions listed in
+  /// Calls `_mlir_ciface_<name>(args...)` of a function that returns nothing: one pointer per
+  /// argument, each to a memref descriptor, except at the positions listed in
   /// `scalarArguments`, where the pointer is to an int64_t passed by value (an index argument).
   void call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments = {}) const;
 

@@ -22,18 +22,11 @@ public:
     }
     return d;
   }
-  /// An empty descriptor for compiled code to fill in (a returned memref).
-  static MemRefDescriptor result(int64_t rank) { return MemRefDescriptor(rank); }
 
   void *pointer() { return words.data(); }
-  void *allocated() const { return reinterpret_cast<void *>(words[0]); }
-  float *data() const { return reinterpret_cast<float *>(words[1]) + words[2]; }
-  int64_t size(int64_t dim) const { return words[3 + dim]; }
-  int64_t stride(int64_t dim) const { return words[3 + rank + dim]; }
 
 private:
-  explicit MemRefDescriptor(int64_t rank) : rank(rank), words(3 + 2 * rank, 0) {}
-  int64_t rank;
+  explicit MemRefDescriptor(int64_t rank) : words(3 + 2 * rank, 0) {}
   std::vector<int64_t> words;
 };
 

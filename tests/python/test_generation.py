@@ -1,5 +1,7 @@
 """KV-cached prefill/decode against the uncached forward pass, the cache's contract, and generate()."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -112,6 +114,30 @@ def test_decode_never_reads_key_blocks_past_its_position(pipeline):
     logits = model.decode(int(ids[5]), cache)
     assert np.isfinite(logits).all()
     assert relative_error(logits, expected) < RTOL
+
+
+def _callees(ir):
+    return set(re.findall(r"llvm\.call @(\w+)", ir))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name, shape", [("nano", NANO), ("mid", MID)])
+def test_decode_step_never_allocates_on_the_heap(name, shape, threads):
+    """The decode program as the JIT compiles it (LLVM dialect) calls neither malloc nor free:
+    its temporaries live in its stack frame and its logits in the buffer the runtime passes. The
+    forward pass over 128 tokens, whose activations are too large for the stack, shows that the
+    check sees heap allocation where there is some."""
+    model = gpt.GPT.random(config(shape), options=gpt.CompileOptions(threads=threads))
+    step = _callees(model.ir("llvm", entry="step", cache_len=shape["block_size"]))
+    assert "gpt_block_cached" in step
+    assert not step & {"malloc", "aligned_alloc", "free"}, step
+    if name == "mid":
+        assert {"malloc", "free"} <= _callees(model.ir("llvm", entry="forward", seq_len=128))
+    # And the program still computes the right thing.
+    ids = token_ids(model.config, 5)
+    cache = model.new_cache()
+    model.prefill(ids[:4], cache)
+    assert relative_error(model.decode(int(ids[4]), cache), model.forward(ids)[-1]) < RTOL
 
 
 # -- the cache's contract ---------------------------------------------------------------------

@@ -47,7 +47,7 @@ py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style 
 }
 
 py::array wrapLogits(const Logits &logits) {
-  // The buffer came from malloc in compiled code: numpy frees it when the array dies.
+  // The runtime allocated the buffer for this call: numpy frees it when the array dies.
   py::capsule owner(logits.allocated, [](void *p) { std::free(p); });
   return py::array_t<float>({logits.rows, logits.cols}, {logits.cols * sizeof(float), sizeof(float)}, logits.data, owner);
 }
