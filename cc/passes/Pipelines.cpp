@@ -116,20 +116,21 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   mlir::bufferization::OneShotBufferizationOptions bufferization;
   bufferization.bufferizeFunctionBoundaries = true;
   bufferization.setFunctionBoundaryTypeConversion(mlir::bufferization::LayoutMapOption::IdentityLayoutMap);
-  // The attention's key loop carries its running max, sum and output as new tensors each
-  // iteration; they become buffers allocated in the loop and freed by the deallocation pipeline.
-  bufferization.allowReturnAllocsFromLoops = true;
   pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferization));
   // canonicalize first: drop-equivalent-buffer-results only sees through folded loop iter_args.
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::bufferization::createDropEquivalentBufferResultsPass());
+  const bool parallel = vectorizes(options) && options.threads > 1;
+  // Single-threaded, the attention's loop over heads (an scf.forall) runs in order; as an scf.for
+  // its temporaries can share one stack buffer (below).
+  if (!parallel) pm.addPass(mlir::createForallToForLoopPass());
   // Results become buffers the caller passes (the runtime, for the entry points' logits), and
   // small temporaries live in the function's frame: no malloc/free per call (a decode step).
   pm.addPass(mlir::transformer::createResultsToOutParams());
   pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createStackAllocateTemporaries());
   mlir::bufferization::BufferDeallocationPipelineOptions deallocation;
   mlir::bufferization::buildBufferDeallocationPipeline(pm, deallocation);
-  if (vectorizes(options) && options.threads > 1) {
+  if (parallel) {
     // The scf.forall loops of the schedule and of the attention's heads (on buffers now:
     // pitfall 8 of MLIR19_FACTS.md) become OpenMP worksharing loops. The memref.alloca_scope the
     // conversion wraps each body in holds no allocas and is inlined; it would otherwise become
@@ -140,9 +141,6 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
     pm.addPass(mlir::createConvertSCFToOpenMPPass(openmp));
     pm.addPass(mlir::transformer::createInlineAllocaScopes());
     pm.addPass(mlir::createCanonicalizerPass());
-  } else {
-    // Single-threaded: the attention's loop over heads (an scf.forall) runs in order.
-    pm.addPass(mlir::createForallToForLoopPass());
   }
   pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
   if (fuses(options)) {
@@ -157,7 +155,12 @@ void addLLVMStage(OpPassManager &pm, const PipelineOptions &) {
   pm.addPass(mlir::memref::createExpandStridedMetadataPass());
   pm.addPass(mlir::createLowerAffinePass());
   pm.addPass(mlir::createConvertSCFToCFPass());
-  pm.addPass(mlir::createConvertVectorToLLVMPass());
+  // A vector's lanes (the row sums of LayerNorm and the attention's softmax) are summed as a tree
+  // of log2(n) dependent adds instead of a chain of n: the order of a float sum changes its
+  // rounding, not its accuracy.
+  mlir::ConvertVectorToLLVMPassOptions vectorToLLVM;
+  vectorToLLVM.reassociateFPReductions = true;
+  pm.addPass(mlir::createConvertVectorToLLVMPass(vectorToLLVM));
   pm.addPass(mlir::createConvertMathToLLVMPass());
   pm.addPass(mlir::createConvertMathToLibmPass());
   pm.addPass(mlir::createArithToLLVMConversionPass());

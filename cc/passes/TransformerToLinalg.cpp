@@ -456,7 +456,8 @@ Value headRows(OpBuilder &b, Location loc, Value tensor, Value head, Value row, 
 /// query i when j <= offset + i): blocks the causal mask removes entirely are never visited,
 /// and a decode step (one query at `offset`) reads the cache only up to its own position.
 ///
-/// Per key block: s = q_blk . k_blk^T (linalg.matmul_transpose_b), masked and scaled;
+/// Per key block: s = q_blk . k_blk^T (a linalg.matmul by the transposed block, or
+/// linalg.matmul_transpose_b for one query), masked and scaled;
 /// m' = max(m, rowmax(s)); p = exp(s - m'); c = exp(m - m'); l' = c l + rowsum(p);
 /// acc' = c acc + p . v_blk. After the loop the block's output is acc / l.
 struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
@@ -485,9 +486,17 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
                         ValueRange state) -> SmallVector<Value> {
       Value m = state[0], l = state[1], acc = state[2];
       Value kBlock = headRows(b, loc, k, head, keyStart, bk), vBlock = headRows(b, loc, v, head, keyStart, bk);
-      Value scores = b.create<linalg::MatmulTransposeBOp>(loc, ValueRange{qBlock, kBlock},
-                                                          ValueRange{filled(b, loc, {bq, bk})})
-                         .getResult(0);
+      // A block of several queries multiplies by k_blk^T copied out once: the register tiles
+      // then read it row by row, where reading k_blk itself column by column gathers 32 scalars
+      // per vector, again for every tile of queries. One query (decode) reads each key once
+      // either way and skips the copy.
+      Value scores =
+          bq == 1 ? b.create<linalg::MatmulTransposeBOp>(loc, ValueRange{qBlock, kBlock},
+                                                         ValueRange{filled(b, loc, {bq, bk})})
+                        .getResult(0)
+                  : b.create<linalg::MatmulOp>(loc, ValueRange{qBlock, transpose(b, loc, kBlock, {1, 0})},
+                                               ValueRange{filled(b, loc, {bq, bk})})
+                        .getResult(0);
       // True where key keyStart + j is visible from query queryStart + i.
       auto visible = [&](OpBuilder &nb, Location l) -> Value {
         Value i = nb.create<arith::AddIOp>(l, queryStart, nb.create<linalg::IndexOp>(l, 0));

@@ -22,6 +22,7 @@
 #include "llvm/TargetParser/SubtargetFeature.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
@@ -96,7 +97,8 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
   options.sharedLibPaths = sharedLibraries;
   options.enableObjectDump = true;  // keeps the object so that dumpObject() can show the machine code
   options.enableGDBNotificationListener = false;
-  options.enablePerfNotificationListener = false;  // otherwise jit-<pid>.dump files pile up
+  // jit-<pid>.dump files for `perf inject --jit` only on request: they would otherwise pile up.
+  options.enablePerfNotificationListener = std::getenv("GPT_PERF_JITDUMP") != nullptr;
   auto created = mlir::ExecutionEngine::create(module, options, std::move(machine));
   if (!created) throw std::runtime_error("JIT compilation failed: " + describe(created.takeError()));
   engine = std::move(*created);

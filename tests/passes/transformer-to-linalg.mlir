@@ -211,6 +211,8 @@ func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf3
 // rounded up to a block: key blocks the causal mask removes entirely are never visited (with
 // offset 0 the first query block visits 1 of the 2 key blocks), and a decode step reads the
 // cache only up to its own position. Only [32, 32] score tiles exist, never the [64, 64] matrix.
+// Each key block is transposed once and multiplied as a plain matmul (contiguous rows for the
+// register tiles), where a decode step (one query, below) uses matmul_transpose_b.
 // This attention is too small to split across threads (2*64*64*4 < 2^18 multiply-adds): one
 // forall iteration runs both heads.
 // CHECK-LABEL: func.func @causal_attention
@@ -227,8 +229,9 @@ func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf3
 // CHECK: %[[BLOCKS:.*]] = arith.divui %[[UP]], %c32{{.*}} : index
 // CHECK: %[[KEYEND:.*]] = arith.muli %[[BLOCKS]], %c32{{.*}} : index
 // CHECK: scf.for %[[K0:.*]] = %c0{{.*}} to %[[KEYEND]] step %c32{{.*}} iter_args
-// CHECK: tensor.extract_slice %{{.*}}[%[[H]], %[[K0]], 0] [1, 32, 4] [1, 1, 1] : tensor<2x64x4xf32> to tensor<32x4xf32>
-// CHECK: linalg.matmul_transpose_b ins(%{{.*}}, %{{.*}} : tensor<32x4xf32>, tensor<32x4xf32>) outs(%{{.*}} : tensor<32x32xf32>)
+// CHECK: %[[KBLOCK:.*]] = tensor.extract_slice %{{.*}}[%[[H]], %[[K0]], 0] [1, 32, 4] [1, 1, 1] : tensor<2x64x4xf32> to tensor<32x4xf32>
+// CHECK: %[[KT:.*]] = linalg.transpose ins(%[[KBLOCK]] : tensor<32x4xf32>) outs(%{{.*}} : tensor<4x32xf32>) permutation = [1, 0]
+// CHECK: linalg.matmul ins(%{{.*}}, %[[KT]] : tensor<32x4xf32>, tensor<4x32xf32>) outs(%{{.*}} : tensor<32x32xf32>)
 // CHECK: arith.cmpi ule
 // CHECK: math.exp
 // CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<32x32xf32>, tensor<32x4xf32>) outs(%{{.*}} : tensor<32x4xf32>)
