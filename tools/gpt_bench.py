@@ -11,8 +11,9 @@ test): one forward pass over N tokens returning the logits of every position. To
 (no tokenization, no sampling); compilation happens in a warm-up run before timing.
 
 Peers, measured in the same run with the same weights when their packages are installed:
-"pytorch-eager" (HF GPT2LMHeadModel; torch, transformers) and "onnxruntime" (that model exported
-with torch.onnx, dynamo exporter; pip install -r requirements-peers.txt). ONNX Runtime has no
+"pytorch-eager" (HF GPT2LMHeadModel; torch, transformers), with --torch-compile "torch.compile"
+(that model through TorchInductor) and "onnxruntime" (that model exported with torch.onnx, dynamo
+exporter; pip install -r requirements-peers.txt). ONNX Runtime has no
 cache object: its prefill is the cache-less graph over the prompt, and its tgN runs N steps of a
 graph whose key/value inputs grow from 1 to N positions (the first past is one zero position).
 
@@ -98,6 +99,18 @@ class TorchRunner:
                 past = out.past_key_values
 
 
+class TorchCompileRunner(TorchRunner):
+    """The same HF model through torch.compile (TorchInductor, default mode, CPU C++ codegen). The
+    warm-up run compiles; decode's growing cache makes Dynamo recompile once with a dynamic
+    length, also in the warm-up."""
+
+    backend = "torch.compile"
+
+    def __init__(self, cfg, weights, threads):
+        super().__init__(cfg, weights, threads)
+        self.model = self.torch.compile(self.model)
+
+
 class OnnxRuntimeRunner:
     backend = "onnxruntime"
 
@@ -167,7 +180,7 @@ class OnnxRuntimeRunner:
                 None, {"ids": np.asarray([[token]], np.int64), "past_k": past_k, "past_v": past_v})
 
 
-def runners(peers):
+def runners(peers, torch_compile):
     yield OursRunner
     if not peers:
         return
@@ -177,6 +190,8 @@ def runners(peers):
     except ImportError:
         return
     yield TorchRunner
+    if torch_compile:
+        yield TorchCompileRunner
     try:
         import onnxruntime  # noqa: F401
         import onnxscript  # noqa: F401
@@ -217,6 +232,8 @@ def main(argv):
     parser.add_argument("--tests", default="fwd128,pp128,pp512,tg128", help="fwdN, ppN or tgN, comma-separated")
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true", help="only this project's rows")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="also torch.compile rows (Inductor compiles for minutes per model here)")
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/gpt_bench.py " + " ".join(argv))
     print()
@@ -229,7 +246,7 @@ def main(argv):
         weights = gpt.weights.random_weights(cfg, seed=0)
         params = sum(v.size for v in weights.values())
         size = f"{params * 4 / 2**20:.2f} MiB"
-        for runner_class in runners(not args.no_peers):
+        for runner_class in runners(not args.no_peers, args.torch_compile):
             for threads in thread_counts:
                 runner = runner_class(cfg, weights, threads)
                 for test in args.tests.split(","):
