@@ -172,8 +172,10 @@ def StackAllocateTemporaries : Pass<"gpt-stack-allocate-temporaries", "::mlir::f
     under another name) becomes a 64-byte aligned `memref.alloca` in the function's entry block:
     part of the frame, with no malloc and free per call. An allocation inside sequential loops
     (`scf.for`, `scf.if`) is hoisted there too: one buffer serves every iteration, since no
-    iteration's buffer outlives it. Allocations inside an `scf.forall`, whose iterations run at
-    once, stay on the heap. This is what keeps a decode step free of heap allocation: LayerNorm
+    iteration's buffer outlives it. Inside an `scf.forall` with a static trip count (the
+    attention's loop over heads, whose iterations run at once on OpenMP threads) each iteration
+    gets a cache-line aligned slot of one stack buffer, which it views with the allocation's
+    type (`memref.view`). This is what keeps a decode step free of heap allocation: LayerNorm
     outputs, heads, the attention's running state and the buffers a caller passes for a callee's
     results.
 

@@ -1,7 +1,7 @@
 // --gpt-stack-allocate-temporaries: small temporaries become 64-byte aligned stack buffers in the
 // function's entry block, including those allocated in sequential loops (hoisted: one buffer for
-// every iteration). Returned buffers, buffers handed to a loop or yielded out of an iteration,
-// large ones and ones inside an scf.forall stay on the heap.
+// every iteration, or a slot per iteration of an scf.forall). Returned buffers, buffers handed to
+// a loop or yielded out of an iteration and large ones stay on the heap.
 // RUN: gpt-opt %s --gpt-stack-allocate-temporaries | FileCheck %s
 // RUN: gpt-opt %s --gpt-stack-allocate-temporaries=max-buffer-bytes=64 | FileCheck %s --check-prefix=SMALL
 // RUN: gpt-opt %s --gpt-stack-allocate-temporaries=max-frame-bytes=200 | FileCheck %s --check-prefix=FRAME
@@ -69,16 +69,23 @@ func.func @yielded(%v: f32, %init: memref<4xf32>) -> f32 {
   return %r : f32
 }
 
-// The iterations of an scf.forall run at once: each keeps a buffer of its own on the heap.
-// Those of a sequential loop in a branch share one stack buffer.
+// The iterations of an scf.forall run at once: each gets a cache-line aligned slot of one stack
+// buffer, viewed with the allocation's own type. Those of a sequential loop in a branch share one
+// stack buffer. A forall whose trip count is not static keeps its buffers on the heap.
 // CHECK-LABEL: func.func @parallel_and_branch
-// CHECK-NEXT: memref.alloca() {alignment = 64 : i64} : memref<16xf32>
-// CHECK: scf.forall
-// CHECK: memref.alloc() : memref<8xf32>
+// CHECK-DAG: %[[SHARED:.*]] = memref.alloca() {alignment = 64 : i64} : memref<16xf32>
+// CHECK-DAG: %[[SLOTS:.*]] = memref.alloca() {alignment = 64 : i64} : memref<256xi8>
+// CHECK: scf.forall (%[[I:.*]]) in (4)
+// CHECK: %[[OFFSET:.*]] = arith.muli %[[I]], %{{.*}} : index
+// CHECK: %[[PRIVATE:.*]] = memref.view %[[SLOTS]][%[[OFFSET]]][] : memref<256xi8> to memref<8xf32>
+// CHECK: memref.store %{{.*}}, %[[PRIVATE]]
 // CHECK: scf.if
 // CHECK-NOT: memref.alloc
+// CHECK: memref.store %{{.*}}, %[[SHARED]]
+// CHECK: scf.forall (%{{.*}}) in (%{{.*}})
+// CHECK: memref.alloc() : memref<8xf32>
 // CHECK: return
-func.func @parallel_and_branch(%v: f32, %flag: i1) {
+func.func @parallel_and_branch(%v: f32, %flag: i1, %n: index) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index
@@ -91,6 +98,10 @@ func.func @parallel_and_branch(%v: f32, %flag: i1) {
       %shared = memref.alloc() : memref<16xf32>
       memref.store %v, %shared[%c0] : memref<16xf32>
     }
+  }
+  scf.forall (%i) in (%n) {
+    %dynamic = memref.alloc() : memref<8xf32>
+    memref.store %v, %dynamic[%c0] : memref<8xf32>
   }
   return
 }
