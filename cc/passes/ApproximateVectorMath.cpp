@@ -1,5 +1,5 @@
-// --gpt-approximate-vector-math: polynomial approximations of math ops on vectors, and maxima of
-// vectors that may ignore the sign of zero.
+// --gpt-approximate-vector-math: polynomial approximations of math ops on vectors, and maxima
+// that may ignore the sign of zero.
 #include "cc/passes/Passes.h"
 
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -17,7 +17,7 @@ namespace {
 class ApproximateVectorMathPass : public impl::ApproximateVectorMathBase<ApproximateVectorMathPass> {
 public:
   void runOnOperation() override {
-    relaxVectorMaxima();
+    relaxMaxima();
     // Only vector ops: a vector of tanh or exp has no libm call and would be split into one call
     // per lane, while on scalars the libm call is as fast as the polynomial (measured: GELU with
     // a scalar polynomial tanh made GPT-2's forward pass slower).
@@ -36,16 +36,16 @@ public:
   }
 
 private:
-  /// Adds `nsz` to maxima on vectors (elementwise and across lanes): max(-0, +0) may then give
-  /// either zero, which none of the program's maxima can tell apart (softmax subtracts its row
-  /// maximum, ReLU compares with zero). Without it LLVM orders -0 below +0 with a sign test and
-  /// blend at every step, which made the attention's row maximum 7% of nano's layer time. NaN
-  /// still propagates.
-  void relaxVectorMaxima() {
+  /// Adds `nsz` to maxima (elementwise, on scalars or vectors, and across a vector's lanes):
+  /// max(-0, +0) may then give either zero, which none of the program's maxima can tell apart
+  /// (softmax subtracts its row maximum, ReLU compares with zero). Without it LLVM orders -0
+  /// below +0 with a sign test and blend at every step, which made the attention's row maximum 7%
+  /// of nano's layer time. NaN still propagates.
+  void relaxMaxima() {
     getOperation()->walk([](arith::ArithFastMathInterface op) {
-      bool vectorMax = isa<arith::MaximumFOp>(op) && isa<VectorType>(op->getResult(0).getType());
       auto reduction = dyn_cast<vector::ReductionOp>(op.getOperation());
-      if (!vectorMax && !(reduction && reduction.getKind() == vector::CombiningKind::MAXIMUMF)) return;
+      if (!isa<arith::MaximumFOp>(op) && !(reduction && reduction.getKind() == vector::CombiningKind::MAXIMUMF))
+        return;
       arith::FastMathFlags flags = op.getFastMathFlagsAttr().getValue() | arith::FastMathFlags::nsz;
       op->setAttr(op.getFastMathAttrName(), arith::FastMathFlagsAttr::get(op->getContext(), flags));
     });

@@ -93,7 +93,7 @@ def FuseElementwise : Pass<"gpt-fuse-elementwise"> {
 }
 
 def ApproximateVectorMath : Pass<"gpt-approximate-vector-math"> {
-  let summary = "Replace math ops on vectors by polynomial approximations; relax vector maxima";
+  let summary = "Replace math ops on vectors by polynomial approximations; relax maxima";
   let description = [{
     Rewrites `math.tanh`, `math.exp` and the other ops MLIR's polynomial approximations cover,
     where they operate on vectors, into arithmetic on the same vectors (MLIR's
@@ -101,8 +101,8 @@ def ApproximateVectorMath : Pass<"gpt-approximate-vector-math"> {
     vectorized GELU or softmax would be split back into one libm call per lane. Scalar math ops
     are left for libm.
 
-    Maxima on vectors (`arith.maximumf` and `vector.reduction <maximumf>`) get the `nsz`
-    fast-math flag: max(-0, +0) may give either zero, which softmax's row maximum (subtracted
+    Maxima (`arith.maximumf` on scalars or vectors, `vector.reduction <maximumf>`) get the
+    `nsz` fast-math flag: max(-0, +0) may give either zero, which softmax's row maximum (subtracted
     from every score) and ReLU cannot tell apart, and LLVM then drops its sign test and blend
     per step. NaN still propagates.
   }];

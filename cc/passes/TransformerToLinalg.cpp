@@ -456,8 +456,8 @@ Value headRows(OpBuilder &b, Location loc, Value tensor, Value head, Value row, 
 /// query i when j <= offset + i): blocks the causal mask removes entirely are never visited,
 /// and a decode step (one query at `offset`) reads the cache only up to its own position.
 ///
-/// Per key block: s = q_blk . k_blk^T (a linalg.matmul by the transposed block, or
-/// linalg.matmul_transpose_b for one query), masked and scaled;
+/// Per key block: s = q_blk . k_blk^T (a linalg.matmul by the transposed block, or for one
+/// query a row reduction: a dot product per key), masked and scaled;
 /// m' = max(m, rowmax(s)); p = exp(s - m'); c = exp(m - m'); l' = c l + rowsum(p);
 /// acc' = c acc + p . v_blk. After the loop the block's output is acc / l.
 struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
@@ -488,22 +488,37 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
       Value kBlock = headRows(b, loc, k, head, keyStart, bk), vBlock = headRows(b, loc, v, head, keyStart, bk);
       // A block of several queries multiplies by k_blk^T copied out once: the register tiles
       // then read it row by row, where reading k_blk itself column by column gathers 32 scalars
-      // per vector, again for every tile of queries. One query (decode) reads each key once
-      // either way and skips the copy.
-      Value scores =
-          bq == 1 ? b.create<linalg::MatmulTransposeBOp>(loc, ValueRange{qBlock, kBlock},
-                                                         ValueRange{filled(b, loc, {bq, bk})})
-                        .getResult(0)
-                  : b.create<linalg::MatmulOp>(loc, ValueRange{qBlock, transpose(b, loc, kBlock, {1, 0})},
-                                               ValueRange{filled(b, loc, {bq, bk})})
-                        .getResult(0);
+      // per vector, again for every tile of queries. One query (decode) takes one dot product
+      // per cached key instead, s[j] = sum_d k[j, d] q[d]: a row reduction over the head
+      // dimension that streams each key row once, with partial sums in a vector across d.
+      Value scores;
+      AffineMap scoresMap = id2;
+      if (bq == 1) {
+        int64_t headDim = rankedType(k).getDimSize(2);
+        auto f32 = b.getF32Type();
+        Value qRow = b.create<tensor::CollapseShapeOp>(loc, RankedTensorType::get({headDim}, f32), qBlock,
+                                                       SmallVector<ReassociationIndices>{{0, 1}});
+        Value dots = buildRowReduction(b, loc, {bk, headDim}, {kBlock, qRow},
+                                       {id2, AffineMap::get(2, 0, getAffineDimExpr(1, ctx))}, 0.0,
+                                       [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                         return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
+                                       });
+        // Read as [1, bk] through the consumer's indexing map: an expand_shape here would be
+        // propagated into the reduction, which then no longer looks like a row reduction.
+        scores = dots;
+        scoresMap = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
+      } else {
+        scores = b.create<linalg::MatmulOp>(loc, ValueRange{qBlock, transpose(b, loc, kBlock, {1, 0})},
+                                            ValueRange{filled(b, loc, {bq, bk})})
+                     .getResult(0);
+      }
       // True where key keyStart + j is visible from query queryStart + i.
       auto visible = [&](OpBuilder &nb, Location l) -> Value {
         Value i = nb.create<arith::AddIOp>(l, queryStart, nb.create<linalg::IndexOp>(l, 0));
         Value j = nb.create<arith::AddIOp>(l, keyStart, nb.create<linalg::IndexOp>(l, 1));
         return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ule, j, nb.create<arith::AddIOp>(l, i, offset));
       };
-      Value masked = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {scores}, {id2}, id2, parallel2,
+      Value masked = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {scores}, {scoresMap}, id2, parallel2,
                                   [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                     Value scaled = nb.create<arith::MulFOp>(l, a[0], f32Constant(nb, l, scale));
                                     return nb.create<arith::SelectOp>(l, visible(nb, l), scaled,

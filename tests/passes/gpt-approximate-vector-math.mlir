@@ -20,13 +20,13 @@ func.func @scalar_tanh(%x: f32) -> f32 {
   return %0 : f32
 }
 
-// Maxima on vectors, elementwise and across lanes, may ignore the sign of zero; scalar ones and
-// other reductions are left as they are.
+// Maxima, elementwise on scalars or vectors and across lanes, may ignore the sign of zero; other
+// reductions are left as they are.
 // CHECK-LABEL: func.func @vector_maxima
 // CHECK: arith.maximumf %{{.*}}, %{{.*}} fastmath<nsz> : vector<16xf32>
 // CHECK: vector.reduction <maximumf>, %{{.*}} fastmath<nsz> : vector<16xf32> into f32
 // CHECK: vector.reduction <add>, %{{.*}} : vector<16xf32> into f32
-// CHECK: arith.maximumf %{{.*}}, %{{.*}} : f32
+// CHECK: arith.maximumf %{{.*}}, %{{.*}} fastmath<nsz> : f32
 func.func @vector_maxima(%x: vector<16xf32>, %y: vector<16xf32>, %s: f32) -> (f32, f32, f32) {
   %0 = arith.maximumf %x, %y : vector<16xf32>
   %1 = vector.reduction <maximumf>, %0 : vector<16xf32> into f32

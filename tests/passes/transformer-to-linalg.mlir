@@ -249,14 +249,22 @@ func.func @causal_attention(%q: tensor<2x64x4xf32>, %k: tensor<2x64x4xf32>, %v: 
 // -----
 
 // A decode step: one query against a cache of 48 positions, blocks of 16 keys (the largest
-// power of two up to 32 dividing 48); the key loop ends at min(offset + 1, 48) rounded up.
+// power of two up to 32 dividing 48); the key loop ends at min(offset + 1, 48) rounded up. The
+// scores of a block are one dot product per key: a row reduction over the head dimension that
+// reads each key row as it is stored, consumed as [1, 16] through an indexing map.
 // CHECK-LABEL: func.func @decode_attention
 // CHECK-SAME: %[[OFFSET:[^:]*]]: index
 // CHECK: scf.for %[[Q0:.*]] = %c0{{.*}} to %c1{{.*}} step %c1
 // CHECK: %[[A:.*]] = arith.addi %[[OFFSET]], %[[Q0]] : index
 // CHECK: %[[B:.*]] = arith.addi %[[A]], %c1{{.*}} : index
 // CHECK: arith.minui %[[B]], %c48{{.*}} : index
-// CHECK: linalg.matmul_transpose_b ins(%{{.*}}, %{{.*}} : tensor<1x4xf32>, tensor<16x4xf32>) outs(%{{.*}} : tensor<1x16xf32>)
+// CHECK: %[[KEYS:.*]] = tensor.extract_slice %{{.*}} [1, 16, 4] [1, 1, 1] : tensor<2x48x4xf32> to tensor<16x4xf32>
+// CHECK: %[[QUERY:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1]] : tensor<1x4xf32> into tensor<4xf32>
+// CHECK: %[[DOTS:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%[[KEYS]], %[[QUERY]] : tensor<16x4xf32>, tensor<4xf32>) outs(%{{.*}} : tensor<16xf32>)
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: linalg.generic {{.*}} ins(%[[DOTS]] : tensor<16xf32>) outs(%{{.*}} : tensor<1x16xf32>)
+// CHECK-NOT: linalg.matmul_transpose_b
 func.func @decode_attention(%q: tensor<2x1x4xf32>, %k: tensor<2x48x4xf32>, %v: tensor<2x48x4xf32>, %pos: index) -> tensor<2x1x4xf32> {
   %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x1x4xf32>, tensor<2x48x4xf32>, tensor<2x48x4xf32>, index) -> tensor<2x1x4xf32>
   return %0 : tensor<2x1x4xf32>
