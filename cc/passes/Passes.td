@@ -45,8 +45,12 @@ def TransformerToLinalg : Pass<"transformer-to-linalg", "::mlir::ModuleOp"> {
     a `tensor.collapse_shape`. `causal_attention` becomes a fused loop nest (flash-attention
     style): an `scf.forall` over heads, blocks of queries, and a loop over blocks of keys with
     an online softmax whose upper bound is the last key the query block may see, so blocks the
-    causal mask removes entirely are never visited and no [Tq, Tk] score tensor exists. Needs
-    static shapes: run `--transformer-shape-inference` first.
+    causal mask removes entirely are never visited and no [Tq, Tk] score tensor exists. Its
+    scores are a matmul by each key block transposed once, or for a single query (decode) a dot
+    product per key. `split_heads` and `merge_heads` are transposes, except around attention:
+    attention reads each head's rows in place from the [T, H, d] view of a projection and writes
+    its result token-major for `merge_heads` to collapse, and the head transposes are erased.
+    Needs static shapes: run `--transformer-shape-inference` first.
 
     Before:
     ```mlir

@@ -116,6 +116,9 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   mlir::bufferization::OneShotBufferizationOptions bufferization;
   bufferization.bufferizeFunctionBoundaries = true;
   bufferization.setFunctionBoundaryTypeConversion(mlir::bufferization::LayoutMapOption::IdentityLayoutMap);
+  // A result computed into a fresh tensor and then inserted into a slice of another (each
+  // attention block's output) is computed in that slice instead: no temporary, no copy.
+  pm.addPass(mlir::bufferization::createEmptyTensorEliminationPass());
   pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferization));
   // canonicalize first: drop-equivalent-buffer-results only sees through folded loop iter_args.
   pm.addPass(mlir::createCanonicalizerPass());

@@ -364,6 +364,12 @@ Value transpose(OpBuilder &b, Location loc, Value input, ArrayRef<int64_t> permu
   return b.create<linalg::TransposeOp>(loc, input, emptyTensor(b, loc, shape), permutation).getResult()[0];
 }
 
+/// True for the [1, 0, 2] transpose that split_heads lowers to (and merge_heads undoes).
+bool isHeadTranspose(Value value) {
+  auto transpose = value.getDefiningOp<linalg::TransposeOp>();
+  return transpose && transpose.getPermutation() == ArrayRef<int64_t>{1, 0, 2};
+}
+
 // [T, H*d] -> expand to [T, H, d] -> transpose to [H, T, d].
 struct SplitHeadsLowering : OpConversionPattern<SplitHeadsOp> {
   using OpConversionPattern::OpConversionPattern;
@@ -382,7 +388,10 @@ struct SplitHeadsLowering : OpConversionPattern<SplitHeadsOp> {
 struct MergeHeadsLowering : OpConversionPattern<MergeHeadsOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(MergeHeadsOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    Value transposed = transpose(rewriter, op.getLoc(), adaptor.getInput(), {1, 0, 2});
+    // Attention that wrote its result token-major hands on a transpose of it: undo that instead.
+    Value input = adaptor.getInput();
+    Value transposed = isHeadTranspose(input) ? input.getDefiningOp<linalg::TransposeOp>().getInput()
+                                              : transpose(rewriter, op.getLoc(), input, {1, 0, 2});
     rewriter.replaceOpWithNewOp<tensor::CollapseShapeOp>(op, transposed, SmallVector<ReassociationIndices>{{0}, {1, 2}});
     return success();
   }
@@ -439,15 +448,30 @@ int64_t blockSize(int64_t n) {
   return block;
 }
 
-/// A row slice [rows, cols] of head `head` of a [H, N, cols] tensor, starting at row `row`.
-Value headRows(OpBuilder &b, Location loc, Value tensor, Value head, Value row, int64_t rows) {
-  int64_t cols = rankedType(tensor).getDimSize(2);
-  auto type = RankedTensorType::get({rows, cols}, b.getF32Type());
-  SmallVector<OpFoldResult> offsets = {head, row, b.getIndexAttr(0)};
-  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), b.getIndexAttr(rows), b.getIndexAttr(cols)};
-  SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
-  return b.create<tensor::ExtractSliceOp>(loc, type, tensor, offsets, sizes, strides);
-}
+/// An attention operand, logically [H, N, cols]. When it is split_heads' transpose of a
+/// token-major [N, H, cols] tensor, its rows are read from that tensor in place: each head's row
+/// is `cols` contiguous floats there too, and the transpose, left without users, never runs.
+struct HeadRows {
+  Value tensor;
+  bool tokenMajor;
+
+  explicit HeadRows(Value operand)
+      : tensor(isHeadTranspose(operand) ? operand.getDefiningOp<linalg::TransposeOp>().getInput() : operand),
+        tokenMajor(isHeadTranspose(operand)) {}
+
+  /// Rows row .. row + rows - 1 of head `head`, as a [rows, cols] tensor.
+  Value slice(OpBuilder &b, Location loc, Value head, Value row, int64_t rows) const {
+    int64_t cols = rankedType(tensor).getDimSize(2);
+    auto type = RankedTensorType::get({rows, cols}, b.getF32Type());
+    OpFoldResult zero = b.getIndexAttr(0), one = b.getIndexAttr(1);
+    SmallVector<OpFoldResult> offsets = tokenMajor ? SmallVector<OpFoldResult>{row, head, zero}
+                                                   : SmallVector<OpFoldResult>{head, row, zero};
+    SmallVector<OpFoldResult> sizes = tokenMajor ? SmallVector<OpFoldResult>{b.getIndexAttr(rows), one, b.getIndexAttr(cols)}
+                                                 : SmallVector<OpFoldResult>{one, b.getIndexAttr(rows), b.getIndexAttr(cols)};
+    SmallVector<OpFoldResult> strides(3, one);
+    return b.create<tensor::ExtractSliceOp>(loc, type, tensor, offsets, sizes, strides);
+  }
+};
 
 /// Fused causal attention, flash-attention style: for each head and each block of Bq queries,
 /// a loop over blocks of Bk keys keeps a running row max `m`, row sum `l` and output `acc`
@@ -467,6 +491,10 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
     MLIRContext *ctx = rewriter.getContext();
     RankedTensorType resultType = rankedType(op.getResult());
     Value q = adaptor.getQuery(), k = adaptor.getKey(), v = adaptor.getValue();
+    HeadRows queryRows(q), keyRows(k), valueRows(v);
+    // The result goes straight to merge_heads (the usual case): write it token-major, [Tq, H, dv],
+    // which merge_heads then only collapses, instead of head-major for merge_heads to transpose.
+    bool tokenMajorResult = op->hasOneUse() && isa<MergeHeadsOp>(*op->user_begin());
     int64_t heads = rankedType(q).getDimSize(0), queries = rankedType(q).getDimSize(1);
     int64_t keys = rankedType(k).getDimSize(1), valueSize = rankedType(v).getDimSize(2);
     int64_t bq = blockSize(queries), bk = blockSize(keys);
@@ -485,7 +513,7 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
     auto keyBlock = [&](OpBuilder &b, Value head, Value queryStart, Value keyStart, Value qBlock,
                         ValueRange state) -> SmallVector<Value> {
       Value m = state[0], l = state[1], acc = state[2];
-      Value kBlock = headRows(b, loc, k, head, keyStart, bk), vBlock = headRows(b, loc, v, head, keyStart, bk);
+      Value kBlock = keyRows.slice(b, loc, head, keyStart, bk), vBlock = valueRows.slice(b, loc, head, keyStart, bk);
       // A block of several queries multiplies by k_blk^T copied out once: the register tiles
       // then read it row by row, where reading k_blk itself column by column gathers 32 scalars
       // per vector, again for every tile of queries. One query (decode) takes one dot product
@@ -572,7 +600,7 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
 
     // One query block: the key loop, then acc / l written into the output.
     auto queryBlock = [&](OpBuilder &b, Value head, Value localHead, Value queryStart, Value out) -> Value {
-      Value qBlock = headRows(b, loc, q, head, queryStart, bq);
+      Value qBlock = queryRows.slice(b, loc, head, queryStart, bq);
       // Keys [0, end) with end = min(offset + queryStart + bq, keys): the last query of the block
       // sees up to offset + queryStart + bq - 1. Rounded up to whole key blocks.
       Value end = b.create<arith::MinUIOp>(
@@ -593,11 +621,15 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
                                       parallel2, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                         return nb.create<arith::DivFOp>(l, a[0], a[1]);
                                       });
-      // `out` is this iteration's [headsPerIteration, Tq, dv] slice of the result; `localHead`
-      // the head's index in it.
-      SmallVector<OpFoldResult> offsets = {localHead, queryStart, b.getIndexAttr(0)};
-      SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), b.getIndexAttr(bq), b.getIndexAttr(valueSize)};
-      SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
+      // `out` is this iteration's [headsPerIteration, Tq, dv] slice of the result (token-major:
+      // [Tq, headsPerIteration, dv]); `localHead` the head's index in it.
+      OpFoldResult zero = b.getIndexAttr(0), one = b.getIndexAttr(1);
+      SmallVector<OpFoldResult> offsets = tokenMajorResult ? SmallVector<OpFoldResult>{queryStart, localHead, zero}
+                                                           : SmallVector<OpFoldResult>{localHead, queryStart, zero};
+      SmallVector<OpFoldResult> sizes = tokenMajorResult
+                                            ? SmallVector<OpFoldResult>{b.getIndexAttr(bq), one, b.getIndexAttr(valueSize)}
+                                            : SmallVector<OpFoldResult>{one, b.getIndexAttr(bq), b.getIndexAttr(valueSize)};
+      SmallVector<OpFoldResult> strides(3, one);
       return b.create<tensor::InsertSliceOp>(loc, normalized, out, offsets, sizes, strides);
     };
 
@@ -607,16 +639,23 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
     // heads in one scf.forall iteration, i.e. on one thread.
     int64_t work = heads * queries * keys * rankedType(q).getDimSize(2);
     int64_t headsPerIteration = work < kMinParallelWork ? heads : 1;
-    Value out = emptyTensor(rewriter, loc, resultType.getShape());
+    SmallVector<int64_t> outShape = {heads, queries, valueSize};
+    if (tokenMajorResult) std::swap(outShape[0], outShape[1]);
+    Value out = emptyTensor(rewriter, loc, outShape);
     auto headLoop = rewriter.create<scf::ForallOp>(
         loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(heads / headsPerIteration)}, ValueRange{out}, std::nullopt,
         [&](OpBuilder &b, Location, ValueRange args) {
           Value firstHead = b.create<arith::MulIOp>(loc, args[0], index(b, headsPerIteration)), shared = args[1];
-          SmallVector<OpFoldResult> offsets = {firstHead, b.getIndexAttr(0), b.getIndexAttr(0)};
-          SmallVector<OpFoldResult> sizes = {b.getIndexAttr(headsPerIteration), b.getIndexAttr(queries),
-                                             b.getIndexAttr(valueSize)};
+          OpFoldResult zero = b.getIndexAttr(0);
+          SmallVector<OpFoldResult> offsets = {firstHead, zero, zero};
+          SmallVector<int64_t> iterationShape = {headsPerIteration, queries, valueSize};
+          if (tokenMajorResult) {
+            std::swap(offsets[0], offsets[1]);
+            std::swap(iterationShape[0], iterationShape[1]);
+          }
+          SmallVector<OpFoldResult> sizes = getAsIndexOpFoldResult(b.getContext(), iterationShape);
           SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
-          auto headsType = RankedTensorType::get({headsPerIteration, queries, valueSize}, b.getF32Type());
+          auto headsType = RankedTensorType::get(iterationShape, b.getF32Type());
           Value headsOut = b.create<tensor::ExtractSliceOp>(loc, headsType, shared, offsets, sizes, strides);
           auto headsLoop = b.create<scf::ForOp>(
               loc, index(b, 0), index(b, headsPerIteration), index(b, 1), ValueRange{headsOut},
@@ -633,7 +672,10 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
           b.setInsertionPointToStart(terminator.getBody());
           b.create<tensor::ParallelInsertSliceOp>(loc, headsLoop.getResult(0), shared, offsets, sizes, strides);
         });
-    rewriter.replaceOp(op, headLoop.getResult(0));
+    // A token-major result is handed on as its [H, Tq, dv] transpose, which merge_heads undoes
+    // (see MergeHeadsLowering): neither transpose runs.
+    Value result = headLoop.getResult(0);
+    rewriter.replaceOp(op, tokenMajorResult ? transpose(rewriter, loc, result, {1, 0, 2}) : result);
     return success();
   }
 };
@@ -685,7 +727,13 @@ public:
                            tensor::TensorDialect>();
     RewritePatternSet patterns(&getContext());
     populateTransformerToLinalgPatterns(patterns);
-    if (failed(applyPartialConversion(getOperation(), target, std::move(patterns)))) signalPassFailure();
+    if (failed(applyPartialConversion(getOperation(), target, std::move(patterns)))) return signalPassFailure();
+    // Head transposes that attention reads around (HeadRows) or merge_heads undoes are left
+    // without users: erased here, so that no pipeline level, the unfused baseline included,
+    // computes them.
+    getOperation()->walk([](linalg::TransposeOp transpose) {
+      if (transpose->use_empty()) transpose->erase();
+    });
   }
 };
 

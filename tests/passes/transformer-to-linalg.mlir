@@ -172,17 +172,54 @@ func.func @embedding(%table: tensor<256x64xf32>, %ids: tensor<8xi64>) -> tensor<
 
 // -----
 
+// merge_heads undoes split_heads' transpose instead of transposing back: neither transpose is
+// left to run.
 // CHECK-LABEL: func.func @slice_and_heads
 // CHECK: %[[S:.*]] = tensor.extract_slice %{{.*}}[0, 64] [8, 64] [1, 1] : tensor<8x192xf32> to tensor<8x64xf32>
 // CHECK: %[[E:.*]] = tensor.expand_shape %[[S]] {{\[\[}}0], [1, 2]] output_shape [8, 4, 16] : tensor<8x64xf32> into tensor<8x4x16xf32>
-// CHECK: %[[H:.*]] = linalg.transpose ins(%[[E]] : tensor<8x4x16xf32>) outs(%{{.*}} : tensor<4x8x16xf32>) permutation = [1, 0, 2]
-// CHECK: %[[T:.*]] = linalg.transpose ins(%[[H]] : tensor<4x8x16xf32>) outs(%{{.*}} : tensor<8x4x16xf32>) permutation = [1, 0, 2]
-// CHECK: tensor.collapse_shape %[[T]] {{\[\[}}0], [1, 2]] : tensor<8x4x16xf32> into tensor<8x64xf32>
+// CHECK-NOT: linalg.transpose
+// CHECK: tensor.collapse_shape %[[E]] {{\[\[}}0], [1, 2]] : tensor<8x4x16xf32> into tensor<8x64xf32>
 func.func @slice_and_heads(%qkv: tensor<8x192xf32>) -> tensor<8x64xf32> {
   %k = transformer.slice %qkv {offset = 64 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<8x64xf32>
   %h = transformer.split_heads %k {num_heads = 4 : i64} : tensor<8x64xf32> -> tensor<4x8x16xf32>
   %m = transformer.merge_heads %h : tensor<4x8x16xf32> -> tensor<8x64xf32>
   return %m : tensor<8x64xf32>
+}
+
+// -----
+
+// On their own, split_heads and merge_heads are transposes.
+// CHECK-LABEL: func.func @heads
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<8x4x16xf32>) outs(%{{.*}} : tensor<4x8x16xf32>) permutation = [1, 0, 2]
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<4x8x16xf32>) outs(%{{.*}} : tensor<8x4x16xf32>) permutation = [1, 0, 2]
+func.func @heads(%x: tensor<8x64xf32>, %h: tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<8x64xf32>) {
+  %s = transformer.split_heads %x {num_heads = 4 : i64} : tensor<8x64xf32> -> tensor<4x8x16xf32>
+  %m = transformer.merge_heads %h : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  return %s, %m : tensor<4x8x16xf32>, tensor<8x64xf32>
+}
+
+// -----
+
+// Attention between split_heads and merge_heads reads each head's rows of q, k and v where the
+// [T, H, d] views of the projections hold them, and writes its result token-major, [T, H, d],
+// which merge_heads only collapses: no transpose is left.
+// CHECK-LABEL: func.func @attention_between_heads
+// CHECK-NOT: linalg.transpose
+// CHECK: scf.forall (%{{.*}}) in (1) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<64x2x4xf32>)
+// CHECK: tensor.extract_slice %{{.*}}[%{{.*}}, %{{.*}}, 0] [32, 1, 4] [1, 1, 1] : tensor<64x2x4xf32> to tensor<32x4xf32>
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}, 0] [32, 1, 4] [1, 1, 1] : tensor<32x4xf32> into tensor<64x2x4xf32>
+// CHECK-NOT: linalg.transpose
+// CHECK: tensor.collapse_shape %{{.*}} {{\[\[}}0], [1, 2]] : tensor<64x2x4xf32> into tensor<64x8xf32>
+func.func @attention_between_heads(%qkv: tensor<64x24xf32>) -> tensor<64x8xf32> {
+  %q = transformer.slice %qkv {offset = 0 : i64, size = 8 : i64} : tensor<64x24xf32> -> tensor<64x8xf32>
+  %k = transformer.slice %qkv {offset = 8 : i64, size = 8 : i64} : tensor<64x24xf32> -> tensor<64x8xf32>
+  %v = transformer.slice %qkv {offset = 16 : i64, size = 8 : i64} : tensor<64x24xf32> -> tensor<64x8xf32>
+  %qh = transformer.split_heads %q {num_heads = 2 : i64} : tensor<64x8xf32> -> tensor<2x64x4xf32>
+  %kh = transformer.split_heads %k {num_heads = 2 : i64} : tensor<64x8xf32> -> tensor<2x64x4xf32>
+  %vh = transformer.split_heads %v {num_heads = 2 : i64} : tensor<64x8xf32> -> tensor<2x64x4xf32>
+  %a = transformer.causal_attention %qh, %kh, %vh {scale = 0.5 : f32} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>) -> tensor<2x64x4xf32>
+  %m = transformer.merge_heads %a : tensor<2x64x4xf32> -> tensor<64x8xf32>
+  return %m : tensor<64x8xf32>
 }
 
 // -----
