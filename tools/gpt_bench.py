@@ -4,9 +4,10 @@
     bazel run //tools:gpt_bench -- --models nano
 
 Columns as llama.cpp's llama-bench: model | size | params | backend | threads | test | t/s, with
-t/s the mean ± std over --repetitions runs. ppN: N prompt tokens through prefill into an empty KV
-cache; tgN: N tokens decoded one at a time against the cache, from an empty context; the cache
-holds exactly N positions (llama-bench's context is n_prompt + n_gen). fwdN (not a llama-bench
+t/s the mean ± std over --repetitions repetitions, each of which runs its test back to back for
+at least --min-seconds (once, for tests that take longer). ppN: N prompt tokens through prefill
+into an empty KV cache; tgN: N tokens decoded one at a time against the cache, from an empty
+context; the cache holds exactly N positions (llama-bench's context is n_prompt + n_gen). fwdN (not a llama-bench
 test): one forward pass over N tokens returning the logits of every position. Tokens are fixed
 (no tokenization, no sampling); compilation happens in a warm-up run before timing.
 
@@ -180,6 +181,20 @@ class OnnxRuntimeRunner:
                 None, {"ids": np.asarray([[token]], np.int64), "past_k": past_k, "past_v": past_v})
 
 
+def measure(run, ids, count, min_seconds):
+    """Tokens per second of one repetition: `run(ids)` back to back until `min_seconds` have
+    passed (at least once), so that a test taking a fraction of a millisecond (nano's) is not
+    one timer reading and one scheduler hiccup."""
+    calls = 0
+    start = time.perf_counter()
+    while True:
+        run(ids)
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return calls * count / elapsed
+
+
 def runners(peers, torch_compile):
     yield OursRunner
     if not peers:
@@ -231,6 +246,8 @@ def main(argv):
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--tests", default="fwd128,pp128,pp512,tg128", help="fwdN, ppN or tgN, comma-separated")
     parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--min-seconds", type=float, default=0.05,
+                        help="each repetition repeats its test until this long has passed")
     parser.add_argument("--no-peers", action="store_true", help="only this project's rows")
     parser.add_argument("--torch-compile", action="store_true",
                         help="also torch.compile rows (Inductor compiles for minutes per model here)")
@@ -255,11 +272,7 @@ def main(argv):
                     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=count).tolist()
                     run = {"fwd": runner.forward, "pp": runner.prompt, "tg": runner.generate}[kind]
                     run(ids)  # warm-up: compiles
-                    rates = []
-                    for _ in range(args.repetitions):
-                        start = time.perf_counter()
-                        run(ids)
-                        rates.append(count / (time.perf_counter() - start))
+                    rates = [measure(run, ids, count, args.min_seconds) for _ in range(args.repetitions)]
                     if runner_class is OursRunner and kind == "tg":
                         decode_rates[name, threads] = statistics.mean(rates)
                     print(f"| {name} | {size} | {params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
