@@ -216,7 +216,8 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
 
     - `gpt.register_tile`, from a table, largest tile first: packed matmuls (generics marked
       `gpt.packed_matmul`, loops M, panel, column, K) `[8, 1, 32, 1]` or `[1, 1, 32, 1]`
-      (decode); `linalg.matmul` and attention's `linalg.matmul_transpose_b` `[8, 32, 1]` down to
+      (decode); `linalg.matmul` (attention's blocks among them) and `linalg.matmul_transpose_b`
+      `[8, 32, 1]` down to
       `[1, 8, 1]`; `linalg.batch_matmul` `[1, 8, 8, 1]` or `[1, 1, 8, 1]`; elementwise generics
       (rank 2 or 3, no gather) one vector of 32, 16 or 8 lanes of their innermost dimension.
     - `gpt.row_reduction_tile = w` on rank-2 row reductions that end in an `addf`/`maximumf` of

@@ -246,11 +246,11 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %tile : !transform.any_op
     }
-    // Plain matmuls and attention's q . k^T per key block (linalg.matmul_transpose_b, which
-    // reads a column of the [keys, d] block per K step), loops [M, N, K]. [8, 32, 1]: an 8x32
-    // f32 accumulator is 16 zmm registers; each K step is 2 vector loads of B, 8 broadcasts of A
-    // and 16 FMAs. [1, 32, 1]: one row (decode). 16 and 8 wide: attention with small heads or
-    // short blocks.
+    // Plain matmuls (attention's q . k^T and p . v per key block among them) and
+    // linalg.matmul_transpose_b (which reads a column of B per K step), loops [M, N, K].
+    // [8, 32, 1]: an 8x32 f32 accumulator is 16 zmm registers; each K step is 2 vector loads of
+    // B, 8 broadcasts of A and 16 FMAs. [1, 32, 1]: one row (decode). 16 and 8 wide: attention
+    // with small heads or short blocks.
     %matmuls8x32 = transform.structured.match ops{["linalg.matmul", "linalg.matmul_transpose_b"]} attributes{gpt.register_tile = [8, 32, 1]} in %root
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %matmuls8x32 : !transform.any_op {
