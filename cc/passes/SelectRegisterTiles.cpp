@@ -27,8 +27,8 @@ const TileChoice kTileTable[] = {
     {linalg::GenericOp::getOperationName(), {8, 1, 32, 1}, 1},
     // Decode (one row): one 32-wide accumulator row, streaming each panel once.
     {linalg::GenericOp::getOperationName(), {1, 1, 32, 1}, 1},
-    // Plain matmuls, and attention's q . k^T per key block (keys stored [T, d]: each K step
-    // gathers one column of the key block, which stays in L1): 8 rows x 32 columns of
+    // Plain matmuls (attention's q . k^T and p . v per key block among them) and
+    // matmul_transpose_b (each K step gathers one column of B): 8 rows x 32 columns of
     // accumulators, or one row (decode); narrower for attention's small heads and short blocks.
     {linalg::MatmulOp::getOperationName(), {8, 32, 1}, 1},
     {linalg::MatmulTransposeBOp::getOperationName(), {8, 32, 1}, 1},

@@ -364,10 +364,12 @@ Value transpose(OpBuilder &b, Location loc, Value input, ArrayRef<int64_t> permu
   return b.create<linalg::TransposeOp>(loc, input, emptyTensor(b, loc, shape), permutation).getResult()[0];
 }
 
-/// True for the [1, 0, 2] transpose that split_heads lowers to (and merge_heads undoes).
-bool isHeadTranspose(Value value) {
+/// The [T, H, d] tensor that `value` is the [1, 0, 2] transpose of (the transpose split_heads
+/// lowers to, and merge_heads undoes), or null.
+Value headTransposeSource(Value value) {
   auto transpose = value.getDefiningOp<linalg::TransposeOp>();
-  return transpose && transpose.getPermutation() == ArrayRef<int64_t>{1, 0, 2};
+  if (!transpose || transpose.getPermutation() != ArrayRef<int64_t>{1, 0, 2}) return nullptr;
+  return transpose.getInput();
 }
 
 // [T, H*d] -> expand to [T, H, d] -> transpose to [H, T, d].
@@ -389,9 +391,8 @@ struct MergeHeadsLowering : OpConversionPattern<MergeHeadsOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(MergeHeadsOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
     // Attention that wrote its result token-major hands on a transpose of it: undo that instead.
-    Value input = adaptor.getInput();
-    Value transposed = isHeadTranspose(input) ? input.getDefiningOp<linalg::TransposeOp>().getInput()
-                                              : transpose(rewriter, op.getLoc(), input, {1, 0, 2});
+    Value transposed = headTransposeSource(adaptor.getInput());
+    if (!transposed) transposed = transpose(rewriter, op.getLoc(), adaptor.getInput(), {1, 0, 2});
     rewriter.replaceOpWithNewOp<tensor::CollapseShapeOp>(op, transposed, SmallVector<ReassociationIndices>{{0}, {1, 2}});
     return success();
   }
@@ -448,6 +449,23 @@ int64_t blockSize(int64_t n) {
   return block;
 }
 
+/// A region of `heads` heads from `head` by `rows` rows from `row` (every one of `cols` columns)
+/// of a [H, N, cols] tensor, or of a token-major [N, H, cols] one: the first two dims swapped.
+struct HeadRegion {
+  SmallVector<OpFoldResult> offsets, sizes, strides;
+  SmallVector<int64_t> shape;  // static sizes
+
+  HeadRegion(OpBuilder &b, bool tokenMajor, OpFoldResult head, int64_t heads, OpFoldResult row, int64_t rows,
+             int64_t cols)
+      : offsets{head, row, b.getIndexAttr(0)}, strides(3, b.getIndexAttr(1)), shape{heads, rows, cols} {
+    if (tokenMajor) {
+      std::swap(offsets[0], offsets[1]);
+      std::swap(shape[0], shape[1]);
+    }
+    sizes = getAsIndexOpFoldResult(b.getContext(), shape);
+  }
+};
+
 /// An attention operand, logically [H, N, cols]. When it is split_heads' transpose of a
 /// token-major [N, H, cols] tensor, its rows are read from that tensor in place: each head's row
 /// is `cols` contiguous floats there too, and the transpose, left without users, never runs.
@@ -455,21 +473,16 @@ struct HeadRows {
   Value tensor;
   bool tokenMajor;
 
-  explicit HeadRows(Value operand)
-      : tensor(isHeadTranspose(operand) ? operand.getDefiningOp<linalg::TransposeOp>().getInput() : operand),
-        tokenMajor(isHeadTranspose(operand)) {}
+  explicit HeadRows(Value operand) : tensor(headTransposeSource(operand)), tokenMajor(tensor != nullptr) {
+    if (!tensor) tensor = operand;
+  }
 
   /// Rows row .. row + rows - 1 of head `head`, as a [rows, cols] tensor.
   Value slice(OpBuilder &b, Location loc, Value head, Value row, int64_t rows) const {
     int64_t cols = rankedType(tensor).getDimSize(2);
+    HeadRegion region(b, tokenMajor, head, 1, row, rows, cols);
     auto type = RankedTensorType::get({rows, cols}, b.getF32Type());
-    OpFoldResult zero = b.getIndexAttr(0), one = b.getIndexAttr(1);
-    SmallVector<OpFoldResult> offsets = tokenMajor ? SmallVector<OpFoldResult>{row, head, zero}
-                                                   : SmallVector<OpFoldResult>{head, row, zero};
-    SmallVector<OpFoldResult> sizes = tokenMajor ? SmallVector<OpFoldResult>{b.getIndexAttr(rows), one, b.getIndexAttr(cols)}
-                                                 : SmallVector<OpFoldResult>{one, b.getIndexAttr(rows), b.getIndexAttr(cols)};
-    SmallVector<OpFoldResult> strides(3, one);
-    return b.create<tensor::ExtractSliceOp>(loc, type, tensor, offsets, sizes, strides);
+    return b.create<tensor::ExtractSliceOp>(loc, type, tensor, region.offsets, region.sizes, region.strides);
   }
 };
 
@@ -489,7 +502,6 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
   LogicalResult matchAndRewrite(CausalAttentionOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
-    RankedTensorType resultType = rankedType(op.getResult());
     Value q = adaptor.getQuery(), k = adaptor.getKey(), v = adaptor.getValue();
     HeadRows queryRows(q), keyRows(k), valueRows(v);
     // The result goes straight to merge_heads (the usual case): write it token-major, [Tq, H, dv],
@@ -623,14 +635,8 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
                                       });
       // `out` is this iteration's [headsPerIteration, Tq, dv] slice of the result (token-major:
       // [Tq, headsPerIteration, dv]); `localHead` the head's index in it.
-      OpFoldResult zero = b.getIndexAttr(0), one = b.getIndexAttr(1);
-      SmallVector<OpFoldResult> offsets = tokenMajorResult ? SmallVector<OpFoldResult>{queryStart, localHead, zero}
-                                                           : SmallVector<OpFoldResult>{localHead, queryStart, zero};
-      SmallVector<OpFoldResult> sizes = tokenMajorResult
-                                            ? SmallVector<OpFoldResult>{b.getIndexAttr(bq), one, b.getIndexAttr(valueSize)}
-                                            : SmallVector<OpFoldResult>{one, b.getIndexAttr(bq), b.getIndexAttr(valueSize)};
-      SmallVector<OpFoldResult> strides(3, one);
-      return b.create<tensor::InsertSliceOp>(loc, normalized, out, offsets, sizes, strides);
+      HeadRegion region(b, tokenMajorResult, localHead, 1, queryStart, bq, valueSize);
+      return b.create<tensor::InsertSliceOp>(loc, normalized, out, region.offsets, region.sizes, region.strides);
     };
 
     // Heads are independent: an scf.forall, which becomes an OpenMP loop when the pipeline has
@@ -646,17 +652,10 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
         loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(heads / headsPerIteration)}, ValueRange{out}, std::nullopt,
         [&](OpBuilder &b, Location, ValueRange args) {
           Value firstHead = b.create<arith::MulIOp>(loc, args[0], index(b, headsPerIteration)), shared = args[1];
-          OpFoldResult zero = b.getIndexAttr(0);
-          SmallVector<OpFoldResult> offsets = {firstHead, zero, zero};
-          SmallVector<int64_t> iterationShape = {headsPerIteration, queries, valueSize};
-          if (tokenMajorResult) {
-            std::swap(offsets[0], offsets[1]);
-            std::swap(iterationShape[0], iterationShape[1]);
-          }
-          SmallVector<OpFoldResult> sizes = getAsIndexOpFoldResult(b.getContext(), iterationShape);
-          SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
-          auto headsType = RankedTensorType::get(iterationShape, b.getF32Type());
-          Value headsOut = b.create<tensor::ExtractSliceOp>(loc, headsType, shared, offsets, sizes, strides);
+          HeadRegion region(b, tokenMajorResult, firstHead, headsPerIteration, b.getIndexAttr(0), queries, valueSize);
+          auto headsType = RankedTensorType::get(region.shape, b.getF32Type());
+          Value headsOut =
+              b.create<tensor::ExtractSliceOp>(loc, headsType, shared, region.offsets, region.sizes, region.strides);
           auto headsLoop = b.create<scf::ForOp>(
               loc, index(b, 0), index(b, headsPerIteration), index(b, 1), ValueRange{headsOut},
               [&](OpBuilder &hb, Location, Value local, ValueRange headState) {
@@ -670,7 +669,8 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
               });
           auto terminator = b.create<scf::InParallelOp>(loc);
           b.setInsertionPointToStart(terminator.getBody());
-          b.create<tensor::ParallelInsertSliceOp>(loc, headsLoop.getResult(0), shared, offsets, sizes, strides);
+          b.create<tensor::ParallelInsertSliceOp>(loc, headsLoop.getResult(0), shared, region.offsets, region.sizes,
+                                                  region.strides);
         });
     // A token-major result is handed on as its [H, Tq, dv] transpose, which merge_heads undoes
     // (see MergeHeadsLowering): neither transpose runs.

@@ -195,17 +195,13 @@ Logits CompiledModel::run(const JitFunction &function, std::vector<void *> leadi
                           llvm::ArrayRef<size_t> scalarArguments) {
   if (weightDescriptors.empty()) throw std::logic_error("CompiledModel: setWeights() was never called");
   const int64_t cols = config_.paddedVocabSize();
-  // Rounded up to whole cache lines, as aligned_alloc requires; released with free().
-  size_t bytes = (logitsRows * cols * sizeof(float) + 63) / 64 * 64;
-  std::unique_ptr<float, decltype(&std::free)> logits(static_cast<float *>(std::aligned_alloc(64, bytes)), &std::free);
-  if (!logits) throw std::bad_alloc();
+  kernels::AlignedFloats logits = kernels::allocateAligned(logitsRows * cols);
   MemRefDescriptor out = MemRefDescriptor::view(logits.get(), {logitsRows, cols});
   // Compiled code only reads argument descriptors, so concurrent calls can share the weights'.
   for (MemRefDescriptor &weight : weightDescriptors) leading.push_back(weight.pointer());
   leading.push_back(out.pointer());
   function.call(leading, scalarArguments);
-  float *data = logits.release();
-  return Logits{data, data, logitsRows, cols};
+  return Logits{logits.release(), logitsRows, cols};
 }
 
 Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,

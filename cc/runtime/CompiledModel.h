@@ -41,10 +41,9 @@ struct CompileOptions {
 };
 
 /// Logits written by compiled code: `rows x cols` floats at `data`, in a 64-byte aligned buffer
-/// the runtime allocated for the call; the caller owns it and releases it with free(allocated).
+/// the runtime allocated for the call; the caller owns it and releases it with free(data).
 struct Logits {
   float *data = nullptr;
-  void *allocated = nullptr;
   int64_t rows = 0, cols = 0;
 };
 

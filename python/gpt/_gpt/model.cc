@@ -48,7 +48,7 @@ py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style 
 
 py::array wrapLogits(const Logits &logits) {
   // The runtime allocated the buffer for this call: numpy frees it when the array dies.
-  py::capsule owner(logits.allocated, [](void *p) { std::free(p); });
+  py::capsule owner(logits.data, [](void *p) { std::free(p); });
   return py::array_t<float>({logits.rows, logits.cols}, {logits.cols * sizeof(float), sizeof(float)}, logits.data, owner);
 }
 
