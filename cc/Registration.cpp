@@ -3,8 +3,11 @@
 #include "cc/Registration.h"
 
 #include "cc/dialect/TransformerDialect.h"
-#include "cc/passes/Passes.h"
-#include "cc/passes/Pipelines.h"
+#include "cc/codegen/Passes.h"
+#include "cc/conversion/Passes.h"
+#include "cc/dialect/transforms/Passes.h"
+#include "cc/codegen/Pipelines.h"
+#include "cc/codegen/TransformOps.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -19,13 +22,16 @@ void registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<mlir::transformer::TransformerDialect>();
   mlir::registerAllDialects(registry);
   mlir::registerAllExtensions(registry);
+  codegen::registerTransformExtension(registry);
 }
 
 void registerAllPasses() {
   static std::once_flag once;
   std::call_once(once, [] {
     mlir::registerAllPasses();
-    mlir::transformer::registerTransformerPasses();
+    mlir::transformer::registerTransformerTransformsPasses();
+    conversion::registerConversionPasses();
+    codegen::registerCodegenPasses();
     gpt::registerPipelines();
   });
 }

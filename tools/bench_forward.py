@@ -26,16 +26,18 @@ SHAPES = {
 def measure(shape, pipeline, threads, seq_len, repeats, budget):
     cfg = gpt.GPTConfig(**SHAPES[shape])
     # No disk cache: the compile column is a cold compile, never a load of an earlier run's object.
-    model = gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(pipeline=pipeline, threads=threads, disk_cache=False))
+    model = gpt.GPT.random(
+        cfg, seed=0, options=gpt.CompileOptions(pipeline=pipeline, threads=threads, disk_cache=False)
+    )
     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=seq_len)
     start = time.perf_counter()
-    model.forward(ids)                       # compiles the bucket, then runs once
+    model.forward(ids)  # compiles the bucket, then runs once
     first = time.perf_counter() - start
     compile_s = model.compiled_lengths()[model.bucket_for(seq_len)]
     times = []
     while len(times) < repeats:
         start = time.perf_counter()
-        model.forward(ids)                   # cache hit: no compilation
+        model.forward(ids)  # cache hit: no compilation
         times.append(time.perf_counter() - start)
         if sum(times) > budget:
             break
@@ -47,8 +49,11 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="nano,mid,gpt2-small")
     parser.add_argument("--pipelines", default="baseline,fused,vectorized,default")
-    parser.add_argument("--threads", default="1,2",
-                        help="thread counts for the vectorized levels (baseline and fused are single-threaded)")
+    parser.add_argument(
+        "--threads",
+        default="1,2",
+        help="thread counts for the vectorized levels (baseline and fused are single-threaded)",
+    )
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of timed runs per configuration")
@@ -56,21 +61,27 @@ def main(argv):
 
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_forward.py " + " ".join(argv))
     print()
-    print(f"| model | pipeline | threads | T | compile, cold (s) | forward, 1st call after compile (ms) "
-          f"| forward, cached (ms, median) | runs | baseline / this |")
+    print(
+        "| model | pipeline | threads | T | compile, cold (s) | forward, 1st call after compile (ms) "
+        "| forward, cached (ms, median) | runs | baseline / this |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes.split(","):
         baseline = None  # this shape's baseline latency, when measured (first) in this run
         for pipeline in args.pipelines.split(","):
             thread_counts = [int(t) for t in args.threads.split(",")] if pipeline in ("vectorized", "default") else [1]
             for threads in thread_counts:
-                compile_s, first_run, latency, runs = measure(shape, pipeline, threads, args.seq_len, args.repeats,
-                                                              args.budget)
+                compile_s, first_run, latency, runs = measure(
+                    shape, pipeline, threads, args.seq_len, args.repeats, args.budget
+                )
                 if pipeline == "baseline":
                     baseline = latency
                 ratio = f"{baseline / latency:.1f}x" if baseline else "-"
-                print(f"| {shape} | {pipeline} | {threads} | {args.seq_len} | {compile_s:.2f} | {first_run * 1e3:.1f} "
-                      f"| {latency * 1e3:.1f} | {runs} | {ratio} |", flush=True)
+                print(
+                    f"| {shape} | {pipeline} | {threads} | {args.seq_len} | {compile_s:.2f} | {first_run * 1e3:.1f} "
+                    f"| {latency * 1e3:.1f} | {runs} | {ratio} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

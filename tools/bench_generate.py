@@ -9,6 +9,7 @@ every program is compiled by a warm-up run first. Times are medians over --repea
 """
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -43,8 +44,10 @@ def main(argv):
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_generate.py " + " ".join(argv))
     print()
-    print("| model | pipeline | new tokens | cached total (ms) | uncached total (ms) | uncached / cached "
-          "| prefill 16 tok (ms) | decode (ms/token) |")
+    print(
+        "| model | pipeline | new tokens | cached total (ms) | uncached total (ms) | uncached / cached "
+        "| prefill 16 tok (ms) | decode (ms/token) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for shape, pipeline in ((s, p) for s in args.shapes.split(",") for p in args.pipelines.split(",")):
         cfg = gpt.GPTConfig(**SHAPES[shape])
@@ -54,14 +57,17 @@ def main(argv):
             # Warm-up: compiles every program both paths need (forward buckets up to 16 + new).
             model.generate(prompt, new)
             model.generate(prompt, new, use_cache=False)
-            cached = median_time(lambda: model.generate(prompt, new), args.repeats)
-            uncached = median_time(lambda: model.generate(prompt, new, use_cache=False), args.repeats)
+            cached = median_time(functools.partial(model.generate, prompt, new), args.repeats)
+            uncached = median_time(functools.partial(model.generate, prompt, new, use_cache=False), args.repeats)
             model.generate(prompt, new)
             stats = model.last_generation
-            prefill_ms = stats["prompt_seconds"] * 1e3
-            decode_ms = stats["generate_seconds"] * 1e3 / max(1, stats["generated_tokens"] - 1)
-            print(f"| {shape} | {pipeline} | {new} | {cached * 1e3:.1f} | {uncached * 1e3:.1f} | {uncached / cached:.1f}x "
-                  f"| {prefill_ms:.2f} | {decode_ms:.2f} |", flush=True)
+            prefill_ms = stats.prompt_seconds * 1e3
+            decode_ms = stats.generate_seconds * 1e3 / max(1, stats.generated_tokens - 1)
+            print(
+                f"| {shape} | {pipeline} | {new} | {cached * 1e3:.1f} | {uncached * 1e3:.1f} "
+                f"| {uncached / cached:.1f}x | {prefill_ms:.2f} | {decode_ms:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

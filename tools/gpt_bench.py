@@ -79,8 +79,15 @@ class TorchRunner:
         transformers.utils.logging.set_verbosity_error()
         torch.set_num_threads(threads)
         self.torch = torch
-        hf = GPT2Config(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size,
-                        n_positions=cfg.block_size, bos_token_id=0, eos_token_id=0)
+        hf = GPT2Config(
+            n_layer=cfg.n_layer,
+            n_head=cfg.n_head,
+            n_embd=cfg.n_embd,
+            vocab_size=cfg.vocab_size,
+            n_positions=cfg.block_size,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
         self.model = GPT2LMHeadModel(hf).eval()
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
 
@@ -125,9 +132,11 @@ class OnnxRuntimeRunner:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         self.forward_session = onnxruntime.InferenceSession(
-            self._export(torch_runner.model, cached=False), options, providers=["CPUExecutionProvider"])
+            self._export(torch_runner.model, cached=False), options, providers=["CPUExecutionProvider"]
+        )
         self.step_session = onnxruntime.InferenceSession(
-            self._export(torch_runner.model, cached=True), options, providers=["CPUExecutionProvider"])
+            self._export(torch_runner.model, cached=True), options, providers=["CPUExecutionProvider"]
+        )
 
     def _export(self, model, cached):
         import torch
@@ -150,19 +159,34 @@ class OnnxRuntimeRunner:
                     cache.update(past_k[layer], past_v[layer], layer)
                 out = self.model(ids, past_key_values=cache, use_cache=True)
                 layers = out.past_key_values.layers
-                return (out.logits, torch.stack([layers[i].keys for i in range(n_layer)]),
-                        torch.stack([layers[i].values for i in range(n_layer)]))
+                return (
+                    out.logits,
+                    torch.stack([layers[i].keys for i in range(n_layer)]),
+                    torch.stack([layers[i].values for i in range(n_layer)]),
+                )
 
         path = tempfile.NamedTemporaryFile(suffix=".onnx", delete=False).name
         tokens = torch.export.Dim("tokens", min=1, max=self.cfg.block_size)
         if cached:
             past = torch.zeros(self._past_shape(2))
             positions = torch.export.Dim("past", min=1, max=self.cfg.block_size - 1)
-            torch.onnx.export(Step(), (torch.zeros(1, 1, dtype=torch.long), past, past), path, dynamo=True,
-                              dynamic_shapes=(None, {3: positions}, {3: positions}), verbose=False)
+            torch.onnx.export(
+                Step(),
+                (torch.zeros(1, 1, dtype=torch.long), past, past),
+                path,
+                dynamo=True,
+                dynamic_shapes=(None, {3: positions}, {3: positions}),
+                verbose=False,
+            )
         else:
-            torch.onnx.export(Forward(), (torch.zeros(1, 8, dtype=torch.long),), path, dynamo=True,
-                              dynamic_shapes=({1: tokens},), verbose=False)
+            torch.onnx.export(
+                Forward(),
+                (torch.zeros(1, 8, dtype=torch.long),),
+                path,
+                dynamo=True,
+                dynamic_shapes=({1: tokens},),
+                verbose=False,
+            )
         return path
 
     def _past_shape(self, positions):
@@ -178,7 +202,8 @@ class OnnxRuntimeRunner:
         past_k = past_v = np.zeros(self._past_shape(1), np.float32)
         for token in ids:
             _, past_k, past_v = self.step_session.run(
-                None, {"ids": np.asarray([[token]], np.int64), "past_k": past_k, "past_v": past_v})
+                None, {"ids": np.asarray([[token]], np.int64), "past_k": past_k, "past_v": past_v}
+            )
 
 
 def measure(run, ids, count, min_seconds):
@@ -246,11 +271,15 @@ def main(argv):
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--tests", default="fwd128,pp128,pp512,tg128", help="fwdN, ppN or tgN, comma-separated")
     parser.add_argument("--repetitions", type=int, default=5)
-    parser.add_argument("--min-seconds", type=float, default=0.05,
-                        help="each repetition repeats its test until this long has passed")
+    parser.add_argument(
+        "--min-seconds", type=float, default=0.05, help="each repetition repeats its test until this long has passed"
+    )
     parser.add_argument("--no-peers", action="store_true", help="only this project's rows")
-    parser.add_argument("--torch-compile", action="store_true",
-                        help="also torch.compile rows (Inductor compiles for minutes per model here)")
+    parser.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="also torch.compile rows (Inductor compiles for minutes per model here)",
+    )
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/gpt_bench.py " + " ".join(argv))
     print()
@@ -275,13 +304,18 @@ def main(argv):
                     rates = [measure(run, ids, count, args.min_seconds) for _ in range(args.repetitions)]
                     if runner_class is OursRunner and kind == "tg":
                         decode_rates[name, threads] = statistics.mean(rates)
-                    print(f"| {name} | {size} | {params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
-                          f"| {stats(rates)} |", flush=True)
+                    print(
+                        f"| {name} | {size} | {params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
+                        f"| {stats(rates)} |",
+                        flush=True,
+                    )
     if not decode_rates:
         return
     print()
-    print("| model | threads | weight bytes per decode step | read bandwidth | floor (ms/token) "
-          "| gpt-mlir-jit decode (ms/token) | decode / floor |")
+    print(
+        "| model | threads | weight bytes per decode step | read bandwidth | floor (ms/token) "
+        "| gpt-mlir-jit decode (ms/token) | decode / floor |"
+    )
     print("|---|---|---|---|---|---|---|")
     for threads in thread_counts:
         bandwidth = read_bandwidth(threads)
@@ -291,8 +325,11 @@ def main(argv):
             weight_bytes = decode_weight_bytes(gpt.GPTConfig(**MODELS[name]))
             floor_ms = 1e3 * weight_bytes / bandwidth
             ours_ms = 1e3 / decode_rates[name, threads]
-            print(f"| {name} | {threads} | {weight_bytes / 1e6:.1f} MB | {bandwidth / 1e9:.1f} GB/s "
-                  f"| {floor_ms:.3f} | {ours_ms:.3f} | {ours_ms / floor_ms:.2f}x |", flush=True)
+            print(
+                f"| {name} | {threads} | {weight_bytes / 1e6:.1f} MB | {bandwidth / 1e9:.1f} GB/s "
+                f"| {floor_ms:.3f} | {ours_ms:.3f} | {ours_ms / floor_ms:.2f}x |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

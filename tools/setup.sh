@@ -13,6 +13,7 @@ APT_PACKAGES=(
   "llvm-19-dev=${LLVM_VERSION}"
   "llvm-19-tools=${LLVM_VERSION}"
   "clang-19=${LLVM_VERSION}"
+  "clang-format-19=${LLVM_VERSION}"
   "libomp-19-dev=${LLVM_VERSION}"
 )
 

@@ -51,15 +51,22 @@ def main(argv):
     train, valid = data[:split], data[split:]
     block = CONFIG["n_positions"]
 
-    config = GPT2Config(**CONFIG, bos_token_id=10, eos_token_id=10, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        activation_function="gelu_new")
+    config = GPT2Config(
+        **CONFIG,
+        bos_token_id=10,
+        eos_token_id=10,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        activation_function="gelu_new",
+    )
     model = GPT2LMHeadModel(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
 
     def batch(source):
         starts = rng.integers(0, len(source) - block - 1, size=args.batch)
-        x = np.stack([source[s:s + block] for s in starts]).astype(np.int64)
-        y = np.stack([source[s + 1:s + block + 1] for s in starts]).astype(np.int64)
+        x = np.stack([source[s : s + block] for s in starts]).astype(np.int64)
+        y = np.stack([source[s + 1 : s + block + 1] for s in starts]).astype(np.int64)
         return torch.from_numpy(x), torch.from_numpy(y)
 
     def loss_of(x, y):
@@ -81,8 +88,11 @@ def main(argv):
             model.eval()
             with torch.no_grad():
                 valid_loss = sum(loss_of(*batch(valid)).item() for _ in range(4)) / 4
-            print(f"step {step:5d}  train {loss.item():.3f}  valid {valid_loss:.3f} nats/byte  "
-                  f"lr {lr:.2e}  {time.time() - start:.0f}s", flush=True)
+            print(
+                f"step {step:5d}  train {loss.item():.3f}  valid {valid_loss:.3f} nats/byte  "
+                f"lr {lr:.2e}  {time.time() - start:.0f}s",
+                flush=True,
+            )
 
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
@@ -91,9 +101,22 @@ def main(argv):
         if os.path.exists(path):
             os.remove(path)
     with open(os.path.join(args.out, "TRAINING.json"), "w") as f:
-        json.dump({"script": "tools/train_byte_model.py", "seed": SEED, "steps": args.steps, "batch": args.batch,
-                   "lr": args.lr, "python": sys.version.split()[0], "files": len(files), "bytes": int(len(data)),
-                   "final_valid_loss_nats_per_byte": round(valid_loss, 4), "torch": torch.__version__}, f, indent=1)
+        json.dump(
+            {
+                "script": "tools/train_byte_model.py",
+                "seed": SEED,
+                "steps": args.steps,
+                "batch": args.batch,
+                "lr": args.lr,
+                "python": sys.version.split()[0],
+                "files": len(files),
+                "bytes": int(len(data)),
+                "final_valid_loss_nats_per_byte": round(valid_loss, 4),
+                "torch": torch.__version__,
+            },
+            f,
+            indent=1,
+        )
     print(f"saved {args.out}")
 
 

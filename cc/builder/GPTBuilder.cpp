@@ -30,38 +30,15 @@ std::string GPTConfig::validate() const {
   return "";
 }
 
-std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, bool packWeights) {
-  const int64_t d = c.nEmbd;
-  // A matmul's [K, N] weight: packed into panels when asked and N divides into them.
-  auto matmulWeight = [&](std::string name, int64_t k, int64_t n) {
-    return ParameterSpec{std::move(name), {k, n}, packWeights && n % kPanelWidth == 0 ? kPanelWidth : 0};
-  };
-  std::vector<ParameterSpec> specs = {{"transformer.wte.weight", {c.vocabSize, d}}};
-  if (!c.rope) specs.push_back({"transformer.wpe.weight", {c.blockSize, d}});
-  for (int64_t i = 0; i < c.nLayer; ++i) {
-    std::string p = "transformer.h." + std::to_string(i) + ".";
-    specs.insert(specs.end(), {
-                                  {p + "ln_1.weight", {d}},
-                                  {p + "ln_1.bias", {d}},
-                                  matmulWeight(p + "attn.c_attn.weight", d, 3 * d),
-                                  {p + "attn.c_attn.bias", {3 * d}},
-                                  matmulWeight(p + "attn.c_proj.weight", d, d),
-                                  {p + "attn.c_proj.bias", {d}},
-                                  {p + "ln_2.weight", {d}},
-                                  {p + "ln_2.bias", {d}},
-                                  matmulWeight(p + "mlp.c_fc.weight", d, 4 * d),
-                                  {p + "mlp.c_fc.bias", {4 * d}},
-                                  matmulWeight(p + "mlp.c_proj.weight", 4 * d, d),
-                                  {p + "mlp.c_proj.bias", {d}},
-                              });
-  }
-  specs.push_back({"transformer.ln_f.weight", {d}});
-  specs.push_back({"transformer.ln_f.bias", {d}});
-  specs.push_back(matmulWeight("lm_head.weight_t", d, c.paddedVocabSize()));
-  return specs;
-}
-
 namespace {
+
+using W = LayerWeight;
+
+/// One layer's weights, in layerParameters() order, looked up by what they are.
+struct LayerWeights {
+  SmallVector<Value> values;
+  Value operator[](LayerWeight weight) const { return values[static_cast<size_t>(weight)]; }
+};
 
 /// Emits transformer ops with unranked results; shape inference gives them their types.
 class GraphBuilder {
@@ -92,8 +69,8 @@ public:
   struct Cache {
     Value key, value, offset;
   };
-  Value attention(Value x, ArrayRef<Value> w, Value positions, Cache *cache = nullptr) {
-    Value qkv = linear(layerNorm(x, w[0], w[1]), w[2], w[3]);
+  Value attention(Value x, const LayerWeights &w, Value positions, Cache *cache = nullptr) {
+    Value qkv = linear(layerNorm(x, w[W::Ln1Weight], w[W::Ln1Bias]), w[W::QkvWeight], w[W::QkvBias]);
     Value q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
     if (config.rope) {
       FloatAttr base = b.getF32FloatAttr(10000.0f);
@@ -108,13 +85,13 @@ public:
     }
     float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
     Value a = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
-    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w[4], w[5]);
+    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w[W::AttnProjWeight], w[W::AttnProjBias]);
   }
 
   /// The MLP residual branch: c_proj(gelu(c_fc(ln_2(x)))).
-  Value mlp(Value x, ArrayRef<Value> w) {
-    Value h = linear(layerNorm(x, w[6], w[7]), w[8], w[9]);
-    return linear(b.create<GeluOp>(loc, unranked(), h), w[10], w[11]);
+  Value mlp(Value x, const LayerWeights &w) {
+    Value h = linear(layerNorm(x, w[W::Ln2Weight], w[W::Ln2Bias]), w[W::FcWeight], w[W::FcBias]);
+    return linear(b.create<GeluOp>(loc, unranked(), h), w[W::MlpProjWeight], w[W::MlpProjBias]);
   }
 
 private:
@@ -126,11 +103,6 @@ private:
 } // namespace
 
 namespace {
-
-constexpr const char *kLayerWeightNames[] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
-    "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",   "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
-};
 
 /// Creates `name` with `argTypes -> resultTypes`: inputs are read-only for bufferization, and
 /// public entry points get a C interface for the runtime.
@@ -150,7 +122,7 @@ func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef
 
 /// `@gpt_block(x: [T, D], positions: [T], 12 layer weights) -> [T, D]`: one transformer layer.
 /// Every layer has the same shapes, so the model calls one compiled copy n_layer times instead of
-/// unrolling n_layer copies: compile time no longer grows with depth.
+/// unrolling n_layer copies: compile time does not grow with depth.
 ///
 /// With `cacheLen` > 0 the block also takes `offset: index` and this layer's key and value caches
 /// `[H, cacheLen, d]`, and returns them updated: `(x, positions, offset, k, v, weights) -> (x, k, v)`.
@@ -158,7 +130,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
                         ArrayRef<ParameterSpec> layerSpecs, int64_t cacheLen = 0) {
   Type f32 = b.getF32Type();
   auto activations = RankedTensorType::get({seqLen, config.nEmbd}, f32);
-  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.nEmbd / config.nHead}, f32);
+  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, f32);
   bool cached = cacheLen > 0;
   SmallVector<Type> argTypes = {activations, RankedTensorType::get({seqLen}, b.getI64Type())};
   SmallVector<Type> resultTypes = {activations};
@@ -176,7 +148,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   b.setInsertionPointToStart(&fn.front());
   GraphBuilder g(b, loc, config);
   Value x = fn.getArgument(0), positions = fn.getArgument(1);
-  SmallVector<Value> w(fn.getArguments().drop_front(firstWeight));
+  LayerWeights w{SmallVector<Value>(fn.getArguments().drop_front(firstWeight))};
   GraphBuilder::Cache cache;
   if (cached) cache = {fn.getArgument(3), fn.getArgument(4), fn.getArgument(2)};
   x = g.add(x, g.attention(x, w, positions, cached ? &cache : nullptr));
@@ -192,20 +164,86 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   return fn;
 }
 
+/// The prefix of layer `layer`'s parameter names.
+std::string layerPrefix(int64_t layer) { return "transformer.h." + std::to_string(layer) + "."; }
+
+/// Layer 0's specs: every layer has the same shapes and layouts.
 std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config, bool packWeights) {
   std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights), layer;
-  for (const char *name : kLayerWeightNames)
+  for (const LayerParameter &p : layerParameters())
     for (const ParameterSpec &spec : specs)
-      if (spec.name == std::string("transformer.h.0.") + name) layer.push_back(spec);
+      if (spec.name == layerPrefix(0) + p.name) layer.push_back(spec);
   return layer;
 }
 
-SmallVector<Value> layerWeights(std::map<std::string, Value> &weights, int64_t layer) {
-  SmallVector<Value> values;
-  for (const char *name : kLayerWeightNames)
-    values.push_back(weights["transformer.h." + std::to_string(layer) + "." + name]);
-  return values;
+LayerWeights layerWeights(const std::map<std::string, Value> &weights, int64_t layer) {
+  LayerWeights w;
+  for (const LayerParameter &p : layerParameters()) w.values.push_back(weights.at(layerPrefix(layer) + p.name));
+  return w;
 }
+
+/// The arguments of `entry` as function arguments, typed: every one but the Logits result.
+struct EntryFunctionArguments {
+  SmallVector<Type> types;
+  SmallVector<EntryArgument> arguments;
+};
+
+EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, const GPTConfig &config,
+                                              ArrayRef<ParameterSpec> specs, int64_t seqLen, int64_t cacheLen) {
+  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, f32);
+  EntryFunctionArguments result;
+  for (const EntryArgument &argument : entryArguments(entry, config, specs.size())) {
+    Type type;
+    switch (argument.kind) {
+    case ArgumentKind::TokenIds:
+    case ArgumentKind::Positions:
+      type = RankedTensorType::get({seqLen}, i64);
+      break;
+    case ArgumentKind::LastRow:
+      type = RankedTensorType::get({1}, i64);
+      break;
+    case ArgumentKind::CacheOffset:
+      type = b.getIndexType();
+      break;
+    case ArgumentKind::KeyCache:
+    case ArgumentKind::ValueCache:
+      type = cacheType;
+      break;
+    case ArgumentKind::Weight:
+      type = RankedTensorType::get(specs[argument.index].argumentShape(), f32);
+      break;
+    case ArgumentKind::Logits:
+      continue;  // the function's result
+    }
+    result.types.push_back(type);
+    result.arguments.push_back(argument);
+  }
+  return result;
+}
+
+/// The entry function's argument values by kind: ids, positions, last row, offset, caches, and
+/// the weights by name.
+struct EntryValues {
+  Value ids, positions, last, offset;
+  SmallVector<Value> keys, values;
+  std::map<std::string, Value> weights;
+
+  EntryValues(func::FuncOp fn, ArrayRef<EntryArgument> arguments, ArrayRef<ParameterSpec> specs) {
+    for (auto [argument, value] : llvm::zip(arguments, fn.getArguments())) {
+      switch (argument.kind) {
+      case ArgumentKind::TokenIds: ids = value; break;
+      case ArgumentKind::Positions: positions = value; break;
+      case ArgumentKind::LastRow: last = value; break;
+      case ArgumentKind::CacheOffset: offset = value; break;
+      case ArgumentKind::KeyCache: keys.push_back(value); break;
+      case ArgumentKind::ValueCache: values.push_back(value); break;
+      case ArgumentKind::Weight: weights[specs[argument.index].name] = value; break;
+      case ArgumentKind::Logits: break;
+      }
+    }
+  }
+};
 
 } // namespace
 
@@ -218,30 +256,25 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights);
   func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, packWeights));
-
-  auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
-  SmallVector<Type> argTypes = {idsType, idsType};
-  for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.argumentShape(), b.getF32Type()));
+  EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Forward, config, specs, seqLen, 0);
   auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize()}, b.getF32Type());
-  func::FuncOp fn = createFunction(b, loc, "forward", argTypes, {logitsType}, /*entryPoint=*/true);
+  func::FuncOp fn = createFunction(b, loc, "forward", arguments.types, {logitsType}, /*entryPoint=*/true);
   b.setInsertionPointToStart(&fn.front());
-
-  std::map<std::string, Value> weights;
-  for (auto [i, spec] : llvm::enumerate(specs)) weights[spec.name] = fn.getArgument(i + 2);
-  Value ids = fn.getArgument(0), positions = fn.getArgument(1);
+  EntryValues in(fn, arguments.arguments, specs);
 
   GraphBuilder g(b, loc, config);
-  Value x = b.create<EmbeddingOp>(loc, g.unranked(), weights["transformer.wte.weight"], ids);
-  if (!config.rope) x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), weights["transformer.wpe.weight"], positions));
+  Value x = b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wte.weight"), in.ids);
+  if (!config.rope)
+    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
   // The call's operand types must match the block's signature.
   x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    SmallVector<Value> operands = {x, positions};
-    operands.append(layerWeights(weights, layer));
+    SmallVector<Value> operands = {x, in.positions};
+    operands.append(layerWeights(in.weights, layer).values);
     x = b.create<func::CallOp>(loc, block, operands).getResult(0);
   }
-  x = g.layerNorm(x, weights["transformer.ln_f.weight"], weights["transformer.ln_f.bias"]);
-  Value logits = g.matmul(x, weights["lm_head.weight_t"]);
+  x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
+  Value logits = g.matmul(x, in.weights.at("lm_head.weight_t"));
   b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, logitsType, logits).getResult());
   return module;
 }
@@ -253,37 +286,30 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   Location loc = NameLoc::get(b.getStringAttr("gpt.step"));
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, packWeights), cacheLen);
 
-  Type f32 = b.getF32Type();
-  auto idsType = RankedTensorType::get({seqLen}, b.getI64Type());
-  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.nEmbd / config.nHead}, f32);
   std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights);
-  SmallVector<Type> argTypes = {idsType, idsType, RankedTensorType::get({1}, b.getI64Type()), b.getIndexType()};
-  const int64_t firstCache = argTypes.size(), firstWeight = firstCache + 2 * config.nLayer;
-  argTypes.append(2 * config.nLayer, cacheType);
-  for (const ParameterSpec &spec : specs) argTypes.push_back(RankedTensorType::get(spec.argumentShape(), f32));
-  auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, f32);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, packWeights), cacheLen);
+  EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen);
+  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, b.getF32Type());
+  auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, b.getF32Type());
   SmallVector<Type> resultTypes = {logitsType};
   resultTypes.append(2 * config.nLayer, cacheType);
-  func::FuncOp fn = createFunction(b, loc, "step", argTypes, resultTypes, /*entryPoint=*/true);
-  for (int64_t i = firstCache; i < firstWeight; ++i)  // the caches are updated in place
-    fn.removeArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName);
+  func::FuncOp fn = createFunction(b, loc, "step", arguments.types, resultTypes, /*entryPoint=*/true);
+  for (auto [i, argument] : llvm::enumerate(arguments.arguments))  // the caches are updated in place
+    if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache)
+      fn.removeArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName);
   b.setInsertionPointToStart(&fn.front());
-
-  std::map<std::string, Value> weights;
-  for (auto [i, spec] : llvm::enumerate(specs)) weights[spec.name] = fn.getArgument(firstWeight + i);
-  Value ids = fn.getArgument(0), positions = fn.getArgument(1), last = fn.getArgument(2), offset = fn.getArgument(3);
+  EntryValues in(fn, arguments.arguments, specs);
 
   GraphBuilder g(b, loc, config);
-  Value x = b.create<EmbeddingOp>(loc, g.unranked(), weights["transformer.wte.weight"], ids);
-  if (!config.rope) x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), weights["transformer.wpe.weight"], positions));
+  Value x = b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wte.weight"), in.ids);
+  if (!config.rope)
+    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
   x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
   SmallVector<Value> keys, values;
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    SmallVector<Value> operands = {x, positions, offset, fn.getArgument(firstCache + 2 * layer),
-                                   fn.getArgument(firstCache + 2 * layer + 1)};
-    operands.append(layerWeights(weights, layer));
+    SmallVector<Value> operands = {x, in.positions, in.offset, in.keys[layer], in.values[layer]};
+    operands.append(layerWeights(in.weights, layer).values);
     auto call = b.create<func::CallOp>(loc, block, operands);
     x = call.getResult(0);
     keys.push_back(call.getResult(1));
@@ -291,9 +317,9 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   }
   // Only the last real token's logits are needed: gather its row (an embedding lookup into the
   // activations) before the final LayerNorm and the LM head.
-  x = b.create<EmbeddingOp>(loc, g.unranked(), x, last);
-  x = g.layerNorm(x, weights["transformer.ln_f.weight"], weights["transformer.ln_f.bias"]);
-  Value logits = g.matmul(x, weights["lm_head.weight_t"]);
+  x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
+  x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
+  Value logits = g.matmul(x, in.weights.at("lm_head.weight_t"));
   SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     results.push_back(keys[layer]);

@@ -27,4 +27,14 @@ void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, 
       std::copy_n(matrix + row * cols + panel * width, width, packed + (panel * rows + row) * width);
 }
 
+void transposePadded(const float *matrix, int64_t rows, int64_t cols, int64_t paddedRows, float *out) {
+  if (rows < 0 || cols < 0 || paddedRows < rows)
+    throw std::invalid_argument("transposePadded: the padded row count must be at least the row count");
+  for (int64_t c = 0; c < cols; ++c) {
+    float *column = out + c * paddedRows;
+    for (int64_t r = 0; r < rows; ++r) column[r] = matrix[r * cols + c];
+    std::fill(column + rows, column + paddedRows, 0.0f);
+  }
+}
+
 } // namespace gpt::kernels

@@ -1,5 +1,5 @@
-// Weight repacking done once, when a model's weights are bound: a [K, N] matrix into the column
-// panels that `transformer.packed_matmul` reads.
+// Weight layouts made once, when a model's weights are bound: a [K, N] matrix into the column
+// panels that `transformer.packed_matmul` reads, and the tied embedding transposed for the LM head.
 #ifndef GPT_CC_KERNELS_PANELPACKING_H
 #define GPT_CC_KERNELS_PANELPACKING_H
 
@@ -23,6 +23,11 @@ AlignedFloats allocateAligned(int64_t count);
 /// (`cols` a multiple of `width`): each panel of `width` columns becomes one contiguous
 /// [rows, width] block, so a register tile of those columns walks memory front to back.
 void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed);
+
+/// Writes `out[c][r] = matrix[r][c]` for a row-major [rows, cols] `matrix` into a [cols,
+/// paddedRows] `out` (paddedRows >= rows), with zeros in columns rows .. paddedRows - 1: the tied
+/// embedding [V, D] as the LM head's [D, V'] matmul weight.
+void transposePadded(const float *matrix, int64_t rows, int64_t cols, int64_t paddedRows, float *out);
 
 } // namespace gpt::kernels
 

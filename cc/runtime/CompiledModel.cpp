@@ -2,6 +2,7 @@
 #include "cc/runtime/CompiledModel.h"
 
 #include "cc/Registration.h"
+#include "cc/TargetParameters.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/runtime/DiagnosticCapture.h"
 #include "cc/runtime/JitFunction.h"
@@ -24,7 +25,6 @@
 namespace gpt {
 
 namespace {
-constexpr int64_t kSmallestBucket = 8;  // the register-tile height of the matmul schedules
 // Part of every disk-cache key: bump when the runtime's calling convention changes.
 constexpr const char *kCompilerVersion = "gpt-jit-2 llvm-19.1.7";
 }
@@ -33,6 +33,7 @@ CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &opti
     : config_(config), options_(options) {
   if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
   parameters_ = parameterSpecs(config, packsWeights(options.level));
+  supplied_ = gpt::suppliedParameters(config);
   // Schedules run upstream passes by name (transform.apply_registered_pass).
   registerAllPasses();
   mlir::DialectRegistry registry;
@@ -46,7 +47,7 @@ CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &opti
 CompiledModel::~CompiledModel() = default;
 
 int64_t CompiledModel::bucketFor(int64_t seqLen) const {
-  int64_t bucket = kSmallestBucket;
+  int64_t bucket = target::kSmallestBucket;
   while (bucket < seqLen) bucket *= 2;
   return std::min(bucket, std::max(config_.blockSize, seqLen));
 }
@@ -170,38 +171,72 @@ int64_t CompiledModel::diskCacheHits() const {
 }
 
 void CompiledModel::setWeights(const std::vector<const float *> &weights) {
-  if (weights.size() != parameters_.size())
-    throw std::invalid_argument("expected " + std::to_string(parameters_.size()) + " weights, got " +
+  if (weights.size() != supplied_.size())
+    throw std::invalid_argument("expected " + std::to_string(supplied_.size()) + " weights, got " +
                                 std::to_string(weights.size()));
+  std::map<std::string, const float *> byName;
+  for (size_t i = 0; i < supplied_.size(); ++i) byName[supplied_[i].name] = weights[i];
   // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
-  std::vector<kernels::AlignedFloats> packed;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const ParameterSpec &spec = parameters_[i];
-    if (spec.panelWidth == 0) {  // read where the caller keeps it
-      descriptors.push_back(MemRefDescriptor::view(weights[i], spec.shape));
-      continue;
+  std::vector<kernels::AlignedFloats> owned;
+  for (const ParameterSpec &spec : parameters_) {
+    const float *data = byName.at(spec.derived() ? spec.source : spec.name);
+    const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
+    if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels) {
+      // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
+      const int64_t sourceRows = config_.vocabSize;
+      owned.push_back(kernels::allocateAligned(rows * cols));
+      kernels::transposePadded(data, sourceRows, rows, cols, owned.back().get());
+      data = owned.back().get();
     }
-    packed.push_back(kernels::allocateAligned(spec.shape[0] * spec.shape[1]));
-    kernels::packPanels(weights[i], spec.shape[0], spec.shape[1], spec.panelWidth, packed.back().get());
-    descriptors.push_back(MemRefDescriptor::view(packed.back().get(), spec.argumentShape()));
+    if (spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels) {
+      owned.push_back(kernels::allocateAligned(rows * cols));
+      kernels::packPanels(data, rows, cols, spec.panelWidth, owned.back().get());
+      data = owned.back().get();
+    }
+    descriptors.push_back(MemRefDescriptor::view(data, spec.argumentShape()));
   }
   std::lock_guard<std::mutex> lock(mutex);
   weightDescriptors = std::move(descriptors);
-  packedWeights = std::move(packed);
+  ownedWeights = std::move(owned);
 }
 
-Logits CompiledModel::run(const JitFunction &function, std::vector<void *> leading, int64_t logitsRows,
-                          llvm::ArrayRef<size_t> scalarArguments) {
+Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const CallArguments &call) {
   if (weightDescriptors.empty()) throw std::logic_error("CompiledModel: setWeights() was never called");
   const int64_t cols = config_.paddedVocabSize();
-  kernels::AlignedFloats logits = kernels::allocateAligned(logitsRows * cols);
-  MemRefDescriptor out = MemRefDescriptor::view(logits.get(), {logitsRows, cols});
+  kernels::AlignedFloats logits = kernels::allocateAligned(call.logitsRows * cols);
+  MemRefDescriptor out = MemRefDescriptor::view(logits.get(), {call.logitsRows, cols});
+  // Built before any pointer into them is taken: the vectors must not reallocate afterwards.
+  std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::view(call.ids, {call.rows}),
+                                               MemRefDescriptor::view(call.positions, {call.rows}),
+                                               MemRefDescriptor::view(call.last, {1})};
+  std::vector<MemRefDescriptor> caches;
+  const std::vector<int64_t> cacheShape = {config_.nHead, call.cacheLen, config_.headSize()};
+  for (int64_t layer = 0; layer < static_cast<int64_t>(call.keys.size()); ++layer) {
+    caches.push_back(MemRefDescriptor::view(call.keys[layer], cacheShape));
+    caches.push_back(MemRefDescriptor::view(call.values[layer], cacheShape));
+  }
+  int64_t offset = call.offset;  // an index argument is passed by value
+  std::vector<void *> arguments;
+  std::vector<size_t> scalarArguments;
   // Compiled code only reads argument descriptors, so concurrent calls can share the weights'.
-  for (MemRefDescriptor &weight : weightDescriptors) leading.push_back(weight.pointer());
-  leading.push_back(out.pointer());
-  function.call(leading, scalarArguments);
-  return Logits{logits.release(), logitsRows, cols};
+  for (const EntryArgument &argument : entryArguments(entry, config_, parameters_.size())) {
+    switch (argument.kind) {
+    case ArgumentKind::TokenIds: arguments.push_back(descriptors[0].pointer()); break;
+    case ArgumentKind::Positions: arguments.push_back(descriptors[1].pointer()); break;
+    case ArgumentKind::LastRow: arguments.push_back(descriptors[2].pointer()); break;
+    case ArgumentKind::CacheOffset:
+      scalarArguments.push_back(arguments.size());
+      arguments.push_back(&offset);
+      break;
+    case ArgumentKind::KeyCache: arguments.push_back(caches[2 * argument.index].pointer()); break;
+    case ArgumentKind::ValueCache: arguments.push_back(caches[2 * argument.index + 1].pointer()); break;
+    case ArgumentKind::Weight: arguments.push_back(weightDescriptors[argument.index].pointer()); break;
+    case ArgumentKind::Logits: arguments.push_back(out.pointer()); break;
+    }
+  }
+  function.call(arguments, scalarArguments);
+  return Logits{logits.release(), call.logitsRows, cols};
 }
 
 Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,
@@ -221,22 +256,9 @@ Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, in
   std::vector<int64_t> paddedIds(rows, 0), positions(rows), last = {count - 1};
   std::copy(ids, ids + count, paddedIds.begin());
   for (int64_t i = 0; i < rows; ++i) positions[i] = std::min(offset + i, config_.blockSize - 1);
-  const int64_t headSize = config_.nEmbd / config_.nHead;
-
-  // Built before any pointer into it is taken: the vector must not reallocate afterwards.
-  std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::view(paddedIds.data(), {rows}),
-                                               MemRefDescriptor::view(positions.data(), {rows}),
-                                               MemRefDescriptor::view(last.data(), {1})};
-  for (size_t l = 0; l < keys.size(); ++l) {
-    descriptors.push_back(MemRefDescriptor::view(keys[l], {config_.nHead, cacheLen, headSize}));
-    descriptors.push_back(MemRefDescriptor::view(values[l], {config_.nHead, cacheLen, headSize}));
-  }
-  int64_t offsetArgument = offset;  // an index argument is passed by value
-  std::vector<void *> arguments;
-  for (size_t i = 0; i < 3; ++i) arguments.push_back(descriptors[i].pointer());
-  arguments.push_back(&offsetArgument);
-  for (size_t i = 3; i < descriptors.size(); ++i) arguments.push_back(descriptors[i].pointer());
-  return run(function, std::move(arguments), /*logitsRows=*/1, /*scalarArguments=*/{3});
+  CallArguments call{paddedIds.data(), positions.data(), rows, last.data(), offset, cacheLen, keys, values,
+                     /*logitsRows=*/1};
+  return run(function, EntryPoint::Step, call);
 }
 
 Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
@@ -248,15 +270,13 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
 
   // Padding tokens (id 0) sit after the real ones, so causal attention keeps them out of every
   // real position's result.
-  std::vector<int64_t> paddedIds(bucket, 0), positions(bucket);
+  std::vector<int64_t> paddedIds(bucket, 0), positions(bucket), last = {count - 1};
   std::copy(ids, ids + count, paddedIds.begin());
   for (int64_t i = 0; i < bucket; ++i) positions[i] = i;
-
-  std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::view(paddedIds.data(), {bucket}),
-                                               MemRefDescriptor::view(positions.data(), {bucket})};
-  std::vector<void *> arguments;
-  for (MemRefDescriptor &d : descriptors) arguments.push_back(d.pointer());
-  return run(function, std::move(arguments), /*logitsRows=*/bucket);
+  static const std::vector<float *> kNoCaches;
+  CallArguments call{paddedIds.data(), positions.data(), bucket, last.data(), 0, 0, kNoCaches, kNoCaches,
+                     /*logitsRows=*/bucket};
+  return run(function, EntryPoint::Forward, call);
 }
 
 void CompiledModel::dumpForwardObject(int64_t seqLen, const std::string &path) {

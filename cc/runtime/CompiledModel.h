@@ -5,7 +5,7 @@
 
 #include "cc/builder/GPTBuilder.h"
 #include "cc/kernels/PanelPacking.h"
-#include "cc/passes/Pipelines.h"
+#include "cc/codegen/Pipelines.h"
 #include "cc/runtime/MemRefDescriptor.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -32,7 +32,7 @@ struct CompileError : std::runtime_error {
 };
 
 struct CompileOptions {
-  PipelineLevel level = PipelineLevel::Default;
+  PipelineLevel level = PipelineLevel::Vectorized;
   int threads = 0;  ///< 0: all cores
   /// Directory of the on-disk object cache shared by processes; empty: no disk cache. Entries are
   /// keyed by the SHA-256 of the program's LLVM-dialect IR (which encodes shapes and options),
@@ -55,17 +55,20 @@ public:
 
   const GPTConfig &config() const { return config_; }
   const CompileOptions &options() const { return options_; }
+  /// The weight arguments of the compiled entry points, in order (parameterSpecs()).
   const std::vector<ParameterSpec> &parameters() const { return parameters_; }
+  /// The weights a user supplies to setWeights(), in order (suppliedParameters()).
+  const std::vector<ParameterSpec> &suppliedParameters() const { return supplied_; }
 
   /// The sequence length `seqLen` tokens are padded to: the smallest power of two >= max(seqLen, 8),
   /// at most block_size. A user with many prompt lengths compiles a handful of buckets, not one
   /// program per length; causal attention makes the padding invisible to the real positions.
   int64_t bucketFor(int64_t seqLen) const;
 
-  /// Binds the weights every entry point reads: dense float32 arrays in `parameters()` order,
-  /// owned by the caller and alive while the model runs. Their descriptors are built once here,
-  /// not on every call, and the weights whose spec has a panel width are repacked here, once,
-  /// into storage the model owns.
+  /// Binds the weights every entry point reads: dense float32 arrays in `suppliedParameters()`
+  /// order, owned by the caller and alive while the model runs. Their descriptors are built once
+  /// here, not on every call; the parameters whose layout is not AsGiven (panels, the LM head's
+  /// transposed embedding) are laid out here, once, into storage the model owns.
   void setWeights(const std::vector<const float *> &weights);
 
   /// Logits [bucket, padded vocab] of `ids` (1 <= count <= block_size) padded to its bucket.
@@ -108,17 +111,24 @@ private:
   std::unique_ptr<JitFunction> compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen, int64_t logitsRows);
   /// JIT-compiles an LLVM-dialect module, or loads it from the disk cache, storing it there.
   std::unique_ptr<JitFunction> jit(mlir::ModuleOp module, llvm::StringRef name);
-  /// Runs `function` on `leading` (the per-call arguments), the bound weights and a new
-  /// [logitsRows, padded vocab] buffer for the logits, which it returns; `scalarArguments` as in
-  /// JitFunction::call.
-  Logits run(const JitFunction &function, std::vector<void *> leading, int64_t logitsRows,
-             llvm::ArrayRef<size_t> scalarArguments = {});
+  /// The per-call arguments of an entry point (see EntryPoints.h); forward leaves the step's empty.
+  struct CallArguments {
+    const int64_t *ids, *positions;
+    int64_t rows;
+    const int64_t *last;
+    int64_t offset, cacheLen;
+    const std::vector<float *> &keys, &values;
+    int64_t logitsRows;
+  };
+  /// Runs `function`, the compiled `entry`, with its arguments in entryArguments() order: the
+  /// call's, the bound weights and a new [logitsRows, padded vocab] logits buffer, returned.
+  Logits run(const JitFunction &function, EntryPoint entry, const CallArguments &call);
 
   GPTConfig config_;
   CompileOptions options_;
-  std::vector<ParameterSpec> parameters_;
+  std::vector<ParameterSpec> parameters_, supplied_;
   std::vector<MemRefDescriptor> weightDescriptors;  // set once by setWeights
-  std::vector<kernels::AlignedFloats> packedWeights;  // the panel-packed copies they point into
+  std::vector<kernels::AlignedFloats> ownedWeights;  // the laid-out copies they point into
   std::unique_ptr<mlir::MLIRContext> context;
   mutable std::mutex mutex;  // guards the context and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;

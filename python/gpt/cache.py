@@ -41,3 +41,16 @@ class KVCache:
 
     def __repr__(self) -> str:
         return f"KVCache(len={self._length}, max_len={self._max_len})"
+
+    # -- for GPT._step ----------------------------------------------------------------------------
+
+    def _layer_buffers(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The per-layer key and value buffers [n_head, max_len, head_size] that the compiled step
+        writes in place (lists, as the extension takes them)."""
+        return self._key_views, self._value_views
+
+    def _advance(self, n: int) -> None:
+        """Counts `n` more positions as filled, once a step has written them."""
+        if not 0 <= self._length + n <= self._max_len:
+            raise ValueError(f"cannot advance a KV cache of length {self._length} by {n} (max_len={self._max_len})")
+        self._length += n

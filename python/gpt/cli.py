@@ -1,5 +1,6 @@
 """The `gpt` command line (python -m gpt, or bazel run //tools:gpt --), with absl-py flags.
 
+Commands:
   generate   generate text with the embedded byte-level model or a HF GPT-2 directory (--model)
   ir         print a model's program after a compiler stage
   stages     print a transformer-dialect .mlir file after each compiler stage
@@ -20,8 +21,11 @@ FLAGS = flags.FLAGS
 
 EMBEDDED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "byte-gpt")
 
-flags.DEFINE_string("model", None, "HF GPT-2 directory (config.json + model.safetensors [+ tokenizer.json]); "
-                    "default: the embedded byte-level model")
+flags.DEFINE_string(
+    "model",
+    None,
+    "HF GPT-2 directory (config.json + model.safetensors [+ tokenizer.json]); default: the embedded byte-level model",
+)
 flags.DEFINE_string("prompt", "Once upon a time", "text to continue")
 flags.DEFINE_integer("max_new_tokens", 64, "number of tokens to generate", lower_bound=0)
 flags.DEFINE_float("temperature", 0.8, "0 = greedy", lower_bound=0.0)
@@ -59,12 +63,20 @@ def generate() -> None:
         raise app.UsageError("--prompt must not be empty")
     room = model.config.block_size - len(prompt)
     if room < 0:
-        raise app.UsageError(f"--prompt is {len(prompt)} tokens, longer than the model's block_size="
-                             f"{model.config.block_size}")
+        raise app.UsageError(
+            f"--prompt is {len(prompt)} tokens, longer than the model's block_size={model.config.block_size}"
+        )
     max_new = min(FLAGS.max_new_tokens, room)
-    tokens = model.generate(prompt, max_new_tokens=max_new, temperature=FLAGS.temperature,
-                            top_k=FLAGS.top_k or None, top_p=FLAGS.top_p, seed=FLAGS.seed,
-                            use_cache=FLAGS.cache, stream=True)
+    tokens = model.generate(
+        prompt,
+        max_new_tokens=max_new,
+        temperature=FLAGS.temperature,
+        top_k=FLAGS.top_k or None,
+        top_p=FLAGS.top_p,
+        seed=FLAGS.seed,
+        use_cache=FLAGS.cache,
+        stream=True,
+    )
     start = time.perf_counter()
     out = []
     sys.stdout.write(FLAGS.prompt)
@@ -75,26 +87,35 @@ def generate() -> None:
             text = tokenizer.decode(out)
             previous = tokenizer.decode(out[:-1])
             if text.startswith(previous) and not text.endswith("\ufffd"):
-                sys.stdout.write(text[len(previous):])
+                sys.stdout.write(text[len(previous) :])
                 sys.stdout.flush()
     if not FLAGS.stream:
         sys.stdout.write(tokenizer.decode(out))
     total = time.perf_counter() - start
     stats = model.last_generation
-    prompt_rate = stats["prompt_tokens"] / stats["prompt_seconds"] if stats["prompt_seconds"] else float("inf")
-    decode_rate = (stats["generated_tokens"] - 1) / stats["generate_seconds"] if stats["generate_seconds"] else float("inf")
+    assert stats is not None  # the loop above ran generate()
+    prompt_rate = stats.prompt_tokens / stats.prompt_seconds if stats.prompt_seconds else float("inf")
+    decode_rate = (stats.generated_tokens - 1) / stats.generate_seconds if stats.generate_seconds else float("inf")
     print()
-    print(f"[gpt] prompt: {stats['prompt_tokens']} tokens, {prompt_rate:.1f} tok/s | generated: "
-          f"{stats['generated_tokens']} tokens, {decode_rate:.1f} tok/s | compile: {stats['compile_seconds']:.2f} s | "
-          f"total {total:.2f} s | pipeline {FLAGS.pipeline}, cache {'on' if FLAGS.cache else 'off'}")
+    print(
+        f"[gpt] prompt: {stats.prompt_tokens} tokens, {prompt_rate:.1f} tok/s | generated: "
+        f"{stats.generated_tokens} tokens, {decode_rate:.1f} tok/s | compile: {stats.compile_seconds:.2f} s | "
+        f"total {total:.2f} s | pipeline {FLAGS.pipeline}, cache {'on' if FLAGS.cache else 'off'}"
+    )
 
 
 def ir() -> None:
     if FLAGS.model or FLAGS.n_layer is None:
         model = _load_model()
     else:
-        cfg = GPTConfig(n_layer=FLAGS.n_layer, n_head=FLAGS.n_head, n_embd=FLAGS.n_embd, vocab_size=FLAGS.vocab_size,
-                        block_size=FLAGS.block_size, pos_embedding=FLAGS.pos_embedding)
+        cfg = GPTConfig(
+            n_layer=FLAGS.n_layer,
+            n_head=FLAGS.n_head,
+            n_embd=FLAGS.n_embd,
+            vocab_size=FLAGS.vocab_size,
+            block_size=FLAGS.block_size,
+            pos_embedding=FLAGS.pos_embedding,
+        )
         model = GPT.random(cfg, options=_options())
     print(model.ir(FLAGS.stage, seq_len=FLAGS.seq_len, entry=FLAGS.entry))
 
@@ -104,11 +125,13 @@ def stages(path: str) -> None:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
-        raise app.UsageError(f"cannot read {path}: {e.strerror}")
-    for title, pipeline in (("input (as parsed)", ""),
-                            ("canonicalize (DRR patterns, constant folding)", "canonicalize"),
-                            ("transformer-shape-inference", "transformer-shape-inference,canonicalize"),
-                            ("transformer-to-linalg", "transformer-to-linalg,canonicalize,cse")):
+        raise app.UsageError(f"cannot read {path}: {e.strerror}") from e
+    for title, pipeline in (
+        ("input (as parsed)", ""),
+        ("canonicalize (DRR patterns, constant folding)", "canonicalize"),
+        ("transformer-shape-inference", "transformer-shape-inference,canonicalize"),
+        ("transformer-to-linalg", "transformer-to-linalg,canonicalize,cse"),
+    ):
         text = compiler.run_pipeline(text, pipeline)
         print(f"// ===== {title} " + "=" * max(0, 70 - len(title)))
         print(text)

@@ -1,13 +1,13 @@
 """Running the compiler's pass pipelines on textual IR."""
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 from gpt import _gpt
 
 CompilerError = _gpt.CompilerError
 
 
-def run_pipeline(ir: str, pipeline: Union[str, Sequence[str]], verify_each: bool = True) -> str:
+def run_pipeline(ir: str, pipeline: str | Sequence[str], verify_each: bool = True) -> str:
     """Parses MLIR text, runs a pass pipeline and returns the printed IR.
 
     `pipeline` is MLIR's textual pipeline syntax ("canonicalize,transformer-shape-inference") or a

@@ -2,7 +2,6 @@
 
 import dataclasses
 import os
-from typing import Optional
 
 PIPELINES = ("baseline", "fused", "vectorized", "default")
 POS_EMBEDDINGS = ("learned", "rope")
@@ -49,15 +48,16 @@ class CompileOptions:
     `disk_cache=False`."""
 
     pipeline: str = "default"
-    threads: Optional[int] = None
-    cache_dir: Optional[str] = None
+    threads: int | None = None
+    cache_dir: str | None = None
     disk_cache: bool = True
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
             raise ValueError(f"CompileOptions.pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
             raise ValueError(f"CompileOptions.threads must be None or a positive int, got {self.threads!r}")
 
     def resolved_threads(self) -> int:
@@ -67,5 +67,8 @@ class CompileOptions:
         """The disk-cache directory, or "" when the disk cache is off."""
         if not self.disk_cache:
             return ""
-        return self.cache_dir or os.environ.get("GPT_CACHE_DIR") or os.path.join(
-            os.path.expanduser("~"), ".cache", "gpt", "jit")
+        return (
+            self.cache_dir
+            or os.environ.get("GPT_CACHE_DIR")
+            or os.path.join(os.path.expanduser("~"), ".cache", "gpt", "jit")
+        )

@@ -1,7 +1,9 @@
 """GPT: a GPT-2-style model whose forward pass is compiled by the gpt compiler for this CPU."""
 
+import dataclasses
 import time
-from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -14,10 +16,29 @@ from gpt.weights import load_pretrained, random_weights, validate_weights
 STAGES = tuple(_gpt.STAGES)
 
 
-class GPT:
-    """Construct with GPT.random, GPT.from_weights or GPT.from_pretrained."""
+@dataclasses.dataclass(frozen=True)
+class GenerationStats:
+    """Token counts and timings of one generate() run. The seconds exclude compilation, which
+    `compile_seconds` counts on its own; `prompt_seconds` is the prefill (or the first forward
+    pass without the cache), `generate_seconds` every later step."""
 
-    def __init__(self, config: GPTConfig, weights: Mapping[str, np.ndarray], options: Optional[CompileOptions] = None):
+    prompt_tokens: int
+    generated_tokens: int
+    prompt_seconds: float
+    generate_seconds: float
+    compile_seconds: float
+
+
+class GPT:
+    """Construct with GPT.random, GPT.from_weights or GPT.from_pretrained.
+
+    What is fixed for the model's lifetime (`config`, `options`) and the record of the last
+    generate() (`last_generation`) are properties; the compile statistics (`compiled_lengths()`,
+    `compiled_steps()`, `disk_cache_hits()`, `compile_seconds()`) are methods, because each call
+    asks the compiled model for its state at that moment.
+    """
+
+    def __init__(self, config: GPTConfig, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None):
         if not isinstance(config, GPTConfig):
             raise TypeError(f"config must be a gpt.GPTConfig, got {type(config).__name__}")
         options = options if options is not None else CompileOptions()
@@ -27,29 +48,38 @@ class GPT:
         self._options = options
         self._weights = validate_weights(config, weights)
         self._compiled = _gpt.CompiledModel(
-            n_layer=config.n_layer, n_head=config.n_head, n_embd=config.n_embd, vocab_size=config.vocab_size,
-            block_size=config.block_size, rope=config.pos_embedding == "rope",
-            layer_norm_eps=float(config.layer_norm_eps), pipeline=options.pipeline,
-            threads=options.resolved_threads(), cache_dir=options.resolved_cache_dir())
+            n_layer=config.n_layer,
+            n_head=config.n_head,
+            n_embd=config.n_embd,
+            vocab_size=config.vocab_size,
+            block_size=config.block_size,
+            rope=config.pos_embedding == "rope",
+            layer_norm_eps=float(config.layer_norm_eps),
+            pipeline=options.pipeline,
+            threads=options.resolved_threads(),
+            cache_dir=options.resolved_cache_dir(),
+        )
         self._arguments = self._arrange_arguments()
         self._compiled.set_weights(self._arguments)
-        self._last_generation = {}
+        # The counters of the generate() run in progress or last run; None before the first.
+        self._generation: dict[str, Any] | None = None
 
     # -- constructors ---------------------------------------------------------------------------
 
     @classmethod
-    def random(cls, config: GPTConfig, seed: int = 0, options: Optional[CompileOptions] = None) -> "GPT":
+    def random(cls, config: GPTConfig, seed: int = 0, options: CompileOptions | None = None) -> "GPT":
         """GPT-2 initialisation, deterministic in `seed`."""
         return cls(config, random_weights(config, seed), options)
 
     @classmethod
-    def from_weights(cls, config: GPTConfig, weights: Mapping[str, np.ndarray],
-                     options: Optional[CompileOptions] = None) -> "GPT":
+    def from_weights(
+        cls, config: GPTConfig, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None
+    ) -> "GPT":
         """Weights by HF GPT-2 parameter name (Conv1D layout: c_attn.weight is [n_embd, 3 n_embd])."""
         return cls(config, weights, options)
 
     @classmethod
-    def from_pretrained(cls, path: str, options: Optional[CompileOptions] = None) -> "GPT":
+    def from_pretrained(cls, path: str, options: CompileOptions | None = None) -> "GPT":
         """A HF GPT-2 directory with config.json and model.safetensors; no network access."""
         config, weights = load_pretrained(path)
         return cls(config, weights, options)
@@ -64,7 +94,7 @@ class GPT:
     def options(self) -> CompileOptions:
         return self._options
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, np.ndarray]:
         """The weights by HF name (read-only views)."""
         views = {}
         for name, value in self._weights.items():
@@ -77,22 +107,25 @@ class GPT:
 
     def forward(self, ids: Sequence[int]) -> np.ndarray:
         """Logits [len(ids), vocab_size] for every position of the token sequence `ids`."""
-        ids = self._check_ids(ids)
-        logits = self._compiled.forward(ids)
-        return logits[: len(ids), : self._config.vocab_size]
+        array = self._check_ids(ids)
+        logits = self._compiled.forward(array)
+        return logits[: len(array), : self._config.vocab_size]
 
-    def new_cache(self, max_len: Optional[int] = None) -> KVCache:
+    def new_cache(self, max_len: int | None = None) -> KVCache:
         """An empty KV cache for up to `max_len` positions (default: block_size)."""
         max_len = self._config.block_size if max_len is None else max_len
-        if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or not 1 <= max_len <= self._config.block_size:
+        if (
+            isinstance(max_len, bool)
+            or not isinstance(max_len, (int, np.integer))
+            or not 1 <= max_len <= self._config.block_size
+        ):
             raise ValueError(f"max_len must be an int in [1, block_size={self._config.block_size}], got {max_len!r}")
         return KVCache(self, int(max_len))
 
     def prefill(self, ids: Sequence[int], cache: KVCache) -> np.ndarray:
         """Runs `ids` at the cache's next positions, storing their keys and values in `cache`;
         returns the logits [vocab_size] of the last of them."""
-        ids = self._check_ids(ids)
-        return self._step(ids, cache)
+        return self._step(self._check_ids(ids), cache)
 
     def decode(self, token: int, cache: KVCache) -> np.ndarray:
         """Runs one token at position len(cache) against the cache; returns its logits [vocab_size]."""
@@ -105,35 +138,102 @@ class GPT:
             raise ValueError(f"token id {int(token)} is out of range [0, vocab_size={self._config.vocab_size})")
         return self._step(np.array([token], dtype=np.int64), cache)
 
-    def generate(self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_k: Optional[int] = None,
-                 top_p: Optional[float] = None, seed: Optional[int] = None, use_cache: bool = True,
-                 stop: Optional[Iterable[int]] = None, stream: bool = False) -> Union[List[int], Iterator[int]]:
+    @overload
+    def generate(
+        self,
+        ids: Sequence[int],
+        max_new_tokens: int,
+        temperature: float = ...,
+        top_k: int | None = ...,
+        top_p: float | None = ...,
+        seed: int | None = ...,
+        use_cache: bool = ...,
+        stop: Iterable[int] | None = ...,
+        stream: Literal[False] = ...,
+    ) -> list[int]: ...
+
+    @overload
+    def generate(
+        self,
+        ids: Sequence[int],
+        max_new_tokens: int,
+        temperature: float = ...,
+        top_k: int | None = ...,
+        top_p: float | None = ...,
+        seed: int | None = ...,
+        use_cache: bool = ...,
+        stop: Iterable[int] | None = ...,
+        *,
+        stream: Literal[True],
+    ) -> Iterator[int]: ...
+
+    @overload
+    def generate(
+        self,
+        ids: Sequence[int],
+        max_new_tokens: int,
+        temperature: float = ...,
+        top_k: int | None = ...,
+        top_p: float | None = ...,
+        seed: int | None = ...,
+        use_cache: bool = ...,
+        stop: Iterable[int] | None = ...,
+        stream: bool = ...,
+    ) -> list[int] | Iterator[int]: ...
+
+    def generate(
+        self,
+        ids: Sequence[int],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        use_cache: bool = True,
+        stop: Iterable[int] | None = None,
+        stream: bool = False,
+    ) -> list[int] | Iterator[int]:
         """Continues `ids` by up to `max_new_tokens` tokens and returns the new ones (not the prompt);
         an iterator over the same tokens when `stream=True`. temperature 0 is greedy; otherwise
         tokens are drawn from softmax(logits / temperature) limited to `top_k` tokens and to the
         `top_p` nucleus, with a generator seeded by `seed`. A token in `stop` ends generation and
         is not returned. `use_cache=False` recomputes the whole sequence every step (the reference
         the cache is measured against). Arguments are checked before anything runs."""
-        ids = self._check_ids(ids)
+        prompt = self._check_ids(ids)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if len(ids) + max_new_tokens > self._config.block_size:
-            raise ValueError(f"{len(ids)} prompt tokens + max_new_tokens={max_new_tokens} exceed "
-                             f"block_size={self._config.block_size}")
+        if len(prompt) + max_new_tokens > self._config.block_size:
+            raise ValueError(
+                f"{len(prompt)} prompt tokens + max_new_tokens={max_new_tokens} exceed "
+                f"block_size={self._config.block_size}"
+            )
         check_sampling_args(temperature, top_k, top_p)
         stop_ids = frozenset(int(t) for t in self._check_ids(list(stop))) if stop else frozenset()
-        tokens = self._generate(ids, int(max_new_tokens), float(temperature), top_k, top_p,
-                                np.random.default_rng(seed), use_cache, stop_ids)
+        tokens = self._generate(
+            prompt,
+            int(max_new_tokens),
+            float(temperature),
+            top_k,
+            top_p,
+            np.random.default_rng(seed),
+            use_cache,
+            stop_ids,
+        )
         return tokens if stream else list(tokens)
 
     @property
-    def last_generation(self) -> dict:
-        """Timings of the last generate() run: prompt and generated token counts, seconds spent
-        on the prompt and on generation (compilation excluded), and seconds spent compiling."""
-        return dict(self._last_generation)
+    def last_generation(self) -> GenerationStats | None:
+        """Token counts and timings of the last generate() run (so far, while a stream is being
+        consumed); None before the first generate()."""
+        return None if self._generation is None else GenerationStats(**self._generation)
 
-    def ir(self, stage: str = "transformer", seq_len: Optional[int] = None, entry: str = "forward",
-           cache_len: Optional[int] = None) -> str:
+    def ir(
+        self,
+        stage: str = "transformer",
+        seq_len: int | None = None,
+        entry: str = "forward",
+        cache_len: int | None = None,
+    ) -> str:
         """A compiled program after `stage`, one of gpt.STAGES: "transformer", "linalg",
         "vectorized", "bufferized", "llvm". `entry="forward"` (for `seq_len` tokens, default the
         smallest bucket) or `entry="step"`, the cached prefill/decode step (default one token,
@@ -151,17 +251,17 @@ class GPT:
             return self._compiled.ir(stage, seq_len, cache_len)
         raise ValueError(f"unknown entry point {entry!r}; expected 'forward' or 'step'")
 
-    def save_object(self, path: str, seq_len: Optional[int] = None) -> None:
+    def save_object(self, path: str, seq_len: int | None = None) -> None:
         """Writes the machine code the JIT produced for forward(seq_len tokens) to `path` (an ELF
         object file; `llvm-objdump -d` shows it)."""
         seq_len = self._compiled.bucket_for(1) if seq_len is None else self._check_length(seq_len)
         self._compiled.dump_forward_object(seq_len, str(path))
 
-    def compiled_lengths(self) -> dict:
+    def compiled_lengths(self) -> dict[int, float]:
         """{padded sequence length: seconds spent compiling it} for every forward program so far."""
         return dict(self._compiled.compiled_buckets())
 
-    def compiled_steps(self) -> dict:
+    def compiled_steps(self) -> dict[tuple[int, int], float]:
         """{(tokens, cache length): seconds spent compiling it} for every cached-step program so far."""
         return dict(self._compiled.compiled_steps())
 
@@ -186,8 +286,9 @@ class GPT:
             raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
         if len(cache) + len(ids) > cache.max_len:
             raise ValueError(f"KV cache is full: {len(cache)} + {len(ids)} tokens exceed max_len={cache.max_len}")
-        logits = self._compiled.step(ids, len(cache), cache.max_len, cache._key_views, cache._value_views)
-        cache._length += len(ids)  # only once the step has run
+        keys, values = cache._layer_buffers()
+        logits = self._compiled.step(ids, len(cache), cache.max_len, keys, values)
+        cache._advance(len(ids))  # only once the step has run: a step that raises leaves the cache as it was
         return logits[0, : self._config.vocab_size]
 
     def _generation_cache_len(self, needed: int) -> int:
@@ -199,8 +300,9 @@ class GPT:
         return min(length, self._config.block_size)
 
     def _generate(self, ids, max_new_tokens, temperature, top_k, top_p, rng, use_cache, stop_ids):
-        stats = self._last_generation = dict(prompt_tokens=len(ids), generated_tokens=0, prompt_seconds=0.0,
-                                             generate_seconds=0.0, compile_seconds=0.0)
+        stats = self._generation = dict(
+            prompt_tokens=len(ids), generated_tokens=0, prompt_seconds=0.0, generate_seconds=0.0, compile_seconds=0.0
+        )
         if max_new_tokens == 0:
             return
 
@@ -234,17 +336,8 @@ class GPT:
                 logits = timed("generate_seconds", lambda: self.forward(sequence)[-1])
 
     def _arrange_arguments(self):
-        """The weight arrays in the order the compiled entry points take them."""
-        arguments = []
-        for name, shape in self._compiled.parameter_specs():
-            if name == "lm_head.weight_t":
-                # The tied embedding, transposed once to [n_embd, padded vocab] for the LM head matmul.
-                head = np.zeros(shape, np.float32)
-                head[:, : self._config.vocab_size] = self._weights["transformer.wte.weight"].T
-                arguments.append(head)
-            else:
-                arguments.append(self._weights[name])
-        return arguments
+        """The weight arrays in the order the compiled model takes them (its parameter table)."""
+        return [self._weights[name] for name, _ in self._compiled.supplied_parameters()]
 
     def _check_length(self, seq_len: int) -> int:
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):

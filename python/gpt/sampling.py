@@ -1,11 +1,9 @@
 """Choosing the next token from logits: greedy, temperature, top-k and top-p (nucleus) sampling."""
 
-from typing import Optional
-
 import numpy as np
 
 
-def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optional[float]) -> None:
+def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
     if not isinstance(temperature, (int, float)) or not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
@@ -14,8 +12,9 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
         raise ValueError(f"top_p must be None or in (0, 1], got {top_p!r}")
 
 
-def allowed_probabilities(logits: np.ndarray, temperature: float, top_k: Optional[int] = None,
-                          top_p: Optional[float] = None) -> np.ndarray:
+def allowed_probabilities(
+    logits: np.ndarray, temperature: float, top_k: int | None = None, top_p: float | None = None
+) -> np.ndarray:
     """The distribution sampling draws from (temperature > 0): softmax(logits / temperature)
     restricted to the top_k most likely tokens, then to the smallest set whose probability
     reaches top_p (always at least the most likely token), renormalised. float64, sums to 1."""
@@ -38,8 +37,9 @@ def allowed_probabilities(logits: np.ndarray, temperature: float, top_k: Optiona
     return probs
 
 
-def sample(logits: np.ndarray, temperature: float, top_k: Optional[int], top_p: Optional[float],
-           rng: np.random.Generator) -> int:
+def sample(
+    logits: np.ndarray, temperature: float, top_k: int | None, top_p: float | None, rng: np.random.Generator
+) -> int:
     """The next token: argmax when temperature == 0, else a draw from allowed_probabilities."""
     if temperature == 0:
         return int(np.argmax(logits))

@@ -1,7 +1,6 @@
 """Tokenizers: bytes for vocab-256 models, HF tokenizer.json (the `tokenizers` package) otherwise."""
 
 import os
-from typing import List, Optional
 
 
 class ByteTokenizer:
@@ -9,7 +8,7 @@ class ByteTokenizer:
 
     vocab_size = 256
 
-    def encode(self, text: str) -> List[int]:
+    def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
     def decode(self, ids) -> str:
@@ -26,14 +25,14 @@ class HFTokenizer:
         self._tokenizer = Tokenizer.from_file(path)
         self.vocab_size = self._tokenizer.get_vocab_size()
 
-    def encode(self, text: str) -> List[int]:
+    def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text).ids
 
     def decode(self, ids) -> str:
         return self._tokenizer.decode([int(i) for i in ids])
 
 
-def tokenizer_for(model_dir: Optional[str], vocab_size: int):
+def tokenizer_for(model_dir: str | None, vocab_size: int):
     """The directory's tokenizer.json when there is one, else bytes for a vocab-256 model."""
     if model_dir is not None:
         path = os.path.join(model_dir, "tokenizer.json")
@@ -41,5 +40,6 @@ def tokenizer_for(model_dir: Optional[str], vocab_size: int):
             return HFTokenizer(path)
     if vocab_size == 256:
         return ByteTokenizer()
-    raise ValueError(f"no tokenizer: {model_dir or 'the model'} has no tokenizer.json and a vocabulary of "
-                     f"{vocab_size} is not bytes")
+    raise ValueError(
+        f"no tokenizer: {model_dir or 'the model'} has no tokenizer.json and a vocabulary of {vocab_size} is not bytes"
+    )

@@ -2,47 +2,34 @@
 
 import json
 import os
-from typing import Dict, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
+from gpt import _gpt
 from gpt.config import GPTConfig
 
 # Tensors that HF GPT-2 checkpoints carry but the model does not take as weights: the tied LM
 # head and the causal-mask buffers of older checkpoints.
 _IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 _IGNORED_NAMES = ("lm_head.weight",)
-_LAYER_SHAPES = {
-    "ln_1.weight": lambda d: (d,),
-    "ln_1.bias": lambda d: (d,),
-    "attn.c_attn.weight": lambda d: (d, 3 * d),
-    "attn.c_attn.bias": lambda d: (3 * d,),
-    "attn.c_proj.weight": lambda d: (d, d),
-    "attn.c_proj.bias": lambda d: (d,),
-    "ln_2.weight": lambda d: (d,),
-    "ln_2.bias": lambda d: (d,),
-    "mlp.c_fc.weight": lambda d: (d, 4 * d),
-    "mlp.c_fc.bias": lambda d: (4 * d,),
-    "mlp.c_proj.weight": lambda d: (4 * d, d),
-    "mlp.c_proj.bias": lambda d: (d,),
-}
 
 
-def expected_shapes(config: GPTConfig) -> Dict[str, tuple]:
-    """HF GPT-2 parameter name -> shape, for every weight the model needs."""
-    d = config.n_embd
-    shapes = {"transformer.wte.weight": (config.vocab_size, d)}
-    if config.pos_embedding == "learned":
-        shapes["transformer.wpe.weight"] = (config.block_size, d)
-    for i in range(config.n_layer):
-        for name, shape in _LAYER_SHAPES.items():
-            shapes[f"transformer.h.{i}.{name}"] = shape(d)
-    shapes["transformer.ln_f.weight"] = (d,)
-    shapes["transformer.ln_f.bias"] = (d,)
-    return shapes
+def expected_shapes(config: GPTConfig) -> dict[str, tuple]:
+    """HF GPT-2 parameter name -> shape, for every weight the model needs, in the order the
+    compiler's parameter table (cc/builder/Parameters.cpp) lists them."""
+    table = _gpt.supplied_parameters(
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        n_embd=config.n_embd,
+        vocab_size=config.vocab_size,
+        block_size=config.block_size,
+        rope=config.pos_embedding == "rope",
+    )
+    return {name: tuple(shape) for name, shape in table}
 
 
-def random_weights(config: GPTConfig, seed: int = 0) -> Dict[str, np.ndarray]:
+def random_weights(config: GPTConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """GPT-2 initialisation (as in HF transformers and nanoGPT): N(0, 0.02) for embeddings and
     linear layers, N(0, 0.02 / sqrt(2 n_layer)) for the residual projections, zero biases, unit
     LayerNorm scales. Deterministic in `seed`."""
@@ -56,11 +43,11 @@ def random_weights(config: GPTConfig, seed: int = 0) -> Dict[str, np.ndarray]:
             weights[name] = np.zeros(shape, np.float32)
         else:
             std = residual_std if name.endswith("c_proj.weight") else 0.02
-            weights[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(std))
+            weights[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
     return weights
 
 
-def validate_weights(config: GPTConfig, weights: Mapping[str, object]) -> Dict[str, np.ndarray]:
+def validate_weights(config: GPTConfig, weights: Mapping[str, object]) -> dict[str, np.ndarray]:
     """Checks names, shapes and dtypes, raising ValueError that names the offending parameter;
     returns dense float32 arrays (the caller's arrays themselves when they already are)."""
     if not isinstance(weights, Mapping):
@@ -69,8 +56,11 @@ def validate_weights(config: GPTConfig, weights: Mapping[str, object]) -> Dict[s
     missing = [name for name in expected if name not in weights]
     if missing:
         raise ValueError(f"missing parameter(s): {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
-    unexpected = [name for name in weights if name not in expected
-                  and name not in _IGNORED_NAMES and not name.endswith(_IGNORED_SUFFIXES)]
+    unexpected = [
+        name
+        for name in weights
+        if name not in expected and name not in _IGNORED_NAMES and not name.endswith(_IGNORED_SUFFIXES)
+    ]
     if unexpected:
         raise ValueError(f"unexpected parameter(s) for this config: {', '.join(sorted(unexpected)[:5])}")
     checked = {}
@@ -79,7 +69,9 @@ def validate_weights(config: GPTConfig, weights: Mapping[str, object]) -> Dict[s
         if not isinstance(value, np.ndarray):
             raise ValueError(f"parameter {name} must be a numpy array, got {type(value).__name__}")
         if value.dtype not in (np.float32, np.float16, np.float64):
-            raise ValueError(f"parameter {name} has dtype {value.dtype}; expected float32 (float16/float64 are converted)")
+            raise ValueError(
+                f"parameter {name} has dtype {value.dtype}; expected float32 (float16/float64 are converted)"
+            )
         if value.shape != shape:
             raise ValueError(f"parameter {name} has shape {value.shape}, expected {shape}")
         if not np.all(np.isfinite(value)):
@@ -105,10 +97,15 @@ def load_pretrained(path: str):
     if activation not in ("gelu_new", "gelu_pytorch_tanh"):
         raise ValueError(f"{config_path}: activation_function {activation!r} is not supported (tanh GELU only)")
     try:
-        config = GPTConfig(n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
-                           vocab_size=hf["vocab_size"], block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
-                           pos_embedding=hf.get("pos_embedding", "learned"),
-                           layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5))
+        config = GPTConfig(
+            n_layer=hf["n_layer"],
+            n_head=hf["n_head"],
+            n_embd=hf["n_embd"],
+            vocab_size=hf["vocab_size"],
+            block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
+            pos_embedding=hf.get("pos_embedding", "learned"),
+            layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        )
     except KeyError as e:
         raise ValueError(f"{config_path} lacks {e.args[0]!r}") from None
     tensors = load_file(weights_path)

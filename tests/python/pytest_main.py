@@ -12,8 +12,10 @@ def _preload_sanitizer_runtimes():
     runtimes must be loaded first: re-execute this process with them in LD_PRELOAD."""
     if os.environ.get("GPT_SANITIZE") != "1" or os.environ.get("GPT_SANITIZER_PRELOADED") == "1":
         return
-    libs = [subprocess.check_output(["gcc", f"-print-file-name={name}"], text=True).strip()
-            for name in ("libasan.so", "libubsan.so")]
+    libs = [
+        subprocess.check_output(["gcc", f"-print-file-name={name}"], text=True).strip()
+        for name in ("libasan.so", "libubsan.so")
+    ]
     env = dict(os.environ, GPT_SANITIZER_PRELOADED="1", LD_PRELOAD=":".join(libs))
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 

@@ -14,7 +14,7 @@ def layer_norm(x, weight, bias, eps):
 
 
 def gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def rotate_half_rope(x, positions, base=10000.0):
@@ -22,7 +22,7 @@ def rotate_half_rope(x, positions, base=10000.0):
     head_size = x.shape[-1]
     half = head_size // 2
     inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / head_size)
-    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]   # [T, half]
+    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]  # [T, half]
     cos = np.concatenate([np.cos(angles)] * 2, axis=-1)
     sin = np.concatenate([np.sin(angles)] * 2, axis=-1)
     rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
@@ -53,7 +53,7 @@ def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5
         p = f"transformer.h.{i}."
         h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
         qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
-        q, k, v = (qkv[:, j * d:(j + 1) * d].reshape(t, n_head, hs).transpose(1, 0, 2) for j in range(3))
+        q, k, v = (qkv[:, j * d : (j + 1) * d].reshape(t, n_head, hs).transpose(1, 0, 2) for j in range(3))
         if pos_embedding == "rope":
             q, k = rotate_half_rope(q, positions), rotate_half_rope(k, positions)
         a = causal_self_attention(q, k, v).transpose(1, 0, 2).reshape(t, d)

@@ -9,7 +9,7 @@ NANO = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
 MID = dict(n_layer=4, n_head=8, n_embd=256, vocab_size=1000, block_size=256)
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024)
 
-# Relative tolerance of the issue: max |logits - reference| <= 1e-4 * max |reference|.
+# Relative tolerance of every numerics test: max |logits - reference| <= 1e-4 * max |reference|.
 RTOL = 1e-4
 
 

@@ -73,14 +73,18 @@ def test_model_directory_with_tokenizer_json(tmp_path):
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(words), n_positions=64,
-                               bos_token_id=0, eos_token_id=0)).save_pretrained(tmp_path)
+    GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=1, n_head=2, n_embd=32, vocab_size=len(words), n_positions=64, bos_token_id=0, eos_token_id=0
+        )
+    ).save_pretrained(tmp_path)
 
     loaded = gpt.tokenizer.tokenizer_for(str(tmp_path), len(words))
     assert isinstance(loaded, gpt.HFTokenizer)
     assert loaded.encode("the cat sat") == [1, 2, 3]
-    result = run_cli("generate", "--model", str(tmp_path), "--prompt", "the cat", "--max_new_tokens", "5",
-                     "--temperature", "0")
+    result = run_cli(
+        "generate", "--model", str(tmp_path), "--prompt", "the cat", "--max_new_tokens", "5", "--temperature", "0"
+    )
     assert result.returncode == 0, result.stderr
     model = gpt.GPT.from_pretrained(str(tmp_path))
     expected = loaded.decode(model.generate([1, 2], max_new_tokens=5))

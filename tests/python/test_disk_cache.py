@@ -52,8 +52,13 @@ np.save({str(tmp_path / "out.npy")!r}, m.forward(np.load({str(tmp_path / "ids.np
 print(m.disk_cache_hits())
 """
     package = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                            env=dict(os.environ, PYTHONPATH=package))
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=package),
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1"
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)

@@ -6,7 +6,7 @@ import pytest
 
 import gpt
 from reference import gpt2_logits
-from shapes import GPT2_SMALL, MID, NANO, RTOL, config, relative_error, exercising_weights, token_ids
+from shapes import GPT2_SMALL, MID, NANO, RTOL, config, exercising_weights, relative_error, token_ids
 
 LENGTHS = (1, 7, 64, 128)
 

@@ -1,5 +1,6 @@
 """KV-cached prefill/decode against the uncached forward pass, the cache's contract, and generate()."""
 
+import dataclasses
 import re
 
 import numpy as np
@@ -16,7 +17,7 @@ SHAPES = [("nano", NANO), ("mid", MID), ("gpt2-small", GPT2_SMALL)]
 def test_prefill_then_100_decode_steps_match_forward(name, shape, pos_embedding):
     cfg = config(shape, pos_embedding)
     model = gpt.GPT.from_weights(cfg, exercising_weights(cfg, seed=21))
-    sequence = token_ids(cfg, 116, seed=5)      # 16 prompt tokens + 100 decoded ones
+    sequence = token_ids(cfg, 116, seed=5)  # 16 prompt tokens + 100 decoded ones
     # Causal attention: row t of one forward over the whole sequence is the logits after t + 1 tokens.
     expected = model.forward(sequence)
     cache = model.new_cache()
@@ -172,6 +173,35 @@ def test_full_cache_raises_and_is_unchanged():
     np.testing.assert_array_equal(cache._values, values)
 
 
+class _FailingStep:
+    """The model's compiled entry points, except that the cached step raises."""
+
+    def __init__(self, compiled):
+        self._compiled = compiled
+
+    def __getattr__(self, name):
+        return getattr(self._compiled, name)
+
+    def step(self, *args):
+        raise RuntimeError("step failed")
+
+
+def test_a_step_that_raises_does_not_advance_the_cache(monkeypatch):
+    cfg = config(NANO)
+    model = gpt.GPT.random(cfg)
+    cache = model.new_cache(16)
+    model.prefill([1, 2, 3], cache)
+    with monkeypatch.context() as patch:
+        patch.setattr(model, "_compiled", _FailingStep(model._compiled))
+        with pytest.raises(RuntimeError, match="step failed"):
+            model.prefill([4, 5], cache)
+        with pytest.raises(RuntimeError, match="step failed"):
+            model.decode(4, cache)
+    assert len(cache) == 3
+    model.decode(4, cache)
+    assert len(cache) == 4
+
+
 def test_cache_of_another_model_is_rejected():
     cfg = config(NANO)
     a, b = gpt.GPT.random(cfg, seed=0), gpt.GPT.random(cfg, seed=1)
@@ -183,14 +213,17 @@ def test_cache_of_another_model_is_rejected():
     assert len(cache) == 0
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda m, c: m.decode(256, c), ValueError, "token id 256 is out of range"),
-    (lambda m, c: m.decode(1.0, c), TypeError, "token must be an int"),
-    (lambda m, c: m.prefill([], c), ValueError, "at least one token"),
-    (lambda m, c: m.prefill([1], object()), TypeError, "cache must be a gpt.KVCache"),
-    (lambda m, c: m.new_cache(0), ValueError, r"max_len must be an int in \[1, block_size=128\]"),
-    (lambda m, c: m.new_cache(129), ValueError, "max_len must be"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda m, c: m.decode(256, c), ValueError, "token id 256 is out of range"),
+        (lambda m, c: m.decode(1.0, c), TypeError, "token must be an int"),
+        (lambda m, c: m.prefill([], c), ValueError, "at least one token"),
+        (lambda m, c: m.prefill([1], object()), TypeError, "cache must be a gpt.KVCache"),
+        (lambda m, c: m.new_cache(0), ValueError, r"max_len must be an int in \[1, block_size=128\]"),
+        (lambda m, c: m.new_cache(129), ValueError, "max_len must be"),
+    ],
+)
 def test_bad_cached_calls_raise(call, error, message):
     model = gpt.GPT.random(config(NANO))
     cache = model.new_cache()
@@ -232,20 +265,47 @@ def test_stop_token_ends_generation_and_is_not_returned(nano):
     assert streamed == full[:first] and stop_at not in streamed
 
 
+def test_last_generation_counts_the_tokens_of_the_last_run():
+    model = gpt.GPT.random(config(NANO))
+    assert model.last_generation is None
+    model.generate([1, 2, 3], max_new_tokens=7)
+    stats = model.last_generation
+    assert isinstance(stats, gpt.GenerationStats)
+    assert (stats.prompt_tokens, stats.generated_tokens) == (3, 7)
+    assert min(stats.prompt_seconds, stats.generate_seconds, stats.compile_seconds) >= 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.generated_tokens = 0
+    full = model.generate([4, 5], max_new_tokens=10, temperature=1.0, seed=1)
+    stop_at = full[6]
+    model.generate([4, 5], max_new_tokens=10, temperature=1.0, seed=1, stop=[stop_at])
+    assert model.last_generation.prompt_tokens == 2
+    assert model.last_generation.generated_tokens == full.index(stop_at)  # the stop token is not counted
+    stream = model.generate([6, 7, 8, 9], max_new_tokens=5, stream=True)
+    next(stream)
+    next(stream)
+    assert (model.last_generation.prompt_tokens, model.last_generation.generated_tokens) == (4, 2)
+    list(stream)
+    assert model.last_generation.generated_tokens == 5
+    assert stats.generated_tokens == 7  # an earlier record is a snapshot, not a view
+
+
 def test_generate_returns_new_tokens_only(nano):
     out = nano.generate([9, 9, 9], max_new_tokens=7)
     assert len(out) == 7 and all(isinstance(t, int) for t in out)
     assert nano.generate([9, 9, 9], max_new_tokens=0) == []
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(max_new_tokens=126), r"3 prompt tokens \+ max_new_tokens=126 exceed block_size=128"),
-    (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0"),
-    (dict(max_new_tokens=5, temperature=-0.5), "temperature must be a finite number >= 0"),
-    (dict(max_new_tokens=5, temperature=1.0, top_k=0), "top_k must be None or a positive int"),
-    (dict(max_new_tokens=5, temperature=1.0, top_p=1.5), r"top_p must be None or in \(0, 1\]"),
-    (dict(max_new_tokens=5, stop=[300]), "token id 300 is out of range"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(max_new_tokens=126), r"3 prompt tokens \+ max_new_tokens=126 exceed block_size=128"),
+        (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0"),
+        (dict(max_new_tokens=5, temperature=-0.5), "temperature must be a finite number >= 0"),
+        (dict(max_new_tokens=5, temperature=1.0, top_k=0), "top_k must be None or a positive int"),
+        (dict(max_new_tokens=5, temperature=1.0, top_p=1.5), r"top_p must be None or in \(0, 1\]"),
+        (dict(max_new_tokens=5, stop=[300]), "token id 300 is out of range"),
+    ],
+)
 def test_bad_generate_arguments_raise_before_running(nano, kwargs, message):
     with pytest.raises(ValueError, match=message):
         nano.generate([1, 2, 3], stream=True, **kwargs)  # raised at the call, not at the first next()

@@ -1,19 +1,28 @@
 """Forward logits against the external oracle: HF transformers' GPT2LMHeadModel (PyTorch, CPU)."""
 
-import numpy as np
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import gpt
-from shapes import GPT2_SMALL, MID, NANO, RTOL, config, relative_error, exercising_weights, token_ids
+from shapes import GPT2_SMALL, MID, NANO, RTOL, config, exercising_weights, relative_error, token_ids
 
 
 def hf_model(cfg, weights):
-    hf_config = GPT2Config(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size,
-                           n_positions=cfg.block_size, layer_norm_epsilon=cfg.layer_norm_eps,
-                           activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                           bos_token_id=0, eos_token_id=0)
+    hf_config = GPT2Config(
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_embd=cfg.n_embd,
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.block_size,
+        layer_norm_epsilon=cfg.layer_norm_eps,
+        activation_function="gelu_new",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     model = GPT2LMHeadModel(hf_config).eval()
     state = {name: torch.from_numpy(value) for name, value in weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -44,8 +53,15 @@ def test_logits_match_hf_gpt2(models, length):
 def test_from_pretrained_reads_save_pretrained_directory(tmp_path):
     torch.manual_seed(1)
     cfg = config(NANO)
-    hf_config = GPT2Config(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size,
-                           n_positions=cfg.block_size, bos_token_id=0, eos_token_id=0)
+    hf_config = GPT2Config(
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_embd=cfg.n_embd,
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.block_size,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     theirs = GPT2LMHeadModel(hf_config).eval()
     with torch.no_grad():  # HF initialises biases to zero: make them count.
         for name, param in theirs.named_parameters():

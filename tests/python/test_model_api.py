@@ -1,5 +1,6 @@
 """The gpt.GPT API: constructors, configuration checks, bad input, compile cache, IR stages."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -39,10 +40,10 @@ def test_forward_shape_and_determinism(model):
 def test_second_call_of_same_bucket_does_not_compile(model):
     model.forward([4] * 5)
     before = model.compiled_lengths()
-    model.forward([4] * 6)          # same bucket (8)
+    model.forward([4] * 6)  # same bucket (8)
     model.forward([4] * 3)
     assert model.compiled_lengths() == before
-    model.forward([4] * 9)          # next bucket (16) compiles once
+    model.forward([4] * 9)  # next bucket (16) compiles once
     assert set(model.compiled_lengths()) == set(before) | {16}
 
 
@@ -53,14 +54,17 @@ def test_buckets_are_powers_of_two_capped_at_block_size(model):
     odd.forward(list(range(64)) + list(range(36)))  # exactly block_size tokens
 
 
-@pytest.mark.parametrize("bad, error, message", [
-    ([], ValueError, "at least one token"),
-    ([1, 256], ValueError, r"token id 256 is out of range \[0, vocab_size=256\)"),
-    ([-1], ValueError, "token id -1 is out of range"),
-    ([[1, 2]], ValueError, "1-D sequence"),
-    ([1.5, 2.0], TypeError, "must be integers"),
-    (list(range(129)), ValueError, "longer than block_size=128"),
-])
+@pytest.mark.parametrize(
+    "bad, error, message",
+    [
+        ([], ValueError, "at least one token"),
+        ([1, 256], ValueError, r"token id 256 is out of range \[0, vocab_size=256\)"),
+        ([-1], ValueError, "token id -1 is out of range"),
+        ([[1, 2]], ValueError, "1-D sequence"),
+        ([1.5, 2.0], TypeError, "must be integers"),
+        (list(range(129)), ValueError, "longer than block_size=128"),
+    ],
+)
 def test_bad_ids_raise(model, bad, error, message):
     with pytest.raises(error, match=message):
         model.forward(bad)
@@ -69,7 +73,9 @@ def test_bad_ids_raise(model, bad, error, message):
 def test_wrong_weights_are_named():
     weights = exercising_weights(CFG)
     bad_shape = dict(weights, **{"transformer.h.1.mlp.c_fc.weight": np.zeros((64, 255), np.float32)})
-    with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight has shape \(64, 255\), expected \(64, 256\)"):
+    with pytest.raises(
+        ValueError, match=r"transformer.h.1.mlp.c_fc.weight has shape \(64, 255\), expected \(64, 256\)"
+    ):
         gpt.GPT.from_weights(CFG, bad_shape)
     bad_dtype = dict(weights, **{"transformer.ln_f.bias": np.zeros(64, np.int32)})
     with pytest.raises(ValueError, match="transformer.ln_f.bias has dtype int32"):
@@ -94,13 +100,16 @@ def exercising_weights_are_not_modified_and_float64_is_converted():
     np.testing.assert_allclose(model.forward([3, 1]), gpt.GPT.from_weights(CFG, weights).forward([3, 1]), atol=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(NANO, n_embd=65), "divisible by n_head"),
-    (dict(NANO, n_layer=0), "n_layer must be a positive int"),
-    (dict(NANO, pos_embedding="alibi"), "pos_embedding must be one of"),
-    (dict(NANO, n_embd=12, n_head=4, pos_embedding="rope"), "even head size"),
-    (dict(NANO, layer_norm_eps=0.0), "layer_norm_eps must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(NANO, n_embd=65), "divisible by n_head"),
+        (dict(NANO, n_layer=0), "n_layer must be a positive int"),
+        (dict(NANO, pos_embedding="alibi"), "pos_embedding must be one of"),
+        (dict(NANO, n_embd=12, n_head=4, pos_embedding="rope"), "even head size"),
+        (dict(NANO, layer_norm_eps=0.0), "layer_norm_eps must be a positive number"),
+    ],
+)
 def test_bad_config_raises(kwargs, message):
     with pytest.raises(ValueError, match=message):
         gpt.GPTConfig(**kwargs)
@@ -141,6 +150,26 @@ def test_ir_stages(model):
         model.ir("asm")
     with pytest.raises(ValueError, match="outside"):
         model.ir("linalg", seq_len=1000)
+
+
+def test_public_names():
+    assert set(gpt.__all__) >= {"GPT", "GPTConfig", "CompileOptions", "GenerationStats", "KVCache", "STAGES"}
+    assert all(hasattr(gpt, name) for name in gpt.__all__)
+    assert [f.name for f in dataclasses.fields(gpt.GenerationStats)] == [
+        "prompt_tokens",
+        "generated_tokens",
+        "prompt_seconds",
+        "generate_seconds",
+        "compile_seconds",
+    ]
+
+
+def test_compile_statistics_are_methods_and_settings_are_properties(model):
+    for name in ("compiled_lengths", "compiled_steps", "disk_cache_hits", "compile_seconds"):
+        assert callable(getattr(model, name)), name
+    assert isinstance(model.config, gpt.GPTConfig) and isinstance(model.options, gpt.CompileOptions)
+    model.forward([1, 2])
+    assert model.compile_seconds() >= sum(model.compiled_lengths().values()) > 0
 
 
 def test_expected_shapes_use_hf_names():

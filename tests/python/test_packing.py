@@ -5,8 +5,8 @@ import pytest
 
 import gpt
 from gpt import _gpt
-from shapes import NANO, config, exercising_weights, relative_error, token_ids, RTOL
 from reference import gpt2_logits
+from shapes import NANO, RTOL, config, exercising_weights, relative_error, token_ids
 
 
 def test_pack_panels_matches_numpy():

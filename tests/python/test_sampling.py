@@ -5,7 +5,7 @@ import pytest
 
 from gpt.sampling import allowed_probabilities, sample
 
-LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15]))   # probabilities at temperature 1
+LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15]))  # probabilities at temperature 1
 
 
 def test_greedy_is_argmax_whatever_the_rng():

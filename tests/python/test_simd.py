@@ -4,11 +4,9 @@ import os
 import re
 import subprocess
 
-import numpy as np
-
 import gpt
-from shapes import NANO, config, exercising_weights, relative_error, token_ids, RTOL
 from reference import gpt2_logits
+from shapes import NANO, RTOL, config, exercising_weights, relative_error, token_ids
 
 
 def host_has_avx512f():
@@ -28,8 +26,9 @@ def disassemble(model, tmp_path, pipeline_seq_len=64):
     path = tmp_path / "forward.o"
     model.save_object(path, pipeline_seq_len)
     assert path.stat().st_size > 0
-    return subprocess.run([objdump(), "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        [objdump(), "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_default_pipeline_emits_wide_fmas(tmp_path):

@@ -16,9 +16,9 @@ namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style>;
 
-/// Checks the weights against the model's parameter specs and returns their data pointers.
+/// Checks the weights against the parameters a user supplies and returns their data pointers.
 std::vector<const float *> weightPointers(const CompiledModel &model, const py::list &weights) {
-  const std::vector<ParameterSpec> &specs = model.parameters();
+  const std::vector<ParameterSpec> &specs = model.suppliedParameters();
   if (weights.size() != specs.size())
     throw std::invalid_argument("expected " + std::to_string(specs.size()) + " weights, got " + std::to_string(weights.size()));
   std::vector<const float *> pointers;
@@ -35,6 +35,12 @@ std::vector<const float *> weightPointers(const CompiledModel &model, const py::
 }
 
 py::array wrapLogits(const Logits &logits);
+
+py::list namesAndShapes(const std::vector<ParameterSpec> &specs) {
+  py::list list;
+  for (const ParameterSpec &spec : specs) list.append(py::make_tuple(spec.name, py::tuple(py::cast(spec.shape))));
+  return list;
+}
 
 py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids) {
   if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
@@ -97,14 +103,8 @@ void initModel(py::module_ &m) {
            py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
            py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"),
            py::arg("cache_dir") = "")
-      .def("parameter_specs",
-           [](const CompiledModel &model) {
-             py::list specs;
-             for (const ParameterSpec &spec : model.parameters())
-               specs.append(py::make_tuple(spec.name, py::tuple(py::cast(spec.shape))));
-             return specs;
-           },
-           "(name, shape) of every weight, in the order forward() takes them.")
+      .def("supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
+           "(name, shape) of every weight set_weights() takes, in its order.")
       .def("bucket_for", &CompiledModel::bucketFor, py::arg("seq_len"),
            "The padded sequence length that seq_len tokens are compiled for.")
       .def(
@@ -141,6 +141,15 @@ void initModel(py::module_ &m) {
            "Programs loaded from the on-disk cache instead of being compiled.")
       .def("compiled_steps", &CompiledModel::compiledSteps,
            "{(tokens, cache length): seconds} for every cached-step program compiled so far.");
+  m.def(
+      "supplied_parameters",
+      [](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope) {
+        GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope};
+        if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
+        return namesAndShapes(suppliedParameters(config));
+      },
+      py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
+      py::arg("rope"), "(name, shape) of every weight a model of this configuration takes, in order.");
   m.attr("STAGES") = py::cast(stageNames());
 }
 

@@ -1,0 +1,35 @@
+// The shape of a GPT: the configuration every part of the compiler is built from.
+#ifndef GPT_CC_BUILDER_GPTCONFIG_H
+#define GPT_CC_BUILDER_GPTCONFIG_H
+
+#include "cc/TargetParameters.h"
+
+#include <cstdint>
+#include <string>
+
+namespace gpt {
+
+struct GPTConfig {
+  int64_t nLayer = 0;
+  int64_t nHead = 0;
+  int64_t nEmbd = 0;
+  int64_t vocabSize = 0;
+  int64_t blockSize = 0;
+  bool rope = false;  ///< rotary embedding (GPT-NeoX rotate-half) instead of a learned `wpe` table
+  float layerNormEps = 1e-5f;
+
+  /// An empty string when the configuration is usable, else what is wrong with it.
+  std::string validate() const;
+
+  int64_t headSize() const { return nEmbd / nHead; }
+
+  /// The vocabulary rounded up to a multiple of target::kVocabMultiple, so the LM head tiles and
+  /// splits across threads evenly; logits past vocabSize are padding.
+  int64_t paddedVocabSize() const {
+    return (vocabSize + target::kVocabMultiple - 1) / target::kVocabMultiple * target::kVocabMultiple;
+  }
+};
+
+} // namespace gpt
+
+#endif // GPT_CC_BUILDER_GPTCONFIG_H

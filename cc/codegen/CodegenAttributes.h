@@ -1,0 +1,75 @@
+// The `gpt.*` attributes through which code generation decisions travel in the IR: every name,
+// and a typed accessor for each. Passes and the Transform-dialect extension read and write them
+// only through this header; the schedule names them in its text.
+#ifndef GPT_CC_CODEGEN_CODEGENATTRIBUTES_H
+#define GPT_CC_CODEGEN_CODEGENATTRIBUTES_H
+
+#include "mlir/IR/Operation.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+
+namespace gpt::codegen {
+
+namespace attr {
+/// Unit: the linalg.generic of a `transformer.packed_matmul` (loops M, panel, column, K). Written
+/// by --transformer-to-linalg; elementwise fusion leaves such an op whole.
+constexpr llvm::StringLiteral kPackedMatmul = "gpt.packed_matmul";
+/// i64 array: tile sizes per loop of the op's register tile (0: the loop is not tiled).
+constexpr llvm::StringLiteral kRegisterTile = "gpt.register_tile";
+/// i64 array: the order of the tiled loops, outermost first, when it is not the op's own.
+constexpr llvm::StringLiteral kTileInterchange = "gpt.tile_interchange";
+/// i64 array: pieces per loop the op is split into for threads (tile_using_forall's num_threads).
+constexpr llvm::StringLiteral kParallelChunks = "gpt.parallel_chunks";
+/// i64: lanes of the vector of partial results a row reduction keeps across its row.
+constexpr llvm::StringLiteral kRowReductionTile = "gpt.row_reduction_tile";
+/// On the elementwise generic a packed matmul is fused into: its tile (i64 array), which of its
+/// inputs the matmul is (i64), and how many pieces it is split into for threads (i64, 1 or 2).
+constexpr llvm::StringLiteral kEpilogueTile = "gpt.epilogue_tile";
+constexpr llvm::StringLiteral kEpilogueOperand = "gpt.epilogue_operand";
+constexpr llvm::StringLiteral kEpilogueChunks = "gpt.epilogue_chunks";
+} // namespace attr
+
+/// The attributes whose ops the schedule must have vectorized by the end of it.
+constexpr llvm::StringLiteral kVectorizedMarkers[] = {attr::kRegisterTile, attr::kRowReductionTile,
+                                                      attr::kEpilogueTile};
+
+/// True when `name` is one of the attributes above: a Transform-dialect script that names
+/// another one has a typo.
+bool isCodegenAttribute(llvm::StringRef name);
+
+/// Tile sizes per loop and, when not the op's own, the order of the tiled loops.
+struct LoopTile {
+  llvm::SmallVector<int64_t> sizes;
+  llvm::SmallVector<int64_t> interchange;  // empty: loops in the op's order
+};
+
+/// An elementwise generic that computes a packed matmul inside its own tiles.
+struct EpilogueFusion {
+  LoopTile tile;
+  int64_t matmulOperand = 0;  // which input of the generic the matmul is
+  int64_t chunks = 1;         // pieces for threads: 1 or 2
+};
+
+bool isPackedMatmul(mlir::Operation *op);
+void markPackedMatmul(mlir::Operation *op);
+
+/// Reads the tile recorded under `name` (kRegisterTile or kEpilogueTile), with kTileInterchange.
+std::optional<LoopTile> getLoopTile(mlir::Operation *op, llvm::StringRef name);
+void setRegisterTile(mlir::Operation *op, const LoopTile &tile);
+
+std::optional<llvm::SmallVector<int64_t>> getParallelChunks(mlir::Operation *op);
+void setParallelChunks(mlir::Operation *op, llvm::ArrayRef<int64_t> chunksPerLoop);
+
+std::optional<int64_t> getRowReductionTile(mlir::Operation *op);
+void setRowReductionTile(mlir::Operation *op, int64_t lanes);
+
+std::optional<EpilogueFusion> getEpilogueFusion(mlir::Operation *op);
+void setEpilogueFusion(mlir::Operation *op, const EpilogueFusion &fusion);
+
+} // namespace gpt::codegen
+
+#endif // GPT_CC_CODEGEN_CODEGENATTRIBUTES_H

@@ -1,0 +1,46 @@
+// --gpt-fuse-elementwise: linalg's elementwise fusion, except into or out of a packed matmul.
+#include "cc/codegen/Passes.h"
+
+#include "cc/codegen/CodegenAttributes.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace gpt::codegen {
+using namespace mlir;
+
+#define GEN_PASS_DEF_FUSEELEMENTWISE
+#include "cc/codegen/Passes.h.inc"
+
+namespace {
+
+class FuseElementwisePass : public impl::FuseElementwiseBase<FuseElementwisePass> {
+public:
+  void runOnOperation() override {
+    MLIRContext *context = &getContext();
+    // Upstream's rule (fuse a producer with a single use) plus: a packed matmul is never merged
+    // with its neighbours nor reshaped. Fusing the LayerNorm before it would recompute the
+    // normalization once per weight panel, and either change would hide it from the register
+    // tiling, which matches its exact loop structure.
+    linalg::ControlFusionFn control = [](OpOperand *fused) {
+      Operation *producer = fused->get().getDefiningOp();
+      return producer && producer->hasOneUse() && !isPackedMatmul(producer) && !isPackedMatmul(fused->getOwner());
+    };
+    RewritePatternSet patterns(context);
+    linalg::populateElementwiseOpsFusionPatterns(patterns, control);
+    linalg::populateFoldReshapeOpsByExpansionPatterns(patterns, control);
+    linalg::populateConstantFoldLinalgOperations(patterns, control);
+    affine::AffineApplyOp::getCanonicalizationPatterns(patterns, context);
+    linalg::GenericOp::getCanonicalizationPatterns(patterns, context);
+    tensor::ExpandShapeOp::getCanonicalizationPatterns(patterns, context);
+    tensor::CollapseShapeOp::getCanonicalizationPatterns(patterns, context);
+    context->getLoadedDialect<linalg::LinalgDialect>()->getCanonicalizationPatterns(patterns);
+    if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace gpt::codegen

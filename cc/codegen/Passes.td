@@ -1,0 +1,209 @@
+// CPU code generation passes: from linalg on tensors to vectorized, threaded, allocation-free code.
+#ifndef GPT_CC_CODEGEN_PASSES_TD
+#define GPT_CC_CODEGEN_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def FuseElementwise : Pass<"gpt-fuse-elementwise"> {
+  let summary = "Fuse elementwise linalg ops, leaving packed matmuls whole";
+  let description = [{
+    Upstream's `--linalg-fuse-elementwise-ops` (a producer with one use is merged into its
+    consumer; reshapes are propagated by expanding loops) with one exception: a `linalg.generic`
+    marked `gpt.packed_matmul` (from `transformer.packed_matmul`) is never merged with a
+    neighbour and never reshaped. Upstream's pass would pull the LayerNorm before it into its
+    loop nest, recomputing the normalization once per weight panel, and would change the loop
+    structure that the register tiling matches.
+  }];
+  let dependentDialects = [
+    "::mlir::affine::AffineDialect",
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::tensor::TensorDialect",
+  ];
+}
+
+def ApproximateVectorMath : Pass<"gpt-approximate-vector-math"> {
+  let summary = "Replace math ops on vectors by polynomial approximations; relax maxima";
+  let description = [{
+    Rewrites `math.tanh`, `math.exp` and the other ops MLIR's polynomial approximations cover,
+    where they operate on vectors, into arithmetic on the same vectors (MLIR's
+    `populateMathPolynomialApproximationPatterns`, accurate to a few ulp in f32). Without it a
+    vectorized GELU or softmax would be split back into one libm call per lane. Scalar math ops
+    are left for libm.
+
+    Maxima (`arith.maximumf` on scalars or vectors, `vector.reduction <maximumf>`) get the
+    `nsz` fast-math flag: max(-0, +0) may give either zero, which softmax's row maximum (subtracted
+    from every score) and ReLU cannot tell apart, and LLVM then drops its sign test and blend
+    per step. NaN still propagates.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::math::MathDialect",
+    "::mlir::vector::VectorDialect",
+  ];
+}
+
+def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
+  let summary = "Inline memref.alloca_scope regions that allocate nothing on the stack";
+  let description = [{
+    `--convert-scf-to-openmp` wraps every parallel loop body in a `memref.alloca_scope`. A scope
+    matters only for `memref.alloca`; upstream canonicalization keeps it whenever the body holds
+    an op it cannot prove alloca-free, and once `--convert-scf-to-cf` gives the body several
+    blocks the scope is invalid. This pass inlines every scope (without results) whose body has no
+    `memref.alloca`, which is always safe: nothing in it lives on the stack.
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+}
+
+def ResultsToOutParams : Pass<"gpt-results-to-out-params", "::mlir::ModuleOp"> {
+  let summary = "Make every function write its memref results into buffers its caller passes";
+  let description = [{
+    Runs right after bufferization. Each memref a function returns becomes an extra argument at
+    the end of its argument list (upstream `promoteBufferResultsToOutParams`), and each call site
+    allocates that buffer and passes it. Where the returned buffer was allocated in the function,
+    the function writes into the caller's buffer directly, with no copy, even when it returns a
+    reshaped view of its allocation: the allocation is first given the returned shape, and the
+    shape it was allocated with becomes a view of it.
+
+    The point is allocation: a callee's result, allocated inside the callee, lives on the heap
+    because it outlives the call; the caller's buffer for it is a temporary of the caller, which
+    `--gpt-stack-allocate-temporaries` can put in its frame. The entry points' results are
+    buffers the runtime passes (the logits), so a compiled program returns nothing and hands no
+    ownership across the call.
+
+    Before:
+    ```mlir
+    func.func private @block(%x: memref<1x64xf32>) -> memref<1x64xf32> {
+      %0 = memref.alloc() : memref<1x2x32xf32>
+      ...
+      %1 = memref.collapse_shape %0 [[0], [1, 2]] : memref<1x2x32xf32> into memref<1x64xf32>
+      return %1 : memref<1x64xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func private @block(%x: memref<1x64xf32>, %out: memref<1x64xf32>) {
+      %0 = memref.expand_shape %out [[0], [1, 2]] output_shape [1, 2, 32] : memref<1x64xf32> into memref<1x2x32xf32>
+      ...
+      return
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+}
+
+def StackAllocateTemporaries : Pass<"gpt-stack-allocate-temporaries", "::mlir::func::FuncOp"> {
+  let summary = "Turn a function's small temporary buffers into stack buffers in its frame";
+  let description = [{
+    Runs right after bufferization and after `--gpt-results-to-out-params`, before deallocation
+    is inserted. Every `memref.alloc` with a static shape of at most `max-buffer-bytes`, while
+    the function's total stays under `max-frame-bytes`, that never outlives the region that
+    allocates it (it is not returned, not yielded, not handed to an op that could hand it back
+    under another name) becomes a 64-byte aligned `memref.alloca` in the function's entry block:
+    part of the frame, with no malloc and free per call. An allocation inside sequential loops
+    (`scf.for`, `scf.if`) is hoisted there too: one buffer serves every iteration, since no
+    iteration's buffer outlives it. Inside an `scf.forall` with a static trip count (the
+    attention's loop over heads, whose iterations run at once on OpenMP threads) each iteration
+    gets a cache-line aligned slot of one stack buffer, which it views with the allocation's
+    type (`memref.view`). This is what keeps a decode step free of heap allocation: LayerNorm
+    outputs, heads, the attention's running state and the buffers a caller passes for a callee's
+    results.
+
+    Before:
+    ```mlir
+    scf.for %i = %c0 to %c4 step %c1 {
+      %0 = memref.alloc() {alignment = 64 : i64} : memref<1xf32>
+      ...
+    }
+    ```
+    After:
+    ```mlir
+    %0 = memref.alloca() {alignment = 64 : i64} : memref<1xf32>
+    scf.for %i = %c0 to %c4 step %c1 {
+      ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"maxBufferBytes", "max-buffer-bytes", "int64_t", /*default=*/"65536",
+           "Largest buffer moved to the stack">,
+    Option<"maxFrameBytes", "max-frame-bytes", "int64_t", /*default=*/"1048576",
+           "Most bytes of stack buffers per function">,
+  ];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+}
+
+def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncOp"> {
+  let summary = "Choose register tiles, thread pieces and fusions, and record them as attributes";
+  let description = [{
+    The decisions of the `vectorize_matmuls` schedule, written into the IR so that the schedule
+    only reads attributes (through the `transform.gpt.*` ops) and `gpt-opt` shows what was chosen.
+    Only static shapes that the tiles divide are marked: nothing unmarked is vectorized, so no
+    partial tile exists. The attributes and their accessors are in cc/codegen/CodegenAttributes.h;
+    the sizes come from cc/TargetParameters.h.
+
+    - `gpt.register_tile`, from a table, largest tile first: packed matmuls (generics marked
+      `gpt.packed_matmul`, loops M, panel, column, K) `[8, 1, 32, 1]` or `[1, 1, 32, 1]`
+      (decode), with `gpt.tile_interchange = [1, 0, 2, 3]` (panel loop outermost);
+      `linalg.matmul` (attention's blocks among them) `[8, 32, 1]` down to `[1, 8, 1]`;
+      `linalg.batch_matmul` `[1, 8, 8, 1]` or `[1, 1, 8, 1]`; elementwise generics (rank 2 or 3,
+      no gather) one vector of 32, 16 or 8 lanes of their innermost dimension.
+    - `gpt.row_reduction_tile = w` on rank-2 row reductions that end in an `addf`/`maximumf` of
+      the accumulator: partial results in a vector of `w` lanes.
+    - Epilogue fusion: a packed matmul whose only user is an elementwise generic of its shape
+      (reading it through an identity map as input 0 or 1) gets no tile of its own; the generic
+      gets `gpt.epilogue_tile` (with `gpt.tile_interchange`), `gpt.epilogue_operand` and
+      `gpt.epilogue_chunks`.
+    - With `threads` > 1, `gpt.parallel_chunks = [0, ..., k]` (pieces per loop) on ops of at
+      least 2^18 iterations outside any scf.forall: k is the largest of 8, 4, 2 not above
+      `threads` that splits the op's split dimension (matmul N, packed matmul and elementwise
+      dim 1, batch matmul the heads) into whole tiles.
+
+    Before:
+    ```mlir
+    %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+    ```
+    After:
+    ```mlir
+    %0 = linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+    ```
+  }];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"1", "Threads the compiled code may use">,
+  ];
+}
+
+def ApplySchedule : Pass<"gpt-apply-schedule", "::mlir::ModuleOp"> {
+  let summary = "Apply one of the Transform-dialect schedules built into the compiler";
+  let description = [{
+    Runs the `__transform_main` sequence of a schedule from `cc/codegen/schedules/` (compiled into
+    the binary, so the Python package needs no file paths) on the module. The same file can be
+    run on its own with
+    `gpt-opt --transform-preload-library=transform-library-paths=<file> --transform-interpreter`.
+  }];
+  let options = [
+    Option<"scheduleName", "schedule", "std::string", /*default=*/"\"vectorize_matmuls\"",
+           "Name of the schedule: the stem of its file in cc/codegen/schedules/">,
+  ];
+  let dependentDialects = [
+    "::mlir::scf::SCFDialect",
+    "::mlir::transform::TransformDialect",
+    "::mlir::vector::VectorDialect",
+  ];
+}
+
+def VerifyVectorized : Pass<"gpt-verify-vectorized", "::mlir::func::FuncOp"> {
+  let summary = "Fail on a linalg op still marked for vectorization after the schedule";
+  let description = [{
+    The schedule vectorizes every op that --gpt-select-register-tiles marked with
+    `gpt.register_tile`, `gpt.row_reduction_tile` or `gpt.epilogue_tile` (tiling replaces it, and
+    vectorizing replaces the tile). A linalg op that still carries one of them was skipped, and
+    would run as scalar loops: this pass reports it as an error naming the attribute.
+
+    Input (an error: the matmul was marked but never vectorized):
+    ```mlir
+    %0 = linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+    ```
+  }];
+}
+
+#endif // GPT_CC_CODEGEN_PASSES_TD

@@ -1,0 +1,73 @@
+// Named pass pipelines from the transformer dialect to the LLVM dialect. The same builders serve
+// gpt-opt (registered as --gpt-* pipelines) and the Python package, so both run identical passes.
+#ifndef GPT_CC_PASSES_PIPELINES_H
+#define GPT_CC_PASSES_PIPELINES_H
+
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Support/LogicalResult.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class OpPassManager;
+} // namespace mlir
+
+namespace gpt {
+
+/// How much optimization the pipeline applies; each level adds to the one before it.
+enum class PipelineLevel {
+  Baseline,   ///< transformer -> linalg -> scalar loops: the unoptimized reference point
+  Fused,      ///< + elementwise fusion, canonicalize/CSE, loop-invariant code motion
+  Vectorized, ///< + Transform-dialect tile-and-vectorize schedules
+};
+
+/// The level a name selects: "baseline", "fused", "vectorized", or "default", the fastest correct
+/// level (currently "vectorized").
+std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name);
+/// Whether programs of this level take their matmul weights packed in column panels (the
+/// layout the vectorizing schedule's register tiles read); lower levels take them as given.
+bool packsWeights(PipelineLevel level);
+
+/// The stages a model goes through, in order. `model.ir(stage)` prints the IR after one of them.
+enum class Stage { Transformer, Linalg, Vectorized, Bufferized, LLVM };
+std::optional<Stage> parseStage(llvm::StringRef name);
+std::vector<std::string> stageNames();
+
+struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
+  Option<PipelineLevel> level{
+      *this, "level", llvm::cl::desc("optimization level"), llvm::cl::init(PipelineLevel::Vectorized),
+      llvm::cl::values(clEnumValN(PipelineLevel::Baseline, "baseline", "scalar loops, no fusion"),
+                       clEnumValN(PipelineLevel::Fused, "fused", "elementwise fusion, CSE, LICM"),
+                       clEnumValN(PipelineLevel::Vectorized, "vectorized", "fused + tile-and-vectorize"),
+                       clEnumValN(PipelineLevel::Vectorized, "default", "the fastest correct pipeline (vectorized)"))};
+  Option<int64_t> threads{*this, "threads",
+                          llvm::cl::desc("threads the compiled code may use (OpenMP when > 1; vectorized levels)"),
+                          llvm::cl::init(1)};
+};
+
+/// Stage "transformer": canonicalize, shape inference, canonicalize.
+void addTransformerStage(mlir::OpPassManager &pm);
+/// Stage "linalg": lowering to linalg on tensors, plus fusion from the `fused` level up.
+void addLinalgStage(mlir::OpPassManager &pm, const PipelineOptions &options);
+/// Stage "vectorized": from the `vectorized` level up, register tiles are chosen and the
+/// Transform-dialect schedule tiles and vectorizes the matmuls; nothing at lower levels.
+void addVectorizedStage(mlir::OpPassManager &pm, const PipelineOptions &options);
+/// Stage "bufferized": one-shot bufferization and deallocation, then loops.
+void addBufferizedStage(mlir::OpPassManager &pm, const PipelineOptions &options);
+/// Stage "llvm": everything to the LLVM dialect. Functions marked `llvm.emit_c_interface` get
+/// `_mlir_ciface_` wrappers.
+void addLLVMStage(mlir::OpPassManager &pm, const PipelineOptions &options);
+
+/// Adds the stages from the first up to and including `last`.
+void addPipelineUpTo(mlir::OpPassManager &pm, Stage last, const PipelineOptions &options);
+
+/// Registers --gpt-transformer-stage, --gpt-linalg-stage, --gpt-vectorized-stage, --gpt-bufferized-stage,
+/// --gpt-llvm-stage and the whole --gpt-compile pipeline (each taking `level=`).
+void registerPipelines();
+
+} // namespace gpt
+
+#endif // GPT_CC_PASSES_PIPELINES_H

@@ -1,0 +1,207 @@
+// --gpt-select-register-tiles: records the register tile of every matmul it can tile evenly.
+#include "cc/codegen/Passes.h"
+
+#include "cc/TargetParameters.h"
+#include "cc/codegen/CodegenAttributes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+
+namespace gpt::codegen {
+using namespace mlir;
+
+#define GEN_PASS_DEF_SELECTREGISTERTILES
+#include "cc/codegen/Passes.h.inc"
+
+namespace {
+
+/// One row of the tile table: ops of this kind whose result dims are multiples of the tile get
+/// it. The first matching row wins, so each op kind lists its tiles from the largest down.
+/// Adding a tile shape is adding a row: the schedule applies whatever tile an op carries.
+struct TileChoice {
+  enum class Kind { PackedMatmul, Matmul, BatchMatmul, Elementwise };
+  Kind kind;
+  SmallVector<int64_t> tile;         // loop order of the op: ([batch,] M, N, K), or (M, panel, column, K)
+  SmallVector<int64_t> interchange;  // the tiled loops' order, outermost first; empty: the op's own
+  int64_t splitDim;                  // the parallel loop split across threads
+};
+
+using target::kPanelWidth;
+using target::kTileRows;
+using Kind = TileChoice::Kind;
+
+const TileChoice kTileTable[] = {
+    // Matmuls against panel-packed weights (transformer.packed_matmul): kTileRows rows x one
+    // panel of accumulators, the panel loop outermost so that one panel (K x kPanelWidth floats)
+    // stays in cache across all of M; the weight panel is read from consecutive addresses.
+    {Kind::PackedMatmul, {kTileRows, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
+    // Decode (one row): one accumulator row per panel, streaming each panel once.
+    {Kind::PackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
+    // Plain matmuls (attention's q . k^T per key block and p . v): kTileRows rows x 32 columns
+    // of accumulators, or one row (decode); narrower for attention's small heads and short blocks.
+    {Kind::Matmul, {kTileRows, target::kMatmulTileWidths[0], 1}, {}, 1},
+    {Kind::Matmul, {kTileRows, target::kMatmulTileWidths[1], 1}, {}, 1},
+    {Kind::Matmul, {kTileRows, target::kMatmulTileWidths[2], 1}, {}, 1},
+    {Kind::Matmul, {1, target::kMatmulTileWidths[0], 1}, {}, 1},
+    {Kind::Matmul, {1, target::kMatmulTileWidths[1], 1}, {}, 1},
+    {Kind::Matmul, {1, target::kMatmulTileWidths[2], 1}, {}, 1},
+    // Batched matmuls (a transformer.matmul with a batch dim on both sides), split by batch.
+    {Kind::BatchMatmul, {1, 8, 8, 1}, {}, 0},
+    {Kind::BatchMatmul, {1, 1, 8, 1}, {}, 0},
+};
+
+/// True for the ops a row of the table may describe: named matmuls, and the linalg.generic that
+/// --transformer-to-linalg emits for a packed matmul (marked `gpt.packed_matmul`).
+bool isCandidate(linalg::LinalgOp op, const TileChoice &choice) {
+  switch (choice.kind) {
+  case Kind::PackedMatmul:
+    return isa<linalg::GenericOp>(op) && isPackedMatmul(op);
+  case Kind::Matmul:
+    return isa<linalg::MatmulOp>(op);
+  case Kind::BatchMatmul:
+    return isa<linalg::BatchMatmulOp>(op);
+  case Kind::Elementwise:
+    return false;  // chosen by elementwiseChoice, not from the table
+  }
+  return false;
+}
+
+/// True when every parallel dim of the static result divides by its tile size.
+bool tilesEvenly(linalg::LinalgOp op, ArrayRef<int64_t> tile) {
+  auto result = dyn_cast<RankedTensorType>(op.getDpsInits()[0].getType());
+  if (!result || !result.hasStaticShape()) return false;
+  for (auto [dim, size] : llvm::zip(result.getShape(), tile.drop_back()))
+    if (dim % size != 0) return false;
+  return true;
+}
+
+/// The number of contiguous pieces to split `op` into for `threads` threads: the largest of
+/// target::kThreadChunkCounts not above `threads` that leaves every piece a whole number of tiles
+/// along the table's split dimension, or 1 for ops smaller than target::kMinParallelWork.
+int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t threads) {
+  // Inside an scf.forall (the attention's loop over heads) the threads are already busy.
+  if (op->getParentOfType<scf::ForallOp>()) return 1;
+  int64_t work = 1;
+  for (int64_t range : op.getStaticLoopRanges()) work *= range;
+  if (work < target::kMinParallelWork) return 1;
+  auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
+  int64_t extent = shape[choice.splitDim], unit = choice.tile[choice.splitDim];
+  for (int64_t chunks : target::kThreadChunkCounts)
+    if (chunks <= threads && extent % (chunks * unit) == 0) return chunks;
+  return 1;
+}
+
+/// Records `choice`'s tile on `op`, and its split into `chunks` pieces when there are several.
+void markTile(linalg::LinalgOp op, const TileChoice &choice, int64_t chunks) {
+  setRegisterTile(op, LoopTile{choice.tile, choice.interchange});
+  if (chunks <= 1) return;
+  SmallVector<int64_t> piecesPerLoop(choice.splitDim + 1, 0);
+  piecesPerLoop.back() = chunks;
+  setParallelChunks(op, piecesPerLoop);
+}
+
+/// Elementwise generics (every loop parallel, one static result of rank 2 or 3, no gather):
+/// one vector of the largest of 32, 16, 8 lanes that divides the innermost dim, split across
+/// threads along dim 1 like matmuls. Vectorized, GELU's tanh and softmax's exp become
+/// polynomial approximations on whole vectors instead of one libm call per element.
+std::optional<TileChoice> elementwiseChoice(linalg::LinalgOp op) {
+  if (!isa<linalg::GenericOp>(op) || isPackedMatmul(op) || op.getNumReductionLoops() != 0 ||
+      op.getNumDpsInits() != 1)
+    return std::nullopt;
+  auto result = dyn_cast<RankedTensorType>(op.getDpsInits()[0].getType());
+  if (!result || !result.hasStaticShape() || result.getRank() < 2 || result.getRank() > 3) return std::nullopt;
+  // A gather (tensor.extract in the body: the embedding lookup) does not vectorize as plain loads.
+  if (!op->getRegion(0).getOps<tensor::ExtractOp>().empty()) return std::nullopt;
+  for (int64_t width : target::kElementwiseWidths) {
+    if (result.getShape().back() % width != 0) continue;
+    SmallVector<int64_t> tile(result.getRank(), 1);
+    tile.back() = width;
+    return TileChoice{Kind::Elementwise, tile, {}, 1};
+  }
+  return std::nullopt;
+}
+
+/// Row reductions (a rank-2 generic reducing its innermost loop into one value per row, whose body
+/// ends by combining the accumulator with addf or maximumf: LayerNorm's mean and variance,
+/// attention's row max and sum): the largest of 32, 16, 8 lanes dividing the row length. The
+/// schedule keeps that many partial results in a vector across the row and reduces it once at
+/// the end of the row.
+std::optional<int64_t> rowReductionWidth(linalg::LinalgOp op) {
+  if (!isa<linalg::GenericOp>(op) || op.getNumLoops() != 2 || op.getNumReductionLoops() != 1 ||
+      op.getIteratorTypesArray()[1] != utils::IteratorType::reduction || op.getNumDpsInits() != 1)
+    return std::nullopt;
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  if (ShapedType::isDynamic(ranges[0]) || ShapedType::isDynamic(ranges[1])) return std::nullopt;
+  // The reduction must be a plain combiner of the accumulator, which the schedule's partial
+  // reduction can split (its neutral element: 0 for addf, -inf for maximumf).
+  Block &body = op->getRegion(0).front();
+  Operation *combiner = body.getTerminator()->getOperand(0).getDefiningOp();
+  if (!combiner || !isa<arith::AddFOp, arith::MaximumFOp>(combiner) ||
+      !llvm::is_contained(combiner->getOperands(), body.getArguments().back()))
+    return std::nullopt;
+  for (int64_t width : target::kElementwiseWidths)
+    if (ranges[1] % width == 0) return width;
+  return std::nullopt;
+}
+
+/// The elementwise generic that can take a packed matmul as its epilogue: the matmul's only
+/// user, of the same shape, all loops parallel, reading the matmul through an identity map as
+/// input 0 or 1 (the operand positions the schedule handles). Returns that input's position.
+std::optional<unsigned> epilogueOperand(linalg::LinalgOp matmul, linalg::GenericOp &epilogue) {
+  Value result = matmul->getResult(0);
+  if (!result.hasOneUse()) return std::nullopt;
+  auto user = dyn_cast<linalg::GenericOp>(*result.getUsers().begin());
+  if (!user || isPackedMatmul(user) || user.getNumReductionLoops() != 0 || user.getNumDpsInits() != 1 ||
+      user->getResult(0).getType() != result.getType() || !user.getRegion().getOps<tensor::ExtractOp>().empty())
+    return std::nullopt;
+  for (OpOperand *input : user.getDpsInputOperands())
+    if (input->get() == result && input->getOperandNumber() < 2 && user.getMatchingIndexingMap(input).isIdentity()) {
+      epilogue = user;
+      return input->getOperandNumber();
+    }
+  return std::nullopt;
+}
+
+class SelectRegisterTilesPass : public impl::SelectRegisterTilesBase<SelectRegisterTilesPass> {
+public:
+  using SelectRegisterTilesBase::SelectRegisterTilesBase;
+
+  void runOnOperation() override {
+    getOperation().walk([&](linalg::LinalgOp op) {
+      if (getEpilogueFusion(op)) return;  // its packed matmul was fused into it
+      if (std::optional<int64_t> width = rowReductionWidth(op)) {
+        setRowReductionTile(op, *width);
+        return;
+      }
+      if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
+        markTile(op, *choice, parallelChunks(op, *choice, threads));
+        return;
+      }
+      for (const TileChoice &choice : kTileTable) {
+        if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
+        // Epilogue fusion: the bias/GELU/residual generic after a packed matmul drives the
+        // loops, and the schedule computes each matmul tile inside them, so the accumulator
+        // goes through the epilogue in registers and is written once. The schedule handles 1
+        // or 2 threads' pieces; other counts keep the two ops apart.
+        linalg::GenericOp epilogue;
+        int64_t chunks = parallelChunks(op, choice, threads);
+        if (choice.kind == Kind::PackedMatmul && chunks <= 2)
+          if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
+            // The epilogue's loops are the matmul's parallel ones: (M, panel, column).
+            LoopTile tile{SmallVector<int64_t>(ArrayRef<int64_t>(choice.tile).drop_back()),
+                          SmallVector<int64_t>(ArrayRef<int64_t>(choice.interchange).drop_back())};
+            setEpilogueFusion(epilogue, EpilogueFusion{tile, *operand, chunks});
+            break;
+          }
+        markTile(op, choice, chunks);
+        break;
+      }
+    });
+  }
+};
+
+} // namespace
+} // namespace gpt::codegen

@@ -1,0 +1,124 @@
+// --gpt-stack-allocate-temporaries: small temporaries of a function become stack buffers in its
+// frame, including those allocated on every iteration of a sequential loop.
+#include "cc/codegen/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+
+namespace gpt::codegen {
+using namespace mlir;
+
+#define GEN_PASS_DEF_STACKALLOCATETEMPORARIES
+#include "cc/codegen/Passes.h.inc"
+
+namespace {
+
+/// Stack buffers are aligned to a cache line, which is also one AVX-512 vector.
+constexpr int64_t kStackAlignment = 64;
+
+/// True when `alloc`'s buffer, or a view of it, may outlive the region that allocates it: it is
+/// returned, yielded out of a loop iteration or branch, or handed to an op that produces buffers
+/// of its own (a loop's iter_args, a call returning memrefs) and may hand it back under another
+/// name. Ops that only read or write it (linalg on buffers, copies, loads, stores, calls that
+/// write an out-parameter) are fine.
+bool escapes(memref::AllocOp alloc) {
+  SmallVector<Value> worklist = {alloc.getResult()};
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    for (Operation *user : value.getUsers()) {
+      if (user->hasTrait<OpTrait::ReturnLike>() || isa<RegionBranchTerminatorOpInterface>(user)) return true;
+      if (auto view = dyn_cast<ViewLikeOpInterface>(user); view && view.getViewSource() == value) {
+        worklist.append(user->result_begin(), user->result_end());
+        continue;
+      }
+      if (llvm::any_of(user->getResultTypes(), llvm::IsaPred<BaseMemRefType>)) return true;
+    }
+  }
+  return false;
+}
+
+/// Where `alloc` sits relative to the parallel loops around it.
+struct Placement {
+  bool allowed = false;        // only sequential loops and branches, and at most one scf.forall
+  scf::ForallOp forall;        // that scf.forall, if any: one slot per iteration
+  int64_t iterations = 1;      // its static trip count
+};
+
+/// Every op between `alloc` and `function`'s body must run its regions one at a time (a
+/// sequential loop, a branch), except at most one scf.forall with a static trip count. One
+/// buffer can then serve every sequential iteration, since no iteration's buffer outlives it
+/// (escapes() is false); the iterations of an scf.forall run at once, so each gets a slot of its
+/// own.
+Placement placementOf(memref::AllocOp alloc, func::FuncOp function) {
+  Placement placement;
+  for (Operation *parent = alloc->getParentOp(); parent != function; parent = parent->getParentOp()) {
+    if (isa<scf::ForOp, scf::IfOp>(parent)) continue;
+    auto forall = dyn_cast<scf::ForallOp>(parent);
+    if (!forall || placement.forall || forall.getRank() != 1 || !forall.isNormalized()) return {};
+    std::optional<int64_t> upper = getConstantIntValue(forall.getMixedUpperBound()[0]);
+    if (!upper) return {};
+    placement.forall = forall;
+    placement.iterations = *upper;
+  }
+  placement.allowed = true;
+  return placement;
+}
+
+class StackAllocateTemporariesPass : public impl::StackAllocateTemporariesBase<StackAllocateTemporariesPass> {
+public:
+  using StackAllocateTemporariesBase::StackAllocateTemporariesBase;
+
+  void runOnOperation() override {
+    func::FuncOp function = getOperation();
+    if (function.isExternal()) return;
+    SmallVector<memref::AllocOp> candidates;
+    function.walk([&](memref::AllocOp alloc) { candidates.push_back(alloc); });
+
+    IRRewriter rewriter(&getContext());
+    Block &entry = function.front();
+    int64_t total = 0;
+    for (memref::AllocOp alloc : candidates) {
+      MemRefType type = alloc.getType();
+      if (!type.hasStaticShape() || !type.getLayout().isIdentity() || !type.getElementType().isIntOrFloat())
+        continue;
+      int64_t bytes = type.getNumElements() * type.getElementTypeBitWidth() / 8;
+      Placement placement = placementOf(alloc, function);
+      if (!placement.allowed || escapes(alloc)) continue;
+      // Slots of a forall's iterations start on cache lines.
+      int64_t slotBytes = llvm::alignTo(bytes, kStackAlignment);
+      int64_t frameBytes = placement.forall ? placement.iterations * slotBytes : bytes;
+      if (bytes > maxBufferBytes || total + frameBytes > maxFrameBytes) continue;
+      total += frameBytes;
+      int64_t alignment = std::max<int64_t>(alloc.getAlignment().value_or(0), kStackAlignment);
+      // An alloca is part of the frame only in the entry block: one inside a loop would grow the
+      // stack on every iteration. Allocations in the entry block stay where they are.
+      if (alloc->getBlock() == &entry)
+        rewriter.setInsertionPoint(alloc);
+      else
+        rewriter.setInsertionPointToStart(&entry);
+      if (!placement.forall) {
+        auto alloca = rewriter.create<memref::AllocaOp>(alloc.getLoc(), type, rewriter.getI64IntegerAttr(alignment));
+        rewriter.replaceOp(alloc, alloca.getResult());
+        continue;
+      }
+      // One byte buffer with a slot per forall iteration; the iteration views its own slot with
+      // the allocation's type (memref.view keeps the identity layout, so no user changes).
+      auto bytesType = MemRefType::get({placement.iterations * slotBytes}, rewriter.getI8Type());
+      auto slots = rewriter.create<memref::AllocaOp>(alloc.getLoc(), bytesType, rewriter.getI64IntegerAttr(alignment));
+      rewriter.setInsertionPoint(alloc);
+      Value iteration = placement.forall.getInductionVar(0);
+      Value offset = rewriter.create<arith::MulIOp>(
+          alloc.getLoc(), iteration, rewriter.create<arith::ConstantIndexOp>(alloc.getLoc(), slotBytes));
+      rewriter.replaceOpWithNewOp<memref::ViewOp>(alloc, type, slots, offset, ValueRange{});
+    }
+  }
+};
+
+} // namespace
+} // namespace gpt::codegen

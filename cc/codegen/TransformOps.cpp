@@ -1,0 +1,182 @@
+// The `transform.gpt.*` ops: upstream tiling, reduction tiling and thread splitting, with their
+// sizes read from the gpt.* attributes of each payload op (see TransformOps.td).
+#include "cc/codegen/TransformOps.h"
+
+#include "cc/codegen/CodegenAttributes.h"
+
+#include "mlir/Dialect/Linalg/TransformOps/LinalgTransformOps.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Interfaces/TilingInterface.h"
+
+#define GET_OP_CLASSES
+#include "cc/codegen/TransformOps.cpp.inc"
+
+namespace gpt::codegen {
+using namespace mlir;
+
+namespace {
+
+/// A script that names an attribute CodegenAttributes.h does not define has a typo: fail loudly
+/// instead of silently matching nothing.
+DiagnosedSilenceableFailure checkAttributeName(transform::TransformOpInterface op, StringRef name) {
+  if (isCodegenAttribute(name)) return DiagnosedSilenceableFailure::success();
+  return op.emitDefiniteFailure() << "'" << name << "' is not a gpt codegen attribute (cc/codegen/CodegenAttributes.h)";
+}
+
+class TransformExtension : public transform::TransformDialectExtension<TransformExtension> {
+public:
+  using Base::Base;
+
+  void init() {
+    registerTransformOps<
+#define GET_OP_LIST
+#include "cc/codegen/TransformOps.cpp.inc"
+        >();
+  }
+};
+
+} // namespace
+
+void registerTransformExtension(DialectRegistry &registry) { registry.addExtensions<TransformExtension>(); }
+
+//===----------------------------------------------------------------------===//
+// MatchAttributeOp
+//===----------------------------------------------------------------------===//
+
+DiagnosedSilenceableFailure MatchAttributeOp::apply(transform::TransformRewriter &, transform::TransformResults &results,
+                                                    transform::TransformState &state) {
+  if (DiagnosedSilenceableFailure diag = checkAttributeName(*this, getName()); !diag.succeeded()) return diag;
+  SmallVector<Operation *> matched;
+  for (Operation *root : state.getPayloadOps(getRoot()))
+    root->walk<WalkOrder::PreOrder>([&](Operation *op) {
+      if (op != root && op->hasAttr(getName())) matched.push_back(op);
+    });
+  results.set(cast<OpResult>(getResult()), matched);
+  return DiagnosedSilenceableFailure::success();
+}
+
+//===----------------------------------------------------------------------===//
+// TileByAttributeOp
+//===----------------------------------------------------------------------===//
+
+DiagnosedSilenceableFailure TileByAttributeOp::apply(transform::TransformRewriter &rewriter,
+                                                     transform::TransformResults &results,
+                                                     transform::TransformState &state) {
+  if (DiagnosedSilenceableFailure diag = checkAttributeName(*this, getName()); !diag.succeeded()) return diag;
+  SmallVector<Operation *> tiled, loops;
+  for (Operation *target : state.getPayloadOps(getTarget())) {
+    std::optional<LoopTile> tile = getLoopTile(target, getName());
+    auto tileable = dyn_cast<TilingInterface>(target);
+    if (!tile || !tileable) {
+      DiagnosedSilenceableFailure diag = emitSilenceableError() << "expected a tileable op with a '" << getName() << "'";
+      diag.attachNote(target->getLoc()) << "target";
+      return diag;
+    }
+    scf::SCFTilingOptions options;
+    options.setTileSizes(getAsIndexOpFoldResult(getContext(), tile->sizes));
+    options.setInterchange(tile->interchange);
+    rewriter.setInsertionPoint(target);
+    FailureOr<scf::SCFTilingResult> result = scf::tileUsingSCF(rewriter, tileable, options);
+    if (failed(result)) return emitDefaultSilenceableFailure(target);
+    rewriter.replaceOp(target, result->replacements);
+    tiled.append(result->tiledOps);
+    for (LoopLikeOpInterface loop : result->loops) loops.push_back(loop);
+  }
+  results.set(cast<OpResult>(getTiled()), tiled);
+  results.set(cast<OpResult>(getLoops()), loops);
+  return DiagnosedSilenceableFailure::success();
+}
+
+//===----------------------------------------------------------------------===//
+// TileReductionByAttributeOp
+//===----------------------------------------------------------------------===//
+
+DiagnosedSilenceableFailure TileReductionByAttributeOp::apply(transform::TransformRewriter &rewriter,
+                                                              transform::TransformResults &results,
+                                                              transform::TransformState &state) {
+  SmallVector<Operation *> fills, partials, combines, loops;
+  for (Operation *target : state.getPayloadOps(getTarget())) {
+    std::optional<int64_t> lanes = getRowReductionTile(target);
+    auto reduction = dyn_cast<PartialReductionOpInterface>(target);
+    if (!lanes || !reduction) {
+      DiagnosedSilenceableFailure diag = emitSilenceableError()
+                                         << "expected a row reduction with a '" << attr::kRowReductionTile << "'";
+      diag.attachNote(target->getLoc()) << "target";
+      return diag;
+    }
+    rewriter.setInsertionPoint(target);
+    Builder b(getContext());
+    FailureOr<scf::SCFReductionTilingResult> result =
+        scf::tileReductionUsingScf(rewriter, reduction, getAsOpFoldResult(b.getI64ArrayAttr({0, *lanes})));
+    if (failed(result)) return emitDefaultSilenceableFailure(target);
+    for (Value init : result->initialValues) fills.push_back(init.getDefiningOp());
+    llvm::append_range(partials, result->parallelTiledOps);
+    llvm::append_range(combines, result->mergeOps);
+    loops.push_back(result->loops.front());
+  }
+  results.set(cast<OpResult>(getFill()), fills);
+  results.set(cast<OpResult>(getPartial()), partials);
+  results.set(cast<OpResult>(getCombine()), combines);
+  results.set(cast<OpResult>(getLoop()), loops);
+  return DiagnosedSilenceableFailure::success();
+}
+
+//===----------------------------------------------------------------------===//
+// SplitForThreadsOp
+//===----------------------------------------------------------------------===//
+
+DiagnosedSilenceableFailure SplitForThreadsOp::apply(transform::TransformRewriter &rewriter,
+                                                     transform::TransformResults &results,
+                                                     transform::TransformState &state) {
+  SmallVector<Operation *> chunks, foralls;
+  Builder b(getContext());
+  for (Operation *target : state.getPayloadOps(getTarget())) {
+    std::optional<SmallVector<int64_t>> pieces = getParallelChunks(target);
+    if (!pieces) {
+      DiagnosedSilenceableFailure diag = emitSilenceableError() << "expected a '" << attr::kParallelChunks << "'";
+      diag.attachNote(target->getLoc()) << "target";
+      return diag;
+    }
+    linalg::ForallTilingResult split;
+    DiagnosedSilenceableFailure diag = transform::tileToForallOpImpl(
+        rewriter, state, cast<transform::TransformOpInterface>(getOperation()), target,
+        getAsOpFoldResult(b.getI64ArrayAttr(*pieces)), /*mixedTileSizes=*/{}, /*mapping=*/std::nullopt, split);
+    if (!diag.succeeded()) return diag;
+    chunks.push_back(split.tiledOp);
+    foralls.push_back(split.tileOp);
+  }
+  results.set(cast<OpResult>(getChunks()), chunks);
+  results.set(cast<OpResult>(getForall()), foralls);
+  return DiagnosedSilenceableFailure::success();
+}
+
+//===----------------------------------------------------------------------===//
+// GetEpilogueMatmulOp
+//===----------------------------------------------------------------------===//
+
+DiagnosedSilenceableFailure GetEpilogueMatmulOp::apply(transform::TransformRewriter &,
+                                                       transform::TransformResults &results,
+                                                       transform::TransformState &state) {
+  SmallVector<Operation *> matmuls;
+  for (Operation *target : state.getPayloadOps(getTarget())) {
+    std::optional<EpilogueFusion> fusion = getEpilogueFusion(target);
+    Operation *producer = nullptr;
+    if (fusion && fusion->matmulOperand < target->getNumOperands())
+      producer = target->getOperand(fusion->matmulOperand).getDefiningOp();
+    if (!producer) {
+      DiagnosedSilenceableFailure diag = emitSilenceableError()
+                                         << "expected an epilogue whose '" << attr::kEpilogueOperand
+                                         << "' names an operand with a producer";
+      diag.attachNote(target->getLoc()) << "target";
+      return diag;
+    }
+    matmuls.push_back(producer);
+  }
+  results.set(cast<OpResult>(getMatmul()), matmuls);
+  return DiagnosedSilenceableFailure::success();
+}
+
+} // namespace gpt::codegen

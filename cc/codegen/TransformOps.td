@@ -1,0 +1,110 @@
+// Transform-dialect extension ops (`transform.gpt.*`) that apply the decisions the codegen passes
+// record as `gpt.*` attributes: the schedule names an attribute, and the op reads the tile, the
+// thread split or the fused operand from each payload op. One schedule block then serves every
+// tile shape, and a new shape is one row of the tile table in SelectRegisterTiles.cpp.
+#ifndef GPT_CC_CODEGEN_TRANSFORMOPS_TD
+#define GPT_CC_CODEGEN_TRANSFORMOPS_TD
+
+include "mlir/Dialect/Transform/IR/TransformDialect.td"
+include "mlir/Dialect/Transform/Interfaces/TransformInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/OpBase.td"
+
+class GptTransformOp<string mnemonic, list<Trait> traits = []>
+    : Op<Transform_Dialect, "gpt." # mnemonic, traits # [DeclareOpInterfaceMethods<TransformOpInterface>]> {
+  let cppNamespace = "::gpt::codegen";
+}
+
+def MatchAttributeOp : GptTransformOp<"match_attribute", [MemoryEffectsOpInterface, NavigationTransformOpTrait]> {
+  let summary = "Every op nested in the target that carries a named gpt.* attribute";
+  let description = [{
+    Returns a handle to the ops under `root` (in pre-order) that carry the attribute `name`,
+    whatever its value: upstream `transform.structured.match` compares values, and a schedule
+    that listed every value would repeat the tile table. `name` must be one of the attributes of
+    cc/codegen/CodegenAttributes.h.
+
+    ```mlir
+    %tiled = transform.gpt.match_attribute "gpt.register_tile" in %root
+        : (!transform.any_op) -> !transform.any_op
+    ```
+  }];
+  let arguments = (ins TransformHandleTypeInterface:$root, StrAttr:$name);
+  let results = (outs TransformHandleTypeInterface:$result);
+  let assemblyFormat = "$name `in` $root attr-dict `:` functional-type(operands, results)";
+}
+
+def TileByAttributeOp : GptTransformOp<"tile_by_attribute", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
+  let summary = "Tile each target with scf.for loops by the tile its attribute records";
+  let description = [{
+    For each target, reads the tile sizes from the attribute `name` (`gpt.register_tile` or
+    `gpt.epilogue_tile`) and the loop order from `gpt.tile_interchange` when present, and tiles
+    it as `transform.structured.tile_using_for` would with those sizes. Returns the tiled ops and
+    one handle to all the loops created, outermost first (interchanged order), target by target.
+
+    ```mlir
+    // %op carries {gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]}
+    %tile, %loops = transform.gpt.tile_by_attribute %op "gpt.register_tile"
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    ```
+  }];
+  let arguments = (ins TransformHandleTypeInterface:$target, StrAttr:$name);
+  let results = (outs TransformHandleTypeInterface:$tiled, TransformHandleTypeInterface:$loops);
+  let assemblyFormat = "$target $name attr-dict `:` functional-type(operands, results)";
+}
+
+def TileReductionByAttributeOp
+    : GptTransformOp<"tile_reduction_by_attribute", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
+  let summary = "Tile the reduction of each row-reduction target by its gpt.row_reduction_tile";
+  let description = [{
+    For each target (a rank-2 generic reducing its second loop, marked
+    `gpt.row_reduction_tile = w`), does what `transform.structured.tile_reduction_using_for
+    %target by tile_sizes = [0, w]` does: `w` partial results are kept across the row and combined
+    at its end. Returns the fill of the partial results, the partial reduction, the combining op
+    and the loop.
+
+    ```mlir
+    %init, %partial, %combine, %loop = transform.gpt.tile_reduction_by_attribute %row
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+    ```
+  }];
+  let arguments = (ins TransformHandleTypeInterface:$target);
+  let results = (outs TransformHandleTypeInterface:$fill, TransformHandleTypeInterface:$partial,
+                      TransformHandleTypeInterface:$combine, TransformHandleTypeInterface:$loop);
+  let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
+}
+
+def SplitForThreadsOp : GptTransformOp<"split_for_threads", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
+  let summary = "Split each target into the pieces its gpt.parallel_chunks records, one scf.forall";
+  let description = [{
+    For each target, reads the number of pieces per loop from `gpt.parallel_chunks` and does
+    what `transform.structured.tile_using_forall %target num_threads [...]` does with them.
+    Returns the pieces (ops inside the `scf.forall`, keeping the target's attributes) and the
+    `scf.forall` loops.
+
+    ```mlir
+    // %op carries {gpt.parallel_chunks = [0, 4]}
+    %chunk, %forall = transform.gpt.split_for_threads %op
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    ```
+  }];
+  let arguments = (ins TransformHandleTypeInterface:$target);
+  let results = (outs TransformHandleTypeInterface:$chunks, TransformHandleTypeInterface:$forall);
+  let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
+}
+
+def GetEpilogueMatmulOp : GptTransformOp<"get_epilogue_matmul", [MemoryEffectsOpInterface, NavigationTransformOpTrait]> {
+  let summary = "The packed matmul an epilogue generic computes inside its tiles";
+  let description = [{
+    For each target (a generic marked `gpt.epilogue_operand = i`), the producer of its input
+    `i`: `transform.get_producer_of_operand %target[i]` with `i` read from the payload.
+
+    ```mlir
+    %matmul = transform.gpt.get_epilogue_matmul %epilogue : (!transform.any_op) -> !transform.any_op
+    ```
+  }];
+  let arguments = (ins TransformHandleTypeInterface:$target);
+  let results = (outs TransformHandleTypeInterface:$matmul);
+  let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
+}
+
+#endif // GPT_CC_CODEGEN_TRANSFORMOPS_TD

@@ -1,0 +1,84 @@
+"""Type stub of gpt._gpt, the pybind11 extension built from python/gpt/_gpt/*.cc."""
+
+from typing import SupportsFloat, SupportsIndex, SupportsInt
+
+import numpy as np
+import numpy.typing as npt
+
+# pybind11 accepts anything int() or float() accepts where the C++ side takes a number.
+_Int = SupportsInt | SupportsIndex
+_Float = SupportsFloat | SupportsIndex
+
+STAGES: list[str]
+"""The compiler stages ir() can print, in pipeline order: transformer, linalg, vectorized, bufferized, llvm."""
+
+class CompilerError(RuntimeError):
+    """An MLIR or JIT failure, carrying MLIR's diagnostics (location and message)."""
+
+def run_pipeline(ir: str, pipeline: str, verify_each: bool = True) -> str:
+    """Parse MLIR text, run a textual pass pipeline over it and return the printed result."""
+
+def pack_panels(matrix: npt.ArrayLike, width: _Int) -> npt.NDArray[np.float32]:
+    """The [N/width, K, width] column panels of a [K, N] matrix, as the runtime packs matmul weights."""
+
+def supplied_parameters(
+    n_layer: _Int, n_head: _Int, n_embd: _Int, vocab_size: _Int, block_size: _Int, rope: bool
+) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every weight a model of this configuration takes, in order."""
+
+class CompiledModel:
+    """A GPT's compiled entry points, called with numpy arrays (zero-copy)."""
+
+    def __init__(
+        self,
+        n_layer: _Int,
+        n_head: _Int,
+        n_embd: _Int,
+        vocab_size: _Int,
+        block_size: _Int,
+        rope: bool,
+        layer_norm_eps: _Float,
+        pipeline: str,
+        threads: _Int,
+        cache_dir: str = "",
+    ) -> None: ...
+    def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of every weight set_weights() takes, in its order."""
+
+    def bucket_for(self, seq_len: _Int) -> int:
+        """The padded sequence length that seq_len tokens are compiled for."""
+
+    def set_weights(self, weights: list[npt.NDArray[np.float32]]) -> None:
+        """Binds the weights (checked here, once) for every later call; the model keeps the list alive."""
+
+    def forward(self, ids: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding."""
+
+    def step(
+        self,
+        ids: npt.ArrayLike,
+        offset: _Int,
+        cache_len: _Int,
+        keys: list[npt.NDArray[np.float32]],
+        values: list[npt.NDArray[np.float32]],
+    ) -> npt.NDArray[np.float32]:
+        """Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and
+        whose keys/values are written into the per-layer caches in place."""
+
+    def ir(self, stage: str, seq_len: _Int, cache_len: _Int = 0) -> str:
+        """The program for seq_len tokens after `stage` (one of STAGES); the cached step when cache_len > 0."""
+
+    def dump_forward_object(self, seq_len: _Int, path: str) -> None:
+        """Writes the JIT's machine code of forward(seq_len) to an ELF object."""
+
+    def compiled_buckets(self) -> dict[int, float]:
+        """{bucket: seconds spent compiling it} for every forward bucket compiled so far."""
+
+    def compiled_steps(self) -> dict[tuple[int, int], float]:
+        """{(tokens, cache length): seconds} for every cached-step program compiled so far."""
+
+    def disk_cache_hits(self) -> int:
+        """Programs loaded from the on-disk cache instead of being compiled."""
+
+    def total_compile_seconds(self) -> float:
+        """Seconds spent compiling (or loading) every program so far."""

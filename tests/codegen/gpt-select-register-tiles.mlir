@@ -1,0 +1,256 @@
+// --gpt-select-register-tiles: the tile decision is written into the IR as an attribute.
+// RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles | FileCheck %s
+
+// CHECK-LABEL: func.func @divisible
+// CHECK: linalg.matmul {gpt.register_tile = [8, 32, 1]}
+// CHECK: linalg.batch_matmul {gpt.register_tile = [1, 8, 8, 1]}
+func.func @divisible(%a: tensor<16x64xf32>, %b: tensor<64x96xf32>, %c: tensor<16x96xf32>,
+                     %x: tensor<2x8x16xf32>, %y: tensor<2x16x8xf32>, %z: tensor<2x8x8xf32>) -> (tensor<16x96xf32>, tensor<2x8x8xf32>) {
+  %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x96xf32>) outs(%c : tensor<16x96xf32>) -> tensor<16x96xf32>
+  %1 = linalg.batch_matmul ins(%x, %y : tensor<2x8x16xf32>, tensor<2x16x8xf32>) outs(%z : tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
+  return %0, %1 : tensor<16x96xf32>, tensor<2x8x8xf32>
+}
+
+// -----
+
+// One row (decode): the row tiles of the table.
+// CHECK-LABEL: func.func @one_row
+// CHECK: linalg.matmul {gpt.register_tile = [1, 32, 1]}
+// CHECK: linalg.batch_matmul {gpt.register_tile = [1, 1, 8, 1]}
+func.func @one_row(%a: tensor<1x64xf32>, %b: tensor<64x96xf32>, %c: tensor<1x96xf32>,
+                   %x: tensor<2x1x16xf32>, %y: tensor<2x16x64xf32>, %z: tensor<2x1x64xf32>) -> (tensor<1x96xf32>, tensor<2x1x64xf32>) {
+  %0 = linalg.matmul ins(%a, %b : tensor<1x64xf32>, tensor<64x96xf32>) outs(%c : tensor<1x96xf32>) -> tensor<1x96xf32>
+  %1 = linalg.batch_matmul ins(%x, %y : tensor<2x1x16xf32>, tensor<2x16x64xf32>) outs(%z : tensor<2x1x64xf32>) -> tensor<2x1x64xf32>
+  return %0, %1 : tensor<1x96xf32>, tensor<2x1x64xf32>
+}
+
+// -----
+
+// N = 100 is not a multiple of 32 nor N = 12 of 8: left for scalar loops.
+// CHECK-LABEL: func.func @not_divisible
+// CHECK-NOT: gpt.register_tile
+func.func @not_divisible(%a: tensor<16x64xf32>, %b: tensor<64x100xf32>, %c: tensor<16x100xf32>,
+                         %x: tensor<2x8x16xf32>, %y: tensor<2x16x12xf32>, %z: tensor<2x8x12xf32>) -> (tensor<16x100xf32>, tensor<2x8x12xf32>) {
+  %0 = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x100xf32>) outs(%c : tensor<16x100xf32>) -> tensor<16x100xf32>
+  %1 = linalg.batch_matmul ins(%x, %y : tensor<2x8x16xf32>, tensor<2x16x12xf32>) outs(%z : tensor<2x8x12xf32>) -> tensor<2x8x12xf32>
+  return %0, %1 : tensor<16x100xf32>, tensor<2x8x12xf32>
+}
+
+// -----
+
+// Dynamic shapes are never marked.
+// CHECK-LABEL: func.func @dynamic
+// CHECK-NOT: gpt.register_tile
+func.func @dynamic(%a: tensor<?x64xf32>, %b: tensor<64x96xf32>, %c: tensor<?x96xf32>) -> tensor<?x96xf32> {
+  %0 = linalg.matmul ins(%a, %b : tensor<?x64xf32>, tensor<64x96xf32>) outs(%c : tensor<?x96xf32>) -> tensor<?x96xf32>
+  return %0 : tensor<?x96xf32>
+}
+
+// -----
+
+// With threads, each marked op also records how many contiguous pieces to split it into: the
+// largest of 8/4/2 not above the thread count that leaves whole tiles (matmul: N = 96 is 3 tiles
+// wide, so it is not split; N = 128 splits in 4 (threads=4) or 2 (threads=2); batch matmul: the
+// 2 batches split in 2). An op under 2^18 iterations (the last matmul, 16x128x64) is not worth a
+// fork and join and is never split.
+// RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles=threads=2 | FileCheck %s --check-prefix=THREADS2
+// RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles=threads=4 | FileCheck %s --check-prefix=THREADS4
+// THREADS2-LABEL: func.func @threads
+// THREADS2: linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%{{.*}}, %{{.*}} : tensor<64x64xf32>, tensor<64x96xf32>)
+// THREADS2: linalg.matmul {gpt.parallel_chunks = [0, 2], gpt.register_tile = [8, 32, 1]}
+// THREADS2: linalg.batch_matmul {gpt.parallel_chunks = [2], gpt.register_tile = [1, 8, 8, 1]}
+// THREADS2: linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%{{.*}}, %{{.*}} : tensor<16x64xf32>, tensor<64x128xf32>)
+// THREADS4-LABEL: func.func @threads
+// THREADS4: linalg.matmul {gpt.parallel_chunks = [0, 4], gpt.register_tile = [8, 32, 1]}
+// THREADS4: linalg.batch_matmul {gpt.parallel_chunks = [2], gpt.register_tile = [1, 8, 8, 1]}
+// THREADS4: linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%{{.*}}, %{{.*}} : tensor<16x64xf32>, tensor<64x128xf32>)
+// CHECK-LABEL: func.func @threads
+// CHECK-NOT: gpt.parallel_chunks
+func.func @threads(%a: tensor<64x64xf32>, %b: tensor<64x96xf32>, %c: tensor<64x96xf32>,
+                   %b2: tensor<64x128xf32>, %c2: tensor<64x128xf32>,
+                   %x: tensor<2x64x64xf32>, %y: tensor<2x64x64xf32>, %z: tensor<2x64x64xf32>,
+                   %small: tensor<16x64xf32>, %c3: tensor<16x128xf32>) -> (tensor<64x96xf32>, tensor<64x128xf32>, tensor<2x64x64xf32>, tensor<16x128xf32>) {
+  %0 = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x96xf32>) outs(%c : tensor<64x96xf32>) -> tensor<64x96xf32>
+  %1 = linalg.matmul ins(%a, %b2 : tensor<64x64xf32>, tensor<64x128xf32>) outs(%c2 : tensor<64x128xf32>) -> tensor<64x128xf32>
+  %2 = linalg.batch_matmul ins(%x, %y : tensor<2x64x64xf32>, tensor<2x64x64xf32>) outs(%z : tensor<2x64x64xf32>) -> tensor<2x64x64xf32>
+  %3 = linalg.matmul ins(%small, %b2 : tensor<16x64xf32>, tensor<64x128xf32>) outs(%c3 : tensor<16x128xf32>) -> tensor<16x128xf32>
+  return %0, %1, %2, %3 : tensor<64x96xf32>, tensor<64x128xf32>, tensor<2x64x64xf32>, tensor<16x128xf32>
+}
+
+// -----
+
+// Packed matmuls (generics marked gpt.packed_matmul, loops M, panel, column, K): 8 rows x one
+// 32-wide panel, or one row for decode; threads split the panels (6 panels: 2 pieces on 2
+// threads, still 2 on 4 threads since 6 is not a multiple of 4). An unmarked generic with the
+// same loops is not a packed matmul and is left alone. (K = 2048 makes each worth splitting.)
+#pA = affine_map<(m, p, j, k) -> (m, k)>
+#pB = affine_map<(m, p, j, k) -> (p, k, j)>
+#pC = affine_map<(m, p, j, k) -> (m, p, j)>
+// CHECK-LABEL: func.func @packed
+// CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// CHECK-NOT: gpt.register_tile
+// CHECK: return
+// THREADS2-LABEL: func.func @packed
+// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = [0, 2], gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// THREADS4-LABEL: func.func @packed
+// THREADS4: gpt.packed_matmul, gpt.parallel_chunks = [0, 2], gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+func.func @packed(%a: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %c: tensor<16x6x32xf32>,
+                  %r: tensor<1x2048xf32>, %cr: tensor<1x6x32xf32>) -> (tensor<16x6x32xf32>, tensor<1x6x32xf32>, tensor<16x6x32xf32>) {
+  %0 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a, %w : tensor<16x2048xf32>, tensor<6x2048x32xf32>) outs(%c : tensor<16x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  %1 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%r, %w : tensor<1x2048xf32>, tensor<6x2048x32xf32>) outs(%cr : tensor<1x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<1x6x32xf32>
+  %2 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a, %w : tensor<16x2048xf32>, tensor<6x2048x32xf32>) outs(%c : tensor<16x6x32xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  return %0, %1, %2 : tensor<16x6x32xf32>, tensor<1x6x32xf32>, tensor<16x6x32xf32>
+}
+
+// -----
+
+// Elementwise generics get one vector of the innermost dim (the largest of 32/16/8 lanes that
+// divides it) and, with 2^18 elements or more, split across threads along dim 1. Not marked as
+// elementwise: reductions (they get a row_reduction_tile, below), gathers
+// (tensor.extract in the body), and innermost dims no vector width divides.
+#e2 = affine_map<(d0, d1) -> (d0, d1)>
+#e3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#r2 = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @elementwise
+// CHECK: linalg.generic {{.*}}gpt.register_tile = [1, 32]
+// CHECK: linalg.generic {{.*}}gpt.register_tile = [1, 1, 16]
+// CHECK-NOT: gpt.register_tile
+// CHECK: return
+// THREADS2-LABEL: func.func @elementwise
+// THREADS2: gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 32]
+// THREADS2: gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 1, 16]
+func.func @elementwise(%a: tensor<512x512xf32>, %b: tensor<8x256x144xf32>, %c: tensor<4x6xf32>, %r: tensor<512xf32>,
+                       %table: tensor<600x512xf32>) -> (tensor<512x512xf32>, tensor<8x256x144xf32>, tensor<4x6xf32>, tensor<512xf32>, tensor<512x512xf32>) {
+  %0 = linalg.generic {indexing_maps = [#e2, #e2], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<512x512xf32>) outs(%a : tensor<512x512xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %t = math.tanh %x : f32
+    linalg.yield %t : f32
+  } -> tensor<512x512xf32>
+  %1 = linalg.generic {indexing_maps = [#e3, #e3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%b : tensor<8x256x144xf32>) outs(%b : tensor<8x256x144xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %t = arith.addf %x, %x : f32
+    linalg.yield %t : f32
+  } -> tensor<8x256x144xf32>
+  %2 = linalg.generic {indexing_maps = [#e2, #e2], iterator_types = ["parallel", "parallel"]} ins(%c : tensor<4x6xf32>) outs(%c : tensor<4x6xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %t = arith.addf %x, %x : f32
+    linalg.yield %t : f32
+  } -> tensor<4x6xf32>
+  %3 = linalg.generic {indexing_maps = [#e2, #r2], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<512x512xf32>) outs(%r : tensor<512xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %t = arith.addf %x, %o : f32
+    linalg.yield %t : f32
+  } -> tensor<512xf32>
+  %4 = linalg.generic {indexing_maps = [#e2], iterator_types = ["parallel", "parallel"]} outs(%a : tensor<512x512xf32>) {
+  ^bb0(%o: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %t = tensor.extract %table[%i, %j] : tensor<600x512xf32>
+    linalg.yield %t : f32
+  } -> tensor<512x512xf32>
+  return %0, %1, %2, %3, %4 : tensor<512x512xf32>, tensor<8x256x144xf32>, tensor<4x6xf32>, tensor<512xf32>, tensor<512x512xf32>
+}
+
+// -----
+
+// Row reductions ending in a plain combiner of the accumulator get gpt.row_reduction_tile, the
+// largest of 32/16/8 dividing the row; a body that ends in anything else (here a select) cannot
+// be split into partial results and is left alone.
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+// CHECK-LABEL: func.func @row_reductions
+// CHECK: linalg.generic {{.*}}gpt.row_reduction_tile = 32 : i64
+// CHECK: linalg.generic {{.*}}gpt.row_reduction_tile = 16 : i64
+// CHECK-NOT: gpt.row_reduction_tile
+// CHECK: return
+func.func @row_reductions(%a: tensor<8x64xf32>, %s: tensor<8xf32>, %b: tensor<8x48xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %0 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<8x64xf32>) outs(%s : tensor<8xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %sq = arith.mulf %x, %x : f32
+    %t = arith.addf %acc, %sq : f32
+    linalg.yield %t : f32
+  } -> tensor<8xf32>
+  %1 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%b : tensor<8x48xf32>) outs(%s : tensor<8xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %t = arith.maximumf %x, %acc : f32
+    linalg.yield %t : f32
+  } -> tensor<8xf32>
+  %2 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<8x64xf32>) outs(%s : tensor<8xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %t = arith.maximumf %x, %acc : f32
+    %positive = arith.cmpf ogt, %x, %acc : f32
+    %u = arith.select %positive, %t, %acc : f32
+    linalg.yield %u : f32
+  } -> tensor<8xf32>
+  return %0, %1, %2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Epilogue fusion: a packed matmul whose only user is an elementwise generic of its shape,
+// reading it through an identity map as input 0 or 1, gets no tile of its own
+// (the matmul keeps only gpt.packed_matmul); the generic records the tile the schedule computes the matmul in, the
+// input position and the thread pieces (2^18+ iterations: 2 on two threads). A matmul with a
+// second user keeps its own register tile.
+#pA = affine_map<(m, p, j, k) -> (m, k)>
+#pB = affine_map<(m, p, j, k) -> (p, k, j)>
+#pC = affine_map<(m, p, j, k) -> (m, p, j)>
+#e3 = affine_map<(m, p, j) -> (m, p, j)>
+#bias = affine_map<(m, p, j) -> (p, j)>
+// CHECK-LABEL: func.func @epilogue
+// CHECK: attrs = {gpt.packed_matmul}
+// CHECK-NOT: gpt.register_tile
+// CHECK: gpt.epilogue_chunks = 1 : i64, gpt.epilogue_operand = 1 : i64, gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// THREADS2-LABEL: func.func @epilogue
+// THREADS2: gpt.epilogue_chunks = 2 : i64, gpt.epilogue_operand = 1 : i64, gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2]
+func.func @epilogue(%x: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %b: tensor<6x32xf32>, %init: tensor<16x6x32xf32>)
+    -> (tensor<16x6x32xf32>, tensor<16x6x32xf32>, tensor<16x6x32xf32>) {
+  %0 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x2048xf32>, tensor<6x2048x32xf32>) outs(%init : tensor<16x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%a: f32, %c: f32, %acc: f32):
+    %m = arith.mulf %a, %c : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  %1 = linalg.generic {indexing_maps = [#bias, #e3, #e3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%b, %0 : tensor<6x32xf32>, tensor<16x6x32xf32>) outs(%init : tensor<16x6x32xf32>) {
+  ^bb0(%c: f32, %a: f32, %o: f32):
+    %s = arith.addf %a, %c : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  %2 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x2048xf32>, tensor<6x2048x32xf32>) outs(%init : tensor<16x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%a: f32, %c: f32, %acc: f32):
+    %m = arith.mulf %a, %c : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<16x6x32xf32>
+  %3 = linalg.generic {indexing_maps = [#e3, #e3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%2 : tensor<16x6x32xf32>) outs(%init : tensor<16x6x32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %t = math.tanh %a : f32
+    linalg.yield %t : f32
+  } -> tensor<16x6x32xf32>
+  return %1, %2, %3 : tensor<16x6x32xf32>, tensor<16x6x32xf32>, tensor<16x6x32xf32>
+}

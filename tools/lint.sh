@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Lints the sources: ruff over the Python of python/, tools/ and tests/ (rules in ruff.toml) and
+# clang-format over the C++ (style in .clang-format), both pinned by tools/setup.sh. Exits non-zero
+# on any finding; `bash tools/lint.sh --fix` rewrites the files instead.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+fix=0
+[[ "${1:-}" == "--fix" ]] && fix=1
+cpp_files=()
+while IFS= read -r f; do cpp_files+=("$f"); done < <(git ls-files -- '*.cpp' '*.cc' '*.h')
+
+echo "lint: ruff check + format over python/, tools/, tests/ ($(python3 -m ruff --version)); clang-format over ${#cpp_files[@]} C++ files ($(clang-format-19 --version | grep -o 'version [0-9.]*'))"
+if (( fix )); then
+  python3 -m ruff check --fix .
+  python3 -m ruff format .
+  clang-format-19 -i "${cpp_files[@]}"
+  exit 0
+fi
+status=0
+# Every check runs, so that one pass shows every finding.
+python3 -m ruff check . || status=1
+python3 -m ruff format --check . || status=1
+clang-format-19 --dry-run --Werror "${cpp_files[@]}" || status=1
+exit "$status"
