@@ -2,12 +2,12 @@
 // that includes MLIR's InitAll* headers: they are slow to compile, so nothing else should.
 #include "cc/Registration.h"
 
-#include "cc/dialect/TransformerDialect.h"
 #include "cc/codegen/Passes.h"
-#include "cc/conversion/Passes.h"
-#include "cc/dialect/transforms/Passes.h"
 #include "cc/codegen/Pipelines.h"
 #include "cc/codegen/TransformOps.h"
+#include "cc/conversion/Passes.h"
+#include "cc/dialect/TransformerDialect.h"
+#include "cc/dialect/transforms/Passes.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"

@@ -11,26 +11,26 @@ namespace gpt {
 struct GPTConfig;
 
 enum class EntryPoint {
-  Forward,  ///< `@forward`: logits of every position, no cache
-  Step,     ///< `@step`: prefill or decode against per-layer KV caches
+  Forward, ///< `@forward`: logits of every position, no cache
+  Step,    ///< `@step`: prefill or decode against per-layer KV caches
 };
 
 /// What one argument of an entry point is.
 enum class ArgumentKind {
-  TokenIds,     ///< [T] i64, padded to the bucket
-  Positions,    ///< [T] i64, each token's position
-  LastRow,      ///< [1] i64 (step): the row whose logits are returned
-  CacheOffset,  ///< index, passed by value (step): the first token's position in the cache
-  KeyCache,     ///< [H, cacheLen, head size] f32 (step), updated in place; `index` is the layer
-  ValueCache,   ///< as KeyCache
-  Weight,       ///< parameterSpecs()[index], read-only
-  Logits,       ///< [rows, padded vocab] f32 written by the program: its result, an out-parameter
-                ///< after bufferization (so always the last argument of the compiled function)
+  TokenIds,    ///< [T] i64, padded to the bucket
+  Positions,   ///< [T] i64, each token's position
+  LastRow,     ///< [1] i64 (step): the row whose logits are returned
+  CacheOffset, ///< index, passed by value (step): the first token's position in the cache
+  KeyCache,    ///< [H, cacheLen, head size] f32 (step), updated in place; `index` is the layer
+  ValueCache,  ///< as KeyCache
+  Weight,      ///< parameterSpecs()[index], read-only
+  Logits,      ///< [rows, padded vocab] f32 written by the program: its result, an out-parameter
+               ///< after bufferization (so always the last argument of the compiled function)
 };
 
 struct EntryArgument {
   ArgumentKind kind;
-  int64_t index = 0;  ///< the layer of a cache, the parameter of a weight
+  int64_t index = 0; ///< the layer of a cache, the parameter of a weight
 };
 
 /// The arguments of `entry`, in order; the last one is the Logits result. `parameterCount` is

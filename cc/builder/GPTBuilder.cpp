@@ -113,7 +113,7 @@ func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef
   for (unsigned i = 0; i < argTypes.size(); ++i)
     fn.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName, b.getBoolAttr(false));
   if (entryPoint)
-    fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());  // called as _mlir_ciface_<name>
+    fn->setAttr("llvm.emit_c_interface", b.getUnitAttr()); // called as _mlir_ciface_<name>
   else
     fn.setPrivate();
   fn.addEntryBlock();
@@ -142,7 +142,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(RankedTensorType::get(spec.argumentShape(), f32));
   func::FuncOp fn = createFunction(b, loc, cached ? "gpt_block_cached" : "gpt_block", argTypes, resultTypes,
                                    /*entryPoint=*/false);
-  if (cached)  // the caches are updated in place
+  if (cached) // the caches are updated in place
     for (unsigned i : {3u, 4u}) fn.removeArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.front());
@@ -214,7 +214,7 @@ EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, co
       type = RankedTensorType::get(specs[argument.index].argumentShape(), f32);
       break;
     case ArgumentKind::Logits:
-      continue;  // the function's result
+      continue; // the function's result
     }
     result.types.push_back(type);
     result.arguments.push_back(argument);
@@ -232,14 +232,29 @@ struct EntryValues {
   EntryValues(func::FuncOp fn, ArrayRef<EntryArgument> arguments, ArrayRef<ParameterSpec> specs) {
     for (auto [argument, value] : llvm::zip(arguments, fn.getArguments())) {
       switch (argument.kind) {
-      case ArgumentKind::TokenIds: ids = value; break;
-      case ArgumentKind::Positions: positions = value; break;
-      case ArgumentKind::LastRow: last = value; break;
-      case ArgumentKind::CacheOffset: offset = value; break;
-      case ArgumentKind::KeyCache: keys.push_back(value); break;
-      case ArgumentKind::ValueCache: values.push_back(value); break;
-      case ArgumentKind::Weight: weights[specs[argument.index].name] = value; break;
-      case ArgumentKind::Logits: break;
+      case ArgumentKind::TokenIds:
+        ids = value;
+        break;
+      case ArgumentKind::Positions:
+        positions = value;
+        break;
+      case ArgumentKind::LastRow:
+        last = value;
+        break;
+      case ArgumentKind::CacheOffset:
+        offset = value;
+        break;
+      case ArgumentKind::KeyCache:
+        keys.push_back(value);
+        break;
+      case ArgumentKind::ValueCache:
+        values.push_back(value);
+        break;
+      case ArgumentKind::Weight:
+        weights[specs[argument.index].name] = value;
+        break;
+      case ArgumentKind::Logits:
+        break;
       }
     }
   }
@@ -295,7 +310,7 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   SmallVector<Type> resultTypes = {logitsType};
   resultTypes.append(2 * config.nLayer, cacheType);
   func::FuncOp fn = createFunction(b, loc, "step", arguments.types, resultTypes, /*entryPoint=*/true);
-  for (auto [i, argument] : llvm::enumerate(arguments.arguments))  // the caches are updated in place
+  for (auto [i, argument] : llvm::enumerate(arguments.arguments)) // the caches are updated in place
     if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache)
       fn.removeArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName);
   b.setInsertionPointToStart(&fn.front());

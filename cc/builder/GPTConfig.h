@@ -15,7 +15,7 @@ struct GPTConfig {
   int64_t nEmbd = 0;
   int64_t vocabSize = 0;
   int64_t blockSize = 0;
-  bool rope = false;  ///< rotary embedding (GPT-NeoX rotate-half) instead of a learned `wpe` table
+  bool rope = false; ///< rotary embedding (GPT-NeoX rotate-half) instead of a learned `wpe` table
   float layerNormEps = 1e-5f;
 
   /// An empty string when the configuration is usable, else what is wrong with it.

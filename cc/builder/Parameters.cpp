@@ -46,8 +46,11 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, bool packWeights) 
   }
   specs.push_back({"transformer.ln_f.weight", {d}});
   specs.push_back({"transformer.ln_f.bias", {d}});
-  ParameterSpec head{"lm_head.weight_t", {d, c.paddedVocabSize()}, WeightLayout::TransposedPadded,
-                     "transformer.wte.weight", panels(c.paddedVocabSize())};
+  ParameterSpec head{"lm_head.weight_t",
+                     {d, c.paddedVocabSize()},
+                     WeightLayout::TransposedPadded,
+                     "transformer.wte.weight",
+                     panels(c.paddedVocabSize())};
   if (head.panelWidth != 0) head.layout = WeightLayout::TransposedPaddedPanels;
   specs.push_back(std::move(head));
   return specs;

@@ -32,7 +32,7 @@ enum class LayerWeight {
 /// A shape as multiples of n_embd: {3} is [3 d], {1, 4} is [d, 4 d].
 struct LayerParameter {
   LayerWeight weight;
-  const char *name;  ///< after "transformer.h.<i>."
+  const char *name; ///< after "transformer.h.<i>."
   std::vector<int64_t> embdMultiples;
   bool isMatmulWeight;
 };
@@ -42,21 +42,21 @@ const std::vector<LayerParameter> &layerParameters();
 
 /// How the runtime lays a parameter out for compiled code, once, when the weights are bound.
 enum class WeightLayout {
-  AsGiven,           ///< the user's array, read in place
-  Panels,            ///< a [K, N] matrix repacked into N / P column panels [N/P, K, P]
-  TransposedPadded,  ///< the [V, D] table `source` transposed to [D, V'] with zero columns past V
-  TransposedPaddedPanels,  ///< TransposedPadded, then packed into panels
+  AsGiven,                ///< the user's array, read in place
+  Panels,                 ///< a [K, N] matrix repacked into N / P column panels [N/P, K, P]
+  TransposedPadded,       ///< the [V, D] table `source` transposed to [D, V'] with zero columns past V
+  TransposedPaddedPanels, ///< TransposedPadded, then packed into panels
 };
 
 /// One weight argument of a compiled entry point.
 struct ParameterSpec {
-  std::string name;            ///< HF GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
-  std::vector<int64_t> shape;  ///< the logical shape the program computes with ([K, N] for a matmul)
+  std::string name;           ///< HF GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape; ///< the logical shape the program computes with ([K, N] for a matmul)
   WeightLayout layout = WeightLayout::AsGiven;
   /// The user-supplied parameter this one is made from (only for TransposedPadded*): the
   /// parameter itself is then derived at load time and never supplied.
   std::string source;
-  int64_t panelWidth = 0;  ///< P, for the *Panels layouts
+  int64_t panelWidth = 0; ///< P, for the *Panels layouts
 
   bool derived() const { return !source.empty(); }
   /// The shape the compiled program takes: `shape`, or [N/P, K, P] for a packed weight.

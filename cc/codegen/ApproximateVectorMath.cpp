@@ -2,10 +2,10 @@
 // that may ignore the sign of zero.
 #include "cc/codegen/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
-#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace gpt::codegen {
@@ -46,8 +46,7 @@ private:
   void relaxMaxima() {
     getOperation()->walk([](arith::ArithFastMathInterface op) {
       auto reduction = dyn_cast<vector::ReductionOp>(op.getOperation());
-      if (!isa<arith::MaximumFOp>(op) && !(reduction && reduction.getKind() == vector::CombiningKind::MAXIMUMF))
-        return;
+      if (!isa<arith::MaximumFOp>(op) && !(reduction && reduction.getKind() == vector::CombiningKind::MAXIMUMF)) return;
       arith::FastMathFlags flags = op.getFastMathFlagsAttr().getValue() | arith::FastMathFlags::nsz;
       op->setAttr(op.getFastMathAttrName(), arith::FastMathFlagsAttr::get(op->getContext(), flags));
     });

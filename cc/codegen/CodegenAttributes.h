@@ -44,14 +44,14 @@ bool isCodegenAttribute(llvm::StringRef name);
 /// Tile sizes per loop and, when not the op's own, the order of the tiled loops.
 struct LoopTile {
   llvm::SmallVector<int64_t> sizes;
-  llvm::SmallVector<int64_t> interchange;  // empty: loops in the op's order
+  llvm::SmallVector<int64_t> interchange; // empty: loops in the op's order
 };
 
 /// An elementwise generic that computes a packed matmul inside its own tiles.
 struct EpilogueFusion {
   LoopTile tile;
-  int64_t matmulOperand = 0;  // which input of the generic the matmul is
-  int64_t chunks = 1;         // pieces for threads: 1 or 2
+  int64_t matmulOperand = 0; // which input of the generic the matmul is
+  int64_t chunks = 1;        // pieces for threads: 1 or 2
 };
 
 bool isPackedMatmul(mlir::Operation *op);

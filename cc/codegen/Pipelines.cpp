@@ -15,8 +15,8 @@
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/MathToLibm/MathToLibm.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
-#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/OpenMPToLLVM/ConvertOpenMPToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/SCFToOpenMP/SCFToOpenMP.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
@@ -43,20 +43,15 @@ constexpr std::pair<PipelineLevel, llvm::StringLiteral> kLevelNames[] = {
     {PipelineLevel::Baseline, "baseline"},
     {PipelineLevel::Fused, "fused"},
     {PipelineLevel::Vectorized, "vectorized"},
-    {PipelineLevel::Vectorized, "default"},  // the fastest correct level
+    {PipelineLevel::Vectorized, "default"}, // the fastest correct level
 };
 constexpr std::pair<Stage, llvm::StringLiteral> kStageNames[] = {
-    {Stage::Transformer, "transformer"},
-    {Stage::Linalg, "linalg"},
-    {Stage::Vectorized, "vectorized"},
-    {Stage::Bufferized, "bufferized"},
-    {Stage::LLVM, "llvm"},
+    {Stage::Transformer, "transformer"}, {Stage::Linalg, "linalg"}, {Stage::Vectorized, "vectorized"},
+    {Stage::Bufferized, "bufferized"},   {Stage::LLVM, "llvm"},
 };
 
 bool fuses(const PipelineOptions &options) { return options.level != PipelineLevel::Baseline; }
-bool vectorizes(const PipelineOptions &options) {
-  return options.level == PipelineLevel::Vectorized;
-}
+bool vectorizes(const PipelineOptions &options) { return options.level == PipelineLevel::Vectorized; }
 } // namespace
 
 std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name) {
@@ -65,9 +60,7 @@ std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name) {
   return std::nullopt;
 }
 
-bool packsWeights(PipelineLevel level) {
-  return level == PipelineLevel::Vectorized;
-}
+bool packsWeights(PipelineLevel level) { return level == PipelineLevel::Vectorized; }
 
 std::optional<Stage> parseStage(llvm::StringRef name) {
   for (auto [stage, stageName] : kStageNames)
@@ -85,6 +78,7 @@ void addTransformerStage(OpPassManager &pm) {
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerShapeInference());
   pm.addPass(mlir::createCanonicalizerPass());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerAttentionLayout());
 }
 
 void addLinalgStage(OpPassManager &pm, const PipelineOptions &options) {
@@ -132,9 +126,9 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   mlir::bufferization::buildBufferDeallocationPipeline(pm, deallocation);
   if (parallel) {
     // The scf.forall loops of the schedule and of the attention's heads (on buffers now:
-    // scf-forall-to-for on tensors crashes MLIR 19's verifier) become OpenMP worksharing loops. The memref.alloca_scope the
-    // conversion wraps each body in holds no allocas and is inlined; it would otherwise become
-    // invalid once scf-to-cf gives it several blocks.
+    // scf-forall-to-for on tensors crashes MLIR 19's verifier) become OpenMP worksharing loops. The memref.alloca_scope
+    // the conversion wraps each body in holds no allocas and is inlined; it would otherwise become invalid once
+    // scf-to-cf gives it several blocks.
     pm.addPass(mlir::createForallToParallelLoopPass());
     mlir::ConvertSCFToOpenMPPassOptions openmp;
     openmp.numThreads = static_cast<unsigned>(options.threads);
@@ -187,7 +181,8 @@ void addPipelineUpTo(OpPassManager &pm, Stage last, const PipelineOptions &optio
 void registerPipelines() {
   static std::once_flag once;
   std::call_once(once, [] {
-    mlir::PassPipelineRegistration<>("gpt-transformer-stage", "Canonicalize and infer shapes of transformer IR",
+    mlir::PassPipelineRegistration<>("gpt-transformer-stage",
+                                     "Canonicalize, infer shapes and decide attention layouts of transformer IR",
                                      addTransformerStage);
     mlir::PassPipelineRegistration<PipelineOptions>("gpt-linalg-stage", "Lower transformer IR to linalg on tensors",
                                                     addLinalgStage);

@@ -48,7 +48,7 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
                           llvm::cl::init(1)};
 };
 
-/// Stage "transformer": canonicalize, shape inference, canonicalize.
+/// Stage "transformer": canonicalize, shape inference, canonicalize, attention layout.
 void addTransformerStage(mlir::OpPassManager &pm);
 /// Stage "linalg": lowering to linalg on tensors, plus fusion from the `fused` level up.
 void addLinalgStage(mlir::OpPassManager &pm, const PipelineOptions &options);

@@ -54,8 +54,8 @@ memref::AllocOp allocateInReturnedShape(RewriterBase &rewriter, OpOperand &retur
       view = rewriter.create<memref::ExpandShapeOp>(reshape->getLoc(), sourceType, view,
                                                     collapse.getReassociationIndices());
     else
-      view = rewriter.create<memref::CollapseShapeOp>(
-          reshape->getLoc(), sourceType, view, cast<memref::ExpandShapeOp>(reshape).getReassociationIndices());
+      view = rewriter.create<memref::CollapseShapeOp>(reshape->getLoc(), sourceType, view,
+                                                      cast<memref::ExpandShapeOp>(reshape).getReassociationIndices());
   }
   rewriter.replaceOp(alloc, view);
   returned.set(whole);

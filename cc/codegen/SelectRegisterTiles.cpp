@@ -24,9 +24,9 @@ namespace {
 struct TileChoice {
   enum class Kind { PackedMatmul, Matmul, BatchMatmul, Elementwise };
   Kind kind;
-  SmallVector<int64_t> tile;         // loop order of the op: ([batch,] M, N, K), or (M, panel, column, K)
-  SmallVector<int64_t> interchange;  // the tiled loops' order, outermost first; empty: the op's own
-  int64_t splitDim;                  // the parallel loop split across threads
+  SmallVector<int64_t> tile;        // loop order of the op: ([batch,] M, N, K), or (M, panel, column, K)
+  SmallVector<int64_t> interchange; // the tiled loops' order, outermost first; empty: the op's own
+  int64_t splitDim;                 // the parallel loop split across threads
 };
 
 using target::kPanelWidth;
@@ -64,7 +64,7 @@ bool isCandidate(linalg::LinalgOp op, const TileChoice &choice) {
   case Kind::BatchMatmul:
     return isa<linalg::BatchMatmulOp>(op);
   case Kind::Elementwise:
-    return false;  // chosen by elementwiseChoice, not from the table
+    return false; // chosen by elementwiseChoice, not from the table
   }
   return false;
 }
@@ -108,8 +108,7 @@ void markTile(linalg::LinalgOp op, const TileChoice &choice, int64_t chunks) {
 /// threads along dim 1 like matmuls. Vectorized, GELU's tanh and softmax's exp become
 /// polynomial approximations on whole vectors instead of one libm call per element.
 std::optional<TileChoice> elementwiseChoice(linalg::LinalgOp op) {
-  if (!isa<linalg::GenericOp>(op) || isPackedMatmul(op) || op.getNumReductionLoops() != 0 ||
-      op.getNumDpsInits() != 1)
+  if (!isa<linalg::GenericOp>(op) || isPackedMatmul(op) || op.getNumReductionLoops() != 0 || op.getNumDpsInits() != 1)
     return std::nullopt;
   auto result = dyn_cast<RankedTensorType>(op.getDpsInits()[0].getType());
   if (!result || !result.hasStaticShape() || result.getRank() < 2 || result.getRank() > 3) return std::nullopt;
@@ -171,7 +170,7 @@ public:
 
   void runOnOperation() override {
     getOperation().walk([&](linalg::LinalgOp op) {
-      if (getEpilogueFusion(op)) return;  // its packed matmul was fused into it
+      if (getEpilogueFusion(op)) return; // its packed matmul was fused into it
       if (std::optional<int64_t> width = rowReductionWidth(op)) {
         setRowReductionTile(op, *width);
         return;

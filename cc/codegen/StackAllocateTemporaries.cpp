@@ -45,9 +45,9 @@ bool escapes(memref::AllocOp alloc) {
 
 /// Where `alloc` sits relative to the parallel loops around it.
 struct Placement {
-  bool allowed = false;        // only sequential loops and branches, and at most one scf.forall
-  scf::ForallOp forall;        // that scf.forall, if any: one slot per iteration
-  int64_t iterations = 1;      // its static trip count
+  bool allowed = false;   // only sequential loops and branches, and at most one scf.forall
+  scf::ForallOp forall;   // that scf.forall, if any: one slot per iteration
+  int64_t iterations = 1; // its static trip count
 };
 
 /// Every op between `alloc` and `function`'s body must run its regions one at a time (a
@@ -85,8 +85,7 @@ public:
     int64_t total = 0;
     for (memref::AllocOp alloc : candidates) {
       MemRefType type = alloc.getType();
-      if (!type.hasStaticShape() || !type.getLayout().isIdentity() || !type.getElementType().isIntOrFloat())
-        continue;
+      if (!type.hasStaticShape() || !type.getLayout().isIdentity() || !type.getElementType().isIntOrFloat()) continue;
       int64_t bytes = type.getNumElements() * type.getElementTypeBitWidth() / 8;
       Placement placement = placementOf(alloc, function);
       if (!placement.allowed || escapes(alloc)) continue;
@@ -113,8 +112,8 @@ public:
       auto slots = rewriter.create<memref::AllocaOp>(alloc.getLoc(), bytesType, rewriter.getI64IntegerAttr(alignment));
       rewriter.setInsertionPoint(alloc);
       Value iteration = placement.forall.getInductionVar(0);
-      Value offset = rewriter.create<arith::MulIOp>(
-          alloc.getLoc(), iteration, rewriter.create<arith::ConstantIndexOp>(alloc.getLoc(), slotBytes));
+      Value offset = rewriter.create<arith::MulIOp>(alloc.getLoc(), iteration,
+                                                    rewriter.create<arith::ConstantIndexOp>(alloc.getLoc(), slotBytes));
       rewriter.replaceOpWithNewOp<memref::ViewOp>(alloc, type, slots, offset, ValueRange{});
     }
   }

@@ -46,7 +46,8 @@ void registerTransformExtension(DialectRegistry &registry) { registry.addExtensi
 // MatchAttributeOp
 //===----------------------------------------------------------------------===//
 
-DiagnosedSilenceableFailure MatchAttributeOp::apply(transform::TransformRewriter &, transform::TransformResults &results,
+DiagnosedSilenceableFailure MatchAttributeOp::apply(transform::TransformRewriter &,
+                                                    transform::TransformResults &results,
                                                     transform::TransformState &state) {
   if (DiagnosedSilenceableFailure diag = checkAttributeName(*this, getName()); !diag.succeeded()) return diag;
   SmallVector<Operation *> matched;
@@ -71,7 +72,8 @@ DiagnosedSilenceableFailure TileByAttributeOp::apply(transform::TransformRewrite
     std::optional<LoopTile> tile = getLoopTile(target, getName());
     auto tileable = dyn_cast<TilingInterface>(target);
     if (!tile || !tileable) {
-      DiagnosedSilenceableFailure diag = emitSilenceableError() << "expected a tileable op with a '" << getName() << "'";
+      DiagnosedSilenceableFailure diag = emitSilenceableError()
+                                         << "expected a tileable op with a '" << getName() << "'";
       diag.attachNote(target->getLoc()) << "target";
       return diag;
     }

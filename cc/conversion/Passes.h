@@ -15,8 +15,21 @@ namespace gpt::conversion {
 #define GEN_PASS_DECL
 #include "cc/conversion/Passes.h.inc"
 
-/// Patterns rewriting every transformer op into linalg/tensor/arith/math on static-shaped tensors.
+/// Patterns rewriting every transformer op into linalg/tensor/arith/math on static-shaped tensors:
+/// the union of the op families below.
 void populateTransformerToLinalgPatterns(mlir::RewritePatternSet &patterns);
+
+// One op family each (see the file of the same name).
+/// constant, add, mul, neg, relu, gelu, rope (ElementwiseLowering.cpp).
+void populateElementwiseLoweringPatterns(mlir::RewritePatternSet &patterns);
+/// matmul, packed_matmul (MatmulLowering.cpp).
+void populateMatmulLoweringPatterns(mlir::RewritePatternSet &patterns);
+/// layer_norm, softmax (NormalizationLowering.cpp).
+void populateNormalizationLoweringPatterns(mlir::RewritePatternSet &patterns);
+/// transpose, slice, split_heads, merge_heads, embedding, cache_update (ShapeLowering.cpp).
+void populateShapeLoweringPatterns(mlir::RewritePatternSet &patterns);
+/// causal_attention (AttentionLowering.cpp).
+void populateAttentionLoweringPatterns(mlir::RewritePatternSet &patterns);
 
 #define GEN_PASS_REGISTRATION
 #include "cc/conversion/Passes.h.inc"

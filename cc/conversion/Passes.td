@@ -18,9 +18,11 @@ def TransformerToLinalg : Pass<"transformer-to-linalg", "::mlir::ModuleOp"> {
     an online softmax whose upper bound is the last key the query block may see, so blocks the
     causal mask removes entirely are never visited and no [Tq, Tk] score tensor exists. Its
     scores are a matmul by each key block transposed once, or for a single query (decode) a dot
-    product per key. `split_heads` and `merge_heads` are transposes, except around attention:
-    attention reads each head's rows in place from the [T, H, d] view of a projection and writes
-    its result token-major for `merge_heads` to collapse, and the head transposes are erased.
+    product per key. `split_heads` and `merge_heads` are a reshape and a transpose, or only the
+    reshape when `token_major`; attention reads each operand and writes its result in the layout
+    its `*_token_major` flags give (`--transformer-attention-layout` chooses them), so every
+    pattern rewrites its own op alone. The patterns are split by op family (elementwise, matmul,
+    normalization, shape, attention), each with its own `populate*LoweringPatterns`.
     Needs static shapes: run `--transformer-shape-inference` first.
 
     Before:

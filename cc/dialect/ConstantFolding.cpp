@@ -79,9 +79,8 @@ DenseElementsAttr foldTransposeConstant(Value result, DenseElementsAttr input) {
   }
   std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
   SmallVector<float> out(type.getNumElements());
-  forEachIndex(type.getShape(), [&](int64_t linear, ArrayRef<int64_t> index) {
-    out[linear] = in[dot(index, strides)];
-  });
+  forEachIndex(type.getShape(),
+               [&](int64_t linear, ArrayRef<int64_t> index) { out[linear] = in[dot(index, strides)]; });
   return DenseElementsAttr::get(type, ArrayRef<float>(out));
 }
 

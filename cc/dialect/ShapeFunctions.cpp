@@ -4,6 +4,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <string>
 #include <tuple>
 
 namespace mlir::transformer {
@@ -13,18 +14,17 @@ Type f32(MLIRContext *ctx) { return Float32Type::get(ctx); }
 
 TensorType unranked(Type like) { return UnrankedTensorType::get(f32(like.getContext())); }
 
-TensorType ranked(ArrayRef<int64_t> shape, Type like) {
-  return RankedTensorType::get(shape, f32(like.getContext()));
-}
+TensorType ranked(ArrayRef<int64_t> shape, Type like) { return RankedTensorType::get(shape, f32(like.getContext())); }
 
-bool dimsCompatible(int64_t a, int64_t b) {
-  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
-}
+bool dimsCompatible(int64_t a, int64_t b) { return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b; }
 
 LogicalResult checkRank(RankedTensorType type, int64_t minRank, StringRef what, EmitErrorFn emitError) {
   if (type.getRank() >= minRank) return success();
   return emitError() << what << " must have rank >= " << minRank << ", got " << type;
 }
+
+/// How a rank-3 tensor of heads is laid out, for error messages.
+StringRef layoutName(bool tokenMajor) { return tokenMajor ? "[tokens, heads, head_dim]" : "[heads, tokens, head_dim]"; }
 
 } // namespace
 
@@ -40,15 +40,20 @@ FailureOr<TensorType> inferBroadcastType(Type lhs, Type rhs, EmitErrorFn emitErr
     int64_t a = li >= 0 ? l.getDimSize(li) : 1;
     int64_t b = ri >= 0 ? r.getDimSize(ri) : 1;
     int64_t &out = shape[rank - 1 - i];
-    if (a == b) out = a;
-    else if (a == 1) out = b;
-    else if (b == 1) out = a;
+    if (a == b)
+      out = a;
+    else if (a == 1)
+      out = b;
+    else if (b == 1)
+      out = a;
     // An unknown dim broadcast against a known N > 1 must be 1 or N: either way the result is N.
-    else if (ShapedType::isDynamic(a)) out = b;
-    else if (ShapedType::isDynamic(b)) out = a;
+    else if (ShapedType::isDynamic(a))
+      out = b;
+    else if (ShapedType::isDynamic(b))
+      out = a;
     else
-      return emitError() << "operands are not broadcast-compatible: " << lhs << " and " << rhs
-                         << " (dimension " << a << " vs " << b << ")";
+      return emitError() << "operands are not broadcast-compatible: " << lhs << " and " << rhs << " (dimension " << a
+                         << " vs " << b << ")";
   }
   return ranked(shape, lhs);
 }
@@ -73,18 +78,17 @@ FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError)
   auto l = dyn_cast<RankedTensorType>(lhs);
   auto r = dyn_cast<RankedTensorType>(rhs);
   if (!l || !r) return unranked(lhs);
-  if (failed(checkRank(l, 2, "lhs", emitError)) || failed(checkRank(r, 2, "rhs", emitError)))
-    return failure();
+  if (failed(checkRank(l, 2, "lhs", emitError)) || failed(checkRank(r, 2, "rhs", emitError))) return failure();
   int64_t k1 = l.getDimSize(l.getRank() - 1), k2 = r.getDimSize(r.getRank() - 2);
   if (!dimsCompatible(k1, k2))
-    return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k1
-                       << " columns but rhs " << rhs << " has " << k2 << " rows";
+    return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k1 << " columns but rhs "
+                       << rhs << " has " << k2 << " rows";
   ArrayRef<int64_t> lBatch = l.getShape().drop_back(2), rBatch = r.getShape().drop_back(2);
   SmallVector<int64_t> shape(lBatch);
   if (r.getRank() != 2) {
-    bool same = lBatch.size() == rBatch.size() &&
-                llvm::all_of(llvm::zip(lBatch, rBatch),
-                             [](auto p) { return dimsCompatible(std::get<0>(p), std::get<1>(p)); });
+    bool same = lBatch.size() == rBatch.size() && llvm::all_of(llvm::zip(lBatch, rBatch), [](auto p) {
+                  return dimsCompatible(std::get<0>(p), std::get<1>(p));
+                });
     if (!same)
       return emitError() << "batch dimensions do not match: lhs " << lhs << ", rhs " << rhs
                          << " (rhs must be rank 2 or have the same leading dimensions as lhs)";
@@ -152,25 +156,30 @@ FailureOr<TensorType> inferSliceType(Type input, int64_t offset, int64_t size, E
   return ranked(shape, input);
 }
 
-FailureOr<TensorType> inferSplitHeadsType(Type input, int64_t numHeads, EmitErrorFn emitError) {
+FailureOr<TensorType> inferSplitHeadsType(Type input, int64_t numHeads, bool tokenMajor, EmitErrorFn emitError) {
   if (numHeads <= 0) return emitError() << "num_heads must be positive, got " << numHeads;
   auto in = dyn_cast<RankedTensorType>(input);
   if (!in) return unranked(input);
   if (in.getRank() != 2) return emitError() << "input must be a rank-2 [tokens, features] tensor, got " << input;
   int64_t features = in.getDimSize(1);
   if (!ShapedType::isDynamic(features) && features % numHeads != 0)
-    return emitError() << "features (" << features << ") of " << input << " do not divide into " << numHeads << " heads";
+    return emitError() << "features (" << features << ") of " << input << " do not divide into " << numHeads
+                       << " heads";
   int64_t headDim = ShapedType::isDynamic(features) ? ShapedType::kDynamic : features / numHeads;
+  if (tokenMajor) return ranked({in.getDimSize(0), numHeads, headDim}, input);
   return ranked({numHeads, in.getDimSize(0), headDim}, input);
 }
 
-FailureOr<TensorType> inferMergeHeadsType(Type input, EmitErrorFn emitError) {
+FailureOr<TensorType> inferMergeHeadsType(Type input, bool tokenMajor, EmitErrorFn emitError) {
   auto in = dyn_cast<RankedTensorType>(input);
   if (!in) return unranked(input);
-  if (in.getRank() != 3) return emitError() << "input must be a rank-3 [heads, tokens, head_dim] tensor, got " << input;
-  int64_t heads = in.getDimSize(0), headDim = in.getDimSize(2);
-  int64_t features = ShapedType::isDynamic(heads) || ShapedType::isDynamic(headDim) ? ShapedType::kDynamic : heads * headDim;
-  return ranked({in.getDimSize(1), features}, input);
+  if (in.getRank() != 3)
+    return emitError() << "input must be a rank-3 " << layoutName(tokenMajor) << " tensor, got " << input;
+  int64_t tokens = in.getDimSize(tokenMajor ? 0 : 1), heads = in.getDimSize(tokenMajor ? 1 : 0);
+  int64_t headDim = in.getDimSize(2);
+  int64_t features =
+      ShapedType::isDynamic(heads) || ShapedType::isDynamic(headDim) ? ShapedType::kDynamic : heads * headDim;
+  return ranked({tokens, features}, input);
 }
 
 FailureOr<TensorType> inferRopeType(Type input, Type positions, EmitErrorFn emitError) {
@@ -187,31 +196,58 @@ FailureOr<TensorType> inferRopeType(Type input, Type positions, EmitErrorFn emit
   return ranked(in.getShape(), input);
 }
 
-FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, EmitErrorFn emitError) {
+FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, AttentionLayout layout,
+                                         EmitErrorFn emitError) {
   auto q = dyn_cast<RankedTensorType>(query);
   auto k = dyn_cast<RankedTensorType>(key);
   auto v = dyn_cast<RankedTensorType>(value);
-  for (auto [name, t, type] : {std::tuple<StringRef, RankedTensorType, Type>{"query", q, query}, {"key", k, key}, {"value", v, value}})
-    if (t && t.getRank() != 3) return emitError() << name << " must be a rank-3 [heads, tokens, head_dim] tensor, got " << type;
+  // A token-major operand is named so in errors, and checked in the head-major order [H, T, d].
+  auto describe = [](StringRef operand, bool tokenMajor) {
+    return tokenMajor ? ("token-major " + operand).str() : operand.str();
+  };
+  std::string qName = describe("query", layout.query), kName = describe("key", layout.key),
+              vName = describe("value", layout.value);
+  for (auto [name, t, type, tokenMajor] :
+       {std::tuple<StringRef, RankedTensorType, Type, bool>{qName, q, query, layout.query},
+        {kName, k, key, layout.key},
+        {vName, v, value, layout.value}})
+    if (t && t.getRank() != 3)
+      return emitError() << name << " must be a rank-3 " << layoutName(tokenMajor) << " tensor, got " << type;
   if (!q || !k || !v) return unranked(query);
+  if (layout.query) q = cast<RankedTensorType>(swapHeadsAndTokens(q));
+  if (layout.key) k = cast<RankedTensorType>(swapHeadsAndTokens(k));
+  if (layout.value) v = cast<RankedTensorType>(swapHeadsAndTokens(v));
   if (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)) || !dimsCompatible(k.getDimSize(0), v.getDimSize(0)))
-    return emitError() << "query " << query << ", key " << key << " and value " << value << " must have the same number of heads";
+    return emitError() << qName << " " << query << ", " << kName << " " << key << " and " << vName << " " << value
+                       << " must have the same number of heads";
   if (!dimsCompatible(q.getDimSize(2), k.getDimSize(2)))
-    return emitError() << "query " << query << " and key " << key << " must have the same head_dim";
+    return emitError() << qName << " " << query << " and " << kName << " " << key << " must have the same head_dim";
   if (!dimsCompatible(k.getDimSize(1), v.getDimSize(1)))
-    return emitError() << "key " << key << " and value " << value << " must have the same number of tokens";
-  return ranked({q.getDimSize(0), q.getDimSize(1), v.getDimSize(2)}, query);
+    return emitError() << kName << " " << key << " and " << vName << " " << value
+                       << " must have the same number of tokens";
+  TensorType result = ranked({q.getDimSize(0), q.getDimSize(1), v.getDimSize(2)}, query);
+  return layout.result ? cast<TensorType>(swapHeadsAndTokens(result)) : result;
+}
+
+Type swapHeadsAndTokens(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t || t.getRank() < 2) return type;
+  SmallVector<int64_t> shape(t.getShape());
+  std::swap(shape[0], shape[1]);
+  return t.clone(shape);
 }
 
 FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn emitError) {
   auto u = dyn_cast<RankedTensorType>(update);
   auto c = dyn_cast<RankedTensorType>(cache);
   for (auto [name, t, type] : {std::tuple<StringRef, RankedTensorType, Type>{"update", u, update}, {"cache", c, cache}})
-    if (t && t.getRank() != 3) return emitError() << name << " must be a rank-3 [heads, tokens, head_dim] tensor, got " << type;
+    if (t && t.getRank() != 3)
+      return emitError() << name << " must be a rank-3 [heads, tokens, head_dim] tensor, got " << type;
   if (!u || !c) return unranked(cache);
   if (!dimsCompatible(u.getDimSize(0), c.getDimSize(0)) || !dimsCompatible(u.getDimSize(2), c.getDimSize(2)))
     return emitError() << "update " << update << " and cache " << cache << " must agree on heads and head_dim";
-  if (!ShapedType::isDynamic(u.getDimSize(1)) && !ShapedType::isDynamic(c.getDimSize(1)) && u.getDimSize(1) > c.getDimSize(1))
+  if (!ShapedType::isDynamic(u.getDimSize(1)) && !ShapedType::isDynamic(c.getDimSize(1)) &&
+      u.getDimSize(1) > c.getDimSize(1))
     return emitError() << "update " << update << " has more tokens than cache " << cache << " can hold";
   return ranked(c.getShape(), cache);
 }
@@ -220,9 +256,9 @@ LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErr
   auto d = dyn_cast<RankedTensorType>(declared);
   auto i = dyn_cast<RankedTensorType>(inferred);
   if (!d || !i) return success();
-  bool ok = d.getRank() == i.getRank() &&
-            llvm::all_of(llvm::zip(d.getShape(), i.getShape()),
-                         [](auto p) { return dimsCompatible(std::get<0>(p), std::get<1>(p)); });
+  bool ok = d.getRank() == i.getRank() && llvm::all_of(llvm::zip(d.getShape(), i.getShape()), [](auto p) {
+              return dimsCompatible(std::get<0>(p), std::get<1>(p));
+            });
   if (ok) return success();
   return emitError() << "result type " << declared << " does not match the type " << inferred
                      << " implied by the operands";

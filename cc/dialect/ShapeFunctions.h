@@ -32,14 +32,22 @@ FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, Emi
 FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitError);
 /// The last dim narrowed to `size`, after checking that [offset, offset + size) fits in it.
 FailureOr<TensorType> inferSliceType(Type input, int64_t offset, int64_t size, EmitErrorFn emitError);
-/// [T, H*d] -> [H, T, d].
-FailureOr<TensorType> inferSplitHeadsType(Type input, int64_t numHeads, EmitErrorFn emitError);
-/// [H, T, d] -> [T, H*d].
-FailureOr<TensorType> inferMergeHeadsType(Type input, EmitErrorFn emitError);
+/// [T, H*d] -> [H, T, d], or [T, H, d] when `tokenMajor`.
+FailureOr<TensorType> inferSplitHeadsType(Type input, int64_t numHeads, bool tokenMajor, EmitErrorFn emitError);
+/// [H, T, d] (or [T, H, d] when `tokenMajor`) -> [T, H*d].
+FailureOr<TensorType> inferMergeHeadsType(Type input, bool tokenMajor, EmitErrorFn emitError);
 /// [H, T, d] with an even d and one position per row t -> the same shape.
 FailureOr<TensorType> inferRopeType(Type input, Type positions, EmitErrorFn emitError);
-/// q [H, Tq, d], k [H, Tk, d], v [H, Tk, dv] -> [H, Tq, dv].
-FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, EmitErrorFn emitError);
+/// Which of an attention's operands and result are token-major, [T, H, d] instead of [H, T, d].
+struct AttentionLayout {
+  bool query = false, key = false, value = false, result = false;
+};
+/// q [H, Tq, d], k [H, Tk, d], v [H, Tk, dv] -> [H, Tq, dv], each of them [T, H, ...] where
+/// `layout` says token-major.
+FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, AttentionLayout layout,
+                                         EmitErrorFn emitError);
+/// A [H, T, d] type as [T, H, d] or back: the first two dims swapped. Other types are returned as is.
+Type swapHeadsAndTokens(Type type);
 
 /// update [H, T, d] written into cache [H, M, d] (T <= M) -> the cache's type.
 FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn emitError);

@@ -10,6 +10,8 @@ include "cc/dialect/TransformerOps.td"
 def SameType : Constraint<CPred<"$0.getType() == $1.getType()">, "values of identical type">;
 def IsAllZeros : Constraint<CPred<"::mlir::transformer::isSplatOf($0, 0.0f)">, "a constant of zeros">;
 def IsAllOnes : Constraint<CPred<"::mlir::transformer::isSplatOf($0, 1.0f)">, "a constant of ones">;
+// Head layouts (the `token_major` unit attributes of split_heads / merge_heads) that agree.
+def SameLayout : Constraint<CPred<"static_cast<bool>($0) == static_cast<bool>($1)">, "the same head layout">;
 def HasStaticShape : Constraint<
     CPred<"::llvm::cast<::mlir::ShapedType>($0.getType()).hasStaticShape()">, "a static shape">;
 
@@ -36,12 +38,12 @@ def NegNeg : Pat<(Transformer_NegOp:$res (Transformer_NegOp $x)),
 // transpose(transpose(x)) = x
 def TransposeTranspose : Pat<(Transformer_TransposeOp:$res (Transformer_TransposeOp $x)),
                              (replaceWithValue $x), [(SameType $res, $x)]>;
-// merge_heads(split_heads(x)) = x
-def MergeSplitHeads : Pat<(Transformer_MergeHeadsOp:$res (Transformer_SplitHeadsOp $x, $heads)),
-                          (replaceWithValue $x), [(SameType $res, $x)]>;
-// split_heads(merge_heads(x), H) = x, when x has H heads
-def SplitMergeHeads : Pat<(Transformer_SplitHeadsOp:$res (Transformer_MergeHeadsOp $x), $heads),
-                          (replaceWithValue $x), [(SameType $res, $x)]>;
+// merge_heads(split_heads(x)) = x, both head-major or both token-major
+def MergeSplitHeads : Pat<(Transformer_MergeHeadsOp:$res (Transformer_SplitHeadsOp $x, $heads, $split), $merge),
+                          (replaceWithValue $x), [(SameType $res, $x), (SameLayout $split, $merge)]>;
+// split_heads(merge_heads(x), H) = x, when x has H heads and both ops share its layout
+def SplitMergeHeads : Pat<(Transformer_SplitHeadsOp:$res (Transformer_MergeHeadsOp $x, $merge), $heads, $split),
+                          (replaceWithValue $x), [(SameType $res, $x), (SameLayout $split, $merge)]>;
 
 // add(c1, c2) = c1 + c2, computed now
 def FoldAddOfConstants : Pat<(Transformer_AddOp:$res (Transformer_ConstantOp $a), (Transformer_ConstantOp $b)),

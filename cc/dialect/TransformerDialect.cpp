@@ -16,8 +16,7 @@ void TransformerDialect::initialize() {
       >();
 }
 
-Operation *TransformerDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type,
-                                                   Location loc) {
+Operation *TransformerDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type, Location loc) {
   auto elements = dyn_cast<DenseFPElementsAttr>(value);
   if (!elements || elements.getType() != type || !elements.getElementType().isF32()) return nullptr;
   return builder.create<ConstantOp>(loc, elements);

@@ -41,6 +41,10 @@ auto errorOn(Operation *op) {
   return [op] { return op->emitOpError(); };
 }
 
+AttentionLayout layout(CausalAttentionOp op) {
+  return {op.getQueryTokenMajor(), op.getKeyTokenMajor(), op.getValueTokenMajor(), op.getResultTokenMajor()};
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -61,71 +65,122 @@ OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 // Elementwise ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult AddOp::verify() { return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
-LogicalResult AddOp::inferShapes() { return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+LogicalResult AddOp::verify() {
+  return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+LogicalResult AddOp::inferShapes() {
+  return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
 void AddOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<AddZeroRight, AddZeroLeft, FoldAddOfConstants>(context);
 }
 
-LogicalResult MulOp::verify() { return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
-LogicalResult MulOp::inferShapes() { return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+LogicalResult MulOp::verify() {
+  return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+LogicalResult MulOp::inferShapes() {
+  return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
 void MulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<MulOneRight, MulOneLeft, FoldMulOfConstants>(context);
 }
 
-LogicalResult NegOp::verify() { return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
-LogicalResult NegOp::inferShapes() { return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+LogicalResult NegOp::verify() {
+  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+LogicalResult NegOp::inferShapes() {
+  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
 void NegOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<NegNeg, FoldNegOfConstant>(context);
 }
 
-LogicalResult ReluOp::verify() { return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
-LogicalResult ReluOp::inferShapes() { return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+LogicalResult ReluOp::verify() {
+  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+LogicalResult ReluOp::inferShapes() {
+  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
 
-LogicalResult GeluOp::verify() { return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
-LogicalResult GeluOp::inferShapes() { return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this))); }
+LogicalResult GeluOp::verify() {
+  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+LogicalResult GeluOp::inferShapes() {
+  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
 
 // Softmax normalizes over the last dimension, so it needs one.
-LogicalResult SoftmaxOp::verify() { return verifyInferred(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this))); }
-LogicalResult SoftmaxOp::inferShapes() { return refineResult(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this))); }
+LogicalResult SoftmaxOp::verify() {
+  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this)));
+}
+LogicalResult SoftmaxOp::inferShapes() {
+  return refineResult(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this)));
+}
 
 //===----------------------------------------------------------------------===//
 // Shape, contraction and normalization ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult TransposeOp::verify() { return verifyInferred(*this, inferTransposeType(getInput().getType(), errorOn(*this))); }
-LogicalResult TransposeOp::inferShapes() { return refineResult(*this, inferTransposeType(getInput().getType(), errorOn(*this))); }
+LogicalResult TransposeOp::verify() {
+  return verifyInferred(*this, inferTransposeType(getInput().getType(), errorOn(*this)));
+}
+LogicalResult TransposeOp::inferShapes() {
+  return refineResult(*this, inferTransposeType(getInput().getType(), errorOn(*this)));
+}
 void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<TransposeTranspose, FoldTransposeOfConstant>(context);
 }
 
-LogicalResult MatmulOp::verify() { return verifyInferred(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
-LogicalResult MatmulOp::inferShapes() { return refineResult(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
-LogicalResult PackedMatmulOp::verify() { return verifyInferred(*this, inferPackedMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
-LogicalResult PackedMatmulOp::inferShapes() { return refineResult(*this, inferPackedMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this))); }
+LogicalResult MatmulOp::verify() {
+  return verifyInferred(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+LogicalResult MatmulOp::inferShapes() {
+  return refineResult(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+LogicalResult PackedMatmulOp::verify() {
+  return verifyInferred(*this, inferPackedMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+LogicalResult PackedMatmulOp::inferShapes() {
+  return refineResult(*this, inferPackedMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
 
 LogicalResult LayerNormOp::verify() {
   float epsilon = getEpsilon().convertToFloat();
   if (!(epsilon > 0.0f) || !std::isfinite(epsilon))
     return emitOpError() << "epsilon must be a positive finite number, got " << getEpsilonAttr();
-  return verifyInferred(*this, inferLayerNormType(getInput().getType(), getWeight().getType(), getBias().getType(), errorOn(*this)));
+  return verifyInferred(
+      *this, inferLayerNormType(getInput().getType(), getWeight().getType(), getBias().getType(), errorOn(*this)));
 }
 LogicalResult LayerNormOp::inferShapes() {
-  return refineResult(*this, inferLayerNormType(getInput().getType(), getWeight().getType(), getBias().getType(), errorOn(*this)));
+  return refineResult(
+      *this, inferLayerNormType(getInput().getType(), getWeight().getType(), getBias().getType(), errorOn(*this)));
 }
 
 //===----------------------------------------------------------------------===//
 // Model-level ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult EmbeddingOp::verify() { return verifyInferred(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this))); }
-LogicalResult EmbeddingOp::inferShapes() { return refineResult(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this))); }
+LogicalResult EmbeddingOp::verify() {
+  return verifyInferred(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this)));
+}
+LogicalResult EmbeddingOp::inferShapes() {
+  return refineResult(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this)));
+}
 
-LogicalResult SliceOp::verify() { return verifyInferred(*this, inferSliceType(getInput().getType(), getOffset(), getSize(), errorOn(*this))); }
-LogicalResult SliceOp::inferShapes() { return refineResult(*this, inferSliceType(getInput().getType(), getOffset(), getSize(), errorOn(*this))); }
+LogicalResult SliceOp::verify() {
+  return verifyInferred(*this, inferSliceType(getInput().getType(), getOffset(), getSize(), errorOn(*this)));
+}
+LogicalResult SliceOp::inferShapes() {
+  return refineResult(*this, inferSliceType(getInput().getType(), getOffset(), getSize(), errorOn(*this)));
+}
 
-LogicalResult SplitHeadsOp::verify() { return verifyInferred(*this, inferSplitHeadsType(getInput().getType(), getNumHeads(), errorOn(*this))); }
-LogicalResult SplitHeadsOp::inferShapes() { return refineResult(*this, inferSplitHeadsType(getInput().getType(), getNumHeads(), errorOn(*this))); }
+LogicalResult SplitHeadsOp::verify() {
+  return verifyInferred(*this,
+                        inferSplitHeadsType(getInput().getType(), getNumHeads(), getTokenMajor(), errorOn(*this)));
+}
+LogicalResult SplitHeadsOp::inferShapes() {
+  return refineResult(*this, inferSplitHeadsType(getInput().getType(), getNumHeads(), getTokenMajor(), errorOn(*this)));
+}
 
 void SplitHeadsOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<SplitMergeHeads>(context);
@@ -135,23 +190,33 @@ void MergeHeadsOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRC
   results.add<MergeSplitHeads>(context);
 }
 
-LogicalResult MergeHeadsOp::verify() { return verifyInferred(*this, inferMergeHeadsType(getInput().getType(), errorOn(*this))); }
-LogicalResult MergeHeadsOp::inferShapes() { return refineResult(*this, inferMergeHeadsType(getInput().getType(), errorOn(*this))); }
+LogicalResult MergeHeadsOp::verify() {
+  return verifyInferred(*this, inferMergeHeadsType(getInput().getType(), getTokenMajor(), errorOn(*this)));
+}
+LogicalResult MergeHeadsOp::inferShapes() {
+  return refineResult(*this, inferMergeHeadsType(getInput().getType(), getTokenMajor(), errorOn(*this)));
+}
 
 LogicalResult RopeOp::verify() {
   float base = getBase().convertToFloat();
-  if (!(base > 1.0f) || !std::isfinite(base)) return emitOpError() << "base must be a finite number > 1, got " << getBaseAttr();
+  if (!(base > 1.0f) || !std::isfinite(base))
+    return emitOpError() << "base must be a finite number > 1, got " << getBaseAttr();
   return verifyInferred(*this, inferRopeType(getInput().getType(), getPositions().getType(), errorOn(*this)));
 }
-LogicalResult RopeOp::inferShapes() { return refineResult(*this, inferRopeType(getInput().getType(), getPositions().getType(), errorOn(*this))); }
+LogicalResult RopeOp::inferShapes() {
+  return refineResult(*this, inferRopeType(getInput().getType(), getPositions().getType(), errorOn(*this)));
+}
 
 LogicalResult CausalAttentionOp::verify() {
   float scale = getScale().convertToFloat();
-  if (!(scale > 0.0f) || !std::isfinite(scale)) return emitOpError() << "scale must be a positive finite number, got " << getScaleAttr();
-  return verifyInferred(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(), errorOn(*this)));
+  if (!(scale > 0.0f) || !std::isfinite(scale))
+    return emitOpError() << "scale must be a positive finite number, got " << getScaleAttr();
+  return verifyInferred(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(),
+                                                  layout(*this), errorOn(*this)));
 }
 LogicalResult CausalAttentionOp::inferShapes() {
-  return refineResult(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(), errorOn(*this)));
+  return refineResult(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(),
+                                                layout(*this), errorOn(*this)));
 }
 
 LogicalResult CacheUpdateOp::verify() {

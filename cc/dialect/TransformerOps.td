@@ -218,17 +218,27 @@ def Transformer_SliceOp : Transformer_Op<"slice",
 
 def Transformer_SplitHeadsOp : Transformer_Op<"split_heads",
     [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
-  let summary = "[T, H*d] -> [H, T, d]";
+  let summary = "[T, H*d] -> [H, T, d], or [T, H, d] when token-major";
   let description = [{
     Splits the feature dimension into `num_heads` heads and moves the head dimension first:
-    `result[h, t, i] = input[t, h * d + i]`.
+    `result[h, t, i] = input[t, h * d + i]`. With `token_major` the heads stay second,
+    `result[t, h, i] = input[t, h * d + i]`: the same data viewed as [T, H, d], nothing moves.
+    Attention reads either layout; `--transformer-attention-layout` chooses token-major where
+    attention is the only user.
 
     ```mlir
     %q = transformer.split_heads %x {num_heads = 4 : i64} : tensor<8x64xf32> -> tensor<4x8x16xf32>
+    %t = transformer.split_heads %x {num_heads = 4 : i64, token_major} : tensor<8x64xf32> -> tensor<8x4x16xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$input, I64Attr:$num_heads);
+  let arguments = (ins F32Tensor:$input, I64Attr:$num_heads, UnitAttr:$token_major);
   let results = (outs F32Tensor:$output);
+  let builders = [
+    // Head-major, as a model is first written (the generated builders want the layout too).
+    OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$input, "::mlir::IntegerAttr":$num_heads), [{
+      build($_builder, $_state, output, input, num_heads, /*token_major=*/nullptr);
+    }]>
+  ];
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
   let hasCanonicalizer = 1;
@@ -236,15 +246,17 @@ def Transformer_SplitHeadsOp : Transformer_Op<"split_heads",
 
 def Transformer_MergeHeadsOp : Transformer_Op<"merge_heads",
     [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
-  let summary = "[H, T, d] -> [T, H*d]";
+  let summary = "[H, T, d], or [T, H, d] when token-major, -> [T, H*d]";
   let description = [{
-    The inverse of `split_heads`: `result[t, h * d + i] = input[h, t, i]`.
+    The inverse of `split_heads`: `result[t, h * d + i] = input[h, t, i]`, or with `token_major`
+    (an input laid out [T, H, d]) `result[t, h * d + i] = input[t, h, i]`, a view of the input.
 
     ```mlir
     %y = transformer.merge_heads %a : tensor<4x8x16xf32> -> tensor<8x64xf32>
+    %z = transformer.merge_heads %b {token_major} : tensor<8x4x16xf32> -> tensor<8x64xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$input);
+  let arguments = (ins F32Tensor:$input, UnitAttr:$token_major);
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
@@ -280,16 +292,32 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
     `result[h, i] = softmax_j(scale * q[h, i] . k[h, j], masked) . v[h, j]`.
     Keys past every query's position (an unfilled cache) are never read into the result.
 
+    Each of `query_token_major`, `key_token_major`, `value_token_major` and `result_token_major`
+    says that this operand (or the result) is laid out token-major, `[T, H, d]`, instead of
+    `[H, T, d]`: the layout of a token-major `split_heads` / `merge_heads`, which then move no
+    data. The meaning is the same; `--transformer-attention-layout` sets them.
+
     ```mlir
     %a = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32}
         : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
     %d = transformer.causal_attention %q1, %kc, %vc offset %pos {scale = 0.25 : f32}
         : (tensor<4x1x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>, index) -> tensor<4x1x16xf32>
+    %t = transformer.causal_attention %qt, %kc, %vc offset %pos {query_token_major, result_token_major, scale = 0.25 : f32}
+        : (tensor<8x4x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>, index) -> tensor<8x4x16xf32>
     ```
   }];
   let arguments = (ins F32Tensor:$query, F32Tensor:$key, F32Tensor:$value,
-                       Optional<Index>:$query_offset, F32Attr:$scale);
+                       Optional<Index>:$query_offset, F32Attr:$scale,
+                       UnitAttr:$query_token_major, UnitAttr:$key_token_major,
+                       UnitAttr:$value_token_major, UnitAttr:$result_token_major);
   let results = (outs F32Tensor:$output);
+  let builders = [
+    // Every operand and the result head-major, as a model is first written.
+    OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$query, "::mlir::Value":$key, "::mlir::Value":$value,
+                   "::mlir::Value":$query_offset, "::mlir::FloatAttr":$scale), [{
+      build($_builder, $_state, output, query, key, value, query_offset, scale, nullptr, nullptr, nullptr, nullptr);
+    }]>
+  ];
   let assemblyFormat = [{
     $query `,` $key `,` $value (`offset` $query_offset^)? attr-dict `:` functional-type(operands, results)
   }];

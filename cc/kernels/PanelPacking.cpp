@@ -10,8 +10,8 @@ namespace gpt::kernels {
 AlignedFloats allocateAligned(int64_t count) {
   constexpr size_t kAlignment = 64;
   // aligned_alloc wants a size that is a multiple of the alignment.
-  size_t bytes = (static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float) + kAlignment - 1) / kAlignment *
-                 kAlignment;
+  size_t bytes =
+      (static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
   auto *data = static_cast<float *>(std::aligned_alloc(kAlignment, bytes));
   if (!data) throw std::bad_alloc();
   return AlignedFloats(data);
@@ -30,11 +30,15 @@ void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, 
 void transposePadded(const float *matrix, int64_t rows, int64_t cols, int64_t paddedRows, float *out) {
   if (rows < 0 || cols < 0 || paddedRows < rows)
     throw std::invalid_argument("transposePadded: the padded row count must be at least the row count");
-  for (int64_t c = 0; c < cols; ++c) {
-    float *column = out + c * paddedRows;
-    for (int64_t r = 0; r < rows; ++r) column[r] = matrix[r * cols + c];
-    std::fill(column + rows, column + paddedRows, 0.0f);
+  // Blocks of rows: a block's source rows stay in cache while each of its output runs (one per
+  // column) is written, instead of one strided pass over the whole matrix per column.
+  constexpr int64_t kBlockRows = 64;
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
+    const int64_t r1 = std::min(rows, r0 + kBlockRows);
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = r0; r < r1; ++r) out[c * paddedRows + r] = matrix[r * cols + c];
   }
+  for (int64_t c = 0; c < cols; ++c) std::fill(out + c * paddedRows + rows, out + (c + 1) * paddedRows, 0.0f);
 }
 
 } // namespace gpt::kernels

@@ -14,10 +14,10 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/SHA256.h"
-#include "llvm/ADT/StringExtras.h"
 
 #include <chrono>
 #include <stdexcept>
@@ -27,7 +27,7 @@ namespace gpt {
 namespace {
 // Part of every disk-cache key: bump when the runtime's calling convention changes.
 constexpr const char *kCompilerVersion = "gpt-jit-2 llvm-19.1.7";
-}
+} // namespace
 
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
     : config_(config), options_(options) {
@@ -110,7 +110,8 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, i
   // The calling convention run() relies on: nothing returned, the logits written into the last
   // argument, and (for the cached step) the caches updated where they are, not copied out.
   auto entry = module->lookupSymbol<mlir::func::FuncOp>(name);
-  auto logitsType = mlir::MemRefType::get({logitsRows, config_.paddedVocabSize()}, mlir::Float32Type::get(context.get()));
+  auto logitsType =
+      mlir::MemRefType::get({logitsRows, config_.paddedVocabSize()}, mlir::Float32Type::get(context.get()));
   if (!entry || entry.getNumResults() != 0 || entry.getNumArguments() == 0 ||
       entry.getArgumentTypes().back() != logitsType)
     throw CompileError("internal error: " + name.str() + " does not take its logits as a " +
@@ -122,7 +123,8 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, i
   pipeline.level = options_.level;
   pipeline.threads = std::max(1, options_.threads);
   addLLVMStage(pm, pipeline);
-  if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));
+  if (mlir::failed(pm.run(*module)))
+    throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));
   return jit(*module, name);
 }
 
@@ -131,7 +133,7 @@ std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::Str
   std::string ir;
   llvm::raw_string_ostream os(ir);
   module.print(os);
-  const std::string host = JitFunction::hostDescription();  // named: the parts below are views
+  const std::string host = JitFunction::hostDescription(); // named: the parts below are views
   llvm::SHA256 hash;
   for (llvm::StringRef part : {llvm::StringRef(kCompilerVersion), llvm::StringRef(host), name, llvm::StringRef(ir)}) {
     hash.update(part);
@@ -216,23 +218,37 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
     caches.push_back(MemRefDescriptor::view(call.keys[layer], cacheShape));
     caches.push_back(MemRefDescriptor::view(call.values[layer], cacheShape));
   }
-  int64_t offset = call.offset;  // an index argument is passed by value
+  int64_t offset = call.offset; // an index argument is passed by value
   std::vector<void *> arguments;
   std::vector<size_t> scalarArguments;
   // Compiled code only reads argument descriptors, so concurrent calls can share the weights'.
   for (const EntryArgument &argument : entryArguments(entry, config_, parameters_.size())) {
     switch (argument.kind) {
-    case ArgumentKind::TokenIds: arguments.push_back(descriptors[0].pointer()); break;
-    case ArgumentKind::Positions: arguments.push_back(descriptors[1].pointer()); break;
-    case ArgumentKind::LastRow: arguments.push_back(descriptors[2].pointer()); break;
+    case ArgumentKind::TokenIds:
+      arguments.push_back(descriptors[0].pointer());
+      break;
+    case ArgumentKind::Positions:
+      arguments.push_back(descriptors[1].pointer());
+      break;
+    case ArgumentKind::LastRow:
+      arguments.push_back(descriptors[2].pointer());
+      break;
     case ArgumentKind::CacheOffset:
       scalarArguments.push_back(arguments.size());
       arguments.push_back(&offset);
       break;
-    case ArgumentKind::KeyCache: arguments.push_back(caches[2 * argument.index].pointer()); break;
-    case ArgumentKind::ValueCache: arguments.push_back(caches[2 * argument.index + 1].pointer()); break;
-    case ArgumentKind::Weight: arguments.push_back(weightDescriptors[argument.index].pointer()); break;
-    case ArgumentKind::Logits: arguments.push_back(out.pointer()); break;
+    case ArgumentKind::KeyCache:
+      arguments.push_back(caches[2 * argument.index].pointer());
+      break;
+    case ArgumentKind::ValueCache:
+      arguments.push_back(caches[2 * argument.index + 1].pointer());
+      break;
+    case ArgumentKind::Weight:
+      arguments.push_back(weightDescriptors[argument.index].pointer());
+      break;
+    case ArgumentKind::Logits:
+      arguments.push_back(out.pointer());
+      break;
     }
   }
   function.call(arguments, scalarArguments);
@@ -263,8 +279,8 @@ Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, in
 
 Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
   if (count < 1 || count > config_.blockSize)
-    throw std::invalid_argument("sequence length " + std::to_string(count) + " is outside [1, block_size=" +
-                                std::to_string(config_.blockSize) + "]");
+    throw std::invalid_argument("sequence length " + std::to_string(count) +
+                                " is outside [1, block_size=" + std::to_string(config_.blockSize) + "]");
   int64_t bucket = bucketFor(count);
   const JitFunction &function = forwardFor(bucket);
 
@@ -274,7 +290,7 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
   std::copy(ids, ids + count, paddedIds.begin());
   for (int64_t i = 0; i < bucket; ++i) positions[i] = i;
   static const std::vector<float *> kNoCaches;
-  CallArguments call{paddedIds.data(), positions.data(), bucket, last.data(), 0, 0, kNoCaches, kNoCaches,
+  CallArguments call{paddedIds.data(),     positions.data(), bucket, last.data(), 0, 0, kNoCaches, kNoCaches,
                      /*logitsRows=*/bucket};
   return run(function, EntryPoint::Forward, call);
 }

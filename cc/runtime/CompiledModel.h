@@ -4,8 +4,8 @@
 #define GPT_CC_RUNTIME_COMPILEDMODEL_H
 
 #include "cc/builder/GPTBuilder.h"
-#include "cc/kernels/PanelPacking.h"
 #include "cc/codegen/Pipelines.h"
+#include "cc/kernels/PanelPacking.h"
 #include "cc/runtime/MemRefDescriptor.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -33,7 +33,7 @@ struct CompileError : std::runtime_error {
 
 struct CompileOptions {
   PipelineLevel level = PipelineLevel::Vectorized;
-  int threads = 0;  ///< 0: all cores
+  int threads = 0; ///< 0: all cores
   /// Directory of the on-disk object cache shared by processes; empty: no disk cache. Entries are
   /// keyed by the SHA-256 of the program's LLVM-dialect IR (which encodes shapes and options),
   /// the host CPU and features, and the compiler version.
@@ -128,9 +128,9 @@ private:
   CompileOptions options_;
   std::vector<ParameterSpec> parameters_, supplied_;
   std::vector<MemRefDescriptor> weightDescriptors;  // set once by setWeights
-  std::vector<kernels::AlignedFloats> ownedWeights;  // the laid-out copies they point into
+  std::vector<kernels::AlignedFloats> ownedWeights; // the laid-out copies they point into
   std::unique_ptr<mlir::MLIRContext> context;
-  mutable std::mutex mutex;  // guards the context and the caches
+  mutable std::mutex mutex; // guards the context and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;
   std::map<int64_t, double> compileSeconds;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;

@@ -18,8 +18,7 @@ public:
           llvm::raw_string_ostream os(text);
           if (!text.empty()) os << "\n";
           os << diag.getLocation() << ": " << severity(diag.getSeverity()) << ": " << diag;
-          for (const mlir::Diagnostic &note : diag.getNotes())
-            os << "\n" << note.getLocation() << ": note: " << note;
+          for (const mlir::Diagnostic &note : diag.getNotes()) os << "\n" << note.getLocation() << ": note: " << note;
           return mlir::success();
         }) {}
 
@@ -29,10 +28,14 @@ public:
 private:
   static const char *severity(mlir::DiagnosticSeverity s) {
     switch (s) {
-    case mlir::DiagnosticSeverity::Error: return "error";
-    case mlir::DiagnosticSeverity::Warning: return "warning";
-    case mlir::DiagnosticSeverity::Note: return "note";
-    case mlir::DiagnosticSeverity::Remark: return "remark";
+    case mlir::DiagnosticSeverity::Error:
+      return "error";
+    case mlir::DiagnosticSeverity::Warning:
+      return "warning";
+    case mlir::DiagnosticSeverity::Note:
+      return "note";
+    case mlir::DiagnosticSeverity::Remark:
+      return "remark";
     }
     return "diagnostic";
   }

@@ -76,7 +76,8 @@ std::unique_ptr<llvm::TargetMachine> hostTargetMachine() {
   builder.addFeatures(hostFeatures().getFeatures());
   builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   auto machine = builder.createTargetMachine();
-  if (!machine) throw std::runtime_error("cannot create a TargetMachine for the host: " + describe(machine.takeError()));
+  if (!machine)
+    throw std::runtime_error("cannot create a TargetMachine for the host: " + describe(machine.takeError()));
   return std::move(*machine);
 }
 
@@ -92,11 +93,11 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
   llvm::TargetMachine *target = machine.get();
   std::function<llvm::Error(llvm::Module *)> optimize = [target](llvm::Module *m) { return optimizeModule(m, target); };
   mlir::ExecutionEngineOptions options;
-  options.transformer = optimize;  // a function_ref: `optimize` outlives create()
+  options.transformer = optimize; // a function_ref: `optimize` outlives create()
   // Multi-threaded programs call the OpenMP runtime (__kmpc_fork_call, ...).
   llvm::StringRef sharedLibraries[] = {GPT_LIBOMP_PATH};
   options.sharedLibPaths = sharedLibraries;
-  options.enableObjectDump = true;  // keeps the object so that dumpObject() can show the machine code
+  options.enableObjectDump = true; // keeps the object so that dumpObject() can show the machine code
   options.enableGDBNotificationListener = false;
   // jit-<pid>.dump files for `perf inject --jit` only on request: they would otherwise pile up.
   options.enablePerfNotificationListener = std::getenv("GPT_PERF_JITDUMP") != nullptr;
@@ -113,7 +114,9 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
   });
 
   auto function = engine->lookupPacked(("_mlir_ciface_" + name).str());
-  if (!function) throw std::runtime_error("compiled module has no entry point " + name.str() + ": " + describe(function.takeError()));
+  if (!function)
+    throw std::runtime_error("compiled module has no entry point " + name.str() + ": " +
+                             describe(function.takeError()));
   packed = *function;
 }
 

@@ -45,8 +45,8 @@ public:
 
 private:
   JitFunction();
-  std::unique_ptr<mlir::ExecutionEngine> engine;  // compiled here
-  std::unique_ptr<llvm::orc::LLJIT> loaded;       // or loaded from an object file
+  std::unique_ptr<mlir::ExecutionEngine> engine; // compiled here
+  std::unique_ptr<llvm::orc::LLJIT> loaded;      // or loaded from an object file
   std::string objectPath;
   void (*packed)(void **) = nullptr;
 };

@@ -21,6 +21,10 @@ def run_pipeline(ir: str, pipeline: str, verify_each: bool = True) -> str:
 def pack_panels(matrix: npt.ArrayLike, width: _Int) -> npt.NDArray[np.float32]:
     """The [N/width, K, width] column panels of a [K, N] matrix, as the runtime packs matmul weights."""
 
+def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np.float32]:
+    """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM
+    head's tied embedding."""
+
 def supplied_parameters(
     n_layer: _Int, n_head: _Int, n_embd: _Int, vocab_size: _Int, block_size: _Int, rope: bool
 ) -> list[tuple[str, tuple[int, ...]]]:

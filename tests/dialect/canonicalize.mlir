@@ -242,6 +242,55 @@ func.func @split_merge_heads(%x: tensor<4x8x16xf32>) -> tensor<4x8x16xf32> {
 
 // -----
 
+// merge_heads(split_heads(x)) = x, both token-major (two views).
+// CHECK-LABEL: func.func @merge_split_heads_token_major
+// CHECK-SAME: (%[[X:.*]]: tensor<8x64xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @merge_split_heads_token_major(%x: tensor<8x64xf32>) -> tensor<8x64xf32> {
+  %0 = "transformer.split_heads"(%x) {num_heads = 4 : i64, token_major} : (tensor<8x64xf32>) -> tensor<8x4x16xf32>
+  %1 = "transformer.merge_heads"(%0) {token_major} : (tensor<8x4x16xf32>) -> tensor<8x64xf32>
+  return %1 : tensor<8x64xf32>
+}
+
+// -----
+
+// split_heads(merge_heads(x), 4) = x, both token-major.
+// CHECK-LABEL: func.func @split_merge_heads_token_major
+// CHECK-SAME: (%[[X:.*]]: tensor<8x4x16xf32>)
+// CHECK-NEXT: return %[[X]]
+func.func @split_merge_heads_token_major(%x: tensor<8x4x16xf32>) -> tensor<8x4x16xf32> {
+  %0 = "transformer.merge_heads"(%x) {token_major} : (tensor<8x4x16xf32>) -> tensor<8x64xf32>
+  %1 = "transformer.split_heads"(%0) {num_heads = 4 : i64, token_major} : (tensor<8x64xf32>) -> tensor<8x4x16xf32>
+  return %1 : tensor<8x4x16xf32>
+}
+
+// -----
+
+// Negative: split token-major, merged head-major (4 tokens of 4 heads, so the types agree) is a
+// real transpose of the heads, not x.
+// CHECK-LABEL: func.func @merge_split_heads_mixed_layout
+// CHECK: transformer.split_heads
+// CHECK: transformer.merge_heads
+func.func @merge_split_heads_mixed_layout(%x: tensor<4x64xf32>) -> tensor<4x64xf32> {
+  %0 = "transformer.split_heads"(%x) {num_heads = 4 : i64, token_major} : (tensor<4x64xf32>) -> tensor<4x4x16xf32>
+  %1 = "transformer.merge_heads"(%0) : (tensor<4x4x16xf32>) -> tensor<4x64xf32>
+  return %1 : tensor<4x64xf32>
+}
+
+// -----
+
+// Negative: merged token-major, split head-major: the same, the other way round.
+// CHECK-LABEL: func.func @split_merge_heads_mixed_layout
+// CHECK: transformer.merge_heads
+// CHECK: transformer.split_heads
+func.func @split_merge_heads_mixed_layout(%x: tensor<4x4x16xf32>) -> tensor<4x4x16xf32> {
+  %0 = "transformer.merge_heads"(%x) {token_major} : (tensor<4x4x16xf32>) -> tensor<4x64xf32>
+  %1 = "transformer.split_heads"(%0) {num_heads = 4 : i64} : (tensor<4x64xf32>) -> tensor<4x4x16xf32>
+  return %1 : tensor<4x4x16xf32>
+}
+
+// -----
+
 // Negative: re-splitting into a different number of heads is a real reshuffle.
 // CHECK-LABEL: func.func @split_merge_other_heads
 // CHECK: transformer.merge_heads

@@ -186,6 +186,30 @@ func.func @merge_heads_rank(%x: tensor<8x64xf32>) {
 
 // -----
 
+func.func @merge_heads_token_major_rank(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{input must be a rank-3 [tokens, heads, head_dim] tensor, got 'tensor<8x64xf32>'}}
+  %0 = transformer.merge_heads %x {token_major} : tensor<8x64xf32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @split_heads_token_major_result(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x8x16xf32>' does not match the type 'tensor<8x4x16xf32>' implied by the operands}}
+  %0 = transformer.split_heads %x {num_heads = 4 : i64, token_major} : tensor<8x64xf32> -> tensor<4x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @merge_heads_token_major_result(%x: tensor<8x4x16xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x128xf32>' does not match the type 'tensor<8x64xf32>' implied by the operands}}
+  %0 = transformer.merge_heads %x {token_major} : tensor<8x4x16xf32> -> tensor<4x128xf32>
+  return
+}
+
+// -----
+
 func.func @rope_odd_head_dim(%x: tensor<4x8x15xf32>, %pos: tensor<8xi64>) {
   // expected-error @+1 {{head_dim must be even to rotate halves, got 'tensor<4x8x15xf32>'}}
   %0 = transformer.rope %x, %pos : (tensor<4x8x15xf32>, tensor<8xi64>) -> tensor<*xf32>
@@ -229,6 +253,40 @@ func.func @attention_head_dim(%q: tensor<4x8x16xf32>, %k: tensor<4x8x8xf32>) {
 func.func @attention_key_value_tokens(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>, %v: tensor<4x9x16xf32>) {
   // expected-error @+1 {{key 'tensor<4x8x16xf32>' and value 'tensor<4x9x16xf32>' must have the same number of tokens}}
   %0 = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x9x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+// A query flagged token-major but shaped head-major: [4, 8, 16] read as 4 tokens of 8 heads.
+func.func @attention_token_major_query_shape(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{token-major query 'tensor<4x8x16xf32>', key 'tensor<4x8x16xf32>' and value 'tensor<4x8x16xf32>' must have the same number of heads}}
+  %0 = transformer.causal_attention %q, %k, %k {query_token_major, scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_token_major_key_rank(%q: tensor<4x8x16xf32>, %k: tensor<8x64xf32>) {
+  // expected-error @+1 {{token-major key must be a rank-3 [tokens, heads, head_dim] tensor, got 'tensor<8x64xf32>'}}
+  %0 = transformer.causal_attention %q, %k, %q {key_token_major, scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<8x64xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_token_major_value_tokens(%q: tensor<4x8x16xf32>, %v: tensor<9x4x16xf32>) {
+  // expected-error @+1 {{key 'tensor<4x8x16xf32>' and token-major value 'tensor<9x4x16xf32>' must have the same number of tokens}}
+  %0 = transformer.causal_attention %q, %q, %v {value_token_major, scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<9x4x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+// A token-major result is [Tq, H, dv]; a head-major one declared instead is an error.
+func.func @attention_token_major_result(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x8x16xf32>' does not match the type 'tensor<8x4x16xf32>' implied by the operands}}
+  %0 = transformer.causal_attention %q, %q, %q {result_token_major, scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
   return
 }
 

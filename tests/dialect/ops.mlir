@@ -89,3 +89,20 @@ func.func @model_ops(%wte: tensor<256x64xf32>, %ids: tensor<8xi64>, %qkv: tensor
   %m2 = transformer.merge_heads %d : tensor<4x8x16xf32> -> tensor<8x64xf32>
   return %x, %m, %m2 : tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>
 }
+
+// Token-major heads ([T, H, d]) around attention, as --transformer-attention-layout leaves them.
+// CHECK-LABEL: func.func @token_major_heads
+func.func @token_major_heads(%x: tensor<8x64xf32>, %kc: tensor<4x64x16xf32>, %pos: index) -> (tensor<8x64xf32>, tensor<8x64xf32>) {
+  // CHECK: transformer.split_heads %{{.*}} {num_heads = 4 : i64, token_major} : tensor<8x64xf32> -> tensor<8x4x16xf32>
+  %h = transformer.split_heads %x {num_heads = 4 : i64, token_major} : tensor<8x64xf32> -> tensor<8x4x16xf32>
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} {key_token_major, query_token_major, result_token_major, scale = 2.500000e-01 : f32, value_token_major} : (tensor<8x4x16xf32>, tensor<8x4x16xf32>, tensor<8x4x16xf32>) -> tensor<8x4x16xf32>
+  %a = transformer.causal_attention %h, %h, %h {query_token_major, key_token_major, value_token_major, result_token_major, scale = 0.25 : f32} : (tensor<8x4x16xf32>, tensor<8x4x16xf32>, tensor<8x4x16xf32>) -> tensor<8x4x16xf32>
+  // A token-major query against a head-major cache, with a head-major result.
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} offset %{{.*}} {query_token_major, scale = 2.500000e-01 : f32} : (tensor<8x4x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>, index) -> tensor<4x8x16xf32>
+  %d = transformer.causal_attention %h, %kc, %kc offset %pos {query_token_major, scale = 0.25 : f32} : (tensor<8x4x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>, index) -> tensor<4x8x16xf32>
+  // CHECK: transformer.merge_heads %{{.*}} {token_major} : tensor<8x4x16xf32> -> tensor<8x64xf32>
+  %m = transformer.merge_heads %a {token_major} : tensor<8x4x16xf32> -> tensor<8x64xf32>
+  // CHECK: transformer.merge_heads %{{.*}} : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  %m2 = transformer.merge_heads %d : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  return %m, %m2 : tensor<8x64xf32>, tensor<8x64xf32>
+}

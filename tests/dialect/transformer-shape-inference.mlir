@@ -114,6 +114,22 @@ func.func @model_ops(%wte: tensor<256x64xf32>, %ids: tensor<8xi64>, %w: tensor<6
 
 // -----
 
+// Token-major heads: split_heads gives [T, H, d], attention reads it so and writes [T, H, d]
+// where its flags say, merge_heads collapses it.
+// CHECK-LABEL: func.func @token_major_heads
+// CHECK-SAME: -> tensor<8x64xf32>
+// CHECK: transformer.split_heads {{.*}} -> tensor<8x4x16xf32>
+// CHECK: transformer.causal_attention {{.*}} -> tensor<8x4x16xf32>
+// CHECK: transformer.merge_heads {{.*}} -> tensor<8x64xf32>
+func.func @token_major_heads(%q: tensor<8x64xf32>, %kv: tensor<4x8x16xf32>) -> tensor<*xf32> {
+  %h = transformer.split_heads %q {num_heads = 4 : i64, token_major} : tensor<8x64xf32> -> tensor<*xf32>
+  %a = transformer.causal_attention %h, %kv, %kv {query_token_major, result_token_major, scale = 0.25 : f32} : (tensor<*xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  %m = transformer.merge_heads %a {token_major} : tensor<*xf32> -> tensor<*xf32>
+  return %m : tensor<*xf32>
+}
+
+// -----
+
 // A packed weight [N/P, K, P] = [3, 8, 32] gives N = 96 columns; leading dims of x are kept.
 // CHECK-LABEL: func.func @packed_matmul
 // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<2x4x96xf32>

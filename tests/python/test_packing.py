@@ -23,6 +23,20 @@ def test_pack_panels_rejects_uneven_width():
         _gpt.pack_panels(np.zeros((4, 40), np.float32), 32)
 
 
+def test_transpose_padded_matches_numpy():
+    # 150 rows: more than one 64-row block of the kernel, and not a multiple of it.
+    matrix = np.random.default_rng(1).standard_normal((150, 24)).astype(np.float32)
+    out = _gpt.transpose_padded(matrix, 256)
+    assert out.shape == (24, 256)
+    np.testing.assert_array_equal(out[:, :150], matrix.T)
+    np.testing.assert_array_equal(out[:, 150:], 0.0)
+
+
+def test_transpose_padded_rejects_too_few_padded_rows():
+    with pytest.raises(ValueError, match="padded_rows 8 is less than the 9 rows"):
+        _gpt.transpose_padded(np.zeros((9, 4), np.float32), 8)
+
+
 def test_default_pipeline_reads_packed_weights_and_baseline_does_not():
     cfg = config(NANO)
     packed = gpt.GPT.random(cfg).ir("transformer", seq_len=8)

@@ -1,4 +1,4 @@
-// Passes that transform the `transformer` dialect within itself (shape inference).
+// Passes that transform the `transformer` dialect within itself (shape inference, attention layout).
 #ifndef GPT_CC_DIALECT_TRANSFORMS_PASSES_H
 #define GPT_CC_DIALECT_TRANSFORMS_PASSES_H
 

@@ -18,8 +18,7 @@ bool allOperandsRanked(Operation *op) {
   return llvm::none_of(op->getOperandTypes(), [](Type t) { return isa<UnrankedTensorType>(t); });
 }
 
-class TransformerShapeInferencePass
-    : public impl::TransformerShapeInferenceBase<TransformerShapeInferencePass> {
+class TransformerShapeInferencePass : public impl::TransformerShapeInferenceBase<TransformerShapeInferencePass> {
 public:
   void runOnOperation() override {
     func::FuncOp function = getOperation();

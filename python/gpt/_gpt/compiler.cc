@@ -46,8 +46,10 @@ std::vector<std::string> splitTopLevel(const std::string &pipeline) {
   for (char c : pipeline) {
     if (c == '(' || c == '{') ++depth;
     if (c == ')' || c == '}') --depth;
-    if (c == ',' && depth == 0) elements.emplace_back();
-    else if (!std::isspace(static_cast<unsigned char>(c))) elements.back() += c;
+    if (c == ',' && depth == 0)
+      elements.emplace_back();
+    else if (!std::isspace(static_cast<unsigned char>(c)))
+      elements.back() += c;
   }
   return elements;
 }
@@ -56,7 +58,7 @@ std::vector<std::string> splitTopLevel(const std::string &pipeline) {
 /// nest implicitly, so an element that cannot run on the module (a function pass such as
 /// transformer-shape-inference) is retried nested under func.func.
 void addPipeline(mlir::OpPassManager &pm, const std::string &pipeline) {
-  if (pipeline.find_first_not_of(" \t\n") == std::string::npos) return;  // no passes: print as parsed
+  if (pipeline.find_first_not_of(" \t\n") == std::string::npos) return; // no passes: print as parsed
   for (const std::string &element : splitTopLevel(pipeline)) {
     if (element.empty()) fail("invalid pass pipeline '" + pipeline + "': empty element");
     std::string moduleErrors, functionErrors;

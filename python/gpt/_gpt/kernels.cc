@@ -26,6 +26,21 @@ void initKernels(py::module_ &m) {
       },
       py::arg("matrix"), py::arg("width"),
       "The [N/width, K, width] column panels of a [K, N] matrix, as the runtime packs matmul weights.");
+  m.def(
+      "transpose_padded",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> matrix, int64_t paddedRows) {
+        if (matrix.ndim() != 2) throw std::invalid_argument("transpose_padded needs a 2-D [V, D] matrix");
+        int64_t rows = matrix.shape(0), cols = matrix.shape(1);
+        if (paddedRows < rows)
+          throw std::invalid_argument("padded_rows " + std::to_string(paddedRows) + " is less than the " +
+                                      std::to_string(rows) + " rows");
+        py::array_t<float> out({cols, paddedRows});
+        kernels::transposePadded(matrix.data(), rows, cols, paddedRows, out.mutable_data());
+        return out;
+      },
+      py::arg("matrix"), py::arg("padded_rows"),
+      "The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the "
+      "LM head's tied embedding.");
 }
 
 } // namespace gpt::python

@@ -20,7 +20,8 @@ using FloatArray = py::array_t<float, py::array::c_style>;
 std::vector<const float *> weightPointers(const CompiledModel &model, const py::list &weights) {
   const std::vector<ParameterSpec> &specs = model.suppliedParameters();
   if (weights.size() != specs.size())
-    throw std::invalid_argument("expected " + std::to_string(specs.size()) + " weights, got " + std::to_string(weights.size()));
+    throw std::invalid_argument("expected " + std::to_string(specs.size()) + " weights, got " +
+                                std::to_string(weights.size()));
   std::vector<const float *> pointers;
   for (size_t i = 0; i < specs.size(); ++i) {
     // No implicit conversion: a wrong dtype or a strided view would silently cost a copy per call.
@@ -55,7 +56,8 @@ py::array forward(CompiledModel &model, py::array_t<int64_t, py::array::c_style 
 py::array wrapLogits(const Logits &logits) {
   // The runtime allocated the buffer for this call: numpy frees it when the array dies.
   py::capsule owner(logits.data, [](void *p) { std::free(p); });
-  return py::array_t<float>({logits.rows, logits.cols}, {logits.cols * sizeof(float), sizeof(float)}, logits.data, owner);
+  return py::array_t<float>({logits.rows, logits.cols}, {logits.cols * sizeof(float), sizeof(float)}, logits.data,
+                            owner);
 }
 
 std::vector<float *> cachePointers(const CompiledModel &model, const py::list &caches, int64_t cacheLen) {
@@ -73,10 +75,11 @@ std::vector<float *> cachePointers(const CompiledModel &model, const py::list &c
   return pointers;
 }
 
-py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids, int64_t offset,
-               int64_t cacheLen, const py::list &keys, const py::list &values) {
+py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
+               int64_t offset, int64_t cacheLen, const py::list &keys, const py::list &values) {
   if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
-  std::vector<float *> keyPtrs = cachePointers(model, keys, cacheLen), valuePtrs = cachePointers(model, values, cacheLen);
+  std::vector<float *> keyPtrs = cachePointers(model, keys, cacheLen),
+                       valuePtrs = cachePointers(model, values, cacheLen);
   Logits logits;
   {
     py::gil_scoped_release release;
@@ -103,8 +106,9 @@ void initModel(py::module_ &m) {
            py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
            py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"),
            py::arg("cache_dir") = "")
-      .def("supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
-           "(name, shape) of every weight set_weights() takes, in its order.")
+      .def(
+          "supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
+          "(name, shape) of every weight set_weights() takes, in its order.")
       .def("bucket_for", &CompiledModel::bucketFor, py::arg("seq_len"),
            "The padded sequence length that seq_len tokens are compiled for.")
       .def(

@@ -1,0 +1,116 @@
+// Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, rope) to linalg.generic.
+#include "cc/conversion/LoweringUtils.h"
+#include "cc/conversion/Passes.h"
+#include "cc/dialect/TransformerDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+#include <cmath>
+
+namespace gpt::conversion {
+using namespace mlir;
+using namespace mlir::transformer;
+
+namespace {
+
+struct ConstantLowering : OpConversionPattern<ConstantOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(ConstantOp op, OpAdaptor, ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOpWithNewOp<arith::ConstantOp>(op, op.getValue());
+    return success();
+  }
+};
+
+/// Binary and unary elementwise ops, described by the scalar function they apply.
+template <typename OpTy> struct ElementwiseLowering : OpConversionPattern<OpTy> {
+  using OpConversionPattern<OpTy>::OpConversionPattern;
+  static Value scalar(OpBuilder &b, Location loc, ValueRange args);
+
+  LogicalResult matchAndRewrite(OpTy op, typename OpTy::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(
+        op, buildElementwise(rewriter, op.getLoc(), rankedType(op.getResult()), adaptor.getOperands(), scalar));
+    return success();
+  }
+};
+
+template <> Value ElementwiseLowering<AddOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::AddFOp>(loc, args[0], args[1]);
+}
+template <> Value ElementwiseLowering<MulOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::MulFOp>(loc, args[0], args[1]);
+}
+template <> Value ElementwiseLowering<NegOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::NegFOp>(loc, args[0]);
+}
+template <> Value ElementwiseLowering<ReluOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::MaximumFOp>(loc, args[0], f32Constant(b, loc, 0.0));
+}
+// 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
+template <> Value ElementwiseLowering<GeluOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  Value x = args[0];
+  Value x3 = b.create<arith::MulFOp>(loc, b.create<arith::MulFOp>(loc, x, x), x);
+  Value inner = b.create<arith::AddFOp>(loc, x, b.create<arith::MulFOp>(loc, f32Constant(b, loc, 0.044715), x3));
+  Value scaled = b.create<arith::MulFOp>(loc, f32Constant(b, loc, std::sqrt(2.0 / M_PI)), inner);
+  Value onePlusTanh = b.create<arith::AddFOp>(loc, f32Constant(b, loc, 1.0), b.create<math::TanhOp>(loc, scaled));
+  Value halfX = b.create<arith::MulFOp>(loc, f32Constant(b, loc, 0.5), x);
+  return b.create<arith::MulFOp>(loc, halfX, onePlusTanh);
+}
+
+// x[j] * cos(a) -/+ x[j +/- half] * sin(a), with a = position * base^(-2 (j mod half) / d). The
+// angle and its cosine/sine are computed in f64: positions reach thousands of radians, where f32
+// would lose the low digits of the angle.
+struct RopeLowering : OpConversionPattern<RopeOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(RopeOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType type = rankedType(op.getResult());
+    Value x = adaptor.getInput();
+    int64_t headDim = type.getDimSize(2), half = headDim / 2;
+    double logBase = std::log(static_cast<double>(op.getBase().convertToFloat()));
+    SmallVector<utils::IteratorType> parallel(3, utils::IteratorType::parallel);
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(3, ctx);
+    Value result =
+        buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {x, adaptor.getPositions()},
+                     {identity, AffineMap::get(3, 0, getAffineDimExpr(1, ctx))}, identity, parallel,
+                     [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                       Value h = b.create<linalg::IndexOp>(l, 0), t = b.create<linalg::IndexOp>(l, 1);
+                       Value j = b.create<linalg::IndexOp>(l, 2);
+                       Value halfIdx = b.create<arith::ConstantIndexOp>(l, half);
+                       Value firstHalf = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, j, halfIdx);
+                       Value pair = b.create<arith::RemUIOp>(l, j, halfIdx); // frequency index j mod half
+                       Value partner = b.create<arith::SelectOp>(l, firstHalf, b.create<arith::AddIOp>(l, j, halfIdx),
+                                                                 b.create<arith::SubIOp>(l, j, halfIdx));
+                       Value other = b.create<tensor::ExtractOp>(l, x, ValueRange{h, t, partner});
+
+                       Type f64 = b.getF64Type();
+                       Value pairF =
+                           b.create<arith::UIToFPOp>(l, f64, b.create<arith::IndexCastUIOp>(l, b.getI64Type(), pair));
+                       Value exponent = b.create<arith::MulFOp>(
+                           l, pairF, b.create<arith::ConstantOp>(l, b.getF64FloatAttr(-2.0 * logBase / headDim)));
+                       Value invFreq = b.create<math::ExpOp>(l, exponent);
+                       Value angle = b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f64, a[1]), invFreq);
+                       Value cos = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::CosOp>(l, angle));
+                       Value sin = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::SinOp>(l, angle));
+                       Value rotated = b.create<arith::MulFOp>(l, other, sin);
+                       rotated = b.create<arith::SelectOp>(l, firstHalf, b.create<arith::NegFOp>(l, rotated), rotated);
+                       return b.create<arith::AddFOp>(l, b.create<arith::MulFOp>(l, a[0], cos), rotated);
+                     });
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+} // namespace
+
+void populateElementwiseLoweringPatterns(RewritePatternSet &patterns) {
+  patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
+               ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, RopeLowering>(patterns.getContext());
+}
+
+} // namespace gpt::conversion

@@ -1,0 +1,89 @@
+// Builders shared by the transformer-to-linalg patterns (see LoweringUtils.h).
+#include "cc/conversion/LoweringUtils.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+namespace gpt::conversion {
+using namespace mlir;
+
+RankedTensorType rankedType(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+Value f32Constant(OpBuilder &b, Location loc, double value) {
+  return b.create<arith::ConstantOp>(loc, b.getF32FloatAttr(static_cast<float>(value)));
+}
+
+Value emptyTensor(OpBuilder &b, Location loc, ArrayRef<int64_t> shape) {
+  return b.create<tensor::EmptyOp>(loc, shape, b.getF32Type());
+}
+
+Value filled(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, double value) {
+  return b.create<linalg::FillOp>(loc, f32Constant(b, loc, value), emptyTensor(b, loc, shape)).getResult(0);
+}
+
+AffineMap broadcastMap(ArrayRef<int64_t> shape, ArrayRef<int64_t> resultShape, MLIRContext *ctx) {
+  int64_t rank = resultShape.size(), offset = rank - shape.size();
+  SmallVector<AffineExpr> exprs;
+  for (auto [i, size] : llvm::enumerate(shape)) {
+    bool broadcast = size == 1 && resultShape[offset + i] != 1;
+    exprs.push_back(broadcast ? getAffineConstantExpr(0, ctx) : getAffineDimExpr(offset + i, ctx));
+  }
+  return AffineMap::get(rank, 0, exprs, ctx);
+}
+
+AffineMap rowMap(int64_t rank, MLIRContext *ctx) {
+  return AffineMap::getMultiDimIdentityMap(rank, ctx).getMajorSubMap(rank - 1);
+}
+
+AffineMap featureMap(int64_t rank, MLIRContext *ctx) {
+  return AffineMap::get(rank, 0, getAffineDimExpr(rank - 1, ctx));
+}
+
+Value buildGeneric(OpBuilder &b, Location loc, Value init, ValueRange inputs, ArrayRef<AffineMap> inputMaps,
+                   AffineMap outputMap, ArrayRef<utils::IteratorType> iterators, BodyBuilder body) {
+  SmallVector<AffineMap> maps(inputMaps);
+  maps.push_back(outputMap);
+  auto generic = b.create<linalg::GenericOp>(
+      loc, init.getType(), inputs, ValueRange{init}, maps, iterators,
+      [&](OpBuilder &nb, Location nloc, ValueRange args) { nb.create<linalg::YieldOp>(nloc, body(nb, nloc, args)); });
+  return generic.getResult(0);
+}
+
+Value buildElementwise(OpBuilder &b, Location loc, RankedTensorType resultType, ValueRange inputs, BodyBuilder body) {
+  MLIRContext *ctx = b.getContext();
+  SmallVector<AffineMap> maps;
+  for (Value input : inputs)
+    maps.push_back(broadcastMap(cast<RankedTensorType>(input.getType()).getShape(), resultType.getShape(), ctx));
+  SmallVector<utils::IteratorType> iterators(resultType.getRank(), utils::IteratorType::parallel);
+  return buildGeneric(b, loc, emptyTensor(b, loc, resultType.getShape()), inputs, maps,
+                      AffineMap::getMultiDimIdentityMap(resultType.getRank(), ctx), iterators, body);
+}
+
+Value buildRowReduction(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, ValueRange inputs,
+                        ArrayRef<AffineMap> inputMaps, double initValue, BodyBuilder body) {
+  int64_t rank = shape.size();
+  Value init = filled(b, loc, shape.drop_back(), initValue);
+  SmallVector<utils::IteratorType> iterators(rank, utils::IteratorType::parallel);
+  iterators.back() = utils::IteratorType::reduction;
+  return buildGeneric(b, loc, init, inputs, inputMaps, rowMap(rank, b.getContext()), iterators, body);
+}
+
+SmallVector<ReassociationIndices> collapseLeading(int64_t n, int64_t rank) {
+  SmallVector<ReassociationIndices> groups(1);
+  for (int64_t i = 0; i < n; ++i) groups[0].push_back(i);
+  for (int64_t i = n; i < rank; ++i) groups.push_back({i});
+  return groups;
+}
+
+Value collapse(OpBuilder &b, Location loc, Value v, int64_t n) {
+  return b.create<tensor::CollapseShapeOp>(loc, v, collapseLeading(n, rankedType(v).getRank()));
+}
+
+Value transpose(OpBuilder &b, Location loc, Value input, ArrayRef<int64_t> permutation) {
+  ArrayRef<int64_t> in = rankedType(input).getShape();
+  SmallVector<int64_t> shape = llvm::map_to_vector(permutation, [&](int64_t p) { return in[p]; });
+  return b.create<linalg::TransposeOp>(loc, input, emptyTensor(b, loc, shape), permutation).getResult()[0];
+}
+
+} // namespace gpt::conversion

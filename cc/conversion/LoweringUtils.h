@@ -1,0 +1,66 @@
+// Builders shared by the transformer-to-linalg patterns: constants, empty and filled tensors,
+// indexing maps, linalg.generic shapes (elementwise, row reduction), reshapes and transposes.
+#ifndef GPT_CC_CONVERSION_LOWERINGUTILS_H
+#define GPT_CC_CONVERSION_LOWERINGUTILS_H
+
+#include "mlir/Dialect/Utils/ReshapeOpsUtils.h"
+#include "mlir/Dialect/Utils/StructuredOpsUtils.h"
+#include "mlir/IR/AffineMap.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
+
+namespace gpt::conversion {
+
+/// Builds the body of a linalg.generic: gets the input elements and the current output element
+/// and returns the new output element.
+using BodyBuilder = llvm::function_ref<mlir::Value(mlir::OpBuilder &, mlir::Location, mlir::ValueRange)>;
+
+mlir::RankedTensorType rankedType(mlir::Value v);
+
+mlir::Value f32Constant(mlir::OpBuilder &b, mlir::Location loc, double value);
+
+mlir::Value emptyTensor(mlir::OpBuilder &b, mlir::Location loc, llvm::ArrayRef<int64_t> shape);
+
+/// A new f32 tensor of `shape` filled with `value` (the initial value of a reduction).
+mlir::Value filled(mlir::OpBuilder &b, mlir::Location loc, llvm::ArrayRef<int64_t> shape, double value = 0.0);
+
+/// Map from the iteration space of a rank-`rank` result to an operand of shape `shape` under
+/// numpy broadcasting: missing leading dims are dropped, size-1 dims read index 0.
+mlir::AffineMap broadcastMap(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> resultShape,
+                             mlir::MLIRContext *ctx);
+
+/// Map from a rank-`rank` iteration space to its first `rank - 1` dims (one value per row).
+mlir::AffineMap rowMap(int64_t rank, mlir::MLIRContext *ctx);
+
+/// Map from a rank-`rank` iteration space to its last dim (a per-feature vector).
+mlir::AffineMap featureMap(int64_t rank, mlir::MLIRContext *ctx);
+
+/// A linalg.generic over the iteration space of `init`; `body` gets the input elements and the
+/// current output element and returns the new output element.
+mlir::Value buildGeneric(mlir::OpBuilder &b, mlir::Location loc, mlir::Value init, mlir::ValueRange inputs,
+                         llvm::ArrayRef<mlir::AffineMap> inputMaps, mlir::AffineMap outputMap,
+                         llvm::ArrayRef<mlir::utils::IteratorType> iterators, BodyBuilder body);
+
+/// Elementwise generic producing `resultType` from broadcast-compatible `inputs`.
+mlir::Value buildElementwise(mlir::OpBuilder &b, mlir::Location loc, mlir::RankedTensorType resultType,
+                             mlir::ValueRange inputs, BodyBuilder body);
+
+/// Reduces the last dim of `inputs[0]`'s shape: `inputs` are read through `inputMaps`, the
+/// accumulator starts at `initValue`; `body(args)` gets the input elements then the accumulator.
+mlir::Value buildRowReduction(mlir::OpBuilder &b, mlir::Location loc, llvm::ArrayRef<int64_t> shape,
+                              mlir::ValueRange inputs, llvm::ArrayRef<mlir::AffineMap> inputMaps, double initValue,
+                              BodyBuilder body);
+
+/// Reassociation grouping dims [0, n) into one and keeping every later dim of a rank-`rank` tensor.
+llvm::SmallVector<mlir::ReassociationIndices> collapseLeading(int64_t n, int64_t rank);
+
+/// `v` with its first `n` dims collapsed into one.
+mlir::Value collapse(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v, int64_t n);
+
+/// `input` transposed by `permutation` into a new tensor (a linalg.transpose).
+mlir::Value transpose(mlir::OpBuilder &b, mlir::Location loc, mlir::Value input, llvm::ArrayRef<int64_t> permutation);
+
+} // namespace gpt::conversion
+
+#endif // GPT_CC_CONVERSION_LOWERINGUTILS_H

@@ -1,0 +1,122 @@
+// Lowering of the ops that move data: transpose, slice, split/merge_heads, embedding, cache_update.
+#include "cc/conversion/LoweringUtils.h"
+#include "cc/conversion/Passes.h"
+#include "cc/dialect/TransformerDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+namespace gpt::conversion {
+using namespace mlir;
+using namespace mlir::transformer;
+
+namespace {
+
+struct TransposeLowering : OpConversionPattern<TransposeOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(TransposeOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    RankedTensorType type = rankedType(op.getResult());
+    SmallVector<int64_t> permutation = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+    std::swap(permutation[type.getRank() - 1], permutation[type.getRank() - 2]);
+    Value init = emptyTensor(rewriter, op.getLoc(), type.getShape());
+    auto transpose = rewriter.create<linalg::TransposeOp>(op.getLoc(), adaptor.getInput(), init, permutation);
+    rewriter.replaceOp(op, transpose.getResult());
+    return success();
+  }
+};
+
+struct SliceLowering : OpConversionPattern<SliceOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(SliceOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    RankedTensorType type = rankedType(op.getResult());
+    int64_t rank = type.getRank();
+    SmallVector<OpFoldResult> offsets(rank, rewriter.getIndexAttr(0)), strides(rank, rewriter.getIndexAttr(1));
+    offsets.back() = rewriter.getIndexAttr(op.getOffset());
+    SmallVector<OpFoldResult> sizes =
+        llvm::map_to_vector(type.getShape(), [&](int64_t d) -> OpFoldResult { return rewriter.getIndexAttr(d); });
+    rewriter.replaceOpWithNewOp<tensor::ExtractSliceOp>(op, type, adaptor.getInput(), offsets, sizes, strides);
+    return success();
+  }
+};
+
+// [T, H*d] -> expand to [T, H, d] -> unless token-major, transpose to [H, T, d].
+struct SplitHeadsLowering : OpConversionPattern<SplitHeadsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(SplitHeadsOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    RankedTensorType type = rankedType(op.getResult());
+    ArrayRef<int64_t> out = type.getShape();
+    bool tokenMajor = op.getTokenMajor();
+    auto expandedType = tokenMajor ? type : RankedTensorType::get({out[1], out[0], out[2]}, rewriter.getF32Type());
+    Value expanded = rewriter.create<tensor::ExpandShapeOp>(loc, expandedType, adaptor.getInput(),
+                                                            SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    rewriter.replaceOp(op, tokenMajor ? expanded : transpose(rewriter, loc, expanded, {1, 0, 2}));
+    return success();
+  }
+};
+
+// [H, T, d] -> unless token-major, transpose to [T, H, d] -> collapse to [T, H*d].
+struct MergeHeadsLowering : OpConversionPattern<MergeHeadsOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(MergeHeadsOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Value tokensFirst = adaptor.getInput();
+    if (!op.getTokenMajor()) tokensFirst = transpose(rewriter, op.getLoc(), tokensFirst, {1, 0, 2});
+    rewriter.replaceOpWithNewOp<tensor::CollapseShapeOp>(op, tokensFirst,
+                                                         SmallVector<ReassociationIndices>{{0}, {1, 2}});
+    return success();
+  }
+};
+
+struct EmbeddingLowering : OpConversionPattern<EmbeddingOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(EmbeddingOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType type = rankedType(op.getResult());
+    Value table = adaptor.getTable();
+    int64_t vocab = rankedType(table).getDimSize(0);
+    SmallVector<utils::IteratorType> parallel(2, utils::IteratorType::parallel);
+    Value result =
+        buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {adaptor.getIds()},
+                     {AffineMap::get(2, 0, getAffineDimExpr(0, ctx))}, AffineMap::getMultiDimIdentityMap(2, ctx),
+                     parallel, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                       // Clamp the id so that a bad id can never read outside the table; callers validate ids.
+                       Value id = b.create<arith::IndexCastOp>(l, b.getIndexType(), a[0]);
+                       id = b.create<arith::MaxSIOp>(l, id, b.create<arith::ConstantIndexOp>(l, 0));
+                       id = b.create<arith::MinSIOp>(l, id, b.create<arith::ConstantIndexOp>(l, vocab - 1));
+                       Value feature = b.create<linalg::IndexOp>(l, 1);
+                       return b.create<tensor::ExtractOp>(l, table, ValueRange{id, feature});
+                     });
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+// update -> cache[:, offset : offset + T, :], as one insert_slice (in place after bufferization).
+struct CacheUpdateLowering : OpConversionPattern<CacheUpdateOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(CacheUpdateOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    ArrayRef<int64_t> update = rankedType(adaptor.getUpdate()).getShape();
+    SmallVector<OpFoldResult> offsets = {rewriter.getIndexAttr(0), adaptor.getOffset(), rewriter.getIndexAttr(0)};
+    SmallVector<OpFoldResult> sizes =
+        llvm::map_to_vector(update, [&](int64_t d) -> OpFoldResult { return rewriter.getIndexAttr(d); });
+    SmallVector<OpFoldResult> strides(3, rewriter.getIndexAttr(1));
+    rewriter.replaceOpWithNewOp<tensor::InsertSliceOp>(op, adaptor.getUpdate(), adaptor.getCache(), offsets, sizes,
+                                                       strides);
+    return success();
+  }
+};
+
+} // namespace
+
+void populateShapeLoweringPatterns(RewritePatternSet &patterns) {
+  patterns.add<TransposeLowering, SliceLowering, SplitHeadsLowering, MergeHeadsLowering, EmbeddingLowering,
+               CacheUpdateLowering>(patterns.getContext());
+}
+
+} // namespace gpt::conversion

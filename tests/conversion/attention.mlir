@@ -1,0 +1,124 @@
+// --transformer-to-linalg, causal_attention: a fused flash-attention loop nest.
+// RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
+
+// Attention between split_heads and merge_heads, laid out as --transformer-attention-layout
+// leaves it: each head's rows of q, k and v are read where the token-major [T, H, d] views of the
+// projections hold them, and the result is written token-major, [T, H, d], which merge_heads
+// only collapses: no transpose is left.
+// CHECK-LABEL: func.func @attention_between_heads
+// CHECK-NOT: linalg.transpose
+// CHECK: scf.forall (%{{.*}}) in (1) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<64x2x4xf32>)
+// CHECK: tensor.extract_slice %{{.*}}[%{{.*}}, %{{.*}}, 0] [32, 1, 4] [1, 1, 1] : tensor<64x2x4xf32> to tensor<32x4xf32>
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}, 0] [32, 1, 4] [1, 1, 1] : tensor<32x4xf32> into tensor<64x2x4xf32>
+// CHECK-NOT: linalg.transpose
+// CHECK: tensor.collapse_shape %{{.*}} {{\[\[}}0], [1, 2]] : tensor<64x2x4xf32> into tensor<64x8xf32>
+func.func @attention_between_heads(%qkv: tensor<64x24xf32>) -> tensor<64x8xf32> {
+  %q = transformer.slice %qkv {offset = 0 : i64, size = 8 : i64} : tensor<64x24xf32> -> tensor<64x8xf32>
+  %k = transformer.slice %qkv {offset = 8 : i64, size = 8 : i64} : tensor<64x24xf32> -> tensor<64x8xf32>
+  %v = transformer.slice %qkv {offset = 16 : i64, size = 8 : i64} : tensor<64x24xf32> -> tensor<64x8xf32>
+  %qh = transformer.split_heads %q {num_heads = 2 : i64, token_major} : tensor<64x8xf32> -> tensor<64x2x4xf32>
+  %kh = transformer.split_heads %k {num_heads = 2 : i64, token_major} : tensor<64x8xf32> -> tensor<64x2x4xf32>
+  %vh = transformer.split_heads %v {num_heads = 2 : i64, token_major} : tensor<64x8xf32> -> tensor<64x2x4xf32>
+  %a = transformer.causal_attention %qh, %kh, %vh {query_token_major, key_token_major, value_token_major, result_token_major, scale = 0.5 : f32}
+      : (tensor<64x2x4xf32>, tensor<64x2x4xf32>, tensor<64x2x4xf32>) -> tensor<64x2x4xf32>
+  %m = transformer.merge_heads %a {token_major} : tensor<64x2x4xf32> -> tensor<64x8xf32>
+  return %m : tensor<64x8xf32>
+}
+
+// -----
+
+// Each operand is read in its own layout: a decode step as the step program has it, with a
+// token-major query [1, H, d] and result, and head-major caches [H, 48, d].
+// CHECK-LABEL: func.func @decode_token_major_query
+// CHECK: scf.forall (%{{.*}}) in (1) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<1x2x4xf32>)
+// CHECK: %[[H:.*]] = arith.addi %{{.*}}, %[[LOCAL:[^ ]*]] : index
+// CHECK: scf.for %[[Q0:.*]] = %c0{{.*}} to %c1{{.*}} step %c1
+// CHECK: tensor.extract_slice %{{.*}}[%[[Q0]], %[[H]], 0] [1, 1, 4] [1, 1, 1] : tensor<1x2x4xf32> to tensor<1x4xf32>
+// CHECK: scf.for %[[K0:.*]] = %c0{{.*}} to %{{.*}} step %c16
+// CHECK: tensor.extract_slice %{{.*}}[%[[H]], %[[K0]], 0] [1, 16, 4] [1, 1, 1] : tensor<2x48x4xf32> to tensor<16x4xf32>
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[%[[Q0]], %[[LOCAL]], 0] [1, 1, 4] [1, 1, 1] : tensor<1x4xf32> into tensor<1x2x4xf32>
+// CHECK-NOT: linalg.transpose
+func.func @decode_token_major_query(%q: tensor<1x2x4xf32>, %k: tensor<2x48x4xf32>, %v: tensor<2x48x4xf32>, %pos: index) -> tensor<1x2x4xf32> {
+  %0 = transformer.causal_attention %q, %k, %v offset %pos {query_token_major, result_token_major, scale = 0.5 : f32}
+      : (tensor<1x2x4xf32>, tensor<2x48x4xf32>, tensor<2x48x4xf32>, index) -> tensor<1x2x4xf32>
+  return %0 : tensor<1x2x4xf32>
+}
+
+// -----
+
+// Causal attention, fused (flash-attention style): a forall over heads, a loop over blocks of
+// 32 queries, and inside it a loop over blocks of 32 keys with a running max, sum and output.
+// The key loop ends at the last key the block's last query may see, min(offset + q0 + 32, 64)
+// rounded up to a block: key blocks the causal mask removes entirely are never visited (with
+// offset 0 the first query block visits 1 of the 2 key blocks), and a decode step reads the
+// cache only up to its own position. Only [32, 32] score tiles exist, never the [64, 64] matrix.
+// Each key block is transposed once and multiplied as a plain matmul (contiguous rows for the
+// register tiles), where a decode step (one query, below) uses matmul_transpose_b.
+// This attention is too small to split across threads (2*64*64*4 < 2^18 multiply-adds): one
+// forall iteration runs both heads.
+// CHECK-LABEL: func.func @causal_attention
+// CHECK-SAME: %[[OFFSET:[^:]*]]: index
+// CHECK-NOT: tensor<2x64x64xf32>
+// CHECK: scf.forall (%{{.*}}) in (1) shared_outs
+// CHECK: scf.for %[[LOCAL:.*]] = %c0 to %c2{{.*}} step %c1
+// CHECK: %[[H:.*]] = arith.addi %{{.*}}, %[[LOCAL]] : index
+// CHECK: scf.for %[[Q0:.*]] = %c0{{.*}} to %c64 step %c32
+// CHECK: %[[A:.*]] = arith.addi %[[OFFSET]], %[[Q0]] : index
+// CHECK: %[[B:.*]] = arith.addi %[[A]], %c32{{.*}} : index
+// CHECK: %[[END:.*]] = arith.minui %[[B]], %c64{{.*}} : index
+// CHECK: %[[UP:.*]] = arith.addi %[[END]], %c31 : index
+// CHECK: %[[BLOCKS:.*]] = arith.divui %[[UP]], %c32{{.*}} : index
+// CHECK: %[[KEYEND:.*]] = arith.muli %[[BLOCKS]], %c32{{.*}} : index
+// CHECK: scf.for %[[K0:.*]] = %c0{{.*}} to %[[KEYEND]] step %c32{{.*}} iter_args
+// CHECK: %[[KBLOCK:.*]] = tensor.extract_slice %{{.*}}[%[[H]], %[[K0]], 0] [1, 32, 4] [1, 1, 1] : tensor<2x64x4xf32> to tensor<32x4xf32>
+// CHECK: %[[KT:.*]] = linalg.transpose ins(%[[KBLOCK]] : tensor<32x4xf32>) outs(%{{.*}} : tensor<4x32xf32>) permutation = [1, 0]
+// CHECK: linalg.matmul ins(%{{.*}}, %[[KT]] : tensor<32x4xf32>, tensor<4x32xf32>) outs(%{{.*}} : tensor<32x32xf32>)
+// CHECK: arith.cmpi ule
+// CHECK: math.exp
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<32x32xf32>, tensor<32x4xf32>) outs(%{{.*}} : tensor<32x4xf32>)
+// CHECK: scf.yield
+// CHECK: arith.divf
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[%[[LOCAL]], %[[Q0]], 0] [1, 32, 4] [1, 1, 1] : tensor<32x4xf32> into tensor<2x64x4xf32>
+// CHECK: scf.forall.in_parallel
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %{{.*}}[%{{.*}}, 0, 0] [2, 64, 4] [1, 1, 1]
+// CHECK-NOT: linalg.batch_matmul
+func.func @causal_attention(%q: tensor<2x64x4xf32>, %k: tensor<2x64x4xf32>, %v: tensor<2x64x4xf32>, %pos: index) -> tensor<2x64x4xf32> {
+  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x64x4xf32>
+  return %0 : tensor<2x64x4xf32>
+}
+
+// -----
+
+// A decode step: one query against a cache of 48 positions, blocks of 16 keys (the largest
+// power of two up to 32 dividing 48); the key loop ends at min(offset + 1, 48) rounded up. The
+// scores of a block are one dot product per key: a row reduction over the head dimension that
+// reads each key row as it is stored, consumed as [1, 16] through an indexing map.
+// CHECK-LABEL: func.func @decode_attention
+// CHECK-SAME: %[[OFFSET:[^:]*]]: index
+// CHECK: scf.for %[[Q0:.*]] = %c0{{.*}} to %c1{{.*}} step %c1
+// CHECK: %[[A:.*]] = arith.addi %[[OFFSET]], %[[Q0]] : index
+// CHECK: %[[B:.*]] = arith.addi %[[A]], %c1{{.*}} : index
+// CHECK: arith.minui %[[B]], %c48{{.*}} : index
+// CHECK: %[[KEYS:.*]] = tensor.extract_slice %{{.*}} [1, 16, 4] [1, 1, 1] : tensor<2x48x4xf32> to tensor<16x4xf32>
+// CHECK: %[[QUERY:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1]] : tensor<1x4xf32> into tensor<4xf32>
+// CHECK: %[[DOTS:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%[[KEYS]], %[[QUERY]] : tensor<16x4xf32>, tensor<4xf32>) outs(%{{.*}} : tensor<16xf32>)
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: linalg.generic {{.*}} ins(%[[DOTS]] : tensor<16xf32>) outs(%{{.*}} : tensor<1x16xf32>)
+// CHECK-NOT: linalg.matmul_transpose_b
+func.func @decode_attention(%q: tensor<2x1x4xf32>, %k: tensor<2x48x4xf32>, %v: tensor<2x48x4xf32>, %pos: index) -> tensor<2x1x4xf32> {
+  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x1x4xf32>, tensor<2x48x4xf32>, tensor<2x48x4xf32>, index) -> tensor<2x1x4xf32>
+  return %0 : tensor<2x1x4xf32>
+}
+
+// -----
+
+// Enough work to split across threads (4*64*64*16 = 2^18 multiply-adds): one head per forall
+// iteration.
+// CHECK-LABEL: func.func @parallel_heads
+// CHECK: scf.forall (%{{.*}}) in (4) shared_outs
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c1{{.*}} step %c1
+func.func @parallel_heads(%q: tensor<4x64x16xf32>, %k: tensor<4x64x16xf32>, %v: tensor<4x64x16xf32>) -> tensor<4x64x16xf32> {
+  %0 = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32} : (tensor<4x64x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>) -> tensor<4x64x16xf32>
+  return %0 : tensor<4x64x16xf32>
+}

@@ -1,0 +1,83 @@
+// --transformer-to-linalg, elementwise ops: constant, add/mul with broadcasting, neg/relu/gelu, rope.
+// RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
+
+// CHECK-DAG: #[[ID:.*]] = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-DAG: #[[LAST:.*]] = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @add_bias
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<8xf32>)
+// CHECK: %[[E:.*]] = tensor.empty() : tensor<4x8xf32>
+// CHECK: linalg.generic {indexing_maps = [#[[ID]], #[[LAST]], #[[ID]]], iterator_types = ["parallel", "parallel"]}
+// CHECK-SAME: ins(%[[X]], %[[B]] : tensor<4x8xf32>, tensor<8xf32>) outs(%[[E]] : tensor<4x8xf32>)
+// CHECK: arith.addf
+// CHECK-NOT: transformer.
+func.func @add_bias(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// A size-1 dim broadcasts by reading index 0.
+// CHECK-DAG: #[[COL:.*]] = affine_map<(d0, d1) -> (d0, 0)>
+// CHECK-LABEL: func.func @mul_column
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #[[COL]], #{{.*}}]
+// CHECK: arith.mulf
+func.func @mul_column(%x: tensor<4x8xf32>, %c: tensor<4x1xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.mul %x, %c : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @unary
+// CHECK: arith.negf
+// CHECK: arith.maximumf
+// GELU, tanh approximation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+// CHECK: arith.constant 4.471500e-02 : f32
+// CHECK: arith.constant 0.797884583 : f32
+// CHECK: math.tanh
+// CHECK: arith.constant 5.000000e-01 : f32
+// CHECK-NOT: transformer.
+func.func @unary(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.neg %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  %1 = transformer.relu %0 : tensor<4x8xf32> -> tensor<4x8xf32>
+  %2 = transformer.gelu %1 : tensor<4x8xf32> -> tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @constant
+// CHECK: %[[C:.*]] = arith.constant dense<[1.000000e+00, 2.000000e+00]> : tensor<2xf32>
+// CHECK: return %[[C]]
+func.func @constant() -> tensor<2xf32> {
+  %0 = transformer.constant dense<[1.0, 2.0]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+// RoPE: the partner element j +/- half is read with tensor.extract; the angle is computed in f64.
+// CHECK-LABEL: func.func @rope
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%{{.*}}, %{{.*}} : tensor<4x8x16xf32>, tensor<8xi64>)
+// CHECK: %[[J:.*]] = linalg.index 2 : index
+// CHECK: %[[FIRST:.*]] = arith.cmpi ult, %[[J]], %c8 : index
+// CHECK: tensor.extract
+// CHECK: math.exp %{{.*}} : f64
+// CHECK: math.cos %{{.*}} : f64
+// CHECK: math.sin %{{.*}} : f64
+// CHECK: arith.select %[[FIRST]]
+func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf32> {
+  %0 = transformer.rope %x, %pos : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+  return %0 : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Unranked types: a clear error, not a failed legalization.
+func.func @needs_shapes(%x: tensor<*xf32>) -> tensor<*xf32> {
+  // expected-error @+1 {{has type 'tensor<*xf32>'; --transformer-to-linalg needs static shapes (run --transformer-shape-inference first)}}
+  %0 = transformer.neg %x : tensor<*xf32> -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}

@@ -1,0 +1,36 @@
+// --transformer-to-linalg, layer_norm and softmax: row reductions, then one elementwise generic.
+// RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
+
+// LayerNorm: a row sum, a row sum of squared deviations, then one elementwise generic.
+// CHECK-DAG: #[[ID:.*]] = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-DAG: #[[ROW:.*]] = affine_map<(d0, d1) -> (d0)>
+// CHECK-DAG: #[[FEAT:.*]] = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @layer_norm
+// CHECK: %[[SUM:.*]] = linalg.generic {indexing_maps = [#[[ID]], #[[ROW]]], iterator_types = ["parallel", "reduction"]}
+// CHECK: arith.addf
+// CHECK: %[[SQ:.*]] = linalg.generic {indexing_maps = [#[[ID]], #[[ROW]], #[[ROW]]], iterator_types = ["parallel", "reduction"]}
+// CHECK: linalg.generic {indexing_maps = [#[[ID]], #[[ROW]], #[[ROW]], #[[FEAT]], #[[FEAT]], #[[ID]]], iterator_types = ["parallel", "parallel"]}
+// CHECK-SAME: ins(%{{.*}}, %[[SUM]], %[[SQ]], %{{.*}}, %{{.*}} :
+// CHECK: arith.constant 1.000000e-03 : f32
+// CHECK: math.rsqrt
+func.func @layer_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.layer_norm %x, %w, %b {epsilon = 1.0e-3 : f32} : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Softmax: row max (from -inf), row sum of exp(x - max), then exp(x - max) / sum.
+// CHECK-LABEL: func.func @softmax
+// CHECK: %[[NEGINF:.*]] = arith.constant 0xFF800000 : f32
+// CHECK: linalg.fill ins(%[[NEGINF]] : f32)
+// CHECK: arith.maximumf
+// CHECK: math.exp
+// CHECK: arith.addf
+// CHECK: math.exp
+// CHECK: arith.divf
+// CHECK-NOT: transformer.
+func.func @softmax(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %0 = transformer.softmax %x : tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  return %0 : tensor<2x4x8xf32>
+}

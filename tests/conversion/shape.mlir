@@ -1,0 +1,66 @@
+// --transformer-to-linalg, ops that move data: transpose, embedding, slice, split/merge_heads, cache_update.
+// RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
+
+// CHECK-LABEL: func.func @transpose
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<2x4x8xf32>) outs(%{{.*}} : tensor<2x8x4xf32>) permutation = [0, 2, 1]
+func.func @transpose(%x: tensor<2x4x8xf32>) -> tensor<2x8x4xf32> {
+  %0 = transformer.transpose %x : tensor<2x4x8xf32> -> tensor<2x8x4xf32>
+  return %0 : tensor<2x8x4xf32>
+}
+
+// -----
+
+// Embedding: a gather through tensor.extract, with the id clamped into the table.
+// CHECK-LABEL: func.func @embedding
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%{{.*}} : tensor<8xi64>) outs(%{{.*}} : tensor<8x64xf32>)
+// CHECK: %[[ID:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: %[[LO:.*]] = arith.maxsi %[[ID]], %{{.*}} : index
+// CHECK: %[[HI:.*]] = arith.minsi %[[LO]], %{{.*}} : index
+// CHECK: %[[F:.*]] = linalg.index 1 : index
+// CHECK: tensor.extract %{{.*}}[%[[HI]], %[[F]]] : tensor<256x64xf32>
+func.func @embedding(%table: tensor<256x64xf32>, %ids: tensor<8xi64>) -> tensor<8x64xf32> {
+  %0 = transformer.embedding %table, %ids : (tensor<256x64xf32>, tensor<8xi64>) -> tensor<8x64xf32>
+  return %0 : tensor<8x64xf32>
+}
+
+// -----
+
+// Token-major split_heads and merge_heads are views: an expand_shape and a collapse_shape, no
+// transpose.
+// CHECK-LABEL: func.func @slice_and_heads
+// CHECK: %[[S:.*]] = tensor.extract_slice %{{.*}}[0, 64] [8, 64] [1, 1] : tensor<8x192xf32> to tensor<8x64xf32>
+// CHECK: %[[E:.*]] = tensor.expand_shape %[[S]] {{\[\[}}0], [1, 2]] output_shape [8, 4, 16] : tensor<8x64xf32> into tensor<8x4x16xf32>
+// CHECK-NOT: linalg.transpose
+// CHECK: tensor.collapse_shape %[[E]] {{\[\[}}0], [1, 2]] : tensor<8x4x16xf32> into tensor<8x64xf32>
+func.func @slice_and_heads(%qkv: tensor<8x192xf32>) -> tensor<8x64xf32> {
+  %k = transformer.slice %qkv {offset = 64 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<8x64xf32>
+  %h = transformer.split_heads %k {num_heads = 4 : i64, token_major} : tensor<8x64xf32> -> tensor<8x4x16xf32>
+  %m = transformer.merge_heads %h {token_major} : tensor<8x4x16xf32> -> tensor<8x64xf32>
+  return %m : tensor<8x64xf32>
+}
+
+// -----
+
+// Head-major, split_heads and merge_heads are a reshape and a transpose.
+// CHECK-LABEL: func.func @heads
+// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2]] output_shape [8, 4, 16] : tensor<8x64xf32> into tensor<8x4x16xf32>
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<8x4x16xf32>) outs(%{{.*}} : tensor<4x8x16xf32>) permutation = [1, 0, 2]
+// CHECK: %[[T:.*]] = linalg.transpose ins(%{{.*}} : tensor<4x8x16xf32>) outs(%{{.*}} : tensor<8x4x16xf32>) permutation = [1, 0, 2]
+// CHECK: tensor.collapse_shape %[[T]] {{\[\[}}0], [1, 2]] : tensor<8x4x16xf32> into tensor<8x64xf32>
+func.func @heads(%x: tensor<8x64xf32>, %h: tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<8x64xf32>) {
+  %s = transformer.split_heads %x {num_heads = 4 : i64} : tensor<8x64xf32> -> tensor<4x8x16xf32>
+  %m = transformer.merge_heads %h : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  return %s, %m : tensor<4x8x16xf32>, tensor<8x64xf32>
+}
+
+// -----
+
+// update -> cache[:, offset : offset + T, :], one insert_slice (in place once bufferized).
+// CHECK-LABEL: func.func @cache_update
+// CHECK-SAME: (%[[U:.*]]: tensor<4x2x16xf32>, %[[C:.*]]: tensor<4x64x16xf32>, %[[POS:.*]]: index)
+// CHECK: tensor.insert_slice %[[U]] into %[[C]][0, %[[POS]], 0] [4, 2, 16] [1, 1, 1] : tensor<4x2x16xf32> into tensor<4x64x16xf32>
+func.func @cache_update(%u: tensor<4x2x16xf32>, %cache: tensor<4x64x16xf32>, %pos: index) -> tensor<4x64x16xf32> {
+  %0 = transformer.cache_update %u into %cache[%pos] : tensor<4x2x16xf32>, tensor<4x64x16xf32> -> tensor<4x64x16xf32>
+  return %0 : tensor<4x64x16xf32>
+}
