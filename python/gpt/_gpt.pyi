@@ -21,6 +21,18 @@ def run_pipeline(ir: str, pipeline: str, verify_each: bool = True) -> str:
 def pack_panels(matrix: npt.ArrayLike, width: _Int) -> npt.NDArray[np.float32]:
     """The [N/width, K, width] column panels of a [K, N] matrix, as the runtime packs matmul weights."""
 
+def quantize_bf16(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
+    """The bf16 bits (uint16) of each value, rounded to nearest even."""
+
+def to_fp16(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
+    """The IEEE half bits (uint16) of each value, rounded to nearest even."""
+
+def quantize_q8_0(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.uint16]]:
+    """q8_0 of a [K, N] matrix along K: (codes int8 [K, N], fp16 scale bits uint16 [K/32, N])."""
+
+def quantize_q4_0(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]:
+    """q4_0 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale bits uint16 [K/32, N])."""
+
 def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np.float32]:
     """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM
     head's tied embedding."""

@@ -1,0 +1,114 @@
+// Weight quantization to bf16, q8_0 and q4_0 (see Quantization.h).
+#include "cc/kernels/Quantization.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace gpt::kernels {
+namespace {
+
+uint32_t bitsOf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+void checkBlocks(int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0 || rows % kQuantBlock != 0)
+    throw std::invalid_argument("the reduction dimension K = " + std::to_string(rows) +
+                                " is not a multiple of the quantization block (" + std::to_string(kQuantBlock) + ")");
+}
+
+} // namespace
+
+uint16_t toBf16(float value) {
+  uint32_t bits = bitsOf(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u); // quiet NaN
+  // Adding 0x7fff plus the lowest kept bit carries into the kept bits exactly when the dropped
+  // half is above one half ulp, or equal to it with an odd kept part: round half to even.
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+uint16_t toFp16(float value) {
+  uint32_t bits = bitsOf(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (magnitude >= 0x477ff000u) return sign | 0x7c00u; // >= 65520 rounds past 65504: infinity
+  const uint32_t exponent = magnitude >> 23, mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+  // Round `value` to `kept` with `dropped` bits below it, half to even.
+  auto roundEven = [](uint32_t kept, uint32_t dropped, uint32_t half) {
+    return dropped > half || (dropped == half && (kept & 1u)) ? kept + 1 : kept;
+  };
+  if (magnitude < 0x38800000u) {              // below 2^-14: a subnormal half, n * 2^-24
+    if (magnitude < 0x33000000u) return sign; // below 2^-25 (half the smallest subnormal)
+    const uint32_t shift = 126 - exponent;    // 14 .. 24
+    const uint32_t kept = mantissa >> shift, dropped = mantissa & ((1u << shift) - 1);
+    return sign | static_cast<uint16_t>(roundEven(kept, dropped, 1u << (shift - 1)));
+  }
+  const uint32_t kept = ((exponent - 112) << 10) | ((magnitude & 0x7fffffu) >> 13);
+  return sign | static_cast<uint16_t>(roundEven(kept, magnitude & 0x1fffu, 0x1000u));
+}
+
+float fromFp16(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu;
+  float magnitude;
+  if (exponent == 0)
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+  else if (exponent == 31)
+    magnitude = mantissa ? NAN : INFINITY;
+  else
+    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
+  uint32_t out = bitsOf(magnitude) | sign;
+  float result;
+  std::memcpy(&result, &out, sizeof result);
+  return result;
+}
+
+void quantizeBf16(const float *values, int64_t count, uint16_t *out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = toBf16(values[i]);
+}
+
+void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes, uint16_t *scales) {
+  checkBlocks(rows, cols);
+  for (int64_t block = 0; block < rows / kQuantBlock; ++block) {
+    const int64_t first = block * kQuantBlock;
+    for (int64_t n = 0; n < cols; ++n) {
+      float amax = 0.0f;
+      for (int64_t k = first; k < first + kQuantBlock; ++k) amax = std::max(amax, std::fabs(matrix[k * cols + n]));
+      const float d = amax / 127.0f;
+      scales[block * cols + n] = toFp16(d);
+      for (int64_t k = first; k < first + kQuantBlock; ++k)
+        codes[k * cols + n] = static_cast<int8_t>(d == 0.0f ? 0.0f : std::round(matrix[k * cols + n] / d));
+    }
+  }
+}
+
+void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales) {
+  checkBlocks(rows, cols);
+  for (int64_t block = 0; block < rows / kQuantBlock; ++block) {
+    const int64_t first = block * kQuantBlock;
+    for (int64_t n = 0; n < cols; ++n) {
+      float amax = 0.0f, extreme = 0.0f;
+      for (int64_t k = first; k < first + kQuantBlock; ++k) {
+        const float w = matrix[k * cols + n];
+        if (amax < std::fabs(w)) { // strictly: the first of equal magnitudes wins
+          amax = std::fabs(w);
+          extreme = w;
+        }
+      }
+      const float d = extreme / -8.0f;
+      scales[block * cols + n] = toFp16(d);
+      for (int64_t k = first; k < first + kQuantBlock; ++k) {
+        const float shifted = d == 0.0f ? 8.5f : matrix[k * cols + n] / d + 8.5f;
+        codes[k * cols + n] = static_cast<uint8_t>(std::min(15.0f, std::trunc(shifted)));
+      }
+    }
+  }
+}
+
+} // namespace gpt::kernels

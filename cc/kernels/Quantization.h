@@ -1,0 +1,36 @@
+// Weight quantization done once, when a model's weights are bound: bf16, and llama.cpp's q8_0 and
+// q4_0 block formats, over blocks of 32 consecutive weights along the reduction dimension K.
+#ifndef GPT_CC_KERNELS_QUANTIZATION_H
+#define GPT_CC_KERNELS_QUANTIZATION_H
+
+#include <cstdint>
+
+namespace gpt::kernels {
+
+/// Weights per quantization block (llama.cpp's QK8_0 and QK4_0).
+constexpr int64_t kQuantBlock = 32;
+
+/// `value` rounded to the nearest bf16, ties to even (NaN stays a quiet NaN): the upper 16 bits.
+uint16_t toBf16(float value);
+/// `value` rounded to the nearest IEEE half, ties to even, with subnormals; overflow gives +-inf.
+uint16_t toFp16(float value);
+float fromFp16(uint16_t bits);
+
+/// `out[i] = toBf16(values[i])` for `count` values.
+void quantizeBf16(const float *values, int64_t count, uint16_t *out);
+
+/// q8_0 of a row-major [K, N] matrix, blocks of kQuantBlock rows of one column: per block,
+/// d = max|w| / 127 (f32), `scales[b][n]` = toFp16(d), and `codes[k][n]` = round(w / d) (half
+/// away from zero) in [-127, 127], 0 for an all-zero block. K must be a multiple of kQuantBlock
+/// (std::invalid_argument otherwise).
+void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes, uint16_t *scales);
+
+/// q4_0 of a row-major [K, N] matrix, blocks as for q8_0: per block, m = the weight of largest
+/// magnitude with its sign (the first one on a tie), d = m / -8 (f32), `scales[b][n]` =
+/// toFp16(d), and `codes[k][n]` = min(15, trunc(w / d + 8.5)) in [0, 15], 8 (zero) for an all-zero
+/// block; a weight dequantizes to (code - 8) * d.
+void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales);
+
+} // namespace gpt::kernels
+
+#endif // GPT_CC_KERNELS_QUANTIZATION_H

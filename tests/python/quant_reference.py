@@ -1,0 +1,61 @@
+"""bf16, q8_0 and q4_0 written from their definitions in numpy, apart from the C++ kernels."""
+
+import numpy as np
+
+BLOCK = 32
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """The nearest bf16 of each finite value, ties to even: of the two bf16 neighbours (the value's
+    bits truncated, and one ulp further from zero), the closer one, compared exactly in float64."""
+    x = np.ascontiguousarray(values, np.float32)
+    bits = x.view(np.uint32)
+    toward_zero = (bits & np.uint32(0xFFFF0000)).astype(np.uint32)
+    away = (toward_zero + np.uint32(0x10000)).astype(np.uint32)
+    exact = x.astype(np.float64)
+    below = np.abs(exact - toward_zero.view(np.float32).astype(np.float64))
+    above = np.abs(away.view(np.float32).astype(np.float64) - exact)
+    odd = ((toward_zero >> 16) & 1).astype(bool)
+    pick_away = (above < below) | ((above == below) & odd)
+    return (np.where(pick_away, away, toward_zero) >> 16).astype(np.uint16)
+
+
+def _round_half_away(values: np.ndarray) -> np.ndarray:
+    exact = values.astype(np.float64)  # |v| + 0.5 is exact in float64 for any float32 v
+    return np.sign(exact) * np.floor(np.abs(exact) + 0.5)
+
+
+def _blocks(matrix: np.ndarray) -> np.ndarray:
+    """[K, N] -> [K/32, 32, N]."""
+    k, n = matrix.shape
+    assert k % BLOCK == 0
+    return matrix.astype(np.float32).reshape(k // BLOCK, BLOCK, n)
+
+
+def q8_0(matrix: np.ndarray):
+    """(codes int8 [K, N], fp16 scale bits [K/32, N]): d = max|w| / 127, q = round(w / d)."""
+    blocks = _blocks(matrix)
+    d = (np.abs(blocks).max(axis=1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d[:, None, :] == 0, 0, _round_half_away(blocks / d[:, None, :]))
+    return q.astype(np.int8).reshape(matrix.shape), d.astype(np.float16).view(np.uint16)
+
+
+def q4_0(matrix: np.ndarray):
+    """(codes uint8 [K, N], fp16 scale bits [K/32, N]): m = the first weight of largest magnitude,
+    d = m / -8, q = min(15, trunc(w / d + 8.5))."""
+    blocks = _blocks(matrix)
+    first = np.argmax(np.abs(blocks), axis=1)  # argmax returns the first of equal maxima
+    m = np.take_along_axis(blocks, first[:, None, :], axis=1)[:, 0, :]
+    d = (m / np.float32(-8)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shifted = (blocks / d[:, None, :]).astype(np.float32) + np.float32(8.5)
+        q = np.where(d[:, None, :] == 0, 8, np.minimum(15, np.trunc(shifted)))
+    return q.astype(np.uint8).reshape(matrix.shape), d.astype(np.float16).view(np.uint16)
+
+
+def dequantize(codes: np.ndarray, scale_bits: np.ndarray, offset: int = 0) -> np.ndarray:
+    """(code - offset) * d per block, in float64."""
+    k, n = codes.shape
+    d = scale_bits.view(np.float16).astype(np.float64)
+    return ((codes.astype(np.float64) - offset).reshape(k // BLOCK, BLOCK, n) * d[:, None, :]).reshape(k, n)
