@@ -49,8 +49,9 @@ def stats(rates):
 class OursRunner:
     backend = "gpt-mlir-jit"
 
-    def __init__(self, cfg, weights, threads):
-        self.model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(threads=threads))
+    def __init__(self, cfg, weights, threads, weight_format="f32"):
+        options = gpt.CompileOptions(threads=threads, weights=weight_format)
+        self.model = gpt.GPT.from_weights(cfg, weights, options)
 
     def forward(self, ids):
         self.model.forward(ids)
@@ -254,15 +255,24 @@ def read_bandwidth(threads, gib=1.0, repetitions=5):
     return data.nbytes / best
 
 
-def decode_weight_bytes(cfg):
+MATMUL_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+BYTES_PER_WEIGHT = {"f32": 4, "bf16": 2}
+
+
+def decode_weight_bytes(cfg, weight_format="f32"):
     """Bytes of weights one decode step reads: every weight but the embedding tables (it gathers
     one row of each), plus the LM head, which reads the whole (tied) embedding, padded to a
-    multiple of 256 columns as the compiled program stores it."""
+    multiple of 256 columns as the compiled program stores it. Matmul weights and the LM head
+    are in `weight_format`, the rest in f32."""
     shapes = gpt.weights.expected_shapes(cfg)
     gathered = ("transformer.wte.weight", "transformer.wpe.weight")
-    floats = sum(int(np.prod(shape)) for name, shape in shapes.items() if name not in gathered)
+    matmul = BYTES_PER_WEIGHT[weight_format]
+    total = 0
+    for name, shape in shapes.items():
+        if name not in gathered:
+            total += int(np.prod(shape)) * (matmul if name.endswith(MATMUL_WEIGHTS) else 4)
     padded_vocab = (cfg.vocab_size + 255) // 256 * 256
-    return 4 * (floats + padded_vocab * cfg.n_embd)
+    return total + matmul * padded_vocab * cfg.n_embd
 
 
 def main(argv):
@@ -276,6 +286,9 @@ def main(argv):
     )
     parser.add_argument("--no-peers", action="store_true", help="only this project's rows")
     parser.add_argument(
+        "--weights", default="f32", help="weight formats of this project's rows, comma-separated (f32, bf16)"
+    )
+    parser.add_argument(
         "--torch-compile",
         action="store_true",
         help="also torch.compile rows (Inductor compiles for minutes per model here)",
@@ -286,15 +299,26 @@ def main(argv):
     print("| model | size | params | backend | threads | test | t/s |")
     print("|---|---|---|---|---|---|---|")
     thread_counts = [int(t) for t in args.threads.split(",")]
-    decode_rates = {}  # (model, threads) -> our tgN tokens per second
+    formats = args.weights.split(",")
+    decode_rates = {}  # (model, format, threads) -> our tgN tokens per second
     for name in args.models.split(","):
         cfg = gpt.GPTConfig(**MODELS[name])
         weights = gpt.weights.random_weights(cfg, seed=0)
         params = sum(v.size for v in weights.values())
-        size = f"{params * 4 / 2**20:.2f} MiB"
-        for runner_class in runners(not args.no_peers, args.torch_compile):
+        # Our rows once per weight format (the format follows the model name, as llama-bench
+        # names its model types); peers run in f32.
+        configurations = [(runner_class, fmt) for fmt in formats for runner_class in [OursRunner]]
+        configurations += [(r, "f32") for r in runners(not args.no_peers, args.torch_compile) if r is not OursRunner]
+        for runner_class, fmt in configurations:
+            label = name if fmt == "f32" else f"{name} {fmt}"
+            # The parameters as stored: matmul weights in the format, the rest in f32.
+            stored = sum(
+                v.size * (BYTES_PER_WEIGHT[fmt] if k.endswith(MATMUL_WEIGHTS) else 4) for k, v in weights.items()
+            )
+            size = f"{stored / 2**20:.2f} MiB"
             for threads in thread_counts:
-                runner = runner_class(cfg, weights, threads)
+                runner = runner_class(cfg, weights, threads, fmt) if runner_class is OursRunner else None
+                runner = runner or runner_class(cfg, weights, threads)
                 for test in args.tests.split(","):
                     kind, count = re.fullmatch(r"(fwd|pp|tg)(\d+)", test).groups()
                     count = int(count)
@@ -303,9 +327,9 @@ def main(argv):
                     run(ids)  # warm-up: compiles
                     rates = [measure(run, ids, count, args.min_seconds) for _ in range(args.repetitions)]
                     if runner_class is OursRunner and kind == "tg":
-                        decode_rates[name, threads] = statistics.mean(rates)
+                        decode_rates[name, fmt, threads] = statistics.mean(rates)
                     print(
-                        f"| {name} | {size} | {params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
+                        f"| {label} | {size} | {params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
                         f"| {stats(rates)} |",
                         flush=True,
                     )
@@ -319,14 +343,15 @@ def main(argv):
     print("|---|---|---|---|---|---|---|")
     for threads in thread_counts:
         bandwidth = read_bandwidth(threads)
-        for name in args.models.split(","):
-            if (name, threads) not in decode_rates:
+        for name, fmt in ((name, fmt) for name in args.models.split(",") for fmt in formats):
+            if (name, fmt, threads) not in decode_rates:
                 continue
-            weight_bytes = decode_weight_bytes(gpt.GPTConfig(**MODELS[name]))
+            weight_bytes = decode_weight_bytes(gpt.GPTConfig(**MODELS[name]), fmt)
             floor_ms = 1e3 * weight_bytes / bandwidth
-            ours_ms = 1e3 / decode_rates[name, threads]
+            ours_ms = 1e3 / decode_rates[name, fmt, threads]
+            label = name if fmt == "f32" else f"{name} {fmt}"
             print(
-                f"| {name} | {threads} | {weight_bytes / 1e6:.1f} MB | {bandwidth / 1e9:.1f} GB/s "
+                f"| {label} | {threads} | {weight_bytes / 1e6:.1f} MB | {bandwidth / 1e9:.1f} GB/s "
                 f"| {floor_ms:.3f} | {ours_ms:.3f} | {ours_ms / floor_ms:.2f}x |",
                 flush=True,
             )

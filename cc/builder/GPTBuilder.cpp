@@ -104,6 +104,12 @@ private:
 
 namespace {
 
+/// The tensor type a weight argument has: its argument shape, in its format.
+RankedTensorType weightType(OpBuilder &b, const ParameterSpec &spec) {
+  Type element = spec.format == WeightFormat::BF16 ? b.getBF16Type() : b.getF32Type();
+  return RankedTensorType::get(spec.argumentShape(), element);
+}
+
 /// Creates `name` with `argTypes -> resultTypes`: inputs are read-only for bufferization, and
 /// public entry points get a C interface for the runtime.
 func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef<Type> argTypes,
@@ -139,7 +145,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
     resultTypes.append({cacheType, cacheType});
   }
   int64_t firstWeight = argTypes.size();
-  for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(RankedTensorType::get(spec.argumentShape(), f32));
+  for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(weightType(b, spec));
   func::FuncOp fn = createFunction(b, loc, cached ? "gpt_block_cached" : "gpt_block", argTypes, resultTypes,
                                    /*entryPoint=*/false);
   if (cached) // the caches are updated in place
@@ -168,8 +174,8 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
 std::string layerPrefix(int64_t layer) { return "transformer.h." + std::to_string(layer) + "."; }
 
 /// Layer 0's specs: every layer has the same shapes and layouts.
-std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config, bool packWeights) {
-  std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights), layer;
+std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config, const WeightStorage &storage) {
+  std::vector<ParameterSpec> specs = parameterSpecs(config, storage), layer;
   for (const LayerParameter &p : layerParameters())
     for (const ParameterSpec &spec : specs)
       if (spec.name == layerPrefix(0) + p.name) layer.push_back(spec);
@@ -211,7 +217,7 @@ EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, co
       type = cacheType;
       break;
     case ArgumentKind::Weight:
-      type = RankedTensorType::get(specs[argument.index].argumentShape(), f32);
+      type = weightType(b, specs[argument.index]);
       break;
     case ArgumentKind::Logits:
       continue; // the function's result
@@ -262,15 +268,16 @@ struct EntryValues {
 
 } // namespace
 
-OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, bool packWeights) {
+OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
+                                   const WeightStorage &storage) {
   ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect, tensor::TensorDialect>();
   OpBuilder b(&ctx);
   Location loc = NameLoc::get(b.getStringAttr("gpt.forward"));
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
 
-  std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, packWeights));
+  std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, storage));
   EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Forward, config, specs, seqLen, 0);
   auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize()}, b.getF32Type());
   func::FuncOp fn = createFunction(b, loc, "forward", arguments.types, {logitsType}, /*entryPoint=*/true);
@@ -295,15 +302,15 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
 }
 
 OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, int64_t cacheLen,
-                                bool packWeights) {
+                                const WeightStorage &storage) {
   ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect, tensor::TensorDialect>();
   OpBuilder b(&ctx);
   Location loc = NameLoc::get(b.getStringAttr("gpt.step"));
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
 
-  std::vector<ParameterSpec> specs = parameterSpecs(config, packWeights);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, packWeights), cacheLen);
+  std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, storage), cacheLen);
   EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen);
   auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, b.getF32Type());
   auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, b.getF32Type());

@@ -21,11 +21,11 @@ namespace gpt {
 
 /// `@forward(ids: tensor<Txi64>, positions: tensor<Txi64>, weights...) -> tensor<TxV'xf32>`: the
 /// arguments of entryArguments(EntryPoint::Forward, ...) with the logits as the result
-/// (V' = paddedVocabSize()), with weights as parameterSpecs(config, packWeights) describes them:
+/// (V' = paddedVocabSize()), with weights as parameterSpecs(config, storage) describes them:
 /// logits for every position, calling a private `@gpt_block` once per layer. Function boundaries
 /// are typed; results inside are left unranked for shape inference.
 mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
-                                               bool packWeights);
+                                               const WeightStorage &storage);
 
 /// The cached entry point behind prefill and decode, the arguments of
 /// entryArguments(EntryPoint::Step, ...) with the logits and the updated caches as results:
@@ -35,7 +35,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPT
 /// the caches (in place after bufferization), attention runs over the cache, and only row `last`
 /// goes through the LM head. Decode is T = 1; prefill is T = the (bucketed) prompt length.
 mlir::OwningOpRef<mlir::ModuleOp> buildStep(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
-                                            int64_t cacheLen, bool packWeights);
+                                            int64_t cacheLen, const WeightStorage &storage);
 
 } // namespace gpt
 

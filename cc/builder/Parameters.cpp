@@ -30,35 +30,39 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
   return {shape[1] / panelWidth, shape[0], panelWidth};
 }
 
-std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, bool packWeights) {
+std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorage &storage) {
   const int64_t d = c.nEmbd;
-  // A matmul's [K, N] weight is packed into panels when asked and N divides into them.
-  auto panels = [&](int64_t n) { return packWeights && n % target::kPanelWidth == 0 ? target::kPanelWidth : 0; };
+  // A matmul's [K, N] weight is packed into panels when asked and N divides into them; packed
+  // weights take the storage's format.
+  auto pack = [&](ParameterSpec &spec, WeightLayout packedLayout) {
+    int64_t n = spec.shape[1];
+    if (!storage.packed || n % target::kPanelWidth != 0) return;
+    spec.layout = packedLayout;
+    spec.panelWidth = target::kPanelWidth;
+    spec.format = storage.format;
+  };
   std::vector<ParameterSpec> specs = {{"transformer.wte.weight", {c.vocabSize, d}}};
   if (!c.rope) specs.push_back({"transformer.wpe.weight", {c.blockSize, d}});
   for (int64_t i = 0; i < c.nLayer; ++i) {
     for (const LayerParameter &p : layerParameters()) {
       ParameterSpec spec{"transformer.h." + std::to_string(i) + "." + p.name, {}};
       for (int64_t multiple : p.embdMultiples) spec.shape.push_back(multiple * d);
-      if (p.isMatmulWeight && (spec.panelWidth = panels(spec.shape[1])) != 0) spec.layout = WeightLayout::Panels;
+      if (p.isMatmulWeight) pack(spec, WeightLayout::Panels);
       specs.push_back(std::move(spec));
     }
   }
   specs.push_back({"transformer.ln_f.weight", {d}});
   specs.push_back({"transformer.ln_f.bias", {d}});
-  ParameterSpec head{"lm_head.weight_t",
-                     {d, c.paddedVocabSize()},
-                     WeightLayout::TransposedPadded,
-                     "transformer.wte.weight",
-                     panels(c.paddedVocabSize())};
-  if (head.panelWidth != 0) head.layout = WeightLayout::TransposedPaddedPanels;
+  ParameterSpec head{
+      "lm_head.weight_t", {d, c.paddedVocabSize()}, WeightLayout::TransposedPadded, "transformer.wte.weight"};
+  pack(head, WeightLayout::TransposedPaddedPanels);
   specs.push_back(std::move(head));
   return specs;
 }
 
 std::vector<ParameterSpec> suppliedParameters(const GPTConfig &config) {
   std::vector<ParameterSpec> supplied;
-  for (ParameterSpec &spec : parameterSpecs(config, /*packWeights=*/false))
+  for (ParameterSpec &spec : parameterSpecs(config, WeightStorage{}))
     if (!spec.derived()) supplied.push_back(std::move(spec));
   return supplied;
 }

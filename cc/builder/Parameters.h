@@ -48,6 +48,19 @@ enum class WeightLayout {
   TransposedPaddedPanels, ///< TransposedPadded, then packed into panels
 };
 
+/// The element type matmul weights are stored in.
+enum class WeightFormat {
+  F32,
+  BF16, ///< rounded to nearest even once at load; widened to f32 as compiled code reads it
+};
+
+/// How a compiled program takes its matmul weights: packed in column panels (the vectorized
+/// levels' register tiles read panels) and in which format (packed weights only).
+struct WeightStorage {
+  bool packed = false;
+  WeightFormat format = WeightFormat::F32;
+};
+
 /// One weight argument of a compiled entry point.
 struct ParameterSpec {
   std::string name;           ///< HF GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
@@ -56,7 +69,8 @@ struct ParameterSpec {
   /// The user-supplied parameter this one is made from (only for TransposedPadded*): the
   /// parameter itself is then derived at load time and never supplied.
   std::string source;
-  int64_t panelWidth = 0; ///< P, for the *Panels layouts
+  int64_t panelWidth = 0;                  ///< P, for the *Panels layouts
+  WeightFormat format = WeightFormat::F32; ///< the element type the program takes it in
 
   bool derived() const { return !source.empty(); }
   /// The shape the compiled program takes: `shape`, or [N/P, K, P] for a packed weight.
@@ -65,9 +79,10 @@ struct ParameterSpec {
 
 /// The weights every entry point takes, in argument order after the per-call arguments: the
 /// user-supplied HF GPT-2 parameters, and "lm_head.weight_t", the tied embedding laid out as the
-/// LM head's [D, paddedVocabSize()] matmul weight. With `packWeights`, every matmul weight whose
-/// column count divides by target::kPanelWidth is packed into panels.
-std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, bool packWeights);
+/// LM head's [D, paddedVocabSize()] matmul weight. With `storage.packed`, every matmul weight
+/// whose column count divides by target::kPanelWidth is packed into panels, in
+/// `storage.format`; every other weight is f32.
+std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, const WeightStorage &storage);
 
 /// The parameters a user supplies (the non-derived ones), in parameterSpecs() order.
 std::vector<ParameterSpec> suppliedParameters(const GPTConfig &config);

@@ -78,7 +78,12 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
     Value panels = buildGeneric(rewriter, loc, init, {lhs, adaptor.getRhs()}, inputMaps,
                                 AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
                                 [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                  Value product = b.create<arith::MulFOp>(l, args[0], args[1]);
+                                  // A low-precision weight is widened as it is read; the
+                                  // product accumulates in f32.
+                                  Value weight = args[1];
+                                  if (weight.getType() != b.getF32Type())
+                                    weight = b.create<arith::ExtFOp>(l, b.getF32Type(), weight);
+                                  Value product = b.create<arith::MulFOp>(l, args[0], weight);
                                   return b.create<arith::AddFOp>(l, args[2], product);
                                 });
     gpt::codegen::markPackedMatmul(panels.getDefiningOp());

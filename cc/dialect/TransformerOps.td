@@ -142,12 +142,15 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     `packed[j / P, k, j % P] = w[k, j]`. The runtime repacks each weight once, at load; a
     register tile `P` columns wide then reads its whole slice of the weight from consecutive
     addresses, so prefill matmuls stay in cache and decode streams the weight sequentially.
+    The weight may be stored in bf16: each element is widened to f32 as it is read, and the
+    product accumulates in f32 (half the bytes of an f32 weight to stream, same arithmetic).
 
     ```mlir
     %y = transformer.packed_matmul %x, %w : (tensor<8x768xf32>, tensor<96x768x32xf32>) -> tensor<8x3072xf32>
+    %z = transformer.packed_matmul %x, %h : (tensor<8x768xf32>, tensor<96x768x32xbf16>) -> tensor<8x3072xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$lhs, F32Tensor:$rhs);
+  let arguments = (ins F32Tensor:$lhs, TensorOf<[F32, BF16]>:$rhs);
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

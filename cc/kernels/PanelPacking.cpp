@@ -7,14 +7,13 @@
 
 namespace gpt::kernels {
 
-AlignedFloats allocateAligned(int64_t count) {
+void *allocateAlignedBytes(size_t bytes) {
   constexpr size_t kAlignment = 64;
   // aligned_alloc wants a size that is a multiple of the alignment.
-  size_t bytes =
-      (static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
-  auto *data = static_cast<float *>(std::aligned_alloc(kAlignment, bytes));
+  size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void *data = std::aligned_alloc(kAlignment, rounded);
   if (!data) throw std::bad_alloc();
-  return AlignedFloats(data);
+  return data;
 }
 
 void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed) {

@@ -3,6 +3,7 @@
 #ifndef GPT_CC_KERNELS_PANELPACKING_H
 #define GPT_CC_KERNELS_PANELPACKING_H
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -10,14 +11,21 @@
 namespace gpt::kernels {
 
 struct FreeDeleter {
-  void operator()(float *p) const { std::free(p); }
+  void operator()(void *p) const { std::free(p); }
 };
 
-/// Float storage aligned to 64 bytes (a cache line, one zmm load).
-using AlignedFloats = std::unique_ptr<float[], FreeDeleter>;
+/// Storage aligned to 64 bytes (a cache line, one zmm load), released with free().
+template <typename T> using AlignedArray = std::unique_ptr<T[], FreeDeleter>;
+using AlignedFloats = AlignedArray<float>;
 
-/// `count` uninitialized floats aligned to 64 bytes; throws std::bad_alloc when out of memory.
-AlignedFloats allocateAligned(int64_t count);
+/// `bytes` uninitialized bytes aligned to 64 bytes; throws std::bad_alloc when out of memory.
+void *allocateAlignedBytes(size_t bytes);
+
+/// `count` uninitialized elements aligned to 64 bytes; throws std::bad_alloc when out of memory.
+template <typename T> AlignedArray<T> allocateAlignedArray(int64_t count) {
+  return AlignedArray<T>(static_cast<T *>(allocateAlignedBytes(static_cast<size_t>(count) * sizeof(T))));
+}
+inline AlignedFloats allocateAligned(int64_t count) { return allocateAlignedArray<float>(count); }
 
 /// Writes `packed[j / width][k][j % width] = matrix[k][j]` for a row-major [rows, cols] `matrix`
 /// (`cols` a multiple of `width`): each panel of `width` columns becomes one contiguous

@@ -4,6 +4,7 @@
 #include "cc/Registration.h"
 #include "cc/TargetParameters.h"
 #include "cc/kernels/PanelPacking.h"
+#include "cc/kernels/Quantization.h"
 #include "cc/runtime/DiagnosticCapture.h"
 #include "cc/runtime/JitFunction.h"
 #include "cc/runtime/MemRefDescriptor.h"
@@ -32,7 +33,10 @@ constexpr const char *kCompilerVersion = "gpt-jit-2 llvm-19.1.7";
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
     : config_(config), options_(options) {
   if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
-  parameters_ = parameterSpecs(config, packsWeights(options.level));
+  if (options.weights != WeightFormat::F32 && !packsWeights(options.level))
+    throw std::invalid_argument("low-precision weights need a vectorized pipeline (\"vectorized\" or \"default\"): "
+                                "lower levels take their matmul weights unpacked, in f32");
+  parameters_ = parameterSpecs(config, weightStorage());
   supplied_ = gpt::suppliedParameters(config);
   // Schedules run upstream passes by name (transform.apply_registered_pass).
   registerAllPasses();
@@ -54,9 +58,9 @@ int64_t CompiledModel::bucketFor(int64_t seqLen) const {
 
 mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen) {
   DiagnosticCapture diagnostics(*context);
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      cacheLen > 0 ? buildStep(*context, config_, seqLen, cacheLen, packsWeights(options_.level))
-                   : buildForward(*context, config_, seqLen, packsWeights(options_.level));
+  mlir::OwningOpRef<mlir::ModuleOp> module = cacheLen > 0
+                                                 ? buildStep(*context, config_, seqLen, cacheLen, weightStorage())
+                                                 : buildForward(*context, config_, seqLen, weightStorage());
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   pipeline.level = options_.level;
@@ -180,23 +184,33 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
   for (size_t i = 0; i < supplied_.size(); ++i) byName[supplied_[i].name] = weights[i];
   // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
-  std::vector<kernels::AlignedFloats> owned;
+  std::vector<std::unique_ptr<void, kernels::FreeDeleter>> owned;
   for (const ParameterSpec &spec : parameters_) {
     const float *data = byName.at(spec.derived() ? spec.source : spec.name);
     const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
-    if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels) {
+    // Each layout step reads `data` into a new f32 buffer, which becomes `data`.
+    kernels::AlignedFloats laidOut;
+    auto relayout = [&](auto write) {
+      kernels::AlignedFloats next = kernels::allocateAligned(rows * cols);
+      write(next.get());
+      laidOut = std::move(next);
+      data = laidOut.get();
+    };
+    if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels)
       // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
-      const int64_t sourceRows = config_.vocabSize;
-      owned.push_back(kernels::allocateAligned(rows * cols));
-      kernels::transposePadded(data, sourceRows, rows, cols, owned.back().get());
-      data = owned.back().get();
+      relayout([&](float *out) { kernels::transposePadded(data, config_.vocabSize, rows, cols, out); });
+    if (spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels)
+      relayout([&](float *out) { kernels::packPanels(data, rows, cols, spec.panelWidth, out); });
+    const void *argument = data;
+    if (spec.format == WeightFormat::BF16) {
+      kernels::AlignedArray<uint16_t> halves = kernels::allocateAlignedArray<uint16_t>(rows * cols);
+      kernels::quantizeBf16(data, rows * cols, halves.get());
+      argument = halves.get();
+      owned.emplace_back(halves.release());
+    } else if (laidOut) {
+      owned.emplace_back(laidOut.release());
     }
-    if (spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels) {
-      owned.push_back(kernels::allocateAligned(rows * cols));
-      kernels::packPanels(data, rows, cols, spec.panelWidth, owned.back().get());
-      data = owned.back().get();
-    }
-    descriptors.push_back(MemRefDescriptor::view(data, spec.argumentShape()));
+    descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));
   }
   std::lock_guard<std::mutex> lock(mutex);
   weightDescriptors = std::move(descriptors);

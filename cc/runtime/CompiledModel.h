@@ -38,6 +38,8 @@ struct CompileOptions {
   /// keyed by the SHA-256 of the program's LLVM-dialect IR (which encodes shapes and options),
   /// the host CPU and features, and the compiler version.
   std::string cacheDir;
+  /// The format matmul weights are stored and streamed in (packed weights of vectorized levels).
+  WeightFormat weights = WeightFormat::F32;
 };
 
 /// Logits written by compiled code: `rows x cols` floats at `data`, in a 64-byte aligned buffer
@@ -104,6 +106,7 @@ public:
 private:
   /// Builds the module of an entry point and runs the pipeline up to `stage` on it.
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen);
+  WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights}; }
   const JitFunction &forwardFor(int64_t bucket);
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
   /// Lowers entry point `name` ("forward", or "step" when cacheLen > 0), checks that it writes
@@ -127,8 +130,8 @@ private:
   GPTConfig config_;
   CompileOptions options_;
   std::vector<ParameterSpec> parameters_, supplied_;
-  std::vector<MemRefDescriptor> weightDescriptors;  // set once by setWeights
-  std::vector<kernels::AlignedFloats> ownedWeights; // the laid-out copies they point into
+  std::vector<MemRefDescriptor> weightDescriptors;                       // set once by setWeights
+  std::vector<std::unique_ptr<void, kernels::FreeDeleter>> ownedWeights; // the laid-out copies they point into
   std::unique_ptr<mlir::MLIRContext> context;
   mutable std::mutex mutex; // guards the context and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;

@@ -57,6 +57,7 @@ class CompiledModel:
         pipeline: str,
         threads: _Int,
         cache_dir: str = "",
+        weights: str = "f32",
     ) -> None: ...
     def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every weight set_weights() takes, in its order."""

@@ -13,7 +13,7 @@ import time
 from absl import app, flags
 
 from gpt import compiler
-from gpt.config import PIPELINES, CompileOptions, GPTConfig
+from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.model import GPT, STAGES
 from gpt.tokenizer import tokenizer_for
 
@@ -36,6 +36,7 @@ flags.DEFINE_bool("cache", True, "use the KV cache (--nocache recomputes every s
 flags.DEFINE_bool("stream", True, "print tokens as they are generated")
 flags.DEFINE_enum("pipeline", "default", PIPELINES, "compiler pipeline level")
 flags.DEFINE_integer("threads", None, "threads (default: all cores)", lower_bound=1)
+flags.DEFINE_enum("weights", "f32", WEIGHT_FORMATS, "format of the matmul weights (bf16: half the bytes to stream)")
 flags.DEFINE_enum("stage", "linalg", STAGES, "ir: the compiler stage to print")
 flags.DEFINE_enum("entry", "forward", ["forward", "step"], "ir: forward, or the cached prefill/decode step")
 flags.DEFINE_integer("seq_len", None, "ir: number of tokens the program is compiled for", lower_bound=1)
@@ -48,7 +49,7 @@ flags.DEFINE_enum("pos_embedding", "learned", ["learned", "rope"], "ir without -
 
 
 def _options() -> CompileOptions:
-    return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads)
+    return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads, weights=FLAGS.weights)
 
 
 def _load_model() -> GPT:

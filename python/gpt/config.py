@@ -4,6 +4,9 @@ import dataclasses
 import os
 
 PIPELINES = ("baseline", "fused", "vectorized", "default")
+# Weight formats, named as llama.cpp names them; the compiled ones so far.
+WEIGHT_FORMATS = ("f32", "bf16")
+PLANNED_WEIGHT_FORMATS = ("q8_0", "q4_0")
 POS_EMBEDDINGS = ("learned", "rope")
 
 
@@ -45,12 +48,15 @@ class CompileOptions:
     reference), "fused", "vectorized" or "default" (the fastest correct one); `threads=None`
     means all cores. Compiled code is also kept on disk, so that the next process loads it
     instead of compiling: in `cache_dir` (default `$GPT_CACHE_DIR`, else `~/.cache/gpt/jit`), unless
-    `disk_cache=False`."""
+    `disk_cache=False`. `weights` is the format matmul weights (and the LM head) are stored and
+    streamed in: "f32", or "bf16" (each weight rounded to nearest even bf16 once at load, widened
+    to f32 in registers; needs a vectorized pipeline)."""
 
     pipeline: str = "default"
     threads: int | None = None
     cache_dir: str | None = None
     disk_cache: bool = True
+    weights: str = "f32"
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -59,6 +65,17 @@ class CompileOptions:
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
             raise ValueError(f"CompileOptions.threads must be None or a positive int, got {self.threads!r}")
+        if self.weights in PLANNED_WEIGHT_FORMATS:
+            raise ValueError(
+                f"CompileOptions.weights={self.weights!r} is not implemented yet; use one of {WEIGHT_FORMATS}"
+            )
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"CompileOptions.weights must be one of {WEIGHT_FORMATS}, got {self.weights!r}")
+        if self.weights != "f32" and self.pipeline in ("baseline", "fused"):
+            raise ValueError(
+                f"CompileOptions.weights={self.weights!r} needs a vectorized pipeline ('vectorized' or 'default'), "
+                f"got pipeline={self.pipeline!r}"
+            )
 
     def resolved_threads(self) -> int:
         return self.threads or os.cpu_count() or 1

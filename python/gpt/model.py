@@ -58,6 +58,7 @@ class GPT:
             pipeline=options.pipeline,
             threads=options.resolved_threads(),
             cache_dir=options.resolved_cache_dir(),
+            weights=options.weights,
         )
         self._arguments = self._arrange_arguments()
         self._compiled.set_weights(self._arguments)

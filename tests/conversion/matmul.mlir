@@ -66,3 +66,18 @@ func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tenso
   %0 = transformer.packed_matmul %x, %w : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<2x4x96xf32>
   return %0 : tensor<2x4x96xf32>
 }
+
+// -----
+
+// A bf16 weight is widened to f32 as it is read; the product accumulates in f32.
+// CHECK-LABEL: func.func @packed_matmul_bf16
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%{{.*}}, %{{.*}} : tensor<8x8xf32>, tensor<3x8x32xbf16>) outs(%{{.*}} : tensor<8x3x32xf32>)
+// CHECK: ^bb0(%[[A:.*]]: f32, %[[W:.*]]: bf16, %[[ACC:.*]]: f32):
+// CHECK: %[[WIDE:.*]] = arith.extf %[[W]] : bf16 to f32
+// CHECK: %[[PROD:.*]] = arith.mulf %[[A]], %[[WIDE]] : f32
+// CHECK: arith.addf %[[ACC]], %[[PROD]] : f32
+func.func @packed_matmul_bf16(%x: tensor<8x8xf32>, %w: tensor<3x8x32xbf16>) -> tensor<8x96xf32> {
+  %0 = transformer.packed_matmul %x, %w : (tensor<8x8xf32>, tensor<3x8x32xbf16>) -> tensor<8x96xf32>
+  return %0 : tensor<8x96xf32>
+}

@@ -316,6 +316,14 @@ func.func @packed_matmul_contraction_mismatch(%a: tensor<4x8xf32>, %b: tensor<2x
 
 // -----
 
+func.func @packed_matmul_int8_weight(%a: tensor<4x8xf32>, %b: tensor<2x8x32xi8>) {
+  // expected-error @+1 {{operand #1 must be tensor of 32-bit float or bfloat16 type values}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xi8>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
 func.func @packed_matmul_wrong_result(%a: tensor<4x8xf32>, %b: tensor<2x8x32xf32>) {
   // expected-error @+1 {{result type 'tensor<4x32xf32>' does not match the type 'tensor<4x64xf32>' implied by the operands}}
   %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xf32>) -> tensor<4x32xf32>

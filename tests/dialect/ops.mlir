@@ -47,6 +47,14 @@ func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<2x8x32xf32>) -> tenso
   return %0 : tensor<2x4x64xf32>
 }
 
+// The same with the weight stored in bf16.
+// CHECK-LABEL: func.func @packed_matmul_bf16
+func.func @packed_matmul_bf16(%x: tensor<4x8xf32>, %w: tensor<2x8x32xbf16>) -> tensor<4x64xf32> {
+  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<2x8x32xbf16>) -> tensor<4x64xf32>
+  %0 = transformer.packed_matmul %x, %w : (tensor<4x8xf32>, tensor<2x8x32xbf16>) -> tensor<4x64xf32>
+  return %0 : tensor<4x64xf32>
+}
+
 // CHECK-LABEL: func.func @layer_norm
 func.func @layer_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   // The default epsilon (1e-5) is elided.

@@ -38,8 +38,9 @@ def causal_self_attention(q, k, v):
     return (scores / scores.sum(axis=-1, keepdims=True)) @ v
 
 
-def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5):
-    """Logits [T, vocab] of GPT-2 with HF parameter names (Conv1D weights are [in, out])."""
+def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5, lm_head=None):
+    """Logits [T, vocab] of GPT-2 with HF parameter names (Conv1D weights are [in, out]). The LM
+    head is the tied embedding unless `lm_head` ([vocab, d]) is given."""
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     ids = np.asarray(ids)
     t = len(ids)
@@ -62,4 +63,5 @@ def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5
         h = gelu_tanh(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
         x = x + h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     x = layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
-    return x @ w["transformer.wte.weight"].T
+    head = w["transformer.wte.weight"] if lm_head is None else np.asarray(lm_head, dtype=np.float64)
+    return x @ head.T

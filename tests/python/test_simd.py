@@ -1,34 +1,11 @@
 """Proof of SIMD: the machine code the JIT runs uses AVX-512 FMAs when the host has AVX-512."""
 
-import os
 import re
-import subprocess
 
 import gpt
+from machine_code import disassemble, host_has_avx512f
 from reference import gpt2_logits
 from shapes import NANO, RTOL, config, exercising_weights, relative_error, token_ids
-
-
-def host_has_avx512f():
-    with open("/proc/cpuinfo") as f:
-        return " avx512f" in f.read()
-
-
-def objdump():
-    # In Bazel the tool comes from the @llvm repository; outside, from llvm-19-tools on PATH.
-    for candidate in ("external/llvm/bin/llvm-objdump", "/usr/lib/llvm-19/bin/llvm-objdump"):
-        if os.path.exists(candidate):
-            return candidate
-    return "llvm-objdump-19"
-
-
-def disassemble(model, tmp_path, pipeline_seq_len=64):
-    path = tmp_path / "forward.o"
-    model.save_object(path, pipeline_seq_len)
-    assert path.stat().st_size > 0
-    return subprocess.run(
-        [objdump(), "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True, check=True
-    ).stdout
 
 
 def test_default_pipeline_emits_wide_fmas(tmp_path):

@@ -93,7 +93,8 @@ py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | p
 void initModel(py::module_ &m) {
   py::class_<CompiledModel>(m, "CompiledModel")
       .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
-                       float layerNormEps, const std::string &pipeline, int threads, const std::string &cacheDir) {
+                       float layerNormEps, const std::string &pipeline, int threads, const std::string &cacheDir,
+                       const std::string &weights) {
              GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope, layerNormEps};
              CompileOptions options;
              std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
@@ -101,11 +102,15 @@ void initModel(py::module_ &m) {
              options.level = *level;
              options.threads = threads;
              options.cacheDir = cacheDir;
+             if (weights == "bf16")
+               options.weights = WeightFormat::BF16;
+             else if (weights != "f32")
+               throw std::invalid_argument("unknown weight format '" + weights + "' (known: f32, bf16)");
              return std::make_unique<CompiledModel>(config, options);
            }),
            py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
            py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"),
-           py::arg("cache_dir") = "")
+           py::arg("cache_dir") = "", py::arg("weights") = "f32")
       .def(
           "supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
           "(name, shape) of every weight set_weights() takes, in its order.")

@@ -1,0 +1,104 @@
+"""Low-precision weights (CompileOptions(weights="bf16")): numerics against the float64 numpy GPT-2
+run on the same rounded weights, generation with and without the cache, the IR and the machine
+code, and the options that are refused."""
+
+import numpy as np
+import pytest
+
+import gpt
+import quant_reference as ref
+from machine_code import disassemble
+from reference import gpt2_logits
+from shapes import GPT2_SMALL, MID, NANO, RTOL, config, exercising_weights, relative_error, token_ids
+
+MATMUL_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def bf16_rounded(values):
+    """The float32 values of the bf16 nearest to each value (the reference's rounding, not the kernel's)."""
+    return (ref.bf16_bits(values).astype(np.uint32) << 16).view(np.float32)
+
+
+def bf16_reference(weights, ids, cfg):
+    """What a bf16 model computes: every matmul weight and the LM head rounded to bf16, the
+    embedding lookup, biases and LayerNorm in f32."""
+    rounded = dict(weights)
+    for name in weights:
+        if name.endswith(MATMUL_WEIGHTS):
+            rounded[name] = bf16_rounded(weights[name])
+    head = bf16_rounded(weights["transformer.wte.weight"])
+    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=head)
+
+
+@pytest.mark.parametrize(
+    "shape, pos_embedding, lengths",
+    [(NANO, "learned", (1, 7, 64)), (NANO, "rope", (13,)), (MID, "learned", (1, 50)), (GPT2_SMALL, "learned", (20,))],
+)
+def test_bf16_forward_matches_reference_on_rounded_weights(shape, pos_embedding, lengths):
+    cfg = config(shape, pos_embedding)
+    weights = exercising_weights(cfg)
+    model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights="bf16", disk_cache=False))
+    for length in lengths:
+        ids = token_ids(cfg, length)
+        expected = bf16_reference(weights, ids, cfg)
+        assert relative_error(model.forward(ids), expected) < RTOL
+        # The rounding is real: f32 weights give measurably different logits.
+        if length > 1:
+            f32 = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding)
+            assert relative_error(f32, expected) > 10 * RTOL
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_cached_generation_matches_recomputation(threads):
+    cfg = config(NANO)
+    model = gpt.GPT.from_weights(
+        cfg, exercising_weights(cfg), gpt.CompileOptions(weights="bf16", threads=threads, disk_cache=False)
+    )
+    prompt = token_ids(cfg, 9).tolist()
+    cached = model.generate(prompt, max_new_tokens=30)
+    assert cached == model.generate(prompt, max_new_tokens=30, use_cache=False)
+    # Prefill then decode gives forward's logits at each position.
+    cache = model.new_cache()
+    sequence = list(prompt)
+    logits = model.prefill(prompt, cache)
+    for token in cached[:5]:
+        assert relative_error(logits, model.forward(sequence)[-1]) < RTOL
+        sequence.append(token)
+        logits = model.decode(token, cache)
+
+
+def test_bf16_is_in_the_ir_and_widened_in_registers(tmp_path):
+    cfg = config(NANO)
+    model = gpt.GPT.random(cfg, options=gpt.CompileOptions(weights="bf16", threads=1, disk_cache=False))
+    transformer = model.ir("transformer", seq_len=8)
+    assert "tensor<6x64x32xbf16>" in transformer  # c_attn [64, 192] as 6 bf16 panels
+    linalg = model.ir("linalg", seq_len=8)
+    assert "arith.extf" in linalg and "bf16 to f32" in linalg
+    asm = disassemble(model, tmp_path)
+    # bf16 -> f32 is a zero-extension of 16-bit words and a 16-bit left shift.
+    assert "vpmovzxwd" in asm and "vpslld" in asm
+
+
+def test_formats_compile_separately_in_one_disk_cache(tmp_path):
+    cfg = config(NANO)
+    f32 = gpt.GPT.random(cfg, options=gpt.CompileOptions(cache_dir=str(tmp_path)))
+    f32.forward([1, 2, 3])
+    bf16 = gpt.GPT.random(cfg, options=gpt.CompileOptions(cache_dir=str(tmp_path), weights="bf16"))
+    bf16.forward([1, 2, 3])
+    assert bf16.disk_cache_hits() == 0  # a different program, not the f32 one
+    again = gpt.GPT.random(cfg, options=gpt.CompileOptions(cache_dir=str(tmp_path), weights="bf16"))
+    again.forward([1, 2, 3])
+    assert again.disk_cache_hits() == 1
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(weights="q8_0"), "weights='q8_0' is not implemented yet"),
+        (dict(weights="fp8"), "weights must be one of"),
+        (dict(weights="bf16", pipeline="baseline"), "needs a vectorized pipeline"),
+    ],
+)
+def test_unsupported_weight_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        gpt.CompileOptions(**options)
