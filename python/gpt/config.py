@@ -41,6 +41,17 @@ class GPTConfig:
     def head_size(self) -> int:
         return self.n_embd // self.n_head
 
+    def shape_arguments(self) -> dict:
+        """The model's shape as the extension's functions take it (keyword arguments)."""
+        return dict(
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            vocab_size=self.vocab_size,
+            block_size=self.block_size,
+            rope=self.pos_embedding == "rope",
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class CompileOptions:

@@ -48,12 +48,7 @@ class GPT:
         self._options = options
         self._weights = validate_weights(config, weights)
         self._compiled = _gpt.CompiledModel(
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            n_embd=config.n_embd,
-            vocab_size=config.vocab_size,
-            block_size=config.block_size,
-            rope=config.pos_embedding == "rope",
+            **config.shape_arguments(),
             layer_norm_eps=float(config.layer_norm_eps),
             pipeline=options.pipeline,
             threads=options.resolved_threads(),

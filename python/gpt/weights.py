@@ -18,14 +18,7 @@ _IGNORED_NAMES = ("lm_head.weight",)
 def expected_shapes(config: GPTConfig) -> dict[str, tuple]:
     """HF GPT-2 parameter name -> shape, for every weight the model needs, in the order the
     compiler's parameter table (cc/builder/Parameters.cpp) lists them."""
-    table = _gpt.supplied_parameters(
-        n_layer=config.n_layer,
-        n_head=config.n_head,
-        n_embd=config.n_embd,
-        vocab_size=config.vocab_size,
-        block_size=config.block_size,
-        rope=config.pos_embedding == "rope",
-    )
+    table = _gpt.supplied_parameters(**config.shape_arguments())
     return {name: tuple(shape) for name, shape in table}
 
 
