@@ -196,7 +196,7 @@ private:
             return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
           });
       // Read as [1, bk] through the consumer's indexing map: an expand_shape here would be
-      // propagated into the reduction, which then no longer looks like a row reduction.
+      // propagated into the reduction, which would then not look like a row reduction.
       return {dots, AffineMap::get(2, 0, getAffineDimExpr(1, ctx))};
     }
     Value product = b.create<linalg::MatmulOp>(loc, ValueRange{qBlock, transpose(b, loc, kBlock, {1, 0})},

@@ -1,7 +1,7 @@
 // --transformer-shape-inference: unranked results become ranked through ShapeInferenceOpInterface.
 // RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-shape-inference | FileCheck %s
 
-// The chain from the issue: matmul -> gelu -> transpose; the function result type is refined too.
+// A chain matmul -> gelu -> transpose: each result is refined in turn, and the function result type too.
 // CHECK-LABEL: func.func @matmul_gelu_transpose
 // CHECK-SAME: -> tensor<16x4xf32>
 // CHECK: transformer.matmul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
