@@ -11,13 +11,14 @@ cpp_files=()
 while IFS= read -r f; do cpp_files+=("$f"); done < <(git ls-files -- '*.cpp' '*.cc' '*.h')
 
 echo "lint: ruff check + format over python/, tools/, tests/ ($(python3 -m ruff --version)); clang-format over ${#cpp_files[@]} C++ files ($(clang-format-19 --version | grep -o 'version [0-9.]*'))"
-if (( fix )); then
-  python3 -m ruff check --fix .
-  python3 -m ruff format .
-  clang-format-19 -i "${cpp_files[@]}"
-  exit 0
-fi
 status=0
+if (( fix )); then
+  # Every fixer runs; what ruff cannot fix is listed, and the exit status says so.
+  python3 -m ruff check --fix . || status=1
+  python3 -m ruff format . || status=1
+  clang-format-19 -i "${cpp_files[@]}" || status=1
+  exit "$status"
+fi
 # Every check runs, so that one pass shows every finding.
 python3 -m ruff check . || status=1
 python3 -m ruff format --check . || status=1

@@ -171,6 +171,8 @@ public:
   void runOnOperation() override {
     getOperation().walk([&](linalg::LinalgOp op) {
       if (getEpilogueFusion(op)) return; // its packed matmul was fused into it
+      // An op with an empty loop computes nothing: no tile (its loops run zero times).
+      if (llvm::is_contained(op.getStaticLoopRanges(), 0)) return;
       if (std::optional<int64_t> width = rowReductionWidth(op)) {
         setRowReductionTile(op, *width);
         return;

@@ -33,7 +33,10 @@ AffineMap broadcastMap(ArrayRef<int64_t> shape, ArrayRef<int64_t> resultShape, M
 }
 
 AffineMap rowMap(int64_t rank, MLIRContext *ctx) {
-  return AffineMap::getMultiDimIdentityMap(rank, ctx).getMajorSubMap(rank - 1);
+  // Built from its results (getMajorSubMap(0) is a null map): a rank-1 op reduces to a scalar.
+  SmallVector<AffineExpr> rows;
+  for (int64_t i = 0; i + 1 < rank; ++i) rows.push_back(getAffineDimExpr(i, ctx));
+  return AffineMap::get(rank, 0, rows, ctx);
 }
 
 AffineMap featureMap(int64_t rank, MLIRContext *ctx) {

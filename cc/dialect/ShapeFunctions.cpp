@@ -225,6 +225,13 @@ FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, Atten
   if (!dimsCompatible(k.getDimSize(1), v.getDimSize(1)))
     return emitError() << kName << " " << key << " and " << vName << " " << value
                        << " must have the same number of tokens";
+  // A softmax over no keys has no value, and an attention over no heads, queries or features
+  // has nothing to compute: say so instead of lowering a loop nest over nothing.
+  for (auto [name, t, type] :
+       {std::tuple<StringRef, RankedTensorType, Type>{qName, q, query}, {kName, k, key}, {vName, v, value}})
+    if (llvm::is_contained(t.getShape(), 0))
+      return emitError() << name << " " << type << " has a zero-sized dimension; attention needs at least one head, "
+                         << "token and feature";
   TensorType result = ranked({q.getDimSize(0), q.getDimSize(1), v.getDimSize(2)}, query);
   return layout.result ? cast<TensorType>(swapHeadsAndTokens(result)) : result;
 }

@@ -34,3 +34,25 @@ func.func @softmax(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
   %0 = transformer.softmax %x : tensor<2x4x8xf32> -> tensor<2x4x8xf32>
   return %0 : tensor<2x4x8xf32>
 }
+
+// -----
+
+// Rank 1: the statistics reduce to scalars (rank-0 tensors read through a map with no results).
+// CHECK-LABEL: func.func @softmax_rank_1
+// CHECK: linalg.fill {{.*}} -> tensor<f32>
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #{{.*}}], iterator_types = ["reduction"]} ins(%{{.*}} : tensor<8xf32>) outs(%{{.*}} : tensor<f32>)
+// CHECK-NOT: transformer.softmax
+func.func @softmax_rank_1(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = transformer.softmax %x : tensor<8xf32> -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @layer_norm_rank_1
+// CHECK: iterator_types = ["reduction"]
+// CHECK-NOT: transformer.layer_norm
+func.func @layer_norm_rank_1(%x: tensor<8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = transformer.layer_norm %x, %w, %b {epsilon = 1.0e-5 : f32} : (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

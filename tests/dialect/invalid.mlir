@@ -250,6 +250,14 @@ func.func @attention_head_dim(%q: tensor<4x8x16xf32>, %k: tensor<4x8x8xf32>) {
 
 // -----
 
+func.func @attention_without_heads(%q: tensor<0x8x4xf32>) {
+  // expected-error @+1 {{query 'tensor<0x8x4xf32>' has a zero-sized dimension; attention needs at least one head, token and feature}}
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.5 : f32} : (tensor<0x8x4xf32>, tensor<0x8x4xf32>, tensor<0x8x4xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
 func.func @attention_key_value_tokens(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>, %v: tensor<4x9x16xf32>) {
   // expected-error @+1 {{key 'tensor<4x8x16xf32>' and value 'tensor<4x9x16xf32>' must have the same number of tokens}}
   %0 = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x9x16xf32>) -> tensor<*xf32>

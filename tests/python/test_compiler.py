@@ -66,3 +66,43 @@ def test_compiler_error_is_a_runtime_error():
 def test_non_string_ir_is_a_type_error():
     with pytest.raises(TypeError, match="ir must be a str"):
         gpt.run_pipeline(b"module {}", "canonicalize")
+
+
+# Inputs the verifiers accept, or must reject cleanly, that once crashed the process somewhere in
+# the pipeline (a null affine map, a division by zero heads, a tile of an empty dimension).
+CRASHERS = {
+    "softmax_rank_1": """
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = transformer.softmax %x : tensor<8xf32> -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}""",
+    "layer_norm_rank_1": """
+func.func @f(%x: tensor<8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = transformer.layer_norm %x, %w, %b {epsilon = 1.0e-5 : f32}
+      : (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}""",
+    "softmax_empty_rows": """
+func.func @f(%x: tensor<4x0xf32>) -> tensor<4x0xf32> {
+  %0 = transformer.softmax %x : tensor<4x0xf32> -> tensor<4x0xf32>
+  return %0 : tensor<4x0xf32>
+}""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRASHERS))
+@pytest.mark.parametrize("level", ["baseline", "default"])
+def test_edge_shapes_compile_to_llvm(name, level):
+    out = gpt.run_pipeline(CRASHERS[name], f"gpt-compile{{level={level}}}")
+    assert "llvm.func @f" in out
+
+
+def test_attention_without_heads_is_a_compiler_error():
+    ir = """
+func.func @f(%q: tensor<0x8x4xf32>) -> tensor<*xf32> {
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.5 : f32}
+      : (tensor<0x8x4xf32>, tensor<0x8x4xf32>, tensor<0x8x4xf32>) -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}"""
+    with pytest.raises(gpt.CompilerError, match="zero-sized dimension; attention needs at least one head"):
+        gpt.run_pipeline(ir, "gpt-compile")
