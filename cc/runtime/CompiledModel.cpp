@@ -8,6 +8,7 @@
 #include "cc/runtime/DiagnosticCapture.h"
 #include "cc/runtime/JitFunction.h"
 #include "cc/runtime/MemRefDescriptor.h"
+#include "cc/runtime/ObjectCache.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -15,12 +16,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
-#include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Process.h"
-#include "llvm/Support/SHA256.h"
-
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 namespace gpt {
@@ -138,27 +135,27 @@ std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::Str
   llvm::raw_string_ostream os(ir);
   module.print(os);
   const std::string host = JitFunction::hostDescription(); // named: the parts below are views
-  llvm::SHA256 hash;
+  std::string key;
   for (llvm::StringRef part : {llvm::StringRef(kCompilerVersion), llvm::StringRef(host), name, llvm::StringRef(ir)}) {
-    hash.update(part);
-    hash.update(llvm::StringRef("\0", 1));
+    key += part.str();
+    key += '\0';
   }
-  std::string path = options_.cacheDir + "/" + llvm::toHex(hash.final(), /*LowerCase=*/true) + ".o";
-  if (std::unique_ptr<JitFunction> loaded = JitFunction::load(path, name)) {
-    ++diskHits;
-    return loaded;
+  ObjectCache cache(options_.cacheDir);
+  try {
+    cache.checkDirectory();
+  } catch (const std::runtime_error &error) {
+    throw CompileError(error.what());
   }
-  auto function = std::make_unique<JitFunction>(module, name);
-  // Best effort: a cache that cannot be written costs speed, never correctness. Write to a
-  // private name, then rename, so another process never loads a half-written file.
-  if (!llvm::sys::fs::create_directories(options_.cacheDir)) {
-    std::string temporary = path + ".tmp" + std::to_string(llvm::sys::Process::getProcessId());
-    try {
-      function->dumpObject(temporary);
-      if (llvm::sys::fs::rename(temporary, path)) llvm::sys::fs::remove(temporary);
-    } catch (const std::exception &) {
-      llvm::sys::fs::remove(temporary);
+  if (std::optional<std::string> object = cache.read(key))
+    if (std::unique_ptr<JitFunction> loaded = JitFunction::load(*object, name)) {
+      ++diskHits;
+      return loaded;
     }
+  auto function = std::make_unique<JitFunction>(module, name);
+  // Best effort: a cache that cannot be written (a full disk) costs speed, never correctness.
+  try {
+    cache.write(key, function->objectBytes());
+  } catch (const std::exception &) {
   }
   return function;
 }

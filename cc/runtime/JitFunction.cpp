@@ -3,6 +3,8 @@
 // at CodeGenOptLevel::None runs about 4x slower whatever that option says).
 #include "cc/runtime/JitFunction.h"
 
+#include "cc/runtime/ObjectCache.h"
+
 #include "mlir/ExecutionEngine/CRunnerUtils.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -23,10 +25,14 @@
 #include "llvm/TargetParser/SubtargetFeature.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <vector>
 
 namespace gpt {
@@ -132,10 +138,9 @@ std::string JitFunction::hostDescription() {
   return description;
 }
 
-std::unique_ptr<JitFunction> JitFunction::load(const std::string &objectPath, llvm::StringRef name) {
+std::unique_ptr<JitFunction> JitFunction::load(const std::string &object, llvm::StringRef name) {
   initializeNativeTarget();
-  auto buffer = llvm::MemoryBuffer::getFile(objectPath);
-  if (!buffer) return nullptr;
+  std::unique_ptr<llvm::MemoryBuffer> buffer = llvm::MemoryBuffer::getMemBufferCopy(object, "gpt-jit-object");
   auto jit = llvm::orc::LLJITBuilder().create();
   if (!jit) {
     llvm::consumeError(jit.takeError());
@@ -161,7 +166,7 @@ std::unique_ptr<JitFunction> JitFunction::load(const std::string &objectPath, ll
     llvm::consumeError(std::move(error));
     return nullptr;
   }
-  if (llvm::Error error = (*jit)->addObjectFile(std::move(*buffer))) {
+  if (llvm::Error error = (*jit)->addObjectFile(std::move(buffer))) {
     llvm::consumeError(std::move(error));
     return nullptr;
   }
@@ -173,18 +178,33 @@ std::unique_ptr<JitFunction> JitFunction::load(const std::string &objectPath, ll
   std::unique_ptr<JitFunction> function(new JitFunction());
   function->packed = address->toPtr<void (*)(void **)>();
   function->loaded = std::move(*jit);
-  function->objectPath = objectPath;
+  function->object = object;
   return function;
 }
 
-void JitFunction::dumpObject(const std::string &path) const {
-  if (engine) {
-    engine->dumpToObjectFile(path);
-    return;
+std::string JitFunction::objectBytes() const {
+  if (!engine) return object;
+  // ExecutionEngine only writes its object to a file, and a failed write there ends the process
+  // (LLVM's "IO failure on output stream"). An in-memory file cannot fill a disk; the bytes are
+  // then written, or not, by code that checks every step.
+  int fd = ::memfd_create("gpt-jit-object", MFD_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(std::string("cannot create an in-memory file: ") + std::strerror(errno));
+  engine->dumpToObjectFile("/proc/self/fd/" + std::to_string(fd));
+  std::string bytes;
+  char chunk[1 << 16];
+  for (off_t offset = 0;;) {
+    ssize_t got = ::pread(fd, chunk, sizeof chunk, offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    bytes.append(chunk, static_cast<size_t>(got));
+    offset += got;
   }
-  if (std::error_code error = llvm::sys::fs::copy_file(objectPath, path))
-    throw std::runtime_error("cannot copy " + objectPath + " to " + path + ": " + error.message());
+  ::close(fd);
+  if (bytes.empty()) throw std::runtime_error("the JIT kept no object code for this program");
+  return bytes;
 }
+
+void JitFunction::dumpObject(const std::string &path) const { writeFileChecked(path, objectBytes()); }
 
 void JitFunction::call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments) const {
   // The packed wrapper takes a pointer to each argument's value. A memref argument's value is a

@@ -27,9 +27,9 @@ public:
   JitFunction(mlir::ModuleOp module, llvm::StringRef name);
   ~JitFunction();
 
-  /// Loads an object file written by dumpObject() in this or an earlier process, with plain ORC
+  /// Loads object code that objectBytes() returned, in this or an earlier process, with plain ORC
   /// (no MLIR, no LLVM optimization or codegen). Returns nullptr when it cannot be loaded.
-  static std::unique_ptr<JitFunction> load(const std::string &objectPath, llvm::StringRef name);
+  static std::unique_ptr<JitFunction> load(const std::string &object, llvm::StringRef name);
 
   /// The host's CPU name and features: part of every on-disk cache key, since the code is
   /// specialised for them.
@@ -40,14 +40,19 @@ public:
   /// `scalarArguments`, where the pointer is to an int64_t passed by value (an index argument).
   void call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments = {}) const;
 
-  /// Writes the machine code the JIT produced as an ELF relocatable object file.
+  /// The machine code the JIT produced (or loaded), as an ELF relocatable object file's bytes.
+  /// Throws std::runtime_error when the JIT kept none.
+  std::string objectBytes() const;
+
+  /// Writes objectBytes() to `path`; throws std::runtime_error naming the path and the reason
+  /// when it cannot (a missing directory, a full disk).
   void dumpObject(const std::string &path) const;
 
 private:
   JitFunction();
   std::unique_ptr<mlir::ExecutionEngine> engine; // compiled here
   std::unique_ptr<llvm::orc::LLJIT> loaded;      // or loaded from an object file
-  std::string objectPath;
+  std::string object;                            // the loaded object code
   void (*packed)(void **) = nullptr;
 };
 

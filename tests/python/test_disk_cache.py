@@ -6,10 +6,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import gpt
 from shapes import NANO, config, exercising_weights, token_ids
 
+MAGIC = b"GPTJIT1\n"
+HEADER = len(MAGIC) + 32 + 32 + 8  # magic, key digest, object digest, object size
 CFG = config(NANO)
 WEIGHTS = exercising_weights(CFG)
 
@@ -27,7 +30,7 @@ def test_second_model_loads_instead_of_compiling(tmp_path):
     expected_decode = first.decode(7, cache)
     assert first.disk_cache_hits() == 0
     files = sorted(os.listdir(tmp_path))
-    assert len(files) == 3 and all(f.endswith(".o") for f in files)  # forward, prefill step, decode step
+    assert len(files) == 3 and all(f.endswith(".gptjit") for f in files)  # forward, prefill step, decode step
 
     second = model(tmp_path)
     np.testing.assert_array_equal(second.forward(ids), expected)
@@ -72,7 +75,7 @@ def test_damaged_entry_is_recompiled(tmp_path):
     again = model(tmp_path)
     np.testing.assert_array_equal(again.forward(ids), expected)
     assert again.disk_cache_hits() == 0
-    assert (tmp_path / entry).read_bytes()[:4] == b"\x7fELF"  # rewritten
+    assert (tmp_path / entry).read_bytes()[:8] == MAGIC  # rewritten
 
 
 def test_keys_separate_options_and_disk_cache_can_be_off(tmp_path):
@@ -85,3 +88,102 @@ def test_keys_separate_options_and_disk_cache_can_be_off(tmp_path):
     off = tmp_path / "off"
     gpt.GPT.from_weights(CFG, WEIGHTS, gpt.CompileOptions(cache_dir=str(off), disk_cache=False)).forward(ids)
     assert not off.exists()
+
+
+def entry_after_one_forward(cache_dir, ids):
+    expected = model(cache_dir).forward(ids)
+    (entry,) = os.listdir(cache_dir)
+    return cache_dir / entry, expected
+
+
+def assert_recompiled(cache_dir, ids, expected):
+    again = model(cache_dir)
+    np.testing.assert_array_equal(again.forward(ids), expected)
+    assert again.disk_cache_hits() == 0
+
+
+def test_flipped_bits_in_the_object_are_detected(tmp_path):
+    ids = token_ids(CFG, 5)
+    entry, expected = entry_after_one_forward(tmp_path, ids)
+    data = bytearray(entry.read_bytes())
+    rng = np.random.default_rng(0)
+    for position in rng.integers(HEADER, len(data), size=8):  # a still-linkable ELF, other code
+        data[position] ^= 1 << int(rng.integers(0, 8))
+    entry.write_bytes(bytes(data))
+    assert_recompiled(tmp_path, ids, expected)
+
+
+def test_another_programs_entry_at_the_path_is_detected(tmp_path):
+    # A valid entry of bucket 16 in bucket 8's place: loading it would overflow the buffers.
+    ids = token_ids(CFG, 5)
+    entry, expected = entry_after_one_forward(tmp_path / "eight", ids)
+    other, _ = entry_after_one_forward(tmp_path / "sixteen", token_ids(CFG, 12))
+    entry.write_bytes(other.read_bytes())
+    assert_recompiled(tmp_path / "eight", ids, expected)
+
+
+def test_truncated_and_empty_entries_are_recompiled(tmp_path):
+    ids = token_ids(CFG, 5)
+    entry, expected = entry_after_one_forward(tmp_path, ids)
+    whole = entry.read_bytes()
+    for damaged in (whole[: len(whole) // 2], whole[:HEADER], b""):
+        entry.write_bytes(damaged)
+        assert_recompiled(tmp_path, ids, expected)
+
+
+def test_fifo_and_symlink_at_the_path_are_not_opened(tmp_path):
+    ids = token_ids(CFG, 5)
+    entry, expected = entry_after_one_forward(tmp_path, ids)
+    entry.unlink()
+    os.mkfifo(entry)  # opening it for reading would block forever
+    assert_recompiled(tmp_path, ids, expected)
+    assert entry.is_file() and entry.read_bytes()[:8] == MAGIC  # replaced by a real entry
+    entry.unlink()
+    entry.symlink_to("/dev/zero")  # reading it would never end
+    assert_recompiled(tmp_path, ids, expected)
+
+
+def test_entries_and_directory_are_private(tmp_path):
+    cache_dir = tmp_path / "created" / "here"
+    entry, _ = entry_after_one_forward(cache_dir, token_ids(CFG, 5))
+    assert entry.stat().st_mode & 0o777 == 0o600
+    assert cache_dir.stat().st_mode & 0o077 == 0
+    assert not [f for f in os.listdir(cache_dir) if ".tmp." in f]  # no temporary left behind
+
+
+def test_a_directory_others_can_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(gpt.CompilerError, match=f"{shared} is writable by other users"):
+        model(shared).forward([1, 2, 3])
+    assert os.listdir(shared) == []  # nothing loaded, nothing written
+
+
+def test_an_unwritable_cache_costs_only_speed(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory would be")
+    ids = token_ids(CFG, 5)
+    expected = model(tmp_path / "ok").forward(ids)
+    np.testing.assert_array_equal(model(blocker / "cache").forward(ids), expected)
+
+
+def test_save_object_reports_write_errors(tmp_path):
+    m = model(tmp_path)
+    with pytest.raises(RuntimeError, match="cannot write /dev/full: No space left on device"):
+        m.save_object("/dev/full")
+    with pytest.raises(RuntimeError, match="cannot create .*/missing/forward.o: No such file or directory"):
+        m.save_object(str(tmp_path / "missing" / "forward.o"))
+    m.save_object(str(tmp_path / "forward.o"))
+    assert (tmp_path / "forward.o").read_bytes()[:4] == b"\x7fELF"
+
+
+def test_save_object_of_a_loaded_program_writes_what_was_loaded(tmp_path):
+    model(tmp_path).forward([1, 2, 3])
+    loaded = model(tmp_path)
+    loaded.forward([1, 2, 3])
+    assert loaded.disk_cache_hits() == 1
+    (entry,) = [f for f in os.listdir(tmp_path) if f.endswith(".gptjit")]
+    (tmp_path / entry).write_bytes(b"changed since")
+    loaded.save_object(str(tmp_path / "forward.o"))
+    assert (tmp_path / "forward.o").read_bytes()[:4] == b"\x7fELF"

@@ -1,0 +1,134 @@
+// The on-disk compile cache (see ObjectCache.h).
+#include "cc/runtime/ObjectCache.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/SHA256.h"
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace gpt {
+namespace {
+
+// An entry: kMagic, the key's SHA-256, the object's SHA-256, the object's size (8 bytes, little
+// endian), then the object. Bump the magic when the layout changes.
+constexpr llvm::StringLiteral kMagic = "GPTJIT1\n";
+constexpr size_t kDigestBytes = 32;
+constexpr size_t kHeaderBytes = kMagic.size() + 2 * kDigestBytes + 8;
+// Far above any program's object code (a few MB); bounds what a damaged entry makes us read.
+constexpr int64_t kMaxEntryBytes = int64_t(256) << 20;
+
+std::string sha256(llvm::StringRef bytes) {
+  std::array<uint8_t, 32> digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(bytes));
+  return std::string(digest.begin(), digest.end());
+}
+
+std::string littleEndian(uint64_t value) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+  return bytes;
+}
+
+uint64_t fromLittleEndian(llvm::StringRef bytes) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(bytes[i]);
+  return value;
+}
+
+bool writeAll(int fd, llvm::StringRef bytes) {
+  while (!bytes.empty()) {
+    ssize_t written = ::write(fd, bytes.data(), bytes.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return false;
+    bytes = bytes.drop_front(static_cast<size_t>(written));
+  }
+  return true;
+}
+
+} // namespace
+
+std::string ObjectCache::pathFor(llvm::StringRef key) const {
+  return directory + "/" + llvm::toHex(sha256(key), /*LowerCase=*/true) + ".gptjit";
+}
+
+void ObjectCache::checkDirectory() const {
+  struct stat status;
+  if (::stat(directory.c_str(), &status) != 0) return; // created owner-only on the first write
+  if (status.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(status.st_mode & 07777));
+    throw std::runtime_error("the compile cache directory " + directory + " is writable by other users (mode " +
+                             mode + "), and loading code from it would run what they put there: make it private "
+                             "(chmod go-w), or choose another cache_dir, or set disk_cache=False");
+  }
+}
+
+std::optional<std::string> ObjectCache::read(llvm::StringRef key) const {
+  const std::string path = pathFor(key);
+  struct stat status;
+  // lstat, O_NOFOLLOW and O_NONBLOCK: a symlink, a FIFO or a device at the path is never opened.
+  if (::lstat(path.c_str(), &status) != 0 || !S_ISREG(status.st_mode)) return std::nullopt;
+  if (status.st_size <= static_cast<off_t>(kHeaderBytes) || status.st_size > kMaxEntryBytes) return std::nullopt;
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string entry(static_cast<size_t>(status.st_size), '\0');
+  size_t filled = 0;
+  while (filled < entry.size()) {
+    ssize_t got = ::read(fd, entry.data() + filled, entry.size() - filled);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    filled += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  if (filled != entry.size()) return std::nullopt; // truncated while we read it
+  llvm::StringRef bytes(entry);
+  if (!bytes.starts_with(kMagic)) return std::nullopt;
+  llvm::StringRef keyDigest = bytes.substr(kMagic.size(), kDigestBytes);
+  llvm::StringRef objectDigest = bytes.substr(kMagic.size() + kDigestBytes, kDigestBytes);
+  uint64_t size = fromLittleEndian(bytes.substr(kMagic.size() + 2 * kDigestBytes, 8));
+  llvm::StringRef object = bytes.drop_front(kHeaderBytes);
+  if (keyDigest != sha256(key) || size != object.size() || objectDigest != sha256(object)) return std::nullopt;
+  return object.str();
+}
+
+bool ObjectCache::write(llvm::StringRef key, llvm::StringRef object) const {
+  if (llvm::sys::fs::create_directories(directory, /*IgnoreExisting=*/true, llvm::sys::fs::perms::owner_all))
+    return false;
+  static std::atomic<uint64_t> counter{0};
+  const std::string path = pathFor(key);
+  const std::string temporary =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  std::string header = kMagic.str() + sha256(key) + sha256(object) + littleEndian(object.size());
+  bool ok = writeAll(fd, header) && writeAll(fd, object) && ::fsync(fd) == 0;
+  ok = ::close(fd) == 0 && ok;
+  // rename is atomic: a reader sees the old entry, or none, or the whole new one.
+  ok = ok && ::rename(temporary.c_str(), path.c_str()) == 0;
+  if (!ok) ::unlink(temporary.c_str());
+  return ok;
+}
+
+void writeFileChecked(const std::string &path, llvm::StringRef bytes, unsigned mode) {
+  auto fail = [&](const char *what) {
+    throw std::runtime_error("cannot " + std::string(what) + " " + path + ": " + std::strerror(errno));
+  };
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) fail("create");
+  if (!writeAll(fd, bytes)) {
+    int error = errno;
+    ::close(fd);
+    errno = error;
+    fail("write");
+  }
+  if (::close(fd) != 0) fail("write");
+}
+
+} // namespace gpt
