@@ -64,8 +64,8 @@ void ObjectCache::checkDirectory() const {
   if (status.st_mode & (S_IWGRP | S_IWOTH)) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(status.st_mode & 07777));
-    throw std::runtime_error("the compile cache directory " + directory + " is writable by other users (mode " +
-                             mode + "), and loading code from it would run what they put there: make it private "
+    throw std::runtime_error("the compile cache directory " + directory + " is writable by other users (mode " + mode +
+                             "), and loading code from it would run what they put there: make it private "
                              "(chmod go-w), or choose another cache_dir, or set disk_cache=False");
   }
 }

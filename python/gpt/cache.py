@@ -1,5 +1,7 @@
 """KVCache: the per-layer key and value buffers that prefill fills and decode extends."""
 
+import threading
+
 import numpy as np
 
 
@@ -8,7 +10,8 @@ class KVCache:
 
     Made by `model.new_cache()`; belongs to that model. `len(cache)` is the number of positions
     filled so far. The buffers are written in place by compiled code; a call that raises leaves
-    the cache as it was.
+    the cache as it was. One call at a time: a step (or reset) while another thread's step on the
+    same cache is running raises RuntimeError instead of interleaving their writes.
     """
 
     def __init__(self, model, max_len: int):
@@ -23,6 +26,7 @@ class KVCache:
         self._key_views = [self._keys[layer] for layer in range(cfg.n_layer)]
         self._value_views = [self._values[layer] for layer in range(cfg.n_layer)]
         self._length = 0
+        self._busy = threading.Lock()
 
     @property
     def model(self):
@@ -37,12 +41,22 @@ class KVCache:
 
     def reset(self) -> None:
         """Forget every position (the buffers are reused)."""
+        self._claim()
         self._length = 0
+        self._release()
 
     def __repr__(self) -> str:
         return f"KVCache(len={self._length}, max_len={self._max_len})"
 
     # -- for GPT._step ----------------------------------------------------------------------------
+
+    def _claim(self) -> None:
+        """Takes the cache for one call; raises RuntimeError when another call holds it."""
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this KVCache is in use by another call (another thread?); use one cache per thread")
+
+    def _release(self) -> None:
+        self._busy.release()
 
     def _layer_buffers(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The per-layer key and value buffers [n_head, max_len, head_size] that the compiled step

@@ -8,6 +8,9 @@ PIPELINES = ("baseline", "fused", "vectorized", "default")
 WEIGHT_FORMATS = ("f32", "bf16")
 PLANNED_WEIGHT_FORMATS = ("q8_0", "q4_0")
 POS_EMBEDDINGS = ("learned", "rope")
+# Each dimension of a model fits a 32-bit index, so that their products (sizes in elements) stay
+# far inside int64.
+MAX_DIMENSION = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,13 +31,17 @@ class GPTConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
+            if value > MAX_DIMENSION:
+                raise ValueError(f"GPTConfig.{name}={value} is larger than {MAX_DIMENSION}")
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.pos_embedding not in POS_EMBEDDINGS:
             raise ValueError(f"GPTConfig.pos_embedding must be one of {POS_EMBEDDINGS}, got {self.pos_embedding!r}")
         if self.pos_embedding == "rope" and self.head_size % 2:
             raise ValueError(f"rope needs an even head size, got n_embd / n_head = {self.head_size}")
-        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+        if isinstance(self.layer_norm_eps, bool) or not (
+            isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0
+        ):
             raise ValueError(f"GPTConfig.layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
 
     @property
@@ -76,6 +83,10 @@ class CompileOptions:
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
             raise ValueError(f"CompileOptions.threads must be None or a positive int, got {self.threads!r}")
+        if not isinstance(self.disk_cache, bool):
+            raise ValueError(f"CompileOptions.disk_cache must be a bool, got {self.disk_cache!r}")
+        if self.cache_dir is not None and not isinstance(self.cache_dir, (str, os.PathLike)):
+            raise ValueError(f"CompileOptions.cache_dir must be None or a path, got {self.cache_dir!r}")
         if self.weights in PLANNED_WEIGHT_FORMATS:
             raise ValueError(
                 f"CompileOptions.weights={self.weights!r} is not implemented yet; use one of {WEIGHT_FORMATS}"
@@ -95,8 +106,7 @@ class CompileOptions:
         """The disk-cache directory, or "" when the disk cache is off."""
         if not self.disk_cache:
             return ""
-        return (
-            self.cache_dir
-            or os.environ.get("GPT_CACHE_DIR")
-            or os.path.join(os.path.expanduser("~"), ".cache", "gpt", "jit")
-        )
+        chosen = self.cache_dir or os.environ.get("GPT_CACHE_DIR")
+        if chosen:
+            return os.path.expanduser(os.fspath(chosen))  # "~/x" is the home's x, not ./~/x
+        return os.path.join(os.path.expanduser("~"), ".cache", "gpt", "jit")

@@ -1,6 +1,7 @@
 """GPT: a GPT-2-style model whose forward pass is compiled by the gpt compiler for this CPU."""
 
 import dataclasses
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
@@ -250,8 +251,10 @@ class GPT:
     def save_object(self, path: str, seq_len: int | None = None) -> None:
         """Writes the machine code the JIT produced for forward(seq_len tokens) to `path` (an ELF
         object file; `llvm-objdump -d` shows it)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         seq_len = self._compiled.bucket_for(1) if seq_len is None else self._check_length(seq_len)
-        self._compiled.dump_forward_object(seq_len, str(path))
+        self._compiled.dump_forward_object(seq_len, os.fspath(path))
 
     def compiled_lengths(self) -> dict[int, float]:
         """{padded sequence length: seconds spent compiling it} for every forward program so far."""
@@ -282,9 +285,16 @@ class GPT:
             raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
         if len(cache) + len(ids) > cache.max_len:
             raise ValueError(f"KV cache is full: {len(cache)} + {len(ids)} tokens exceed max_len={cache.max_len}")
-        keys, values = cache._layer_buffers()
-        logits = self._compiled.step(ids, len(cache), cache.max_len, keys, values)
-        cache._advance(len(ids))  # only once the step has run: a step that raises leaves the cache as it was
+        cache._claim()
+        try:
+            # Checked again while holding the cache: another thread may have filled it meanwhile.
+            if len(cache) + len(ids) > cache.max_len:
+                raise ValueError(f"KV cache is full: {len(cache)} + {len(ids)} tokens exceed max_len={cache.max_len}")
+            keys, values = cache._layer_buffers()
+            logits = self._compiled.step(ids, len(cache), cache.max_len, keys, values)
+            cache._advance(len(ids))  # only once the step has run: a step that raises leaves the cache as it was
+        finally:
+            cache._release()
         return logits[0, : self._config.vocab_size]
 
     def _generation_cache_len(self, needed: int) -> int:

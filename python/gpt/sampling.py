@@ -2,10 +2,20 @@
 
 import numpy as np
 
+MIN_TEMPERATURE = 1e-6
+
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if not isinstance(temperature, (int, float)) or not np.isfinite(temperature) or temperature < 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not np.isfinite(temperature)
+        or temperature < 0
+    ):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    # logits / temperature must stay finite: below this, a temperature is an overflow, not a choice.
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
         raise ValueError(f"top_k must be None or a positive int, got {top_k!r}")
     if top_p is not None and (not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):

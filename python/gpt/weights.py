@@ -13,6 +13,14 @@ from gpt.config import GPTConfig
 # head and the causal-mask buffers of older checkpoints.
 _IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 _IGNORED_NAMES = ("lm_head.weight",)
+# HF GPT2Config fields that change the computation, at the value this compiler implements.
+_IMPLEMENTED_OPTIONS = {
+    "tie_word_embeddings": True,
+    "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "add_cross_attention": False,
+}
+_NUMPY_DTYPES = ("F32", "F16", "F64")
 
 
 def expected_shapes(config: GPTConfig) -> dict[str, tuple]:
@@ -75,8 +83,6 @@ def validate_weights(config: GPTConfig, weights: Mapping[str, object]) -> dict[s
 
 def load_pretrained(path: str):
     """Reads a HF GPT-2 directory (config.json + model.safetensors) into (GPTConfig, weights)."""
-    from safetensors.numpy import load_file
-
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no such model directory: {path}")
     config_path = os.path.join(path, "config.json")
@@ -89,6 +95,12 @@ def load_pretrained(path: str):
     activation = hf.get("activation_function", "gelu_new")
     if activation not in ("gelu_new", "gelu_pytorch_tanh"):
         raise ValueError(f"{config_path}: activation_function {activation!r} is not supported (tanh GELU only)")
+    if hf.get("model_type", "gpt2") != "gpt2":
+        raise ValueError(f"{config_path}: model_type {hf['model_type']!r} is not supported (GPT-2 only)")
+    # Options that change what the model computes: refused unless at the value implemented here.
+    for option, implemented in _IMPLEMENTED_OPTIONS.items():
+        if option in hf and hf[option] != implemented:
+            raise ValueError(f"{config_path}: {option}={hf[option]!r} is not supported (only {implemented!r})")
     try:
         config = GPTConfig(
             n_layer=hf["n_layer"],
@@ -101,8 +113,34 @@ def load_pretrained(path: str):
         )
     except KeyError as e:
         raise ValueError(f"{config_path} lacks {e.args[0]!r}") from None
-    tensors = load_file(weights_path)
+    tensors = _read_safetensors(weights_path)
     # Checkpoints saved from GPT2Model (not GPT2LMHeadModel) lack the "transformer." prefix.
     if not any(name.startswith("transformer.") for name in tensors):
         tensors = {f"transformer.{name}": value for name, value in tensors.items()}
+    # The LM head is the tied embedding: a checkpoint whose own head differs would silently lose it.
+    head, embedding = tensors.get("lm_head.weight"), tensors.get("transformer.wte.weight")
+    if head is not None and embedding is not None and not np.array_equal(head, embedding):
+        raise ValueError(
+            f"{weights_path}: lm_head.weight differs from transformer.wte.weight (an untied LM head is not supported)"
+        )
     return config, tensors
+
+
+def _read_safetensors(path: str) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file, with errors that name the file and the tensor."""
+    from safetensors import SafetensorError, safe_open
+
+    tensors = {}
+    try:
+        with safe_open(path, framework="numpy") as f:
+            for name in f.keys():
+                dtype = f.get_slice(name).get_dtype()
+                if dtype not in _NUMPY_DTYPES:
+                    raise ValueError(
+                        f"{path}: tensor {name} has dtype {dtype}, which numpy cannot read "
+                        f"(supported: {', '.join(_NUMPY_DTYPES)})"
+                    )
+                tensors[name] = f.get_tensor(name)
+    except SafetensorError as e:
+        raise ValueError(f"{path} is not a readable safetensors file: {e}") from None
+    return tensors

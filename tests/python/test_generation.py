@@ -2,6 +2,7 @@
 
 import dataclasses
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -301,6 +302,8 @@ def test_generate_returns_new_tokens_only(nano):
         (dict(max_new_tokens=126), r"3 prompt tokens \+ max_new_tokens=126 exceed block_size=128"),
         (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0"),
         (dict(max_new_tokens=5, temperature=-0.5), "temperature must be a finite number >= 0"),
+        (dict(max_new_tokens=5, temperature=1e-310), "temperature must be 0 .greedy. or at least 1e-06"),
+        (dict(max_new_tokens=5, temperature=True), "temperature must be a finite number >= 0"),
         (dict(max_new_tokens=5, temperature=1.0, top_k=0), "top_k must be None or a positive int"),
         (dict(max_new_tokens=5, temperature=1.0, top_p=1.5), r"top_p must be None or in \(0, 1\]"),
         (dict(max_new_tokens=5, stop=[300]), "token id 300 is out of range"),
@@ -309,3 +312,46 @@ def test_generate_returns_new_tokens_only(nano):
 def test_bad_generate_arguments_raise_before_running(nano, kwargs, message):
     with pytest.raises(ValueError, match=message):
         nano.generate([1, 2, 3], stream=True, **kwargs)  # raised at the call, not at the first next()
+
+
+def test_a_cache_in_use_by_another_call_is_refused_and_unchanged():
+    model = gpt.GPT.random(config(NANO), options=gpt.CompileOptions(disk_cache=False))
+    cache = model.new_cache(32)
+    model.prefill([1, 2, 3], cache)
+    keys = cache._keys.copy()
+    cache._claim()  # as a step running in another thread would
+    with pytest.raises(RuntimeError, match="KVCache is in use by another call"):
+        model.decode(4, cache)
+    with pytest.raises(RuntimeError, match="KVCache is in use by another call"):
+        cache.reset()
+    cache._release()
+    assert len(cache) == 3 and np.array_equal(cache._keys, keys)
+    model.decode(4, cache)
+    assert len(cache) == 4
+
+
+def test_two_threads_on_one_cache_never_corrupt_it():
+    model = gpt.GPT.random(config(NANO), options=gpt.CompileOptions(disk_cache=False, threads=1))
+    cache = model.new_cache(128)
+    model.prefill([1], cache)
+    outcomes = []
+
+    def decode_many():
+        for token in range(60):
+            try:
+                model.decode(token % 256, cache)
+                outcomes.append("ok")
+            except RuntimeError:
+                outcomes.append("busy")
+            except ValueError:
+                outcomes.append("full")
+
+    threads = [threading.Thread(target=decode_many) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Every successful step added exactly one position, and each one was written.
+    assert len(cache) == 1 + outcomes.count("ok") <= cache.max_len
+    written = np.abs(cache._keys[:, :, : len(cache)]).sum(axis=(0, 1, 3))
+    assert np.all(written > 0)

@@ -2,9 +2,12 @@
 
 import dataclasses
 import json
+import os
+import struct
 
 import numpy as np
 import pytest
+import safetensors.numpy
 
 import gpt
 from gpt.weights import expected_shapes, random_weights
@@ -108,6 +111,8 @@ def exercising_weights_are_not_modified_and_float64_is_converted():
         (dict(NANO, pos_embedding="alibi"), "pos_embedding must be one of"),
         (dict(NANO, n_embd=12, n_head=4, pos_embedding="rope"), "even head size"),
         (dict(NANO, layer_norm_eps=0.0), "layer_norm_eps must be a positive number"),
+        (dict(NANO, layer_norm_eps=True), "layer_norm_eps must be a positive number"),
+        (dict(NANO, n_layer=2**70), "n_layer=1180591620717411303424 is larger than 2147483647"),
     ],
 )
 def test_bad_config_raises(kwargs, message):
@@ -120,6 +125,14 @@ def test_bad_compile_options_raise():
         gpt.CompileOptions(pipeline="O3")
     with pytest.raises(ValueError, match="threads must be None or a positive int"):
         gpt.CompileOptions(threads=0)
+    with pytest.raises(ValueError, match="disk_cache must be a bool, got 'no'"):
+        gpt.CompileOptions(disk_cache="no")
+    assert gpt.CompileOptions(cache_dir="~/x").resolved_cache_dir() == os.path.join(os.path.expanduser("~"), "x")
+
+
+def test_save_object_needs_a_path(model):
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
+        model.save_object(None)
 
 
 def test_from_pretrained_errors(tmp_path):
@@ -129,6 +142,54 @@ def test_from_pretrained_errors(tmp_path):
         gpt.GPT.from_pretrained(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({"n_layer": 1}))
     with pytest.raises(FileNotFoundError, match="model.safetensors is missing"):
+        gpt.GPT.from_pretrained(str(tmp_path))
+
+
+def write_checkpoint(directory, hf_config, tensors):
+    directory.mkdir(exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(hf_config))
+    safetensors.numpy.save_file(tensors, str(directory / "model.safetensors"))
+
+
+HF_NANO = dict(model_type="gpt2", n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=128)
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("tie_word_embeddings", False),
+        ("scale_attn_weights", False),
+        ("scale_attn_by_inverse_layer_idx", True),
+        ("add_cross_attention", True),
+        ("model_type", "llama"),
+    ],
+)
+def test_from_pretrained_refuses_configs_it_does_not_implement(tmp_path, option, value):
+    write_checkpoint(tmp_path, dict(HF_NANO, **{option: value}), random_weights(CFG))
+    with pytest.raises(ValueError, match=f"{option} {value!r} is not supported|{option}={value!r} is not supported"):
+        gpt.GPT.from_pretrained(str(tmp_path))
+
+
+def test_from_pretrained_refuses_an_untied_head(tmp_path):
+    weights = random_weights(CFG)
+    weights["lm_head.weight"] = weights["transformer.wte.weight"] + 1.0
+    write_checkpoint(tmp_path, HF_NANO, weights)
+    with pytest.raises(ValueError, match="lm_head.weight differs from transformer.wte.weight"):
+        gpt.GPT.from_pretrained(str(tmp_path))
+    weights["lm_head.weight"] = weights["transformer.wte.weight"].copy()  # tied: accepted
+    write_checkpoint(tmp_path, HF_NANO, weights)
+    assert gpt.GPT.from_pretrained(str(tmp_path)).forward([1, 2]).shape == (2, 256)
+
+
+def test_from_pretrained_names_unreadable_files_and_tensors(tmp_path):
+    write_checkpoint(tmp_path, HF_NANO, random_weights(CFG))
+    (tmp_path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    with pytest.raises(ValueError, match="model.safetensors is not a readable safetensors file"):
+        gpt.GPT.from_pretrained(str(tmp_path))
+    # A bf16 tensor (safetensors' format: header length, JSON header, data).
+    header = json.dumps({"transformer.wte.weight": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + bytes(8))
+    with pytest.raises(ValueError, match="tensor transformer.wte.weight has dtype BF16, which numpy cannot read"):
         gpt.GPT.from_pretrained(str(tmp_path))
 
 
