@@ -39,7 +39,14 @@ class GPT:
     asks the compiled model for its state at that moment.
     """
 
-    def __init__(self, config: GPTConfig, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None):
+    def __init__(
+        self,
+        config: GPTConfig,
+        weights: Mapping[str, np.ndarray],
+        options: CompileOptions | None = None,
+        *,
+        _copy_weights: bool = True,
+    ):
         if not isinstance(config, GPTConfig):
             raise TypeError(f"config must be a gpt.GPTConfig, got {type(config).__name__}")
         options = options if options is not None else CompileOptions()
@@ -47,7 +54,9 @@ class GPT:
             raise TypeError(f"options must be a gpt.CompileOptions, got {type(options).__name__}")
         self._config = config
         self._options = options
-        self._weights = validate_weights(config, weights)
+        # The model reads its weights for its whole life: it keeps copies, unless the arrays were
+        # made for it (random, from_pretrained) and nobody else holds them.
+        self._weights = validate_weights(config, weights, copy=_copy_weights)
         self._compiled = _gpt.CompiledModel(
             **config.shape_arguments(),
             layer_norm_eps=float(config.layer_norm_eps),
@@ -66,7 +75,7 @@ class GPT:
     @classmethod
     def random(cls, config: GPTConfig, seed: int = 0, options: CompileOptions | None = None) -> "GPT":
         """GPT-2 initialisation, deterministic in `seed`."""
-        return cls(config, random_weights(config, seed), options)
+        return cls(config, random_weights(config, seed), options, _copy_weights=False)
 
     @classmethod
     def from_weights(
@@ -79,7 +88,7 @@ class GPT:
     def from_pretrained(cls, path: str, options: CompileOptions | None = None) -> "GPT":
         """A HF GPT-2 directory with config.json and model.safetensors; no network access."""
         config, weights = load_pretrained(path)
-        return cls(config, weights, options)
+        return cls(config, weights, options, _copy_weights=False)
 
     # -- properties -----------------------------------------------------------------------------
 

@@ -48,9 +48,11 @@ def random_weights(config: GPTConfig, seed: int = 0) -> dict[str, np.ndarray]:
     return weights
 
 
-def validate_weights(config: GPTConfig, weights: Mapping[str, object]) -> dict[str, np.ndarray]:
+def validate_weights(config: GPTConfig, weights: Mapping[str, object], copy: bool = True) -> dict[str, np.ndarray]:
     """Checks names, shapes and dtypes, raising ValueError that names the offending parameter;
-    returns dense float32 arrays (the caller's arrays themselves when they already are)."""
+    returns dense, read-only float32 arrays: copies, so that the caller editing its arrays later
+    cannot change the model (with copy=False, the caller's arrays themselves when they already
+    are dense float32, for arrays nobody else holds)."""
     if not isinstance(weights, Mapping):
         raise TypeError(f"weights must be a mapping of parameter name to array, got {type(weights).__name__}")
     expected = expected_shapes(config)
@@ -77,7 +79,9 @@ def validate_weights(config: GPTConfig, weights: Mapping[str, object]) -> dict[s
             raise ValueError(f"parameter {name} has shape {value.shape}, expected {shape}")
         if not np.all(np.isfinite(value)):
             raise ValueError(f"parameter {name} contains NaN or infinity")
-        checked[name] = np.ascontiguousarray(value, dtype=np.float32)
+        array = np.array(value, dtype=np.float32, order="C", copy=True if copy else None)
+        array.flags.writeable = False
+        checked[name] = array
     return checked
 
 

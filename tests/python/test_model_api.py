@@ -238,3 +238,21 @@ def test_expected_shapes_use_hf_names():
     assert shapes["transformer.h.0.attn.c_attn.weight"] == (64, 192)
     assert shapes["transformer.h.1.mlp.c_proj.weight"] == (256, 64)
     assert "transformer.wpe.weight" not in expected_shapes(config(NANO, "rope"))
+
+
+@pytest.mark.parametrize("pipeline", ["baseline", "default"])
+def test_editing_the_callers_arrays_later_does_not_change_the_model(pipeline):
+    weights = exercising_weights(CFG)
+    model = gpt.GPT.from_weights(CFG, weights, gpt.CompileOptions(pipeline=pipeline, disk_cache=False))
+    before = model.forward([5, 6, 7])
+    # Every kind of parameter: the tied embedding, positions, a bias, a LayerNorm scale, a matmul.
+    for name in (
+        "transformer.wte.weight",
+        "transformer.wpe.weight",
+        "transformer.h.0.attn.c_attn.bias",
+        "transformer.h.1.ln_2.weight",
+        "transformer.h.0.mlp.c_fc.weight",
+    ):
+        weights[name] += 1.0
+    np.testing.assert_array_equal(model.forward([5, 6, 7]), before)
+    assert not model.state_dict()["transformer.wte.weight"].flags.writeable
