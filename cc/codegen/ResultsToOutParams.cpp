@@ -81,6 +81,22 @@ void elideCopiesOfAllocations(func::FuncOp function) {
   }
 }
 
+/// A buffer returned twice would be hoisted into both out-parameters, and upstream then uses the
+/// allocation it erased for the first one (a crash). Every repeat of a static buffer returns a
+/// copy instead: the caller gets two buffers with the same contents, as with tensors.
+void copyRepeatedResults(RewriterBase &rewriter, func::ReturnOp op) {
+  DenseSet<Value> returned;
+  for (OpOperand &operand : op->getOpOperands()) {
+    auto type = dyn_cast<MemRefType>(operand.get().getType());
+    if (!type || returned.insert(operand.get()).second) continue;
+    if (!type.hasStaticShape() || !type.getLayout().isIdentity()) continue;
+    rewriter.setInsertionPoint(op);
+    Value copy = rewriter.create<memref::AllocOp>(op.getLoc(), type);
+    rewriter.create<memref::CopyOp>(op.getLoc(), operand.get(), copy);
+    operand.set(copy);
+  }
+}
+
 class ResultsToOutParamsPass : public impl::ResultsToOutParamsBase<ResultsToOutParamsPass> {
 public:
   using ResultsToOutParamsBase::ResultsToOutParamsBase;
@@ -88,6 +104,7 @@ public:
   void runOnOperation() override {
     ModuleOp module = getOperation();
     IRRewriter rewriter(&getContext());
+    module.walk([&](func::ReturnOp op) { copyRepeatedResults(rewriter, op); });
     // A buffer returned twice under different shapes keeps the shape it was given first.
     DenseSet<Operation *> reshaped;
     module.walk([&](func::ReturnOp op) {

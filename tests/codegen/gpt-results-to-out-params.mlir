@@ -48,3 +48,18 @@ func.func @entry(%in: memref<1x64xf32>) -> memref<1x64xf32> attributes {llvm.emi
   %r = call @block(%h) : (memref<1x64xf32>) -> memref<1x64xf32>
   return %r : memref<1x64xf32>
 }
+
+// One buffer returned twice: the first out-parameter is the allocation itself, the second a
+// copy of it (hoisting both into one allocation crashed upstream's pass).
+// CHECK-LABEL: func.func private @returned_twice(
+// CHECK-SAME: %[[FIRST:[a-z0-9]+]]: memref<4xf32>, %[[SECOND:[a-z0-9]+]]: memref<4xf32>) {
+// CHECK-NOT: memref.alloc
+// CHECK: memref.store %{{.*}}, %[[FIRST]]
+// CHECK: memref.copy %[[FIRST]], %[[SECOND]]
+// CHECK: return{{$}}
+func.func private @returned_twice(%v: f32) -> (memref<4xf32>, memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %alloc = memref.alloc() {alignment = 64 : i64} : memref<4xf32>
+  memref.store %v, %alloc[%c0] : memref<4xf32>
+  return %alloc, %alloc : memref<4xf32>, memref<4xf32>
+}

@@ -82,6 +82,11 @@ func.func @f(%x: tensor<8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<
       : (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
   return %0 : tensor<8xf32>
 }""",
+    "returned_twice": """
+func.func @f(%x: tensor<8x16xf32>) -> (tensor<*xf32>, tensor<*xf32>) {
+  %0 = transformer.gelu %x : tensor<8x16xf32> -> tensor<*xf32>
+  return %0, %0 : tensor<*xf32>, tensor<*xf32>
+}""",
     "softmax_empty_rows": """
 func.func @f(%x: tensor<4x0xf32>) -> tensor<4x0xf32> {
   %0 = transformer.softmax %x : tensor<4x0xf32> -> tensor<4x0xf32>
