@@ -16,6 +16,9 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
+#include "llvm/Support/SHA256.h"
+
+#include <array>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
@@ -35,6 +38,8 @@ CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &opti
                                 "lower levels take their matmul weights unpacked, in f32");
   parameters_ = parameterSpecs(config, weightStorage());
   supplied_ = gpt::suppliedParameters(config);
+  forwardArguments_ = entryArguments(EntryPoint::Forward, config, parameters_.size());
+  stepArguments_ = entryArguments(EntryPoint::Step, config, parameters_.size());
   // Schedules run upstream passes by name (transform.apply_registered_pass).
   registerAllPasses();
   mlir::DialectRegistry registry;
@@ -135,11 +140,13 @@ std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::Str
   llvm::raw_string_ostream os(ir);
   module.print(os);
   const std::string host = JitFunction::hostDescription(); // named: the parts below are views
-  std::string key;
+  llvm::SHA256 hash;
   for (llvm::StringRef part : {llvm::StringRef(kCompilerVersion), llvm::StringRef(host), name, llvm::StringRef(ir)}) {
-    key += part.str();
-    key += '\0';
+    hash.update(part);
+    hash.update(llvm::StringRef("\0", 1));
   }
+  std::array<uint8_t, 32> digest = hash.final();
+  const std::string key(digest.begin(), digest.end());
   ObjectCache cache(options_.cacheDir);
   try {
     cache.checkDirectory();
@@ -233,7 +240,7 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
   std::vector<void *> arguments;
   std::vector<size_t> scalarArguments;
   // Compiled code only reads argument descriptors, so concurrent calls can share the weights'.
-  for (const EntryArgument &argument : entryArguments(entry, config_, parameters_.size())) {
+  for (const EntryArgument &argument : entry == EntryPoint::Step ? stepArguments_ : forwardArguments_) {
     switch (argument.kind) {
     case ArgumentKind::TokenIds:
       arguments.push_back(descriptors[0].pointer());

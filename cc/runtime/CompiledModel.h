@@ -130,6 +130,7 @@ private:
   GPTConfig config_;
   CompileOptions options_;
   std::vector<ParameterSpec> parameters_, supplied_;
+  std::vector<EntryArgument> forwardArguments_, stepArguments_;          // entryArguments(), made once
   std::vector<MemRefDescriptor> weightDescriptors;                       // set once by setWeights
   std::vector<std::unique_ptr<void, kernels::FreeDeleter>> ownedWeights; // the laid-out copies they point into
   std::unique_ptr<mlir::MLIRContext> context;

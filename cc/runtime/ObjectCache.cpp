@@ -17,8 +17,8 @@
 namespace gpt {
 namespace {
 
-// An entry: kMagic, the key's SHA-256, the object's SHA-256, the object's size (8 bytes, little
-// endian), then the object. Bump the magic when the layout changes.
+// An entry: kMagic, the key (a SHA-256 digest of the program), the object's SHA-256, the
+// object's size (8 bytes, little endian), then the object. Bump the magic when the layout changes.
 constexpr llvm::StringLiteral kMagic = "GPTJIT1\n";
 constexpr size_t kDigestBytes = 32;
 constexpr size_t kHeaderBytes = kMagic.size() + 2 * kDigestBytes + 8;
@@ -55,7 +55,7 @@ bool writeAll(int fd, llvm::StringRef bytes) {
 } // namespace
 
 std::string ObjectCache::pathFor(llvm::StringRef key) const {
-  return directory + "/" + llvm::toHex(sha256(key), /*LowerCase=*/true) + ".gptjit";
+  return directory + "/" + llvm::toHex(key, /*LowerCase=*/true) + ".gptjit";
 }
 
 void ObjectCache::checkDirectory() const {
@@ -94,7 +94,7 @@ std::optional<std::string> ObjectCache::read(llvm::StringRef key) const {
   llvm::StringRef objectDigest = bytes.substr(kMagic.size() + kDigestBytes, kDigestBytes);
   uint64_t size = fromLittleEndian(bytes.substr(kMagic.size() + 2 * kDigestBytes, 8));
   llvm::StringRef object = bytes.drop_front(kHeaderBytes);
-  if (keyDigest != sha256(key) || size != object.size() || objectDigest != sha256(object)) return std::nullopt;
+  if (keyDigest != key || size != object.size() || objectDigest != sha256(object)) return std::nullopt;
   return object.str();
 }
 
@@ -107,7 +107,8 @@ bool ObjectCache::write(llvm::StringRef key, llvm::StringRef object) const {
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return false;
-  std::string header = kMagic.str() + sha256(key) + sha256(object) + littleEndian(object.size());
+  if (key.size() != kDigestBytes) return false;
+  std::string header = kMagic.str() + key.str() + sha256(object) + littleEndian(object.size());
   bool ok = writeAll(fd, header) && writeAll(fd, object) && ::fsync(fd) == 0;
   ok = ::close(fd) == 0 && ok;
   // rename is atomic: a reader sees the old entry, or none, or the whole new one.

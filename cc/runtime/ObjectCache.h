@@ -20,7 +20,8 @@ public:
   /// owner may write into it: code placed there would be loaded and run.
   void checkDirectory() const;
 
-  /// The object stored under `key` (a digest of the program), or nullopt when there is no entry
+  /// The object stored under `key` (a 32-byte digest of the program, which the entry records and
+  /// names the file by), or nullopt when there is no entry
   /// or it fails a check: not a regular file (a FIFO, a symlink), too short or too large, another
   /// key's entry, or object bytes whose checksum does not match.
   std::optional<std::string> read(llvm::StringRef key) const;

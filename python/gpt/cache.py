@@ -58,13 +58,19 @@ class KVCache:
     def _release(self) -> None:
         self._busy.release()
 
-    def _layer_buffers(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The per-layer key and value buffers [n_head, max_len, head_size] that the compiled step
-        writes in place (lists, as the extension takes them)."""
-        return self._key_views, self._value_views
-
-    def _advance(self, n: int) -> None:
-        """Counts `n` more positions as filled, once a step has written them."""
-        if not 0 <= self._length + n <= self._max_len:
-            raise ValueError(f"cannot advance a KV cache of length {self._length} by {n} (max_len={self._max_len})")
-        self._length += n
+    def _run(self, step, ids: np.ndarray):
+        """Runs `step(ids, offset, max_len, keys, values)` (the compiled step, which writes the
+        per-layer buffers in place) holding the cache, and counts the tokens as filled once it
+        has returned: a step that raises leaves the cache as it was. One method, because decode
+        calls it once per token."""
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this KVCache is in use by another call (another thread?); use one cache per thread")
+        try:
+            # Checked while holding the cache: another thread may have filled it just before.
+            if self._length + len(ids) > self._max_len:
+                raise ValueError(f"KV cache is full: {self._length} + {len(ids)} tokens exceed max_len={self._max_len}")
+            result = step(ids, self._length, self._max_len, self._key_views, self._value_views)
+            self._length += len(ids)
+            return result
+        finally:
+            self._busy.release()

@@ -292,19 +292,7 @@ class GPT:
             raise TypeError(f"cache must be a gpt.KVCache, got {type(cache).__name__}")
         if cache.model is not self:
             raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
-        if len(cache) + len(ids) > cache.max_len:
-            raise ValueError(f"KV cache is full: {len(cache)} + {len(ids)} tokens exceed max_len={cache.max_len}")
-        cache._claim()
-        try:
-            # Checked again while holding the cache: another thread may have filled it meanwhile.
-            if len(cache) + len(ids) > cache.max_len:
-                raise ValueError(f"KV cache is full: {len(cache)} + {len(ids)} tokens exceed max_len={cache.max_len}")
-            keys, values = cache._layer_buffers()
-            logits = self._compiled.step(ids, len(cache), cache.max_len, keys, values)
-            cache._advance(len(ids))  # only once the step has run: a step that raises leaves the cache as it was
-        finally:
-            cache._release()
-        return logits[0, : self._config.vocab_size]
+        return cache._run(self._compiled.step, ids)[0, : self._config.vocab_size]
 
     def _generation_cache_len(self, needed: int) -> int:
         """Cache capacity for a generation of `needed` positions: a power of two (>= 64), so a few
