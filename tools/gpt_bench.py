@@ -256,7 +256,9 @@ def read_bandwidth(threads, gib=1.0, repetitions=5):
 
 
 MATMUL_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-BYTES_PER_WEIGHT = {"f32": 4, "bf16": 2}
+# Bytes per matmul weight as stored: q8_0 is 32 int8 codes + one fp16 scale per block of 32,
+# q4_0 16 bytes of 4-bit codes + one fp16 scale.
+BYTES_PER_WEIGHT = {"f32": 4, "bf16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32}
 
 
 def decode_weight_bytes(cfg, weight_format="f32"):
@@ -272,7 +274,7 @@ def decode_weight_bytes(cfg, weight_format="f32"):
         if name not in gathered:
             total += int(np.prod(shape)) * (matmul if name.endswith(MATMUL_WEIGHTS) else 4)
     padded_vocab = (cfg.vocab_size + 255) // 256 * 256
-    return total + matmul * padded_vocab * cfg.n_embd
+    return int(total + matmul * padded_vocab * cfg.n_embd)
 
 
 def main(argv):
@@ -286,7 +288,9 @@ def main(argv):
     )
     parser.add_argument("--no-peers", action="store_true", help="only this project's rows")
     parser.add_argument(
-        "--weights", default="f32", help="weight formats of this project's rows, comma-separated (f32, bf16)"
+        "--weights",
+        default="f32",
+        help="weight formats of this project's rows, comma-separated (f32, bf16, q8_0, q4_0)",
     )
     parser.add_argument(
         "--torch-compile",

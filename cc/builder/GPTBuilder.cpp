@@ -34,10 +34,19 @@ namespace {
 
 using W = LayerWeight;
 
+/// A matmul weight and, for a block-quantized one, its scales (null otherwise).
+struct MatmulWeight {
+  Value weight, scales;
+};
+
 /// One layer's weights, in layerParameters() order, looked up by what they are.
 struct LayerWeights {
   SmallVector<Value> values;
+  SmallVector<Value> scales; ///< per weight, null unless block-quantized
   Value operator[](LayerWeight weight) const { return values[static_cast<size_t>(weight)]; }
+  MatmulWeight matmul(LayerWeight weight) const {
+    return {values[static_cast<size_t>(weight)], scales[static_cast<size_t>(weight)]};
+  }
 };
 
 /// Emits transformer ops with unranked results; shape inference gives them their types.
@@ -48,12 +57,13 @@ public:
   Type unranked() { return UnrankedTensorType::get(b.getF32Type()); }
 
   Value add(Value x, Value y) { return b.create<AddOp>(loc, unranked(), x, y); }
-  /// x times a weight, plain [K, N] or packed in panels [N/P, K, P].
-  Value matmul(Value x, Value w) {
-    if (cast<RankedTensorType>(w.getType()).getRank() == 3) return b.create<PackedMatmulOp>(loc, unranked(), x, w);
-    return b.create<MatmulOp>(loc, unranked(), x, w);
+  /// x times a weight, plain [K, N] or packed in panels [N/P, K, P] (with its scales).
+  Value matmul(Value x, MatmulWeight w) {
+    if (cast<RankedTensorType>(w.weight.getType()).getRank() == 3)
+      return b.create<PackedMatmulOp>(loc, unranked(), x, w.weight, w.scales);
+    return b.create<MatmulOp>(loc, unranked(), x, w.weight);
   }
-  Value linear(Value x, Value w, Value bias) { return add(matmul(x, w), bias); }
+  Value linear(Value x, MatmulWeight w, Value bias) { return add(matmul(x, w), bias); }
   Value layerNorm(Value x, Value w, Value bias) {
     return b.create<LayerNormOp>(loc, unranked(), x, w, bias, b.getF32FloatAttr(config.layerNormEps));
   }
@@ -70,7 +80,7 @@ public:
     Value key, value, offset;
   };
   Value attention(Value x, const LayerWeights &w, Value positions, Cache *cache = nullptr) {
-    Value qkv = linear(layerNorm(x, w[W::Ln1Weight], w[W::Ln1Bias]), w[W::QkvWeight], w[W::QkvBias]);
+    Value qkv = linear(layerNorm(x, w[W::Ln1Weight], w[W::Ln1Bias]), w.matmul(W::QkvWeight), w[W::QkvBias]);
     Value q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
     if (config.rope) {
       FloatAttr base = b.getF32FloatAttr(10000.0f);
@@ -85,13 +95,13 @@ public:
     }
     float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
     Value a = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
-    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w[W::AttnProjWeight], w[W::AttnProjBias]);
+    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnProjWeight), w[W::AttnProjBias]);
   }
 
   /// The MLP residual branch: c_proj(gelu(c_fc(ln_2(x)))).
   Value mlp(Value x, const LayerWeights &w) {
-    Value h = linear(layerNorm(x, w[W::Ln2Weight], w[W::Ln2Bias]), w[W::FcWeight], w[W::FcBias]);
-    return linear(b.create<GeluOp>(loc, unranked(), h), w[W::MlpProjWeight], w[W::MlpProjBias]);
+    Value h = linear(layerNorm(x, w[W::Ln2Weight], w[W::Ln2Bias]), w.matmul(W::FcWeight), w[W::FcBias]);
+    return linear(b.create<GeluOp>(loc, unranked(), h), w.matmul(W::MlpProjWeight), w[W::MlpProjBias]);
   }
 
 private:
@@ -104,10 +114,41 @@ private:
 
 namespace {
 
-/// The tensor type a weight argument has: its argument shape, in its format.
+/// The tensor type a weight argument has: its argument shape, in its format (f16 scales, i8
+/// codes for the block formats).
 RankedTensorType weightType(OpBuilder &b, const ParameterSpec &spec) {
-  Type element = spec.format == WeightFormat::BF16 ? b.getBF16Type() : b.getF32Type();
+  Type element = b.getF32Type();
+  if (spec.isScales())
+    element = b.getF16Type();
+  else if (isBlockQuantized(spec.format))
+    element = b.getI8Type();
+  else if (spec.format == WeightFormat::BF16)
+    element = b.getBF16Type();
   return RankedTensorType::get(spec.argumentShape(), element);
+}
+
+/// The prefix of layer `layer`'s parameter names.
+std::string layerPrefix(int64_t layer) { return "transformer.h." + std::to_string(layer) + "."; }
+
+/// Layer `layer`'s weights from the weights by name (with their ".scales").
+LayerWeights layerWeights(const std::map<std::string, Value> &weights, int64_t layer) {
+  LayerWeights w;
+  for (const LayerParameter &p : layerParameters()) {
+    std::string name = layerPrefix(layer) + p.name;
+    w.values.push_back(weights.at(name));
+    auto scales = weights.find(name + ".scales");
+    w.scales.push_back(scales == weights.end() ? Value() : scales->second);
+  }
+  return w;
+}
+
+/// Layer `layer`'s weights in the order of the block's weight arguments (layer 0's specs).
+SmallVector<Value> layerOperands(const std::map<std::string, Value> &weights, ArrayRef<ParameterSpec> layerSpecs,
+                                 int64_t layer) {
+  SmallVector<Value> operands;
+  for (const ParameterSpec &spec : layerSpecs)
+    operands.push_back(weights.at(layerPrefix(layer) + spec.name.substr(layerPrefix(0).size())));
+  return operands;
 }
 
 /// Creates `name` with `argTypes -> resultTypes`: inputs are read-only for bufferization, and
@@ -154,7 +195,10 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   b.setInsertionPointToStart(&fn.front());
   GraphBuilder g(b, loc, config);
   Value x = fn.getArgument(0), positions = fn.getArgument(1);
-  LayerWeights w{SmallVector<Value>(fn.getArguments().drop_front(firstWeight))};
+  std::map<std::string, Value> byName;
+  for (auto [spec, argument] : llvm::zip(layerSpecs, fn.getArguments().drop_front(firstWeight)))
+    byName[spec.name] = argument;
+  LayerWeights w = layerWeights(byName, 0);
   GraphBuilder::Cache cache;
   if (cached) cache = {fn.getArgument(3), fn.getArgument(4), fn.getArgument(2)};
   x = g.add(x, g.attention(x, w, positions, cached ? &cache : nullptr));
@@ -170,22 +214,13 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   return fn;
 }
 
-/// The prefix of layer `layer`'s parameter names.
-std::string layerPrefix(int64_t layer) { return "transformer.h." + std::to_string(layer) + "."; }
-
 /// Layer 0's specs: every layer has the same shapes and layouts.
 std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config, const WeightStorage &storage) {
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage), layer;
   for (const LayerParameter &p : layerParameters())
     for (const ParameterSpec &spec : specs)
-      if (spec.name == layerPrefix(0) + p.name) layer.push_back(spec);
+      if (spec.name == layerPrefix(0) + p.name || spec.scalesOf == layerPrefix(0) + p.name) layer.push_back(spec);
   return layer;
-}
-
-LayerWeights layerWeights(const std::map<std::string, Value> &weights, int64_t layer) {
-  LayerWeights w;
-  for (const LayerParameter &p : layerParameters()) w.values.push_back(weights.at(layerPrefix(layer) + p.name));
-  return w;
 }
 
 /// The arguments of `entry` as function arguments, typed: every one but the Logits result.
@@ -235,6 +270,12 @@ struct EntryValues {
   SmallVector<Value> keys, values;
   std::map<std::string, Value> weights;
 
+  /// The LM head's weight, and its scales when block-quantized.
+  MatmulWeight head() const {
+    auto scales = weights.find("lm_head.weight_t.scales");
+    return {weights.at("lm_head.weight_t"), scales == weights.end() ? Value() : scales->second};
+  }
+
   EntryValues(func::FuncOp fn, ArrayRef<EntryArgument> arguments, ArrayRef<ParameterSpec> specs) {
     for (auto [argument, value] : llvm::zip(arguments, fn.getArguments())) {
       switch (argument.kind) {
@@ -277,7 +318,8 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   b.setInsertionPointToEnd(module->getBody());
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, storage));
+  std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs);
   EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Forward, config, specs, seqLen, 0);
   auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize()}, b.getF32Type());
   func::FuncOp fn = createFunction(b, loc, "forward", arguments.types, {logitsType}, /*entryPoint=*/true);
@@ -292,11 +334,11 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     SmallVector<Value> operands = {x, in.positions};
-    operands.append(layerWeights(in.weights, layer).values);
+    operands.append(layerOperands(in.weights, layerSpecs, layer));
     x = b.create<func::CallOp>(loc, block, operands).getResult(0);
   }
   x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
-  Value logits = g.matmul(x, in.weights.at("lm_head.weight_t"));
+  Value logits = g.matmul(x, in.head());
   b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, logitsType, logits).getResult());
   return module;
 }
@@ -310,7 +352,8 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   b.setInsertionPointToEnd(module->getBody());
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerParameterSpecs(config, storage), cacheLen);
+  std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs, cacheLen);
   EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen);
   auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, b.getF32Type());
   auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, b.getF32Type());
@@ -331,7 +374,7 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   SmallVector<Value> keys, values;
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     SmallVector<Value> operands = {x, in.positions, in.offset, in.keys[layer], in.values[layer]};
-    operands.append(layerWeights(in.weights, layer).values);
+    operands.append(layerOperands(in.weights, layerSpecs, layer));
     auto call = b.create<func::CallOp>(loc, block, operands);
     x = call.getResult(0);
     keys.push_back(call.getResult(1));
@@ -341,7 +384,7 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   // activations) before the final LayerNorm and the LM head.
   x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
   x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
-  Value logits = g.matmul(x, in.weights.at("lm_head.weight_t"));
+  Value logits = g.matmul(x, in.head());
   SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     results.push_back(keys[layer]);

@@ -3,6 +3,9 @@
 
 #include "cc/TargetParameters.h"
 #include "cc/builder/GPTConfig.h"
+#include "cc/kernels/Quantization.h"
+
+#include <stdexcept>
 
 namespace gpt {
 
@@ -25,13 +28,37 @@ const std::vector<LayerParameter> &layerParameters() {
   return table;
 }
 
+const char *weightFormatName(WeightFormat format) {
+  switch (format) {
+  case WeightFormat::F32:
+    return "f32";
+  case WeightFormat::BF16:
+    return "bf16";
+  case WeightFormat::Q8_0:
+    return "q8_0";
+  case WeightFormat::Q4_0:
+    return "q4_0";
+  }
+  return "?";
+}
+
 std::vector<int64_t> ParameterSpec::argumentShape() const {
   if (panelWidth == 0) return shape;
-  return {shape[1] / panelWidth, shape[0], panelWidth};
+  int64_t rows = shape[0];
+  if (isScales())
+    rows /= kernels::kQuantBlock;
+  else if (format == WeightFormat::Q4_0)
+    rows /= 2; // two codes per byte
+  return {shape[1] / panelWidth, rows, panelWidth};
 }
 
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorage &storage) {
   const int64_t d = c.nEmbd;
+  // Every matmul's K is n_embd or 4 n_embd.
+  if (storage.packed && isBlockQuantized(storage.format) && d % kernels::kQuantBlock != 0)
+    throw std::invalid_argument(std::string(weightFormatName(storage.format)) + " weights need n_embd (" +
+                                std::to_string(d) + ") to be a multiple of " + std::to_string(kernels::kQuantBlock) +
+                                ", the quantization block");
   // A matmul's [K, N] weight is packed into panels when asked and N divides into them; packed
   // weights take the storage's format.
   auto pack = [&](ParameterSpec &spec, WeightLayout packedLayout) {
@@ -41,6 +68,16 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     spec.panelWidth = target::kPanelWidth;
     spec.format = storage.format;
   };
+  // A block-quantized weight's scales follow it, made from the same source.
+  auto addScales = [](std::vector<ParameterSpec> &specs) {
+    const ParameterSpec &weight = specs.back();
+    if (!isBlockQuantized(weight.format)) return;
+    ParameterSpec scales = weight;
+    scales.name = weight.name + ".scales";
+    scales.scalesOf = weight.name;
+    if (scales.source.empty()) scales.source = weight.name;
+    specs.push_back(std::move(scales));
+  };
   std::vector<ParameterSpec> specs = {{"transformer.wte.weight", {c.vocabSize, d}}};
   if (!c.rope) specs.push_back({"transformer.wpe.weight", {c.blockSize, d}});
   for (int64_t i = 0; i < c.nLayer; ++i) {
@@ -49,6 +86,7 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
       for (int64_t multiple : p.embdMultiples) spec.shape.push_back(multiple * d);
       if (p.isMatmulWeight) pack(spec, WeightLayout::Panels);
       specs.push_back(std::move(spec));
+      addScales(specs);
     }
   }
   specs.push_back({"transformer.ln_f.weight", {d}});
@@ -57,6 +95,7 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
       "lm_head.weight_t", {d, c.paddedVocabSize()}, WeightLayout::TransposedPadded, "transformer.wte.weight"};
   pack(head, WeightLayout::TransposedPaddedPanels);
   specs.push_back(std::move(head));
+  addScales(specs);
   return specs;
 }
 

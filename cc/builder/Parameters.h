@@ -48,11 +48,22 @@ enum class WeightLayout {
   TransposedPaddedPanels, ///< TransposedPadded, then packed into panels
 };
 
-/// The element type matmul weights are stored in.
+/// The format matmul weights are stored in (llama.cpp's names). Each is made once, at load, and
+/// widened to f32 in registers as compiled code reads it.
 enum class WeightFormat {
   F32,
-  BF16, ///< rounded to nearest even once at load; widened to f32 as compiled code reads it
+  BF16, ///< rounded to nearest even
+  Q8_0, ///< i8 codes, one f16 scale per block of 32 weights along K (kernels/Quantization.h)
+  Q4_0, ///< 4-bit codes two per byte, one f16 scale per block of 32 weights along K
 };
+
+/// True for the formats that store codes and per-block scales (two arguments per weight).
+inline bool isBlockQuantized(WeightFormat format) {
+  return format == WeightFormat::Q8_0 || format == WeightFormat::Q4_0;
+}
+
+/// "f32", "bf16", "q8_0" or "q4_0".
+const char *weightFormatName(WeightFormat format);
 
 /// How a compiled program takes its matmul weights: packed in column panels (the vectorized
 /// levels' register tiles read panels) and in which format (packed weights only).
@@ -70,10 +81,15 @@ struct ParameterSpec {
   /// parameter itself is then derived at load time and never supplied.
   std::string source;
   int64_t panelWidth = 0;                  ///< P, for the *Panels layouts
-  WeightFormat format = WeightFormat::F32; ///< the element type the program takes it in
+  WeightFormat format = WeightFormat::F32; ///< the format the program takes it in
+  /// For the scales of a block-quantized weight: that weight's name. Such a spec follows its
+  /// weight's in the list, with the same shape, layout and source, and is made with it.
+  std::string scalesOf;
 
   bool derived() const { return !source.empty(); }
-  /// The shape the compiled program takes: `shape`, or [N/P, K, P] for a packed weight.
+  bool isScales() const { return !scalesOf.empty(); }
+  /// The shape the compiled program takes: `shape`, or for a packed weight [N/P, K, P] (q4_0
+  /// codes: [N/P, K/2, P]; scales: [N/P, K/32, P]).
   std::vector<int64_t> argumentShape() const;
 };
 
@@ -81,7 +97,9 @@ struct ParameterSpec {
 /// user-supplied HF GPT-2 parameters, and "lm_head.weight_t", the tied embedding laid out as the
 /// LM head's [D, paddedVocabSize()] matmul weight. With `storage.packed`, every matmul weight
 /// whose column count divides by target::kPanelWidth is packed into panels, in
-/// `storage.format`; every other weight is f32.
+/// `storage.format`, followed by its scales when the format is block-quantized; every other
+/// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size
+/// (std::invalid_argument otherwise).
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, const WeightStorage &storage);
 
 /// The parameters a user supplies (the non-derived ones), in parameterSpecs() order.

@@ -46,7 +46,7 @@ void setInterchange(Operation *op, ArrayRef<int64_t> interchange) {
 bool isCodegenAttribute(StringRef name) {
   return llvm::is_contained({attr::kPackedMatmul, attr::kRegisterTile, attr::kTileInterchange, attr::kParallelChunks,
                              attr::kRowReductionTile, attr::kEpilogueTile, attr::kEpilogueOperand,
-                             attr::kEpilogueChunks},
+                             attr::kEpilogueChunks, attr::kReductionStep},
                             name);
 }
 
@@ -88,5 +88,7 @@ void setEpilogueFusion(Operation *op, const EpilogueFusion &fusion) {
   setI64(op, attr::kEpilogueOperand, fusion.matmulOperand);
   setI64(op, attr::kEpilogueChunks, fusion.chunks);
 }
+
+void setReductionStep(Operation *op, ArrayRef<int64_t> sizes) { setI64Array(op, attr::kReductionStep, sizes); }
 
 } // namespace gpt::codegen

@@ -15,8 +15,9 @@
 namespace gpt::codegen {
 
 namespace attr {
-/// Unit: the linalg.generic of a `transformer.packed_matmul` (loops M, panel, column, K). Written
-/// by --transformer-to-linalg; elementwise fusion leaves such an op whole.
+/// Unit: the linalg.generic of a `transformer.packed_matmul` (loops M, panel, column, K; or M,
+/// panel, column, block, index in block for a block-quantized weight). Written by
+/// --transformer-to-linalg; elementwise fusion leaves such an op whole.
 constexpr llvm::StringLiteral kPackedMatmul = "gpt.packed_matmul";
 /// i64 array: tile sizes per loop of the op's register tile (0: the loop is not tiled).
 constexpr llvm::StringLiteral kRegisterTile = "gpt.register_tile";
@@ -31,6 +32,9 @@ constexpr llvm::StringLiteral kRowReductionTile = "gpt.row_reduction_tile";
 constexpr llvm::StringLiteral kEpilogueTile = "gpt.epilogue_tile";
 constexpr llvm::StringLiteral kEpilogueOperand = "gpt.epilogue_operand";
 constexpr llvm::StringLiteral kEpilogueChunks = "gpt.epilogue_chunks";
+/// i64 array, on a packed matmul computed inside its epilogue's tiles: how its loops are tiled
+/// there, 1 for each reduction loop (one K step at a time) and 0 for the parallel ones.
+constexpr llvm::StringLiteral kReductionStep = "gpt.reduction_step";
 } // namespace attr
 
 /// The attributes whose ops the schedule must have vectorized by the end of it.
@@ -68,6 +72,7 @@ std::optional<int64_t> getRowReductionTile(mlir::Operation *op);
 void setRowReductionTile(mlir::Operation *op, int64_t lanes);
 
 std::optional<EpilogueFusion> getEpilogueFusion(mlir::Operation *op);
+void setReductionStep(mlir::Operation *op, llvm::ArrayRef<int64_t> sizes);
 void setEpilogueFusion(mlir::Operation *op, const EpilogueFusion &fusion);
 
 } // namespace gpt::codegen

@@ -162,22 +162,66 @@ DiagnosedSilenceableFailure SplitForThreadsOp::apply(transform::TransformRewrite
 DiagnosedSilenceableFailure GetEpilogueMatmulOp::apply(transform::TransformRewriter &,
                                                        transform::TransformResults &results,
                                                        transform::TransformState &state) {
-  SmallVector<Operation *> matmuls;
+  SmallVector<Operation *> matmuls, fills;
   for (Operation *target : state.getPayloadOps(getTarget())) {
     std::optional<EpilogueFusion> fusion = getEpilogueFusion(target);
-    Operation *producer = nullptr;
+    Operation *producer = nullptr, *fill = nullptr;
     if (fusion && fusion->matmulOperand < target->getNumOperands())
       producer = target->getOperand(fusion->matmulOperand).getDefiningOp();
-    if (!producer) {
+    if (auto matmul = dyn_cast_or_null<DestinationStyleOpInterface>(producer); matmul && matmul.getNumDpsInits() == 1)
+      fill = matmul.getDpsInits()[0].getDefiningOp();
+    if (!fill) {
       DiagnosedSilenceableFailure diag = emitSilenceableError()
                                          << "expected an epilogue whose '" << attr::kEpilogueOperand
-                                         << "' names an operand with a producer";
+                                         << "' names a matmul with one init operand, both with producers";
       diag.attachNote(target->getLoc()) << "target";
       return diag;
     }
     matmuls.push_back(producer);
+    fills.push_back(fill);
   }
   results.set(cast<OpResult>(getMatmul()), matmuls);
+  results.set(cast<OpResult>(getFill()), fills);
+  return DiagnosedSilenceableFailure::success();
+}
+
+//===----------------------------------------------------------------------===//
+// DropUnitBlockLoopsOp
+//===----------------------------------------------------------------------===//
+
+DiagnosedSilenceableFailure DropUnitBlockLoopsOp::apply(transform::TransformRewriter &rewriter,
+                                                        transform::TransformResults &results,
+                                                        transform::TransformState &state) {
+  SmallVector<Operation *> flattened;
+  for (Operation *target : state.getPayloadOps(getTarget())) {
+    auto generic = dyn_cast<linalg::GenericOp>(target);
+    if (!generic || !isPackedMatmul(generic) || generic.getNumReductionLoops() != 2) {
+      flattened.push_back(target);
+      continue;
+    }
+    // Loops (M, panel, column, block, index): drop the unit ones but M, so that a one-row tile
+    // (decode) keeps a row dimension.
+    linalg::ControlDropUnitDims control;
+    control.rankReductionStrategy = linalg::ControlDropUnitDims::RankReductionStrategy::ExtractInsertSlice;
+    control.controlFn = [](Operation *op) {
+      SmallVector<unsigned> droppable;
+      SmallVector<int64_t> ranges = cast<linalg::LinalgOp>(op).getStaticLoopRanges();
+      for (unsigned loop : {1u, 3u, 4u})
+        if (ranges[loop] == 1) droppable.push_back(loop);
+      return droppable;
+    };
+    // The replacement generic is created where the target was.
+    Operation *before = generic->getPrevNode(), *after = generic->getNextNode();
+    rewriter.setInsertionPoint(generic);
+    if (failed(linalg::dropUnitDims(rewriter, generic, control))) return emitDefaultSilenceableFailure(target);
+    Operation *replacement = nullptr;
+    for (Operation *op = before ? before->getNextNode() : &after->getBlock()->front(); op && op != after;
+         op = op->getNextNode())
+      if (isa<linalg::GenericOp>(op)) replacement = op;
+    if (!replacement) return emitDefaultSilenceableFailure(target);
+    flattened.push_back(replacement);
+  }
+  results.set(cast<OpResult>(getResult()), flattened);
   return DiagnosedSilenceableFailure::success();
 }
 

@@ -93,17 +93,41 @@ def SplitForThreadsOp : GptTransformOp<"split_for_threads", [FunctionalStyleTran
 }
 
 def GetEpilogueMatmulOp : GptTransformOp<"get_epilogue_matmul", [MemoryEffectsOpInterface, NavigationTransformOpTrait]> {
-  let summary = "The packed matmul an epilogue generic computes inside its tiles";
+  let summary = "The packed matmul an epilogue generic computes inside its tiles, and its fill";
   let description = [{
     For each target (a generic marked `gpt.epilogue_operand = i`), the producer of its input
-    `i`: `transform.get_producer_of_operand %target[i]` with `i` read from the payload.
+    `i` (the matmul: `transform.get_producer_of_operand %target[i]` with `i` read from the
+    payload), and the producer of that matmul's init operand (its zero fill), wherever the
+    matmul's inputs end: a block-quantized weight's matmul has more inputs than a plain one.
 
     ```mlir
-    %matmul = transform.gpt.get_epilogue_matmul %epilogue : (!transform.any_op) -> !transform.any_op
+    %matmul, %fill = transform.gpt.get_epilogue_matmul %epilogue
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     ```
   }];
   let arguments = (ins TransformHandleTypeInterface:$target);
-  let results = (outs TransformHandleTypeInterface:$matmul);
+  let results = (outs TransformHandleTypeInterface:$matmul, TransformHandleTypeInterface:$fill);
+  let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
+}
+
+def DropUnitBlockLoopsOp : GptTransformOp<"drop_unit_block_loops", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
+  let summary = "Drop the unit loops of a block-quantized packed matmul's register tile";
+  let description = [{
+    A register tile of a block-quantized packed matmul (a generic marked `gpt.packed_matmul`
+    with two reduction loops, block and index in block) has unit panel, block and index loops.
+    Vectorized as it is, it becomes a contraction with two reduction dims, which
+    `lower_contraction` cannot turn into outer products: it is scalarized. This op drops those
+    unit loops (`linalg::dropUnitDims`, rank-reducing slices), leaving `acc[m, c] += x[m] * w[c]`,
+    which vectorizes to broadcasts of `x` and FMAs on whole rows of dequantized weights. Other
+    targets are returned unchanged: f32 and bf16 tiles keep their contraction.
+
+    ```mlir
+    %flat = transform.gpt.drop_unit_block_loops %tile : (!transform.any_op) -> !transform.any_op
+    transform.structured.vectorize %flat : !transform.any_op
+    ```
+  }];
+  let arguments = (ins TransformHandleTypeInterface:$target);
+  let results = (outs TransformHandleTypeInterface:$result);
   let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
 }
 

@@ -6,6 +6,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Transforms/DialectConversion.h"
 
@@ -51,41 +52,78 @@ struct MatmulLowering : OpConversionPattern<MatmulOp> {
   }
 };
 
+/// `value` [d0, ..., dn] viewed (expand_shape, no copy) with dim `dim` split into `shape`.
+Value splitDim(OpBuilder &b, Location loc, Value value, int64_t dim, ArrayRef<int64_t> shape) {
+  RankedTensorType type = rankedType(value);
+  SmallVector<int64_t> expanded;
+  SmallVector<ReassociationIndices> groups;
+  for (int64_t i = 0; i < type.getRank(); ++i) {
+    ReassociationIndices group;
+    for (int64_t size : i == dim ? shape : ArrayRef<int64_t>(type.getShape()[i])) {
+      group.push_back(expanded.size());
+      expanded.push_back(size);
+    }
+    groups.push_back(group);
+  }
+  return b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get(expanded, type.getElementType()), value, groups);
+}
+
+/// Half `part` (0 or 1) of dim 2 of a rank-4 [M, B, 2, H] tensor, as [M, B, H].
+Value half(OpBuilder &b, Location loc, Value value, int64_t part) {
+  ArrayRef<int64_t> shape = rankedType(value).getShape();
+  auto type = RankedTensorType::get({shape[0], shape[1], shape[3]}, rankedType(value).getElementType());
+  SmallVector<OpFoldResult> offsets = {b.getIndexAttr(0), b.getIndexAttr(0), b.getIndexAttr(part), b.getIndexAttr(0)};
+  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(shape[0]), b.getIndexAttr(shape[1]), b.getIndexAttr(1),
+                                     b.getIndexAttr(shape[3])};
+  SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
+  return b.create<tensor::ExtractSliceOp>(loc, type, value, offsets, sizes, strides);
+}
+
+/// `code * scale` in f32, for an integer code and an f16 scale.
+Value dequantize(OpBuilder &b, Location loc, Value code, Value scale) {
+  Type f32 = b.getF32Type();
+  Value widened = b.create<arith::SIToFPOp>(loc, f32, code);
+  return b.create<arith::MulFOp>(loc, widened, b.create<arith::ExtFOp>(loc, f32, scale));
+}
+
 /// [M, K] x [N/P, K, P] as one linalg.generic over (m, panel, column, k) that writes [M, N/P, P]:
 /// a register tile of one panel's P columns reads the weight from consecutive addresses. The
 /// result is then viewed (collapse_shape, no copy) as [M, N].
+///
+/// Block-quantized weights iterate K as (block, index in block) instead, so that each operand is
+/// read through a plain projection of the loops (which the vectorizer needs): the lhs viewed as
+/// [M, K/32, 32], the codes as [N/P, K/32, 32, P] and the scales [N/P, K/32, P] as they are.
+/// A q4_0 byte holds two weights 16 apart, so its generic runs over the 16 bytes of a block and
+/// reads the lhs as two [M, K/32, 16] halves, one per nibble. Their bodies accumulate with
+/// math.fma: the schedule drops the unit loops of their register tiles, leaving elementwise
+/// generics whose fma becomes one vector FMA per step (a contraction's mulf + addf would not be
+/// fused, as the JIT does not contract floating-point operations).
 struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(PackedMatmulOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    MLIRContext *ctx = rewriter.getContext();
     RankedTensorType resultType = rankedType(op.getResult());
     int64_t rank = resultType.getRank();
     Value lhs = adaptor.getLhs();
     if (rank > 2) lhs = collapse(rewriter, loc, lhs, rank - 1);
     ArrayRef<int64_t> packed = rankedType(adaptor.getRhs()).getShape();
     int64_t m = rankedType(lhs).getDimSize(0);
-
     Value init = filled(rewriter, loc, {m, packed[0], packed[2]});
-    AffineExpr mDim, panel, column, k;
-    bindDims(ctx, mDim, panel, column, k);
-    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, k}, ctx),
-                                        AffineMap::get(4, 0, {panel, k, column}, ctx)};
-    using utils::IteratorType;
-    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
-                                           IteratorType::reduction};
-    Value panels = buildGeneric(rewriter, loc, init, {lhs, adaptor.getRhs()}, inputMaps,
-                                AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
-                                [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                  // A low-precision weight is widened as it is read; the
-                                  // product accumulates in f32.
-                                  Value weight = args[1];
-                                  if (weight.getType() != b.getF32Type())
-                                    weight = b.create<arith::ExtFOp>(l, b.getF32Type(), weight);
-                                  Value product = b.create<arith::MulFOp>(l, args[0], weight);
-                                  return b.create<arith::AddFOp>(l, args[2], product);
-                                });
+
+    Value panels;
+    switch (op.getWeightFormat()) {
+    case PackedWeightFormat::F32:
+    case PackedWeightFormat::BF16:
+      panels = plainPanels(rewriter, loc, lhs, adaptor.getRhs(), init);
+      break;
+    case PackedWeightFormat::Q8_0:
+      panels = q8_0Panels(rewriter, loc, lhs, adaptor.getRhs(), adaptor.getScales(), init);
+      break;
+    case PackedWeightFormat::Q4_0:
+      panels = q4_0Panels(rewriter, loc, lhs, adaptor.getRhs(), adaptor.getScales(), init);
+      break;
+    }
     gpt::codegen::markPackedMatmul(panels.getDefiningOp());
     Value product =
         rewriter.create<tensor::CollapseShapeOp>(loc, panels, SmallVector<ReassociationIndices>{{0}, {1, 2}});
@@ -93,6 +131,80 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       product = rewriter.create<tensor::ExpandShapeOp>(loc, resultType, product, collapseLeading(rank - 1, rank));
     rewriter.replaceOp(op, product);
     return success();
+  }
+
+private:
+  using IteratorType = utils::IteratorType;
+
+  /// f32 or bf16 panels, loops (m, panel, column, k).
+  static Value plainPanels(OpBuilder &b, Location loc, Value lhs, Value rhs, Value init) {
+    MLIRContext *ctx = b.getContext();
+    AffineExpr mDim, panel, column, k;
+    bindDims(ctx, mDim, panel, column, k);
+    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, k}, ctx),
+                                        AffineMap::get(4, 0, {panel, k, column}, ctx)};
+    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
+                                           IteratorType::reduction};
+    return buildGeneric(b, loc, init, {lhs, rhs}, inputMaps, AffineMap::get(4, 0, {mDim, panel, column}, ctx),
+                        iterators, [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                          // A bf16 weight is widened as it is read; the product accumulates in f32.
+                          Value weight = args[1];
+                          if (weight.getType() != b.getF32Type())
+                            weight = b.create<arith::ExtFOp>(l, b.getF32Type(), weight);
+                          Value product = b.create<arith::MulFOp>(l, args[0], weight);
+                          return b.create<arith::AddFOp>(l, args[2], product);
+                        });
+  }
+
+  /// Loops (m, panel, column, block, index in block) and the maps of the lhs (or a half of it),
+  /// the codes and the scales, for a generic writing [M, N/P, P].
+  struct BlockLoops {
+    AffineMap lhs, codes, scales, output;
+    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
+                                           IteratorType::reduction, IteratorType::reduction};
+    explicit BlockLoops(MLIRContext *ctx) {
+      AffineExpr mDim, panel, column, block, index;
+      bindDims(ctx, mDim, panel, column, block, index);
+      lhs = AffineMap::get(5, 0, {mDim, block, index}, ctx);
+      codes = AffineMap::get(5, 0, {panel, block, index, column}, ctx);
+      scales = AffineMap::get(5, 0, {panel, block, column}, ctx);
+      output = AffineMap::get(5, 0, {mDim, panel, column}, ctx);
+    }
+  };
+
+  static Value q8_0Panels(OpBuilder &b, Location loc, Value lhs, Value codes, Value scales, Value init) {
+    const int64_t block = PackedMatmulOp::kBlockSize;
+    int64_t blocks = rankedType(lhs).getDimSize(1) / block;
+    Value x = splitDim(b, loc, lhs, 1, {blocks, block});
+    Value q = splitDim(b, loc, codes, 1, {blocks, block});
+    BlockLoops loops(b.getContext());
+    return buildGeneric(b, loc, init, {x, q, scales}, {loops.lhs, loops.codes, loops.scales}, loops.output,
+                        loops.iterators, [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                          Value weight = dequantize(b, l, args[1], args[2]);
+                          return b.create<math::FmaOp>(l, args[0], weight, args[3]);
+                        });
+  }
+
+  static Value q4_0Panels(OpBuilder &b, Location loc, Value lhs, Value codes, Value scales, Value init) {
+    const int64_t block = PackedMatmulOp::kBlockSize;
+    int64_t blocks = rankedType(lhs).getDimSize(1) / block;
+    Value x = splitDim(b, loc, lhs, 1, {blocks, 2, block / 2});
+    Value q = splitDim(b, loc, codes, 1, {blocks, block / 2});
+    BlockLoops loops(b.getContext());
+    return buildGeneric(
+        b, loc, init, {half(b, loc, x, 0), half(b, loc, x, 1), q, scales},
+        {loops.lhs, loops.lhs, loops.codes, loops.scales}, loops.output, loops.iterators,
+        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+          // Each nibble is an unsigned code c in [0, 15]; the weight is (c - 8) * scale.
+          Type i8 = b.getI8Type();
+          Value byte = args[2], eight = b.create<arith::ConstantOp>(l, b.getIntegerAttr(i8, 8));
+          Value low = b.create<arith::AndIOp>(l, byte, b.create<arith::ConstantOp>(l, b.getIntegerAttr(i8, 15)));
+          Value high = b.create<arith::ShRUIOp>(l, byte, b.create<arith::ConstantOp>(l, b.getIntegerAttr(i8, 4)));
+          Value lowWeight = dequantize(b, l, b.create<arith::SubIOp>(l, low, eight), args[3]);
+          Value highWeight = dequantize(b, l, b.create<arith::SubIOp>(l, high, eight), args[3]);
+          Value sum = b.create<math::FmaOp>(l, args[0], lowWeight, args[4]);
+          return b.create<math::FmaOp>(l, args[1], highWeight, sum);
+        });
   }
 };
 

@@ -100,19 +100,42 @@ FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError)
   return ranked(shape, lhs);
 }
 
-FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, EmitErrorFn emitError) {
+FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int64_t blockSize, EmitErrorFn emitError) {
   auto l = dyn_cast<RankedTensorType>(lhs);
   auto r = dyn_cast<RankedTensorType>(rhs);
+  auto s = dyn_cast_or_null<RankedTensorType>(scales);
   if (r && r.getRank() != 3)
     return emitError() << "rhs must be a rank-3 [N / P, K, P] panel-packed weight, got " << rhs;
+  bool quantized = cast<ShapedType>(rhs).getElementType().isInteger(8);
+  if (quantized && !scales) return emitError() << "an i8 (q8_0 or q4_0) weight needs its scales as a third operand";
+  if (!quantized && scales) return emitError() << "only an i8 (q8_0 or q4_0) weight takes scales, not " << rhs;
+  if (s && s.getRank() != 3)
+    return emitError() << "scales must be a rank-3 [N / P, K / " << blockSize << ", P] tensor, got " << scales;
   if (!l || !r) return unranked(lhs);
   if (failed(checkRank(l, 2, "lhs", emitError))) return failure();
-  int64_t k1 = l.getShape().back(), k2 = r.getDimSize(1);
-  if (!dimsCompatible(k1, k2))
-    return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k1
-                       << " columns but the packed rhs " << rhs << " has " << k2 << " rows";
-  SmallVector<int64_t> shape(l.getShape().drop_back());
+  int64_t k = l.getShape().back(), rows = r.getDimSize(1);
   int64_t panels = r.getDimSize(0), width = r.getDimSize(2);
+  if (!quantized && !dimsCompatible(k, rows))
+    return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k
+                       << " columns but the packed rhs " << rhs << " has " << rows << " rows";
+  if (quantized && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows)) {
+    // q8_0 stores one code per byte (K rows), q4_0 two (K / 2 rows).
+    if (k % blockSize != 0)
+      return emitError() << "a block-quantized weight needs K (" << k << ") to be a multiple of the block size "
+                         << blockSize;
+    if (rows != k && 2 * rows != k)
+      return emitError() << "an i8 weight for K = " << k << " must have " << k << " rows (q8_0) or " << k / 2
+                         << " rows (q4_0, two codes per byte), got " << rhs;
+  }
+  if (s) {
+    SmallVector<int64_t> expected = {panels, ShapedType::isDynamic(k) ? ShapedType::kDynamic : k / blockSize, width};
+    for (auto [got, want] : llvm::zip(s.getShape(), expected))
+      if (!dimsCompatible(got, want))
+        return emitError() << "scales must be [N / P, K / " << blockSize << ", P] = [" << expected[0] << ", "
+                           << expected[1] << ", " << expected[2] << "] (one per block of " << blockSize
+                           << " weights of a column), got " << scales;
+  }
+  SmallVector<int64_t> shape(l.getShape().drop_back());
   shape.push_back(ShapedType::isDynamic(panels) || ShapedType::isDynamic(width) ? ShapedType::kDynamic
                                                                                 : panels * width);
   return ranked(shape, lhs);

@@ -23,8 +23,10 @@ FailureOr<TensorType> inferSameShapeType(Type input, int64_t minRank, EmitErrorF
 FailureOr<TensorType> inferTransposeType(Type input, EmitErrorFn emitError);
 /// [..., M, K] x [..., K, N] (or x [K, N]) -> [..., M, N].
 FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
-/// [..., M, K] x [N/P, K, P] (a weight packed in column panels) -> [..., N].
-FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
+/// [..., M, K] x [N/P, K, P] (a weight packed in column panels) -> [..., N]. A block-quantized
+/// weight (i8 codes: [N/P, K, P] for q8_0, [N/P, K/2, P] for q4_0) also takes its scales
+/// [N/P, K/blockSize, P]; other formats take none (`scales` null).
+FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int64_t blockSize, EmitErrorFn emitError);
 /// Input shape; weight and bias must be rank-1 of the size of the input's last dim.
 FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError);
 

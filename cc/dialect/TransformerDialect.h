@@ -13,6 +13,11 @@
 
 #include "cc/dialect/ShapeInferenceInterface.h.inc"
 
+namespace mlir::transformer {
+/// How `transformer.packed_matmul` stores its weight (see the op's description).
+enum class PackedWeightFormat { F32, BF16, Q8_0, Q4_0 };
+} // namespace mlir::transformer
+
 #define GET_OP_CLASSES
 #include "cc/dialect/TransformerOps.h.inc"
 

@@ -137,11 +137,26 @@ LogicalResult MatmulOp::verify() {
 LogicalResult MatmulOp::inferShapes() {
   return refineResult(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
 }
-LogicalResult PackedMatmulOp::verify() {
-  return verifyInferred(*this, inferPackedMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+namespace {
+FailureOr<TensorType> inferPackedMatmul(PackedMatmulOp op) {
+  Type scales = op.getScales() ? op.getScales().getType() : Type();
+  return inferPackedMatmulType(op.getLhs().getType(), op.getRhs().getType(), scales, PackedMatmulOp::kBlockSize,
+                               errorOn(op));
 }
-LogicalResult PackedMatmulOp::inferShapes() {
-  return refineResult(*this, inferPackedMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+} // namespace
+
+LogicalResult PackedMatmulOp::verify() { return verifyInferred(*this, inferPackedMatmul(*this)); }
+LogicalResult PackedMatmulOp::inferShapes() { return refineResult(*this, inferPackedMatmul(*this)); }
+
+PackedWeightFormat PackedMatmulOp::getWeightFormat() {
+  Type element = getRhs().getType().getElementType();
+  if (element.isBF16()) return PackedWeightFormat::BF16;
+  if (!element.isInteger(8)) return PackedWeightFormat::F32;
+  // Two 4-bit codes per byte: the weight has half as many rows as the lhs has columns. Only
+  // asked of ranked operands (after shape inference).
+  int64_t k = cast<RankedTensorType>(getLhs().getType()).getShape().back();
+  int64_t rows = cast<RankedTensorType>(getRhs().getType()).getDimSize(1);
+  return rows == k ? PackedWeightFormat::Q8_0 : PackedWeightFormat::Q4_0;
 }
 
 LogicalResult LayerNormOp::verify() {

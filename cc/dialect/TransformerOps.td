@@ -142,18 +142,36 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     `packed[j / P, k, j % P] = w[k, j]`. The runtime repacks each weight once, at load; a
     register tile `P` columns wide then reads its whole slice of the weight from consecutive
     addresses, so prefill matmuls stay in cache and decode streams the weight sequentially.
-    The weight may be stored in bf16: each element is widened to f32 as it is read, and the
-    product accumulates in f32 (half the bytes of an f32 weight to stream, same arithmetic).
+
+    The weight's format follows from its operands; activations and the accumulator are f32 in
+    every format, and each weight is widened to f32 in registers as it is read:
+    - `f32`, or `bf16` (half the bytes to stream): no scales.
+    - `q8_0` (llama.cpp's format): `i8` codes `[N / P, K, P]` and `f16` scales
+      `[N / P, K / 32, P]`, one per block of 32 consecutive weights of a column along K:
+      `w[k, j] = codes[j / P, k, j % P] * scales[j / P, k / 32, j % P]`.
+    - `q4_0`: codes `[N / P, K / 2, P]`, two 4-bit codes `c` in [0, 15] per byte, and scales as
+      for q8_0, `w = (c - 8) * scale`. Byte `i` of a block's 16 holds weight `i` of the block in
+      its low nibble and weight `i + 16` in its high nibble, as llama.cpp orders them.
 
     ```mlir
     %y = transformer.packed_matmul %x, %w : (tensor<8x768xf32>, tensor<96x768x32xf32>) -> tensor<8x3072xf32>
     %z = transformer.packed_matmul %x, %h : (tensor<8x768xf32>, tensor<96x768x32xbf16>) -> tensor<8x3072xf32>
+    %q = transformer.packed_matmul %x, %c, %d
+        : (tensor<8x768xf32>, tensor<96x768x32xi8>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
+    %r = transformer.packed_matmul %x, %c4, %d
+        : (tensor<8x768xf32>, tensor<96x384x32xi8>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$lhs, TensorOf<[F32, BF16]>:$rhs);
+  let arguments = (ins F32Tensor:$lhs, TensorOf<[F32, BF16, I8]>:$rhs, Optional<TensorOf<[F16]>>:$scales);
   let results = (outs F32Tensor:$output);
-  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$lhs `,` $rhs (`,` $scales^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Weights per scale of the block formats (llama.cpp's QK8_0 and QK4_0).
+    static constexpr int64_t kBlockSize = 32;
+    /// The weight's format, from the operand types (the verifier checks that they agree).
+    PackedWeightFormat getWeightFormat();
+  }];
 }
 
 //===----------------------------------------------------------------------===//

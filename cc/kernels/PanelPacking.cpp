@@ -16,14 +16,43 @@ void *allocateAlignedBytes(size_t bytes) {
   return data;
 }
 
-void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed) {
+namespace {
+void checkPanels(int64_t rows, int64_t cols, int64_t width) {
   if (rows < 0 || width <= 0 || cols < 0 || cols % width != 0)
     throw std::invalid_argument("packPanels: the column count must be a multiple of the panel width");
-  // Panel by panel, row by row: reads `width` consecutive floats of a row and writes the panel
+}
+
+template <typename T> void packPanelsOf(const T *matrix, int64_t rows, int64_t cols, int64_t width, T *packed) {
+  checkPanels(rows, cols, width);
+  // Panel by panel, row by row: reads `width` consecutive elements of a row and writes the panel
   // sequentially, so both sides move whole cache lines.
   for (int64_t panel = 0; panel < cols / width; ++panel)
     for (int64_t row = 0; row < rows; ++row)
       std::copy_n(matrix + row * cols + panel * width, width, packed + (panel * rows + row) * width);
+}
+} // namespace
+
+void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed) {
+  packPanelsOf(matrix, rows, cols, width, packed);
+}
+void packPanels(const int8_t *matrix, int64_t rows, int64_t cols, int64_t width, int8_t *packed) {
+  packPanelsOf(matrix, rows, cols, width, packed);
+}
+void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t width, uint16_t *packed) {
+  packPanelsOf(matrix, rows, cols, width, packed);
+}
+
+void packNibblePanels(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint8_t *packed) {
+  checkPanels(rows, cols, width);
+  if (rows % 32 != 0) throw std::invalid_argument("packNibblePanels: the row count must be a multiple of 32");
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t block = 0; block < rows / 32; ++block)
+      for (int64_t i = 0; i < 16; ++i) {
+        const uint8_t *low = codes + (block * 32 + i) * cols + panel * width;
+        const uint8_t *high = low + 16 * cols;
+        uint8_t *out = packed + (panel * (rows / 2) + block * 16 + i) * width;
+        for (int64_t c = 0; c < width; ++c) out[c] = static_cast<uint8_t>((low[c] & 0xF) | (high[c] << 4));
+      }
 }
 
 void transposePadded(const float *matrix, int64_t rows, int64_t cols, int64_t paddedRows, float *out) {

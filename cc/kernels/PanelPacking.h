@@ -31,6 +31,15 @@ inline AlignedFloats allocateAligned(int64_t count) { return allocateAlignedArra
 /// (`cols` a multiple of `width`): each panel of `width` columns becomes one contiguous
 /// [rows, width] block, so a register tile of those columns walks memory front to back.
 void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed);
+/// The same for the codes (int8) and f16 scales (uint16 bits) of a block-quantized weight.
+void packPanels(const int8_t *matrix, int64_t rows, int64_t cols, int64_t width, int8_t *packed);
+void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t width, uint16_t *packed);
+
+/// q4_0 codes (a row-major [rows, cols] matrix of values in [0, 15], `rows` a multiple of 32)
+/// packed two per byte into [cols / width, rows / 2, width] panels: within each block of 32
+/// rows, byte `i` holds row `i` in its low nibble and row `i + 16` in its high nibble (the
+/// layout `transformer.packed_matmul` reads).
+void packNibblePanels(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint8_t *packed);
 
 /// Writes `out[c][r] = matrix[r][c]` for a row-major [rows, cols] `matrix` into a [cols,
 /// paddedRows] `out` (paddedRows >= rows), with zeros in columns rows .. paddedRows - 1: the tied

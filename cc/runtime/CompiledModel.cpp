@@ -189,7 +189,13 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
   // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
   std::vector<std::unique_ptr<void, kernels::FreeDeleter>> owned;
+  // A block-quantized weight's scales are made with its codes and bound by the spec after it.
+  void *pendingScales = nullptr;
   for (const ParameterSpec &spec : parameters_) {
+    if (spec.isScales()) {
+      descriptors.push_back(MemRefDescriptor::view(pendingScales, spec.argumentShape()));
+      continue;
+    }
     const float *data = byName.at(spec.derived() ? spec.source : spec.name);
     const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
     // Each layout step reads `data` into a new f32 buffer, which becomes `data`.
@@ -200,19 +206,47 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
       laidOut = std::move(next);
       data = laidOut.get();
     };
+    // Keeps a buffer the compiled code reads and returns its address.
+    auto keep = [&](auto array) {
+      void *address = array.get();
+      owned.emplace_back(array.release());
+      return address;
+    };
     if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels)
       // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
       relayout([&](float *out) { kernels::transposePadded(data, config_.vocabSize, rows, cols, out); });
-    if (spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels)
-      relayout([&](float *out) { kernels::packPanels(data, rows, cols, spec.panelWidth, out); });
+    const bool panels = spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels;
     const void *argument = data;
-    if (spec.format == WeightFormat::BF16) {
-      kernels::AlignedArray<uint16_t> halves = kernels::allocateAlignedArray<uint16_t>(rows * cols);
-      kernels::quantizeBf16(data, rows * cols, halves.get());
-      argument = halves.get();
-      owned.emplace_back(halves.release());
-    } else if (laidOut) {
-      owned.emplace_back(laidOut.release());
+    if (isBlockQuantized(spec.format)) {
+      // Quantized on the [K, N] matrix (blocks run along K), then codes and scales packed.
+      const int64_t blocks = rows / kernels::kQuantBlock, width = spec.panelWidth;
+      auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
+      auto scales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
+      auto packedScales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
+      if (spec.format == WeightFormat::Q8_0) {
+        auto packedCodes = kernels::allocateAlignedArray<int8_t>(rows * cols);
+        kernels::quantizeQ8_0(data, rows, cols, codes.get(), scales.get());
+        kernels::packPanels(codes.get(), rows, cols, width, packedCodes.get());
+        argument = keep(std::move(packedCodes));
+      } else {
+        auto packedCodes = kernels::allocateAlignedArray<uint8_t>(rows * cols / 2);
+        auto *nibbles = reinterpret_cast<uint8_t *>(codes.get());
+        kernels::quantizeQ4_0(data, rows, cols, nibbles, scales.get());
+        kernels::packNibblePanels(nibbles, rows, cols, width, packedCodes.get());
+        argument = keep(std::move(packedCodes));
+      }
+      kernels::packPanels(scales.get(), blocks, cols, width, packedScales.get());
+      pendingScales = keep(std::move(packedScales));
+    } else {
+      if (panels) relayout([&](float *out) { kernels::packPanels(data, rows, cols, spec.panelWidth, out); });
+      argument = data;
+      if (spec.format == WeightFormat::BF16) {
+        kernels::AlignedArray<uint16_t> halves = kernels::allocateAlignedArray<uint16_t>(rows * cols);
+        kernels::quantizeBf16(data, rows * cols, halves.get());
+        argument = keep(std::move(halves));
+      } else if (laidOut) {
+        argument = keep(std::move(laidOut));
+      }
     }
     descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));
   }

@@ -4,9 +4,8 @@ import dataclasses
 import os
 
 PIPELINES = ("baseline", "fused", "vectorized", "default")
-# Weight formats, named as llama.cpp names them; the compiled ones so far.
-WEIGHT_FORMATS = ("f32", "bf16")
-PLANNED_WEIGHT_FORMATS = ("q8_0", "q4_0")
+# Weight formats, named as llama.cpp names them.
+WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_0")
 POS_EMBEDDINGS = ("learned", "rope")
 # Each dimension of a model fits a 32-bit index, so that their products (sizes in elements) stay
 # far inside int64.
@@ -67,8 +66,11 @@ class CompileOptions:
     means all cores. Compiled code is also kept on disk, so that the next process loads it
     instead of compiling: in `cache_dir` (default `$GPT_CACHE_DIR`, else `~/.cache/gpt/jit`), unless
     `disk_cache=False`. `weights` is the format matmul weights (and the LM head) are stored and
-    streamed in: "f32", or "bf16" (each weight rounded to nearest even bf16 once at load, widened
-    to f32 in registers; needs a vectorized pipeline)."""
+    streamed in, as llama.cpp names them: "f32"; "bf16" (each weight rounded to nearest even);
+    "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,
+    one fp16 scale per block). Weights are converted once, at load, and widened to f32 in
+    registers as they are read; activations stay f32. Low-precision formats need a vectorized
+    pipeline, and q8_0/q4_0 an n_embd that is a multiple of 32."""
 
     pipeline: str = "default"
     threads: int | None = None
@@ -87,10 +89,6 @@ class CompileOptions:
             raise ValueError(f"CompileOptions.disk_cache must be a bool, got {self.disk_cache!r}")
         if self.cache_dir is not None and not isinstance(self.cache_dir, (str, os.PathLike)):
             raise ValueError(f"CompileOptions.cache_dir must be None or a path, got {self.cache_dir!r}")
-        if self.weights in PLANNED_WEIGHT_FORMATS:
-            raise ValueError(
-                f"CompileOptions.weights={self.weights!r} is not implemented yet; use one of {WEIGHT_FORMATS}"
-            )
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"CompileOptions.weights must be one of {WEIGHT_FORMATS}, got {self.weights!r}")
         if self.weights != "f32" and self.pipeline in ("baseline", "fused"):

@@ -218,7 +218,7 @@ func.func @row_reductions(%a: tensor<8x64xf32>, %s: tensor<8xf32>, %b: tensor<8x
 #e3 = affine_map<(m, p, j) -> (m, p, j)>
 #bias = affine_map<(m, p, j) -> (p, j)>
 // CHECK-LABEL: func.func @epilogue
-// CHECK: attrs = {gpt.packed_matmul}
+// CHECK: attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1]}
 // CHECK-NOT: gpt.register_tile
 // CHECK: gpt.epilogue_chunks = 1 : i64, gpt.epilogue_operand = 1 : i64, gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2]
 // CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
@@ -253,4 +253,51 @@ func.func @epilogue(%x: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %b: tens
     linalg.yield %t : f32
   } -> tensor<16x6x32xf32>
   return %1, %2, %3 : tensor<16x6x32xf32>, tensor<16x6x32xf32>, tensor<16x6x32xf32>
+}
+
+// -----
+
+// A block-quantized packed matmul (loops M, panel, column, block, index in block): the same
+// tiles with one step of each K loop; in an epilogue, its K step is recorded on the matmul.
+#bA = affine_map<(m, p, j, b, i) -> (m, b, i)>
+#bW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
+#bS = affine_map<(m, p, j, b, i) -> (p, b, j)>
+#bC = affine_map<(m, p, j, b, i) -> (m, p, j)>
+#b3 = affine_map<(m, p, j) -> (m, p, j)>
+// CHECK-LABEL: func.func @block_quantized
+// CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1, 1], gpt.tile_interchange = [1, 0, 2, 3, 4]
+// CHECK: gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1, 1]
+// CHECK: gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2]
+func.func @block_quantized(%x: tensor<16x2x32xf32>, %w: tensor<6x2x32x32xi8>, %d: tensor<6x2x32xf16>,
+                           %init: tensor<16x6x32xf32>) -> (tensor<16x6x32xf32>, tensor<16x6x32xf32>) {
+  %0 = linalg.generic {indexing_maps = [#bA, #bW, #bS, #bC],
+                       iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}
+      ins(%x, %w, %d : tensor<16x2x32xf32>, tensor<6x2x32x32xi8>, tensor<6x2x32xf16>) outs(%init : tensor<16x6x32xf32>)
+      attrs = {gpt.packed_matmul} {
+  ^bb0(%a: f32, %q: i8, %s: f16, %acc: f32):
+    %qf = arith.sitofp %q : i8 to f32
+    %sf = arith.extf %s : f16 to f32
+    %wf = arith.mulf %qf, %sf : f32
+    %r = math.fma %a, %wf, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<16x6x32xf32>
+  %1 = linalg.generic {indexing_maps = [#bA, #bW, #bS, #bC],
+                       iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}
+      ins(%x, %w, %d : tensor<16x2x32xf32>, tensor<6x2x32x32xi8>, tensor<6x2x32xf16>) outs(%init : tensor<16x6x32xf32>)
+      attrs = {gpt.packed_matmul} {
+  ^bb0(%a: f32, %q: i8, %s: f16, %acc: f32):
+    %qf = arith.sitofp %q : i8 to f32
+    %sf = arith.extf %s : f16 to f32
+    %wf = arith.mulf %qf, %sf : f32
+    %r = math.fma %a, %wf, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<16x6x32xf32>
+  %e = tensor.empty() : tensor<16x6x32xf32>
+  %2 = linalg.generic {indexing_maps = [#b3, #b3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%1 : tensor<16x6x32xf32>) outs(%e : tensor<16x6x32xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %t = math.tanh %a : f32
+    linalg.yield %t : f32
+  } -> tensor<16x6x32xf32>
+  return %0, %2 : tensor<16x6x32xf32>, tensor<16x6x32xf32>
 }

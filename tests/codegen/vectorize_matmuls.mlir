@@ -173,7 +173,8 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
   %e0 = tensor.empty() : tensor<16x4x32xf32>
   %init = linalg.fill ins(%zero : f32) outs(%e0 : tensor<16x4x32xf32>) -> tensor<16x4x32xf32>
   %p = linalg.generic {indexing_maps = [#fA, #fB, #fC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
-      ins(%x, %w : tensor<16x64xf32>, tensor<4x64x32xf32>) outs(%init : tensor<16x4x32xf32>) attrs = {gpt.packed_matmul} {
+      ins(%x, %w : tensor<16x64xf32>, tensor<4x64x32xf32>) outs(%init : tensor<16x4x32xf32>)
+      attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1]} {
   ^bb0(%a: f32, %b: f32, %acc: f32):
     %m = arith.mulf %a, %b : f32
     %s = arith.addf %acc, %m : f32
@@ -187,6 +188,50 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
     %s = arith.addf %a, %b : f32
     %t = math.tanh %s : f32
     linalg.yield %t : f32
+  } -> tensor<16x4x32xf32>
+  return %out : tensor<16x4x32xf32>
+}
+
+// A q8_0 packed matmul (loops M, panel, column, block, index in block) in its bias epilogue: the
+// matmul's tile loses its unit loops (transform.gpt.drop_unit_block_loops), so each K step
+// widens one row of 32 codes (sitofp) and the block's scales, and runs one FMA per accumulator
+// row: no vector.contract, no scalarized transpose.
+#qA = affine_map<(m, p, j, b, i) -> (m, b, i)>
+#qB = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
+#qS = affine_map<(m, p, j, b, i) -> (p, b, j)>
+#qC = affine_map<(m, p, j, b, i) -> (m, p, j)>
+// EPILOGUE-LABEL: func.func @q8_0_epilogue
+// EPILOGUE: scf.for %{{.*}} = %c0 to %c2 step %c1
+// EPILOGUE: scf.for %{{.*}} = %c0 to %c32 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8x32xf32>)
+// EPILOGUE: arith.sitofp %{{.*}} : vector<32xi8> to vector<32xf32>
+// EPILOGUE: arith.extf %{{.*}} : vector<32xf16> to vector<32xf32>
+// EPILOGUE: math.fma %{{.*}} : vector<8x32xf32>
+// EPILOGUE-NOT: vector.contract
+// EPILOGUE-NOT: linalg.generic
+// CHECK-LABEL: func.func @q8_0_epilogue
+func.func @q8_0_epilogue(%x: tensor<16x2x32xf32>, %w: tensor<4x2x32x32xi8>, %d: tensor<4x2x32xf16>, %bias: tensor<4x32xf32>)
+    -> tensor<16x4x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<16x4x32xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e0 : tensor<16x4x32xf32>) -> tensor<16x4x32xf32>
+  %p = linalg.generic {indexing_maps = [#qA, #qB, #qS, #qC],
+                       iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}
+      ins(%x, %w, %d : tensor<16x2x32xf32>, tensor<4x2x32x32xi8>, tensor<4x2x32xf16>) outs(%init : tensor<16x4x32xf32>)
+      attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1, 1]} {
+  ^bb0(%a: f32, %q: i8, %s: f16, %acc: f32):
+    %qf = arith.sitofp %q : i8 to f32
+    %sf = arith.extf %s : f16 to f32
+    %wf = arith.mulf %qf, %sf : f32
+    %r = math.fma %a, %wf, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<16x4x32xf32>
+  %e1 = tensor.empty() : tensor<16x4x32xf32>
+  %out = linalg.generic {indexing_maps = [#f3, #fbias, #f3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%p, %bias : tensor<16x4x32xf32>, tensor<4x32xf32>) outs(%e1 : tensor<16x4x32xf32>)
+      attrs = {gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2], gpt.epilogue_operand = 0 : i64, gpt.epilogue_chunks = 1 : i64} {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %s = arith.addf %a, %b : f32
+    linalg.yield %s : f32
   } -> tensor<16x4x32xf32>
   return %out : tensor<16x4x32xf32>
 }

@@ -324,9 +324,57 @@ func.func @packed_matmul_contraction_mismatch(%a: tensor<4x8xf32>, %b: tensor<2x
 
 // -----
 
-func.func @packed_matmul_int8_weight(%a: tensor<4x8xf32>, %b: tensor<2x8x32xi8>) {
-  // expected-error @+1 {{operand #1 must be tensor of 32-bit float or bfloat16 type values}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xi8>) -> tensor<*xf32>
+func.func @packed_matmul_int8_weight_without_scales(%a: tensor<4x64xf32>, %b: tensor<2x64x32xi8>) {
+  // expected-error @+1 {{an i8 (q8_0 or q4_0) weight needs its scales as a third operand}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x64xf32>, tensor<2x64x32xi8>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_int16_weight(%a: tensor<4x8xf32>, %b: tensor<2x8x32xi16>) {
+  // expected-error @+1 {{operand #1 must be tensor of 32-bit float or bfloat16 type or 8-bit signless integer values}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xi16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_scales_on_f32_weight(%a: tensor<4x64xf32>, %b: tensor<2x64x32xf32>, %s: tensor<2x2x32xf16>) {
+  // expected-error @+1 {{only an i8 (q8_0 or q4_0) weight takes scales, not 'tensor<2x64x32xf32>'}}
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xf32>, tensor<2x2x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_f32_scales(%a: tensor<4x64xf32>, %b: tensor<2x64x32xi8>, %s: tensor<2x2x32xf32>) {
+  // expected-error @+1 {{operand #2 must be tensor of 16-bit float values}}
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xi8>, tensor<2x2x32xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_k_not_a_block_multiple(%a: tensor<4x48xf32>, %b: tensor<2x48x32xi8>, %s: tensor<2x1x32xf16>) {
+  // expected-error @+1 {{a block-quantized weight needs K (48) to be a multiple of the block size 32}}
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x48xf32>, tensor<2x48x32xi8>, tensor<2x1x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_codes_rows(%a: tensor<4x64xf32>, %b: tensor<2x48x32xi8>, %s: tensor<2x2x32xf16>) {
+  // expected-error @+1 {{an i8 weight for K = 64 must have 64 rows (q8_0) or 32 rows (q4_0, two codes per byte), got 'tensor<2x48x32xi8>'}}
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x48x32xi8>, tensor<2x2x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_scales_shape(%a: tensor<4x64xf32>, %b: tensor<2x64x32xi8>, %s: tensor<2x4x32xf16>) {
+  // expected-error @+1 {{scales must be [N / P, K / 32, P] = [2, 2, 32] (one per block of 32 weights of a column), got 'tensor<2x4x32xf16>'}}
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xi8>, tensor<2x4x32xf16>) -> tensor<*xf32>
   return
 }
 

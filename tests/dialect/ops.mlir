@@ -55,6 +55,18 @@ func.func @packed_matmul_bf16(%x: tensor<4x8xf32>, %w: tensor<2x8x32xbf16>) -> t
   return %0 : tensor<4x64xf32>
 }
 
+// q8_0 (i8 codes [N/P, K, P]) and q4_0 (two codes per byte, [N/P, K/2, P]), each with its f16
+// scales [N/P, K/32, P].
+// CHECK-LABEL: func.func @packed_matmul_block_quantized
+func.func @packed_matmul_block_quantized(%x: tensor<4x64xf32>, %q8: tensor<2x64x32xi8>, %q4: tensor<2x32x32xi8>,
+                                         %d: tensor<2x2x32xf16>) -> (tensor<4x64xf32>, tensor<4x64xf32>) {
+  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x64x32xi8>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  %0 = transformer.packed_matmul %x, %q8, %d : (tensor<4x64xf32>, tensor<2x64x32xi8>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x32x32xi8>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  %1 = transformer.packed_matmul %x, %q4, %d : (tensor<4x64xf32>, tensor<2x32x32xi8>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  return %0, %1 : tensor<4x64xf32>, tensor<4x64xf32>
+}
+
 // CHECK-LABEL: func.func @layer_norm
 func.func @layer_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   // The default epsilon (1e-5) is elided.

@@ -138,3 +138,13 @@ func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tenso
   %0 = transformer.packed_matmul %x, %w : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }
+
+// -----
+
+// A q4_0 weight: its codes have K/2 rows, the result still has N = 96 columns.
+// CHECK-LABEL: func.func @packed_matmul_q4_0
+// CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x64xf32>, tensor<3x32x32xi8>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
+func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x32x32xi8>, %s: tensor<3x2x32xf16>) -> tensor<*xf32> {
+  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x32x32xi8>, tensor<3x2x32xf16>) -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}

@@ -1,6 +1,7 @@
-"""Low-precision weights (CompileOptions(weights="bf16")): numerics against the float64 numpy GPT-2
-run on the same rounded weights, generation with and without the cache, the IR and the machine
-code, and the options that are refused."""
+"""Low-precision weights (CompileOptions(weights="bf16" | "q8_0" | "q4_0")): numerics against the
+float64 numpy GPT-2 run on the same rounded or dequantized weights (quantized by the separate
+numpy implementation in quant_reference.py), generation with and without the cache, the IR and
+the machine code, and the options that are refused."""
 
 import numpy as np
 import pytest
@@ -28,6 +29,94 @@ def bf16_reference(weights, ids, cfg):
             rounded[name] = bf16_rounded(weights[name])
     head = bf16_rounded(weights["transformer.wte.weight"])
     return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=head)
+
+
+def dequantized(fmt, matrix):
+    """A [K, N] matmul weight as the compiled model sees it: quantized in blocks of 32 along K by
+    the reference implementation, then dequantized in float64."""
+    if fmt == "q8_0":
+        codes, scales = ref.q8_0(matrix)
+        return ref.dequantize(codes, scales)
+    codes, scales = ref.q4_0(matrix)
+    return ref.dequantize(codes, scales, offset=8)
+
+
+def block_quantized_reference(fmt, weights, ids, cfg):
+    """What a q8_0 / q4_0 model computes: every matmul weight dequantized, and the LM head (the
+    tied embedding [V, D] as a [D, V] weight, blocks along D) likewise; the embedding lookup,
+    biases and LayerNorm in f32."""
+    rounded = dict(weights)
+    for name in weights:
+        if name.endswith(MATMUL_WEIGHTS):
+            rounded[name] = dequantized(fmt, weights[name])
+    head = dequantized(fmt, weights["transformer.wte.weight"].T).T
+    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=head)
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize(
+    "shape, pos_embedding, lengths",
+    [(NANO, "learned", (1, 7, 64)), (NANO, "rope", (13,)), (MID, "learned", (1, 50)), (GPT2_SMALL, "learned", (20,))],
+)
+def test_block_quantized_forward_matches_reference_on_dequantized_weights(fmt, shape, pos_embedding, lengths):
+    cfg = config(shape, pos_embedding)
+    weights = exercising_weights(cfg)
+    model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False))
+    for length in lengths:
+        ids = token_ids(cfg, length)
+        expected = block_quantized_reference(fmt, weights, ids, cfg)
+        assert relative_error(model.forward(ids), expected) < RTOL
+        # The quantization is real: f32 weights give measurably different logits.
+        f32 = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding)
+        assert relative_error(f32, expected) > 10 * RTOL
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_block_quantized_cached_generation_matches_recomputation(fmt, threads):
+    cfg = config(MID)
+    model = gpt.GPT.from_weights(
+        cfg, exercising_weights(cfg), gpt.CompileOptions(weights=fmt, threads=threads, disk_cache=False)
+    )
+    prompt = token_ids(cfg, 9).tolist()
+    cached = model.generate(prompt, max_new_tokens=20)
+    assert cached == model.generate(prompt, max_new_tokens=20, use_cache=False)
+    cache = model.new_cache()
+    sequence = list(prompt)
+    logits = model.prefill(prompt, cache)
+    for token in cached[:4]:
+        assert relative_error(logits, model.forward(sequence)[-1]) < RTOL
+        sequence.append(token)
+        logits = model.decode(token, cache)
+
+
+def test_block_quantized_formats_are_in_the_ir(tmp_path):
+    cfg = config(NANO)
+    for fmt, codes in (("q8_0", "tensor<6x64x32xi8>"), ("q4_0", "tensor<6x32x32xi8>")):
+        model = gpt.GPT.random(cfg, options=gpt.CompileOptions(weights=fmt, threads=1, disk_cache=False))
+        transformer = model.ir("transformer", seq_len=8)
+        # c_attn [64, 192]: 6 panels of codes (q4_0: two per byte) and their [6, 2, 32] f16 scales.
+        assert f"{codes}, tensor<6x2x32xf16>" in transformer
+        linalg = model.ir("linalg", seq_len=8)
+        assert "arith.sitofp" in linalg and "f16 to f32" in linalg
+        if fmt == "q4_0":
+            assert "arith.shrui" in linalg and "arith.andi" in linalg
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_block_quantized_machine_code_widens_codes_in_registers(fmt, tmp_path):
+    model = gpt.GPT.random(config(NANO), options=gpt.CompileOptions(weights=fmt, threads=1, disk_cache=False))
+    asm = disassemble(model, tmp_path)
+    # int8 codes sign-extended to 32 bits and converted, f16 scales converted, fused multiply-adds.
+    assert "vpmovsxbd" in asm and "vcvtdq2ps" in asm and "vcvtph2ps" in asm
+    assert "vfmadd" in asm
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_block_quantized_needs_n_embd_in_whole_blocks(fmt):
+    cfg = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=48, vocab_size=64, block_size=16)
+    with pytest.raises(ValueError, match=f"{fmt} weights need n_embd \\(48\\) to be a multiple of 32"):
+        gpt.GPT.random(cfg, options=gpt.CompileOptions(weights=fmt, disk_cache=False))
 
 
 @pytest.mark.parametrize(
@@ -89,12 +178,16 @@ def test_formats_compile_separately_in_one_disk_cache(tmp_path):
     again = gpt.GPT.random(cfg, options=gpt.CompileOptions(cache_dir=str(tmp_path), weights="bf16"))
     again.forward([1, 2, 3])
     assert again.disk_cache_hits() == 1
+    for fmt in ("q8_0", "q4_0"):
+        quantized = gpt.GPT.random(cfg, options=gpt.CompileOptions(cache_dir=str(tmp_path), weights=fmt))
+        quantized.forward([1, 2, 3])
+        assert quantized.disk_cache_hits() == 0
 
 
 @pytest.mark.parametrize(
     "options, message",
     [
-        (dict(weights="q8_0"), "weights='q8_0' is not implemented yet"),
+        (dict(weights="q8_0", pipeline="fused"), "needs a vectorized pipeline"),
         (dict(weights="fp8"), "weights must be one of"),
         (dict(weights="bf16", pipeline="baseline"), "needs a vectorized pipeline"),
     ],

@@ -10,14 +10,15 @@ module attributes {transform.with_named_sequence} {
     // GELU, residual add) is computed inside that generic's loops, one register tile at a time:
     // the generic is tiled by `gpt.epilogue_tile` ([M rows, 1 panel, 32 columns], panel loop
     // outermost), the matmul and its zero fill are fused into each tile and the matmul is tiled
-    // along K. After vectorization the accumulator goes straight from the K loop through the
-    // epilogue's arithmetic and is written once. One thread:
+    // along K, one step at a time. After vectorization the accumulator goes straight from the K loop through the
+    // epilogue's arithmetic and is written once. The matmul's K loop (block and index in block, for
+    // a block-quantized weight) steps by `gpt.reduction_step`. One thread:
     %epilogues = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_chunks = 1} in %root
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %epilogues : !transform.any_op {
     ^bb0(%epilogue: !transform.any_op):
-      %matmul = transform.gpt.get_epilogue_matmul %epilogue : (!transform.any_op) -> !transform.any_op
-      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %matmul, %fill = transform.gpt.get_epilogue_matmul %epilogue
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %tile, %loops = transform.gpt.tile_by_attribute %epilogue "gpt.epilogue_tile"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %panels, %rows, %columns = transform.split_handle %loops
@@ -26,10 +27,11 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fill into %rows2
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+      %matmulTile, %k = transform.gpt.tile_by_attribute %fusedMatmul "gpt.reduction_step"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %flatMatmulTile = transform.gpt.drop_unit_block_loops %matmulTile : (!transform.any_op) -> !transform.any_op
       transform.structured.vectorize %fusedFill : !transform.any_op
-      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %flatMatmulTile : !transform.any_op
       transform.structured.vectorize %tile : !transform.any_op
     }
     // Two threads: the generic is first split into two pieces along the panels (an scf.forall),
@@ -38,8 +40,8 @@ module attributes {transform.with_named_sequence} {
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %splitEpilogues : !transform.any_op {
     ^bb0(%epilogue: !transform.any_op):
-      %matmul = transform.gpt.get_epilogue_matmul %epilogue : (!transform.any_op) -> !transform.any_op
-      %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+      %matmul, %fill = transform.gpt.get_epilogue_matmul %epilogue
+          : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %chunk, %forall = transform.structured.tile_using_forall %epilogue num_threads [0, 2]
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %matmulChunk, %forall2 = transform.structured.fuse_into_containing_op %matmul into %forall
@@ -54,10 +56,11 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fillChunk into %rows2
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %matmulTile, %k = transform.structured.tile_using_for %fusedMatmul tile_sizes [0, 0, 0, 1]
+      %matmulTile, %k = transform.gpt.tile_by_attribute %fusedMatmul "gpt.reduction_step"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+      %flatMatmulTile = transform.gpt.drop_unit_block_loops %matmulTile : (!transform.any_op) -> !transform.any_op
       transform.structured.vectorize %fusedFill : !transform.any_op
-      transform.structured.vectorize %matmulTile : !transform.any_op
+      transform.structured.vectorize %flatMatmulTile : !transform.any_op
       transform.structured.vectorize %tile : !transform.any_op
     }
     // Threads: ops marked `gpt.parallel_chunks` (pieces per loop: matmul N, packed matmul panels,
@@ -73,14 +76,16 @@ module attributes {transform.with_named_sequence} {
     // matmuls [8, 1, 32, 1] (loops M, panel, column, K; panel loop outermost): an 8x32 f32
     // accumulator is 16 zmm registers, each K step 2 vector loads of the panel, 8 broadcasts of A
     // and 16 FMAs. Plain matmuls [8, 32, 1] likewise, narrower for attention's small heads; one
-    // row for decode. Elementwise generics: one vector of the innermost dim per step, so GELU,
+    // row for decode. A block-quantized matmul's tile loses its unit loops first (see
+    // transform.gpt.drop_unit_block_loops). Elementwise generics: one vector of the innermost dim per step, so GELU,
     // bias and residual adds, LayerNorm's normalization and softmax's exp run on whole vectors.
     %tiled = transform.gpt.match_attribute "gpt.register_tile" in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %tiled : !transform.any_op {
     ^bb0(%op: !transform.any_op):
       %tile, %loops = transform.gpt.tile_by_attribute %op "gpt.register_tile"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      transform.structured.vectorize %tile : !transform.any_op
+      %flatTile = transform.gpt.drop_unit_block_loops %tile : (!transform.any_op) -> !transform.any_op
+      transform.structured.vectorize %flatTile : !transform.any_op
     }
     // Row reductions (LayerNorm's statistics, attention's row max and sum): one row at a time,
     // `gpt.row_reduction_tile` partial results in a vector across the row (0 or -inf to start,

@@ -102,10 +102,14 @@ void initModel(py::module_ &m) {
              options.level = *level;
              options.threads = threads;
              options.cacheDir = cacheDir;
-             if (weights == "bf16")
-               options.weights = WeightFormat::BF16;
-             else if (weights != "f32")
-               throw std::invalid_argument("unknown weight format '" + weights + "' (known: f32, bf16)");
+             bool known = false;
+             for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0})
+               if (weights == weightFormatName(format)) {
+                 options.weights = format;
+                 known = true;
+               }
+             if (!known)
+               throw std::invalid_argument("unknown weight format '" + weights + "' (known: f32, bf16, q8_0, q4_0)");
              return std::make_unique<CompiledModel>(config, options);
            }),
            py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
