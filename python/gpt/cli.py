@@ -1,7 +1,7 @@
 """The `gpt` command line (python -m gpt, or bazel run //tools:gpt --), with absl-py flags.
 
 Commands:
-  generate   generate text with the embedded byte-level model or a HF GPT-2 directory (--model)
+  generate   generate text with the embedded byte-level model, a HF GPT-2 directory or a GGUF file (--model)
   ir         print a model's program after a compiler stage
   stages     print a transformer-dialect .mlir file after each compiler stage
 """
@@ -24,7 +24,8 @@ EMBEDDED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"
 flags.DEFINE_string(
     "model",
     None,
-    "HF GPT-2 directory (config.json + model.safetensors [+ tokenizer.json]); default: the embedded byte-level model",
+    "HF GPT-2 directory (config.json + model.safetensors [+ tokenizer.json]) or GPT-2 GGUF file (*.gguf); "
+    "default: the embedded byte-level model",
 )
 flags.DEFINE_string("prompt", "Once upon a time", "text to continue")
 flags.DEFINE_integer("max_new_tokens", 64, "number of tokens to generate", lower_bound=0)
@@ -36,7 +37,12 @@ flags.DEFINE_bool("cache", True, "use the KV cache (--nocache recomputes every s
 flags.DEFINE_bool("stream", True, "print tokens as they are generated")
 flags.DEFINE_enum("pipeline", "default", PIPELINES, "compiler pipeline level")
 flags.DEFINE_integer("threads", None, "threads (default: all cores)", lower_bound=1)
-flags.DEFINE_enum("weights", "f32", WEIGHT_FORMATS, "format of the matmul weights (bf16: half the bytes to stream)")
+flags.DEFINE_enum(
+    "weights",
+    "f32",
+    WEIGHT_FORMATS,
+    "format of the matmul weights, as llama.cpp names them (bf16, q8_0, q4_0: fewer bytes to stream)",
+)
 flags.DEFINE_enum("stage", "linalg", STAGES, "ir: the compiler stage to print")
 flags.DEFINE_enum("entry", "forward", ["forward", "step"], "ir: forward, or the cached prefill/decode step")
 flags.DEFINE_integer("seq_len", None, "ir: number of tokens the program is compiled for", lower_bound=1)
@@ -53,12 +59,16 @@ def _options() -> CompileOptions:
 
 
 def _load_model() -> GPT:
+    if FLAGS.model and FLAGS.model.endswith(".gguf"):
+        return GPT.from_gguf(FLAGS.model, options=_options())
     return GPT.from_pretrained(FLAGS.model or EMBEDDED_MODEL, options=_options())
 
 
 def generate() -> None:
     model = _load_model()
-    tokenizer = tokenizer_for(FLAGS.model or EMBEDDED_MODEL, model.config.vocab_size)
+    tokenizer = model.tokenizer
+    if tokenizer is None:
+        tokenizer = tokenizer_for(FLAGS.model or EMBEDDED_MODEL, model.config.vocab_size)
     prompt = tokenizer.encode(FLAGS.prompt)
     if not prompt:
         raise app.UsageError("--prompt must not be empty")

@@ -11,7 +11,9 @@ import numpy as np
 from gpt import _gpt
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
+from gpt.gguf_file import load_gguf
 from gpt.sampling import check_sampling_args, sample
+from gpt.tokenizer import HFTokenizer
 from gpt.weights import load_pretrained, random_weights, validate_weights
 
 STAGES = tuple(_gpt.STAGES)
@@ -31,7 +33,7 @@ class GenerationStats:
 
 
 class GPT:
-    """Construct with GPT.random, GPT.from_weights or GPT.from_pretrained.
+    """Construct with GPT.random, GPT.from_weights, GPT.from_pretrained or GPT.from_gguf.
 
     What is fixed for the model's lifetime (`config`, `options`) and the record of the last
     generate() (`last_generation`) are properties; the compile statistics (`compiled_lengths()`,
@@ -69,6 +71,8 @@ class GPT:
         self._compiled.set_weights(self._arguments)
         # The counters of the generate() run in progress or last run; None before the first.
         self._generation: dict[str, Any] | None = None
+        # The checkpoint's tokenizer (from_pretrained, from_gguf), when it has one.
+        self._tokenizer: HFTokenizer | None = None
 
     # -- constructors ---------------------------------------------------------------------------
 
@@ -86,9 +90,37 @@ class GPT:
 
     @classmethod
     def from_pretrained(cls, path: str, options: CompileOptions | None = None) -> "GPT":
-        """A HF GPT-2 directory with config.json and model.safetensors; no network access."""
+        """A HF GPT-2 directory with config.json and model.safetensors (F32, F16, BF16 or F64
+        tensors; F16 and BF16 widen to float32 exactly); no network access. `model.tokenizer` is
+        the directory's tokenizer.json when there is one."""
         config, weights = load_pretrained(path)
-        return cls(config, weights, options, _copy_weights=False)
+        model = cls(config, weights, options, _copy_weights=False)
+        tokenizer_json = os.path.join(path, "tokenizer.json")
+        if os.path.isfile(tokenizer_json):
+            model._tokenizer = HFTokenizer(tokenizer_json)
+        return model
+
+    @classmethod
+    def from_gguf(cls, path: str, options: CompileOptions | None = None) -> "GPT":
+        """A GPT-2 GGUF file (llama.cpp's format, architecture "gpt2", as llama.cpp's
+        convert_hf_to_gguf.py and llama-quantize write it), read with the `gguf` package. Tensor
+        types F32, F16, BF16, Q8_0 and Q4_0; hyperparameters from the gpt2.* metadata; an
+        output.weight must equal token_embd.weight (GPT-2's tied head). `model.tokenizer` is the
+        file's GPT-2 BPE vocabulary (tokenizer.ggml.model "gpt2") when it carries one. Anything
+        else raises ValueError naming the problem (gpt/gguf_file.py).
+
+        Every tensor is dequantized to float32 (gguf.quants.dequantize) and the compiler quantizes
+        the matmul weights again at load in the format CompileOptions.weights names. The formats'
+        definitions round-trip: a bf16, q8_0 or q4_0 file loaded with CompileOptions(weights=<the
+        same format>) reproduces the file's values exactly, and for q8_0 and q4_0 its codes and
+        fp16 scales too (for every block ggml's reference quantizer wrote, which is how llama.cpp
+        writes q8_0 and, without an importance matrix, q4_0; a block whose scale is 0 comes back
+        with zero codes). The float32 detour is temporary: it costs load time and memory, not
+        accuracy, until the quantized tensors are handed to the compiler as they are."""
+        config, weights, tokenizer = load_gguf(path)
+        model = cls(config, weights, options, _copy_weights=False)
+        model._tokenizer = tokenizer
+        return model
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -99,6 +131,12 @@ class GPT:
     @property
     def options(self) -> CompileOptions:
         return self._options
+
+    @property
+    def tokenizer(self) -> HFTokenizer | None:
+        """The tokenizer that came with the checkpoint (from_pretrained: tokenizer.json; from_gguf:
+        the file's vocabulary), or None."""
+        return self._tokenizer
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The weights by HF name (read-only views)."""

@@ -17,13 +17,25 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """A HF tokenizer.json, as shipped with GPT-2 checkpoints."""
+    """A HF `tokenizers` tokenizer: a tokenizer.json as shipped with GPT-2 checkpoints (a path), or
+    a `tokenizers.Tokenizer` (GPT.from_gguf builds one from a GGUF file's vocabulary)."""
 
-    def __init__(self, path: str):
+    def __init__(self, source):
         from tokenizers import Tokenizer
 
-        self._tokenizer = Tokenizer.from_file(path)
+        if isinstance(source, Tokenizer):
+            self._tokenizer = source
+        else:
+            try:
+                self._tokenizer = Tokenizer.from_file(os.fspath(source))
+            except Exception as e:  # tokenizers raises a bare Exception for a malformed file
+                raise ValueError(f"{source} is not a readable tokenizer.json: {e}") from None
         self.vocab_size = self._tokenizer.get_vocab_size()
+
+    @property
+    def backend(self):
+        """The underlying tokenizers.Tokenizer."""
+        return self._tokenizer
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text).ids
@@ -41,5 +53,6 @@ def tokenizer_for(model_dir: str | None, vocab_size: int):
     if vocab_size == 256:
         return ByteTokenizer()
     raise ValueError(
-        f"no tokenizer: {model_dir or 'the model'} has no tokenizer.json and a vocabulary of {vocab_size} is not bytes"
+        f"no tokenizer: {model_dir or 'the model'} has no tokenizer.json (or GGUF vocabulary) and a vocabulary "
+        f"of {vocab_size} is not bytes"
     )

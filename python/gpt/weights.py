@@ -2,6 +2,7 @@
 
 import json
 import os
+import struct
 from collections.abc import Mapping
 
 import numpy as np
@@ -20,7 +21,8 @@ _IMPLEMENTED_OPTIONS = {
     "scale_attn_by_inverse_layer_idx": False,
     "add_cross_attention": False,
 }
-_NUMPY_DTYPES = ("F32", "F16", "F64")
+# Tensor dtypes of a safetensors checkpoint that load_pretrained reads (as float32).
+_SAFETENSORS_DTYPES = ("F32", "F16", "BF16", "F64")
 
 
 def expected_shapes(config: GPTConfig) -> dict[str, tuple]:
@@ -131,20 +133,57 @@ def load_pretrained(path: str):
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file, with errors that name the file and the tensor."""
+    """Every tensor of a safetensors file as float32 (F16 and BF16 widened exactly; F64 is
+    rounded later, as from_weights rounds float64 arrays), with errors that name the file and the
+    tensor. The safetensors library reads the header and the numpy-representable tensors; numpy
+    has no bfloat16, so BF16 tensors are read from their byte range in the file (_bf16_tensor)."""
     from safetensors import SafetensorError, safe_open
 
     tensors = {}
+    header = None  # read once, for the first BF16 tensor
     try:
         with safe_open(path, framework="numpy") as f:
             for name in f.keys():
                 dtype = f.get_slice(name).get_dtype()
-                if dtype not in _NUMPY_DTYPES:
+                if dtype not in _SAFETENSORS_DTYPES:
                     raise ValueError(
-                        f"{path}: tensor {name} has dtype {dtype}, which numpy cannot read "
-                        f"(supported: {', '.join(_NUMPY_DTYPES)})"
+                        f"{path}: tensor {name} has dtype {dtype}, which is not a floating-point format "
+                        f"this loader reads (supported: {', '.join(_SAFETENSORS_DTYPES)})"
                     )
-                tensors[name] = f.get_tensor(name)
+                if dtype == "BF16":
+                    header = header or _safetensors_header(path)
+                    tensors[name] = _bf16_tensor(path, header, name, f.get_slice(name).get_shape())
+                elif dtype == "F16":
+                    tensors[name] = f.get_tensor(name).astype(np.float32)  # exact
+                else:
+                    tensors[name] = f.get_tensor(name)
     except SafetensorError as e:
         raise ValueError(f"{path} is not a readable safetensors file: {e}") from None
     return tensors
+
+
+def _safetensors_header(path: str) -> tuple[dict, int]:
+    """(the JSON header, the offset of the data buffer) of a safetensors file. The documented
+    layout: an 8-byte little-endian header length N, N bytes of JSON giving each tensor's dtype,
+    shape and `data_offsets` [begin, end) relative to the data buffer that follows, little-endian
+    data. Only read after safe_open has parsed and validated the same header (offsets inside the
+    file, sizes matching shapes)."""
+    with open(path, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(header_len)), 8 + header_len
+
+
+def _bf16_tensor(path: str, header: tuple[dict, int], name: str, shape) -> np.ndarray:
+    """A BF16 tensor of a safetensors file as float32: each value's 16 bits become the high half
+    of a float32, which is exact (numpy has no bfloat16, so safe_open cannot return it)."""
+    entries, data_start = header
+    begin, end = entries[name]["data_offsets"]
+    count = int(np.prod(shape, dtype=np.int64))
+    if end - begin != 2 * count:
+        raise ValueError(f"{path}: tensor {name} has {end - begin} bytes for {count} BF16 values")
+    with open(path, "rb") as f:
+        f.seek(data_start + begin)
+        bits = np.fromfile(f, dtype="<u2", count=count)
+    if bits.size != count:
+        raise ValueError(f"{path}: tensor {name} is truncated")
+    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(shape)

@@ -186,10 +186,11 @@ def test_from_pretrained_names_unreadable_files_and_tensors(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
     with pytest.raises(ValueError, match="model.safetensors is not a readable safetensors file"):
         gpt.GPT.from_pretrained(str(tmp_path))
-    # A bf16 tensor (safetensors' format: header length, JSON header, data).
-    header = json.dumps({"transformer.wte.weight": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
-    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + bytes(8))
-    with pytest.raises(ValueError, match="tensor transformer.wte.weight has dtype BF16, which numpy cannot read"):
+    # An fp8 tensor (safetensors' format: header length, JSON header, data); F32, F16, BF16 and
+    # F64 are read (tests/python/test_gguf.py loads fp16 and bf16 checkpoints).
+    header = json.dumps({"transformer.wte.weight": {"dtype": "F8_E4M3", "shape": [2, 2], "data_offsets": [0, 4]}})
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header.encode() + bytes(4))
+    with pytest.raises(ValueError, match="tensor transformer.wte.weight has dtype F8_E4M3, which is not a floating"):
         gpt.GPT.from_pretrained(str(tmp_path))
 
 

@@ -1,0 +1,417 @@
+"""GGUF, llama.cpp's model file format, for GPT-2: `load_gguf` reads a file for GPT.from_gguf,
+`save_gguf` writes one as llama.cpp's converter (convert_hf_to_gguf.py, architecture "gpt2") and
+`llama-quantize --pure` write them, so that llama.cpp can run the same weights. Both go through
+the `gguf` package (llama.cpp's own Python library): GGUFReader and GGUFWriter for the container,
+gguf.quants for the block formats.
+
+Names and layout. The model takes HF GPT-2 parameter names; llama.cpp's converter renames them
+(transformer.h.N.attn.c_attn.weight -> blk.N.attn_qkv.weight, ...; `tensor_names`) and transposes
+the four matmul weights from HF's Conv1D layout [in, out] to torch Linear layout [out, in]. GGUF
+records a tensor's dimensions fastest-varying first (ggml's ne), so those weights have
+ne = [in, out] and gguf's numpy view of them is [out, in]; quantization blocks (32 values) run
+along ne[0], the input dimension K, the same axis the compiler's q8_0 and q4_0 formats block along.
+The embeddings are [vocab, n_embd] and [n_ctx, n_embd] (numpy order) in both.
+
+Which tensors a file of each format quantizes (as llama.cpp writes them): the token embedding and
+the matmul weights are in the file's format; the position embedding, LayerNorm parameters and
+biases stay F32."""
+
+import json
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from gpt.config import GPTConfig
+from gpt.tokenizer import HFTokenizer
+from gpt.weights import expected_shapes, validate_weights
+
+ARCHITECTURE = "gpt2"
+# Formats save_gguf writes, named as llama.cpp names them; from_gguf reads tensors of these types.
+FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0")
+# The GGUF names of the model-level tensors and of block N's, with their HF GPT-2 names and
+# whether llama.cpp stores them transposed ([out, in] instead of Conv1D's [in, out]).
+_MODEL_TENSORS = (
+    ("token_embd.weight", "transformer.wte.weight", False),
+    ("position_embd.weight", "transformer.wpe.weight", False),
+)
+_BLOCK_TENSORS = (
+    ("attn_norm.weight", "ln_1.weight", False),
+    ("attn_norm.bias", "ln_1.bias", False),
+    ("attn_qkv.weight", "attn.c_attn.weight", True),
+    ("attn_qkv.bias", "attn.c_attn.bias", False),
+    ("attn_output.weight", "attn.c_proj.weight", True),
+    ("attn_output.bias", "attn.c_proj.bias", False),
+    ("ffn_norm.weight", "ln_2.weight", False),
+    ("ffn_norm.bias", "ln_2.bias", False),
+    ("ffn_up.weight", "mlp.c_fc.weight", True),
+    ("ffn_up.bias", "mlp.c_fc.bias", False),
+    ("ffn_down.weight", "mlp.c_proj.weight", True),
+    ("ffn_down.bias", "mlp.c_proj.bias", False),
+)
+_FINAL_TENSORS = (
+    ("output_norm.weight", "transformer.ln_f.weight", False),
+    ("output_norm.bias", "transformer.ln_f.bias", False),
+)
+# The LM head. GPT-2 ties it to the token embedding; llama.cpp's converter does not write it (the
+# loader then uses token_embd), older converters wrote a copy.
+_OUTPUT = "output.weight"
+# Tokenizer models that mean "no vocabulary" to llama.cpp.
+_NO_VOCABULARY = ("none", "no_vocab")
+
+
+def tensor_names(n_layer: int) -> dict[str, tuple[str, bool]]:
+    """GGUF tensor name -> (HF GPT-2 name, stored transposed), for every tensor of a GPT-2 file
+    except the optional output.weight, in the order save_gguf writes them."""
+    names = {gguf: (hf, transposed) for gguf, hf, transposed in _MODEL_TENSORS}
+    for layer in range(n_layer):
+        for gguf, hf, transposed in _BLOCK_TENSORS:
+            names[f"blk.{layer}.{gguf}"] = (f"transformer.h.{layer}.{hf}", transposed)
+    names.update({gguf: (hf, transposed) for gguf, hf, transposed in _FINAL_TENSORS})
+    return names
+
+
+def _types():
+    import gguf
+
+    t = gguf.GGMLQuantizationType
+    return {"f32": t.F32, "f16": t.F16, "bf16": t.BF16, "q8_0": t.Q8_0, "q4_0": t.Q4_0}
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def load_gguf(path) -> tuple[GPTConfig, dict[str, np.ndarray], HFTokenizer | None]:
+    """Reads a GPT-2 GGUF file into (GPTConfig, float32 weights by HF name, tokenizer or None).
+
+    Hyperparameters come from the metadata (gpt2.block_count, gpt2.context_length,
+    gpt2.embedding_length, gpt2.attention.head_count, gpt2.attention.layer_norm_epsilon), the
+    vocabulary size from token_embd's shape. Every tensor is dequantized to float32 with gguf's own
+    gguf.quants.dequantize and put back in HF's layout. The tokenizer is built when the file
+    carries GPT-2's (tokenizer.ggml.model "gpt2": byte-level BPE from tokenizer.ggml.tokens and
+    tokenizer.ggml.merges). Raises FileNotFoundError for a missing file and ValueError naming the
+    problem for anything else: an unreadable file, another architecture, a missing or misshapen
+    tensor, an unsupported tensor type, an output.weight unlike token_embd.weight (an untied LM
+    head), hyperparameters this model cannot take, a vocabulary that does not fit."""
+    import gguf
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such GGUF file: {path}")
+    try:
+        reader = gguf.GGUFReader(path)
+    except OSError:
+        raise
+    except Exception as e:  # GGUFReader raises ValueError, KeyError, IndexError ... on bad bytes
+        raise ValueError(f"{path} is not a readable GGUF file: {type(e).__name__}: {e}") from None
+    if reader.byte_order != "I":
+        raise ValueError(f"{path}: a GGUF file of the other byte order is not supported")
+
+    meta = _Metadata(reader, path)
+    architecture = meta.get("general.architecture", str)
+    if architecture != ARCHITECTURE:
+        raise ValueError(f"{path}: general.architecture {architecture!r} is not supported (GPT-2, 'gpt2', only)")
+    n_layer = meta.get("gpt2.block_count", int)
+    n_ctx = meta.get("gpt2.context_length", int)
+    n_embd = meta.get("gpt2.embedding_length", int)
+    n_head = meta.get("gpt2.attention.head_count", int, per_layer=True)
+    eps = meta.get("gpt2.attention.layer_norm_epsilon", float)
+    # Keys that would change the computation, when present: only GPT-2's values are implemented.
+    n_ff = meta.get("gpt2.feed_forward_length", int, required=False, per_layer=True)
+    if n_ff is not None and n_ff != 4 * n_embd:
+        raise ValueError(f"{path}: gpt2.feed_forward_length {n_ff} is not supported (only 4 * n_embd = {4 * n_embd})")
+    n_head_kv = meta.get("gpt2.attention.head_count_kv", int, required=False, per_layer=True)
+    if n_head_kv is not None and n_head_kv != n_head:
+        raise ValueError(f"{path}: gpt2.attention.head_count_kv {n_head_kv} differs from head_count {n_head}")
+
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    if "token_embd.weight" not in tensors:
+        raise ValueError(f"{path}: tensor token_embd.weight is missing")
+    embd_ne = [int(n) for n in tensors["token_embd.weight"].shape]
+    if len(embd_ne) != 2 or embd_ne[0] != n_embd:
+        raise ValueError(f"{path}: tensor token_embd.weight has ne {embd_ne}, expected [{n_embd}, vocab]")
+    vocab_size = embd_ne[1]
+    declared_vocab = meta.get("gpt2.vocab_size", int, required=False)
+    if declared_vocab is not None and declared_vocab != vocab_size:
+        raise ValueError(f"{path}: gpt2.vocab_size {declared_vocab} differs from token_embd.weight's {vocab_size} rows")
+    try:
+        config = GPTConfig(
+            n_layer=n_layer,
+            n_head=n_head,
+            n_embd=n_embd,
+            vocab_size=vocab_size,
+            block_size=n_ctx,
+            # The file holds a float32: its shortest decimal, so that 1e-5 reads back as 1e-5.
+            layer_norm_eps=float(str(np.float32(eps))),
+        )
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+    names = tensor_names(n_layer)
+    missing = [name for name in names if name not in tensors]
+    if missing:
+        raise ValueError(f"{path}: tensor(s) missing: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+    unexpected = sorted(name for name in tensors if name not in names and name != _OUTPUT)
+    if unexpected:
+        raise ValueError(f"{path}: unexpected tensor(s) for GPT-2: {', '.join(unexpected[:5])}")
+    shapes = _gguf_shapes(config)
+    weights = {}
+    for name, (hf_name, transposed) in names.items():
+        array = _dequantize(tensors[name], shapes[name], path)
+        weights[hf_name] = np.ascontiguousarray(array.T) if transposed else array
+    if _OUTPUT in tensors:
+        head = _dequantize(tensors[_OUTPUT], shapes["token_embd.weight"], path)
+        if not np.array_equal(head, weights["transformer.wte.weight"]):
+            raise ValueError(
+                f"{path}: output.weight differs from token_embd.weight (an untied LM head is not supported)"
+            )
+    tokenizer = _read_tokenizer(meta, path, vocab_size)
+    del tensors, reader  # closes the memory map: every array above is a copy
+    return config, weights, tokenizer
+
+
+class _Metadata:
+    """Typed access to a GGUFReader's key-value metadata, with errors naming the file and key."""
+
+    def __init__(self, reader, path: str):
+        self._reader = reader
+        self._path = path
+
+    def get(self, key: str, kind: type, required: bool = True, per_layer: bool = False):
+        """The value of `key` as `kind` (int, float, str or list); None when absent and not
+        required. `per_layer`: an int that may also be stored as one value per layer, accepted
+        when all layers agree."""
+        field = self._reader.get_field(key)
+        if field is None:
+            if required:
+                raise ValueError(f"{self._path}: metadata key {key} is missing")
+            return None
+        try:
+            value = field.contents()
+        except Exception as e:  # a malformed value
+            raise ValueError(f"{self._path}: metadata key {key} cannot be read: {e}") from None
+        if per_layer and isinstance(value, list) and value and len(set(value)) == 1:
+            value = value[0]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"{self._path}: metadata key {key} is {value!r}, expected {kind.__name__}")
+        return value
+
+
+def _gguf_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """GGUF tensor name -> numpy shape (ne reversed) of a GPT-2 of this config."""
+    hf_shapes = expected_shapes(config)
+    return {
+        name: hf_shapes[hf][::-1] if transposed else hf_shapes[hf]
+        for name, (hf, transposed) in tensor_names(config.n_layer).items()
+    }
+
+
+def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
+    """A GGUF tensor as a float32 array of numpy shape `shape`, checked against its type and ne."""
+    import gguf
+
+    supported = {t: name for name, t in _types().items()}
+    if tensor.tensor_type not in supported:
+        raise ValueError(
+            f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which this loader does not read "
+            f"(supported: {', '.join(name.upper() for name in FORMATS)})"
+        )
+    ne = [int(n) for n in tensor.shape]
+    if ne != list(shape[::-1]):
+        raise ValueError(f"{path}: tensor {tensor.name} has ne {ne}, expected {list(shape[::-1])}")
+    if tensor.tensor_type == gguf.GGMLQuantizationType.F32:
+        values = np.array(tensor.data, dtype=np.float32)  # a copy out of the memory map
+    else:
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    return np.ascontiguousarray(values, dtype=np.float32).reshape(shape)
+
+
+def _read_tokenizer(meta: _Metadata, path: str, vocab_size: int) -> HFTokenizer | None:
+    """GPT-2's byte-level BPE from the file's vocabulary, or None when it carries none (or one of
+    another kind, such as SentencePiece's "llama")."""
+    model = meta.get("tokenizer.ggml.model", str, required=False)
+    if model != "gpt2":
+        return None
+    # llama.cpp picks the pre-tokenizer's split regex by this name; "gpt-2" is GPT-2's (older
+    # files lack the key). Another would split text differently from the tokenizer built here.
+    pre = meta.get("tokenizer.ggml.pre", str, required=False)
+    if pre not in (None, "gpt-2"):
+        raise ValueError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (GPT-2's, 'gpt-2', only)")
+    tokens = meta.get("tokenizer.ggml.tokens", list)
+    merges = meta.get("tokenizer.ggml.merges", list)
+    types = meta.get("tokenizer.ggml.token_type", list, required=False)
+    if len(tokens) != vocab_size:
+        raise ValueError(f"{path}: the tokenizer has {len(tokens)} tokens, the model a vocabulary of {vocab_size}")
+    vocab = {token: i for i, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise ValueError(f"{path}: tokenizer.ggml.tokens repeats a token")
+    pairs = []
+    for merge in merges:
+        parts = merge.split(" ")
+        if len(parts) != 2:
+            raise ValueError(f"{path}: tokenizer.ggml.merges entry {merge!r} is not two tokens")
+        pairs.append((parts[0], parts[1]))
+    if types is not None and len(types) != len(tokens):
+        raise ValueError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    # What GPT-2's tokenizer.json holds: BPE over GPT-2's byte-to-unicode alphabet, the split regex
+    # and byte mapping of ByteLevel, no prefix space.
+    try:
+        tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=pairs))
+    except Exception as e:  # a merge of tokens not in the vocabulary
+        raise ValueError(f"{path}: the tokenizer's vocabulary and merges do not fit: {e}") from None
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    if types is not None:
+        control, user = _gguf_token_types()
+        # Control tokens (<|endoftext|>) are special: matched whole, left out of decoded text;
+        # user-defined ones are matched whole, as llama.cpp does.
+        tokenizer.add_special_tokens([AddedToken(tokens[i], special=True) for i, t in enumerate(types) if t == control])
+        tokenizer.add_tokens([AddedToken(tokens[i], special=False) for i, t in enumerate(types) if t == user])
+    return HFTokenizer(tokenizer)
+
+
+def _gguf_token_types() -> tuple[int, int]:
+    import gguf
+
+    return int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED)
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def save_gguf(model_or_weights, config: GPTConfig | None, path, format: str = "f32", *, tokenizer=None, name="gpt"):
+    """Writes a GPT-2 as a GGUF file that llama.cpp loads: the tensor names, layout and metadata
+    of llama.cpp's converter for architecture "gpt2" (general.architecture, gpt2.block_count,
+    gpt2.context_length, gpt2.embedding_length, gpt2.feed_forward_length,
+    gpt2.attention.head_count, gpt2.attention.layer_norm_epsilon, general.file_type,
+    general.quantization_version).
+
+    `model_or_weights`: a gpt.GPT (then `config` may be None) or a mapping of HF GPT-2 names to
+    arrays. `format`: "f32", "f16", "bf16", "q8_0" or "q4_0": the token embedding and the matmul
+    weights are converted with gguf.quants.quantize (ggml's reference quantizers; q4_0 for the
+    token embedding too, as `llama-quantize --pure` does), the position embedding, LayerNorm
+    parameters and biases stay F32. `tokenizer`: a gpt.HFTokenizer or tokenizers.Tokenizer of
+    byte-level BPE (GPT-2's kind), written as tokenizer.ggml.* (model "gpt2", pre "gpt-2"); by
+    default the model's own tokenizer when `model_or_weights` is a GPT that has one. Without one the
+    file says tokenizer.ggml.model "none" and gpt2.vocab_size, which llama.cpp accepts."""
+    import gguf
+
+    from gpt.model import GPT
+
+    if isinstance(model_or_weights, GPT):
+        if config is not None and config != model_or_weights.config:
+            raise ValueError(f"config {config} is not the model's ({model_or_weights.config})")
+        config = model_or_weights.config
+        weights = model_or_weights.state_dict()
+        if tokenizer is None:
+            tokenizer = model_or_weights.tokenizer
+    elif isinstance(model_or_weights, Mapping):
+        weights = model_or_weights
+    else:
+        raise TypeError(
+            f"model_or_weights must be a gpt.GPT or a mapping of names to arrays, got {type(model_or_weights).__name__}"
+        )
+    if not isinstance(config, GPTConfig):
+        raise TypeError(f"config must be a gpt.GPTConfig, got {type(config).__name__}")
+    if config.pos_embedding != "learned":
+        raise ValueError(
+            f"GGUF's gpt2 architecture has learned positions; pos_embedding={config.pos_embedding!r} cannot be written"
+        )
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    weights = validate_weights(config, weights, copy=False)
+    qtype = _types()[format]
+    plain = gguf.GGMLQuantizationType.F32
+    vocabulary = _gpt2_vocabulary(tokenizer, config.vocab_size) if tokenizer is not None else None
+
+    # Convert everything before the file is opened, so that a refusal leaves no file behind.
+    tensors = []
+    for gguf_name, (hf_name, transposed) in tensor_names(config.n_layer).items():
+        array = weights[hf_name]
+        array = np.ascontiguousarray(array.T) if transposed else array
+        kind = plain if array.ndim == 1 or gguf_name == "position_embd.weight" else qtype
+        block, _ = gguf.GGML_QUANT_SIZES[kind]
+        if array.shape[-1] % block:
+            raise ValueError(
+                f"{gguf_name} rows have {array.shape[-1]} values, not a multiple of {format}'s block of {block}"
+            )
+        tensors.append((gguf_name, gguf.quants.quantize(array, kind), kind))
+
+    file_types = {
+        "f32": gguf.LlamaFileType.ALL_F32,
+        "f16": gguf.LlamaFileType.MOSTLY_F16,
+        "bf16": gguf.LlamaFileType.MOSTLY_BF16,
+        "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+        "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    }
+    writer = gguf.GGUFWriter(os.fspath(path), arch=ARCHITECTURE)
+    try:
+        writer.add_type(gguf.GGUFType.MODEL)
+        writer.add_name(name)
+        writer.add_block_count(config.n_layer)
+        writer.add_context_length(config.block_size)
+        writer.add_embedding_length(config.n_embd)
+        writer.add_feed_forward_length(4 * config.n_embd)
+        writer.add_head_count(config.n_head)
+        writer.add_layer_norm_eps(float(config.layer_norm_eps))
+        writer.add_file_type(int(file_types[format]))
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        if vocabulary is None:
+            writer.add_tokenizer_model("none")
+            writer.add_vocab_size(config.vocab_size)
+        else:
+            tokens, types, merges, endoftext = vocabulary
+            writer.add_tokenizer_model("gpt2")
+            writer.add_tokenizer_pre("gpt-2")
+            writer.add_token_list(tokens)
+            writer.add_token_types(types)
+            writer.add_token_merges(merges)
+            if endoftext is not None:  # GPT-2's bos and eos (config.json's bos/eos_token_id)
+                writer.add_bos_token_id(endoftext)
+                writer.add_eos_token_id(endoftext)
+        for gguf_name, data, kind in tensors:
+            writer.add_tensor(gguf_name, data, raw_dtype=kind)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+
+
+def _gpt2_vocabulary(tokenizer, vocab_size: int):
+    """(tokens, token types, merges, id of <|endoftext|> or None) of a byte-level BPE tokenizer, as
+    llama.cpp's converter lists them: one token per id up to vocab_size (ids the tokenizer lacks
+    become "[PAD<id>]", user-defined), added special tokens as control tokens."""
+    import gguf
+    from tokenizers import Tokenizer
+
+    if isinstance(tokenizer, HFTokenizer):
+        tokenizer = tokenizer.backend
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"tokenizer must be a gpt.HFTokenizer or tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+    spec = json.loads(tokenizer.to_str())
+    model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+    if model.get("type") != "BPE" or pre.get("type") != "ByteLevel":
+        raise ValueError(
+            f"only byte-level BPE tokenizers (GPT-2's kind) can be written to GGUF; this one is "
+            f"{model.get('type')} with pre-tokenizer {pre.get('type')}"
+        )
+    by_id = {int(i): token for token, i in model["vocab"].items()}
+    types = {}
+    for added in spec.get("added_tokens") or []:
+        by_id[int(added["id"])] = added["content"]
+        types[int(added["id"])] = gguf.TokenType.CONTROL if added.get("special") else gguf.TokenType.USER_DEFINED
+    if max(by_id) >= vocab_size:
+        raise ValueError(f"the tokenizer has token id {max(by_id)}, outside the model's vocabulary of {vocab_size}")
+    tokens, token_types = [], []
+    for i in range(vocab_size):
+        tokens.append(by_id.get(i, f"[PAD{i}]"))
+        token_types.append(int(types.get(i, gguf.TokenType.NORMAL if i in by_id else gguf.TokenType.USER_DEFINED)))
+    merges = [merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges") or []]
+    endoftext = tokens.index("<|endoftext|>") if "<|endoftext|>" in tokens else None
+    return tokens, token_types, merges, endoftext
