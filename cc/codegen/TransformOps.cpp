@@ -4,10 +4,12 @@
 
 #include "cc/codegen/CodegenAttributes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/TransformOps/LinalgTransformOps.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Interfaces/TilingInterface.h"
 
@@ -186,42 +188,96 @@ DiagnosedSilenceableFailure GetEpilogueMatmulOp::apply(transform::TransformRewri
 }
 
 //===----------------------------------------------------------------------===//
-// DropUnitBlockLoopsOp
+// VectorizeBlockMatmulOp
 //===----------------------------------------------------------------------===//
 
-DiagnosedSilenceableFailure DropUnitBlockLoopsOp::apply(transform::TransformRewriter &rewriter,
-                                                        transform::TransformResults &results,
-                                                        transform::TransformState &state) {
-  SmallVector<Operation *> flattened;
+namespace {
+
+/// True for `transfer_read %src[..., 0, ...] {permutation_map = (...) -> (dj, 0)} : vector<MxN>`
+/// over a static source dim j of exactly M elements read from index 0: a column of M values,
+/// each broadcast along its row.
+bool isColumnBroadcastRead(vector::TransferReadOp read) {
+  VectorType type = read.getVectorType();
+  AffineMap map = read.getPermutationMap();
+  if (type.getRank() != 2 || map.getNumResults() != 2 || read.getMask()) return false;
+  auto row = dyn_cast<AffineDimExpr>(map.getResult(0));
+  auto column = dyn_cast<AffineConstantExpr>(map.getResult(1));
+  if (!row || !column || column.getValue() != 0) return false;
+  auto source = dyn_cast<ShapedType>(read.getSource().getType());
+  std::optional<int64_t> start = getConstantIntValue(read.getIndices()[row.getPosition()]);
+  return source && source.getDimSize(row.getPosition()) == type.getDimSize(0) && start == 0;
+}
+
+/// Replaces a column-broadcast read by one broadcast read per row.
+void splitIntoRowBroadcasts(RewriterBase &rewriter, vector::TransferReadOp read) {
+  Location loc = read.getLoc();
+  VectorType type = read.getVectorType();
+  unsigned dim = cast<AffineDimExpr>(read.getPermutationMap().getResult(0)).getPosition();
+  auto rowType = VectorType::get({type.getDimSize(1)}, type.getElementType());
+  MLIRContext *ctx = rewriter.getContext();
+  AffineMap broadcast = AffineMap::get(read.getPermutationMap().getNumDims(), 0, {getAffineConstantExpr(0, ctx)}, ctx);
+  rewriter.setInsertionPoint(read);
+  Value result = rewriter.create<arith::ConstantOp>(loc, type, rewriter.getZeroAttr(type));
+  for (int64_t row = 0; row < type.getDimSize(0); ++row) {
+    SmallVector<Value> indices(read.getIndices());
+    indices[dim] = rewriter.create<arith::ConstantIndexOp>(loc, row);
+    Value value = rewriter.create<vector::TransferReadOp>(loc, rowType, read.getSource(), indices,
+                                                          AffineMapAttr::get(broadcast), read.getPadding(),
+                                                          /*mask=*/Value(), rewriter.getBoolArrayAttr({true}));
+    result = rewriter.create<vector::InsertOp>(loc, value, result, row);
+  }
+  rewriter.replaceOp(read, result);
+}
+
+/// The generic that replaces `generic` once its unit loops but M are dropped (created where
+/// `generic` was), or null.
+linalg::GenericOp dropUnitBlockLoops(RewriterBase &rewriter, linalg::GenericOp generic) {
+  // Loops (M, panel, column, block, index): drop the unit ones but M, so that a one-row tile
+  // (decode) keeps a row dimension.
+  linalg::ControlDropUnitDims control;
+  control.rankReductionStrategy = linalg::ControlDropUnitDims::RankReductionStrategy::ExtractInsertSlice;
+  control.controlFn = [](Operation *op) {
+    SmallVector<unsigned> droppable;
+    SmallVector<int64_t> ranges = cast<linalg::LinalgOp>(op).getStaticLoopRanges();
+    for (unsigned loop : {1u, 3u, 4u})
+      if (ranges[loop] == 1) droppable.push_back(loop);
+    return droppable;
+  };
+  Operation *before = generic->getPrevNode(), *after = generic->getNextNode();
+  Block *block = generic->getBlock();
+  rewriter.setInsertionPoint(generic);
+  if (failed(linalg::dropUnitDims(rewriter, generic, control))) return nullptr;
+  linalg::GenericOp replacement;
+  for (Operation *op = before ? before->getNextNode() : &block->front(); op && op != after; op = op->getNextNode())
+    if (auto candidate = dyn_cast<linalg::GenericOp>(op)) replacement = candidate;
+  return replacement;
+}
+
+} // namespace
+
+DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRewriter &rewriter,
+                                                          transform::TransformResults &results,
+                                                          transform::TransformState &state) {
+  SmallVector<Operation *> rest;
   for (Operation *target : state.getPayloadOps(getTarget())) {
     auto generic = dyn_cast<linalg::GenericOp>(target);
     if (!generic || !isPackedMatmul(generic) || generic.getNumReductionLoops() != 2) {
-      flattened.push_back(target);
+      rest.push_back(target);
       continue;
     }
-    // Loops (M, panel, column, block, index): drop the unit ones but M, so that a one-row tile
-    // (decode) keeps a row dimension.
-    linalg::ControlDropUnitDims control;
-    control.rankReductionStrategy = linalg::ControlDropUnitDims::RankReductionStrategy::ExtractInsertSlice;
-    control.controlFn = [](Operation *op) {
-      SmallVector<unsigned> droppable;
-      SmallVector<int64_t> ranges = cast<linalg::LinalgOp>(op).getStaticLoopRanges();
-      for (unsigned loop : {1u, 3u, 4u})
-        if (ranges[loop] == 1) droppable.push_back(loop);
-      return droppable;
-    };
-    // The replacement generic is created where the target was.
-    Operation *before = generic->getPrevNode(), *after = generic->getNextNode();
-    rewriter.setInsertionPoint(generic);
-    if (failed(linalg::dropUnitDims(rewriter, generic, control))) return emitDefaultSilenceableFailure(target);
-    Operation *replacement = nullptr;
-    for (Operation *op = before ? before->getNextNode() : &after->getBlock()->front(); op && op != after;
-         op = op->getNextNode())
-      if (isa<linalg::GenericOp>(op)) replacement = op;
-    if (!replacement) return emitDefaultSilenceableFailure(target);
-    flattened.push_back(replacement);
+    linalg::GenericOp flat = dropUnitBlockLoops(rewriter, generic);
+    if (!flat) return emitDefaultSilenceableFailure(target);
+    // The vector ops replace `flat` where it was, between its neighbours.
+    Operation *before = flat->getPrevNode(), *after = flat->getNextNode();
+    Block *block = flat->getBlock();
+    if (failed(linalg::vectorize(rewriter, flat))) return emitDefaultSilenceableFailure(target);
+    SmallVector<vector::TransferReadOp> columns;
+    for (Operation *op = before ? before->getNextNode() : &block->front(); op && op != after; op = op->getNextNode())
+      if (auto read = dyn_cast<vector::TransferReadOp>(op); read && isColumnBroadcastRead(read))
+        columns.push_back(read);
+    for (vector::TransferReadOp read : columns) splitIntoRowBroadcasts(rewriter, read);
   }
-  results.set(cast<OpResult>(getResult()), flattened);
+  results.set(cast<OpResult>(getRest()), rest);
   return DiagnosedSilenceableFailure::success();
 }
 

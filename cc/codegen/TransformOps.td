@@ -110,24 +110,31 @@ def GetEpilogueMatmulOp : GptTransformOp<"get_epilogue_matmul", [MemoryEffectsOp
   let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
 }
 
-def DropUnitBlockLoopsOp : GptTransformOp<"drop_unit_block_loops", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
-  let summary = "Drop the unit loops of a block-quantized packed matmul's register tile";
+def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
+  let summary = "Vectorize the register tiles of block-quantized packed matmuls; return the other targets";
   let description = [{
     A register tile of a block-quantized packed matmul (a generic marked `gpt.packed_matmul`
     with two reduction loops, block and index in block) has unit panel, block and index loops.
     Vectorized as it is, it becomes a contraction with two reduction dims, which
-    `lower_contraction` cannot turn into outer products: it is scalarized. This op drops those
-    unit loops (`linalg::dropUnitDims`, rank-reducing slices), leaving `acc[m, c] += x[m] * w[c]`,
-    which vectorizes to broadcasts of `x` and FMAs on whole rows of dequantized weights. Other
-    targets are returned unchanged: f32 and bf16 tiles keep their contraction.
+    `lower_contraction` cannot turn into outer products: it is scalarized. For each such target
+    this op
+    - drops those unit loops (`linalg::dropUnitDims`, rank-reducing slices), leaving
+      `acc[m, c] = fma(x[m], w[c], acc[m, c])`;
+    - vectorizes it: one row of dequantized weights per step, one FMA per accumulator row;
+    - reads each row's activation as one value broadcast along its row, instead of the column
+      of M activations (`K` floats apart) broadcast and transposed that the vectorizer reads,
+      which lowers to a serial gather and shuffles: the same broadcasts an f32 tile's outer
+      products issue.
+    The other targets (f32 and bf16 tiles, which keep their contraction) are returned, for
+    `transform.structured.vectorize`.
 
     ```mlir
-    %flat = transform.gpt.drop_unit_block_loops %tile : (!transform.any_op) -> !transform.any_op
-    transform.structured.vectorize %flat : !transform.any_op
+    %rest = transform.gpt.vectorize_block_matmul %tile : (!transform.any_op) -> !transform.any_op
+    transform.structured.vectorize %rest : !transform.any_op
     ```
   }];
   let arguments = (ins TransformHandleTypeInterface:$target);
-  let results = (outs TransformHandleTypeInterface:$result);
+  let results = (outs TransformHandleTypeInterface:$rest);
   let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
 }
 

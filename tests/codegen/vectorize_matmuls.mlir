@@ -193,9 +193,10 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
 }
 
 // A q8_0 packed matmul (loops M, panel, column, block, index in block) in its bias epilogue: the
-// matmul's tile loses its unit loops (transform.gpt.drop_unit_block_loops), so each K step
-// widens one row of 32 codes (sitofp) and the block's scales, and runs one FMA per accumulator
-// row: no vector.contract, no scalarized transpose.
+// matmul's tile is vectorized by transform.gpt.vectorize_block_matmul. Its unit loops are
+// dropped; each K step reads each row's activation as one value broadcast along the row (8
+// extracts, no strided vector read and transpose), widens one row of 32 codes (sitofp) and the
+// block's scales, and runs one FMA per accumulator row: no vector.contract.
 #qA = affine_map<(m, p, j, b, i) -> (m, b, i)>
 #qB = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
 #qS = affine_map<(m, p, j, b, i) -> (p, b, j)>
@@ -203,6 +204,8 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
 // EPILOGUE-LABEL: func.func @q8_0_epilogue
 // EPILOGUE: scf.for %{{.*}} = %c0 to %c2 step %c1
 // EPILOGUE: scf.for %{{.*}} = %c0 to %c32 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8x32xf32>)
+// EPILOGUE-COUNT-8: tensor.extract %{{.*}} : tensor<8xf32>
+// EPILOGUE-NOT: vector.transpose
 // EPILOGUE: arith.sitofp %{{.*}} : vector<32xi8> to vector<32xf32>
 // EPILOGUE: arith.extf %{{.*}} : vector<32xf16> to vector<32xf32>
 // EPILOGUE: math.fma %{{.*}} : vector<8x32xf32>

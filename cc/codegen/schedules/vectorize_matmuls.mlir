@@ -29,9 +29,9 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %matmulTile, %k = transform.gpt.tile_by_attribute %fusedMatmul "gpt.reduction_step"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %flatMatmulTile = transform.gpt.drop_unit_block_loops %matmulTile : (!transform.any_op) -> !transform.any_op
+      %plainMatmulTile = transform.gpt.vectorize_block_matmul %matmulTile : (!transform.any_op) -> !transform.any_op
       transform.structured.vectorize %fusedFill : !transform.any_op
-      transform.structured.vectorize %flatMatmulTile : !transform.any_op
+      transform.structured.vectorize %plainMatmulTile : !transform.any_op
       transform.structured.vectorize %tile : !transform.any_op
     }
     // Two threads: the generic is first split into two pieces along the panels (an scf.forall),
@@ -58,9 +58,9 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %matmulTile, %k = transform.gpt.tile_by_attribute %fusedMatmul "gpt.reduction_step"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %flatMatmulTile = transform.gpt.drop_unit_block_loops %matmulTile : (!transform.any_op) -> !transform.any_op
+      %plainMatmulTile = transform.gpt.vectorize_block_matmul %matmulTile : (!transform.any_op) -> !transform.any_op
       transform.structured.vectorize %fusedFill : !transform.any_op
-      transform.structured.vectorize %flatMatmulTile : !transform.any_op
+      transform.structured.vectorize %plainMatmulTile : !transform.any_op
       transform.structured.vectorize %tile : !transform.any_op
     }
     // Threads: ops marked `gpt.parallel_chunks` (pieces per loop: matmul N, packed matmul panels,
@@ -76,16 +76,16 @@ module attributes {transform.with_named_sequence} {
     // matmuls [8, 1, 32, 1] (loops M, panel, column, K; panel loop outermost): an 8x32 f32
     // accumulator is 16 zmm registers, each K step 2 vector loads of the panel, 8 broadcasts of A
     // and 16 FMAs. Plain matmuls [8, 32, 1] likewise, narrower for attention's small heads; one
-    // row for decode. A block-quantized matmul's tile loses its unit loops first (see
-    // transform.gpt.drop_unit_block_loops). Elementwise generics: one vector of the innermost dim per step, so GELU,
+    // row for decode. A block-quantized matmul's tile is vectorized by
+    // transform.gpt.vectorize_block_matmul. Elementwise generics: one vector of the innermost dim per step, so GELU,
     // bias and residual adds, LayerNorm's normalization and softmax's exp run on whole vectors.
     %tiled = transform.gpt.match_attribute "gpt.register_tile" in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %tiled : !transform.any_op {
     ^bb0(%op: !transform.any_op):
       %tile, %loops = transform.gpt.tile_by_attribute %op "gpt.register_tile"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %flatTile = transform.gpt.drop_unit_block_loops %tile : (!transform.any_op) -> !transform.any_op
-      transform.structured.vectorize %flatTile : !transform.any_op
+      %plainTile = transform.gpt.vectorize_block_matmul %tile : (!transform.any_op) -> !transform.any_op
+      transform.structured.vectorize %plainTile : !transform.any_op
     }
     // Row reductions (LayerNorm's statistics, attention's row max and sum): one row at a time,
     // `gpt.row_reduction_tile` partial results in a vector across the row (0 or -inf to start,
