@@ -15,10 +15,13 @@
 namespace gpt::codegen {
 
 namespace attr {
-/// Unit: the linalg.generic of a `transformer.packed_matmul` (loops M, panel, column, K; or M,
-/// panel, column, block, index in block for a block-quantized weight). Written by
+/// Unit: the linalg.generic of a `transformer.packed_matmul` (loops M, panel, column, K; for a
+/// block-quantized weight K is the block loop, over the partial sums below). Written by
 /// --transformer-to-linalg; elementwise fusion leaves such an op whole.
 constexpr llvm::StringLiteral kPackedMatmul = "gpt.packed_matmul";
+/// Unit: the generic computing a block-quantized packed matmul's per-block partial sums (loops M,
+/// panel, column, block, index in block), which the schedule fuses into the matmul's block loop.
+constexpr llvm::StringLiteral kBlockPartials = "gpt.block_partials";
 /// i64 array: tile sizes per loop of the op's register tile (0: the loop is not tiled).
 constexpr llvm::StringLiteral kRegisterTile = "gpt.register_tile";
 /// i64 array: the order of the tiled loops, outermost first, when it is not the op's own.
@@ -60,6 +63,8 @@ struct EpilogueFusion {
 
 bool isPackedMatmul(mlir::Operation *op);
 void markPackedMatmul(mlir::Operation *op);
+bool isBlockPartials(mlir::Operation *op);
+void markBlockPartials(mlir::Operation *op);
 
 /// Reads the tile recorded under `name` (kRegisterTile or kEpilogueTile), with kTileInterchange.
 std::optional<LoopTile> getLoopTile(mlir::Operation *op, llvm::StringRef name);

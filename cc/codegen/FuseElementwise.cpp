@@ -21,13 +21,14 @@ class FuseElementwisePass : public impl::FuseElementwiseBase<FuseElementwisePass
 public:
   void runOnOperation() override {
     MLIRContext *context = &getContext();
-    // Upstream's rule (fuse a producer with a single use) plus: a packed matmul is never merged
-    // with its neighbours nor reshaped. Fusing the LayerNorm before it would recompute the
-    // normalization once per weight panel, and either change would hide it from the register
-    // tiling, which matches its exact loop structure.
+    // Upstream's rule (fuse a producer with a single use) plus: a packed matmul (or the block
+    // partial sums of a block-quantized one) is never merged with its neighbours nor reshaped. Fusing the LayerNorm
+    // before it would recompute the normalization once per weight panel, and either change would hide it from the
+    // register tiling, which matches its exact loop structure.
     linalg::ControlFusionFn control = [](OpOperand *fused) {
       Operation *producer = fused->get().getDefiningOp();
-      return producer && producer->hasOneUse() && !isPackedMatmul(producer) && !isPackedMatmul(fused->getOwner());
+      auto matmulPart = [](Operation *op) { return isPackedMatmul(op) || isBlockPartials(op); };
+      return producer && producer->hasOneUse() && !matmulPart(producer) && !matmulPart(fused->getOwner());
     };
     RewritePatternSet patterns(context);
     linalg::populateElementwiseOpsFusionPatterns(patterns, control);

@@ -22,9 +22,9 @@ namespace {
 /// it. The first matching row wins, so each op kind lists its tiles from the largest down.
 /// Adding a tile shape is adding a row: the schedule applies whatever tile an op carries.
 struct TileChoice {
-  enum class Kind { PackedMatmul, BlockPackedMatmul, Matmul, BatchMatmul, Elementwise };
+  enum class Kind { PackedMatmul, Matmul, BatchMatmul, Elementwise };
   Kind kind;
-  SmallVector<int64_t> tile;        // loop order of the op: ([batch,] M, N, K), or (M, panel, column, K[, K])
+  SmallVector<int64_t> tile;        // loop order of the op: ([batch,] M, N, K), or (M, panel, column, K)
   SmallVector<int64_t> interchange; // the tiled loops' order, outermost first; empty: the op's own
   int64_t splitDim;                 // the parallel loop split across threads
 };
@@ -40,10 +40,6 @@ const TileChoice kTileTable[] = {
     {Kind::PackedMatmul, {kTileRows, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
     // Decode (one row): one accumulator row per panel, streaming each panel once.
     {Kind::PackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
-    // The same for block-quantized weights (q8_0, q4_0), whose K is two loops (block, index in
-    // block): one K step per iteration of the inner one, each block's scales read once.
-    {Kind::BlockPackedMatmul, {kTileRows, 1, kPanelWidth, 1, 1}, {1, 0, 2, 3, 4}, 1},
-    {Kind::BlockPackedMatmul, {1, 1, kPanelWidth, 1, 1}, {1, 0, 2, 3, 4}, 1},
     // Plain matmuls (attention's q . k^T per key block and p . v): kTileRows rows x 32 columns
     // of accumulators, or one row (decode); narrower for attention's small heads and short blocks.
     {Kind::Matmul, {kTileRows, target::kMatmulTileWidths[0], 1}, {}, 1},
@@ -62,9 +58,7 @@ const TileChoice kTileTable[] = {
 bool isCandidate(linalg::LinalgOp op, const TileChoice &choice) {
   switch (choice.kind) {
   case Kind::PackedMatmul:
-    return isa<linalg::GenericOp>(op) && isPackedMatmul(op) && op.getNumReductionLoops() == 1;
-  case Kind::BlockPackedMatmul:
-    return isa<linalg::GenericOp>(op) && isPackedMatmul(op) && op.getNumReductionLoops() == 2;
+    return isa<linalg::GenericOp>(op) && isPackedMatmul(op);
   case Kind::Matmul:
     return isa<linalg::MatmulOp>(op);
   case Kind::BatchMatmul:
@@ -195,8 +189,7 @@ public:
         // or 2 threads' pieces; other counts keep the two ops apart.
         linalg::GenericOp epilogue;
         int64_t chunks = parallelChunks(op, choice, threads);
-        bool packed = choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul;
-        if (packed && chunks <= 2)
+        if (choice.kind == Kind::PackedMatmul && chunks <= 2)
           if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
             // The epilogue's loops are the matmul's parallel ones: (M, panel, column).
             int64_t parallel = op.getNumParallelLoops();

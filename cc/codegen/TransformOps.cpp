@@ -4,6 +4,7 @@
 
 #include "cc/codegen/CodegenAttributes.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/TransformOps/LinalgTransformOps.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
@@ -229,17 +230,16 @@ void splitIntoRowBroadcasts(RewriterBase &rewriter, vector::TransferReadOp read)
   rewriter.replaceOp(read, result);
 }
 
-/// The generic that replaces `generic` once its unit loops but M are dropped (created where
-/// `generic` was), or null.
-linalg::GenericOp dropUnitBlockLoops(RewriterBase &rewriter, linalg::GenericOp generic) {
-  // Loops (M, panel, column, block, index): drop the unit ones but M, so that a one-row tile
-  // (decode) keeps a row dimension.
+/// The generic that replaces `generic` once its unit loops but the first (M) are dropped
+/// (created where `generic` was), or null.
+linalg::GenericOp dropUnitLoops(RewriterBase &rewriter, linalg::GenericOp generic) {
+  // A one-row tile (decode) keeps its row dimension.
   linalg::ControlDropUnitDims control;
   control.rankReductionStrategy = linalg::ControlDropUnitDims::RankReductionStrategy::ExtractInsertSlice;
   control.controlFn = [](Operation *op) {
     SmallVector<unsigned> droppable;
     SmallVector<int64_t> ranges = cast<linalg::LinalgOp>(op).getStaticLoopRanges();
-    for (unsigned loop : {1u, 3u, 4u})
+    for (unsigned loop = 1; loop < ranges.size(); ++loop)
       if (ranges[loop] == 1) droppable.push_back(loop);
     return droppable;
   };
@@ -253,6 +253,84 @@ linalg::GenericOp dropUnitBlockLoops(RewriterBase &rewriter, linalg::GenericOp g
   return replacement;
 }
 
+/// Drops the unit loops of a tile, vectorizes it and reads each row's activation as a broadcast
+/// value (see the op's description).
+LogicalResult vectorizeFlattened(RewriterBase &rewriter, linalg::GenericOp tile) {
+  linalg::GenericOp flat = dropUnitLoops(rewriter, tile);
+  if (!flat) return failure();
+  // The vector ops replace `flat` where it was, between its neighbours.
+  Operation *before = flat->getPrevNode(), *after = flat->getNextNode();
+  Block *block = flat->getBlock();
+  if (failed(linalg::vectorize(rewriter, flat))) return failure();
+  SmallVector<vector::TransferReadOp> columns;
+  for (Operation *op = before ? before->getNextNode() : &block->front(); op && op != after; op = op->getNextNode())
+    if (auto read = dyn_cast<vector::TransferReadOp>(op); read && isColumnBroadcastRead(read)) columns.push_back(read);
+  for (vector::TransferReadOp read : columns) splitIntoRowBroadcasts(rewriter, read);
+  return success();
+}
+
+/// For a tile of a block-quantized packed matmul (its input 0 a slice, through any chain of
+/// unit-stride slices, of a `gpt.block_partials` generic), that slice taken directly of the
+/// partial sums, just before the tile; null for other ops.
+tensor::ExtractSliceOp partialsSliceOf(RewriterBase &rewriter, linalg::GenericOp tile) {
+  if (!isPackedMatmul(tile)) return nullptr;
+  SmallVector<tensor::ExtractSliceOp> chain;
+  Value source = tile.getDpsInputs()[0];
+  while (auto slice = source.getDefiningOp<tensor::ExtractSliceOp>()) {
+    if (!slice.hasUnitStride() || slice.getSourceType().getRank() != slice.getType().getRank()) return nullptr;
+    chain.push_back(slice);
+    source = slice.getSource();
+  }
+  if (chain.empty() || !isBlockPartials(source.getDefiningOp())) return nullptr;
+  // Offsets add up along the chain; the sizes are the innermost slice's.
+  rewriter.setInsertionPoint(tile);
+  Location loc = tile.getLoc();
+  AffineExpr d0, d1;
+  bindDims(rewriter.getContext(), d0, d1);
+  SmallVector<OpFoldResult> offsets = chain.front().getMixedOffsets();
+  for (tensor::ExtractSliceOp outer : ArrayRef(chain).drop_front())
+    for (auto [offset, outerOffset] : llvm::zip(offsets, outer.getMixedOffsets()))
+      offset = affine::makeComposedFoldedAffineApply(rewriter, loc, d0 + d1, {offset, outerOffset});
+  SmallVector<OpFoldResult> strides(offsets.size(), rewriter.getIndexAttr(1));
+  auto slice = rewriter.create<tensor::ExtractSliceOp>(loc, chain.front().getType(), source, offsets,
+                                                       chain.front().getMixedSizes(), strides);
+  rewriter.modifyOpInPlace(tile, [&] { tile.getDpsInputOperand(0)->set(slice); });
+  return slice;
+}
+
+/// Computes the partial sums `slice` reads right there, one K step at a time, vectorized: the
+/// generic is fused at the slice, starting from zeros, and its index-in-block loop is tiled by
+/// one. Returns what failed, or an empty string.
+std::string fusePartials(RewriterBase &rewriter, tensor::ExtractSliceOp slice) {
+  std::optional<scf::SCFFuseProducerOfSliceResult> partials = scf::tileAndFuseProducerOfSlice(rewriter, slice, {});
+  if (!partials || partials->tiledOps.size() != 1) return "could not fuse the block partial sums";
+  auto partialsTile = dyn_cast<linalg::GenericOp>(partials->tiledOps.front());
+  if (!partialsTile) return "the fused partial sums are not a generic";
+  // The tile starts from zeros of its own: a new fill of a new tensor, so that the untiled
+  // partial sums and their fill, which the fused tile's init would otherwise be sliced from,
+  // die (bufferized, they would be one buffer of M x N x K/32 floats).
+  Location loc = partialsTile.getLoc();
+  auto tileType = cast<RankedTensorType>(partialsTile.getDpsInits()[0].getType());
+  rewriter.setInsertionPoint(partialsTile);
+  Value empty = rewriter.create<tensor::EmptyOp>(loc, tileType.getShape(), tileType.getElementType());
+  Value zero = rewriter.create<arith::ConstantOp>(loc, rewriter.getZeroAttr(tileType.getElementType()));
+  auto fill = rewriter.create<linalg::FillOp>(loc, zero, empty);
+  rewriter.modifyOpInPlace(partialsTile, [&] { partialsTile.getDpsInitOperand(0)->set(fill.getResult(0)); });
+  scf::SCFTilingOptions options;
+  SmallVector<int64_t> step(partialsTile.getNumLoops(), 0);
+  step.back() = 1;
+  options.setTileSizes(getAsIndexOpFoldResult(rewriter.getContext(), step));
+  rewriter.setInsertionPoint(partialsTile);
+  FailureOr<scf::SCFTilingResult> tiled =
+      scf::tileUsingSCF(rewriter, cast<TilingInterface>(partialsTile.getOperation()), options);
+  if (failed(tiled) || tiled->tiledOps.size() != 1) return "could not tile the partial sums' index loop";
+  rewriter.replaceOp(partialsTile, tiled->replacements);
+  if (failed(linalg::vectorize(rewriter, fill))) return "could not vectorize the fill";
+  if (failed(vectorizeFlattened(rewriter, cast<linalg::GenericOp>(tiled->tiledOps.front()))))
+    return "could not vectorize the partial sums";
+  return "";
+}
+
 } // namespace
 
 DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRewriter &rewriter,
@@ -260,22 +338,19 @@ DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRe
                                                           transform::TransformState &state) {
   SmallVector<Operation *> rest;
   for (Operation *target : state.getPayloadOps(getTarget())) {
-    auto generic = dyn_cast<linalg::GenericOp>(target);
-    if (!generic || !isPackedMatmul(generic) || generic.getNumReductionLoops() != 2) {
+    auto tile = dyn_cast<linalg::GenericOp>(target);
+    tensor::ExtractSliceOp slice = tile ? partialsSliceOf(rewriter, tile) : nullptr;
+    if (!slice) {
       rest.push_back(target);
       continue;
     }
-    linalg::GenericOp flat = dropUnitBlockLoops(rewriter, generic);
-    if (!flat) return emitDefaultSilenceableFailure(target);
-    // The vector ops replace `flat` where it was, between its neighbours.
-    Operation *before = flat->getPrevNode(), *after = flat->getNextNode();
-    Block *block = flat->getBlock();
-    if (failed(linalg::vectorize(rewriter, flat))) return emitDefaultSilenceableFailure(target);
-    SmallVector<vector::TransferReadOp> columns;
-    for (Operation *op = before ? before->getNextNode() : &block->front(); op && op != after; op = op->getNextNode())
-      if (auto read = dyn_cast<vector::TransferReadOp>(op); read && isColumnBroadcastRead(read))
-        columns.push_back(read);
-    for (vector::TransferReadOp read : columns) splitIntoRowBroadcasts(rewriter, read);
+    std::string problem = fusePartials(rewriter, slice);
+    if (problem.empty() && failed(vectorizeFlattened(rewriter, tile))) problem = "could not vectorize the scaled sum";
+    if (!problem.empty()) {
+      DiagnosedSilenceableFailure diag = emitSilenceableError() << problem;
+      diag.attachNote(target->getLoc()) << "target";
+      return diag;
+    }
   }
   results.set(cast<OpResult>(getRest()), rest);
   return DiagnosedSilenceableFailure::success();

@@ -111,22 +111,21 @@ def GetEpilogueMatmulOp : GptTransformOp<"get_epilogue_matmul", [MemoryEffectsOp
 }
 
 def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
-  let summary = "Vectorize the register tiles of block-quantized packed matmuls; return the other targets";
+  let summary = "Vectorize the tiles of block-quantized packed matmuls, with their partial sums; return the other targets";
   let description = [{
-    A register tile of a block-quantized packed matmul (a generic marked `gpt.packed_matmul`
-    with two reduction loops, block and index in block) has unit panel, block and index loops.
-    Vectorized as it is, it becomes a contraction with two reduction dims, which
-    `lower_contraction` cannot turn into outer products: it is scalarized. For each such target
-    this op
-    - drops those unit loops (`linalg::dropUnitDims`, rank-reducing slices), leaving
-      `acc[m, c] = fma(x[m], w[c], acc[m, c])`;
-    - vectorizes it: one row of dequantized weights per step, one FMA per accumulator row;
-    - reads each row's activation as one value broadcast along its row, instead of the column
-      of M activations (`K` floats apart) broadcast and transposed that the vectorizer reads,
-      which lowers to a serial gather and shuffles: the same broadcasts an f32 tile's outer
-      products issue.
-    The other targets (f32 and bf16 tiles, which keep their contraction) are returned, for
-    `transform.structured.vectorize`.
+    A block-quantized packed matmul is the sum over K blocks of its `gpt.block_partials` (per
+    block, activations times codes) times each block's scale. For each target that is a tile of
+    such a matmul stepped one block at a time (its partial sums reached through slices), this op
+    - fuses the block's partial sums at the tile, starting from zeros of their own (a new fill:
+      the untiled partial sums die and are never stored), and steps them one code at a time;
+    - drops the unit loops of both (`linalg::dropUnitDims`, rank-reducing slices; all but M),
+      leaving `acc[m, c] = fma(x[m], code[c], acc[m, c])` per step and
+      `out[m, c] = fma(acc[m, c], scale[c], out[m, c])` per block: a contraction with unit
+      reduction dims would not lower to outer products, and would be scalarized;
+    - vectorizes them, reading each row's activation as one value broadcast along its row
+      instead of the column of M activations (`K` floats apart) broadcast and transposed that
+      the vectorizer reads, which lowers to a serial gather and shuffles.
+    The other targets (f32 and bf16 tiles) are returned, for `transform.structured.vectorize`.
 
     ```mlir
     %rest = transform.gpt.vectorize_block_matmul %tile : (!transform.any_op) -> !transform.any_op

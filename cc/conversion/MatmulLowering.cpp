@@ -79,25 +79,21 @@ Value half(OpBuilder &b, Location loc, Value value, int64_t part) {
   return b.create<tensor::ExtractSliceOp>(loc, type, value, offsets, sizes, strides);
 }
 
-/// `code * scale` in f32, for an integer code and an f16 scale.
-Value dequantize(OpBuilder &b, Location loc, Value code, Value scale) {
-  Type f32 = b.getF32Type();
-  Value widened = b.create<arith::SIToFPOp>(loc, f32, code);
-  return b.create<arith::MulFOp>(loc, widened, b.create<arith::ExtFOp>(loc, f32, scale));
-}
-
 /// [M, K] x [N/P, K, P] as one linalg.generic over (m, panel, column, k) that writes [M, N/P, P]:
 /// a register tile of one panel's P columns reads the weight from consecutive addresses. The
 /// result is then viewed (collapse_shape, no copy) as [M, N].
 ///
-/// Block-quantized weights iterate K as (block, index in block) instead, so that each operand is
-/// read through a plain projection of the loops (which the vectorizer needs): the lhs viewed as
-/// [M, K/32, 32], the codes as [N/P, K/32, 32, P] and the scales [N/P, K/32, P] as they are.
-/// A q4_0 byte holds two weights 16 apart, so its generic runs over the 16 bytes of a block and
-/// reads the lhs as two [M, K/32, 16] halves, one per nibble. Their bodies accumulate with
-/// math.fma: the schedule drops the unit loops of their register tiles, leaving elementwise
-/// generics whose fma becomes one vector FMA per step (a contraction's mulf + addf would not be
-/// fused, as the JIT does not contract floating-point operations).
+/// A block-quantized weight (q8_0, q4_0) applies each block's scale once per block, as llama.cpp
+/// does, in two generics:
+/// - the block partial sums `partial[m, panel, block, column] = sum_i x[m, block, i] * code[i]`
+///   over the block's codes (marked `gpt.block_partials`), reading the lhs as [M, K/32, 32] and
+///   the codes as [N/P, K/32, 32, P] (q4_0: the lhs as two [M, K/32, 16] halves, one per nibble
+///   of the block's 16 bytes);
+/// - their scaled sum over blocks, `out[m, panel, column] = sum_b partial * scale`, the packed
+///   matmul proper (loops M, panel, column, block), which the schedule tiles like an f32 one and
+///   into whose block loop it fuses the partial sums (transform.gpt.vectorize_block_matmul), so
+///   that they live in registers and are never stored.
+/// Both accumulate with math.fma: the JIT does not contract a mulf and an addf into one.
 struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(PackedMatmulOp op, OpAdaptor adaptor,
@@ -118,10 +114,9 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       panels = plainPanels(rewriter, loc, lhs, adaptor.getRhs(), init);
       break;
     case PackedWeightFormat::Q8_0:
-      panels = q8_0Panels(rewriter, loc, lhs, adaptor.getRhs(), adaptor.getScales(), init);
-      break;
     case PackedWeightFormat::Q4_0:
-      panels = q4_0Panels(rewriter, loc, lhs, adaptor.getRhs(), adaptor.getScales(), init);
+      panels = scaledBlocks(rewriter, loc, blockPartials(rewriter, loc, op.getWeightFormat(), lhs, adaptor.getRhs()),
+                            adaptor.getScales(), init);
       break;
     }
     gpt::codegen::markPackedMatmul(panels.getDefiningOp());
@@ -156,55 +151,68 @@ private:
                         });
   }
 
-  /// Loops (m, panel, column, block, index in block) and the maps of the lhs (or a half of it),
-  /// the codes and the scales, for a generic writing [M, N/P, P].
-  struct BlockLoops {
-    AffineMap lhs, codes, scales, output;
-    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
-                                           IteratorType::reduction, IteratorType::reduction};
-    explicit BlockLoops(MLIRContext *ctx) {
-      AffineExpr mDim, panel, column, block, index;
-      bindDims(ctx, mDim, panel, column, block, index);
-      lhs = AffineMap::get(5, 0, {mDim, block, index}, ctx);
-      codes = AffineMap::get(5, 0, {panel, block, index, column}, ctx);
-      scales = AffineMap::get(5, 0, {panel, block, column}, ctx);
-      output = AffineMap::get(5, 0, {mDim, panel, column}, ctx);
-    }
-  };
-
-  static Value q8_0Panels(OpBuilder &b, Location loc, Value lhs, Value codes, Value scales, Value init) {
+  /// [M, N/P, K/32, P] sums of x times the codes over each block (loops m, panel, column, block,
+  /// index in block; the last one the reduction).
+  static Value blockPartials(OpBuilder &b, Location loc, PackedWeightFormat format, Value lhs, Value codes) {
+    MLIRContext *ctx = b.getContext();
     const int64_t block = PackedMatmulOp::kBlockSize;
-    int64_t blocks = rankedType(lhs).getDimSize(1) / block;
-    Value x = splitDim(b, loc, lhs, 1, {blocks, block});
-    Value q = splitDim(b, loc, codes, 1, {blocks, block});
-    BlockLoops loops(b.getContext());
-    return buildGeneric(b, loc, init, {x, q, scales}, {loops.lhs, loops.codes, loops.scales}, loops.output,
-                        loops.iterators, [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                          Value weight = dequantize(b, l, args[1], args[2]);
-                          return b.create<math::FmaOp>(l, args[0], weight, args[3]);
-                        });
+    ArrayRef<int64_t> packed = rankedType(codes).getShape();
+    int64_t m = rankedType(lhs).getDimSize(0), blocks = rankedType(lhs).getDimSize(1) / block;
+    Value init = filled(b, loc, {m, packed[0], blocks, packed[2]});
+    AffineExpr mDim, panel, column, blockDim, index;
+    bindDims(ctx, mDim, panel, column, blockDim, index);
+    AffineMap lhsMap = AffineMap::get(5, 0, {mDim, blockDim, index}, ctx);
+    AffineMap codesMap = AffineMap::get(5, 0, {panel, blockDim, index, column}, ctx);
+    AffineMap outputMap = AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx);
+    SmallVector<IteratorType> iterators(4, IteratorType::parallel);
+    iterators.push_back(IteratorType::reduction);
+    Type f32 = b.getF32Type();
+    Value partials;
+    if (format == PackedWeightFormat::Q8_0) {
+      Value x = splitDim(b, loc, lhs, 1, {blocks, block});
+      Value q = splitDim(b, loc, codes, 1, {blocks, block});
+      partials = buildGeneric(b, loc, init, {x, q}, {lhsMap, codesMap}, outputMap, iterators,
+                              [f32](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                Value code = b.create<arith::SIToFPOp>(l, f32, args[1]);
+                                return b.create<math::FmaOp>(l, args[0], code, args[2]);
+                              });
+    } else {
+      Value x = splitDim(b, loc, lhs, 1, {blocks, 2, block / 2});
+      Value q = splitDim(b, loc, codes, 1, {blocks, block / 2});
+      partials = buildGeneric(
+          b, loc, init, {half(b, loc, x, 0), half(b, loc, x, 1), q}, {lhsMap, lhsMap, codesMap}, outputMap, iterators,
+          [f32](OpBuilder &b, Location l, ValueRange args) -> Value {
+            // Each nibble is an unsigned code c in [0, 15] for the weight (c - 8) * scale.
+            Type i8 = b.getI8Type();
+            auto constant = [&](int64_t v) { return b.create<arith::ConstantOp>(l, b.getIntegerAttr(i8, v)); };
+            Value byte = args[2];
+            Value low = b.create<arith::AndIOp>(l, byte, constant(15));
+            Value high = b.create<arith::ShRUIOp>(l, byte, constant(4));
+            Value lowCode = b.create<arith::SIToFPOp>(l, f32, b.create<arith::SubIOp>(l, low, constant(8)));
+            Value highCode = b.create<arith::SIToFPOp>(l, f32, b.create<arith::SubIOp>(l, high, constant(8)));
+            Value sum = b.create<math::FmaOp>(l, args[0], lowCode, args[3]);
+            return b.create<math::FmaOp>(l, args[1], highCode, sum);
+          });
+    }
+    gpt::codegen::markBlockPartials(partials.getDefiningOp());
+    return partials;
   }
 
-  static Value q4_0Panels(OpBuilder &b, Location loc, Value lhs, Value codes, Value scales, Value init) {
-    const int64_t block = PackedMatmulOp::kBlockSize;
-    int64_t blocks = rankedType(lhs).getDimSize(1) / block;
-    Value x = splitDim(b, loc, lhs, 1, {blocks, 2, block / 2});
-    Value q = splitDim(b, loc, codes, 1, {blocks, block / 2});
-    BlockLoops loops(b.getContext());
-    return buildGeneric(
-        b, loc, init, {half(b, loc, x, 0), half(b, loc, x, 1), q, scales},
-        {loops.lhs, loops.lhs, loops.codes, loops.scales}, loops.output, loops.iterators,
-        [](OpBuilder &b, Location l, ValueRange args) -> Value {
-          // Each nibble is an unsigned code c in [0, 15]; the weight is (c - 8) * scale.
-          Type i8 = b.getI8Type();
-          Value byte = args[2], eight = b.create<arith::ConstantOp>(l, b.getIntegerAttr(i8, 8));
-          Value low = b.create<arith::AndIOp>(l, byte, b.create<arith::ConstantOp>(l, b.getIntegerAttr(i8, 15)));
-          Value high = b.create<arith::ShRUIOp>(l, byte, b.create<arith::ConstantOp>(l, b.getIntegerAttr(i8, 4)));
-          Value lowWeight = dequantize(b, l, b.create<arith::SubIOp>(l, low, eight), args[3]);
-          Value highWeight = dequantize(b, l, b.create<arith::SubIOp>(l, high, eight), args[3]);
-          Value sum = b.create<math::FmaOp>(l, args[0], lowWeight, args[4]);
-          return b.create<math::FmaOp>(l, args[1], highWeight, sum);
-        });
+  /// [M, N/P, P] sums over blocks of the partial sums times their scales (loops m, panel, column,
+  /// block).
+  static Value scaledBlocks(OpBuilder &b, Location loc, Value partials, Value scales, Value init) {
+    MLIRContext *ctx = b.getContext();
+    AffineExpr mDim, panel, column, blockDim;
+    bindDims(ctx, mDim, panel, column, blockDim);
+    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, blockDim, column}, ctx),
+                                        AffineMap::get(4, 0, {panel, blockDim, column}, ctx)};
+    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
+                                           IteratorType::reduction};
+    return buildGeneric(b, loc, init, {partials, scales}, inputMaps, AffineMap::get(4, 0, {mDim, panel, column}, ctx),
+                        iterators, [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                          Value scale = b.create<arith::ExtFOp>(l, b.getF32Type(), args[1]);
+                          return b.create<math::FmaOp>(l, args[0], scale, args[2]);
+                        });
   }
 };
 

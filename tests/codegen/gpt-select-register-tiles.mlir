@@ -257,39 +257,48 @@ func.func @epilogue(%x: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %b: tens
 
 // -----
 
-// A block-quantized packed matmul (loops M, panel, column, block, index in block): the same
-// tiles with one step of each K loop; in an epilogue, its K step is recorded on the matmul.
+// A block-quantized packed matmul: the scaled sum over blocks (loops M, panel, column, block)
+// is tiled like an f32 packed matmul, or its epilogue records the tile and the matmul its block
+// step; its block partial sums (marked gpt.block_partials) get no tile of their own: the schedule
+// fuses them into the matmul's block loop.
 #bA = affine_map<(m, p, j, b, i) -> (m, b, i)>
 #bW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
-#bS = affine_map<(m, p, j, b, i) -> (p, b, j)>
-#bC = affine_map<(m, p, j, b, i) -> (m, p, j)>
+#bP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
+#sP = affine_map<(m, p, j, b) -> (m, p, b, j)>
+#sS = affine_map<(m, p, j, b) -> (p, b, j)>
+#sC = affine_map<(m, p, j, b) -> (m, p, j)>
 #b3 = affine_map<(m, p, j) -> (m, p, j)>
 // CHECK-LABEL: func.func @block_quantized
-// CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1, 1], gpt.tile_interchange = [1, 0, 2, 3, 4]
-// CHECK: gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1, 1]
+// CHECK: attrs = {gpt.block_partials}
+// CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// CHECK: attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1]}
 // CHECK: gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2]
 func.func @block_quantized(%x: tensor<16x2x32xf32>, %w: tensor<6x2x32x32xi8>, %d: tensor<6x2x32xf16>,
-                           %init: tensor<16x6x32xf32>) -> (tensor<16x6x32xf32>, tensor<16x6x32xf32>) {
-  %0 = linalg.generic {indexing_maps = [#bA, #bW, #bS, #bC],
-                       iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}
-      ins(%x, %w, %d : tensor<16x2x32xf32>, tensor<6x2x32x32xi8>, tensor<6x2x32xf16>) outs(%init : tensor<16x6x32xf32>)
-      attrs = {gpt.packed_matmul} {
-  ^bb0(%a: f32, %q: i8, %s: f16, %acc: f32):
+                           %zeros: tensor<16x6x2x32xf32>, %init: tensor<16x6x32xf32>)
+    -> (tensor<16x6x32xf32>, tensor<16x6x32xf32>) {
+  %partials = linalg.generic {indexing_maps = [#bA, #bW, #bP],
+                              iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x2x32xf32>, tensor<6x2x32x32xi8>) outs(%zeros : tensor<16x6x2x32xf32>)
+      attrs = {gpt.block_partials} {
+  ^bb0(%a: f32, %q: i8, %acc: f32):
     %qf = arith.sitofp %q : i8 to f32
+    %r = math.fma %a, %qf, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<16x6x2x32xf32>
+  %0 = linalg.generic {indexing_maps = [#sP, #sS, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d : tensor<16x6x2x32xf32>, tensor<6x2x32xf16>) outs(%init : tensor<16x6x32xf32>)
+      attrs = {gpt.packed_matmul} {
+  ^bb0(%p: f32, %s: f16, %acc: f32):
     %sf = arith.extf %s : f16 to f32
-    %wf = arith.mulf %qf, %sf : f32
-    %r = math.fma %a, %wf, %acc : f32
+    %r = math.fma %p, %sf, %acc : f32
     linalg.yield %r : f32
   } -> tensor<16x6x32xf32>
-  %1 = linalg.generic {indexing_maps = [#bA, #bW, #bS, #bC],
-                       iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}
-      ins(%x, %w, %d : tensor<16x2x32xf32>, tensor<6x2x32x32xi8>, tensor<6x2x32xf16>) outs(%init : tensor<16x6x32xf32>)
+  %1 = linalg.generic {indexing_maps = [#sP, #sS, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d : tensor<16x6x2x32xf32>, tensor<6x2x32xf16>) outs(%init : tensor<16x6x32xf32>)
       attrs = {gpt.packed_matmul} {
-  ^bb0(%a: f32, %q: i8, %s: f16, %acc: f32):
-    %qf = arith.sitofp %q : i8 to f32
+  ^bb0(%p: f32, %s: f16, %acc: f32):
     %sf = arith.extf %s : f16 to f32
-    %wf = arith.mulf %qf, %sf : f32
-    %r = math.fma %a, %wf, %acc : f32
+    %r = math.fma %p, %sf, %acc : f32
     linalg.yield %r : f32
   } -> tensor<16x6x32xf32>
   %e = tensor.empty() : tensor<16x6x32xf32>

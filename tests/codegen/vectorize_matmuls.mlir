@@ -192,40 +192,54 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
   return %out : tensor<16x4x32xf32>
 }
 
-// A q8_0 packed matmul (loops M, panel, column, block, index in block) in its bias epilogue: the
-// matmul's tile is vectorized by transform.gpt.vectorize_block_matmul. Its unit loops are
-// dropped; each K step reads each row's activation as one value broadcast along the row (8
-// extracts, no strided vector read and transpose), widens one row of 32 codes (sitofp) and the
-// block's scales, and runs one FMA per accumulator row: no vector.contract.
+// A q8_0 packed matmul in its bias epilogue: the scaled sum over blocks is fused into the
+// epilogue's tiles like an f32 matmul and stepped one block at a time; there
+// transform.gpt.vectorize_block_matmul fuses the block's partial sums, starting from zeros, and
+// steps them one code at a time: each step reads each row's activation as one broadcast value
+// (8 extracts, no strided vector read and transpose), widens one row of 32 codes (sitofp) and
+// runs one FMA per accumulator row; after the block, one FMA per row applies the block's scale.
+// No vector.contract, and no buffer of partial sums.
 #qA = affine_map<(m, p, j, b, i) -> (m, b, i)>
-#qB = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
-#qS = affine_map<(m, p, j, b, i) -> (p, b, j)>
-#qC = affine_map<(m, p, j, b, i) -> (m, p, j)>
+#qW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
+#qP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
+#sP = affine_map<(m, p, j, b) -> (m, p, b, j)>
+#sS = affine_map<(m, p, j, b) -> (p, b, j)>
+#sC = affine_map<(m, p, j, b) -> (m, p, j)>
 // EPILOGUE-LABEL: func.func @q8_0_epilogue
-// EPILOGUE: scf.for %{{.*}} = %c0 to %c2 step %c1
+// EPILOGUE: scf.for %{{.*}} = %c0 to %c2 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8x32xf32>)
 // EPILOGUE: scf.for %{{.*}} = %c0 to %c32 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8x32xf32>)
 // EPILOGUE-COUNT-8: tensor.extract %{{.*}} : tensor<8xf32>
 // EPILOGUE-NOT: vector.transpose
 // EPILOGUE: arith.sitofp %{{.*}} : vector<32xi8> to vector<32xf32>
+// EPILOGUE: math.fma %{{.*}} : vector<8x32xf32>
 // EPILOGUE: arith.extf %{{.*}} : vector<32xf16> to vector<32xf32>
 // EPILOGUE: math.fma %{{.*}} : vector<8x32xf32>
 // EPILOGUE-NOT: vector.contract
 // EPILOGUE-NOT: linalg.generic
+// EPILOGUE-NOT: tensor<16x4x2x32xf32>
 // CHECK-LABEL: func.func @q8_0_epilogue
 func.func @q8_0_epilogue(%x: tensor<16x2x32xf32>, %w: tensor<4x2x32x32xi8>, %d: tensor<4x2x32xf16>, %bias: tensor<4x32xf32>)
     -> tensor<16x4x32xf32> {
   %zero = arith.constant 0.0 : f32
+  %pe = tensor.empty() : tensor<16x4x2x32xf32>
+  %zeros = linalg.fill ins(%zero : f32) outs(%pe : tensor<16x4x2x32xf32>) -> tensor<16x4x2x32xf32>
+  %partials = linalg.generic {indexing_maps = [#qA, #qW, #qP],
+                              iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x2x32xf32>, tensor<4x2x32x32xi8>) outs(%zeros : tensor<16x4x2x32xf32>)
+      attrs = {gpt.block_partials} {
+  ^bb0(%a: f32, %q: i8, %acc: f32):
+    %qf = arith.sitofp %q : i8 to f32
+    %r = math.fma %a, %qf, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<16x4x2x32xf32>
   %e0 = tensor.empty() : tensor<16x4x32xf32>
   %init = linalg.fill ins(%zero : f32) outs(%e0 : tensor<16x4x32xf32>) -> tensor<16x4x32xf32>
-  %p = linalg.generic {indexing_maps = [#qA, #qB, #qS, #qC],
-                       iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}
-      ins(%x, %w, %d : tensor<16x2x32xf32>, tensor<4x2x32x32xi8>, tensor<4x2x32xf16>) outs(%init : tensor<16x4x32xf32>)
-      attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1, 1]} {
-  ^bb0(%a: f32, %q: i8, %s: f16, %acc: f32):
-    %qf = arith.sitofp %q : i8 to f32
+  %p = linalg.generic {indexing_maps = [#sP, #sS, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d : tensor<16x4x2x32xf32>, tensor<4x2x32xf16>) outs(%init : tensor<16x4x32xf32>)
+      attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1]} {
+  ^bb0(%a: f32, %s: f16, %acc: f32):
     %sf = arith.extf %s : f16 to f32
-    %wf = arith.mulf %qf, %sf : f32
-    %r = math.fma %a, %wf, %acc : f32
+    %r = math.fma %a, %sf, %acc : f32
     linalg.yield %r : f32
   } -> tensor<16x4x32xf32>
   %e1 = tensor.empty() : tensor<16x4x32xf32>

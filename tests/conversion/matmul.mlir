@@ -84,24 +84,33 @@ func.func @packed_matmul_bf16(%x: tensor<8x8xf32>, %w: tensor<3x8x32xbf16>) -> t
 
 // -----
 
-// q8_0: K splits into (block, index in block): the lhs is viewed as [M, K/32, 32], the codes as
-// [N/P, K/32, 32, P]; the scales [N/P, K/32, P] are read per block. Each code is widened
-// (sitofp), scaled and accumulated with an fma.
+// q8_0, in two generics. The block partial sums (marked gpt.block_partials) split K into
+// (block, index in block): the lhs viewed as [M, K/32, 32], the codes as [N/P, K/32, 32, P],
+// each code widened (sitofp) and accumulated with an fma into [M, N/P, K/32, P]. The packed
+// matmul proper then sums the partials over blocks, each times its block's scale: one multiply
+// per block, not per weight.
 // CHECK-DAG: #[[QA:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d4)>
 // CHECK-DAG: #[[QW:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d1, d3, d4, d2)>
-// CHECK-DAG: #[[QS:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d1, d3, d2)>
-// CHECK-DAG: #[[QC:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>
+// CHECK-DAG: #[[QP:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d2)>
+// CHECK-DAG: #[[SP:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3, d2)>
+// CHECK-DAG: #[[SS:.*]] = affine_map<(d0, d1, d2, d3) -> (d1, d3, d2)>
+// CHECK-DAG: #[[SC:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 // CHECK-LABEL: func.func @packed_matmul_q8_0
+// CHECK: %[[ZERO:.*]] = linalg.fill {{.*}} -> tensor<8x3x2x32xf32>
 // CHECK: %[[X:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2]] output_shape [8, 2, 32] : tensor<8x64xf32> into tensor<8x2x32xf32>
 // CHECK: %[[W:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2], [3]] output_shape [3, 2, 32, 32] : tensor<3x64x32xi8> into tensor<3x2x32x32xi8>
-// CHECK: linalg.generic {indexing_maps = [#[[QA]], #[[QW]], #[[QS]], #[[QC]]], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}
-// CHECK-SAME: ins(%[[X]], %[[W]], %{{.*}} : tensor<8x2x32xf32>, tensor<3x2x32x32xi8>, tensor<3x2x32xf16>)
-// CHECK-SAME: gpt.packed_matmul
-// CHECK: ^bb0(%[[A:.*]]: f32, %[[Q:.*]]: i8, %[[D:.*]]: f16, %[[ACC:.*]]: f32):
+// CHECK: %[[PARTIALS:.*]] = linalg.generic {indexing_maps = [#[[QA]], #[[QW]], #[[QP]]], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+// CHECK-SAME: ins(%[[X]], %[[W]] : tensor<8x2x32xf32>, tensor<3x2x32x32xi8>) outs(%[[ZERO]] : tensor<8x3x2x32xf32>)
+// CHECK-SAME: gpt.block_partials
+// CHECK: ^bb0(%[[A:.*]]: f32, %[[Q:.*]]: i8, %[[ACC:.*]]: f32):
 // CHECK: %[[QF:.*]] = arith.sitofp %[[Q]] : i8 to f32
+// CHECK: math.fma %[[A]], %[[QF]], %[[ACC]] : f32
+// CHECK: linalg.generic {indexing_maps = [#[[SP]], #[[SS]], #[[SC]]], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+// CHECK-SAME: ins(%[[PARTIALS]], %{{.*}} : tensor<8x3x2x32xf32>, tensor<3x2x32xf16>) outs(%{{.*}} : tensor<8x3x32xf32>)
+// CHECK-SAME: gpt.packed_matmul
+// CHECK: ^bb0(%[[P:.*]]: f32, %[[D:.*]]: f16, %[[OUT:.*]]: f32):
 // CHECK: %[[DF:.*]] = arith.extf %[[D]] : f16 to f32
-// CHECK: %[[WF:.*]] = arith.mulf %[[QF]], %[[DF]] : f32
-// CHECK: math.fma %[[A]], %[[WF]], %[[ACC]] : f32
+// CHECK: math.fma %[[P]], %[[DF]], %[[OUT]] : f32
 func.func @packed_matmul_q8_0(%x: tensor<8x64xf32>, %w: tensor<3x64x32xi8>, %s: tensor<3x2x32xf16>) -> tensor<8x96xf32> {
   %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x64x32xi8>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
@@ -110,22 +119,26 @@ func.func @packed_matmul_q8_0(%x: tensor<8x64xf32>, %w: tensor<3x64x32xi8>, %s: 
 // -----
 
 // q4_0: byte i of a block holds weight i (low nibble) and weight i + 16 (high nibble), so the
-// generic runs over the 16 bytes of each block and reads the lhs as its two halves; each nibble
-// c becomes (c - 8) * scale.
+// partial sums run over the 16 bytes of each block and read the lhs as its two halves; each
+// nibble c contributes (c - 8) times its activation. The scaled sum over blocks is as for q8_0.
 // CHECK-LABEL: func.func @packed_matmul_q4_0
 // CHECK: %[[X:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2, 3]] output_shape [8, 2, 2, 16] : tensor<8x64xf32> into tensor<8x2x2x16xf32>
 // CHECK: %[[W:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2], [3]] output_shape [3, 2, 16, 32] : tensor<3x32x32xi8> into tensor<3x2x16x32xi8>
 // CHECK: %[[LO:.*]] = tensor.extract_slice %[[X]][0, 0, 0, 0] [8, 2, 1, 16] [1, 1, 1, 1] : tensor<8x2x2x16xf32> to tensor<8x2x16xf32>
 // CHECK: %[[HI:.*]] = tensor.extract_slice %[[X]][0, 0, 1, 0] [8, 2, 1, 16] [1, 1, 1, 1] : tensor<8x2x2x16xf32> to tensor<8x2x16xf32>
-// CHECK: linalg.generic
-// CHECK-SAME: ins(%[[LO]], %[[HI]], %[[W]], %{{.*}} : tensor<8x2x16xf32>, tensor<8x2x16xf32>, tensor<3x2x16x32xi8>, tensor<3x2x32xf16>)
-// CHECK: ^bb0(%[[A:.*]]: f32, %[[B:.*]]: f32, %[[Q:.*]]: i8, %[[D:.*]]: f16, %[[ACC:.*]]: f32):
+// CHECK: %[[PARTIALS:.*]] = linalg.generic
+// CHECK-SAME: ins(%[[LO]], %[[HI]], %[[W]] : tensor<8x2x16xf32>, tensor<8x2x16xf32>, tensor<3x2x16x32xi8>)
+// CHECK-SAME: gpt.block_partials
+// CHECK: ^bb0(%[[A:.*]]: f32, %[[B:.*]]: f32, %[[Q:.*]]: i8, %[[ACC:.*]]: f32):
 // CHECK-DAG: %[[LOW:.*]] = arith.andi %[[Q]], %c15_i8 : i8
 // CHECK-DAG: %[[HIGH:.*]] = arith.shrui %[[Q]], %c4_i8 : i8
 // CHECK: arith.subi %[[LOW]], %c8_i8 : i8
-// CHECK: arith.subi %[[HIGH]], %c8_i8 : i8
+// CHECK: arith.subi %[[HIGH]], %{{.*}} : i8
 // CHECK: %[[SUM:.*]] = math.fma %[[A]], %{{.*}}, %[[ACC]] : f32
 // CHECK: math.fma %[[B]], %{{.*}}, %[[SUM]] : f32
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%[[PARTIALS]], %{{.*}} : tensor<8x3x2x32xf32>, tensor<3x2x32xf16>)
+// CHECK-SAME: gpt.packed_matmul
 func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x32x32xi8>, %s: tensor<3x2x32xf16>) -> tensor<8x96xf32> {
   %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x32x32xi8>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
