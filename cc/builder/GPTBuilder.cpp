@@ -270,6 +270,16 @@ struct EntryValues {
   SmallVector<Value> keys, values;
   std::map<std::string, Value> weights;
 
+  /// The token embeddings of `ids`: looked up in the f32 table, or, for a block-quantized model,
+  /// in the LM head's weight, which stores the tied table once.
+  Value tokenEmbedding(OpBuilder &b, Location loc, Value ids) const {
+    Type result = UnrankedTensorType::get(b.getF32Type());
+    auto table = weights.find("transformer.wte.weight");
+    if (table != weights.end()) return b.create<EmbeddingOp>(loc, result, table->second, ids);
+    MatmulWeight head = this->head();
+    return b.create<PackedEmbeddingOp>(loc, result, head.weight, head.scales, ids);
+  }
+
   /// The LM head's weight, and its scales when block-quantized.
   MatmulWeight head() const {
     auto scales = weights.find("lm_head.weight_t.scales");
@@ -327,7 +337,7 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   EntryValues in(fn, arguments.arguments, specs);
 
   GraphBuilder g(b, loc, config);
-  Value x = b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wte.weight"), in.ids);
+  Value x = in.tokenEmbedding(b, loc, in.ids);
   if (!config.rope)
     x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
   // The call's operand types must match the block's signature.
@@ -367,7 +377,7 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   EntryValues in(fn, arguments.arguments, specs);
 
   GraphBuilder g(b, loc, config);
-  Value x = b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wte.weight"), in.ids);
+  Value x = in.tokenEmbedding(b, loc, in.ids);
   if (!config.rope)
     x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
   x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);

@@ -78,7 +78,11 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     if (scales.source.empty()) scales.source = weight.name;
     specs.push_back(std::move(scales));
   };
-  std::vector<ParameterSpec> specs = {{"transformer.wte.weight", {c.vocabSize, d}}};
+  // A block-quantized model stores the tied embedding once, as the LM head's weight, and its
+  // lookup reads that (transformer.packed_embedding): the f32 table is no argument.
+  const bool embeddingInHead = storage.packed && isBlockQuantized(storage.format);
+  std::vector<ParameterSpec> specs;
+  if (!embeddingInHead) specs.push_back({"transformer.wte.weight", {c.vocabSize, d}});
   if (!c.rope) specs.push_back({"transformer.wpe.weight", {c.blockSize, d}});
   for (int64_t i = 0; i < c.nLayer; ++i) {
     for (const LayerParameter &p : layerParameters()) {
@@ -94,6 +98,10 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   ParameterSpec head{
       "lm_head.weight_t", {d, c.paddedVocabSize()}, WeightLayout::TransposedPadded, "transformer.wte.weight"};
   pack(head, WeightLayout::TransposedPaddedPanels);
+  // With q4_0 the tied embedding (which the token lookup also reads) is stored in q8_0, as
+  // llama.cpp keeps its output table at higher precision: 4-bit embeddings cost far more
+  // accuracy than 4-bit layers (docs/PERFORMANCE.md).
+  if (head.format == WeightFormat::Q4_0) head.format = WeightFormat::Q8_0;
   specs.push_back(std::move(head));
   addScales(specs);
   return specs;

@@ -99,7 +99,8 @@ struct ParameterSpec {
 /// whose column count divides by target::kPanelWidth is packed into panels, in
 /// `storage.format`, followed by its scales when the format is block-quantized; every other
 /// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size
-/// (std::invalid_argument otherwise).
+/// (std::invalid_argument otherwise), and take no "transformer.wte.weight": their token lookup
+/// reads the LM head's copy (the embedding is stored once, in the format; q8_0 for q4_0).
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, const WeightStorage &storage);
 
 /// The parameters a user supplies (the non-derived ones), in parameterSpecs() order.

@@ -96,6 +96,44 @@ struct EmbeddingLowering : OpConversionPattern<EmbeddingOp> {
   }
 };
 
+/// A generic over (t, j) gathering each element from the packed weight: id v lies in panel v / P,
+/// column v % P; feature j is row j, in block j / 32. One row per token is dequantized (in
+/// decode, D values), so the gather stays scalar.
+struct PackedEmbeddingLowering : OpConversionPattern<PackedEmbeddingOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(PackedEmbeddingOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType type = rankedType(op.getResult());
+    Value codes = adaptor.getCodes(), scales = adaptor.getScales();
+    ArrayRef<int64_t> packed = rankedType(codes).getShape();
+    const int64_t width = packed[2];
+    SmallVector<utils::IteratorType> parallel(2, utils::IteratorType::parallel);
+    Value result =
+        buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {adaptor.getIds()},
+                     {AffineMap::get(2, 0, getAffineDimExpr(0, ctx))}, AffineMap::getMultiDimIdentityMap(2, ctx),
+                     parallel, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                       auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(l, v); };
+                       // Clamp the id so that a bad id can never read outside the table; callers validate ids.
+                       Value id = b.create<arith::IndexCastOp>(l, b.getIndexType(), a[0]);
+                       id = b.create<arith::MaxSIOp>(l, id, index(0));
+                       id = b.create<arith::MinSIOp>(l, id, index(packed[0] * width - 1));
+                       Value panel = b.create<arith::DivUIOp>(l, id, index(width));
+                       Value column = b.create<arith::RemUIOp>(l, id, index(width));
+                       Value feature = b.create<linalg::IndexOp>(l, 1);
+                       Value block = b.create<arith::DivUIOp>(l, feature, index(PackedEmbeddingOp::kBlockSize));
+                       Value code = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, feature, column});
+                       Value scale = b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, block, column});
+                       Type f32 = b.getF32Type();
+                       return b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, code),
+                                                      b.create<arith::ExtFOp>(l, f32, scale));
+                     });
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
 // update -> cache[:, offset : offset + T, :], as one insert_slice (in place after bufferization).
 struct CacheUpdateLowering : OpConversionPattern<CacheUpdateOp> {
   using OpConversionPattern::OpConversionPattern;
@@ -116,7 +154,7 @@ struct CacheUpdateLowering : OpConversionPattern<CacheUpdateOp> {
 
 void populateShapeLoweringPatterns(RewritePatternSet &patterns) {
   patterns.add<TransposeLowering, SliceLowering, SplitHeadsLowering, MergeHeadsLowering, EmbeddingLowering,
-               CacheUpdateLowering>(patterns.getContext());
+               PackedEmbeddingLowering, CacheUpdateLowering>(patterns.getContext());
 }
 
 } // namespace gpt::conversion

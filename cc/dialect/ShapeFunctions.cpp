@@ -164,6 +164,27 @@ FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitE
   return ranked({i.getDimSize(0), t.getDimSize(1)}, table);
 }
 
+FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids, int64_t blockSize,
+                                               EmitErrorFn emitError) {
+  auto c = dyn_cast<RankedTensorType>(codes);
+  auto s = dyn_cast<RankedTensorType>(scales);
+  auto i = dyn_cast<RankedTensorType>(ids);
+  if (c && c.getRank() != 3) return emitError() << "codes must be a rank-3 [V / P, D, P] tensor, got " << codes;
+  if (s && s.getRank() != 3)
+    return emitError() << "scales must be a rank-3 [V / P, D / " << blockSize << ", P] tensor, got " << scales;
+  if (i && i.getRank() != 1) return emitError() << "ids must be a rank-1 tensor, got " << ids;
+  if (!c || !s || !i) return unranked(codes);
+  if (!c.hasStaticShape() || !s.hasStaticShape())
+    return emitError() << "codes and scales must have static shapes, got " << codes << " and " << scales;
+  int64_t features = s.getDimSize(1) * blockSize;
+  if (c.getDimSize(0) != s.getDimSize(0) || c.getDimSize(2) != s.getDimSize(2))
+    return emitError() << "codes " << codes << " and scales " << scales << " must have the same panels";
+  if (c.getDimSize(1) != features)
+    return emitError() << "scales " << scales << " give D = " << features << ", so the q8_0 codes need " << features
+                       << " rows, got " << codes;
+  return ranked({i.getDimSize(0), features}, codes);
+}
+
 FailureOr<TensorType> inferSliceType(Type input, int64_t offset, int64_t size, EmitErrorFn emitError) {
   if (offset < 0 || size <= 0)
     return emitError() << "needs offset >= 0 and size > 0, got offset " << offset << " and size " << size;

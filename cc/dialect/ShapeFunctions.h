@@ -32,6 +32,10 @@ FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, Emi
 
 /// [V, D] table gathered by [T] ids -> [T, D].
 FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitError);
+/// A [D, V'] q8_0 packed weight (codes [V'/P, D, P], scales [V'/P, D/blockSize, P]) gathered as a
+/// [V', D] table by [T] ids -> [T, D].
+FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids, int64_t blockSize,
+                                               EmitErrorFn emitError);
 /// The last dim narrowed to `size`, after checking that [offset, offset + size) fits in it.
 FailureOr<TensorType> inferSliceType(Type input, int64_t offset, int64_t size, EmitErrorFn emitError);
 /// [T, H*d] -> [H, T, d], or [T, H, d] when `tokenMajor`.

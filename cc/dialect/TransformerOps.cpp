@@ -182,6 +182,16 @@ LogicalResult EmbeddingOp::inferShapes() {
   return refineResult(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this)));
 }
 
+namespace {
+FailureOr<TensorType> inferPackedEmbedding(PackedEmbeddingOp op) {
+  return inferPackedEmbeddingType(op.getCodes().getType(), op.getScales().getType(), op.getIds().getType(),
+                                  PackedEmbeddingOp::kBlockSize, errorOn(op));
+}
+} // namespace
+
+LogicalResult PackedEmbeddingOp::verify() { return verifyInferred(*this, inferPackedEmbedding(*this)); }
+LogicalResult PackedEmbeddingOp::inferShapes() { return refineResult(*this, inferPackedEmbedding(*this)); }
+
 LogicalResult SliceOp::verify() {
   return verifyInferred(*this, inferSliceType(getInput().getType(), getOffset(), getSize(), errorOn(*this)));
 }

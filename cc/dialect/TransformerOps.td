@@ -220,6 +220,32 @@ def Transformer_EmbeddingOp : Transformer_Op<"embedding",
   let hasVerifier = 1;
 }
 
+def Transformer_PackedEmbeddingOp : Transformer_Op<"packed_embedding",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Gathers rows of an embedding table stored as a q8_0 packed matmul weight";
+  let description = [{
+    `result[t, :] = table[ids[t], :]`, where the `[V, D]` table is the transpose of the `[D, V']`
+    weight of a q8_0 `transformer.packed_matmul` (`V' >= V`, columns past `V` zero), given as
+    that op's codes `[V' / P, D, P]` and scales `[V' / P, D / 32, P]`: `table[v, j] = w[j, v]`.
+    This is how a tied embedding is stored once, as llama.cpp stores it: the LM head reads it as
+    its weight and the lookup dequantizes one row per token (q4_0 models keep it in q8_0 too).
+    Ids outside `[0, V')` are the caller's error; the lowering clamps them.
+
+    ```mlir
+    %x = transformer.packed_embedding %codes, %scales, %ids
+        : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+    ```
+  }];
+  let arguments = (ins TensorOf<[I8]>:$codes, TensorOf<[F16]>:$scales, TensorOf<[I64]>:$ids);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$codes `,` $scales `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Weights per scale (the block size of transformer.packed_matmul).
+    static constexpr int64_t kBlockSize = 32;
+  }];
+}
+
 def Transformer_SliceOp : Transformer_Op<"slice",
     [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
   let summary = "A contiguous range of the last dimension";

@@ -42,6 +42,13 @@ void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t widt
   packPanelsOf(matrix, rows, cols, width, packed);
 }
 
+void unpackPanels(const float *packed, int64_t rows, int64_t cols, int64_t width, float *matrix) {
+  checkPanels(rows, cols, width);
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t row = 0; row < rows; ++row)
+      std::copy_n(packed + (panel * rows + row) * width, width, matrix + row * cols + panel * width);
+}
+
 void packNibblePanels(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint8_t *packed) {
   checkPanels(rows, cols, width);
   if (rows % 32 != 0) throw std::invalid_argument("packNibblePanels: the row count must be a multiple of 32");

@@ -41,6 +41,9 @@ void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t widt
 /// layout `transformer.packed_matmul` reads).
 void packNibblePanels(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint8_t *packed);
 
+/// The inverse of packPanels: `matrix[k][j] = packed[j / width][k][j % width]`.
+void unpackPanels(const float *packed, int64_t rows, int64_t cols, int64_t width, float *matrix);
+
 /// Writes `out[c][r] = matrix[r][c]` for a row-major [rows, cols] `matrix` into a [cols,
 /// paddedRows] `out` (paddedRows >= rows), with zeros in columns rows .. paddedRows - 1: the tied
 /// embedding [V, D] as the LM head's [D, V'] matmul weight.

@@ -111,4 +111,41 @@ void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *code
   }
 }
 
+void dequantizeBf16Panels(const uint16_t *halves, int64_t rows, int64_t cols, int64_t width, float *matrix) {
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t c = 0; c < width; ++c) {
+        uint32_t bits = static_cast<uint32_t>(halves[(panel * rows + row) * width + c]) << 16;
+        std::memcpy(&matrix[row * cols + panel * width + c], &bits, sizeof(float));
+      }
+}
+
+void dequantizeQ8_0Panels(const int8_t *codes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                          float *matrix) {
+  const int64_t blocks = rows / kQuantBlock;
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t c = 0; c < width; ++c) {
+        float scale = fromFp16(scales[(panel * blocks + row / kQuantBlock) * width + c]);
+        matrix[row * cols + panel * width + c] = codes[(panel * rows + row) * width + c] * scale;
+      }
+}
+
+void dequantizeQ4_0Panels(const uint8_t *codes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                          float *matrix) {
+  const int64_t blocks = rows / kQuantBlock, half = kQuantBlock / 2;
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t row = 0; row < rows; ++row) {
+      // Row r of block b is byte b * 16 + r % 16 of the block, its high nibble for r % 32 >= 16.
+      const int64_t block = row / kQuantBlock, inBlock = row % kQuantBlock;
+      const int64_t byteRow = block * half + inBlock % half;
+      for (int64_t c = 0; c < width; ++c) {
+        uint8_t byte = codes[(panel * (rows / 2) + byteRow) * width + c];
+        int code = inBlock < half ? (byte & 0xF) : (byte >> 4);
+        float scale = fromFp16(scales[(panel * blocks + block) * width + c]);
+        matrix[row * cols + panel * width + c] = static_cast<float>(code - 8) * scale;
+      }
+    }
+}
+
 } // namespace gpt::kernels

@@ -31,6 +31,16 @@ void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes
 /// block; a weight dequantizes to (code - 8) * d.
 void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales);
 
+/// The [K, N] f32 matrix a compiled program computes with, from a weight stored in [N / width]
+/// column panels (PanelPacking.h): bf16 halves [N/w, K, w]; q8_0 codes [N/w, K, w] and fp16
+/// scale bits [N/w, K/32, w]; q4_0 nibble codes [N/w, K/2, w] (packNibblePanels' layout) and
+/// scales. Exact: each weight is code * scale (q4_0: (code - 8) * scale) rounded once to f32.
+void dequantizeBf16Panels(const uint16_t *halves, int64_t rows, int64_t cols, int64_t width, float *matrix);
+void dequantizeQ8_0Panels(const int8_t *codes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                          float *matrix);
+void dequantizeQ4_0Panels(const uint8_t *codes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                          float *matrix);
+
 } // namespace gpt::kernels
 
 #endif // GPT_CC_KERNELS_QUANTIZATION_H

@@ -188,12 +188,14 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
   for (size_t i = 0; i < supplied_.size(); ++i) byName[supplied_[i].name] = weights[i];
   // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
+  std::vector<const void *> data_;
   std::vector<std::unique_ptr<void, kernels::FreeDeleter>> owned;
   // A block-quantized weight's scales are made with its codes and bound by the spec after it.
   void *pendingScales = nullptr;
   for (const ParameterSpec &spec : parameters_) {
     if (spec.isScales()) {
       descriptors.push_back(MemRefDescriptor::view(pendingScales, spec.argumentShape()));
+      data_.push_back(pendingScales);
       continue;
     }
     const float *data = byName.at(spec.derived() ? spec.source : spec.name);
@@ -249,10 +251,66 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
       }
     }
     descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));
+    data_.push_back(argument);
   }
   std::lock_guard<std::mutex> lock(mutex);
   weightDescriptors = std::move(descriptors);
+  weightData = std::move(data_);
   ownedWeights = std::move(owned);
+}
+
+namespace {
+/// True when compiled code reads `spec`'s array as the user supplied it.
+bool readsInPlace(const ParameterSpec &spec) {
+  return !spec.derived() && spec.layout == WeightLayout::AsGiven && spec.format == WeightFormat::F32;
+}
+} // namespace
+
+std::vector<std::string> CompiledModel::borrowedParameters() const {
+  std::vector<std::string> names;
+  for (const ParameterSpec &spec : parameters_)
+    if (readsInPlace(spec)) names.push_back(spec.name);
+  return names;
+}
+
+std::vector<float> CompiledModel::storedWeight(const std::string &name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (weightData.empty()) throw std::invalid_argument("storedWeight: setWeights() was never called");
+  // The parameter laid out from `name`: its own packed copy, or (the tied embedding of a
+  // block-quantized model, which has no argument of its own) the LM head made from it.
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const ParameterSpec &spec = parameters_[i];
+    if (spec.isScales() || readsInPlace(spec) || (spec.derived() ? spec.source : spec.name) != name) continue;
+    const int64_t rows = spec.shape[0], cols = spec.shape[1], width = spec.panelWidth;
+    std::vector<float> matrix(rows * cols);
+    const void *data = weightData[i];
+    switch (spec.format) {
+    case WeightFormat::F32:
+      if (width)
+        kernels::unpackPanels(static_cast<const float *>(data), rows, cols, width, matrix.data());
+      else
+        std::copy_n(static_cast<const float *>(data), rows * cols, matrix.data());
+      break;
+    case WeightFormat::BF16:
+      kernels::dequantizeBf16Panels(static_cast<const uint16_t *>(data), rows, cols, width, matrix.data());
+      break;
+    case WeightFormat::Q8_0:
+      kernels::dequantizeQ8_0Panels(static_cast<const int8_t *>(data), static_cast<const uint16_t *>(weightData[i + 1]),
+                                    rows, cols, width, matrix.data());
+      break;
+    case WeightFormat::Q4_0:
+      kernels::dequantizeQ4_0Panels(static_cast<const uint8_t *>(data),
+                                    static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
+      break;
+    }
+    if (!spec.derived()) return matrix;
+    // The LM head is the [V, D] embedding transposed to [D, V'] with zero columns past V.
+    std::vector<float> table(config_.vocabSize * rows);
+    for (int64_t v = 0; v < config_.vocabSize; ++v)
+      for (int64_t d = 0; d < rows; ++d) table[v * rows + d] = matrix[d * cols + v];
+    return table;
+  }
+  throw std::invalid_argument("storedWeight: '" + name + "' is read in place or is no parameter");
 }
 
 Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const CallArguments &call) {

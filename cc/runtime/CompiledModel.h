@@ -73,6 +73,17 @@ public:
   /// transposed embedding) are laid out here, once, into storage the model owns.
   void setWeights(const std::vector<const float *> &weights);
 
+  /// The supplied parameters compiled code reads in place (f32, as given): the caller keeps these
+  /// arrays alive, and only these; every other one was laid out (or quantized) into storage of
+  /// the model's own when the weights were bound.
+  std::vector<std::string> borrowedParameters() const;
+
+  /// The values the model computes with for the supplied parameter `name`, in its supplied shape,
+  /// read back from the model's storage: unpacked, and dequantized (exactly: each weight is
+  /// code * scale, rounded once to f32) for a low-precision format. For a parameter that is not
+  /// borrowed, after setWeights(); throws std::invalid_argument otherwise.
+  std::vector<float> storedWeight(const std::string &name) const;
+
   /// Logits [bucket, padded vocab] of `ids` (1 <= count <= block_size) padded to its bucket.
   /// Compiles on the first call per bucket.
   Logits forward(const int64_t *ids, int64_t count);
@@ -132,6 +143,7 @@ private:
   std::vector<ParameterSpec> parameters_, supplied_;
   std::vector<EntryArgument> forwardArguments_, stepArguments_;          // entryArguments(), made once
   std::vector<MemRefDescriptor> weightDescriptors;                       // set once by setWeights
+  std::vector<const void *> weightData;                                  // each one's data, for storedWeight
   std::vector<std::unique_ptr<void, kernels::FreeDeleter>> ownedWeights; // the laid-out copies they point into
   std::unique_ptr<mlir::MLIRContext> context;
   mutable std::mutex mutex; // guards the context and the caches

@@ -66,7 +66,14 @@ class CompiledModel:
         """The padded sequence length that seq_len tokens are compiled for."""
 
     def set_weights(self, weights: list[npt.NDArray[np.float32]]) -> None:
-        """Binds the weights (checked here, once) for every later call; the model keeps the list alive."""
+        """Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads
+        in place (borrowed_parameters()) alive."""
+
+    def borrowed_parameters(self) -> list[str]:
+        """Names of the supplied weights compiled code reads in place; the others were copied (packed, converted)."""
+
+    def stored_weight(self, name: str) -> npt.NDArray[np.float32]:
+        """The values the model computes with for a weight that is not borrowed: unpacked and dequantized."""
 
     def forward(self, ids: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding."""

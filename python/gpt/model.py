@@ -56,8 +56,8 @@ class GPT:
             raise TypeError(f"options must be a gpt.CompileOptions, got {type(options).__name__}")
         self._config = config
         self._options = options
-        # The model reads its weights for its whole life: it keeps copies, unless the arrays were
-        # made for it (random, from_pretrained) and nobody else holds them.
+        # The model reads some weights in place for its whole life: it keeps copies, unless the
+        # arrays were made for it (random, from_pretrained) and nobody else holds them.
         self._weights = validate_weights(config, weights, copy=_copy_weights)
         self._compiled = _gpt.CompiledModel(
             **config.shape_arguments(),
@@ -67,8 +67,13 @@ class GPT:
             cache_dir=options.resolved_cache_dir(),
             weights=options.weights,
         )
-        self._arguments = self._arrange_arguments()
-        self._compiled.set_weights(self._arguments)
+        self._compiled.set_weights(self._arrange_arguments())
+        # Compiled code reads only the borrowed weights in place; the others it packed or
+        # converted into storage of its own, so keeping them here would hold a second copy (for a
+        # quantized model, fp32 copies of what it stores in fewer bytes). state_dict() reads those
+        # back from the compiled model.
+        borrowed = set(self._compiled.borrowed_parameters())
+        self._weights = {name: value for name, value in self._weights.items() if name in borrowed}
         # The counters of the generate() run in progress or last run; None before the first.
         self._generation: dict[str, Any] | None = None
         # The checkpoint's tokenizer (from_pretrained, from_gguf), when it has one.
@@ -139,10 +144,15 @@ class GPT:
         return self._tokenizer
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The weights by HF name (read-only views)."""
+        """The weights by HF name, as the model computes with them, read-only: views of the arrays
+        it reads in place, and for the others (packed matmul weights, and with a low-precision
+        format the LM head's table) the values read back from its own storage, unpacked and
+        dequantized: equal to the weights given in f32, their rounding or quantization in the
+        other formats."""
         views = {}
-        for name, value in self._weights.items():
-            view = value.view()
+        for name, _ in self._compiled.supplied_parameters():
+            value = self._weights.get(name)
+            view = value.view() if value is not None else self._compiled.stored_weight(name)
             view.flags.writeable = False
             views[name] = view
         return views

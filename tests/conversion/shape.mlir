@@ -26,6 +26,29 @@ func.func @embedding(%table: tensor<256x64xf32>, %ids: tensor<8xi64>) -> tensor<
 
 // -----
 
+// A table stored as a q8_0 LM head [D = 64, V' = 256] (8 panels of 32 columns): id v reads
+// column v % 32 of panel v / 32 (clamped into the 256 padded ids), feature j its row j and the
+// scale of block j / 32; the element is code * scale.
+// CHECK-LABEL: func.func @packed_embedding
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%{{.*}} : tensor<5xi64>) outs(%{{.*}} : tensor<5x64xf32>)
+// CHECK: %[[ID:.*]] = arith.minsi %{{.*}}, %c255 : index
+// CHECK: %[[PANEL:.*]] = arith.divui %[[ID]], %c32
+// CHECK: %[[COLUMN:.*]] = arith.remui %[[ID]], %c32
+// CHECK: %[[F:.*]] = linalg.index 1 : index
+// CHECK: %[[BLOCK:.*]] = arith.divui %[[F]], %c32
+// CHECK: %[[CODE:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %[[F]], %[[COLUMN]]] : tensor<8x64x32xi8>
+// CHECK: %[[SCALE:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %[[BLOCK]], %[[COLUMN]]] : tensor<8x2x32xf16>
+// CHECK-DAG: %[[S:.*]] = arith.extf %[[SCALE]] : f16 to f32
+// CHECK-DAG: %[[C:.*]] = arith.sitofp %[[CODE]] : i8 to f32
+// CHECK: arith.mulf %[[C]], %[[S]] : f32
+func.func @packed_embedding(%c: tensor<8x64x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<5x64xf32> {
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+  return %0 : tensor<5x64xf32>
+}
+
+// -----
+
 // Token-major split_heads and merge_heads are views: an expand_shape and a collapse_shape, no
 // transpose.
 // CHECK-LABEL: func.func @slice_and_heads

@@ -385,3 +385,27 @@ func.func @packed_matmul_wrong_result(%a: tensor<4x8xf32>, %b: tensor<2x8x32xf32
   %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xf32>) -> tensor<4x32xf32>
   return
 }
+
+// -----
+
+func.func @packed_embedding_codes_rows(%c: tensor<8x32x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) {
+  // expected-error @+1 {{scales 'tensor<8x2x32xf16>' give D = 64, so the q8_0 codes need 64 rows, got 'tensor<8x32x32xi8>'}}
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x32x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_embedding_panels(%c: tensor<8x64x32xi8>, %s: tensor<4x2x32xf16>, %ids: tensor<5xi64>) {
+  // expected-error @+1 {{codes 'tensor<8x64x32xi8>' and scales 'tensor<4x2x32xf16>' must have the same panels}}
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<4x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_embedding_ids_rank(%c: tensor<8x64x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<1x5xi64>) {
+  // expected-error @+1 {{ids must be a rank-1 tensor, got 'tensor<1x5xi64>'}}
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<1x5xi64>) -> tensor<*xf32>
+  return
+}

@@ -67,6 +67,14 @@ func.func @packed_matmul_block_quantized(%x: tensor<4x64xf32>, %q8: tensor<2x64x
   return %0, %1 : tensor<4x64xf32>, tensor<4x64xf32>
 }
 
+// A tied embedding stored as a q8_0 LM head: codes [V'/P, D, P] and scales [V'/P, D/32, P].
+// CHECK-LABEL: func.func @packed_embedding
+func.func @packed_embedding(%c: tensor<8x64x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<5x64xf32> {
+  // CHECK: transformer.packed_embedding %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+  return %0 : tensor<5x64xf32>
+}
+
 // CHECK-LABEL: func.func @layer_norm
 func.func @layer_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   // The default epsilon (1e-5) is elided.

@@ -42,15 +42,17 @@ def dequantized(fmt, matrix):
 
 
 def block_quantized_reference(fmt, weights, ids, cfg):
-    """What a q8_0 / q4_0 model computes: every matmul weight dequantized, and the LM head (the
-    tied embedding [V, D] as a [D, V] weight, blocks along D) likewise; the embedding lookup,
-    biases and LayerNorm in f32."""
+    """What a q8_0 / q4_0 model computes: every matmul weight dequantized; the tied embedding
+    stored once, as the LM head's [D, V] weight with blocks along D, in q8_0 for both formats,
+    and dequantized for the token lookup and the head alike; position embeddings, biases and
+    LayerNorm in f32."""
     rounded = dict(weights)
     for name in weights:
         if name.endswith(MATMUL_WEIGHTS):
             rounded[name] = dequantized(fmt, weights[name])
-    head = dequantized(fmt, weights["transformer.wte.weight"].T).T
-    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=head)
+    table = dequantized("q8_0", weights["transformer.wte.weight"].T).T
+    rounded["transformer.wte.weight"] = table
+    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=table)
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
@@ -97,8 +99,13 @@ def test_block_quantized_formats_are_in_the_ir(tmp_path):
         transformer = model.ir("transformer", seq_len=8)
         # c_attn [64, 192]: 6 panels of codes (q4_0: two per byte) and their [6, 2, 32] f16 scales.
         assert f"{codes}, tensor<6x2x32xf16>" in transformer
+        # The tied embedding is stored once, as the q8_0 LM head [64, 256] (8 panels), which the
+        # token lookup reads: no f32 [256, 64] table is an argument.
+        assert "transformer.packed_embedding" in transformer
+        assert "tensor<8x64x32xi8>, tensor<8x2x32xf16>" in transformer
+        assert "tensor<256x64xf32>" not in transformer
         linalg = model.ir("linalg", seq_len=8)
-        assert "arith.sitofp" in linalg and "f16 to f32" in linalg
+        assert "arith.sitofp" in linalg and "f16 to f32" in linalg and "gpt.block_partials" in linalg
         if fmt == "q4_0":
             assert "arith.shrui" in linalg and "arith.andi" in linalg
 
@@ -110,6 +117,53 @@ def test_block_quantized_machine_code_widens_codes_in_registers(fmt, tmp_path):
     # int8 codes sign-extended to 32 bits and converted, f16 scales converted, fused multiply-adds.
     assert "vpmovsxbd" in asm and "vcvtdq2ps" in asm and "vcvtph2ps" in asm
     assert "vfmadd" in asm
+
+
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "q8_0", "q4_0"])
+def test_state_dict_is_what_the_model_computes_with(fmt):
+    cfg = config(NANO)
+    weights = exercising_weights(cfg)
+    model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False))
+    state = model.state_dict()
+    assert set(state) == set(weights)
+    for name, value in weights.items():
+        if name.endswith(MATMUL_WEIGHTS):
+            if fmt == "f32":
+                expected = value
+            elif fmt == "bf16":
+                expected = bf16_rounded(value)
+            else:
+                expected = dequantized(fmt, value)
+        elif name == "transformer.wte.weight" and fmt in ("q8_0", "q4_0"):
+            expected = dequantized("q8_0", value.T).T  # stored once, as the q8_0 LM head
+        else:
+            expected = value
+        np.testing.assert_array_equal(state[name], expected.astype(np.float32), err_msg=name)
+        assert not state[name].flags.writeable
+    # A model made from that state dict computes the same logits: the formats are idempotent.
+    again = gpt.GPT.from_weights(cfg, state, gpt.CompileOptions(weights=fmt, disk_cache=False))
+    ids = token_ids(cfg, 9)
+    np.testing.assert_array_equal(again.forward(ids), model.forward(ids))
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q8_0", "q4_0"])
+def test_model_keeps_no_float32_copy_of_the_weights_it_stores(fmt):
+    """Only the arrays compiled code reads in place (biases, LayerNorm, position embeddings; for
+    f32 and bf16 also the token embedding) stay on the Python side: traced numpy memory after
+    construction is their size, not the matmul weights'."""
+    import tracemalloc
+
+    cfg = config(MID)
+    tracemalloc.start()
+    model = gpt.GPT.random(cfg, options=gpt.CompileOptions(weights=fmt, disk_cache=False))
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    shapes = dict(model._compiled.supplied_parameters())
+    borrowed = sum(4 * int(np.prod(shapes[name])) for name in model._compiled.borrowed_parameters())
+    everything = sum(4 * int(np.prod(shape)) for shape in shapes.values())
+    assert "transformer.h.0.mlp.c_fc.weight" not in model._compiled.borrowed_parameters()
+    assert ("transformer.wte.weight" in model._compiled.borrowed_parameters()) == (fmt == "f32")
+    assert held < borrowed + 0.05 * everything
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])

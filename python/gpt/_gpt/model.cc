@@ -3,6 +3,8 @@
 
 #include "cc/runtime/CompiledModel.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -91,7 +93,7 @@ py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | p
 } // namespace
 
 void initModel(py::module_ &m) {
-  py::class_<CompiledModel>(m, "CompiledModel")
+  py::class_<CompiledModel>(m, "CompiledModel", py::dynamic_attr())
       .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
                        float layerNormEps, const std::string &pipeline, int threads, const std::string &cacheDir,
                        const std::string &weights) {
@@ -122,9 +124,35 @@ void initModel(py::module_ &m) {
            "The padded sequence length that seq_len tokens are compiled for.")
       .def(
           "set_weights",
-          [](CompiledModel &model, const py::list &weights) { model.setWeights(weightPointers(model, weights)); },
-          py::arg("weights"), py::keep_alive<1, 2>(),
-          "Binds the weights (checked here, once) for every later call; the model keeps the list alive.")
+          [](py::object self, const py::list &weights) {
+            CompiledModel &model = self.cast<CompiledModel &>();
+            model.setWeights(weightPointers(model, weights));
+            // Compiled code reads the borrowed arrays in place: the model keeps them (and only
+            // them) alive; the others were copied into its own storage.
+            std::vector<std::string> borrowed = model.borrowedParameters();
+            py::list kept;
+            for (size_t i = 0; i < model.suppliedParameters().size(); ++i)
+              if (llvm::is_contained(borrowed, model.suppliedParameters()[i].name)) kept.append(weights[i]);
+            self.attr("_borrowed_arrays") = kept;
+          },
+          py::arg("weights"),
+          "Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads "
+          "in place (borrowed_parameters()) alive.")
+      .def("borrowed_parameters", &CompiledModel::borrowedParameters,
+           "Names of the supplied weights compiled code reads in place; the others were copied (packed, converted).")
+      .def(
+          "stored_weight",
+          [](const CompiledModel &model, const std::string &name) {
+            std::vector<float> values = model.storedWeight(name);
+            std::vector<int64_t> shape;
+            for (const ParameterSpec &spec : model.suppliedParameters())
+              if (spec.name == name) shape = spec.shape;
+            py::array_t<float> array(shape);
+            std::copy(values.begin(), values.end(), array.mutable_data());
+            return array;
+          },
+          py::arg("name"),
+          "The values the model computes with for a weight that is not borrowed: unpacked and dequantized.")
       .def("forward", &forward, py::arg("ids"),
            "Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding.")
       .def("step", &step, py::arg("ids"), py::arg("offset"), py::arg("cache_len"), py::arg("keys"), py::arg("values"),
