@@ -21,6 +21,7 @@
 #include <array>
 #include <chrono>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 namespace gpt {
@@ -180,12 +181,19 @@ int64_t CompiledModel::diskCacheHits() const {
   return diskHits;
 }
 
-void CompiledModel::setWeights(const std::vector<const float *> &weights) {
+void CompiledModel::setWeights(const std::vector<const float *> &weights) { setWeights(weights, {}); }
+
+void CompiledModel::setWeights(const std::vector<const float *> &weights,
+                               const std::map<std::string, QuantizedWeight> &quantized) {
   if (weights.size() != supplied_.size())
     throw std::invalid_argument("expected " + std::to_string(supplied_.size()) + " weights, got " +
                                 std::to_string(weights.size()));
   std::map<std::string, const float *> byName;
   for (size_t i = 0; i < supplied_.size(); ++i) byName[supplied_[i].name] = weights[i];
+  for (const auto &[name, weight] : quantized)
+    if (!byName.count(name) || !isBlockQuantized(weight.format))
+      throw std::invalid_argument("'" + name + "' is no weight that can be given quantized (q8_0 or q4_0)");
+  std::set<std::string> repacked;
   // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
   std::vector<const void *> data_;
@@ -198,8 +206,46 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
       data_.push_back(pendingScales);
       continue;
     }
-    const float *data = byName.at(spec.derived() ? spec.source : spec.name);
+    const std::string &key = spec.derived() ? spec.source : spec.name;
     const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
+    // Keeps a buffer the compiled code reads and returns its address.
+    auto keep = [&](auto array) {
+      void *address = array.get();
+      owned.emplace_back(array.release());
+      return address;
+    };
+    if (auto given = quantized.find(key);
+        given != quantized.end() && spec.panelWidth && given->second.format == spec.format) {
+      // Repacked as llama.cpp quantized it: rows of the [out, in] tensor are the weight's columns.
+      const QuantizedWeight &weight = given->second;
+      const int64_t blocks = rows / kernels::kQuantBlock, width = spec.panelWidth;
+      const int64_t columns = spec.derived() ? config_.vocabSize : cols;
+      const int64_t blockBytes =
+          weight.format == WeightFormat::Q8_0 ? kernels::kQ8_0BlockBytes : kernels::kQ4_0BlockBytes;
+      if (weight.bytes != columns * blocks * blockBytes)
+        throw std::invalid_argument(key + ": " + std::to_string(weight.bytes) + " bytes of " +
+                                    weightFormatName(weight.format) + " blocks, expected " +
+                                    std::to_string(columns * blocks * blockBytes));
+      auto scales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
+      if (weight.format == WeightFormat::Q8_0) {
+        auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
+        kernels::repackQ8_0Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
+        descriptors.push_back(MemRefDescriptor::view(codes.get(), spec.argumentShape()));
+        data_.push_back(keep(std::move(codes)));
+      } else {
+        auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols / 2);
+        kernels::repackQ4_0Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
+        descriptors.push_back(MemRefDescriptor::view(codes.get(), spec.argumentShape()));
+        data_.push_back(keep(std::move(codes)));
+      }
+      pendingScales = keep(std::move(scales));
+      repacked.insert(key);
+      continue;
+    }
+    const float *data = byName.at(key);
+    if (!data)
+      throw std::invalid_argument(key + " is given quantized, but the model stores it in " +
+                                  weightFormatName(spec.format) + ": give its float32 values too");
     // Each layout step reads `data` into a new f32 buffer, which becomes `data`.
     kernels::AlignedFloats laidOut;
     auto relayout = [&](auto write) {
@@ -207,12 +253,6 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
       write(next.get());
       laidOut = std::move(next);
       data = laidOut.get();
-    };
-    // Keeps a buffer the compiled code reads and returns its address.
-    auto keep = [&](auto array) {
-      void *address = array.get();
-      owned.emplace_back(array.release());
-      return address;
     };
     if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels)
       // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
@@ -253,6 +293,10 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights) {
     descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));
     data_.push_back(argument);
   }
+  for (const auto &[name, weight] : quantized)
+    if (!repacked.count(name) && !byName.at(name))
+      throw std::invalid_argument(name + " is given quantized in " + std::string(weightFormatName(weight.format)) +
+                                  ", which this model does not store it in: give its float32 values");
   std::lock_guard<std::mutex> lock(mutex);
   weightDescriptors = std::move(descriptors);
   weightData = std::move(data_);

@@ -73,6 +73,20 @@ public:
   /// transposed embedding) are laid out here, once, into storage the model owns.
   void setWeights(const std::vector<const float *> &weights);
 
+  /// A matmul weight (or the tied embedding) given as llama.cpp quantized it, in a GGUF file:
+  /// `blocks` holds its rows in torch's [out, in] layout (`bytes` in all), each row a run of q8_0
+  /// or q4_0 blocks (kernels::repackQ8_0Rows).
+  struct QuantizedWeight {
+    WeightFormat format;
+    const uint8_t *blocks;
+    int64_t bytes;
+  };
+  /// setWeights() where some weights come quantized, by name: such a weight's pointer may be
+  /// null. When the model stores it in that very format its codes and scales are repacked as
+  /// they are, never widened to f32; otherwise (a q4_0 tied embedding for a model that stores it
+  /// in q8_0) its float32 values must be given too.
+  void setWeights(const std::vector<const float *> &weights, const std::map<std::string, QuantizedWeight> &quantized);
+
   /// The supplied parameters compiled code reads in place (f32, as given): the caller keeps these
   /// arrays alive, and only these; every other one was laid out (or quantized) into storage of
   /// the model's own when the weights were bound.

@@ -16,6 +16,7 @@ Which tensors a file of each format quantizes (as llama.cpp writes them): the to
 the matmul weights are in the file's format; the position embedding, LayerNorm parameters and
 biases stay F32."""
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -81,7 +82,18 @@ def _types():
 # -- reading ------------------------------------------------------------------------------------
 
 
-def load_gguf(path) -> tuple[GPTConfig, dict[str, np.ndarray], HFTokenizer | None]:
+@dataclasses.dataclass(frozen=True)
+class QuantizedTensor:
+    """A weight as llama.cpp quantized it: `blocks` (uint8) holds the GGUF tensor's rows, in
+    torch's [out, in] layout, each a run of q8_0 or q4_0 blocks (an fp16 scale, then the codes)."""
+
+    format: str
+    blocks: np.ndarray
+
+
+def load_gguf(
+    path, keep_quantized: str | None = None
+) -> tuple[GPTConfig, dict[str, np.ndarray | QuantizedTensor], HFTokenizer | None]:
     """Reads a GPT-2 GGUF file into (GPTConfig, float32 weights by HF name, tokenizer or None).
 
     Hyperparameters come from the metadata (gpt2.block_count, gpt2.context_length,
@@ -89,7 +101,9 @@ def load_gguf(path) -> tuple[GPTConfig, dict[str, np.ndarray], HFTokenizer | Non
     vocabulary size from token_embd's shape. Every tensor is dequantized to float32 with gguf's own
     gguf.quants.dequantize and put back in HF's layout. The tokenizer is built when the file
     carries GPT-2's (tokenizer.ggml.model "gpt2": byte-level BPE from tokenizer.ggml.tokens and
-    tokenizer.ggml.merges). Raises FileNotFoundError for a missing file and ValueError naming the
+    tokenizer.ggml.merges). With `keep_quantized` ("q8_0" or "q4_0"), the matmul weights stored in
+    that type (and, for q8_0, the token embedding) are returned as QuantizedTensor instead, their
+    blocks copied out of the file as they are. Raises FileNotFoundError for a missing file and ValueError naming the
     problem for anything else: an unreadable file, another architecture, a missing or misshapen
     tensor, an unsupported tensor type, an output.weight unlike token_embd.weight (an untied LM
     head), hyperparameters this model cannot take, a vocabulary that does not fit."""
@@ -156,12 +170,33 @@ def load_gguf(path) -> tuple[GPTConfig, dict[str, np.ndarray], HFTokenizer | Non
         raise ValueError(f"{path}: unexpected tensor(s) for GPT-2: {', '.join(unexpected[:5])}")
     shapes = _gguf_shapes(config)
     weights = {}
+    kept_type = _types()[keep_quantized] if keep_quantized in ("q8_0", "q4_0") else None
     for name, (hf_name, transposed) in names.items():
-        array = _dequantize(tensors[name], shapes[name], path)
+        tensor = tensors[name]
+        # Matmul weights are stored transposed ([out, in], blocks along in = K); the embedding's
+        # rows [vocab, n_embd] are the LM head's columns, blocks along n_embd = K too. A q4_0
+        # model stores its embedding in q8_0, so a q4_0 one is dequantized.
+        keep = tensor.tensor_type == kept_type and (
+            transposed or (name == "token_embd.weight" and kept_type == _types()["q8_0"])
+        )
+        if keep:
+            _check_ne(tensor, shapes[name], path)
+            weights[hf_name] = QuantizedTensor(keep_quantized, np.array(tensor.data, dtype=np.uint8))
+            continue
+        array = _dequantize(tensor, shapes[name], path)
         weights[hf_name] = np.ascontiguousarray(array.T) if transposed else array
     if _OUTPUT in tensors:
-        head = _dequantize(tensors[_OUTPUT], shapes["token_embd.weight"], path)
-        if not np.array_equal(head, weights["transformer.wte.weight"]):
+        embedding, output = tensors["token_embd.weight"], tensors[_OUTPUT]
+        if isinstance(weights["transformer.wte.weight"], QuantizedTensor):
+            _check_ne(output, shapes["token_embd.weight"], path)
+            tied = output.tensor_type == embedding.tensor_type and np.array_equal(
+                np.asarray(output.data), np.asarray(embedding.data)
+            )
+        else:
+            tied = np.array_equal(
+                _dequantize(output, shapes["token_embd.weight"], path), weights["transformer.wte.weight"]
+            )
+        if not tied:
             raise ValueError(
                 f"{path}: output.weight differs from token_embd.weight (an untied LM head is not supported)"
             )
@@ -208,6 +243,12 @@ def _gguf_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     }
 
 
+def _check_ne(tensor, shape: tuple[int, ...], path: str) -> None:
+    ne = [int(n) for n in tensor.shape]
+    if ne != list(shape[::-1]):
+        raise ValueError(f"{path}: tensor {tensor.name} has ne {ne}, expected {list(shape[::-1])}")
+
+
 def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
     """A GGUF tensor as a float32 array of numpy shape `shape`, checked against its type and ne."""
     import gguf
@@ -218,9 +259,7 @@ def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
             f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which this loader does not read "
             f"(supported: {', '.join(name.upper() for name in FORMATS)})"
         )
-    ne = [int(n) for n in tensor.shape]
-    if ne != list(shape[::-1]):
-        raise ValueError(f"{path}: tensor {tensor.name} has ne {ne}, expected {list(shape[::-1])}")
+    _check_ne(tensor, shape, path)
     if tensor.tensor_type == gguf.GGMLQuantizationType.F32:
         values = np.array(tensor.data, dtype=np.float32)  # a copy out of the memory map
     else:

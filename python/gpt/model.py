@@ -11,7 +11,7 @@ import numpy as np
 from gpt import _gpt
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
-from gpt.gguf_file import load_gguf
+from gpt.gguf_file import QuantizedTensor, load_gguf
 from gpt.sampling import check_sampling_args, sample
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import load_pretrained, random_weights, validate_weights
@@ -48,6 +48,7 @@ class GPT:
         options: CompileOptions | None = None,
         *,
         _copy_weights: bool = True,
+        _quantized: Mapping[str, tuple[str, np.ndarray]] | None = None,
     ):
         if not isinstance(config, GPTConfig):
             raise TypeError(f"config must be a gpt.GPTConfig, got {type(config).__name__}")
@@ -58,7 +59,10 @@ class GPT:
         self._options = options
         # The model reads some weights in place for its whole life: it keeps copies, unless the
         # arrays were made for it (random, from_pretrained) and nobody else holds them.
-        self._weights = validate_weights(config, weights, copy=_copy_weights)
+        # `_quantized` (from_gguf): {name: (format, llama.cpp blocks)} for weights the compiled
+        # model repacks as they are, never widened to float32.
+        quantized = dict(_quantized or {})
+        self._weights = validate_weights(config, weights, copy=_copy_weights, given_quantized=quantized)
         self._compiled = _gpt.CompiledModel(
             **config.shape_arguments(),
             layer_norm_eps=float(config.layer_norm_eps),
@@ -67,7 +71,9 @@ class GPT:
             cache_dir=options.resolved_cache_dir(),
             weights=options.weights,
         )
-        self._compiled.set_weights(self._arrange_arguments())
+        arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
+        self._compiled.set_weights(arguments, quantized)
+        del arguments, quantized
         # Compiled code reads only the borrowed weights in place; the others it packed or
         # converted into storage of its own, so keeping them here would hold a second copy (for a
         # quantized model, fp32 copies of what it stores in fewer bytes). state_dict() reads those
@@ -114,16 +120,22 @@ class GPT:
         file's GPT-2 BPE vocabulary (tokenizer.ggml.model "gpt2") when it carries one. Anything
         else raises ValueError naming the problem (gpt/gguf_file.py).
 
-        Every tensor is dequantized to float32 (gguf.quants.dequantize) and the compiler quantizes
-        the matmul weights again at load in the format CompileOptions.weights names. The formats'
-        definitions round-trip: a bf16, q8_0 or q4_0 file loaded with CompileOptions(weights=<the
-        same format>) reproduces the file's values exactly, and for q8_0 and q4_0 its codes and
-        fp16 scales too (for every block ggml's reference quantizer wrote, which is how llama.cpp
-        writes q8_0 and, without an importance matrix, q4_0; a block whose scale is 0 comes back
-        with zero codes). The float32 detour is temporary: it costs load time and memory, not
-        accuracy, until the quantized tensors are handed to the compiler as they are."""
-        config, weights, tokenizer = load_gguf(path)
-        model = cls(config, weights, options, _copy_weights=False)
+        Quantized tensors stay quantized when `options.weights` is their format: a q8_0 file's
+        matmul weights and token embedding (stored once, as the LM head), or a q4_0 file's matmul
+        weights, are repacked from the file's blocks into the compiled model's panels, codes and
+        fp16 scales as they are, with no float32 copy. Any other tensor is dequantized to float32
+        (gguf.quants.dequantize) and converted at load like any weight; the formats' definitions
+        round-trip, so a bf16, q8_0 or q4_0 file loaded in its own format computes with exactly
+        the file's values either way (q4_0's embedding is q8_0 in the model, as llama.cpp keeps
+        it in higher precision).
+        """
+        options = options if options is not None else CompileOptions()
+        keep = options.weights if options.weights in ("q8_0", "q4_0") else None
+        config, weights, tokenizer = load_gguf(path, keep_quantized=keep)
+        quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
+        floats = {name: w for name, w in weights.items() if name not in quantized}
+        del weights
+        model = cls(config, floats, options, _copy_weights=False, _quantized=quantized)
         model._tokenizer = tokenizer
         return model
 
@@ -385,10 +397,6 @@ class GPT:
             else:
                 sequence.append(token)
                 logits = timed("generate_seconds", lambda: self.forward(sequence)[-1])
-
-    def _arrange_arguments(self):
-        """The weight arrays in the order the compiled model takes them (its parameter table)."""
-        return [self._weights[name] for name, _ in self._compiled.supplied_parameters()]
 
     def _check_length(self, seq_len: int) -> int:
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):

@@ -3,7 +3,7 @@
 import json
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -50,21 +50,27 @@ def random_weights(config: GPTConfig, seed: int = 0) -> dict[str, np.ndarray]:
     return weights
 
 
-def validate_weights(config: GPTConfig, weights: Mapping[str, object], copy: bool = True) -> dict[str, np.ndarray]:
+def validate_weights(
+    config: GPTConfig, weights: Mapping[str, object], copy: bool = True, given_quantized: Collection[str] = ()
+) -> dict[str, np.ndarray]:
     """Checks names, shapes and dtypes, raising ValueError that names the offending parameter;
     returns dense, read-only float32 arrays: copies, so that the caller editing its arrays later
     cannot change the model (with copy=False, the caller's arrays themselves when they already
-    are dense float32, for arrays nobody else holds)."""
+    are dense float32, for arrays nobody else holds). Parameters named in `given_quantized` come
+    quantized instead (from a GGUF file) and may be absent."""
     if not isinstance(weights, Mapping):
         raise TypeError(f"weights must be a mapping of parameter name to array, got {type(weights).__name__}")
-    expected = expected_shapes(config)
+    expected = {name: shape for name, shape in expected_shapes(config).items() if name not in given_quantized}
     missing = [name for name in expected if name not in weights]
     if missing:
         raise ValueError(f"missing parameter(s): {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
     unexpected = [
         name
         for name in weights
-        if name not in expected and name not in _IGNORED_NAMES and not name.endswith(_IGNORED_SUFFIXES)
+        if name not in expected
+        and name not in given_quantized
+        and name not in _IGNORED_NAMES
+        and not name.endswith(_IGNORED_SUFFIXES)
     ]
     if unexpected:
         raise ValueError(f"unexpected parameter(s) for this config: {', '.join(sorted(unexpected)[:5])}")

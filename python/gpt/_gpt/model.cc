@@ -19,13 +19,18 @@ namespace {
 using FloatArray = py::array_t<float, py::array::c_style>;
 
 /// Checks the weights against the parameters a user supplies and returns their data pointers.
-std::vector<const float *> weightPointers(const CompiledModel &model, const py::list &weights) {
+std::vector<const float *> weightPointers(const CompiledModel &model, const py::list &weights,
+                                          const std::map<std::string, CompiledModel::QuantizedWeight> &quantized) {
   const std::vector<ParameterSpec> &specs = model.suppliedParameters();
   if (weights.size() != specs.size())
     throw std::invalid_argument("expected " + std::to_string(specs.size()) + " weights, got " +
                                 std::to_string(weights.size()));
   std::vector<const float *> pointers;
   for (size_t i = 0; i < specs.size(); ++i) {
+    if (weights[i].is_none() && quantized.count(specs[i].name)) { // given quantized only
+      pointers.push_back(nullptr);
+      continue;
+    }
     // No implicit conversion: a wrong dtype or a strided view would silently cost a copy per call.
     py::array array = weights[i].cast<py::array>();
     if (!py::isinstance<FloatArray>(array) || !(array.flags() & py::array::c_style))
@@ -124,9 +129,22 @@ void initModel(py::module_ &m) {
            "The padded sequence length that seq_len tokens are compiled for.")
       .def(
           "set_weights",
-          [](py::object self, const py::list &weights) {
+          [](py::object self, const py::list &weights, const py::dict &quantized) {
             CompiledModel &model = self.cast<CompiledModel &>();
-            model.setWeights(weightPointers(model, weights));
+            // name -> (format, uint8 array of llama.cpp blocks); kept alive only for this call.
+            std::map<std::string, CompiledModel::QuantizedWeight> given;
+            std::vector<py::array> blockArrays; // alive until setWeights() has repacked them
+            for (auto [key, value] : quantized) {
+              auto entry = value.cast<py::tuple>();
+              std::string name = key.cast<std::string>(), format = entry[0].cast<std::string>();
+              auto blocks = entry[1].cast<py::array_t<uint8_t, py::array::c_style>>();
+              WeightFormat parsed = format == "q8_0" ? WeightFormat::Q8_0 : WeightFormat::Q4_0;
+              if (format != "q8_0" && format != "q4_0")
+                throw std::invalid_argument(name + ": quantized weights are q8_0 or q4_0, got '" + format + "'");
+              given[name] = {parsed, blocks.data(), static_cast<int64_t>(blocks.size())};
+              blockArrays.push_back(blocks);
+            }
+            model.setWeights(weightPointers(model, weights, given), given);
             // Compiled code reads the borrowed arrays in place: the model keeps them (and only
             // them) alive; the others were copied into its own storage.
             std::vector<std::string> borrowed = model.borrowedParameters();
@@ -135,9 +153,10 @@ void initModel(py::module_ &m) {
               if (llvm::is_contained(borrowed, model.suppliedParameters()[i].name)) kept.append(weights[i]);
             self.attr("_borrowed_arrays") = kept;
           },
-          py::arg("weights"),
+          py::arg("weights"), py::arg("quantized") = py::dict(),
           "Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads "
-          "in place (borrowed_parameters()) alive.")
+          "in place (borrowed_parameters()) alive. `quantized`: {name: (format, uint8 llama.cpp blocks)} for "
+          "weights given as a GGUF file stores them (their entry in `weights` may be None).")
       .def("borrowed_parameters", &CompiledModel::borrowedParameters,
            "Names of the supplied weights compiled code reads in place; the others were copied (packed, converted).")
       .def(
