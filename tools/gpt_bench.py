@@ -17,6 +17,20 @@ Peers, measured in the same run with the same weights when their packages are in
 exporter; pip install -r requirements-peers.txt). ONNX Runtime has no
 cache object: its prefill is the cache-less graph over the prompt, and its tgN runs N steps of a
 graph whose key/value inputs grow from 1 to N positions (the first past is one zero position).
+--peers picks among them by backend name (default: every installed one).
+
+"llama.cpp" (llama-cpp-python, built from source for this CPU as requirements-peers.txt says) runs
+once per weight format, like this project's rows: the same weights written to a GGUF file of that
+format with gpt.gguf_file.save_gguf (llama.cpp's converter's names, layout and tensor types; the
+token embedding is in the format too, as llama.cpp quantizes it) and run as llama-bench runs a
+test: a context of exactly the test's tokens (llama.cpp pads it), its memory cleared before each
+run, ppN llama_decode of the N tokens in batches of 512 (one up to pp512; logits of the last),
+tgN N llama_decodes of one token, each synchronized; flash attention on, as llama-bench's
+default (auto) resolves for the CPU, and its default f16 KV cache; no fwdN rows (llama-bench has
+no such test). Its size and params columns are
+llama.cpp's own (llama_model_size, llama_model_n_params). Under the table, once per model, the
+largest difference of llama.cpp's logits on the f32 file from gpt's forward on the same tokens,
+relative to the largest logit: the rows compute one model (up to llama.cpp's fp16 GELU table).
 
 After the table, the decode floor: the weight bytes one decode step must read (every weight but
 the embedding tables, of which it gathers one row) over the read bandwidth measured here with
@@ -26,6 +40,7 @@ ms/token of tgN.
 
 import argparse
 import concurrent.futures
+import os
 import re
 import statistics
 import sys
@@ -207,6 +222,99 @@ class OnnxRuntimeRunner:
             )
 
 
+class LlamaCppRunner:
+    """llama.cpp on a GGUF file through llama-cpp-python's low-level API, as llama-bench runs its
+    tests (tools/llama-bench/llama-bench.cpp: test_prompt, test_gen). One context per test length,
+    made in the warm-up run."""
+
+    backend = "llama.cpp"
+    N_BATCH = 512  # llama-bench's n_ubatch (its n_batch, 2048, only matters beyond pp512)
+
+    def __init__(self, path, threads):
+        import llama_cpp
+
+        self.llama_cpp, self.path, self.threads = llama_cpp, path, threads
+        self.llm, self.n_ctx = None, None
+        self._load(8)
+        self.size = llama_cpp.llama_model_size(self.llm.model)
+        self.params = llama_cpp.llama_model_n_params(self.llm.model)
+
+    def _load(self, n_ctx, logits_all=False):
+        if self.llm is not None and self.n_ctx == n_ctx and not logits_all:
+            return self.llm
+        if self.llm is not None:
+            self.llm.close()
+            self.llm = None
+        self.n_ctx = n_ctx
+        self.llm = self.llama_cpp.Llama(
+            model_path=self.path,
+            n_ctx=n_ctx,
+            n_batch=self.N_BATCH,
+            n_ubatch=self.N_BATCH,
+            n_threads=self.threads,
+            n_threads_batch=self.threads,
+            flash_attn=True,
+            logits_all=logits_all,
+            verbose=False,
+        )
+        return self.llm
+
+    def _decode(self, ctx, tokens):
+        array = (self.llama_cpp.llama_token * len(tokens))(*tokens)  # alive until the decode returns
+        status = self.llama_cpp.llama_decode(ctx, self.llama_cpp.llama_batch_get_one(array, len(tokens)))
+        if status != 0:
+            raise RuntimeError(f"llama_decode returned {status}")
+
+    def _clear(self, n_ctx):
+        ctx = self._load(n_ctx).ctx
+        self.llama_cpp.llama_memory_clear(self.llama_cpp.llama_get_memory(ctx), False)
+        return ctx
+
+    def forward(self, ids):
+        raise NotImplementedError("llama.cpp rows have no fwdN test (llama-bench has none)")
+
+    def prompt(self, ids):
+        ctx = self._clear(len(ids))
+        for start in range(0, len(ids), self.N_BATCH):  # one batch up to pp512
+            self._decode(ctx, ids[start : start + self.N_BATCH])
+        self.llama_cpp.llama_synchronize(ctx)
+
+    def generate(self, ids):
+        ctx = self._clear(len(ids))
+        for token in ids:
+            self._decode(ctx, [int(token)])
+            self.llama_cpp.llama_synchronize(ctx)
+
+    def logits(self, ids):
+        """The logits of every position of `ids` from an empty context, [len(ids), vocab]."""
+        llm = self._load(len(ids), logits_all=True)
+        llm.reset()
+        llm.eval(ids)
+        logits = np.array(llm.scores[: len(ids)], np.float32)
+        llm.close()
+        self.llm, self.n_ctx = None, None
+        return logits
+
+
+def llama_cpp_check(runner, cfg, weights, tokens=8):
+    """A line saying how far llama.cpp's logits on the f32 file (`runner`'s) are from gpt's forward
+    on the same tokens: the largest absolute difference over the largest absolute logit, and
+    whether the argmax agrees. The difference is llama.cpp's: its CPU GELU reads an fp16 table
+    (GGML_GELU_FP16 in ggml-cpu/vec.h), rounding each input and output to fp16 (up to 2^-11
+    relative each). On one GPT-2-small layer that rounding, emulated in a float64 numpy GPT-2,
+    accounts for all but 1e-5 of a 2.7e-4 difference; gpt agrees with that numpy GPT-2 (exact
+    GELU) to about 2e-6 on all 12."""
+    ids = np.random.default_rng(1).integers(0, cfg.vocab_size, size=tokens).tolist()
+    reference = gpt.GPT.from_weights(cfg, weights).forward(ids)
+    logits = runner.logits(ids)
+    error = float(np.abs(logits - reference).max() / np.abs(reference).max())
+    agree = int((logits.argmax(-1) == reference.argmax(-1)).sum())
+    return (
+        f"llama.cpp logits vs gpt ({tokens} tokens, f32 weights): max rel err {error:.1e}, "
+        f"argmax agrees at {agree}/{tokens} (llama.cpp's GELU rounds through an fp16 table)"
+    )
+
+
 def measure(run, ids, count, min_seconds):
     """Tokens per second of one repetition: `run(ids)` back to back until `min_seconds` have
     passed (at least once), so that a test taking a fraction of a millisecond (nano's) is not
@@ -221,24 +329,42 @@ def measure(run, ids, count, min_seconds):
             return calls * count / elapsed
 
 
-def runners(peers, torch_compile):
-    yield OursRunner
-    if not peers:
-        return
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError:
-        return
-    yield TorchRunner
-    if torch_compile:
-        yield TorchCompileRunner
-    try:
-        import onnxruntime  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        return
-    yield OnnxRuntimeRunner
+PEERS = ("pytorch-eager", "torch.compile", "onnxruntime", "llama.cpp")
+
+
+def missing(modules):
+    """The modules of `modules` that cannot be imported."""
+    absent = []
+    for module in modules:
+        try:
+            __import__(module)
+        except ImportError:
+            absent.append(module)
+    return absent
+
+
+def peer_runners(peers, notes):
+    """The peer runner classes named in `peers` whose packages are installed; a note for each
+    named one that is not."""
+    requirements = {
+        TorchRunner: ("torch", "transformers"),
+        TorchCompileRunner: ("torch", "transformers"),
+        OnnxRuntimeRunner: ("torch", "transformers", "onnxruntime", "onnxscript"),
+        LlamaCppRunner: ("llama_cpp",),
+    }
+    chosen = []
+    for runner_class, modules in requirements.items():
+        if runner_class.backend not in peers:
+            continue
+        absent = missing(modules)
+        if not absent:
+            chosen.append(runner_class)
+        else:
+            notes.append(
+                f"{runner_class.backend} rows skipped: {', '.join(absent)} not importable "
+                "(pip install -r requirements-peers.txt, as its header says)"
+            )
+    return chosen
 
 
 def read_bandwidth(threads, gib=1.0, repetitions=5):
@@ -286,7 +412,13 @@ def main(argv):
     parser.add_argument(
         "--min-seconds", type=float, default=0.05, help="each repetition repeats its test until this long has passed"
     )
-    parser.add_argument("--no-peers", action="store_true", help="only this project's rows")
+    parser.add_argument("--no-peers", action="store_true", help="only this project's rows (as --peers '')")
+    parser.add_argument(
+        "--peers",
+        default=None,
+        help=f"peer backends to measure, comma-separated, of {', '.join(PEERS)} (default: every installed one; "
+        "torch.compile only with --torch-compile)",
+    )
     parser.add_argument(
         "--weights",
         default="f32",
@@ -298,45 +430,86 @@ def main(argv):
         help="also torch.compile rows (Inductor compiles for minutes per model here)",
     )
     args = parser.parse_args(argv)
+    if args.peers is None:
+        peers = [p for p in PEERS if p != "torch.compile" or args.torch_compile]
+    else:
+        peers = [p for p in args.peers.split(",") if p]
+        unknown = [p for p in peers if p not in PEERS]
+        if unknown:
+            parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
+    if args.no_peers:
+        peers = []
     print("command: PYTHONPATH=bazel-bin/python python3 tools/gpt_bench.py " + " ".join(argv))
     print()
     print("| model | size | params | backend | threads | test | t/s |")
     print("|---|---|---|---|---|---|---|")
     thread_counts = [int(t) for t in args.threads.split(",")]
     formats = args.weights.split(",")
+    notes = []  # printed under the table
+    peer_classes = peer_runners(peers, notes)
     decode_rates = {}  # (model, format, threads) -> our tgN tokens per second
     for name in args.models.split(","):
         cfg = gpt.GPTConfig(**MODELS[name])
         weights = gpt.weights.random_weights(cfg, seed=0)
         params = sum(v.size for v in weights.values())
         # Our rows once per weight format (the format follows the model name, as llama-bench
-        # names its model types); peers run in f32.
-        configurations = [(runner_class, fmt) for fmt in formats for runner_class in [OursRunner]]
-        configurations += [(r, "f32") for r in runners(not args.no_peers, args.torch_compile) if r is not OursRunner]
+        # names its model types), each followed by llama.cpp's on the same weights in that
+        # format; the other peers run in f32.
+        configurations = []
+        for fmt in formats:
+            configurations.append((OursRunner, fmt))
+            if LlamaCppRunner in peer_classes:
+                configurations.append((LlamaCppRunner, fmt))
+        configurations += [(r, "f32") for r in peer_classes if r is not LlamaCppRunner]
+        checked = False
         for runner_class, fmt in configurations:
             label = name if fmt == "f32" else f"{name} {fmt}"
             # The parameters as stored: matmul weights in the format, the rest in f32.
             stored = sum(
                 v.size * (BYTES_PER_WEIGHT[fmt] if k.endswith(MATMUL_WEIGHTS) else 4) for k, v in weights.items()
             )
-            size = f"{stored / 2**20:.2f} MiB"
-            for threads in thread_counts:
-                runner = runner_class(cfg, weights, threads, fmt) if runner_class is OursRunner else None
-                runner = runner or runner_class(cfg, weights, threads)
-                for test in args.tests.split(","):
-                    kind, count = re.fullmatch(r"(fwd|pp|tg)(\d+)", test).groups()
-                    count = int(count)
-                    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=count).tolist()
-                    run = {"fwd": runner.forward, "pp": runner.prompt, "tg": runner.generate}[kind]
-                    run(ids)  # warm-up: compiles
-                    rates = [measure(run, ids, count, args.min_seconds) for _ in range(args.repetitions)]
-                    if runner_class is OursRunner and kind == "tg":
-                        decode_rates[name, fmt, threads] = statistics.mean(rates)
-                    print(
-                        f"| {label} | {size} | {params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
-                        f"| {stats(rates)} |",
-                        flush=True,
-                    )
+            with tempfile.TemporaryDirectory(prefix="gpt_bench-") as directory:
+                if runner_class is LlamaCppRunner:  # the same weights, in the format, as llama.cpp reads them
+                    path = os.path.join(directory, f"{name}-{fmt}.gguf")
+                    gpt.gguf_file.save_gguf(weights, cfg, path, fmt)
+                for threads in thread_counts:
+                    if runner_class is LlamaCppRunner:
+                        runner = LlamaCppRunner(path, threads)
+                    elif runner_class is OursRunner:
+                        runner = OursRunner(cfg, weights, threads, fmt)
+                    else:
+                        runner = runner_class(cfg, weights, threads)
+                    size, row_params = f"{stored / 2**20:.2f} MiB", params
+                    if runner_class is LlamaCppRunner:  # llama.cpp's own count, as llama-bench prints it
+                        size, row_params = f"{runner.size / 2**20:.2f} MiB", runner.params
+                    for test in args.tests.split(","):
+                        kind, count = re.fullmatch(r"(fwd|pp|tg)(\d+)", test).groups()
+                        if runner_class is LlamaCppRunner and kind == "fwd":
+                            continue  # llama-bench has no such test
+                        count = int(count)
+                        ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=count).tolist()
+                        run = {"fwd": runner.forward, "pp": runner.prompt, "tg": runner.generate}[kind]
+                        run(ids)  # warm-up: compiles
+                        rates = [measure(run, ids, count, args.min_seconds) for _ in range(args.repetitions)]
+                        if runner_class is OursRunner and kind == "tg":
+                            decode_rates[name, fmt, threads] = statistics.mean(rates)
+                        print(
+                            f"| {label} | {size} | {row_params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
+                            f"| {stats(rates)} |",
+                            flush=True,
+                        )
+                    if runner_class is LlamaCppRunner and not checked:
+                        checked = True
+                        if fmt != "f32":  # the check is on the f32 file
+                            path = os.path.join(directory, f"{name}-f32.gguf")
+                            gpt.gguf_file.save_gguf(weights, cfg, path, "f32")
+                            runner = LlamaCppRunner(path, threads)
+                        notes.append(f"{name}: {llama_cpp_check(runner, cfg, weights)}")
+                    del runner
+    if notes:
+        print()
+        for note in notes:
+            print(note)
     if not decode_rates:
         return
     print()
