@@ -387,11 +387,17 @@ MATMUL_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
 BYTES_PER_WEIGHT = {"f32": 4, "bf16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32}
 
 
+def head_format(weight_format):
+    """The format of the LM head (the tied embedding, as a [n_embd, vocab] matmul weight): the
+    weights' own, but q8_0 for q4_0, as the compiled model keeps it."""
+    return "q8_0" if weight_format == "q4_0" else weight_format
+
+
 def decode_weight_bytes(cfg, weight_format="f32"):
     """Bytes of weights one decode step reads: every weight but the embedding tables (it gathers
     one row of each), plus the LM head, which reads the whole (tied) embedding, padded to a
-    multiple of 256 columns as the compiled program stores it. Matmul weights and the LM head
-    are in `weight_format`, the rest in f32."""
+    multiple of 256 columns as the compiled program stores it. Matmul weights are in
+    `weight_format`, the LM head in head_format(), the rest in f32."""
     shapes = gpt.weights.expected_shapes(cfg)
     gathered = ("transformer.wte.weight", "transformer.wpe.weight")
     matmul = BYTES_PER_WEIGHT[weight_format]
@@ -400,7 +406,22 @@ def decode_weight_bytes(cfg, weight_format="f32"):
         if name not in gathered:
             total += int(np.prod(shape)) * (matmul if name.endswith(MATMUL_WEIGHTS) else 4)
     padded_vocab = (cfg.vocab_size + 255) // 256 * 256
-    return int(total + matmul * padded_vocab * cfg.n_embd)
+    return int(total + BYTES_PER_WEIGHT[head_format(weight_format)] * padded_vocab * cfg.n_embd)
+
+
+def stored_bytes(weights, weight_format):
+    """The parameters as our rows store them: matmul weights in the format; the tied embedding in
+    f32 for f32/bf16 (looked up in place; the LM head's copy is not counted) and, for q8_0/q4_0,
+    once, in head_format(); the rest in f32."""
+    total = 0
+    for name, value in weights.items():
+        if name.endswith(MATMUL_WEIGHTS):
+            total += value.size * BYTES_PER_WEIGHT[weight_format]
+        elif name == "transformer.wte.weight" and weight_format in ("q8_0", "q4_0"):
+            total += value.size * BYTES_PER_WEIGHT[head_format(weight_format)]
+        else:
+            total += value.size * 4
+    return int(total)
 
 
 def main(argv):
@@ -464,10 +485,7 @@ def main(argv):
         checked = False
         for runner_class, fmt in configurations:
             label = name if fmt == "f32" else f"{name} {fmt}"
-            # The parameters as stored: matmul weights in the format, the rest in f32.
-            stored = sum(
-                v.size * (BYTES_PER_WEIGHT[fmt] if k.endswith(MATMUL_WEIGHTS) else 4) for k, v in weights.items()
-            )
+            stored = stored_bytes(weights, fmt)
             with tempfile.TemporaryDirectory(prefix="gpt_bench-") as directory:
                 if runner_class is LlamaCppRunner:  # the same weights, in the format, as llama.cpp reads them
                     path = os.path.join(directory, f"{name}-{fmt}.gguf")

@@ -3,6 +3,7 @@
 
 #include "cc/TargetParameters.h"
 #include "cc/codegen/CodegenAttributes.h"
+#include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -86,6 +87,9 @@ int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t th
   if (op->getParentOfType<scf::ForallOp>()) return 1;
   int64_t work = 1;
   for (int64_t range : op.getStaticLoopRanges()) work *= range;
+  // A block-quantized matmul's loops step over blocks: the partial sums fused into each step do
+  // a block's worth of multiply-adds.
+  if (isBlockPartials(op.getDpsInputs()[0].getDefiningOp())) work *= transformer::PackedMatmulOp::kBlockSize;
   if (work < target::kMinParallelWork) return 1;
   auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
   int64_t extent = shape[choice.splitDim], unit = choice.tile[choice.splitDim];

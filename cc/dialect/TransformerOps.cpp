@@ -182,6 +182,9 @@ LogicalResult EmbeddingOp::inferShapes() {
   return refineResult(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this)));
 }
 
+// A packed embedding reads the blocks of a packed matmul's weight.
+static_assert(PackedEmbeddingOp::kBlockSize == PackedMatmulOp::kBlockSize);
+
 namespace {
 FailureOr<TensorType> inferPackedEmbedding(PackedEmbeddingOp op) {
   return inferPackedEmbeddingType(op.getCodes().getType(), op.getScales().getType(), op.getIds().getType(),

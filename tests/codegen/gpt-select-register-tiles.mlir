@@ -310,3 +310,40 @@ func.func @block_quantized(%x: tensor<16x2x32xf32>, %w: tensor<6x2x32x32xi8>, %d
   } -> tensor<16x6x32xf32>
   return %0, %2 : tensor<16x6x32xf32>, tensor<16x6x32xf32>
 }
+
+// -----
+
+// A one-row (decode) block-quantized matmul, K = 768, N = 768: 1 x 24 x 32 x 24 block steps,
+// each a block of 32 multiply-adds in the fused partial sums, so 589,824 of them: enough work to
+// split across two threads (counted per block step it would look 32 times smaller and stay on one).
+#dA = affine_map<(m, p, j, b, i) -> (m, b, i)>
+#dW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
+#dP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
+#eP = affine_map<(m, p, j, b) -> (m, p, b, j)>
+#eS = affine_map<(m, p, j, b) -> (p, b, j)>
+#eC = affine_map<(m, p, j, b) -> (m, p, j)>
+// CHECK-LABEL: func.func @block_quantized_decode
+// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// THREADS2-LABEL: func.func @block_quantized_decode
+// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 1, 32, 1]
+func.func @block_quantized_decode(%x: tensor<1x24x32xf32>, %w: tensor<24x24x32x32xi8>, %d: tensor<24x24x32xf16>,
+                                  %zeros: tensor<1x24x24x32xf32>, %init: tensor<1x24x32xf32>) -> tensor<1x24x32xf32> {
+  %partials = linalg.generic {indexing_maps = [#dA, #dW, #dP],
+                              iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<1x24x32xf32>, tensor<24x24x32x32xi8>) outs(%zeros : tensor<1x24x24x32xf32>)
+      attrs = {gpt.block_partials} {
+  ^bb0(%a: f32, %q: i8, %acc: f32):
+    %qf = arith.sitofp %q : i8 to f32
+    %r = math.fma %a, %qf, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<1x24x24x32xf32>
+  %0 = linalg.generic {indexing_maps = [#eP, #eS, #eC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d : tensor<1x24x24x32xf32>, tensor<24x24x32xf16>) outs(%init : tensor<1x24x32xf32>)
+      attrs = {gpt.packed_matmul} {
+  ^bb0(%p: f32, %s: f16, %acc: f32):
+    %sf = arith.extf %s : f16 to f32
+    %r = math.fma %p, %sf, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<1x24x32xf32>
+  return %0 : tensor<1x24x32xf32>
+}
