@@ -88,6 +88,8 @@ def validate_weights(
         if not np.all(np.isfinite(value)):
             raise ValueError(f"parameter {name} contains NaN or infinity")
         array = np.array(value, dtype=np.float32, order="C", copy=True if copy else None)
+        if array is value:  # the caller's own array: read-only through a view, never its flag
+            array = value.view()
         array.flags.writeable = False
         checked[name] = array
     return checked

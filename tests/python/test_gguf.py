@@ -543,3 +543,11 @@ def test_generate_with_a_gguf_file(tmp_path):
     assert bare.returncode == 1 and "no tokenizer" in bare.stderr
     missing = run_cli("generate", "--model", str(tmp_path / "nope.gguf"))
     assert missing.returncode == 1 and "no such GGUF file" in missing.stderr
+
+
+def test_save_gguf_leaves_the_callers_arrays_writable(tmp_path, weights):
+    """Writing a file reads the weights; it must not flip the caller's arrays to read-only."""
+    mine = {name: value.copy() for name, value in weights.items()}
+    save_gguf(mine, CFG, tmp_path / "w.gguf", "q8_0")
+    assert all(value.flags.writeable for value in mine.values())
+    mine["transformer.wte.weight"] += 1.0  # would raise on a read-only array
