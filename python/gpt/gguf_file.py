@@ -105,7 +105,7 @@ def load_gguf(
     that type (and, for q8_0, the token embedding) are returned as QuantizedTensor instead, their
     blocks copied out of the file as they are. Raises FileNotFoundError for a missing file and ValueError naming the
     problem for anything else: an unreadable file, another architecture, a missing or misshapen
-    tensor, an unsupported tensor type, an output.weight unlike token_embd.weight (an untied LM
+    tensor, a tensor type gguf cannot dequantize, an output.weight unlike token_embd.weight (an untied LM
     head), hyperparameters this model cannot take, a vocabulary that does not fit."""
     import gguf
 
@@ -253,17 +253,20 @@ def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
     """A GGUF tensor as a float32 array of numpy shape `shape`, checked against its type and ne."""
     import gguf
 
-    supported = {t: name for name, t in _types().items()}
-    if tensor.tensor_type not in supported:
-        raise ValueError(
-            f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which this loader does not read "
-            f"(supported: {', '.join(name.upper() for name in FORMATS)})"
-        )
     _check_ne(tensor, shape, path)
     if tensor.tensor_type == gguf.GGMLQuantizationType.F32:
         values = np.array(tensor.data, dtype=np.float32)  # a copy out of the memory map
     else:
-        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        # Any type gguf can dequantize: beyond the formats the compiler stores, the k-quants and
+        # others llama-quantize writes (a q4_0 GPT-2 from llama-quantize has a Q6_K token_embd).
+        try:
+            values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        except NotImplementedError:
+            raise ValueError(
+                f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which this loader does not read "
+                f"(gguf cannot dequantize it; F32, F16, BF16 and llama.cpp's quantized types such as "
+                f"{', '.join(name.upper() for name in FORMATS[3:])}, Q5_0 or Q6_K are read)"
+            ) from None
     return np.ascontiguousarray(values, dtype=np.float32).reshape(shape)
 
 

@@ -362,13 +362,25 @@ def test_refuses_a_missing_tensor(tmp_path, f32_file):
         gpt.GPT.from_gguf(str(tmp_path / "m.gguf"))
 
 
-def test_refuses_an_unsupported_tensor_type(tmp_path, f32_file, weights):
+def test_refuses_a_tensor_type_gguf_cannot_dequantize(tmp_path, f32_file, weights):
     qkv = gguf_layout("attn.c_attn.weight", weights["transformer.h.0.attn.c_attn.weight"])
-    rewrite(
-        f32_file, tmp_path / "m.gguf", replace={"blk.0.attn_qkv.weight": (gguf.quants.quantize(qkv, T.Q5_0), T.Q5_0)}
-    )
-    with pytest.raises(ValueError, match="tensor blk.0.attn_qkv.weight has type Q5_0, which this loader does not read"):
+    rewrite(f32_file, tmp_path / "m.gguf", replace={"blk.0.attn_qkv.weight": (qkv.astype(np.int32), T.I32)})
+    with pytest.raises(ValueError, match="tensor blk.0.attn_qkv.weight has type I32, which this loader does not read"):
         gpt.GPT.from_gguf(str(tmp_path / "m.gguf"))
+
+
+@pytest.mark.parametrize("qtype", ["Q5_0", "Q4_1", "Q5_1"])
+def test_reads_other_llama_cpp_types_by_dequantizing_them(tmp_path, f32_file, weights, qtype):
+    """A tensor in a type the compiler does not store (llama-quantize writes k-quants and others
+    beside Q4_0) is dequantized with gguf's own implementation and loaded like float32 values."""
+    qtype = getattr(T, qtype)
+    qkv = gguf_layout("attn.c_attn.weight", weights["transformer.h.0.attn.c_attn.weight"])
+    blocks = gguf.quants.quantize(qkv, qtype)
+    rewrite(f32_file, tmp_path / "m.gguf", replace={"blk.0.attn_qkv.weight": (blocks, qtype)})
+    loaded = gpt.GPT.from_gguf(str(tmp_path / "m.gguf")).state_dict()["transformer.h.0.attn.c_attn.weight"]
+    expected = gguf.quants.dequantize(blocks, qtype).reshape(qkv.shape).T
+    np.testing.assert_array_equal(loaded, expected)
+    assert not np.array_equal(loaded, weights["transformer.h.0.attn.c_attn.weight"])
 
 
 def test_refuses_an_untied_output_weight_and_accepts_a_tied_one(tmp_path, f32_file, weights):
