@@ -71,64 +71,62 @@ struct MergeHeadsLowering : OpConversionPattern<MergeHeadsOp> {
   }
 };
 
+/// The [T, D] rows `type` of a table gathered by the [T] `ids`: a generic over (t, j) whose body
+/// gets the id, clamped into [0, rows) so that a bad id can never read outside the table (callers
+/// validate ids), and returns element j (`linalg.index 1`) of that row.
+using RowElementBuilder = llvm::function_ref<Value(OpBuilder &, Location, Value id)>;
+Value buildGather(OpBuilder &b, Location loc, RankedTensorType type, Value ids, int64_t rows,
+                  RowElementBuilder element) {
+  MLIRContext *ctx = b.getContext();
+  SmallVector<utils::IteratorType> parallel(2, utils::IteratorType::parallel);
+  return buildGeneric(b, loc, emptyTensor(b, loc, type.getShape()), {ids},
+                      {AffineMap::get(2, 0, getAffineDimExpr(0, ctx))}, AffineMap::getMultiDimIdentityMap(2, ctx),
+                      parallel, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                        Value id = nb.create<arith::IndexCastOp>(l, nb.getIndexType(), a[0]);
+                        id = nb.create<arith::MaxSIOp>(l, id, nb.create<arith::ConstantIndexOp>(l, 0));
+                        id = nb.create<arith::MinSIOp>(l, id, nb.create<arith::ConstantIndexOp>(l, rows - 1));
+                        return element(nb, l, id);
+                      });
+}
+
 struct EmbeddingLowering : OpConversionPattern<EmbeddingOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(EmbeddingOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    MLIRContext *ctx = rewriter.getContext();
-    RankedTensorType type = rankedType(op.getResult());
     Value table = adaptor.getTable();
-    int64_t vocab = rankedType(table).getDimSize(0);
-    SmallVector<utils::IteratorType> parallel(2, utils::IteratorType::parallel);
-    Value result =
-        buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {adaptor.getIds()},
-                     {AffineMap::get(2, 0, getAffineDimExpr(0, ctx))}, AffineMap::getMultiDimIdentityMap(2, ctx),
-                     parallel, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                       // Clamp the id so that a bad id can never read outside the table; callers validate ids.
-                       Value id = b.create<arith::IndexCastOp>(l, b.getIndexType(), a[0]);
-                       id = b.create<arith::MaxSIOp>(l, id, b.create<arith::ConstantIndexOp>(l, 0));
-                       id = b.create<arith::MinSIOp>(l, id, b.create<arith::ConstantIndexOp>(l, vocab - 1));
-                       Value feature = b.create<linalg::IndexOp>(l, 1);
-                       return b.create<tensor::ExtractOp>(l, table, ValueRange{id, feature});
-                     });
+    Value result = buildGather(rewriter, op.getLoc(), rankedType(op.getResult()), adaptor.getIds(),
+                               rankedType(table).getDimSize(0), [&](OpBuilder &b, Location l, Value id) -> Value {
+                                 Value feature = b.create<linalg::IndexOp>(l, 1);
+                                 return b.create<tensor::ExtractOp>(l, table, ValueRange{id, feature});
+                               });
     rewriter.replaceOp(op, result);
     return success();
   }
 };
 
-/// A generic over (t, j) gathering each element from the packed weight: id v lies in panel v / P,
-/// column v % P; feature j is row j, in block j / 32. One row per token is dequantized (in
-/// decode, D values), so the gather stays scalar.
+/// Rows of a table stored as a q8_0 packed weight [D, V'] (panels [V'/P, D, P]): id v lies in
+/// panel v / P, column v % P; feature j is row j, in block j / 32. One row per token is
+/// dequantized (in decode, D values), so the gather stays scalar.
 struct PackedEmbeddingLowering : OpConversionPattern<PackedEmbeddingOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(PackedEmbeddingOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    MLIRContext *ctx = rewriter.getContext();
-    RankedTensorType type = rankedType(op.getResult());
     Value codes = adaptor.getCodes(), scales = adaptor.getScales();
     ArrayRef<int64_t> packed = rankedType(codes).getShape();
     const int64_t width = packed[2];
-    SmallVector<utils::IteratorType> parallel(2, utils::IteratorType::parallel);
-    Value result =
-        buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {adaptor.getIds()},
-                     {AffineMap::get(2, 0, getAffineDimExpr(0, ctx))}, AffineMap::getMultiDimIdentityMap(2, ctx),
-                     parallel, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                       auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(l, v); };
-                       // Clamp the id so that a bad id can never read outside the table; callers validate ids.
-                       Value id = b.create<arith::IndexCastOp>(l, b.getIndexType(), a[0]);
-                       id = b.create<arith::MaxSIOp>(l, id, index(0));
-                       id = b.create<arith::MinSIOp>(l, id, index(packed[0] * width - 1));
-                       Value panel = b.create<arith::DivUIOp>(l, id, index(width));
-                       Value column = b.create<arith::RemUIOp>(l, id, index(width));
-                       Value feature = b.create<linalg::IndexOp>(l, 1);
-                       Value block = b.create<arith::DivUIOp>(l, feature, index(PackedEmbeddingOp::kBlockSize));
-                       Value code = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, feature, column});
-                       Value scale = b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, block, column});
-                       Type f32 = b.getF32Type();
-                       return b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, code),
-                                                      b.create<arith::ExtFOp>(l, f32, scale));
-                     });
+    Value result = buildGather(rewriter, op.getLoc(), rankedType(op.getResult()), adaptor.getIds(), packed[0] * width,
+                               [&](OpBuilder &b, Location l, Value id) -> Value {
+                                 auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(l, v); };
+                                 Value panel = b.create<arith::DivUIOp>(l, id, index(width));
+                                 Value column = b.create<arith::RemUIOp>(l, id, index(width));
+                                 Value feature = b.create<linalg::IndexOp>(l, 1);
+                                 Value block =
+                                     b.create<arith::DivUIOp>(l, feature, index(PackedEmbeddingOp::kBlockSize));
+                                 Value code = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, feature, column});
+                                 Value scale = b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, block, column});
+                                 Type f32 = b.getF32Type();
+                                 return b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, code),
+                                                                b.create<arith::ExtFOp>(l, f32, scale));
+                               });
     rewriter.replaceOp(op, result);
     return success();
   }

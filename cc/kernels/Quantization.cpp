@@ -149,47 +149,41 @@ void dequantizeQ4_0Panels(const uint8_t *codes, const uint16_t *scales, int64_t 
 }
 
 namespace {
-/// Calls `column(j, panel, c)` for each column j < paddedN of panels `width` wide, after checking
-/// the shapes the repacking functions need.
-template <typename Column>
-void forEachColumn(const char *what, int64_t k, int64_t n, int64_t paddedN, int64_t width, Column column) {
+/// Repacks `n` rows of `k` weights in llama.cpp blocks (an fp16 scale, then `codeBytes` bytes of
+/// codes) into column panels `width` wide: scales [paddedN/w, K/32, w], and code bytes
+/// [paddedN/w, K/32 * codeBytes, w] in the block's own byte order. Columns n .. paddedN - 1 get
+/// zero scales and `padCode` bytes.
+void repackRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width,
+                int64_t codeBytes, uint8_t padCode, uint8_t *codes, uint16_t *scales) {
   if (k <= 0 || k % kQuantBlock != 0 || n < 0 || paddedN < n || width <= 0 || paddedN % width != 0)
     throw std::invalid_argument(std::string(what) + ": K must be a positive multiple of 32 and the padded column "
                                                     "count a multiple of the panel width");
-  for (int64_t j = 0; j < paddedN; ++j) column(j, j / width, j % width);
+  const int64_t perRow = k / kQuantBlock, blockBytes = 2 + codeBytes, panelRows = perRow * codeBytes;
+  for (int64_t j = 0; j < paddedN; ++j) {
+    const int64_t panel = j / width, c = j % width;
+    for (int64_t b = 0; b < perRow; ++b) {
+      const uint8_t *block = j < n ? blocks + (j * perRow + b) * blockBytes : nullptr;
+      uint16_t scale = 0;
+      if (block) std::memcpy(&scale, block, sizeof scale);
+      scales[(panel * perRow + b) * width + c] = scale;
+      for (int64_t i = 0; i < codeBytes; ++i)
+        codes[(panel * panelRows + b * codeBytes + i) * width + c] = block ? block[2 + i] : padCode;
+    }
+  }
 }
 } // namespace
 
 void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, int8_t *codes,
                     uint16_t *scales) {
-  const int64_t perRow = k / kQuantBlock;
-  forEachColumn("repackQ8_0Rows", k, n, paddedN, width, [&](int64_t j, int64_t panel, int64_t c) {
-    for (int64_t b = 0; b < perRow; ++b) {
-      const uint8_t *block = j < n ? blocks + (j * perRow + b) * kQ8_0BlockBytes : nullptr;
-      uint16_t scale = 0;
-      if (block) std::memcpy(&scale, block, sizeof scale);
-      scales[(panel * perRow + b) * width + c] = scale;
-      for (int64_t i = 0; i < kQuantBlock; ++i)
-        codes[(panel * k + b * kQuantBlock + i) * width + c] = block ? static_cast<int8_t>(block[2 + i]) : 0;
-    }
-  });
+  repackRows("repackQ8_0Rows", blocks, k, n, paddedN, width, kQ8_0BlockBytes - 2, 0, reinterpret_cast<uint8_t *>(codes),
+             scales);
 }
 
 void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint8_t *codes,
                     uint16_t *scales) {
-  const int64_t perRow = k / kQuantBlock, half = kQuantBlock / 2;
-  forEachColumn("repackQ4_0Rows", k, n, paddedN, width, [&](int64_t j, int64_t panel, int64_t c) {
-    for (int64_t b = 0; b < perRow; ++b) {
-      const uint8_t *block = j < n ? blocks + (j * perRow + b) * kQ4_0BlockBytes : nullptr;
-      uint16_t scale = 0;
-      if (block) std::memcpy(&scale, block, sizeof scale);
-      scales[(panel * perRow + b) * width + c] = scale;
-      // llama.cpp's byte order within a block is the packed matmul's: copied as it is (a zero
-      // column is code 8 in both nibbles, which dequantizes to 0 whatever its scale).
-      for (int64_t i = 0; i < half; ++i)
-        codes[(panel * (k / 2) + b * half + i) * width + c] = block ? block[2 + i] : 0x88;
-    }
-  });
+  // llama.cpp's byte order within a block is the packed matmul's (byte i: codes i and i + 16); a
+  // padding column is code 8 in both nibbles, which dequantizes to 0 whatever its scale.
+  repackRows("repackQ4_0Rows", blocks, k, n, paddedN, width, kQ4_0BlockBytes - 2, 0x88, codes, scales);
 }
 
 } // namespace gpt::kernels
