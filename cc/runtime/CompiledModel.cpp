@@ -148,7 +148,7 @@ std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::Str
   }
   std::array<uint8_t, 32> digest = hash.final();
   const std::string key(digest.begin(), digest.end());
-  ObjectCache cache(options_.cacheDir);
+  ObjectCache cache(options_.cacheDir, options_.cacheMaxBytes);
   try {
     cache.checkDirectory();
   } catch (const std::runtime_error &error) {

@@ -7,6 +7,7 @@
 #include "cc/codegen/Pipelines.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/runtime/MemRefDescriptor.h"
+#include "cc/runtime/ObjectCache.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -38,6 +39,8 @@ struct CompileOptions {
   /// keyed by the SHA-256 of the program's LLVM-dialect IR (which encodes shapes and options),
   /// the host CPU and features, and the compiler version.
   std::string cacheDir;
+  /// The disk cache's size cap: least recently used entries are evicted beyond it.
+  uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;
   /// The format matmul weights are stored and streamed in (packed weights of vectorized levels).
   WeightFormat weights = WeightFormat::F32;
 };

@@ -5,10 +5,13 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/SHA256.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -24,6 +27,10 @@ constexpr size_t kDigestBytes = 32;
 constexpr size_t kHeaderBytes = kMagic.size() + 2 * kDigestBytes + 8;
 // Far above any program's object code (a few MB); bounds what a damaged entry makes us read.
 constexpr int64_t kMaxEntryBytes = int64_t(256) << 20;
+constexpr llvm::StringLiteral kEntrySuffix = ".gptjit";
+// A temporary is `<entry>.tmp.<pid>.<n>`; one this old belongs to a writer that died.
+constexpr llvm::StringLiteral kTemporaryMarker = ".gptjit.tmp.";
+constexpr time_t kStaleTemporarySeconds = 3600;
 
 std::string sha256(llvm::StringRef bytes) {
   std::array<uint8_t, 32> digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(bytes));
@@ -95,6 +102,8 @@ std::optional<std::string> ObjectCache::read(llvm::StringRef key) const {
   uint64_t size = fromLittleEndian(bytes.substr(kMagic.size() + 2 * kDigestBytes, 8));
   llvm::StringRef object = bytes.drop_front(kHeaderBytes);
   if (keyDigest != key || size != object.size() || objectDigest != sha256(object)) return std::nullopt;
+  // A load is a use: eviction goes by modification time, least recent first.
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
   return object.str();
 }
 
@@ -114,7 +123,68 @@ bool ObjectCache::write(llvm::StringRef key, llvm::StringRef object) const {
   // rename is atomic: a reader sees the old entry, or none, or the whole new one.
   ok = ok && ::rename(temporary.c_str(), path.c_str()) == 0;
   if (!ok) ::unlink(temporary.c_str());
+  if (ok) evict(path);
   return ok;
+}
+
+namespace {
+
+/// Calls `visit(name, status)` for every directory entry that is a regular file (never following
+/// a symlink); nothing when the directory cannot be read.
+template <typename Visit> void forEachFile(const std::string &directory, Visit visit) {
+  DIR *dir = ::opendir(directory.c_str());
+  if (!dir) return;
+  while (struct dirent *item = ::readdir(dir)) {
+    std::string path = directory + "/" + item->d_name;
+    struct stat status;
+    if (::lstat(path.c_str(), &status) == 0 && S_ISREG(status.st_mode)) visit(llvm::StringRef(item->d_name), status);
+  }
+  ::closedir(dir);
+}
+
+double modificationSeconds(const struct stat &status) {
+  return static_cast<double>(status.st_mtim.tv_sec) + 1e-9 * static_cast<double>(status.st_mtim.tv_nsec);
+}
+
+} // namespace
+
+std::vector<ObjectCache::Entry> ObjectCache::entries() const {
+  std::vector<Entry> found;
+  forEachFile(directory, [&](llvm::StringRef name, const struct stat &status) {
+    if (name.ends_with(kEntrySuffix))
+      found.push_back(
+          {directory + "/" + name.str(), static_cast<uint64_t>(status.st_size), modificationSeconds(status)});
+  });
+  std::sort(found.begin(), found.end(), [](const Entry &a, const Entry &b) {
+    return a.lastUsed != b.lastUsed ? a.lastUsed > b.lastUsed : a.path < b.path;
+  });
+  return found;
+}
+
+int64_t ObjectCache::clear() const {
+  int64_t removed = 0;
+  forEachFile(directory, [&](llvm::StringRef name, const struct stat &) {
+    if (name.ends_with(kEntrySuffix) || name.contains(kTemporaryMarker))
+      removed += ::unlink((directory + "/" + name.str()).c_str()) == 0;
+  });
+  return removed;
+}
+
+void ObjectCache::evict(const std::string &keep) const {
+  const time_t now = ::time(nullptr);
+  forEachFile(directory, [&](llvm::StringRef name, const struct stat &status) {
+    if (name.contains(kTemporaryMarker) && now - status.st_mtim.tv_sec > kStaleTemporarySeconds)
+      ::unlink((directory + "/" + name.str()).c_str());
+  });
+  uint64_t total = 0;
+  std::vector<Entry> all = entries();
+  for (const Entry &entry : all) total += entry.bytes;
+  // Oldest first; another process may be evicting too, so a file already gone is no error.
+  for (auto it = all.rbegin(); it != all.rend() && total > maxBytes; ++it) {
+    if (it->path == keep) continue;
+    ::unlink(it->path.c_str());
+    total -= it->bytes;
+  }
 }
 
 void writeFileChecked(const std::string &path, llvm::StringRef bytes, unsigned mode) {

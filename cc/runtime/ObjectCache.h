@@ -1,20 +1,38 @@
 // The on-disk compile cache: each entry carries its key and a checksum of its object code, is
 // written atomically with owner-only permissions, and is read only from a regular file in a
-// directory that no other user can write (loading an object runs its code).
+// directory that no other user can write (loading an object runs its code). The cache is bounded:
+// after each write the least recently used entries are removed until it fits its size cap.
 #ifndef GPT_CC_RUNTIME_OBJECTCACHE_H
 #define GPT_CC_RUNTIME_OBJECTCACHE_H
 
 #include "llvm/ADT/StringRef.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpt {
 
+/// The cap of a cache whose user did not choose one: room for about a hundred GPT-2 small
+/// programs (a few MB of object code each).
+constexpr uint64_t kDefaultCacheMaxBytes = uint64_t(512) << 20;
+
 class ObjectCache {
 public:
-  /// `directory` is created (owner-only) on the first write.
-  explicit ObjectCache(std::string directory) : directory(std::move(directory)) {}
+  /// One stored program, as entries() lists it.
+  struct Entry {
+    std::string path;
+    uint64_t bytes = 0;
+    /// When the entry was last written or loaded (its modification time), in seconds since the
+    /// epoch: eviction removes the smallest first.
+    double lastUsed = 0;
+  };
+
+  /// `directory` is created (owner-only) on the first write. After each write, entries are evicted
+  /// least recently used first until their total size is at most `maxBytes`.
+  explicit ObjectCache(std::string directory, uint64_t maxBytes = kDefaultCacheMaxBytes)
+      : directory(std::move(directory)), maxBytes(maxBytes) {}
 
   /// Throws std::runtime_error naming the directory when it exists and users other than its
   /// owner may write into it: code placed there would be loaded and run.
@@ -27,15 +45,27 @@ public:
   std::optional<std::string> read(llvm::StringRef key) const;
 
   /// Stores `object` under `key`: written to a private temporary file, flushed to disk, then
-  /// renamed over the entry. Best effort: returns false (and leaves no temporary) when any step
-  /// fails, a full disk included.
+  /// renamed over the entry; then evicts to the size cap (never the entry just written).
+  /// Best effort: returns false (and leaves no temporary) when any step fails, a full disk
+  /// included.
   bool write(llvm::StringRef key, llvm::StringRef object) const;
 
   /// Where the entry of `key` lives.
   std::string pathFor(llvm::StringRef key) const;
 
+  /// The entries in the directory, most recently used first (none when it does not exist).
+  std::vector<Entry> entries() const;
+
+  /// Removes every entry, and temporaries that writers left behind; returns how many files went.
+  int64_t clear() const;
+
+  /// Removes the least recently used entries until the rest fit in `maxBytes`, keeping `keep`
+  /// (a path) whatever its size, and temporaries older than an hour (a writer that died).
+  void evict(const std::string &keep = "") const;
+
 private:
   std::string directory;
+  uint64_t maxBytes;
 };
 
 /// Writes `bytes` to `path` (created with `mode`), checking every step; throws

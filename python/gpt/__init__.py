@@ -13,6 +13,7 @@ Example:
     print(model.last_generation)             # gpt.GenerationStats: token counts and seconds
 """
 
+from gpt import disk_cache
 from gpt.cache import KVCache
 from gpt.compiler import CompilerError, run_pipeline
 from gpt.config import CompileOptions, GPTConfig
@@ -29,5 +30,6 @@ __all__ = [
     "HFTokenizer",
     "KVCache",
     "STAGES",
+    "disk_cache",
     "run_pipeline",
 ]

@@ -5,6 +5,7 @@ Usage:
                          [--top_k K] [--top_p P] [--seed S] [--nocache] [--pipeline LEVEL]
   python -m gpt ir [--stage STAGE] [--entry forward|step] [--seq_len N] [--model DIR | --n_layer N ...]
   python -m gpt stages FILE.mlir
+  python -m gpt cache --list | --clear [--cache_dir DIR]
 Flags: python -m gpt --helpfull
 """
 

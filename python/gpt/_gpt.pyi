@@ -42,6 +42,17 @@ def supplied_parameters(
 ) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape) of every weight a model of this configuration takes, in order."""
 
+DEFAULT_CACHE_MAX_BYTES: int
+
+def disk_cache_entries(directory: str) -> list[tuple[str, int, float]]:
+    """(path, bytes, last used as seconds since the epoch) of every entry, most recent first."""
+
+def clear_disk_cache(directory: str) -> int:
+    """Removes every entry and abandoned temporary; returns how many files were removed."""
+
+def evict_disk_cache(directory: str, max_bytes: _Int) -> None:
+    """Removes the least recently used entries until the rest fit in max_bytes."""
+
 class CompiledModel:
     """A GPT's compiled entry points, called with numpy arrays (zero-copy)."""
 
@@ -58,6 +69,7 @@ class CompiledModel:
         threads: _Int,
         cache_dir: str = "",
         weights: str = "f32",
+        cache_max_bytes: _Int = ...,
     ) -> None: ...
     def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every weight set_weights() takes, in its order."""

@@ -4,15 +4,17 @@ Commands:
   generate   generate text with the embedded byte-level model, a HF GPT-2 directory or a GGUF file (--model)
   ir         print a model's program after a compiler stage
   stages     print a transformer-dialect .mlir file after each compiler stage
+  cache      list (--list) or empty (--clear) the on-disk compile cache
 """
 
+import datetime
 import os
 import sys
 import time
 
 from absl import app, flags
 
-from gpt import compiler
+from gpt import compiler, disk_cache
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.model import GPT, STAGES
 from gpt.tokenizer import tokenizer_for
@@ -52,6 +54,9 @@ flags.DEFINE_integer("n_embd", 64, "ir without --model")
 flags.DEFINE_integer("vocab_size", 256, "ir without --model")
 flags.DEFINE_integer("block_size", 128, "ir without --model")
 flags.DEFINE_enum("pos_embedding", "learned", ["learned", "rope"], "ir without --model")
+flags.DEFINE_bool("list", False, "cache: list the entries, most recently used first")
+flags.DEFINE_bool("clear", False, "cache: remove every entry")
+flags.DEFINE_string("cache_dir", None, "cache: the directory (default $GPT_CACHE_DIR, else ~/.cache/gpt/jit)")
 
 
 def _options() -> CompileOptions:
@@ -148,7 +153,22 @@ def stages(path: str) -> None:
         print(text)
 
 
-COMMANDS = {"generate": (generate, 0), "ir": (ir, 0), "stages": (stages, 1)}
+def cache() -> None:
+    if FLAGS.list == FLAGS.clear:
+        raise app.UsageError("cache takes one of --list or --clear")
+    directory = os.path.expanduser(FLAGS.cache_dir) if FLAGS.cache_dir else disk_cache.default_directory()
+    if FLAGS.clear:
+        print(f"removed {disk_cache.clear(directory)} files from {directory}")
+        return
+    listed = disk_cache.entries(directory)
+    for entry in listed:
+        used = datetime.datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M:%S")
+        print(f"{entry.bytes / 2**20:9.2f} MiB  {used}  {os.path.basename(entry.path)}")
+    total = sum(entry.bytes for entry in listed)
+    print(f"{len(listed)} entries, {total / 2**20:.2f} MiB in {directory}")
+
+
+COMMANDS = {"generate": (generate, 0), "ir": (ir, 0), "stages": (stages, 1), "cache": (cache, 0)}
 
 
 def main(argv):

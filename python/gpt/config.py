@@ -65,7 +65,9 @@ class CompileOptions:
     reference), "fused", "vectorized" or "default" (the fastest correct one); `threads=None`
     means all cores. Compiled code is also kept on disk, so that the next process loads it
     instead of compiling: in `cache_dir` (default `$GPT_CACHE_DIR`, else `~/.cache/gpt/jit`), unless
-    `disk_cache=False`. `weights` is the format matmul weights (and the LM head) are stored and
+    `disk_cache=False`; the cache keeps at most `cache_max_bytes` (default 512 MiB), evicting
+    the least recently used programs beyond it (`python -m gpt cache --list/--clear` manages it).
+    `weights` is the format matmul weights (and the LM head) are stored and
     streamed in, as llama.cpp names them: "f32"; "bf16" (each weight rounded to nearest even);
     "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,
     one fp16 scale per block). Weights are converted once, at load, and widened to f32 in
@@ -77,6 +79,7 @@ class CompileOptions:
     cache_dir: str | None = None
     disk_cache: bool = True
     weights: str = "f32"
+    cache_max_bytes: int | None = None
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -89,6 +92,14 @@ class CompileOptions:
             raise ValueError(f"CompileOptions.disk_cache must be a bool, got {self.disk_cache!r}")
         if self.cache_dir is not None and not isinstance(self.cache_dir, (str, os.PathLike)):
             raise ValueError(f"CompileOptions.cache_dir must be None or a path, got {self.cache_dir!r}")
+        if self.cache_max_bytes is not None and (
+            isinstance(self.cache_max_bytes, bool)
+            or not isinstance(self.cache_max_bytes, int)
+            or not 1 <= self.cache_max_bytes < 2**63
+        ):
+            raise ValueError(
+                f"CompileOptions.cache_max_bytes must be None or a positive int, got {self.cache_max_bytes!r}"
+            )
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"CompileOptions.weights must be one of {WEIGHT_FORMATS}, got {self.weights!r}")
         if self.weights != "f32" and self.pipeline in ("baseline", "fused"):
@@ -99,6 +110,11 @@ class CompileOptions:
 
     def resolved_threads(self) -> int:
         return self.threads or os.cpu_count() or 1
+
+    def resolved_cache_max_bytes(self) -> int:
+        from gpt import _gpt  # the default is the C++ cache's
+
+        return self.cache_max_bytes if self.cache_max_bytes is not None else _gpt.DEFAULT_CACHE_MAX_BYTES
 
     def resolved_cache_dir(self) -> str:
         """The disk-cache directory, or "" when the disk cache is off."""

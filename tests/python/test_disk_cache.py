@@ -4,6 +4,7 @@ instead of compiling it, gets identical results, and survives a damaged cache.""
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -187,3 +188,134 @@ def test_save_object_of_a_loaded_program_writes_what_was_loaded(tmp_path):
     (tmp_path / entry).write_bytes(b"changed since")
     loaded.save_object(str(tmp_path / "forward.o"))
     assert (tmp_path / "forward.o").read_bytes()[:4] == b"\x7fELF"
+
+
+# -- bounded size, least recently used first --------------------------------------------------
+
+
+def entry_names(cache_dir):
+    return {os.path.basename(e.path) for e in gpt.disk_cache.entries(cache_dir)}
+
+
+def test_the_cache_evicts_the_least_recently_used_entry_beyond_its_cap(tmp_path):
+    lengths = {"a": 5, "b": 12, "c": 20}  # buckets 8, 16, 32: three programs
+    sizes, names = {}, {}
+    for label, length in lengths.items():  # the entries' sizes, learned in a cache of their own
+        before = entry_names(tmp_path / "sizes")
+        model(tmp_path / "sizes").forward(token_ids(CFG, length))
+        (names[label],) = entry_names(tmp_path / "sizes") - before
+        sizes[label] = os.path.getsize(tmp_path / "sizes" / names[label])
+    # Room for a and c, not for b as well.
+    cap = sizes["a"] + sizes["c"] + sizes["b"] // 2
+    bounded = tmp_path / "bounded"
+    model(bounded, cache_max_bytes=cap).forward(token_ids(CFG, lengths["a"]))
+    time.sleep(0.05)
+    model(bounded, cache_max_bytes=cap).forward(token_ids(CFG, lengths["b"]))
+    time.sleep(0.05)
+    reader = model(bounded, cache_max_bytes=cap)
+    reader.forward(token_ids(CFG, lengths["a"]))  # a load is a use: a is now more recent than b
+    assert reader.disk_cache_hits() == 1
+    time.sleep(0.05)
+    model(bounded, cache_max_bytes=cap).forward(token_ids(CFG, lengths["c"]))
+    assert entry_names(bounded) == {names["a"], names["c"]}
+    assert sum(e.bytes for e in gpt.disk_cache.entries(bounded)) <= cap
+    listed = gpt.disk_cache.entries(bounded)
+    assert [os.path.basename(e.path) for e in listed] == [names["c"], names["a"]]  # most recent first
+
+
+def test_an_entry_larger_than_the_cap_is_kept_until_the_next_write(tmp_path):
+    ids = token_ids(CFG, 5)
+    expected = model(tmp_path, cache_max_bytes=1).forward(ids)
+    assert len(gpt.disk_cache.entries(tmp_path)) == 1  # the newest entry survives its own write
+    model(tmp_path, cache_max_bytes=1).forward(token_ids(CFG, 12))
+    assert len(gpt.disk_cache.entries(tmp_path)) == 1  # ... and goes with the next
+    np.testing.assert_array_equal(model(tmp_path, cache_max_bytes=1).forward(ids), expected)
+
+
+def test_abandoned_temporaries_are_removed_and_fresh_ones_kept(tmp_path):
+    model(tmp_path).forward(token_ids(CFG, 5))
+    (entry,) = os.listdir(tmp_path)
+    stale = tmp_path / (entry + ".tmp.99999.0")  # a writer that died two hours ago
+    stale.write_bytes(b"partial")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    fresh = tmp_path / (entry + ".tmp.99999.1")  # a write in progress in another process
+    fresh.write_bytes(b"partial")
+    model(tmp_path).forward(token_ids(CFG, 12))
+    assert not stale.exists() and fresh.exists()
+    assert gpt.disk_cache.clear(tmp_path) == 3  # two entries and the fresh temporary
+    assert os.listdir(tmp_path) == []
+
+
+def test_cache_max_bytes_is_checked():
+    for bad in (0, -1, True, 1.5, 2**64):
+        with pytest.raises(ValueError, match="cache_max_bytes must be None or a positive int"):
+            gpt.CompileOptions(cache_max_bytes=bad)
+
+
+def run_cli(*arguments):
+    package = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+    return subprocess.run(
+        [sys.executable, "-m", "gpt", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=package),
+    )
+
+
+def test_the_command_line_lists_and_clears_the_cache(tmp_path):
+    model(tmp_path).forward(token_ids(CFG, 5))
+    model(tmp_path).forward(token_ids(CFG, 12))
+    listed = run_cli("cache", "--list", f"--cache_dir={tmp_path}")
+    assert listed.returncode == 0, listed.stderr
+    for name in entry_names(tmp_path):
+        assert name in listed.stdout
+    assert "2 entries" in listed.stdout
+    cleared = run_cli("cache", "--clear", f"--cache_dir={tmp_path}")
+    assert cleared.returncode == 0, cleared.stderr
+    assert f"removed 2 files from {tmp_path}" in cleared.stdout
+    assert os.listdir(tmp_path) == []
+    neither = run_cli("cache", f"--cache_dir={tmp_path}")
+    assert neither.returncode != 0 and "cache takes one of --list or --clear" in neither.stderr
+
+
+# -- several processes, one cache ---------------------------------------------------------------
+
+RACER = """
+import sys, numpy as np, gpt
+sys.path.insert(0, {tests!r})
+from shapes import NANO, config, exercising_weights, token_ids
+cfg = config(NANO)
+options = gpt.CompileOptions(cache_dir=sys.argv[1], cache_max_bytes=int(sys.argv[2]))
+m = gpt.GPT.from_weights(cfg, exercising_weights(cfg), options)
+for length in (5, 12, 20):
+    np.save(f"{{sys.argv[3]}}.{{length}}.npy", m.forward(token_ids(cfg, length)))
+"""
+
+
+@pytest.mark.parametrize("cap", [gpt.CompileOptions().resolved_cache_max_bytes(), 1], ids=["roomy", "evicting"])
+def test_processes_compiling_into_one_empty_cache_all_get_correct_logits(tmp_path, cap):
+    # Three processes at once fill (or, with a 1-byte cap, keep evicting each other's entries
+    # from) a cache that starts empty, five times over; every one computes the right logits.
+    reference = gpt.GPT.from_weights(CFG, WEIGHTS, gpt.CompileOptions(disk_cache=False))
+    expected = {length: reference.forward(token_ids(CFG, length)) for length in (5, 12, 20)}
+    script = RACER.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+    for round_ in range(5):
+        cache_dir = tmp_path / f"round{round_}"
+        racers = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(cache_dir), str(cap), str(tmp_path / f"out{round_}.{i}")],
+                stderr=subprocess.PIPE,
+                text=True,
+                env=dict(os.environ, PYTHONPATH=package),
+            )
+            for i in range(3)
+        ]
+        for racer in racers:
+            _, stderr = racer.communicate(timeout=300)
+            assert racer.returncode == 0, stderr
+        for i in range(3):
+            for length, logits in expected.items():
+                np.testing.assert_array_equal(np.load(tmp_path / f"out{round_}.{i}.{length}.npy"), logits)
+        assert not [f for f in os.listdir(cache_dir) if ".tmp." in f]

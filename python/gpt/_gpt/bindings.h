@@ -12,6 +12,9 @@ void initCompiler(pybind11::module_ &m);
 /// CompiledModel: a GPT's compiled entry points, called with numpy arrays (zero-copy).
 void initModel(pybind11::module_ &m);
 
+/// The on-disk compile cache: list, clear and evict its entries.
+void initDiskCache(pybind11::module_ &m);
+
 /// The hand-written kernels of cc/kernels (weight packing), for tests.
 void initKernels(pybind11::module_ &m);
 

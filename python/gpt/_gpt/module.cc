@@ -12,4 +12,5 @@ PYBIND11_MODULE(_gpt, m) {
   gpt::python::initCompiler(m);
   gpt::python::initModel(m);
   gpt::python::initKernels(m);
+  gpt::python::initDiskCache(m);
 }
