@@ -409,18 +409,52 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
   return Logits{logits.release(), call.logitsRows, cols};
 }
 
-Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,
-                           const std::vector<float *> &keys, const std::vector<float *> &values) {
-  if (keys.size() != static_cast<size_t>(config_.nLayer) || values.size() != keys.size())
-    throw std::invalid_argument("expected one key and one value cache per layer");
+void CompiledModel::checkStep(int64_t count, int64_t offset, int64_t cacheLen) const {
   if (cacheLen < 1 || cacheLen > config_.blockSize)
     throw std::invalid_argument("cache length " + std::to_string(cacheLen) + " is outside [1, block_size]");
   if (count < 1 || offset < 0 || offset + count > cacheLen)
     throw std::invalid_argument(std::to_string(count) + " tokens at position " + std::to_string(offset) +
                                 " do not fit in a cache of " + std::to_string(cacheLen) + " positions");
+}
+
+int64_t CompiledModel::stepRows(int64_t count, int64_t offset, int64_t cacheLen) const {
   // Decode (one token) never pads; prefill pads to its bucket when the padded rows fit.
   int64_t rows = count == 1 ? 1 : bucketFor(count);
-  if (offset + rows > cacheLen) rows = count;
+  return offset + rows > cacheLen ? count : rows;
+}
+
+void CompiledModel::checkForward(int64_t count) const {
+  if (count < 1 || count > config_.blockSize)
+    throw std::invalid_argument("sequence length " + std::to_string(count) +
+                                " is outside [1, block_size=" + std::to_string(config_.blockSize) + "]");
+}
+
+bool CompiledModel::isCompiledFor(int64_t count, int64_t offset, int64_t cacheLen) const {
+  if (cacheLen == 0)
+    checkForward(count);
+  else
+    checkStep(count, offset, cacheLen);
+  std::lock_guard<std::mutex> lock(mutex);
+  return cacheLen == 0 ? forwardCache.count(bucketFor(count)) > 0
+                       : stepCache.count({stepRows(count, offset, cacheLen), cacheLen}) > 0;
+}
+
+void CompiledModel::compileFor(int64_t count, int64_t offset, int64_t cacheLen) {
+  if (cacheLen == 0) {
+    checkForward(count);
+    forwardFor(bucketFor(count));
+  } else {
+    checkStep(count, offset, cacheLen);
+    stepFor(stepRows(count, offset, cacheLen), cacheLen);
+  }
+}
+
+Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,
+                           const std::vector<float *> &keys, const std::vector<float *> &values) {
+  if (keys.size() != static_cast<size_t>(config_.nLayer) || values.size() != keys.size())
+    throw std::invalid_argument("expected one key and one value cache per layer");
+  checkStep(count, offset, cacheLen);
+  const int64_t rows = stepRows(count, offset, cacheLen);
   const JitFunction &function = stepFor(rows, cacheLen);
 
   std::vector<int64_t> paddedIds(rows, 0), positions(rows), last = {count - 1};
@@ -432,9 +466,7 @@ Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, in
 }
 
 Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
-  if (count < 1 || count > config_.blockSize)
-    throw std::invalid_argument("sequence length " + std::to_string(count) +
-                                " is outside [1, block_size=" + std::to_string(config_.blockSize) + "]");
+  checkForward(count);
   int64_t bucket = bucketFor(count);
   const JitFunction &function = forwardFor(bucket);
 

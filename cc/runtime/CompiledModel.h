@@ -114,6 +114,13 @@ public:
   Logits step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen, const std::vector<float *> &keys,
               const std::vector<float *> &values);
 
+  /// Whether the program that forward(`count` tokens) (cacheLen == 0) or step(`count` tokens at
+  /// `offset`, `cacheLen`) runs is compiled already; compileFor() compiles it now if not. The
+  /// Python layer compiles on a thread of its own through these, so that Ctrl-C is not held up
+  /// by a compile. Both throw std::invalid_argument for arguments the call itself would refuse.
+  bool isCompiledFor(int64_t count, int64_t offset, int64_t cacheLen) const;
+  void compileFor(int64_t count, int64_t offset, int64_t cacheLen);
+
   /// The program of an entry point after `stage`, as text: forward for `seqLen` tokens, or
   /// (cacheLen > 0) the cached step for `seqLen` tokens against a cache of `cacheLen` positions.
   std::string ir(Stage stage, int64_t seqLen, int64_t cacheLen = 0);
@@ -135,6 +142,12 @@ private:
   /// Builds the module of an entry point and runs the pipeline up to `stage` on it.
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen);
   WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights}; }
+  /// Throw std::invalid_argument for a call forward() or step() refuses.
+  void checkForward(int64_t count) const;
+  void checkStep(int64_t count, int64_t offset, int64_t cacheLen) const;
+  /// The rows the step program for `count` tokens at `offset` is compiled for: 1 for decode, else
+  /// the bucket when its padded rows fit in the cache, else `count`.
+  int64_t stepRows(int64_t count, int64_t offset, int64_t cacheLen) const;
   const JitFunction &forwardFor(int64_t bucket);
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
   /// Lowers entry point `name` ("forward", or "step" when cacheLen > 0), checks that it writes

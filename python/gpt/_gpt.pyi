@@ -101,6 +101,10 @@ class CompiledModel:
         """Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and
         whose keys/values are written into the per-layer caches in place."""
 
+    def is_compiled_for(self, count: _Int, offset: _Int, cache_len: _Int) -> bool:
+        """Whether forward(count tokens) (cache_len 0) or the step at offset against cache_len is compiled."""
+    def compile_for(self, count: _Int, offset: _Int, cache_len: _Int) -> None:
+        """Compiles the program is_compiled_for() names, if it is not yet."""
     def ir(self, stage: str, seq_len: _Int, cache_len: _Int = 0) -> str:
         """The program for seq_len tokens after `stage` (one of STAGES); the cached step when cache_len > 0."""
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
@@ -175,6 +176,7 @@ class GPT:
     def forward(self, ids: Sequence[int]) -> np.ndarray:
         """Logits [len(ids), vocab_size] for every position of the token sequence `ids`."""
         array = self._check_ids(ids)
+        self._compile_interruptibly(len(array), 0, 0)
         logits = self._compiled.forward(array)
         return logits[: len(array), : self._config.vocab_size]
 
@@ -353,7 +355,31 @@ class GPT:
             raise TypeError(f"cache must be a gpt.KVCache, got {type(cache).__name__}")
         if cache.model is not self:
             raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
+        if len(cache) + len(ids) <= cache.max_len:  # else _run raises, naming the full cache
+            self._compile_interruptibly(len(ids), len(cache), cache.max_len)
         return cache._run(self._compiled.step, ids)[0, : self._config.vocab_size]
+
+    def _compile_interruptibly(self, count: int, offset: int, cache_len: int) -> None:
+        """Compiles the program of a call (forward: cache_len 0) on a thread of its own, if it is
+        not compiled yet, and waits for it: Ctrl-C interrupts the wait at once, where a compile
+        running on this thread would hold it back to the end (seconds for a large model). An
+        interrupted compile goes on in the background and keeps its program (in the model and on
+        disk), so the model stays whole and the next call finds it, or waits for it."""
+        if self._compiled.is_compiled_for(count, offset, cache_len):
+            return
+        failure: list[BaseException] = []
+
+        def compile_program() -> None:
+            try:
+                self._compiled.compile_for(count, offset, cache_len)
+            except BaseException as error:  # raised again on the caller's thread
+                failure.append(error)
+
+        worker = threading.Thread(target=compile_program, name="gpt-compile", daemon=True)
+        worker.start()
+        worker.join()
+        if failure:
+            raise failure[0]
 
     def _generation_cache_len(self, needed: int) -> int:
         """Cache capacity for a generation of `needed` positions: a power of two (>= 64), so a few

@@ -178,6 +178,10 @@ void initModel(py::module_ &m) {
       .def("step", &step, py::arg("ids"), py::arg("offset"), py::arg("cache_len"), py::arg("keys"), py::arg("values"),
            "Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and "
            "whose keys/values are written into the per-layer caches in place.")
+      .def("is_compiled_for", &CompiledModel::isCompiledFor, py::arg("count"), py::arg("offset"), py::arg("cache_len"),
+           "Whether forward(count tokens) (cache_len 0) or the step at offset against cache_len is compiled.")
+      .def("compile_for", &CompiledModel::compileFor, py::arg("count"), py::arg("offset"), py::arg("cache_len"),
+           py::call_guard<py::gil_scoped_release>(), "Compiles the program is_compiled_for() names, if it is not yet.")
       .def(
           "ir",
           [](CompiledModel &model, const std::string &stage, int64_t seqLen, int64_t cacheLen) {
