@@ -24,6 +24,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from gpt.config import GPTConfig
+from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import expected_shapes, validate_weights
 
@@ -160,6 +161,7 @@ def load_gguf(
         )
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+    check_fits_in_memory(config)  # before dequantizing for a header that asks too much
 
     names = tensor_names(n_layer)
     missing = [name for name in names if name not in tensors]

@@ -13,6 +13,7 @@ from gpt import _gpt
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
 from gpt.gguf_file import QuantizedTensor, load_gguf
+from gpt.resources import check_fits_in_memory
 from gpt.sampling import check_sampling_args, sample
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import load_pretrained, random_weights, validate_weights
@@ -56,6 +57,8 @@ class GPT:
         options = options if options is not None else CompileOptions()
         if not isinstance(options, CompileOptions):
             raise TypeError(f"options must be a gpt.CompileOptions, got {type(options).__name__}")
+        # Before the copies and the packed weights below are made.
+        check_fits_in_memory(config, options.weights)
         self._config = config
         self._options = options
         # The model reads some weights in place for its whole life: it keeps copies, unless the
@@ -92,6 +95,8 @@ class GPT:
     @classmethod
     def random(cls, config: GPTConfig, seed: int = 0, options: CompileOptions | None = None) -> "GPT":
         """GPT-2 initialisation, deterministic in `seed`."""
+        if isinstance(config, GPTConfig):  # else the constructor names the wrong type
+            check_fits_in_memory(config, options.weights if isinstance(options, CompileOptions) else "f32")
         return cls(config, random_weights(config, seed), options, _copy_weights=False)
 
     @classmethod

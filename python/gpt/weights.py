@@ -9,6 +9,7 @@ import numpy as np
 
 from gpt import _gpt
 from gpt.config import GPTConfig
+from gpt.resources import check_fits_in_memory
 
 # Tensors that HF GPT-2 checkpoints carry but the model does not take as weights: the tied LM
 # head and the causal-mask buffers of older checkpoints.
@@ -127,6 +128,7 @@ def load_pretrained(path: str):
         )
     except KeyError as e:
         raise ValueError(f"{config_path} lacks {e.args[0]!r}") from None
+    check_fits_in_memory(config)  # before reading tensors for a config.json that asks too much
     tensors = _read_safetensors(weights_path)
     # Checkpoints saved from GPT2Model (not GPT2LMHeadModel) lack the "transformer." prefix.
     if not any(name.startswith("transformer.") for name in tensors):

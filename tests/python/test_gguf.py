@@ -563,3 +563,10 @@ def test_save_gguf_leaves_the_callers_arrays_writable(tmp_path, weights):
     save_gguf(mine, CFG, tmp_path / "w.gguf", "q8_0")
     assert all(value.flags.writeable for value in mine.values())
     mine["transformer.wte.weight"] += 1.0  # would raise on a read-only array
+
+
+def test_a_header_that_asks_for_more_memory_than_there_is_is_refused_before_loading(tmp_path, f32_file):
+    # 2^30 positions: a KV cache and a position table of terabytes, in a file of kilobytes.
+    rewrite(f32_file, tmp_path / "huge.gguf", set_keys={"gpt2.context_length": (2**30, gguf.GGUFValueType.UINT32)})
+    with pytest.raises(MemoryError, match=r"block_size=1073741824.* needs about [0-9.]+ GiB .* this process can use"):
+        gpt.GPT.from_gguf(str(tmp_path / "huge.gguf"))
