@@ -1,0 +1,155 @@
+"""Runs every row of the README's bad-input table: each input must raise the exception (or exit
+with the status) the table shows, with a message that contains the table's text. The table is
+the documentation; this test keeps it true."""
+
+import builtins
+import dataclasses
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import gpt
+from checkpoints import hf_config, rewrite
+from gpt import GPT, CompileOptions, CompilerError, GPTConfig, run_pipeline  # noqa: F401 (used by the table)
+from gpt.gguf_file import save_gguf
+
+README = "README.md"  # in the runfiles, beside tools/gpt-opt
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+BEGIN, END = "<!-- bad-input-table: begin", "<!-- bad-input-table: end"
+
+
+def table_rows():
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    body = text[text.index(BEGIN) : text.index(END)].splitlines()[3:]  # after the marker and the header
+    rows = []
+    for line in body:
+        # Cells are split on | that is not escaped (\|, inside a message); inputs are `code`.
+        cells = [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        rows.append((cells[0].strip("`"), cells[1].strip("`"), cells[2]))
+    return rows
+
+
+ROWS = table_rows()
+
+
+@pytest.fixture(scope="module")
+def namespace(tmp_path_factory):
+    """The names the table's inputs use (the README's paragraph above the table explains them)."""
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
+    options = CompileOptions(disk_cache=False)
+    model, other = GPT.random(cfg, options=options), GPT.random(cfg, seed=1, options=options)
+    full_cache = model.new_cache(4)
+    model.prefill([1, 2, 3, 4], full_cache)
+    weights = model.state_dict()
+    scratch = tmp_path_factory.mktemp("bad-input")
+    made = iter(range(10**6))
+
+    def weights_with(name, value):
+        return {**weights, name: value}
+
+    def world_writable_directory():
+        path = scratch / f"shared{next(made)}"
+        path.mkdir()
+        path.chmod(0o777)
+        return str(path)
+
+    def cache_in_use_by_another_thread():
+        cache = model.new_cache()
+        claimer = threading.Thread(target=cache._claim)  # a call on another thread holds it
+        claimer.start()
+        claimer.join()
+        return cache
+
+    def checkpoint(config=None, without=None, dtype=None, truncated=False):
+        directory = scratch / f"checkpoint{next(made)}"
+        directory.mkdir()
+        hf = hf_config(cfg)
+        for key, value in (config or {}).items():
+            if value is None:
+                hf.pop(key, None)
+            else:
+                hf[key] = value
+        (directory / "config.json").write_text(json.dumps(hf))
+        tensors = {name: np.ascontiguousarray(value) for name, value in weights.items()}
+        if dtype is not None:
+            tensors["transformer.wte.weight"] = tensors["transformer.wte.weight"].astype(dtype)
+        save_file(tensors, str(directory / "model.safetensors"))
+        if truncated:
+            data = (directory / "model.safetensors").read_bytes()
+            (directory / "model.safetensors").write_bytes(data[: len(data) // 2])
+        if without:
+            (directory / without).unlink()
+        return str(directory)
+
+    def gguf(architecture="gpt2", truncated=False, context_length=None):
+        path = scratch / f"model{next(made)}.gguf"
+        save_gguf(weights, cfg, path, "f32")
+        if architecture != "gpt2" or context_length:
+            import gguf as gguf_package
+
+            changed = scratch / f"changed{next(made)}.gguf"
+            keys = (
+                {"gpt2.context_length": (context_length, gguf_package.GGUFValueType.UINT32)} if context_length else {}
+            )
+            rewrite(path, changed, arch=architecture, set_keys=keys)
+            path = changed
+        if truncated:
+            data = path.read_bytes()
+            path.write_bytes(data[: len(data) // 3])
+        return str(path)
+
+    return dict(
+        globals(),
+        np=np,
+        replace=dataclasses.replace,
+        cfg=cfg,
+        model=model,
+        other=other,
+        full_cache=full_cache,
+        GPT3=GPTConfig(n_layer=96, n_head=96, n_embd=12288, vocab_size=50257, block_size=2048),
+        weights_with=weights_with,
+        world_writable_directory=world_writable_directory,
+        cache_in_use_by_another_thread=cache_in_use_by_another_thread,
+        checkpoint=checkpoint,
+        gguf=gguf,
+    )
+
+
+def test_the_table_covers_each_surface():
+    inputs = [row[0] for row in ROWS]
+    assert len(ROWS) >= 50
+    for surface in ("GPTConfig(", "CompileOptions(", "model.forward", "model.decode", "model.generate", "run_pipeline"):
+        assert any(surface in entry for entry in inputs), surface
+    for surface in ("from_pretrained(checkpoint", "from_gguf(gguf", "$ python -m gpt", "$ gpt-opt"):
+        assert any(entry.startswith(surface) or surface in entry for entry in inputs), surface
+
+
+@pytest.mark.parametrize("entry, outcome, message", ROWS, ids=[row[0][:80] for row in ROWS])
+def test_bad_input(entry, outcome, message, namespace):
+    if entry.startswith("$ "):
+        command = shlex.split(entry[2:])
+        if command[0] == "python":
+            command[0] = sys.executable
+        elif command[0] == "gpt-opt":
+            command[0] = os.path.join("tools", "gpt-opt")
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=PACKAGE)
+        )
+        assert outcome == f"exit {result.returncode}", result.stderr
+        assert message in result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+        return
+    expected = namespace[outcome] if outcome in namespace else getattr(builtins, outcome)
+    with pytest.raises(BaseException) as raised:
+        eval(entry, namespace)  # the table's input, as written
+    assert type(raised.value) is expected, f"{entry} raised {type(raised.value).__name__}: {raised.value}"
+    assert message in str(raised.value)
