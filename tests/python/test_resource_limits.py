@@ -26,7 +26,7 @@ def resident_bytes():
 @pytest.mark.parametrize("weights", ["f32", "q4_0"])
 def test_a_gpt3_sized_model_is_refused_naming_its_size_before_allocating(weights):
     before = resident_bytes()
-    with pytest.raises(MemoryError, match=r"n_layer=96.* with %s weights needs about [0-9.]+ GiB" % weights):
+    with pytest.raises(MemoryError, match=rf"n_layer=96.* with {weights} weights needs about [0-9.]+ GiB"):
         gpt.GPT.random(GPT3, options=gpt.CompileOptions(weights=weights))
     with pytest.raises(MemoryError, match="more than the [0-9.]+ GiB this process can use"):
         gpt.GPT.from_weights(GPT3, {})  # refused before the (missing) weights are even looked at
