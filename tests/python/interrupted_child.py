@@ -61,17 +61,17 @@ def main():
     cache = MODEL.new_cache(64)
     report = {"decode": [], "generate": []}
     for _ in range(TRIALS):
-        interrupt_after(float(rng.uniform(0.001, 0.03)))
-        try:
+        try:  # the timer is started inside: its signal may come before start() returns
+            interrupt_after(float(rng.uniform(0.001, 0.03)))
             decode_until_interrupted(cache)
         except KeyboardInterrupt:
             pass
         report["decode"].append((len(cache), *check_cache(cache)))
     for trial in range(TRIALS):
         stream = trial % 2 == 0
-        interrupt_after(float(rng.uniform(0.001, 0.03)))
         produced = []
         try:
+            interrupt_after(float(rng.uniform(0.001, 0.03)))
             while True:
                 produced = []
                 for token in MODEL.generate(PROMPT, 100, temperature=0.0, stream=stream):
