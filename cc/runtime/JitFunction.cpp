@@ -1,6 +1,8 @@
-// ExecutionEngine setup for the host CPU (see JitFunction.h). The codegen level has to sit on the
-// TargetMachine: ExecutionEngineOptions::jitCodeGenOptLevel is ignored by MLIR 19 (a TargetMachine built
-// at CodeGenOptLevel::None runs about 4x slower whatever that option says).
+// Compilation for the host CPU (see JitFunction.h): MLIR's LLVM dialect is translated to LLVM IR,
+// optimized and compiled to an object file in memory, which ORC then links. Compiled and cached
+// programs take the same linking path, and no file is written on the way: MLIR's ExecutionEngine
+// can only hand out its object through a file, and opening one registers LLVM's signal handlers
+// (and an alternate signal stack) on whichever thread compiles.
 #include "cc/runtime/JitFunction.h"
 
 #include "cc/runtime/ObjectCache.h"
@@ -11,28 +13,30 @@
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/ExecutionEngine/JITEventListener.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
+#include "llvm/ExecutionEngine/SectionMemoryManager.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/Error.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <functional>
 #include <mutex>
 #include <stdexcept>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <vector>
 
 namespace gpt {
@@ -87,43 +91,100 @@ std::unique_ptr<llvm::TargetMachine> hostTargetMachine() {
   return std::move(*machine);
 }
 
-} // namespace
+/// Adds `_mlir_<function>(void **arguments)`, which loads each argument of `function` from the
+/// pointer at its position and calls it: one entry that takes any signature (the wrapper MLIR's
+/// ExecutionEngine adds to every function, here for the entry point only).
+void addPackedWrapper(llvm::Module &module, llvm::Function &function) {
+  llvm::IRBuilder<> builder(module.getContext());
+  auto *type = llvm::FunctionType::get(builder.getVoidTy(), builder.getPtrTy(), /*isVarArg=*/false);
+  auto *wrapper =
+      llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage, "_mlir_" + function.getName(), module);
+  builder.SetInsertPoint(llvm::BasicBlock::Create(module.getContext(), "entry", wrapper));
+  llvm::SmallVector<llvm::Value *> arguments;
+  for (llvm::Argument &argument : function.args()) {
+    llvm::Value *slot =
+        builder.CreateGEP(builder.getPtrTy(), wrapper->getArg(0), builder.getInt64(argument.getArgNo()));
+    arguments.push_back(builder.CreateLoad(argument.getType(), builder.CreateLoad(builder.getPtrTy(), slot)));
+  }
+  builder.CreateCall(&function, arguments);
+  builder.CreateRetVoid();
+}
 
-JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
+/// The LLVM-dialect `module` as an optimized ELF object for the host, its entry point's packed
+/// wrapper included.
+std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name) {
   mlir::registerBuiltinDialectTranslation(*module.getContext());
   mlir::registerLLVMDialectTranslation(*module.getContext());
   mlir::registerOpenMPDialectTranslation(*module.getContext());
-
   std::unique_ptr<llvm::TargetMachine> machine = hostTargetMachine();
-  // IR level O2 without unrolling (see optimizeModule); the codegen level stays Aggressive.
-  llvm::TargetMachine *target = machine.get();
-  std::function<llvm::Error(llvm::Module *)> optimize = [target](llvm::Module *m) { return optimizeModule(m, target); };
-  mlir::ExecutionEngineOptions options;
-  options.transformer = optimize; // a function_ref: `optimize` outlives create()
-  // Multi-threaded programs call the OpenMP runtime (__kmpc_fork_call, ...).
-  llvm::StringRef sharedLibraries[] = {GPT_LIBOMP_PATH};
-  options.sharedLibPaths = sharedLibraries;
-  options.enableObjectDump = true; // keeps the object so that dumpObject() can show the machine code
-  options.enableGDBNotificationListener = false;
-  // jit-<pid>.dump files for `perf inject --jit` only on request: they would otherwise pile up.
-  options.enablePerfNotificationListener = std::getenv("GPT_PERF_JITDUMP") != nullptr;
-  auto created = mlir::ExecutionEngine::create(module, options, std::move(machine));
-  if (!created) throw std::runtime_error("JIT compilation failed: " + describe(created.takeError()));
-  engine = std::move(*created);
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, context, "gpt");
+  if (!llvmModule) throw std::runtime_error("translating " + name.str() + " to LLVM IR failed");
+  mlir::ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), machine.get());
+  llvm::Function *entry = llvmModule->getFunction(("_mlir_ciface_" + name).str());
+  if (!entry || entry->isDeclaration())
+    throw std::runtime_error("compiled module has no entry point _mlir_ciface_" + name.str());
+  addPackedWrapper(*llvmModule, *entry);
+  if (llvm::Error error = optimizeModule(llvmModule.get(), machine.get()))
+    throw std::runtime_error("optimizing " + name.str() + " failed: " + describe(std::move(error)));
+  llvm::SmallVector<char, 0> object;
+  llvm::raw_svector_ostream stream(object);
+  llvm::legacy::PassManager codegen;
+  if (machine->addPassesToEmitFile(codegen, stream, nullptr, llvm::CodeGenFileType::ObjectFile))
+    throw std::runtime_error("the host's TargetMachine cannot emit object files");
+  codegen.run(*llvmModule);
+  return std::string(object.begin(), object.end());
+}
 
-  // memref.copy of strided views lowers to a call of the runner-utils memrefCopy; give the JIT
-  // its address instead of a path to the shared library.
-  engine->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap symbols;
-    symbols[interner("memrefCopy")] = {llvm::orc::ExecutorAddr::fromPtr(&memrefCopy), llvm::JITSymbolFlags::Exported};
-    return symbols;
-  });
+/// An LLJIT that resolves what compiled code calls: the process (libc, libm), the OpenMP runtime
+/// and memrefCopy (memref.copy of strided views lowers to a call of the runner-utils function).
+/// With GPT_PERF_JITDUMP set it links through RuntimeDyld with perf's listener, which writes the
+/// jit-<pid>.dump files `perf inject --jit` reads (only on request: they would pile up).
+llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> createJit() {
+  llvm::orc::LLJITBuilder builder;
+  if (std::getenv("GPT_PERF_JITDUMP"))
+    builder.setObjectLinkingLayerCreator([](llvm::orc::ExecutionSession &session, const llvm::Triple &) {
+      auto layer = std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+          session, []() { return std::make_unique<llvm::SectionMemoryManager>(); });
+      if (llvm::JITEventListener *perf = llvm::JITEventListener::createPerfJITEventListener())
+        layer->registerJITEventListener(*perf);
+      return layer;
+    });
+  auto jit = builder.create();
+  if (!jit) return jit.takeError();
+  llvm::orc::JITDylib &dylib = (*jit)->getMainJITDylib();
+  char prefix = (*jit)->getDataLayout().getGlobalPrefix();
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix);
+  if (!process) return process.takeError();
+  auto openmp = llvm::orc::DynamicLibrarySearchGenerator::Load(GPT_LIBOMP_PATH, prefix);
+  if (!openmp) return openmp.takeError();
+  dylib.addGenerator(std::move(*process));
+  dylib.addGenerator(std::move(*openmp));
+  llvm::orc::MangleAndInterner interner((*jit)->getExecutionSession(), (*jit)->getDataLayout());
+  llvm::orc::SymbolMap symbols;
+  symbols[interner("memrefCopy")] = {llvm::orc::ExecutorAddr::fromPtr(&memrefCopy), llvm::JITSymbolFlags::Exported};
+  if (llvm::Error error = dylib.define(llvm::orc::absoluteSymbols(std::move(symbols)))) return std::move(error);
+  return jit;
+}
 
-  auto function = engine->lookupPacked(("_mlir_ciface_" + name).str());
-  if (!function)
-    throw std::runtime_error("compiled module has no entry point " + name.str() + ": " +
-                             describe(function.takeError()));
-  packed = *function;
+} // namespace
+
+llvm::Error JitFunction::link(llvm::StringRef name) {
+  initializeNativeTarget();
+  auto jit = createJit();
+  if (!jit) return jit.takeError();
+  if (llvm::Error error = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, "gpt-jit-object")))
+    return error;
+  auto address = (*jit)->lookup(("_mlir__mlir_ciface_" + name).str());
+  if (!address) return address.takeError();
+  packed = address->toPtr<void (*)(void **)>();
+  jit_ = std::move(*jit);
+  return llvm::Error::success();
+}
+
+JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
+  object = compileToObject(module, name);
+  if (llvm::Error error = link(name)) throw std::runtime_error("JIT linking failed: " + describe(std::move(error)));
 }
 
 JitFunction::JitFunction() = default;
@@ -139,70 +200,16 @@ std::string JitFunction::hostDescription() {
 }
 
 std::unique_ptr<JitFunction> JitFunction::load(const std::string &object, llvm::StringRef name) {
-  initializeNativeTarget();
-  std::unique_ptr<llvm::MemoryBuffer> buffer = llvm::MemoryBuffer::getMemBufferCopy(object, "gpt-jit-object");
-  auto jit = llvm::orc::LLJITBuilder().create();
-  if (!jit) {
-    llvm::consumeError(jit.takeError());
-    return nullptr;
-  }
-  llvm::orc::JITDylib &dylib = (*jit)->getMainJITDylib();
-  // The same symbols the ExecutionEngine gave the code when it was compiled: the process (libc,
-  // libm), the OpenMP runtime and memrefCopy.
-  char prefix = (*jit)->getDataLayout().getGlobalPrefix();
-  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix);
-  auto openmp = llvm::orc::DynamicLibrarySearchGenerator::Load(GPT_LIBOMP_PATH, prefix);
-  if (!process || !openmp) {
-    llvm::consumeError(process.takeError());
-    llvm::consumeError(openmp.takeError());
-    return nullptr;
-  }
-  dylib.addGenerator(std::move(*process));
-  dylib.addGenerator(std::move(*openmp));
-  llvm::orc::MangleAndInterner interner((*jit)->getExecutionSession(), (*jit)->getDataLayout());
-  llvm::orc::SymbolMap symbols;
-  symbols[interner("memrefCopy")] = {llvm::orc::ExecutorAddr::fromPtr(&memrefCopy), llvm::JITSymbolFlags::Exported};
-  if (llvm::Error error = dylib.define(llvm::orc::absoluteSymbols(std::move(symbols)))) {
-    llvm::consumeError(std::move(error));
-    return nullptr;
-  }
-  if (llvm::Error error = (*jit)->addObjectFile(std::move(buffer))) {
-    llvm::consumeError(std::move(error));
-    return nullptr;
-  }
-  auto address = (*jit)->lookup(("_mlir__mlir_ciface_" + name).str());
-  if (!address) {
-    llvm::consumeError(address.takeError());
-    return nullptr;
-  }
   std::unique_ptr<JitFunction> function(new JitFunction());
-  function->packed = address->toPtr<void (*)(void **)>();
-  function->loaded = std::move(*jit);
   function->object = object;
+  if (llvm::Error error = function->link(name)) {
+    llvm::consumeError(std::move(error));
+    return nullptr;
+  }
   return function;
 }
 
-std::string JitFunction::objectBytes() const {
-  if (!engine) return object;
-  // ExecutionEngine only writes its object to a file, and a failed write there ends the process
-  // (LLVM's "IO failure on output stream"). An in-memory file cannot fill a disk; the bytes are
-  // then written, or not, by code that checks every step.
-  int fd = ::memfd_create("gpt-jit-object", MFD_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(std::string("cannot create an in-memory file: ") + std::strerror(errno));
-  engine->dumpToObjectFile("/proc/self/fd/" + std::to_string(fd));
-  std::string bytes;
-  char chunk[1 << 16];
-  for (off_t offset = 0;;) {
-    ssize_t got = ::pread(fd, chunk, sizeof chunk, offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    bytes.append(chunk, static_cast<size_t>(got));
-    offset += got;
-  }
-  ::close(fd);
-  if (bytes.empty()) throw std::runtime_error("the JIT kept no object code for this program");
-  return bytes;
-}
+std::string JitFunction::objectBytes() const { return object; }
 
 void JitFunction::dumpObject(const std::string &path) const { writeFileChecked(path, objectBytes()); }
 

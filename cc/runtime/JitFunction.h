@@ -1,9 +1,10 @@
-// A function compiled from an LLVM-dialect module by MLIR's ExecutionEngine for the host CPU.
+// A function compiled from an LLVM-dialect module for the host CPU and linked by ORC.
 #ifndef GPT_CC_RUNTIME_JITFUNCTION_H
 #define GPT_CC_RUNTIME_JITFUNCTION_H
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <memory>
 #include <string>
@@ -13,7 +14,6 @@ class LLJIT;
 } // namespace llvm::orc
 
 namespace mlir {
-class ExecutionEngine;
 class ModuleOp;
 } // namespace mlir
 
@@ -40,8 +40,7 @@ public:
   /// `scalarArguments`, where the pointer is to an int64_t passed by value (an index argument).
   void call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments = {}) const;
 
-  /// The machine code the JIT produced (or loaded), as an ELF relocatable object file's bytes.
-  /// Throws std::runtime_error when the JIT kept none.
+  /// The machine code compiled (or loaded), as an ELF relocatable object file's bytes.
   std::string objectBytes() const;
 
   /// Writes objectBytes() to `path`; throws std::runtime_error naming the path and the reason
@@ -50,9 +49,10 @@ public:
 
 private:
   JitFunction();
-  std::unique_ptr<mlir::ExecutionEngine> engine; // compiled here
-  std::unique_ptr<llvm::orc::LLJIT> loaded;      // or loaded from an object file
-  std::string object;                            // the loaded object code
+  /// Links `object` into a JIT of its own and resolves `name`'s packed entry point.
+  llvm::Error link(llvm::StringRef name);
+  std::string object; // compiled here or loaded: what runs
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
   void (*packed)(void **) = nullptr;
 };
 
