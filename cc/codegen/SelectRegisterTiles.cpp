@@ -88,8 +88,9 @@ int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t th
   int64_t work = 1;
   for (int64_t range : op.getStaticLoopRanges()) work *= range;
   // A block-quantized matmul's loops step over blocks: the partial sums fused into each step do
-  // a block's worth of multiply-adds.
-  if (isBlockPartials(op.getDpsInputs()[0].getDefiningOp())) work *= transformer::PackedMatmulOp::kBlockSize;
+  // a block's worth of multiply-adds. (An elementwise generic may have no input: a fill.)
+  if (op.getNumDpsInputs() > 0 && isBlockPartials(op.getDpsInputs()[0].getDefiningOp()))
+    work *= transformer::PackedMatmulOp::kBlockSize;
   if (work < target::kMinParallelWork) return 1;
   auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
   int64_t extent = shape[choice.splitDim], unit = choice.tile[choice.splitDim];
