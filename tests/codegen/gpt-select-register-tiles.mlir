@@ -365,3 +365,21 @@ func.func @fill_without_inputs(%init: tensor<2x4x16xf32>) -> tensor<2x4x16xf32> 
   } -> tensor<2x4x16xf32>
   return %0 : tensor<2x4x16xf32>
 }
+
+// -----
+
+// 2^32 * 2^32 * 16 iterations: the work estimate saturates instead of wrapping to 0 (signed
+// overflow), so the op is split like any large one.
+// THREADS4-LABEL: func.func @work_overflow
+// THREADS4: gpt.parallel_chunks = [0, 4], gpt.register_tile = [1, 1, 16]
+// CHECK-LABEL: func.func @work_overflow
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @work_overflow(%x: tensor<4294967296x4294967296x16xf32>) -> tensor<4294967296x4294967296x16xf32> {
+  %0 = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : tensor<4294967296x4294967296x16xf32>) outs(%x : tensor<4294967296x4294967296x16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = arith.negf %in : f32
+    linalg.yield %1 : f32
+  } -> tensor<4294967296x4294967296x16xf32>
+  return %0 : tensor<4294967296x4294967296x16xf32>
+}
