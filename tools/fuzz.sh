@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the compiler fuzzer (clang-19, libFuzzer + ASan) and runs it for a bounded time:
+# Builds the compiler fuzzer (clang-19, libFuzzer + ASan + UBSan) and runs it for a bounded time:
 #   bash tools/fuzz.sh [SECONDS]   (default 180)
 # Seeds come from every .mlir under tests/ and tools/demo/ (tools/fuzz/make_seed_corpus.py); the
 # corpus the fuzzer grows is kept in $GPT_FUZZ_DIR/corpus between runs. Crashes, timeouts and
@@ -31,7 +31,7 @@ if [[ "${GPT_FUZZ_KEEP_GOING:-0}" == 1 ]]; then
   keep_going=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
 fi
 status=0
-ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" "$fuzzer" "${keep_going[@]}" \
+ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" UBSAN_OPTIONS="print_stacktrace=1:${UBSAN_OPTIONS:-}" "$fuzzer" "${keep_going[@]}" \
   -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
   -dict=tools/fuzz/transformer.dict -artifact_prefix="$work/crashes/" -print_final_stats=1 \
   "$work/corpus" "$work/seeds" || status=$?

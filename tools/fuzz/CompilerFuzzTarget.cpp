@@ -8,6 +8,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OperationSupport.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -42,10 +43,12 @@ const mlir::DialectRegistry &registry() {
   return *instance;
 }
 
-std::string print(mlir::ModuleOp module) {
+std::string print(mlir::ModuleOp module, bool generic) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  module.print(os);
+  mlir::OpPrintingFlags flags;
+  if (generic) flags.printGenericOpForm();
+  module.print(os, flags);
   return text;
 }
 
@@ -72,12 +75,16 @@ void runCompilerOnInput(const uint8_t *data, size_t size) {
   mlir::OwningOpRef<mlir::ModuleOp> module = gpt::parseModuleText(text, &ctx, "fuzz-input");
   if (!module) return;
 
-  // A verified module must print to text that parses back (one level deeper: the printer wraps
-  // top-level ops in an explicit `module {`).
-  const std::string printed = print(*module);
-  diagnostics.clear();
-  if (!gpt::parseModuleText(printed, &ctx, "fuzz-printed", gpt::kMaxNestingDepth + 1)) {
-    llvm::errs() << "fuzz: the printed form of a verified module does not parse:\n"
+  // A verified module must print, in the custom and in the generic form, to text that parses
+  // back. Its nesting may exceed the input's: the printer wraps top-level ops in an explicit
+  // `module {`, and the generic form opens two brackets, `({`, per region (and more inside).
+  for (bool generic : {false, true}) {
+    const std::string printed = print(*module, generic);
+    const unsigned depthLimit = generic ? 3 * gpt::kMaxNestingDepth : gpt::kMaxNestingDepth + 1;
+    diagnostics.clear();
+    if (gpt::parseModuleText(printed, &ctx, "fuzz-printed", depthLimit)) continue;
+    llvm::errs() << "fuzz: the printed " << (generic ? "generic" : "custom")
+                 << " form of a verified module does not parse:\n"
                  << llvm::StringRef(printed).take_front(4000) << "\n"
                  << diagnostics;
     llvm::report_fatal_error("printed IR does not round-trip");
