@@ -16,6 +16,8 @@ output_base="${GPT_FUZZ_OUTPUT_BASE:-${HOME}/.cache/gpt-fuzz-bazel/$(pwd | md5su
 
 bazel --output_base="$output_base" build --config=fuzz //tools/fuzz:gpt_opt_fuzzer
 fuzzer="$(bazel --output_base="$output_base" info --config=fuzz bazel-bin)/tools/fuzz/gpt_opt_fuzzer"
+# The second Bazel server would hold its memory while the fuzzer runs (and after, in CI).
+bazel --output_base="$output_base" shutdown
 
 mkdir -p "$work/corpus" "$work/crashes"
 stamp="$work/.run-started"
