@@ -15,6 +15,8 @@ APT_PACKAGES=(
   "clang-19=${LLVM_VERSION}"
   "clang-format-19=${LLVM_VERSION}"
   "libomp-19-dev=${LLVM_VERSION}"
+  # libFuzzer and the sanitizer runtimes of clang-19, for the compiler fuzzer (tools/fuzz.sh).
+  "libclang-rt-19-dev=${LLVM_VERSION}"
 )
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -10,6 +10,9 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <limits>
 
 namespace gpt::codegen {
 using namespace mlir;
@@ -85,11 +88,19 @@ bool tilesEvenly(linalg::LinalgOp op, ArrayRef<int64_t> tile) {
 int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t threads) {
   // Inside an scf.forall (the attention's loop over heads) the threads are already busy.
   if (op->getParentOfType<scf::ForallOp>()) return 1;
+  // Saturating: the product of huge (legal) static dims must not wrap to a small one.
   int64_t work = 1;
-  for (int64_t range : op.getStaticLoopRanges()) work *= range;
+  auto scaleWork = [&work](int64_t factor) {
+    if (llvm::MulOverflow(work, factor, work)) work = std::numeric_limits<int64_t>::max();
+  };
+  for (int64_t range : op.getStaticLoopRanges()) {
+    if (ShapedType::isDynamic(range)) return 1;
+    scaleWork(range);
+  }
   // A block-quantized matmul's loops step over blocks: the partial sums fused into each step do
-  // a block's worth of multiply-adds.
-  if (isBlockPartials(op.getDpsInputs()[0].getDefiningOp())) work *= transformer::PackedMatmulOp::kBlockSize;
+  // a block's worth of multiply-adds. (An elementwise generic may have no input: a fill.)
+  if (op.getNumDpsInputs() > 0 && isBlockPartials(op.getDpsInputs()[0].getDefiningOp()))
+    scaleWork(transformer::PackedMatmulOp::kBlockSize);
   if (work < target::kMinParallelWork) return 1;
   auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
   int64_t extent = shape[choice.splitDim], unit = choice.tile[choice.splitDim];

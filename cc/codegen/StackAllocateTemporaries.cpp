@@ -10,6 +10,9 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <optional>
 
 namespace gpt::codegen {
 using namespace mlir;
@@ -62,12 +65,21 @@ Placement placementOf(memref::AllocOp alloc, func::FuncOp function) {
     auto forall = dyn_cast<scf::ForallOp>(parent);
     if (!forall || placement.forall || forall.getRank() != 1 || !forall.isNormalized()) return {};
     std::optional<int64_t> upper = getConstantIntValue(forall.getMixedUpperBound()[0]);
-    if (!upper) return {};
+    if (!upper || *upper < 0) return {};
     placement.forall = forall;
     placement.iterations = *upper;
   }
   placement.allowed = true;
   return placement;
+}
+
+/// The bytes of a static identity-layout buffer, if they fit in int64 (a legal type such as
+/// memref<9223372036854775807x32xf32> has more).
+std::optional<int64_t> bufferBytes(MemRefType type) {
+  int64_t bits = type.getElementTypeBitWidth();
+  for (int64_t d : type.getShape())
+    if (llvm::MulOverflow(bits, d, bits)) return std::nullopt;
+  return bits / 8;
 }
 
 class StackAllocateTemporariesPass : public impl::StackAllocateTemporariesBase<StackAllocateTemporariesPass> {
@@ -86,13 +98,15 @@ public:
     for (memref::AllocOp alloc : candidates) {
       MemRefType type = alloc.getType();
       if (!type.hasStaticShape() || !type.getLayout().isIdentity() || !type.getElementType().isIntOrFloat()) continue;
-      int64_t bytes = type.getNumElements() * type.getElementTypeBitWidth() / 8;
+      std::optional<int64_t> bytes = bufferBytes(type);
+      if (!bytes || *bytes > maxBufferBytes) continue;
       Placement placement = placementOf(alloc, function);
       if (!placement.allowed || escapes(alloc)) continue;
       // Slots of a forall's iterations start on cache lines.
-      int64_t slotBytes = llvm::alignTo(bytes, kStackAlignment);
-      int64_t frameBytes = placement.forall ? placement.iterations * slotBytes : bytes;
-      if (bytes > maxBufferBytes || total + frameBytes > maxFrameBytes) continue;
+      int64_t slotBytes = llvm::alignTo(*bytes, kStackAlignment);
+      int64_t frameBytes = *bytes;
+      if (placement.forall && llvm::MulOverflow(placement.iterations, slotBytes, frameBytes)) continue;
+      if (frameBytes > maxFrameBytes - total) continue;
       total += frameBytes;
       int64_t alignment = std::max<int64_t>(alloc.getAlignment().value_or(0), kStackAlignment);
       // An alloca is part of the frame only in the entry block: one inside a loop would grow the

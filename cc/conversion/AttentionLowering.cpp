@@ -10,6 +10,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Transforms/DialectConversion.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <limits>
 
@@ -112,7 +113,10 @@ private:
   // Attention too small to pay for a fork and join (a decode step of a small model) runs its
   // heads in one scf.forall iteration, i.e. on one thread.
   Value headLoop(OpBuilder &rewriter) {
-    int64_t work = heads * queries * keys * queryRows.cols();
+    // Saturating: huge (legal) static dims must not wrap to a small product.
+    int64_t work = 1;
+    for (int64_t factor : {heads, queries, keys, queryRows.cols()})
+      if (llvm::MulOverflow(work, factor, work)) work = std::numeric_limits<int64_t>::max();
     int64_t headsPerIteration = work < gpt::target::kMinParallelWork ? heads : 1;
     SmallVector<int64_t> outShape = {heads, queries, valueSize};
     if (tokenMajorResult) std::swap(outShape[0], outShape[1]);

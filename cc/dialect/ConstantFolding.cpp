@@ -3,6 +3,7 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace mlir::transformer {
 namespace {
@@ -43,12 +44,38 @@ int64_t dot(ArrayRef<int64_t> index, ArrayRef<int64_t> strides) {
 bool isSplatOf(Attribute attr, float value) {
   auto elements = dyn_cast_or_null<DenseFPElementsAttr>(attr);
   if (!elements || !elements.getElementType().isF32()) return false;
+  if (elements.isSplat()) return elements.getSplatValue<float>() == value;
   return llvm::all_of(elements.getValues<float>(), [&](float v) { return v == value; });
+}
+
+namespace {
+bool isSplat(Attribute attr) {
+  auto elements = dyn_cast_or_null<DenseElementsAttr>(attr);
+  return elements && elements.isSplat();
+}
+
+/// Whether a static `type` has at most kMaxFoldedElements elements (no overflow on the way).
+bool isSmall(Type type) {
+  auto shaped = dyn_cast<RankedTensorType>(type);
+  if (!shaped || !shaped.hasStaticShape()) return false;
+  int64_t count = 1;
+  for (int64_t d : shaped.getShape())
+    if (llvm::MulOverflow(count, d, count) || count > kMaxFoldedElements) return false;
+  return true;
+}
+} // namespace
+
+bool isCheapToFold(Value result, Attribute operand) { return isSplat(operand) || isSmall(result.getType()); }
+
+bool isCheapToFold(Value result, Attribute lhs, Attribute rhs) {
+  return (isSplat(lhs) && isSplat(rhs)) || isSmall(result.getType());
 }
 
 DenseElementsAttr foldBinaryConstants(Value result, DenseElementsAttr lhs, DenseElementsAttr rhs,
                                       llvm::function_ref<float(float, float)> fn) {
   auto type = cast<RankedTensorType>(result.getType());
+  if (lhs.isSplat() && rhs.isSplat())
+    return DenseElementsAttr::get(type, fn(lhs.getSplatValue<float>(), rhs.getSplatValue<float>()));
   SmallVector<float> a(lhs.getValues<float>()), b(rhs.getValues<float>());
   SmallVector<int64_t> aStrides = broadcastStrides(cast<ShapedType>(lhs.getType()).getShape(), type.getRank());
   SmallVector<int64_t> bStrides = broadcastStrides(cast<ShapedType>(rhs.getType()).getShape(), type.getRank());
@@ -61,6 +88,7 @@ DenseElementsAttr foldBinaryConstants(Value result, DenseElementsAttr lhs, Dense
 
 DenseElementsAttr foldNegConstant(Value result, DenseElementsAttr input) {
   auto type = cast<RankedTensorType>(result.getType());
+  if (input.isSplat()) return DenseElementsAttr::get(type, -input.getSplatValue<float>());
   SmallVector<float> out;
   for (float v : input.getValues<float>()) out.push_back(-v);
   return DenseElementsAttr::get(type, ArrayRef<float>(out));
@@ -68,6 +96,7 @@ DenseElementsAttr foldNegConstant(Value result, DenseElementsAttr input) {
 
 DenseElementsAttr foldTransposeConstant(Value result, DenseElementsAttr input) {
   auto type = cast<RankedTensorType>(result.getType());
+  if (input.isSplat()) return DenseElementsAttr::get(type, input.getSplatValue<float>());
   SmallVector<float> in(input.getValues<float>());
   ArrayRef<int64_t> inShape = cast<ShapedType>(input.getType()).getShape();
   // Strides of the input, read with the last two result indices exchanged.

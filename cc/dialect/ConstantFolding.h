@@ -8,8 +8,18 @@
 
 namespace mlir::transformer {
 
-/// True when every element of the f32 elements attribute `attr` equals `value`.
+/// True when every element of the f32 elements attribute `attr` equals `value`. A splat is
+/// checked once, not once per element (a splat may stand for 10^14 of them).
 bool isSplatOf(Attribute attr, float value);
+
+/// The most elements a fold may compute: folding a non-splat result allocates and fills all of
+/// them, so a small constant broadcast against a huge splat would take the compiler's memory.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;
+
+/// Whether folding constant operands into a constant shaped like `result` is cheap: every operand
+/// is a splat (the result is a splat too), or the result has at most kMaxFoldedElements elements.
+bool isCheapToFold(Value result, Attribute operand);
+bool isCheapToFold(Value result, Attribute lhs, Attribute rhs);
 
 /// `fn(lhs, rhs)` elementwise with numpy broadcasting, shaped like `result` (which must be static).
 DenseElementsAttr foldBinaryConstants(Value result, DenseElementsAttr lhs, DenseElementsAttr rhs,

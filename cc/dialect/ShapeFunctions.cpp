@@ -3,6 +3,7 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <string>
 #include <tuple>
@@ -21,6 +22,21 @@ bool dimsCompatible(int64_t a, int64_t b) { return ShapedType::isDynamic(a) || S
 LogicalResult checkRank(RankedTensorType type, int64_t minRank, StringRef what, EmitErrorFn emitError) {
   if (type.getRank() >= minRank) return success();
   return emitError() << what << " must have rank >= " << minRank << ", got " << type;
+}
+
+/// a * b for dims, dynamic if either is; failure where the product overflows int64 (a type such
+/// as tensor<4611686018427387904x2x4xf32> is legal MLIR, and an overflow would wrap to a bogus
+/// static size).
+FailureOr<int64_t> multiplyDims(int64_t a, int64_t b) {
+  if (ShapedType::isDynamic(a) || ShapedType::isDynamic(b)) return ShapedType::kDynamic;
+  int64_t product;
+  if (llvm::MulOverflow(a, b, product)) return failure();
+  return product;
+}
+
+/// The error for a dimension product that does not fit in int64.
+InFlightDiagnostic overflowError(EmitErrorFn emitError, int64_t a, int64_t b, Type type) {
+  return emitError() << "dimension " << a << " * " << b << " of " << type << " overflows a 64-bit size";
 }
 
 /// How a rank-3 tensor of heads is laid out, for error messages.
@@ -135,9 +151,10 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
                            << expected[1] << ", " << expected[2] << "] (one per block of " << blockSize
                            << " weights of a column), got " << scales;
   }
+  FailureOr<int64_t> columns = multiplyDims(panels, width);
+  if (failed(columns)) return overflowError(emitError, panels, width, rhs);
   SmallVector<int64_t> shape(l.getShape().drop_back());
-  shape.push_back(ShapedType::isDynamic(panels) || ShapedType::isDynamic(width) ? ShapedType::kDynamic
-                                                                                : panels * width);
+  shape.push_back(*columns);
   return ranked(shape, lhs);
 }
 
@@ -176,7 +193,9 @@ FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids
   if (!c || !s || !i) return unranked(codes);
   if (!c.hasStaticShape() || !s.hasStaticShape())
     return emitError() << "codes and scales must have static shapes, got " << codes << " and " << scales;
-  int64_t features = s.getDimSize(1) * blockSize;
+  FailureOr<int64_t> product = multiplyDims(s.getDimSize(1), blockSize);
+  if (failed(product)) return overflowError(emitError, s.getDimSize(1), blockSize, scales);
+  int64_t features = *product;
   if (c.getDimSize(0) != s.getDimSize(0) || c.getDimSize(2) != s.getDimSize(2))
     return emitError() << "codes " << codes << " and scales " << scales << " must have the same panels";
   if (c.getDimSize(1) != features)
@@ -192,9 +211,16 @@ FailureOr<TensorType> inferSliceType(Type input, int64_t offset, int64_t size, E
   if (!in) return unranked(input);
   if (failed(checkRank(in, 1, "input", emitError))) return failure();
   int64_t last = in.getShape().back();
-  if (!ShapedType::isDynamic(last) && offset + size > last)
-    return emitError() << "slice [" << offset << ", " << offset + size << ") does not fit in the last dimension ("
-                       << last << ") of " << input;
+  // `offset > last - size`, not `offset + size > last`: the sum of two large attributes overflows.
+  if (!ShapedType::isDynamic(last) && (size > last || offset > last - size)) {
+    InFlightDiagnostic error = emitError() << "slice [" << offset << ", ";
+    int64_t end;
+    if (llvm::AddOverflow(offset, size, end))
+      error << offset << " + " << size;
+    else
+      error << end;
+    return error << ") does not fit in the last dimension (" << last << ") of " << input;
+  }
   SmallVector<int64_t> shape(in.getShape());
   shape.back() = size;
   return ranked(shape, input);
@@ -221,9 +247,9 @@ FailureOr<TensorType> inferMergeHeadsType(Type input, bool tokenMajor, EmitError
     return emitError() << "input must be a rank-3 " << layoutName(tokenMajor) << " tensor, got " << input;
   int64_t tokens = in.getDimSize(tokenMajor ? 0 : 1), heads = in.getDimSize(tokenMajor ? 1 : 0);
   int64_t headDim = in.getDimSize(2);
-  int64_t features =
-      ShapedType::isDynamic(heads) || ShapedType::isDynamic(headDim) ? ShapedType::kDynamic : heads * headDim;
-  return ranked({tokens, features}, input);
+  FailureOr<int64_t> features = multiplyDims(heads, headDim);
+  if (failed(features)) return overflowError(emitError, heads, headDim, input);
+  return ranked({tokens, *features}, input);
 }
 
 FailureOr<TensorType> inferRopeType(Type input, Type positions, EmitErrorFn emitError) {

@@ -14,6 +14,9 @@ def IsAllOnes : Constraint<CPred<"::mlir::transformer::isSplatOf($0, 1.0f)">, "a
 def SameLayout : Constraint<CPred<"static_cast<bool>($0) == static_cast<bool>($1)">, "the same head layout">;
 def HasStaticShape : Constraint<
     CPred<"::llvm::cast<::mlir::ShapedType>($0.getType()).hasStaticShape()">, "a static shape">;
+// Folding computes every element of a non-splat result: only for splats or small results.
+def CheapToFold : Constraint<CPred<"::mlir::transformer::isCheapToFold($0, $1)">, "a cheap fold">;
+def CheapToFold2 : Constraint<CPred<"::mlir::transformer::isCheapToFold($0, $1, $2)">, "a cheap fold">;
 
 def FoldAdd : NativeCodeCall<"::mlir::transformer::foldBinaryConstants($0, $1, $2, std::plus<float>())">;
 def FoldMul : NativeCodeCall<"::mlir::transformer::foldBinaryConstants($0, $1, $2, std::multiplies<float>())">;
@@ -47,15 +50,18 @@ def SplitMergeHeads : Pat<(Transformer_SplitHeadsOp:$res (Transformer_MergeHeads
 
 // add(c1, c2) = c1 + c2, computed now
 def FoldAddOfConstants : Pat<(Transformer_AddOp:$res (Transformer_ConstantOp $a), (Transformer_ConstantOp $b)),
-                             (Transformer_ConstantOp (FoldAdd $res, $a, $b)), [(HasStaticShape $res)]>;
+                             (Transformer_ConstantOp (FoldAdd $res, $a, $b)),
+                             [(HasStaticShape $res), (CheapToFold2 $res, $a, $b)]>;
 // mul(c1, c2) = c1 * c2, computed now
 def FoldMulOfConstants : Pat<(Transformer_MulOp:$res (Transformer_ConstantOp $a), (Transformer_ConstantOp $b)),
-                             (Transformer_ConstantOp (FoldMul $res, $a, $b)), [(HasStaticShape $res)]>;
+                             (Transformer_ConstantOp (FoldMul $res, $a, $b)),
+                             [(HasStaticShape $res), (CheapToFold2 $res, $a, $b)]>;
 // neg(c) = -c, computed now
 def FoldNegOfConstant : Pat<(Transformer_NegOp:$res (Transformer_ConstantOp $a)),
-                            (Transformer_ConstantOp (FoldNeg $res, $a)), [(HasStaticShape $res)]>;
+                            (Transformer_ConstantOp (FoldNeg $res, $a)), [(HasStaticShape $res), (CheapToFold $res, $a)]>;
 // transpose(c) = c^T, computed now
 def FoldTransposeOfConstant : Pat<(Transformer_TransposeOp:$res (Transformer_ConstantOp $a)),
-                                  (Transformer_ConstantOp (FoldTranspose $res, $a)), [(HasStaticShape $res)]>;
+                                  (Transformer_ConstantOp (FoldTranspose $res, $a)),
+                                  [(HasStaticShape $res), (CheapToFold $res, $a)]>;
 
 #endif // GPT_TRANSFORMER_CANONICALIZE_TD

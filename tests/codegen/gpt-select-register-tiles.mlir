@@ -347,3 +347,39 @@ func.func @block_quantized_decode(%x: tensor<1x24x32xf32>, %w: tensor<24x24x32x3
   } -> tensor<1x24x32xf32>
   return %0 : tensor<1x24x32xf32>
 }
+
+// -----
+
+// An elementwise generic without inputs (the fill of a 3-D matmul's accumulator) once crashed the
+// pass (input 0 read unconditionally); it gets a vector tile like any elementwise op.
+// CHECK-LABEL: func.func @fill_without_inputs
+// CHECK: linalg.generic
+// CHECK-SAME: gpt.register_tile = [1, 1, 16]
+#fill = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @fill_without_inputs(%init: tensor<2x4x16xf32>) -> tensor<2x4x16xf32> {
+  %zero = arith.constant 0.0 : f32
+  %0 = linalg.generic {indexing_maps = [#fill], iterator_types = ["parallel", "parallel", "parallel"]}
+      outs(%init : tensor<2x4x16xf32>) {
+  ^bb0(%out: f32):
+    linalg.yield %zero : f32
+  } -> tensor<2x4x16xf32>
+  return %0 : tensor<2x4x16xf32>
+}
+
+// -----
+
+// 2^32 * 2^32 * 16 iterations: the work estimate saturates instead of wrapping to 0 (signed
+// overflow), so the op is split like any large one.
+// THREADS4-LABEL: func.func @work_overflow
+// THREADS4: gpt.parallel_chunks = [0, 4], gpt.register_tile = [1, 1, 16]
+// CHECK-LABEL: func.func @work_overflow
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @work_overflow(%x: tensor<4294967296x4294967296x16xf32>) -> tensor<4294967296x4294967296x16xf32> {
+  %0 = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : tensor<4294967296x4294967296x16xf32>) outs(%x : tensor<4294967296x4294967296x16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %1 = arith.negf %in : f32
+    linalg.yield %1 : f32
+  } -> tensor<4294967296x4294967296x16xf32>
+  return %0 : tensor<4294967296x4294967296x16xf32>
+}

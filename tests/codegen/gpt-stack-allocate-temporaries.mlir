@@ -105,3 +105,14 @@ func.func @parallel_and_branch(%v: f32, %flag: i1, %n: index) {
   }
   return
 }
+
+// A buffer whose size in bytes does not fit in int64 stays on the heap (the size once overflowed).
+// CHECK-LABEL: func.func @huge_buffer
+// CHECK: memref.alloc() : memref<9223372036854775807x32xf32>
+func.func @huge_buffer(%v: f32) {
+  %c0 = arith.constant 0 : index
+  %0 = memref.alloc() : memref<9223372036854775807x32xf32>
+  memref.store %v, %0[%c0, %c0] : memref<9223372036854775807x32xf32>
+  memref.dealloc %0 : memref<9223372036854775807x32xf32>
+  return
+}

@@ -122,3 +122,15 @@ func.func @parallel_heads(%q: tensor<4x64x16xf32>, %k: tensor<4x64x16xf32>, %v: 
   %0 = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32} : (tensor<4x64x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>) -> tensor<4x64x16xf32>
   return %0 : tensor<4x64x16xf32>
 }
+
+// -----
+
+// heads * queries * keys * head_dim = 2^95 once wrapped to 0 (signed overflow), so all heads ran
+// in one iteration; the estimate saturates, and each head gets its own iteration.
+// CHECK-LABEL: func.func @work_overflow
+// CHECK: scf.forall (%{{.*}}) in (2147483648) shared_outs
+func.func @work_overflow(%q: tensor<2147483648x2147483648x4xf32>) -> tensor<2147483648x2147483648x4xf32> {
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.5 : f32}
+      : (tensor<2147483648x2147483648x4xf32>, tensor<2147483648x2147483648x4xf32>, tensor<2147483648x2147483648x4xf32>) -> tensor<2147483648x2147483648x4xf32>
+  return %0 : tensor<2147483648x2147483648x4xf32>
+}

@@ -300,3 +300,38 @@ func.func @split_merge_other_heads(%x: tensor<4x8x16xf32>) -> tensor<2x8x32xf32>
   %1 = "transformer.split_heads"(%0) {num_heads = 2 : i64} : (tensor<8x64xf32>) -> tensor<2x8x32xf32>
   return %1 : tensor<2x8x32xf32>
 }
+
+// -----
+
+// A splat stands for all its elements without storing them: add(x, 0) checks the zero once (it
+// once looped over all 10^14 elements), and folds of splats give splats (they once allocated every
+// element and ran out of memory).
+// CHECK-LABEL: func.func @huge_splats
+// CHECK-SAME: (%[[X:.*]]: tensor<10000000x10000000xf32>)
+// CHECK-DAG: %[[NEG:.*]] = transformer.constant dense<-1.000000e+00> : tensor<10000000x10000000xf32>
+// CHECK-DAG: %[[T:.*]] = transformer.constant dense<2.000000e+00> : tensor<10000000x10000000xf32>
+// CHECK-DAG: %[[SUM:.*]] = transformer.constant dense<3.000000e+00> : tensor<10000000x10000000xf32>
+// CHECK: return %[[X]], %[[NEG]], %[[T]], %[[SUM]]
+func.func @huge_splats(%x: tensor<10000000x10000000xf32>)
+    -> (tensor<10000000x10000000xf32>, tensor<10000000x10000000xf32>, tensor<10000000x10000000xf32>, tensor<10000000x10000000xf32>) {
+  %zero = "transformer.constant"() {value = dense<0.0> : tensor<10000000x10000000xf32>} : () -> tensor<10000000x10000000xf32>
+  %one = "transformer.constant"() {value = dense<1.0> : tensor<10000000x10000000xf32>} : () -> tensor<10000000x10000000xf32>
+  %two = "transformer.constant"() {value = dense<2.0> : tensor<10000000x10000000xf32>} : () -> tensor<10000000x10000000xf32>
+  %0 = "transformer.add"(%x, %zero) : (tensor<10000000x10000000xf32>, tensor<10000000x10000000xf32>) -> tensor<10000000x10000000xf32>
+  %1 = "transformer.neg"(%one) : (tensor<10000000x10000000xf32>) -> tensor<10000000x10000000xf32>
+  %2 = "transformer.transpose"(%two) : (tensor<10000000x10000000xf32>) -> tensor<10000000x10000000xf32>
+  %3 = "transformer.add"(%one, %two) : (tensor<10000000x10000000xf32>, tensor<10000000x10000000xf32>) -> tensor<10000000x10000000xf32>
+  return %0, %1, %2, %3 : tensor<10000000x10000000xf32>, tensor<10000000x10000000xf32>, tensor<10000000x10000000xf32>, tensor<10000000x10000000xf32>
+}
+
+// -----
+
+// Negative: a non-splat result of 2^21 elements (over the 2^20 fold limit) is left to run time.
+// CHECK-LABEL: func.func @large_non_splat_fold
+// CHECK: transformer.add
+func.func @large_non_splat_fold() -> tensor<1048576x2xf32> {
+  %row = "transformer.constant"() {value = dense<[1.0, 2.0]> : tensor<2xf32>} : () -> tensor<2xf32>
+  %col = "transformer.constant"() {value = dense<1.0> : tensor<1048576x1xf32>} : () -> tensor<1048576x1xf32>
+  %0 = "transformer.add"(%col, %row) : (tensor<1048576x1xf32>, tensor<2xf32>) -> tensor<1048576x2xf32>
+  return %0 : tensor<1048576x2xf32>
+}

@@ -409,3 +409,39 @@ func.func @packed_embedding_ids_rank(%c: tensor<8x64x32xi8>, %s: tensor<8x2x32xf
   %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<1x5xi64>) -> tensor<*xf32>
   return
 }
+
+// -----
+
+// offset + size once overflowed int64 and the slice was accepted.
+func.func @slice_offset_overflow(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{slice [9223372036854775807, 9223372036854775807 + 1) does not fit in the last dimension (8) of 'tensor<4x8xf32>'}}
+  %0 = transformer.slice %x {offset = 9223372036854775807 : i64, size = 1 : i64} : tensor<4x8xf32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+// heads * head_dim once wrapped to a static 0.
+func.func @merge_heads_features_overflow(%x: tensor<4611686018427387904x2x4xf32>) {
+  // expected-error @+1 {{dimension 4611686018427387904 * 4 of 'tensor<4611686018427387904x2x4xf32>' overflows a 64-bit size}}
+  %0 = transformer.merge_heads %x : tensor<4611686018427387904x2x4xf32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+// panels * panel width once wrapped to a static 0.
+func.func @packed_matmul_columns_overflow(%x: tensor<4x8xf32>, %w: tensor<4611686018427387904x8x4xf32>) {
+  // expected-error @+1 {{dimension 4611686018427387904 * 4 of 'tensor<4611686018427387904x8x4xf32>' overflows a 64-bit size}}
+  %0 = transformer.packed_matmul %x, %w : (tensor<4x8xf32>, tensor<4611686018427387904x8x4xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+// blocks * block size once wrapped.
+func.func @packed_embedding_features_overflow(%c: tensor<8x64x32xi8>, %s: tensor<8x1152921504606846976x32xf16>, %ids: tensor<5xi64>) {
+  // expected-error @+1 {{dimension 1152921504606846976 * 32 of 'tensor<8x1152921504606846976x32xf16>' overflows a 64-bit size}}
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x1152921504606846976x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  return
+}

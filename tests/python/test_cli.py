@@ -96,3 +96,13 @@ def test_byte_tokenizer_round_trips_and_never_fails():
     tok = gpt.ByteTokenizer()
     assert tok.decode(tok.encode("héllo ∑")) == "héllo ∑"
     assert tok.decode([0xE2, 0x88]) == "\ufffd"  # a cut multi-byte character decodes, not raises
+
+
+def test_stages_of_deeply_nested_input_is_an_error_not_a_crash(tmp_path):
+    # 8,000 nested modules once overflowed the parser's stack (a segfault, no message).
+    deep = tmp_path / "deep.mlir"
+    deep.write_text("module {\n" * 8000 + "}\n" * 8000)
+    result = run_cli("stages", str(deep))
+    assert result.returncode == 1, result.stderr
+    assert "gpt: error: failed to parse the input IR" in result.stderr
+    assert "nests brackets more than 1000 levels deep" in result.stderr

@@ -111,3 +111,15 @@ func.func @f(%q: tensor<0x8x4xf32>) -> tensor<*xf32> {
 }"""
     with pytest.raises(gpt.CompilerError, match="zero-sized dimension; attention needs at least one head"):
         gpt.run_pipeline(ir, "gpt-compile")
+
+
+def test_deeply_nested_input_is_a_compiler_error_not_a_stack_overflow():
+    # 8,000 nested modules once overflowed the parser's stack and killed the interpreter.
+    deep = "module {\n" * 8000 + "}\n" * 8000
+    with pytest.raises(gpt.CompilerError, match=r'loc\("input":1001:8\).*nests brackets more than 1000 levels deep'):
+        gpt.run_pipeline(deep, "canonicalize")
+    arrays = "func.func @f() attributes {a = " + "[" * 8000 + "]" * 8000 + "} { return }"
+    with pytest.raises(gpt.CompilerError, match="nests brackets more than 1000 levels deep"):
+        gpt.run_pipeline(arrays, "canonicalize")
+    # Up to the limit, input parses and runs.
+    assert gpt.run_pipeline("module {\n" * 999 + "}\n" * 999, "canonicalize").count("module {") == 999

@@ -1,6 +1,7 @@
 // Bindings that run pass pipelines over textual IR, reporting MLIR diagnostics as Python exceptions.
 #include "python/gpt/_gpt/bindings.h"
 
+#include "cc/ParseInput.h"
 #include "cc/Registration.h"
 #include "cc/runtime/CompiledModel.h"
 #include "cc/runtime/DiagnosticCapture.h"
@@ -10,7 +11,6 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/raw_ostream.h"
@@ -80,7 +80,7 @@ std::string runPipeline(const std::string &ir, const std::string &pipeline, bool
   ctx.allowUnregisteredDialects(false);
   DiagnosticCapture diagnostics(ctx);
 
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(ir, &ctx, "input");
+  mlir::OwningOpRef<mlir::ModuleOp> module = gpt::parseModuleText(ir, &ctx, "input");
   if (!module) fail(diagnostics.message("failed to parse the input IR"));
 
   mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());

@@ -1,0 +1,3000 @@
+func.func @f() {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.execute_region {
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+scf.yield
+}
+return
+}

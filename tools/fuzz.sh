@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the compiler fuzzer (clang-19, libFuzzer + ASan + UBSan) and runs it for a bounded time:
+#   bash tools/fuzz.sh [SECONDS]   (default 180)
+# Seeds come from every .mlir under tests/ and tools/demo/ (tools/fuzz/make_seed_corpus.py); the
+# corpus the fuzzer grows is kept in $GPT_FUZZ_DIR/corpus between runs. Crashes, timeouts and
+# out-of-memory inputs land in $GPT_FUZZ_DIR/crashes, and the script exits non-zero if there are any.
+# Each fixed crash goes, minimized (-minimize_crash=1), into tests/fuzz/regressions/.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+seconds="${1:-180}"
+work="${GPT_FUZZ_DIR:-${TMPDIR:-/tmp}/gpt-fuzz}"
+# A Bazel output base of its own: the clang toolchain of --config=fuzz would otherwise replace the
+# gcc one of the everyday build in the shared output base and force it to reconfigure.
+output_base="${GPT_FUZZ_OUTPUT_BASE:-${HOME}/.cache/gpt-fuzz-bazel/$(pwd | md5sum | cut -c1-12)}"
+
+bazel --output_base="$output_base" build --config=fuzz //tools/fuzz:gpt_opt_fuzzer
+fuzzer="$(bazel --output_base="$output_base" info --config=fuzz bazel-bin)/tools/fuzz/gpt_opt_fuzzer"
+# The second Bazel server would hold its memory while the fuzzer runs (and after, in CI).
+bazel --output_base="$output_base" shutdown
+
+mkdir -p "$work/corpus" "$work/crashes"
+stamp="$work/.run-started"
+touch "$stamp"
+rm -rf "$work/seeds"
+python3 tools/fuzz/make_seed_corpus.py "$work/seeds"
+
+# A crash stops the run (one input per finding) unless GPT_FUZZ_KEEP_GOING=1, which fuzzes in a
+# child process and goes on after each finding. -timeout makes a hang a finding, -rss_limit_mb an
+# out-of-memory. Leaks of the uninstrumented MLIR libraries are not findings.
+keep_going=()
+if [[ "${GPT_FUZZ_KEEP_GOING:-0}" == 1 ]]; then
+  keep_going=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+fi
+status=0
+ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" UBSAN_OPTIONS="print_stacktrace=1:${UBSAN_OPTIONS:-}" "$fuzzer" "${keep_going[@]}" \
+  -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+  -dict=tools/fuzz/transformer.dict -artifact_prefix="$work/crashes/" -print_final_stats=1 \
+  "$work/corpus" "$work/seeds" || status=$?
+
+found=$(find "$work/crashes" -type f -newer "$stamp" | wc -l)
+echo "fuzz: ${seconds}s, corpus $(find "$work/corpus" -type f | wc -l) inputs in $work/corpus, ${found} new finding(s) in $work/crashes"
+if (( status != 0 || found > 0 )); then
+  echo "fuzz: FAILED: reproduce with $fuzzer FILE; minimize with $fuzzer -minimize_crash=1 -runs=10000 FILE" >&2
+  exit 1
+fi
