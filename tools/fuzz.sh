@@ -10,14 +10,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 seconds="${1:-180}"
 work="${GPT_FUZZ_DIR:-${TMPDIR:-/tmp}/gpt-fuzz}"
-# A Bazel output base of its own: the clang toolchain of --config=fuzz would otherwise replace the
-# gcc one of the everyday build in the shared output base and force it to reconfigure.
-output_base="${GPT_FUZZ_OUTPUT_BASE:-${HOME}/.cache/gpt-fuzz-bazel/$(pwd | md5sum | cut -c1-12)}"
-
-bazel --output_base="$output_base" build --config=fuzz //tools/fuzz:gpt_opt_fuzzer
-fuzzer="$(bazel --output_base="$output_base" info --config=fuzz bazel-bin)/tools/fuzz/gpt_opt_fuzzer"
+# The sanitized build's output base (tools/bazel_sanitized.sh), shared with the ASan tests.
+bash tools/bazel_sanitized.sh build --config=fuzz //tools/fuzz:gpt_opt_fuzzer
+fuzzer="$(bash tools/bazel_sanitized.sh info --config=fuzz bazel-bin)/tools/fuzz/gpt_opt_fuzzer"
 # The second Bazel server would hold its memory while the fuzzer runs (and after, in CI).
-bazel --output_base="$output_base" shutdown
+bash tools/bazel_sanitized.sh shutdown
 
 mkdir -p "$work/corpus" "$work/crashes"
 stamp="$work/.run-started"
@@ -29,8 +26,10 @@ python3 tools/fuzz/make_seed_corpus.py "$work/seeds"
 # child process and goes on after each finding. -timeout makes a hang a finding, -rss_limit_mb an
 # out-of-memory. Leaks of the uninstrumented MLIR libraries are not findings.
 keep_going=()
+# GPT_FUZZ_SEED fixes libFuzzer's random seed (CI), so that a run can be repeated.
+if [[ -n "${GPT_FUZZ_SEED:-}" ]]; then keep_going+=(-seed="$GPT_FUZZ_SEED"); fi
 if [[ "${GPT_FUZZ_KEEP_GOING:-0}" == 1 ]]; then
-  keep_going=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+  keep_going+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
 fi
 status=0
 ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" UBSAN_OPTIONS="print_stacktrace=1:${UBSAN_OPTIONS:-}" "$fuzzer" "${keep_going[@]}" \

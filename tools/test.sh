@@ -1,24 +1,85 @@
 #!/usr/bin/env bash
 # Installs the pinned toolchain, lints the sources (tools/lint.sh) and runs every test
-# (`bazel test //tests/...`), ending with one "N passed, N failed" line. Extra arguments go to
-# bazel test (e.g. --config=asan).
+# (`bazel test //tests/...`); then, unless --quick, the sanitizer subset under ASan + UBSan and a
+# bounded fuzzing run (tools/fuzz.sh). Ends with one "N passed, N failed" line (each stage after
+# the tests counts as one). Other arguments go to the first bazel test.
+#
+#   bash tools/test.sh            everything, what CI (.ci/run) runs
+#   bash tools/test.sh --quick    lint and bazel test //tests/... only
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+quick=0
+arguments=()
+for argument in "$@"; do
+  if [[ "$argument" == --quick ]]; then quick=1; else arguments+=("$argument"); fi
+done
+
+# The tests that also run under ASan + UBSan: every C++ layer (the FileCheck tests drive gpt-opt;
+# the fuzzer's regression corpus drives the replay; the Python tests the runtime, the kernels and
+# the binding), chosen to fit CI's time. The numerics tests over large shapes, and the tests
+# that spend their time in subprocesses, pass under `bazel test --config=asan //tests/...` too
+# but take about 25 minutes there.
+SANITIZED_TESTS=(
+  //tests/dialect/...
+  //tests/conversion/...
+  //tests/codegen/...
+  //tests/fuzz/...
+  //tests/python:test_bad_input
+  //tests/python:test_compiler
+  //tests/python:test_model_api
+  //tests/python:test_packing
+  //tests/python:test_quantization
+  //tests/python:test_resource_limits
+  //tests/python:test_sampling
+  //tests/python:test_threads
+)
+# Seconds of fuzzing in CI (tools/fuzz.sh alone defaults to 180).
+FUZZ_SECONDS="${GPT_CI_FUZZ_SECONDS:-60}"
 
 bash tools/setup.sh || exit 1
 bash tools/lint.sh
 lint_status=$?
 log="$(mktemp)"
-bazel test //tests/... "$@" 2>&1 | tee "$log"
-status="${PIPESTATUS[0]}"
-passed="$(grep -cE '^//tests/.* PASSED' "$log")"
-failed="$(grep -cE '^//tests/.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")"
+
+# Runs `bazel test` with the given arguments, counting its targets into passed/failed.
+passed=0
+failed=0
+status=0
+run_tests() {
+  "${bazel[@]}" test "$@" 2>&1 | tee "$log"
+  local result="${PIPESTATUS[0]}"
+  local ok bad
+  ok="$(grep -cE '^//tests/.* PASSED' "$log")"
+  bad="$(grep -cE '^//tests/.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")"
+  if [[ "$result" != 0 && "$bad" == 0 ]]; then bad=1; fi # a build error fails before any test
+  passed=$((passed + ok))
+  failed=$((failed + bad))
+  if [[ "$result" != 0 ]]; then status=1; fi
+}
+
+bazel=(bazel)
+run_tests //tests/... "${arguments[@]}"
+if [[ "$quick" == 0 ]]; then
+  echo "test: the sanitizer subset under ASan + UBSan (clang; tools/bazel_sanitized.sh test --config=asan)"
+  bazel=(bash tools/bazel_sanitized.sh)
+  run_tests --config=asan "${SANITIZED_TESTS[@]}"
+  echo "test: fuzzing the compiler for ${FUZZ_SECONDS} s (tools/fuzz.sh, a fresh corpus, seed 1)"
+  fuzz_dir="$(mktemp -d)"
+  if GPT_FUZZ_DIR="$fuzz_dir" GPT_FUZZ_SEED=1 bash tools/fuzz.sh "$FUZZ_SECONDS"; then
+    passed=$((passed + 1))
+  else
+    echo "fuzz: FAILED"
+    failed=$((failed + 1))
+    status=1
+  fi
+fi
 rm -f "$log"
-if [[ "$status" != 0 && "$failed" == 0 ]]; then failed=1; fi  # a build error fails before any test
+[[ -n "${fuzz_dir:-}" ]] && rm -rf "$fuzz_dir"
 if [[ "$lint_status" != 0 ]]; then
   echo "lint: FAILED (bash tools/lint.sh lists the findings; bash tools/lint.sh --fix rewrites the files)"
   failed=$((failed + 1))
-  [[ "$status" == 0 ]] && status=1
+  status=1
 fi
 echo "${passed} passed, ${failed} failed"
 exit "$status"

@@ -8,15 +8,13 @@ import pytest
 
 
 def _preload_sanitizer_runtimes():
-    """Under --config=asan the extension is instrumented but python3 is not, so the sanitizer
-    runtimes must be loaded first: re-execute this process with them in LD_PRELOAD."""
+    """Under --config=asan (clang) the extension is instrumented but python3 is not, so the
+    sanitizer runtime (ASan's, which carries UBSan's) must be loaded first: re-execute this process
+    with it in LD_PRELOAD."""
     if os.environ.get("GPT_SANITIZE") != "1" or os.environ.get("GPT_SANITIZER_PRELOADED") == "1":
         return
-    libs = [
-        subprocess.check_output(["gcc", f"-print-file-name={name}"], text=True).strip()
-        for name in ("libasan.so", "libubsan.so")
-    ]
-    env = dict(os.environ, GPT_SANITIZER_PRELOADED="1", LD_PRELOAD=":".join(libs))
+    runtime = subprocess.check_output(["clang-19", "-print-file-name=libclang_rt.asan-x86_64.so"], text=True).strip()
+    env = dict(os.environ, GPT_SANITIZER_PRELOADED="1", LD_PRELOAD=runtime)
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
