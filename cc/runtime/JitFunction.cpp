@@ -23,6 +23,8 @@
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
+#include "llvm/Transforms/IPO/AlwaysInliner.h"
+#include "llvm/Transforms/IPO/GlobalDCE.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -40,11 +42,42 @@ namespace {
 
 std::string describe(llvm::Error error) { return llvm::toString(std::move(error)); }
 
-/// LLVM's O2 module pipeline without its loop unroller. MLIR has already unrolled what matters
-/// (each vector.outerproduct is a whole register tile); LLVM's full unrolling of the remaining
-/// constant-trip-count loops turned the 4-layer/256-wide model's 16-token cached step from 4.9 k
-/// into 51 k instructions, and machine scheduling of those blocks took 16-26 s (0.3 s without).
-llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine) {
+/// ExecutionEngine's packed wrapper of `name`'s C interface: `void(void **)`, what the runtime calls.
+std::string packedEntryName(llvm::StringRef name) { return ("_mlir__mlir_ciface_" + name).str(); }
+
+/// Makes the packed wrapper `entry` (ExecutionEngine's `_mlir__mlir_ciface_<name>(void **)`) the
+/// module's only external function, with the C interface wrapper `_mlir_ciface_<name>` and the
+/// entry point `<name>` inlined into it.
+///
+/// The entry point takes every weight (and KV cache) of every layer: in the LLVM calling
+/// convention each memref is 5 or more scalars, so at 24 layers the C interface wrapper calls it
+/// with 1,874 arguments, 1,868 of them stored to the stack, and ExecutionEngine's packed wrappers
+/// make two such calls. SelectionDAG's store combining is quadratic in the stores of one call
+/// sequence (98% of llc's time at 24 layers was X86 DAG->DAG instruction selection of
+/// `_mlir_ciface_forward`), and IPSCCP and CalledValuePropagation slow down on such signatures
+/// too, so compile time grew with the square of n_layer. Inlined, the wrappers' loads feed the
+/// per-layer calls of the block function directly: one call per layer, each with one layer's
+/// arguments. Internal linkage lets GlobalDCE drop the wrappers nothing calls (`_mlir_forward`,
+/// `_mlir_gpt_block`, ...).
+void keepOnlyEntry(llvm::Module &module, llvm::StringRef name, llvm::StringRef entry) {
+  for (llvm::Function &function : module)
+    if (!function.isDeclaration() && function.getName() != entry)
+      function.setLinkage(llvm::GlobalValue::InternalLinkage);
+  for (const std::string &wrapped : {name.str(), "_mlir_ciface_" + name.str()})
+    if (llvm::Function *function = module.getFunction(wrapped)) {
+      function->removeFnAttr(llvm::Attribute::NoInline);
+      function->addFnAttr(llvm::Attribute::AlwaysInline);
+    }
+}
+
+/// LLVM's O2 module pipeline without its loop unroller, after inlining the wrappers of `name` into
+/// `entry` (see keepOnlyEntry). MLIR has already unrolled what matters (each vector.outerproduct
+/// is a whole register tile); LLVM's full unrolling of the remaining constant-trip-count loops
+/// turned the 4-layer/256-wide model's 16-token cached step from 4.9 k into 51 k instructions, and
+/// machine scheduling of those blocks took 16-26 s (0.3 s without).
+llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine, llvm::StringRef name,
+                           llvm::StringRef entry) {
+  keepOnlyEntry(*module, name, entry);
   llvm::PipelineTuningOptions tuning;
   tuning.LoopUnrolling = false;
   llvm::LoopAnalysisManager loops;
@@ -57,7 +90,13 @@ llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine) {
   builder.registerFunctionAnalyses(functions);
   builder.registerLoopAnalyses(loops);
   builder.crossRegisterProxies(loops, functions, cgsccs, modules);
-  builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*module, modules);
+  // Before the O2 pipeline, whose interprocedural passes (IPSCCP, CalledValuePropagation) would
+  // otherwise meet the wrappers' thousands of arguments.
+  llvm::ModulePassManager passes;
+  passes.addPass(llvm::AlwaysInlinerPass(/*InsertLifetimeIntrinsics=*/false));
+  passes.addPass(llvm::GlobalDCEPass());
+  passes.addPass(builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2));
+  passes.run(*module, modules);
   return llvm::Error::success();
 }
 
@@ -97,7 +136,10 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
   std::unique_ptr<llvm::TargetMachine> machine = hostTargetMachine();
   // IR level O2 without unrolling (see optimizeModule); the codegen level stays Aggressive.
   llvm::TargetMachine *target = machine.get();
-  std::function<llvm::Error(llvm::Module *)> optimize = [target](llvm::Module *m) { return optimizeModule(m, target); };
+  const std::string entry = packedEntryName(name);
+  std::function<llvm::Error(llvm::Module *)> optimize = [target, name, &entry](llvm::Module *m) {
+    return optimizeModule(m, target, name, entry);
+  };
   mlir::ExecutionEngineOptions options;
   options.transformer = optimize; // a function_ref: `optimize` outlives create()
   // Multi-threaded programs call the OpenMP runtime (__kmpc_fork_call, ...).
@@ -119,7 +161,7 @@ JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
     return symbols;
   });
 
-  auto function = engine->lookupPacked(("_mlir_ciface_" + name).str());
+  auto function = engine->lookupPacked(("_mlir_ciface_" + name).str()); // that is, `entry`
   if (!function)
     throw std::runtime_error("compiled module has no entry point " + name.str() + ": " +
                              describe(function.takeError()));
@@ -170,7 +212,7 @@ std::unique_ptr<JitFunction> JitFunction::load(const std::string &object, llvm::
     llvm::consumeError(std::move(error));
     return nullptr;
   }
-  auto address = (*jit)->lookup(("_mlir__mlir_ciface_" + name).str());
+  auto address = (*jit)->lookup(packedEntryName(name));
   if (!address) {
     llvm::consumeError(address.takeError());
     return nullptr;
