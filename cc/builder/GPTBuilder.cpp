@@ -151,14 +151,20 @@ SmallVector<Value> layerOperands(const std::map<std::string, Value> &weights, Ar
   return operands;
 }
 
-/// Creates `name` with `argTypes -> resultTypes`: inputs are read-only for bufferization, and
-/// public entry points get a C interface for the runtime.
+/// Creates `name` with `argTypes -> resultTypes`: inputs are read-only for bufferization, except
+/// the arguments at `updatedInPlace` (KV caches), and public entry points get a C interface for the
+/// runtime.
 func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef<Type> argTypes,
-                            ArrayRef<Type> resultTypes, bool entryPoint) {
+                            ArrayRef<Type> resultTypes, bool entryPoint, ArrayRef<unsigned> updatedInPlace = {}) {
   auto fn = b.create<func::FuncOp>(loc, name, b.getFunctionType(argTypes, resultTypes));
   // Weights and inputs are read-only: bufferization must never write into the caller's arrays.
-  for (unsigned i = 0; i < argTypes.size(); ++i)
-    fn.setArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName, b.getBoolAttr(false));
+  // Set in one go: setArgAttr per argument rebuilds the whole argument attribute array each time,
+  // quadratic in the argument count (12 per layer).
+  auto readOnly =
+      b.getDictionaryAttr(b.getNamedAttr(bufferization::BufferizationDialect::kWritableAttrName, b.getBoolAttr(false)));
+  SmallVector<DictionaryAttr> argAttrs(argTypes.size(), readOnly);
+  for (unsigned i : updatedInPlace) argAttrs[i] = b.getDictionaryAttr({});
+  fn.setAllArgAttrs(argAttrs);
   if (entryPoint)
     fn->setAttr("llvm.emit_c_interface", b.getUnitAttr()); // called as _mlir_ciface_<name>
   else
@@ -187,10 +193,10 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   }
   int64_t firstWeight = argTypes.size();
   for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(weightType(b, spec));
+  SmallVector<unsigned> caches; // updated in place
+  if (cached) caches = {3u, 4u};
   func::FuncOp fn = createFunction(b, loc, cached ? "gpt_block_cached" : "gpt_block", argTypes, resultTypes,
-                                   /*entryPoint=*/false);
-  if (cached) // the caches are updated in place
-    for (unsigned i : {3u, 4u}) fn.removeArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName);
+                                   /*entryPoint=*/false, caches);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.front());
   GraphBuilder g(b, loc, config);
@@ -369,10 +375,10 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, b.getF32Type());
   SmallVector<Type> resultTypes = {logitsType};
   resultTypes.append(2 * config.nLayer, cacheType);
-  func::FuncOp fn = createFunction(b, loc, "step", arguments.types, resultTypes, /*entryPoint=*/true);
-  for (auto [i, argument] : llvm::enumerate(arguments.arguments)) // the caches are updated in place
-    if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache)
-      fn.removeArgAttr(i, bufferization::BufferizationDialect::kWritableAttrName);
+  SmallVector<unsigned> caches; // updated in place
+  for (auto [i, argument] : llvm::enumerate(arguments.arguments))
+    if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache) caches.push_back(i);
+  func::FuncOp fn = createFunction(b, loc, "step", arguments.types, resultTypes, /*entryPoint=*/true, caches);
   b.setInsertionPointToStart(&fn.front());
   EntryValues in(fn, arguments.arguments, specs);
 

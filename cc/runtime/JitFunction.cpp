@@ -30,6 +30,8 @@
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
+#include "llvm/Transforms/IPO/AlwaysInliner.h"
+#include "llvm/Transforms/IPO/GlobalDCE.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
 
@@ -44,11 +46,40 @@ namespace {
 
 std::string describe(llvm::Error error) { return llvm::toString(std::move(error)); }
 
-/// LLVM's O2 module pipeline without its loop unroller. MLIR has already unrolled what matters
-/// (each vector.outerproduct is a whole register tile); LLVM's full unrolling of the remaining
-/// constant-trip-count loops turned the 4-layer/256-wide model's 16-token cached step from 4.9 k
-/// into 51 k instructions, and machine scheduling of those blocks took 16-26 s (0.3 s without).
-llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine) {
+/// The packed wrapper of `name`'s C interface: `void(void **)`, what the runtime calls.
+std::string packedEntryName(llvm::StringRef name) { return ("_mlir__mlir_ciface_" + name).str(); }
+
+/// Makes the packed wrapper `entry` (`_mlir__mlir_ciface_<name>(void **)`) the module's only
+/// external function, with the C interface wrapper `_mlir_ciface_<name>` and the entry point
+/// `<name>` inlined into it.
+///
+/// The entry point takes every weight (and KV cache) of every layer: in the LLVM calling
+/// convention each memref is 5 or more scalars, so at 24 layers the C interface wrapper calls it
+/// with 1,874 arguments, 1,868 of them stored to the stack. SelectionDAG's store combining is
+/// quadratic in the stores of one call sequence (98% of llc's time at 24 layers was X86 DAG->DAG
+/// instruction selection of `_mlir_ciface_forward`), and IPSCCP and CalledValuePropagation slow
+/// down on such signatures too, so compile time grew with the square of n_layer. Inlined, the
+/// wrappers' loads feed the per-layer calls of the block function directly: one call per layer,
+/// each with one layer's arguments. Internal linkage lets GlobalDCE drop what nothing calls.
+void keepOnlyEntry(llvm::Module &module, llvm::StringRef name, llvm::StringRef entry) {
+  for (llvm::Function &function : module)
+    if (!function.isDeclaration() && function.getName() != entry)
+      function.setLinkage(llvm::GlobalValue::InternalLinkage);
+  for (const std::string &wrapped : {name.str(), "_mlir_ciface_" + name.str()})
+    if (llvm::Function *function = module.getFunction(wrapped)) {
+      function->removeFnAttr(llvm::Attribute::NoInline);
+      function->addFnAttr(llvm::Attribute::AlwaysInline);
+    }
+}
+
+/// LLVM's O2 module pipeline without its loop unroller, after inlining the wrappers of `name` into
+/// `entry` (see keepOnlyEntry). MLIR has already unrolled what matters (each vector.outerproduct
+/// is a whole register tile); LLVM's full unrolling of the remaining constant-trip-count loops
+/// turned the 4-layer/256-wide model's 16-token cached step from 4.9 k into 51 k instructions, and
+/// machine scheduling of those blocks took 16-26 s (0.3 s without).
+llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine, llvm::StringRef name,
+                           llvm::StringRef entry) {
+  keepOnlyEntry(*module, name, entry);
   llvm::PipelineTuningOptions tuning;
   tuning.LoopUnrolling = false;
   llvm::LoopAnalysisManager loops;
@@ -61,7 +92,13 @@ llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine) {
   builder.registerFunctionAnalyses(functions);
   builder.registerLoopAnalyses(loops);
   builder.crossRegisterProxies(loops, functions, cgsccs, modules);
-  builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*module, modules);
+  // Before the O2 pipeline, whose interprocedural passes (IPSCCP, CalledValuePropagation) would
+  // otherwise meet the wrappers' thousands of arguments.
+  llvm::ModulePassManager passes;
+  passes.addPass(llvm::AlwaysInlinerPass(/*InsertLifetimeIntrinsics=*/false));
+  passes.addPass(llvm::GlobalDCEPass());
+  passes.addPass(builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2));
+  passes.run(*module, modules);
   return llvm::Error::success();
 }
 
@@ -125,7 +162,7 @@ std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name) {
   if (!entry || entry->isDeclaration())
     throw std::runtime_error("compiled module has no entry point _mlir_ciface_" + name.str());
   addPackedWrapper(*llvmModule, *entry);
-  if (llvm::Error error = optimizeModule(llvmModule.get(), machine.get()))
+  if (llvm::Error error = optimizeModule(llvmModule.get(), machine.get(), name, packedEntryName(name)))
     throw std::runtime_error("optimizing " + name.str() + " failed: " + describe(std::move(error)));
   llvm::SmallVector<char, 0> object;
   llvm::raw_svector_ostream stream(object);
@@ -175,7 +212,7 @@ llvm::Error JitFunction::link(llvm::StringRef name) {
   if (!jit) return jit.takeError();
   if (llvm::Error error = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, "gpt-jit-object")))
     return error;
-  auto address = (*jit)->lookup(("_mlir__mlir_ciface_" + name).str());
+  auto address = (*jit)->lookup(packedEntryName(name));
   if (!address) return address.takeError();
   packed = address->toPtr<void (*)(void **)>();
   jit_ = std::move(*jit);
