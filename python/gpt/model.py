@@ -369,20 +369,27 @@ class GPT:
         not compiled yet, and waits for it: Ctrl-C interrupts the wait at once, where a compile
         running on this thread would hold it back to the end (seconds for a large model). An
         interrupted compile goes on in the background and keeps its program (in the model and on
-        disk), so the model stays whole and the next call finds it, or waits for it."""
+        disk), so the model stays whole and the next call finds it, or waits for it; a process
+        that ends meanwhile finishes it first (a second Ctrl-C stops that wait)."""
         if self._compiled.is_compiled_for(count, offset, cache_len):
             return
         failure: list[BaseException] = []
+        done = threading.Event()
 
         def compile_program() -> None:
             try:
                 self._compiled.compile_for(count, offset, cache_len)
             except BaseException as error:  # raised again on the caller's thread
                 failure.append(error)
+            finally:
+                done.set()
 
-        worker = threading.Thread(target=compile_program, name="gpt-compile", daemon=True)
-        worker.start()
-        worker.join()
+        # Not a daemon: at exit Python waits for it, where a daemon thread returning from the
+        # compile into a finalizing interpreter would be torn down inside C++ frames (abort).
+        # Waited for on an Event, not with join(): a join() that Ctrl-C interrupts marks the
+        # thread as stopped while it runs (CPython 3.11), and the exit would not wait for it.
+        threading.Thread(target=compile_program, name="gpt-compile").start()
+        done.wait()
         if failure:
             raise failure[0]
 
