@@ -36,4 +36,14 @@ void registerAllPasses() {
   });
 }
 
+const mlir::DialectRegistry &processRegistry() {
+  static const mlir::DialectRegistry *instance = [] {
+    auto *registry = new mlir::DialectRegistry();
+    gpt::registerAllDialects(*registry);
+    gpt::registerAllPasses();
+    return registry;
+  }();
+  return *instance;
+}
+
 } // namespace gpt

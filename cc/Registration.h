@@ -16,6 +16,10 @@ void registerAllDialects(mlir::DialectRegistry &registry);
 /// textual pipelines can name any of them. Safe to call more than once.
 void registerAllPasses();
 
+/// A registry holding every dialect, made once per process (registering the passes on the way):
+/// what a fresh MLIRContext for user IR starts from.
+const mlir::DialectRegistry &processRegistry();
+
 } // namespace gpt
 
 #endif // GPT_CC_REGISTRATION_H

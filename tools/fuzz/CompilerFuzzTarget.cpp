@@ -33,16 +33,6 @@ constexpr const char *kPipelines[] = {
     "gpt-compile{level=vectorized threads=4}",
 };
 
-const mlir::DialectRegistry &registry() {
-  static const mlir::DialectRegistry *instance = [] {
-    auto *r = new mlir::DialectRegistry();
-    gpt::registerAllDialects(*r);
-    gpt::registerAllPasses();
-    return r;
-  }();
-  return *instance;
-}
-
 std::string print(mlir::ModuleOp module, bool generic) {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -61,7 +51,7 @@ void runCompilerOnInput(const uint8_t *data, size_t size) {
 
   // A fresh context per input, single-threaded (deterministic, and nothing accumulates across
   // inputs); diagnostics are kept (the first few KB), not printed.
-  mlir::MLIRContext ctx(registry(), mlir::MLIRContext::Threading::DISABLED);
+  mlir::MLIRContext ctx(gpt::processRegistry(), mlir::MLIRContext::Threading::DISABLED);
   ctx.printOpOnDiagnostic(false);
   std::string diagnostics;
   mlir::ScopedDiagnosticHandler capture(&ctx, [&diagnostics](mlir::Diagnostic &diag) {

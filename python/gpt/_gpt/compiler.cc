@@ -25,17 +25,6 @@ namespace py = pybind11;
 namespace gpt::python {
 namespace {
 
-/// Dialects and passes are registered once per process; every call gets a fresh context.
-const mlir::DialectRegistry &registry() {
-  static const mlir::DialectRegistry *instance = [] {
-    auto *r = new mlir::DialectRegistry();
-    gpt::registerAllDialects(*r);
-    gpt::registerAllPasses();
-    return r;
-  }();
-  return *instance;
-}
-
 /// Raised in Python as gpt.CompilerError (registered in module.cc).
 [[noreturn]] void fail(const std::string &message) { throw CompileError(message); }
 
@@ -76,7 +65,7 @@ void addPipeline(mlir::OpPassManager &pm, const std::string &pipeline) {
 /// Parses `ir`, runs the textual pass `pipeline` (e.g. "canonicalize,transformer-shape-inference";
 /// function passes nest implicitly) and returns the printed module.
 std::string runPipeline(const std::string &ir, const std::string &pipeline, bool verifyEach) {
-  mlir::MLIRContext ctx(registry());
+  mlir::MLIRContext ctx(gpt::processRegistry());
   ctx.allowUnregisteredDialects(false);
   DiagnosticCapture diagnostics(ctx);
 
