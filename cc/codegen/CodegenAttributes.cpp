@@ -46,7 +46,8 @@ void setInterchange(Operation *op, ArrayRef<int64_t> interchange) {
 bool isCodegenAttribute(StringRef name) {
   return llvm::is_contained({attr::kPackedMatmul, attr::kRegisterTile, attr::kTileInterchange, attr::kParallelChunks,
                              attr::kRowReductionTile, attr::kEpilogueTile, attr::kEpilogueOperand,
-                             attr::kEpilogueChunks, attr::kReductionStep, attr::kBlockPartials},
+                             attr::kEpilogueChunks, attr::kReductionStep, attr::kBlockPartials,
+                             attr::kQuantizesActivations},
                             name);
 }
 
@@ -54,6 +55,10 @@ bool isPackedMatmul(Operation *op) { return op && op->hasAttr(attr::kPackedMatmu
 void markPackedMatmul(Operation *op) { op->setAttr(attr::kPackedMatmul, UnitAttr::get(op->getContext())); }
 bool isBlockPartials(Operation *op) { return op && op->hasAttr(attr::kBlockPartials); }
 void markBlockPartials(Operation *op) { op->setAttr(attr::kBlockPartials, UnitAttr::get(op->getContext())); }
+bool quantizesActivations(Operation *op) { return op && op->hasAttr(attr::kQuantizesActivations); }
+void markQuantizesActivations(Operation *op) {
+  op->setAttr(attr::kQuantizesActivations, UnitAttr::get(op->getContext()));
+}
 
 std::optional<LoopTile> getLoopTile(Operation *op, StringRef name) {
   std::optional<SmallVector<int64_t>> sizes = getI64Array(op, name);

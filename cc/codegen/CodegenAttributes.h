@@ -22,6 +22,9 @@ constexpr llvm::StringLiteral kPackedMatmul = "gpt.packed_matmul";
 /// Unit: the generic computing a block-quantized packed matmul's per-block partial sums (loops M,
 /// panel, column, block, index in block), which the schedule fuses into the matmul's block loop.
 constexpr llvm::StringLiteral kBlockPartials = "gpt.block_partials";
+/// Unit: a generic quantizing a block-quantized packed matmul's activations (their per-block
+/// scales, code sums and lanes), in the shapes the matmul reads them; fusion leaves it whole.
+constexpr llvm::StringLiteral kQuantizesActivations = "gpt.quantizes_activations";
 /// i64 array: tile sizes per loop of the op's register tile (0: the loop is not tiled).
 constexpr llvm::StringLiteral kRegisterTile = "gpt.register_tile";
 /// i64 array: the order of the tiled loops, outermost first, when it is not the op's own.
@@ -65,6 +68,8 @@ bool isPackedMatmul(mlir::Operation *op);
 void markPackedMatmul(mlir::Operation *op);
 bool isBlockPartials(mlir::Operation *op);
 void markBlockPartials(mlir::Operation *op);
+bool quantizesActivations(mlir::Operation *op);
+void markQuantizesActivations(mlir::Operation *op);
 
 /// Reads the tile recorded under `name` (kRegisterTile or kEpilogueTile), with kTileInterchange.
 std::optional<LoopTile> getLoopTile(mlir::Operation *op, llvm::StringRef name);

@@ -22,12 +22,15 @@ public:
   void runOnOperation() override {
     MLIRContext *context = &getContext();
     // Upstream's rule (fuse a producer with a single use) plus: a packed matmul (or the block
-    // partial sums of a block-quantized one) is never merged with its neighbours nor reshaped. Fusing the LayerNorm
-    // before it would recompute the normalization once per weight panel, and either change would hide it from the
-    // register tiling, which matches its exact loop structure.
+    // partial sums of a block-quantized one, or the quantization of its activations) is never merged with its
+    // neighbours nor reshaped. Fusing the LayerNorm before it would recompute the normalization once per weight
+    // panel, and either change would hide it from the register tiling, which matches its exact loop structure (the
+    // quantization's per-block reductions stay rank-2 row reductions).
     linalg::ControlFusionFn control = [](OpOperand *fused) {
       Operation *producer = fused->get().getDefiningOp();
-      auto matmulPart = [](Operation *op) { return isPackedMatmul(op) || isBlockPartials(op); };
+      auto matmulPart = [](Operation *op) {
+        return isPackedMatmul(op) || isBlockPartials(op) || quantizesActivations(op);
+      };
       return producer && producer->hasOneUse() && !matmulPart(producer) && !matmulPart(fused->getOwner());
     };
     RewritePatternSet patterns(context);

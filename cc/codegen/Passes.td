@@ -42,6 +42,44 @@ def ApproximateVectorMath : Pass<"gpt-approximate-vector-math"> {
   ];
 }
 
+def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
+  let summary = "Lower transformer.lane_dot_* to the target's dot-product instructions or plain arithmetic";
+  let description = [{
+    `transformer.lane_dot_bf16` and `transformer.lane_dot_u8i8` (the per-lane multiply-adds of
+    low-precision packed matmuls, vectorized by the schedule) become, for every 16 lanes of a
+    vector whose lane count is a multiple of 16, one call of the AVX-512 instruction where the
+    target has it:
+    - `lane_dot_bf16` with `avx512bf16`: `llvm.x86.avx512bf16.dpbf16ps.512` (`vdpbf16ps`);
+    - `lane_dot_u8i8` with `vnni`: `llvm.x86.avx512.vpdpbusd.512` (`vpdpbusd`).
+    Elsewhere (a CPU without the feature, a scalar or an odd-sized vector) they become the same
+    arithmetic in integer and float ops: bf16 halves widened by shifts and masks and two FMAs
+    (high pair first, as `vdpbf16ps` adds them); bytes extracted by shifts and four integer
+    multiply-adds. The JIT sets both options from the CPU it compiles for.
+
+    ```mlir
+    // before, avx512bf16=true
+    %r = transformer.lane_dot_bf16 %acc, %x, %w : vector<16xi32> -> vector<16xf32>
+    // after
+    %a = vector.bitcast %x : vector<16xi32> to vector<32xbf16>
+    %b = vector.bitcast %w : vector<16xi32> to vector<32xbf16>
+    %r = llvm.call_intrinsic "llvm.x86.avx512bf16.dpbf16ps.512"(%acc, %a, %b)
+        : (vector<16xf32>, vector<32xbf16>, vector<32xbf16>) -> vector<16xf32>
+    ```
+  }];
+  let options = [
+    Option<"vnni", "vnni", "bool", /*default=*/"false",
+           "Emit vpdpbusd for lane_dot_u8i8 (the target has avx512vnni)">,
+    Option<"avx512bf16", "avx512bf16", "bool", /*default=*/"false",
+           "Emit vdpbf16ps for lane_dot_bf16 (the target has avx512bf16)">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::LLVM::LLVMDialect",
+    "::mlir::math::MathDialect",
+    "::mlir::vector::VectorDialect",
+  ];
+}
+
 def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
   let summary = "Inline memref.alloca_scope regions that allocate nothing on the stack";
   let description = [{

@@ -52,6 +52,13 @@ constexpr std::pair<Stage, llvm::StringLiteral> kStageNames[] = {
 
 bool fuses(const PipelineOptions &options) { return options.level != PipelineLevel::Baseline; }
 bool vectorizes(const PipelineOptions &options) { return options.level == PipelineLevel::Vectorized; }
+
+std::unique_ptr<mlir::Pass> createLowerLaneDots(const PipelineOptions &options) {
+  codegen::LowerLaneDotsOptions dots;
+  dots.vnni = options.vnni;
+  dots.avx512bf16 = options.avx512bf16;
+  return codegen::createLowerLaneDots(dots);
+}
 } // namespace
 
 std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name) {
@@ -143,7 +150,10 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   }
 }
 
-void addLLVMStage(OpPassManager &pm, const PipelineOptions &) {
+void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
+  // After bufferization, which does not know the intrinsics' memory effects (none).
+  pm.addPass(createLowerLaneDots(options));
+  pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createBufferizationToMemRefPass());
   pm.addPass(mlir::createConvertVectorToSCFPass(mlir::VectorTransferToSCFOptions().enableFullUnroll()));
   pm.addPass(mlir::memref::createExpandStridedMetadataPass());

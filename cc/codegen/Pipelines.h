@@ -46,6 +46,11 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
   Option<int64_t> threads{*this, "threads",
                           llvm::cl::desc("threads the compiled code may use (OpenMP when > 1; vectorized levels)"),
                           llvm::cl::init(1)};
+  // The dot-product instructions the target CPU has (--gpt-lower-lane-dots); without them,
+  // low-precision matmuls compute the same in plain arithmetic.
+  Option<bool> vnni{*this, "vnni", llvm::cl::desc("the target has avx512vnni (vpdpbusd)"), llvm::cl::init(false)};
+  Option<bool> avx512bf16{*this, "avx512bf16", llvm::cl::desc("the target has avx512bf16 (vdpbf16ps)"),
+                          llvm::cl::init(false)};
 };
 
 /// Stage "transformer": canonicalize, shape inference, canonicalize, attention layout.

@@ -7,6 +7,7 @@
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/TransformOps/LinalgTransformOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
@@ -298,6 +299,15 @@ tensor::ExtractSliceOp partialsSliceOf(RewriterBase &rewriter, linalg::GenericOp
   return slice;
 }
 
+/// True for a tile of a packed matmul whose accumulation is not a plain add (a bf16 weight's
+/// transformer.lane_dot_bf16): linalg's vectorizer only recognizes plain combiners of a
+/// reduction, so such a tile is vectorized with its unit K loop dropped (all loops parallel).
+bool accumulatesWithLaneDot(linalg::GenericOp tile) {
+  if (!isPackedMatmul(tile)) return false;
+  Operation *accumulation = tile.getBody()->getTerminator()->getOperand(0).getDefiningOp();
+  return accumulation && !isa<arith::AddFOp, math::FmaOp>(accumulation);
+}
+
 /// Computes the partial sums `slice` reads right there, one K step at a time, vectorized: the
 /// generic is fused at the slice, starting from zeros, and its index-in-block loop is tiled by
 /// one. Returns what failed, or an empty string.
@@ -340,6 +350,14 @@ DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRe
   for (Operation *target : state.getPayloadOps(getTarget())) {
     auto tile = dyn_cast<linalg::GenericOp>(target);
     tensor::ExtractSliceOp slice = tile ? partialsSliceOf(rewriter, tile) : nullptr;
+    if (!slice && tile && accumulatesWithLaneDot(tile)) {
+      if (failed(vectorizeFlattened(rewriter, tile))) {
+        DiagnosedSilenceableFailure diag = emitSilenceableError() << "could not vectorize the lane dot products";
+        diag.attachNote(target->getLoc()) << "target";
+        return diag;
+      }
+      continue;
+    }
     if (!slice) {
       rest.push_back(target);
       continue;

@@ -111,21 +111,25 @@ def GetEpilogueMatmulOp : GptTransformOp<"get_epilogue_matmul", [MemoryEffectsOp
 }
 
 def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
-  let summary = "Vectorize the tiles of block-quantized packed matmuls, with their partial sums; return the other targets";
+  let summary = "Vectorize the tiles of low-precision packed matmuls, with their partial sums; return the other targets";
   let description = [{
     A block-quantized packed matmul is the sum over K blocks of its `gpt.block_partials` (per
-    block, activations times codes) times each block's scale. For each target that is a tile of
-    such a matmul stepped one block at a time (its partial sums reached through slices), this op
+    block, activation codes times weight codes, with `transformer.lane_dot_u8i8`) times the
+    block's scales. For each target that is a tile of such a matmul stepped one block at a time
+    (its partial sums reached through slices), this op
     - fuses the block's partial sums at the tile, starting from zeros of their own (a new fill:
-      the untiled partial sums die and are never stored), and steps them one code at a time;
+      the untiled partial sums die and are never stored), and steps them one lane at a time;
     - drops the unit loops of both (`linalg::dropUnitDims`, rank-reducing slices; all but M),
-      leaving `acc[m, c] = fma(x[m], code[c], acc[m, c])` per step and
-      `out[m, c] = fma(acc[m, c], scale[c], out[m, c])` per block: a contraction with unit
-      reduction dims would not lower to outer products, and would be scalarized;
+      leaving `acc[m, c] = lane_dot(acc[m, c], code[c], x[m])` per step and
+      `out[m, c] = fma(acc[m, c] - comp[m], scale[c] * d[m], out[m, c])` per block: the
+      vectorizer recognizes no lane dot as a reduction's combiner, and a contraction with unit
+      reduction dims would not lower to outer products;
     - vectorizes them, reading each row's activation as one value broadcast along its row
-      instead of the column of M activations (`K` floats apart) broadcast and transposed that
-      the vectorizer reads, which lowers to a serial gather and shuffles.
-    The other targets (f32 and bf16 tiles) are returned, for `transform.structured.vectorize`.
+      instead of the column of M activations (`K` apart) broadcast and transposed that the
+      vectorizer reads, which lowers to a serial gather and shuffles.
+    A tile of a bf16 packed matmul (accumulating with `transformer.lane_dot_bf16`, stepped one
+    lane of K at a time) gets the last two steps. The other targets (f32 tiles) are returned,
+    for `transform.structured.vectorize`.
 
     ```mlir
     %rest = transform.gpt.vectorize_block_matmul %tile : (!transform.any_op) -> !transform.any_op

@@ -68,32 +68,167 @@ Value splitDim(OpBuilder &b, Location loc, Value value, int64_t dim, ArrayRef<in
   return b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get(expanded, type.getElementType()), value, groups);
 }
 
-/// Half `part` (0 or 1) of dim 2 of a rank-4 [M, B, 2, H] tensor, as [M, B, H].
-Value half(OpBuilder &b, Location loc, Value value, int64_t part) {
-  ArrayRef<int64_t> shape = rankedType(value).getShape();
-  auto type = RankedTensorType::get({shape[0], shape[1], shape[3]}, rankedType(value).getElementType());
-  SmallVector<OpFoldResult> offsets = {b.getIndexAttr(0), b.getIndexAttr(0), b.getIndexAttr(part), b.getIndexAttr(0)};
-  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(shape[0]), b.getIndexAttr(shape[1]), b.getIndexAttr(1),
-                                     b.getIndexAttr(shape[3])};
-  SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
-  return b.create<tensor::ExtractSliceOp>(loc, type, value, offsets, sizes, strides);
+/// `value` sliced at index `at` of its dim `dim`, which the result drops (a rank-reducing
+/// extract_slice with unit strides).
+Value sliceAt(OpBuilder &b, Location loc, Value value, int64_t dim, int64_t at) {
+  RankedTensorType type = rankedType(value);
+  SmallVector<int64_t> shape(type.getShape());
+  shape.erase(shape.begin() + dim);
+  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0)), sizes, strides(type.getRank(), b.getIndexAttr(1));
+  offsets[dim] = b.getIndexAttr(at);
+  for (int64_t i = 0; i < type.getRank(); ++i) sizes.push_back(b.getIndexAttr(i == dim ? 1 : type.getDimSize(i)));
+  return b.create<tensor::ExtractSliceOp>(loc, RankedTensorType::get(shape, type.getElementType()), value, offsets,
+                                          sizes, strides);
+}
+
+Value i32Constant(OpBuilder &b, Location loc, int64_t value) {
+  return b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(static_cast<int32_t>(value)));
+}
+
+/// A new tensor of `shape` and `element` type filled with zeros.
+Value zeros(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, Type element) {
+  Value empty = b.create<tensor::EmptyOp>(loc, shape, element);
+  Value zero = b.create<arith::ConstantOp>(loc, b.getZeroAttr(element));
+  return b.create<linalg::FillOp>(loc, zero, empty).getResult(0);
+}
+
+using IteratorType = utils::IteratorType;
+
+/// A rank-`rank` all-parallel generic writing a new `element` tensor of `shape` from `inputs`
+/// read through `inputMaps`.
+Value buildParallel(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, Type element, ValueRange inputs,
+                    ArrayRef<AffineMap> inputMaps, BodyBuilder body) {
+  Value init = b.create<tensor::EmptyOp>(loc, shape, element);
+  SmallVector<IteratorType> iterators(shape.size(), IteratorType::parallel);
+  return buildGeneric(b, loc, init, inputs, inputMaps, b.getMultiDimIdentityMap(shape.size()), iterators, body);
+}
+
+/// `x` (f32) rounded to the nearest bf16, ties to even, as the top 16 bits of an i32 (the low 16
+/// zero); a NaN stays a quiet NaN. In integer arithmetic rather than arith.truncf, which is one
+/// instruction only on a CPU with avx512bf16 and a libgcc call per value elsewhere.
+Value roundToBf16Bits(OpBuilder &b, Location l, Value x) {
+  Value bits = b.create<arith::BitcastOp>(l, b.getI32Type(), x);
+  Value low = b.create<arith::ShRUIOp>(l, bits, i32Constant(b, l, 16));
+  Value keptLsb = b.create<arith::AndIOp>(l, low, i32Constant(b, l, 1));
+  Value bias = b.create<arith::AddIOp>(l, keptLsb, i32Constant(b, l, 0x7FFF));
+  Value top = i32Constant(b, l, static_cast<int32_t>(0xFFFF0000u));
+  Value rounded = b.create<arith::AndIOp>(l, b.create<arith::AddIOp>(l, bits, bias), top);
+  Value truncated = b.create<arith::AndIOp>(l, bits, top);
+  Value quiet = b.create<arith::OrIOp>(l, truncated, i32Constant(b, l, 0x00400000));
+  Value isNan = b.create<arith::CmpFOp>(l, arith::CmpFPredicate::UNO, x, x);
+  return b.create<arith::SelectOp>(l, isNan, quiet, rounded);
+}
+
+/// The activations a bf16 weight multiplies: [M, K] f32 as [M, K/2] lanes of two bf16, lane r
+/// holding x[m, r] (rounded to nearest even) in its low half and x[m, r + K/2] in its high half.
+/// Two contiguous halves of each row, so the conversion reads whole vectors.
+Value bf16Lanes(OpBuilder &b, Location loc, Value lhs) {
+  ArrayRef<int64_t> shape = rankedType(lhs).getShape();
+  Value halves = splitDim(b, loc, lhs, 1, {2, shape[1] / 2});
+  Value low = sliceAt(b, loc, halves, 1, 0), high = sliceAt(b, loc, halves, 1, 1);
+  AffineMap identity = b.getMultiDimIdentityMap(2);
+  return buildParallel(b, loc, {shape[0], shape[1] / 2}, b.getI32Type(), {low, high}, {identity, identity},
+                       [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                         Value lowHalf = b.create<arith::ShRUIOp>(l, roundToBf16Bits(b, l, args[0]),
+                                                                  i32Constant(b, l, 16));
+                         return b.create<arith::OrIOp>(l, lowHalf, roundToBf16Bits(b, l, args[1]));
+                       });
+}
+
+/// A row of activations quantized per block of 32 along K, as llama.cpp quantizes them for its
+/// int8 dot products: per block, d = max|x| / 127 and code = round_even(x * (1 / d)) in
+/// [-127, 127] (0 where d = 0).
+struct QuantizedActivations {
+  Value lanes;         ///< [M, K/32, 8] i32: lane q of a block holds the codes of x[32 b + q + 8 i], i < 4
+  Value scales;        ///< [M, K/32] f32: d
+  Value compensations; ///< [M, K/32] f32: offset * sum of the block's codes (exact in f32)
+};
+
+/// 1 / d, or 0 for an all-zero block.
+Value inverseScale(OpBuilder &b, Location l, Value d) {
+  Value zero = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(0.0f));
+  Value one = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(1.0f));
+  Value isZero = b.create<arith::CmpFOp>(l, arith::CmpFPredicate::OEQ, d, zero);
+  return b.create<arith::SelectOp>(l, isZero, zero, b.create<arith::DivFOp>(l, one, d));
+}
+
+Value roundedCode(OpBuilder &b, Location l, Value x, Value inverse) {
+  return b.create<math::RoundEvenOp>(l, b.create<arith::MulFOp>(l, x, inverse));
+}
+
+/// Quantizes `lhs` [M, K]; `offset` is what the weight's unsigned codes add to each true code
+/// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums.
+QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, int64_t offset) {
+  const int64_t block = PackedMatmulOp::kBlockSize, lanesPerBlock = block / 4;
+  ArrayRef<int64_t> shape = rankedType(lhs).getShape();
+  const int64_t m = shape[0], blocks = shape[1] / block;
+  MLIRContext *ctx = b.getContext();
+  Type f32 = b.getF32Type();
+  // Blocks as rows of 32: their max |x| and code sums are row reductions.
+  Value rows = b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lhs, 1, {blocks, block}),
+                                                 SmallVector<ReassociationIndices>{{0, 1}, {2}});
+  AffineMap identity2 = b.getMultiDimIdentityMap(2);
+  Value amax = buildRowReduction(b, loc, {m * blocks, block}, {rows}, {identity2}, 0.0,
+                                 [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                   return b.create<arith::MaximumFOp>(l, args[1], b.create<math::AbsFOp>(l, args[0]));
+                                 });
+  Value scales = buildParallel(b, loc, {m * blocks}, f32, {amax}, {b.getMultiDimIdentityMap(1)},
+                               [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                 Value limit = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(127.0f));
+                                 return b.create<arith::DivFOp>(l, args[0], limit);
+                               });
+  Value compensations =
+      buildRowReduction(b, loc, {m * blocks, block}, {rows, scales}, {identity2, rowMap(2, ctx)}, 0.0,
+                        [offset](OpBuilder &b, Location l, ValueRange args) -> Value {
+                          Value code = roundedCode(b, l, args[0], inverseScale(b, l, args[1]));
+                          Value scaled = b.create<arith::MulFOp>(
+                              l, code, b.create<arith::ConstantOp>(l, b.getF32FloatAttr(static_cast<float>(offset))));
+                          return b.create<arith::AddFOp>(l, args[2], scaled);
+                        });
+  // Lane q of a block packs x[32 b + q + 8 i] for i < 4: four contiguous runs of 8 per block.
+  Value runs = splitDim(b, loc, lhs, 1, {blocks, 4, lanesPerBlock});
+  SmallVector<Value> inputs;
+  for (int64_t i = 0; i < 4; ++i) inputs.push_back(sliceAt(b, loc, runs, 2, i));
+  Value blockScales = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, blocks}, f32), scales,
+                                                      SmallVector<ReassociationIndices>{{0, 1}});
+  inputs.push_back(blockScales);
+  AffineMap identity3 = b.getMultiDimIdentityMap(3);
+  SmallVector<AffineMap> maps(4, identity3);
+  maps.push_back(AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx));
+  Value lanes = buildParallel(b, loc, {m, blocks, lanesPerBlock}, b.getI32Type(), inputs, maps,
+                              [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                Value inverse = inverseScale(b, l, args[4]);
+                                Value lane;
+                                for (int64_t i = 0; i < 4; ++i) {
+                                  Value code = b.create<arith::FPToSIOp>(l, b.getI32Type(),
+                                                                         roundedCode(b, l, args[i], inverse));
+                                  Value byte = b.create<arith::AndIOp>(l, code, i32Constant(b, l, 0xFF));
+                                  if (i > 0) byte = b.create<arith::ShLIOp>(l, byte, i32Constant(b, l, 8 * i));
+                                  lane = lane ? b.create<arith::OrIOp>(l, lane, byte) : byte;
+                                }
+                                return lane;
+                              });
+  for (Value quantization : {amax, scales, compensations, lanes})
+    gpt::codegen::markQuantizesActivations(quantization.getDefiningOp());
+  Value blockCompensations = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, blocks}, f32),
+                                                             compensations, SmallVector<ReassociationIndices>{{0, 1}});
+  return {lanes, blockScales, blockCompensations};
 }
 
 /// [M, K] x [N/P, K, P] as one linalg.generic over (m, panel, column, k) that writes [M, N/P, P]:
 /// a register tile of one panel's P columns reads the weight from consecutive addresses. The
 /// result is then viewed (collapse_shape, no copy) as [M, N].
 ///
-/// A block-quantized weight (q8_0, q4_0) applies each block's scale once per block, as llama.cpp
-/// does, in two generics:
-/// - the block partial sums `partial[m, panel, block, column] = sum_i x[m, block, i] * code[i]`
-///   over the block's codes (marked `gpt.block_partials`), reading the lhs as [M, K/32, 32] and
-///   the codes as [N/P, K/32, 32, P] (q4_0: the lhs as two [M, K/32, 16] halves, one per nibble
-///   of the block's 16 bytes);
-/// - their scaled sum over blocks, `out[m, panel, column] = sum_b partial * scale`, the packed
+/// A low-precision weight multiplies activations converted to its lanes (see the op): bf16
+/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (q8_0, q4_0)
+/// applies each block's scales once per block, as llama.cpp does, in two generics:
+/// - the block sums `partial[m, panel, block, column] = sum over the block of code_x * code_w`
+///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`);
+/// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x`, the packed
 ///   matmul proper (loops M, panel, column, block), which the schedule tiles like an f32 one and
 ///   into whose block loop it fuses the partial sums (transform.gpt.vectorize_block_matmul), so
 ///   that they live in registers and are never stored.
-/// Both accumulate with math.fma: the JIT does not contract a mulf and an addf into one.
+/// Float accumulation uses math.fma: the JIT does not contract a mulf and an addf into one.
 struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(PackedMatmulOp op, OpAdaptor adaptor,
@@ -110,14 +245,20 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
     Value panels;
     switch (op.getWeightFormat()) {
     case PackedWeightFormat::F32:
-    case PackedWeightFormat::BF16:
       panels = plainPanels(rewriter, loc, lhs, adaptor.getRhs(), init);
       break;
-    case PackedWeightFormat::Q8_0:
-    case PackedWeightFormat::Q4_0:
-      panels = scaledBlocks(rewriter, loc, blockPartials(rewriter, loc, op.getWeightFormat(), lhs, adaptor.getRhs()),
-                            adaptor.getScales(), init);
+    case PackedWeightFormat::BF16:
+      panels = plainPanels(rewriter, loc, bf16Lanes(rewriter, loc, lhs), adaptor.getRhs(), init);
       break;
+    case PackedWeightFormat::Q8_0:
+    case PackedWeightFormat::Q4_0: {
+      const bool q8 = op.getWeightFormat() == PackedWeightFormat::Q8_0;
+      QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : 8);
+      Value partials = q8 ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
+                          : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
+      panels = scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
+      break;
+    }
     }
     gpt::codegen::markPackedMatmul(panels.getDefiningOp());
     Value product =
@@ -129,9 +270,7 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
   }
 
 private:
-  using IteratorType = utils::IteratorType;
-
-  /// f32 or bf16 panels, loops (m, panel, column, k).
+  /// f32 panels, or bf16 lanes against bf16 activation lanes; loops (m, panel, column, k).
   static Value plainPanels(OpBuilder &b, Location loc, Value lhs, Value rhs, Value init) {
     MLIRContext *ctx = b.getContext();
     AffineExpr mDim, panel, column, k;
@@ -142,76 +281,83 @@ private:
                                            IteratorType::reduction};
     return buildGeneric(b, loc, init, {lhs, rhs}, inputMaps, AffineMap::get(4, 0, {mDim, panel, column}, ctx),
                         iterators, [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                          // A bf16 weight is widened as it is read; the product accumulates in f32.
-                          Value weight = args[1];
-                          if (weight.getType() != b.getF32Type())
-                            weight = b.create<arith::ExtFOp>(l, b.getF32Type(), weight);
-                          Value product = b.create<arith::MulFOp>(l, args[0], weight);
+                          if (args[1].getType().isInteger(32))
+                            return b.create<LaneDotBf16Op>(l, args[2], args[0], args[1]);
+                          Value product = b.create<arith::MulFOp>(l, args[0], args[1]);
                           return b.create<arith::AddFOp>(l, args[2], product);
                         });
   }
 
-  /// [M, N/P, K/32, P] sums of x times the codes over each block (loops m, panel, column, block,
-  /// index in block; the last one the reduction).
-  static Value blockPartials(OpBuilder &b, Location loc, PackedWeightFormat format, Value lhs, Value codes) {
+  /// [M, N/P, K/32, P] i32 block sums of the activation codes times the weight codes (loops m,
+  /// panel, column, block, lane in block; the last one the reduction), from activation lanes
+  /// `x` [M, K/32, L] and weight lanes `codes` viewed as [N/P, K/32, L, P].
+  static Value blockPartials(OpBuilder &b, Location loc, ValueRange x, Value codes, int64_t lanesPerBlock,
+                             BodyBuilder body) {
     MLIRContext *ctx = b.getContext();
-    const int64_t block = PackedMatmulOp::kBlockSize;
     ArrayRef<int64_t> packed = rankedType(codes).getShape();
-    int64_t m = rankedType(lhs).getDimSize(0), blocks = rankedType(lhs).getDimSize(1) / block;
-    Value init = filled(b, loc, {m, packed[0], blocks, packed[2]});
-    AffineExpr mDim, panel, column, blockDim, index;
-    bindDims(ctx, mDim, panel, column, blockDim, index);
-    AffineMap lhsMap = AffineMap::get(5, 0, {mDim, blockDim, index}, ctx);
-    AffineMap codesMap = AffineMap::get(5, 0, {panel, blockDim, index, column}, ctx);
-    AffineMap outputMap = AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx);
+    int64_t m = rankedType(x[0]).getDimSize(0), blocks = rankedType(x[0]).getDimSize(1);
+    Value init = zeros(b, loc, {m, packed[0], blocks, packed[2]}, b.getI32Type());
+    AffineExpr mDim, panel, column, blockDim, lane;
+    bindDims(ctx, mDim, panel, column, blockDim, lane);
+    SmallVector<AffineMap> maps(x.size(), AffineMap::get(5, 0, {mDim, blockDim, lane}, ctx));
+    maps.push_back(AffineMap::get(5, 0, {panel, blockDim, lane, column}, ctx));
     SmallVector<IteratorType> iterators(4, IteratorType::parallel);
     iterators.push_back(IteratorType::reduction);
-    Type f32 = b.getF32Type();
-    Value partials;
-    if (format == PackedWeightFormat::Q8_0) {
-      Value x = splitDim(b, loc, lhs, 1, {blocks, block});
-      Value q = splitDim(b, loc, codes, 1, {blocks, block});
-      partials = buildGeneric(b, loc, init, {x, q}, {lhsMap, codesMap}, outputMap, iterators,
-                              [f32](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                Value code = b.create<arith::SIToFPOp>(l, f32, args[1]);
-                                return b.create<math::FmaOp>(l, args[0], code, args[2]);
-                              });
-    } else {
-      Value x = splitDim(b, loc, lhs, 1, {blocks, 2, block / 2});
-      Value q = splitDim(b, loc, codes, 1, {blocks, block / 2});
-      partials = buildGeneric(
-          b, loc, init, {half(b, loc, x, 0), half(b, loc, x, 1), q}, {lhsMap, lhsMap, codesMap}, outputMap, iterators,
-          [f32](OpBuilder &b, Location l, ValueRange args) -> Value {
-            // Each nibble is an unsigned code c in [0, 15] for the weight (c - 8) * scale.
-            Type i8 = b.getI8Type();
-            auto constant = [&](int64_t v) { return b.create<arith::ConstantOp>(l, b.getIntegerAttr(i8, v)); };
-            Value byte = args[2];
-            Value low = b.create<arith::AndIOp>(l, byte, constant(15));
-            Value high = b.create<arith::ShRUIOp>(l, byte, constant(4));
-            Value lowCode = b.create<arith::SIToFPOp>(l, f32, b.create<arith::SubIOp>(l, low, constant(8)));
-            Value highCode = b.create<arith::SIToFPOp>(l, f32, b.create<arith::SubIOp>(l, high, constant(8)));
-            Value sum = b.create<math::FmaOp>(l, args[0], lowCode, args[3]);
-            return b.create<math::FmaOp>(l, args[1], highCode, sum);
-          });
-    }
+    SmallVector<Value> inputs(x);
+    inputs.push_back(splitDim(b, loc, codes, 1, {blocks, lanesPerBlock}));
+    Value partials = buildGeneric(b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx),
+                                  iterators, body);
     gpt::codegen::markBlockPartials(partials.getDefiningOp());
     return partials;
   }
 
-  /// [M, N/P, P] sums over blocks of the partial sums times their scales (loops m, panel, column,
-  /// block).
-  static Value scaledBlocks(OpBuilder &b, Location loc, Value partials, Value scales, Value init) {
+  /// q8_0: each weight byte is a signed code; flipping its top bit adds 128, the unsigned byte
+  /// vpdpbusd multiplies (the compensation takes 128 * sum(code_x) back out).
+  static Value q8Partials(OpBuilder &b, Location loc, Value x, Value codes) {
+    return blockPartials(b, loc, {x}, codes, PackedMatmulOp::kBlockSize / 4,
+                         [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                           Value weight = b.create<arith::XOrIOp>(l, args[1], i32Constant(b, l, 0x80808080));
+                           return b.create<LaneDotU8I8Op>(l, args[2], weight, args[0]);
+                         });
+  }
+
+  /// q4_0: a weight lane's low nibbles are unsigned codes for activation lane o of the block, its
+  /// high nibbles for lane o + 4 (the compensation takes 8 * sum(code_x) back out).
+  static Value q4Partials(OpBuilder &b, Location loc, Value x, Value codes) {
+    const int64_t lanesPerBlock = PackedMatmulOp::kBlockSize / 8;
+    Value pairs = splitDim(b, loc, x, 2, {2, lanesPerBlock});
+    return blockPartials(b, loc, {sliceAt(b, loc, pairs, 2, 0), sliceAt(b, loc, pairs, 2, 1)}, codes, lanesPerBlock,
+                         [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                           Value nibbles = i32Constant(b, l, 0x0F0F0F0F);
+                           Value low = b.create<arith::AndIOp>(l, args[2], nibbles);
+                           Value shifted = b.create<arith::ShRUIOp>(l, args[2], i32Constant(b, l, 4));
+                           Value high = b.create<arith::AndIOp>(l, shifted, nibbles);
+                           Value sum = b.create<LaneDotU8I8Op>(l, args[3], low, args[0]);
+                           return b.create<LaneDotU8I8Op>(l, sum, high, args[1]);
+                         });
+  }
+
+  /// [M, N/P, P] sums over blocks of (partial - compensation) * d_w * d_x (loops m, panel,
+  /// column, block).
+  static Value scaledBlocks(OpBuilder &b, Location loc, Value partials, Value scales, const QuantizedActivations &x,
+                            Value init) {
     MLIRContext *ctx = b.getContext();
     AffineExpr mDim, panel, column, blockDim;
     bindDims(ctx, mDim, panel, column, blockDim);
+    AffineMap perRowBlock = AffineMap::get(4, 0, {mDim, blockDim}, ctx);
     SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, blockDim, column}, ctx),
-                                        AffineMap::get(4, 0, {panel, blockDim, column}, ctx)};
+                                        AffineMap::get(4, 0, {panel, blockDim, column}, ctx), perRowBlock,
+                                        perRowBlock};
     SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
                                            IteratorType::reduction};
-    return buildGeneric(b, loc, init, {partials, scales}, inputMaps, AffineMap::get(4, 0, {mDim, panel, column}, ctx),
-                        iterators, [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                          Value scale = b.create<arith::ExtFOp>(l, b.getF32Type(), args[1]);
-                          return b.create<math::FmaOp>(l, args[0], scale, args[2]);
+    return buildGeneric(b, loc, init, {partials, scales, x.scales, x.compensations}, inputMaps,
+                        AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
+                        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                          // Both terms are integers below 2^24: their difference is exact.
+                          Type f32 = b.getF32Type();
+                          Value sum = b.create<arith::SubFOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), args[3]);
+                          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[1]), args[2]);
+                          return b.create<math::FmaOp>(l, sum, scale, args[4]);
                         });
   }
 };

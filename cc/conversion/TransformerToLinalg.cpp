@@ -46,6 +46,8 @@ public:
 
     ConversionTarget target(getContext());
     target.addIllegalDialect<TransformerDialect>();
+    // The packed matmul's lowering multiplies lanes with these inside its linalg.generic bodies.
+    target.addLegalOp<LaneDotBf16Op, LaneDotU8I8Op>();
     target.addLegalDialect<arith::ArithDialect, linalg::LinalgDialect, math::MathDialect, scf::SCFDialect,
                            tensor::TensorDialect>();
     RewritePatternSet patterns(&getContext());

@@ -121,27 +121,31 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
   auto r = dyn_cast<RankedTensorType>(rhs);
   auto s = dyn_cast_or_null<RankedTensorType>(scales);
   if (r && r.getRank() != 3)
-    return emitError() << "rhs must be a rank-3 [N / P, K, P] panel-packed weight, got " << rhs;
-  bool quantized = cast<ShapedType>(rhs).getElementType().isInteger(8);
-  if (quantized && !scales) return emitError() << "an i8 (q8_0 or q4_0) weight needs its scales as a third operand";
-  if (!quantized && scales) return emitError() << "only an i8 (q8_0 or q4_0) weight takes scales, not " << rhs;
+    return emitError() << "rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got " << rhs;
+  bool lanes = cast<ShapedType>(rhs).getElementType().isInteger(32);
+  if (!lanes && scales) return emitError() << "only an i32 (q8_0 or q4_0) weight takes scales, not " << rhs;
   if (s && s.getRank() != 3)
     return emitError() << "scales must be a rank-3 [N / P, K / " << blockSize << ", P] tensor, got " << scales;
   if (!l || !r) return unranked(lhs);
   if (failed(checkRank(l, 2, "lhs", emitError))) return failure();
   int64_t k = l.getShape().back(), rows = r.getDimSize(1);
   int64_t panels = r.getDimSize(0), width = r.getDimSize(2);
-  if (!quantized && !dimsCompatible(k, rows))
+  if (!lanes && !dimsCompatible(k, rows))
     return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k
                        << " columns but the packed rhs " << rhs << " has " << rows << " rows";
-  if (quantized && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows)) {
-    // q8_0 stores one code per byte (K rows), q4_0 two (K / 2 rows).
-    if (k % blockSize != 0)
+  if (lanes && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows)) {
+    // Weights per 32-bit lane: 2 (bf16), 4 (q8_0) or 8 (q4_0); the block formats carry scales.
+    int64_t perLane = rows > 0 && k % rows == 0 ? k / rows : 0;
+    if (scales && perLane != 4 && perLane != 8)
+      return emitError() << "an i32 weight with scales for K = " << k << " must have " << k / 4 << " rows (q8_0, 4 "
+                         << "codes per lane) or " << k / 8 << " rows (q4_0, 8 codes per lane), got " << rhs;
+    if (!scales && perLane != 2)
+      return emitError() << "an i32 weight without scales is bf16 (2 weights per lane): for K = " << k
+                         << " it needs " << k / 2 << " rows, got " << rhs
+                         << (perLane == 4 || perLane == 8 ? " (a q8_0/q4_0 weight needs its scales)" : "");
+    if (scales && k % blockSize != 0)
       return emitError() << "a block-quantized weight needs K (" << k << ") to be a multiple of the block size "
                          << blockSize;
-    if (rows != k && 2 * rows != k)
-      return emitError() << "an i8 weight for K = " << k << " must have " << k << " rows (q8_0) or " << k / 2
-                         << " rows (q4_0, two codes per byte), got " << rhs;
   }
   if (s) {
     SmallVector<int64_t> expected = {panels, ShapedType::isDynamic(k) ? ShapedType::kDynamic : k / blockSize, width};
@@ -186,7 +190,7 @@ FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids
   auto c = dyn_cast<RankedTensorType>(codes);
   auto s = dyn_cast<RankedTensorType>(scales);
   auto i = dyn_cast<RankedTensorType>(ids);
-  if (c && c.getRank() != 3) return emitError() << "codes must be a rank-3 [V / P, D, P] tensor, got " << codes;
+  if (c && c.getRank() != 3) return emitError() << "codes must be a rank-3 [V / P, D / 4, P] tensor, got " << codes;
   if (s && s.getRank() != 3)
     return emitError() << "scales must be a rank-3 [V / P, D / " << blockSize << ", P] tensor, got " << scales;
   if (i && i.getRank() != 1) return emitError() << "ids must be a rank-1 tensor, got " << ids;
@@ -198,9 +202,9 @@ FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids
   int64_t features = *product;
   if (c.getDimSize(0) != s.getDimSize(0) || c.getDimSize(2) != s.getDimSize(2))
     return emitError() << "codes " << codes << " and scales " << scales << " must have the same panels";
-  if (c.getDimSize(1) != features)
-    return emitError() << "scales " << scales << " give D = " << features << ", so the q8_0 codes need " << features
-                       << " rows, got " << codes;
+  if (c.getDimSize(1) != features / 4)
+    return emitError() << "scales " << scales << " give D = " << features << ", so the q8_0 codes need "
+                       << features / 4 << " rows of lanes (4 codes each), got " << codes;
   return ranked({i.getDimSize(0), features}, codes);
 }
 

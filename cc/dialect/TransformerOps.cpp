@@ -149,14 +149,12 @@ LogicalResult PackedMatmulOp::verify() { return verifyInferred(*this, inferPacke
 LogicalResult PackedMatmulOp::inferShapes() { return refineResult(*this, inferPackedMatmul(*this)); }
 
 PackedWeightFormat PackedMatmulOp::getWeightFormat() {
-  Type element = getRhs().getType().getElementType();
-  if (element.isBF16()) return PackedWeightFormat::BF16;
-  if (!element.isInteger(8)) return PackedWeightFormat::F32;
-  // Two 4-bit codes per byte: the weight has half as many rows as the lhs has columns. Only
-  // asked of ranked operands (after shape inference).
+  if (!getRhs().getType().getElementType().isInteger(32)) return PackedWeightFormat::F32;
+  if (!getScales()) return PackedWeightFormat::BF16;
+  // Codes per lane: 4 (q8_0) or 8 (q4_0), from K and the weight's rows.
   int64_t k = cast<RankedTensorType>(getLhs().getType()).getShape().back();
   int64_t rows = cast<RankedTensorType>(getRhs().getType()).getDimSize(1);
-  return rows == k ? PackedWeightFormat::Q8_0 : PackedWeightFormat::Q4_0;
+  return 4 * rows == k ? PackedWeightFormat::Q8_0 : PackedWeightFormat::Q4_0;
 }
 
 LogicalResult LayerNormOp::verify() {

@@ -143,35 +143,86 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     register tile `P` columns wide then reads its whole slice of the weight from consecutive
     addresses, so prefill matmuls stay in cache and decode streams the weight sequentially.
 
-    The weight's format follows from its operands; activations and the accumulator are f32 in
-    every format, and each weight is widened to f32 in registers as it is read:
-    - `f32`, or `bf16` (half the bytes to stream): no scales.
-    - `q8_0` (llama.cpp's format): `i8` codes `[N / P, K, P]` and `f16` scales
+    The weight's format follows from its operands. An `f32` weight multiplies f32 activations.
+    The low-precision formats store the weights one 32-bit **lane** at a time: each `i32` holds
+    the weights of one column that one 32-bit lane of the CPU's dot-product instructions
+    multiplies (`vdpbf16ps`: 2 bf16 pairs; `vpdpbusd`: 4 byte pairs), and the activations are
+    converted to match at run time (see `transformer.lane_dot_bf16` and `lane_dot_u8i8`):
+    - `bf16`: `[N / P, K / 2, P] x i32`; lane `[p, r, c]` holds `bf16(w[r, j])` in its low half
+      and `bf16(w[r + K / 2, j])` in its high half (`j = p * P + c`). The activations are rounded
+      to bf16 (to nearest even) and the products accumulate in f32.
+    - `q8_0` (llama.cpp's format): `[N / P, K / 4, P] x i32` of int8 codes and `f16` scales
       `[N / P, K / 32, P]`, one per block of 32 consecutive weights of a column along K:
-      `w[k, j] = codes[j / P, k, j % P] * scales[j / P, k / 32, j % P]`.
-    - `q4_0`: codes `[N / P, K / 2, P]`, two 4-bit codes `c` in [0, 15] per byte, and scales as
-      for q8_0, `w = (c - 8) * scale`. Byte `i` of a block's 16 holds weight `i` of the block in
-      its low nibble and weight `i + 16` in its high nibble, as llama.cpp orders them.
+      `w[k, j] = code(k, j) * scales[j / P, k / 32, j % P]`. Byte `i` of lane `[p, 8 b + q, c]`
+      is `code(32 b + q + 8 i, j)`: the 8 lanes of a block interleave its weights with stride 8,
+      so that the activations they multiply are 4 contiguous runs of 8.
+    - `q4_0`: `[N / P, K / 8, P] x i32` of 4-bit codes `c` in [0, 15] (`w = (c - 8) * scale`)
+      and scales as for q8_0. Byte `i` of lane `[p, 4 b + o, c]` holds `code(32 b + o + 8 i)` in
+      its low nibble and `code(32 b + 4 + o + 8 i)` in its high one: the low nibbles line up with
+      q8_0's lane `q = o` and the high nibbles with lane `q = o + 4`.
+    Block formats quantize each row of the activations per block of 32 along K, as llama.cpp
+    does: `d = max|x| / 127`, `code = round_even(x * (1 / d))` (0 where `d = 0`); a block
+    contributes `d_w * d_x * sum(code_x * code_w)`, the sum exact in i32.
 
     ```mlir
     %y = transformer.packed_matmul %x, %w : (tensor<8x768xf32>, tensor<96x768x32xf32>) -> tensor<8x3072xf32>
-    %z = transformer.packed_matmul %x, %h : (tensor<8x768xf32>, tensor<96x768x32xbf16>) -> tensor<8x3072xf32>
+    %z = transformer.packed_matmul %x, %h : (tensor<8x768xf32>, tensor<96x384x32xi32>) -> tensor<8x3072xf32>
     %q = transformer.packed_matmul %x, %c, %d
-        : (tensor<8x768xf32>, tensor<96x768x32xi8>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
+        : (tensor<8x768xf32>, tensor<96x192x32xi32>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
     %r = transformer.packed_matmul %x, %c4, %d
-        : (tensor<8x768xf32>, tensor<96x384x32xi8>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
+        : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$lhs, TensorOf<[F32, BF16, I8]>:$rhs, Optional<TensorOf<[F16]>>:$scales);
+  let arguments = (ins F32Tensor:$lhs, TensorOf<[F32, I32]>:$rhs, Optional<TensorOf<[F16]>>:$scales);
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$lhs `,` $rhs (`,` $scales^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Weights per scale of the block formats (llama.cpp's QK8_0 and QK4_0).
     static constexpr int64_t kBlockSize = 32;
-    /// The weight's format, from the operand types (the verifier checks that they agree).
+    /// The weight's format, from the operand types and shapes (the verifier checks that they
+    /// agree). Only asked of ranked operands (after shape inference).
     PackedWeightFormat getWeightFormat();
   }];
+}
+
+class Transformer_LaneDotOp<string mnemonic, Type accumulator, string meaning>
+    : Transformer_Op<mnemonic, [Pure, ElementwiseMappable, AllTypesMatch<["accumulator", "result"]>,
+                                AllTypesMatch<["lhs", "rhs"]>]> {
+  let arguments = (ins AnyTypeOf<[accumulator, VectorOf<[accumulator]>]>:$accumulator,
+                       AnyTypeOf<[I32, VectorOf<[I32]>]>:$lhs, AnyTypeOf<[I32, VectorOf<[I32]>]>:$rhs);
+  let results = (outs AnyTypeOf<[accumulator, VectorOf<[accumulator]>]>:$result);
+  let assemblyFormat = "$accumulator `,` $lhs `,` $rhs attr-dict `:` type($lhs) `->` type($result)";
+  let description = meaning # [{
+
+    Elementwise on scalars or vectors (a vector of lanes and its accumulators, of one shape), so
+    that linalg's vectorizer widens it like any arith op; `--gpt-lower-lane-dots` then emits
+    the instruction on each 16-lane piece where the target has it, and the same arithmetic in
+    plain integer and float ops where it does not.
+  }];
+}
+
+def Transformer_LaneDotBf16Op : Transformer_LaneDotOp<"lane_dot_bf16", F32, [{
+    One 32-bit lane of `vdpbf16ps`: `lhs` and `rhs` each hold two bf16 values (low half, high
+    half); the result is `accumulator + lhs.high * rhs.high + lhs.low * rhs.low`, each product
+    exact in f32 and added in that order.
+
+    ```mlir
+    %s = transformer.lane_dot_bf16 %acc, %x, %w : vector<32xi32> -> vector<32xf32>
+    ```
+  }]> {
+  let summary = "Multiply-add of two bf16 pairs into an f32 accumulator";
+}
+
+def Transformer_LaneDotU8I8Op : Transformer_LaneDotOp<"lane_dot_u8i8", I32, [{
+    One 32-bit lane of `vpdpbusd`: `lhs` holds four unsigned bytes and `rhs` four signed bytes;
+    the result is `accumulator + sum over i of lhs.byte(i) * rhs.byte(i)` in i32 (wrapping).
+
+    ```mlir
+    %s = transformer.lane_dot_u8i8 %acc, %w, %x : vector<32xi32> -> vector<32xi32>
+    ```
+  }]> {
+  let summary = "Multiply-add of four unsigned by signed byte pairs into an i32 accumulator";
 }
 
 //===----------------------------------------------------------------------===//
@@ -226,17 +277,18 @@ def Transformer_PackedEmbeddingOp : Transformer_Op<"packed_embedding",
   let description = [{
     `result[t, :] = table[ids[t], :]`, where the `[V, D]` table is the transpose of the `[D, V']`
     weight of a q8_0 `transformer.packed_matmul` (`V' >= V`, columns past `V` zero), given as
-    that op's codes `[V' / P, D, P]` and scales `[V' / P, D / 32, P]`: `table[v, j] = w[j, v]`.
-    This is how a tied embedding is stored once, as llama.cpp stores it: the LM head reads it as
-    its weight and the lookup dequantizes one row per token (q4_0 models keep it in q8_0 too).
-    Ids outside `[0, V')` are the caller's error; the lowering clamps them.
+    that op's lanes of codes `[V' / P, D / 4, P] x i32` and scales `[V' / P, D / 32, P]`:
+    `table[v, j] = w[j, v]`. This is how a tied embedding is stored once, as llama.cpp stores
+    it: the LM head reads it as its weight and the lookup dequantizes one row per token (q4_0
+    models keep it in q8_0 too). Ids outside `[0, V')` are the caller's error; the lowering
+    clamps them.
 
     ```mlir
     %x = transformer.packed_embedding %codes, %scales, %ids
-        : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+        : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
     ```
   }];
-  let arguments = (ins TensorOf<[I8]>:$codes, TensorOf<[F16]>:$scales, TensorOf<[I64]>:$ids);
+  let arguments = (ins TensorOf<[I32]>:$codes, TensorOf<[F16]>:$scales, TensorOf<[I64]>:$ids);
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$codes `,` $scales `,` $ids attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

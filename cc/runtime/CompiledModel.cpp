@@ -32,7 +32,7 @@ constexpr const char *kCompilerVersion = "gpt-jit-2 llvm-19.1.7";
 } // namespace
 
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
-    : config_(config), options_(options) {
+    : config_(config), options_(options), target_(JitTarget::named(options.targetCpu)) {
   if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
   if (options.weights != WeightFormat::F32 && !packsWeights(options.level))
     throw std::invalid_argument("low-precision weights need a vectorized pipeline (\"vectorized\" or \"default\"): "
@@ -59,6 +59,11 @@ int64_t CompiledModel::bucketFor(int64_t seqLen) const {
   return std::min(bucket, std::max(config_.blockSize, seqLen));
 }
 
+void CompiledModel::setTargetFeatures(PipelineOptions &pipeline) const {
+  pipeline.vnni = target_.has("avx512vnni");
+  pipeline.avx512bf16 = target_.has("avx512bf16");
+}
+
 mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen) {
   DiagnosticCapture diagnostics(*context);
   mlir::OwningOpRef<mlir::ModuleOp> module = cacheLen > 0
@@ -68,6 +73,7 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqL
   PipelineOptions pipeline;
   pipeline.level = options_.level;
   pipeline.threads = std::max(1, options_.threads);
+  setTargetFeatures(pipeline);
   addPipelineUpTo(pm, stage, pipeline);
   if (mlir::failed(pm.run(*module))) {
     std::string what = cacheLen > 0 ? "the cached step for " + std::to_string(seqLen) + " tokens"
@@ -129,6 +135,7 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, i
   PipelineOptions pipeline;
   pipeline.level = options_.level;
   pipeline.threads = std::max(1, options_.threads);
+  setTargetFeatures(pipeline);
   addLLVMStage(pm, pipeline);
   if (mlir::failed(pm.run(*module)))
     throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));
@@ -136,11 +143,11 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, i
 }
 
 std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::StringRef name) {
-  if (options_.cacheDir.empty()) return std::make_unique<JitFunction>(module, name);
+  if (options_.cacheDir.empty()) return std::make_unique<JitFunction>(module, name, target_);
   std::string ir;
   llvm::raw_string_ostream os(ir);
   module.print(os);
-  const std::string host = JitFunction::hostDescription(); // named: the parts below are views
+  const std::string host = target_.description(); // named: the parts below are views
   llvm::SHA256 hash;
   for (llvm::StringRef part : {llvm::StringRef(kCompilerVersion), llvm::StringRef(host), name, llvm::StringRef(ir)}) {
     hash.update(part);
@@ -159,7 +166,7 @@ std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::Str
       ++diskHits;
       return loaded;
     }
-  auto function = std::make_unique<JitFunction>(module, name);
+  auto function = std::make_unique<JitFunction>(module, name, target_);
   // Best effort: a cache that cannot be written (a full disk) costs speed, never correctness.
   try {
     cache.write(key, function->objectBytes());

@@ -6,6 +6,7 @@
 #include "cc/builder/GPTBuilder.h"
 #include "cc/codegen/Pipelines.h"
 #include "cc/kernels/PanelPacking.h"
+#include "cc/runtime/JitTarget.h"
 #include "cc/runtime/MemRefDescriptor.h"
 #include "cc/runtime/ObjectCache.h"
 
@@ -43,6 +44,9 @@ struct CompileOptions {
   uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;
   /// The format matmul weights are stored and streamed in (packed weights of vectorized levels).
   WeightFormat weights = WeightFormat::F32;
+  /// The CPU compiled code targets: "host" (its CPU and features), or a named CPU whose code the
+  /// host can run, to exercise another CPU's code paths (JitTarget::named).
+  std::string targetCpu = "host";
 };
 
 /// Logits written by compiled code: `rows x cols` floats at `data`, in a 64-byte aligned buffer
@@ -168,8 +172,12 @@ private:
   /// call's, the bound weights and a new [logitsRows, padded vocab] logits buffer, returned.
   Logits run(const JitFunction &function, EntryPoint entry, const CallArguments &call);
 
+  /// Sets the pipeline's dot-product instruction options from target_'s features.
+  void setTargetFeatures(PipelineOptions &pipeline) const;
+
   GPTConfig config_;
   CompileOptions options_;
+  JitTarget target_; // options_.targetCpu, resolved and checked against the host
   std::vector<ParameterSpec> parameters_, supplied_;
   std::vector<EntryArgument> forwardArguments_, stepArguments_;          // entryArguments(), made once
   std::vector<MemRefDescriptor> weightDescriptors;                       // set once by setWeights

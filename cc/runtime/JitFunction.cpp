@@ -102,32 +102,6 @@ llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine, l
   return llvm::Error::success();
 }
 
-void initializeNativeTarget() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
-}
-
-llvm::SubtargetFeatures hostFeatures() {
-  llvm::SubtargetFeatures features;
-  for (const auto &[feature, enabled] : llvm::sys::getHostCPUFeatures()) features.AddFeature(feature, enabled);
-  return features;
-}
-
-std::unique_ptr<llvm::TargetMachine> hostTargetMachine() {
-  initializeNativeTarget();
-  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(llvm::sys::getProcessTriple())};
-  builder.setCPU(llvm::sys::getHostCPUName().str());
-  builder.addFeatures(hostFeatures().getFeatures());
-  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  auto machine = builder.createTargetMachine();
-  if (!machine)
-    throw std::runtime_error("cannot create a TargetMachine for the host: " + describe(machine.takeError()));
-  return std::move(*machine);
-}
-
 /// Adds `_mlir_<function>(void **arguments)`, which loads each argument of `function` from the
 /// pointer at its position and calls it: one entry that takes any signature (the wrapper MLIR's
 /// ExecutionEngine adds to every function, here for the entry point only).
@@ -149,11 +123,11 @@ void addPackedWrapper(llvm::Module &module, llvm::Function &function) {
 
 /// The LLVM-dialect `module` as an optimized ELF object for the host, its entry point's packed
 /// wrapper included.
-std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name) {
+std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
   mlir::registerBuiltinDialectTranslation(*module.getContext());
   mlir::registerLLVMDialectTranslation(*module.getContext());
   mlir::registerOpenMPDialectTranslation(*module.getContext());
-  std::unique_ptr<llvm::TargetMachine> machine = hostTargetMachine();
+  std::unique_ptr<llvm::TargetMachine> machine = target.createTargetMachine();
   llvm::LLVMContext context;
   std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, context, "gpt");
   if (!llvmModule) throw std::runtime_error("translating " + name.str() + " to LLVM IR failed");
@@ -168,7 +142,7 @@ std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name) {
   llvm::raw_svector_ostream stream(object);
   llvm::legacy::PassManager codegen;
   if (machine->addPassesToEmitFile(codegen, stream, nullptr, llvm::CodeGenFileType::ObjectFile))
-    throw std::runtime_error("the host's TargetMachine cannot emit object files");
+    throw std::runtime_error("the target's TargetMachine cannot emit object files");
   codegen.run(*llvmModule);
   return std::string(object.begin(), object.end());
 }
@@ -219,22 +193,13 @@ llvm::Error JitFunction::link(llvm::StringRef name) {
   return llvm::Error::success();
 }
 
-JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name) {
-  object = compileToObject(module, name);
+JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
+  object = compileToObject(module, name, target);
   if (llvm::Error error = link(name)) throw std::runtime_error("JIT linking failed: " + describe(std::move(error)));
 }
 
 JitFunction::JitFunction() = default;
 JitFunction::~JitFunction() = default;
-
-std::string JitFunction::hostDescription() {
-  // Sorted: the feature map's iteration order differs between processes.
-  std::vector<std::string> features = hostFeatures().getFeatures();
-  std::sort(features.begin(), features.end());
-  std::string description = llvm::sys::getProcessTriple() + " " + llvm::sys::getHostCPUName().str();
-  for (const std::string &feature : features) description += " " + feature;
-  return description;
-}
 
 std::unique_ptr<JitFunction> JitFunction::load(const std::string &object, llvm::StringRef name) {
   std::unique_ptr<JitFunction> function(new JitFunction());

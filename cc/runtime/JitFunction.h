@@ -2,6 +2,8 @@
 #ifndef GPT_CC_RUNTIME_JITFUNCTION_H
 #define GPT_CC_RUNTIME_JITFUNCTION_H
 
+#include "cc/runtime/JitTarget.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -21,19 +23,16 @@ namespace gpt {
 
 class JitFunction {
 public:
-  /// JIT-compiles `module` (already in the LLVM dialect) for the host CPU and its features, with
-  /// LLVM IR optimization level 2 and codegen level Aggressive, and resolves `name`'s C interface
-  /// wrapper `_mlir_ciface_<name>`. Throws std::runtime_error with LLVM's message on failure.
-  JitFunction(mlir::ModuleOp module, llvm::StringRef name);
+  /// JIT-compiles `module` (already in the LLVM dialect) for `target` (the host CPU and its
+  /// features, unless a test names another CPU), with LLVM IR optimization level 2 and codegen
+  /// level Aggressive, and resolves `name`'s C interface wrapper `_mlir_ciface_<name>`. Throws
+  /// std::runtime_error with LLVM's message on failure.
+  JitFunction(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target = JitTarget::host());
   ~JitFunction();
 
   /// Loads object code that objectBytes() returned, in this or an earlier process, with plain ORC
   /// (no MLIR, no LLVM optimization or codegen). Returns nullptr when it cannot be loaded.
   static std::unique_ptr<JitFunction> load(const std::string &object, llvm::StringRef name);
-
-  /// The host's CPU name and features: part of every on-disk cache key, since the code is
-  /// specialised for them.
-  static std::string hostDescription();
 
   /// Calls `_mlir_ciface_<name>(args...)` of a function that returns nothing: one pointer per
   /// argument, each to a memref descriptor, except at the positions listed in

@@ -70,6 +70,7 @@ class CompiledModel:
         cache_dir: str = "",
         weights: str = "f32",
         cache_max_bytes: _Int = ...,
+        target_cpu: str = "host",
     ) -> None: ...
     def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every weight set_weights() takes, in its order."""

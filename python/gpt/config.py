@@ -70,9 +70,13 @@ class CompileOptions:
     `weights` is the format matmul weights (and the LM head) are stored and
     streamed in, as llama.cpp names them: "f32"; "bf16" (each weight rounded to nearest even);
     "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,
-    one fp16 scale per block). Weights are converted once, at load, and widened to f32 in
-    registers as they are read; activations stay f32. Low-precision formats need a vectorized
-    pipeline, and q8_0/q4_0 an n_embd that is a multiple of 32."""
+    one fp16 scale per block). Weights are converted once, at load, and multiplied with the CPU's
+    dot-product instructions where it has them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the
+    activations a matmul reads to bf16, and q8_0/q4_0 quantize them per block of 32 to int8, as
+    llama.cpp does; accumulation is f32 (exact i32 within a block). Low-precision formats need a
+    vectorized pipeline, and q8_0/q4_0 an n_embd that is a multiple of 32. `target_cpu` is the CPU compiled
+    code is specialised for: "host" (this machine's CPU and features), or an LLVM CPU name whose
+    code this machine can run ("skylake-avx512", ...), to run another CPU's code paths here."""
 
     pipeline: str = "default"
     threads: int | None = None
@@ -80,6 +84,7 @@ class CompileOptions:
     disk_cache: bool = True
     weights: str = "f32"
     cache_max_bytes: int | None = None
+    target_cpu: str = "host"
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -100,6 +105,8 @@ class CompileOptions:
             raise ValueError(
                 f"CompileOptions.cache_max_bytes must be None or a positive int, got {self.cache_max_bytes!r}"
             )
+        if not isinstance(self.target_cpu, str) or not self.target_cpu:
+            raise ValueError(f"CompileOptions.target_cpu must be 'host' or a CPU name, got {self.target_cpu!r}")
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"CompileOptions.weights must be one of {WEIGHT_FORMATS}, got {self.weights!r}")
         if self.weights != "f32" and self.pipeline in ("baseline", "fused"):

@@ -75,6 +75,7 @@ class GPT:
             cache_dir=options.resolved_cache_dir(),
             weights=options.weights,
             cache_max_bytes=options.resolved_cache_max_bytes(),
+            target_cpu=options.target_cpu,
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
         self._compiled.set_weights(arguments, quantized)

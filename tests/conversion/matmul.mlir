@@ -69,77 +69,104 @@ func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tenso
 
 // -----
 
-// A bf16 weight is widened to f32 as it is read; the product accumulates in f32.
+// A bf16 weight multiplies bf16 activations: the rows are rounded to nearest even (in integer
+// arithmetic) and paired into lanes, x[m, r] low and x[m, r + K/2] high, from the two contiguous
+// halves of each row; the packed matmul accumulates lane dot products over K/2 steps in f32.
 // CHECK-LABEL: func.func @packed_matmul_bf16
+// CHECK: %[[HALVES:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2]] output_shape [8, 2, 4] : tensor<8x8xf32> into tensor<8x2x4xf32>
+// CHECK: %[[LO:.*]] = tensor.extract_slice %[[HALVES]][0, 0, 0] [8, 1, 4] [1, 1, 1] : tensor<8x2x4xf32> to tensor<8x4xf32>
+// CHECK: %[[HI:.*]] = tensor.extract_slice %[[HALVES]][0, 1, 0] [8, 1, 4] [1, 1, 1] : tensor<8x2x4xf32> to tensor<8x4xf32>
+// CHECK: %[[LANES:.*]] = linalg.generic
+// CHECK-SAME: ins(%[[LO]], %[[HI]] : tensor<8x4xf32>, tensor<8x4xf32>) outs(%{{.*}} : tensor<8x4xi32>)
+// CHECK: arith.bitcast %{{.*}} : f32 to i32
+// CHECK: arith.cmpf uno
 // CHECK: linalg.generic
-// CHECK-SAME: ins(%{{.*}}, %{{.*}} : tensor<8x8xf32>, tensor<3x8x32xbf16>) outs(%{{.*}} : tensor<8x3x32xf32>)
-// CHECK: ^bb0(%[[A:.*]]: f32, %[[W:.*]]: bf16, %[[ACC:.*]]: f32):
-// CHECK: %[[WIDE:.*]] = arith.extf %[[W]] : bf16 to f32
-// CHECK: %[[PROD:.*]] = arith.mulf %[[A]], %[[WIDE]] : f32
-// CHECK: arith.addf %[[ACC]], %[[PROD]] : f32
-func.func @packed_matmul_bf16(%x: tensor<8x8xf32>, %w: tensor<3x8x32xbf16>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w : (tensor<8x8xf32>, tensor<3x8x32xbf16>) -> tensor<8x96xf32>
+// CHECK-SAME: ins(%[[LANES]], %{{.*}} : tensor<8x4xi32>, tensor<3x4x32xi32>) outs(%{{.*}} : tensor<8x3x32xf32>)
+// CHECK-SAME: gpt.packed_matmul
+// CHECK: ^bb0(%[[A:.*]]: i32, %[[W:.*]]: i32, %[[ACC:.*]]: f32):
+// CHECK: transformer.lane_dot_bf16 %[[ACC]], %[[A]], %[[W]] : i32 -> f32
+func.func @packed_matmul_bf16(%x: tensor<8x8xf32>, %w: tensor<3x4x32xi32>) -> tensor<8x96xf32> {
+  %0 = transformer.packed_matmul %x, %w : (tensor<8x8xf32>, tensor<3x4x32xi32>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
 
 // -----
 
-// q8_0, in two generics. The block partial sums (marked gpt.block_partials) split K into
-// (block, index in block): the lhs viewed as [M, K/32, 32], the codes as [N/P, K/32, 32, P],
-// each code widened (sitofp) and accumulated with an fma into [M, N/P, K/32, P]. The packed
-// matmul proper then sums the partials over blocks, each times its block's scale: one multiply
-// per block, not per weight.
+// q8_0. The activations are quantized per block of 32 (generics marked
+// gpt.quantizes_activations): the blocks as rows of 32 give max |x| and the compensation
+// 128 * sum(code), d = max / 127, and the lanes pack the codes of x[32 b + q + 8 i] (i < 4) from
+// four contiguous runs of 8. The block partial sums (gpt.block_partials) multiply them with the
+// weight lanes, each byte's top bit flipped (code + 128, the unsigned operand), in i32; the
+// packed matmul proper sums (partial - compensation) * d_w * d_x over blocks.
 // CHECK-DAG: #[[QA:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d4)>
 // CHECK-DAG: #[[QW:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d1, d3, d4, d2)>
 // CHECK-DAG: #[[QP:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d2)>
 // CHECK-DAG: #[[SP:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3, d2)>
 // CHECK-DAG: #[[SS:.*]] = affine_map<(d0, d1, d2, d3) -> (d1, d3, d2)>
+// CHECK-DAG: #[[SX:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d3)>
 // CHECK-DAG: #[[SC:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 // CHECK-LABEL: func.func @packed_matmul_q8_0
-// CHECK: %[[ZERO:.*]] = linalg.fill {{.*}} -> tensor<8x3x2x32xf32>
-// CHECK: %[[X:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2]] output_shape [8, 2, 32] : tensor<8x64xf32> into tensor<8x2x32xf32>
-// CHECK: %[[W:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2], [3]] output_shape [3, 2, 32, 32] : tensor<3x64x32xi8> into tensor<3x2x32x32xi8>
+// CHECK: %[[ROWS:.*]] = tensor.collapse_shape %{{.*}} {{\[}}[0, 1], [2]] : tensor<8x2x32xf32> into tensor<16x32xf32>
+// CHECK: %[[AMAX:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%[[ROWS]] : tensor<16x32xf32>)
+// CHECK-SAME: gpt.quantizes_activations
+// CHECK: math.absf
+// CHECK: arith.maximumf
+// CHECK: %[[D:.*]] = linalg.generic {{.*}} ins(%[[AMAX]] : tensor<16xf32>)
+// CHECK: arith.divf %{{.*}}, %{{.*}} : f32
+// CHECK: %[[COMP:.*]] = linalg.generic {{.*}} ins(%[[ROWS]], %[[D]] : tensor<16x32xf32>, tensor<16xf32>)
+// CHECK: math.roundeven
+// CHECK: arith.constant 1.280000e+02 : f32
+// CHECK: %[[RUNS:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2, 3]] output_shape [8, 2, 4, 8] : tensor<8x64xf32> into tensor<8x2x4x8xf32>
+// CHECK: tensor.extract_slice %[[RUNS]][0, 0, 3, 0] [8, 2, 1, 8] [1, 1, 1, 1] : tensor<8x2x4x8xf32> to tensor<8x2x8xf32>
+// CHECK: %[[XLANES:.*]] = linalg.generic
+// CHECK-SAME: outs(%{{.*}} : tensor<8x2x8xi32>) attrs = {gpt.quantizes_activations}
+// CHECK: arith.fptosi %{{.*}} : f32 to i32
+// CHECK: %[[ZERO:.*]] = linalg.fill {{.*}} -> tensor<8x3x2x32xi32>
+// CHECK: %[[W:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2], [3]] output_shape [3, 2, 8, 32] : tensor<3x16x32xi32> into tensor<3x2x8x32xi32>
 // CHECK: %[[PARTIALS:.*]] = linalg.generic {indexing_maps = [#[[QA]], #[[QW]], #[[QP]]], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
-// CHECK-SAME: ins(%[[X]], %[[W]] : tensor<8x2x32xf32>, tensor<3x2x32x32xi8>) outs(%[[ZERO]] : tensor<8x3x2x32xf32>)
+// CHECK-SAME: ins(%[[XLANES]], %[[W]] : tensor<8x2x8xi32>, tensor<3x2x8x32xi32>) outs(%[[ZERO]] : tensor<8x3x2x32xi32>)
 // CHECK-SAME: gpt.block_partials
-// CHECK: ^bb0(%[[A:.*]]: f32, %[[Q:.*]]: i8, %[[ACC:.*]]: f32):
-// CHECK: %[[QF:.*]] = arith.sitofp %[[Q]] : i8 to f32
-// CHECK: math.fma %[[A]], %[[QF]], %[[ACC]] : f32
-// CHECK: linalg.generic {indexing_maps = [#[[SP]], #[[SS]], #[[SC]]], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
-// CHECK-SAME: ins(%[[PARTIALS]], %{{.*}} : tensor<8x3x2x32xf32>, tensor<3x2x32xf16>) outs(%{{.*}} : tensor<8x3x32xf32>)
+// CHECK: ^bb0(%[[A:.*]]: i32, %[[Q:.*]]: i32, %[[ACC:.*]]: i32):
+// CHECK: %[[U:.*]] = arith.xori %[[Q]], %c-2139062144_i32 : i32
+// CHECK: transformer.lane_dot_u8i8 %[[ACC]], %[[U]], %[[A]] : i32 -> i32
+// CHECK: linalg.generic {indexing_maps = [#[[SP]], #[[SS]], #[[SX]], #[[SX]], #[[SC]]], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+// CHECK-SAME: ins(%[[PARTIALS]], %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x3x2x32xi32>, tensor<3x2x32xf16>, tensor<8x2xf32>, tensor<8x2xf32>) outs(%{{.*}} : tensor<8x3x32xf32>)
 // CHECK-SAME: gpt.packed_matmul
-// CHECK: ^bb0(%[[P:.*]]: f32, %[[D:.*]]: f16, %[[OUT:.*]]: f32):
-// CHECK: %[[DF:.*]] = arith.extf %[[D]] : f16 to f32
-// CHECK: math.fma %[[P]], %[[DF]], %[[OUT]] : f32
-func.func @packed_matmul_q8_0(%x: tensor<8x64xf32>, %w: tensor<3x64x32xi8>, %s: tensor<3x2x32xf16>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x64x32xi8>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
+// CHECK: ^bb0(%[[P:.*]]: i32, %[[DW:.*]]: f16, %[[DX:.*]]: f32, %[[C:.*]]: f32, %[[OUT:.*]]: f32):
+// CHECK: %[[PF:.*]] = arith.sitofp %[[P]] : i32 to f32
+// CHECK: %[[SUM:.*]] = arith.subf %[[PF]], %[[C]] : f32
+// CHECK: %[[DWF:.*]] = arith.extf %[[DW]] : f16 to f32
+// CHECK: %[[SCALE:.*]] = arith.mulf %[[DWF]], %[[DX]] : f32
+// CHECK: math.fma %[[SUM]], %[[SCALE]], %[[OUT]] : f32
+func.func @packed_matmul_q8_0(%x: tensor<8x64xf32>, %w: tensor<3x16x32xi32>, %s: tensor<3x2x32xf16>) -> tensor<8x96xf32> {
+  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x16x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
 
 // -----
 
-// q4_0: byte i of a block holds weight i (low nibble) and weight i + 16 (high nibble), so the
-// partial sums run over the 16 bytes of each block and read the lhs as its two halves; each
-// nibble c contributes (c - 8) times its activation. The scaled sum over blocks is as for q8_0.
+// q4_0: a weight lane's low nibbles (unsigned codes) line up with activation lane o of the block
+// and its high nibbles with lane o + 4, so the partial sums run over 4 weight lanes per block
+// with the activation lanes as two halves; the compensation is 8 * sum(code).
 // CHECK-LABEL: func.func @packed_matmul_q4_0
-// CHECK: %[[X:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2, 3]] output_shape [8, 2, 2, 16] : tensor<8x64xf32> into tensor<8x2x2x16xf32>
-// CHECK: %[[W:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2], [3]] output_shape [3, 2, 16, 32] : tensor<3x32x32xi8> into tensor<3x2x16x32xi8>
-// CHECK: %[[LO:.*]] = tensor.extract_slice %[[X]][0, 0, 0, 0] [8, 2, 1, 16] [1, 1, 1, 1] : tensor<8x2x2x16xf32> to tensor<8x2x16xf32>
-// CHECK: %[[HI:.*]] = tensor.extract_slice %[[X]][0, 0, 1, 0] [8, 2, 1, 16] [1, 1, 1, 1] : tensor<8x2x2x16xf32> to tensor<8x2x16xf32>
+// CHECK: arith.constant 8.000000e+00 : f32
+// CHECK: %[[PAIRS:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1], [2, 3]] output_shape [8, 2, 2, 4] : tensor<8x2x8xi32> into tensor<8x2x2x4xi32>
+// CHECK: %[[LO:.*]] = tensor.extract_slice %[[PAIRS]][0, 0, 0, 0] [8, 2, 1, 4] [1, 1, 1, 1] : tensor<8x2x2x4xi32> to tensor<8x2x4xi32>
+// CHECK: %[[HI:.*]] = tensor.extract_slice %[[PAIRS]][0, 0, 1, 0] [8, 2, 1, 4] [1, 1, 1, 1] : tensor<8x2x2x4xi32> to tensor<8x2x4xi32>
+// CHECK: %[[W:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2], [3]] output_shape [3, 2, 4, 32] : tensor<3x8x32xi32> into tensor<3x2x4x32xi32>
 // CHECK: %[[PARTIALS:.*]] = linalg.generic
-// CHECK-SAME: ins(%[[LO]], %[[HI]], %[[W]] : tensor<8x2x16xf32>, tensor<8x2x16xf32>, tensor<3x2x16x32xi8>)
+// CHECK-SAME: ins(%[[LO]], %[[HI]], %[[W]] : tensor<8x2x4xi32>, tensor<8x2x4xi32>, tensor<3x2x4x32xi32>)
 // CHECK-SAME: gpt.block_partials
-// CHECK: ^bb0(%[[A:.*]]: f32, %[[B:.*]]: f32, %[[Q:.*]]: i8, %[[ACC:.*]]: f32):
-// CHECK-DAG: %[[LOW:.*]] = arith.andi %[[Q]], %c15_i8 : i8
-// CHECK-DAG: %[[HIGH:.*]] = arith.shrui %[[Q]], %c4_i8 : i8
-// CHECK: arith.subi %[[LOW]], %c8_i8 : i8
-// CHECK: arith.subi %[[HIGH]], %{{.*}} : i8
-// CHECK: %[[SUM:.*]] = math.fma %[[A]], %{{.*}}, %[[ACC]] : f32
-// CHECK: math.fma %[[B]], %{{.*}}, %[[SUM]] : f32
+// CHECK: ^bb0(%[[A:.*]]: i32, %[[B:.*]]: i32, %[[Q:.*]]: i32, %[[ACC:.*]]: i32):
+// CHECK: %[[LOW:.*]] = arith.andi %[[Q]], %c252645135_i32 : i32
+// CHECK: %[[SHIFTED:.*]] = arith.shrui %[[Q]], %c4_i32 : i32
+// CHECK: %[[HIGH:.*]] = arith.andi %[[SHIFTED]], %c252645135_i32 : i32
+// CHECK: %[[SUM:.*]] = transformer.lane_dot_u8i8 %[[ACC]], %[[LOW]], %[[A]] : i32 -> i32
+// CHECK: transformer.lane_dot_u8i8 %[[SUM]], %[[HIGH]], %[[B]] : i32 -> i32
 // CHECK: linalg.generic
-// CHECK-SAME: ins(%[[PARTIALS]], %{{.*}} : tensor<8x3x2x32xf32>, tensor<3x2x32xf16>)
+// CHECK-SAME: ins(%[[PARTIALS]], %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x3x2x32xi32>, tensor<3x2x32xf16>, tensor<8x2xf32>, tensor<8x2xf32>)
 // CHECK-SAME: gpt.packed_matmul
-func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x32x32xi8>, %s: tensor<3x2x32xf16>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x32x32xi8>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
+func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: tensor<3x2x32xf16>) -> tensor<8x96xf32> {
+  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }

@@ -26,9 +26,10 @@ func.func @embedding(%table: tensor<256x64xf32>, %ids: tensor<8xi64>) -> tensor<
 
 // -----
 
-// A table stored as a q8_0 LM head [D = 64, V' = 256] (8 panels of 32 columns): id v reads
-// column v % 32 of panel v / 32 (clamped into the 256 padded ids), feature j its row j and the
-// scale of block j / 32; the element is code * scale.
+// A table stored as a q8_0 LM head [D = 64, V' = 256] (8 panels of 32 columns, lanes of 4
+// codes): id v reads column v % 32 of panel v / 32 (clamped into the 256 padded ids); feature
+// j = 32 b + q + 8 i is byte i of lane row 8 b + q, sign-extended by shifting it to the top and
+// back; the element is code * scale of block b.
 // CHECK-LABEL: func.func @packed_embedding
 // CHECK: linalg.generic
 // CHECK-SAME: ins(%{{.*}} : tensor<5xi64>) outs(%{{.*}} : tensor<5x64xf32>)
@@ -37,13 +38,20 @@ func.func @embedding(%table: tensor<256x64xf32>, %ids: tensor<8xi64>) -> tensor<
 // CHECK: %[[COLUMN:.*]] = arith.remui %[[ID]], %c32
 // CHECK: %[[F:.*]] = linalg.index 1 : index
 // CHECK: %[[BLOCK:.*]] = arith.divui %[[F]], %c32
-// CHECK: %[[CODE:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %[[F]], %[[COLUMN]]] : tensor<8x64x32xi8>
+// CHECK: %[[IN:.*]] = arith.remui %[[F]], %c32
+// CHECK: %[[FIRST:.*]] = arith.muli %[[BLOCK]], %c8
+// CHECK: %[[Q:.*]] = arith.remui %[[IN]], %c8
+// CHECK: %[[ROW:.*]] = arith.addi %[[FIRST]], %[[Q]]
+// CHECK: %[[BYTE:.*]] = arith.divui %[[IN]], %c8
+// CHECK: %[[LANE:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %[[ROW]], %[[COLUMN]]] : tensor<8x16x32xi32>
+// CHECK: %[[UP:.*]] = arith.shli %[[LANE]], %{{.*}} : i32
+// CHECK: %[[CODE:.*]] = arith.shrsi %[[UP]], %c24_i32 : i32
 // CHECK: %[[SCALE:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %[[BLOCK]], %[[COLUMN]]] : tensor<8x2x32xf16>
 // CHECK-DAG: %[[S:.*]] = arith.extf %[[SCALE]] : f16 to f32
-// CHECK-DAG: %[[C:.*]] = arith.sitofp %[[CODE]] : i8 to f32
+// CHECK-DAG: %[[C:.*]] = arith.sitofp %[[CODE]] : i32 to f32
 // CHECK: arith.mulf %[[C]], %[[S]] : f32
-func.func @packed_embedding(%c: tensor<8x64x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<5x64xf32> {
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+func.func @packed_embedding(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<5x64xf32> {
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
   return %0 : tensor<5x64xf32>
 }
 

@@ -309,7 +309,7 @@ func.func @attention_scale(%q: tensor<4x8x16xf32>) {
 // -----
 
 func.func @packed_matmul_unpacked_weight(%a: tensor<4x8xf32>, %b: tensor<8x64xf32>) {
-  // expected-error @+1 {{rhs must be a rank-3 [N / P, K, P] panel-packed weight, got 'tensor<8x64xf32>'}}
+  // expected-error @+1 {{rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got 'tensor<8x64xf32>'}}
   %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<8x64xf32>) -> tensor<*xf32>
   return
 }
@@ -324,57 +324,73 @@ func.func @packed_matmul_contraction_mismatch(%a: tensor<4x8xf32>, %b: tensor<2x
 
 // -----
 
-func.func @packed_matmul_int8_weight_without_scales(%a: tensor<4x64xf32>, %b: tensor<2x64x32xi8>) {
-  // expected-error @+1 {{an i8 (q8_0 or q4_0) weight needs its scales as a third operand}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x64xf32>, tensor<2x64x32xi8>) -> tensor<*xf32>
+func.func @packed_matmul_q8_0_lanes_without_scales(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>) {
+  // expected-error @+1 {{an i32 weight without scales is bf16 (2 weights per lane): for K = 64 it needs 32 rows, got 'tensor<2x16x32xi32>' (a q8_0/q4_0 weight needs its scales)}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x64xf32>, tensor<2x16x32xi32>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_int16_weight(%a: tensor<4x8xf32>, %b: tensor<2x8x32xi16>) {
-  // expected-error @+1 {{operand #1 must be tensor of 32-bit float or bfloat16 type or 8-bit signless integer values}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xi16>) -> tensor<*xf32>
+func.func @packed_matmul_bf16_lane_rows(%a: tensor<4x64xf32>, %b: tensor<2x64x32xi32>) {
+  // expected-error @+1 {{an i32 weight without scales is bf16 (2 weights per lane): for K = 64 it needs 32 rows, got 'tensor<2x64x32xi32>'}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x64xf32>, tensor<2x64x32xi32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_int8_weight(%a: tensor<4x8xf32>, %b: tensor<2x8x32xi8>) {
+  // expected-error @+1 {{operand #1 must be tensor of 32-bit float or 32-bit signless integer values}}
+  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xi8>) -> tensor<*xf32>
   return
 }
 
 // -----
 
 func.func @packed_matmul_scales_on_f32_weight(%a: tensor<4x64xf32>, %b: tensor<2x64x32xf32>, %s: tensor<2x2x32xf16>) {
-  // expected-error @+1 {{only an i8 (q8_0 or q4_0) weight takes scales, not 'tensor<2x64x32xf32>'}}
+  // expected-error @+1 {{only an i32 (q8_0 or q4_0) weight takes scales, not 'tensor<2x64x32xf32>'}}
   %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xf32>, tensor<2x2x32xf16>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_f32_scales(%a: tensor<4x64xf32>, %b: tensor<2x64x32xi8>, %s: tensor<2x2x32xf32>) {
+func.func @packed_matmul_f32_scales(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>, %s: tensor<2x2x32xf32>) {
   // expected-error @+1 {{operand #2 must be tensor of 16-bit float values}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xi8>, tensor<2x2x32xf32>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf32>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_k_not_a_block_multiple(%a: tensor<4x48xf32>, %b: tensor<2x48x32xi8>, %s: tensor<2x1x32xf16>) {
+func.func @packed_matmul_k_not_a_block_multiple(%a: tensor<4x48xf32>, %b: tensor<2x12x32xi32>, %s: tensor<2x1x32xf16>) {
   // expected-error @+1 {{a block-quantized weight needs K (48) to be a multiple of the block size 32}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x48xf32>, tensor<2x48x32xi8>, tensor<2x1x32xf16>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x48xf32>, tensor<2x12x32xi32>, tensor<2x1x32xf16>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_codes_rows(%a: tensor<4x64xf32>, %b: tensor<2x48x32xi8>, %s: tensor<2x2x32xf16>) {
-  // expected-error @+1 {{an i8 weight for K = 64 must have 64 rows (q8_0) or 32 rows (q4_0, two codes per byte), got 'tensor<2x48x32xi8>'}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x48x32xi8>, tensor<2x2x32xf16>) -> tensor<*xf32>
+func.func @packed_matmul_codes_rows(%a: tensor<4x64xf32>, %b: tensor<2x48x32xi32>, %s: tensor<2x2x32xf16>) {
+  // expected-error @+1 {{an i32 weight with scales for K = 64 must have 16 rows (q8_0, 4 codes per lane) or 8 rows (q4_0, 8 codes per lane), got 'tensor<2x48x32xi32>'}}
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x48x32xi32>, tensor<2x2x32xf16>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_scales_shape(%a: tensor<4x64xf32>, %b: tensor<2x64x32xi8>, %s: tensor<2x4x32xf16>) {
+func.func @packed_matmul_scales_shape(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>, %s: tensor<2x4x32xf16>) {
   // expected-error @+1 {{scales must be [N / P, K / 32, P] = [2, 2, 32] (one per block of 32 weights of a column), got 'tensor<2x4x32xf16>'}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xi8>, tensor<2x4x32xf16>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x4x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @lane_dot_mixed_shapes(%acc: vector<16xi32>, %a: vector<8xi32>) {
+  // expected-error @+1 {{all non-scalar operands/results must have the same shape and base type}}
+  %0 = transformer.lane_dot_u8i8 %acc, %a, %a : vector<8xi32> -> vector<16xi32>
   return
 }
 
@@ -388,25 +404,25 @@ func.func @packed_matmul_wrong_result(%a: tensor<4x8xf32>, %b: tensor<2x8x32xf32
 
 // -----
 
-func.func @packed_embedding_codes_rows(%c: tensor<8x32x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) {
-  // expected-error @+1 {{scales 'tensor<8x2x32xf16>' give D = 64, so the q8_0 codes need 64 rows, got 'tensor<8x32x32xi8>'}}
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x32x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+func.func @packed_embedding_codes_rows(%c: tensor<8x32x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) {
+  // expected-error @+1 {{scales 'tensor<8x2x32xf16>' give D = 64, so the q8_0 codes need 16 rows of lanes (4 codes each), got 'tensor<8x32x32xi32>'}}
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x32x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_embedding_panels(%c: tensor<8x64x32xi8>, %s: tensor<4x2x32xf16>, %ids: tensor<5xi64>) {
-  // expected-error @+1 {{codes 'tensor<8x64x32xi8>' and scales 'tensor<4x2x32xf16>' must have the same panels}}
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<4x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+func.func @packed_embedding_panels(%c: tensor<8x16x32xi32>, %s: tensor<4x2x32xf16>, %ids: tensor<5xi64>) {
+  // expected-error @+1 {{codes 'tensor<8x16x32xi32>' and scales 'tensor<4x2x32xf16>' must have the same panels}}
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<4x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_embedding_ids_rank(%c: tensor<8x64x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<1x5xi64>) {
+func.func @packed_embedding_ids_rank(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<1x5xi64>) {
   // expected-error @+1 {{ids must be a rank-1 tensor, got 'tensor<1x5xi64>'}}
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<1x5xi64>) -> tensor<*xf32>
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<1x5xi64>) -> tensor<*xf32>
   return
 }
 
@@ -440,8 +456,8 @@ func.func @packed_matmul_columns_overflow(%x: tensor<4x8xf32>, %w: tensor<461168
 // -----
 
 // blocks * block size once wrapped.
-func.func @packed_embedding_features_overflow(%c: tensor<8x64x32xi8>, %s: tensor<8x1152921504606846976x32xf16>, %ids: tensor<5xi64>) {
+func.func @packed_embedding_features_overflow(%c: tensor<8x16x32xi32>, %s: tensor<8x1152921504606846976x32xf16>, %ids: tensor<5xi64>) {
   // expected-error @+1 {{dimension 1152921504606846976 * 32 of 'tensor<8x1152921504606846976x32xf16>' overflows a 64-bit size}}
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x1152921504606846976x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x1152921504606846976x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }

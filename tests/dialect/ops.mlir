@@ -47,31 +47,46 @@ func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<2x8x32xf32>) -> tenso
   return %0 : tensor<2x4x64xf32>
 }
 
-// The same with the weight stored in bf16.
+// The same with the weight stored in bf16 lanes: [N/P, K/2, P] i32, two weights per lane.
 // CHECK-LABEL: func.func @packed_matmul_bf16
-func.func @packed_matmul_bf16(%x: tensor<4x8xf32>, %w: tensor<2x8x32xbf16>) -> tensor<4x64xf32> {
-  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<2x8x32xbf16>) -> tensor<4x64xf32>
-  %0 = transformer.packed_matmul %x, %w : (tensor<4x8xf32>, tensor<2x8x32xbf16>) -> tensor<4x64xf32>
+func.func @packed_matmul_bf16(%x: tensor<4x8xf32>, %w: tensor<2x4x32xi32>) -> tensor<4x64xf32> {
+  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<2x4x32xi32>) -> tensor<4x64xf32>
+  %0 = transformer.packed_matmul %x, %w : (tensor<4x8xf32>, tensor<2x4x32xi32>) -> tensor<4x64xf32>
   return %0 : tensor<4x64xf32>
 }
 
-// q8_0 (i8 codes [N/P, K, P]) and q4_0 (two codes per byte, [N/P, K/2, P]), each with its f16
-// scales [N/P, K/32, P].
+// q8_0 (4 int8 codes per lane, [N/P, K/4, P] i32) and q4_0 (8 4-bit codes per lane,
+// [N/P, K/8, P] i32), each with its f16 scales [N/P, K/32, P].
 // CHECK-LABEL: func.func @packed_matmul_block_quantized
-func.func @packed_matmul_block_quantized(%x: tensor<4x64xf32>, %q8: tensor<2x64x32xi8>, %q4: tensor<2x32x32xi8>,
+func.func @packed_matmul_block_quantized(%x: tensor<4x64xf32>, %q8: tensor<2x16x32xi32>, %q4: tensor<2x8x32xi32>,
                                          %d: tensor<2x2x32xf16>) -> (tensor<4x64xf32>, tensor<4x64xf32>) {
-  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x64x32xi8>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
-  %0 = transformer.packed_matmul %x, %q8, %d : (tensor<4x64xf32>, tensor<2x64x32xi8>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
-  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x32x32xi8>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
-  %1 = transformer.packed_matmul %x, %q4, %d : (tensor<4x64xf32>, tensor<2x32x32xi8>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  %0 = transformer.packed_matmul %x, %q8, %d : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  %1 = transformer.packed_matmul %x, %q4, %d : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
   return %0, %1 : tensor<4x64xf32>, tensor<4x64xf32>
 }
 
-// A tied embedding stored as a q8_0 LM head: codes [V'/P, D, P] and scales [V'/P, D/32, P].
+// The multiply-adds of one 32-bit lane, on scalars or vectors.
+// CHECK-LABEL: func.func @lane_dots
+func.func @lane_dots(%f: f32, %i: i32, %a: i32, %b: i32, %vf: vector<16xf32>, %vi: vector<16xi32>, %va: vector<16xi32>)
+    -> (f32, i32, vector<16xf32>, vector<16xi32>) {
+  // CHECK: transformer.lane_dot_bf16 %{{.*}}, %{{.*}}, %{{.*}} : i32 -> f32
+  %0 = transformer.lane_dot_bf16 %f, %a, %b : i32 -> f32
+  // CHECK: transformer.lane_dot_u8i8 %{{.*}}, %{{.*}}, %{{.*}} : i32 -> i32
+  %1 = transformer.lane_dot_u8i8 %i, %a, %b : i32 -> i32
+  // CHECK: transformer.lane_dot_bf16 %{{.*}}, %{{.*}}, %{{.*}} : vector<16xi32> -> vector<16xf32>
+  %2 = transformer.lane_dot_bf16 %vf, %va, %va : vector<16xi32> -> vector<16xf32>
+  // CHECK: transformer.lane_dot_u8i8 %{{.*}}, %{{.*}}, %{{.*}} : vector<16xi32> -> vector<16xi32>
+  %3 = transformer.lane_dot_u8i8 %vi, %va, %va : vector<16xi32> -> vector<16xi32>
+  return %0, %1, %2, %3 : f32, i32, vector<16xf32>, vector<16xi32>
+}
+
+// A tied embedding stored as a q8_0 LM head: codes [V'/P, D/4, P] i32 and scales [V'/P, D/32, P].
 // CHECK-LABEL: func.func @packed_embedding
-func.func @packed_embedding(%c: tensor<8x64x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<5x64xf32> {
-  // CHECK: transformer.packed_embedding %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+func.func @packed_embedding(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<5x64xf32> {
+  // CHECK: transformer.packed_embedding %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
   return %0 : tensor<5x64xf32>
 }
 

@@ -143,9 +143,9 @@ func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tenso
 
 // A q4_0 weight: its codes have K/2 rows, the result still has N = 96 columns.
 // CHECK-LABEL: func.func @packed_matmul_q4_0
-// CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x64xf32>, tensor<3x32x32xi8>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
-func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x32x32xi8>, %s: tensor<3x2x32xf16>) -> tensor<*xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x32x32xi8>, tensor<3x2x32xf16>) -> tensor<*xf32>
+// CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
+func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: tensor<3x2x32xf16>) -> tensor<*xf32> {
+  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }
 
@@ -153,8 +153,8 @@ func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x32x32xi8>, %s: 
 
 // D = 32 x the scales' block count; one row of D per id.
 // CHECK-LABEL: func.func @packed_embedding
-// CHECK: transformer.packed_embedding %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
-func.func @packed_embedding(%c: tensor<8x64x32xi8>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<*xf32> {
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x64x32xi8>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+// CHECK: transformer.packed_embedding %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+func.func @packed_embedding(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<*xf32> {
+  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }

@@ -101,7 +101,7 @@ void initModel(py::module_ &m) {
   py::class_<CompiledModel>(m, "CompiledModel", py::dynamic_attr())
       .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
                        float layerNormEps, const std::string &pipeline, int threads, const std::string &cacheDir,
-                       const std::string &weights, uint64_t cacheMaxBytes) {
+                       const std::string &weights, uint64_t cacheMaxBytes, const std::string &targetCpu) {
              GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope, layerNormEps};
              CompileOptions options;
              std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
@@ -110,6 +110,7 @@ void initModel(py::module_ &m) {
              options.threads = threads;
              options.cacheDir = cacheDir;
              options.cacheMaxBytes = cacheMaxBytes;
+             options.targetCpu = targetCpu;
              bool known = false;
              for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0})
                if (weights == weightFormatName(format)) {
@@ -122,7 +123,8 @@ void initModel(py::module_ &m) {
            }),
            py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
            py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"),
-           py::arg("cache_dir") = "", py::arg("weights") = "f32", py::arg("cache_max_bytes") = kDefaultCacheMaxBytes)
+           py::arg("cache_dir") = "", py::arg("weights") = "f32", py::arg("cache_max_bytes") = kDefaultCacheMaxBytes,
+           py::arg("target_cpu") = "host")
       .def(
           "supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
           "(name, shape) of every weight set_weights() takes, in its order.")

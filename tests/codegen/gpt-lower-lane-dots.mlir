@@ -1,0 +1,67 @@
+// --gpt-lower-lane-dots: lane dot products become vdpbf16ps / vpdpbusd, one call per 16 lanes of
+// each row, where the target has the instruction, and plain arithmetic where it does not.
+// RUN: gpt-opt %s --gpt-lower-lane-dots="vnni=true avx512bf16=true" | FileCheck %s --check-prefix=DOTS
+// RUN: gpt-opt %s --gpt-lower-lane-dots | FileCheck %s --check-prefix=PLAIN
+// RUN: gpt-opt %s --gpt-lower-lane-dots="vnni=true" | FileCheck %s --check-prefix=VNNI
+
+// A bf16 tile of 2 rows x 32 lanes: 4 instructions, each on a row's 16-lane piece, its i32 lanes
+// reinterpreted as 32 bf16.
+// DOTS-LABEL: func.func @bf16_tile
+// DOTS-COUNT-4: llvm.call_intrinsic "llvm.x86.avx512bf16.dpbf16ps.512"(%{{.*}}, %{{.*}}, %{{.*}}) : (vector<16xf32>, vector<32xbf16>, vector<32xbf16>) -> vector<16xf32>
+// DOTS-NOT: transformer.lane_dot_bf16
+// Without avx512bf16: each lane's high bf16 masked in place and its low one shifted up, as f32,
+// then two FMAs, the high pair first.
+// PLAIN-LABEL: func.func @bf16_tile
+// PLAIN: %[[MASK:.*]] = arith.constant dense<-65536> : vector<2x32xi32>
+// PLAIN: %[[AH:.*]] = arith.andi %[[A:.*]], %[[MASK]] : vector<2x32xi32>
+// PLAIN: %[[AHF:.*]] = arith.bitcast %[[AH]] : vector<2x32xi32> to vector<2x32xf32>
+// PLAIN: %[[BH:.*]] = arith.andi %[[B:.*]], %[[MASK]] : vector<2x32xi32>
+// PLAIN: %[[BHF:.*]] = arith.bitcast %[[BH]] : vector<2x32xi32> to vector<2x32xf32>
+// PLAIN: %[[HIGH:.*]] = math.fma %[[AHF]], %[[BHF]], %{{.*}} : vector<2x32xf32>
+// PLAIN: %[[AL:.*]] = arith.shli %[[A]], %{{.*}} : vector<2x32xi32>
+// PLAIN: %[[ALF:.*]] = arith.bitcast %[[AL]] : vector<2x32xi32> to vector<2x32xf32>
+// PLAIN: %[[BL:.*]] = arith.shli %[[B]], %{{.*}} : vector<2x32xi32>
+// PLAIN: %[[BLF:.*]] = arith.bitcast %[[BL]] : vector<2x32xi32> to vector<2x32xf32>
+// PLAIN: math.fma %[[ALF]], %[[BLF]], %[[HIGH]] : vector<2x32xf32>
+// PLAIN-NOT: llvm.call_intrinsic
+// VNNI-LABEL: func.func @bf16_tile
+// VNNI-NOT: llvm.call_intrinsic
+// VNNI: math.fma
+func.func @bf16_tile(%acc: vector<2x32xf32>, %x: vector<2x32xi32>, %w: vector<2x32xi32>) -> vector<2x32xf32> {
+  %0 = transformer.lane_dot_bf16 %acc, %x, %w : vector<2x32xi32> -> vector<2x32xf32>
+  return %0 : vector<2x32xf32>
+}
+
+// A decode row of 32 int8 lanes: 2 instructions.
+// DOTS-LABEL: func.func @u8i8_row
+// DOTS: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"(%{{.*}}, %{{.*}}, %{{.*}}) : (vector<16xi32>, vector<16xi32>, vector<16xi32>) -> vector<16xi32>
+// DOTS: vector.extract_strided_slice %{{.*}} {offsets = [16], sizes = [16], strides = [1]} : vector<32xi32> to vector<16xi32>
+// DOTS: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// DOTS-NOT: transformer.lane_dot_u8i8
+// VNNI-LABEL: func.func @u8i8_row
+// VNNI-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// Without vnni: byte i of the unsigned operand shifted down and masked, of the signed one shifted
+// to the top and arithmetically back; four multiply-adds in i32.
+// PLAIN-LABEL: func.func @u8i8_row
+// PLAIN: %[[U0:.*]] = arith.andi %[[U:.*]], %{{.*}} : vector<32xi32>
+// PLAIN: %[[S0T:.*]] = arith.shli %[[S:.*]], %{{.*}} : vector<32xi32>
+// PLAIN: %[[S0:.*]] = arith.shrsi %[[S0T]], %{{.*}} : vector<32xi32>
+// PLAIN: %[[P0:.*]] = arith.muli %[[U0]], %[[S0]] : vector<32xi32>
+// PLAIN: %[[SUM0:.*]] = arith.addi %{{.*}}, %[[P0]] : vector<32xi32>
+// PLAIN-COUNT-3: arith.muli
+// PLAIN-NOT: llvm.call_intrinsic
+func.func @u8i8_row(%acc: vector<32xi32>, %w: vector<32xi32>, %x: vector<32xi32>) -> vector<32xi32> {
+  %0 = transformer.lane_dot_u8i8 %acc, %w, %x : vector<32xi32> -> vector<32xi32>
+  return %0 : vector<32xi32>
+}
+
+// Scalars (a level that does not vectorize) always get the plain arithmetic.
+// DOTS-LABEL: func.func @scalars
+// DOTS-NOT: llvm.call_intrinsic
+// DOTS: math.fma
+// DOTS: arith.muli
+func.func @scalars(%f: f32, %i: i32, %a: i32, %b: i32) -> (f32, i32) {
+  %0 = transformer.lane_dot_bf16 %f, %a, %b : i32 -> f32
+  %1 = transformer.lane_dot_u8i8 %i, %a, %b : i32 -> i32
+  return %0, %1 : f32, i32
+}
