@@ -26,7 +26,7 @@ namespace {
 /// it. The first matching row wins, so each op kind lists its tiles from the largest down.
 /// Adding a tile shape is adding a row: the schedule applies whatever tile an op carries.
 struct TileChoice {
-  enum class Kind { PackedMatmul, Matmul, BatchMatmul, Elementwise };
+  enum class Kind { PackedMatmul, BlockPackedMatmul, Matmul, BatchMatmul, Elementwise };
   Kind kind;
   SmallVector<int64_t> tile;        // loop order of the op: ([batch,] M, N, K), or (M, panel, column, K)
   SmallVector<int64_t> interchange; // the tiled loops' order, outermost first; empty: the op's own
@@ -44,6 +44,11 @@ const TileChoice kTileTable[] = {
     {Kind::PackedMatmul, {kTileRows, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
     // Decode (one row): one accumulator row per panel, streaming each panel once.
     {Kind::PackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
+    // Block-quantized packed matmuls keep two accumulators per output, the block's i32 sums and
+    // the f32 total: half the rows, so that both fit in the 32 zmm registers with the weight
+    // lanes and the broadcast activations (8 rows would need all 32 for accumulators alone).
+    {Kind::BlockPackedMatmul, {kTileRows / 2, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
+    {Kind::BlockPackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
     // Plain matmuls (attention's q . k^T per key block and p . v): kTileRows rows x 32 columns
     // of accumulators, or one row (decode); narrower for attention's small heads and short blocks.
     {Kind::Matmul, {kTileRows, target::kMatmulTileWidths[0], 1}, {}, 1},
@@ -60,9 +65,12 @@ const TileChoice kTileTable[] = {
 /// True for the ops a row of the table may describe: named matmuls, and the linalg.generic that
 /// --transformer-to-linalg emits for a packed matmul (marked `gpt.packed_matmul`).
 bool isCandidate(linalg::LinalgOp op, const TileChoice &choice) {
+  const bool blockQuantized = op.getNumDpsInputs() > 0 && isBlockPartials(op.getDpsInputs()[0].getDefiningOp());
   switch (choice.kind) {
   case Kind::PackedMatmul:
-    return isa<linalg::GenericOp>(op) && isPackedMatmul(op);
+    return isa<linalg::GenericOp>(op) && isPackedMatmul(op) && !blockQuantized;
+  case Kind::BlockPackedMatmul:
+    return isa<linalg::GenericOp>(op) && isPackedMatmul(op) && blockQuantized;
   case Kind::Matmul:
     return isa<linalg::MatmulOp>(op);
   case Kind::BatchMatmul:
@@ -204,7 +212,7 @@ public:
         // or 2 threads' pieces; other counts keep the two ops apart.
         linalg::GenericOp epilogue;
         int64_t chunks = parallelChunks(op, choice, threads);
-        if (choice.kind == Kind::PackedMatmul && chunks <= 2)
+        if ((choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul) && chunks <= 2)
           if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
             // The epilogue's loops are the matmul's parallel ones: (M, panel, column).
             int64_t parallel = op.getNumParallelLoops();

@@ -266,39 +266,46 @@ func.func @epilogue(%x: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %b: tens
 #bP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
 #sP = affine_map<(m, p, j, b) -> (m, p, b, j)>
 #sS = affine_map<(m, p, j, b) -> (p, b, j)>
+#sX = affine_map<(m, p, j, b) -> (m, b)>
 #sC = affine_map<(m, p, j, b) -> (m, p, j)>
 #b3 = affine_map<(m, p, j) -> (m, p, j)>
 // CHECK-LABEL: func.func @block_quantized
 // CHECK: attrs = {gpt.block_partials}
-// CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [4, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
 // CHECK: attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1]}
-// CHECK: gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2]
-func.func @block_quantized(%x: tensor<16x2x32xf32>, %w: tensor<6x2x32x32xi8>, %d: tensor<6x2x32xf16>,
-                           %zeros: tensor<16x6x2x32xf32>, %init: tensor<16x6x32xf32>)
+// CHECK: gpt.epilogue_tile = [4, 1, 32], gpt.tile_interchange = [1, 0, 2]
+func.func @block_quantized(%x: tensor<16x2x8xi32>, %w: tensor<6x2x8x32xi32>, %d: tensor<6x2x32xf16>,
+                           %dx: tensor<16x2xf32>, %comp: tensor<16x2xf32>,
+                           %zeros: tensor<16x6x2x32xi32>, %init: tensor<16x6x32xf32>)
     -> (tensor<16x6x32xf32>, tensor<16x6x32xf32>) {
   %partials = linalg.generic {indexing_maps = [#bA, #bW, #bP],
                               iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
-      ins(%x, %w : tensor<16x2x32xf32>, tensor<6x2x32x32xi8>) outs(%zeros : tensor<16x6x2x32xf32>)
+      ins(%x, %w : tensor<16x2x8xi32>, tensor<6x2x8x32xi32>) outs(%zeros : tensor<16x6x2x32xi32>)
       attrs = {gpt.block_partials} {
-  ^bb0(%a: f32, %q: i8, %acc: f32):
-    %qf = arith.sitofp %q : i8 to f32
-    %r = math.fma %a, %qf, %acc : f32
-    linalg.yield %r : f32
-  } -> tensor<16x6x2x32xf32>
-  %0 = linalg.generic {indexing_maps = [#sP, #sS, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
-      ins(%partials, %d : tensor<16x6x2x32xf32>, tensor<6x2x32xf16>) outs(%init : tensor<16x6x32xf32>)
-      attrs = {gpt.packed_matmul} {
-  ^bb0(%p: f32, %s: f16, %acc: f32):
+  ^bb0(%a: i32, %q: i32, %acc: i32):
+    %r = transformer.lane_dot_u8i8 %acc, %q, %a : i32 -> i32
+    linalg.yield %r : i32
+  } -> tensor<16x6x2x32xi32>
+  %0 = linalg.generic {indexing_maps = [#sP, #sS, #sX, #sX, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d, %dx, %comp : tensor<16x6x2x32xi32>, tensor<6x2x32xf16>, tensor<16x2xf32>, tensor<16x2xf32>)
+      outs(%init : tensor<16x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%p: i32, %s: f16, %sx: f32, %c: f32, %acc: f32):
+    %pf = arith.sitofp %p : i32 to f32
+    %sum = arith.subf %pf, %c : f32
     %sf = arith.extf %s : f16 to f32
-    %r = math.fma %p, %sf, %acc : f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %sum, %scale, %acc : f32
     linalg.yield %r : f32
   } -> tensor<16x6x32xf32>
-  %1 = linalg.generic {indexing_maps = [#sP, #sS, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
-      ins(%partials, %d : tensor<16x6x2x32xf32>, tensor<6x2x32xf16>) outs(%init : tensor<16x6x32xf32>)
-      attrs = {gpt.packed_matmul} {
-  ^bb0(%p: f32, %s: f16, %acc: f32):
+  %1 = linalg.generic {indexing_maps = [#sP, #sS, #sX, #sX, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d, %dx, %comp : tensor<16x6x2x32xi32>, tensor<6x2x32xf16>, tensor<16x2xf32>, tensor<16x2xf32>)
+      outs(%init : tensor<16x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%p: i32, %s: f16, %sx: f32, %c: f32, %acc: f32):
+    %pf = arith.sitofp %p : i32 to f32
+    %sum = arith.subf %pf, %c : f32
     %sf = arith.extf %s : f16 to f32
-    %r = math.fma %p, %sf, %acc : f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %sum, %scale, %acc : f32
     linalg.yield %r : f32
   } -> tensor<16x6x32xf32>
   %e = tensor.empty() : tensor<16x6x32xf32>
@@ -321,28 +328,32 @@ func.func @block_quantized(%x: tensor<16x2x32xf32>, %w: tensor<6x2x32x32xi8>, %d
 #dP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
 #eP = affine_map<(m, p, j, b) -> (m, p, b, j)>
 #eS = affine_map<(m, p, j, b) -> (p, b, j)>
+#eX = affine_map<(m, p, j, b) -> (m, b)>
 #eC = affine_map<(m, p, j, b) -> (m, p, j)>
 // CHECK-LABEL: func.func @block_quantized_decode
 // CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
 // THREADS2-LABEL: func.func @block_quantized_decode
 // THREADS2: gpt.packed_matmul, gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 1, 32, 1]
-func.func @block_quantized_decode(%x: tensor<1x24x32xf32>, %w: tensor<24x24x32x32xi8>, %d: tensor<24x24x32xf16>,
-                                  %zeros: tensor<1x24x24x32xf32>, %init: tensor<1x24x32xf32>) -> tensor<1x24x32xf32> {
+func.func @block_quantized_decode(%x: tensor<1x24x8xi32>, %w: tensor<24x24x8x32xi32>, %d: tensor<24x24x32xf16>,
+                                  %dx: tensor<1x24xf32>, %comp: tensor<1x24xf32>,
+                                  %zeros: tensor<1x24x24x32xi32>, %init: tensor<1x24x32xf32>) -> tensor<1x24x32xf32> {
   %partials = linalg.generic {indexing_maps = [#dA, #dW, #dP],
                               iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
-      ins(%x, %w : tensor<1x24x32xf32>, tensor<24x24x32x32xi8>) outs(%zeros : tensor<1x24x24x32xf32>)
+      ins(%x, %w : tensor<1x24x8xi32>, tensor<24x24x8x32xi32>) outs(%zeros : tensor<1x24x24x32xi32>)
       attrs = {gpt.block_partials} {
-  ^bb0(%a: f32, %q: i8, %acc: f32):
-    %qf = arith.sitofp %q : i8 to f32
-    %r = math.fma %a, %qf, %acc : f32
-    linalg.yield %r : f32
-  } -> tensor<1x24x24x32xf32>
-  %0 = linalg.generic {indexing_maps = [#eP, #eS, #eC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
-      ins(%partials, %d : tensor<1x24x24x32xf32>, tensor<24x24x32xf16>) outs(%init : tensor<1x24x32xf32>)
-      attrs = {gpt.packed_matmul} {
-  ^bb0(%p: f32, %s: f16, %acc: f32):
+  ^bb0(%a: i32, %q: i32, %acc: i32):
+    %r = transformer.lane_dot_u8i8 %acc, %q, %a : i32 -> i32
+    linalg.yield %r : i32
+  } -> tensor<1x24x24x32xi32>
+  %0 = linalg.generic {indexing_maps = [#eP, #eS, #eX, #eX, #eC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d, %dx, %comp : tensor<1x24x24x32xi32>, tensor<24x24x32xf16>, tensor<1x24xf32>, tensor<1x24xf32>)
+      outs(%init : tensor<1x24x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%p: i32, %s: f16, %sx: f32, %c: f32, %acc: f32):
+    %pf = arith.sitofp %p : i32 to f32
+    %sum = arith.subf %pf, %c : f32
     %sf = arith.extf %s : f16 to f32
-    %r = math.fma %p, %sf, %acc : f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %sum, %scale, %acc : f32
     linalg.yield %r : f32
   } -> tensor<1x24x32xf32>
   return %0 : tensor<1x24x32xf32>
