@@ -104,3 +104,39 @@ def scale_panels(scales: np.ndarray, width: int = 32) -> np.ndarray:
     blocks, n = scales.shape
     return np.ascontiguousarray(scales.reshape(blocks, n // width, width).transpose(1, 0, 2))
 
+
+# -- Activations ---------------------------------------------------------------------------------
+# What a low-precision matmul multiplies its weights with: the dot-product instructions take bf16
+# (vdpbf16ps) or int8 (vpdpbusd) activations, made from the f32 input row by row. The references
+# take float64 activations, round them to float32 first, then to the format.
+
+
+def bf16_activations(x: np.ndarray) -> np.ndarray:
+    """float32(x) rounded to the nearest bf16 (ties to even), in float64."""
+    x32 = np.ascontiguousarray(x, np.float32)
+    return (bf16_bits(x32).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def int8_activation_blocks(x: np.ndarray):
+    """(codes int8 [..., K], scales float32 [..., K/32]) of float32(x), per block of 32 consecutive
+    elements along the last axis, in float32 arithmetic: amax = max |x|, d = amax / 127,
+    id = 1 / d (0 when d is 0), code = clip(rint(x * id), -127, 127), rint rounding half to even."""
+    x32 = np.asarray(x, np.float32)
+    *lead, k = x32.shape
+    if k % BLOCK != 0:
+        raise ValueError(f"K = {k} is not a multiple of the block ({BLOCK})")
+    blocks = x32.reshape(*lead, k // BLOCK, BLOCK)
+    d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    products = (blocks * inverse[..., None]).astype(np.float32)
+    codes = np.clip(np.rint(products), -127, 127).astype(np.int8)
+    return codes.reshape(x32.shape), d
+
+
+def int8_activations(x: np.ndarray) -> np.ndarray:
+    """x as a q8_0 model's matmuls see it: code * d of int8_activation_blocks, in float64."""
+    codes, d = int8_activation_blocks(x)
+    *lead, k = codes.shape
+    blocks = codes.reshape(*lead, k // BLOCK, BLOCK).astype(np.float64) * d[..., None].astype(np.float64)
+    return blocks.reshape(codes.shape)
