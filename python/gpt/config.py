@@ -72,7 +72,7 @@ class CompileOptions:
     "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,
     one fp16 scale per block). Weights are converted once, at load, and widened to f32 in
     registers as they are read; activations stay f32. Low-precision formats need a vectorized
-    pipeline, and q8_0/q4_0 an n_embd that is a multiple of 32."""
+    pipeline, q8_0/q4_0 an n_embd that is a multiple of 32, and bf16 an even n_embd."""
 
     pipeline: str = "default"
     threads: int | None = None
