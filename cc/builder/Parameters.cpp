@@ -4,6 +4,7 @@
 #include "cc/TargetParameters.h"
 #include "cc/builder/GPTConfig.h"
 #include "cc/dialect/TransformerDialect.h"
+#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/Quantization.h"
 
 #include <stdexcept>
@@ -48,12 +49,18 @@ const char *weightFormatName(WeightFormat format) {
 
 std::vector<int64_t> ParameterSpec::argumentShape() const {
   if (panelWidth == 0) return shape;
-  int64_t rows = shape[0];
+  // The rows of K one element of the argument holds: a scale per block; a 32-bit lane word of 2
+  // bf16, 4 q8_0 or 8 q4_0 weights of one column (kernels/LanePacking.h).
+  int64_t rowsPerElement = 1;
   if (isScales())
-    rows /= kernels::kQuantBlock;
+    rowsPerElement = kernels::kQuantBlock;
+  else if (format == WeightFormat::BF16)
+    rowsPerElement = kernels::kBf16RowsPerWord;
+  else if (format == WeightFormat::Q8_0)
+    rowsPerElement = kernels::kQ8_0RowsPerWord;
   else if (format == WeightFormat::Q4_0)
-    rows /= 2; // two codes per byte
-  return {shape[1] / panelWidth, rows, panelWidth};
+    rowsPerElement = kernels::kQ4_0RowsPerWord;
+  return {shape[1] / panelWidth, shape[0] / rowsPerElement, panelWidth};
 }
 
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorage &storage) {
@@ -63,6 +70,10 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     throw std::invalid_argument(std::string(weightFormatName(storage.format)) + " weights need n_embd (" +
                                 std::to_string(d) + ") to be a multiple of " + std::to_string(kernels::kQuantBlock) +
                                 ", the quantization block");
+  // bf16 lanes pair consecutive rows of K.
+  if (storage.packed && storage.format == WeightFormat::BF16 && d % kernels::kBf16RowsPerWord != 0)
+    throw std::invalid_argument("bf16 weights need an even n_embd (" + std::to_string(d) +
+                                "): their lanes pair consecutive rows along K");
   // A matmul's [K, N] weight is packed into panels when asked and N divides into them; packed
   // weights take the storage's format.
   auto pack = [&](ParameterSpec &spec, WeightLayout packedLayout) {

@@ -43,18 +43,19 @@ const std::vector<LayerParameter> &layerParameters();
 /// How the runtime lays a parameter out for compiled code, once, when the weights are bound.
 enum class WeightLayout {
   AsGiven,                ///< the user's array, read in place
-  Panels,                 ///< a [K, N] matrix repacked into N / P column panels [N/P, K, P]
+  Panels,                 ///< a [K, N] matrix repacked into N / P column panels (argumentShape)
   TransposedPadded,       ///< the [V, D] table `source` transposed to [D, V'] with zero columns past V
   TransposedPaddedPanels, ///< TransposedPadded, then packed into panels
 };
 
-/// The format matmul weights are stored in (llama.cpp's names). Each is made once, at load, and
-/// widened to f32 in registers as compiled code reads it.
+/// The format matmul weights are stored in (llama.cpp's names), made once, at load. The
+/// low-precision ones are packed in lane layouts (kernels/LanePacking.h): 32-bit words holding
+/// consecutive-along-K weights of one column, one word per lane of a dot-product instruction.
 enum class WeightFormat {
   F32,
-  BF16, ///< rounded to nearest even
-  Q8_0, ///< i8 codes, one f16 scale per block of 32 weights along K (kernels/Quantization.h)
-  Q4_0, ///< 4-bit codes two per byte, one f16 scale per block of 32 weights along K
+  BF16, ///< rounded to nearest even, 2 rows of K per word
+  Q8_0, ///< int8 codes, 4 rows per word, one f16 scale per block of 32 along K (kernels/Quantization.h)
+  Q4_0, ///< 4-bit codes, 8 rows per word, one f16 scale per block of 32 weights along K
 };
 
 /// True for the formats that store codes and per-block scales (two arguments per weight).
@@ -88,8 +89,9 @@ struct ParameterSpec {
 
   bool derived() const { return !source.empty(); }
   bool isScales() const { return !scalesOf.empty(); }
-  /// The shape the compiled program takes: `shape`, or for a packed weight [N/P, K, P] (q4_0
-  /// codes: [N/P, K/2, P]; scales: [N/P, K/32, P]).
+  /// The shape the compiled program takes: `shape`, or for a packed weight [N/P, K, P] (f32),
+  /// its i32 lane words [N/P, K/2, P] (bf16), [N/P, K/4, P] (q8_0) or [N/P, K/8, P] (q4_0), and
+  /// for scales [N/P, K/32, P].
   std::vector<int64_t> argumentShape() const;
 };
 
@@ -98,8 +100,9 @@ struct ParameterSpec {
 /// LM head's [D, paddedVocabSize()] matmul weight. With `storage.packed`, every matmul weight
 /// whose column count divides by target::kPanelWidth is packed into panels, in
 /// `storage.format`, followed by its scales when the format is block-quantized; every other
-/// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size
-/// (std::invalid_argument otherwise), and take no "transformer.wte.weight": their token lookup
+/// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size, and
+/// bf16 an even n_embd (std::invalid_argument otherwise). Block-quantized formats take no
+/// "transformer.wte.weight": their token lookup
 /// reads the LM head's copy (the embedding is stored once, in the format; q8_0 for q4_0).
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, const WeightStorage &storage);
 

@@ -35,9 +35,6 @@ template <typename T> void packPanelsOf(const T *matrix, int64_t rows, int64_t c
 void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed) {
   packPanelsOf(matrix, rows, cols, width, packed);
 }
-void packPanels(const int8_t *matrix, int64_t rows, int64_t cols, int64_t width, int8_t *packed) {
-  packPanelsOf(matrix, rows, cols, width, packed);
-}
 void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t width, uint16_t *packed) {
   packPanelsOf(matrix, rows, cols, width, packed);
 }
@@ -47,19 +44,6 @@ void unpackPanels(const float *packed, int64_t rows, int64_t cols, int64_t width
   for (int64_t panel = 0; panel < cols / width; ++panel)
     for (int64_t row = 0; row < rows; ++row)
       std::copy_n(packed + (panel * rows + row) * width, width, matrix + row * cols + panel * width);
-}
-
-void packNibblePanels(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint8_t *packed) {
-  checkPanels(rows, cols, width);
-  if (rows % 32 != 0) throw std::invalid_argument("packNibblePanels: the row count must be a multiple of 32");
-  for (int64_t panel = 0; panel < cols / width; ++panel)
-    for (int64_t block = 0; block < rows / 32; ++block)
-      for (int64_t i = 0; i < 16; ++i) {
-        const uint8_t *low = codes + (block * 32 + i) * cols + panel * width;
-        const uint8_t *high = low + 16 * cols;
-        uint8_t *out = packed + (panel * (rows / 2) + block * 16 + i) * width;
-        for (int64_t c = 0; c < width; ++c) out[c] = static_cast<uint8_t>((low[c] & 0xF) | (high[c] << 4));
-      }
 }
 
 void transposePadded(const float *matrix, int64_t rows, int64_t cols, int64_t paddedRows, float *out) {

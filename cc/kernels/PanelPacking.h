@@ -1,5 +1,6 @@
-// Weight layouts made once, when a model's weights are bound: a [K, N] matrix into the column
-// panels that `transformer.packed_matmul` reads, and the tied embedding transposed for the LM head.
+// Weight layouts made once, when a model's weights are bound: an f32 [K, N] matrix (or the fp16
+// scales of a quantized one) into the column panels that `transformer.packed_matmul` reads, and
+// the tied embedding transposed for the LM head. Low-precision codes use LanePacking.h instead.
 #ifndef GPT_CC_KERNELS_PANELPACKING_H
 #define GPT_CC_KERNELS_PANELPACKING_H
 
@@ -31,15 +32,9 @@ inline AlignedFloats allocateAligned(int64_t count) { return allocateAlignedArra
 /// (`cols` a multiple of `width`): each panel of `width` columns becomes one contiguous
 /// [rows, width] block, so a register tile of those columns walks memory front to back.
 void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed);
-/// The same for the codes (int8) and f16 scales (uint16 bits) of a block-quantized weight.
-void packPanels(const int8_t *matrix, int64_t rows, int64_t cols, int64_t width, int8_t *packed);
+/// The same for the f16 scale bits of a block-quantized weight ([K/32, N] into [N/P, K/32, P]);
+/// its codes go into lane layouts instead (LanePacking.h).
 void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t width, uint16_t *packed);
-
-/// q4_0 codes (a row-major [rows, cols] matrix of values in [0, 15], `rows` a multiple of 32)
-/// packed two per byte into [cols / width, rows / 2, width] panels: within each block of 32
-/// rows, byte `i` holds row `i` in its low nibble and row `i + 16` in its high nibble (the
-/// layout `transformer.packed_matmul` reads).
-void packNibblePanels(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint8_t *packed);
 
 /// The inverse of packPanels: `matrix[k][j] = packed[j / width][k][j % width]`.
 void unpackPanels(const float *packed, int64_t rows, int64_t cols, int64_t width, float *matrix);

@@ -31,31 +31,6 @@ void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes
 /// block; a weight dequantizes to (code - 8) * d.
 void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales);
 
-/// Bytes of one llama.cpp block: an fp16 scale, then 32 int8 codes (q8_0) or 16 bytes of 4-bit
-/// codes, byte i holding code i in its low nibble and code i + 16 in its high one (q4_0).
-constexpr int64_t kQ8_0BlockBytes = 2 + kQuantBlock;
-constexpr int64_t kQ4_0BlockBytes = 2 + kQuantBlock / 2;
-
-/// A weight quantized by llama.cpp (a GGUF tensor), laid out as compiled code reads it without
-/// widening it: `blocks` holds `n` rows of `k` weights (torch's [out, in] layout: row j is column
-/// j of the [K, N] matmul weight), each row k / 32 blocks. Writes the codes and fp16 scale bits
-/// in the panels of `packPanels` (q8_0: codes [paddedN/w, K, w]) or `packNibblePanels` (q4_0),
-/// scales [paddedN/w, K/32, w]; columns n .. paddedN - 1 get zero codes and scales.
-void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, int8_t *codes,
-                    uint16_t *scales);
-void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint8_t *codes,
-                    uint16_t *scales);
-
-/// The [K, N] f32 matrix a compiled program computes with, from a weight stored in [N / width]
-/// column panels (PanelPacking.h): bf16 halves [N/w, K, w]; q8_0 codes [N/w, K, w] and fp16
-/// scale bits [N/w, K/32, w]; q4_0 nibble codes [N/w, K/2, w] (packNibblePanels' layout) and
-/// scales. Exact: each weight is code * scale (q4_0: (code - 8) * scale) rounded once to f32.
-void dequantizeBf16Panels(const uint16_t *halves, int64_t rows, int64_t cols, int64_t width, float *matrix);
-void dequantizeQ8_0Panels(const int8_t *codes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
-                          float *matrix);
-void dequantizeQ4_0Panels(const uint8_t *codes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
-                          float *matrix);
-
 } // namespace gpt::kernels
 
 #endif // GPT_CC_KERNELS_QUANTIZATION_H

@@ -3,6 +3,8 @@
 
 #include "cc/Registration.h"
 #include "cc/TargetParameters.h"
+#include "cc/kernels/GgufRepacking.h"
+#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/Quantization.h"
 #include "cc/runtime/DiagnosticCapture.h"
@@ -233,18 +235,17 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
         throw std::invalid_argument(key + ": " + std::to_string(weight.bytes) + " bytes of " +
                                     weightFormatName(weight.format) + " blocks, expected " +
                                     std::to_string(columns * blocks * blockBytes));
+      // Both formats' lanes are 32-bit words of 4 (q8_0) or 8 (q4_0) rows of one column.
+      const bool q8 = weight.format == WeightFormat::Q8_0;
+      auto codes = kernels::allocateAlignedArray<uint32_t>(
+          rows * cols / (q8 ? kernels::kQ8_0RowsPerWord : kernels::kQ4_0RowsPerWord));
       auto scales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
-      if (weight.format == WeightFormat::Q8_0) {
-        auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
+      if (q8)
         kernels::repackQ8_0Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
-        descriptors.push_back(MemRefDescriptor::view(codes.get(), spec.argumentShape()));
-        data_.push_back(keep(std::move(codes)));
-      } else {
-        auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols / 2);
+      else
         kernels::repackQ4_0Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
-        descriptors.push_back(MemRefDescriptor::view(codes.get(), spec.argumentShape()));
-        data_.push_back(keep(std::move(codes)));
-      }
+      descriptors.push_back(MemRefDescriptor::view(codes.get(), spec.argumentShape()));
+      data_.push_back(keep(std::move(codes)));
       pendingScales = keep(std::move(scales));
       repacked.insert(key);
       continue;
@@ -267,35 +268,36 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
     const bool panels = spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels;
     const void *argument = data;
     if (isBlockQuantized(spec.format)) {
-      // Quantized on the [K, N] matrix (blocks run along K), then codes and scales packed.
+      // Quantized on the [K, N] matrix (blocks run along K), then the codes packed into lanes
+      // (LanePacking.h) and the scales into panels. The unpacked codes are a transient byte per
+      // weight, freed before the next weight.
       const int64_t blocks = rows / kernels::kQuantBlock, width = spec.panelWidth;
-      auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
       auto scales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
-      auto packedScales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
+      kernels::AlignedArray<uint32_t> lanes;
       if (spec.format == WeightFormat::Q8_0) {
-        auto packedCodes = kernels::allocateAlignedArray<int8_t>(rows * cols);
+        auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
         kernels::quantizeQ8_0(data, rows, cols, codes.get(), scales.get());
-        kernels::packPanels(codes.get(), rows, cols, width, packedCodes.get());
-        argument = keep(std::move(packedCodes));
+        lanes = kernels::allocateAlignedArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
+        kernels::packQ8_0Lanes(codes.get(), rows, cols, width, lanes.get());
       } else {
-        auto packedCodes = kernels::allocateAlignedArray<uint8_t>(rows * cols / 2);
-        auto *nibbles = reinterpret_cast<uint8_t *>(codes.get());
-        kernels::quantizeQ4_0(data, rows, cols, nibbles, scales.get());
-        kernels::packNibblePanels(nibbles, rows, cols, width, packedCodes.get());
-        argument = keep(std::move(packedCodes));
+        auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols);
+        kernels::quantizeQ4_0(data, rows, cols, codes.get(), scales.get());
+        lanes = kernels::allocateAlignedArray<uint32_t>(rows * cols / kernels::kQ4_0RowsPerWord);
+        kernels::packQ4_0Lanes(codes.get(), rows, cols, width, lanes.get());
       }
+      argument = keep(std::move(lanes));
+      auto packedScales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
       kernels::packPanels(scales.get(), blocks, cols, width, packedScales.get());
       pendingScales = keep(std::move(packedScales));
+    } else if (spec.format == WeightFormat::BF16) {
+      // Rounded and packed into bf16 lanes in one pass, straight from the [K, N] matrix.
+      auto lanes = kernels::allocateAlignedArray<uint32_t>(rows * cols / kernels::kBf16RowsPerWord);
+      kernels::packBf16Lanes(data, rows, cols, spec.panelWidth, lanes.get());
+      argument = keep(std::move(lanes));
     } else {
       if (panels) relayout([&](float *out) { kernels::packPanels(data, rows, cols, spec.panelWidth, out); });
       argument = data;
-      if (spec.format == WeightFormat::BF16) {
-        kernels::AlignedArray<uint16_t> halves = kernels::allocateAlignedArray<uint16_t>(rows * cols);
-        kernels::quantizeBf16(data, rows * cols, halves.get());
-        argument = keep(std::move(halves));
-      } else if (laidOut) {
-        argument = keep(std::move(laidOut));
-      }
+      if (laidOut) argument = keep(std::move(laidOut));
     }
     descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));
     data_.push_back(argument);
@@ -343,15 +345,15 @@ std::vector<float> CompiledModel::storedWeight(const std::string &name) const {
         std::copy_n(static_cast<const float *>(data), rows * cols, matrix.data());
       break;
     case WeightFormat::BF16:
-      kernels::dequantizeBf16Panels(static_cast<const uint16_t *>(data), rows, cols, width, matrix.data());
+      kernels::dequantizeBf16Lanes(static_cast<const uint32_t *>(data), rows, cols, width, matrix.data());
       break;
     case WeightFormat::Q8_0:
-      kernels::dequantizeQ8_0Panels(static_cast<const int8_t *>(data), static_cast<const uint16_t *>(weightData[i + 1]),
-                                    rows, cols, width, matrix.data());
+      kernels::dequantizeQ8_0Lanes(static_cast<const uint32_t *>(data),
+                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
       break;
     case WeightFormat::Q4_0:
-      kernels::dequantizeQ4_0Panels(static_cast<const uint8_t *>(data),
-                                    static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
+      kernels::dequantizeQ4_0Lanes(static_cast<const uint32_t *>(data),
+                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
       break;
     }
     if (!spec.derived()) return matrix;

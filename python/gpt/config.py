@@ -74,9 +74,10 @@ class CompileOptions:
     dot-product instructions where it has them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the
     activations a matmul reads to bf16, and q8_0/q4_0 quantize them per block of 32 to int8, as
     llama.cpp does; accumulation is f32 (exact i32 within a block). Low-precision formats need a
-    vectorized pipeline, and q8_0/q4_0 an n_embd that is a multiple of 32. `target_cpu` is the CPU compiled
-    code is specialised for: "host" (this machine's CPU and features), or an LLVM CPU name whose
-    code this machine can run ("skylake-avx512", ...), to run another CPU's code paths here."""
+    vectorized pipeline, q8_0/q4_0 an n_embd that is a multiple of 32, and bf16 an even n_embd.
+    `target_cpu` is the CPU compiled code is specialised for: "host" (this machine's CPU and
+    features), or an LLVM CPU name whose code this machine can run ("skylake-avx512", ...), to
+    run another CPU's code paths here."""
 
     pipeline: str = "default"
     threads: int | None = None

@@ -130,8 +130,8 @@ class GPT:
 
         Quantized tensors stay quantized when `options.weights` is their format: a q8_0 file's
         matmul weights and token embedding (stored once, as the LM head), or a q4_0 file's matmul
-        weights, are repacked from the file's blocks into the compiled model's panels, codes and
-        fp16 scales as they are, with no float32 copy. Any other tensor is dequantized to float32
+        weights, are repacked from the file's blocks into the compiled model's lane layouts, codes
+        and fp16 scales as they are, with no float32 copy. Any other tensor is dequantized to float32
         (gguf.quants.dequantize) and converted at load like any weight; the formats' definitions
         round-trip, so a bf16, q8_0 or q4_0 file loaded in its own format computes with exactly
         the file's values either way (q4_0's embedding is q8_0 in the model, as llama.cpp keeps

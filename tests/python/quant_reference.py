@@ -59,3 +59,84 @@ def dequantize(codes: np.ndarray, scale_bits: np.ndarray, offset: int = 0) -> np
     k, n = codes.shape
     d = scale_bits.view(np.float16).astype(np.float64)
     return ((codes.astype(np.float64) - offset).reshape(k // BLOCK, BLOCK, n) * d[:, None, :]).reshape(k, n)
+
+
+# -- Lane layouts --------------------------------------------------------------------------------
+# Each uint32 word holds consecutive-along-K weights of one column (column j = p * width + c of
+# panel p), the lane a dot-product instruction multiplies; byte i is bits 8 i .. 8 i + 7.
+
+
+def _panels(words: np.ndarray, width: int) -> np.ndarray:
+    """[K / r, N] words -> [N / width, K / r, width]."""
+    rows, n = words.shape
+    assert n % width == 0
+    return np.ascontiguousarray(words.reshape(rows, n // width, width).transpose(1, 0, 2)).astype(np.uint32)
+
+
+def bf16_lanes(matrix: np.ndarray, width: int = 32) -> np.ndarray:
+    """[N/width, K/2, width]: word = bf16(w[2 k][j]) | bf16(w[2 k + 1][j]) << 16."""
+    k, n = matrix.shape
+    assert k % 2 == 0
+    halves = bf16_bits(matrix).astype(np.uint32).reshape(k // 2, 2, n)
+    return _panels(halves[:, 0] | (halves[:, 1] << 16), width)
+
+
+def q8_0_lanes(codes: np.ndarray, width: int = 32) -> np.ndarray:
+    """[N/width, K/4, width] of int8 codes [K, N]: byte i of a word = code of row 4 k + i."""
+    k, n = codes.shape
+    assert codes.dtype == np.int8 and k % BLOCK == 0
+    grouped = codes.view(np.uint8).astype(np.uint32).reshape(k // 4, 4, n)
+    return _panels(sum(grouped[:, i] << (8 * i) for i in range(4)), width)
+
+
+def q4_0_lanes(codes: np.ndarray, width: int = 32) -> np.ndarray:
+    """[N/width, K/8, width] of codes in [0, 15] [K, N]: byte i of a word = code of row 8 k + i
+    | code of row 8 k + 4 + i << 4."""
+    k, n = codes.shape
+    assert k % BLOCK == 0 and codes.max(initial=0) <= 15
+    octets = codes.astype(np.uint32).reshape(k // 8, 2, 4, n)  # [octet, low/high nibble, i, column]
+    bytes_ = octets[:, 0] | (octets[:, 1] << 4)
+    return _panels(sum(bytes_[:, i] << (8 * i) for i in range(4)), width)
+
+
+def scale_panels(scales: np.ndarray, width: int = 32) -> np.ndarray:
+    """fp16 scale bits [K/32, N] in their panels [N/width, K/32, width] (unchanged by the lanes)."""
+    blocks, n = scales.shape
+    return np.ascontiguousarray(scales.reshape(blocks, n // width, width).transpose(1, 0, 2))
+
+
+# -- Activations ---------------------------------------------------------------------------------
+# What a low-precision matmul multiplies its weights with: the dot-product instructions take bf16
+# (vdpbf16ps) or int8 (vpdpbusd) activations, made from the f32 input row by row. The references
+# take float64 activations, round them to float32 first, then to the format.
+
+
+def bf16_activations(x: np.ndarray) -> np.ndarray:
+    """float32(x) rounded to the nearest bf16 (ties to even), in float64."""
+    x32 = np.ascontiguousarray(x, np.float32)
+    return (bf16_bits(x32).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def int8_activation_blocks(x: np.ndarray):
+    """(codes int8 [..., K], scales float32 [..., K/32]) of float32(x), per block of 32 consecutive
+    elements along the last axis, in float32 arithmetic: amax = max |x|, d = amax / 127,
+    id = 1 / d (0 when d is 0), code = clip(rint(x * id), -127, 127), rint rounding half to even."""
+    x32 = np.asarray(x, np.float32)
+    *lead, k = x32.shape
+    if k % BLOCK != 0:
+        raise ValueError(f"K = {k} is not a multiple of the block ({BLOCK})")
+    blocks = x32.reshape(*lead, k // BLOCK, BLOCK)
+    d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    products = (blocks * inverse[..., None]).astype(np.float32)
+    codes = np.clip(np.rint(products), -127, 127).astype(np.int8)
+    return codes.reshape(x32.shape), d
+
+
+def int8_activations(x: np.ndarray) -> np.ndarray:
+    """x as a q8_0 model's matmuls see it: code * d of int8_activation_blocks, in float64."""
+    codes, d = int8_activation_blocks(x)
+    *lead, k = codes.shape
+    blocks = codes.reshape(*lead, k // BLOCK, BLOCK).astype(np.float64) * d[..., None].astype(np.float64)
+    return blocks.reshape(codes.shape)

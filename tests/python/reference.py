@@ -38,9 +38,13 @@ def causal_self_attention(q, k, v):
     return (scores / scores.sum(axis=-1, keepdims=True)) @ v
 
 
-def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5, lm_head=None):
+def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5, lm_head=None, matmul_input=None):
     """Logits [T, vocab] of GPT-2 with HF parameter names (Conv1D weights are [in, out]). The LM
-    head is the tied embedding unless `lm_head` ([vocab, d]) is given."""
+    head is the tied embedding unless `lm_head` ([vocab, d]) is given. `matmul_input`, when given,
+    maps the input of every product with a weight (qkv, attention projection, MLP fc and proj,
+    LM head) to what the matmul multiplies, e.g. activations rounded to a low precision;
+    attention's q k^T and p v products are not weight matmuls and take their inputs as they are."""
+    into = matmul_input if matmul_input is not None else (lambda v: v)
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     ids = np.asarray(ids)
     t = len(ids)
@@ -53,15 +57,15 @@ def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5
     for i in range(n_layer):
         p = f"transformer.h.{i}."
         h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
-        qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
+        qkv = into(h) @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
         q, k, v = (qkv[:, j * d : (j + 1) * d].reshape(t, n_head, hs).transpose(1, 0, 2) for j in range(3))
         if pos_embedding == "rope":
             q, k = rotate_half_rope(q, positions), rotate_half_rope(k, positions)
         a = causal_self_attention(q, k, v).transpose(1, 0, 2).reshape(t, d)
-        x = x + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        x = x + into(a) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
         h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
-        h = gelu_tanh(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
-        x = x + h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+        h = gelu_tanh(into(h) @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+        x = x + into(h) @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     x = layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
     head = w["transformer.wte.weight"] if lm_head is None else np.asarray(lm_head, dtype=np.float64)
-    return x @ head.T
+    return into(x) @ head.T

@@ -14,6 +14,7 @@ import safetensors.torch
 import torch
 
 import gpt
+import quant_reference as ref
 from checkpoints import hf_config, rewrite
 from gpt import _gpt
 from gpt.gguf_file import FORMATS, save_gguf
@@ -212,17 +213,71 @@ def test_transformers_reads_the_same_weights_from_our_gguf(tmp_path, weights, fm
         np.testing.assert_array_equal(theirs[name].float().numpy(), value, err_msg=name)
 
 
-def file_blocks(tensor, k, n):
-    """(codes [K, N], fp16 scale bits [K/32, N]) of a Q8_0 or Q4_0 tensor of ne [K, N], in the
-    layout of the compiler's kernels (_gpt.quantize_q8_0 / quantize_q4_0)."""
-    size = 34 if tensor.tensor_type == T.Q8_0 else 18
-    blocks = np.asarray(tensor.data).reshape(n, k // 32, size)
+def block_codes(data, qtype, k, n):
+    """(codes [K, N], fp16 scale bits [K/32, N]) of Q8_0 or Q4_0 blocks holding n rows of k weights
+    (ne [K, N]), in the layout of the compiler's kernels (_gpt.quantize_q8_0 / quantize_q4_0)."""
+    size = 34 if qtype == T.Q8_0 else 18
+    blocks = np.asarray(data).reshape(n, k // 32, size)
     scales = blocks[..., :2].copy().view(np.uint16)[..., 0].T
-    if tensor.tensor_type == T.Q8_0:
+    if qtype == T.Q8_0:
         codes = blocks[..., 2:].copy().view(np.int8)
     else:  # byte j holds element j in its low nibble and element j + 16 in its high nibble
         codes = np.concatenate([blocks[..., 2:] & 15, blocks[..., 2:] >> 4], axis=-1)
     return np.ascontiguousarray(codes.reshape(n, k).T), np.ascontiguousarray(scales)
+
+
+def file_blocks(tensor, k, n):
+    """block_codes of a Q8_0 or Q4_0 tensor of ne [K, N]."""
+    return block_codes(tensor.data, tensor.tensor_type, k, n)
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("k, n, padded_n", [(32, 1, 32), (64, 96, 96), (96, 40, 64), (256, 100, 128)])
+def test_repacked_blocks_are_the_lanes_of_the_files_codes(fmt, k, n, padded_n):
+    """from_gguf's repacking, bit for bit: llama.cpp's blocks (written by gguf's own quantizer) in
+    the lane layouts of quant_reference.py, with the file's codes and scales unchanged, and
+    padding columns past n (the LM head's vocabulary padding) that dequantize to 0."""
+    rows = (np.random.default_rng(k + n).standard_normal((n, k)) * 0.02).astype(np.float32)  # [out, in]
+    rows[0, :32] = 0.0  # an all-zero block
+    rows[-1, -32:] = [1.0, -1.0] * 16  # ties of equal magnitude
+    blocks = gguf.quants.quantize(rows, QTYPES[fmt])
+    codes, scales = block_codes(blocks, QTYPES[fmt], k, n)
+    pad = padded_n - n
+    codes = np.pad(codes, ((0, 0), (0, pad)), constant_values=0 if fmt == "q8_0" else 8)
+    scales = np.pad(scales, ((0, 0), (0, pad)))
+    repack, lanes = (
+        (_gpt.repack_q8_0_rows, ref.q8_0_lanes) if fmt == "q8_0" else (_gpt.repack_q4_0_rows, ref.q4_0_lanes)
+    )
+    got_codes, got_scales = repack(blocks, k, padded_n, 32)
+    np.testing.assert_array_equal(got_codes, lanes(codes))
+    np.testing.assert_array_equal(got_scales, ref.scale_panels(scales))
+    if pad:
+        np.testing.assert_array_equal(got_codes[-1, :, 32 - pad :], 0 if fmt == "q8_0" else 0x88888888)
+        np.testing.assert_array_equal(got_scales[-1, :, 32 - pad :], 0)
+
+
+def test_repacking_refuses_blocks_that_are_not_whole_rows():
+    with pytest.raises(ValueError, match="K = 40"):
+        _gpt.repack_q8_0_rows(np.zeros(68, np.uint8), 40, 32, 32)
+    with pytest.raises(ValueError, match="padded_n 16 must be at least the 20 rows"):
+        _gpt.repack_q4_0_rows(np.zeros(20 * 18, np.uint8), 32, 16, 16)
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_repacked_and_requantized_weights_are_stored_alike(tmp_path, weights, fmt):
+    """A file loaded in its own format (its blocks repacked) stores bit for bit what the float32
+    detour (dequantize, quantize again at load) stores: the same lanes read back the same."""
+    path = tmp_path / f"model-{fmt}.gguf"
+    save_gguf(weights, CFG, path, fmt)
+    options = gpt.CompileOptions(weights=fmt, disk_cache=False)
+    direct = gpt.GPT.from_gguf(str(path), options).state_dict()
+    detour = gpt.GPT.from_weights(CFG, gpt.GPT.from_gguf(str(path)).state_dict(), options).state_dict()
+    assert_weights_equal(direct, detour)
+    # The file's values: its matmul weights, and (q8_0; q4_0 keeps it in q8_0) its embedding.
+    written = dequantized_as_written(weights, fmt)
+    for name in written:
+        if name.endswith(MATMUL_SUFFIXES) or (name == "transformer.wte.weight" and fmt == "q8_0"):
+            np.testing.assert_array_equal(direct[name], written[name], err_msg=name)
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "bf16"])

@@ -3,6 +3,8 @@ float64 numpy GPT-2 run on the same rounded or dequantized weights (quantized by
 numpy implementation in quant_reference.py), generation with and without the cache, the IR and
 the machine code, and the options that are refused."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -20,15 +22,17 @@ def bf16_rounded(values):
     return (ref.bf16_bits(values).astype(np.uint32) << 16).view(np.float32)
 
 
-def bf16_reference(weights, ids, cfg):
-    """What a bf16 model computes: every matmul weight and the LM head rounded to bf16, the
+def bf16_reference(weights, ids, cfg, activations=True):
+    """What a bf16 model computes: every matmul weight and the LM head rounded to bf16, and (with
+    `activations`) every matmul's input rows too, as vdpbf16ps multiplies bf16 by bf16; the
     embedding lookup, biases and LayerNorm in f32."""
     rounded = dict(weights)
     for name in weights:
         if name.endswith(MATMUL_WEIGHTS):
             rounded[name] = bf16_rounded(weights[name])
     head = bf16_rounded(weights["transformer.wte.weight"])
-    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=head)
+    into = ref.bf16_activations if activations else None
+    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=head, matmul_input=into)
 
 
 def dequantized(fmt, matrix):
@@ -41,18 +45,34 @@ def dequantized(fmt, matrix):
     return ref.dequantize(codes, scales, offset=8)
 
 
-def block_quantized_reference(fmt, weights, ids, cfg):
+def block_quantized_reference(fmt, weights, ids, cfg, activations=True):
     """What a q8_0 / q4_0 model computes: every matmul weight dequantized; the tied embedding
     stored once, as the LM head's [D, V] weight with blocks along D, in q8_0 for both formats,
-    and dequantized for the token lookup and the head alike; position embeddings, biases and
-    LayerNorm in f32."""
+    and dequantized for the token lookup and the head alike; (with `activations`) every matmul's
+    input quantized to int8 in blocks of 32 along K, as vpdpbusd multiplies bytes by bytes;
+    position embeddings, biases and LayerNorm in f32."""
     rounded = dict(weights)
     for name in weights:
         if name.endswith(MATMUL_WEIGHTS):
             rounded[name] = dequantized(fmt, weights[name])
     table = dequantized("q8_0", weights["transformer.wte.weight"].T).T
     rounded["transformer.wte.weight"] = table
-    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=table)
+    into = ref.int8_activations if activations else None
+    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=table, matmul_input=into)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("shape", [NANO, MID], ids=["nano", "mid"])
+def test_the_activation_rounding_of_the_references_is_measurable(fmt, shape):
+    """The references' activation rounding is no rounding error: without it they differ by more
+    than the tolerance the compiled models are held to."""
+    cfg = config(shape)
+    weights = exercising_weights(cfg)
+    ids = token_ids(cfg, 20)
+    reference = bf16_reference if fmt == "bf16" else partial(block_quantized_reference, fmt)
+    rounded = reference(weights, ids, cfg)
+    exact = reference(weights, ids, cfg, activations=False)
+    assert relative_error(rounded, exact) > RTOL
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
@@ -94,15 +114,16 @@ def test_block_quantized_cached_generation_matches_recomputation(fmt, threads):
 
 def test_block_quantized_formats_are_in_the_ir(tmp_path):
     cfg = config(NANO)
-    for fmt, codes in (("q8_0", "tensor<6x64x32xi8>"), ("q4_0", "tensor<6x32x32xi8>")):
+    for fmt, codes in (("q8_0", "tensor<6x16x32xi32>"), ("q4_0", "tensor<6x8x32xi32>")):
         model = gpt.GPT.random(cfg, options=gpt.CompileOptions(weights=fmt, threads=1, disk_cache=False))
         transformer = model.ir("transformer", seq_len=8)
-        # c_attn [64, 192]: 6 panels of codes (q4_0: two per byte) and their [6, 2, 32] f16 scales.
+        # c_attn [64, 192]: 6 panels of lane words (4 int8 codes, or 8 4-bit ones, of a column
+        # along K per i32) and their [6, 2, 32] f16 scales.
         assert f"{codes}, tensor<6x2x32xf16>" in transformer
         # The tied embedding is stored once, as the q8_0 LM head [64, 256] (8 panels), which the
         # token lookup reads: no f32 [256, 64] table is an argument.
         assert "transformer.packed_embedding" in transformer
-        assert "tensor<8x64x32xi8>, tensor<8x2x32xf16>" in transformer
+        assert "tensor<8x16x32xi32>, tensor<8x2x32xf16>" in transformer
         assert "tensor<256x64xf32>" not in transformer
         linalg = model.ir("linalg", seq_len=8)
         assert "arith.sitofp" in linalg and "f16 to f32" in linalg and "gpt.block_partials" in linalg
@@ -140,8 +161,17 @@ def test_state_dict_is_what_the_model_computes_with(fmt):
             expected = value
         np.testing.assert_array_equal(state[name], expected.astype(np.float32), err_msg=name)
         assert not state[name].flags.writeable
-    # A model made from that state dict computes the same logits: the formats are idempotent.
+    # The formats are idempotent: a model made from that state dict stores the same values.
     again = gpt.GPT.from_weights(cfg, state, gpt.CompileOptions(weights=fmt, disk_cache=False))
+    for name, value in again.state_dict().items():
+        np.testing.assert_array_equal(value, state[name], err_msg=name)
+
+
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "q8_0", "q4_0"])
+def test_a_model_made_from_its_state_dict_computes_the_same_logits(fmt):
+    cfg = config(NANO)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg), gpt.CompileOptions(weights=fmt, disk_cache=False))
+    again = gpt.GPT.from_weights(cfg, model.state_dict(), gpt.CompileOptions(weights=fmt, disk_cache=False))
     ids = token_ids(cfg, 9)
     np.testing.assert_array_equal(again.forward(ids), model.forward(ids))
 
@@ -171,6 +201,13 @@ def test_block_quantized_needs_n_embd_in_whole_blocks(fmt):
     cfg = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=48, vocab_size=64, block_size=16)
     with pytest.raises(ValueError, match=f"{fmt} weights need n_embd \\(48\\) to be a multiple of 32"):
         gpt.GPT.random(cfg, options=gpt.CompileOptions(weights=fmt, disk_cache=False))
+
+
+def test_bf16_needs_an_even_n_embd():
+    # Its lanes pair consecutive rows of K (n_embd or 4 n_embd); the LM head is always packed.
+    cfg = gpt.GPTConfig(n_layer=1, n_head=3, n_embd=33, vocab_size=64, block_size=16)
+    with pytest.raises(ValueError, match="bf16 weights need an even n_embd \\(33\\)"):
+        gpt.GPT.random(cfg, options=gpt.CompileOptions(weights="bf16", disk_cache=False))
 
 
 @pytest.mark.parametrize(
@@ -214,7 +251,7 @@ def test_bf16_is_in_the_ir_and_widened_in_registers(tmp_path):
     cfg = config(NANO)
     model = gpt.GPT.random(cfg, options=gpt.CompileOptions(weights="bf16", threads=1, disk_cache=False))
     transformer = model.ir("transformer", seq_len=8)
-    assert "tensor<6x64x32xbf16>" in transformer  # c_attn [64, 192] as 6 bf16 panels
+    assert "tensor<6x32x32xi32>" in transformer  # c_attn [64, 192] as 6 panels of bf16 pairs along K
     linalg = model.ir("linalg", seq_len=8)
     assert "arith.extf" in linalg and "bf16 to f32" in linalg
     asm = disassemble(model, tmp_path)

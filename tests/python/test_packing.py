@@ -1,9 +1,11 @@
-"""Packed weights: the panel-packing kernel, and packed programs against unpacked ones."""
+"""Packed weights: the panel-packing kernel, the lane layouts of low-precision weights (bit for
+bit against quant_reference.py), and packed programs against unpacked ones."""
 
 import numpy as np
 import pytest
 
 import gpt
+import quant_reference as ref
 from gpt import _gpt
 from reference import gpt2_logits
 from shapes import NANO, RTOL, config, exercising_weights, relative_error, token_ids
@@ -35,6 +37,101 @@ def test_transpose_padded_matches_numpy():
 def test_transpose_padded_rejects_too_few_padded_rows():
     with pytest.raises(ValueError, match="padded_rows 8 is less than the 9 rows"):
         _gpt.transpose_padded(np.zeros((9, 4), np.float32), 8)
+
+
+# -- Lane layouts: 32-bit words of consecutive-along-K weights of one column -----------------------
+
+
+def test_lane_words_by_hand():
+    # One column (width 1): the low half / byte of a word is the lower row.
+    np.testing.assert_array_equal(_gpt.pack_bf16_lanes(np.array([[1.0], [2.0]], np.float32), 1), [[[0x40003F80]]])
+    codes = np.zeros((32, 1), np.int8)
+    codes[:4, 0] = [1, -1, 127, -128]
+    assert _gpt.pack_q8_0_lanes(codes, 1)[0, 0, 0] == 0x807FFF01
+    nibbles = np.full((32, 1), 8, np.uint8)
+    nibbles[:8, 0] = [1, 2, 3, 4, 5, 6, 7, 15]
+    # Byte i pairs rows i and i + 4 of the octet: 1|5, 2|6, 3|7, 4|15; the other words are all 8s.
+    lanes = _gpt.pack_q4_0_lanes(nibbles, 1)
+    assert lanes[0, 0, 0] == 0xF4736251
+    np.testing.assert_array_equal(lanes[0, 1:, 0], 0x88888888)
+
+
+@pytest.mark.parametrize("shape, width", [((2, 32), 32), ((64, 96), 32), ((96, 64), 16), ((768, 32), 32)])
+def test_bf16_lanes_match_reference(shape, width):
+    rng = np.random.default_rng(shape[0])
+    matrix = rng.standard_normal(shape).astype(np.float32)
+    # Ties: 1 + 2^-8 rounds down to 1 (even), 1 + 3 * 2^-8 up to 1 + 2^-6; and exact zeros.
+    matrix[0, :3] = [1 + 2.0**-8, 1 + 3 * 2.0**-8, -0.0]
+    matrix[-1, :2] = [-(1 + 2.0**-8), 0.0]
+    packed = _gpt.pack_bf16_lanes(matrix, width)
+    assert packed.dtype == np.uint32 and packed.shape == (shape[1] // width, shape[0] // 2, width)
+    np.testing.assert_array_equal(packed, ref.bf16_lanes(matrix, width))
+    rounded = (ref.bf16_bits(matrix).astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(_gpt.dequantize_bf16_lanes(packed), rounded)
+
+
+@pytest.mark.parametrize("shape, width", [((32, 32), 32), ((64, 96), 32), ((96, 64), 16), ((768, 64), 32)])
+def test_q8_0_lanes_match_reference(shape, width):
+    # Every int8, -128 included (no q8_0 code, but the packing is the two's-complement byte).
+    codes = np.random.default_rng(shape[0]).integers(-128, 128, shape).astype(np.int8)
+    packed = _gpt.pack_q8_0_lanes(codes, width)
+    assert packed.dtype == np.uint32 and packed.shape == (shape[1] // width, shape[0] // 4, width)
+    np.testing.assert_array_equal(packed, ref.q8_0_lanes(codes, width))
+
+
+@pytest.mark.parametrize("shape, width", [((32, 32), 32), ((64, 96), 32), ((96, 64), 16), ((768, 64), 32)])
+def test_q4_0_lanes_match_reference(shape, width):
+    codes = np.random.default_rng(shape[0]).integers(0, 16, shape).astype(np.uint8)
+    packed = _gpt.pack_q4_0_lanes(codes, width)
+    assert packed.dtype == np.uint32 and packed.shape == (shape[1] // width, shape[0] // 8, width)
+    np.testing.assert_array_equal(packed, ref.q4_0_lanes(codes, width))
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_quantized_lanes_match_reference_and_read_back_exactly(fmt):
+    """The runtime's path: quantize [K, N] (random blocks, an all-zero block, zero padding columns
+    as the LM head has past the vocabulary), pack codes to lanes and scales to panels, and read
+    back the dequantized weights."""
+    matrix = (np.random.default_rng(7).standard_normal((96, 128)) * 0.02).astype(np.float32)
+    matrix[32:64, 5] = 0.0  # an all-zero block
+    matrix[:, 100:] = 0.0  # padding columns
+    quantize, reference, lanes, dequantize, offset = {
+        "q8_0": (_gpt.quantize_q8_0, ref.q8_0, ref.q8_0_lanes, _gpt.dequantize_q8_0_lanes, 0),
+        "q4_0": (_gpt.quantize_q4_0, ref.q4_0, ref.q4_0_lanes, _gpt.dequantize_q4_0_lanes, 8),
+    }[fmt]
+    pack = _gpt.pack_q8_0_lanes if fmt == "q8_0" else _gpt.pack_q4_0_lanes
+    codes, scales = quantize(matrix)
+    want_codes, want_scales = reference(matrix)
+    packed = pack(codes, 32)
+    np.testing.assert_array_equal(packed, lanes(want_codes))
+    # Padding columns dequantize to 0: q8_0 code 0 in every byte, q4_0 code 8 in every nibble.
+    np.testing.assert_array_equal(packed[3, :, 100 - 96 :], 0 if fmt == "q8_0" else 0x88888888)
+    assert np.all(scales[:, 100:].view(np.float16) == 0)
+    restored = dequantize(packed, ref.scale_panels(want_scales))
+    np.testing.assert_array_equal(restored, ref.dequantize(want_codes, want_scales, offset).astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "pack, rows, message",
+    [
+        (_gpt.pack_bf16_lanes, 5, "K = 5 is not a multiple of 2"),
+        (_gpt.pack_q8_0_lanes, 40, "K = 40 is not a multiple of 32"),
+        (_gpt.pack_q4_0_lanes, 36, "K = 36 is not a multiple of 32"),
+    ],
+)
+def test_lane_packing_rejects_k_that_does_not_fill_its_words(pack, rows, message):
+    dtype = {_gpt.pack_bf16_lanes: np.float32, _gpt.pack_q8_0_lanes: np.int8, _gpt.pack_q4_0_lanes: np.uint8}[pack]
+    with pytest.raises(ValueError, match=message):
+        pack(np.zeros((rows, 32), dtype), 32)
+    with pytest.raises(ValueError, match="not a multiple of the panel width 32"):
+        pack(np.zeros((32, 40), dtype), 32)
+
+
+def test_q4_0_lanes_reject_a_code_past_four_bits():
+    codes = np.zeros((32, 32), np.uint8)
+    codes[9, 3] = 16
+    with pytest.raises(ValueError, match="code 16 at row 9, column 3 is not a 4-bit code"):
+        _gpt.pack_q4_0_lanes(codes, 32)
 
 
 def test_default_pipeline_reads_packed_weights_and_baseline_does_not():

@@ -105,3 +105,62 @@ def test_k_not_a_multiple_of_the_block_is_an_error():
     for quantize in (_gpt.quantize_q8_0, _gpt.quantize_q4_0):
         with pytest.raises(ValueError, match="K = 40 is not a multiple of the quantization block"):
             quantize(np.zeros((40, 4), np.float32))
+
+
+# -- The activation rounding of the references (quant_reference.py), by hand ---------------------
+
+
+def test_bf16_activations_round_float32_first_then_to_even():
+    # 1 + 2^-8 + 2^-30 is 1 + 2^-8 in float32 (2^-30 is below its half ulp), a bf16 tie that goes to
+    # 1 (even); rounded to bf16 straight from float64 it would go up to 1 + 2^-7.
+    x = np.array([[1 + 2.0**-8 + 2.0**-30, 1 + 3 * 2.0**-8, -(1 + 2.0**-8), 0.0, 3.0]])
+    np.testing.assert_array_equal(ref.bf16_activations(x), [[1.0, 1 + 2.0**-6, -1.0, 0.0, 3.0]])
+    assert ref.bf16_activations(x).dtype == np.float64
+
+
+def test_int8_activation_ties_round_to_even():
+    # amax = 127 makes d = 1 and id = 1: codes are rint(x), halves to even.
+    block = np.zeros(32)
+    block[:8] = [127, 2.5, 3.5, -2.5, -0.5, 0.5, 1.5, -126.5]
+    codes, d = ref.int8_activation_blocks(block[None, :])
+    np.testing.assert_array_equal(codes[0, :8], [127, 2, 4, -2, 0, 0, 2, -126])
+    assert d.dtype == np.float32 and d[0, 0] == 1.0
+    np.testing.assert_array_equal(ref.int8_activations(block[None, :])[0, :8], codes[0, :8])
+
+
+def test_int8_activations_of_an_all_zero_block_are_zero():
+    x = np.zeros((2, 64))
+    x[1, 32:] = np.linspace(-1, 1, 32)  # the other block of row 1 is not zero
+    codes, d = ref.int8_activation_blocks(x)
+    assert np.all(d[0] == 0) and d[1, 0] == 0 and d[1, 1] == np.float32(1) / np.float32(127)
+    np.testing.assert_array_equal(codes[0], 0)
+    np.testing.assert_array_equal(codes[1, :32], 0)
+    out = ref.int8_activations(x)
+    assert np.all(np.isfinite(out)) and np.all(out[0] == 0) and np.all(out[1, :32] == 0)
+
+
+@pytest.mark.parametrize("amax", [254.0, 0.3, 1e-3, 7.77])
+def test_the_amax_element_of_a_block_maps_to_127(amax):
+    """Its code is +-127 and it dequantizes to 127 d, d = float32(amax) / 127 (f32 division): for
+    254, d = 2 and id = 0.5 exactly; for the others 1 / d is rounded, and rint absorbs it."""
+    for sign in (1.0, -1.0):
+        block = np.linspace(-0.5, 0.5, 32) * amax
+        block[17] = sign * amax
+        codes, d = ref.int8_activation_blocks(block[None, :])
+        assert d[0, 0] == np.float32(np.float32(amax) / np.float32(127))
+        assert codes[0, 17] == sign * 127
+        assert abs(codes[0]).max() == 127
+        assert ref.int8_activations(block[None, :])[0, 17] == sign * 127 * np.float64(d[0, 0])
+
+
+def test_int8_activations_quantize_each_block_of_each_row_on_its_own():
+    x = np.random.default_rng(3).standard_normal((3, 96)) * np.array([1.0, 100.0, 1e-3])[:, None]
+    codes, d = ref.int8_activation_blocks(x)
+    assert codes.shape == (3, 96) and d.shape == (3, 3)
+    blocks = x.astype(np.float32).reshape(3, 3, 32)
+    np.testing.assert_array_equal(d, (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32))
+    # Every element within half a step of its block's d (plus float32 rounding of x * id).
+    restored = ref.int8_activations(x).reshape(3, 3, 32)
+    assert np.all(np.abs(restored - blocks) <= d[..., None].astype(np.float64) * (0.5 + 1e-4))
+    with pytest.raises(ValueError, match="K = 40 is not a multiple of the block"):
+        ref.int8_activation_blocks(np.zeros((2, 40)))

@@ -1,16 +1,134 @@
 // Bindings of the hand-written kernels, so tests can check them against numpy.
 #include "python/gpt/_gpt/bindings.h"
 
+#include "cc/kernels/GgufRepacking.h"
+#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/Quantization.h"
 
 #include <pybind11/numpy.h>
 
 #include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
 
 namespace py = pybind11;
 
 namespace gpt::python {
+
+namespace {
+
+// Integer arrays are taken only in their own dtype (no silent cast of codes).
+template <typename T> using Ints = py::array_t<T, py::array::c_style>;
+
+/// [K, N] of a 2-D array, checked to divide into panels of `width` columns.
+template <typename Array> std::pair<int64_t, int64_t> panelMatrixShape(const Array &matrix, int64_t width) {
+  if (matrix.ndim() != 2) throw std::invalid_argument("lane packing needs a 2-D [K, N] matrix");
+  if (width <= 0 || matrix.shape(1) % width != 0)
+    throw std::invalid_argument("the column count " + std::to_string(matrix.shape(1)) +
+                                " is not a multiple of the panel width " + std::to_string(width));
+  return {matrix.shape(0), matrix.shape(1)};
+}
+
+/// (K, N, width) of lane words [N/width, K/rowsPerWord, width].
+std::tuple<int64_t, int64_t, int64_t> laneShape(const Ints<uint32_t> &lanes, int64_t rowsPerWord) {
+  if (lanes.ndim() != 3) throw std::invalid_argument("lanes must be 3-D [N/width, K/rows_per_word, width]");
+  return {lanes.shape(1) * rowsPerWord, lanes.shape(0) * lanes.shape(2), lanes.shape(2)};
+}
+
+/// Checks that fp16 scale bits are the [N/width, K/32, width] panels of lanes of a [K, N] weight.
+void checkScalePanels(const Ints<uint16_t> &scales, int64_t rows, int64_t cols, int64_t width) {
+  if (scales.ndim() != 3 || scales.shape(0) != cols / width || scales.shape(1) != rows / kernels::kQuantBlock ||
+      scales.shape(2) != width)
+    throw std::invalid_argument("scales must be [N/width, K/32, width] = [" + std::to_string(cols / width) + ", " +
+                                std::to_string(rows / kernels::kQuantBlock) + ", " + std::to_string(width) + "]");
+}
+
+/// The lane layouts of kernels/LanePacking.h and kernels/GgufRepacking.h, for bit-exact tests.
+void initLaneKernels(py::module_ &m) {
+  using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  m.def(
+      "pack_bf16_lanes",
+      [](Floats matrix, int64_t width) {
+        auto [rows, cols] = panelMatrixShape(matrix, width);
+        py::array_t<uint32_t> packed({cols / width, rows / kernels::kBf16RowsPerWord, width});
+        kernels::packBf16Lanes(matrix.data(), rows, cols, width, packed.mutable_data());
+        return packed;
+      },
+      py::arg("matrix"), py::arg("width"),
+      "bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word = bf16(w[2k][j]) | bf16(w[2k+1][j]) << 16.");
+  m.def(
+      "pack_q8_0_lanes",
+      [](Ints<int8_t> codes, int64_t width) {
+        auto [rows, cols] = panelMatrixShape(codes, width);
+        py::array_t<uint32_t> packed({cols / width, rows / kernels::kQ8_0RowsPerWord, width});
+        kernels::packQ8_0Lanes(codes.data(), rows, cols, width, packed.mutable_data());
+        return packed;
+      },
+      py::arg("codes"), py::arg("width"),
+      "q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of a word is row 4k + i.");
+  m.def(
+      "pack_q4_0_lanes",
+      [](Ints<uint8_t> codes, int64_t width) {
+        auto [rows, cols] = panelMatrixShape(codes, width);
+        py::array_t<uint32_t> packed({cols / width, rows / kernels::kQ4_0RowsPerWord, width});
+        kernels::packQ4_0Lanes(codes.data(), rows, cols, width, packed.mutable_data());
+        return packed;
+      },
+      py::arg("codes"), py::arg("width"),
+      "q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of a word is row 8k + i | row "
+      "8k + 4 + i << 4.");
+  m.def(
+      "dequantize_bf16_lanes",
+      [](Ints<uint32_t> lanes) {
+        auto [rows, cols, width] = laneShape(lanes, kernels::kBf16RowsPerWord);
+        py::array_t<float> matrix({rows, cols});
+        kernels::dequantizeBf16Lanes(lanes.data(), rows, cols, width, matrix.mutable_data());
+        return matrix;
+      },
+      py::arg("lanes"), "The [K, N] f32 matrix of bf16 lanes, as the model's state_dict() reads it back.");
+  auto dequantizeQuantized = [](auto dequantize, int64_t rowsPerWord) {
+    return [dequantize, rowsPerWord](Ints<uint32_t> lanes, Ints<uint16_t> scales) {
+      auto [rows, cols, width] = laneShape(lanes, rowsPerWord);
+      checkScalePanels(scales, rows, cols, width);
+      py::array_t<float> matrix({rows, cols});
+      dequantize(lanes.data(), scales.data(), rows, cols, width, matrix.mutable_data());
+      return matrix;
+    };
+  };
+  m.def("dequantize_q8_0_lanes", dequantizeQuantized(kernels::dequantizeQ8_0Lanes, kernels::kQ8_0RowsPerWord),
+        py::arg("lanes"), py::arg("scales"),
+        "The [K, N] f32 matrix of q8_0 lanes and their [N/width, K/32, width] fp16 scale bits.");
+  m.def("dequantize_q4_0_lanes", dequantizeQuantized(kernels::dequantizeQ4_0Lanes, kernels::kQ4_0RowsPerWord),
+        py::arg("lanes"), py::arg("scales"),
+        "The [K, N] f32 matrix of q4_0 lanes and their [N/width, K/32, width] fp16 scale bits.");
+  auto repack = [](auto repackRows, int64_t blockBytes, int64_t rowsPerWord) {
+    return [=](Ints<uint8_t> blocks, int64_t k, int64_t paddedN, int64_t width) {
+      if (k <= 0 || k % kernels::kQuantBlock != 0 || blocks.size() % (k / kernels::kQuantBlock * blockBytes) != 0)
+        throw std::invalid_argument("blocks must be whole rows of K = " + std::to_string(k) + " weights in blocks of " +
+                                    std::to_string(blockBytes) + " bytes");
+      const int64_t n = blocks.size() / (k / kernels::kQuantBlock * blockBytes);
+      if (width <= 0 || paddedN < n || paddedN % width != 0)
+        throw std::invalid_argument("padded_n " + std::to_string(paddedN) + " must be at least the " +
+                                    std::to_string(n) + " rows and a multiple of the panel width");
+      py::array_t<uint32_t> codes({paddedN / width, k / rowsPerWord, width});
+      py::array_t<uint16_t> scales({paddedN / width, k / kernels::kQuantBlock, width});
+      repackRows(blocks.data(), k, n, paddedN, width, codes.mutable_data(), scales.mutable_data());
+      return py::make_tuple(codes, scales);
+    };
+  };
+  m.def("repack_q8_0_rows", repack(kernels::repackQ8_0Rows, kernels::kQ8_0BlockBytes, kernels::kQ8_0RowsPerWord),
+        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"),
+        "llama.cpp q8_0 blocks (rows of K weights, [out, in]) as (q8_0 lanes uint32 [padded_n/width, K/4, width], "
+        "fp16 scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them.");
+  m.def("repack_q4_0_rows", repack(kernels::repackQ4_0Rows, kernels::kQ4_0BlockBytes, kernels::kQ4_0RowsPerWord),
+        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"),
+        "llama.cpp q4_0 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], "
+        "fp16 scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them.");
+}
+
+} // namespace
 
 void initKernels(py::module_ &m) {
   m.def(
@@ -84,6 +202,7 @@ void initKernels(py::module_ &m) {
       },
       py::arg("matrix"),
       "q4_0 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale bits uint16 [K/32, N]).");
+  initLaneKernels(m);
 }
 
 } // namespace gpt::python

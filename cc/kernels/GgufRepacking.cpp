@@ -1,0 +1,87 @@
+// llama.cpp's q8_0 / q4_0 blocks repacked into lane layouts (see GgufRepacking.h).
+#include "cc/kernels/GgufRepacking.h"
+
+#include "cc/kernels/LanePacking.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace gpt::kernels {
+namespace {
+
+/// Words of codes one block of 32 weights fills in each lane layout.
+constexpr int64_t kQ8_0WordsPerBlock = kQuantBlock / kQ8_0RowsPerWord;
+constexpr int64_t kQ4_0WordsPerBlock = kQuantBlock / kQ4_0RowsPerWord;
+
+/// One q8_0 block's 32 codes as its 8 lane words: word w is codes 4 w .. 4 w + 3, the block's
+/// own byte order read little-endian.
+void q8_0BlockWords(const uint8_t *codes, uint32_t *words) {
+  for (int64_t w = 0; w < kQ8_0WordsPerBlock; ++w) {
+    const uint8_t *bytes = codes + kQ8_0RowsPerWord * w;
+    words[w] = bytes[0] | bytes[1] << 8 | bytes[2] << 16 | static_cast<uint32_t>(bytes[3]) << 24;
+  }
+}
+
+/// One q4_0 block's 16 bytes as its 4 lane words. llama.cpp's byte m holds code m (low nibble)
+/// and code m + 16 (high); byte i of word o must hold codes 8 o + i (low) and 8 o + 4 + i (high).
+void q4_0BlockWords(const uint8_t *bytes, uint32_t *words) {
+  auto code = [&](int64_t m) -> uint32_t { return m < 16 ? bytes[m] & 0xFu : bytes[m - 16] >> 4; };
+  for (int64_t o = 0; o < kQ4_0WordsPerBlock; ++o) {
+    uint32_t word = 0;
+    for (int64_t i = 0; i < 4; ++i) word |= (code(8 * o + i) | code(8 * o + 4 + i) << 4) << (8 * i);
+    words[o] = word;
+  }
+}
+
+/// Repacks `n` rows of `k` weights in llama.cpp blocks of `blockBytes` bytes (an fp16 scale, then
+/// codes) into lane words [paddedN / w, K / 32 * wordsPerBlock, w] made by `blockWords`, and scales
+/// [paddedN / w, K / 32, w]. Columns n .. paddedN - 1 get zero scales and `padWord` words.
+template <typename BlockWords>
+void repackRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width,
+                int64_t blockBytes, int64_t wordsPerBlock, uint32_t padWord, BlockWords blockWords, uint32_t *codes,
+                uint16_t *scales) {
+  if (k <= 0 || k % kQuantBlock != 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of the quantization block (32)");
+  if (n < 0 || paddedN < n || width <= 0 || paddedN % width != 0)
+    throw std::invalid_argument(std::string(what) + ": the padded column count " + std::to_string(paddedN) +
+                                " must be at least " + std::to_string(n) + " and a multiple of the panel width " +
+                                std::to_string(width));
+  const int64_t perRow = k / kQuantBlock, panelRows = perRow * wordsPerBlock;
+  uint32_t words[kQ8_0WordsPerBlock];
+  static_assert(kQ8_0WordsPerBlock >= kQ4_0WordsPerBlock);
+  for (int64_t j = 0; j < paddedN; ++j) {
+    const int64_t panel = j / width, c = j % width;
+    for (int64_t b = 0; b < perRow; ++b) {
+      const uint8_t *block = j < n ? blocks + (j * perRow + b) * blockBytes : nullptr;
+      uint16_t scale = 0;
+      if (block) {
+        std::memcpy(&scale, block, sizeof scale);
+        blockWords(block + 2, words);
+      } else {
+        std::fill(words, words + wordsPerBlock, padWord);
+      }
+      scales[(panel * perRow + b) * width + c] = scale;
+      for (int64_t w = 0; w < wordsPerBlock; ++w)
+        codes[(panel * panelRows + b * wordsPerBlock + w) * width + c] = words[w];
+    }
+  }
+}
+
+} // namespace
+
+void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales) {
+  repackRows("repackQ8_0Rows", blocks, k, n, paddedN, width, kQ8_0BlockBytes, kQ8_0WordsPerBlock, 0u, q8_0BlockWords,
+             codes, scales);
+}
+
+void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales) {
+  repackRows("repackQ4_0Rows", blocks, k, n, paddedN, width, kQ4_0BlockBytes, kQ4_0WordsPerBlock, kQ4_0ZeroWord,
+             q4_0BlockWords, codes, scales);
+}
+
+} // namespace gpt::kernels

@@ -1,0 +1,33 @@
+// Weights quantized by llama.cpp (GGUF q8_0 / q4_0 tensors) repacked, block by block, into the
+// lane layouts compiled code reads (LanePacking.h), without widening them to f32.
+#ifndef GPT_CC_KERNELS_GGUFREPACKING_H
+#define GPT_CC_KERNELS_GGUFREPACKING_H
+
+#include "cc/kernels/Quantization.h"
+
+#include <cstdint>
+
+namespace gpt::kernels {
+
+/// Bytes of one llama.cpp block: an fp16 scale, then 32 int8 codes (q8_0) or 16 bytes of 4-bit
+/// codes, byte i holding code i in its low nibble and code i + 16 in its high one (q4_0).
+constexpr int64_t kQ8_0BlockBytes = 2 + kQuantBlock;
+constexpr int64_t kQ4_0BlockBytes = 2 + kQuantBlock / 2;
+
+/// `blocks` holds `n` rows of `k` weights in llama.cpp blocks (torch's [out, in] layout: row j is
+/// column j of the [K, N] matmul weight), each row k / 32 blocks. Writes the codes in the q8_0
+/// lanes [paddedN / width, K / 4, width] (repackQ8_0Rows) or q4_0 lanes [paddedN / width, K / 8,
+/// width] (repackQ4_0Rows) of LanePacking.h, and the fp16 scale bits in panels [paddedN / width,
+/// K / 32, width]. Columns n .. paddedN - 1 are padding: zero scales, q8_0 code 0, q4_0 code 8
+/// (both dequantize to 0). The codes and scales are the file's, bit for bit; only their places
+/// change (q4_0: the nibbles are re-paired, llama.cpp's i with i + 16 becoming the lanes' i with
+/// i + 4 within each octet). K must be a positive multiple of 32 and paddedN a multiple of
+/// `width`, at least n (std::invalid_argument otherwise).
+void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales);
+void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales);
+
+} // namespace gpt::kernels
+
+#endif // GPT_CC_KERNELS_GGUFREPACKING_H

@@ -1,0 +1,131 @@
+// Matmul weights packed into, and read back from, lane layouts (see LanePacking.h).
+#include "cc/kernels/LanePacking.h"
+
+#include "cc/kernels/Quantization.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace gpt::kernels {
+namespace {
+
+/// Throws unless a [rows, cols] matrix divides into whole panels of `width` columns and whole
+/// groups of `rowMultiple` rows along K (the words' rows, or the quantization block).
+void checkLaneShape(const char *what, int64_t rows, int64_t cols, int64_t width, int64_t rowMultiple, const char *why) {
+  if (rows < 0 || rows % rowMultiple != 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(rows) + " is not a multiple of " +
+                                std::to_string(rowMultiple) + " (" + why + ")");
+  if (width <= 0 || cols < 0 || cols % width != 0)
+    throw std::invalid_argument(std::string(what) + ": the column count " + std::to_string(cols) +
+                                " is not a multiple of the panel width " + std::to_string(width));
+}
+
+/// Calls `word(panelRow, column)` for every word of a lane layout with `rowsPerWord` rows of K
+/// per word and stores what it returns, panel by panel: the words are written front to back and
+/// each panel row reads `rowsPerWord` runs of `width` consecutive source elements.
+template <typename MakeWord>
+void writeLanes(int64_t rows, int64_t cols, int64_t width, int64_t rowsPerWord, uint32_t *packed, MakeWord word) {
+  const int64_t panelRows = rows / rowsPerWord;
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t r = 0; r < panelRows; ++r) {
+      uint32_t *out = packed + (panel * panelRows + r) * width;
+      for (int64_t c = 0; c < width; ++c) out[c] = word(r, panel * width + c);
+    }
+}
+
+float floatOf(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+/// Calls `store(firstRow, column, word, scale)` for every word of a q8_0/q4_0 lane layout (the
+/// word holds rows firstRow .. firstRow + rowsPerWord - 1), with the f32 scale of its block.
+template <typename Store>
+void readQuantizedLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                        int64_t rowsPerWord, Store store) {
+  const int64_t blocks = rows / kQuantBlock, panelRows = rows / rowsPerWord;
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t r = 0; r < panelRows; ++r)
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t row = r * rowsPerWord, block = row / kQuantBlock;
+        const float scale = fromFp16(scales[(panel * blocks + block) * width + c]);
+        store(row, panel * width + c, lanes[(panel * panelRows + r) * width + c], scale);
+      }
+}
+
+} // namespace
+
+void packBf16Lanes(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *packed) {
+  checkLaneShape("packBf16Lanes", rows, cols, width, kBf16RowsPerWord, "bf16 lanes pair consecutive rows");
+  writeLanes(rows, cols, width, kBf16RowsPerWord, packed, [&](int64_t r, int64_t j) {
+    const float *first = matrix + 2 * r * cols + j;
+    return static_cast<uint32_t>(toBf16(first[0])) | static_cast<uint32_t>(toBf16(first[cols])) << 16;
+  });
+}
+
+void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed) {
+  checkLaneShape("packQ8_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
+  writeLanes(rows, cols, width, kQ8_0RowsPerWord, packed, [&](int64_t r, int64_t j) {
+    uint32_t word = 0;
+    for (int64_t i = 0; i < kQ8_0RowsPerWord; ++i)
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(codes[(4 * r + i) * cols + j])) << (8 * i);
+    return word;
+  });
+}
+
+void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed) {
+  checkLaneShape("packQ4_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
+  for (int64_t i = 0; i < rows * cols; ++i)
+    if (codes[i] > 15)
+      throw std::invalid_argument("packQ4_0Lanes: code " + std::to_string(codes[i]) + " at row " +
+                                  std::to_string(i / cols) + ", column " + std::to_string(i % cols) +
+                                  " is not a 4-bit code");
+  writeLanes(rows, cols, width, kQ4_0RowsPerWord, packed, [&](int64_t r, int64_t j) {
+    const uint8_t *octet = codes + 8 * r * cols + j;
+    uint32_t word = 0;
+    for (int64_t i = 0; i < 4; ++i)
+      word |= static_cast<uint32_t>(octet[i * cols] | octet[(4 + i) * cols] << 4) << (8 * i);
+    return word;
+  });
+}
+
+void dequantizeBf16Lanes(const uint32_t *lanes, int64_t rows, int64_t cols, int64_t width, float *matrix) {
+  checkLaneShape("dequantizeBf16Lanes", rows, cols, width, kBf16RowsPerWord, "bf16 lanes pair consecutive rows");
+  const int64_t panelRows = rows / kBf16RowsPerWord;
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t r = 0; r < panelRows; ++r)
+      for (int64_t c = 0; c < width; ++c) {
+        const uint32_t word = lanes[(panel * panelRows + r) * width + c];
+        float *out = matrix + 2 * r * cols + panel * width + c;
+        out[0] = floatOf(word << 16);            // the low half is row 2 r
+        out[cols] = floatOf(word & 0xffff0000u); // the high half row 2 r + 1
+      }
+}
+
+void dequantizeQ8_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix) {
+  checkLaneShape("dequantizeQ8_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
+  readQuantizedLanes(lanes, scales, rows, cols, width, kQ8_0RowsPerWord,
+                     [&](int64_t row, int64_t j, uint32_t word, float scale) {
+                       for (int64_t i = 0; i < kQ8_0RowsPerWord; ++i)
+                         matrix[(row + i) * cols + j] = static_cast<int8_t>(word >> (8 * i)) * scale;
+                     });
+}
+
+void dequantizeQ4_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix) {
+  checkLaneShape("dequantizeQ4_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
+  readQuantizedLanes(lanes, scales, rows, cols, width, kQ4_0RowsPerWord,
+                     [&](int64_t row, int64_t j, uint32_t word, float scale) {
+                       for (int64_t i = 0; i < 4; ++i) {
+                         const int low = static_cast<int>((word >> (8 * i)) & 0xFu);
+                         const int high = static_cast<int>((word >> (8 * i + 4)) & 0xFu);
+                         matrix[(row + i) * cols + j] = static_cast<float>(low - 8) * scale;
+                         matrix[(row + 4 + i) * cols + j] = static_cast<float>(high - 8) * scale;
+                       }
+                     });
+}
+
+} // namespace gpt::kernels

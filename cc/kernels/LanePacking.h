@@ -1,0 +1,61 @@
+// Low-precision matmul weights in lane layouts, made once when a model's weights are bound, and
+// read back to f32 for CompiledModel::storedWeight.
+//
+// The packed matmul multiplies with the CPU's dot-product instructions, which see a 32-bit lane
+// as several narrow values along K: vdpbf16ps multiplies 2 bf16 pairs per lane, vpdpbusd 4 byte
+// pairs. So each 32-bit word of a lane layout holds consecutive-along-K weights of ONE column,
+// and a panel row of P words is one zmm-sized load that feeds P columns at once. With P the
+// panel width, panel p holding columns j = p P + c (c < P) of a row-major [K, N] weight w:
+//
+//   bf16:  out[N/P][K/2][P],  out[p][k2][c] = bf16(w[2 k2][j]) | bf16(w[2 k2 + 1][j]) << 16
+//   q8_0:  out[N/P][K/4][P],  byte i of out[p][kq][c] = code(w[4 kq + i][j])           (int8)
+//   q4_0:  out[N/P][K/8][P],  byte i of out[p][ko][c] = code(w[8 ko + i][j])
+//                                                       | code(w[8 ko + 4 + i][j]) << 4 (i < 4)
+//
+// q4_0 pairs row i with row i + 4 of each octet (not i + 1) so that one shift and one mask of a
+// word give 4 consecutive codes in 4 bytes: low nibbles are rows 0..3, high nibbles rows 4..7,
+// each a vpdpbusd operand on its own. Byte i is bits 8 i .. 8 i + 7 (little-endian). The fp16
+// scales of q8_0/q4_0 keep their panel layout [N/P, K/32, P] (PanelPacking.h's packPanels).
+#ifndef GPT_CC_KERNELS_LANEPACKING_H
+#define GPT_CC_KERNELS_LANEPACKING_H
+
+#include <cstdint>
+
+namespace gpt::kernels {
+
+/// Rows of K one 32-bit word holds in each layout.
+constexpr int64_t kBf16RowsPerWord = 2;
+constexpr int64_t kQ8_0RowsPerWord = 4;
+constexpr int64_t kQ4_0RowsPerWord = 8;
+
+/// The q4_0 word of a column whose codes are all 8: every weight dequantizes to 0, whatever the
+/// scale. Padding columns (past the real N) hold it.
+constexpr uint32_t kQ4_0ZeroWord = 0x88888888u;
+
+/// bf16 lanes of a row-major [rows, cols] f32 matrix, each value rounded to nearest even
+/// (toBf16). `rows` must be even and `cols` a multiple of `width` (std::invalid_argument
+/// otherwise). `packed` holds cols / width * rows / 2 * width words.
+void packBf16Lanes(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *packed);
+
+/// q8_0 lanes of a row-major [rows, cols] matrix of int8 codes (quantizeQ8_0's), each code as its
+/// two's-complement byte. `rows` must be a multiple of the quantization block (32) and `cols` of
+/// `width`. `packed` holds cols / width * rows / 4 * width words.
+void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed);
+
+/// q4_0 lanes of a row-major [rows, cols] matrix of codes in [0, 15] (quantizeQ4_0's; a larger
+/// code is std::invalid_argument). `rows` must be a multiple of 32 and `cols` of `width`.
+/// `packed` holds cols / width * rows / 8 * width words.
+void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed);
+
+/// The [rows, cols] f32 matrix a compiled program computes with, from the lane layouts above and
+/// (q8_0, q4_0) fp16 scale bits in panels [cols / width, rows / 32, width]. Exact: each weight is
+/// its bf16 value, or code * scale (q4_0: (code - 8) * scale) rounded once to f32.
+void dequantizeBf16Lanes(const uint32_t *lanes, int64_t rows, int64_t cols, int64_t width, float *matrix);
+void dequantizeQ8_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix);
+void dequantizeQ4_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix);
+
+} // namespace gpt::kernels
+
+#endif // GPT_CC_KERNELS_LANEPACKING_H
