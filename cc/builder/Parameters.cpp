@@ -70,10 +70,10 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     throw std::invalid_argument(std::string(weightFormatName(storage.format)) + " weights need n_embd (" +
                                 std::to_string(d) + ") to be a multiple of " + std::to_string(kernels::kQuantBlock) +
                                 ", the quantization block");
-  // bf16 lanes pair consecutive rows of K.
+  // bf16 lanes pair row r of K with row r + K/2.
   if (storage.packed && storage.format == WeightFormat::BF16 && d % kernels::kBf16RowsPerWord != 0)
     throw std::invalid_argument("bf16 weights need an even n_embd (" + std::to_string(d) +
-                                "): their lanes pair consecutive rows along K");
+                                "): their lanes pair the two halves of K");
   // A matmul's [K, N] weight is packed into panels when asked and N divides into them; packed
   // weights take the storage's format.
   auto pack = [&](ParameterSpec &spec, WeightLayout packedLayout) {

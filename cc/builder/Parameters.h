@@ -50,7 +50,7 @@ enum class WeightLayout {
 
 /// The format matmul weights are stored in (llama.cpp's names), made once, at load. The
 /// low-precision ones are packed in lane layouts (kernels/LanePacking.h): 32-bit words holding
-/// consecutive-along-K weights of one column, one word per lane of a dot-product instruction.
+/// weights of one column along K, one word per lane of a dot-product instruction.
 enum class WeightFormat {
   F32,
   BF16, ///< rounded to nearest even, 2 rows of K per word

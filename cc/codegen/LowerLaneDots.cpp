@@ -26,7 +26,8 @@ constexpr int64_t kLanes = 16;
 
 /// A constant of `type` (i32 or f32, scalar or vector) with every lane `value`.
 Value splat(OpBuilder &b, Location loc, Type type, Attribute value) {
-  if (auto vector = dyn_cast<VectorType>(type)) return b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(vector, value));
+  if (auto vector = dyn_cast<VectorType>(type))
+    return b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(vector, value));
   return b.create<arith::ConstantOp>(loc, cast<TypedAttr>(value));
 }
 Value i32Splat(OpBuilder &b, Location loc, Type type, int64_t value) {
@@ -86,9 +87,9 @@ struct LowerLaneDotBf16 : OpRewritePattern<LaneDotBf16Op> {
     Location loc = op.getLoc();
     Type laneType = op.getLhs().getType(), floatType = op.getType();
     auto widen = [&](Value lane, bool high) -> Value {
-      Value bits = high ? rewriter.create<arith::AndIOp>(loc, lane, i32Splat(rewriter, loc, laneType, 0xFFFF0000))
-                              .getResult()
-                        : rewriter.create<arith::ShLIOp>(loc, lane, i32Splat(rewriter, loc, laneType, 16)).getResult();
+      Value bits =
+          high ? rewriter.create<arith::AndIOp>(loc, lane, i32Splat(rewriter, loc, laneType, 0xFFFF0000)).getResult()
+               : rewriter.create<arith::ShLIOp>(loc, lane, i32Splat(rewriter, loc, laneType, 16)).getResult();
       return rewriter.create<arith::BitcastOp>(loc, floatType, bits);
     };
     Value lhsHigh = widen(op.getLhs(), true), rhsHigh = widen(op.getRhs(), true);

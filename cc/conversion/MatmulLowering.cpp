@@ -74,7 +74,8 @@ Value sliceAt(OpBuilder &b, Location loc, Value value, int64_t dim, int64_t at) 
   RankedTensorType type = rankedType(value);
   SmallVector<int64_t> shape(type.getShape());
   shape.erase(shape.begin() + dim);
-  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0)), sizes, strides(type.getRank(), b.getIndexAttr(1));
+  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0)), sizes,
+      strides(type.getRank(), b.getIndexAttr(1));
   offsets[dim] = b.getIndexAttr(at);
   for (int64_t i = 0; i < type.getRank(); ++i) sizes.push_back(b.getIndexAttr(i == dim ? 1 : type.getDimSize(i)));
   return b.create<tensor::ExtractSliceOp>(loc, RankedTensorType::get(shape, type.getElementType()), value, offsets,
@@ -129,8 +130,8 @@ Value bf16Lanes(OpBuilder &b, Location loc, Value lhs) {
   AffineMap identity = b.getMultiDimIdentityMap(2);
   return buildParallel(b, loc, {shape[0], shape[1] / 2}, b.getI32Type(), {low, high}, {identity, identity},
                        [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                         Value lowHalf = b.create<arith::ShRUIOp>(l, roundToBf16Bits(b, l, args[0]),
-                                                                  i32Constant(b, l, 16));
+                         Value lowHalf =
+                             b.create<arith::ShRUIOp>(l, roundToBf16Bits(b, l, args[0]), i32Constant(b, l, 16));
                          return b.create<arith::OrIOp>(l, lowHalf, roundToBf16Bits(b, l, args[1]));
                        });
 }
@@ -200,8 +201,8 @@ QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, 
                                 Value inverse = inverseScale(b, l, args[4]);
                                 Value lane;
                                 for (int64_t i = 0; i < 4; ++i) {
-                                  Value code = b.create<arith::FPToSIOp>(l, b.getI32Type(),
-                                                                         roundedCode(b, l, args[i], inverse));
+                                  Value code =
+                                      b.create<arith::FPToSIOp>(l, b.getI32Type(), roundedCode(b, l, args[i], inverse));
                                   Value byte = b.create<arith::AndIOp>(l, code, i32Constant(b, l, 0xFF));
                                   if (i > 0) byte = b.create<arith::ShLIOp>(l, byte, i32Constant(b, l, 8 * i));
                                   lane = lane ? b.create<arith::OrIOp>(l, lane, byte) : byte;
@@ -305,8 +306,8 @@ private:
     iterators.push_back(IteratorType::reduction);
     SmallVector<Value> inputs(x);
     inputs.push_back(splitDim(b, loc, codes, 1, {blocks, lanesPerBlock}));
-    Value partials = buildGeneric(b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx),
-                                  iterators, body);
+    Value partials = buildGeneric(b, loc, init, inputs, maps,
+                                  AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx), iterators, body);
     gpt::codegen::markBlockPartials(partials.getDefiningOp());
     return partials;
   }
@@ -346,8 +347,7 @@ private:
     bindDims(ctx, mDim, panel, column, blockDim);
     AffineMap perRowBlock = AffineMap::get(4, 0, {mDim, blockDim}, ctx);
     SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, blockDim, column}, ctx),
-                                        AffineMap::get(4, 0, {panel, blockDim, column}, ctx), perRowBlock,
-                                        perRowBlock};
+                                        AffineMap::get(4, 0, {panel, blockDim, column}, ctx), perRowBlock, perRowBlock};
     SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
                                            IteratorType::reduction};
     return buildGeneric(b, loc, init, {partials, scales, x.scales, x.compensations}, inputMaps,

@@ -113,35 +113,35 @@ struct PackedEmbeddingLowering : OpConversionPattern<PackedEmbeddingOp> {
     Value codes = adaptor.getCodes(), scales = adaptor.getScales();
     ArrayRef<int64_t> packed = rankedType(codes).getShape();
     const int64_t width = packed[2], block = PackedEmbeddingOp::kBlockSize, lanesPerBlock = block / 4;
-    Value result = buildGather(
-        rewriter, op.getLoc(), rankedType(op.getResult()), adaptor.getIds(), packed[0] * width,
-        [&](OpBuilder &b, Location l, Value id) -> Value {
-          auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(l, v); };
-          Value panel = b.create<arith::DivUIOp>(l, id, index(width));
-          Value column = b.create<arith::RemUIOp>(l, id, index(width));
-          Value feature = b.create<linalg::IndexOp>(l, 1);
-          Value blockIndex = b.create<arith::DivUIOp>(l, feature, index(block));
-          Value inBlock = b.create<arith::RemUIOp>(l, feature, index(block));
-          // (Each value built in its own statement: the IR's order must not depend on the C++
-          // compiler's order of evaluating arguments.)
-          Value firstRow = b.create<arith::MulIOp>(l, blockIndex, index(lanesPerBlock));
-          Value lanesIn = b.create<arith::RemUIOp>(l, inBlock, index(lanesPerBlock));
-          Value row = b.create<arith::AddIOp>(l, firstRow, lanesIn);
-          Value byte = b.create<arith::DivUIOp>(l, inBlock, index(lanesPerBlock));
-          Value lane = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, row, column});
-          // The byte's code: shifted to the top of the lane (by 24 - 8 byte), then
-          // arithmetic-shifted down.
-          Type i32 = b.getI32Type();
-          Value byteBits = b.create<arith::MulIOp>(l, b.create<arith::IndexCastOp>(l, i32, byte),
-                                                   b.create<arith::ConstantIntOp>(l, 8, i32));
-          Value top = b.create<arith::ConstantIntOp>(l, 24, i32);
-          Value up = b.create<arith::SubIOp>(l, top, byteBits);
-          Value code = b.create<arith::ShRSIOp>(l, b.create<arith::ShLIOp>(l, lane, up), top);
-          Value scale = b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, blockIndex, column});
-          Type f32 = b.getF32Type();
-          return b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, code),
-                                         b.create<arith::ExtFOp>(l, f32, scale));
-        });
+    Value result = buildGather(rewriter, op.getLoc(), rankedType(op.getResult()), adaptor.getIds(), packed[0] * width,
+                               [&](OpBuilder &b, Location l, Value id) -> Value {
+                                 auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(l, v); };
+                                 Value panel = b.create<arith::DivUIOp>(l, id, index(width));
+                                 Value column = b.create<arith::RemUIOp>(l, id, index(width));
+                                 Value feature = b.create<linalg::IndexOp>(l, 1);
+                                 Value blockIndex = b.create<arith::DivUIOp>(l, feature, index(block));
+                                 Value inBlock = b.create<arith::RemUIOp>(l, feature, index(block));
+                                 // (Each value built in its own statement: the IR's order must not depend on the C++
+                                 // compiler's order of evaluating arguments.)
+                                 Value firstRow = b.create<arith::MulIOp>(l, blockIndex, index(lanesPerBlock));
+                                 Value lanesIn = b.create<arith::RemUIOp>(l, inBlock, index(lanesPerBlock));
+                                 Value row = b.create<arith::AddIOp>(l, firstRow, lanesIn);
+                                 Value byte = b.create<arith::DivUIOp>(l, inBlock, index(lanesPerBlock));
+                                 Value lane = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, row, column});
+                                 // The byte's code: shifted to the top of the lane (by 24 - 8 byte), then
+                                 // arithmetic-shifted down.
+                                 Type i32 = b.getI32Type();
+                                 Value byteBits = b.create<arith::MulIOp>(l, b.create<arith::IndexCastOp>(l, i32, byte),
+                                                                          b.create<arith::ConstantIntOp>(l, 8, i32));
+                                 Value top = b.create<arith::ConstantIntOp>(l, 24, i32);
+                                 Value up = b.create<arith::SubIOp>(l, top, byteBits);
+                                 Value code = b.create<arith::ShRSIOp>(l, b.create<arith::ShLIOp>(l, lane, up), top);
+                                 Value scale =
+                                     b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, blockIndex, column});
+                                 Type f32 = b.getF32Type();
+                                 return b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, code),
+                                                                b.create<arith::ExtFOp>(l, f32, scale));
+                               });
     rewriter.replaceOp(op, result);
     return success();
   }

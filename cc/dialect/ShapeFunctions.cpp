@@ -140,8 +140,8 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
       return emitError() << "an i32 weight with scales for K = " << k << " must have " << k / 4 << " rows (q8_0, 4 "
                          << "codes per lane) or " << k / 8 << " rows (q4_0, 8 codes per lane), got " << rhs;
     if (!scales && perLane != 2)
-      return emitError() << "an i32 weight without scales is bf16 (2 weights per lane): for K = " << k
-                         << " it needs " << k / 2 << " rows, got " << rhs
+      return emitError() << "an i32 weight without scales is bf16 (2 weights per lane): for K = " << k << " it needs "
+                         << k / 2 << " rows, got " << rhs
                          << (perLane == 4 || perLane == 8 ? " (a q8_0/q4_0 weight needs its scales)" : "");
     if (scales && k % blockSize != 0)
       return emitError() << "a block-quantized weight needs K (" << k << ") to be a multiple of the block size "
@@ -203,8 +203,8 @@ FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids
   if (c.getDimSize(0) != s.getDimSize(0) || c.getDimSize(2) != s.getDimSize(2))
     return emitError() << "codes " << codes << " and scales " << scales << " must have the same panels";
   if (c.getDimSize(1) != features / 4)
-    return emitError() << "scales " << scales << " give D = " << features << ", so the q8_0 codes need "
-                       << features / 4 << " rows of lanes (4 codes each), got " << codes;
+    return emitError() << "scales " << scales << " give D = " << features << ", so the q8_0 codes need " << features / 4
+                       << " rows of lanes (4 codes each), got " << codes;
   return ranked({i.getDimSize(0), features}, codes);
 }
 

@@ -15,22 +15,23 @@ namespace {
 constexpr int64_t kQ8_0WordsPerBlock = kQuantBlock / kQ8_0RowsPerWord;
 constexpr int64_t kQ4_0WordsPerBlock = kQuantBlock / kQ4_0RowsPerWord;
 
-/// One q8_0 block's 32 codes as its 8 lane words: word w is codes 4 w .. 4 w + 3, the block's
-/// own byte order read little-endian.
+/// One q8_0 block's 32 codes as its 8 lane words: byte i of word q is code q + 8 i.
 void q8_0BlockWords(const uint8_t *codes, uint32_t *words) {
-  for (int64_t w = 0; w < kQ8_0WordsPerBlock; ++w) {
-    const uint8_t *bytes = codes + kQ8_0RowsPerWord * w;
-    words[w] = bytes[0] | bytes[1] << 8 | bytes[2] << 16 | static_cast<uint32_t>(bytes[3]) << 24;
+  for (int64_t q = 0; q < kQ8_0WordsPerBlock; ++q) {
+    uint32_t word = 0;
+    for (int64_t i = 0; i < kQ8_0RowsPerWord; ++i)
+      word |= static_cast<uint32_t>(codes[q + kQ8_0WordsPerBlock * i]) << (8 * i);
+    words[q] = word;
   }
 }
 
 /// One q4_0 block's 16 bytes as its 4 lane words. llama.cpp's byte m holds code m (low nibble)
-/// and code m + 16 (high); byte i of word o must hold codes 8 o + i (low) and 8 o + 4 + i (high).
+/// and code m + 16 (high); byte i of word o must hold codes o + 8 i (low) and o + 4 + 8 i (high).
 void q4_0BlockWords(const uint8_t *bytes, uint32_t *words) {
   auto code = [&](int64_t m) -> uint32_t { return m < 16 ? bytes[m] & 0xFu : bytes[m - 16] >> 4; };
   for (int64_t o = 0; o < kQ4_0WordsPerBlock; ++o) {
     uint32_t word = 0;
-    for (int64_t i = 0; i < 4; ++i) word |= (code(8 * o + i) | code(8 * o + 4 + i) << 4) << (8 * i);
+    for (int64_t i = 0; i < 4; ++i) word |= (code(o + 8 * i) | code(o + 4 + 8 * i) << 4) << (8 * i);
     words[o] = word;
   }
 }

@@ -40,28 +40,42 @@ float floatOf(uint32_t bits) {
   return value;
 }
 
-/// Calls `store(firstRow, column, word, scale)` for every word of a q8_0/q4_0 lane layout (the
-/// word holds rows firstRow .. firstRow + rowsPerWord - 1), with the f32 scale of its block.
+/// The row of K that byte `i` of q8_0 word row `r` holds: lane q = r % 8 of block r / 8 takes the
+/// block's rows q, q + 8, q + 16, q + 24.
+int64_t q8_0Row(int64_t r, int64_t i) {
+  const int64_t lanes = kQuantBlock / kQ8_0RowsPerWord;
+  return r / lanes * kQuantBlock + r % lanes + lanes * i;
+}
+
+/// The row of K that the low nibble of byte `i` of q4_0 word row `r` holds (its high nibble holds
+/// the row 4 further): word o = r % 4 of block r / 4 pairs q8_0's lanes o and o + 4.
+int64_t q4_0LowRow(int64_t r, int64_t i) {
+  const int64_t words = kQuantBlock / kQ4_0RowsPerWord, q8Lanes = kQuantBlock / kQ8_0RowsPerWord;
+  return r / words * kQuantBlock + r % words + q8Lanes * i;
+}
+
+/// Calls `store(wordRow, column, word, scale)` for every word of a q8_0/q4_0 lane layout, with the
+/// f32 scale of its block.
 template <typename Store>
 void readQuantizedLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
                         int64_t rowsPerWord, Store store) {
-  const int64_t blocks = rows / kQuantBlock, panelRows = rows / rowsPerWord;
+  const int64_t blocks = rows / kQuantBlock, panelRows = rows / rowsPerWord, wordsPerBlock = kQuantBlock / rowsPerWord;
   for (int64_t panel = 0; panel < cols / width; ++panel)
     for (int64_t r = 0; r < panelRows; ++r)
       for (int64_t c = 0; c < width; ++c) {
-        const int64_t row = r * rowsPerWord, block = row / kQuantBlock;
-        const float scale = fromFp16(scales[(panel * blocks + block) * width + c]);
-        store(row, panel * width + c, lanes[(panel * panelRows + r) * width + c], scale);
+        const float scale = fromFp16(scales[(panel * blocks + r / wordsPerBlock) * width + c]);
+        store(r, panel * width + c, lanes[(panel * panelRows + r) * width + c], scale);
       }
 }
 
 } // namespace
 
 void packBf16Lanes(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *packed) {
-  checkLaneShape("packBf16Lanes", rows, cols, width, kBf16RowsPerWord, "bf16 lanes pair consecutive rows");
+  checkLaneShape("packBf16Lanes", rows, cols, width, kBf16RowsPerWord, "bf16 lanes pair the two halves of K");
+  const int64_t half = rows / 2;
   writeLanes(rows, cols, width, kBf16RowsPerWord, packed, [&](int64_t r, int64_t j) {
-    const float *first = matrix + 2 * r * cols + j;
-    return static_cast<uint32_t>(toBf16(first[0])) | static_cast<uint32_t>(toBf16(first[cols])) << 16;
+    return static_cast<uint32_t>(toBf16(matrix[r * cols + j])) |
+           static_cast<uint32_t>(toBf16(matrix[(r + half) * cols + j])) << 16;
   });
 }
 
@@ -70,7 +84,7 @@ void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t widt
   writeLanes(rows, cols, width, kQ8_0RowsPerWord, packed, [&](int64_t r, int64_t j) {
     uint32_t word = 0;
     for (int64_t i = 0; i < kQ8_0RowsPerWord; ++i)
-      word |= static_cast<uint32_t>(static_cast<uint8_t>(codes[(4 * r + i) * cols + j])) << (8 * i);
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(codes[q8_0Row(r, i) * cols + j])) << (8 * i);
     return word;
   });
 }
@@ -83,24 +97,25 @@ void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t wid
                                   std::to_string(i / cols) + ", column " + std::to_string(i % cols) +
                                   " is not a 4-bit code");
   writeLanes(rows, cols, width, kQ4_0RowsPerWord, packed, [&](int64_t r, int64_t j) {
-    const uint8_t *octet = codes + 8 * r * cols + j;
     uint32_t word = 0;
-    for (int64_t i = 0; i < 4; ++i)
-      word |= static_cast<uint32_t>(octet[i * cols] | octet[(4 + i) * cols] << 4) << (8 * i);
+    for (int64_t i = 0; i < 4; ++i) {
+      const int64_t low = q4_0LowRow(r, i);
+      word |= static_cast<uint32_t>(codes[low * cols + j] | codes[(low + 4) * cols + j] << 4) << (8 * i);
+    }
     return word;
   });
 }
 
 void dequantizeBf16Lanes(const uint32_t *lanes, int64_t rows, int64_t cols, int64_t width, float *matrix) {
-  checkLaneShape("dequantizeBf16Lanes", rows, cols, width, kBf16RowsPerWord, "bf16 lanes pair consecutive rows");
+  checkLaneShape("dequantizeBf16Lanes", rows, cols, width, kBf16RowsPerWord, "bf16 lanes pair the two halves of K");
   const int64_t panelRows = rows / kBf16RowsPerWord;
   for (int64_t panel = 0; panel < cols / width; ++panel)
     for (int64_t r = 0; r < panelRows; ++r)
       for (int64_t c = 0; c < width; ++c) {
         const uint32_t word = lanes[(panel * panelRows + r) * width + c];
-        float *out = matrix + 2 * r * cols + panel * width + c;
-        out[0] = floatOf(word << 16);            // the low half is row 2 r
-        out[cols] = floatOf(word & 0xffff0000u); // the high half row 2 r + 1
+        float *out = matrix + r * cols + panel * width + c;
+        out[0] = floatOf(word << 16);                        // the low half is row r
+        out[panelRows * cols] = floatOf(word & 0xffff0000u); // the high half row r + K/2
       }
 }
 
@@ -108,9 +123,9 @@ void dequantizeQ8_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t 
                          float *matrix) {
   checkLaneShape("dequantizeQ8_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
   readQuantizedLanes(lanes, scales, rows, cols, width, kQ8_0RowsPerWord,
-                     [&](int64_t row, int64_t j, uint32_t word, float scale) {
+                     [&](int64_t r, int64_t j, uint32_t word, float scale) {
                        for (int64_t i = 0; i < kQ8_0RowsPerWord; ++i)
-                         matrix[(row + i) * cols + j] = static_cast<int8_t>(word >> (8 * i)) * scale;
+                         matrix[q8_0Row(r, i) * cols + j] = static_cast<int8_t>(word >> (8 * i)) * scale;
                      });
 }
 
@@ -118,12 +133,13 @@ void dequantizeQ4_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t 
                          float *matrix) {
   checkLaneShape("dequantizeQ4_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
   readQuantizedLanes(lanes, scales, rows, cols, width, kQ4_0RowsPerWord,
-                     [&](int64_t row, int64_t j, uint32_t word, float scale) {
+                     [&](int64_t r, int64_t j, uint32_t word, float scale) {
                        for (int64_t i = 0; i < 4; ++i) {
                          const int low = static_cast<int>((word >> (8 * i)) & 0xFu);
                          const int high = static_cast<int>((word >> (8 * i + 4)) & 0xFu);
-                         matrix[(row + i) * cols + j] = static_cast<float>(low - 8) * scale;
-                         matrix[(row + 4 + i) * cols + j] = static_cast<float>(high - 8) * scale;
+                         const int64_t row = q4_0LowRow(r, i);
+                         matrix[row * cols + j] = static_cast<float>(low - 8) * scale;
+                         matrix[(row + 4) * cols + j] = static_cast<float>(high - 8) * scale;
                        }
                      });
 }

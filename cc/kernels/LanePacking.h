@@ -3,19 +3,22 @@
 //
 // The packed matmul multiplies with the CPU's dot-product instructions, which see a 32-bit lane
 // as several narrow values along K: vdpbf16ps multiplies 2 bf16 pairs per lane, vpdpbusd 4 byte
-// pairs. So each 32-bit word of a lane layout holds consecutive-along-K weights of ONE column,
-// and a panel row of P words is one zmm-sized load that feeds P columns at once. With P the
-// panel width, panel p holding columns j = p P + c (c < P) of a row-major [K, N] weight w:
+// pairs. So each 32-bit word of a lane layout holds weights of ONE column, and a panel row of P
+// words is one zmm-sized load that feeds P columns at once. With P the panel width, panel p
+// holding columns j = p P + c (c < P) of a row-major [K, N] weight w:
 //
-//   bf16:  out[N/P][K/2][P],  out[p][k2][c] = bf16(w[2 k2][j]) | bf16(w[2 k2 + 1][j]) << 16
-//   q8_0:  out[N/P][K/4][P],  byte i of out[p][kq][c] = code(w[4 kq + i][j])           (int8)
-//   q4_0:  out[N/P][K/8][P],  byte i of out[p][ko][c] = code(w[8 ko + i][j])
-//                                                       | code(w[8 ko + 4 + i][j]) << 4 (i < 4)
+//   bf16:  out[N/P][K/2][P],     out[p][r][c] = bf16(w[r][j]) | bf16(w[r + K/2][j]) << 16
+//   q8_0:  out[N/P][K/4][P],     byte i of out[p][8 b + q][c] = code(w[32 b + q + 8 i][j])   (int8)
+//   q4_0:  out[N/P][K/8][P],     byte i of out[p][4 b + o][c] = code(w[32 b + o + 8 i][j])
+//                                                   | code(w[32 b + 4 + o + 8 i][j]) << 4
 //
-// q4_0 pairs row i with row i + 4 of each octet (not i + 1) so that one shift and one mask of a
-// word give 4 consecutive codes in 4 bytes: low nibbles are rows 0..3, high nibbles rows 4..7,
-// each a vpdpbusd operand on its own. Byte i is bits 8 i .. 8 i + 7 (little-endian). The fp16
-// scales of q8_0/q4_0 keep their panel layout [N/P, K/32, P] (PanelPacking.h's packPanels).
+// Which rows share a word is chosen for the activations, which compiled code converts at run
+// time into the same lanes: rows r and r + K/2 are the two contiguous halves of an activation
+// row, and the 8 lanes of a quantization block b take its rows with stride 8, so that lane q's 4
+// activations come from 4 contiguous runs of 8 (whole vectors, no gather). q4_0's low nibbles are
+// q8_0's lane q = o and its high nibbles lane q = o + 4: one mask, or one shift and one mask, of a
+// word gives a vpdpbusd operand. Byte i is bits 8 i .. 8 i + 7 (little-endian). The fp16 scales of
+// q8_0/q4_0 keep their panel layout [N/P, K/32, P] (PanelPacking.h's packPanels).
 #ifndef GPT_CC_KERNELS_LANEPACKING_H
 #define GPT_CC_KERNELS_LANEPACKING_H
 

@@ -44,8 +44,8 @@ struct CompileOptions {
   uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;
   /// The format matmul weights are stored and streamed in (packed weights of vectorized levels).
   WeightFormat weights = WeightFormat::F32;
-  /// The CPU compiled code targets: "host" (its CPU and features), or a named CPU whose code the
-  /// host can run, to exercise another CPU's code paths (JitTarget::named).
+  /// The CPU compiled code targets: "host" (its CPU and features), or a named CPU, restricted to
+  /// the features the host has, to exercise another CPU's code paths (JitTarget::named).
   std::string targetCpu = "host";
 };
 

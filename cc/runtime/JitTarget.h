@@ -22,9 +22,10 @@ class JitTarget {
 public:
   /// The host CPU, with the features it reports.
   static JitTarget host();
-  /// "host", or an LLVM CPU name ("skylake-avx512", "znver4", ...) with that CPU's features.
-  /// Throws std::invalid_argument when LLVM does not know the name, or when the CPU has a feature
-  /// the host lacks (its code could fault with an illegal instruction here).
+  /// "host", or an LLVM CPU name ("skylake-avx512", "znver4", ...) with those of that CPU's
+  /// features the host has too, so that its code runs here (without the host's extra features:
+  /// how a test runs the code paths of a CPU without avx512bf16 or avx512vnni). Throws
+  /// std::invalid_argument when LLVM does not know the name.
   static JitTarget named(const std::string &name);
 
   /// Whether code for this target may use `feature` (an LLVM feature name, e.g. "avx512vnni").

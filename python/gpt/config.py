@@ -76,8 +76,8 @@ class CompileOptions:
     llama.cpp does; accumulation is f32 (exact i32 within a block). Low-precision formats need a
     vectorized pipeline, q8_0/q4_0 an n_embd that is a multiple of 32, and bf16 an even n_embd.
     `target_cpu` is the CPU compiled code is specialised for: "host" (this machine's CPU and
-    features), or an LLVM CPU name whose code this machine can run ("skylake-avx512", ...), to
-    run another CPU's code paths here."""
+    features), or an LLVM CPU name ("skylake-avx512", ...) whose features, as far as this machine
+    has them, the code may use: how another CPU's code paths run here."""
 
     pipeline: str = "default"
     threads: int | None = None

@@ -62,8 +62,9 @@ def dequantize(codes: np.ndarray, scale_bits: np.ndarray, offset: int = 0) -> np
 
 
 # -- Lane layouts --------------------------------------------------------------------------------
-# Each uint32 word holds consecutive-along-K weights of one column (column j = p * width + c of
-# panel p), the lane a dot-product instruction multiplies; byte i is bits 8 i .. 8 i + 7.
+# Each uint32 word holds weights of one column (column j = p * width + c of panel p) from the rows
+# of K that the activations of one lane come from: the two halves of K (bf16), or rows with stride
+# 8 within a block of 32 (q8_0, q4_0); byte i is bits 8 i .. 8 i + 7.
 
 
 def _panels(words: np.ndarray, width: int) -> np.ndarray:
@@ -74,29 +75,33 @@ def _panels(words: np.ndarray, width: int) -> np.ndarray:
 
 
 def bf16_lanes(matrix: np.ndarray, width: int = 32) -> np.ndarray:
-    """[N/width, K/2, width]: word = bf16(w[2 k][j]) | bf16(w[2 k + 1][j]) << 16."""
+    """[N/width, K/2, width]: word r = bf16(w[r][j]) | bf16(w[r + K/2][j]) << 16."""
     k, n = matrix.shape
     assert k % 2 == 0
-    halves = bf16_bits(matrix).astype(np.uint32).reshape(k // 2, 2, n)
-    return _panels(halves[:, 0] | (halves[:, 1] << 16), width)
+    halves = bf16_bits(matrix).astype(np.uint32).reshape(2, k // 2, n)  # [half of K, row, column]
+    return _panels(halves[0] | (halves[1] << 16), width)
 
 
 def q8_0_lanes(codes: np.ndarray, width: int = 32) -> np.ndarray:
-    """[N/width, K/4, width] of int8 codes [K, N]: byte i of a word = code of row 4 k + i."""
+    """[N/width, K/4, width] of int8 codes [K, N]: byte i of word 8 b + q = code of row 32 b + q + 8 i."""
     k, n = codes.shape
     assert codes.dtype == np.int8 and k % BLOCK == 0
-    grouped = codes.view(np.uint8).astype(np.uint32).reshape(k // 4, 4, n)
-    return _panels(sum(grouped[:, i] << (8 * i) for i in range(4)), width)
+    # Row 32 b + 8 i + q of a block is [b, i, q].
+    grouped = codes.view(np.uint8).astype(np.uint32).reshape(k // BLOCK, 4, 8, n)
+    words = sum(grouped[:, i] << (8 * i) for i in range(4))  # [block, q, column]
+    return _panels(words.reshape(k // 4, n), width)
 
 
 def q4_0_lanes(codes: np.ndarray, width: int = 32) -> np.ndarray:
-    """[N/width, K/8, width] of codes in [0, 15] [K, N]: byte i of a word = code of row 8 k + i
-    | code of row 8 k + 4 + i << 4."""
+    """[N/width, K/8, width] of codes in [0, 15] [K, N]: byte i of word 4 b + o = code of row
+    32 b + o + 8 i | code of row 32 b + 4 + o + 8 i << 4."""
     k, n = codes.shape
     assert k % BLOCK == 0 and codes.max(initial=0) <= 15
-    octets = codes.astype(np.uint32).reshape(k // 8, 2, 4, n)  # [octet, low/high nibble, i, column]
-    bytes_ = octets[:, 0] | (octets[:, 1] << 4)
-    return _panels(sum(bytes_[:, i] << (8 * i) for i in range(4)), width)
+    # Row 32 b + 8 i + 4 h + o of a block is [b, i, h, o] (h: low or high nibble).
+    grouped = codes.astype(np.uint32).reshape(k // BLOCK, 4, 2, 4, n)
+    bytes_ = grouped[:, :, 0] | (grouped[:, :, 1] << 4)  # [block, i, o, column]
+    words = sum(bytes_[:, i] << (8 * i) for i in range(4))  # [block, o, column]
+    return _panels(words.reshape(k // 8, n), width)
 
 
 def scale_panels(scales: np.ndarray, width: int = 32) -> np.ndarray:

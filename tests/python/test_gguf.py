@@ -18,7 +18,8 @@ import quant_reference as ref
 from checkpoints import hf_config, rewrite
 from gpt import _gpt
 from gpt.gguf_file import FORMATS, save_gguf
-from shapes import exercising_weights, relative_error
+from reference import gpt2_logits
+from shapes import RTOL, exercising_weights, relative_error
 
 CFG = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=96, block_size=32)
 IDS = [3, 17, 95, 0, 42, 42, 7, 60, 1, 88, 23]
@@ -308,8 +309,9 @@ def test_the_compilers_quantizers_reproduce_the_files_codes(tmp_path, weights, f
 @pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0"])
 def test_compiling_in_the_files_format_computes_with_the_files_values(tmp_path, weights, fmt):
     """End to end: a file loaded with CompileOptions(weights=<its format>) gives the logits of the
-    float32 model on the values it computes with: the file's (for q4_0, whose tied embedding the
-    model keeps in q8_0, the file's embedding re-quantized to q8_0)."""
+    float64 reference on the values it computes with: the file's weights (for q4_0, whose tied
+    embedding the model keeps in q8_0, the file's embedding re-quantized to q8_0), and each
+    matmul's activations rounded as the format's dot products take them (bf16, or int8 blocks)."""
     try:
         options = gpt.CompileOptions(weights=fmt)
     except ValueError as e:
@@ -317,8 +319,10 @@ def test_compiling_in_the_files_format_computes_with_the_files_values(tmp_path, 
     path = tmp_path / f"model-{fmt}.gguf"
     save_gguf(weights, CFG, path, fmt)
     model = gpt.GPT.from_gguf(str(path), options=options)
-    reference = gpt.GPT.from_weights(CFG, model.state_dict()).forward(IDS)
-    assert relative_error(model.forward(IDS), reference) < 1e-5
+    activations = ref.bf16_activations if fmt == "bf16" else ref.int8_activations
+    stored = model.state_dict()
+    reference = gpt2_logits(stored, IDS, CFG.n_layer, CFG.n_head, matmul_input=activations)
+    assert relative_error(model.forward(IDS), reference) < RTOL
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])

@@ -39,18 +39,24 @@ def test_transpose_padded_rejects_too_few_padded_rows():
         _gpt.transpose_padded(np.zeros((9, 4), np.float32), 8)
 
 
-# -- Lane layouts: 32-bit words of consecutive-along-K weights of one column -----------------------
+# -- Lane layouts: 32-bit words of one column's weights, in the rows its activations come in ------
 
 
 def test_lane_words_by_hand():
-    # One column (width 1): the low half / byte of a word is the lower row.
-    np.testing.assert_array_equal(_gpt.pack_bf16_lanes(np.array([[1.0], [2.0]], np.float32), 1), [[[0x40003F80]]])
+    # One column (width 1). bf16: the low half is row r, the high half row r + K/2.
+    np.testing.assert_array_equal(
+        _gpt.pack_bf16_lanes(np.array([[1.0], [3.0], [2.0], [4.0]], np.float32), 1), [[[0x40003F80], [0x40804040]]]
+    )
+    # q8_0: byte i of word q of a block is row q + 8 i.
     codes = np.zeros((32, 1), np.int8)
-    codes[:4, 0] = [1, -1, 127, -128]
-    assert _gpt.pack_q8_0_lanes(codes, 1)[0, 0, 0] == 0x807FFF01
+    codes[[0, 8, 16, 24], 0] = [1, -1, 127, -128]
+    codes[1, 0] = 5
+    lanes = _gpt.pack_q8_0_lanes(codes, 1)
+    assert lanes[0, 0, 0] == 0x807FFF01 and lanes[0, 1, 0] == 5
+    np.testing.assert_array_equal(lanes[0, 2:, 0], 0)
+    # q4_0: byte i of word o holds rows o + 8 i (low nibble) and o + 4 + 8 i (high nibble).
     nibbles = np.full((32, 1), 8, np.uint8)
-    nibbles[:8, 0] = [1, 2, 3, 4, 5, 6, 7, 15]
-    # Byte i pairs rows i and i + 4 of the octet: 1|5, 2|6, 3|7, 4|15; the other words are all 8s.
+    nibbles[[0, 4, 8, 12, 16, 20, 24, 28], 0] = [1, 5, 2, 6, 3, 7, 4, 15]
     lanes = _gpt.pack_q4_0_lanes(nibbles, 1)
     assert lanes[0, 0, 0] == 0xF4736251
     np.testing.assert_array_equal(lanes[0, 1:, 0], 0x88888888)
