@@ -108,11 +108,6 @@ module attributes {transform.with_named_sequence} {
       transform.apply_patterns.vector.reduction_to_contract
       transform.apply_patterns.vector.transfer_permutation_patterns
     } : !transform.any_op
-    // A bf16 weight's widening moves into the contraction, whose lowering widens each K step's
-    // row of the weight once, instead of the whole broadcast [rows x 32] tile.
-    transform.apply_patterns to %funcs {
-      transform.apply_patterns.vector.fold_arith_extension
-    } : !transform.any_op
     transform.apply_patterns to %funcs {
       transform.apply_patterns.canonicalization
       transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
