@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -299,6 +300,15 @@ tensor::ExtractSliceOp partialsSliceOf(RewriterBase &rewriter, linalg::GenericOp
   return slice;
 }
 
+/// Unrolls `loop` (constant bounds) completely.
+LogicalResult unrollFully(scf::ForOp loop) {
+  std::optional<int64_t> lower = loop ? getConstantIntValue(loop.getLowerBound()) : std::nullopt;
+  std::optional<int64_t> upper = loop ? getConstantIntValue(loop.getUpperBound()) : std::nullopt;
+  std::optional<int64_t> step = loop ? getConstantIntValue(loop.getStep()) : std::nullopt;
+  if (!lower || !upper || !step || *step <= 0 || *upper <= *lower) return failure();
+  return loopUnrollByFactor(loop, static_cast<uint64_t>((*upper - *lower + *step - 1) / *step));
+}
+
 /// True for a tile of a packed matmul whose accumulation is not a plain add (a bf16 weight's
 /// transformer.lane_dot_bf16): linalg's vectorizer only recognizes plain combiners of a
 /// reduction, so such a tile is vectorized with its unit K loop dropped (all loops parallel).
@@ -309,9 +319,10 @@ bool accumulatesWithLaneDot(linalg::GenericOp tile) {
 }
 
 /// Computes the partial sums `slice` reads right there, one K step at a time, vectorized: the
-/// generic is fused at the slice, starting from zeros, and its index-in-block loop is tiled by
-/// one. Returns what failed, or an empty string.
-std::string fusePartials(RewriterBase &rewriter, tensor::ExtractSliceOp slice) {
+/// generic is fused at the slice, starting from zeros, its index-in-block loop is tiled by one,
+/// and that loop (`lanes`) is returned to be unrolled once vectorized. Returns what failed, or
+/// an empty string.
+std::string fusePartials(RewriterBase &rewriter, tensor::ExtractSliceOp slice, scf::ForOp &lanes) {
   std::optional<scf::SCFFuseProducerOfSliceResult> partials = scf::tileAndFuseProducerOfSlice(rewriter, slice, {});
   if (!partials || partials->tiledOps.size() != 1) return "could not fuse the block partial sums";
   auto partialsTile = dyn_cast<linalg::GenericOp>(partials->tiledOps.front());
@@ -333,7 +344,9 @@ std::string fusePartials(RewriterBase &rewriter, tensor::ExtractSliceOp slice) {
   rewriter.setInsertionPoint(partialsTile);
   FailureOr<scf::SCFTilingResult> tiled =
       scf::tileUsingSCF(rewriter, cast<TilingInterface>(partialsTile.getOperation()), options);
-  if (failed(tiled) || tiled->tiledOps.size() != 1) return "could not tile the partial sums' index loop";
+  if (failed(tiled) || tiled->tiledOps.size() != 1 || tiled->loops.size() != 1)
+    return "could not tile the partial sums' index loop";
+  lanes = dyn_cast<scf::ForOp>(tiled->loops.front().getOperation());
   rewriter.replaceOp(partialsTile, tiled->replacements);
   if (failed(linalg::vectorize(rewriter, fill))) return "could not vectorize the fill";
   if (failed(vectorizeFlattened(rewriter, cast<linalg::GenericOp>(tiled->tiledOps.front()))))
@@ -362,8 +375,13 @@ DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRe
       rest.push_back(target);
       continue;
     }
-    std::string problem = fusePartials(rewriter, slice);
+    scf::ForOp lanes;
+    std::string problem = fusePartials(rewriter, slice, lanes);
     if (problem.empty() && failed(vectorizeFlattened(rewriter, tile))) problem = "could not vectorize the scaled sum";
+    // A block's 4 or 8 lane steps unrolled: decode streams the weights at the rate the core keeps
+    // loads in flight, which the loop's own instructions would take slots from. (The JIT's LLVM
+    // pipeline does not unroll.)
+    if (problem.empty() && failed(unrollFully(lanes))) problem = "could not unroll the partial sums' lane loop";
     if (!problem.empty()) {
       DiagnosedSilenceableFailure diag = emitSilenceableError() << problem;
       diag.attachNote(target->getLoc()) << "target";

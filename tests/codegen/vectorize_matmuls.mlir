@@ -193,59 +193,65 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
 }
 
 // A q8_0 packed matmul in its bias epilogue: the scaled sum over blocks is fused into the
-// epilogue's tiles like an f32 matmul and stepped one block at a time; there
-// transform.gpt.vectorize_block_matmul fuses the block's partial sums, starting from zeros, and
-// steps them one code at a time: each step reads each row's activation as one broadcast value
-// (8 extracts, no strided vector read and transpose), widens one row of 32 codes (sitofp) and
-// runs one FMA per accumulator row; after the block, one FMA per row applies the block's scale.
-// No vector.contract, and no buffer of partial sums.
+// epilogue's tiles (4 rows) like an f32 matmul and stepped one block at a time; there
+// transform.gpt.vectorize_block_matmul fuses the block's partial sums, starting from i32 zeros,
+// steps them one lane at a time and unrolls the block's 8 lane steps: each reads each row's
+// activation lane as one broadcast value (4 extracts, no strided vector read and transpose), one
+// row of 32 weight lanes and runs one lane dot product per accumulator row; after the block,
+// one FMA per row applies (sum - compensation) * scale. No vector.contract, and no buffer of
+// partial sums.
 #qA = affine_map<(m, p, j, b, i) -> (m, b, i)>
 #qW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
 #qP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
 #sP = affine_map<(m, p, j, b) -> (m, p, b, j)>
 #sS = affine_map<(m, p, j, b) -> (p, b, j)>
+#sX = affine_map<(m, p, j, b) -> (m, b)>
 #sC = affine_map<(m, p, j, b) -> (m, p, j)>
 // EPILOGUE-LABEL: func.func @q8_0_epilogue
-// EPILOGUE: scf.for %{{.*}} = %c0 to %c2 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8x32xf32>)
-// EPILOGUE: scf.for %{{.*}} = %c0 to %c32 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8x32xf32>)
-// EPILOGUE-COUNT-8: tensor.extract %{{.*}} : tensor<8xf32>
+// EPILOGUE: scf.for %{{.*}} = %c0 to %c2 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<4x32xf32>)
+// EPILOGUE-NOT: scf.for
+// EPILOGUE-COUNT-4: tensor.extract %{{.*}} : tensor<4xi32>
 // EPILOGUE-NOT: vector.transpose
-// EPILOGUE: arith.sitofp %{{.*}} : vector<32xi8> to vector<32xf32>
-// EPILOGUE: math.fma %{{.*}} : vector<8x32xf32>
+// EPILOGUE: transformer.lane_dot_u8i8 %{{.*}} : vector<4x32xi32> -> vector<4x32xi32>
+// EPILOGUE-COUNT-7: transformer.lane_dot_u8i8 %{{.*}} : vector<4x32xi32> -> vector<4x32xi32>
+// EPILOGUE: arith.sitofp %{{.*}} : vector<4x32xi32> to vector<4x32xf32>
 // EPILOGUE: arith.extf %{{.*}} : vector<32xf16> to vector<32xf32>
-// EPILOGUE: math.fma %{{.*}} : vector<8x32xf32>
+// EPILOGUE: math.fma %{{.*}} : vector<4x32xf32>
 // EPILOGUE-NOT: vector.contract
 // EPILOGUE-NOT: linalg.generic
-// EPILOGUE-NOT: tensor<16x4x2x32xf32>
+// EPILOGUE-NOT: tensor<16x4x2x32xi32>
 // CHECK-LABEL: func.func @q8_0_epilogue
-func.func @q8_0_epilogue(%x: tensor<16x2x32xf32>, %w: tensor<4x2x32x32xi8>, %d: tensor<4x2x32xf16>, %bias: tensor<4x32xf32>)
-    -> tensor<16x4x32xf32> {
+func.func @q8_0_epilogue(%x: tensor<16x2x8xi32>, %w: tensor<4x2x8x32xi32>, %d: tensor<4x2x32xf16>, %dx: tensor<16x2xf32>,
+                         %comp: tensor<16x2xf32>, %bias: tensor<4x32xf32>) -> tensor<16x4x32xf32> {
   %zero = arith.constant 0.0 : f32
-  %pe = tensor.empty() : tensor<16x4x2x32xf32>
-  %zeros = linalg.fill ins(%zero : f32) outs(%pe : tensor<16x4x2x32xf32>) -> tensor<16x4x2x32xf32>
+  %izero = arith.constant 0 : i32
+  %pe = tensor.empty() : tensor<16x4x2x32xi32>
+  %zeros = linalg.fill ins(%izero : i32) outs(%pe : tensor<16x4x2x32xi32>) -> tensor<16x4x2x32xi32>
   %partials = linalg.generic {indexing_maps = [#qA, #qW, #qP],
                               iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
-      ins(%x, %w : tensor<16x2x32xf32>, tensor<4x2x32x32xi8>) outs(%zeros : tensor<16x4x2x32xf32>)
+      ins(%x, %w : tensor<16x2x8xi32>, tensor<4x2x8x32xi32>) outs(%zeros : tensor<16x4x2x32xi32>)
       attrs = {gpt.block_partials} {
-  ^bb0(%a: f32, %q: i8, %acc: f32):
-    %qf = arith.sitofp %q : i8 to f32
-    %r = math.fma %a, %qf, %acc : f32
-    linalg.yield %r : f32
-  } -> tensor<16x4x2x32xf32>
+  ^bb0(%a: i32, %q: i32, %acc: i32):
+    %r = transformer.lane_dot_u8i8 %acc, %q, %a : i32 -> i32
+    linalg.yield %r : i32
+  } -> tensor<16x4x2x32xi32>
   %e0 = tensor.empty() : tensor<16x4x32xf32>
   %init = linalg.fill ins(%zero : f32) outs(%e0 : tensor<16x4x32xf32>) -> tensor<16x4x32xf32>
-  %p = linalg.generic {indexing_maps = [#sP, #sS, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
-      ins(%partials, %d : tensor<16x4x2x32xf32>, tensor<4x2x32xf16>) outs(%init : tensor<16x4x32xf32>)
-      attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1]} {
-  ^bb0(%a: f32, %s: f16, %acc: f32):
+  %p = linalg.generic {indexing_maps = [#sP, #sS, #sX, #sX, #sC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d, %dx, %comp : tensor<16x4x2x32xi32>, tensor<4x2x32xf16>, tensor<16x2xf32>, tensor<16x2xf32>)
+      outs(%init : tensor<16x4x32xf32>) attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1]} {
+  ^bb0(%a: i32, %s: f16, %sx: f32, %c: f32, %acc: f32):
+    %af = arith.sitofp %a : i32 to f32
+    %sum = arith.subf %af, %c : f32
     %sf = arith.extf %s : f16 to f32
-    %r = math.fma %a, %sf, %acc : f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %sum, %scale, %acc : f32
     linalg.yield %r : f32
   } -> tensor<16x4x32xf32>
   %e1 = tensor.empty() : tensor<16x4x32xf32>
   %out = linalg.generic {indexing_maps = [#f3, #fbias, #f3], iterator_types = ["parallel", "parallel", "parallel"]}
       ins(%p, %bias : tensor<16x4x32xf32>, tensor<4x32xf32>) outs(%e1 : tensor<16x4x32xf32>)
-      attrs = {gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2], gpt.epilogue_operand = 0 : i64, gpt.epilogue_chunks = 1 : i64} {
+      attrs = {gpt.epilogue_tile = [4, 1, 32], gpt.tile_interchange = [1, 0, 2], gpt.epilogue_operand = 0 : i64, gpt.epilogue_chunks = 1 : i64} {
   ^bb0(%a: f32, %b: f32, %o: f32):
     %s = arith.addf %a, %b : f32
     linalg.yield %s : f32
