@@ -23,16 +23,17 @@ FailureOr<TensorType> inferSameShapeType(Type input, int64_t minRank, EmitErrorF
 FailureOr<TensorType> inferTransposeType(Type input, EmitErrorFn emitError);
 /// [..., M, K] x [..., K, N] (or x [K, N]) -> [..., M, N].
 FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
-/// [..., M, K] x [N/P, K, P] (a weight packed in column panels) -> [..., N]. A block-quantized
-/// weight (i8 codes: [N/P, K, P] for q8_0, [N/P, K/2, P] for q4_0) also takes its scales
-/// [N/P, K/blockSize, P]; other formats take none (`scales` null).
+/// [..., M, K] x [N/P, rows, P] (a weight packed in column panels) -> [..., N]: f32 [N/P, K, P],
+/// or i32 lanes (kernels/LanePacking.h) [N/P, K/2, P] (bf16), [N/P, K/4, P] (q8_0) or
+/// [N/P, K/8, P] (q4_0). The block formats also take their scales [N/P, K/blockSize, P]; the
+/// others take none (`scales` null).
 FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int64_t blockSize, EmitErrorFn emitError);
 /// Input shape; weight and bias must be rank-1 of the size of the input's last dim.
 FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError);
 
 /// [V, D] table gathered by [T] ids -> [T, D].
 FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitError);
-/// A [D, V'] q8_0 packed weight (codes [V'/P, D, P], scales [V'/P, D/blockSize, P]) gathered as a
+/// A [D, V'] q8_0 packed weight (lanes of codes [V'/P, D/4, P], scales [V'/P, D/blockSize, P]) gathered as a
 /// [V', D] table by [T] ids -> [T, D].
 FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids, int64_t blockSize,
                                                EmitErrorFn emitError);

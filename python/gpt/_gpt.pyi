@@ -34,14 +34,15 @@ def quantize_q4_0(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDA
     """q4_0 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale bits uint16 [K/32, N])."""
 
 def pack_bf16_lanes(matrix: npt.ArrayLike, width: _Int) -> npt.NDArray[np.uint32]:
-    """bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word = bf16(w[2k][j]) | bf16(w[2k+1][j]) << 16."""
+    """bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j])
+    << 16."""
 
 def pack_q8_0_lanes(codes: npt.NDArray[np.int8], width: _Int) -> npt.NDArray[np.uint32]:
-    """q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of a word is row 4k + i."""
+    """q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of word 8b + q is row 32b + q + 8i."""
 
 def pack_q4_0_lanes(codes: npt.NDArray[np.uint8], width: _Int) -> npt.NDArray[np.uint32]:
-    """q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of a word is row 8k + i | row
-    8k + 4 + i << 4."""
+    """q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of word 4b + o is row
+    32b + o + 8i | row 32b + 4 + o + 8i << 4."""
 
 def dequantize_bf16_lanes(lanes: npt.NDArray[np.uint32]) -> npt.NDArray[np.float32]:
     """The [K, N] f32 matrix of bf16 lanes, as the model's state_dict() reads it back."""

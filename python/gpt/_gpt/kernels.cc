@@ -57,7 +57,8 @@ void initLaneKernels(py::module_ &m) {
         return packed;
       },
       py::arg("matrix"), py::arg("width"),
-      "bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word = bf16(w[2k][j]) | bf16(w[2k+1][j]) << 16.");
+      "bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j]) "
+      "<< 16.");
   m.def(
       "pack_q8_0_lanes",
       [](Ints<int8_t> codes, int64_t width) {
@@ -67,7 +68,7 @@ void initLaneKernels(py::module_ &m) {
         return packed;
       },
       py::arg("codes"), py::arg("width"),
-      "q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of a word is row 4k + i.");
+      "q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of word 8b + q is row 32b + q + 8i.");
   m.def(
       "pack_q4_0_lanes",
       [](Ints<uint8_t> codes, int64_t width) {
@@ -77,8 +78,8 @@ void initLaneKernels(py::module_ &m) {
         return packed;
       },
       py::arg("codes"), py::arg("width"),
-      "q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of a word is row 8k + i | row "
-      "8k + 4 + i << 4.");
+      "q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of word 4b + o is row "
+      "32b + o + 8i | row 32b + 4 + o + 8i << 4.");
   m.def(
       "dequantize_bf16_lanes",
       [](Ints<uint32_t> lanes) {
