@@ -151,10 +151,11 @@ LogicalResult PackedMatmulOp::inferShapes() { return refineResult(*this, inferPa
 PackedWeightFormat PackedMatmulOp::getWeightFormat() {
   if (!getRhs().getType().getElementType().isInteger(32)) return PackedWeightFormat::F32;
   if (!getScales()) return PackedWeightFormat::BF16;
-  // Codes per lane: 4 (q8_0) or 8 (q4_0), from K and the weight's rows.
+  // Codes per lane: 4 (q8_0) or 8 (q4_0), from K and the weight's rows. Divided, not `4 * rows`,
+  // which overflows for a dynamic (or huge) dim.
   int64_t k = cast<RankedTensorType>(getLhs().getType()).getShape().back();
   int64_t rows = cast<RankedTensorType>(getRhs().getType()).getDimSize(1);
-  return 4 * rows == k ? PackedWeightFormat::Q8_0 : PackedWeightFormat::Q4_0;
+  return rows > 0 && k % rows == 0 && k / rows == 4 ? PackedWeightFormat::Q8_0 : PackedWeightFormat::Q4_0;
 }
 
 LogicalResult LayerNormOp::verify() {

@@ -133,6 +133,13 @@ def test_lane_packing_rejects_k_that_does_not_fill_its_words(pack, rows, message
         pack(np.zeros((32, 40), dtype), 32)
 
 
+def test_dequantizing_lanes_rejects_a_zero_panel_width():
+    # The scales' shape check divides by the width: it must be refused first, not divide by zero.
+    for dequantize in (_gpt.dequantize_q8_0_lanes, _gpt.dequantize_q4_0_lanes):
+        with pytest.raises(ValueError, match="panel width \\(their last dim\\) of at least 1"):
+            dequantize(np.zeros((0, 8, 0), np.uint32), np.zeros((0, 1, 0), np.uint16))
+
+
 def test_q4_0_lanes_reject_a_code_past_four_bits():
     codes = np.zeros((32, 32), np.uint8)
     codes[9, 3] = 16

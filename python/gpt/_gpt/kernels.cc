@@ -34,6 +34,8 @@ template <typename Array> std::pair<int64_t, int64_t> panelMatrixShape(const Arr
 /// (K, N, width) of lane words [N/width, K/rowsPerWord, width].
 std::tuple<int64_t, int64_t, int64_t> laneShape(const Ints<uint32_t> &lanes, int64_t rowsPerWord) {
   if (lanes.ndim() != 3) throw std::invalid_argument("lanes must be 3-D [N/width, K/rows_per_word, width]");
+  // checkScalePanels divides by it before the kernel checks it.
+  if (lanes.shape(2) <= 0) throw std::invalid_argument("lanes need a panel width (their last dim) of at least 1");
   return {lanes.shape(1) * rowsPerWord, lanes.shape(0) * lanes.shape(2), lanes.shape(2)};
 }
 
