@@ -126,9 +126,11 @@ def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [Functiona
       reduction dims would not lower to outer products;
     - vectorizes them, reading each row's activation as one value broadcast along its row
       instead of the column of M activations (`K` apart) broadcast and transposed that the
-      vectorizer reads, which lowers to a serial gather and shuffles.
+      vectorizer reads, which lowers to a serial gather and shuffles;
+    - unrolls the partial sums' loop over the block's lanes (8 steps for q8_0, 4 for q4_0): the
+      JIT's LLVM pipeline does not unroll.
     A tile of a bf16 packed matmul (accumulating with `transformer.lane_dot_bf16`, stepped one
-    lane of K at a time) gets the last two steps. The other targets (f32 tiles) are returned,
+    lane of K at a time) gets the second and third steps only. The other targets (f32 tiles) are returned,
     for `transform.structured.vectorize`.
 
     ```mlir
