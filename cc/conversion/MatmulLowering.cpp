@@ -10,6 +10,8 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Transforms/DialectConversion.h"
 
+#include <limits>
+
 namespace gpt::conversion {
 using namespace mlir;
 using namespace mlir::transformer;
@@ -137,20 +139,25 @@ Value bf16Lanes(OpBuilder &b, Location loc, Value lhs) {
 }
 
 /// A row of activations quantized per block of 32 along K, as llama.cpp quantizes them for its
-/// int8 dot products: per block, d = max|x| / 127 and code = round_even(x * (1 / d)) in
-/// [-127, 127] (0 where d = 0).
+/// int8 dot products: per block, d = max|x| / 127 and code = round_even(x * min(1 / d, FLT_MAX))
+/// in [-127, 127] (0 where d = 0).
 struct QuantizedActivations {
   Value lanes;         ///< [M, K/32, 8] i32: lane q of a block holds the codes of x[32 b + q + 8 i], i < 4
   Value scales;        ///< [M, K/32] f32: d
   Value compensations; ///< [M, K/32] f32: offset * sum of the block's codes (exact in f32)
 };
 
-/// 1 / d, or 0 for an all-zero block.
+/// 1 / d, or 0 for an all-zero block. At most the largest finite f32: for a block whose max |x|
+/// is below ~3.7e-37, 1 / d overflows to infinity, and x * inf (NaN for x = 0) would turn the
+/// block's codes into poison and its compensation, and so the whole output row, into NaN. Capped,
+/// |x| * inverse <= max|x| / d = 127 still, and a zero stays a zero code.
 Value inverseScale(OpBuilder &b, Location l, Value d) {
   Value zero = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(0.0f));
   Value one = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(1.0f));
+  Value largest = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(std::numeric_limits<float>::max()));
   Value isZero = b.create<arith::CmpFOp>(l, arith::CmpFPredicate::OEQ, d, zero);
-  return b.create<arith::SelectOp>(l, isZero, zero, b.create<arith::DivFOp>(l, one, d));
+  Value inverse = b.create<arith::MinimumFOp>(l, b.create<arith::DivFOp>(l, one, d), largest);
+  return b.create<arith::SelectOp>(l, isZero, zero, inverse);
 }
 
 Value roundedCode(OpBuilder &b, Location l, Value x, Value inverse) {

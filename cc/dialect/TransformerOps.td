@@ -161,8 +161,10 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
       its low nibble and `code(32 b + 4 + o + 8 i)` in its high one: the low nibbles line up with
       q8_0's lane `q = o` and the high nibbles with lane `q = o + 4`.
     Block formats quantize each row of the activations per block of 32 along K, as llama.cpp
-    does: `d = max|x| / 127`, `code = round_even(x * (1 / d))` (0 where `d = 0`); a block
-    contributes `d_w * d_x * sum(code_x * code_w)`, the sum exact in i32.
+    does: `d = max|x| / 127`, `code = round_even(x * min(1 / d, FLT_MAX))` (0 where `d = 0`;
+    the cap keeps a block with max |x| below ~3.7e-37 finite); a block contributes
+    `d_w * d_x * sum(code_x * code_w)`, the sum exact in i32. A NaN or infinite activation
+    makes its row of the result NaN.
 
     ```mlir
     %y = transformer.packed_matmul %x, %w : (tensor<8x768xf32>, tensor<96x768x32xf32>) -> tensor<8x3072xf32>

@@ -114,6 +114,9 @@ func.func @packed_matmul_bf16(%x: tensor<8x8xf32>, %w: tensor<3x4x32xi32>) -> te
 // CHECK: %[[D:.*]] = linalg.generic {{.*}} ins(%[[AMAX]] : tensor<16xf32>)
 // CHECK: arith.divf %{{.*}}, %{{.*}} : f32
 // CHECK: %[[COMP:.*]] = linalg.generic {{.*}} ins(%[[ROWS]], %[[D]] : tensor<16x32xf32>, tensor<16xf32>)
+// 1 / d capped at the largest f32 (a tiny block's 1 / d is infinite):
+// CHECK: arith.constant 3.40282347E+38 : f32
+// CHECK: arith.minimumf %{{.*}}, %{{.*}} : f32
 // CHECK: math.roundeven
 // CHECK: arith.constant 1.280000e+02 : f32
 // CHECK: %[[RUNS:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2, 3]] output_shape [8, 2, 4, 8] : tensor<8x64xf32> into tensor<8x2x4x8xf32>

@@ -125,7 +125,8 @@ def bf16_activations(x: np.ndarray) -> np.ndarray:
 def int8_activation_blocks(x: np.ndarray):
     """(codes int8 [..., K], scales float32 [..., K/32]) of float32(x), per block of 32 consecutive
     elements along the last axis, in float32 arithmetic: amax = max |x|, d = amax / 127,
-    id = 1 / d (0 when d is 0), code = clip(rint(x * id), -127, 127), rint rounding half to even."""
+    id = min(1 / d, FLT_MAX) (0 when d is 0; capped where 1 / d overflows, amax < ~3.7e-37),
+    code = clip(rint(x * id), -127, 127), rint rounding half to even."""
     x32 = np.asarray(x, np.float32)
     *lead, k = x32.shape
     if k % BLOCK != 0:
@@ -133,7 +134,8 @@ def int8_activation_blocks(x: np.ndarray):
     blocks = x32.reshape(*lead, k // BLOCK, BLOCK)
     d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
     with np.errstate(divide="ignore"):
-        inverse = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        inverse = np.where(d != 0, np.minimum(np.float32(1) / d, np.finfo(np.float32).max), np.float32(0))
+    inverse = inverse.astype(np.float32)
     products = (blocks * inverse[..., None]).astype(np.float32)
     codes = np.clip(np.rint(products), -127, 127).astype(np.int8)
     return codes.reshape(x32.shape), d

@@ -191,6 +191,29 @@ def test_a_model_made_from_its_state_dict_computes_the_same_logits(fmt):
     np.testing.assert_array_equal(again.forward(ids), model.forward(ids))
 
 
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_activations_too_small_to_invert_their_scale_give_finite_logits(fmt):
+    # ln_1's scale 1e-38 makes the first c_attn input's blocks have max |x| ~1e-38, whose
+    # d = max|x| / 127 has no finite 1 / d: the codes must still be in [-127, 127], not NaN.
+    cfg = config(NANO)
+    weights = exercising_weights(cfg)
+    weights["transformer.h.0.ln_1.weight"] = np.full_like(weights["transformer.h.0.ln_1.weight"], 1e-38)
+    weights["transformer.h.0.ln_1.bias"] = np.zeros_like(weights["transformer.h.0.ln_1.bias"])
+    model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False))
+    assert np.all(np.isfinite(model.forward(token_ids(cfg, 9))))
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0"])
+def test_an_infinite_activation_gives_nan_logits_not_a_crash(fmt):
+    # Garbage in, NaN out. The weights themselves must be finite, but ln_1's scale 3e38 overflows
+    # the first c_attn input to inf wherever |normalized x| > 1.2 (each row has such elements).
+    cfg = config(NANO)
+    weights = exercising_weights(cfg)
+    weights["transformer.h.0.ln_1.weight"] = np.full_like(weights["transformer.h.0.ln_1.weight"], 3e38)
+    model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False))
+    assert np.all(np.isnan(model.forward(token_ids(cfg, 9))))
+
+
 @pytest.mark.parametrize("fmt", ["f32", "q8_0", "q4_0"])
 def test_model_keeps_no_float32_copy_of_the_weights_it_stores(fmt):
     """Only the arrays compiled code reads in place (biases, LayerNorm, position embeddings; for
