@@ -207,7 +207,9 @@ class Transformer_LaneDotOp<string mnemonic, Type accumulator, string meaning>
 def Transformer_LaneDotBf16Op : Transformer_LaneDotOp<"lane_dot_bf16", F32, [{
     One 32-bit lane of `vdpbf16ps`: `lhs` and `rhs` each hold two bf16 values (low half, high
     half); the result is `accumulator + lhs.high * rhs.high + lhs.low * rhs.low`, each product
-    exact in f32 and added in that order.
+    exact in f32 and added in that order. (`vdpbf16ps` also flushes subnormal inputs and results
+    to zero, which the plain-arithmetic lowering does not: the two agree wherever no subnormal
+    occurs.)
 
     ```mlir
     %s = transformer.lane_dot_bf16 %acc, %x, %w : vector<32xi32> -> vector<32xf32>
