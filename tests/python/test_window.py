@@ -3,6 +3,9 @@ reference's dense window mask, the rolling KV cache (O(W) memory, cached generat
 recomputation, rope generation past block_size), and bad windows."""
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -177,3 +180,20 @@ def test_learned_positions_still_stop_at_block_size():
 def test_bad_window(window):
     with pytest.raises(ValueError, match=f"GPTConfig.attention_window must be None or an int >= 1, got {window!r}"):
         gpt.GPTConfig(**NANO, attention_window=window)
+
+
+def test_gguf_refuses_a_window(tmp_path):
+    """GGUF's gpt2 architecture has no window: saving one would silently drop it."""
+    from gpt.gguf_file import save_gguf
+
+    model = gpt.GPT.random(windowed(NANO, "learned", 4))
+    with pytest.raises(ValueError, match="attention_window=4 cannot be written"):
+        save_gguf(model, model.config, tmp_path / "m.gguf")
+
+
+def test_cli_ir_takes_a_window():
+    command = [sys.executable, "-m", "gpt", "ir", "--stage=transformer", "--n_layer=1", "--attention_window=5"]
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+    env = dict(os.environ, PYTHONPATH=package_root)
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env, timeout=600).stdout
+    assert "window = 5 : i64" in out
