@@ -23,8 +23,8 @@ SHAPES = {
 }
 
 
-def measure(shape, pipeline, threads, seq_len, repeats, budget):
-    cfg = gpt.GPTConfig(**SHAPES[shape])
+def measure(shape, pipeline, threads, seq_len, repeats, budget, attention_window=None):
+    cfg = gpt.GPTConfig(**SHAPES[shape], attention_window=attention_window)
     # No disk cache: the compile column is a cold compile, never a load of an earlier run's object.
     model = gpt.GPT.random(
         cfg, seed=0, options=gpt.CompileOptions(pipeline=pipeline, threads=threads, disk_cache=False)
@@ -57,6 +57,7 @@ def main(argv):
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of timed runs per configuration")
+    parser.add_argument("--attention-window", type=int, default=None, help="sliding-window attention (GPTConfig)")
     args = parser.parse_args(argv)
 
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_forward.py " + " ".join(argv))
@@ -72,7 +73,7 @@ def main(argv):
             thread_counts = [int(t) for t in args.threads.split(",")] if pipeline in ("vectorized", "default") else [1]
             for threads in thread_counts:
                 compile_s, first_run, latency, runs = measure(
-                    shape, pipeline, threads, args.seq_len, args.repeats, args.budget
+                    shape, pipeline, threads, args.seq_len, args.repeats, args.budget, args.attention_window
                 )
                 if pipeline == "baseline":
                     baseline = latency

@@ -3,6 +3,7 @@
 
 #include "cc/dialect/TransformerDialect.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -27,6 +28,8 @@ std::string GPTConfig::validate() const {
   if (rope && (nEmbd / nHead) % 2 != 0)
     return "rope needs an even head size, got n_embd / n_head = " + std::to_string(nEmbd / nHead);
   if (!(layerNormEps > 0.0f) || !std::isfinite(layerNormEps)) return "layer_norm_eps must be a positive finite number";
+  if (attentionWindow < 0)
+    return "attention_window must be >= 1 (or 0 for none), got " + std::to_string(attentionWindow);
   return "";
 }
 
@@ -88,13 +91,30 @@ public:
       k = b.create<RopeOp>(loc, unranked(), k, positions, base);
     }
     Value offset;
-    if (cache) {
-      cache->key = k = b.create<CacheUpdateOp>(loc, unranked(), k, cache->key, cache->offset);
-      cache->value = v = b.create<CacheUpdateOp>(loc, unranked(), v, cache->value, cache->offset);
-      offset = cache->offset;
+    int64_t slots = cache ? cast<RankedTensorType>(cache->key.getType()).getDimSize(1) : 0;
+    if (cache && config.attentionWindow == 1 && slots == 1) {
+      // A window of 1: each query sees its own key alone, and no step reads the cache (which
+      // stays as it is: a whole-cache update at the constant slot 0 would fold to a new tensor
+      // that no longer aliases the caller's buffer).
+      offset = b.create<arith::ConstantIndexOp>(loc, 0);
+    } else if (cache) {
+      Value slot = offset = cache->offset;
+      if (config.attentionWindow > 0) {
+        // A rolling cache of C <= W slots: position p lives at slot p % C. The caller writes
+        // either T tokens that fit unwrapped (offset + T <= C: slots are positions) or one token
+        // past C, whose query then sees every slot: each holds one of the W - 1 positions before
+        // it (softmax does not care in what order). Query offset min(offset, C - T) says both.
+        int64_t rows = cast<RankedTensorType>(x.getType()).getDimSize(0);
+        slot = b.create<arith::RemUIOp>(loc, offset, b.create<arith::ConstantIndexOp>(loc, slots));
+        offset = b.create<arith::MinUIOp>(loc, offset, b.create<arith::ConstantIndexOp>(loc, slots - rows));
+      }
+      cache->key = k = b.create<CacheUpdateOp>(loc, unranked(), k, cache->key, slot);
+      cache->value = v = b.create<CacheUpdateOp>(loc, unranked(), v, cache->value, slot);
     }
     float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
-    Value a = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
+    auto attention = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
+    if (config.attentionWindow > 0) attention.setWindowAttr(b.getI64IntegerAttr(config.attentionWindow));
+    Value a = attention;
     return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnProjWeight), w[W::AttnProjBias]);
   }
 
@@ -327,7 +347,8 @@ struct EntryValues {
 
 OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
                                    const WeightStorage &storage) {
-  ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect, tensor::TensorDialect>();
+  ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
+                  tensor::TensorDialect>();
   OpBuilder b(&ctx);
   Location loc = NameLoc::get(b.getStringAttr("gpt.forward"));
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
@@ -361,7 +382,8 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
 
 OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, int64_t cacheLen,
                                 const WeightStorage &storage) {
-  ctx.loadDialect<TransformerDialect, func::FuncDialect, bufferization::BufferizationDialect, tensor::TensorDialect>();
+  ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
+                  tensor::TensorDialect>();
   OpBuilder b(&ctx);
   Location loc = NameLoc::get(b.getStringAttr("gpt.step"));
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);

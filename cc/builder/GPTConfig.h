@@ -17,6 +17,9 @@ struct GPTConfig {
   int64_t blockSize = 0;
   bool rope = false; ///< rotary embedding (GPT-NeoX rotate-half) instead of a learned `wpe` table
   float layerNormEps = 1e-5f;
+  /// Sliding-window attention: key j is visible from query i iff i - W < j <= i. 0: full causal.
+  /// With a window the KV cache may be rolling: position p lives at slot p % (cache length).
+  int64_t attentionWindow = 0;
 
   /// An empty string when the configuration is usable, else what is wrong with it.
   std::string validate() const;

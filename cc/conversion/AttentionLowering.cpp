@@ -71,6 +71,10 @@ struct HeadRows {
 /// The key loop stops at the last key any query of the block may see (key j is visible from
 /// query i when j <= offset + i): blocks the causal mask removes entirely are never visited,
 /// and a decode step (one query at `offset`) reads the cache only up to its own position.
+/// With a sliding window W (key j visible from query i when offset + i - W < j <= offset + i)
+/// the loop also starts at the key block holding the first query's first visible key: blocks
+/// entirely before the window are never visited either, so the cost grows with W, not with Tk.
+/// Blocks the window or the diagonal cut are masked key by key.
 ///
 /// Per key block: s = q_blk . k_blk^T (a linalg.matmul by the transposed block, or for one
 /// query a row reduction: a dot product per key), masked and scaled;
@@ -85,7 +89,7 @@ public:
   FlashAttention(CausalAttentionOp op, CausalAttentionOp::Adaptor adaptor)
       : loc(op.getLoc()), ctx(op.getContext()), queryRows{adaptor.getQuery(), op.getQueryTokenMajor()},
         keyRows{adaptor.getKey(), op.getKeyTokenMajor()}, valueRows{adaptor.getValue(), op.getValueTokenMajor()},
-        tokenMajorResult(op.getResultTokenMajor()), queryOffset(adaptor.getQueryOffset()),
+        tokenMajorResult(op.getResultTokenMajor()), queryOffset(adaptor.getQueryOffset()), window(op.getWindow()),
         scale(op.getScale().convertToFloat()), heads(queryRows.heads()), queries(queryRows.rows()),
         keys(keyRows.rows()), valueSize(valueRows.cols()), bq(blockSize(queries)), bk(blockSize(keys)),
         id2(AffineMap::getMultiDimIdentityMap(2, ctx)), row2(rowMap(2, ctx)),
@@ -159,9 +163,19 @@ private:
     // (arith.ceildivui would need arith-expand before the LLVM lowering.)
     Value keyBlocks = b.create<arith::DivUIOp>(loc, b.create<arith::AddIOp>(loc, end, index(b, bk - 1)), index(b, bk));
     Value keyEnd = b.create<arith::MulIOp>(loc, keyBlocks, index(b, bk));
+    Value keyBegin = index(b, 0);
+    if (window) {
+      // Keys from offset + queryStart + 1 - W (the first query's first visible key; 0 when that
+      // is negative), rounded down to a whole key block.
+      Value first = b.create<arith::AddIOp>(loc, b.create<arith::AddIOp>(loc, offset, queryStart), index(b, 1));
+      Value w = index(b, *window);
+      Value past = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, first, w);
+      Value begin = b.create<arith::SelectOp>(loc, past, b.create<arith::SubIOp>(loc, first, w), index(b, 0));
+      keyBegin = b.create<arith::MulIOp>(loc, b.create<arith::DivUIOp>(loc, begin, index(b, bk)), index(b, bk));
+    }
     SmallVector<Value> init = {filled(b, loc, {bq}, kNegInf), filled(b, loc, {bq}), filled(b, loc, {bq, valueSize})};
     auto keyLoop = b.create<scf::ForOp>(
-        loc, index(b, 0), keyEnd, index(b, bk), init, [&](OpBuilder &nb, Location, Value keyStart, ValueRange state) {
+        loc, keyBegin, keyEnd, index(b, bk), init, [&](OpBuilder &nb, Location, Value keyStart, ValueRange state) {
           nb.create<scf::YieldOp>(loc, keyBlock(nb, head, queryStart, keyStart, qBlock, state));
         });
     Value sum = keyLoop.getResult(1), acc = keyLoop.getResult(2);
@@ -209,11 +223,17 @@ private:
     return {product, id2};
   }
 
-  // True where key keyStart + j is visible from query queryStart + i.
+  // True where key keyStart + j is visible from query queryStart + i: j <= offset + i, and with a
+  // window W also offset + i < j + W.
   Value visible(OpBuilder &nb, Location l, Value queryStart, Value keyStart) const {
     Value i = nb.create<arith::AddIOp>(l, queryStart, nb.create<linalg::IndexOp>(l, 0));
     Value j = nb.create<arith::AddIOp>(l, keyStart, nb.create<linalg::IndexOp>(l, 1));
-    return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ule, j, nb.create<arith::AddIOp>(l, i, offset));
+    Value position = nb.create<arith::AddIOp>(l, i, offset);
+    Value causal = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ule, j, position);
+    if (!window) return causal;
+    Value inWindow = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, position,
+                                              nb.create<arith::AddIOp>(l, j, index(nb, *window)));
+    return nb.create<arith::AndIOp>(l, causal, inWindow);
   }
 
   // scale * s where the key is visible, -inf where the causal mask hides it.
@@ -279,7 +299,8 @@ private:
   MLIRContext *ctx;
   HeadRows queryRows, keyRows, valueRows;
   bool tokenMajorResult;
-  Value queryOffset, offset; // the operand (may be null), and the index the loops use
+  Value queryOffset, offset;     // the operand (may be null), and the index the loops use
+  std::optional<int64_t> window; // the sliding window W, when the mask has one
   float scale;
   int64_t heads, queries, keys, valueSize, bq, bk;
   AffineMap id2, row2, id1;

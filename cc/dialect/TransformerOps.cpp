@@ -238,6 +238,8 @@ LogicalResult CausalAttentionOp::verify() {
   float scale = getScale().convertToFloat();
   if (!(scale > 0.0f) || !std::isfinite(scale))
     return emitOpError() << "scale must be a positive finite number, got " << getScaleAttr();
+  if (std::optional<int64_t> window = getWindow(); window && *window < 1)
+    return emitOpError() << "window must be >= 1 (the keys a query sees, its own included), got " << *window;
   return verifyInferred(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(),
                                                   layout(*this), errorOn(*this)));
 }

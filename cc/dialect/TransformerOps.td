@@ -394,6 +394,8 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
     `query_offset + i` (0 when the operand is absent) and attends to the keys `j <= query_offset + i`:
     `result[h, i] = softmax_j(scale * q[h, i] . k[h, j], masked) . v[h, j]`.
     Keys past every query's position (an unfilled cache) are never read into the result.
+    With `window = W` (W >= 1) the mask is a sliding window: query `i` sees only the keys
+    `query_offset + i - W < j <= query_offset + i`, its own position and the W - 1 before it.
 
     Each of `query_token_major`, `key_token_major`, `value_token_major` and `result_token_major`
     says that this operand (or the result) is laid out token-major, `[T, H, d]`, instead of
@@ -407,18 +409,22 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
         : (tensor<4x1x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>, index) -> tensor<4x1x16xf32>
     %t = transformer.causal_attention %qt, %kc, %vc offset %pos {query_token_major, result_token_major, scale = 0.25 : f32}
         : (tensor<8x4x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>, index) -> tensor<8x4x16xf32>
+    %w = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32, window = 4 : i64}
+        : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
     ```
   }];
   let arguments = (ins F32Tensor:$query, F32Tensor:$key, F32Tensor:$value,
                        Optional<Index>:$query_offset, F32Attr:$scale,
                        UnitAttr:$query_token_major, UnitAttr:$key_token_major,
-                       UnitAttr:$value_token_major, UnitAttr:$result_token_major);
+                       UnitAttr:$value_token_major, UnitAttr:$result_token_major,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs F32Tensor:$output);
   let builders = [
     // Every operand and the result head-major, as a model is first written.
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$query, "::mlir::Value":$key, "::mlir::Value":$value,
                    "::mlir::Value":$query_offset, "::mlir::FloatAttr":$scale), [{
-      build($_builder, $_state, output, query, key, value, query_offset, scale, nullptr, nullptr, nullptr, nullptr);
+      build($_builder, $_state, output, query, key, value, query_offset, scale, nullptr, nullptr, nullptr, nullptr,
+            nullptr);
     }]>
   ];
   let assemblyFormat = [{

@@ -421,7 +421,12 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
 void CompiledModel::checkStep(int64_t count, int64_t offset, int64_t cacheLen) const {
   if (cacheLen < 1 || cacheLen > config_.blockSize)
     throw std::invalid_argument("cache length " + std::to_string(cacheLen) + " is outside [1, block_size]");
-  if (count < 1 || offset < 0 || offset + count > cacheLen)
+  // A windowed model's cache of exactly W slots rolls (position p at slot p % W, GPTBuilder.cpp):
+  // past its end it takes one token at a time, which overwrites the one position that just left
+  // the window; learned positions still end at block_size.
+  bool rolls = config_.attentionWindow > 0 && cacheLen == config_.attentionWindow && count == 1 &&
+               (config_.rope || offset < config_.blockSize);
+  if (count < 1 || offset < 0 || (offset + count > cacheLen && !rolls))
     throw std::invalid_argument(std::to_string(count) + " tokens at position " + std::to_string(offset) +
                                 " do not fit in a cache of " + std::to_string(cacheLen) + " positions");
 }
@@ -468,7 +473,9 @@ Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, in
 
   std::vector<int64_t> paddedIds(rows, 0), positions(rows), last = {count - 1};
   std::copy(ids, ids + count, paddedIds.begin());
-  for (int64_t i = 0; i < rows; ++i) positions[i] = std::min(offset + i, config_.blockSize - 1);
+  // Rotary positions have no table to stay inside: a rolling cache's positions pass block_size.
+  for (int64_t i = 0; i < rows; ++i)
+    positions[i] = config_.rope ? offset + i : std::min(offset + i, config_.blockSize - 1);
   CallArguments call{paddedIds.data(), positions.data(), rows, last.data(), offset, cacheLen, keys, values,
                      /*logitsRows=*/1};
   return run(function, EntryPoint::Step, call);

@@ -103,6 +103,7 @@ class CompiledModel:
         weights: str = "f32",
         cache_max_bytes: _Int = ...,
         target_cpu: str = "host",
+        attention_window: _Int = 0,
     ) -> None: ...
     def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every weight set_weights() takes, in its order."""

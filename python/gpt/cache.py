@@ -12,13 +12,24 @@ class KVCache:
     filled so far. The buffers are written in place by compiled code; a call that raises leaves
     the cache as it was. One call at a time: a step (or reset) while another thread's step on the
     same cache is running raises RuntimeError instead of interleaving their writes.
+
+    A model with `attention_window=W` keeps min(W, max_len) slots per layer (`cache.slots`). When
+    that is W the cache rolls: position p lives at slot p % W, and positions go on past `max_len`
+    up to block_size (learned positions) or without end (rotary).
     """
 
     def __init__(self, model, max_len: int):
         cfg = model.config
         self._model = model
         self._max_len = max_len
-        shape = (cfg.n_layer, cfg.n_head, max_len, cfg.head_size)
+        window = cfg.attention_window
+        self._slots = max_len if window is None else min(window, max_len)
+        self._rolling = window is not None and self._slots == window
+        # Where a rolling cache's positions end (None: nowhere); else max_len.
+        self._limit = max_len
+        if self._rolling:
+            self._limit = None if cfg.pos_embedding == "rope" else cfg.block_size
+        shape = (cfg.n_layer, cfg.n_head, self._slots, cfg.head_size)
         # Zeros, not empty: positions past len(cache) are masked out of attention, and a masked
         # probability (exactly 0) times a finite value stays 0, where 0 * NaN would not.
         self._keys = np.zeros(shape, np.float32)
@@ -35,6 +46,24 @@ class KVCache:
     @property
     def max_len(self) -> int:
         return self._max_len
+
+    @property
+    def slots(self) -> int:
+        """Positions the buffers hold: max_len, or for a windowed model min(window, max_len)."""
+        return self._slots
+
+    @property
+    def rolling(self) -> bool:
+        return self._rolling
+
+    def chunks(self, count: int) -> list[int]:
+        """How many of `count` new tokens each compiled step takes: a rolling cache takes tokens
+        together only while they fit unwrapped (a step's tokens must not overwrite slots its own
+        earlier queries still see), then one at a time."""
+        if not self._rolling or self._length + count <= self._slots:
+            return [count]
+        first = max(self._slots - self._length, 0)
+        return ([first] if first else []) + [1] * (count - first)
 
     def __len__(self) -> int:
         return self._length
@@ -67,9 +96,10 @@ class KVCache:
             raise RuntimeError("this KVCache is in use by another call (another thread?); use one cache per thread")
         try:
             # Checked while holding the cache: another thread may have filled it just before.
-            if self._length + len(ids) > self._max_len:
-                raise ValueError(f"KV cache is full: {self._length} + {len(ids)} tokens exceed max_len={self._max_len}")
-            result = step(ids, self._length, self._max_len, self._key_views, self._value_views)
+            if self._limit is not None and self._length + len(ids) > self._limit:
+                name = "max_len" if not self._rolling else "block_size"
+                raise ValueError(f"KV cache is full: {self._length} + {len(ids)} tokens exceed {name}={self._limit}")
+            result = step(ids, self._length, self._slots, self._key_views, self._value_views)
             self._length += len(ids)
             return result
         finally:

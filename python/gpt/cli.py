@@ -54,6 +54,7 @@ flags.DEFINE_integer("n_embd", 64, "ir without --model")
 flags.DEFINE_integer("vocab_size", 256, "ir without --model")
 flags.DEFINE_integer("block_size", 128, "ir without --model")
 flags.DEFINE_enum("pos_embedding", "learned", ["learned", "rope"], "ir without --model")
+flags.DEFINE_integer("attention_window", None, "ir without --model: sliding-window attention", lower_bound=1)
 flags.DEFINE_bool("list", False, "cache: list the entries, most recently used first")
 flags.DEFINE_bool("clear", False, "cache: remove every entry")
 flags.DEFINE_string("cache_dir", None, "cache: the directory (default $GPT_CACHE_DIR, else ~/.cache/gpt/jit)")
@@ -131,6 +132,7 @@ def ir() -> None:
             vocab_size=FLAGS.vocab_size,
             block_size=FLAGS.block_size,
             pos_embedding=FLAGS.pos_embedding,
+            attention_window=FLAGS.attention_window,
         )
         model = GPT.random(cfg, options=_options())
     print(model.ir(FLAGS.stage, seq_len=FLAGS.seq_len, entry=FLAGS.entry))

@@ -15,7 +15,10 @@ MAX_DIMENSION = 2**31 - 1
 @dataclasses.dataclass(frozen=True)
 class GPTConfig:
     """Shape of a GPT (nanoGPT's names). `pos_embedding="rope"` replaces the learned position
-    table with GPT-NeoX rotary embedding (rotate-half, base 10000) on q and k."""
+    table with GPT-NeoX rotary embedding (rotate-half, base 10000) on q and k.
+    `attention_window=W` makes attention a sliding window: key j is visible from query i iff
+    i - W < j <= i (None: full causal attention); the KV cache then holds W positions per layer
+    and rolls, so that with rotary positions generation may go on past block_size."""
 
     n_layer: int
     n_head: int
@@ -24,6 +27,7 @@ class GPTConfig:
     block_size: int
     pos_embedding: str = "learned"
     layer_norm_eps: float = 1e-5
+    attention_window: int | None = None
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
@@ -42,10 +46,25 @@ class GPTConfig:
             isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0
         ):
             raise ValueError(f"GPTConfig.layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+        window = self.attention_window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"GPTConfig.attention_window must be None or an int >= 1, got {window!r}")
+        if window is not None and window > MAX_DIMENSION:
+            raise ValueError(f"GPTConfig.attention_window={window} is larger than {MAX_DIMENSION}")
 
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def unbounded_positions(self) -> bool:
+        """Whether a cached generation may go on past block_size: rotary positions (no table to
+        run out of) and a window that a rolling cache of at most block_size slots holds."""
+        return (
+            self.pos_embedding == "rope"
+            and self.attention_window is not None
+            and (self.attention_window <= self.block_size)
+        )
 
     def shape_arguments(self) -> dict:
         """The model's shape as the extension's functions take it (keyword arguments)."""

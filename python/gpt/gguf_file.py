@@ -366,6 +366,11 @@ def save_gguf(model_or_weights, config: GPTConfig | None, path, format: str = "f
         raise ValueError(
             f"GGUF's gpt2 architecture has learned positions; pos_embedding={config.pos_embedding!r} cannot be written"
         )
+    if config.attention_window is not None:
+        raise ValueError(
+            f"GGUF's gpt2 architecture has full causal attention; attention_window={config.attention_window} "
+            "cannot be written"
+        )
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     weights = validate_weights(config, weights, copy=False)

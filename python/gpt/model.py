@@ -76,6 +76,7 @@ class GPT:
             weights=options.weights,
             cache_max_bytes=options.resolved_cache_max_bytes(),
             target_cpu=options.target_cpu,
+            attention_window=config.attention_window or 0,
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
         self._compiled.set_weights(arguments, quantized)
@@ -187,7 +188,9 @@ class GPT:
         return logits[: len(array), : self._config.vocab_size]
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
-        """An empty KV cache for up to `max_len` positions (default: block_size)."""
+        """An empty KV cache for up to `max_len` positions (default: block_size). With an
+        attention window W it holds min(W, max_len) positions per layer, rolling when that is W
+        (see KVCache)."""
         max_len = self._config.block_size if max_len is None else max_len
         if (
             isinstance(max_len, bool)
@@ -277,10 +280,16 @@ class GPT:
         prompt = self._check_ids(ids)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if len(prompt) + max_new_tokens > self._config.block_size:
+        unbounded = use_cache and self._config.unbounded_positions
+        if len(prompt) + max_new_tokens > self._config.block_size and not unbounded:
             raise ValueError(
                 f"{len(prompt)} prompt tokens + max_new_tokens={max_new_tokens} exceed "
                 f"block_size={self._config.block_size}"
+                + (
+                    " (past block_size, a windowed rope model generates with use_cache=True only)"
+                    if self._config.unbounded_positions
+                    else ""
+                )
             )
         check_sampling_args(temperature, top_k, top_p)
         stop_ids = frozenset(int(t) for t in self._check_ids(list(stop))) if stop else frozenset()
@@ -361,6 +370,18 @@ class GPT:
             raise TypeError(f"cache must be a gpt.KVCache, got {type(cache).__name__}")
         if cache.model is not self:
             raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
+        if cache.rolling:
+            # A rolling cache takes a long prompt in chunks (KVCache.chunks); positions are
+            # checked for the whole of it first, so a bad call changes nothing.
+            if cache._limit is not None and len(cache) + len(ids) > cache._limit:
+                return cache._run(self._compiled.step, ids)  # raises, naming the full cache
+            start, logits = 0, None
+            for count in cache.chunks(len(ids)):
+                chunk = ids[start : start + count]
+                self._compile_interruptibly(count, len(cache), cache.slots)
+                logits = cache._run(self._compiled.step, chunk)
+                start += count
+            return logits[0, : self._config.vocab_size]
         if len(cache) + len(ids) <= cache.max_len:  # else _run raises, naming the full cache
             self._compile_interruptibly(len(ids), len(cache), cache.max_len)
         return cache._run(self._compiled.step, ids)[0, : self._config.vocab_size]
@@ -419,7 +440,7 @@ class GPT:
             return result
 
         if use_cache:
-            cache = self.new_cache(self._generation_cache_len(len(ids) + max_new_tokens))
+            cache = self.new_cache(self._generation_cache_len(min(len(ids) + max_new_tokens, self._config.block_size)))
             logits = timed("prompt_seconds", self.prefill, ids, cache)
         else:
             sequence = list(ids)

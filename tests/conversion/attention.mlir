@@ -134,3 +134,29 @@ func.func @work_overflow(%q: tensor<2147483648x2147483648x4xf32>) -> tensor<2147
       : (tensor<2147483648x2147483648x4xf32>, tensor<2147483648x2147483648x4xf32>, tensor<2147483648x2147483648x4xf32>) -> tensor<2147483648x2147483648x4xf32>
   return %0 : tensor<2147483648x2147483648x4xf32>
 }
+
+// -----
+
+// A sliding window of 8 keys: the key loop starts at the block holding the first query's first
+// visible key, offset + q0 + 1 - 8 (0 when negative) rounded down to a block of 32, and ends where
+// causal attention ends; inside, a key is visible when it is at most the query's position and
+// less than 8 before it.
+// CHECK-LABEL: func.func @windowed_attention
+// CHECK-SAME: %[[OFFSET:[^:]*]]: index
+// CHECK: scf.for %[[Q0:.*]] = %c0{{.*}} to %c64 step %c32
+// CHECK: %[[KEYEND:.*]] = arith.muli %{{.*}}, %c32{{.*}} : index
+// CHECK: %[[A:.*]] = arith.addi %[[OFFSET]], %[[Q0]] : index
+// CHECK: %[[FIRST:.*]] = arith.addi %[[A]], %c1{{.*}} : index
+// CHECK: %[[PAST:.*]] = arith.cmpi ugt, %[[FIRST]], %c8{{.*}} : index
+// CHECK: %[[SUB:.*]] = arith.subi %[[FIRST]], %c8{{.*}} : index
+// CHECK: %[[BEGIN:.*]] = arith.select %[[PAST]], %[[SUB]], %c0{{.*}} : index
+// CHECK: %[[BLOCK:.*]] = arith.divui %[[BEGIN]], %c32{{.*}} : index
+// CHECK: %[[KEYBEGIN:.*]] = arith.muli %[[BLOCK]], %c32{{.*}} : index
+// CHECK: scf.for %{{.*}} = %[[KEYBEGIN]] to %[[KEYEND]] step %c32{{.*}} iter_args
+// CHECK: %[[CAUSAL:.*]] = arith.cmpi ule
+// CHECK: %[[INWINDOW:.*]] = arith.cmpi ult
+// CHECK: arith.andi %[[CAUSAL]], %[[INWINDOW]] : i1
+func.func @windowed_attention(%q: tensor<2x64x4xf32>, %k: tensor<2x64x4xf32>, %v: tensor<2x64x4xf32>, %pos: index) -> tensor<2x64x4xf32> {
+  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32, window = 8 : i64} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x64x4xf32>
+  return %0 : tensor<2x64x4xf32>
+}

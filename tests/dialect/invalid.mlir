@@ -308,6 +308,22 @@ func.func @attention_scale(%q: tensor<4x8x16xf32>) {
 
 // -----
 
+func.func @attention_window_zero(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{window must be >= 1 (the keys a query sees, its own included), got 0}}
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.25 : f32, window = 0 : i64} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_window_negative(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{window must be >= 1}}
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.25 : f32, window = -2 : i64} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
 func.func @packed_matmul_unpacked_weight(%a: tensor<4x8xf32>, %b: tensor<8x64xf32>) {
   // expected-error @+1 {{rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got 'tensor<8x64xf32>'}}
   %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<8x64xf32>) -> tensor<*xf32>

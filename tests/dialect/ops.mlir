@@ -112,7 +112,7 @@ func.func @unranked(%x: tensor<*xf32>, %y: tensor<?x8xf32>) -> tensor<*xf32> {
 
 // CHECK-LABEL: func.func @model_ops
 func.func @model_ops(%wte: tensor<256x64xf32>, %ids: tensor<8xi64>, %qkv: tensor<8x192xf32>, %pos: index)
-    -> (tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>) {
+    -> (tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>) {
   // CHECK: transformer.embedding %{{.*}}, %{{.*}} : (tensor<256x64xf32>, tensor<8xi64>) -> tensor<8x64xf32>
   %x = transformer.embedding %wte, %ids : (tensor<256x64xf32>, tensor<8xi64>) -> tensor<8x64xf32>
   // CHECK: transformer.slice %{{.*}} {offset = 64 : i64, size = 64 : i64} : tensor<8x192xf32> -> tensor<8x64xf32>
@@ -127,10 +127,14 @@ func.func @model_ops(%wte: tensor<256x64xf32>, %ids: tensor<8xi64>, %qkv: tensor
   %a = transformer.causal_attention %r, %r2, %h {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
   // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} offset %{{.*}} {scale = 2.500000e-01 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, index) -> tensor<4x8x16xf32>
   %d = transformer.causal_attention %r, %r2, %h offset %pos {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, index) -> tensor<4x8x16xf32>
+  // A sliding window of 3 keys per query.
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} offset %{{.*}} {scale = 2.500000e-01 : f32, window = 3 : i64} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, index) -> tensor<4x8x16xf32>
+  %w = transformer.causal_attention %r, %r2, %h offset %pos {scale = 0.25 : f32, window = 3 : i64} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, index) -> tensor<4x8x16xf32>
   // CHECK: transformer.merge_heads %{{.*}} : tensor<4x8x16xf32> -> tensor<8x64xf32>
   %m = transformer.merge_heads %a : tensor<4x8x16xf32> -> tensor<8x64xf32>
   %m2 = transformer.merge_heads %d : tensor<4x8x16xf32> -> tensor<8x64xf32>
-  return %x, %m, %m2 : tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>
+  %m3 = transformer.merge_heads %w : tensor<4x8x16xf32> -> tensor<8x64xf32>
+  return %x, %m, %m2, %m3 : tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>
 }
 
 // Token-major heads ([T, H, d]) around attention, as --transformer-attention-layout leaves them.

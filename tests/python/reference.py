@@ -29,21 +29,30 @@ def rotate_half_rope(x, positions, base=10000.0):
     return x * cos + rotated * sin
 
 
-def causal_self_attention(q, k, v):
-    """q, k, v [heads, T, head_size] -> [heads, T, head_size]."""
+def causal_self_attention(q, k, v, window=None):
+    """q, k, v [heads, T, head_size] -> [heads, T, head_size]. With `window` W, query i sees only
+    the keys j with i - W < j <= i (a dense mask, applied to the whole score matrix)."""
     t = q.shape[1]
     scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
-    scores = np.where(np.tril(np.ones((t, t), dtype=bool)), scores, -np.inf)
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    visible = j <= i
+    if window is not None:
+        visible &= j > i - window
+    scores = np.where(visible, scores, -np.inf)
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return (scores / scores.sum(axis=-1, keepdims=True)) @ v
 
 
-def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5, lm_head=None, matmul_input=None):
+def gpt2_logits(
+    weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5, lm_head=None, matmul_input=None, window=None
+):
     """Logits [T, vocab] of GPT-2 with HF parameter names (Conv1D weights are [in, out]). The LM
     head is the tied embedding unless `lm_head` ([vocab, d]) is given. `matmul_input`, when given,
     maps the input of every product with a weight (qkv, attention projection, MLP fc and proj,
     LM head) to what the matmul multiplies, e.g. activations rounded to a low precision;
-    attention's q k^T and p v products are not weight matmuls and take their inputs as they are."""
+    attention's q k^T and p v products are not weight matmuls and take their inputs as they are.
+    `window`: sliding-window attention (see causal_self_attention); with rope, ids may be longer
+    than any block_size."""
     into = matmul_input if matmul_input is not None else (lambda v: v)
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     ids = np.asarray(ids)
@@ -61,7 +70,7 @@ def gpt2_logits(weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5
         q, k, v = (qkv[:, j * d : (j + 1) * d].reshape(t, n_head, hs).transpose(1, 0, 2) for j in range(3))
         if pos_embedding == "rope":
             q, k = rotate_half_rope(q, positions), rotate_half_rope(k, positions)
-        a = causal_self_attention(q, k, v).transpose(1, 0, 2).reshape(t, d)
+        a = causal_self_attention(q, k, v, window).transpose(1, 0, 2).reshape(t, d)
         x = x + into(a) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
         h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
         h = gelu_tanh(into(h) @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])

@@ -101,8 +101,9 @@ void initModel(py::module_ &m) {
   py::class_<CompiledModel>(m, "CompiledModel", py::dynamic_attr())
       .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
                        float layerNormEps, const std::string &pipeline, int threads, const std::string &cacheDir,
-                       const std::string &weights, uint64_t cacheMaxBytes, const std::string &targetCpu) {
-             GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope, layerNormEps};
+                       const std::string &weights, uint64_t cacheMaxBytes, const std::string &targetCpu,
+                       int64_t attentionWindow) {
+             GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope, layerNormEps, attentionWindow};
              CompileOptions options;
              std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
              if (!level) throw std::invalid_argument("unknown pipeline '" + pipeline + "'");
@@ -124,7 +125,7 @@ void initModel(py::module_ &m) {
            py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
            py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"),
            py::arg("cache_dir") = "", py::arg("weights") = "f32", py::arg("cache_max_bytes") = kDefaultCacheMaxBytes,
-           py::arg("target_cpu") = "host")
+           py::arg("target_cpu") = "host", py::arg("attention_window") = 0)
       .def(
           "supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
           "(name, shape) of every weight set_weights() takes, in its order.")
