@@ -6,6 +6,7 @@
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/Quantization.h"
 
+#include <functional>
 #include <pybind11/numpy.h>
 
 #include <stdexcept>
@@ -50,38 +51,29 @@ void checkScalePanels(const Ints<uint16_t> &scales, int64_t rows, int64_t cols, 
 /// The lane layouts of kernels/LanePacking.h and kernels/GgufRepacking.h, for bit-exact tests.
 void initLaneKernels(py::module_ &m) {
   using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
-  m.def(
-      "pack_bf16_lanes",
-      [](Floats matrix, int64_t width) {
-        auto [rows, cols] = panelMatrixShape(matrix, width);
-        py::array_t<uint32_t> packed({cols / width, rows / kernels::kBf16RowsPerWord, width});
-        kernels::packBf16Lanes(matrix.data(), rows, cols, width, packed.mutable_data());
-        return packed;
-      },
-      py::arg("matrix"), py::arg("width"),
-      "bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j]) "
-      "<< 16.");
-  m.def(
-      "pack_q8_0_lanes",
-      [](Ints<int8_t> codes, int64_t width) {
-        auto [rows, cols] = panelMatrixShape(codes, width);
-        py::array_t<uint32_t> packed({cols / width, rows / kernels::kQ8_0RowsPerWord, width});
-        kernels::packQ8_0Lanes(codes.data(), rows, cols, width, packed.mutable_data());
-        return packed;
-      },
-      py::arg("codes"), py::arg("width"),
-      "q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of word 8b + q is row 32b + q + 8i.");
-  m.def(
-      "pack_q4_0_lanes",
-      [](Ints<uint8_t> codes, int64_t width) {
-        auto [rows, cols] = panelMatrixShape(codes, width);
-        py::array_t<uint32_t> packed({cols / width, rows / kernels::kQ4_0RowsPerWord, width});
-        kernels::packQ4_0Lanes(codes.data(), rows, cols, width, packed.mutable_data());
-        return packed;
-      },
-      py::arg("codes"), py::arg("width"),
-      "q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of word 4b + o is row "
-      "32b + o + 8i | row 32b + 4 + o + 8i << 4.");
+  // A [K, N] matrix (f32 values or codes) packed by `pack` into [N/width, K/rowsPerWord, width] words.
+  auto packLanes = [](auto pack, int64_t rowsPerWord) {
+    return [pack, rowsPerWord](auto matrix, int64_t width) {
+      auto [rows, cols] = panelMatrixShape(matrix, width);
+      py::array_t<uint32_t> packed({cols / width, rows / rowsPerWord, width});
+      pack(matrix.data(), rows, cols, width, packed.mutable_data());
+      return packed;
+    };
+  };
+  using PackFloats = std::function<py::array_t<uint32_t>(Floats, int64_t)>;
+  using PackInt8 = std::function<py::array_t<uint32_t>(Ints<int8_t>, int64_t)>;
+  using PackUint8 = std::function<py::array_t<uint32_t>(Ints<uint8_t>, int64_t)>;
+  m.def("pack_bf16_lanes", PackFloats(packLanes(kernels::packBf16Lanes, kernels::kBf16RowsPerWord)), py::arg("matrix"),
+        py::arg("width"),
+        "bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j]) "
+        "<< 16.");
+  m.def("pack_q8_0_lanes", PackInt8(packLanes(kernels::packQ8_0Lanes, kernels::kQ8_0RowsPerWord)), py::arg("codes"),
+        py::arg("width"),
+        "q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of word 8b + q is row 32b + q + 8i.");
+  m.def("pack_q4_0_lanes", PackUint8(packLanes(kernels::packQ4_0Lanes, kernels::kQ4_0RowsPerWord)), py::arg("codes"),
+        py::arg("width"),
+        "q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of word 4b + o is row "
+        "32b + o + 8i | row 32b + 4 + o + 8i << 4.");
   m.def(
       "dequantize_bf16_lanes",
       [](Ints<uint32_t> lanes) {
