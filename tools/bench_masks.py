@@ -97,26 +97,31 @@ def forward_table(widths, lengths, mask_names, threads, repeats):
 
 
 def decode_table(width, window, positions, threads, steps):
-    """Decode ms per token at each position with a sliding window."""
+    """Decode ms per token at each position with a sliding window: each position's cache is
+    prefilled once, then the positions take turns (`steps` decode steps each, three rounds, after
+    a warm-up step), so that a slow patch of the machine does not land on one of them alone."""
     cfg = gpt.GPTConfig(
-        **WIDTHS[width], block_size=max(positions) + steps + 1, pos_embedding="rope", attention_window=window
+        **WIDTHS[width], block_size=max(positions) + 4 * steps + 2, pos_embedding="rope", attention_window=window
     )
     model = gpt.GPT.random(cfg, options=gpt.CompileOptions(threads=threads, disk_cache=False))
-    print(f"| model | window | position | decode (ms/token, median of {steps}) | / first row |")
-    print("|---|---|---|---|---|")
-    first = None
+    caches = {}
     for position in positions:
-        cache = model.new_cache()
-        ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=position)
-        model.prefill(ids, cache)
-        times = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            model.decode(1, cache)
-            times.append(time.perf_counter() - start)
-        median = statistics.median(times)
-        first = first or median
-        print(f"| {width} | {window} | {position} | {median * 1e3:.2f} | {median / first:.2f} |", flush=True)
+        caches[position] = model.new_cache()
+        model.prefill(np.random.default_rng(0).integers(0, cfg.vocab_size, size=position), caches[position])
+        model.decode(1, caches[position])  # warm-up (compiles the step on the first position)
+    times = {position: [] for position in positions}
+    for _ in range(3):
+        for position in positions:
+            for _ in range(steps):
+                start = time.perf_counter()
+                model.decode(1, caches[position])
+                times[position].append(time.perf_counter() - start)
+    print(f"| model | window | position | decode (ms/token, median of {3 * steps}) | / first row |")
+    print("|---|---|---|---|---|")
+    first = statistics.median(times[positions[0]])
+    for position in positions:
+        median = statistics.median(times[position])
+        print(f"| {width} | {window} | {position} | {median * 1e3:.3f} | {median / first:.2f} |", flush=True)
 
 
 def main(argv):

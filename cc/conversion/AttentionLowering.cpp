@@ -399,16 +399,19 @@ private:
     Value newMax = buildGeneric(
         b, loc, m, {blockMax}, {id1}, id1, parallel1,
         [](OpBuilder &nb, Location l, ValueRange a) -> Value { return nb.create<arith::MaximumFOp>(l, a[1], a[0]); });
-    // exp(s - m') for visible keys, exactly 0 for masked ones (never exp of -inf).
-    SmallVector<Value> probInputs = {masked, newMax};
-    SmallVector<AffineMap> probMaps = {id2, row2};
-    appendMaskBits(tileMask, probInputs, probMaps);
-    Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), probInputs, probMaps, id2, parallel2,
+    // exp(s - m') for visible keys, exactly 0 for masked ones (never exp of -inf). A mask
+    // operand is not read a second time: its masked scores are exactly -inf (maskAndScale), and
+    // a visible score is finite. Each partial tile then reads its piece of a mask that may be
+    // far larger than the caches ([4096, 4096] bytes) once, not twice.
+    Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {masked, newMax}, {id2, row2}, id2, parallel2,
                                [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                  Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], a[1]));
                                  if (!tileMask) return e;
-                                 return nb.create<arith::SelectOp>(l, visible(nb, l, *tileMask, a, 2), e,
-                                                                   f32Constant(nb, l, 0.0));
+                                 Value visibleKey = tileMask->bits
+                                                        ? nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::ONE, a[0],
+                                                                                   f32Constant(nb, l, kNegInf))
+                                                        : visible(nb, l, *tileMask, a, /*bitsArg=*/0);
+                                 return nb.create<arith::SelectOp>(l, visibleKey, e, f32Constant(nb, l, 0.0));
                                });
     Value blockSum =
         buildRowReduction(b, loc, {bq, bk}, {probs}, {id2}, 0.0, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
