@@ -70,10 +70,10 @@ def timed_forward(model, ids, repeats):
 
 def forward_table(widths, lengths, mask_names, threads, repeats):
     print(
-        "| model | T | mask | full + partial tiles | forward (ms) | attention (ms) | time / causal "
-        "| tiles / causal | ratio test (<= 1.25x tiles) |"
+        "| model | T | mask | full + partial tiles | forward (ms) | window-1 floor (ms) | attention (ms) "
+        "| time / causal | tiles / causal | ratio test (<= 1.25x tiles) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for width in widths:
         for tokens in lengths:
             options = gpt.CompileOptions(threads=threads, disk_cache=False)
@@ -87,11 +87,17 @@ def forward_table(widths, lengths, mask_names, threads, repeats):
                 attention = forward - floor
                 if causal is None:
                     causal = (attention, full + partial)
-                time_ratio, tile_ratio = attention / causal[0], (full + partial) / causal[1]
-                verdict = "pass" if time_ratio <= 1.25 * tile_ratio else "FAIL"
+                tile_ratio = (full + partial) / causal[1]
+                if causal[0] < 0.1 * floor:
+                    # Attention is lost in the run-to-run noise of the rest of the forward pass.
+                    time_ratio, verdict = "-", "n/a (attention < 10% of the floor)"
+                else:
+                    time_ratio = f"{attention / causal[0]:.2f}"
+                    verdict = "pass" if attention / causal[0] <= 1.25 * tile_ratio else "FAIL"
                 print(
-                    f"| {width} | {tokens} | {name} | {full} + {partial} | {forward * 1e3:.0f} | {attention * 1e3:.0f} "
-                    f"| {time_ratio:.2f} | {tile_ratio:.2f} | {verdict} |",
+                    f"| {width} | {tokens} | {name} | {full} + {partial} | {forward * 1e3:.0f} | {floor * 1e3:.0f} "
+                    f"| {attention * 1e3:.0f} "
+                    f"| {time_ratio} | {tile_ratio:.2f} | {verdict} |",
                     flush=True,
                 )
 

@@ -4,12 +4,15 @@ apart from gpt.masks, in mask_reference.py), the compile-time tile classificatio
 follows, and bad masks."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 import gpt
 import mask_reference
+from checkpoints import hf_config
 from gpt import masks
 from reference import gpt2_logits
 from shapes import RTOL, exercising_weights, relative_error, token_ids
@@ -121,3 +124,17 @@ def test_bad_masks(change, message):
 def test_bad_mask_parameters(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_hf_config_sliding_window(tmp_path):
+    """config.json's `sliding_window` (HF's key) is the attention window."""
+    cfg = gpt.GPTConfig(**SHAPE)
+    weights = exercising_weights(cfg)
+    (tmp_path / "config.json").write_text(json.dumps({**hf_config(cfg), "sliding_window": 8}))
+    save_file(
+        {name: np.ascontiguousarray(value) for name, value in weights.items()}, str(tmp_path / "model.safetensors")
+    )
+    model = gpt.GPT.from_pretrained(str(tmp_path))
+    assert model.config.attention_window == 8
+    ids = token_ids(cfg, 40)
+    assert relative_error(model.forward(ids), gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, window=8)) < RTOL
