@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <map>
+#include <stdexcept>
 
 namespace gpt {
 
@@ -30,6 +31,15 @@ std::string GPTConfig::validate() const {
   if (!(layerNormEps > 0.0f) || !std::isfinite(layerNormEps)) return "layer_norm_eps must be a positive finite number";
   if (attentionWindow < 0)
     return "attention_window must be >= 1 (or 0 for none), got " + std::to_string(attentionWindow);
+  if (!attentionMask.empty()) {
+    if (attentionWindow > 0) return "attention_mask and attention_window exclude each other";
+    if (int64_t(attentionMask.size()) != blockSize * blockSize)
+      return "attention_mask must be [block_size, block_size] = [" + std::to_string(blockSize) + ", " +
+             std::to_string(blockSize) + "], got " + std::to_string(attentionMask.size()) + " elements";
+    for (int64_t i = 0; i < blockSize; ++i)
+      if (!attentionMask[i * blockSize + i])
+        return "attention_mask must let every query see its own key; query " + std::to_string(i) + " does not";
+  }
   return "";
 }
 
@@ -114,8 +124,22 @@ public:
     float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
     auto attention = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
     if (config.attentionWindow > 0) attention.setWindowAttr(b.getI64IntegerAttr(config.attentionWindow));
+    if (!config.attentionMask.empty()) {
+      if (cache) throw std::invalid_argument("a model with an attention_mask compiles forward only, no cached step");
+      attention.getMaskMutable().assign(maskConstant(cast<RankedTensorType>(x.getType()).getDimSize(0)));
+    }
     Value a = attention;
     return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnProjWeight), w[W::AttnProjBias]);
+  }
+
+  /// The top-left [tokens, tokens] corner of config.attentionMask, as an i1 constant.
+  Value maskConstant(int64_t tokens) {
+    SmallVector<bool> bits;
+    bits.reserve(tokens * tokens);
+    for (int64_t i = 0; i < tokens; ++i)
+      for (int64_t j = 0; j < tokens; ++j) bits.push_back(config.attentionMask[i * config.blockSize + j] != 0);
+    auto type = RankedTensorType::get({tokens, tokens}, b.getI1Type());
+    return b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(type, ArrayRef<bool>(bits)));
   }
 
   /// The MLP residual branch: c_proj(gelu(c_fc(ln_2(x)))).

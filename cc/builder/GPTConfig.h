@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gpt {
 
@@ -20,6 +21,11 @@ struct GPTConfig {
   /// Sliding-window attention: key j is visible from query i iff i - W < j <= i. 0: full causal.
   /// With a window the KV cache may be rolling: position p lives at slot p % (cache length).
   int64_t attentionWindow = 0;
+  /// Any other mask (python/gpt/masks.py): [blockSize, blockSize] row-major bytes, nonzero where
+  /// key j is visible from query i; empty: the causal rule (and window). The forward program of
+  /// T tokens embeds its top-left [T, T] corner as a constant mask operand of attention; the
+  /// cached step has no mask operand, so a model with one compiles forward only.
+  std::vector<uint8_t> attentionMask;
 
   /// An empty string when the configuration is usable, else what is wrong with it.
   std::string validate() const;

@@ -86,6 +86,7 @@ void addTransformerStage(OpPassManager &pm) {
   pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerShapeInference());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerAttentionLayout());
+  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerClassifyAttentionTiles());
 }
 
 void addLinalgStage(OpPassManager &pm, const PipelineOptions &options) {

@@ -2,6 +2,7 @@
 #include "cc/TargetParameters.h"
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
+#include "cc/dialect/AttentionTiles.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -9,6 +10,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -22,11 +24,21 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-/// The largest of 32, 16, 8, 4, 2, 1 that divides `n`: the block size of an attention loop.
-int64_t blockSize(int64_t n) {
-  int64_t block = 32;
-  while (n % block != 0) block /= 2;
-  return block;
+/// The key blocks a loop visits, per query block, in compressed-row form: query block qb visits
+/// key blocks `blocks[starts[qb]] .. blocks[starts[qb + 1] - 1]`.
+struct KeyBlockList {
+  SmallVector<int64_t> starts{0}, blocks;
+};
+
+/// The key blocks of each query block in tile_classes of class `kind`, in order.
+KeyBlockList keyBlocksOfClass(ArrayAttr classes, TileClass kind) {
+  KeyBlockList list;
+  for (StringRef row : classes.getAsValueRange<StringAttr>()) {
+    for (auto [kb, letter] : llvm::enumerate(row))
+      if (letter == char(kind)) list.blocks.push_back(kb);
+    list.starts.push_back(list.blocks.size());
+  }
+  return list;
 }
 
 /// A region of `heads` heads from `head` by `rows` rows from `row` (every one of `cols` columns)
@@ -76,6 +88,12 @@ struct HeadRows {
 /// entirely before the window are never visited either, so the cost grows with W, not with Tk.
 /// Blocks the window or the diagonal cut are masked key by key.
 ///
+/// With tile_classes (--transformer-classify-attention-tiles: static positions, or a constant
+/// mask operand), each query block instead visits exactly its non-empty key blocks, read from
+/// two constant tables: first its full tiles, which skip the mask, then its partial ones, which
+/// evaluate it (the causal/window rule, or the mask operand's bits). The online softmax does
+/// not depend on the order of the key blocks.
+///
 /// Per key block: s = q_blk . k_blk^T (a linalg.matmul by the transposed block, or for one
 /// query a row reduction: a dot product per key), masked and scaled;
 /// m' = max(m, rowmax(s)); p = exp(s - m'); c = exp(m - m'); l' = c l + rowsum(p);
@@ -90,15 +108,22 @@ public:
       : loc(op.getLoc()), ctx(op.getContext()), queryRows{adaptor.getQuery(), op.getQueryTokenMajor()},
         keyRows{adaptor.getKey(), op.getKeyTokenMajor()}, valueRows{adaptor.getValue(), op.getValueTokenMajor()},
         tokenMajorResult(op.getResultTokenMajor()), queryOffset(adaptor.getQueryOffset()), window(op.getWindow()),
-        scale(op.getScale().convertToFloat()), heads(queryRows.heads()), queries(queryRows.rows()),
-        keys(keyRows.rows()), valueSize(valueRows.cols()), bq(blockSize(queries)), bk(blockSize(keys)),
-        id2(AffineMap::getMultiDimIdentityMap(2, ctx)), row2(rowMap(2, ctx)),
+        tileClasses(op.getTileClassesAttr()), scale(op.getScale().convertToFloat()), heads(queryRows.heads()),
+        queries(queryRows.rows()), keys(keyRows.rows()), valueSize(valueRows.cols()), bq(attentionBlockSize(queries)),
+        bk(attentionBlockSize(keys)), id2(AffineMap::getMultiDimIdentityMap(2, ctx)), row2(rowMap(2, ctx)),
         id1(AffineMap::getMultiDimIdentityMap(1, ctx)), parallel2(2, utils::IteratorType::parallel),
         parallel1(1, utils::IteratorType::parallel) {}
 
-  /// The attention's result, [H, Tq, dv] (token-major: [Tq, H, dv]).
-  Value build(OpBuilder &b) {
+  /// The attention's result, [H, Tq, dv] (token-major: [Tq, H, dv]). `maskBits`: the constant
+  /// mask operand's data, when the op has one.
+  Value build(OpBuilder &b, DenseElementsAttr maskBits) {
     offset = queryOffset ? queryOffset : b.create<arith::ConstantIndexOp>(loc, 0).getResult();
+    if (maskBits) mask = byteMask(b, maskBits);
+    if (tileClasses)
+      for (auto [table, kind] : {std::pair{&fullTiles, TileClass::Full}, {&partialTiles, TileClass::Partial}}) {
+        KeyBlockList list = keyBlocksOfClass(tileClasses, kind);
+        *table = {indexTable(b, list.starts), indexTable(b, list.blocks)};
+      }
     return headLoop(b);
   }
 
@@ -110,7 +135,42 @@ private:
     AffineMap map;
   };
 
+  /// A KeyBlockList as two constant index tensors.
+  struct KeyBlockTable {
+    Value starts, blocks;
+  };
+
   Value index(OpBuilder &b, int64_t value) const { return b.create<arith::ConstantIndexOp>(loc, value).getResult(); }
+
+  // An empty list still gets one (never read) element: a tensor<0xindex> constant is legal, but
+  // a global of no bytes is not worth a corner case further down the pipeline.
+  Value indexTable(OpBuilder &b, ArrayRef<int64_t> values) const {
+    SmallVector<int64_t> padded(values);
+    if (padded.empty()) padded.push_back(0);
+    auto type = RankedTensorType::get({int64_t(padded.size())}, b.getIndexType());
+    return b.create<arith::ConstantOp>(loc, DenseIntElementsAttr::get(type, padded));
+  }
+
+  // The mask as one byte per (query, key), nonzero where visible. Not i1: a vector of i1 is
+  // bit-packed in memory while a buffer of i1 holds a byte per element, so vectorized reads of
+  // an i1 buffer would read the wrong bits.
+  Value byteMask(OpBuilder &b, DenseElementsAttr bits) const {
+    auto type = RankedTensorType::get(cast<ShapedType>(bits.getType()).getShape(), b.getI8Type());
+    DenseElementsAttr bytes;
+    if (bits.isSplat()) {
+      bytes = DenseElementsAttr::get(type, b.getI8IntegerAttr(bits.getSplatValue<bool>()));
+    } else {
+      SmallVector<int8_t> values;
+      values.reserve(bits.getNumElements());
+      for (bool bit : bits.getValues<bool>()) values.push_back(bit);
+      bytes = DenseElementsAttr::get(type, ArrayRef<int8_t>(values));
+    }
+    return b.create<arith::ConstantOp>(loc, bytes);
+  }
+
+  Value element(OpBuilder &b, Value table, Value position) const {
+    return b.create<tensor::ExtractOp>(loc, table, ValueRange{position});
+  }
 
   // Heads are independent: an scf.forall, which becomes an OpenMP loop when the pipeline has
   // threads (else a plain loop). Each iteration owns its head's [Tq, dv] slice of the output.
@@ -155,6 +215,43 @@ private:
   // One query block: the key loop, then acc / l written into the output.
   Value queryBlock(OpBuilder &b, Value head, Value localHead, Value queryStart, Value out) {
     Value qBlock = queryRows.slice(b, loc, head, queryStart, bq);
+    SmallVector<Value> init = {filled(b, loc, {bq}, kNegInf), filled(b, loc, {bq}), filled(b, loc, {bq, valueSize})};
+    SmallVector<Value> state = tileClasses ? classifiedKeyLoops(b, head, queryStart, qBlock, init)
+                                           : bandKeyLoop(b, head, queryStart, qBlock, init);
+    Value sum = state[1], acc = state[2];
+    Value normalized = buildGeneric(
+        b, loc, emptyTensor(b, loc, {bq, valueSize}), {acc, sum}, {id2, row2}, id2, parallel2,
+        [](OpBuilder &nb, Location l, ValueRange a) -> Value { return nb.create<arith::DivFOp>(l, a[0], a[1]); });
+    // `out` is this iteration's [headsPerIteration, Tq, dv] slice of the result (token-major:
+    // [Tq, headsPerIteration, dv]); `localHead` the head's index in it.
+    HeadRegion region(b, tokenMajorResult, localHead, 1, queryStart, bq, valueSize);
+    return b.create<tensor::InsertSliceOp>(loc, normalized, out, region.offsets, region.sizes, region.strides);
+  }
+
+  // The key loops of a classified query block: over its full tiles (unmasked), then over its
+  // partial tiles (masked), each reading the key block indices from its table.
+  SmallVector<Value> classifiedKeyLoops(OpBuilder &b, Value head, Value queryStart, Value qBlock,
+                                        SmallVector<Value> state) {
+    Value queryBlockIndex = b.create<arith::DivUIOp>(loc, queryStart, index(b, bq));
+    Value nextQueryBlock = b.create<arith::AddIOp>(loc, queryBlockIndex, index(b, 1));
+    for (auto [table, partial] : {std::pair{&fullTiles, false}, {&partialTiles, true}}) {
+      Value first = element(b, table->starts, queryBlockIndex), last = element(b, table->starts, nextQueryBlock);
+      auto loop = b.create<scf::ForOp>(
+          loc, first, last, index(b, 1), state, [&](OpBuilder &nb, Location, Value entry, ValueRange loopState) {
+            Value keyBlockIndex = element(nb, table->blocks, entry);
+            Value keyStart = nb.create<arith::MulIOp>(loc, keyBlockIndex, index(nb, bk));
+            nb.create<scf::YieldOp>(loc, keyBlock(nb, head, queryStart, keyStart, qBlock, loopState, partial));
+          });
+      state = SmallVector<Value>(loop.getResults());
+    }
+    return state;
+  }
+
+  // The key loop of an unclassified query block (a runtime offset): every key block from the
+  // window's first (or 0) to the diagonal's last, each masked. An unclassified constant mask
+  // operand bounds nothing: every key block, each masked.
+  SmallVector<Value> bandKeyLoop(OpBuilder &b, Value head, Value queryStart, Value qBlock, ValueRange init) {
+    if (mask) return maskedKeyLoop(b, head, queryStart, qBlock, init, index(b, 0), index(b, keys));
     // Keys [0, end) with end = min(offset + queryStart + bq, keys): the last query of the block
     // sees up to offset + queryStart + bq - 1. Rounded up to whole key blocks.
     Value end = b.create<arith::MinUIOp>(
@@ -173,28 +270,52 @@ private:
       Value begin = b.create<arith::SelectOp>(loc, past, b.create<arith::SubIOp>(loc, first, w), index(b, 0));
       keyBegin = b.create<arith::MulIOp>(loc, b.create<arith::DivUIOp>(loc, begin, index(b, bk)), index(b, bk));
     }
-    SmallVector<Value> init = {filled(b, loc, {bq}, kNegInf), filled(b, loc, {bq}), filled(b, loc, {bq, valueSize})};
-    auto keyLoop = b.create<scf::ForOp>(
-        loc, keyBegin, keyEnd, index(b, bk), init, [&](OpBuilder &nb, Location, Value keyStart, ValueRange state) {
-          nb.create<scf::YieldOp>(loc, keyBlock(nb, head, queryStart, keyStart, qBlock, state));
-        });
-    Value sum = keyLoop.getResult(1), acc = keyLoop.getResult(2);
-    Value normalized = buildGeneric(
-        b, loc, emptyTensor(b, loc, {bq, valueSize}), {acc, sum}, {id2, row2}, id2, parallel2,
-        [](OpBuilder &nb, Location l, ValueRange a) -> Value { return nb.create<arith::DivFOp>(l, a[0], a[1]); });
-    // `out` is this iteration's [headsPerIteration, Tq, dv] slice of the result (token-major:
-    // [Tq, headsPerIteration, dv]); `localHead` the head's index in it.
-    HeadRegion region(b, tokenMajorResult, localHead, 1, queryStart, bq, valueSize);
-    return b.create<tensor::InsertSliceOp>(loc, normalized, out, region.offsets, region.sizes, region.strides);
+    return maskedKeyLoop(b, head, queryStart, qBlock, init, keyBegin, keyEnd);
   }
 
-  // One key block of one query block: (m, l, acc) -> (m', l', acc').
+  // Every key block from keyBegin to keyEnd, each masked.
+  SmallVector<Value> maskedKeyLoop(OpBuilder &b, Value head, Value queryStart, Value qBlock, ValueRange init,
+                                   Value keyBegin, Value keyEnd) {
+    auto keyLoop = b.create<scf::ForOp>(
+        loc, keyBegin, keyEnd, index(b, bk), init, [&](OpBuilder &nb, Location, Value keyStart, ValueRange state) {
+          nb.create<scf::YieldOp>(loc, keyBlock(nb, head, queryStart, keyStart, qBlock, state, /*partial=*/true));
+        });
+    return SmallVector<Value>(keyLoop.getResults());
+  }
+
+  // One key block of one query block: (m, l, acc) -> (m', l', acc'). Only a partial tile
+  // evaluates the mask.
   SmallVector<Value> keyBlock(OpBuilder &b, Value head, Value queryStart, Value keyStart, Value qBlock,
-                              ValueRange state) {
+                              ValueRange state, bool partial) {
     Value kBlock = keyRows.slice(b, loc, head, keyStart, bk), vBlock = valueRows.slice(b, loc, head, keyStart, bk);
     Scores s = scores(b, qBlock, kBlock);
-    Value masked = maskAndScale(b, s, queryStart, keyStart);
-    return onlineSoftmaxUpdate(b, masked, vBlock, queryStart, keyStart, state);
+    std::optional<TileMask> tileMask;
+    if (partial) tileMask = TileMask{queryStart, keyStart, maskTile(b, queryStart, keyStart)};
+    Value masked = maskAndScale(b, s, tileMask);
+    return onlineSoftmaxUpdate(b, masked, vBlock, tileMask, state);
+  }
+
+  /// What a partial tile's mask is evaluated from: its first query and key, and the [bq, bk]
+  /// bits of the mask operand there (null when the causal rule and window decide).
+  struct TileMask {
+    Value queryStart, keyStart, bits;
+  };
+
+  Value maskTile(OpBuilder &b, Value queryStart, Value keyStart) const {
+    if (!mask) return {};
+    auto type = RankedTensorType::get({bq, bk}, b.getI8Type());
+    SmallVector<OpFoldResult> offsets = {queryStart, keyStart}, sizes = {b.getIndexAttr(bq), b.getIndexAttr(bk)},
+                              strides(2, b.getIndexAttr(1));
+    return b.create<tensor::ExtractSliceOp>(loc, type, mask, offsets, sizes, strides);
+  }
+
+  /// The inputs (and maps) of a generic over a [bq, bk] tile, with the mask bits appended in a
+  /// partial tile of a mask operand; the bits are then the body's argument `inputs.size()`.
+  void appendMaskBits(const std::optional<TileMask> &tileMask, SmallVector<Value> &inputs,
+                      SmallVector<AffineMap> &maps) const {
+    if (!tileMask || !tileMask->bits) return;
+    inputs.push_back(tileMask->bits);
+    maps.push_back(id2);
   }
 
   // A block of several queries multiplies by k_blk^T copied out once: the register tiles
@@ -223,9 +344,15 @@ private:
     return {product, id2};
   }
 
-  // True where key keyStart + j is visible from query queryStart + i: j <= offset + i, and with a
-  // window W also offset + i < j + W.
-  Value visible(OpBuilder &nb, Location l, Value queryStart, Value keyStart) const {
+  // True where key keyStart + j is visible from query queryStart + i in a partial tile: the mask
+  // operand's bit (body argument `bitsArg`), or j <= offset + i, and with a window W also
+  // offset + i < j + W.
+  Value visible(OpBuilder &nb, Location l, const TileMask &tileMask, ValueRange args, size_t bitsArg) const {
+    if (tileMask.bits) {
+      Value zero = nb.create<arith::ConstantIntOp>(l, 0, 8);
+      return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ne, args[bitsArg], zero);
+    }
+    Value queryStart = tileMask.queryStart, keyStart = tileMask.keyStart;
     Value i = nb.create<arith::AddIOp>(l, queryStart, nb.create<linalg::IndexOp>(l, 0));
     Value j = nb.create<arith::AddIOp>(l, keyStart, nb.create<linalg::IndexOp>(l, 1));
     Value position = nb.create<arith::AddIOp>(l, i, offset);
@@ -236,19 +363,23 @@ private:
     return nb.create<arith::AndIOp>(l, causal, inWindow);
   }
 
-  // scale * s where the key is visible, -inf where the causal mask hides it.
-  Value maskAndScale(OpBuilder &b, Scores s, Value queryStart, Value keyStart) {
-    return buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {s.value}, {s.map}, id2, parallel2,
+  // scale * s where the key is visible, -inf where the mask hides it (a partial tile's only).
+  Value maskAndScale(OpBuilder &b, Scores s, const std::optional<TileMask> &tileMask) {
+    SmallVector<Value> inputs = {s.value};
+    SmallVector<AffineMap> maps = {s.map};
+    appendMaskBits(tileMask, inputs, maps);
+    return buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), inputs, maps, id2, parallel2,
                         [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                           Value scaled = nb.create<arith::MulFOp>(l, a[0], f32Constant(nb, l, scale));
-                          return nb.create<arith::SelectOp>(l, visible(nb, l, queryStart, keyStart), scaled,
+                          if (!tileMask) return scaled;
+                          return nb.create<arith::SelectOp>(l, visible(nb, l, *tileMask, a, 1), scaled,
                                                             f32Constant(nb, l, kNegInf));
                         });
   }
 
   // The online softmax step of one key block over the running state (m, l, acc).
-  SmallVector<Value> onlineSoftmaxUpdate(OpBuilder &b, Value masked, Value vBlock, Value queryStart, Value keyStart,
-                                         ValueRange state) {
+  SmallVector<Value> onlineSoftmaxUpdate(OpBuilder &b, Value masked, Value vBlock,
+                                         const std::optional<TileMask> &tileMask, ValueRange state) {
     Value m = state[0], l = state[1], acc = state[2];
     Value blockMax = buildRowReduction(
         b, loc, {bq, bk}, {masked}, {id2}, kNegInf,
@@ -268,12 +399,19 @@ private:
     Value newMax = buildGeneric(
         b, loc, m, {blockMax}, {id1}, id1, parallel1,
         [](OpBuilder &nb, Location l, ValueRange a) -> Value { return nb.create<arith::MaximumFOp>(l, a[1], a[0]); });
-    // exp(s - m') for visible keys, exactly 0 for masked ones (never exp of -inf).
+    // exp(s - m') for visible keys, exactly 0 for masked ones (never exp of -inf). A mask
+    // operand is not read a second time: its masked scores are exactly -inf (maskAndScale), and
+    // a visible score is finite. Each partial tile then reads its piece of a mask that may be
+    // far larger than the caches ([4096, 4096] bytes) once, not twice.
     Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {masked, newMax}, {id2, row2}, id2, parallel2,
                                [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                  Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], a[1]));
-                                 return nb.create<arith::SelectOp>(l, visible(nb, l, queryStart, keyStart), e,
-                                                                   f32Constant(nb, l, 0.0));
+                                 if (!tileMask) return e;
+                                 Value visibleKey = tileMask->bits
+                                                        ? nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::ONE, a[0],
+                                                                                   f32Constant(nb, l, kNegInf))
+                                                        : visible(nb, l, *tileMask, a, /*bitsArg=*/0);
+                                 return nb.create<arith::SelectOp>(l, visibleKey, e, f32Constant(nb, l, 0.0));
                                });
     Value blockSum =
         buildRowReduction(b, loc, {bq, bk}, {probs}, {id2}, 0.0, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
@@ -300,7 +438,10 @@ private:
   HeadRows queryRows, keyRows, valueRows;
   bool tokenMajorResult;
   Value queryOffset, offset;     // the operand (may be null), and the index the loops use
+  Value mask;                    // the [Tq, Tk] mask as bytes (byteMask), when the op has one
   std::optional<int64_t> window; // the sliding window W, when the mask has one
+  ArrayAttr tileClasses;         // --transformer-classify-attention-tiles' result, when it ran
+  KeyBlockTable fullTiles, partialTiles;
   float scale;
   int64_t heads, queries, keys, valueSize, bq, bk;
   AffineMap id2, row2, id1;
@@ -311,7 +452,17 @@ struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(CausalAttentionOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
-    rewriter.replaceOp(op, FlashAttention(op, adaptor).build(rewriter));
+    if (std::optional<ArrayRef<int64_t>> sizes = op.getTileSizes()) {
+      int64_t queries = rankedType(adaptor.getQuery()).getDimSize(op.getQueryTokenMajor() ? 0 : 1);
+      int64_t keys = rankedType(adaptor.getKey()).getDimSize(op.getKeyTokenMajor() ? 0 : 1);
+      if ((*sizes)[0] != attentionBlockSize(queries) || (*sizes)[1] != attentionBlockSize(keys))
+        return op.emitOpError() << "tile_sizes [" << (*sizes)[0] << ", " << (*sizes)[1]
+                                << "] are not the lowering's blocks: rerun --transformer-classify-attention-tiles";
+    }
+    DenseElementsAttr maskBits;
+    if (op.getMask() && !matchPattern(op.getMask(), m_Constant(&maskBits)))
+      return op.emitOpError() << "the mask must be a compile-time constant (an arith.constant)";
+    rewriter.replaceOp(op, FlashAttention(op, adaptor).build(rewriter, maskBits));
     return success();
   }
 };

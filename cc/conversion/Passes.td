@@ -16,7 +16,10 @@ def TransformerToLinalg : Pass<"transformer-to-linalg", "::mlir::ModuleOp"> {
     a `tensor.collapse_shape`. `causal_attention` becomes a fused loop nest (flash-attention
     style): an `scf.forall` over heads, blocks of queries, and a loop over blocks of keys with
     an online softmax whose upper bound is the last key the query block may see, so blocks the
-    causal mask removes entirely are never visited and no [Tq, Tk] score tensor exists. Its
+    causal mask removes entirely are never visited and no [Tq, Tk] score tensor exists. With the
+    `tile_classes` of `--transformer-classify-attention-tiles` (static positions, or a constant
+    `mask` operand), each query block instead loops over its full key blocks (unmasked) and then
+    its partial ones (masked), both read from constant tables: empty tiles cost nothing. Its
     scores are a matmul by each key block transposed once, or for a single query (decode) a dot
     product per key. `split_heads` and `merge_heads` are a reshape and a transpose, or only the
     reshape when `token_major`; attention reads each operand and writes its result in the layout

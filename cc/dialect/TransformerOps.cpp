@@ -1,4 +1,5 @@
 // Verifiers, shape inference and canonicalization hooks of the `transformer` ops.
+#include "cc/dialect/AttentionTiles.h"
 #include "cc/dialect/ConstantFolding.h"
 #include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -240,9 +241,36 @@ LogicalResult CausalAttentionOp::verify() {
     return emitOpError() << "scale must be a positive finite number, got " << getScaleAttr();
   if (std::optional<int64_t> window = getWindow(); window && *window < 1)
     return emitOpError() << "window must be >= 1 (the keys a query sees, its own included), got " << *window;
+  if (failed(verifyMaskAndTiles())) return failure();
   return verifyInferred(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(),
                                                   layout(*this), errorOn(*this)));
 }
+/// The number of tokens of a [H, T, d] operand (token-major: [T, H, d]); dynamic when unranked.
+static int64_t attentionTokens(Value operand, bool tokenMajor) {
+  auto type = dyn_cast<RankedTensorType>(operand.getType());
+  if (!type || type.getRank() != 3) return ShapedType::kDynamic;
+  return type.getDimSize(tokenMajor ? 0 : 1);
+}
+
+LogicalResult CausalAttentionOp::verifyMaskAndTiles() {
+  int64_t queries = attentionTokens(getQuery(), getQueryTokenMajor());
+  int64_t keys = attentionTokens(getKey(), getKeyTokenMajor());
+  if (Value mask = getMask()) {
+    if (getQueryOffset()) return emitOpError() << "a mask operand gives every query's keys itself: it takes no offset";
+    if (getWindow()) return emitOpError() << "a mask operand replaces the causal rule and its window: no window";
+    auto fits = [](int64_t a, int64_t b) { return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b; };
+    auto type = dyn_cast<RankedTensorType>(mask.getType());
+    if (type && (type.getRank() != 2 || !fits(type.getDimSize(0), queries) || !fits(type.getDimSize(1), keys)))
+      return emitOpError() << "mask " << mask.getType() << " must be [queries, keys] = [" << queries << ", " << keys
+                           << "] (i1: key j visible from query i)";
+  }
+  if (bool(getTileSizes()) != bool(getTileClasses()))
+    return emitOpError() << "tile_sizes and tile_classes go together (--transformer-classify-attention-tiles)";
+  if (getTileClasses() && !ShapedType::isDynamic(queries) && !ShapedType::isDynamic(keys))
+    return verifyTileClasses(*this, *getTileSizes(), *getTileClasses(), queries, keys);
+  return success();
+}
+
 LogicalResult CausalAttentionOp::inferShapes() {
   return refineResult(*this, inferAttentionType(getQuery().getType(), getKey().getType(), getValue().getType(),
                                                 layout(*this), errorOn(*this)));

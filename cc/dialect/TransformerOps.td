@@ -387,7 +387,7 @@ def Transformer_RopeOp : Transformer_Op<"rope",
 }
 
 def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
-    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+    [Pure, AttrSizedOperandSegments, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
   let summary = "Causal scaled dot-product attention over heads";
   let description = [{
     `q : [H, Tq, d]`, `k, v : [H, Tk, d]`. Query row `i` sits at absolute position
@@ -396,6 +396,16 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
     Keys past every query's position (an unfilled cache) are never read into the result.
     With `window = W` (W >= 1) the mask is a sliding window: query `i` sees only the keys
     `query_offset + i - W < j <= query_offset + i`, its own position and the W - 1 before it.
+
+    With a `mask` operand, an `i1` tensor `[Tq, Tk]`, the mask alone decides: query `i` sees key
+    `j` iff `mask[i, j]` (no causal rule; for bidirectional prefixes, documents, block patterns).
+    A mask comes without `offset` and `window`, and must be a constant (`arith.constant`) by the
+    time attention is classified and lowered: it is analysed tile by tile at compile time
+    (`--transformer-classify-attention-tiles`). Every query row must see
+    at least one key. `tile_sizes = array<i64: Bq, Bk>` and `tile_classes` (one string per block
+    of Bq queries, one letter per block of Bk keys: `E` empty, `F` full, `P` partial) record that
+    pass's classification; the lowering then visits only the `F` and `P` tiles and evaluates the
+    mask only in the `P` ones.
 
     Each of `query_token_major`, `key_token_major`, `value_token_major` and `result_token_major`
     says that this operand (or the result) is laid out token-major, `[T, H, d]`, instead of
@@ -411,24 +421,31 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
         : (tensor<8x4x16xf32>, tensor<4x64x16xf32>, tensor<4x64x16xf32>, index) -> tensor<8x4x16xf32>
     %w = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32, window = 4 : i64}
         : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+    %m = transformer.causal_attention %q, %k, %v mask %bits {scale = 0.25 : f32}
+        : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<8x8xi1>) -> tensor<4x8x16xf32>
     ```
   }];
   let arguments = (ins F32Tensor:$query, F32Tensor:$key, F32Tensor:$value,
-                       Optional<Index>:$query_offset, F32Attr:$scale,
+                       Optional<Index>:$query_offset, Optional<TensorOf<[I1]>>:$mask, F32Attr:$scale,
                        UnitAttr:$query_token_major, UnitAttr:$key_token_major,
                        UnitAttr:$value_token_major, UnitAttr:$result_token_major,
-                       OptionalAttr<I64Attr>:$window);
+                       OptionalAttr<I64Attr>:$window, OptionalAttr<DenseI64ArrayAttr>:$tile_sizes,
+                       OptionalAttr<StrArrayAttr>:$tile_classes);
   let results = (outs F32Tensor:$output);
   let builders = [
     // Every operand and the result head-major, as a model is first written.
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$query, "::mlir::Value":$key, "::mlir::Value":$value,
                    "::mlir::Value":$query_offset, "::mlir::FloatAttr":$scale), [{
-      build($_builder, $_state, output, query, key, value, query_offset, scale, nullptr, nullptr, nullptr, nullptr,
-            nullptr);
+      build($_builder, $_state, output, query, key, value, query_offset, /*mask=*/::mlir::Value(), scale, nullptr,
+            nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
     }]>
   ];
+  let extraClassDeclaration = [{
+    /// The mask's shape [Tq, Tk] and its exclusions, and the tile attributes' shape.
+    ::mlir::LogicalResult verifyMaskAndTiles();
+  }];
   let assemblyFormat = [{
-    $query `,` $key `,` $value (`offset` $query_offset^)? attr-dict `:` functional-type(operands, results)
+    $query `,` $key `,` $value (`offset` $query_offset^)? (`mask` $mask^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

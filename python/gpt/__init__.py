@@ -13,7 +13,7 @@ Example:
     print(model.last_generation)             # gpt.GenerationStats: token counts and seconds
 """
 
-from gpt import disk_cache
+from gpt import disk_cache, masks
 from gpt.cache import KVCache
 from gpt.compiler import CompilerError, run_pipeline
 from gpt.config import CompileOptions, GPTConfig
@@ -31,5 +31,6 @@ __all__ = [
     "KVCache",
     "STAGES",
     "disk_cache",
+    "masks",
     "run_pipeline",
 ]

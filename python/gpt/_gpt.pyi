@@ -104,6 +104,7 @@ class CompiledModel:
         cache_max_bytes: _Int = ...,
         target_cpu: str = "host",
         attention_window: _Int = 0,
+        attention_mask: bytes = b"",
     ) -> None: ...
     def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every weight set_weights() takes, in its order."""

@@ -3,6 +3,8 @@
 import dataclasses
 import os
 
+from gpt.masks import AttentionMask, Causal, SlidingWindow
+
 PIPELINES = ("baseline", "fused", "vectorized", "default")
 # Weight formats, named as llama.cpp names them.
 WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_0")
@@ -18,7 +20,9 @@ class GPTConfig:
     table with GPT-NeoX rotary embedding (rotate-half, base 10000) on q and k.
     `attention_window=W` makes attention a sliding window: key j is visible from query i iff
     i - W < j <= i (None: full causal attention); the KV cache then holds W positions per layer
-    and rolls, so that with rotary positions generation may go on past block_size."""
+    and rolls, so that with rotary positions generation may go on past block_size.
+    `attention_mask` takes any mask of gpt.masks (strided, fixed, prefix-LM, documents, block
+    patterns); a model with one runs forward() (and generate(use_cache=False)) only."""
 
     n_layer: int
     n_head: int
@@ -28,6 +32,8 @@ class GPTConfig:
     pos_embedding: str = "learned"
     layer_norm_eps: float = 1e-5
     attention_window: int | None = None
+    # A gpt.masks mask; Causal() and SlidingWindow(W) become None and attention_window=W.
+    attention_mask: AttentionMask | None = None
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
@@ -51,6 +57,24 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.attention_window must be None or an int >= 1, got {window!r}")
         if window is not None and window > MAX_DIMENSION:
             raise ValueError(f"GPTConfig.attention_window={window} is larger than {MAX_DIMENSION}")
+        self._normalize_attention_mask()
+
+    def _normalize_attention_mask(self) -> None:
+        """Checks attention_mask; the masks the compiler knows in closed form become None (causal)
+        and attention_window (a sliding window), which prefill and decode support too."""
+        mask = self.attention_mask
+        if mask is None:
+            return
+        if not isinstance(mask, AttentionMask):
+            raise ValueError(f"GPTConfig.attention_mask must be a gpt.masks mask or None, got {type(mask).__name__}")
+        if self.attention_window is not None:
+            raise ValueError("GPTConfig.attention_mask and attention_window exclude each other: give one")
+        mask.check(self.block_size)
+        if isinstance(mask, Causal):
+            object.__setattr__(self, "attention_mask", None)
+        elif isinstance(mask, SlidingWindow):
+            object.__setattr__(self, "attention_mask", None)
+            object.__setattr__(self, "attention_window", mask.window)
 
     @property
     def head_size(self) -> int:

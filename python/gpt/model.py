@@ -18,6 +18,12 @@ from gpt.sampling import check_sampling_args, sample
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import load_pretrained, random_weights, validate_weights
 
+
+def _mask_bytes(config: GPTConfig) -> bytes:
+    """config.attention_mask over every position, [block_size, block_size] bytes (1: visible)."""
+    return np.ascontiguousarray(config.attention_mask.dense(config.block_size), dtype=np.uint8).tobytes()
+
+
 STAGES = tuple(_gpt.STAGES)
 
 
@@ -77,6 +83,7 @@ class GPT:
             cache_max_bytes=options.resolved_cache_max_bytes(),
             target_cpu=options.target_cpu,
             attention_window=config.attention_window or 0,
+            attention_mask=b"" if config.attention_mask is None else _mask_bytes(config),
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
         self._compiled.set_weights(arguments, quantized)
@@ -191,6 +198,11 @@ class GPT:
         """An empty KV cache for up to `max_len` positions (default: block_size). With an
         attention window W it holds min(W, max_len) positions per layer, rolling when that is W
         (see KVCache)."""
+        if self._config.attention_mask is not None:
+            raise ValueError(
+                f"a model with attention_mask={type(self._config.attention_mask).__name__}(...) has no KV cache: "
+                "it runs forward() and generate(use_cache=False) only"
+            )
         max_len = self._config.block_size if max_len is None else max_len
         if (
             isinstance(max_len, bool)

@@ -125,6 +125,8 @@ def load_pretrained(path: str):
             block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
             pos_embedding=hf.get("pos_embedding", "learned"),
             layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+            # HF's name for a sliding window (Mistral, Qwen2; null: none).
+            attention_window=hf.get("sliding_window"),
         )
     except KeyError as e:
         raise ValueError(f"{config_path} lacks {e.args[0]!r}") from None

@@ -160,3 +160,84 @@ func.func @windowed_attention(%q: tensor<2x64x4xf32>, %k: tensor<2x64x4xf32>, %v
   %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32, window = 8 : i64} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x64x4xf32>
   return %0 : tensor<2x64x4xf32>
 }
+
+// -----
+
+// Classified tiles (--transformer-classify-attention-tiles: ["PE", "FP"]): each query block reads
+// its full and its partial key blocks from constant tables (compressed rows: per query block a
+// range of entries, each a key block) and runs two key loops over the same running state: the
+// full tiles' scores are only scaled (no mask, no select), the partial tiles' are masked.
+// CHECK-LABEL: func.func @classified_causal
+// CHECK-DAG: %[[FULL_STARTS:.*]] = arith.constant dense<[0, 0, 1]> : tensor<3xindex>
+// CHECK-DAG: %[[FULL_BLOCKS:.*]] = arith.constant dense<0> : tensor<1xindex>
+// CHECK-DAG: %[[PARTIAL_STARTS:.*]] = arith.constant dense<[0, 1, 2]> : tensor<3xindex>
+// CHECK-DAG: %[[PARTIAL_BLOCKS:.*]] = arith.constant dense<[0, 1]> : tensor<2xindex>
+// CHECK: %[[QB:.*]] = arith.divui %{{.*}}, %c32{{.*}} : index
+// CHECK: %[[NEXT:.*]] = arith.addi %[[QB]], %c1{{.*}} : index
+// CHECK: %[[F0:.*]] = tensor.extract %[[FULL_STARTS]][%[[QB]]]
+// CHECK: %[[F1:.*]] = tensor.extract %[[FULL_STARTS]][%[[NEXT]]]
+// CHECK: %[[STATE:.*]]:3 = scf.for %[[E:.*]] = %[[F0]] to %[[F1]] step %c1
+// CHECK: tensor.extract %[[FULL_BLOCKS]][%[[E]]]
+// CHECK: linalg.matmul
+// CHECK: linalg.generic
+// CHECK-NEXT: ^bb0(%{{.*}}: f32, %{{.*}}: f32):
+// CHECK-NEXT: arith.constant 5.000000e-01
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: linalg.yield
+// CHECK: %[[P0:.*]] = tensor.extract %[[PARTIAL_STARTS]][%[[QB]]]
+// CHECK: %[[P1:.*]] = tensor.extract %[[PARTIAL_STARTS]][%[[NEXT]]]
+// CHECK: scf.for %[[E2:.*]] = %[[P0]] to %[[P1]] step %c1{{.*}} iter_args(%{{.*}} = %[[STATE]]#0, %{{.*}} = %[[STATE]]#1, %{{.*}} = %[[STATE]]#2)
+// CHECK: tensor.extract %[[PARTIAL_BLOCKS]][%[[E2]]]
+// CHECK: linalg.matmul
+// CHECK: linalg.generic
+// CHECK: arith.cmpi ule
+// CHECK: arith.select
+func.func @classified_causal(%q: tensor<2x64x4xf32>) -> tensor<2x64x4xf32> {
+  %a = transformer.causal_attention %q, %q, %q {scale = 0.5 : f32, tile_classes = ["PE", "FP"], tile_sizes = array<i64: 32, 32>}
+      : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>) -> tensor<2x64x4xf32>
+  return %a : tensor<2x64x4xf32>
+}
+
+// -----
+
+// A constant mask operand: a partial tile reads its [32, 32] corner of the mask, as bytes (a
+// vector of i1 is bit-packed in memory, a buffer of i1 is not), as one more input of the masking
+// generics and selects where the byte is nonzero; a full tile does not read the mask at all.
+// CHECK-LABEL: func.func @mask_operand
+// CHECK: %[[MASK:.*]] = arith.constant dense<1> : tensor<64x64xi8>
+// CHECK: scf.for
+// CHECK-NOT: %[[MASK]]
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1{{.*}} iter_args
+// CHECK: %[[BITS:.*]] = tensor.extract_slice %[[MASK]][%{{.*}}, %{{.*}}] [32, 32] [1, 1] : tensor<64x64xi8> to tensor<32x32xi8>
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %[[BITS]] : tensor<32x32xf32>, tensor<32x32xi8>)
+// CHECK-NEXT: ^bb0(%{{.*}}: f32, %[[BYTE:.*]]: i8, %{{.*}}: f32):
+// CHECK: %[[BIT:.*]] = arith.cmpi ne, %[[BYTE]], %{{.*}} : i8
+// CHECK: arith.select %[[BIT]]
+func.func @mask_operand(%q: tensor<2x64x4xf32>) -> tensor<2x64x4xf32> {
+  %mask = arith.constant dense<true> : tensor<64x64xi1>
+  %a = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.5 : f32, tile_classes = ["FP", "EP"], tile_sizes = array<i64: 32, 32>}
+      : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<64x64xi1>) -> tensor<2x64x4xf32>
+  return %a : tensor<2x64x4xf32>
+}
+
+// -----
+
+// Tile sizes that are not the lowering's blocks (the shapes changed after classification).
+func.func @stale_tile_sizes(%q: tensor<2x64x4xf32>) -> tensor<2x64x4xf32> {
+  // expected-error @+2 {{tile_sizes [16, 16] are not the lowering's blocks: rerun --transformer-classify-attention-tiles}}
+  // expected-error @+1 {{failed to legalize operation 'transformer.causal_attention'}}
+  %a = transformer.causal_attention %q, %q, %q {scale = 0.5 : f32, tile_classes = ["PEEE", "FPEE", "FFPE", "FFFP"], tile_sizes = array<i64: 16, 16>}
+      : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>) -> tensor<2x64x4xf32>
+  return %a : tensor<2x64x4xf32>
+}
+
+// -----
+
+// A mask that is not a constant cannot be lowered: its bytes are read from the constant.
+func.func @runtime_mask(%q: tensor<2x64x4xf32>, %mask: tensor<64x64xi1>) -> tensor<2x64x4xf32> {
+  // expected-error @+2 {{the mask must be a compile-time constant (an arith.constant)}}
+  // expected-error @+1 {{failed to legalize operation 'transformer.causal_attention'}}
+  %a = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.5 : f32}
+      : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<64x64xi1>) -> tensor<2x64x4xf32>
+  return %a : tensor<2x64x4xf32>
+}

@@ -477,3 +477,59 @@ func.func @packed_embedding_features_overflow(%c: tensor<8x16x32xi32>, %s: tenso
   %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x1152921504606846976x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }
+
+// -----
+
+func.func @attention_mask_shape(%q: tensor<4x8x16xf32>, %mask: tensor<8x9xi1>) {
+  // expected-error @+1 {{mask 'tensor<8x9xi1>' must be [queries, keys] = [8, 8] (i1: key j visible from query i)}}
+  %0 = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<8x9xi1>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_mask_element_type(%q: tensor<4x8x16xf32>, %mask: tensor<8x8xf32>) {
+  // expected-error @+1 {{operand #3 must be tensor of 1-bit signless integer values}}
+  %0 = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<8x8xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_mask_with_offset(%q: tensor<4x8x16xf32>, %mask: tensor<8x8xi1>, %pos: index) {
+  // expected-error @+1 {{a mask operand gives every query's keys itself: it takes no offset}}
+  %0 = transformer.causal_attention %q, %q, %q offset %pos mask %mask {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, index, tensor<8x8xi1>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_mask_with_window(%q: tensor<4x8x16xf32>, %mask: tensor<8x8xi1>) {
+  // expected-error @+1 {{a mask operand replaces the causal rule and its window: no window}}
+  %0 = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.25 : f32, window = 2 : i64} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<8x8xi1>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_tile_classes_alone(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{tile_sizes and tile_classes go together}}
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.25 : f32, tile_classes = ["P"]} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_tile_classes_rows(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{tile_classes must have one entry per block of 4 queries (2), got 1}}
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.25 : f32, tile_classes = ["PE"], tile_sizes = array<i64: 4, 4>} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_tile_classes_letters(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{tile_classes[1] = "FX" may hold only E (empty), F (full) and P (partial)}}
+  %0 = transformer.causal_attention %q, %q, %q {scale = 0.25 : f32, tile_classes = ["PE", "FX"], tile_sizes = array<i64: 4, 4>} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}

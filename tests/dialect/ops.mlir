@@ -153,3 +153,11 @@ func.func @token_major_heads(%x: tensor<8x64xf32>, %kc: tensor<4x64x16xf32>, %po
   %m2 = transformer.merge_heads %d : tensor<4x8x16xf32> -> tensor<8x64xf32>
   return %m, %m2 : tensor<8x64xf32>, tensor<8x64xf32>
 }
+
+// An attention mask as data: an i1 [Tq, Tk] operand, and the tile classification recorded on the op.
+// CHECK-LABEL: func.func @masked_attention
+func.func @masked_attention(%q: tensor<2x64x4xf32>, %mask: tensor<64x64xi1>) -> tensor<2x64x4xf32> {
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} {scale = 5.000000e-01 : f32, tile_classes = ["PE", "FP"], tile_sizes = array<i64: 32, 32>} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<64x64xi1>) -> tensor<2x64x4xf32>
+  %a = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.5 : f32, tile_classes = ["PE", "FP"], tile_sizes = array<i64: 32, 32>} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<64x64xi1>) -> tensor<2x64x4xf32>
+  return %a : tensor<2x64x4xf32>
+}

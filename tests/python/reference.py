@@ -29,13 +29,14 @@ def rotate_half_rope(x, positions, base=10000.0):
     return x * cos + rotated * sin
 
 
-def causal_self_attention(q, k, v, window=None):
+def causal_self_attention(q, k, v, window=None, mask=None):
     """q, k, v [heads, T, head_size] -> [heads, T, head_size]. With `window` W, query i sees only
-    the keys j with i - W < j <= i (a dense mask, applied to the whole score matrix)."""
+    the keys j with i - W < j <= i (a dense mask, applied to the whole score matrix). `mask`, a
+    bool [>= T, >= T] matrix, replaces the causal rule: query i sees key j iff mask[i, j]."""
     t = q.shape[1]
     scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
     i, j = np.arange(t)[:, None], np.arange(t)[None, :]
-    visible = j <= i
+    visible = j <= i if mask is None else np.asarray(mask, dtype=bool)[:t, :t]
     if window is not None:
         visible &= j > i - window
     scores = np.where(visible, scores, -np.inf)
@@ -44,7 +45,16 @@ def causal_self_attention(q, k, v, window=None):
 
 
 def gpt2_logits(
-    weights, ids, n_layer, n_head, pos_embedding="learned", eps=1e-5, lm_head=None, matmul_input=None, window=None
+    weights,
+    ids,
+    n_layer,
+    n_head,
+    pos_embedding="learned",
+    eps=1e-5,
+    lm_head=None,
+    matmul_input=None,
+    window=None,
+    mask=None,
 ):
     """Logits [T, vocab] of GPT-2 with HF parameter names (Conv1D weights are [in, out]). The LM
     head is the tied embedding unless `lm_head` ([vocab, d]) is given. `matmul_input`, when given,
@@ -52,7 +62,7 @@ def gpt2_logits(
     LM head) to what the matmul multiplies, e.g. activations rounded to a low precision;
     attention's q k^T and p v products are not weight matmuls and take their inputs as they are.
     `window`: sliding-window attention (see causal_self_attention); with rope, ids may be longer
-    than any block_size."""
+    than any block_size. `mask`: any attention mask, dense (see causal_self_attention)."""
     into = matmul_input if matmul_input is not None else (lambda v: v)
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     ids = np.asarray(ids)
@@ -70,7 +80,7 @@ def gpt2_logits(
         q, k, v = (qkv[:, j * d : (j + 1) * d].reshape(t, n_head, hs).transpose(1, 0, 2) for j in range(3))
         if pos_embedding == "rope":
             q, k = rotate_half_rope(q, positions), rotate_half_rope(k, positions)
-        a = causal_self_attention(q, k, v, window).transpose(1, 0, 2).reshape(t, d)
+        a = causal_self_attention(q, k, v, window, mask).transpose(1, 0, 2).reshape(t, d)
         x = x + into(a) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
         h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
         h = gelu_tanh(into(h) @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])

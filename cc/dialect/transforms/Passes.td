@@ -69,4 +69,52 @@ def TransformerAttentionLayout : Pass<"transformer-attention-layout", "::mlir::f
   }];
 }
 
+def TransformerClassifyAttentionTiles : Pass<"transformer-classify-attention-tiles", "::mlir::func::FuncOp"> {
+  let summary = "Classify each (query block, key block) tile of causal_attention as empty, full or partial";
+  let description = [{
+    The attention lowering works on tiles of Bq queries by Bk keys (`attentionBlockSize`, the one
+    place both read). This pass evaluates each `causal_attention`'s mask on every tile and records
+    the result: `tile_sizes = array<i64: Bq, Bk>` and `tile_classes`, one string per query block
+    with one letter per key block: `E` (no visible pair: the lowering never visits the tile), `F`
+    (every pair visible: visited, the mask not evaluated) or `P` (visited, masked key by key).
+
+    * No mask operand, no offset: the causal rule `j <= i`, with `window = W` also `i - W < j`,
+      is a band around the diagonal; each tile is decided by its corners (closed form).
+    * A constant `mask` operand (`arith.constant dense<...> : tensor<TqxTkxi1>`): every element is
+      read and counted per tile; all visible: `F`, none: `E`, else `P`. A row that sees no key is
+      an error (its softmax has no value), and nothing is compiled.
+    * A query `offset` (prefill, decode) is known only at run time: nothing is recorded, and the
+      lowering bounds its key loop by the band relative to the diagonal at run time (the first and
+      last key block the block's queries may see) and masks every tile it visits.
+    * A mask operand that is not a constant is an error: the lowering reads the mask's data.
+
+    Masks written as data flow (an additive bias, a 0/1 multiplier) are followed too: every op
+    whose static [M, N] result follows from a float constant gets `transformer.tile_values`, per
+    tile of the same blocks a letter: `Z` (all 0), `N` (all -inf), `D` (all finite; values from
+    no constant count as finite) or `A` (anything), and `transformer.tile_value_sizes`. The rules
+    (TileValues.cpp; each has its own test):
+    * add: `Z + Z = Z`; `N + x = N` for x in {Z, D, N}; `Z + D = D + D = D` (an add of a dense
+      operand makes the tile dense); anything `+ A = A`;
+    * mul: `Z * x = Z` for x in {Z, D} (a multiply by zero stays zero); `D * D = D`; else `A`
+      (`0 * -inf` is NaN);
+    * neg: `N -> A` (+inf), others kept; relu: `N -> Z`, others kept;
+    * softmax (rows): in a row of tiles holding a `Z` or `D` tile, `N -> Z` (exp of -inf is zero)
+      and the rest `D`; otherwise all `A`;
+    * transpose: the grid transposed; matmul: tile (i, j) is `Z` when every product of A(i, k)
+      and B(k, j) is `Z`, `D` when each is `Z` or `D`, else `A`.
+
+    Before:
+    ```mlir
+    %a = transformer.causal_attention %q, %k, %v {scale = 0.5 : f32}
+        : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>) -> tensor<2x64x4xf32>
+    ```
+    After (blocks of 32: the diagonal tiles are partial, the one below it full, the one above empty):
+    ```mlir
+    %a = transformer.causal_attention %q, %k, %v
+        {scale = 0.5 : f32, tile_classes = ["PE", "FP"], tile_sizes = array<i64: 32, 32>}
+        : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>) -> tensor<2x64x4xf32>
+    ```
+  }];
+}
+
 #endif // GPT_CC_DIALECT_TRANSFORMS_PASSES_TD

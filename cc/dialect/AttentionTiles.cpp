@@ -1,0 +1,106 @@
+// Classification of causal_attention's (query block, key block) tiles as empty, full or partial.
+#include "cc/dialect/AttentionTiles.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
+
+namespace mlir::transformer {
+
+int64_t attentionBlockSize(int64_t n) {
+  int64_t block = 32;
+  while (n % block != 0) block /= 2;
+  return block;
+}
+
+namespace {
+
+/// The number of queries and keys of `op` (its logical [H, Tq, d] x [H, Tk, d]), when static.
+std::optional<std::pair<int64_t, int64_t>> staticQueriesAndKeys(CausalAttentionOp op) {
+  auto q = dyn_cast<RankedTensorType>(op.getQuery().getType());
+  auto k = dyn_cast<RankedTensorType>(op.getKey().getType());
+  if (!q || !k || !q.hasStaticShape() || !k.hasStaticShape()) return std::nullopt;
+  return std::pair{q.getDimSize(op.getQueryTokenMajor() ? 0 : 1), k.getDimSize(op.getKeyTokenMajor() ? 0 : 1)};
+}
+
+/// The tile of queries [q0, q1] and keys [k0, k1] under "key j visible from query i iff
+/// j <= i and (with a window W) i - W < j": a band around the diagonal, so the corners decide.
+TileClass classifyBand(int64_t q0, int64_t q1, int64_t k0, int64_t k1, std::optional<int64_t> window) {
+  // Empty: even the last query is before the first key, or the first query's window ends before
+  // the last key... i.e. the nearest (query, key) pair is outside the band.
+  if (k0 > q1) return TileClass::Empty;
+  if (window && k1 <= q0 - *window) return TileClass::Empty;
+  // Full: the farthest pairs are inside it (the first query sees the last key, the last query
+  // still sees the first key).
+  bool causalFull = k1 <= q0;
+  bool windowFull = !window || k0 > q1 - *window;
+  return causalFull && windowFull ? TileClass::Full : TileClass::Partial;
+}
+
+} // namespace
+
+FailureOr<std::optional<TileClasses>> classifyAttentionTiles(CausalAttentionOp op) {
+  std::optional<std::pair<int64_t, int64_t>> dims = staticQueriesAndKeys(op);
+  if (!dims || op.getQueryOffset()) return std::optional<TileClasses>();
+  auto [queries, keys] = *dims;
+  int64_t bq = attentionBlockSize(queries), bk = attentionBlockSize(keys);
+  TileClasses classes{bq, bk, SmallVector<std::string>(queries / bq, std::string(keys / bk, char(TileClass::Empty)))};
+
+  if (!op.getMask()) {
+    for (int64_t qb = 0; qb < queries / bq; ++qb)
+      for (int64_t kb = 0; kb < keys / bk; ++kb)
+        classes.rows[qb][kb] = char(classifyBand(qb * bq, qb * bq + bq - 1, kb * bk, kb * bk + bk - 1, op.getWindow()));
+    return std::optional<TileClasses>(std::move(classes));
+  }
+
+  DenseElementsAttr bits;
+  if (!matchPattern(op.getMask(), m_Constant(&bits)))
+    return op.emitOpError() << "the mask must be a compile-time constant (an arith.constant), to be classified "
+                            << "tile by tile";
+  // Per tile: how many of its bq * bk pairs are visible.
+  SmallVector<int64_t> visible((queries / bq) * (keys / bk), 0);
+  int64_t row = 0, col = 0, rowVisible = 0;
+  for (bool bit : bits.getValues<bool>()) {
+    if (bit) {
+      ++visible[(row / bq) * (keys / bk) + col / bk];
+      ++rowVisible;
+    }
+    if (++col == keys) {
+      if (rowVisible == 0)
+        return op.emitOpError() << "mask row " << row << " sees no key: softmax over no keys has no value";
+      col = 0;
+      rowVisible = 0;
+      ++row;
+    }
+  }
+  for (int64_t qb = 0; qb < queries / bq; ++qb)
+    for (int64_t kb = 0; kb < keys / bk; ++kb) {
+      int64_t count = visible[qb * (keys / bk) + kb];
+      classes.rows[qb][kb] = char(count == 0         ? TileClass::Empty
+                                  : count == bq * bk ? TileClass::Full
+                                                     : TileClass::Partial);
+    }
+  return std::optional<TileClasses>(std::move(classes));
+}
+
+LogicalResult verifyTileClasses(Operation *op, ArrayRef<int64_t> sizes, ArrayAttr classes, int64_t queries,
+                                int64_t keys) {
+  if (sizes.size() != 2 || sizes[0] < 1 || sizes[1] < 1)
+    return op->emitOpError() << "tile_sizes must be two positive block sizes [Bq, Bk]";
+  if (queries % sizes[0] != 0 || keys % sizes[1] != 0)
+    return op->emitOpError() << "tile_sizes [" << sizes[0] << ", " << sizes[1] << "] must divide the " << queries
+                             << " queries and " << keys << " keys";
+  if (int64_t(classes.size()) != queries / sizes[0])
+    return op->emitOpError() << "tile_classes must have one entry per block of " << sizes[0] << " queries ("
+                             << queries / sizes[0] << "), got " << classes.size();
+  for (auto [qb, entry] : llvm::enumerate(classes.getAsValueRange<StringAttr>())) {
+    if (int64_t(entry.size()) != keys / sizes[1])
+      return op->emitOpError() << "tile_classes[" << qb << "] must have one letter per block of " << sizes[1]
+                               << " keys (" << keys / sizes[1] << "), got \"" << entry << "\"";
+    if (entry.find_first_not_of("EFP") != StringRef::npos)
+      return op->emitOpError() << "tile_classes[" << qb << "] = \"" << entry
+                               << "\" may hold only E (empty), F (full) and P (partial)";
+  }
+  return success();
+}
+
+} // namespace mlir::transformer

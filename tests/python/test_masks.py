@@ -1,0 +1,140 @@
+"""Attention masks as data (gpt.masks, GPTConfig(attention_mask=...)): forward numerics of every
+mask at every pipeline level against the numpy reference applying the same mask densely (written
+apart from gpt.masks, in mask_reference.py), the compile-time tile classification the lowering
+follows, and bad masks."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import gpt
+import mask_reference
+from checkpoints import hf_config
+from gpt import masks
+from reference import gpt2_logits
+from shapes import RTOL, exercising_weights, relative_error, token_ids
+
+# 96 positions: 3 x 3 tiles of 32 queries by 32 keys, so every mask has tiles of more than one class.
+SHAPE = dict(n_layer=1, n_head=2, n_embd=64, vocab_size=128, block_size=96)
+TOKENS = 96
+SEGMENTS = [0] * 20 + [1] * 44 + [2] * 32
+PATTERN = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 1]], dtype=bool)
+
+# (mask, its reference over the block_size positions)
+MASKS = {
+    "strided": (masks.Strided(8), mask_reference.strided(TOKENS, 8)),
+    "fixed": (masks.Fixed(16, 4), mask_reference.fixed(TOKENS, 16, 4)),
+    "prefix_lm": (masks.PrefixLM(40), mask_reference.prefix_lm(TOKENS, 40)),
+    "document": (masks.Document(SEGMENTS), mask_reference.document(SEGMENTS)),
+    "block_pattern": (masks.BlockPattern(PATTERN, 32), mask_reference.block_pattern(PATTERN, 32)),
+}
+
+
+def masked_config(mask):
+    return gpt.GPTConfig(**SHAPE, attention_mask=mask)
+
+
+@pytest.mark.parametrize("name", sorted(MASKS))
+def test_masks_match_their_definition(name):
+    mask, expected = MASKS[name]
+    np.testing.assert_array_equal(mask.dense(TOKENS), expected)
+
+
+@pytest.mark.parametrize("pipeline", gpt.config.PIPELINES)
+@pytest.mark.parametrize("name", sorted(MASKS))
+def test_forward_matches_dense_reference(name, pipeline):
+    mask, dense = MASKS[name]
+    cfg = masked_config(mask)
+    weights = exercising_weights(cfg, seed=3)
+    ids = token_ids(cfg, TOKENS, seed=3)
+    logits = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(pipeline=pipeline)).forward(ids)
+    expected = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, mask=dense)
+    assert relative_error(logits, expected) < RTOL
+    # The mask matters: the causal reference is far from it.
+    causal = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head)
+    assert relative_error(causal, expected) > 100 * RTOL
+
+
+def test_shorter_sequence_sees_the_mask_corner():
+    """A forward of T < block_size tokens applies the mask's top-left [T, T] corner."""
+    mask, dense = MASKS["document"]
+    cfg = masked_config(mask)
+    weights = exercising_weights(cfg, seed=4)
+    ids = token_ids(cfg, 50, seed=4)
+    logits = gpt.GPT.from_weights(cfg, weights).forward(ids)
+    assert relative_error(logits, gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, mask=dense)) < RTOL
+
+
+def test_ir_classifies_tiles():
+    """The document mask at 96 tokens (documents at 0-19, 20-63, 64-95): the third document's
+    queries see no key of the first two tiles, and nothing above the diagonal is visible."""
+    model = gpt.GPT.random(masked_config(MASKS["document"][0]))
+    ir = model.ir("transformer", seq_len=TOKENS)
+    assert 'tile_classes = ["PEE", "PPE", "EEP"]' in ir
+    assert "tile_sizes = array<i64: 32, 32>" in ir
+
+
+def test_causal_and_window_masks_are_the_closed_forms():
+    """Causal() and SlidingWindow(W) are the built-in rule: no mask constant, prefill and decode work."""
+    assert masked_config(masks.Causal()) == gpt.GPTConfig(**SHAPE)
+    assert masked_config(masks.SlidingWindow(5)) == gpt.GPTConfig(**SHAPE, attention_window=5)
+
+
+def test_masked_model_has_no_cache_but_generates_uncached():
+    cfg = masked_config(MASKS["prefix_lm"][0])
+    model = gpt.GPT.random(cfg)
+    with pytest.raises(ValueError, match="has no KV cache: it runs forward"):
+        model.new_cache()
+    tokens = model.generate([1, 2, 3], max_new_tokens=3, use_cache=False)
+    logits = model.forward([1, 2, 3] + tokens[:2])
+    assert tokens[2] == int(np.argmax(logits[-1]))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(attention_mask=masks.Document([0] * 95)), "Document.segment_ids must hold one id per position"),
+        (
+            dict(attention_mask=masks.BlockPattern(np.eye(4, dtype=bool), 32)),
+            "block_size = 96 needs 3 x 3",
+        ),
+        (dict(attention_mask=np.tri(96, dtype=bool)), "must be a gpt.masks mask or None, got ndarray"),
+        (dict(attention_mask=masks.Strided(4), attention_window=4), "exclude each other"),
+        (dict(attention_mask=masks.PrefixLM(97)), "PrefixLM.prefix (97) is longer than block_size (96)"),
+    ],
+)
+def test_bad_masks(change, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        dataclasses.replace(gpt.GPTConfig(**SHAPE), **change)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: masks.Strided(0), "Strided.stride must be an int >= 1, got 0"),
+        (lambda: masks.Fixed(4, 5), r"Fixed.summary \(5\) must be at most Fixed.block \(4\)"),
+        (lambda: masks.BlockPattern(np.ones((2, 2)), 8), "must be a square 2-D bool array"),
+        (lambda: masks.BlockPattern(np.zeros((2, 2), dtype=bool), 8), "must set every diagonal block"),
+        (lambda: masks.Document([[0, 1]]), "must be a 1-D sequence of ints"),
+    ],
+)
+def test_bad_mask_parameters(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_hf_config_sliding_window(tmp_path):
+    """config.json's `sliding_window` (HF's key) is the attention window."""
+    cfg = gpt.GPTConfig(**SHAPE)
+    weights = exercising_weights(cfg)
+    (tmp_path / "config.json").write_text(json.dumps({**hf_config(cfg), "sliding_window": 8}))
+    save_file(
+        {name: np.ascontiguousarray(value) for name, value in weights.items()}, str(tmp_path / "model.safetensors")
+    )
+    model = gpt.GPT.from_pretrained(str(tmp_path))
+    assert model.config.attention_window == 8
+    ids = token_ids(cfg, 40)
+    assert relative_error(model.forward(ids), gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, window=8)) < RTOL

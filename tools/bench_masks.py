@@ -1,0 +1,165 @@
+"""Attention-mask benchmark: forward over T tokens under causal, sliding-window and strided masks,
+and whether attention time follows the count of non-empty tiles; decode with a window.
+
+    bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/bench_masks.py
+
+Prints markdown tables, preceded by the command that produced them. Attention time is estimated
+as forward time minus the forward time of the same model with a window of 1 (which visits only
+the T/32 diagonal tiles, so its attention costs next to nothing): what is left is the attention
+that the mask makes the program do. The ratio test is the issue's: time(mask) / time(causal)
+<= 1.25 x (non-empty tiles(mask) / non-empty tiles(causal)). Every time is the median of
+--repeats runs after a warm-up call, the models of one T taking turns.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import gpt
+from gpt import masks
+
+WIDTHS = {
+    "mid": dict(n_layer=4, n_head=8, n_embd=256, vocab_size=1000),
+    "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257),
+}
+
+
+def make_config(width, tokens, mask):
+    """A rotary-position model of `width` over `tokens` positions with `mask` ("causal",
+    "window:W", "strided:S")."""
+    kind, _, parameter = mask.partition(":")
+    shape = dict(**WIDTHS[width], block_size=tokens, pos_embedding="rope")
+    if kind == "causal":
+        return gpt.GPTConfig(**shape)
+    if kind == "window":
+        return gpt.GPTConfig(**shape, attention_window=int(parameter))
+    if kind == "strided":
+        return gpt.GPTConfig(**shape, attention_mask=masks.Strided(int(parameter)))
+    raise ValueError(f"unknown mask {mask!r}: causal, window:W or strided:S")
+
+
+def dense_mask(tokens, mask):
+    kind, _, parameter = mask.partition(":")
+    if kind == "causal":
+        return masks.Causal().dense(tokens)
+    if kind == "window":
+        return masks.SlidingWindow(int(parameter)).dense(tokens)
+    return masks.Strided(int(parameter)).dense(tokens)
+
+
+def tile_count(tokens, mask, block=32):
+    """(full, partial) tiles of block x block, as --transformer-classify-attention-tiles counts them
+    (the compiled IR records the same; printing a [4096, 4096] mask constant to read it back is
+    not worth it)."""
+    visible = dense_mask(tokens, mask).reshape(tokens // block, block, tokens // block, block).sum(axis=(1, 3))
+    return int((visible == block * block).sum()), int(((visible > 0) & (visible < block * block)).sum())
+
+
+def interleaved_forwards(models, ids, repeats):
+    """Median forward time of each model, the models taking turns (one call each per round, after
+    a warm-up call that compiles): a slow patch of a shared machine then lands on all of them."""
+    for model in models:
+        model.forward(ids)
+    times = [[] for _ in models]
+    for _ in range(repeats):
+        for model, own in zip(models, times, strict=True):
+            start = time.perf_counter()
+            model.forward(ids)
+            own.append(time.perf_counter() - start)
+    return [statistics.median(own) for own in times]
+
+
+def forward_table(widths, lengths, mask_names, threads, repeats):
+    print(
+        "| model | T | mask | full + partial tiles | forward (ms) | window-1 floor (ms) | attention (ms) "
+        "| time / causal | tiles / causal | ratio test (<= 1.25x tiles) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for width in widths:
+        for tokens in lengths:
+            options = gpt.CompileOptions(threads=threads, disk_cache=False)
+            ids = np.random.default_rng(0).integers(0, WIDTHS[width]["vocab_size"], size=tokens)
+            models = [
+                gpt.GPT.random(make_config(width, tokens, name), options=options) for name in ["window:1", *mask_names]
+            ]
+            floor, *forwards = interleaved_forwards(models, ids, repeats)
+            causal = None
+            for name, forward in zip(mask_names, forwards, strict=True):
+                full, partial = tile_count(tokens, name)
+                attention = forward - floor
+                if causal is None:
+                    causal = (attention, full + partial)
+                tile_ratio = (full + partial) / causal[1]
+                if causal[0] < 0.1 * floor or attention < 0:
+                    # Attention is lost in the run-to-run noise of the rest of the forward pass.
+                    time_ratio, verdict = "-", "n/a (attention within the noise)"
+                else:
+                    time_ratio = f"{attention / causal[0]:.2f}"
+                    verdict = "pass" if attention / causal[0] <= 1.25 * tile_ratio else "FAIL"
+                print(
+                    f"| {width} | {tokens} | {name} | {full} + {partial} | {forward * 1e3:.0f} | {floor * 1e3:.0f} "
+                    f"| {attention * 1e3:.0f} | {time_ratio} | {tile_ratio:.2f} | {verdict} |",
+                    flush=True,
+                )
+
+
+def decode_table(width, window, positions, threads, steps):
+    """Decode ms per token at each position with a sliding window: each position's cache is
+    prefilled once, then the positions take turns (`steps` decode steps each, three rounds, after
+    a warm-up step), so that a slow patch of the machine does not land on one of them alone."""
+    cfg = gpt.GPTConfig(
+        **WIDTHS[width], block_size=max(positions) + 4 * steps + 2, pos_embedding="rope", attention_window=window
+    )
+    model = gpt.GPT.random(cfg, options=gpt.CompileOptions(threads=threads, disk_cache=False))
+    caches = {}
+    for position in positions:
+        caches[position] = model.new_cache()
+        model.prefill(np.random.default_rng(0).integers(0, cfg.vocab_size, size=position), caches[position])
+        model.decode(1, caches[position])  # warm-up (compiles the step on the first position)
+    times = {position: [] for position in positions}
+    for _ in range(3):
+        for position in positions:
+            for _ in range(steps):
+                start = time.perf_counter()
+                model.decode(1, caches[position])
+                times[position].append(time.perf_counter() - start)
+    print(f"| model | window | position | decode (ms/token, median of {3 * steps}) | / first row |")
+    print("|---|---|---|---|---|")
+    first = statistics.median(times[positions[0]])
+    for position in positions:
+        median = statistics.median(times[position])
+        print(f"| {width} | {window} | {position} | {median * 1e3:.3f} | {median / first:.2f} |", flush=True)
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--widths", default="mid")
+    parser.add_argument("--lengths", default="1024,2048,4096")
+    parser.add_argument("--masks", default="causal,window:256,strided:128", help="the first is the reference")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--decode-width", default="mid", help="'' skips the decode table")
+    parser.add_argument("--decode-positions", default="256,4000")
+    parser.add_argument("--decode-steps", type=int, default=20)
+    args = parser.parse_args(argv)
+
+    print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_masks.py " + " ".join(argv))
+    print()
+    forward_table(
+        args.widths.split(","),
+        [int(t) for t in args.lengths.split(",")],
+        args.masks.split(","),
+        args.threads,
+        args.repeats,
+    )
+    if args.decode_width:
+        print()
+        positions = [int(p) for p in args.decode_positions.split(",")]
+        decode_table(args.decode_width, 256, positions, args.threads, args.decode_steps)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
