@@ -73,12 +73,11 @@ struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
                 Value block = tb.create<arith::DivUIOp>(loc, index, size);
                 Value row = tb.create<arith::RemUIOp>(loc, index, size);
                 SmallVector<OpFoldResult> rowOffsets = {tb.getIndexAttr(0), token, tb.getIndexAttr(0)};
-                Value rows = tb.create<tensor::ExtractSliceOp>(loc, rowType, update, rowOffsets,
-                                                               sizesOf(tb, {heads, 1, headDim}), sizesOf(tb, {1, 1, 1}));
+                Value rows = tb.create<tensor::ExtractSliceOp>(
+                    loc, rowType, update, rowOffsets, sizesOf(tb, {heads, 1, headDim}), sizesOf(tb, {1, 1, 1}));
                 SmallVector<OpFoldResult> poolOffsets = {block, tb.getIndexAttr(0), row, tb.getIndexAttr(0)};
-                Value written = tb.create<tensor::InsertSliceOp>(loc, rows, state[0], poolOffsets,
-                                                                 sizesOf(tb, {1, heads, 1, headDim}),
-                                                                 sizesOf(tb, {1, 1, 1, 1}));
+                Value written = tb.create<tensor::InsertSliceOp>(
+                    loc, rows, state[0], poolOffsets, sizesOf(tb, {1, heads, 1, headDim}), sizesOf(tb, {1, 1, 1, 1}));
                 tb.create<scf::YieldOp>(loc, written);
               },
               [&](OpBuilder &eb, Location) { eb.create<scf::YieldOp>(loc, state[0]); });
@@ -134,7 +133,8 @@ private:
     Value sequence = extractIndex(b, loc, sequences, token);
     // Blocks 0 .. position / S hold the positions the token sees.
     Value size = indexConstant(b, loc, blockSize);
-    Value blocks = b.create<arith::AddIOp>(loc, b.create<arith::DivUIOp>(loc, position, size), indexConstant(b, loc, 1));
+    Value blocks =
+        b.create<arith::AddIOp>(loc, b.create<arith::DivUIOp>(loc, position, size), indexConstant(b, loc, 1));
     auto headLoop = b.create<scf::ForOp>(
         loc, indexConstant(b, loc, 0), indexConstant(b, loc, heads), indexConstant(b, loc, 1), ValueRange{out},
         [&](OpBuilder &hb, Location, Value head, ValueRange state) {
@@ -150,16 +150,14 @@ private:
                 Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
                 // Keys of this block the token sees: position - blockIndex * S + 1, at most S.
                 Value first = nb.create<arith::MulIOp>(loc, blockIndex, indexConstant(nb, loc, blockSize));
-                Value visible =
-                    nb.create<arith::AddIOp>(loc, nb.create<arith::SubIOp>(loc, position, first), indexConstant(nb, loc, 1));
+                Value visible = nb.create<arith::AddIOp>(loc, nb.create<arith::SubIOp>(loc, position, first),
+                                                         indexConstant(nb, loc, 1));
                 nb.create<scf::YieldOp>(loc, blockUpdate(nb, q, block, head, visible, softmax));
               });
           Value sum = blockLoop.getResult(1), acc = blockLoop.getResult(2);
-          Value normalized = buildGeneric(hb, loc, emptyTensor(hb, loc, {headDim}), {acc}, {id(1)}, id(1),
-                                          {utils::IteratorType::parallel},
-                                          [&](OpBuilder &eb, Location l, ValueRange a) -> Value {
-                                            return eb.create<arith::DivFOp>(l, a[0], sum);
-                                          });
+          Value normalized = buildGeneric(
+              hb, loc, emptyTensor(hb, loc, {headDim}), {acc}, {id(1)}, id(1), {utils::IteratorType::parallel},
+              [&](OpBuilder &eb, Location l, ValueRange a) -> Value { return eb.create<arith::DivFOp>(l, a[0], sum); });
           SmallVector<OpFoldResult> outOffsets = {head, hb.getIndexAttr(0)};
           Value written = hb.create<tensor::InsertSliceOp>(loc, normalized, state[0], outOffsets,
                                                            sizesOf(hb, {1, headDim}), sizesOf(hb, {1, 1}));
@@ -195,11 +193,12 @@ private:
     auto seen = [&](OpBuilder &nb, Location l) -> Value {
       return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, nb.create<linalg::IndexOp>(l, 0), visible);
     };
-    Value scores = buildGeneric(b, loc, emptyTensor(b, loc, {blockSize}), {dots}, {id(1)}, id(1), parallel,
-                                [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                  Value scaled = nb.create<arith::MulFOp>(l, a[0], f32Constant(nb, l, scale));
-                                  return nb.create<arith::SelectOp>(l, seen(nb, l), scaled, f32Constant(nb, l, kNegInf));
-                                });
+    Value scores =
+        buildGeneric(b, loc, emptyTensor(b, loc, {blockSize}), {dots}, {id(1)}, id(1), parallel,
+                     [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                       Value scaled = nb.create<arith::MulFOp>(l, a[0], f32Constant(nb, l, scale));
+                       return nb.create<arith::SelectOp>(l, seen(nb, l), scaled, f32Constant(nb, l, kNegInf));
+                     });
     // Every block has a visible key (the first block holds position 0), so m' is finite and
     // c = exp(m - m') is 0 on the first block, where m = -inf.
     Value newMax = b.create<arith::MaximumFOp>(loc, m, reduceBlock(b, scores, kNegInf, /*max=*/true));
@@ -214,15 +213,15 @@ private:
     // p . V_blk: for each feature e, sum_j p[j] v[j, e] (the [d, S] space reduces over j).
     AffineMap byKey = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
     AffineMap valueMap = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx), getAffineDimExpr(0, ctx)}, ctx);
-    Value update = buildRowReduction(b, loc, {headDim, blockSize}, {probs, values}, {byKey, valueMap}, 0.0,
-                                     [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                       return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
-                                     });
-    Value newAcc = buildGeneric(b, loc, acc, {update}, {id(1)}, id(1), parallel,
-                                [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                  return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[1], correction),
-                                                                  a[0]);
-                                });
+    Value update =
+        buildRowReduction(b, loc, {headDim, blockSize}, {probs, values}, {byKey, valueMap}, 0.0,
+                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                            return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
+                          });
+    Value newAcc = buildGeneric(
+        b, loc, acc, {update}, {id(1)}, id(1), parallel, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[1], correction), a[0]);
+        });
     return {newMax, newSum, newAcc};
   }
 
