@@ -161,3 +161,12 @@ func.func @masked_attention(%q: tensor<2x64x4xf32>, %mask: tensor<64x64xi1>) -> 
   %a = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.5 : f32, tile_classes = ["PE", "FP"], tile_sizes = array<i64: 32, 32>} : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<64x64xi1>) -> tensor<2x64x4xf32>
   return %a : tensor<2x64x4xf32>
 }
+
+// CHECK-LABEL: func.func @paged_pool
+func.func @paged_pool(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %vp: tensor<32x4x8x16xf32>, %slots: tensor<3xi64>, %tables: tensor<2x8xi64>, %seqs: tensor<3xi64>, %pos: tensor<3xi64>) -> tensor<4x3x16xf32> {
+  // CHECK: transformer.paged_cache_write %{{.*}} into %{{.*}}[%{{.*}}] : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<3xi64> -> tensor<32x4x8x16xf32>
+  %kp2 = transformer.paged_cache_write %q into %kp[%slots] : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<3xi64> -> tensor<32x4x8x16xf32>
+  // CHECK: transformer.paged_attention %{{.*}}, %{{.*}}, %{{.*}} tables %{{.*}} sequences %{{.*}} positions %{{.*}} {scale = 2.500000e-01 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x16xf32>
+  %a = transformer.paged_attention %q, %kp2, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x16xf32>
+  return %a : tensor<4x3x16xf32>
+}
