@@ -20,6 +20,15 @@ from gpt.config import CompileOptions, GPTConfig
 from gpt.model import GPT, STAGES, GenerationStats
 from gpt.tokenizer import ByteTokenizer, HFTokenizer
 
+
+def compile_module(module, example_inputs, options=None):
+    """gpt.frontend.compile_module: a torch.nn.Module exported with torch.export, imported into
+    the transformer dialect and compiled (torch is imported on the first call, not with gpt)."""
+    from gpt.frontend import compile_module as compile_with_frontend
+
+    return compile_with_frontend(module, example_inputs, options)
+
+
 __all__ = [
     "ByteTokenizer",
     "CompileOptions",
@@ -29,6 +38,7 @@ __all__ = [
     "GenerationStats",
     "HFTokenizer",
     "KVCache",
+    "compile_module",
     "STAGES",
     "disk_cache",
     "run_pipeline",
