@@ -32,9 +32,9 @@ std::string typeText(mlir::Type type) {
 TensorSignature signatureOf(mlir::Type type, const std::string &what) {
   auto shaped = mlir::dyn_cast<mlir::ShapedType>(type);
   if (!shaped || !shaped.hasStaticShape())
-    throw std::invalid_argument(what + " has type " + typeText(type) + ": only statically shaped tensors are supported");
-  return {std::vector<int64_t>(shaped.getShape().begin(), shaped.getShape().end()),
-          typeText(shaped.getElementType())};
+    throw std::invalid_argument(what + " has type " + typeText(type) +
+                                ": only statically shaped tensors are supported");
+  return {std::vector<int64_t>(shaped.getShape().begin(), shaped.getShape().end()), typeText(shaped.getElementType())};
 }
 
 } // namespace
@@ -115,8 +115,7 @@ void CompiledFunction::compile() {
   PipelineOptions pipeline;
   setPipelineOptions(pipeline);
   addLLVMStage(pm, pipeline);
-  if (mlir::failed(pm.run(*module)))
-    throw CompileError(diagnostics.message("lowering '" + name_ + "' to LLVM failed"));
+  if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering '" + name_ + "' to LLVM failed"));
   try {
     function_ = jitThroughDiskCache(*module, name_, target_, {options_.cacheDir, options_.cacheMaxBytes}, &loaded_);
   } catch (const CompileError &) {

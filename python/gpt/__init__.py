@@ -13,6 +13,8 @@ Example:
     print(model.last_generation)             # gpt.GenerationStats: token counts and seconds
 """
 
+import sys
+
 from gpt import disk_cache
 from gpt.cache import KVCache
 from gpt.compiler import CompilerError, run_pipeline
@@ -28,6 +30,12 @@ def compile_module(module, example_inputs, options=None):
 
     return compile_with_frontend(module, example_inputs, options)
 
+
+# torch.compile(module, backend="gpt"): registered with Dynamo when gpt is imported in a process
+# that uses torch already (importing torch only for this would slow down every `import gpt`);
+# importing gpt.frontend registers it in any case.
+if "torch" in sys.modules:
+    import gpt.frontend  # noqa: F401
 
 __all__ = [
     "ByteTokenizer",

@@ -2,6 +2,7 @@
 dialect and compiled, against eager PyTorch (max |error| <= 1e-4 * max |reference|)."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -216,3 +217,31 @@ def test_disk_cache_serves_the_second_compile(tmp_path):
     second = gpt.compile_module(mlp, (x,), cached)
     assert not first.loaded_from_disk_cache() and second.loaded_from_disk_cache()
     check_close(second(x), mlp(x))
+
+
+def test_torch_compile_backend():
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    model = exercised(NanoGPT(NanoConfig(n_layer=1)))
+    idx = torch.randint(0, 96, (1, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to eager: the whole graph compiles
+        with torch.no_grad():
+            got = torch.compile(model, backend="gpt")(idx)
+    with torch.no_grad():
+        check_close(got, model(idx))
+
+
+def test_torch_compile_backend_falls_back_with_one_warning_or_raises_when_strict():
+    torch._dynamo.reset()
+    model, x = Sine().eval(), torch.randn(3, 8)
+    with pytest.warns(UserWarning, match="runs in eager PyTorch") as record:
+        with torch.no_grad():
+            got = torch.compile(model, backend="gpt")(x)
+    fallbacks = [w for w in record if "gpt backend" in str(w.message)]
+    assert len(fallbacks) == 1 and "aten.sin.default" in str(fallbacks[0].message)
+    with torch.no_grad():
+        np.testing.assert_array_equal(got.numpy(), model(x).numpy())  # eager: the same computation
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="aten.sin.default"):  # Dynamo wraps it in BackendCompilerFailed
+        torch.compile(model, backend="gpt", options={"strict": True})(x)

@@ -63,10 +63,12 @@ void initFunction(py::module_ &m) {
            }),
            py::arg("ir"), py::arg("name"), py::arg("pipeline"), py::arg("threads"), py::arg("cache_dir"),
            py::arg("cache_max_bytes"), py::arg("target_cpu"), py::call_guard<py::gil_scoped_release>())
-      .def("arguments", [](const CompiledFunction &f) { return signatures(f.arguments()); },
-           "[(shape, element type)] of the function's arguments.")
-      .def("results", [](const CompiledFunction &f) { return signatures(f.results()); },
-           "[(shape, element type)] of the function's results.")
+      .def(
+          "arguments", [](const CompiledFunction &f) { return signatures(f.arguments()); },
+          "[(shape, element type)] of the function's arguments.")
+      .def(
+          "results", [](const CompiledFunction &f) { return signatures(f.results()); },
+          "[(shape, element type)] of the function's results.")
       .def(
           "ir",
           [](CompiledFunction &f, const std::string &stageName) {

@@ -5,6 +5,7 @@ and compiles it with the same pipelines, JIT and disk cache as gpt.GPT.
     compiled = gpt.compile_module(model.eval(), (idx,))
     logits = compiled(idx)                 # torch tensors in, torch tensors out (numpy: numpy)
     print(compiled.ir("transformer"))      # the imported function after any stage
+    torch.compile(model, backend="gpt")    # registered on import (gpt/frontend/backend.py)
 """
 
 import time
@@ -18,6 +19,7 @@ from torch.utils import _pytree as pytree
 from gpt import _gpt
 from gpt.compiler import CompilerError
 from gpt.config import CompileOptions
+from gpt.frontend.backend import register_backend
 from gpt.frontend.importer import SUPPORTED_OPS, ImportedFunction, Importer
 
 __all__ = ["SUPPORTED_OPS", "CompiledModule", "compile_module"]
@@ -135,3 +137,6 @@ def compile_module(
     except Exception as error:  # Dynamo's own message says what it could not capture
         raise CompilerError(f"torch.export could not capture the module: {error}") from error
     return CompiledModule(program, options)
+
+
+register_backend()
