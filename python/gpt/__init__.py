@@ -23,12 +23,12 @@ from gpt.model import GPT, STAGES, GenerationStats
 from gpt.tokenizer import ByteTokenizer, HFTokenizer
 
 
-def compile_module(module, example_inputs, options=None):
+def compile_module(module, example_inputs, options=None, *, dynamic_shapes=None):
     """gpt.frontend.compile_module: a torch.nn.Module exported with torch.export, imported into
     the transformer dialect and compiled (torch is imported on the first call, not with gpt)."""
     from gpt.frontend import compile_module as compile_with_frontend
 
-    return compile_with_frontend(module, example_inputs, options)
+    return compile_with_frontend(module, example_inputs, options, dynamic_shapes=dynamic_shapes)
 
 
 # torch.compile(module, backend="gpt"): registered with Dynamo when gpt is imported in a process

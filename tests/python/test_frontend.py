@@ -245,3 +245,25 @@ def test_torch_compile_backend_falls_back_with_one_warning_or_raises_when_strict
     torch._dynamo.reset()
     with pytest.raises(Exception, match="aten.sin.default"):  # Dynamo wraps it in BackendCompilerFailed
         torch.compile(model, backend="gpt", options={"strict": True})(x)
+
+
+def test_dynamic_sequence_length_is_bucketed():
+    torch.manual_seed(4)
+    model = exercised(NanoGPT(NanoConfig(n_layer=1, block_size=64, sdpa=True)))
+    length = torch.export.Dim("T", max=48)
+    compiled = gpt.compile_module(
+        model, (torch.randint(0, 96, (1, 16)),), options("baseline"), dynamic_shapes={"idx": {1: length}}
+    )
+    for t in (5, 13, 16, 40):
+        idx = torch.randint(0, 96, (1, t))
+        with torch.no_grad():
+            check_close(compiled(idx), model(idx))
+    assert compiled.compiled_buckets() == [8, 16, 48]  # powers of two from 8, capped at the Dim's max
+    with pytest.raises(ValueError, match="outside"):
+        compiled(torch.randint(0, 96, (1, 49)))
+
+
+def test_dynamic_dimensions_other_than_the_sequence_are_refused():
+    batch = torch.export.Dim("B", max=4)
+    with pytest.raises(gpt.CompilerError, match="only the sequence length"):
+        gpt.compile_module(nn.Linear(4, 4).eval(), (torch.randn(2, 4),), dynamic_shapes=({0: batch},))
