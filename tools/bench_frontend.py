@@ -4,9 +4,10 @@ torch.compile (Inductor) on the same weights, in one run.
     bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/bench_frontend.py
 
 Prints a markdown table, preceded by the command that produced it: median forward latency over
---repeats runs after one warm-up call, and each row's ratio to gpt.GPT.forward. Models: HF
-GPT2LMHeadModel (attn_implementation "sdpa" and "eager") of the --shape, with random weights
-(a checkpoint's values do not change the time), and gpt.GPT.from_weights of the same state dict.
+--repeats rounds after a warm-up round (each round runs every implementation once, in turn), and
+each row's ratio to gpt.GPT.forward. Models: HF GPT2LMHeadModel (attn_implementation "sdpa"
+and "eager") of the --shape, with random weights (a checkpoint's values do not change the
+time), and gpt.GPT.from_weights of the same state dict.
 """
 
 import argparse
@@ -24,16 +25,6 @@ SHAPES = {
     "nano": dict(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=1024),
     "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024),
 }
-
-
-def median_seconds(run, repeats):
-    run()  # warm-up (and, for torch.compile, the compile)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def hf_model(shape, attn_implementation):
@@ -67,17 +58,13 @@ def main(argv):
     ids = np.random.default_rng(0).integers(0, cfg["vocab_size"], size=(1, args.seq_len))
     idx = torch.from_numpy(ids)
 
-    rows = []  # (what, compile seconds or None, latency seconds)
+    # (what, compile seconds or None, run); every run is timed in turn, round-robin, so that the
+    # load of a shared machine falls on all of them alike.
+    runners = []
     builder = gpt.GPT.from_weights(config, weights, options)
     start = time.perf_counter()
     builder.forward(ids[0])
-    rows.append(
-        (
-            "gpt.GPT.forward (builder)",
-            time.perf_counter() - start,
-            median_seconds(lambda: builder.forward(ids[0]), args.repeats),
-        )
-    )
+    runners.append(("gpt.GPT.forward (builder)", time.perf_counter() - start, lambda: builder.forward(ids[0])))
     with torch.no_grad():
         expected = reference(idx).logits[0].numpy()
         assert np.abs(builder.forward(ids[0]) - expected).max() <= 1e-4 * np.abs(expected).max()
@@ -89,18 +76,20 @@ def main(argv):
             compile_s = time.perf_counter() - start
             got = compiled(idx).logits[0].numpy()
             assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), f"{impl}: wrong logits"
-            rows.append(
-                (f"gpt.compile_module(HF, {impl})", compile_s, median_seconds(lambda c=compiled: c(idx), args.repeats))
-            )
-            rows.append((f"PyTorch eager (HF, {impl})", None, median_seconds(lambda m=module: m(idx), args.repeats)))
+            runners.append((f"gpt.compile_module(HF, {impl})", compile_s, lambda c=compiled: c(idx)))
+            runners.append((f"PyTorch eager (HF, {impl})", None, lambda m=module: m(idx)))
         if not args.skip_inductor:
             inductor = torch.compile(reference)
             start = time.perf_counter()
             inductor(idx)
-            compile_s = time.perf_counter() - start
-            rows.append(
-                ("torch.compile Inductor (HF, sdpa)", compile_s, median_seconds(lambda: inductor(idx), args.repeats))
-            )
+            runners.append(("torch.compile Inductor (HF, sdpa)", time.perf_counter() - start, lambda: inductor(idx)))
+        times = [[] for _ in runners]
+        for _ in range(args.repeats + 1):  # the first round warms up
+            for i, (_, _, run) in enumerate(runners):
+                start = time.perf_counter()
+                run()
+                times[i].append(time.perf_counter() - start)
+    rows = [(what, compile_s, statistics.median(t[1:])) for (what, compile_s, _), t in zip(runners, times, strict=True)]
 
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_frontend.py " + " ".join(argv))
     print(
