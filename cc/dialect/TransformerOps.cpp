@@ -109,6 +109,13 @@ LogicalResult GeluOp::inferShapes() {
   return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
 }
 
+LogicalResult GeluErfOp::verify() {
+  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+LogicalResult GeluErfOp::inferShapes() {
+  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+
 // Softmax normalizes over the last dimension, so it needs one.
 LogicalResult SoftmaxOp::verify() {
   return verifyInferred(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this)));

@@ -454,4 +454,14 @@ def Transformer_CacheUpdateOp : Transformer_Op<"cache_update",
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Ops of imported PyTorch graphs (gpt.compile_module)
+//===----------------------------------------------------------------------===//
+
+def Transformer_GeluErfOp : Transformer_UnaryOp<"gelu_erf", [{
+    Elementwise GELU, exact: `0.5 * x * (1 + erf(x / sqrt(2)))` (PyTorch's `F.gelu` with
+    `approximate="none"`, its default). `transformer.gelu` is the tanh approximation.}]> {
+  let summary = "Elementwise GELU (exact, with erf)";
+}
+
 #endif // GPT_TRANSFORMER_OPS_TD

@@ -477,3 +477,11 @@ func.func @packed_embedding_features_overflow(%c: tensor<8x16x32xi32>, %s: tenso
   %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x1152921504606846976x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }
+
+// -----
+
+func.func @gelu_erf_wrong_result(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x4xf32>' does not match the type 'tensor<4x8xf32>' implied by the operands}}
+  %0 = transformer.gelu_erf %a : tensor<4x8xf32> -> tensor<4x4xf32>
+  return
+}

@@ -153,3 +153,10 @@ func.func @token_major_heads(%x: tensor<8x64xf32>, %kc: tensor<4x64x16xf32>, %po
   %m2 = transformer.merge_heads %d : tensor<4x8x16xf32> -> tensor<8x64xf32>
   return %m, %m2 : tensor<8x64xf32>, tensor<8x64xf32>
 }
+
+// CHECK-LABEL: func.func @gelu_erf
+// CHECK: transformer.gelu_erf %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+func.func @gelu_erf(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.gelu_erf %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

@@ -122,7 +122,9 @@ def options(pipeline="default", **kw):
 @pytest.mark.parametrize("pipeline", ["baseline", "fused", "vectorized"])
 def test_mlp_every_level(pipeline):
     torch.manual_seed(0)
-    mlp = exercised(nn.Sequential(nn.Linear(16, 100), nn.ReLU(), nn.Linear(100, 40), nn.GELU("tanh")))
+    mlp = exercised(
+        nn.Sequential(nn.Linear(16, 100), nn.ReLU(), nn.Linear(100, 40), nn.GELU("tanh"), nn.Linear(40, 64), nn.GELU())
+    )
     x = torch.randn(5, 16)
     compiled = gpt.compile_module(mlp, (x,), options(pipeline))
     check_close(compiled(x), mlp(x))
@@ -132,6 +134,8 @@ def test_mlp_every_level(pipeline):
     assert isinstance(out, np.ndarray)
     check_close(out, mlp(torch.from_numpy(y)))
     # 100 columns are not a multiple of the panel width: packed padded to 128, sliced back.
+    imported = compiled.ir("imported")
+    assert "transformer.gelu " in imported and "transformer.gelu_erf" in imported  # tanh and exact
     layouts = dict(compiled.parameter_layouts())
     assert layouts["0.weight"] == ("panels" if pipeline == "vectorized" else "transposed")
 

@@ -112,7 +112,11 @@ class CompiledModule:
                 arguments.append(self._fixed[index])
         results = [np.empty(v.shape, np.float32 if v.dtype == "f32" else np.int64) for v in self._imported.results]
         self._function.call(arguments, results)
-        outputs = [r.reshape(shape) for r, shape in zip(results, self._imported.result_shapes, strict=True)]
+        outputs = []
+        for result, shape in zip(results, self._imported.result_shapes, strict=True):
+            # Padded columns (an LM head packed in whole panels) are dropped by a view.
+            result = result[..., : shape[-1]] if shape and result.shape[-1] != shape[-1] else result
+            outputs.append(result.reshape(shape))
         if not as_numpy:
             outputs = [torch.from_numpy(o) for o in outputs]
         return pytree.tree_unflatten(outputs, self._out_spec)

@@ -25,6 +25,9 @@ import torch
 from gpt.compiler import CompilerError
 
 PANEL_WIDTH = 32  # cc/TargetParameters.h kPanelWidth: packed_matmul's column panels
+# cc/TargetParameters.h kVocabMultiple: a weight whose columns need padding anyway (an LM head's
+# vocabulary) is padded as the builder pads the vocabulary, to whole panels for every thread chunk.
+PADDED_MULTIPLE = 256
 
 aten = torch.ops.aten
 
@@ -96,7 +99,7 @@ class ImportedFunction:
     ir: str
     name: str
     arguments: list[Argument]
-    results: list[Value]
+    results: list[Value]  # a result may have padded columns past its torch shape's last dim
     result_shapes: list[tuple[int, ...]]  # the torch shapes of the outputs
 
 
@@ -223,6 +226,9 @@ class Importer:
         self.problems: list[str] = []
         self.patterns: dict = {}  # root node -> (kind, data)
         self.failed: set = set()  # nodes whose import failed
+        # A slice that drops a padded weight's extra columns, by name -> the padded result: when
+        # it is returned, the caller takes a view of the padded result instead (no copy).
+        self.padded: dict[str, Value] = {}
         self.counter = 0
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -385,6 +391,8 @@ class Importer:
                     value = self.operand(out)
                     if value.layout != "plain":
                         raise Unsupported("a view of split heads is returned")
+                    if value.name in self.padded:
+                        value = dataclasses.replace(self.padded[value.name], batched=value.batched)
                     results.append(value)
                     shapes.append(self.torch_shape(out))
                 except Unsupported as problem:
@@ -604,17 +612,16 @@ def emit_binary(imp: Importer, node):
 
 
 def emit_unary(imp: Importer, node):
-    """neg / relu / gelu(tanh) / softmax(last dim)."""
+    """neg / relu / gelu (tanh or exact) / softmax (last dim)."""
     x = imp.operand(node.args[0])
-    if node.target == aten.gelu.default and node.kwargs.get("approximate", "none") != "tanh":
-        raise Unsupported("exact (erf) GELU: only approximate='tanh' is supported")
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
     rank = len(imp.torch_shape(node))
     if node.target in (aten.softmax.int, aten._softmax.default) and node.args[1] % rank != rank - 1:
         raise Unsupported("softmax over a dimension other than the last")
     op = {
         aten.neg.default: "transformer.neg",
         aten.relu.default: "transformer.relu",
-        aten.gelu.default: "transformer.gelu",
+        aten.gelu.default: "transformer.gelu" if approximate == "tanh" else "transformer.gelu_erf",
         aten.softmax.int: "transformer.softmax",
         aten._softmax.default: "transformer.softmax",
     }[node.target]
@@ -641,11 +648,14 @@ def _matmul_with_weight(imp: Importer, x: Value, weight, transposed: bool, n: in
     if imp.is_parameter(weight) and len(shape) == 2:
         target = imp.parameter_of[weight.name]
         if imp.pack_weights:
-            padded = -(-n // PANEL_WIDTH) * PANEL_WIDTH
+            multiple = PANEL_WIDTH if n % PANEL_WIDTH == 0 else PADDED_MULTIPLE
+            padded = -(-n // multiple) * multiple
             w = imp.parameter(target, "panels", transpose=transposed, padded_columns=padded)
             y = imp.emit("transformer.packed_matmul", [x, w], (*rows, padded))
             if padded != n:
+                padded_value = y
                 y = imp.emit("transformer.slice", [y], (*rows, n), f"offset = 0 : i64, size = {n} : i64")
+                imp.padded[y.name] = padded_value
             return y
         w = imp.parameter(target, "transposed" if transposed else "as_given")
         return imp.emit("transformer.matmul", [x, w], (*rows, n))
@@ -867,7 +877,7 @@ SUPPORTED_OPS: dict = {
     aten.div.Scalar: _op(emit_binary, "transformer.mul (by a scalar's reciprocal)"),
     aten.neg.default: _op(emit_unary, "transformer.neg"),
     aten.relu.default: _op(emit_unary, "transformer.relu"),
-    aten.gelu.default: _op(emit_unary, "transformer.gelu (approximate='tanh')"),
+    aten.gelu.default: _op(emit_unary, "transformer.gelu (approximate='tanh'), transformer.gelu_erf (exact)"),
     aten.softmax.int: _op(emit_unary, "transformer.softmax (last dim)"),
     aten._softmax.default: _op(emit_unary, "transformer.softmax (last dim)"),
     aten.layer_norm.default: _op(emit_layer_norm, "transformer.layer_norm"),
