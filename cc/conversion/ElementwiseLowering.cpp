@@ -1,4 +1,4 @@
-// Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, gelu_erf, rope) to linalg.generic.
+// Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, gelu_erf, tanh, rope) to linalg.generic.
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -61,6 +61,10 @@ template <> Value ElementwiseLowering<GeluOp>::scalar(OpBuilder &b, Location loc
   return b.create<arith::MulFOp>(loc, halfX, onePlusTanh);
 }
 
+template <> Value ElementwiseLowering<TanhOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<math::TanhOp>(loc, args[0]);
+}
+
 // 0.5 * x * (1 + erf(x / sqrt(2))); on vectors, --gpt-approximate-vector-math replaces the erf by
 // MLIR's polynomial, on scalars it is libm's erff.
 template <> Value ElementwiseLowering<GeluErfOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
@@ -121,8 +125,8 @@ struct RopeLowering : OpConversionPattern<RopeOp> {
 
 void populateElementwiseLoweringPatterns(RewritePatternSet &patterns) {
   patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
-               ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, ElementwiseLowering<GeluErfOp>, RopeLowering>(
-      patterns.getContext());
+               ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, ElementwiseLowering<GeluErfOp>,
+               ElementwiseLowering<TanhOp>, RopeLowering>(patterns.getContext());
 }
 
 } // namespace gpt::conversion

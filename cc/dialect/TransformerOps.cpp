@@ -1,5 +1,6 @@
 // Verifiers, shape inference and canonicalization hooks of the `transformer` ops.
 #include "cc/dialect/ConstantFolding.h"
+#include "cc/dialect/RecoverGelu.h"
 #include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/TransformerDialect.h"
 
@@ -83,6 +84,7 @@ LogicalResult MulOp::inferShapes() {
 }
 void MulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<MulOneRight, MulOneLeft, FoldMulOfConstants>(context);
+  populateRecoverGeluPatterns(results);
 }
 
 LogicalResult NegOp::verify() {
@@ -106,6 +108,13 @@ LogicalResult GeluOp::verify() {
   return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
 }
 LogicalResult GeluOp::inferShapes() {
+  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+
+LogicalResult TanhOp::verify() {
+  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+LogicalResult TanhOp::inferShapes() {
   return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
 }
 

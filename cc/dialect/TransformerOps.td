@@ -464,4 +464,10 @@ def Transformer_GeluErfOp : Transformer_UnaryOp<"gelu_erf", [{
   let summary = "Elementwise GELU (exact, with erf)";
 }
 
+def Transformer_TanhOp : Transformer_UnaryOp<"tanh", [{
+    Elementwise hyperbolic tangent. An imported tanh GELU written out op by op (nanoGPT's,
+    HF's `gelu_new`) is folded back into `transformer.gelu` by canonicalization.}]> {
+  let summary = "Elementwise tanh";
+}
+
 #endif // GPT_TRANSFORMER_OPS_TD

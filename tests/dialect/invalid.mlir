@@ -485,3 +485,11 @@ func.func @gelu_erf_wrong_result(%a: tensor<4x8xf32>) {
   %0 = transformer.gelu_erf %a : tensor<4x8xf32> -> tensor<4x4xf32>
   return
 }
+
+// -----
+
+func.func @tanh_wrong_result(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{result type 'tensor<8xf32>' does not match the type 'tensor<4x8xf32>' implied by the operands}}
+  %0 = transformer.tanh %a : tensor<4x8xf32> -> tensor<8xf32>
+  return
+}

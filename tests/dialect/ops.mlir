@@ -160,3 +160,10 @@ func.func @gelu_erf(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = transformer.gelu_erf %x : tensor<4x8xf32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// CHECK-LABEL: func.func @tanh
+// CHECK: transformer.tanh %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+func.func @tanh(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.tanh %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

@@ -38,11 +38,11 @@ class CompiledModule:
     shapes and dtypes (torch CPU tensors or numpy arrays); it returns what the module returns,
     with torch tensors (numpy arrays when called with numpy arrays)."""
 
-    def __init__(self, program: torch.export.ExportedProgram, options: CompileOptions):
+    def __init__(self, program: torch.export.ExportedProgram, options: CompileOptions, origins=None):
         self._options = options
         self._program = program
         pack = options.pipeline in ("vectorized", "default")
-        self._imported: ImportedFunction = Importer(program, pack_weights=pack).run()
+        self._imported: ImportedFunction = Importer(program, pack_weights=pack, origins=origins).run()
         tensors = {**program.state_dict, **program.constants}
         # Module tensors are read in place where their layout is as given (zero-copy); packed or
         # transposed ones are laid out here, once. The arrays live as long as this object.
@@ -222,6 +222,7 @@ def compile_module(
     options: CompileOptions | None = None,
     *,
     dynamic_shapes: Any = None,
+    _origins: dict[str, str] | None = None,
 ) -> "CompiledModule | BucketedModule":
     """Exports `module` with torch.export at the example inputs' shapes (put it in eval() mode
     first: dropout must be off), imports its graph and compiles it. Raises gpt.CompilerError
@@ -243,7 +244,7 @@ def compile_module(
     except Exception as error:  # Dynamo's own message says what it could not capture
         raise CompilerError(f"torch.export could not capture the module: {error}") from error
     if dynamic_shapes is None:
-        return CompiledModule(program, options)
+        return CompiledModule(program, options, _origins)
     names = set(program.graph_signature.user_inputs)
     input_vals = [n.meta["val"] for n in program.graph.nodes if n.op == "placeholder" and n.name in names]
     output_node = next(n for n in program.graph.nodes if n.op == "output")

@@ -72,8 +72,13 @@ def gpt_backend(graph: torch.fx.GraphModule, example_inputs, options: dict | Non
     kinds = _module_tensor_kinds(graph, example_inputs)
     lifted = _LiftedGraph(graph, example_inputs, kinds).eval()
     activations = [x for x, k in zip(example_inputs, kinds, strict=True) if k == "input"]
+    # Where each op came from in the user's code, for the error: the export of the Dynamo graph
+    # sees only the graph's generated code.
+    from gpt.frontend.importer import _location_of_trace
+
+    origins = {n.name: loc for n in graph.graph.nodes if (loc := _location_of_trace(n.meta.get("stack_trace")))}
     try:
-        compiled = compile_module(lifted, tuple(activations), compile_options)
+        compiled = compile_module(lifted, tuple(activations), compile_options, _origins=origins)
     except CompilerError as error:
         if strict:
             raise

@@ -1,10 +1,11 @@
 """Importing a torch.export ATen graph into a transformer-dialect func.func (text).
 
 One function per ATen op family emits IR; `SUPPORTED_OPS` maps each ATen op to them and to the
-dialect ops they produce (the README's coverage table and CompilerError read it). Recovery of
-the structure the compiler optimizes (causal attention from a decomposed softmax(masked scores)
-@ v, the tanh GELU written out by hand) happens here, before emission: a recognizer matches the
-pattern at its root node and the nodes inside it are never emitted.
+dialect ops they produce (the README's coverage table and CompilerError read it). Causal
+attention is recovered here, before emission, because its mask must be evaluated to be known
+causal: a recognizer matches softmax(masked scores) @ v at its root node, and the nodes inside
+it are never emitted. The tanh GELU written out by hand is emitted op by op; canonicalization
+folds it into transformer.gelu (cc/dialect/RecoverGelu.cpp).
 
 Layout convention: a batch dimension of size 1 is dropped. Token ids [1, T] become a rank-1
 `tensor<Txi64>` and activations [1, T, C] a `tensor<TxCxf32>`, as the builder's entry points
@@ -117,11 +118,32 @@ class DependsOnUnsupported(Exception):
     """A node whose input was not imported: its problem is already reported."""
 
 
-def source_location(node: torch.fx.Node) -> str:
-    """file:line of the user's Python that produced `node` (the innermost frame of its trace)."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
-    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown location>"
+def _location_of_trace(trace: str) -> str | None:
+    frames = re.findall(r'File "([^"]+)", line (\d+)', trace or "")
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else None
+
+
+def _generated_code_name(trace: str) -> str | None:
+    """The node a frame of an FX GraphModule's generated code computes: its source line there
+    is `name = op(...)`."""
+    lines = (trace or "").splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if '"<eval_with_key>' in lines[i] and i + 1 < len(lines):
+            match = re.match(r"\s*(\w+) = ", lines[i + 1])
+            return match.group(1) if match else None
+    return None
+
+
+def source_location(node: torch.fx.Node, origins: dict[str, str] | None = None) -> str:
+    """file:line of the user's Python that produced `node` (the innermost frame of its trace).
+    A graph that Dynamo captured first (torch.compile) was exported from generated code: its
+    nodes' own traces end there, and `origins` (Dynamo's node name -> location) is used instead."""
+    location = _location_of_trace(node.meta.get("stack_trace"))
+    if origins and (location is None or location.startswith("<eval_with_key>")):
+        name = _generated_code_name(node.meta.get("stack_trace"))
+        if name in origins:
+            return origins[name]
+    return location or "<unknown location>"
 
 
 def _fmt(x: float) -> str:
@@ -171,47 +193,10 @@ MUL = (aten.mul.Tensor, aten.mul.Scalar)
 ADD = (aten.add.Tensor, aten.add.Scalar)
 
 
-def match_tanh_gelu(node):
-    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> x (for transformer.gelu)."""
-    if node.target not in MUL or len(node.args) != 2 or not all(isinstance(a, torch.fx.Node) for a in node.args):
-        return None
-    for half, one_plus in (node.args, node.args[::-1]):
-        h = _scalar_operand(half, *MUL)
-        o = _scalar_operand(one_plus, *ADD)
-        if not h or not o or not math.isclose(h[1], 0.5) or not math.isclose(o[1], 1.0):
-            continue
-        x, tanh = h[0], o[0]
-        if tanh.target != aten.tanh.default:
-            continue
-        inner = _scalar_operand(tanh.args[0], *MUL)
-        if not inner or not math.isclose(inner[1], math.sqrt(2 / math.pi), rel_tol=1e-6):
-            continue
-        poly = inner[0]
-        if poly.target not in ADD or len(poly.args) != 2:
-            continue
-        for lin, cube_term in (poly.args, poly.args[::-1]):
-            c = _scalar_operand(cube_term, *MUL)
-            if lin is not x or not c or not math.isclose(c[1], 0.044715):
-                continue
-            cube = c[0]
-            is_cube = (cube.target == aten.pow.Tensor_Scalar and cube.args[0] is x and cube.args[1] == 3) or (
-                cube.target in MUL and cube.args[0] is x and _is_square_of(cube.args[1], x)
-            )
-            if is_cube:
-                return x
-    return None
-
-
-def _is_square_of(node, x):
-    return isinstance(node, torch.fx.Node) and (
-        (node.target == aten.pow.Tensor_Scalar and node.args[0] is x and node.args[1] == 2)
-        or (node.target in MUL and node.args[0] is x and node.args[1] is x)
-    )
-
-
 class Importer:
-    def __init__(self, program: torch.export.ExportedProgram, pack_weights: bool):
+    def __init__(self, program: torch.export.ExportedProgram, pack_weights: bool, origins=None):
         self.program = program
+        self.origins = origins
         self.graph = program.graph_module.graph
         self.pack_weights = pack_weights
         signature = program.graph_signature
@@ -379,7 +364,7 @@ class Importer:
             try:
                 self.import_node(node)
             except Unsupported as problem:
-                self.problems.append(f"{source_location(node)}: {node.target} ({node.name}): {problem}")
+                self.problems.append(f"{source_location(node, self.origins)}: {node.target} ({node.name}): {problem}")
                 self.failed.add(node)
             except DependsOnUnsupported:
                 self.failed.add(node)
@@ -416,14 +401,12 @@ class Importer:
         return ImportedFunction(text, "imported", self.arguments, results, shapes)
 
     def recognize(self, node):
-        if node.target in MUL and (x := match_tanh_gelu(node)) is not None:
-            self.patterns[node] = ("gelu", [x])
-        elif node.target in (aten.matmul.default, aten.bmm.default) and (m := self.match_attention(node)):
+        if node.target in (aten.matmul.default, aten.bmm.default) and (m := self.match_attention(node)):
             self.patterns[node] = ("attention", m)
 
     def inputs_of(self, node):
         if node in self.patterns:
-            return self.patterns[node][1][:3] if self.patterns[node][0] == "attention" else self.patterns[node][1]
+            return self.patterns[node][1][:3]
         found = []
         for a in [*node.args, *node.kwargs.values()]:
             if isinstance(a, torch.fx.Node):
@@ -472,9 +455,7 @@ class Importer:
 
     def import_node(self, node):
         if node in self.patterns:
-            kind, data = self.patterns[node]
-            result = self.emit_gelu(node, data[0]) if kind == "gelu" else self.emit_attention(node, *data)
-            self.values[node] = result
+            self.values[node] = self.emit_attention(node, *self.patterns[node][1])
             return
         if node.target is operator.getitem:
             if node.args[0] in self.failed:
@@ -550,9 +531,6 @@ class Importer:
             return None
         return [q, kt.args[0], v, scale]
 
-    def emit_gelu(self, node, x):
-        return self.shaped(self.emit("transformer.gelu", [self.operand(x)], self.operand(x).shape), node)
-
     def emit_attention(self, node, q, k, v, scale):
         operands = [self.operand(n) for n in (q, k, v)]
         for value in operands:
@@ -612,7 +590,7 @@ def emit_binary(imp: Importer, node):
 
 
 def emit_unary(imp: Importer, node):
-    """neg / relu / gelu (tanh or exact) / softmax (last dim)."""
+    """neg / relu / tanh / gelu (tanh or exact) / softmax (last dim)."""
     x = imp.operand(node.args[0])
     approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
     rank = len(imp.torch_shape(node))
@@ -620,12 +598,25 @@ def emit_unary(imp: Importer, node):
         raise Unsupported("softmax over a dimension other than the last")
     op = {
         aten.neg.default: "transformer.neg",
+        aten.tanh.default: "transformer.tanh",
         aten.relu.default: "transformer.relu",
         aten.gelu.default: "transformer.gelu" if approximate == "tanh" else "transformer.gelu_erf",
         aten.softmax.int: "transformer.softmax",
         aten._softmax.default: "transformer.softmax",
     }[node.target]
     return imp.shaped(imp.emit(op, [x], x.shape), node)
+
+
+def emit_power(imp: Importer, node):
+    """pow(x, 2 or 3) -> transformer.mul of x by itself (the cube of a written-out tanh GELU,
+    which canonicalization folds back into transformer.gelu with the rest of it)."""
+    x, exponent = imp.operand(node.args[0]), node.args[1]
+    if exponent not in (2, 3):
+        raise Unsupported(f"pow with exponent {exponent} (only 2 and 3)")
+    y = imp.emit("transformer.mul", [x, x], x.shape)
+    if exponent == 3:
+        y = imp.emit("transformer.mul", [y, x], x.shape)
+    return imp.shaped(y, node)
 
 
 def emit_identity(imp: Importer, node):
@@ -877,6 +868,8 @@ SUPPORTED_OPS: dict = {
     aten.div.Scalar: _op(emit_binary, "transformer.mul (by a scalar's reciprocal)"),
     aten.neg.default: _op(emit_unary, "transformer.neg"),
     aten.relu.default: _op(emit_unary, "transformer.relu"),
+    aten.tanh.default: _op(emit_unary, "transformer.tanh (a written-out tanh GELU folds into transformer.gelu)"),
+    aten.pow.Tensor_Scalar: _op(emit_power, "transformer.mul (exponent 2 or 3)"),
     aten.gelu.default: _op(emit_unary, "transformer.gelu (approximate='tanh'), transformer.gelu_erf (exact)"),
     aten.softmax.int: _op(emit_unary, "transformer.softmax (last dim)"),
     aten._softmax.default: _op(emit_unary, "transformer.softmax (last dim)"),
