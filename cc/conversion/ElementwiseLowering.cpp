@@ -1,4 +1,4 @@
-// Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, rope) to linalg.generic.
+// Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, gelu_erf, tanh, rope) to linalg.generic.
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -61,6 +61,21 @@ template <> Value ElementwiseLowering<GeluOp>::scalar(OpBuilder &b, Location loc
   return b.create<arith::MulFOp>(loc, halfX, onePlusTanh);
 }
 
+template <> Value ElementwiseLowering<TanhOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<math::TanhOp>(loc, args[0]);
+}
+
+// 0.5 * x * (1 + erf(x / sqrt(2))); on vectors, --gpt-approximate-vector-math replaces the erf by
+// MLIR's polynomial, on scalars it is libm's erff.
+template <> Value ElementwiseLowering<GeluErfOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  Value x = args[0];
+  Value scaled = b.create<arith::MulFOp>(loc, f32Constant(b, loc, 1.0 / std::sqrt(2.0)), x);
+  Value erf = b.create<math::ErfOp>(loc, scaled);
+  Value onePlusErf = b.create<arith::AddFOp>(loc, f32Constant(b, loc, 1.0), erf);
+  Value halfX = b.create<arith::MulFOp>(loc, f32Constant(b, loc, 0.5), x);
+  return b.create<arith::MulFOp>(loc, halfX, onePlusErf);
+}
+
 // x[j] * cos(a) -/+ x[j +/- half] * sin(a), with a = position * base^(-2 (j mod half) / d). The
 // angle and its cosine/sine are computed in f64: positions reach thousands of radians, where f32
 // would lose the low digits of the angle.
@@ -110,7 +125,8 @@ struct RopeLowering : OpConversionPattern<RopeOp> {
 
 void populateElementwiseLoweringPatterns(RewritePatternSet &patterns) {
   patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
-               ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, RopeLowering>(patterns.getContext());
+               ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, ElementwiseLowering<GeluErfOp>,
+               ElementwiseLowering<TanhOp>, RopeLowering>(patterns.getContext());
 }
 
 } // namespace gpt::conversion

@@ -1,6 +1,7 @@
 // Verifiers, shape inference and canonicalization hooks of the `transformer` ops.
 #include "cc/dialect/AttentionTiles.h"
 #include "cc/dialect/ConstantFolding.h"
+#include "cc/dialect/RecoverGelu.h"
 #include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/TransformerDialect.h"
 
@@ -84,6 +85,7 @@ LogicalResult MulOp::inferShapes() {
 }
 void MulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<MulOneRight, MulOneLeft, FoldMulOfConstants>(context);
+  populateRecoverGeluPatterns(results);
 }
 
 LogicalResult NegOp::verify() {
@@ -107,6 +109,20 @@ LogicalResult GeluOp::verify() {
   return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
 }
 LogicalResult GeluOp::inferShapes() {
+  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+
+LogicalResult TanhOp::verify() {
+  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+LogicalResult TanhOp::inferShapes() {
+  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+
+LogicalResult GeluErfOp::verify() {
+  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
+}
+LogicalResult GeluErfOp::inferShapes() {
   return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
 }
 

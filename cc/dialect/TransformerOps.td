@@ -526,4 +526,20 @@ def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Ops of imported PyTorch graphs (gpt.compile_module)
+//===----------------------------------------------------------------------===//
+
+def Transformer_GeluErfOp : Transformer_UnaryOp<"gelu_erf", [{
+    Elementwise GELU, exact: `0.5 * x * (1 + erf(x / sqrt(2)))` (PyTorch's `F.gelu` with
+    `approximate="none"`, its default). `transformer.gelu` is the tanh approximation.}]> {
+  let summary = "Elementwise GELU (exact, with erf)";
+}
+
+def Transformer_TanhOp : Transformer_UnaryOp<"tanh", [{
+    Elementwise hyperbolic tangent. An imported tanh GELU written out op by op (nanoGPT's,
+    HF's `gelu_new`) is folded back into `transformer.gelu` by canonicalization.}]> {
+  let summary = "Elementwise tanh";
+}
+
 #endif // GPT_TRANSFORMER_OPS_TD

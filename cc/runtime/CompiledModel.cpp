@@ -7,6 +7,7 @@
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/Quantization.h"
+#include "cc/runtime/CachedJit.h"
 #include "cc/runtime/DiagnosticCapture.h"
 #include "cc/runtime/JitFunction.h"
 #include "cc/runtime/MemRefDescriptor.h"
@@ -18,20 +19,11 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 
-#include "llvm/Support/SHA256.h"
-
-#include <array>
 #include <chrono>
-#include <optional>
 #include <set>
 #include <stdexcept>
 
 namespace gpt {
-
-namespace {
-// Part of every disk-cache key: bump when the runtime's calling convention changes.
-constexpr const char *kCompilerVersion = "gpt-jit-2 llvm-19.1.7";
-} // namespace
 
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
     : config_(config), options_(options), target_(JitTarget::named(options.targetCpu)) {
@@ -152,35 +144,10 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, i
 }
 
 std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::StringRef name) {
-  if (options_.cacheDir.empty()) return std::make_unique<JitFunction>(module, name, target_);
-  std::string ir;
-  llvm::raw_string_ostream os(ir);
-  module.print(os);
-  const std::string host = target_.description(); // named: the parts below are views
-  llvm::SHA256 hash;
-  for (llvm::StringRef part : {llvm::StringRef(kCompilerVersion), llvm::StringRef(host), name, llvm::StringRef(ir)}) {
-    hash.update(part);
-    hash.update(llvm::StringRef("\0", 1));
-  }
-  std::array<uint8_t, 32> digest = hash.final();
-  const std::string key(digest.begin(), digest.end());
-  ObjectCache cache(options_.cacheDir, options_.cacheMaxBytes);
-  try {
-    cache.checkDirectory();
-  } catch (const std::runtime_error &error) {
-    throw CompileError(error.what());
-  }
-  if (std::optional<std::string> object = cache.read(key))
-    if (std::unique_ptr<JitFunction> loaded = JitFunction::load(*object, name)) {
-      ++diskHits;
-      return loaded;
-    }
-  auto function = std::make_unique<JitFunction>(module, name, target_);
-  // Best effort: a cache that cannot be written (a full disk) costs speed, never correctness.
-  try {
-    cache.write(key, function->objectBytes());
-  } catch (const std::exception &) {
-  }
+  bool loaded = false;
+  std::unique_ptr<JitFunction> function =
+      jitThroughDiskCache(module, name, target_, {options_.cacheDir, options_.cacheMaxBytes}, &loaded);
+  if (loaded) ++diskHits;
   return function;
 }
 

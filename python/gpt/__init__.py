@@ -13,6 +13,8 @@ Example:
     print(model.last_generation)             # gpt.GenerationStats: token counts and seconds
 """
 
+import sys
+
 from gpt import disk_cache, masks
 from gpt.block_pool import KVBlockPool
 from gpt.cache import KVCache
@@ -20,6 +22,21 @@ from gpt.compiler import CompilerError, run_pipeline
 from gpt.config import CompileOptions, GPTConfig
 from gpt.model import GPT, STAGES, GenerationStats
 from gpt.tokenizer import ByteTokenizer, HFTokenizer
+
+
+def compile_module(module, example_inputs, options=None, *, dynamic_shapes=None):
+    """gpt.frontend.compile_module: a torch.nn.Module exported with torch.export, imported into
+    the transformer dialect and compiled (torch is imported on the first call, not with gpt)."""
+    from gpt.frontend import compile_module as compile_with_frontend
+
+    return compile_with_frontend(module, example_inputs, options, dynamic_shapes=dynamic_shapes)
+
+
+# torch.compile(module, backend="gpt"): registered with Dynamo when gpt is imported in a process
+# that uses torch already (importing torch only for this would slow down every `import gpt`);
+# importing gpt.frontend registers it in any case.
+if "torch" in sys.modules:
+    import gpt.frontend  # noqa: F401
 
 __all__ = [
     "ByteTokenizer",
@@ -31,6 +48,7 @@ __all__ = [
     "HFTokenizer",
     "KVBlockPool",
     "KVCache",
+    "compile_module",
     "STAGES",
     "disk_cache",
     "masks",

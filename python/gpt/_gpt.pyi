@@ -1,6 +1,6 @@
 """Type stub of gpt._gpt, the pybind11 extension built from python/gpt/_gpt/*.cc."""
 
-from typing import SupportsFloat, SupportsIndex, SupportsInt
+from typing import Any, SupportsFloat, SupportsIndex, SupportsInt
 
 import numpy as np
 import numpy.typing as npt
@@ -177,3 +177,25 @@ class CompiledModel:
 
     def total_compile_seconds(self) -> float:
         """Seconds spent compiling (or loading) every program so far."""
+
+class CompiledFunction:
+    """An imported transformer-dialect function (gpt.frontend), compiled like the entry points."""
+
+    def __init__(
+        self,
+        ir: str,
+        name: str,
+        pipeline: str,
+        threads: _Int,
+        cache_dir: str,
+        cache_max_bytes: _Int,
+        target_cpu: str,
+    ) -> None: ...
+    def arguments(self) -> list[tuple[tuple[int, ...], str]]: ...
+    def results(self) -> list[tuple[tuple[int, ...], str]]: ...
+    def ir(self, stage: str) -> str: ...
+    def compile(self) -> None: ...
+    def is_compiled(self) -> bool: ...
+    def compile_seconds(self) -> float: ...
+    def loaded_from_disk_cache(self) -> bool: ...
+    def call(self, arguments: list[npt.NDArray[Any]], results: list[npt.NDArray[Any]]) -> None: ...

@@ -81,3 +81,16 @@ func.func @needs_shapes(%x: tensor<*xf32>) -> tensor<*xf32> {
   %0 = transformer.neg %x : tensor<*xf32> -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }
+
+// -----
+
+// Exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))).
+// CHECK-LABEL: func.func @gelu_erf
+// CHECK: linalg.generic
+// CHECK: %[[S:.*]] = arith.mulf %{{.*}}, %{{.*}} : f32
+// CHECK: math.erf %[[S]] : f32
+// CHECK-NOT: transformer.
+func.func @gelu_erf(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.gelu_erf %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

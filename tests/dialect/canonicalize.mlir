@@ -335,3 +335,75 @@ func.func @large_non_splat_fold() -> tensor<1048576x2xf32> {
   %0 = "transformer.add"(%col, %row) : (tensor<1048576x1xf32>, tensor<2xf32>) -> tensor<1048576x2xf32>
   return %0 : tensor<1048576x2xf32>
 }
+
+// -----
+
+// 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))) = gelu(x), as nanoGPT writes it and
+// gpt.compile_module imports it (scalars as tensor<1xf32> constants, x^3 as (x * x) * x).
+// CHECK-LABEL: func.func @recover_tanh_gelu
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: %[[G:.*]] = transformer.gelu %[[X]] : tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: return %[[G]]
+func.func @recover_tanh_gelu(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %half = "transformer.constant"() {value = dense<0.5> : tensor<1xf32>} : () -> tensor<1xf32>
+  %one = "transformer.constant"() {value = dense<1.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %c = "transformer.constant"() {value = dense<0.044715> : tensor<1xf32>} : () -> tensor<1xf32>
+  %s = "transformer.constant"() {value = dense<0.797884583> : tensor<1xf32>} : () -> tensor<1xf32>
+  %hx = "transformer.mul"(%x, %half) : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  %x2 = "transformer.mul"(%x, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %x3 = "transformer.mul"(%x2, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %cx3 = "transformer.mul"(%x3, %c) : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  %p = "transformer.add"(%x, %cx3) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %sp = "transformer.mul"(%p, %s) : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  %t = "transformer.tanh"(%sp) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t1 = "transformer.add"(%t, %one) : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  %0 = "transformer.mul"(%hx, %t1) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// The same with every commutative operand pair the other way round, and x * (x * x).
+// CHECK-LABEL: func.func @recover_tanh_gelu_commuted
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: %[[G:.*]] = transformer.gelu %[[X]]
+// CHECK-NEXT: return %[[G]]
+func.func @recover_tanh_gelu_commuted(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %half = "transformer.constant"() {value = dense<0.5> : tensor<1xf32>} : () -> tensor<1xf32>
+  %one = "transformer.constant"() {value = dense<1.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %c = "transformer.constant"() {value = dense<0.044715> : tensor<1xf32>} : () -> tensor<1xf32>
+  %s = "transformer.constant"() {value = dense<0.797884583> : tensor<1xf32>} : () -> tensor<1xf32>
+  %hx = "transformer.mul"(%half, %x) : (tensor<1xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %x2 = "transformer.mul"(%x, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %x3 = "transformer.mul"(%x, %x2) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %cx3 = "transformer.mul"(%c, %x3) : (tensor<1xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %p = "transformer.add"(%cx3, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %sp = "transformer.mul"(%s, %p) : (tensor<1xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t = "transformer.tanh"(%sp) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t1 = "transformer.add"(%one, %t) : (tensor<1xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %0 = "transformer.mul"(%t1, %hx) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Negative: 0.04 is not GELU's cubic coefficient, so the product stays as written.
+// CHECK-LABEL: func.func @tanh_gelu_wrong_coefficient
+// CHECK: transformer.tanh
+// CHECK-NOT: transformer.gelu
+func.func @tanh_gelu_wrong_coefficient(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %half = "transformer.constant"() {value = dense<0.5> : tensor<1xf32>} : () -> tensor<1xf32>
+  %one = "transformer.constant"() {value = dense<1.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %c = "transformer.constant"() {value = dense<0.04> : tensor<1xf32>} : () -> tensor<1xf32>
+  %s = "transformer.constant"() {value = dense<0.797884583> : tensor<1xf32>} : () -> tensor<1xf32>
+  %hx = "transformer.mul"(%x, %half) : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  %x2 = "transformer.mul"(%x, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %x3 = "transformer.mul"(%x2, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %cx3 = "transformer.mul"(%x3, %c) : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  %p = "transformer.add"(%x, %cx3) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %sp = "transformer.mul"(%p, %s) : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  %t = "transformer.tanh"(%sp) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t1 = "transformer.add"(%t, %one) : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  %0 = "transformer.mul"(%hx, %t1) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

@@ -589,3 +589,19 @@ func.func @paged_attention_scale(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf
   %0 = transformer.paged_attention %q, %kp, %kp tables %t sequences %s positions %s {scale = 0.0 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
   return
 }
+
+// -----
+
+func.func @gelu_erf_wrong_result(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x4xf32>' does not match the type 'tensor<4x8xf32>' implied by the operands}}
+  %0 = transformer.gelu_erf %a : tensor<4x8xf32> -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @tanh_wrong_result(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{result type 'tensor<8xf32>' does not match the type 'tensor<4x8xf32>' implied by the operands}}
+  %0 = transformer.tanh %a : tensor<4x8xf32> -> tensor<8xf32>
+  return
+}

@@ -170,3 +170,17 @@ func.func @paged_pool(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %vp: t
   %a = transformer.paged_attention %q, %kp2, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x16xf32>
   return %a : tensor<4x3x16xf32>
 }
+
+// CHECK-LABEL: func.func @gelu_erf
+// CHECK: transformer.gelu_erf %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+func.func @gelu_erf(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.gelu_erf %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// CHECK-LABEL: func.func @tanh
+// CHECK: transformer.tanh %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+func.func @tanh(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.tanh %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

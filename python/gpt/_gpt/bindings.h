@@ -12,6 +12,9 @@ void initCompiler(pybind11::module_ &m);
 /// CompiledModel: a GPT's compiled entry points, called with numpy arrays (zero-copy).
 void initModel(pybind11::module_ &m);
 
+/// CompiledFunction: an imported graph's function (gpt.frontend), called with numpy arrays in place.
+void initFunction(pybind11::module_ &m);
+
 /// The on-disk compile cache: list, clear and evict its entries.
 void initDiskCache(pybind11::module_ &m);
 

@@ -11,6 +11,7 @@ PYBIND11_MODULE(_gpt, m) {
   pybind11::register_exception<gpt::CompileError>(m, "CompilerError", PyExc_RuntimeError);
   gpt::python::initCompiler(m);
   gpt::python::initModel(m);
+  gpt::python::initFunction(m);
   gpt::python::initKernels(m);
   gpt::python::initDiskCache(m);
 }

@@ -1,0 +1,899 @@
+"""Importing a torch.export ATen graph into a transformer-dialect func.func (text).
+
+One function per ATen op family emits IR; `SUPPORTED_OPS` maps each ATen op to them and to the
+dialect ops they produce (the README's coverage table and CompilerError read it). Causal
+attention is recovered here, before emission, because its mask must be evaluated to be known
+causal: a recognizer matches softmax(masked scores) @ v at its root node, and the nodes inside
+it are never emitted. The tanh GELU written out by hand is emitted op by op; canonicalization
+folds it into transformer.gelu (cc/dialect/RecoverGelu.cpp).
+
+Layout convention: a batch dimension of size 1 is dropped. Token ids [1, T] become a rank-1
+`tensor<Txi64>` and activations [1, T, C] a `tensor<TxCxf32>`, as the builder's entry points
+take them; `Value.batched` records that the torch shape has that extra leading 1. Heads follow
+the builder's layout: view [1, T, H, d] + transpose(1, 2) is `transformer.split_heads` and its
+inverse `transformer.merge_heads`.
+"""
+
+import dataclasses
+import math
+import operator
+import re
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from gpt.compiler import CompilerError
+
+PANEL_WIDTH = 32  # cc/TargetParameters.h kPanelWidth: packed_matmul's column panels
+# cc/TargetParameters.h kVocabMultiple: a weight whose columns need padding anyway (an LM head's
+# vocabulary) is padded as the builder pads the vocabulary, to whole panels for every thread chunk.
+PADDED_MULTIPLE = 256
+
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass
+class Value:
+    """An imported tensor: its SSA name and IR type, and how the torch tensor relates to it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # "f32" | "i64"
+    batched: bool = False  # the torch tensor has an extra leading dimension of size 1
+    # "plain"; "split_pending": torch [1, T, H, d] viewing the IR [T, H*d] (awaiting the
+    # transpose that makes it split_heads); "merge_pending": torch [1, T, H, d] holding IR [H, T, d]
+    # (awaiting the view that makes it merge_heads).
+    layout: str = "plain"
+    heads: int = 0
+
+    @property
+    def type(self) -> str:
+        return f"tensor<{'x'.join(str(d) for d in self.shape)}{'x' if self.shape else ''}{self.dtype}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """A function argument holding a module tensor, laid out once at compile_module time.
+
+    layout: "as_given" (read in place), "transposed" ([N, K] linear weight given as [K, N]), or
+    "panels" (a [K, N] matrix, possibly the transpose of a linear weight, zero-padded to N'
+    columns and packed into [N' / P, K, P] column panels for transformer.packed_matmul).
+    """
+
+    target: str  # the state_dict / constants key
+    layout: str
+    transpose: bool = False  # panels: the tensor is [N, K] (a linear weight)
+    padded_columns: int = 0  # panels: N'
+
+    def materialize(self, tensor: torch.Tensor) -> np.ndarray:
+        array = tensor.detach().numpy()
+        if self.layout == "as_given":
+            return np.ascontiguousarray(array)
+        matrix = array.T if self.transpose or self.layout == "transposed" else array
+        if self.layout == "transposed":
+            return np.ascontiguousarray(matrix)
+        from gpt import _gpt
+
+        k, n = matrix.shape
+        if self.padded_columns > n:
+            padded = np.zeros((k, self.padded_columns), np.float32)
+            padded[:, :n] = matrix
+            matrix = padded
+        return _gpt.pack_panels(np.ascontiguousarray(matrix), PANEL_WIDTH)
+
+
+@dataclasses.dataclass
+class Argument:
+    """One argument of the imported function: a user input (by position), a module tensor, or a
+    constant the importer evaluated (an arange, a mask) as data."""
+
+    kind: str  # "input" | "parameter" | "constant"
+    value: Value
+    input_index: int = -1
+    parameter: Parameter | None = None
+    data: np.ndarray | None = None
+
+
+@dataclasses.dataclass
+class ImportedFunction:
+    ir: str
+    name: str
+    arguments: list[Argument]
+    results: list[Value]  # a result may have padded columns past its torch shape's last dim
+    result_shapes: list[tuple[int, ...]]  # the torch shapes of the outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSupport:
+    emit: Callable
+    dialect: str  # what it becomes, for the README table
+
+
+class Unsupported(Exception):
+    """One problem with one node; collected, then reported together as a CompilerError."""
+
+
+class DependsOnUnsupported(Exception):
+    """A node whose input was not imported: its problem is already reported."""
+
+
+def _location_of_trace(trace: str) -> str | None:
+    frames = re.findall(r'File "([^"]+)", line (\d+)', trace or "")
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else None
+
+
+def _generated_code_name(trace: str) -> str | None:
+    """The node a frame of an FX GraphModule's generated code computes: its source line there
+    is `name = op(...)`."""
+    lines = (trace or "").splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if '"<eval_with_key>' in lines[i] and i + 1 < len(lines):
+            match = re.match(r"\s*(\w+) = ", lines[i + 1])
+            return match.group(1) if match else None
+    return None
+
+
+def source_location(node: torch.fx.Node, origins: dict[str, str] | None = None) -> str:
+    """file:line of the user's Python that produced `node` (the innermost frame of its trace).
+    A graph that Dynamo captured first (torch.compile) was exported from generated code: its
+    nodes' own traces end there, and `origins` (Dynamo's node name -> location) is used instead."""
+    location = _location_of_trace(node.meta.get("stack_trace"))
+    if origins and (location is None or location.startswith("<eval_with_key>")):
+        name = _generated_code_name(node.meta.get("stack_trace"))
+        if name in origins:
+            return origins[name]
+    return location or "<unknown location>"
+
+
+def _fmt(x: float) -> str:
+    """An MLIR float literal (it needs a decimal point)."""
+    return f"{float(x):.9e}"
+
+
+IDENTITY_OPS = {
+    aten.contiguous.default,
+    aten.clone.default,
+    aten.alias.default,
+    aten.detach.default,
+    aten.dropout.default,  # eval mode (export of a module in eval() gives train=False)
+    aten.lift_fresh_copy.default,
+}
+
+
+CONVERSION_OPS = {aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device}
+
+
+def _is_identity(node) -> bool:
+    """An op that is the identity on a float32 CPU tensor (dropout: in eval mode)."""
+    if node.target in CONVERSION_OPS:
+        return node.meta["val"].dtype == node.args[0].meta["val"].dtype
+    return node.target in IDENTITY_OPS and not (node.target == aten.dropout.default and node.args[2])
+
+
+def _through_identities(node):
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and _is_identity(node):
+        node = node.args[0]
+    return node
+
+
+def _scalar_operand(node, *targets):
+    """(tensor operand, scalar) of a binary op in `targets` with one Python-scalar operand."""
+    if not isinstance(node, torch.fx.Node) or node.target not in targets:
+        return None
+    a, b = node.args[0], node.args[1]
+    if isinstance(a, torch.fx.Node) and isinstance(b, (int, float)):
+        return a, float(b)
+    if isinstance(b, torch.fx.Node) and isinstance(a, (int, float)):
+        return b, float(a)
+    return None
+
+
+MUL = (aten.mul.Tensor, aten.mul.Scalar)
+ADD = (aten.add.Tensor, aten.add.Scalar)
+
+
+class Importer:
+    def __init__(self, program: torch.export.ExportedProgram, pack_weights: bool, origins=None):
+        self.program = program
+        self.origins = origins
+        self.graph = program.graph_module.graph
+        self.pack_weights = pack_weights
+        signature = program.graph_signature
+        self.parameter_of = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+        self.parameter_of.update(getattr(signature, "inputs_to_lifted_tensor_constants", {}))
+        self.tensors = {**program.state_dict, **program.constants}
+        self.user_inputs = list(signature.user_inputs)
+        self.lines: list[str] = []
+        self.values: dict = {}
+        self.arguments: list[Argument] = []
+        self.parameter_arguments: dict[Parameter, Value] = {}
+        self.problems: list[str] = []
+        self.patterns: dict = {}  # root node -> (kind, data)
+        self.failed: set = set()  # nodes whose import failed
+        # A slice that drops a padded weight's extra columns, by name -> the padded result: when
+        # it is returned, the caller takes a view of the padded result instead (no copy).
+        self.padded: dict[str, Value] = {}
+        self.counter = 0
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"%v{self.counter}"
+
+    def emit(self, op: str, operands: list[Value], shape, attributes: str = "", dtype: str = "f32", **kw) -> Value:
+        result = Value(self.fresh(), tuple(shape), dtype, **kw)
+        names = ", ".join(v.name for v in operands)
+        attrs = f" {{{attributes}}}" if attributes else ""
+        if len(operands) == 1 and op not in ("transformer.embedding",):
+            self.lines.append(f"    {result.name} = {op} {names}{attrs} : {operands[0].type} -> {result.type}")
+        else:
+            types = ", ".join(v.type for v in operands)
+            self.lines.append(f"    {result.name} = {op} {names}{attrs} : ({types}) -> {result.type}")
+        return result
+
+    def constant(self, values: np.ndarray) -> Value:
+        """A small f32 literal (scalars, default LayerNorm weights) as transformer.constant."""
+        values = np.asarray(values, np.float32)
+        result = Value(self.fresh(), values.shape, "f32")
+        flat = values.reshape(-1)
+        body = _fmt(flat[0]) if np.all(flat == flat[0]) else "[" + ", ".join(_fmt(v) for v in flat) + "]"
+        self.lines.append(f"    {result.name} = transformer.constant dense<{body}> : {result.type}")
+        return result
+
+    def scalar(self, x: float) -> Value:
+        return self.constant(np.array([x], np.float32))
+
+    def argument(self, kind: str, shape, dtype: str, **fields) -> Value:
+        value = Value(f"%arg{len(self.arguments)}", tuple(shape), dtype)
+        self.arguments.append(Argument(kind, value, **fields))
+        return value
+
+    def parameter(self, target: str, layout: str = "as_given", **fields) -> Value:
+        spec = Parameter(target, layout, **fields)
+        if spec not in self.parameter_arguments:
+            tensor = self.tensors[target]
+            shape = tuple(tensor.shape)
+            if layout == "transposed":
+                shape = shape[::-1]
+            elif layout == "panels":
+                k, n = shape[::-1] if spec.transpose else shape
+                shape = (spec.padded_columns // PANEL_WIDTH, k, PANEL_WIDTH)
+            self.parameter_arguments[spec] = self.argument("parameter", shape, "f32", parameter=spec)
+        return self.parameter_arguments[spec]
+
+    def torch_shape(self, node) -> tuple[int, ...]:
+        return tuple(int(d) for d in node.meta["val"].shape)
+
+    def shaped(self, value: Value, node) -> Value:
+        """`value` labelled with whether `node`'s torch shape has the dropped batch dimension."""
+        torch_shape = self.torch_shape(node)
+        if torch_shape == value.shape:
+            value.batched = False
+        elif len(torch_shape) == len(value.shape) + 1 and torch_shape[0] == 1 and torch_shape[1:] == value.shape:
+            value.batched = True
+        else:
+            raise Unsupported(f"internal: IR shape {value.shape} does not match the torch shape {torch_shape}")
+        return value
+
+    # -- operands ---------------------------------------------------------------------------------
+
+    def is_parameter(self, node) -> bool:
+        return isinstance(node, torch.fx.Node) and node.op == "placeholder" and node.name in self.parameter_of
+
+    def constant_value(self, node):
+        """`node` evaluated with torch when it depends only on buffers and constants (not on the
+        inputs or the parameters): arange, tril and comparisons building masks; else None."""
+        if not isinstance(node, torch.fx.Node):
+            return node
+        if node in self._constants:
+            return self._constants[node]
+        result = None
+        if node.op == "placeholder":
+            target = self.parameter_of.get(node.name)
+            if target is not None and node.name not in self.program.graph_signature.inputs_to_parameters:
+                result = self.tensors[target]
+        elif node.op == "call_function" and node.target is not operator.getitem:
+            missing = []
+
+            def substitute(a):
+                if isinstance(a, torch.fx.Node):
+                    value = self._constants.get(a)
+                    if value is None:
+                        missing.append(a)
+                    return value
+                if isinstance(a, (list, tuple)):
+                    return type(a)(substitute(x) for x in a)
+                return a
+
+            args, kwargs = substitute(node.args), {k: substitute(v) for k, v in node.kwargs.items()}
+            if not missing:
+                result = node.target(*args, **kwargs)
+        self._constants[node] = result
+        return result
+
+    def operand(self, node) -> Value:
+        if node in self.values:
+            value = self.values[node]
+            if not isinstance(value, Value):
+                raise Unsupported(f"{node.name} is not a tensor")
+            return value
+        if self.is_parameter(node):
+            tensor = self.tensors[self.parameter_of[node.name]]
+            value = self.parameter(self.parameter_of[node.name])
+            if tensor.dtype != torch.float32:
+                raise Unsupported(f"parameter {node.name} has dtype {tensor.dtype}: only float32 is supported")
+            return self.shaped(Value(value.name, value.shape, "f32"), node)
+        data = self.constant_value(node)
+        if isinstance(data, torch.Tensor):
+            array = data.detach().numpy()
+            dtype = {np.dtype(np.float32): "f32", np.dtype(np.int64): "i64"}.get(array.dtype)
+            if dtype is None:
+                raise Unsupported(f"constant {node.name} has dtype {array.dtype}: only float32 and int64 are supported")
+            # Leading 1s are dropped: broadcasting aligns trailing dimensions.
+            while array.ndim > 1 and array.shape[0] == 1:
+                array = array[0]
+            value = self.argument("constant", array.shape, dtype, data=np.ascontiguousarray(array))
+            value = Value(value.name, value.shape, dtype)
+            value.batched = len(self.torch_shape(node)) == len(value.shape) + 1
+            self.values[node] = value
+            return value
+        if node in self.failed or (isinstance(node, torch.fx.Node) and node.args and node.args[0] in self.failed):
+            raise DependsOnUnsupported()
+        raise Unsupported(f"{node.name} ({node.target}) was not imported")
+
+    # -- the walk ---------------------------------------------------------------------------------
+
+    def run(self) -> ImportedFunction:
+        self._constants: dict = {}
+        nodes = list(self.graph.nodes)
+        for node in nodes:  # in order, so that evaluating one never recurses into its inputs
+            self.constant_value(node)
+        output = next(n for n in nodes if n.op == "output")
+        for node in nodes:
+            if node.op == "call_function":
+                self.recognize(node)
+        needed = self.needed_nodes(output)
+        for node in nodes:
+            if node.op == "placeholder" and node.name in self.user_inputs:
+                self.import_input(node)
+        for node in nodes:
+            if node.op != "call_function" or node not in needed or self._constants.get(node) is not None:
+                continue  # constants become arguments where they are used
+            try:
+                self.import_node(node)
+            except Unsupported as problem:
+                self.problems.append(f"{source_location(node, self.origins)}: {node.target} ({node.name}): {problem}")
+                self.failed.add(node)
+            except DependsOnUnsupported:
+                self.failed.add(node)
+        results, shapes = [], []
+        flat_outputs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        if not self.problems:
+            for out in flat_outputs:
+                try:
+                    value = self.operand(out)
+                    if value.layout != "plain":
+                        raise Unsupported("a view of split heads is returned")
+                    if value.name in self.padded:
+                        value = dataclasses.replace(self.padded[value.name], batched=value.batched)
+                    results.append(value)
+                    shapes.append(self.torch_shape(out))
+                except Unsupported as problem:
+                    self.problems.append(f"output {out}: {problem}")
+        if self.problems:
+            raise CompilerError(
+                "the module uses what the gpt importer does not support:\n  " + "\n  ".join(self.problems)
+            )
+        signature = ", ".join(f"{a.value.name}: {a.value.type}" for a in self.arguments)
+        returns = ", ".join(v.type for v in results)
+        text = "\n".join(
+            [
+                "module {",
+                f"  func.func @imported({signature}) -> ({returns}) {{",
+                *self.lines,
+                f"    return {', '.join(v.name for v in results)} : {returns}",
+                "  }",
+                "}",
+            ]
+        )
+        return ImportedFunction(text, "imported", self.arguments, results, shapes)
+
+    def recognize(self, node):
+        if node.target in (aten.matmul.default, aten.bmm.default) and (m := self.match_attention(node)):
+            self.patterns[node] = ("attention", m)
+
+    def inputs_of(self, node):
+        if node in self.patterns:
+            return self.patterns[node][1][:3]
+        found = []
+        for a in [*node.args, *node.kwargs.values()]:
+            if isinstance(a, torch.fx.Node):
+                found.append(a)
+            elif isinstance(a, (list, tuple)):
+                found.extend(x for x in a if isinstance(x, torch.fx.Node))
+        return found
+
+    def needed_nodes(self, output) -> set:
+        needed, stack = set(), list(self.inputs_of(output))
+        while stack:
+            node = stack.pop()
+            if node in needed:
+                continue
+            needed.add(node)
+            # Constants are evaluated, not emitted: what they are built from is not needed.
+            if node.op == "call_function" and self.constant_value(node) is None:
+                stack.extend(self.inputs_of(node))
+        return needed
+
+    def import_input(self, node):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            self.problems.append(f"input {node.name}: only tensor inputs are supported, got {type(val).__name__}")
+            return
+        dims = []
+        for d in val.shape:
+            if not isinstance(d, int):
+                self.problems.append(
+                    f"input {node.name}: dimension {d} is dynamic; only static shapes are supported (export "
+                    "without dynamic_shapes, or compile once per shape)"
+                )
+                return
+            dims.append(d)
+        dtype = {torch.float32: "f32", torch.int64: "i64"}.get(val.dtype)
+        if dtype is None:
+            self.problems.append(f"input {node.name}: dtype {val.dtype} is not supported (float32 or int64)")
+            return
+        shape = tuple(dims)
+        # Token ids [1, T] and activations [1, T, C]: the batch of one is dropped.
+        drop = len(shape) >= 2 and shape[0] == 1 and (dtype == "i64" or len(shape) >= 3)
+        ir_shape = shape[1:] if drop else shape
+        value = self.argument("input", ir_shape, dtype, input_index=self.user_inputs.index(node.name))
+        value = Value(value.name, value.shape, dtype, batched=drop)
+        self.values[node] = value
+
+    def import_node(self, node):
+        if node in self.patterns:
+            self.values[node] = self.emit_attention(node, *self.patterns[node][1])
+            return
+        if node.target is operator.getitem:
+            if node.args[0] in self.failed:
+                raise DependsOnUnsupported()
+            container = self.values.get(node.args[0])
+            if not isinstance(container, list):
+                raise Unsupported("getitem of something other than a split")
+            self.values[node] = container[node.args[1]]
+            return
+        support = SUPPORTED_OPS.get(node.target)
+        if support is None:
+            raise Unsupported("not supported by the importer")
+        for val in _tensor_vals(node):
+            if val.dtype not in (torch.float32, torch.int64, torch.bool):
+                raise Unsupported(f"dtype {val.dtype} is not supported (float32)")
+        self.values[node] = support.emit(self, node)
+
+    # -- recognizers ------------------------------------------------------------------------------
+
+    def match_attention(self, node):
+        """softmax(mask(scale * q @ k^T)) @ v with a causal mask -> (q, k, v, scale)."""
+        probabilities, v = node.args[0], node.args[1]
+        probabilities = _through_identities(probabilities)
+        if probabilities.target not in (aten.softmax.int, aten._softmax.default) or probabilities.args[1] not in (
+            -1,
+            3,
+        ):
+            return None
+        masked = probabilities.args[0]
+        if masked.target in (aten.masked_fill.Scalar,):
+            scores, mask, fill = masked.args
+            keep = lambda m: ~m  # noqa: E731
+        elif masked.target == aten.where.self:
+            mask, scores, fill = masked.args
+            keep = lambda m: m  # noqa: E731
+            fill = self.constant_value(fill)
+            fill = float(fill) if isinstance(fill, torch.Tensor) and fill.numel() == 1 else None
+        elif masked.target == aten.add.Tensor:
+            # scores + M with M = 0 where kept and <= -1e30 (-inf, finfo.min) where masked
+            scores, additive = masked.args
+            if self.constant_value(additive) is None:
+                additive, scores = scores, additive
+            additive = self.constant_value(additive)
+            if not isinstance(additive, torch.Tensor) or not additive.is_floating_point():
+                return None
+            if not bool(((additive == 0) | (additive <= -1e30)).all()):
+                return None
+            mask, fill, keep = additive == 0, -math.inf, lambda m: m  # noqa: E731
+        else:
+            return None
+        if not isinstance(fill, (int, float)) or fill > -1e30:
+            return None
+        mask_value = mask if isinstance(mask, torch.Tensor) else self.constant_value(mask)
+        if not isinstance(mask_value, torch.Tensor) or mask_value.dtype != torch.bool:
+            return None
+        kept = keep(mask_value)
+        t_q, t_k = kept.shape[-2], kept.shape[-1]
+        if t_q != t_k or not torch.equal(kept.reshape(-1, t_q, t_k)[0], torch.ones(t_q, t_k, dtype=torch.bool).tril()):
+            return None
+        if kept.reshape(-1, t_q, t_k).shape[0] != 1 and not bool((kept == kept.reshape(-1, t_q, t_k)[0]).all()):
+            return None
+        scale = 1.0
+        scaled = _scalar_operand(scores, *MUL)
+        divided = _scalar_operand(scores, aten.div.Tensor, aten.div.Scalar)
+        if scaled:
+            scores, scale = scaled
+        elif divided and scores.args[0] is divided[0]:
+            scores, scale = divided[0], 1.0 / divided[1]
+        if scores.target not in (aten.matmul.default, aten.bmm.default):
+            return None
+        q, kt = scores.args
+        if kt.target != aten.transpose.int or sorted(d % 4 for d in kt.args[1:]) != [2, 3]:
+            return None
+        return [q, kt.args[0], v, scale]
+
+    def emit_attention(self, node, q, k, v, scale):
+        operands = [self.operand(n) for n in (q, k, v)]
+        for value in operands:
+            if value.layout != "plain" or len(value.shape) != 3:
+                raise Unsupported("attention needs q, k, v of shape [1, H, T, d]")
+        return self.shaped(
+            self.emit("transformer.causal_attention", operands, operands[0].shape, f"scale = {_fmt(scale)} : f32"), node
+        )
+
+
+def _tensor_vals(node):
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return [v for v in vals if isinstance(v, torch.Tensor)]
+
+
+# -- emitters, one per ATen op family ---------------------------------------------------------------
+
+
+def _broadcast(a, b):
+    return tuple(np.broadcast_shapes(a, b))
+
+
+def emit_binary(imp: Importer, node):
+    """add / sub / mul / div (by a scalar) with numpy broadcasting -> transformer.add / mul (/ neg)."""
+    target = node.target
+    a, b = node.args[0], node.args[1]
+    alpha = node.kwargs.get("alpha", 1)
+    x = imp.operand(a) if isinstance(a, torch.fx.Node) else None
+    y = imp.operand(b) if isinstance(b, torch.fx.Node) else None
+    if x is None and y is None:
+        raise Unsupported("no tensor operand")
+    if target in (aten.div.Tensor, aten.div.Scalar):
+        if y is not None:
+            raise Unsupported("division by a tensor (only by a scalar)")
+        y, target = imp.scalar(1.0 / float(b)), aten.mul.Tensor
+    elif target in (aten.sub.Tensor, aten.sub.Scalar):
+        if y is None:
+            y = imp.scalar(-float(b) * alpha)
+        else:
+            y = imp.emit("transformer.neg", [y], y.shape)
+            if alpha != 1:
+                y = imp.emit("transformer.mul", [y, imp.scalar(alpha)], y.shape)
+        target = aten.add.Tensor
+    else:
+        if x is None:
+            x, y, b = y, None, a
+        if y is None:
+            y = imp.scalar(float(b) * (alpha if target in ADD else 1))
+        elif alpha != 1:
+            y = imp.emit("transformer.mul", [y, imp.scalar(alpha)], y.shape)
+    for value in (x, y):
+        if value.layout != "plain":
+            raise Unsupported("elementwise op on a pending head view")
+    op = "transformer.add" if target in ADD else "transformer.mul"
+    return imp.shaped(imp.emit(op, [x, y], _broadcast(x.shape, y.shape)), node)
+
+
+def emit_unary(imp: Importer, node):
+    """neg / relu / tanh / gelu (tanh or exact) / softmax (last dim)."""
+    x = imp.operand(node.args[0])
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    rank = len(imp.torch_shape(node))
+    if node.target in (aten.softmax.int, aten._softmax.default) and node.args[1] % rank != rank - 1:
+        raise Unsupported("softmax over a dimension other than the last")
+    op = {
+        aten.neg.default: "transformer.neg",
+        aten.tanh.default: "transformer.tanh",
+        aten.relu.default: "transformer.relu",
+        aten.gelu.default: "transformer.gelu" if approximate == "tanh" else "transformer.gelu_erf",
+        aten.softmax.int: "transformer.softmax",
+        aten._softmax.default: "transformer.softmax",
+    }[node.target]
+    return imp.shaped(imp.emit(op, [x], x.shape), node)
+
+
+def emit_power(imp: Importer, node):
+    """pow(x, 2 or 3) -> transformer.mul of x by itself (the cube of a written-out tanh GELU,
+    which canonicalization folds back into transformer.gelu with the rest of it)."""
+    x, exponent = imp.operand(node.args[0]), node.args[1]
+    if exponent not in (2, 3):
+        raise Unsupported(f"pow with exponent {exponent} (only 2 and 3)")
+    y = imp.emit("transformer.mul", [x, x], x.shape)
+    if exponent == 3:
+        y = imp.emit("transformer.mul", [y, x], x.shape)
+    return imp.shaped(y, node)
+
+
+def emit_identity(imp: Importer, node):
+    """dropout (eval), contiguous, clone, alias, detach, a float32 -> float32 copy: no IR."""
+    if node.target == aten.dropout.default and node.args[2]:
+        raise Unsupported("dropout in training mode (call module.eval() first)")
+    if node.target in CONVERSION_OPS and node.meta["val"].dtype != node.args[0].meta["val"].dtype:
+        raise Unsupported(f"a conversion to {node.meta['val'].dtype}")
+    value = imp.operand(node.args[0])
+    return dataclasses.replace(value)
+
+
+def _matmul_with_weight(imp: Importer, x: Value, weight, transposed: bool, n: int) -> Value:
+    """x @ W for a [K, N] weight (`transposed`: W^T of an [N, K] one). A module parameter is laid
+    out once, at compile time: packed in column panels (zero-padded to a multiple of their width)
+    for transformer.packed_matmul where the pipeline packs weights (the layout vectorized matmuls
+    read), else as [K, N] for transformer.matmul."""
+    shape = imp.torch_shape(weight)
+    rows = x.shape[:-1]
+    if imp.is_parameter(weight) and len(shape) == 2:
+        target = imp.parameter_of[weight.name]
+        if imp.pack_weights:
+            multiple = PANEL_WIDTH if n % PANEL_WIDTH == 0 else PADDED_MULTIPLE
+            padded = -(-n // multiple) * multiple
+            w = imp.parameter(target, "panels", transpose=transposed, padded_columns=padded)
+            y = imp.emit("transformer.packed_matmul", [x, w], (*rows, padded))
+            if padded != n:
+                padded_value = y
+                y = imp.emit("transformer.slice", [y], (*rows, n), f"offset = 0 : i64, size = {n} : i64")
+                imp.padded[y.name] = padded_value
+            return y
+        w = imp.parameter(target, "transposed" if transposed else "as_given")
+        return imp.emit("transformer.matmul", [x, w], (*rows, n))
+    w = imp.operand(weight)
+    if transposed:
+        w = imp.emit("transformer.transpose", [w], (*w.shape[:-2], w.shape[-1], w.shape[-2]))
+    return imp.emit("transformer.matmul", [x, w], (*rows, n))
+
+
+def emit_linear(imp: Importer, node):
+    """linear(x, W, b) = x @ W^T + b, addmm(b, x, W) = b + x @ W (HF Conv1D), mm -> (packed) matmul."""
+    if node.target == aten.linear.default:
+        x_node, w_node = node.args[0], node.args[1]
+        bias = node.args[2] if len(node.args) > 2 else None
+        transposed = True
+    elif node.target == aten.addmm.default:
+        bias, x_node, w_node = node.args[:3]
+        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+            raise Unsupported("addmm with alpha or beta other than 1")
+        transposed = False
+    else:  # mm
+        x_node, w_node, bias, transposed = node.args[0], node.args[1], None, False
+    x = imp.operand(x_node)
+    if x.layout != "plain" or len(x.shape) < 2:
+        raise Unsupported("the input of a linear layer must be [..., K] with rank >= 2 after the batch of 1")
+    n = imp.torch_shape(node)[-1]
+    y = _matmul_with_weight(imp, x, w_node, transposed, n)
+    if bias is not None:
+        b = imp.operand(bias)
+        y = imp.emit("transformer.add", [y, b], _broadcast(y.shape, b.shape))
+    return imp.shaped(y, node)
+
+
+def emit_matmul(imp: Importer, node):
+    """matmul / bmm of two activations (batched on leading dims) -> transformer.matmul."""
+    a, b = node.args
+    if imp.is_parameter(b) and len(imp.torch_shape(b)) == 2:
+        x = imp.operand(a)
+        return imp.shaped(_matmul_with_weight(imp, x, b, False, imp.torch_shape(node)[-1]), node)
+    x, y = imp.operand(a), imp.operand(b)
+    if x.layout != "plain" or y.layout != "plain" or len(x.shape) < 2 or len(y.shape) < 2:
+        raise Unsupported("matmul operands must be of rank >= 2 after the batch of 1")
+    if len(y.shape) != 2 and x.shape[:-2] != y.shape[:-2]:
+        raise Unsupported(f"matmul with broadcast batch dimensions {x.shape} x {y.shape}")
+    return imp.shaped(imp.emit("transformer.matmul", [x, y], (*x.shape[:-1], y.shape[-1])), node)
+
+
+def emit_layer_norm(imp: Importer, node):
+    """layer_norm over the last dimension -> transformer.layer_norm (absent weight/bias: 1/0)."""
+    x = imp.operand(node.args[0])
+    normalized = list(node.args[1])
+    weight = node.args[2] if len(node.args) > 2 else None
+    bias = node.args[3] if len(node.args) > 3 else None
+    eps = node.args[4] if len(node.args) > 4 else 1e-5
+    if len(normalized) != 1 or normalized[0] != x.shape[-1]:
+        raise Unsupported("layer_norm over more than the last dimension")
+    c = x.shape[-1]
+    w = imp.operand(weight) if weight is not None else imp.constant(np.ones(c, np.float32))
+    b = imp.operand(bias) if bias is not None else imp.constant(np.zeros(c, np.float32))
+    return imp.shaped(imp.emit("transformer.layer_norm", [x, w, b], x.shape, f"epsilon = {_fmt(eps)} : f32"), node)
+
+
+def emit_embedding(imp: Importer, node):
+    """embedding(table, ids) with ids [T] or [1, T] -> transformer.embedding."""
+    table, ids = imp.operand(node.args[0]), imp.operand(node.args[1])
+    if len(table.shape) != 2 or len(ids.shape) != 1 or ids.dtype != "i64":
+        raise Unsupported("embedding needs a [V, D] table and int64 ids of shape [T] or [1, T]")
+    return imp.shaped(imp.emit("transformer.embedding", [table, ids], (ids.shape[0], table.shape[1])), node)
+
+
+def emit_split(imp: Importer, node):
+    """split / split_with_sizes along the last dimension -> transformer.slice per part."""
+    x = imp.operand(node.args[0])
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    rank = len(imp.torch_shape(node.args[0]))
+    if dim % rank != rank - 1 or x.layout != "plain":
+        raise Unsupported("split along a dimension other than the last")
+    total = x.shape[-1]
+    if node.target == aten.split.Tensor:
+        size = node.args[1]
+        sizes = [min(size, total - o) for o in range(0, total, size)]
+    else:
+        sizes = list(node.args[1])
+    parts, offset = [], 0
+    for size in sizes:
+        part = imp.emit(
+            "transformer.slice", [x], (*x.shape[:-1], size), f"offset = {offset} : i64, size = {size} : i64"
+        )
+        part.batched = x.batched
+        parts.append(part)
+        offset += size
+    return parts
+
+
+def emit_slice(imp: Importer, node):
+    """slice along the last dimension -> transformer.slice; a slice that keeps everything -> no IR."""
+    x = imp.operand(node.args[0])
+    in_shape, out_shape = imp.torch_shape(node.args[0]), imp.torch_shape(node)
+    if in_shape == out_shape:
+        return dataclasses.replace(x)
+    dim = node.args[1] if len(node.args) > 1 else 0
+    start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
+    step = node.args[4] if len(node.args) > 4 else 1
+    if dim % len(in_shape) != len(in_shape) - 1 or step != 1 or x.layout != "plain":
+        raise Unsupported("slice other than a contiguous range of the last dimension")
+    start = start % in_shape[-1] if start < 0 else start
+    size = out_shape[-1]
+    return imp.shaped(
+        imp.emit("transformer.slice", [x], (*x.shape[:-1], size), f"offset = {start} : i64, size = {size} : i64"), node
+    )
+
+
+def emit_view(imp: Importer, node):
+    """view / reshape / unsqueeze / squeeze: adding or removing leading 1s (no IR), [1,T,C] ->
+    [1,T,H,d] (split heads, pending the transpose) and [1,T,H,d] -> [1,T,C] (merge_heads)."""
+    x = imp.operand(node.args[0])
+    out = imp.torch_shape(node)
+    in_shape = imp.torch_shape(node.args[0])
+
+    def strip(shape):
+        return tuple(shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)) :])
+
+    if x.layout == "plain" and strip(out) == strip(x.shape):
+        return imp.shaped(Value(x.name, x.shape, x.dtype), node)
+    if (
+        x.layout == "plain"
+        and x.batched
+        and len(in_shape) == 3
+        and len(out) == 4
+        and out[:2] == in_shape[:2]
+        and out[2] * out[3] == in_shape[2]
+    ):
+        return Value(x.name, x.shape, x.dtype, batched=True, layout="split_pending", heads=out[2])
+    if x.layout == "merge_pending" and len(out) == 3 and out[0] == 1 and out[2] == x.shape[0] * x.shape[2]:
+        return imp.shaped(imp.emit("transformer.merge_heads", [x], (x.shape[1], out[2])), node)
+    raise Unsupported(f"view {in_shape} -> {out} (only batch-of-1 and attention head views are supported)")
+
+
+def emit_transpose(imp: Importer, node):
+    """transpose(1, 2) of [1,T,H,d] / [1,H,T,d] (heads), transpose of the last two dims, t()."""
+    x = imp.operand(node.args[0])
+    rank = len(imp.torch_shape(node.args[0]))
+    if node.target == aten.t.default:
+        dims = [0, 1] if rank == 2 else []
+    elif node.target == aten.permute.default:
+        perm = [d % rank for d in node.args[1]]
+        moved = [i for i, d in enumerate(perm) if d != i]
+        dims = moved if len(moved) == 2 and perm[moved[0]] == moved[1] else None
+        if dims is None:
+            raise Unsupported(f"permute {node.args[1]} (only a swap of two dimensions)")
+    else:
+        dims = sorted(d % rank for d in node.args[1:3])
+    if not dims:
+        return dataclasses.replace(x)
+    if rank == 4 and dims == [1, 2] and x.layout == "split_pending":
+        t, c = x.shape
+        return imp.shaped(
+            imp.emit("transformer.split_heads", [x], (x.heads, t, c // x.heads), f"num_heads = {x.heads} : i64"), node
+        )
+    if rank == 4 and dims == [1, 2] and x.layout == "plain" and x.batched:
+        return Value(x.name, x.shape, x.dtype, batched=True, layout="merge_pending")
+    if x.layout == "plain" and dims == [rank - 2, rank - 1]:
+        shape = (*x.shape[:-2], x.shape[-1], x.shape[-2])
+        return imp.shaped(imp.emit("transformer.transpose", [x], shape), node)
+    raise Unsupported(f"transpose of dimensions {dims} of a rank-{rank} tensor")
+
+
+def emit_sdpa(imp: Importer, node):
+    """scaled_dot_product_attention with is_causal or a causal mask -> transformer.causal_attention."""
+    q, k, v = (imp.operand(n) for n in node.args[:3])
+    mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
+    dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
+    causal = node.args[5] if len(node.args) > 5 else node.kwargs.get("is_causal", False)
+    scale = node.kwargs.get("scale")
+    if dropout:
+        raise Unsupported("attention dropout (call module.eval() first)")
+    if mask is not None:
+        value = imp.constant_value(mask)
+        t = q.shape[-2]
+        tril = torch.ones(t, t, dtype=torch.bool).tril()
+        ok = isinstance(value, torch.Tensor) and (
+            (value.dtype == torch.bool and bool((value == tril).all()))
+            or (
+                value.dtype == torch.float32
+                and bool(((value == 0) == tril).all())
+                and bool((value[~tril.expand_as(value)] < -1e30).all())
+            )
+        )
+        if not ok:
+            raise Unsupported("an attention mask that is not causal (only causal masks are supported)")
+        causal = True
+    if not causal:
+        raise Unsupported("non-causal attention")
+    if any(x.layout != "plain" or len(x.shape) != 3 for x in (q, k, v)) or q.shape != k.shape:
+        raise Unsupported("attention needs q, k, v of shape [1, H, T, d]")
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    return imp.shaped(
+        imp.emit("transformer.causal_attention", [q, k, v], q.shape, f"scale = {_fmt(scale)} : f32"), node
+    )
+
+
+def _op(emit, dialect):
+    return OpSupport(emit, dialect)
+
+
+SUPPORTED_OPS: dict = {
+    aten.linear.default: _op(emit_linear, "transformer.packed_matmul (weight packed at compile time) or matmul, + add"),
+    aten.addmm.default: _op(emit_linear, "transformer.packed_matmul or matmul, + add"),
+    aten.mm.default: _op(emit_linear, "transformer.packed_matmul or matmul"),
+    aten.matmul.default: _op(emit_matmul, "transformer.matmul (packed_matmul against a parameter)"),
+    aten.bmm.default: _op(emit_matmul, "transformer.matmul"),
+    aten.add.Tensor: _op(emit_binary, "transformer.add"),
+    aten.add.Scalar: _op(emit_binary, "transformer.add"),
+    aten.sub.Tensor: _op(emit_binary, "transformer.add + transformer.neg"),
+    aten.sub.Scalar: _op(emit_binary, "transformer.add"),
+    aten.mul.Tensor: _op(emit_binary, "transformer.mul"),
+    aten.mul.Scalar: _op(emit_binary, "transformer.mul"),
+    aten.div.Tensor: _op(emit_binary, "transformer.mul (by a scalar's reciprocal)"),
+    aten.div.Scalar: _op(emit_binary, "transformer.mul (by a scalar's reciprocal)"),
+    aten.neg.default: _op(emit_unary, "transformer.neg"),
+    aten.relu.default: _op(emit_unary, "transformer.relu"),
+    aten.tanh.default: _op(emit_unary, "transformer.tanh (a written-out tanh GELU folds into transformer.gelu)"),
+    aten.pow.Tensor_Scalar: _op(emit_power, "transformer.mul (exponent 2 or 3)"),
+    aten.gelu.default: _op(emit_unary, "transformer.gelu (approximate='tanh'), transformer.gelu_erf (exact)"),
+    aten.softmax.int: _op(emit_unary, "transformer.softmax (last dim)"),
+    aten._softmax.default: _op(emit_unary, "transformer.softmax (last dim)"),
+    aten.layer_norm.default: _op(emit_layer_norm, "transformer.layer_norm"),
+    aten.embedding.default: _op(emit_embedding, "transformer.embedding"),
+    aten.view.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
+    aten.reshape.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
+    aten._unsafe_view.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
+    aten.unsqueeze.default: _op(emit_view, "none (leading 1)"),
+    aten.squeeze.dim: _op(emit_view, "none (leading 1)"),
+    aten.transpose.int: _op(emit_transpose, "transformer.split_heads / transpose, or none"),
+    aten.permute.default: _op(emit_transpose, "as transpose (a swap of two dims)"),
+    aten.t.default: _op(emit_transpose, "transformer.transpose"),
+    aten.split.Tensor: _op(emit_split, "transformer.slice (last dim)"),
+    aten.split_with_sizes.default: _op(emit_split, "transformer.slice (last dim)"),
+    aten.slice.Tensor: _op(emit_slice, "transformer.slice (last dim), none for a full slice"),
+    aten.scaled_dot_product_attention.default: _op(emit_sdpa, "transformer.causal_attention (causal only)"),
+    aten.dropout.default: _op(emit_identity, "none (eval mode)"),
+    aten.contiguous.default: _op(emit_identity, "none"),
+    aten.clone.default: _op(emit_identity, "none"),
+    aten.alias.default: _op(emit_identity, "none"),
+    aten.detach.default: _op(emit_identity, "none"),
+    aten._to_copy.default: _op(emit_identity, "none (float32 to float32)"),
+    aten.to.dtype: _op(emit_identity, "none (float32 to float32)"),
+    aten.to.dtype_layout: _op(emit_identity, "none (float32 to float32)"),
+    aten.to.device: _op(emit_identity, "none (CPU)"),
+}

@@ -1,0 +1,278 @@
+"""gpt.compile_module: PyTorch modules exported with torch.export, imported into the transformer
+dialect and compiled, against eager PyTorch (max |error| <= 1e-4 * max |reference|)."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import gpt
+from shapes import RTOL
+
+# -- models written here: an MLP and a nanoGPT-style GPT (Karpathy's model.py, abridged) -------
+
+
+class NanoConfig:
+    def __init__(self, n_layer=2, n_head=4, n_embd=64, vocab_size=96, block_size=32, sdpa=False):
+        self.n_layer, self.n_head, self.n_embd = n_layer, n_head, n_embd
+        self.vocab_size, self.block_size, self.sdpa = vocab_size, block_size, sdpa
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c_attn = nn.Linear(c.n_embd, 3 * c.n_embd)
+        self.c_proj = nn.Linear(c.n_embd, c.n_embd)
+        self.attn_dropout = nn.Dropout(0.1)
+        self.n_head, self.n_embd, self.sdpa = c.n_head, c.n_embd, c.sdpa
+        mask = torch.tril(torch.ones(c.block_size, c.block_size)).view(1, 1, c.block_size, c.block_size)
+        self.register_buffer("bias", mask)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = self.attn_dropout(F.softmax(att, dim=-1))
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class NewGELU(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(c.n_embd), CausalSelfAttention(c), nn.LayerNorm(c.n_embd)
+        self.mlp = nn.Sequential(nn.Linear(c.n_embd, 4 * c.n_embd), NewGELU(), nn.Linear(4 * c.n_embd, c.n_embd))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class NanoGPT(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(c.vocab_size, c.n_embd), nn.Embedding(c.block_size, c.n_embd)
+        self.h = nn.ModuleList([Block(c) for _ in range(c.n_layer)])
+        self.ln_f = nn.LayerNorm(c.n_embd)
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # tied, as in nanoGPT
+
+    def forward(self, idx):
+        _, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+class Sine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.sin(self.fc(x)) + torch.cumsum(x, dim=-1)  # two ops the importer lacks
+
+
+def exercised(module, seed=0):
+    """Random LayerNorm scales and biases too: the default ones and zeros would hide a bug."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "ln" in name and name.endswith("weight"):
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=generator))
+            elif name.endswith("bias"):
+                p.copy_(0.05 * torch.randn(p.shape, generator=generator))
+    return module.eval()
+
+
+def check_close(actual, expected):
+    actual, expected = np.asarray(actual), expected.detach().numpy()
+    assert actual.shape == expected.shape
+    error = np.abs(actual - expected).max() / np.abs(expected).max()
+    assert error <= RTOL, f"relative error {error}"
+
+
+def options(pipeline="default", **kw):
+    return gpt.CompileOptions(pipeline=pipeline, disk_cache=False, **kw)
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pipeline", ["baseline", "fused", "vectorized"])
+def test_mlp_every_level(pipeline):
+    torch.manual_seed(0)
+    mlp = exercised(
+        nn.Sequential(nn.Linear(16, 100), nn.ReLU(), nn.Linear(100, 40), nn.GELU("tanh"), nn.Linear(40, 64), nn.GELU())
+    )
+    x = torch.randn(5, 16)
+    compiled = gpt.compile_module(mlp, (x,), options(pipeline))
+    check_close(compiled(x), mlp(x))
+    # numpy in, numpy out; another input of the same shape
+    y = np.random.default_rng(1).standard_normal((5, 16)).astype(np.float32)
+    out = compiled(y)
+    assert isinstance(out, np.ndarray)
+    check_close(out, mlp(torch.from_numpy(y)))
+    # 100 columns are not a multiple of the panel width: packed padded to 128, sliced back.
+    imported = compiled.ir("imported")
+    assert "transformer.gelu " in imported and "transformer.gelu_erf" in imported  # tanh and exact
+    layouts = dict(compiled.parameter_layouts())
+    assert layouts["0.weight"] == ("panels" if pipeline == "vectorized" else "transposed")
+
+
+@pytest.mark.parametrize("pipeline", ["baseline", "default"])
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_nanogpt(sdpa, pipeline):
+    torch.manual_seed(1)
+    model = exercised(NanoGPT(NanoConfig(sdpa=sdpa)))
+    idx = torch.randint(0, 96, (1, 24))
+    compiled = gpt.compile_module(model, (idx,), options(pipeline, threads=2))
+    with torch.no_grad():
+        check_close(compiled(idx), model(idx))
+    imported = compiled.ir("imported")
+    # The hand-written attention is recovered at import (no softmax left), the written-out GELU
+    # by canonicalization (no tanh left after the transformer stage).
+    assert imported.count("transformer.causal_attention") == 2
+    assert "transformer.softmax" not in imported
+    assert imported.count("transformer.tanh") == 2 and "transformer.gelu" not in imported
+    canonical = compiled.ir("transformer")
+    assert canonical.count("transformer.gelu") == 2 and "transformer.tanh" not in canonical
+    matmul = "transformer.packed_matmul" if pipeline == "default" else "transformer.matmul"
+    assert imported.count(matmul) == 2 * 4 + 1
+    assert "transformer.causal_attention" in canonical
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_hf_gpt2_nano(attn_implementation):
+    torch.manual_seed(2)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        vocab_size=100,
+        n_positions=64,
+        use_cache=False,
+        attn_implementation=attn_implementation,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = exercised(GPT2LMHeadModel(config))
+    idx = torch.randint(0, 100, (1, 16))
+    compiled = gpt.compile_module(model, (idx,))
+    with torch.no_grad():
+        out, ref = compiled(idx), model(idx)
+    assert type(out) is type(ref)  # the module's own output structure
+    check_close(out.logits, ref.logits)
+    assert compiled.ir("imported").count("transformer.causal_attention") == 2
+
+
+def test_unsupported_ops_are_listed_with_their_source_line():
+    with pytest.raises(gpt.CompilerError) as error:
+        gpt.compile_module(Sine().eval(), (torch.randn(3, 8),))
+    message = str(error.value)
+    assert "aten.sin.default" in message and "aten.cumsum.default" in message
+    line = next(i for i, text in enumerate(open(__file__), 1) if "two ops the importer lacks" in text)
+    assert f"test_frontend.py:{line}" in message
+
+
+def test_unsupported_dtype_and_training_mode():
+    with pytest.raises(gpt.CompilerError, match="float64"):
+        gpt.compile_module(nn.Linear(4, 4).double().eval(), (torch.randn(2, 4, dtype=torch.float64),))
+    model = NanoGPT(NanoConfig(n_layer=1)).train()
+    with pytest.raises(gpt.CompilerError, match="training mode"):
+        gpt.compile_module(model, (torch.randint(0, 96, (1, 8)),))
+
+
+def test_bad_call_arguments():
+    mlp = nn.Sequential(nn.Linear(4, 32)).eval()
+    compiled = gpt.compile_module(mlp, (torch.randn(2, 4),), options("baseline"))
+    with pytest.raises(ValueError, match="compiled for"):
+        compiled(torch.randn(3, 4))
+    with pytest.raises(ValueError, match="compiled for"):
+        compiled(torch.randn(2, 4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="expected 1 input"):
+        compiled(torch.randn(2, 4), torch.randn(2, 4))
+    with pytest.raises(TypeError, match="options must be"):
+        gpt.compile_module(mlp, (torch.randn(2, 4),), options="default")
+
+
+def test_disk_cache_serves_the_second_compile(tmp_path):
+    mlp = exercised(nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 32)))
+    x = torch.randn(3, 8)
+    cached = gpt.CompileOptions(cache_dir=str(tmp_path))
+    first = gpt.compile_module(mlp, (x,), cached)
+    second = gpt.compile_module(mlp, (x,), cached)
+    assert not first.loaded_from_disk_cache() and second.loaded_from_disk_cache()
+    check_close(second(x), mlp(x))
+
+
+def test_torch_compile_backend():
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    model = exercised(NanoGPT(NanoConfig(n_layer=1)))
+    idx = torch.randint(0, 96, (1, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to eager: the whole graph compiles
+        with torch.no_grad():
+            got = torch.compile(model, backend="gpt")(idx)
+    with torch.no_grad():
+        check_close(got, model(idx))
+
+
+def test_torch_compile_backend_falls_back_with_one_warning_or_raises_when_strict():
+    torch._dynamo.reset()
+    model, x = Sine().eval(), torch.randn(3, 8)
+    with pytest.warns(UserWarning, match="runs in eager PyTorch") as record:
+        with torch.no_grad():
+            got = torch.compile(model, backend="gpt")(x)
+    fallbacks = [w for w in record if "gpt backend" in str(w.message)]
+    assert len(fallbacks) == 1 and "aten.sin.default" in str(fallbacks[0].message)
+    line = next(i for i, text in enumerate(open(__file__), 1) if "two ops the importer lacks" in text)
+    assert f"test_frontend.py:{line}" in str(fallbacks[0].message)  # the user's line, not Dynamo's code
+    with torch.no_grad():
+        np.testing.assert_array_equal(got.numpy(), model(x).numpy())  # eager: the same computation
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="aten.sin.default"):  # Dynamo wraps it in BackendCompilerFailed
+        torch.compile(model, backend="gpt", options={"strict": True})(x)
+
+
+def test_dynamic_sequence_length_is_bucketed():
+    torch.manual_seed(4)
+    model = exercised(NanoGPT(NanoConfig(n_layer=1, block_size=64, sdpa=True)))
+    length = torch.export.Dim("T", max=48)
+    compiled = gpt.compile_module(
+        model, (torch.randint(0, 96, (1, 16)),), options("baseline"), dynamic_shapes={"idx": {1: length}}
+    )
+    for t in (5, 13, 16, 40):
+        idx = torch.randint(0, 96, (1, t))
+        with torch.no_grad():
+            check_close(compiled(idx), model(idx))
+    assert compiled.compiled_buckets() == [8, 16, 48]  # powers of two from 8, capped at the Dim's max
+    with pytest.raises(ValueError, match="outside"):
+        compiled(torch.randint(0, 96, (1, 49)))
+
+
+def test_dynamic_dimensions_other_than_the_sequence_are_refused():
+    batch = torch.export.Dim("B", max=4)
+    with pytest.raises(gpt.CompilerError, match="only the sequence length"):
+        gpt.compile_module(nn.Linear(4, 4).eval(), (torch.randn(2, 4),), dynamic_shapes=({0: batch},))
