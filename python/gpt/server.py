@@ -10,11 +10,13 @@ uvicorn handles it) stops taking connections, lets running requests finish, then
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import time
 import uuid
 from typing import Annotated
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,8 +53,11 @@ def _error(status: int, message: str, param: str | None = None, headers=None) ->
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def create_app(engine: Engine, model_name: str = "gpt") -> FastAPI:
-    """The app over a started engine; the engine is shut down (drained) when the app's lifespan ends."""
+def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = None) -> FastAPI:
+    """The app over a started engine; the engine is shut down (drained) when the app's lifespan ends.
+    `instance` names this server in every completion's `X-GPT-Instance` header (default: host:pid),
+    so a client behind a load balancer can tell the replicas apart."""
+    instance = instance or f"{socket.gethostname()}:{os.getpid()}"
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -97,7 +102,8 @@ def create_app(engine: Engine, model_name: str = "gpt") -> FastAPI:
         return PlainTextResponse(prometheus_text(engine.metrics()), media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request):
+    async def completions(body: CompletionRequest, request: Request, response: Response):
+        response.headers["X-GPT-Instance"] = instance
         if isinstance(body.prompt, str):
             if tokenizer is None:
                 return _error(400, "this model has no tokenizer: send the prompt as token ids", "prompt")
@@ -152,7 +158,11 @@ def create_app(engine: Engine, model_name: str = "gpt") -> FastAPI:
                 finally:
                     handle.cancel()  # a no-op once it has finished; frees a disconnected client's blocks
 
-            return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                stream(),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-GPT-Instance": instance},
+            )
 
         while not handle.done:
             try:
