@@ -164,10 +164,12 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
                 headers={"Cache-Control": "no-cache", "X-GPT-Instance": instance},
             )
 
+        next_check = loop.time() + DISCONNECT_POLL_SECONDS
         while not handle.done:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(events.get(), DISCONNECT_POLL_SECONDS)
-            except TimeoutError:
+            if loop.time() >= next_check:
+                next_check = loop.time() + DISCONNECT_POLL_SECONDS
                 if await request.is_disconnected():
                     handle.cancel()
                     return _error(499, "client disconnected")

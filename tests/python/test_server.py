@@ -157,6 +157,13 @@ def test_disconnected_client_is_cancelled_and_its_blocks_freed(url):
         time.sleep(0.1)
     assert now["gpt_running_sequences"] == 0 and now["gpt_kv_blocks_in_use"] == 0
     assert now["gpt_generated_tokens_total"] - before["gpt_generated_tokens_total"] < 250
+    # The same for a plain (not streamed) request whose client gives up waiting.
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(url + "/v1/completions", json=body | dict(stream=False), timeout=0.2)
+    while metrics(url)["gpt_requests_cancelled_total"] < now["gpt_requests_cancelled_total"] + 1:
+        assert time.monotonic() < deadline + 20, "the plain request of a client that left was not cancelled"
+        time.sleep(0.1)
+    assert metrics(url)["gpt_kv_blocks_in_use"] == 0
 
 
 def test_full_queue_gets_503_with_retry_after_and_sigterm_drains():

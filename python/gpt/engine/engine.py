@@ -220,6 +220,8 @@ class Engine:
 
     def step(self) -> bool:
         """Runs one step (for start=False); False when there was nothing to do."""
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            raise RuntimeError("this engine runs its own steps (start=True); step() is for start=False")
         with self._lock:
             self._apply_cancellations()
             plan = self._scheduler.schedule()
@@ -260,7 +262,12 @@ class Engine:
                     self._lock.wait()
                 if self._stopping and not (self._scheduler.waiting or self._scheduler.running):
                     return
-            self.step()
+            try:
+                self.step()
+            except Exception as error:  # a bug in scheduling: fail the requests, never hang them
+                with self._lock:
+                    for seq in list(self._sequences.values()):
+                        self._end(seq, "error", f"engine step failed: {type(error).__name__}: {error}")
 
     def _sample(self, seq: Sequence, logits: np.ndarray) -> None:
         handle, params = seq.handle, seq.handle.params

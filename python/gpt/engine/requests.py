@@ -96,7 +96,10 @@ class RequestHandle:
             self.finish_reason, self.error = event.finish_reason, event.error
         self._events.put(event)
         if self._on_event is not None:
-            self._on_event(event)
+            try:
+                self._on_event(event)
+            except Exception:  # a listener's failure (e.g. its event loop is gone) must not stop the engine
+                self._on_event = None
         if event.finish_reason is not None:
             self._done.set()
 
