@@ -20,9 +20,13 @@ def load_model(model_path: str | None):
     return GPT.from_pretrained(model_path or EMBEDDED_MODEL)
 
 
-def application(model_loader=None, model_path: str | None = None, replicas: int = 2, engine_options=None):
+def application(
+    model_loader=None, model_path: str | None = None, replicas: int = 2, engine_options=None, replica_cpus: float = 0
+):
     """A Ray Serve application of `replicas` engine replicas. `model_loader()` makes each replica's
-    model (default: load_model(model_path)); `engine_options` go to gpt.engine.Engine."""
+    model (default: load_model(model_path)); `engine_options` go to gpt.engine.Engine;
+    `replica_cpus` is what Ray reserves per replica (0: place them anywhere, as tests want; on a
+    cluster, the cores a replica's model uses, so Ray spreads them over the machines)."""
     from ray import serve
 
     engine_options = dict(engine_options or {})
@@ -36,7 +40,7 @@ def application(model_loader=None, model_path: str | None = None, replicas: int 
         instance = f"{socket.gethostname()}:{os.getpid()}"
         return create_app(Engine(model, **engine_options), model_name=name, instance=instance)
 
-    @serve.deployment(num_replicas=replicas, ray_actor_options={"num_cpus": 0})
+    @serve.deployment(num_replicas=replicas, ray_actor_options={"num_cpus": replica_cpus})
     @serve.ingress(build_app)
     class GPTReplica:
         pass
@@ -50,6 +54,7 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--replica_cpus", type=float, default=0, help="cores Ray reserves per replica")
     args = parser.parse_args()
 
     import ray
@@ -57,7 +62,7 @@ def main() -> None:
 
     ray.init(address=os.environ.get("RAY_ADDRESS"))
     serve.start(http_options={"host": args.host, "port": args.port})
-    serve.run(application(model_path=args.model, replicas=args.replicas), route_prefix="/", blocking=True)
+    serve.run(application(model_path=args.model, replicas=args.replicas, replica_cpus=args.replica_cpus), route_prefix="/", blocking=True)
 
 
 if __name__ == "__main__":
