@@ -62,7 +62,11 @@ def main() -> None:
 
     ray.init(address=os.environ.get("RAY_ADDRESS"))
     serve.start(http_options={"host": args.host, "port": args.port})
-    serve.run(application(model_path=args.model, replicas=args.replicas, replica_cpus=args.replica_cpus), route_prefix="/", blocking=True)
+    serve.run(
+        application(model_path=args.model, replicas=args.replicas, replica_cpus=args.replica_cpus),
+        route_prefix="/",
+        blocking=True,
+    )
 
 
 if __name__ == "__main__":
