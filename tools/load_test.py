@@ -5,6 +5,7 @@ the aggregate decode throughput, with its ratio to one client; then it sends req
 long prompt prefix at once and reads from /metrics how many prompt tokens the server computed.
 
     python tools/load_test.py --model /path/to/gpt2 --threads 2            # starts a server
+    python tools/load_test.py --random_shape gpt2-small --threads 2       # random GPT-2 small weights
     python tools/load_test.py --url http://127.0.0.1:8000                  # an existing server
     python tools/load_test.py --paged_reference ...                        # numpy paged step (tests)
 
@@ -21,12 +22,30 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Model shapes for --random_shape (as tools/bench_generate.py names them).
+SHAPES = {
+    "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024),
+    "embedded": dict(n_layer=4, n_head=4, n_embd=128, vocab_size=256, block_size=256),
+}
+
+
+def random_model_file(shape: str, directory: str) -> str:
+    """Random weights of `shape` written as a GGUF file that `gpt serve --model` loads."""
+    import gpt
+    from gpt.gguf_file import save_gguf
+    from gpt.weights import random_weights
+
+    config = gpt.GPTConfig(**SHAPES[shape])
+    path = os.path.join(directory, f"{shape}.gguf")
+    save_gguf(random_weights(config, seed=0), config, path)
+    return path
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -122,6 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="an already running server (else one is started)")
     parser.add_argument("--model", help="for the started server: HF GPT-2 directory or GGUF (default: embedded)")
+    parser.add_argument("--random_shape", choices=sorted(SHAPES), help="serve random weights of this shape")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--paged_reference", action="store_true", help="start the server on the numpy paged step")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
@@ -137,6 +157,8 @@ def main() -> None:
 
     print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
     with contextlib.ExitStack() as stack:
+        if args.random_shape:
+            args.model = random_model_file(args.random_shape, stack.enter_context(tempfile.TemporaryDirectory()))
         url = args.url or stack.enter_context(started_server(args))
         # Warm-up: the first requests compile the step's programs.
         asyncio.run(level(url, max(args.concurrency), 1, args.prompt_tokens, 4, seed=99))
