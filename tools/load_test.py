@@ -1,6 +1,6 @@
 """Load generator for `python -m gpt serve`: streamed completions from N concurrent clients.
 
-For each concurrency level it reports time-to-first-token and inter-token latency (p50, p99) and
+For each concurrency level it reports time-to-first-token and inter-token latency (p50, p99), the generated tokens per batched step (from /metrics) and
 the aggregate decode throughput, with its ratio to one client; then it sends requests that share a
 long prompt prefix at once and reads from /metrics how many prompt tokens the server computed.
 
@@ -117,13 +117,19 @@ async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, se
             results.append(await one_request(client, url, prompts[index * requests_per_client + r], max_tokens))
 
     async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=clients + 4)) as client:
+        before = metric_values((await client.get(url + "/metrics")).text)
         start = time.perf_counter()
         await asyncio.gather(*(client_loop(client, i) for i in range(clients)))
         wall = time.perf_counter() - start
+        after = metric_values((await client.get(url + "/metrics")).text)
+    steps = after["gpt_steps_total"] - before["gpt_steps_total"]
+    generated = after["gpt_generated_tokens_total"] - before["gpt_generated_tokens_total"]
     ttft = np.array([r[0] for r in results]) * 1e3
     itl = np.array([gap for r in results for gap in r[1]]) * 1e3
     tokens = sum(r[2] for r in results)
-    return dict(clients=clients, requests=len(results), tokens=tokens, wall=wall, ttft=ttft, itl=itl)
+    return dict(
+        clients=clients, requests=len(results), tokens=tokens, wall=wall, ttft=ttft, itl=itl, per_step=generated / steps
+    )
 
 
 async def shared_prefix(url, requests, prefix_tokens, suffix_tokens, max_tokens, seed):
@@ -171,14 +177,17 @@ def main() -> None:
         )
     single = rows[0]["tokens"] / rows[0]["wall"]
     print(f"prompt {args.prompt_tokens} tokens, {args.max_tokens} generated per request, greedy, streamed")
-    print("| clients | requests | tok/s (all) | x one client | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| clients | requests | tok/s (all) | x one client | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms "
+        "| tokens per step |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         rate = r["tokens"] / r["wall"]
         print(
             f"| {r['clients']} | {r['requests']} | {rate:.1f} | {rate / single:.2f} | "
             f"{np.percentile(r['ttft'], 50):.1f} | {np.percentile(r['ttft'], 99):.1f} | "
-            f"{np.percentile(r['itl'], 50):.1f} | {np.percentile(r['itl'], 99):.1f} |"
+            f"{np.percentile(r['itl'], 50):.1f} | {np.percentile(r['itl'], 99):.1f} | {r['per_step']:.1f} |"
         )
     unshared = args.prefix_requests * (args.prefix_tokens + args.suffix_tokens)
     once = args.prefix_tokens + args.prefix_requests * args.suffix_tokens

@@ -17,6 +17,7 @@ from gpt import disk_cache
 from gpt.cache import KVCache
 from gpt.compiler import CompilerError, run_pipeline
 from gpt.config import CompileOptions, GPTConfig
+from gpt.engine import Engine
 from gpt.model import GPT, STAGES, GenerationStats
 from gpt.tokenizer import ByteTokenizer, HFTokenizer
 
@@ -24,6 +25,7 @@ __all__ = [
     "ByteTokenizer",
     "CompileOptions",
     "CompilerError",
+    "Engine",
     "GPT",
     "GPTConfig",
     "GenerationStats",
