@@ -186,8 +186,12 @@ def serve() -> None:
 
     model = _load_model()
     tokenizer = model.tokenizer
-    if tokenizer is None and (FLAGS.model is None or model.config.vocab_size == 256 or os.path.isdir(FLAGS.model)):
-        tokenizer = tokenizer_for(FLAGS.model or EMBEDDED_MODEL, model.config.vocab_size)
+    if tokenizer is None:
+        directory = FLAGS.model if FLAGS.model and os.path.isdir(FLAGS.model) else None
+        try:
+            tokenizer = tokenizer_for(directory or (None if FLAGS.model else EMBEDDED_MODEL), model.config.vocab_size)
+        except ValueError as e:  # still servable: prompts as token ids, completions without text
+            print(f"[gpt] {e}: prompts must be token ids", flush=True)
     engine = Engine(
         model,
         num_blocks=FLAGS.num_kv_blocks,

@@ -6,6 +6,7 @@ numpy implementation of the same contract (paged_reference.py).
 """
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -179,8 +180,11 @@ def test_threaded_engine_matches_seeded_generate(model):
     engine = Engine(paged(model), num_blocks=64, block_size=16)
     results = [None] * len(cases)
 
+    arrivals = rng.uniform(0, 0.2, len(cases))  # seconds: clients come while others run
+
     def client(i):
         prompt, sampling, stop = cases[i]
+        time.sleep(arrivals[i])
         results[i] = list(engine.submit(prompt, 20, stop=stop, **sampling))
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(cases))]
