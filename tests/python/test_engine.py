@@ -86,24 +86,36 @@ def expected(model):
     return [alone(model, prompt, max_tokens) for _, prompt, max_tokens in workload()]
 
 
-def run_workload(engine, requests, cancel_at=None):
+def state_of(engine, handle):
+    """Where a request stands: waiting, prefill (prompt not all run), decode, or finished."""
+    if handle.done:
+        return "finished"
+    seq = engine._sequences[handle]
+    if seq in engine._scheduler.waiting:
+        return "waiting"
+    return "decode" if seq.pending == 1 and handle.tokens else "prefill"
+
+
+def run_workload(engine, requests, cancel_at=None, cancelled_in=None):
     """Steps the engine by hand, submitting each request at its arrival step; `cancel_at` maps a
-    request's index to the step at which it is cancelled."""
+    request's index to the step at which it is cancelled (the state it was in then is added to
+    `cancelled_in`)."""
     cancel_at = cancel_at or {}
     handles = [None] * len(requests)
     step = 0
-    while step <= 200:
+    while step <= 400:
         for i, (arrival, prompt, max_tokens) in enumerate(requests):
             if arrival == step:
                 handles[i] = engine.submit(prompt, max_tokens, keep_logits=True)
         for i, when in cancel_at.items():
             if when == step and handles[i] is not None:
+                cancelled_in.add(state_of(engine, handles[i]))
                 handles[i].cancel()
         busy = engine.step()
         step += 1
         if not busy and all(h is not None for h in handles):
             return handles
-    raise AssertionError("the engine did not finish the workload in 200 steps")
+    raise AssertionError("the engine did not finish the workload in 400 steps")
 
 
 def test_32_concurrent_requests_match_each_run_alone(model, expected):
@@ -134,8 +146,11 @@ def test_cancellation_at_any_point_leaves_the_others_unchanged(model, expected):
     # A third of the requests cancelled at random steps: before arrival, while waiting, in
     # prefill, while decoding, or after they finished.
     cancel_at = {int(i): int(rng.integers(0, 40)) for i in rng.choice(len(requests), 11, replace=False)}
-    engine = Engine(paged(model), num_blocks=36, block_size=8, max_batch_tokens=48, start=False)
-    handles = run_workload(engine, requests, cancel_at)
+    # A budget of 16 tokens a step cuts most prompts into chunks: some are cancelled mid-prompt.
+    engine = Engine(paged(model), num_blocks=36, block_size=8, max_batch_tokens=16, start=False)
+    cancelled_in = set()
+    handles = run_workload(engine, requests, cancel_at, cancelled_in)
+    assert {"waiting", "prefill", "decode"} <= cancelled_in
     cancelled = 0
     for i, (handle, (tokens, logits)) in enumerate(zip(handles, expected, strict=True)):
         if handle.finish_reason == "cancelled":
