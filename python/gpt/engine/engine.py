@@ -219,14 +219,14 @@ class Engine:
     # -- the engine's side ----------------------------------------------------------------------
 
     def step(self) -> bool:
-        """Runs one step (for start=False); False when there was nothing to do."""
+        """Runs one step (for start=False); False when there was nothing to run."""
         if self._thread is not None and threading.current_thread() is not self._thread:
             raise RuntimeError("this engine runs its own steps (start=True); step() is for start=False")
         with self._lock:
             self._apply_cancellations()
             plan = self._scheduler.schedule()
             if not plan.work:
-                return bool(self._scheduler.waiting or self._scheduler.running)
+                return False
             self._counters["prefix_hit_tokens"] += plan.prefix_hit_tokens
             self._counters["admitted_tokens"] += plan.admitted_tokens
             # A decode runs the one token sampled last; everything else is prompt (or recompute).
@@ -248,10 +248,13 @@ class Engine:
             return True
         with self._lock:
             self._counters["steps"] += 1
+            sampled = 0
             for row, (seq, count) in enumerate(plan.work):
                 self._scheduler.after_step(seq, count)
                 if seq.pending == 0:
                     self._sample(seq, logits[row])
+                    sampled += 1
+            self._recent_tokens.append((time.monotonic(), sampled))
             self._lock.notify_all()
         return True
 
@@ -263,7 +266,9 @@ class Engine:
                 if self._stopping and not (self._scheduler.waiting or self._scheduler.running):
                     return
             try:
-                self.step()
+                if not self.step():
+                    with self._lock:  # nothing could run (e.g. only cancellations): wait for news
+                        self._lock.wait(0.05)
             except Exception as error:  # a bug in scheduling: fail the requests, never hang them
                 with self._lock:
                     for seq in list(self._sequences.values()):
@@ -280,7 +285,6 @@ class Engine:
         seq.append(token)
         handle.tokens.append(token)
         self._counters["generated_tokens"] += 1
-        self._recent_tokens.append((time.monotonic(), 1))
         text, stopped = self._texts[handle].add(handle.tokens)
         handle.text += text
         handle._emit(Event(token, text))
