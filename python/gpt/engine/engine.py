@@ -194,6 +194,7 @@ class Engine:
                 generated_tokens=c["generated_tokens"],
                 steps=c["steps"],
                 preemptions=self._scheduler.preemptions,
+                blocks_copied=self._scheduler.blocks_copied,
                 requests_submitted=c["submitted"],
                 requests_finished=c["finished"],
                 requests_cancelled=c["cancelled"],

@@ -17,6 +17,7 @@ class EngineMetrics:
     generated_tokens: int
     steps: int
     preemptions: int
+    blocks_copied: int  # copy-on-write: a shared block copied before a sequence wrote into it
     requests_submitted: int
     requests_finished: int
     requests_cancelled: int
@@ -52,6 +53,7 @@ _EXPOSED = (
     ("gpt_generated_tokens_total", "Tokens generated.", "counter", lambda m: m.generated_tokens),
     ("gpt_steps_total", "Batched steps run.", "counter", lambda m: m.steps),
     ("gpt_preemptions_total", "Sequences preempted (recomputed later).", "counter", lambda m: m.preemptions),
+    ("gpt_kv_blocks_copied_total", "Shared KV blocks copied on write.", "counter", lambda m: m.blocks_copied),
     ("gpt_requests_submitted_total", "Requests accepted.", "counter", lambda m: m.requests_submitted),
     (
         "gpt_requests_finished_total",

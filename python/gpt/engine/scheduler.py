@@ -62,6 +62,7 @@ class Scheduler:
         self.running: list[Sequence] = []  # in admission order, oldest first
         self._admissions = 0
         self.preemptions = 0
+        self.blocks_copied = 0  # copy-on-write copies of shared blocks
 
     def schedule(self) -> Plan:
         plan = Plan([], [])
@@ -125,6 +126,7 @@ class Scheduler:
             shared = seq.table[first]
             copy = self.blocks.allocate()
             self.pool.copy_block(shared, copy)
+            self.blocks_copied += 1
             self.blocks.release(shared)
             seq.table[first] = copy
             seq.registered = min(seq.registered, first)
