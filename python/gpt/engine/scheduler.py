@@ -66,10 +66,11 @@ class Scheduler:
 
     def schedule(self) -> Plan:
         plan = Plan([], [])
-        budget = self.max_batch_tokens
         decoding = [s for s in self.running if s.pending == 1]
         prefilling = [s for s in self.running if s.pending > 1]
         for seq in decoding + prefilling:
+            # Recounted each time: a preemption takes its victim's tokens out of the plan.
+            budget = self.max_batch_tokens - sum(count for _, count in plan.work)
             if budget == 0:
                 break
             if seq not in self.running:  # preempted for an older sequence meanwhile
@@ -77,9 +78,7 @@ class Scheduler:
             count = min(seq.pending, budget)
             if self._reserve_or_preempt(seq, count, plan):
                 plan.work.append((seq, count))
-                budget -= count
-        budget = self.max_batch_tokens - sum(count for _, count in plan.work)
-        self._admit(plan, budget)
+        self._admit(plan, self.max_batch_tokens - sum(count for _, count in plan.work))
         return plan
 
     def release(self, seq: Sequence) -> None:
