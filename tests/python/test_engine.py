@@ -161,6 +161,30 @@ def test_shared_prefix_is_computed_once(model):
         assert handle.tokens == model.generate(prefix + tail, 4)
 
 
+def test_a_prompt_diverging_inside_a_block_copies_its_shared_start(model):
+    """Block size 16, 20 shared tokens: the second prompt takes block 0 from the cache and copies
+    the first 4 positions of block 1 from the first prompt's block 1, then runs only its own."""
+    rng = np.random.default_rng(2)
+    shared = [int(t) for t in rng.integers(0, 256, 20)]
+    first = shared + [int(t) for t in rng.integers(0, 256, 12)]
+    second = shared + [int(t) for t in rng.integers(0, 256, 5)]
+    engine = Engine(paged(model), num_blocks=16, block_size=16, start=False)
+    handles = [engine.submit(first, 3, keep_logits=True)]
+    while engine.step():
+        pass
+    handles.append(engine.submit(second, 6, keep_logits=True))
+    while engine.step():
+        pass
+    metrics = engine.metrics()
+    assert metrics.prefix_hit_tokens == 20
+    assert metrics.prefill_tokens == len(first) + 5
+    assert metrics.blocks_copied == 1
+    for handle, prompt in zip(handles, (first, second), strict=True):
+        tokens, logits = alone(model, prompt, len(handle.tokens))
+        assert handle.tokens == tokens
+        assert max(relative_error(g, w) for g, w in zip(handle.logits, logits, strict=True)) < TOLERANCE
+
+
 def test_threaded_engine_matches_seeded_generate(model):
     """Concurrent submitters on the background thread; sampling with seeds, top_k, top_p and stop
     tokens gives exactly generate()'s tokens."""

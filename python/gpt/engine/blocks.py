@@ -34,6 +34,10 @@ class BlockManager:
         self._cached = collections.OrderedDict()  # block -> None, unheld but naming a prefix, LRU first
         self._by_hash: dict[bytes, int] = {}
         self._hash_of: dict[int, bytes] = {}
+        # Full blocks by the hash of the prefix before them (b"" for a first block), with their
+        # tokens: where a prompt that diverges inside a block finds the block to copy its start from.
+        self._children: dict[bytes, dict[int, tuple[int, ...]]] = {}
+        self._parent_of: dict[int, bytes] = {}
 
     @property
     def available(self) -> int:
@@ -61,6 +65,8 @@ class BlockManager:
         else:
             block, _ = self._cached.popitem(last=False)
             del self._by_hash[self._hash_of.pop(block)]
+            siblings = self._children[self._parent_of.pop(block)]
+            del siblings[block]
         self._refcount[block] = 1
         return block
 
@@ -82,9 +88,26 @@ class BlockManager:
             else:
                 self._free.append(block)
 
-    def register(self, block: int, block_hash: bytes) -> None:
-        """Records that `block` now holds the prefix `block_hash` (its keys and values are written).
-        A prefix another block already holds keeps that block; this one stays private."""
+    def register(self, block: int, block_hash: bytes, parent_hash: bytes, tokens: tuple[int, ...]) -> None:
+        """Records that `block` now holds the prefix `block_hash`, whose last block is `tokens` after
+        the prefix `parent_hash` (its keys and values are written). A prefix another block already
+        holds keeps that block; this one stays private."""
         if block_hash not in self._by_hash and block not in self._hash_of:
             self._by_hash[block_hash] = block
             self._hash_of[block] = block_hash
+            self._children.setdefault(parent_hash, {})[block] = tokens
+            self._parent_of[block] = parent_hash
+
+    def longest_partial_match(self, parent_hash: bytes, tokens) -> tuple[int | None, int]:
+        """(block, k): a full block after the prefix `parent_hash` whose first k tokens are the
+        first k of `tokens`, k as large as any such block gives (None, 0 when none matches)."""
+        best, best_length = None, 0
+        for block, held in self._children.get(parent_hash, {}).items():
+            length = 0
+            for mine, theirs in zip(tokens, held):
+                if mine != theirs:
+                    break
+                length += 1
+            if length > best_length:
+                best, best_length = block, length
+        return best, best_length

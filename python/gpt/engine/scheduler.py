@@ -101,8 +101,11 @@ class Scheduler:
         prefix cache."""
         seq.computed += count
         full = min(seq.computed // self.block_size, len(seq.hashes))
+        size = self.block_size
         for index in range(seq.registered, full):
-            self.blocks.register(seq.table[index], seq.hashes[index])
+            parent = seq.hashes[index - 1] if index else b""
+            tokens = tuple(seq.tokens[index * size : (index + 1) * size])
+            self.blocks.register(seq.table[index], seq.hashes[index], parent, tokens)
         seq.registered = max(seq.registered, full)
 
     # -- helpers --------------------------------------------------------------------------------
@@ -170,13 +173,25 @@ class Scheduler:
             seq.registered = matched
             # The last token always runs: its logits are what the next token is sampled from.
             seq.computed = min(matched * self.block_size, len(seq.tokens) - 1)
+            # Where the prompt diverges inside the next block, a cached block that agrees up to
+            # there is copied (copy-on-write at the first divergent block), and only the rest runs.
+            source, shared = self._partial_match(seq, matched)
+            if source is not None:
+                self.blocks.acquire(source)  # not evicted by the allocations below
+            seq.computed += shared
             count = min(seq.pending, budget)
             # Headroom of one block per running sequence, so that admitting does not at once
             # force the running ones into preemption.
             headroom = len(self.running)
             if self._blocks_needed(seq, count) + headroom > self.blocks.available or not self._reserve(seq, count):
+                if source is not None:
+                    self.blocks.release(source)
                 self.release(seq)
                 return
+            if source is not None:
+                self.pool.copy_block(source, seq.table[matched])
+                self.blocks_copied += 1
+                self.blocks.release(source)
             self.waiting.remove(seq)
             self._admissions += 1
             seq.admitted_at = self._admissions
@@ -186,6 +201,16 @@ class Scheduler:
             plan.admitted_tokens += len(seq.tokens)
             being_computed.update(seq.hashes[seq.computed // self.block_size :])
             budget -= count
+
+    def _partial_match(self, seq: Sequence, matched: int) -> tuple[int | None, int]:
+        """A cached full block to copy the start of block `matched` of `seq` from, and how many of
+        its positions it gives (never the last token, which must run)."""
+        first = matched * self.block_size
+        end = min(first + self.block_size, len(seq.tokens) - 1)
+        if end <= first:
+            return None, 0
+        parent = seq.hashes[matched - 1] if matched else b""
+        return self.blocks.longest_partial_match(parent, seq.tokens[first:end])
 
     def _match_prefix(self, seq: Sequence) -> list[int]:
         hits = []
