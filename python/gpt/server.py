@@ -75,11 +75,12 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"] if part != "body") or "body"
+        path = [str(part) for part in first["loc"] if part != "body"]
+        field = path[0] if path else "body"  # the request's field; the message has the full path
         return JSONResponse(
             {
                 "error": {
-                    "message": f"{field}: {first['msg']}",
+                    "message": f"{'.'.join(path) or field}: {first['msg']}",
                     "type": "invalid_request_error",
                     "param": field,
                     "code": 422,

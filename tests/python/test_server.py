@@ -132,6 +132,7 @@ def test_stop_string_cuts_the_text(url, model):
         (dict(prompt="hi", temperature="hot"), 422, "temperature"),
         (dict(max_tokens=3), 422, "prompt"),
         (dict(prompt="hi", best_of=3), 422, "best_of"),
+        (dict(prompt=[5, -1], max_tokens=3), 422, "prompt"),
         (dict(prompt=[300], max_tokens=3), 400, "prompt"),
     ],
 )
