@@ -215,6 +215,35 @@ def test_threaded_engine_matches_seeded_generate(model):
     assert engine.metrics().blocks_in_use == 0
 
 
+def test_cancelling_from_other_threads_while_the_engine_runs(model, expected):
+    """The background thread under a tight pool (preemptions) while client threads cancel at
+    random moments: the rest are unchanged and every block comes back."""
+    requests = workload()[:16]
+    engine = Engine(paged(model), num_blocks=24, block_size=8, max_batch_tokens=32)
+    rng = np.random.default_rng(11)
+    delays = rng.uniform(0, 0.05, len(requests))
+    cancel = set(int(i) for i in rng.choice(len(requests), 6, replace=False))
+    handles = [engine.submit(prompt, max_tokens) for _, prompt, max_tokens in requests]
+
+    def canceller(i):
+        time.sleep(delays[i])
+        handles[i].cancel()
+
+    threads = [threading.Thread(target=canceller, args=(i,)) for i in cancel]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, handle in enumerate(handles):
+        assert handle.wait(60), f"request {i} hangs"
+        if handle.finish_reason != "cancelled":
+            assert handle.tokens == expected[i][0], f"request {i}"
+    engine.shutdown()
+    metrics = engine.metrics()
+    assert metrics.blocks_in_use == 0 and metrics.running == 0 and metrics.waiting == 0
+    assert metrics.requests_cancelled + metrics.requests_finished == len(requests)
+
+
 def test_stop_strings_end_the_text_and_never_leak_into_the_stream(model):
     prompt = list(b"Once upon a time")
     text = bytes(model.generate(prompt, 40)).decode("utf-8", errors="replace")
