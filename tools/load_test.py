@@ -10,7 +10,8 @@ long prompt prefix at once and reads from /metrics how many prompt tokens the se
     python tools/load_test.py --paged_reference ...                        # numpy paged step (tests)
 
 Prompts are random token ids in [32, 127) (valid for byte-level and GPT-2 vocabularies); decoding
-is greedy with no stop, so every request generates exactly --max_tokens tokens.
+is greedy (or seeded sampling with --temperature) with no stop, so every request generates
+exactly --max_tokens tokens.
 """
 
 import argparse
@@ -88,9 +89,9 @@ def started_server(args):
         process.wait(60)
 
 
-async def one_request(client, url, prompt, max_tokens):
+async def one_request(client, url, prompt, max_tokens, temperature=0.0):
     """(time to first token, [inter-token gaps], tokens) of one streamed completion."""
-    body = dict(prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True)
+    body = dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=len(prompt), stream=True)
     start = time.perf_counter()
     times = []
     async with client.stream("POST", url + "/v1/completions", json=body) as response:
@@ -107,14 +108,15 @@ async def one_request(client, url, prompt, max_tokens):
     return times[0] - start, list(np.diff(times)), len(times)
 
 
-async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, seed):
+async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, seed, temperature=0.0):
     rng = np.random.default_rng(seed)
     prompts = [[int(t) for t in rng.integers(32, 127, prompt_tokens)] for _ in range(clients * requests_per_client)]
     results = []
 
     async def client_loop(client, index):
         for r in range(requests_per_client):
-            results.append(await one_request(client, url, prompts[index * requests_per_client + r], max_tokens))
+            prompt = prompts[index * requests_per_client + r]
+            results.append(await one_request(client, url, prompt, max_tokens, temperature))
 
     async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=clients + 4)) as client:
         before = metric_values((await client.get(url + "/metrics")).text)
@@ -154,6 +156,7 @@ def main() -> None:
     parser.add_argument("--requests_per_client", type=int, default=2)
     parser.add_argument("--prompt_tokens", type=int, default=32)
     parser.add_argument("--max_tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled (seeded)")
     parser.add_argument("--max_batch_tokens", type=int, default=512)
     parser.add_argument("--num_kv_blocks", type=int, default=512)
     parser.add_argument("--prefix_tokens", type=int, default=512)
@@ -169,14 +172,17 @@ def main() -> None:
         # Warm-up: the first requests compile the step's programs.
         asyncio.run(level(url, max(args.concurrency), 1, args.prompt_tokens, 4, seed=99))
         rows = [
-            asyncio.run(level(url, c, args.requests_per_client, args.prompt_tokens, args.max_tokens, seed=c))
+            asyncio.run(
+                level(url, c, args.requests_per_client, args.prompt_tokens, args.max_tokens, c, args.temperature)
+            )
             for c in args.concurrency
         ]
         prefix = asyncio.run(
             shared_prefix(url, args.prefix_requests, args.prefix_tokens, args.suffix_tokens, 4, seed=7)
         )
     single = rows[0]["tokens"] / rows[0]["wall"]
-    print(f"prompt {args.prompt_tokens} tokens, {args.max_tokens} generated per request, greedy, streamed")
+    decoding = "greedy" if args.temperature == 0 else f"sampled at temperature {args.temperature}"
+    print(f"prompt {args.prompt_tokens} tokens, {args.max_tokens} generated per request, {decoding}, streamed")
     print(
         "| clients | requests | tok/s (all) | x one client | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms "
         "| tokens per step |"
