@@ -7,9 +7,12 @@ namespace gpt {
 
 std::vector<EntryArgument> entryArguments(EntryPoint entry, const GPTConfig &config, int64_t parameterCount) {
   std::vector<EntryArgument> arguments = {{ArgumentKind::TokenIds}, {ArgumentKind::Positions}};
-  if (entry == EntryPoint::Step) {
+  if (entry == EntryPoint::BatchStep)
+    for (ArgumentKind kind : {ArgumentKind::Sequences, ArgumentKind::CacheSlots, ArgumentKind::BlockTables})
+      arguments.push_back({kind});
+  if (entry != EntryPoint::Forward) {
     arguments.push_back({ArgumentKind::LastRow});
-    arguments.push_back({ArgumentKind::CacheOffset});
+    if (entry == EntryPoint::Step) arguments.push_back({ArgumentKind::CacheOffset});
     for (int64_t layer = 0; layer < config.nLayer; ++layer) {
       arguments.push_back({ArgumentKind::KeyCache, layer});
       arguments.push_back({ArgumentKind::ValueCache, layer});

@@ -11,17 +11,22 @@ namespace gpt {
 struct GPTConfig;
 
 enum class EntryPoint {
-  Forward, ///< `@forward`: logits of every position, no cache
-  Step,    ///< `@step`: prefill or decode against per-layer KV caches
+  Forward,   ///< `@forward`: logits of every position, no cache
+  Step,      ///< `@step`: prefill or decode against per-layer KV caches
+  BatchStep, ///< `@batch_step`: the new tokens of many sequences against per-layer paged KV pools
 };
 
 /// What one argument of an entry point is.
 enum class ArgumentKind {
   TokenIds,    ///< [T] i64, padded to the bucket
   Positions,   ///< [T] i64, each token's position
-  LastRow,     ///< [1] i64 (step): the row whose logits are returned
+  LastRow,     ///< [rows] i64 (step: 1, batch step: one per sequence): the rows whose logits are returned
   CacheOffset, ///< index, passed by value (step): the first token's position in the cache
-  KeyCache,    ///< [H, cacheLen, head size] f32 (step), updated in place; `index` is the layer
+  Sequences,   ///< [T] i64 (batch step): the sequence (block-table row) of each token
+  CacheSlots,  ///< [T] i64 (batch step): where each token's key and value go, block * S + row; < 0: nowhere
+  BlockTables, ///< [B, M] i64 (batch step): each sequence's blocks in the pool, in position order
+  KeyCache,    ///< [H, cacheLen, head size] f32 (step), updated in place; `index` is the layer.
+               ///< Batch step: the layer's pool [blocks, H, S, head size]
   ValueCache,  ///< as KeyCache
   Weight,      ///< parameterSpecs()[index], read-only
   Logits,      ///< [rows, padded vocab] f32 written by the program: its result, an out-parameter

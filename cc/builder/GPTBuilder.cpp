@@ -82,13 +82,26 @@ public:
   struct Cache {
     Value key, value, offset;
   };
-  Value attention(Value x, const LayerWeights &w, Value positions, Cache *cache = nullptr) {
+  /// A layer's paged KV pools and how the batch's tokens reach them (EntryPoints.h).
+  struct PagedCache {
+    Value key, value, tables, sequences, slots;
+  };
+  Value attention(Value x, const LayerWeights &w, Value positions, Cache *cache = nullptr,
+                  PagedCache *paged = nullptr) {
     Value qkv = linear(layerNorm(x, w[W::Ln1Weight], w[W::Ln1Bias]), w.matmul(W::QkvWeight), w[W::QkvBias]);
     Value q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
     if (config.rope) {
       FloatAttr base = b.getF32FloatAttr(10000.0f);
       q = b.create<RopeOp>(loc, unranked(), q, positions, base);
       k = b.create<RopeOp>(loc, unranked(), k, positions, base);
+    }
+    float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
+    if (paged) {
+      paged->key = b.create<PagedCacheWriteOp>(loc, unranked(), k, paged->key, paged->slots);
+      paged->value = b.create<PagedCacheWriteOp>(loc, unranked(), v, paged->value, paged->slots);
+      Value a = b.create<PagedAttentionOp>(loc, unranked(), q, paged->key, paged->value, paged->tables,
+                                           paged->sequences, positions, b.getF32FloatAttr(scale));
+      return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnProjWeight), w[W::AttnProjBias]);
     }
     Value offset;
     int64_t slots = cache ? cast<RankedTensorType>(cache->key.getType()).getDimSize(1) : 0;
@@ -111,7 +124,6 @@ public:
       cache->key = k = b.create<CacheUpdateOp>(loc, unranked(), k, cache->key, slot);
       cache->value = v = b.create<CacheUpdateOp>(loc, unranked(), v, cache->value, slot);
     }
-    float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
     auto attention = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
     if (config.attentionWindow > 0) attention.setWindowAttr(b.getI64IntegerAttr(config.attentionWindow));
     Value a = attention;
@@ -240,6 +252,42 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   return fn;
 }
 
+/// `@gpt_block_paged(x: [T, D], positions, sequences, slots: [T], tables: [B, M], k, v: [N, H, S, d],
+/// weights) -> (x, k, v)`: one transformer layer of the batched step, writing the new tokens' keys
+/// and values into this layer's pools (in place) and attending through the block tables.
+func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BatchShape &shape,
+                             ArrayRef<ParameterSpec> layerSpecs) {
+  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+  auto activations = RankedTensorType::get({shape.tokens, config.nEmbd}, f32);
+  auto perToken = RankedTensorType::get({shape.tokens}, i64);
+  auto poolType = RankedTensorType::get({shape.poolBlocks, config.nHead, shape.blockSize, config.headSize()}, f32);
+  SmallVector<Type> argTypes = {
+      activations, perToken, perToken, perToken, RankedTensorType::get({shape.batch, shape.tableWidth}, i64),
+      poolType,    poolType};
+  SmallVector<Type> resultTypes = {activations, poolType, poolType};
+  const int64_t firstWeight = argTypes.size();
+  for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(weightType(b, spec));
+  func::FuncOp fn = createFunction(b, loc, "gpt_block_paged", argTypes, resultTypes, /*entryPoint=*/false,
+                                   /*updatedInPlace=*/{5u, 6u});
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&fn.front());
+  GraphBuilder g(b, loc, config);
+  Value x = fn.getArgument(0), positions = fn.getArgument(1);
+  std::map<std::string, Value> byName;
+  for (auto [spec, argument] : llvm::zip(layerSpecs, fn.getArguments().drop_front(firstWeight)))
+    byName[spec.name] = argument;
+  LayerWeights w = layerWeights(byName, 0);
+  GraphBuilder::PagedCache pools = {fn.getArgument(5), fn.getArgument(6), fn.getArgument(4), fn.getArgument(2),
+                                    fn.getArgument(3)};
+  x = g.add(x, g.attention(x, w, positions, /*cache=*/nullptr, &pools));
+  x = g.add(x, g.mlp(x, w));
+  Value out = b.create<tensor::CastOp>(loc, activations, x);
+  Value keys = b.create<tensor::CastOp>(loc, poolType, pools.key);
+  Value values = b.create<tensor::CastOp>(loc, poolType, pools.value);
+  b.create<func::ReturnOp>(loc, ValueRange{out, keys, values});
+  return fn;
+}
+
 /// Layer 0's specs: every layer has the same shapes and layouts.
 std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config, const WeightStorage &storage) {
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage), layer;
@@ -256,19 +304,27 @@ struct EntryFunctionArguments {
 };
 
 EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, const GPTConfig &config,
-                                              ArrayRef<ParameterSpec> specs, int64_t seqLen, int64_t cacheLen) {
+                                              ArrayRef<ParameterSpec> specs, int64_t seqLen, int64_t cacheLen,
+                                              const BatchShape *batch = nullptr) {
   Type f32 = b.getF32Type(), i64 = b.getI64Type();
-  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, f32);
+  auto cacheType =
+      batch ? RankedTensorType::get({batch->poolBlocks, config.nHead, batch->blockSize, config.headSize()}, f32)
+            : RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, f32);
   EntryFunctionArguments result;
   for (const EntryArgument &argument : entryArguments(entry, config, specs.size())) {
     Type type;
     switch (argument.kind) {
     case ArgumentKind::TokenIds:
     case ArgumentKind::Positions:
+    case ArgumentKind::Sequences:
+    case ArgumentKind::CacheSlots:
       type = RankedTensorType::get({seqLen}, i64);
       break;
     case ArgumentKind::LastRow:
-      type = RankedTensorType::get({1}, i64);
+      type = RankedTensorType::get({batch ? batch->batch : 1}, i64);
+      break;
+    case ArgumentKind::BlockTables:
+      type = RankedTensorType::get({batch->batch, batch->tableWidth}, i64);
       break;
     case ArgumentKind::CacheOffset:
       type = b.getIndexType();
@@ -292,7 +348,7 @@ EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, co
 /// The entry function's argument values by kind: ids, positions, last row, offset, caches, and
 /// the weights by name.
 struct EntryValues {
-  Value ids, positions, last, offset;
+  Value ids, positions, last, offset, sequences, slots, tables;
   SmallVector<Value> keys, values;
   std::map<std::string, Value> weights;
 
@@ -326,6 +382,15 @@ struct EntryValues {
         break;
       case ArgumentKind::CacheOffset:
         offset = value;
+        break;
+      case ArgumentKind::Sequences:
+        sequences = value;
+        break;
+      case ArgumentKind::CacheSlots:
+        slots = value;
+        break;
+      case ArgumentKind::BlockTables:
+        tables = value;
         break;
       case ArgumentKind::KeyCache:
         keys.push_back(value);
@@ -420,6 +485,60 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   }
   // Only the last real token's logits are needed: gather its row (an embedding lookup into the
   // activations) before the final LayerNorm and the LM head.
+  x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
+  x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
+  Value logits = g.matmul(x, in.head());
+  SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
+  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
+    results.push_back(keys[layer]);
+    results.push_back(values[layer]);
+  }
+  b.create<func::ReturnOp>(loc, results);
+  return module;
+}
+
+OwningOpRef<ModuleOp> buildBatchStep(MLIRContext &ctx, const GPTConfig &config, const BatchShape &shape,
+                                     const WeightStorage &storage) {
+  ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
+                  tensor::TensorDialect>();
+  OpBuilder b(&ctx);
+  Location loc = NameLoc::get(b.getStringAttr("gpt.batch_step"));
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
+
+  std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
+  std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
+  func::FuncOp block = buildPagedBlock(b, loc, config, shape, layerSpecs);
+  EntryFunctionArguments arguments =
+      entryFunctionArguments(b, EntryPoint::BatchStep, config, specs, shape.tokens, 0, &shape);
+  auto poolType =
+      RankedTensorType::get({shape.poolBlocks, config.nHead, shape.blockSize, config.headSize()}, b.getF32Type());
+  auto logitsType = RankedTensorType::get({shape.batch, config.paddedVocabSize()}, b.getF32Type());
+  SmallVector<Type> resultTypes = {logitsType};
+  resultTypes.append(2 * config.nLayer, poolType);
+  SmallVector<unsigned> pools; // updated in place
+  for (auto [i, argument] : llvm::enumerate(arguments.arguments))
+    if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache) pools.push_back(i);
+  func::FuncOp fn = createFunction(b, loc, "batch_step", arguments.types, resultTypes, /*entryPoint=*/true, pools);
+  b.setInsertionPointToStart(&fn.front());
+  EntryValues in(fn, arguments.arguments, specs);
+
+  GraphBuilder g(b, loc, config);
+  Value x = in.tokenEmbedding(b, loc, in.ids);
+  if (!config.rope)
+    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
+  x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
+  SmallVector<Value> keys, values;
+  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
+    SmallVector<Value> operands = {x,         in.positions,   in.sequences,    in.slots,
+                                   in.tables, in.keys[layer], in.values[layer]};
+    operands.append(layerOperands(in.weights, layerSpecs, layer));
+    auto call = b.create<func::CallOp>(loc, block, operands);
+    x = call.getResult(0);
+    keys.push_back(call.getResult(1));
+    values.push_back(call.getResult(2));
+  }
+  // Each sequence's last new token: its row gathered before the final LayerNorm and the LM head.
   x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
   x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
   Value logits = g.matmul(x, in.head());

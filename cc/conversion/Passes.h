@@ -30,6 +30,8 @@ void populateNormalizationLoweringPatterns(mlir::RewritePatternSet &patterns);
 void populateShapeLoweringPatterns(mlir::RewritePatternSet &patterns);
 /// causal_attention (AttentionLowering.cpp).
 void populateAttentionLoweringPatterns(mlir::RewritePatternSet &patterns);
+/// paged_cache_write and paged_attention (the batched step's paged KV pool).
+void populatePagedAttentionLoweringPatterns(mlir::RewritePatternSet &patterns);
 
 #define GEN_PASS_REGISTRATION
 #include "cc/conversion/Passes.h.inc"

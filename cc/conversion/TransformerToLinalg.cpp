@@ -64,6 +64,7 @@ void populateTransformerToLinalgPatterns(RewritePatternSet &patterns) {
   populateNormalizationLoweringPatterns(patterns);
   populateShapeLoweringPatterns(patterns);
   populateAttentionLoweringPatterns(patterns);
+  populatePagedAttentionLoweringPatterns(patterns);
 }
 
 } // namespace gpt::conversion

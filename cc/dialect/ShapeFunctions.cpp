@@ -333,6 +333,55 @@ FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn 
   return ranked(c.getShape(), cache);
 }
 
+namespace {
+/// `type` when it is a ranked tensor of `rank`, null when unranked; an error naming `name` and
+/// `shape` (the dims it must have) for any other rank.
+FailureOr<RankedTensorType> rankedOf(StringRef name, Type type, int64_t rank, StringRef shape, EmitErrorFn emitError) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (t && t.getRank() != rank)
+    return emitError() << name << " must be a rank-" << rank << " " << shape << " tensor, got " << type;
+  return t;
+}
+} // namespace
+
+FailureOr<TensorType> inferPagedCacheWriteType(Type update, Type pool, Type slots, EmitErrorFn emitError) {
+  FailureOr<RankedTensorType> u = rankedOf("update", update, 3, "[heads, tokens, head_dim]", emitError);
+  FailureOr<RankedTensorType> p = rankedOf("pool", pool, 4, "[blocks, heads, block_size, head_dim]", emitError);
+  FailureOr<RankedTensorType> s = rankedOf("slots", slots, 1, "[tokens]", emitError);
+  if (failed(u) || failed(p) || failed(s)) return failure();
+  if (!*u || !*p) return unranked(pool);
+  if (!dimsCompatible(u->getDimSize(0), p->getDimSize(1)) || !dimsCompatible(u->getDimSize(2), p->getDimSize(3)))
+    return emitError() << "update " << update << " and pool " << pool << " must agree on heads and head_dim";
+  if (*s && !dimsCompatible(s->getDimSize(0), u->getDimSize(1)))
+    return emitError() << "slots " << slots << " must give one slot per token of update " << update;
+  return ranked(p->getShape(), pool);
+}
+
+FailureOr<TensorType> inferPagedAttentionType(Type query, Type keyPool, Type valuePool, Type blockTables,
+                                              Type sequences, Type positions, EmitErrorFn emitError) {
+  FailureOr<RankedTensorType> q = rankedOf("query", query, 3, "[heads, tokens, head_dim]", emitError);
+  FailureOr<RankedTensorType> k = rankedOf("key pool", keyPool, 4, "[blocks, heads, block_size, head_dim]", emitError);
+  FailureOr<RankedTensorType> v =
+      rankedOf("value pool", valuePool, 4, "[blocks, heads, block_size, head_dim]", emitError);
+  FailureOr<RankedTensorType> t = rankedOf("block_tables", blockTables, 2, "[sequences, blocks]", emitError);
+  FailureOr<RankedTensorType> s = rankedOf("sequences", sequences, 1, "[tokens]", emitError);
+  FailureOr<RankedTensorType> p = rankedOf("positions", positions, 1, "[tokens]", emitError);
+  if (failed(q) || failed(k) || failed(v) || failed(t) || failed(s) || failed(p)) return failure();
+  if (!*q) return unranked(query);
+  if (*k && *v && k->getShape() != v->getShape())
+    return emitError() << "key pool " << keyPool << " and value pool " << valuePool << " must have the same shape";
+  if (*k &&
+      (!dimsCompatible(q->getDimSize(0), k->getDimSize(1)) || !dimsCompatible(q->getDimSize(2), k->getDimSize(3))))
+    return emitError() << "query " << query << " and key pool " << keyPool << " must agree on heads and head_dim";
+  for (auto [name, index, type] :
+       {std::tuple<StringRef, RankedTensorType, Type>{"sequences", *s, sequences}, {"positions", *p, positions}})
+    if (index && !dimsCompatible(index.getDimSize(0), q->getDimSize(1)))
+      return emitError() << name << " " << type << " must give one entry per token of query " << query;
+  if (llvm::is_contained(q->getShape(), 0))
+    return emitError() << "query " << query << " has a zero-sized dimension; attention needs a head, token and feature";
+  return ranked(q->getShape(), query);
+}
+
 LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError) {
   auto d = dyn_cast<RankedTensorType>(declared);
   auto i = dyn_cast<RankedTensorType>(inferred);

@@ -59,6 +59,13 @@ Type swapHeadsAndTokens(Type type);
 /// update [H, T, d] written into cache [H, M, d] (T <= M) -> the cache's type.
 FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn emitError);
 
+/// update [H, T, d] written into pool [N, H, S, d] at slots [T] -> the pool's type.
+FailureOr<TensorType> inferPagedCacheWriteType(Type update, Type pool, Type slots, EmitErrorFn emitError);
+/// query [H, T, d] over pools [N, H, S, d] through block_tables [B, M], with sequences and
+/// positions [T] -> [H, T, d].
+FailureOr<TensorType> inferPagedAttentionType(Type query, Type keyPool, Type valuePool, Type blockTables,
+                                              Type sequences, Type positions, EmitErrorFn emitError);
+
 /// Fails with an error unless `declared` is compatible with `inferred` (equal where both are known).
 LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError);
 

@@ -255,5 +255,30 @@ LogicalResult CacheUpdateOp::inferShapes() {
   return refineResult(*this, inferCacheUpdateType(getUpdate().getType(), getCache().getType(), errorOn(*this)));
 }
 
+LogicalResult PagedCacheWriteOp::verify() {
+  return verifyInferred(*this, inferPagedCacheWriteType(getUpdate().getType(), getPool().getType(),
+                                                        getSlots().getType(), errorOn(*this)));
+}
+LogicalResult PagedCacheWriteOp::inferShapes() {
+  return refineResult(*this, inferPagedCacheWriteType(getUpdate().getType(), getPool().getType(), getSlots().getType(),
+                                                      errorOn(*this)));
+}
+
+LogicalResult PagedAttentionOp::verify() {
+  float scale = getScale().convertToFloat();
+  if (!(scale > 0.0f) || !std::isfinite(scale))
+    return emitOpError() << "scale must be a positive finite number, got " << getScaleAttr();
+  return verifyInferred(*this,
+                        inferPagedAttentionType(getQuery().getType(), getKeyPool().getType(), getValuePool().getType(),
+                                                getBlockTables().getType(), getSequences().getType(),
+                                                getPositions().getType(), errorOn(*this)));
+}
+LogicalResult PagedAttentionOp::inferShapes() {
+  return refineResult(*this,
+                      inferPagedAttentionType(getQuery().getType(), getKeyPool().getType(), getValuePool().getType(),
+                                              getBlockTables().getType(), getSequences().getType(),
+                                              getPositions().getType(), errorOn(*this)));
+}
+
 #define GET_OP_CLASSES
 #include "cc/dialect/TransformerOps.cpp.inc"

@@ -454,4 +454,59 @@ def Transformer_CacheUpdateOp : Transformer_Op<"cache_update",
   let hasVerifier = 1;
 }
 
+def Transformer_PagedCacheWriteOp : Transformer_Op<"paged_cache_write",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Writes new keys or values into the slots of a paged KV pool";
+  let description = [{
+    `pool : [N, H, S, d]` is a pool of N blocks of S positions each, `update : [H, T, d]` the
+    keys (or values) of T new tokens and `slots : [T]` where each goes: token `t` is written at
+    block `slots[t] / S`, position `slots[t] % S` of every head. A negative slot writes nothing
+    (a padding token). The result is the pool with those rows replaced; slots are distinct and
+    inside the pool (the runtime checks both before calling compiled code). When the pool is a
+    writable function argument, bufferization performs the writes in place.
+
+    ```mlir
+    %k2 = transformer.paged_cache_write %k into %pool[%slots]
+        : tensor<4x3x16xf32>, tensor<32x4x16x16xf32>, tensor<3xi64> -> tensor<32x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$update, F32Tensor:$pool, TensorOf<[I64]>:$slots);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = [{
+    $update `into` $pool `[` $slots `]` attr-dict `:` type($update) `,` type($pool) `,` type($slots) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
+def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Causal attention of the tokens of many sequences over a paged KV pool";
+  let description = [{
+    `query : [H, T, d]` holds the new tokens of B sequences; token `t` belongs to sequence
+    `sequences[t]` and sits at position `positions[t]` of it. `key_pool, value_pool : [N, H, S, d]`
+    are pools of N blocks of S positions; `block_tables : [B, M]` lists each sequence's blocks in
+    order: position `p` of sequence `b` is row `p % S` of block `block_tables[b, p / S]`. Token `t`
+    attends to positions `0 .. positions[t]` of its own sequence, read through its block table
+    (no sequence is ever copied out of the pool):
+    `result[h, t] = softmax_p(scale * q[h, t] . k_p) . v_p`. The caller guarantees that every
+    block those positions need is listed and inside the pool.
+
+    ```mlir
+    %a = transformer.paged_attention %q, %kp, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32}
+        : tensor<4x3x16xf32>, tensor<32x4x16x16xf32>, tensor<32x4x16x16xf32>, tensor<2x8xi64>, tensor<3xi64>,
+          tensor<3xi64> -> tensor<4x3x16xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$query, F32Tensor:$key_pool, F32Tensor:$value_pool,
+                       TensorOf<[I64]>:$block_tables, TensorOf<[I64]>:$sequences,
+                       TensorOf<[I64]>:$positions, F32Attr:$scale);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = [{
+    $query `,` $key_pool `,` $value_pool `tables` $block_tables `sequences` $sequences `positions` $positions
+    attr-dict `:` type($query) `,` type($key_pool) `,` type($value_pool) `,` type($block_tables) `,`
+    type($sequences) `,` type($positions) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // GPT_TRANSFORMER_OPS_TD

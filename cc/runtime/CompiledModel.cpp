@@ -43,6 +43,7 @@ CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &opti
   supplied_ = gpt::suppliedParameters(config);
   forwardArguments_ = entryArguments(EntryPoint::Forward, config, parameters_.size());
   stepArguments_ = entryArguments(EntryPoint::Step, config, parameters_.size());
+  batchStepArguments_ = entryArguments(EntryPoint::BatchStep, config, parameters_.size());
   // Schedules run upstream passes by name (transform.apply_registered_pass).
   registerAllPasses();
   mlir::DialectRegistry registry;
@@ -66,11 +67,16 @@ void CompiledModel::setTargetFeatures(PipelineOptions &pipeline) const {
   pipeline.avx512bf16 = target_.has("avx512bf16");
 }
 
-mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen) {
+mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen,
+                                                       const BatchShape *batch) {
   DiagnosticCapture diagnostics(*context);
-  mlir::OwningOpRef<mlir::ModuleOp> module = cacheLen > 0
-                                                 ? buildStep(*context, config_, seqLen, cacheLen, weightStorage())
-                                                 : buildForward(*context, config_, seqLen, weightStorage());
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  if (batch)
+    module = buildBatchStep(*context, config_, *batch, weightStorage());
+  else if (cacheLen > 0)
+    module = buildStep(*context, config_, seqLen, cacheLen, weightStorage());
+  else
+    module = buildForward(*context, config_, seqLen, weightStorage());
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   pipeline.level = options_.level;
@@ -78,8 +84,9 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqL
   setTargetFeatures(pipeline);
   addPipelineUpTo(pm, stage, pipeline);
   if (mlir::failed(pm.run(*module))) {
-    std::string what = cacheLen > 0 ? "the cached step for " + std::to_string(seqLen) + " tokens"
-                                    : "forward for " + std::to_string(seqLen) + " tokens";
+    std::string what = batch          ? "the batched step for " + std::to_string(batch->tokens) + " tokens"
+                       : cacheLen > 0 ? "the cached step for " + std::to_string(seqLen) + " tokens"
+                                      : "forward for " + std::to_string(seqLen) + " tokens";
     throw CompileError(diagnostics.message("compiling " + what + " failed"));
   }
   return module;
@@ -120,8 +127,8 @@ const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
 }
 
 std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen,
-                                                         int64_t logitsRows) {
-  mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::Bufferized, seqLen, cacheLen);
+                                                         int64_t logitsRows, const BatchShape *batch) {
+  mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::Bufferized, seqLen, cacheLen, batch);
   // The calling convention run() relies on: nothing returned, the logits written into the last
   // argument, and (for the cached step) the caches updated where they are, not copied out.
   auto entry = module->lookupSymbol<mlir::func::FuncOp>(name);
@@ -182,6 +189,7 @@ double CompiledModel::totalCompileSeconds() const {
   double total = 0;
   for (const auto &[bucket, seconds] : compileSeconds) total += seconds;
   for (const auto &[key, seconds] : stepCompileSeconds) total += seconds;
+  for (const auto &[key, seconds] : batchStepCompileSeconds) total += seconds;
   return total;
 }
 
@@ -372,11 +380,20 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
   kernels::AlignedFloats logits = kernels::allocateAligned(call.logitsRows * cols);
   MemRefDescriptor out = MemRefDescriptor::view(logits.get(), {call.logitsRows, cols});
   // Built before any pointer into them is taken: the vectors must not reallocate afterwards.
+  const BatchStepCall *batch = call.batch;
+  const int64_t lastRows = batch ? batch->shape.batch : 1;
   std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::view(call.ids, {call.rows}),
                                                MemRefDescriptor::view(call.positions, {call.rows}),
-                                               MemRefDescriptor::view(call.last, {1})};
+                                               MemRefDescriptor::view(call.last, {lastRows})};
+  if (batch) {
+    descriptors.push_back(MemRefDescriptor::view(batch->sequences, {call.rows}));
+    descriptors.push_back(MemRefDescriptor::view(batch->slots, {call.rows}));
+    descriptors.push_back(MemRefDescriptor::view(batch->tables, {batch->shape.batch, batch->shape.tableWidth}));
+  }
   std::vector<MemRefDescriptor> caches;
-  const std::vector<int64_t> cacheShape = {config_.nHead, call.cacheLen, config_.headSize()};
+  const std::vector<int64_t> cacheShape =
+      batch ? std::vector<int64_t>{batch->shape.poolBlocks, config_.nHead, batch->shape.blockSize, config_.headSize()}
+            : std::vector<int64_t>{config_.nHead, call.cacheLen, config_.headSize()};
   for (int64_t layer = 0; layer < static_cast<int64_t>(call.keys.size()); ++layer) {
     caches.push_back(MemRefDescriptor::view(call.keys[layer], cacheShape));
     caches.push_back(MemRefDescriptor::view(call.values[layer], cacheShape));
@@ -385,7 +402,10 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
   std::vector<void *> arguments;
   std::vector<size_t> scalarArguments;
   // Compiled code only reads argument descriptors, so concurrent calls can share the weights'.
-  for (const EntryArgument &argument : entry == EntryPoint::Step ? stepArguments_ : forwardArguments_) {
+  const std::vector<EntryArgument> &entryArgs = entry == EntryPoint::Step        ? stepArguments_
+                                                : entry == EntryPoint::BatchStep ? batchStepArguments_
+                                                                                 : forwardArguments_;
+  for (const EntryArgument &argument : entryArgs) {
     switch (argument.kind) {
     case ArgumentKind::TokenIds:
       arguments.push_back(descriptors[0].pointer());
@@ -399,6 +419,15 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
     case ArgumentKind::CacheOffset:
       scalarArguments.push_back(arguments.size());
       arguments.push_back(&offset);
+      break;
+    case ArgumentKind::Sequences:
+      arguments.push_back(descriptors[3].pointer());
+      break;
+    case ArgumentKind::CacheSlots:
+      arguments.push_back(descriptors[4].pointer());
+      break;
+    case ArgumentKind::BlockTables:
+      arguments.push_back(descriptors[5].pointer());
       break;
     case ArgumentKind::KeyCache:
       arguments.push_back(caches[2 * argument.index].pointer());
@@ -479,6 +508,57 @@ Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, in
   CallArguments call{paddedIds.data(), positions.data(), rows, last.data(), offset, cacheLen, keys, values,
                      /*logitsRows=*/1};
   return run(function, EntryPoint::Step, call);
+}
+
+namespace {
+std::vector<int64_t> batchKey(const BatchShape &shape) {
+  return {shape.tokens, shape.batch, shape.tableWidth, shape.poolBlocks, shape.blockSize};
+}
+} // namespace
+
+Logits CompiledModel::batchStep(const BatchStepCall &call) {
+  const BatchShape &shape = call.shape;
+  if (shape.tokens < 1 || shape.batch < 1 || shape.tableWidth < 1 || shape.poolBlocks < 1 || shape.blockSize < 1)
+    throw std::invalid_argument("a batched step needs at least one token, sequence, table entry, block and slot");
+  if (call.keys.size() != static_cast<size_t>(config_.nLayer) || call.values.size() != call.keys.size())
+    throw std::invalid_argument("expected one key and one value pool per layer");
+  const JitFunction *function;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = batchStepCache.find(batchKey(shape));
+    if (it == batchStepCache.end()) {
+      auto start = std::chrono::steady_clock::now();
+      std::unique_ptr<JitFunction> compiled = compileEntry("batch_step", shape.tokens, 0, shape.batch, &shape);
+      batchStepCompileSeconds[batchKey(shape)] = secondsSince(start);
+      it = batchStepCache.emplace(batchKey(shape), std::move(compiled)).first;
+    }
+    function = it->second.get();
+  }
+  CallArguments arguments{call.ids,
+                          call.positions,
+                          shape.tokens,
+                          call.last,
+                          0,
+                          0,
+                          call.keys,
+                          call.values,
+                          /*logitsRows=*/shape.batch,
+                          &call};
+  return run(*function, EntryPoint::BatchStep, arguments);
+}
+
+std::string CompiledModel::batchStepIr(Stage stage, const BatchShape &shape) {
+  std::lock_guard<std::mutex> lock(mutex);
+  mlir::OwningOpRef<mlir::ModuleOp> module = lower(stage, shape.tokens, 0, &shape);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  return text;
+}
+
+std::map<std::vector<int64_t>, double> CompiledModel::compiledBatchSteps() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return batchStepCompileSeconds;
 }
 
 Logits CompiledModel::forward(const int64_t *ids, int64_t count) {

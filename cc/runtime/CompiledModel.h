@@ -118,6 +118,22 @@ public:
   Logits step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen, const std::vector<float *> &keys,
               const std::vector<float *> &values);
 
+  /// One batched step over paged KV pools (GPTBuilder.h, buildBatchStep): the arrays are already
+  /// padded to `shape` (ids, positions, sequences, slots: [tokens]; tables: [batch, tableWidth];
+  /// last: [batch]; keys[l], values[l]: [poolBlocks, n_head, blockSize, head_size], updated in
+  /// place). The caller has checked every index. Returns the logits [batch, padded vocab].
+  /// Compiles on the first call per shape.
+  struct BatchStepCall {
+    BatchShape shape;
+    const int64_t *ids, *positions, *sequences, *slots, *tables, *last;
+    const std::vector<float *> &keys, &values;
+  };
+  Logits batchStep(const BatchStepCall &call);
+  /// The batched step's program for `shape` after `stage`, as text.
+  std::string batchStepIr(Stage stage, const BatchShape &shape);
+  /// Batched-step programs compiled so far: {(tokens, batch, table width, pool blocks, block size): seconds}.
+  std::map<std::vector<int64_t>, double> compiledBatchSteps() const;
+
   /// Whether the program that forward(`count` tokens) (cacheLen == 0) or step(`count` tokens at
   /// `offset`, `cacheLen`) runs is compiled already; compileFor() compiles it now if not. The
   /// Python layer compiles on a thread of its own through these, so that Ctrl-C is not held up
@@ -144,7 +160,9 @@ public:
 
 private:
   /// Builds the module of an entry point and runs the pipeline up to `stage` on it.
-  mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen);
+  /// (`batch` set: the batched step of that shape.)
+  mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen,
+                                          const BatchShape *batch = nullptr);
   WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights}; }
   /// Throw std::invalid_argument for a call forward() or step() refuses.
   void checkForward(int64_t count) const;
@@ -156,7 +174,8 @@ private:
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
   /// Lowers entry point `name` ("forward", or "step" when cacheLen > 0), checks that it writes
   /// [logitsRows, padded vocab] logits into its last argument and returns nothing, and compiles it.
-  std::unique_ptr<JitFunction> compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen, int64_t logitsRows);
+  std::unique_ptr<JitFunction> compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen, int64_t logitsRows,
+                                            const BatchShape *batch = nullptr);
   /// JIT-compiles an LLVM-dialect module, or loads it from the disk cache, storing it there.
   std::unique_ptr<JitFunction> jit(mlir::ModuleOp module, llvm::StringRef name);
   /// The per-call arguments of an entry point (see EntryPoints.h); forward leaves the step's empty.
@@ -167,6 +186,7 @@ private:
     int64_t offset, cacheLen;
     const std::vector<float *> &keys, &values;
     int64_t logitsRows;
+    const BatchStepCall *batch = nullptr; ///< the batched step's own arguments
   };
   /// Runs `function`, the compiled `entry`, with its arguments in entryArguments() order: the
   /// call's, the bound weights and a new [logitsRows, padded vocab] logits buffer, returned.
@@ -179,8 +199,8 @@ private:
   CompileOptions options_;
   JitTarget target_; // options_.targetCpu, resolved and checked against the host
   std::vector<ParameterSpec> parameters_, supplied_;
-  std::vector<EntryArgument> forwardArguments_, stepArguments_;          // entryArguments(), made once
-  std::vector<MemRefDescriptor> weightDescriptors;                       // set once by setWeights
+  std::vector<EntryArgument> forwardArguments_, stepArguments_, batchStepArguments_; // entryArguments(), made once
+  std::vector<MemRefDescriptor> weightDescriptors;                                   // set once by setWeights
   std::vector<const void *> weightData;                                  // each one's data, for storedWeight
   std::vector<std::unique_ptr<void, kernels::FreeDeleter>> ownedWeights; // the laid-out copies they point into
   std::unique_ptr<mlir::MLIRContext> context;
@@ -189,6 +209,8 @@ private:
   std::map<int64_t, double> compileSeconds;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;
   std::map<std::pair<int64_t, int64_t>, double> stepCompileSeconds;
+  std::map<std::vector<int64_t>, std::unique_ptr<JitFunction>> batchStepCache; // by batchKey()
+  std::map<std::vector<int64_t>, double> batchStepCompileSeconds;
   int64_t diskHits = 0;
 };
 

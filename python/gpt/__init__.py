@@ -14,6 +14,7 @@ Example:
 """
 
 from gpt import disk_cache
+from gpt.block_pool import KVBlockPool
 from gpt.cache import KVCache
 from gpt.compiler import CompilerError, run_pipeline
 from gpt.config import CompileOptions, GPTConfig
@@ -30,6 +31,7 @@ __all__ = [
     "GPTConfig",
     "GenerationStats",
     "HFTokenizer",
+    "KVBlockPool",
     "KVCache",
     "STAGES",
     "disk_cache",

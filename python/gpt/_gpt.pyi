@@ -135,6 +135,26 @@ class CompiledModel:
         """Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and
         whose keys/values are written into the per-layer caches in place."""
 
+    def batch_step(
+        self,
+        ids: npt.ArrayLike,
+        positions: npt.ArrayLike,
+        sequences: npt.ArrayLike,
+        slots: npt.ArrayLike,
+        tables: npt.ArrayLike,
+        last: npt.ArrayLike,
+        block_size: _Int,
+        keys: list[npt.NDArray[np.float32]],
+        values: list[npt.NDArray[np.float32]],
+    ) -> npt.NDArray[np.float32]:
+        """Batched step over paged KV pools (padded, checked arrays): logits [len(last), padded vocab]."""
+    def batch_step_ir(
+        self, stage: str, tokens: _Int, batch: _Int, table_width: _Int, pool_blocks: _Int, block_size: _Int
+    ) -> str:
+        """The batched step's program for that shape after `stage`."""
+    def compiled_batch_steps(self) -> dict[tuple[int, ...], float]:
+        """{(tokens, batch, table width, pool blocks, block size): seconds} for every batched step compiled."""
+
     def is_compiled_for(self, count: _Int, offset: _Int, cache_len: _Int) -> bool:
         """Whether forward(count tokens) (cache_len 0) or the step at offset against cache_len is compiled."""
     def compile_for(self, count: _Int, offset: _Int, cache_len: _Int) -> None:

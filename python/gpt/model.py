@@ -10,6 +10,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from gpt import _gpt
+from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
 from gpt.gguf_file import QuantizedTensor, load_gguf
@@ -216,6 +217,47 @@ class GPT:
             raise ValueError(f"token id {int(token)} is out of range [0, vocab_size={self._config.vocab_size})")
         return self._step(np.array([token], dtype=np.int64), cache)
 
+    def new_block_pool(self, num_blocks: int, block_size: int = 16) -> KVBlockPool:
+        """An empty paged KV cache of `num_blocks` blocks of `block_size` positions per layer, for
+        `step_batch` (see KVBlockPool)."""
+        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self._config.attention_window is not None:
+            raise ValueError("a block pool with attention_window is not supported (batched steps are causal)")
+        return KVBlockPool(self, int(num_blocks), int(block_size))
+
+    def step_batch(self, pool: KVBlockPool, ids, counts, starts, block_tables) -> np.ndarray:
+        """One compiled step for many sequences at once over the paged KV cache `pool`.
+
+        `ids` [T]: the new tokens of B sequences, concatenated in order; `counts` [B]: how many of
+        them each sequence brings (>= 1; 1 to decode, more for a prompt or a chunk of one);
+        `starts` [B]: the position of each sequence's first new token (how many of its positions
+        are in the pool already); `block_tables` [B, M]: sequence b's position p lives in block
+        block_tables[b, p // block_size] (entries past its last position are ignored). The new
+        tokens' keys and values are written into their slots, each token attends to its own
+        sequence's positions up to its own, and all matmuls run over the T tokens together.
+        Returns the logits [B, vocab_size] of each sequence's last new token. Bad arguments raise
+        ValueError / TypeError before anything runs (the pool is unchanged)."""
+        if not isinstance(pool, KVBlockPool):
+            raise TypeError(f"pool must be a gpt.KVBlockPool, got {type(pool).__name__}")
+        if pool.model is not self:
+            raise ValueError("this KVBlockPool belongs to another model; make one with model.new_block_pool()")
+        args = BatchStepArguments(self._config, pool, ids, counts, starts, block_tables)
+        with pool._claimed():
+            logits = self._compiled.batch_step(
+                args.ids,
+                args.positions,
+                args.sequences,
+                args.slots,
+                args.tables,
+                args.last,
+                pool.block_size,
+                pool._key_views,
+                pool._value_views,
+            )
+        return logits[: args.batch, : self._config.vocab_size]
+
     @overload
     def generate(
         self,
@@ -321,7 +363,9 @@ class GPT:
         """A compiled program after `stage`, one of gpt.STAGES: "transformer", "linalg",
         "vectorized", "bufferized", "llvm". `entry="forward"` (for `seq_len` tokens, default the
         smallest bucket) or `entry="step"`, the cached prefill/decode step (default one token,
-        i.e. decode) against a cache of `cache_len` positions (default block_size)."""
+        i.e. decode) against a cache of `cache_len` positions (default block_size), or
+        `entry="batch_step"`, the batched step over a paged KV pool (`seq_len` tokens of as many
+        sequences, default 8)."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
         if entry == "forward":
@@ -333,7 +377,12 @@ class GPT:
             if seq_len > cache_len:
                 raise ValueError(f"seq_len {seq_len} does not fit in cache_len {cache_len}")
             return self._compiled.ir(stage, seq_len, cache_len)
-        raise ValueError(f"unknown entry point {entry!r}; expected 'forward' or 'step'")
+        if entry == "batch_step":
+            # A batch of `seq_len` tokens (default 8) of as many sequences, tables 4 blocks wide, a
+            # pool of 64 blocks of 16 positions: the shapes only change the program's sizes.
+            tokens = 8 if seq_len is None else self._check_length(seq_len)
+            return self._compiled.batch_step_ir(stage, tokens, tokens, 4, 64, 16)
+        raise ValueError(f"unknown entry point {entry!r}; expected 'forward', 'step' or 'batch_step'")
 
     def save_object(self, path: str, seq_len: int | None = None) -> None:
         """Writes the machine code the JIT produced for forward(seq_len tokens) to `path` (an ELF

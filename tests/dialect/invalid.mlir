@@ -477,3 +477,59 @@ func.func @packed_embedding_features_overflow(%c: tensor<8x16x32xi32>, %s: tenso
   %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x1152921504606846976x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }
+
+// -----
+
+func.func @paged_cache_write_pool_rank(%u: tensor<4x3x16xf32>, %p: tensor<4x8x16xf32>, %s: tensor<3xi64>) {
+  // expected-error @+1 {{pool must be a rank-4 [blocks, heads, block_size, head_dim] tensor, got 'tensor<4x8x16xf32>'}}
+  %0 = transformer.paged_cache_write %u into %p[%s] : tensor<4x3x16xf32>, tensor<4x8x16xf32>, tensor<3xi64> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @paged_cache_write_heads(%u: tensor<2x3x16xf32>, %p: tensor<32x4x8x16xf32>, %s: tensor<3xi64>) {
+  // expected-error @+1 {{update 'tensor<2x3x16xf32>' and pool 'tensor<32x4x8x16xf32>' must agree on heads and head_dim}}
+  %0 = transformer.paged_cache_write %u into %p[%s] : tensor<2x3x16xf32>, tensor<32x4x8x16xf32>, tensor<3xi64> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @paged_cache_write_slots(%u: tensor<4x3x16xf32>, %p: tensor<32x4x8x16xf32>, %s: tensor<2xi64>) {
+  // expected-error @+1 {{slots 'tensor<2xi64>' must give one slot per token of update 'tensor<4x3x16xf32>'}}
+  %0 = transformer.paged_cache_write %u into %p[%s] : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<2xi64> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_pools_differ(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %vp: tensor<16x4x8x16xf32>, %t: tensor<2x8xi64>, %s: tensor<3xi64>) {
+  // expected-error @+1 {{key pool 'tensor<32x4x8x16xf32>' and value pool 'tensor<16x4x8x16xf32>' must have the same shape}}
+  %0 = transformer.paged_attention %q, %kp, %vp tables %t sequences %s positions %s {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<16x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_tables_rank(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %t: tensor<8xi64>, %s: tensor<3xi64>) {
+  // expected-error @+1 {{block_tables must be a rank-2 [sequences, blocks] tensor, got 'tensor<8xi64>'}}
+  %0 = transformer.paged_attention %q, %kp, %kp tables %t sequences %s positions %s {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_positions(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %t: tensor<2x8xi64>, %s: tensor<3xi64>, %p: tensor<4xi64>) {
+  // expected-error @+1 {{positions 'tensor<4xi64>' must give one entry per token of query 'tensor<4x3x16xf32>'}}
+  %0 = transformer.paged_attention %q, %kp, %kp tables %t sequences %s positions %p {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<4xi64> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_scale(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %t: tensor<2x8xi64>, %s: tensor<3xi64>) {
+  // expected-error @+1 {{scale must be a positive finite number}}
+  %0 = transformer.paged_attention %q, %kp, %kp tables %t sequences %s positions %s {scale = 0.0 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
+  return
+}

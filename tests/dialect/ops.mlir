@@ -153,3 +153,12 @@ func.func @token_major_heads(%x: tensor<8x64xf32>, %kc: tensor<4x64x16xf32>, %po
   %m2 = transformer.merge_heads %d : tensor<4x8x16xf32> -> tensor<8x64xf32>
   return %m, %m2 : tensor<8x64xf32>, tensor<8x64xf32>
 }
+
+// CHECK-LABEL: func.func @paged_pool
+func.func @paged_pool(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %vp: tensor<32x4x8x16xf32>, %slots: tensor<3xi64>, %tables: tensor<2x8xi64>, %seqs: tensor<3xi64>, %pos: tensor<3xi64>) -> tensor<4x3x16xf32> {
+  // CHECK: transformer.paged_cache_write %{{.*}} into %{{.*}}[%{{.*}}] : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<3xi64> -> tensor<32x4x8x16xf32>
+  %kp2 = transformer.paged_cache_write %q into %kp[%slots] : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<3xi64> -> tensor<32x4x8x16xf32>
+  // CHECK: transformer.paged_attention %{{.*}}, %{{.*}}, %{{.*}} tables %{{.*}} sequences %{{.*}} positions %{{.*}} {scale = 2.500000e-01 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x16xf32>
+  %a = transformer.paged_attention %q, %kp2, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x16xf32>
+  return %a : tensor<4x3x16xf32>
+}

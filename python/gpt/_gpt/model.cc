@@ -67,9 +67,8 @@ py::array wrapLogits(const Logits &logits) {
                             owner);
 }
 
-std::vector<float *> cachePointers(const CompiledModel &model, const py::list &caches, int64_t cacheLen) {
-  const GPTConfig &c = model.config();
-  std::vector<int64_t> shape = {c.nHead, cacheLen, c.nEmbd / c.nHead};
+/// The data of per-layer cache (or pool) buffers, each of `shape`.
+std::vector<float *> bufferPointers(const py::list &caches, const std::vector<int64_t> &shape) {
   std::vector<float *> pointers;
   for (const py::handle &item : caches) {
     py::array array = item.cast<py::array>();
@@ -82,6 +81,11 @@ std::vector<float *> cachePointers(const CompiledModel &model, const py::list &c
   return pointers;
 }
 
+std::vector<float *> cachePointers(const CompiledModel &model, const py::list &caches, int64_t cacheLen) {
+  const GPTConfig &c = model.config();
+  return bufferPointers(caches, {c.nHead, cacheLen, c.headSize()});
+}
+
 py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
                int64_t offset, int64_t cacheLen, const py::list &keys, const py::list &values) {
   if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
@@ -91,6 +95,36 @@ py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | p
   {
     py::gil_scoped_release release;
     logits = model.step(ids.data(), ids.shape(0), offset, cacheLen, keyPtrs, valuePtrs);
+  }
+  return wrapLogits(logits);
+}
+
+using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+/// The batched step: every array already padded to its bucket and checked by the Python layer
+/// (gpt.GPT.step_batch); here only the shapes are checked against each other.
+py::array batchStep(CompiledModel &model, IdArray ids, IdArray positions, IdArray sequences, IdArray slots,
+                    IdArray tables, IdArray last, int64_t blockSize, const py::list &keys, const py::list &values) {
+  if (ids.ndim() != 1 || positions.ndim() != 1 || sequences.ndim() != 1 || slots.ndim() != 1 || tables.ndim() != 2 ||
+      last.ndim() != 1)
+    throw std::invalid_argument("batch_step: ids, positions, sequences, slots and last are 1-D, tables 2-D");
+  const int64_t tokens = ids.shape(0);
+  if (positions.shape(0) != tokens || sequences.shape(0) != tokens || slots.shape(0) != tokens)
+    throw std::invalid_argument("batch_step: ids, positions, sequences and slots must have the same length");
+  if (tables.shape(0) != last.shape(0))
+    throw std::invalid_argument("batch_step: tables must have one row per entry of last");
+  if (keys.empty()) throw std::invalid_argument("batch_step: no key pools");
+  const GPTConfig &c = model.config();
+  const int64_t poolBlocks = keys[0].cast<py::array>().shape(0);
+  std::vector<int64_t> poolShape = {poolBlocks, c.nHead, blockSize, c.headSize()};
+  std::vector<float *> keyPtrs = bufferPointers(keys, poolShape), valuePtrs = bufferPointers(values, poolShape);
+  BatchShape shape{tokens, tables.shape(0), tables.shape(1), poolBlocks, blockSize};
+  CompiledModel::BatchStepCall call{shape,         ids.data(),  positions.data(), sequences.data(), slots.data(),
+                                    tables.data(), last.data(), keyPtrs,          valuePtrs};
+  Logits logits;
+  {
+    py::gil_scoped_release release;
+    logits = model.batchStep(call);
   }
   return wrapLogits(logits);
 }
@@ -194,6 +228,29 @@ void initModel(py::module_ &m) {
             return model.ir(*parsed, seqLen, cacheLen);
           },
           py::arg("stage"), py::arg("seq_len"), py::arg("cache_len") = 0)
+      .def("batch_step", &batchStep, py::arg("ids"), py::arg("positions"), py::arg("sequences"), py::arg("slots"),
+           py::arg("tables"), py::arg("last"), py::arg("block_size"), py::arg("keys"), py::arg("values"),
+           "Batched step over paged KV pools (padded, checked arrays): logits [len(last), padded vocab].")
+      .def(
+          "batch_step_ir",
+          [](CompiledModel &model, const std::string &stage, int64_t tokens, int64_t batch, int64_t tableWidth,
+             int64_t poolBlocks, int64_t blockSize) {
+            std::optional<Stage> parsed = parseStage(stage);
+            if (!parsed) throw std::invalid_argument("unknown stage '" + stage + "'");
+            py::gil_scoped_release release;
+            return model.batchStepIr(*parsed, BatchShape{tokens, batch, tableWidth, poolBlocks, blockSize});
+          },
+          py::arg("stage"), py::arg("tokens"), py::arg("batch"), py::arg("table_width"), py::arg("pool_blocks"),
+          py::arg("block_size"))
+      .def(
+          "compiled_batch_steps",
+          [](const CompiledModel &model) {
+            py::dict compiled;
+            for (const auto &[shape, seconds] : model.compiledBatchSteps())
+              compiled[py::tuple(py::cast(shape))] = seconds;
+            return compiled;
+          },
+          "{(tokens, batch, table width, pool blocks, block size): seconds} for every batched step compiled.")
       .def(
           "dump_forward_object",
           [](CompiledModel &model, int64_t seqLen, const std::string &path) {

@@ -1,0 +1,250 @@
+// Lowering of the paged KV pool's ops: transformer.paged_cache_write and
+// transformer.paged_attention, the cache write and attention of a batched step whose sequences'
+// keys and values live in the blocks of a shared pool, reached through per-sequence block tables.
+#include "cc/TargetParameters.h"
+#include "cc/conversion/LoweringUtils.h"
+#include "cc/conversion/Passes.h"
+#include "cc/dialect/TransformerDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+#include <limits>
+
+namespace gpt::conversion {
+using namespace mlir;
+using namespace mlir::transformer;
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
+  return b.create<arith::ConstantIndexOp>(loc, value).getResult();
+}
+
+/// `tensor[indices]` of an i64 tensor, as an index.
+Value extractIndex(OpBuilder &b, Location loc, Value tensor, ValueRange indices) {
+  Value element = b.create<tensor::ExtractOp>(loc, tensor, indices);
+  return b.create<arith::IndexCastOp>(loc, b.getIndexType(), element);
+}
+
+/// Static sizes as fold results.
+SmallVector<OpFoldResult> sizesOf(OpBuilder &b, ArrayRef<int64_t> sizes) {
+  return llvm::map_to_vector(sizes, [&](int64_t size) -> OpFoldResult { return b.getIndexAttr(size); });
+}
+
+/// Row `row` (positions 0 .. S-1 of one head) of block `block` of a [N, H, S, d] pool: [S, d].
+Value blockRows(OpBuilder &b, Location loc, Value pool, Value block, Value head) {
+  ArrayRef<int64_t> shape = rankedType(pool).getShape();
+  auto type = RankedTensorType::get({shape[2], shape[3]}, b.getF32Type());
+  SmallVector<OpFoldResult> offsets = {block, head, b.getIndexAttr(0), b.getIndexAttr(0)};
+  return b.create<tensor::ExtractSliceOp>(loc, type, pool, offsets, sizesOf(b, {1, 1, shape[2], shape[3]}),
+                                          sizesOf(b, {1, 1, 1, 1}));
+}
+
+// Token by token: a token with a slot s >= 0 has its [H, d] row inserted at block s / S,
+// position s % S of the pool (in place after bufferization); a negative slot (padding) is skipped.
+struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(PagedCacheWriteOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value update = adaptor.getUpdate(), slots = adaptor.getSlots();
+    ArrayRef<int64_t> shape = rankedType(update).getShape(); // [H, T, d]
+    const int64_t heads = shape[0], tokens = shape[1], headDim = shape[2];
+    const int64_t blockSize = rankedType(adaptor.getPool()).getDimSize(2);
+    auto rowType = RankedTensorType::get({heads, headDim}, rewriter.getF32Type());
+    auto loop = rewriter.create<scf::ForOp>(
+        loc, indexConstant(rewriter, loc, 0), indexConstant(rewriter, loc, tokens), indexConstant(rewriter, loc, 1),
+        ValueRange{adaptor.getPool()}, [&](OpBuilder &b, Location, Value token, ValueRange state) {
+          Value slot = b.create<tensor::ExtractOp>(loc, slots, token);
+          Value zero = b.create<arith::ConstantIntOp>(loc, 0, 64);
+          Value real = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, slot, zero);
+          auto write = b.create<scf::IfOp>(
+              loc, real,
+              [&](OpBuilder &tb, Location) {
+                Value index = tb.create<arith::IndexCastOp>(loc, tb.getIndexType(), slot);
+                Value size = indexConstant(tb, loc, blockSize);
+                Value block = tb.create<arith::DivUIOp>(loc, index, size);
+                Value row = tb.create<arith::RemUIOp>(loc, index, size);
+                SmallVector<OpFoldResult> rowOffsets = {tb.getIndexAttr(0), token, tb.getIndexAttr(0)};
+                Value rows = tb.create<tensor::ExtractSliceOp>(
+                    loc, rowType, update, rowOffsets, sizesOf(tb, {heads, 1, headDim}), sizesOf(tb, {1, 1, 1}));
+                SmallVector<OpFoldResult> poolOffsets = {block, tb.getIndexAttr(0), row, tb.getIndexAttr(0)};
+                Value written = tb.create<tensor::InsertSliceOp>(
+                    loc, rows, state[0], poolOffsets, sizesOf(tb, {1, heads, 1, headDim}), sizesOf(tb, {1, 1, 1, 1}));
+                tb.create<scf::YieldOp>(loc, written);
+              },
+              [&](OpBuilder &eb, Location) { eb.create<scf::YieldOp>(loc, state[0]); });
+          b.create<scf::YieldOp>(loc, write.getResult(0));
+        });
+    rewriter.replaceOp(op, loop.getResult(0));
+    return success();
+  }
+};
+
+/// Paged attention, one token at a time: each token is a query of its own sequence at its own
+/// position, so the batch has no shared key range; a token's keys are its sequence's blocks,
+/// looked up in the block table and read where they lie in the pool. Per block of S positions:
+/// s = K_blk . q (a row reduction per key), scaled, -inf past the token's position; the online
+/// softmax update m' = max(m, max s), c = exp(m - m'), l' = c l + sum p, acc' = c acc + p . V_blk
+/// with p = exp(s - m'); the result is acc / l. Tokens run in an scf.forall (OpenMP threads
+/// when the pipeline has them), each iteration writing its [H, d] slice of the result.
+class PagedAttention {
+public:
+  PagedAttention(PagedAttentionOp op, PagedAttentionOp::Adaptor adaptor)
+      : loc(op.getLoc()), ctx(op.getContext()), query(adaptor.getQuery()), keyPool(adaptor.getKeyPool()),
+        valuePool(adaptor.getValuePool()), tables(adaptor.getBlockTables()), sequences(adaptor.getSequences()),
+        positions(adaptor.getPositions()), scale(op.getScale().convertToFloat()) {
+    ArrayRef<int64_t> q = rankedType(query).getShape();
+    heads = q[0];
+    tokens = q[1];
+    headDim = q[2];
+    blockSize = rankedType(keyPool).getDimSize(2);
+  }
+
+  Value build(OpBuilder &rewriter) {
+    Value out = emptyTensor(rewriter, loc, {heads, tokens, headDim});
+    auto tokenLoop = rewriter.create<scf::ForallOp>(
+        loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(tokens)}, ValueRange{out}, std::nullopt,
+        [&](OpBuilder &b, Location, ValueRange args) {
+          Value token = args[0], shared = args[1];
+          SmallVector<OpFoldResult> offsets = {b.getIndexAttr(0), token, b.getIndexAttr(0)};
+          SmallVector<OpFoldResult> sizes = sizesOf(b, {heads, 1, headDim}), strides = sizesOf(b, {1, 1, 1});
+          auto slice = RankedTensorType::get({heads, headDim}, b.getF32Type());
+          Value tokenOut = b.create<tensor::ExtractSliceOp>(loc, slice, shared, offsets, sizes, strides);
+          Value result = tokenHeads(b, token, tokenOut);
+          auto terminator = b.create<scf::InParallelOp>(loc);
+          b.setInsertionPointToStart(terminator.getBody());
+          b.create<tensor::ParallelInsertSliceOp>(loc, result, shared, offsets, sizes, strides);
+        });
+    return tokenLoop.getResult(0);
+  }
+
+private:
+  /// Every head of one token: its [H, d] result written into `out`.
+  Value tokenHeads(OpBuilder &b, Value token, Value out) {
+    Value position = extractIndex(b, loc, positions, token);
+    Value sequence = extractIndex(b, loc, sequences, token);
+    // Blocks 0 .. position / S hold the positions the token sees.
+    Value size = indexConstant(b, loc, blockSize);
+    Value blocks =
+        b.create<arith::AddIOp>(loc, b.create<arith::DivUIOp>(loc, position, size), indexConstant(b, loc, 1));
+    auto headLoop = b.create<scf::ForOp>(
+        loc, indexConstant(b, loc, 0), indexConstant(b, loc, heads), indexConstant(b, loc, 1), ValueRange{out},
+        [&](OpBuilder &hb, Location, Value head, ValueRange state) {
+          auto rowType = RankedTensorType::get({headDim}, hb.getF32Type());
+          SmallVector<OpFoldResult> offsets = {head, token, hb.getIndexAttr(0)};
+          Value q = hb.create<tensor::ExtractSliceOp>(loc, rowType, query, offsets, sizesOf(hb, {1, 1, headDim}),
+                                                      sizesOf(hb, {1, 1, 1}));
+          SmallVector<Value> init = {f32Constant(hb, loc, kNegInf), f32Constant(hb, loc, 0.0),
+                                     filled(hb, loc, {headDim})};
+          auto blockLoop = hb.create<scf::ForOp>(
+              loc, indexConstant(hb, loc, 0), blocks, indexConstant(hb, loc, 1), init,
+              [&](OpBuilder &nb, Location, Value blockIndex, ValueRange softmax) {
+                Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
+                // Keys of this block the token sees: position - blockIndex * S + 1, at most S.
+                Value first = nb.create<arith::MulIOp>(loc, blockIndex, indexConstant(nb, loc, blockSize));
+                Value visible = nb.create<arith::AddIOp>(loc, nb.create<arith::SubIOp>(loc, position, first),
+                                                         indexConstant(nb, loc, 1));
+                nb.create<scf::YieldOp>(loc, blockUpdate(nb, q, block, head, visible, softmax));
+              });
+          Value sum = blockLoop.getResult(1), acc = blockLoop.getResult(2);
+          Value normalized = buildGeneric(
+              hb, loc, emptyTensor(hb, loc, {headDim}), {acc}, {id(1)}, id(1), {utils::IteratorType::parallel},
+              [&](OpBuilder &eb, Location l, ValueRange a) -> Value { return eb.create<arith::DivFOp>(l, a[0], sum); });
+          SmallVector<OpFoldResult> outOffsets = {head, hb.getIndexAttr(0)};
+          Value written = hb.create<tensor::InsertSliceOp>(loc, normalized, state[0], outOffsets,
+                                                           sizesOf(hb, {1, headDim}), sizesOf(hb, {1, 1}));
+          hb.create<scf::YieldOp>(loc, written);
+        });
+    return headLoop.getResult(0);
+  }
+
+  AffineMap id(int64_t rank) const { return AffineMap::getMultiDimIdentityMap(rank, ctx); }
+
+  /// `value` reduced over a [S] vector read through the [1, S] iteration space: a scalar.
+  Value reduceBlock(OpBuilder &b, Value vector, double init, bool max) {
+    AffineMap keys = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
+    Value reduced = buildRowReduction(b, loc, {1, blockSize}, {vector}, {keys}, init,
+                                      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                        if (max) return nb.create<arith::MaximumFOp>(l, a[0], a[1]);
+                                        return nb.create<arith::AddFOp>(l, a[0], a[1]);
+                                      });
+    return b.create<tensor::ExtractOp>(loc, reduced, ValueRange{indexConstant(b, loc, 0)});
+  }
+
+  /// One block's online-softmax update of (m, l, acc).
+  SmallVector<Value> blockUpdate(OpBuilder &b, Value q, Value block, Value head, Value visible, ValueRange state) {
+    Value m = state[0], l = state[1], acc = state[2];
+    Value keys = blockRows(b, loc, keyPool, block, head), values = blockRows(b, loc, valuePool, block, head);
+    auto parallel = SmallVector<utils::IteratorType>{utils::IteratorType::parallel};
+    // s[j] = scale * k[j] . q, or -inf for a key past the token's position.
+    Value dots = buildRowReduction(b, loc, {blockSize, headDim}, {keys, q},
+                                   {id(2), AffineMap::get(2, 0, getAffineDimExpr(1, ctx))}, 0.0,
+                                   [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                     return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
+                                   });
+    auto seen = [&](OpBuilder &nb, Location l) -> Value {
+      return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, nb.create<linalg::IndexOp>(l, 0), visible);
+    };
+    Value scores =
+        buildGeneric(b, loc, emptyTensor(b, loc, {blockSize}), {dots}, {id(1)}, id(1), parallel,
+                     [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                       Value scaled = nb.create<arith::MulFOp>(l, a[0], f32Constant(nb, l, scale));
+                       return nb.create<arith::SelectOp>(l, seen(nb, l), scaled, f32Constant(nb, l, kNegInf));
+                     });
+    // Every block has a visible key (the first block holds position 0), so m' is finite and
+    // c = exp(m - m') is 0 on the first block, where m = -inf.
+    Value newMax = b.create<arith::MaximumFOp>(loc, m, reduceBlock(b, scores, kNegInf, /*max=*/true));
+    Value correction = b.create<math::ExpOp>(loc, b.create<arith::SubFOp>(loc, m, newMax));
+    Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {blockSize}), {scores}, {id(1)}, id(1), parallel,
+                               [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                 Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], newMax));
+                                 return nb.create<arith::SelectOp>(l, seen(nb, l), e, f32Constant(nb, l, 0.0));
+                               });
+    Value newSum = b.create<arith::AddFOp>(loc, b.create<arith::MulFOp>(loc, correction, l),
+                                           reduceBlock(b, probs, 0.0, /*max=*/false));
+    // p . V_blk: for each feature e, sum_j p[j] v[j, e] (the [d, S] space reduces over j).
+    AffineMap byKey = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
+    AffineMap valueMap = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx), getAffineDimExpr(0, ctx)}, ctx);
+    Value update =
+        buildRowReduction(b, loc, {headDim, blockSize}, {probs, values}, {byKey, valueMap}, 0.0,
+                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                            return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
+                          });
+    Value newAcc = buildGeneric(
+        b, loc, acc, {update}, {id(1)}, id(1), parallel, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+          return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[1], correction), a[0]);
+        });
+    return {newMax, newSum, newAcc};
+  }
+
+  Location loc;
+  MLIRContext *ctx;
+  Value query, keyPool, valuePool, tables, sequences, positions;
+  float scale;
+  int64_t heads = 0, tokens = 0, headDim = 0, blockSize = 0;
+};
+
+struct PagedAttentionLowering : OpConversionPattern<PagedAttentionOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(PagedAttentionOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(op, PagedAttention(op, adaptor).build(rewriter));
+    return success();
+  }
+};
+
+} // namespace
+
+void populatePagedAttentionLoweringPatterns(RewritePatternSet &patterns) {
+  patterns.add<PagedCacheWriteLowering, PagedAttentionLowering>(patterns.getContext());
+}
+
+} // namespace gpt::conversion

@@ -1,0 +1,172 @@
+"""KVBlockPool: the paged KV cache of a batched step, and the checks and padding of a step over it.
+
+A pool is `num_blocks` blocks of `block_size` positions, per layer, for keys and values. A
+sequence owns a list of blocks (its block table): its position p lives in block
+`table[p // block_size]`, row `p % block_size`. Sequences share blocks (a common prompt prefix)
+by listing the same block ids; the serving engine decides who owns what, the pool only stores.
+"""
+
+import threading
+
+import numpy as np
+
+
+class KVBlockPool:
+    """Keys and values of `num_blocks` blocks of `block_size` positions for every layer.
+
+    Made by `model.new_block_pool()`; belongs to that model. `keys` and `values` are float32
+    [n_layer, num_blocks, n_head, block_size, head_size], zero-initialised, written in place by
+    `model.step_batch`. One step at a time: a step (or copy_block) while another thread's step on
+    the same pool runs raises RuntimeError instead of interleaving their writes.
+    """
+
+    def __init__(self, model, num_blocks: int, block_size: int):
+        cfg = model.config
+        self._model = model
+        self._num_blocks = num_blocks
+        self._block_size = block_size
+        shape = (cfg.n_layer, num_blocks, cfg.n_head, block_size, cfg.head_size)
+        # Zeros, not empty: rows past a sequence's last position are masked out of attention,
+        # but 0 * NaN would not be 0.
+        self._keys = np.zeros(shape, np.float32)
+        self._values = np.zeros(shape, np.float32)
+        self._key_views = [self._keys[layer] for layer in range(cfg.n_layer)]
+        self._value_views = [self._values[layer] for layer in range(cfg.n_layer)]
+        self._busy = threading.Lock()
+
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def num_blocks(self) -> int:
+        return self._num_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self._keys
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._values
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copies block `src` of every layer's keys and values into block `dst` (copy-on-write of
+        a shared block)."""
+        for name, block in (("src", src), ("dst", dst)):
+            if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+                raise TypeError(f"{name} must be an int block id, got {type(block).__name__}")
+            if not 0 <= block < self._num_blocks:
+                raise ValueError(f"{name} block {int(block)} is outside [0, num_blocks={self._num_blocks})")
+        with self._claimed():
+            self._keys[:, dst] = self._keys[:, src]
+            self._values[:, dst] = self._values[:, src]
+
+    def __repr__(self) -> str:
+        return f"KVBlockPool(num_blocks={self._num_blocks}, block_size={self._block_size})"
+
+    # -- for GPT.step_batch ---------------------------------------------------------------------
+
+    def _claimed(self):
+        pool = self
+
+        class Claim:
+            def __enter__(self):
+                if not pool._busy.acquire(blocking=False):
+                    raise RuntimeError("this KVBlockPool is in use by another call (another thread?)")
+
+            def __exit__(self, *exc):
+                pool._busy.release()
+
+        return Claim()
+
+
+def _bucket(n: int) -> int:
+    """The power of two >= n: the padded size a step is compiled for, so a few programs serve every mix."""
+    size = 1
+    while size < n:
+        size *= 2
+    return size
+
+
+def _int_array(name: str, value, ndim: int) -> np.ndarray:
+    array = np.asarray(value)
+    if array.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array, got shape {array.shape}")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers, got dtype {array.dtype}")
+    return array.astype(np.int64, copy=False)
+
+
+class BatchStepArguments:
+    """The checked, padded arrays of one batched step (GPT.step_batch's contract), ready for the
+    compiled program: tokens padded to a power of two (padding tokens write nowhere: slot -1),
+    sequences to a power of two (padding rows read block 0 and are dropped), tables to a power of
+    two wide. Raises ValueError / TypeError naming the first problem."""
+
+    def __init__(self, config, pool: KVBlockPool, ids, counts, starts, block_tables):
+        ids = _int_array("ids", ids, 1)
+        counts = _int_array("counts", counts, 1)
+        starts = _int_array("starts", starts, 1)
+        tables = _int_array("block_tables", block_tables, 2)
+        batch = len(counts)
+        if batch == 0:
+            raise ValueError("a batched step needs at least one sequence (counts is empty)")
+        if len(starts) != batch or tables.shape[0] != batch:
+            raise ValueError(
+                f"counts ({batch}), starts ({len(starts)}) and block_tables ({tables.shape[0]} rows) "
+                "must have one entry per sequence"
+            )
+        if (counts < 1).any():
+            raise ValueError(f"every sequence brings at least one token; counts has {int(counts.min())}")
+        if (starts < 0).any():
+            raise ValueError(f"starts must be >= 0, got {int(starts.min())}")
+        if int(counts.sum()) != len(ids):
+            raise ValueError(f"counts sum to {int(counts.sum())} but ids has {len(ids)} tokens")
+        bad = (ids < 0) | (ids >= config.vocab_size)
+        if bad.any():
+            raise ValueError(f"token id {int(ids[bad][0])} is out of range [0, vocab_size={config.vocab_size})")
+        ends = starts + counts
+        if config.pos_embedding == "learned" and int(ends.max()) > config.block_size:
+            b = int(np.argmax(ends))
+            raise ValueError(
+                f"sequence {b} would reach position {int(ends[b]) - 1}, past block_size={config.block_size} "
+                "(learned positions)"
+            )
+        size = pool.block_size
+        needed = (ends + size - 1) // size
+        for b in range(batch):
+            if needed[b] > tables.shape[1]:
+                raise ValueError(
+                    f"block_tables row {b} has {tables.shape[1]} blocks; its positions up to {int(ends[b]) - 1} "
+                    f"need {int(needed[b])} (block_size {size})"
+                )
+            row = tables[b, : needed[b]]
+            outside = (row < 0) | (row >= pool.num_blocks)
+            if outside.any():
+                block = int(row[outside][0])
+                raise ValueError(f"block_tables row {b} lists block {block}, outside [0, num_blocks={pool.num_blocks})")
+        # Each token's sequence, position and slot.
+        sequences = np.repeat(np.arange(batch, dtype=np.int64), counts)
+        positions = np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in zip(starts, ends, strict=True)])
+        slots = tables[sequences, positions // size] * size + positions % size
+        if len(np.unique(slots)) != len(slots):
+            raise ValueError(
+                "two new tokens would write the same KV slot (sequences sharing a block both write into it)"
+            )
+        self.batch = batch
+        tokens, width, rows = _bucket(len(ids)), _bucket(int(needed.max())), _bucket(batch)
+        pad = tokens - len(ids)
+        self.ids = np.concatenate([ids, np.zeros(pad, np.int64)])
+        self.positions = np.concatenate([positions, np.zeros(pad, np.int64)])
+        self.sequences = np.concatenate([sequences, np.zeros(pad, np.int64)])
+        self.slots = np.concatenate([slots, np.full(pad, -1, np.int64)])
+        self.tables = np.zeros((rows, width), np.int64)
+        for b in range(batch):
+            self.tables[b, : needed[b]] = tables[b, : needed[b]]
+        self.last = np.zeros(rows, np.int64)
+        self.last[:batch] = np.cumsum(counts) - 1

@@ -1,0 +1,52 @@
+// --transformer-to-linalg, paged_cache_write and paged_attention: the batched step's KV pool.
+// RUN: gpt-opt %s --split-input-file --transformer-to-linalg | FileCheck %s
+
+// Each token's [H, d] row goes to block slot / S, row slot % S of the pool, in place (an
+// insert_slice into the loop-carried pool); a negative slot (a padding token) writes nothing.
+// CHECK-LABEL: func.func @cache_write
+// CHECK-SAME: %[[U:[a-z0-9]+]]: tensor<2x3x8xf32>, %[[P:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[S:[a-z0-9]+]]: tensor<3xi64>
+// CHECK: %[[R:.*]] = scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[POOL:.*]] = %[[P]])
+// CHECK:   %[[SLOT:.*]] = tensor.extract %[[S]][%[[T]]]
+// CHECK:   %[[REAL:.*]] = arith.cmpi sge, %[[SLOT]], %{{.*}} : i64
+// CHECK:   scf.if %[[REAL]]
+// CHECK:     %[[BLOCK:.*]] = arith.divui %{{.*}}, %[[C4:.*]] : index
+// CHECK:     %[[ROW:.*]] = arith.remui %{{.*}}, %[[C4]] : index
+// CHECK:     %[[NEW:.*]] = tensor.extract_slice %[[U]][0, %[[T]], 0] [2, 1, 8] [1, 1, 1] : tensor<2x3x8xf32> to tensor<2x8xf32>
+// CHECK:     tensor.insert_slice %[[NEW]] into %[[POOL]][%[[BLOCK]], 0, %[[ROW]], 0] [1, 2, 1, 8] [1, 1, 1, 1] : tensor<2x8xf32> into tensor<6x2x4x8xf32>
+// CHECK:   } else {
+// CHECK:     scf.yield %[[POOL]]
+// CHECK: return %[[R]]
+func.func @cache_write(%u: tensor<2x3x8xf32>, %p: tensor<6x2x4x8xf32>, %s: tensor<3xi64>) -> tensor<6x2x4x8xf32> {
+  %0 = transformer.paged_cache_write %u into %p[%s] : tensor<2x3x8xf32>, tensor<6x2x4x8xf32>, tensor<3xi64> -> tensor<6x2x4x8xf32>
+  return %0 : tensor<6x2x4x8xf32>
+}
+
+// -----
+
+// Tokens in parallel (scf.forall), heads in a loop; per token the blocks 0 .. position / S of its
+// sequence's table row, each read where it lies in the pool ([1, 1, S, d] slices at the block id
+// the table gives): the online softmax over one block at a time, keys past the position masked.
+// CHECK-LABEL: func.func @attention
+// CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<2x3x8xf32>, %[[KP:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[VP:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[TABLES:[a-z0-9]+]]: tensor<2x2xi64>, %[[SEQS:[a-z0-9]+]]: tensor<3xi64>, %[[POS:[a-z0-9]+]]: tensor<3xi64>
+// CHECK: scf.forall (%[[T:.*]]) in (3) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<2x3x8xf32>)
+// CHECK:   %[[P:.*]] = tensor.extract %[[POS]][%[[T]]] : tensor<3xi64>
+// CHECK:   %[[B:.*]] = tensor.extract %[[SEQS]][%[[T]]] : tensor<3xi64>
+// CHECK:   %[[SEQ:.*]] = arith.index_cast %[[B]]
+// CHECK:   %[[LASTBLOCK:.*]] = arith.divui %{{.*}}, %{{.*}} : index
+// CHECK:   %[[BLOCKS:.*]] = arith.addi %[[LASTBLOCK]], %{{.*}} : index
+// CHECK:   scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:     scf.for %[[I:.*]] = %{{.*}} to %[[BLOCKS]] step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (f32, f32, tensor<8xf32>)
+// CHECK:       %[[ID:.*]] = tensor.extract %[[TABLES]][%[[SEQ]], %[[I]]] : tensor<2x2xi64>
+// CHECK:       %[[BLK:.*]] = arith.index_cast %[[ID]]
+// CHECK:       tensor.extract_slice %[[KP]][%[[BLK]], %[[H]], 0, 0] [1, 1, 4, 8] [1, 1, 1, 1] : tensor<6x2x4x8xf32> to tensor<4x8xf32>
+// CHECK:       tensor.extract_slice %[[VP]][%[[BLK]], %[[H]], 0, 0] [1, 1, 4, 8] [1, 1, 1, 1] : tensor<6x2x4x8xf32> to tensor<4x8xf32>
+// CHECK:       linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]
+// CHECK:       arith.cmpi ult
+// CHECK:       math.exp
+// CHECK:   scf.forall.in_parallel
+// CHECK:     tensor.parallel_insert_slice
+func.func @attention(%q: tensor<2x3x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tensor<6x2x4x8xf32>, %tables: tensor<2x2xi64>, %seqs: tensor<3xi64>, %pos: tensor<3xi64>) -> tensor<2x3x8xf32> {
+  %a = transformer.paged_attention %q, %kp, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32}
+      : tensor<2x3x8xf32>, tensor<6x2x4x8xf32>, tensor<6x2x4x8xf32>, tensor<2x2xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<2x3x8xf32>
+  return %a : tensor<2x3x8xf32>
+}

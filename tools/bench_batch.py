@@ -1,0 +1,87 @@
+"""Batched decode benchmark: aggregate tokens/s of GPT.step_batch over a paged KV pool at several
+batch sizes, against single-stream GPT.decode on a contiguous KVCache, in one run.
+
+    bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/bench_batch.py
+
+Every sequence first gets a --context-token prompt (one step_batch per sequence, the same program
+for all), then the batch decodes --steps tokens per round, one step_batch call per token for all
+B sequences together. Compilation is excluded (a warm-up round compiles each program). Decode
+steps per second times B is the aggregate throughput; "vs decode" divides it by model.decode's
+tokens/s at the same context length.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import gpt
+
+SHAPES = {
+    "nano": dict(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=1024),
+    "mid": dict(n_layer=4, n_head=8, n_embd=256, vocab_size=1000, block_size=1024),
+    "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024),
+}
+
+
+def decode_seconds(model, prompt, steps, repeats):
+    """Median seconds per model.decode token after `prompt`, single stream."""
+    times = []
+    for _ in range(repeats + 1):  # the first round compiles
+        cache = model.new_cache(len(prompt) + steps)
+        model.prefill(prompt, cache)
+        start = time.perf_counter()
+        for i in range(steps):
+            model.decode(int(prompt[i % len(prompt)]), cache)
+        times.append((time.perf_counter() - start) / steps)
+    return statistics.median(times[1:])
+
+
+def batch_step_seconds(model, prompt, batch, steps, repeats, block_size):
+    """Median seconds per step_batch call decoding one token for each of `batch` sequences."""
+    per_sequence = -(-(len(prompt) + steps) // block_size)
+    pool = model.new_block_pool(batch * per_sequence, block_size)
+    tables = np.arange(batch * per_sequence).reshape(batch, per_sequence)
+    times = []
+    for _ in range(repeats + 1):  # the first round compiles
+        for b in range(batch):
+            model.step_batch(pool, prompt, [len(prompt)], [0], tables[b : b + 1])
+        start = time.perf_counter()
+        for i in range(steps):
+            ids = np.full(batch, prompt[i % len(prompt)])
+            model.step_batch(pool, ids, [1] * batch, [len(prompt) + i] * batch, tables)
+        times.append((time.perf_counter() - start) / steps)
+    return statistics.median(times[1:])
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="gpt2-small", choices=SHAPES)
+    parser.add_argument("--batches", default="1,4,16,32")
+    parser.add_argument("--context-tokens", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=None, help="default: all cores")
+    args = parser.parse_args(argv)
+    print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_batch.py " + " ".join(argv))
+    cfg = gpt.GPTConfig(**SHAPES[args.shape])
+    model = gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(threads=args.threads))
+    prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, size=args.context_tokens)
+    single = decode_seconds(model, prompt, args.steps, args.repeats)
+    print()
+    print(f"{args.shape}, decode after {args.context_tokens} tokens, median of {args.repeats} rounds")
+    print()
+    print("| path | sequences | ms per step | tokens/s | vs decode |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| model.decode (KVCache) | 1 | {single * 1e3:.1f} | {1 / single:.1f} | 1.00x |")
+    for batch in (int(b) for b in args.batches.split(",")):
+        seconds = batch_step_seconds(model, prompt, batch, args.steps, args.repeats, args.block_size)
+        rate = batch / seconds
+        print(f"| step_batch (paged) | {batch} | {seconds * 1e3:.1f} | {rate:.1f} | {rate * single:.2f}x |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
