@@ -169,8 +169,10 @@ def main() -> None:
         if args.random_shape:
             args.model = random_model_file(args.random_shape, stack.enter_context(tempfile.TemporaryDirectory()))
         url = args.url or stack.enter_context(started_server(args))
-        # Warm-up: the first requests compile the step's programs.
-        asyncio.run(level(url, max(args.concurrency), 1, args.prompt_tokens, 4, seed=99))
+        # Warm-up: one round of every level first, so that the step's programs for every batch
+        # size and table width the levels reach are compiled before anything is timed.
+        for c in args.concurrency:
+            asyncio.run(level(url, c, 1, args.prompt_tokens, args.max_tokens, 1000 + c, args.temperature))
         rows = [
             asyncio.run(
                 level(url, c, args.requests_per_client, args.prompt_tokens, args.max_tokens, c, args.temperature)
