@@ -1,8 +1,9 @@
 """Load generator for `python -m gpt serve`: streamed completions from N concurrent clients.
 
-For each concurrency level it reports time-to-first-token and inter-token latency (p50, p99), the generated tokens per batched step (from /metrics) and
-the aggregate decode throughput, with its ratio to one client; then it sends requests that share a
-long prompt prefix at once and reads from /metrics how many prompt tokens the server computed.
+For each concurrency level it reports time-to-first-token and inter-token latency (p50, p99), the
+generated tokens per batched step (from /metrics) and the aggregate decode throughput, with its
+ratio to one client; then it sends requests that share a long prompt prefix at once and reads from
+/metrics how many prompt tokens the server computed.
 
     python tools/load_test.py --model /path/to/gpt2 --threads 2            # starts a server
     python tools/load_test.py --random_shape gpt2-small --threads 2       # random GPT-2 small weights

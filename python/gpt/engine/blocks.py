@@ -104,7 +104,7 @@ class BlockManager:
         best, best_length = None, 0
         for block, held in self._children.get(parent_hash, {}).items():
             length = 0
-            for mine, theirs in zip(tokens, held):
+            for mine, theirs in zip(tokens, held, strict=False):  # tokens may be shorter
                 if mine != theirs:
                     break
                 length += 1
