@@ -20,6 +20,7 @@ from gpt.block_pool import KVBlockPool
 from gpt.cache import KVCache
 from gpt.compiler import CompilerError, run_pipeline
 from gpt.config import CompileOptions, GPTConfig
+from gpt.engine import Engine
 from gpt.model import GPT, STAGES, GenerationStats
 from gpt.tokenizer import ByteTokenizer, HFTokenizer
 
@@ -42,6 +43,7 @@ __all__ = [
     "ByteTokenizer",
     "CompileOptions",
     "CompilerError",
+    "Engine",
     "GPT",
     "GPTConfig",
     "GenerationStats",

@@ -5,6 +5,7 @@ Commands:
   ir         print a model's program after a compiler stage
   stages     print a transformer-dialect .mlir file after each compiler stage
   cache      list (--list) or empty (--clear) the on-disk compile cache
+  serve      an OpenAI-compatible HTTP server (--host, --port) over the batching engine (gpt.engine)
 """
 
 import datetime
@@ -58,6 +59,15 @@ flags.DEFINE_integer("attention_window", None, "ir without --model: sliding-wind
 flags.DEFINE_bool("list", False, "cache: list the entries, most recently used first")
 flags.DEFINE_bool("clear", False, "cache: remove every entry")
 flags.DEFINE_string("cache_dir", None, "cache: the directory (default $GPT_CACHE_DIR, else ~/.cache/gpt/jit)")
+flags.DEFINE_string("host", "127.0.0.1", "serve: the address to listen on")
+flags.DEFINE_integer("port", 8000, "serve: the TCP port to listen on", lower_bound=0, upper_bound=65535)
+flags.DEFINE_integer(
+    "num_kv_blocks", None, "serve: blocks in the paged KV pool (default: 4 full sequences)", lower_bound=1
+)
+flags.DEFINE_integer("kv_block_size", 16, "serve: positions per KV block", lower_bound=1)
+flags.DEFINE_integer("max_batch_tokens", 256, "serve: new tokens per batched step at most", lower_bound=1)
+flags.DEFINE_integer("max_running", 32, "serve: sequences decoded together at most", lower_bound=1)
+flags.DEFINE_integer("max_queue", 256, "serve: requests waiting for a slot at most (then 503)", lower_bound=1)
 
 
 def _options() -> CompileOptions:
@@ -170,7 +180,33 @@ def cache() -> None:
     print(f"{len(listed)} entries, {total / 2**20:.2f} MiB in {directory}")
 
 
-COMMANDS = {"generate": (generate, 0), "ir": (ir, 0), "stages": (stages, 1), "cache": (cache, 0)}
+def serve() -> None:
+    from gpt import server
+    from gpt.engine import Engine
+
+    model = _load_model()
+    tokenizer = model.tokenizer
+    if tokenizer is None:
+        directory = FLAGS.model if FLAGS.model and os.path.isdir(FLAGS.model) else None
+        try:
+            tokenizer = tokenizer_for(directory or (None if FLAGS.model else EMBEDDED_MODEL), model.config.vocab_size)
+        except ValueError as e:  # still servable: prompts as token ids, completions without text
+            print(f"[gpt] {e}: prompts must be token ids", flush=True)
+    engine = Engine(
+        model,
+        num_blocks=FLAGS.num_kv_blocks,
+        block_size=FLAGS.kv_block_size,
+        max_batch_tokens=FLAGS.max_batch_tokens,
+        max_running=FLAGS.max_running,
+        max_queue=FLAGS.max_queue,
+        tokenizer=tokenizer,
+    )
+    name = os.path.basename(os.path.normpath(FLAGS.model or EMBEDDED_MODEL))
+    print(f"[gpt] serving {name} on http://{FLAGS.host}:{FLAGS.port}", flush=True)
+    server.serve(engine, FLAGS.host, FLAGS.port, model_name=name)
+
+
+COMMANDS = {"generate": (generate, 0), "ir": (ir, 0), "stages": (stages, 1), "cache": (cache, 0), "serve": (serve, 0)}
 
 
 def main(argv):

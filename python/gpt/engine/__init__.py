@@ -1,0 +1,7 @@
+"""The serving engine: continuous batching over a paged KV cache with prefix sharing (see engine.py)."""
+
+from gpt.engine.engine import Engine
+from gpt.engine.metrics import EngineMetrics, prometheus_text
+from gpt.engine.requests import Event, QueueFullError, RequestHandle
+
+__all__ = ["Engine", "EngineMetrics", "Event", "QueueFullError", "RequestHandle", "prometheus_text"]

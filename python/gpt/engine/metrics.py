@@ -1,0 +1,89 @@
+"""The engine's metrics, and their Prometheus text exposition."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineMetrics:
+    waiting: int  # requests queued for admission
+    running: int  # sequences in the batch
+    blocks_total: int
+    blocks_in_use: int  # held by a sequence
+    blocks_cached: int  # held by none, still naming a prefix (reused or evicted on demand)
+    prompt_tokens: int  # of every submitted request
+    admitted_tokens: int  # prompt tokens at admission (re-admissions after preemption included)
+    prefix_hit_tokens: int  # of those, found in the prefix cache and not computed
+    prefill_tokens: int  # prompt tokens actually computed (chunks and recomputes)
+    generated_tokens: int
+    steps: int
+    preemptions: int
+    blocks_copied: int  # copy-on-write: a shared block copied before a sequence wrote into it
+    requests_submitted: int
+    requests_finished: int
+    requests_cancelled: int
+    requests_rejected: int
+    tokens_per_second: float  # generated tokens over the last 10 seconds
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hit_tokens / self.admitted_tokens if self.admitted_tokens else 0.0
+
+
+# name, help, type, and how to read it from EngineMetrics.
+_EXPOSED = (
+    ("gpt_queue_length", "Requests waiting for admission.", "gauge", lambda m: m.waiting),
+    ("gpt_running_sequences", "Sequences in the running batch.", "gauge", lambda m: m.running),
+    ("gpt_kv_blocks_total", "Blocks in the KV pool.", "gauge", lambda m: m.blocks_total),
+    ("gpt_kv_blocks_in_use", "KV blocks held by a sequence.", "gauge", lambda m: m.blocks_in_use),
+    ("gpt_kv_blocks_cached", "Free KV blocks that still hold a cached prefix.", "gauge", lambda m: m.blocks_cached),
+    (
+        "gpt_prefix_cache_hit_rate",
+        "Admitted prompt tokens found in the prefix cache.",
+        "gauge",
+        lambda m: m.prefix_hit_rate,
+    ),
+    ("gpt_prompt_tokens_total", "Prompt tokens submitted.", "counter", lambda m: m.prompt_tokens),
+    (
+        "gpt_prefix_hit_tokens_total",
+        "Prompt tokens served from the prefix cache.",
+        "counter",
+        lambda m: m.prefix_hit_tokens,
+    ),
+    ("gpt_prefill_tokens_total", "Prompt tokens computed.", "counter", lambda m: m.prefill_tokens),
+    ("gpt_generated_tokens_total", "Tokens generated.", "counter", lambda m: m.generated_tokens),
+    ("gpt_steps_total", "Batched steps run.", "counter", lambda m: m.steps),
+    ("gpt_preemptions_total", "Sequences preempted (recomputed later).", "counter", lambda m: m.preemptions),
+    ("gpt_kv_blocks_copied_total", "Shared KV blocks copied on write.", "counter", lambda m: m.blocks_copied),
+    ("gpt_requests_submitted_total", "Requests accepted.", "counter", lambda m: m.requests_submitted),
+    (
+        "gpt_requests_finished_total",
+        "Requests that ended (length, stop or error).",
+        "counter",
+        lambda m: m.requests_finished,
+    ),
+    ("gpt_requests_cancelled_total", "Requests cancelled.", "counter", lambda m: m.requests_cancelled),
+    ("gpt_requests_rejected_total", "Requests refused on a full queue.", "counter", lambda m: m.requests_rejected),
+    (
+        "gpt_generation_tokens_per_second",
+        "Generated tokens per second, last 10 s.",
+        "gauge",
+        lambda m: m.tokens_per_second,
+    ),
+)
+
+
+def prometheus_text(metrics: EngineMetrics) -> str:
+    lines = []
+    for name, help_text, kind, read in _EXPOSED:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {read(metrics)}"]
+    return "\n".join(lines) + "\n"
+
+
+def parse_prometheus_text(text: str) -> dict[str, float]:
+    """name -> value of the samples in `text` (no labels), for tools and tests."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.split()
+            values[name] = float(value)
+    return values

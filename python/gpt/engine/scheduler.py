@@ -1,0 +1,222 @@
+"""Continuous batching: which sequences run in the next step, and with how many tokens.
+
+Every step has a token budget. Running sequences that decode (one new token each) come first, then
+prompts, cut into chunks that fit what is left of the budget (chunked prefill), then waiting
+requests are admitted in arrival order. When a sequence needs a block and the pool has none, the
+youngest running sequence is preempted by recompute: its blocks go back to the pool (full ones
+stay in the prefix cache) and it waits again with its generated tokens as part of its prompt. The
+oldest running sequence is never preempted for a younger one, and every admitted request fits the
+pool on its own, so the oldest always progresses: no deadlock.
+"""
+
+import collections
+import dataclasses
+
+from gpt.engine.blocks import BlockManager, block_hashes
+from gpt.engine.requests import RequestHandle
+
+
+class Sequence:
+    """A request's tokens and where their keys and values live in the pool."""
+
+    def __init__(self, handle: RequestHandle, block_size: int):
+        self.handle = handle
+        self.tokens = list(handle.prompt)  # prompt, then every generated token
+        self.block_size = block_size
+        self.computed = 0  # leading positions whose keys and values are in the pool
+        self.table: list[int] = []  # block of positions [i * block_size, (i + 1) * block_size)
+        self.hashes = block_hashes(self.tokens, block_size)  # of every full block of tokens
+        self.registered = 0  # leading full blocks that the prefix cache knows
+        self.admitted_at = -1
+
+    @property
+    def pending(self) -> int:
+        """Tokens to run before the next token can be sampled."""
+        return len(self.tokens) - self.computed
+
+    def append(self, token: int) -> None:
+        self.tokens.append(token)
+        if len(self.tokens) % self.block_size == 0:
+            previous = self.hashes[-1] if self.hashes else b""
+            self.hashes += block_hashes(self.tokens, self.block_size, len(self.hashes), previous)
+
+
+@dataclasses.dataclass
+class Plan:
+    """One step: sequences with the number of new tokens each runs, in batch order."""
+
+    work: list[tuple[Sequence, int]]
+    preempted: list[Sequence]
+    prefix_hit_tokens: int = 0  # positions of admitted sequences found in the prefix cache
+    admitted_tokens: int = 0  # tokens of the sequences admitted (prompts, with any recomputed tokens)
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, pool, block_size: int, max_batch_tokens: int, max_running: int):
+        self.blocks = blocks
+        self.pool = pool
+        self.block_size = block_size
+        self.max_batch_tokens = max_batch_tokens
+        self.max_running = max_running
+        self.waiting: collections.deque[Sequence] = collections.deque()
+        self.running: list[Sequence] = []  # in admission order, oldest first
+        self._admissions = 0
+        self.preemptions = 0
+        self.blocks_copied = 0  # copy-on-write copies of shared blocks
+
+    def schedule(self) -> Plan:
+        plan = Plan([], [])
+        decoding = [s for s in self.running if s.pending == 1]
+        prefilling = [s for s in self.running if s.pending > 1]
+        for seq in decoding + prefilling:
+            # Recounted each time: a preemption takes its victim's tokens out of the plan.
+            budget = self.max_batch_tokens - sum(count for _, count in plan.work)
+            if budget == 0:
+                break
+            if seq not in self.running:  # preempted for an older sequence meanwhile
+                continue
+            count = min(seq.pending, budget)
+            if self._reserve_or_preempt(seq, count, plan):
+                plan.work.append((seq, count))
+        self._admit(plan, self.max_batch_tokens - sum(count for _, count in plan.work))
+        return plan
+
+    def release(self, seq: Sequence) -> None:
+        """Gives back every block of `seq` (finished, cancelled or preempted)."""
+        for block in seq.table:
+            self.blocks.release(block)
+        seq.table = []
+        seq.computed = 0
+        seq.registered = 0
+
+    def finish(self, seq: Sequence) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.release(seq)
+
+    def after_step(self, seq: Sequence, count: int) -> None:
+        """Records that `count` more positions of `seq` are in the pool; their full blocks join the
+        prefix cache."""
+        seq.computed += count
+        full = min(seq.computed // self.block_size, len(seq.hashes))
+        size = self.block_size
+        for index in range(seq.registered, full):
+            parent = seq.hashes[index - 1] if index else b""
+            tokens = tuple(seq.tokens[index * size : (index + 1) * size])
+            self.blocks.register(seq.table[index], seq.hashes[index], parent, tokens)
+        seq.registered = max(seq.registered, full)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _blocks_needed(self, seq: Sequence, count: int) -> int:
+        """New blocks for running `count` more tokens of `seq`: the table's growth, plus a copy of
+        the block the first new token lands in when another sequence shares it (copy-on-write)."""
+        end = seq.computed + count
+        needed = max(0, -(-end // self.block_size) - len(seq.table))
+        first = seq.computed // self.block_size
+        if first < len(seq.table) and self.blocks.refcount(seq.table[first]) > 1:
+            needed += 1
+        return needed
+
+    def _reserve(self, seq: Sequence, count: int) -> bool:
+        if self._blocks_needed(seq, count) > self.blocks.available:
+            return False
+        first = seq.computed // self.block_size
+        if first < len(seq.table) and self.blocks.refcount(seq.table[first]) > 1:
+            shared = seq.table[first]
+            copy = self.blocks.allocate()
+            self.pool.copy_block(shared, copy)
+            self.blocks_copied += 1
+            self.blocks.release(shared)
+            seq.table[first] = copy
+            seq.registered = min(seq.registered, first)
+        while len(seq.table) * self.block_size < seq.computed + count:
+            seq.table.append(self.blocks.allocate())
+        return True
+
+    def _reserve_or_preempt(self, seq: Sequence, count: int, plan: Plan) -> bool:
+        while not self._reserve(seq, count):
+            younger = [s for s in self.running if s.admitted_at > seq.admitted_at]
+            victim = younger[-1] if younger else seq
+            self._preempt(victim, plan)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, victim: Sequence, plan: Plan) -> None:
+        plan.work = [(s, c) for s, c in plan.work if s is not victim]
+        self.running.remove(victim)
+        self.release(victim)
+        self.waiting.appendleft(victim)
+        plan.preempted.append(victim)
+        self.preemptions += 1
+
+    def _admit(self, plan: Plan, budget: int) -> None:
+        """Admits waiting sequences in order while the budget, the running limit and the pool allow.
+        A request whose next prompt block another sequence is computing right now waits a step,
+        so that it reuses that block instead of computing the same prefix again."""
+        being_computed = {
+            s.hashes[i] for s, _ in plan.work for i in range(s.computed // self.block_size, len(s.hashes))
+        }
+        for seq in list(self.waiting):
+            if budget == 0 or len(self.running) >= self.max_running:
+                return
+            hits = self._match_prefix(seq)
+            matched = len(hits)
+            if matched < len(seq.hashes) and seq.hashes[matched] in being_computed:
+                continue
+            for block in hits:
+                self.blocks.acquire(block)
+            seq.table = list(hits)
+            seq.registered = matched
+            # The last token always runs: its logits are what the next token is sampled from.
+            seq.computed = min(matched * self.block_size, len(seq.tokens) - 1)
+            # Where the prompt diverges inside the next block, a cached block that agrees up to
+            # there is copied (copy-on-write at the first divergent block), and only the rest runs.
+            source, shared = self._partial_match(seq, matched)
+            if source is not None:
+                self.blocks.acquire(source)  # not evicted by the allocations below
+            seq.computed += shared
+            count = min(seq.pending, budget)
+            # Headroom of one block per running sequence, so that admitting does not at once
+            # force the running ones into preemption.
+            headroom = len(self.running)
+            if self._blocks_needed(seq, count) + headroom > self.blocks.available or not self._reserve(seq, count):
+                if source is not None:
+                    self.blocks.release(source)
+                self.release(seq)
+                return
+            if source is not None:
+                self.pool.copy_block(source, seq.table[matched])
+                self.blocks_copied += 1
+                self.blocks.release(source)
+            self.waiting.remove(seq)
+            self._admissions += 1
+            seq.admitted_at = self._admissions
+            self.running.append(seq)
+            plan.work.append((seq, count))
+            plan.prefix_hit_tokens += seq.computed
+            plan.admitted_tokens += len(seq.tokens)
+            being_computed.update(seq.hashes[seq.computed // self.block_size :])
+            budget -= count
+
+    def _partial_match(self, seq: Sequence, matched: int) -> tuple[int | None, int]:
+        """A cached full block to copy the start of block `matched` of `seq` from, and how many of
+        its positions it gives (never the last token, which must run)."""
+        first = matched * self.block_size
+        end = min(first + self.block_size, len(seq.tokens) - 1)
+        if end <= first:
+            return None, 0
+        parent = seq.hashes[matched - 1] if matched else b""
+        return self.blocks.longest_partial_match(parent, seq.tokens[first:end])
+
+    def _match_prefix(self, seq: Sequence) -> list[int]:
+        hits = []
+        for block_hash in seq.hashes:
+            block = self.blocks.lookup(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
