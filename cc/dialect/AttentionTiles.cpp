@@ -4,6 +4,8 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
 
+#include <algorithm>
+
 namespace mlir::transformer {
 
 int64_t attentionBlockSize(int64_t n) {
@@ -43,6 +45,16 @@ FailureOr<std::optional<TileClasses>> classifyAttentionTiles(CausalAttentionOp o
   if (!dims || op.getQueryOffset()) return std::optional<TileClasses>();
   auto [queries, keys] = *dims;
   int64_t bq = attentionBlockSize(queries), bk = attentionBlockSize(keys);
+  // The table has a letter per tile, and a mask is read bit by bit: past these sizes (far beyond
+  // any sequence a model runs) the causal rule keeps the lowering's run-time band instead of a
+  // table, and a mask is refused, rather than exhausting memory or time at compile time.
+  constexpr int64_t kMaxTiles = int64_t(1) << 22, kMaxMaskBits = int64_t(1) << 28;
+  const bool tooManyTiles = queries / bq > kMaxTiles / std::max<int64_t>(keys / bk, 1);
+  if (!op.getMask() && tooManyTiles) return std::optional<TileClasses>();
+  if (op.getMask() && (tooManyTiles || queries > kMaxMaskBits / std::max<int64_t>(keys, 1)))
+    return op.emitOpError() << "a mask over " << queries << " queries and " << keys
+                            << " keys is too large to classify tile by tile (at most " << kMaxMaskBits
+                            << " mask bits and " << kMaxTiles << " tiles)";
   TileClasses classes{bq, bk, SmallVector<std::string>(queries / bq, std::string(keys / bk, char(TileClass::Empty)))};
 
   if (!op.getMask()) {

@@ -261,3 +261,24 @@ func.func @block_pattern(%q: tensor<2x40x4xf32>) -> tensor<2x40x4xf32> {
   return %a : tensor<2x40x4xf32>
 }
 
+
+// -----
+
+// Past the classifier's size limits the causal rule records no table (the lowering keeps its
+// run-time band), instead of allocating a letter per tile at compile time.
+// CHECK-LABEL: func.func @huge_causal_unclassified
+// CHECK: transformer.causal_attention
+// CHECK-NOT: tile_classes
+func.func @huge_causal_unclassified(%q: tensor<1x4194304x4xf32>) -> tensor<1x4194304x4xf32> {
+  %a = transformer.causal_attention %q, %q, %q {scale = 0.5 : f32} : (tensor<1x4194304x4xf32>, tensor<1x4194304x4xf32>, tensor<1x4194304x4xf32>) -> tensor<1x4194304x4xf32>
+  return %a : tensor<1x4194304x4xf32>
+}
+
+// -----
+
+func.func @huge_mask_refused(%q: tensor<1x65536x4xf32>) -> tensor<1x65536x4xf32> {
+  %mask = arith.constant dense<true> : tensor<65536x65536xi1>
+  // expected-error @+1 {{a mask over 65536 queries and 65536 keys is too large to classify tile by tile}}
+  %a = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.5 : f32} : (tensor<1x65536x4xf32>, tensor<1x65536x4xf32>, tensor<1x65536x4xf32>, tensor<65536x65536xi1>) -> tensor<1x65536x4xf32>
+  return %a : tensor<1x65536x4xf32>
+}
