@@ -130,8 +130,18 @@ async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, se
     ttft = np.array([r[0] for r in results]) * 1e3
     itl = np.array([gap for r in results for gap in r[1]]) * 1e3
     tokens = sum(r[2] for r in results)
+    # Aggregate decode throughput: each stream's tokens after its first over the time they took
+    # (prompt processing excluded), times the streams decoding at once.
+    decode = clients * float(np.mean([len(r[1]) / sum(r[1]) for r in results if r[1]]))
     return dict(
-        clients=clients, requests=len(results), tokens=tokens, wall=wall, ttft=ttft, itl=itl, per_step=generated / steps
+        clients=clients,
+        requests=len(results),
+        tokens=tokens,
+        wall=wall,
+        ttft=ttft,
+        itl=itl,
+        per_step=generated / steps,
+        decode=decode,
     )
 
 
@@ -184,17 +194,19 @@ def main() -> None:
             shared_prefix(url, args.prefix_requests, args.prefix_tokens, args.suffix_tokens, 4, seed=7)
         )
     single = rows[0]["tokens"] / rows[0]["wall"]
+    single_decode = rows[0]["decode"]
     decoding = "greedy" if args.temperature == 0 else f"sampled at temperature {args.temperature}"
     print(f"prompt {args.prompt_tokens} tokens, {args.max_tokens} generated per request, {decoding}, streamed")
     print(
-        "| clients | requests | tok/s (all) | x one client | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms "
-        "| tokens per step |"
+        "| clients | requests | tok/s (all) | x one client | decode tok/s (all) | x one client (decode) "
+        "| TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | tokens per step |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         rate = r["tokens"] / r["wall"]
         print(
             f"| {r['clients']} | {r['requests']} | {rate:.1f} | {rate / single:.2f} | "
+            f"{r['decode']:.1f} | {r['decode'] / single_decode:.2f} | "
             f"{np.percentile(r['ttft'], 50):.1f} | {np.percentile(r['ttft'], 99):.1f} | "
             f"{np.percentile(r['itl'], 50):.1f} | {np.percentile(r['itl'], 99):.1f} | {r['per_step']:.1f} |"
         )
