@@ -434,6 +434,58 @@ struct EntryValues {
 
 } // namespace
 
+namespace {
+
+/// The public function of a cached entry point (step, batch step): its arguments, and as results
+/// the logits and every layer's key and value caches (`cacheType`), which it updates in place.
+func::FuncOp createCachedEntry(OpBuilder &b, Location loc, StringRef name, const GPTConfig &config,
+                               const EntryFunctionArguments &arguments, RankedTensorType logitsType,
+                               RankedTensorType cacheType) {
+  SmallVector<Type> resultTypes = {logitsType};
+  resultTypes.append(2 * config.nLayer, cacheType);
+  SmallVector<unsigned> caches; // updated in place
+  for (auto [i, argument] : llvm::enumerate(arguments.arguments))
+    if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache) caches.push_back(i);
+  func::FuncOp fn = createFunction(b, loc, name, arguments.types, resultTypes, /*entryPoint=*/true, caches);
+  b.setInsertionPointToStart(&fn.front());
+  return fn;
+}
+
+/// The body of a cached entry point: the embeddings, one call of `block` per layer (x, then
+/// `blockInputs(layer)`, then the layer's weights; it returns x and the layer's updated key and
+/// value caches), then the rows `in.last` (an embedding lookup into the activations) through the
+/// final LayerNorm and the LM head. Returns the logits and the updated caches.
+void buildCachedEntryBody(OpBuilder &b, Location loc, const GPTConfig &config, const EntryValues &in,
+                          func::FuncOp block, ArrayRef<ParameterSpec> layerSpecs, RankedTensorType logitsType,
+                          llvm::function_ref<SmallVector<Value>(int64_t layer)> blockInputs) {
+  GraphBuilder g(b, loc, config);
+  Value x = in.tokenEmbedding(b, loc, in.ids);
+  if (!config.rope)
+    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
+  x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
+  SmallVector<Value> keys, values;
+  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
+    SmallVector<Value> operands = {x};
+    operands.append(blockInputs(layer));
+    operands.append(layerOperands(in.weights, layerSpecs, layer));
+    auto call = b.create<func::CallOp>(loc, block, operands);
+    x = call.getResult(0);
+    keys.push_back(call.getResult(1));
+    values.push_back(call.getResult(2));
+  }
+  x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
+  x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
+  Value logits = g.matmul(x, in.head());
+  SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
+  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
+    results.push_back(keys[layer]);
+    results.push_back(values[layer]);
+  }
+  b.create<func::ReturnOp>(loc, results);
+}
+
+} // namespace
+
 OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
                                    const WeightStorage &storage) {
   ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
@@ -484,40 +536,13 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen);
   auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, b.getF32Type());
   auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, b.getF32Type());
-  SmallVector<Type> resultTypes = {logitsType};
-  resultTypes.append(2 * config.nLayer, cacheType);
-  SmallVector<unsigned> caches; // updated in place
-  for (auto [i, argument] : llvm::enumerate(arguments.arguments))
-    if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache) caches.push_back(i);
-  func::FuncOp fn = createFunction(b, loc, "step", arguments.types, resultTypes, /*entryPoint=*/true, caches);
-  b.setInsertionPointToStart(&fn.front());
+  func::FuncOp fn = createCachedEntry(b, loc, "step", config, arguments, logitsType, cacheType);
   EntryValues in(fn, arguments.arguments, specs);
-
-  GraphBuilder g(b, loc, config);
-  Value x = in.tokenEmbedding(b, loc, in.ids);
-  if (!config.rope)
-    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
-  x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
-  SmallVector<Value> keys, values;
-  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    SmallVector<Value> operands = {x, in.positions, in.offset, in.keys[layer], in.values[layer]};
-    operands.append(layerOperands(in.weights, layerSpecs, layer));
-    auto call = b.create<func::CallOp>(loc, block, operands);
-    x = call.getResult(0);
-    keys.push_back(call.getResult(1));
-    values.push_back(call.getResult(2));
-  }
-  // Only the last real token's logits are needed: gather its row (an embedding lookup into the
-  // activations) before the final LayerNorm and the LM head.
-  x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
-  x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
-  Value logits = g.matmul(x, in.head());
-  SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
-  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    results.push_back(keys[layer]);
-    results.push_back(values[layer]);
-  }
-  b.create<func::ReturnOp>(loc, results);
+  // Only the last real token's logits are needed: its row goes through the final LayerNorm and
+  // the LM head.
+  buildCachedEntryBody(b, loc, config, in, block, layerSpecs, logitsType, [&](int64_t layer) {
+    return SmallVector<Value>{in.positions, in.offset, in.keys[layer], in.values[layer]};
+  });
   return module;
 }
 
@@ -538,40 +563,12 @@ OwningOpRef<ModuleOp> buildBatchStep(MLIRContext &ctx, const GPTConfig &config, 
   auto poolType =
       RankedTensorType::get({shape.poolBlocks, config.nHead, shape.blockSize, config.headSize()}, b.getF32Type());
   auto logitsType = RankedTensorType::get({shape.batch, config.paddedVocabSize()}, b.getF32Type());
-  SmallVector<Type> resultTypes = {logitsType};
-  resultTypes.append(2 * config.nLayer, poolType);
-  SmallVector<unsigned> pools; // updated in place
-  for (auto [i, argument] : llvm::enumerate(arguments.arguments))
-    if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache) pools.push_back(i);
-  func::FuncOp fn = createFunction(b, loc, "batch_step", arguments.types, resultTypes, /*entryPoint=*/true, pools);
-  b.setInsertionPointToStart(&fn.front());
+  func::FuncOp fn = createCachedEntry(b, loc, "batch_step", config, arguments, logitsType, poolType);
   EntryValues in(fn, arguments.arguments, specs);
-
-  GraphBuilder g(b, loc, config);
-  Value x = in.tokenEmbedding(b, loc, in.ids);
-  if (!config.rope)
-    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
-  x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
-  SmallVector<Value> keys, values;
-  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    SmallVector<Value> operands = {x,         in.positions,   in.sequences,    in.slots,
-                                   in.tables, in.keys[layer], in.values[layer]};
-    operands.append(layerOperands(in.weights, layerSpecs, layer));
-    auto call = b.create<func::CallOp>(loc, block, operands);
-    x = call.getResult(0);
-    keys.push_back(call.getResult(1));
-    values.push_back(call.getResult(2));
-  }
-  // Each sequence's last new token: its row gathered before the final LayerNorm and the LM head.
-  x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
-  x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
-  Value logits = g.matmul(x, in.head());
-  SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
-  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    results.push_back(keys[layer]);
-    results.push_back(values[layer]);
-  }
-  b.create<func::ReturnOp>(loc, results);
+  // Each sequence's last new token: its row goes through the final LayerNorm and the LM head.
+  buildCachedEntryBody(b, loc, config, in, block, layerSpecs, logitsType, [&](int64_t layer) {
+    return SmallVector<Value>{in.positions, in.sequences, in.slots, in.tables, in.keys[layer], in.values[layer]};
+  });
   return module;
 }
 
