@@ -43,15 +43,15 @@ SmallVector<Value> onlineSoftmaxUpdate(OpBuilder &b, Location loc, Value masked,
                                     return nb.create<arith::SelectOp>(l, unset, f32Constant(nb, l, 0.0), e);
                                   });
   // m' = max(m, blockMax) over m, after `correction` has read m.
-  Value newMax = buildGeneric(
-      b, loc, m, {blockMax}, {id1}, id1, parallel1,
-      [](OpBuilder &nb, Location l, ValueRange a) -> Value { return nb.create<arith::MaximumFOp>(l, a[1], a[0]); });
+  Value newMax =
+      buildGeneric(b, loc, m, {blockMax}, {id1}, id1, parallel1, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+        return nb.create<arith::MaximumFOp>(l, a[1], a[0]);
+      });
   Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {masked, newMax}, {id2, row2}, id2, parallel2,
                              [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], a[1]));
                                if (!visibleKey) return e;
-                               return nb.create<arith::SelectOp>(l, visibleKey(nb, l, a), e,
-                                                                 f32Constant(nb, l, 0.0));
+                               return nb.create<arith::SelectOp>(l, visibleKey(nb, l, a), e, f32Constant(nb, l, 0.0));
                              });
   Value blockSum =
       buildRowReduction(b, loc, {bq, bk}, {probs}, {id2}, 0.0, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
@@ -62,9 +62,8 @@ SmallVector<Value> onlineSoftmaxUpdate(OpBuilder &b, Location loc, Value masked,
                               [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                 return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[2], a[0]), a[1]);
                               });
-  Value update =
-      b.create<linalg::MatmulOp>(loc, ValueRange{probs, values}, ValueRange{filled(b, loc, {bq, valueSize})})
-          .getResult(0);
+  Value update = b.create<linalg::MatmulOp>(loc, ValueRange{probs, values}, ValueRange{filled(b, loc, {bq, valueSize})})
+                     .getResult(0);
   // acc' = c acc + p . v, over acc.
   Value newAcc = buildGeneric(b, loc, acc, {correction, update}, {row2, id2}, id2, parallel2,
                               [](OpBuilder &nb, Location l, ValueRange a) -> Value {
