@@ -1,6 +1,7 @@
 // Verifiers, shape inference and canonicalization hooks of the `transformer` ops.
 #include "cc/dialect/AttentionTiles.h"
 #include "cc/dialect/ConstantFolding.h"
+#include "cc/dialect/RecoverAttention.h"
 #include "cc/dialect/RecoverGelu.h"
 #include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -153,6 +154,9 @@ LogicalResult MatmulOp::verify() {
 }
 LogicalResult MatmulOp::inferShapes() {
   return refineResult(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+void MatmulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *) {
+  populateRecoverAttentionPatterns(results);
 }
 namespace {
 FailureOr<TensorType> inferPackedMatmul(PackedMatmulOp op) {
@@ -323,6 +327,23 @@ LogicalResult PagedAttentionOp::inferShapes() {
                                               getBlockTables().getType(), getSequences().getType(),
                                               getPositions().getType(), errorOn(*this)));
 }
+
+//===----------------------------------------------------------------------===//
+// Ops of imported PyTorch graphs
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The broadcast shape of where's two values, broadcast again with its condition's.
+FailureOr<TensorType> inferWhere(WhereOp op) {
+  FailureOr<TensorType> values =
+      inferBroadcastType(op.getTrueValue().getType(), op.getFalseValue().getType(), errorOn(op));
+  if (failed(values)) return failure();
+  return inferBroadcastType(*values, op.getCondition().getType(), errorOn(op));
+}
+} // namespace
+
+LogicalResult WhereOp::verify() { return verifyInferred(*this, inferWhere(*this)); }
+LogicalResult WhereOp::inferShapes() { return refineResult(*this, inferWhere(*this)); }
 
 #define GET_OP_CLASSES
 #include "cc/dialect/TransformerOps.cpp.inc"

@@ -131,6 +131,7 @@ def Transformer_MatmulOp : Transformer_Op<"matmul",
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let hasCanonicalizer = 1; // recovers causal_attention (RecoverAttention.h)
 }
 
 def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
@@ -540,6 +541,29 @@ def Transformer_TanhOp : Transformer_UnaryOp<"tanh", [{
     Elementwise hyperbolic tangent. An imported tanh GELU written out op by op (nanoGPT's,
     HF's `gelu_new`) is folded back into `transformer.gelu` by canonicalization.}]> {
   let summary = "Elementwise tanh";
+}
+
+def Transformer_WhereOp : Transformer_Op<"where",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Elementwise select by an i1 condition, with numpy-style broadcasting";
+  let description = [{
+    `result = condition ? true_value : false_value`, elementwise, the three operands broadcast
+    together as `transformer.add` broadcasts two (`torch.where`; `masked_fill(x, m, v)` is
+    `where(m, v, x)`). A constant condition feeding a softmax whose other value is `-inf` is an
+    attention mask: canonicalization recovers `transformer.causal_attention` from
+    `softmax(where(mask, q @ k^T * scale, -inf)) @ v` (RecoverAttention.h).
+
+    ```mlir
+    %m = transformer.where %mask, %scores, %fill
+        : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>) -> tensor<4x8x8xf32>
+    ```
+  }];
+  let arguments = (ins TensorOf<[I1]>:$condition, F32Tensor:$true_value, F32Tensor:$false_value);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = [{
+    $condition `,` $true_value `,` $false_value attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
 }
 
 #endif // GPT_TRANSFORMER_OPS_TD

@@ -94,3 +94,17 @@ func.func @gelu_erf(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = transformer.gelu_erf %x : tensor<4x8xf32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+// where: a select per element, the condition broadcast like the values.
+// CHECK-LABEL: func.func @where
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%{{.*}}, %{{.*}}, %{{.*}} : tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>)
+// CHECK: ^bb0(%[[C:.*]]: i1, %[[X:.*]]: f32, %[[F:.*]]: f32, %{{.*}}: f32):
+// CHECK: arith.select %[[C]], %[[X]], %[[F]] : f32
+// CHECK-NOT: transformer.
+func.func @where(%c: tensor<8x8xi1>, %x: tensor<4x8x8xf32>, %fill: tensor<1xf32>) -> tensor<4x8x8xf32> {
+  %0 = transformer.where %c, %x, %fill : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>) -> tensor<4x8x8xf32>
+  return %0 : tensor<4x8x8xf32>
+}

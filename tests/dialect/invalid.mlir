@@ -605,3 +605,27 @@ func.func @tanh_wrong_result(%a: tensor<4x8xf32>) {
   %0 = transformer.tanh %a : tensor<4x8xf32> -> tensor<8xf32>
   return
 }
+
+// -----
+
+func.func @where_values_not_broadcastable(%c: tensor<4x8xi1>, %a: tensor<4x8xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{operands are not broadcast-compatible: 'tensor<4x8xf32>' and 'tensor<3xf32>' (dimension 8 vs 3)}}
+  %0 = transformer.where %c, %a, %b : (tensor<4x8xi1>, tensor<4x8xf32>, tensor<3xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @where_condition_not_broadcastable(%c: tensor<5x8xi1>, %a: tensor<4x8xf32>, %b: tensor<1xf32>) {
+  // expected-error @+1 {{operands are not broadcast-compatible: 'tensor<4x8xf32>' and 'tensor<5x8xi1>' (dimension 4 vs 5)}}
+  %0 = transformer.where %c, %a, %b : (tensor<5x8xi1>, tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @where_condition_not_i1(%c: tensor<4x8xf32>, %a: tensor<4x8xf32>, %b: tensor<1xf32>) {
+  // expected-error @+1 {{operand #0 must be tensor of 1-bit signless integer values}}
+  %0 = transformer.where %c, %a, %b : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  return
+}

@@ -184,3 +184,10 @@ func.func @tanh(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = transformer.tanh %x : tensor<4x8xf32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// CHECK-LABEL: func.func @where
+// CHECK: transformer.where %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>) -> tensor<4x8x8xf32>
+func.func @where(%c: tensor<8x8xi1>, %x: tensor<4x8x8xf32>, %fill: tensor<1xf32>) -> tensor<4x8x8xf32> {
+  %0 = transformer.where %c, %x, %fill : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>) -> tensor<4x8x8xf32>
+  return %0 : tensor<4x8x8xf32>
+}

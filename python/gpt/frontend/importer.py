@@ -1,11 +1,13 @@
 """Importing a torch.export ATen graph into a transformer-dialect func.func (text).
 
 One function per ATen op family emits IR; `SUPPORTED_OPS` maps each ATen op to them and to the
-dialect ops they produce (the README's coverage table and CompilerError read it). Causal
-attention is recovered here, before emission, because its mask must be evaluated to be known
-causal: a recognizer matches softmax(masked scores) @ v at its root node, and the nodes inside
-it are never emitted. The tanh GELU written out by hand is emitted op by op; canonicalization
-folds it into transformer.gelu (cc/dialect/RecoverGelu.cpp).
+dialect ops they produce (the README's coverage table and CompilerError read it). The graph is
+emitted as written: attention written out by hand becomes transformer.matmul / mul / where /
+softmax, and canonicalization recovers transformer.causal_attention from it (an analysis of the
+mask's construction, cc/dialect/RecoverAttention.cpp), as it folds the written-out tanh GELU
+into transformer.gelu (cc/dialect/RecoverGelu.cpp). Masks built from buffers, arange and
+comparisons are evaluated here with torch and emitted as i1 `arith.constant`s; an additive mask
+(0 where kept, -inf or finfo.min where not: HF's) is emitted as the where it stands for.
 
 Layout convention: a batch dimension of size 1 is dropped. Token ids [1, T] become a rank-1
 `tensor<Txi64>` and activations [1, T, C] a `tensor<TxCxf32>`, as the builder's entry points
@@ -147,8 +149,30 @@ def source_location(node: torch.fx.Node, origins: dict[str, str] | None = None) 
 
 
 def _fmt(x: float) -> str:
-    """An MLIR float literal (it needs a decimal point)."""
+    """An MLIR float literal (it needs a decimal point); -inf, inf and NaN as their f32 bits."""
+    if not math.isfinite(x):
+        return f"0x{int(np.array(x, np.float32).view(np.uint32)):08X}"
     return f"{float(x):.9e}"
+
+
+def _strip_leading_ones(array: np.ndarray) -> np.ndarray:
+    """Broadcasting aligns trailing dimensions: leading 1s can go."""
+    while array.ndim > 1 and array.shape[0] == 1:
+        array = array[0]
+    return array
+
+
+def additive_mask(bias) -> tuple[np.ndarray, float] | None:
+    """(kept positions, fill) of an additive attention mask known at compile time: 0 where kept
+    and one value <= -1e30 (-inf, or HF's finfo(float32).min) where masked; else None."""
+    if not isinstance(bias, torch.Tensor) or bias.dtype != torch.float32 or bias.ndim < 2:
+        return None
+    array = _strip_leading_ones(bias.detach().numpy())
+    kept = array == 0
+    masked = array[~kept]
+    if masked.size == 0 or not np.all(masked <= -1e30) or not np.all(masked == masked.flat[0]):
+        return None
+    return kept, float(masked.flat[0])
 
 
 IDENTITY_OPS = {
@@ -171,25 +195,6 @@ def _is_identity(node) -> bool:
     return node.target in IDENTITY_OPS and not (node.target == aten.dropout.default and node.args[2])
 
 
-def _through_identities(node):
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and _is_identity(node):
-        node = node.args[0]
-    return node
-
-
-def _scalar_operand(node, *targets):
-    """(tensor operand, scalar) of a binary op in `targets` with one Python-scalar operand."""
-    if not isinstance(node, torch.fx.Node) or node.target not in targets:
-        return None
-    a, b = node.args[0], node.args[1]
-    if isinstance(a, torch.fx.Node) and isinstance(b, (int, float)):
-        return a, float(b)
-    if isinstance(b, torch.fx.Node) and isinstance(a, (int, float)):
-        return b, float(a)
-    return None
-
-
-MUL = (aten.mul.Tensor, aten.mul.Scalar)
 ADD = (aten.add.Tensor, aten.add.Scalar)
 
 
@@ -209,7 +214,6 @@ class Importer:
         self.arguments: list[Argument] = []
         self.parameter_arguments: dict[Parameter, Value] = {}
         self.problems: list[str] = []
-        self.patterns: dict = {}  # root node -> (kind, data)
         self.failed: set = set()  # nodes whose import failed
         # A slice that drops a padded weight's extra columns, by name -> the padded result: when
         # it is returned, the caller takes a view of the padded result instead (no copy).
@@ -244,6 +248,16 @@ class Importer:
 
     def scalar(self, x: float) -> Value:
         return self.constant(np.array([x], np.float32))
+
+    def mask_constant(self, bits: np.ndarray) -> Value:
+        """An i1 tensor known at compile time (an attention mask) as an `arith.constant`, its bits
+        packed as MLIR's hex form of i1 data takes them (little-endian within each byte)."""
+        result = Value(self.fresh(), bits.shape, "i1")
+        packed = np.packbits(np.asarray(bits, bool).reshape(-1), bitorder="little")
+        self.lines.append(
+            f'    {result.name} = arith.constant dense<"0x{packed.tobytes().hex().upper()}"> : {result.type}'
+        )
+        return result
 
     def argument(self, kind: str, shape, dtype: str, **fields) -> Value:
         value = Value(f"%arg{len(self.arguments)}", tuple(shape), dtype)
@@ -326,14 +340,17 @@ class Importer:
                 raise Unsupported(f"parameter {node.name} has dtype {tensor.dtype}: only float32 is supported")
             return self.shaped(Value(value.name, value.shape, "f32"), node)
         data = self.constant_value(node)
+        if isinstance(data, torch.Tensor) and data.dtype == torch.bool:
+            value = self.mask_constant(_strip_leading_ones(data.detach().numpy()))
+            value.batched = len(self.torch_shape(node)) == len(value.shape) + 1
+            self.values[node] = value
+            return value
         if isinstance(data, torch.Tensor):
             array = data.detach().numpy()
             dtype = {np.dtype(np.float32): "f32", np.dtype(np.int64): "i64"}.get(array.dtype)
             if dtype is None:
                 raise Unsupported(f"constant {node.name} has dtype {array.dtype}: only float32 and int64 are supported")
-            # Leading 1s are dropped: broadcasting aligns trailing dimensions.
-            while array.ndim > 1 and array.shape[0] == 1:
-                array = array[0]
+            array = _strip_leading_ones(array)  # broadcasting aligns trailing dimensions
             value = self.argument("constant", array.shape, dtype, data=np.ascontiguousarray(array))
             value = Value(value.name, value.shape, dtype)
             value.batched = len(self.torch_shape(node)) == len(value.shape) + 1
@@ -351,9 +368,6 @@ class Importer:
         for node in nodes:  # in order, so that evaluating one never recurses into its inputs
             self.constant_value(node)
         output = next(n for n in nodes if n.op == "output")
-        for node in nodes:
-            if node.op == "call_function":
-                self.recognize(node)
         needed = self.needed_nodes(output)
         for node in nodes:
             if node.op == "placeholder" and node.name in self.user_inputs:
@@ -400,13 +414,7 @@ class Importer:
         )
         return ImportedFunction(text, "imported", self.arguments, results, shapes)
 
-    def recognize(self, node):
-        if node.target in (aten.matmul.default, aten.bmm.default) and (m := self.match_attention(node)):
-            self.patterns[node] = ("attention", m)
-
     def inputs_of(self, node):
-        if node in self.patterns:
-            return self.patterns[node][1][:3]
         found = []
         for a in [*node.args, *node.kwargs.values()]:
             if isinstance(a, torch.fx.Node):
@@ -454,9 +462,6 @@ class Importer:
         self.values[node] = value
 
     def import_node(self, node):
-        if node in self.patterns:
-            self.values[node] = self.emit_attention(node, *self.patterns[node][1])
-            return
         if node.target is operator.getitem:
             if node.args[0] in self.failed:
                 raise DependsOnUnsupported()
@@ -472,73 +477,6 @@ class Importer:
             if val.dtype not in (torch.float32, torch.int64, torch.bool):
                 raise Unsupported(f"dtype {val.dtype} is not supported (float32)")
         self.values[node] = support.emit(self, node)
-
-    # -- recognizers ------------------------------------------------------------------------------
-
-    def match_attention(self, node):
-        """softmax(mask(scale * q @ k^T)) @ v with a causal mask -> (q, k, v, scale)."""
-        probabilities, v = node.args[0], node.args[1]
-        probabilities = _through_identities(probabilities)
-        if probabilities.target not in (aten.softmax.int, aten._softmax.default) or probabilities.args[1] not in (
-            -1,
-            3,
-        ):
-            return None
-        masked = probabilities.args[0]
-        if masked.target in (aten.masked_fill.Scalar,):
-            scores, mask, fill = masked.args
-            keep = lambda m: ~m  # noqa: E731
-        elif masked.target == aten.where.self:
-            mask, scores, fill = masked.args
-            keep = lambda m: m  # noqa: E731
-            fill = self.constant_value(fill)
-            fill = float(fill) if isinstance(fill, torch.Tensor) and fill.numel() == 1 else None
-        elif masked.target == aten.add.Tensor:
-            # scores + M with M = 0 where kept and <= -1e30 (-inf, finfo.min) where masked
-            scores, additive = masked.args
-            if self.constant_value(additive) is None:
-                additive, scores = scores, additive
-            additive = self.constant_value(additive)
-            if not isinstance(additive, torch.Tensor) or not additive.is_floating_point():
-                return None
-            if not bool(((additive == 0) | (additive <= -1e30)).all()):
-                return None
-            mask, fill, keep = additive == 0, -math.inf, lambda m: m  # noqa: E731
-        else:
-            return None
-        if not isinstance(fill, (int, float)) or fill > -1e30:
-            return None
-        mask_value = mask if isinstance(mask, torch.Tensor) else self.constant_value(mask)
-        if not isinstance(mask_value, torch.Tensor) or mask_value.dtype != torch.bool:
-            return None
-        kept = keep(mask_value)
-        t_q, t_k = kept.shape[-2], kept.shape[-1]
-        if t_q != t_k or not torch.equal(kept.reshape(-1, t_q, t_k)[0], torch.ones(t_q, t_k, dtype=torch.bool).tril()):
-            return None
-        if kept.reshape(-1, t_q, t_k).shape[0] != 1 and not bool((kept == kept.reshape(-1, t_q, t_k)[0]).all()):
-            return None
-        scale = 1.0
-        scaled = _scalar_operand(scores, *MUL)
-        divided = _scalar_operand(scores, aten.div.Tensor, aten.div.Scalar)
-        if scaled:
-            scores, scale = scaled
-        elif divided and scores.args[0] is divided[0]:
-            scores, scale = divided[0], 1.0 / divided[1]
-        if scores.target not in (aten.matmul.default, aten.bmm.default):
-            return None
-        q, kt = scores.args
-        if kt.target != aten.transpose.int or sorted(d % 4 for d in kt.args[1:]) != [2, 3]:
-            return None
-        return [q, kt.args[0], v, scale]
-
-    def emit_attention(self, node, q, k, v, scale):
-        operands = [self.operand(n) for n in (q, k, v)]
-        for value in operands:
-            if value.layout != "plain" or len(value.shape) != 3:
-                raise Unsupported("attention needs q, k, v of shape [1, H, T, d]")
-        return self.shaped(
-            self.emit("transformer.causal_attention", operands, operands[0].shape, f"scale = {_fmt(scale)} : f32"), node
-        )
 
 
 def _tensor_vals(node):
@@ -559,6 +497,15 @@ def emit_binary(imp: Importer, node):
     target = node.target
     a, b = node.args[0], node.args[1]
     alpha = node.kwargs.get("alpha", 1)
+    if target == aten.add.Tensor and alpha == 1:
+        for activation, bias in ((a, b), (b, a)):
+            mask = additive_mask(imp.constant_value(bias))
+            if mask is not None and imp.constant_value(activation) is None:
+                # x + M, M = 0 where kept and -inf (finfo.min) where masked, is where(kept, x, fill).
+                x = imp.operand(activation)
+                keep = imp.mask_constant(mask[0])
+                shape = _broadcast(x.shape, keep.shape)
+                return imp.shaped(imp.emit("transformer.where", [keep, x, imp.scalar(mask[1])], shape), node)
     x = imp.operand(a) if isinstance(a, torch.fx.Node) else None
     y = imp.operand(b) if isinstance(b, torch.fx.Node) else None
     if x is None and y is None:
@@ -587,6 +534,39 @@ def emit_binary(imp: Importer, node):
             raise Unsupported("elementwise op on a pending head view")
     op = "transformer.add" if target in ADD else "transformer.mul"
     return imp.shaped(imp.emit(op, [x, y], _broadcast(x.shape, y.shape)), node)
+
+
+def _value_or_scalar(imp: Importer, operand) -> Value:
+    """A where's value: an imported tensor, or a Python or one-element constant as a splat."""
+    if isinstance(operand, (int, float, bool)):
+        return imp.scalar(float(operand))
+    data = imp.constant_value(operand)
+    if isinstance(data, torch.Tensor) and data.numel() == 1:
+        return imp.scalar(float(data.reshape(-1)[0]))
+    value = imp.operand(operand)
+    if value.dtype != "f32" or value.layout != "plain":
+        raise Unsupported("where / masked_fill of a value that is not a float32 activation")
+    return value
+
+
+def emit_where(imp: Importer, node):
+    """where(c, x, y) and masked_fill(x, c, v) = where(c, v, x) -> transformer.where, for a condition
+    known at compile time (a mask built from buffers, arange and comparisons)."""
+    if node.target in (aten.masked_fill.Scalar, aten.masked_fill.Tensor):
+        x, condition, fill = node.args[:3]
+        operands = (condition, fill, x)
+    else:
+        operands = node.args[:3]
+    condition = imp.constant_value(operands[0])
+    if not isinstance(condition, torch.Tensor) or condition.dtype != torch.bool:
+        raise Unsupported(
+            f"the condition {operands[0]} depends on the module's inputs: only conditions known at compile time "
+            "(masks built from buffers, arange and comparisons) are supported"
+        )
+    c = imp.operand(operands[0])
+    x, y = _value_or_scalar(imp, operands[1]), _value_or_scalar(imp, operands[2])
+    shape = _broadcast(_broadcast(x.shape, y.shape), c.shape)
+    return imp.shaped(imp.emit("transformer.where", [c, x, y], shape), node)
 
 
 def emit_unary(imp: Importer, node):
@@ -815,7 +795,9 @@ def emit_transpose(imp: Importer, node):
 
 
 def emit_sdpa(imp: Importer, node):
-    """scaled_dot_product_attention with is_causal or a causal mask -> transformer.causal_attention."""
+    """scaled_dot_product_attention -> transformer.causal_attention: is_causal or a causal mask as
+    the causal rule, any other mask known at compile time (bool, or additive 0 / -inf) as its `mask`
+    operand, and no mask at all as an all-visible one."""
     q, k, v = (imp.operand(n) for n in node.args[:3])
     mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
     dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
@@ -823,29 +805,49 @@ def emit_sdpa(imp: Importer, node):
     scale = node.kwargs.get("scale")
     if dropout:
         raise Unsupported("attention dropout (call module.eval() first)")
+    if any(x.layout != "plain" or len(x.shape) != 3 for x in (q, k, v)) or q.shape[::2] != k.shape[::2]:
+        raise Unsupported("attention needs q, k, v of shape [1, H, T, d]")
+    queries, keys = q.shape[1], k.shape[1]
+    keep = None
     if mask is not None:
         value = imp.constant_value(mask)
-        t = q.shape[-2]
-        tril = torch.ones(t, t, dtype=torch.bool).tril()
-        ok = isinstance(value, torch.Tensor) and (
-            (value.dtype == torch.bool and bool((value == tril).all()))
-            or (
-                value.dtype == torch.float32
-                and bool(((value == 0) == tril).all())
-                and bool((value[~tril.expand_as(value)] < -1e30).all())
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported(
+                f"attn_mask {mask.name} depends on the module's inputs: only masks known at compile time "
+                "(buffers, arange and comparisons) are supported"
             )
-        )
-        if not ok:
-            raise Unsupported("an attention mask that is not causal (only causal masks are supported)")
-        causal = True
-    if not causal:
-        raise Unsupported("non-causal attention")
-    if any(x.layout != "plain" or len(x.shape) != 3 for x in (q, k, v)) or q.shape != k.shape:
-        raise Unsupported("attention needs q, k, v of shape [1, H, T, d]")
+        if value.dtype == torch.bool:
+            keep = _strip_leading_ones(value.detach().numpy())
+        else:
+            additive = additive_mask(value)
+            if additive is None:
+                raise Unsupported("a float attn_mask other than 0 where kept and -inf where masked (an additive bias)")
+            keep = additive[0]
+        if keep.ndim > 2:
+            raise Unsupported(f"an attn_mask of shape {tuple(value.shape)} that differs between heads")
+        keep = np.broadcast_to(keep, (queries, keys))
+    elif not causal:
+        keep = np.ones((queries, keys), bool)  # bidirectional: every key visible
+    if keep is not None and queries == keys and np.array_equal(keep, np.tril(np.ones((queries, keys), bool))):
+        keep, causal = None, True
+    if keep is not None and not keep.any(axis=1).all():
+        raise Unsupported("an attn_mask with a query row that sees no key (its softmax has no value)")
+    if causal and queries != keys:
+        raise Unsupported(f"is_causal attention of {queries} queries over {keys} keys")
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    return imp.shaped(
-        imp.emit("transformer.causal_attention", [q, k, v], q.shape, f"scale = {_fmt(scale)} : f32"), node
+    attributes = f"scale = {_fmt(scale)} : f32"
+    if keep is None:
+        return imp.shaped(
+            imp.emit("transformer.causal_attention", [q, k, v], q.shape[:2] + v.shape[2:], attributes), node
+        )
+    bits = imp.mask_constant(keep)
+    result = Value(imp.fresh(), (*q.shape[:2], v.shape[2]), "f32")
+    types = ", ".join(x.type for x in (q, k, v, bits))
+    imp.lines.append(
+        f"    {result.name} = transformer.causal_attention {q.name}, {k.name}, {v.name} mask {bits.name} "
+        f"{{{attributes}}} : ({types}) -> {result.type}"
     )
+    return imp.shaped(result, node)
 
 
 def _op(emit, dialect):
@@ -858,7 +860,7 @@ SUPPORTED_OPS: dict = {
     aten.mm.default: _op(emit_linear, "transformer.packed_matmul or matmul"),
     aten.matmul.default: _op(emit_matmul, "transformer.matmul (packed_matmul against a parameter)"),
     aten.bmm.default: _op(emit_matmul, "transformer.matmul"),
-    aten.add.Tensor: _op(emit_binary, "transformer.add"),
+    aten.add.Tensor: _op(emit_binary, "transformer.add (an additive attention mask: transformer.where)"),
     aten.add.Scalar: _op(emit_binary, "transformer.add"),
     aten.sub.Tensor: _op(emit_binary, "transformer.add + transformer.neg"),
     aten.sub.Scalar: _op(emit_binary, "transformer.add"),
@@ -886,7 +888,12 @@ SUPPORTED_OPS: dict = {
     aten.split.Tensor: _op(emit_split, "transformer.slice (last dim)"),
     aten.split_with_sizes.default: _op(emit_split, "transformer.slice (last dim)"),
     aten.slice.Tensor: _op(emit_slice, "transformer.slice (last dim), none for a full slice"),
-    aten.scaled_dot_product_attention.default: _op(emit_sdpa, "transformer.causal_attention (causal only)"),
+    aten.scaled_dot_product_attention.default: _op(
+        emit_sdpa, "transformer.causal_attention (is_causal, or a constant attn_mask as its mask operand)"
+    ),
+    aten.where.self: _op(emit_where, "transformer.where (a condition known at compile time)"),
+    aten.masked_fill.Scalar: _op(emit_where, "transformer.where (a mask known at compile time)"),
+    aten.masked_fill.Tensor: _op(emit_where, "transformer.where (a mask known at compile time)"),
     aten.dropout.default: _op(emit_identity, "none (eval mode)"),
     aten.contiguous.default: _op(emit_identity, "none"),
     aten.clone.default: _op(emit_identity, "none"),
