@@ -328,3 +328,42 @@ def test_a_mask_computed_from_the_inputs_is_refused_by_name():
     q = torch.randn(1, 2, 4, 8)
     with pytest.raises(gpt.CompilerError, match="attn_mask gt depends on the module's inputs"):
         gpt.compile_module(InputMaskedAttention().eval(), (q, q, q, torch.randn(4, 4)))
+
+
+# -- standalone ops (issue 13 item 2): one model using all of them, against eager ------------------
+
+
+class StandaloneOps(nn.Module):
+    """exp, rsqrt, pow, where and masked_fill on activations, a general reshape and permute,
+    select, cat and expand, each of them once."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 24)
+        self.register_buffer("keep", torch.arange(24) % 3 != 0)
+
+    def forward(self, x):  # x: [1, 6, 8]
+        h = self.fc(x)
+        e = torch.exp(0.5 * h)
+        r = torch.rsqrt(e + 1.0)
+        p = torch.pow(e, 1.5)
+        w = torch.where(self.keep, r, p).masked_fill(~self.keep, -0.75) + p
+        g = w.reshape(1, 6, 4, 6).permute(0, 3, 1, 2)  # [1, 6, 6, 4]
+        s = g.select(2, 1)  # [1, 6, 4]
+        c = torch.cat([s, x[..., :4], s * 2.0], dim=1)  # [1, 18, 4]
+        b = s.reshape(1, 24, 1).expand(1, 24, 3)
+        return c, b
+
+
+def test_standalone_ops_against_eager():
+    torch.manual_seed(6)
+    model = exercised(StandaloneOps())
+    x = torch.randn(1, 6, 8)
+    compiled = gpt.compile_module(model, (x,), options(threads=2))
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    for actual, expected in zip(got, want, strict=True):
+        check_close(actual, expected)
+    imported = compiled.ir("imported")
+    for op in ("exp", "rsqrt", "pow", "where", "reshape", "permute", "slice", "concat", "broadcast"):
+        assert f"transformer.{op} " in imported, op

@@ -333,7 +333,8 @@ class Importer:
             if not isinstance(value, Value):
                 raise Unsupported(f"{node.name} is not a tensor")
             return value
-        if self.is_parameter(node):
+        # A bool buffer (a mask) is data the compiler analyses: a constant, never an argument.
+        if self.is_parameter(node) and self.tensors[self.parameter_of[node.name]].dtype != torch.bool:
             tensor = self.tensors[self.parameter_of[node.name]]
             value = self.parameter(self.parameter_of[node.name])
             if tensor.dtype != torch.float32:
@@ -570,7 +571,7 @@ def emit_where(imp: Importer, node):
 
 
 def emit_unary(imp: Importer, node):
-    """neg / relu / tanh / gelu (tanh or exact) / softmax (last dim)."""
+    """neg / exp / rsqrt / relu / tanh / gelu (tanh or exact) / softmax (last dim)."""
     x = imp.operand(node.args[0])
     approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
     rank = len(imp.torch_shape(node))
@@ -578,6 +579,8 @@ def emit_unary(imp: Importer, node):
         raise Unsupported("softmax over a dimension other than the last")
     op = {
         aten.neg.default: "transformer.neg",
+        aten.exp.default: "transformer.exp",
+        aten.rsqrt.default: "transformer.rsqrt",
         aten.tanh.default: "transformer.tanh",
         aten.relu.default: "transformer.relu",
         aten.gelu.default: "transformer.gelu" if approximate == "tanh" else "transformer.gelu_erf",
@@ -589,10 +592,13 @@ def emit_unary(imp: Importer, node):
 
 def emit_power(imp: Importer, node):
     """pow(x, 2 or 3) -> transformer.mul of x by itself (the cube of a written-out tanh GELU,
-    which canonicalization folds back into transformer.gelu with the rest of it)."""
+    which canonicalization folds back into transformer.gelu with the rest of it); any other
+    scalar exponent -> transformer.pow by a splat."""
     x, exponent = imp.operand(node.args[0]), node.args[1]
+    if not isinstance(exponent, (int, float)):
+        raise Unsupported("pow with a tensor exponent (only a scalar)")
     if exponent not in (2, 3):
-        raise Unsupported(f"pow with exponent {exponent} (only 2 and 3)")
+        return imp.shaped(imp.emit("transformer.pow", [x, imp.scalar(exponent)], x.shape), node)
     y = imp.emit("transformer.mul", [x, x], x.shape)
     if exponent == 3:
         y = imp.emit("transformer.mul", [y, x], x.shape)
@@ -762,7 +768,62 @@ def emit_view(imp: Importer, node):
         return Value(x.name, x.shape, x.dtype, batched=True, layout="split_pending", heads=out[2])
     if x.layout == "merge_pending" and len(out) == 3 and out[0] == 1 and out[2] == x.shape[0] * x.shape[2]:
         return imp.shaped(imp.emit("transformer.merge_heads", [x], (x.shape[1], out[2])), node)
-    raise Unsupported(f"view {in_shape} -> {out} (only batch-of-1 and attention head views are supported)")
+    x = _materialize(imp, x)
+    target = _ir_shape(out, x)
+    if math.prod(target) != math.prod(x.shape):
+        raise Unsupported(f"view {in_shape} -> {out} that also drops or adds the batch dimension")
+    return imp.shaped(imp.emit("transformer.reshape", [x], target), node)
+
+
+def _ir_shape(torch_shape, x: Value) -> tuple[int, ...]:
+    """The IR shape of a result of torch shape `torch_shape` computed from `x`: a leading 1 is
+    dropped (the batch of one) when the result has a dimension more than x's IR shape or x itself
+    had its batch dropped."""
+    shape = tuple(torch_shape)
+    if len(shape) > 1 and shape[0] == 1 and (x.batched or len(shape) > len(x.shape)):
+        return shape[1:]
+    return shape
+
+
+def _materialize(imp: Importer, x: Value) -> Value:
+    """A pending attention-head view used by something other than the head ops, as the plain
+    [T, H, d] (batch dropped) its torch shape [1, T, H, d] says."""
+    if x.layout == "split_pending":
+        t, c = x.shape
+        return Value(
+            imp.emit("transformer.reshape", [x], (t, x.heads, c // x.heads)).name,
+            (t, x.heads, c // x.heads),
+            "f32",
+            batched=True,
+        )
+    if x.layout == "merge_pending":
+        y = imp.emit(
+            "transformer.permute", [x], (x.shape[1], x.shape[0], x.shape[2]), "permutation = array<i64: 1, 0, 2>"
+        )
+        return dataclasses.replace(y, batched=True)
+    return x
+
+
+def _permute(imp: Importer, x: Value, permutation) -> Value:
+    """transformer.transpose for a swap of the last two dims, else transformer.permute."""
+    permutation = list(permutation)
+    rank = len(permutation)
+    shape = tuple(x.shape[p] for p in permutation)
+    if permutation == list(range(rank)):
+        return dataclasses.replace(x)
+    if rank >= 2 and permutation == [*range(rank - 2), rank - 1, rank - 2]:
+        return imp.emit("transformer.transpose", [x], shape)
+    return imp.emit("transformer.permute", [x], shape, f"permutation = array<i64: {', '.join(map(str, permutation))}>")
+
+
+def _ir_permutation(x: Value, permutation) -> list[int]:
+    """A torch permutation of x's dims as one of its IR dims (the dropped batch stays first)."""
+    permutation = [p % len(permutation) for p in permutation]
+    if not x.batched:
+        return permutation
+    if permutation[0] != 0:
+        raise Unsupported(f"permute {permutation} moves the batch dimension")
+    return [p - 1 for p in permutation[1:]]
 
 
 def emit_transpose(imp: Importer, node):
@@ -776,7 +837,8 @@ def emit_transpose(imp: Importer, node):
         moved = [i for i, d in enumerate(perm) if d != i]
         dims = moved if len(moved) == 2 and perm[moved[0]] == moved[1] else None
         if dims is None:
-            raise Unsupported(f"permute {node.args[1]} (only a swap of two dimensions)")
+            x = _materialize(imp, x)
+            return imp.shaped(_permute(imp, x, _ir_permutation(x, perm)), node)
     else:
         dims = sorted(d % rank for d in node.args[1:3])
     if not dims:
@@ -791,7 +853,53 @@ def emit_transpose(imp: Importer, node):
     if x.layout == "plain" and dims == [rank - 2, rank - 1]:
         shape = (*x.shape[:-2], x.shape[-1], x.shape[-2])
         return imp.shaped(imp.emit("transformer.transpose", [x], shape), node)
-    raise Unsupported(f"transpose of dimensions {dims} of a rank-{rank} tensor")
+    x = _materialize(imp, x)
+    swap = list(range(rank))
+    swap[dims[0]], swap[dims[1]] = dims[1], dims[0]
+    return imp.shaped(_permute(imp, x, _ir_permutation(x, swap)), node)
+
+
+def emit_select(imp: Importer, node):
+    """select(x, dim, i): the dim moved last (transformer.permute), transformer.slice of element i,
+    and transformer.reshape dropping it."""
+    x = _materialize(imp, imp.operand(node.args[0]))
+    in_shape = imp.torch_shape(node.args[0])
+    dim = node.args[1] % len(in_shape)
+    index = node.args[2] % in_shape[dim]
+    ir_dim = dim - 1 if x.batched else dim
+    if ir_dim < 0 or len(x.shape) < 2:
+        raise Unsupported("select of the batch dimension or of a rank-1 tensor")
+    rank = len(x.shape)
+    y = _permute(imp, x, [d for d in range(rank) if d != ir_dim] + [ir_dim])
+    y = imp.emit("transformer.slice", [y], (*y.shape[:-1], 1), f"offset = {index} : i64, size = 1 : i64")
+    return imp.shaped(imp.emit("transformer.reshape", [y], y.shape[:-1]), node)
+
+
+def emit_cat(imp: Importer, node):
+    """cat(tensors, dim) -> transformer.concat."""
+    values = [_materialize(imp, imp.operand(t)) for t in node.args[0]]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    rank = len(imp.torch_shape(node))
+    dim %= rank
+    if len({(v.batched, len(v.shape)) for v in values}) != 1:
+        raise Unsupported("cat of tensors of different ranks after the batch of 1")
+    ir_dim = dim - 1 if values[0].batched else dim
+    if ir_dim < 0:
+        raise Unsupported("cat along the batch dimension")
+    if len(values) == 1:
+        return dataclasses.replace(values[0])
+    shape = list(values[0].shape)
+    shape[ir_dim] = sum(v.shape[ir_dim] for v in values)
+    return imp.shaped(imp.emit("transformer.concat", values, shape, f"dim = {ir_dim} : i64"), node)
+
+
+def emit_expand(imp: Importer, node):
+    """expand(x, sizes) -> transformer.broadcast (none when nothing grows)."""
+    x = _materialize(imp, imp.operand(node.args[0]))
+    target = _ir_shape(imp.torch_shape(node), x)
+    if target == x.shape:
+        return imp.shaped(dataclasses.replace(x), node)
+    return imp.shaped(imp.emit("transformer.broadcast", [x], target), node)
 
 
 def emit_sdpa(imp: Importer, node):
@@ -871,19 +979,24 @@ SUPPORTED_OPS: dict = {
     aten.neg.default: _op(emit_unary, "transformer.neg"),
     aten.relu.default: _op(emit_unary, "transformer.relu"),
     aten.tanh.default: _op(emit_unary, "transformer.tanh (a written-out tanh GELU folds into transformer.gelu)"),
-    aten.pow.Tensor_Scalar: _op(emit_power, "transformer.mul (exponent 2 or 3)"),
+    aten.pow.Tensor_Scalar: _op(emit_power, "transformer.mul (exponent 2 or 3), else transformer.pow"),
+    aten.exp.default: _op(emit_unary, "transformer.exp"),
+    aten.rsqrt.default: _op(emit_unary, "transformer.rsqrt"),
     aten.gelu.default: _op(emit_unary, "transformer.gelu (approximate='tanh'), transformer.gelu_erf (exact)"),
     aten.softmax.int: _op(emit_unary, "transformer.softmax (last dim)"),
     aten._softmax.default: _op(emit_unary, "transformer.softmax (last dim)"),
     aten.layer_norm.default: _op(emit_layer_norm, "transformer.layer_norm"),
     aten.embedding.default: _op(emit_embedding, "transformer.embedding"),
-    aten.view.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
-    aten.reshape.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
-    aten._unsafe_view.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
+    aten.view.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
+    aten.reshape.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
+    aten._unsafe_view.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
     aten.unsqueeze.default: _op(emit_view, "none (leading 1)"),
     aten.squeeze.dim: _op(emit_view, "none (leading 1)"),
-    aten.transpose.int: _op(emit_transpose, "transformer.split_heads / transpose, or none"),
-    aten.permute.default: _op(emit_transpose, "as transpose (a swap of two dims)"),
+    aten.transpose.int: _op(emit_transpose, "transformer.split_heads / transpose / permute, or none"),
+    aten.permute.default: _op(emit_transpose, "transformer.split_heads / transpose / permute"),
+    aten.select.int: _op(emit_select, "transformer.permute + slice + reshape"),
+    aten.cat.default: _op(emit_cat, "transformer.concat"),
+    aten.expand.default: _op(emit_expand, "transformer.broadcast, none when nothing grows"),
     aten.t.default: _op(emit_transpose, "transformer.transpose"),
     aten.split.Tensor: _op(emit_split, "transformer.slice (last dim)"),
     aten.split_with_sizes.default: _op(emit_split, "transformer.slice (last dim)"),
@@ -894,6 +1007,9 @@ SUPPORTED_OPS: dict = {
     aten.where.self: _op(emit_where, "transformer.where (a condition known at compile time)"),
     aten.masked_fill.Scalar: _op(emit_where, "transformer.where (a mask known at compile time)"),
     aten.masked_fill.Tensor: _op(emit_where, "transformer.where (a mask known at compile time)"),
+    aten.where.ScalarOther: _op(emit_where, "transformer.where (a condition known at compile time)"),
+    aten.where.ScalarSelf: _op(emit_where, "transformer.where (a condition known at compile time)"),
+    aten.where.Scalar: _op(emit_where, "transformer.where (a condition known at compile time)"),
     aten.dropout.default: _op(emit_identity, "none (eval mode)"),
     aten.contiguous.default: _op(emit_identity, "none"),
     aten.clone.default: _op(emit_identity, "none"),
