@@ -355,11 +355,12 @@ class StandaloneOps(nn.Module):
         return c, b
 
 
-def test_standalone_ops_against_eager():
+@pytest.mark.parametrize("pipeline", ["baseline", "default"])
+def test_standalone_ops_against_eager(pipeline):
     torch.manual_seed(6)
     model = exercised(StandaloneOps())
     x = torch.randn(1, 6, 8)
-    compiled = gpt.compile_module(model, (x,), options(threads=2))
+    compiled = gpt.compile_module(model, (x,), options(pipeline, threads=2))
     with torch.no_grad():
         got, want = compiled(x), model(x)
     for actual, expected in zip(got, want, strict=True):
