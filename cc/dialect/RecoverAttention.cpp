@@ -85,10 +85,10 @@ bool everyRowKeepsAKey(const std::vector<bool> &keep, int64_t queries, int64_t k
   return true;
 }
 
-/// A static rank-3 type, or null.
-RankedTensorType headsType(Value value) {
+/// A static type of rank >= 3 ([..., T, d]), or null.
+RankedTensorType attentionOperandType(Value value) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
-  return type && type.getRank() == 3 && type.hasStaticShape() ? type : RankedTensorType();
+  return type && type.getRank() >= 3 && type.hasStaticShape() ? type : RankedTensorType();
 }
 
 // softmax(where(keep, scale * q @ k^T, -inf)) @ v = causal_attention(q, k, v) {scale}, masked by keep
@@ -122,11 +122,13 @@ struct RecoverCausalAttention : OpRewritePattern<MatmulOp> {
     auto transpose = product ? product.getRhs().getDefiningOp<TransposeOp>() : TransposeOp();
     if (!transpose) return rewriter.notifyMatchFailure(op, "the scores are not q @ transpose(k)");
     Value query = product.getLhs(), key = transpose.getInput(), value = op.getRhs();
-    RankedTensorType q = headsType(query), k = headsType(key), v = headsType(value);
-    if (!q || !k || !v || q.getDimSize(0) != k.getDimSize(0) || k.getDimSize(0) != v.getDimSize(0) ||
-        q.getDimSize(2) != k.getDimSize(2) || k.getDimSize(1) != v.getDimSize(1))
-      return rewriter.notifyMatchFailure(op, "q, k, v are not static [H, Tq, d], [H, Tk, d], [H, Tk, dv]");
-    int64_t queries = q.getDimSize(1), keys = k.getDimSize(1);
+    RankedTensorType q = attentionOperandType(query), k = attentionOperandType(key), v = attentionOperandType(value);
+    if (!q || !k || !v || q.getRank() != k.getRank() || k.getRank() != v.getRank() ||
+        q.getShape().drop_back(2) != k.getShape().drop_back(2) ||
+        k.getShape().drop_back(2) != v.getShape().drop_back(2) || q.getShape().back() != k.getShape().back() ||
+        k.getShape().end()[-2] != v.getShape().end()[-2])
+      return rewriter.notifyMatchFailure(op, "q, k, v are not static [..., Tq, d], [..., Tk, d], [..., Tk, dv]");
+    int64_t rank = q.getRank(), queries = q.getShape().end()[-2], keys = k.getShape().end()[-2];
 
     std::optional<std::vector<bool>> bits = maskBits(where.getCondition(), queries, keys);
     if (!bits) return rewriter.notifyMatchFailure(op, "the mask is not a constant or index comparison [Tq, Tk]");
@@ -142,9 +144,22 @@ struct RecoverCausalAttention : OpRewritePattern<MatmulOp> {
       SmallVector<bool> maskValues(keep.begin(), keep.end());
       mask = rewriter.create<arith::ConstantOp>(op.getLoc(), DenseElementsAttr::get(maskType, ArrayRef(maskValues)));
     }
-    auto attention = rewriter.create<CausalAttentionOp>(op.getLoc(), op.getType(), query, key, value,
-                                                        /*query_offset=*/Value(), mask, rewriter.getF32FloatAttr(scale),
-                                                        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    // Attention runs over [H, T, d]: leading dims (a batch, then the heads) are collapsed into one.
+    int64_t heads = 1;
+    for (int64_t size : q.getShape().drop_back(2)) heads *= size;
+    auto asHeads = [&](Value x, RankedTensorType type) -> Value {
+      if (rank == 3) return x;
+      auto collapsed =
+          RankedTensorType::get({heads, type.getShape().end()[-2], type.getShape().back()}, type.getElementType());
+      return rewriter.create<ReshapeOp>(op.getLoc(), collapsed, x);
+    };
+    Value q3 = asHeads(query, q), k3 = asHeads(key, k), v3 = asHeads(value, v);
+    Type attentionType =
+        rank == 3 ? op.getType() : RankedTensorType::get({heads, queries, v.getShape().back()}, v.getElementType());
+    Value attention = rewriter.create<CausalAttentionOp>(
+        op.getLoc(), attentionType, q3, k3, v3, /*query_offset=*/Value(), mask, rewriter.getF32FloatAttr(scale),
+        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    if (rank != 3) attention = rewriter.create<ReshapeOp>(op.getLoc(), op.getType(), attention);
     rewriter.replaceOp(op, attention);
     return success();
   }

@@ -10,7 +10,8 @@ class RewritePatternSet;
 namespace mlir::transformer {
 
 /// softmax(where(mask, scale * q @ transpose(k), fill)) @ v -> causal_attention(q, k, v), for
-/// q, k, v of rank 3 ([H, T, d]), a splat scale > 0 (or none: 1), a splat fill <= -1e30 (-inf,
+/// q, k, v of rank 3 ([H, T, d]; leading dims of a higher rank are collapsed into H by
+/// transformer.reshape), a splat scale > 0 (or none: 1), a splat fill <= -1e30 (-inf,
 /// finfo.min) and either order of where's values (the fill in the true branch masks where the
 /// condition holds). The mask is analysed where it is built: an `arith.constant` i1 [T, T] that
 /// is lower-triangular, or an `arith.cmpi` of two index tensors (`tensor.generate` yielding the

@@ -231,3 +231,30 @@ func.func @key_not_transposed(%q: tensor<1x2x2xf32>, %k: tensor<1x2x2xf32>, %v: 
   %y = transformer.matmul %p, %v : (tensor<1x2x2xf32>, tensor<1x2x2xf32>) -> tensor<1x2x2xf32>
   return %y : tensor<1x2x2xf32>
 }
+
+// -----
+
+// A batch before the heads ([B, H, T, d], an imported batch of 2): the leading dims are collapsed
+// into one for the attention and restored after it.
+// CHECK-LABEL: func.func @batched
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x3x4x8xf32>, %[[K:.*]]: tensor<2x3x4x8xf32>, %[[V:.*]]: tensor<2x3x4x8xf32>)
+// CHECK-DAG: %[[Q3:.*]] = transformer.reshape %[[Q]] : tensor<2x3x4x8xf32> -> tensor<6x4x8xf32>
+// CHECK-DAG: %[[K3:.*]] = transformer.reshape %[[K]] : tensor<2x3x4x8xf32> -> tensor<6x4x8xf32>
+// CHECK-DAG: %[[V3:.*]] = transformer.reshape %[[V]] : tensor<2x3x4x8xf32> -> tensor<6x4x8xf32>
+// CHECK: %[[A:.*]] = transformer.causal_attention %[[Q3]], %[[K3]], %[[V3]] {scale = 1.250000e-01 : f32}
+// CHECK-SAME: -> tensor<6x4x8xf32>
+// CHECK: %[[Y:.*]] = transformer.reshape %[[A]] : tensor<6x4x8xf32> -> tensor<2x3x4x8xf32>
+// CHECK: return %[[Y]]
+func.func @batched(%q: tensor<2x3x4x8xf32>, %k: tensor<2x3x4x8xf32>, %v: tensor<2x3x4x8xf32>) -> tensor<2x3x4x8xf32> {
+  %kt = transformer.transpose %k : tensor<2x3x4x8xf32> -> tensor<2x3x8x4xf32>
+  %s = transformer.matmul %q, %kt : (tensor<2x3x4x8xf32>, tensor<2x3x8x4xf32>) -> tensor<2x3x4x4xf32>
+  %c = transformer.constant dense<1.250000e-01> : tensor<1xf32>
+  %ss = transformer.mul %s, %c : (tensor<2x3x4x4xf32>, tensor<1xf32>) -> tensor<2x3x4x4xf32>
+  %mask = arith.constant dense<[[true, false, false, false], [true, true, false, false],
+                                [true, true, true, false], [true, true, true, true]]> : tensor<4x4xi1>
+  %fill = transformer.constant dense<0xFF800000> : tensor<1xf32>
+  %m = transformer.where %mask, %ss, %fill : (tensor<4x4xi1>, tensor<2x3x4x4xf32>, tensor<1xf32>) -> tensor<2x3x4x4xf32>
+  %p = transformer.softmax %m : tensor<2x3x4x4xf32> -> tensor<2x3x4x4xf32>
+  %y = transformer.matmul %p, %v : (tensor<2x3x4x4xf32>, tensor<2x3x4x8xf32>) -> tensor<2x3x4x8xf32>
+  return %y : tensor<2x3x4x8xf32>
+}

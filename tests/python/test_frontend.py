@@ -368,3 +368,30 @@ def test_standalone_ops_against_eager(pipeline):
     imported = compiled.ir("imported")
     for op in ("exp", "rsqrt", "pow", "where", "reshape", "permute", "slice", "concat", "broadcast"):
         assert f"transformer.{op} " in imported, op
+
+
+# -- a static batch above one (issue 13 item 4) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("model_kind", ["nanogpt", "hf_sdpa"])
+def test_batch_of_two(model_kind):
+    torch.manual_seed(7)
+    if model_kind == "nanogpt":
+        model = exercised(NanoGPT(NanoConfig(n_layer=1)))
+    else:
+        config = GPT2Config(
+            n_layer=1, n_head=4, n_embd=64, vocab_size=100, n_positions=64, use_cache=False, attn_implementation="sdpa"
+        )
+        model = exercised(GPT2LMHeadModel(config))
+    idx = torch.randint(0, 96, (2, 12))
+    compiled = gpt.compile_module(model, (idx,), options(threads=2))
+    with torch.no_grad():
+        got, want = compiled(idx), model(idx)
+    if model_kind == "hf_sdpa":
+        got, want = got.logits, want.logits
+    check_close(got, want)
+    assert not np.allclose(np.asarray(got)[0], np.asarray(got)[1])  # two sequences, not one broadcast
+    canonical = compiled.ir("transformer")
+    # The batch and the heads attend as one [B * H, T, d] causal attention; nothing is left decomposed.
+    assert canonical.count("transformer.causal_attention") == 1 and "tensor<8x12x16xf32>" in canonical
+    assert "transformer.softmax" not in canonical and "transformer.packed_matmul" in canonical

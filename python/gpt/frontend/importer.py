@@ -45,9 +45,11 @@ class Value:
     batched: bool = False  # the torch tensor has an extra leading dimension of size 1
     # "plain"; "split_pending": torch [1, T, H, d] viewing the IR [T, H*d] (awaiting the
     # transpose that makes it split_heads); "merge_pending": torch [1, T, H, d] holding IR [H, T, d]
-    # (awaiting the view that makes it merge_heads).
+    # (awaiting the view that makes it merge_heads); "flat": token ids of a batch above one, torch
+    # [B, T] held as the IR [B * T] (the embedding's ids are rank 1), `torch_shape` saying which.
     layout: str = "plain"
     heads: int = 0
+    torch_shape: tuple[int, ...] = ()
 
     @property
     def type(self) -> str:
@@ -162,12 +164,21 @@ def _strip_leading_ones(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _distinct_mask(array: np.ndarray) -> np.ndarray:
+    """A mask with its leading dimensions dropped while they only repeat one [.., Tq, Tk] (a batch's
+    masks, HF's [B, 1, T, T]): where it is used, broadcasting gives the same selection."""
+    array = _strip_leading_ones(array)
+    while array.ndim > 2 and all(np.array_equal(array[0], a) for a in array[1:]):
+        array = array[0]
+    return array
+
+
 def additive_mask(bias) -> tuple[np.ndarray, float] | None:
     """(kept positions, fill) of an additive attention mask known at compile time: 0 where kept
     and one value <= -1e30 (-inf, or HF's finfo(float32).min) where masked; else None."""
     if not isinstance(bias, torch.Tensor) or bias.dtype != torch.float32 or bias.ndim < 2:
         return None
-    array = _strip_leading_ones(bias.detach().numpy())
+    array = _distinct_mask(bias.detach().numpy())
     kept = array == 0
     masked = array[~kept]
     if masked.size == 0 or not np.all(masked <= -1e30) or not np.all(masked == masked.flat[0]):
@@ -342,7 +353,7 @@ class Importer:
             return self.shaped(Value(value.name, value.shape, "f32"), node)
         data = self.constant_value(node)
         if isinstance(data, torch.Tensor) and data.dtype == torch.bool:
-            value = self.mask_constant(_strip_leading_ones(data.detach().numpy()))
+            value = self.mask_constant(_distinct_mask(data.detach().numpy()))
             value.batched = len(self.torch_shape(node)) == len(value.shape) + 1
             self.values[node] = value
             return value
@@ -458,8 +469,13 @@ class Importer:
         # Token ids [1, T] and activations [1, T, C]: the batch of one is dropped.
         drop = len(shape) >= 2 and shape[0] == 1 and (dtype == "i64" or len(shape) >= 3)
         ir_shape = shape[1:] if drop else shape
+        flat = dtype == "i64" and len(shape) == 2 and shape[0] > 1  # ids of a batch: [B * T] for the embedding
+        if flat:
+            ir_shape = (shape[0] * shape[1],)
         value = self.argument("input", ir_shape, dtype, input_index=self.user_inputs.index(node.name))
         value = Value(value.name, value.shape, dtype, batched=drop)
+        if flat:
+            value.layout, value.torch_shape = "flat", shape
         self.values[node] = value
 
     def import_node(self, node):
@@ -696,8 +712,12 @@ def emit_layer_norm(imp: Importer, node):
 
 
 def emit_embedding(imp: Importer, node):
-    """embedding(table, ids) with ids [T] or [1, T] -> transformer.embedding."""
+    """embedding(table, ids) with ids [T] or [1, T] -> transformer.embedding; ids [B, T] (held as
+    [B * T]) -> transformer.embedding and a reshape to [B, T, D]."""
     table, ids = imp.operand(node.args[0]), imp.operand(node.args[1])
+    if ids.layout == "flat" and len(table.shape) == 2:
+        rows = imp.emit("transformer.embedding", [table, ids], (ids.shape[0], table.shape[1]))
+        return imp.shaped(imp.emit("transformer.reshape", [rows], (*ids.torch_shape, table.shape[1])), node)
     if len(table.shape) != 2 or len(ids.shape) != 1 or ids.dtype != "i64":
         raise Unsupported("embedding needs a [V, D] table and int64 ids of shape [T] or [1, T]")
     return imp.shaped(imp.emit("transformer.embedding", [table, ids], (ids.shape[0], table.shape[1])), node)
@@ -751,6 +771,10 @@ def emit_view(imp: Importer, node):
     x = imp.operand(node.args[0])
     out = imp.torch_shape(node)
     in_shape = imp.torch_shape(node.args[0])
+    if x.layout == "flat":
+        if tuple(out) != x.torch_shape:
+            raise Unsupported(f"view {in_shape} -> {out} of the token ids of a batch")
+        return dataclasses.replace(x)
 
     def strip(shape):
         return tuple(shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)) :])
@@ -913,8 +937,15 @@ def emit_sdpa(imp: Importer, node):
     scale = node.kwargs.get("scale")
     if dropout:
         raise Unsupported("attention dropout (call module.eval() first)")
-    if any(x.layout != "plain" or len(x.shape) != 3 for x in (q, k, v)) or q.shape[::2] != k.shape[::2]:
-        raise Unsupported("attention needs q, k, v of shape [1, H, T, d]")
+    batch = q.shape[:-3] if len(q.shape) == 4 else ()
+    if (
+        any(x.layout != "plain" or len(x.shape) not in (3, 4) or x.shape[:-3] != batch for x in (q, k, v))
+        or q.shape[-3] != k.shape[-3]
+        or q.shape[-1] != k.shape[-1]
+    ):
+        raise Unsupported("attention needs q, k, v of shape [B, H, T, d]")
+    if batch:  # the batch and the heads collapsed into one: attention runs over [B * H, T, d]
+        q, k, v = (imp.emit("transformer.reshape", [x], (x.shape[0] * x.shape[1], *x.shape[2:])) for x in (q, k, v))
     queries, keys = q.shape[1], k.shape[1]
     keep = None
     if mask is not None:
@@ -925,7 +956,7 @@ def emit_sdpa(imp: Importer, node):
                 "(buffers, arange and comparisons) are supported"
             )
         if value.dtype == torch.bool:
-            keep = _strip_leading_ones(value.detach().numpy())
+            keep = _distinct_mask(value.detach().numpy())
         else:
             additive = additive_mask(value)
             if additive is None:
@@ -945,16 +976,17 @@ def emit_sdpa(imp: Importer, node):
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     attributes = f"scale = {_fmt(scale)} : f32"
     if keep is None:
-        return imp.shaped(
-            imp.emit("transformer.causal_attention", [q, k, v], q.shape[:2] + v.shape[2:], attributes), node
+        result = imp.emit("transformer.causal_attention", [q, k, v], q.shape[:2] + v.shape[2:], attributes)
+    else:
+        bits = imp.mask_constant(keep)
+        result = Value(imp.fresh(), (*q.shape[:2], v.shape[2]), "f32")
+        types = ", ".join(x.type for x in (q, k, v, bits))
+        imp.lines.append(
+            f"    {result.name} = transformer.causal_attention {q.name}, {k.name}, {v.name} mask {bits.name} "
+            f"{{{attributes}}} : ({types}) -> {result.type}"
         )
-    bits = imp.mask_constant(keep)
-    result = Value(imp.fresh(), (*q.shape[:2], v.shape[2]), "f32")
-    types = ", ".join(x.type for x in (q, k, v, bits))
-    imp.lines.append(
-        f"    {result.name} = transformer.causal_attention {q.name}, {k.name}, {v.name} mask {bits.name} "
-        f"{{{attributes}}} : ({types}) -> {result.type}"
-    )
+    if batch:
+        result = imp.emit("transformer.reshape", [result], (*batch, q.shape[0] // batch[0], *result.shape[1:]))
     return imp.shaped(result, node)
 
 
