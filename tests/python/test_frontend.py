@@ -324,10 +324,17 @@ class InputMaskedAttention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keep > 0)
 
 
+class InputCondition(nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x, 0.5 * x)
+
+
 def test_a_mask_computed_from_the_inputs_is_refused_by_name():
     q = torch.randn(1, 2, 4, 8)
     with pytest.raises(gpt.CompilerError, match="attn_mask gt depends on the module's inputs"):
         gpt.compile_module(InputMaskedAttention().eval(), (q, q, q, torch.randn(4, 4)))
+    with pytest.raises(gpt.CompilerError, match="the condition gt depends on the module's inputs"):
+        gpt.compile_module(InputCondition().eval(), (torch.randn(3, 8),))
 
 
 # -- standalone ops (issue 13 item 2): one model using all of them, against eager ------------------
