@@ -1018,7 +1018,7 @@ SUPPORTED_OPS: dict = {
     aten.softmax.int: _op(emit_unary, "transformer.softmax (last dim)"),
     aten._softmax.default: _op(emit_unary, "transformer.softmax (last dim)"),
     aten.layer_norm.default: _op(emit_layer_norm, "transformer.layer_norm"),
-    aten.embedding.default: _op(emit_embedding, "transformer.embedding"),
+    aten.embedding.default: _op(emit_embedding, "transformer.embedding (+ reshape for a batch above one)"),
     aten.view.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
     aten.reshape.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
     aten._unsafe_view.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
