@@ -1,4 +1,5 @@
-// Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, gelu_erf, tanh, rope) to linalg.generic.
+// Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, gelu_erf, tanh, where, exp, rsqrt, pow,
+// rope) to linalg.generic.
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -76,6 +77,21 @@ template <> Value ElementwiseLowering<GeluErfOp>::scalar(OpBuilder &b, Location 
   return b.create<arith::MulFOp>(loc, halfX, onePlusErf);
 }
 
+// condition ? true_value : false_value
+template <> Value ElementwiseLowering<WhereOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<arith::SelectOp>(loc, args[0], args[1], args[2]);
+}
+
+template <> Value ElementwiseLowering<ExpOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<math::ExpOp>(loc, args[0]);
+}
+template <> Value ElementwiseLowering<RsqrtOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<math::RsqrtOp>(loc, args[0]);
+}
+template <> Value ElementwiseLowering<PowOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  return b.create<math::PowFOp>(loc, args[0], args[1]);
+}
+
 // x[j] * cos(a) -/+ x[j +/- half] * sin(a), with a = position * base^(-2 (j mod half) / d). The
 // angle and its cosine/sine are computed in f64: positions reach thousands of radians, where f32
 // would lose the low digits of the angle.
@@ -126,7 +142,8 @@ struct RopeLowering : OpConversionPattern<RopeOp> {
 void populateElementwiseLoweringPatterns(RewritePatternSet &patterns) {
   patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
                ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, ElementwiseLowering<GeluErfOp>,
-               ElementwiseLowering<TanhOp>, RopeLowering>(patterns.getContext());
+               ElementwiseLowering<TanhOp>, ElementwiseLowering<WhereOp>, ElementwiseLowering<ExpOp>,
+               ElementwiseLowering<RsqrtOp>, ElementwiseLowering<PowOp>, RopeLowering>(patterns.getContext());
 }
 
 } // namespace gpt::conversion

@@ -28,6 +28,8 @@ void populateMatmulLoweringPatterns(mlir::RewritePatternSet &patterns);
 void populateNormalizationLoweringPatterns(mlir::RewritePatternSet &patterns);
 /// transpose, slice, split_heads, merge_heads, embedding, cache_update (ShapeLowering.cpp).
 void populateShapeLoweringPatterns(mlir::RewritePatternSet &patterns);
+/// permute, reshape, broadcast, concat of imported graphs (ImportedShapeLowering.cpp).
+void populateImportedShapeLoweringPatterns(mlir::RewritePatternSet &patterns);
 /// causal_attention (AttentionLowering.cpp).
 void populateAttentionLoweringPatterns(mlir::RewritePatternSet &patterns);
 /// paged_cache_write and paged_attention (the batched step's paged KV pool).

@@ -63,6 +63,7 @@ void populateTransformerToLinalgPatterns(RewritePatternSet &patterns) {
   populateMatmulLoweringPatterns(patterns);
   populateNormalizationLoweringPatterns(patterns);
   populateShapeLoweringPatterns(patterns);
+  populateImportedShapeLoweringPatterns(patterns);
   populateAttentionLoweringPatterns(patterns);
   populatePagedAttentionLoweringPatterns(patterns);
 }

@@ -394,4 +394,50 @@ LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErr
                      << " implied by the operands";
 }
 
+FailureOr<TensorType> inferPermuteType(Type input, ArrayRef<int64_t> permutation, EmitErrorFn emitError) {
+  auto in = dyn_cast<RankedTensorType>(input);
+  if (!in) return unranked(input);
+  int64_t rank = in.getRank();
+  SmallVector<bool> seen(rank, false);
+  if (int64_t(permutation.size()) != rank)
+    return emitError() << "permutation has " << permutation.size() << " entries for the rank-" << rank << " input "
+                       << input;
+  SmallVector<int64_t> shape;
+  for (int64_t p : permutation) {
+    if (p < 0 || p >= rank || seen[p])
+      return emitError() << "permutation must list each of 0 .. " << rank - 1 << " once, got " << p
+                         << (p >= 0 && p < rank ? " twice" : " (out of range)");
+    seen[p] = true;
+    shape.push_back(in.getDimSize(p));
+  }
+  return ranked(shape, input);
+}
+
+FailureOr<TensorType> inferConcatType(TypeRange inputs, int64_t dim, EmitErrorFn emitError) {
+  if (inputs.empty()) return emitError() << "needs at least one input";
+  SmallVector<int64_t> shape;
+  for (Type input : inputs) {
+    auto type = dyn_cast<RankedTensorType>(input);
+    if (!type) return unranked(input);
+    if (shape.empty()) {
+      if (dim < 0 || dim >= type.getRank())
+        return emitError() << "dim " << dim << " is out of range for the rank-" << type.getRank() << " input " << input;
+      shape.assign(type.getShape().begin(), type.getShape().end());
+      continue;
+    }
+    if (type.getRank() != int64_t(shape.size()))
+      return emitError() << "inputs must have one rank: " << input << " is not of rank " << shape.size();
+    for (int64_t i = 0; i < type.getRank(); ++i) {
+      int64_t size = type.getDimSize(i);
+      if (i == dim)
+        shape[i] =
+            ShapedType::isDynamic(shape[i]) || ShapedType::isDynamic(size) ? ShapedType::kDynamic : shape[i] + size;
+      else if (!ShapedType::isDynamic(size) && !ShapedType::isDynamic(shape[i]) && size != shape[i])
+        return emitError() << "inputs must agree on every dimension but " << dim << ": " << input << " has " << size
+                           << " in dimension " << i << ", the first input " << shape[i];
+    }
+  }
+  return ranked(shape, inputs.front());
+}
+
 } // namespace mlir::transformer

@@ -5,6 +5,7 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/TypeRange.h"
 #include "mlir/Support/LogicalResult.h"
 
 namespace mlir::transformer {
@@ -69,6 +70,10 @@ FailureOr<TensorType> inferPagedAttentionType(Type query, Type keyPool, Type val
 /// Fails with an error unless `declared` is compatible with `inferred` (equal where both are known).
 LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError);
 
+/// `input`'s dims in the order `permutation` lists them (a permutation of 0 .. rank - 1).
+FailureOr<TensorType> inferPermuteType(Type input, ArrayRef<int64_t> permutation, EmitErrorFn emitError);
+/// Inputs of one rank, equal dims except `dim`, which the result has the sum of.
+FailureOr<TensorType> inferConcatType(TypeRange inputs, int64_t dim, EmitErrorFn emitError);
 } // namespace mlir::transformer
 
 #endif // GPT_CC_DIALECT_SHAPEFUNCTIONS_H

@@ -1,6 +1,7 @@
 // Verifiers, shape inference and canonicalization hooks of the `transformer` ops.
 #include "cc/dialect/AttentionTiles.h"
 #include "cc/dialect/ConstantFolding.h"
+#include "cc/dialect/RecoverAttention.h"
 #include "cc/dialect/RecoverGelu.h"
 #include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -41,6 +42,14 @@ LogicalResult refineResult(Operation *op, FailureOr<TensorType> inferred) {
 
 auto errorOn(Operation *op) {
   return [op] { return op->emitOpError(); };
+}
+
+/// The verifier and shape inference of an elementwise unary op (its result has its operand's shape).
+LogicalResult verifySameShape(Operation *op) {
+  return verifyInferred(op, inferSameShapeType(op->getOperand(0).getType(), 0, errorOn(op)));
+}
+LogicalResult refineSameShape(Operation *op) {
+  return refineResult(op, inferSameShapeType(op->getOperand(0).getType(), 0, errorOn(op)));
 }
 
 AttentionLayout layout(CausalAttentionOp op) {
@@ -153,6 +162,9 @@ LogicalResult MatmulOp::verify() {
 }
 LogicalResult MatmulOp::inferShapes() {
   return refineResult(*this, inferMatmulType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+void MatmulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *) {
+  populateRecoverAttentionPatterns(results);
 }
 namespace {
 FailureOr<TensorType> inferPackedMatmul(PackedMatmulOp op) {
@@ -322,6 +334,73 @@ LogicalResult PagedAttentionOp::inferShapes() {
                       inferPagedAttentionType(getQuery().getType(), getKeyPool().getType(), getValuePool().getType(),
                                               getBlockTables().getType(), getSequences().getType(),
                                               getPositions().getType(), errorOn(*this)));
+}
+
+//===----------------------------------------------------------------------===//
+// Ops of imported PyTorch graphs
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The broadcast shape of where's two values, broadcast again with its condition's.
+FailureOr<TensorType> inferWhere(WhereOp op) {
+  FailureOr<TensorType> values =
+      inferBroadcastType(op.getTrueValue().getType(), op.getFalseValue().getType(), errorOn(op));
+  if (failed(values)) return failure();
+  return inferBroadcastType(*values, op.getCondition().getType(), errorOn(op));
+}
+} // namespace
+
+LogicalResult WhereOp::verify() { return verifyInferred(*this, inferWhere(*this)); }
+LogicalResult WhereOp::inferShapes() { return refineResult(*this, inferWhere(*this)); }
+
+LogicalResult PowOp::verify() {
+  return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+LogicalResult PowOp::inferShapes() {
+  return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
+}
+void PowOp::getCanonicalizationPatterns(RewritePatternSet &, MLIRContext *) {}
+
+LogicalResult PermuteOp::verify() {
+  return verifyInferred(*this, inferPermuteType(getInput().getType(), getPermutation(), errorOn(*this)));
+}
+LogicalResult PermuteOp::inferShapes() {
+  return refineResult(*this, inferPermuteType(getInput().getType(), getPermutation(), errorOn(*this)));
+}
+
+LogicalResult ConcatOp::verify() {
+  return verifyInferred(*this, inferConcatType(getInputs().getTypes(), getDim(), errorOn(*this)));
+}
+LogicalResult ConcatOp::inferShapes() {
+  return refineResult(*this, inferConcatType(getInputs().getTypes(), getDim(), errorOn(*this)));
+}
+
+LogicalResult ReshapeOp::verify() {
+  auto in = dyn_cast<RankedTensorType>(getInput().getType());
+  auto out = dyn_cast<RankedTensorType>(getType());
+  if (!in || !out || !in.hasStaticShape() || !out.hasStaticShape() || in.getRank() == 0 || out.getRank() == 0)
+    return emitOpError() << "input and result must have static shapes of rank >= 1, got " << getInput().getType()
+                         << " -> " << getType();
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError() << "cannot reshape " << in << " (" << in.getNumElements() << " elements) to " << out << " ("
+                         << out.getNumElements() << " elements)";
+  return success();
+}
+
+LogicalResult BroadcastOp::verify() {
+  auto in = dyn_cast<RankedTensorType>(getInput().getType());
+  auto out = dyn_cast<RankedTensorType>(getType());
+  if (!in || !out || !out.hasStaticShape())
+    return emitOpError() << "needs a ranked input and a static result, got " << getInput().getType() << " -> "
+                         << getType();
+  if (in.getRank() > out.getRank())
+    return emitOpError() << "cannot broadcast " << in << " to the lower rank of " << out;
+  for (int64_t i = 1; i <= in.getRank(); ++i) {
+    int64_t from = in.getDimSize(in.getRank() - i), to = out.getDimSize(out.getRank() - i);
+    if (from != to && from != 1)
+      return emitOpError() << in << " does not broadcast to " << out << " (dimension " << from << " vs " << to << ")";
+  }
+  return success();
 }
 
 #define GET_OP_CLASSES

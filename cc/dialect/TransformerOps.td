@@ -131,6 +131,7 @@ def Transformer_MatmulOp : Transformer_Op<"matmul",
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let hasCanonicalizer = 1; // recovers causal_attention (RecoverAttention.h)
 }
 
 def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
@@ -540,6 +541,127 @@ def Transformer_TanhOp : Transformer_UnaryOp<"tanh", [{
     Elementwise hyperbolic tangent. An imported tanh GELU written out op by op (nanoGPT's,
     HF's `gelu_new`) is folded back into `transformer.gelu` by canonicalization.}]> {
   let summary = "Elementwise tanh";
+}
+
+def Transformer_WhereOp : Transformer_Op<"where",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Elementwise select by an i1 condition, with numpy-style broadcasting";
+  let description = [{
+    `result = condition ? true_value : false_value`, elementwise, the three operands broadcast
+    together as `transformer.add` broadcasts two (`torch.where`; `masked_fill(x, m, v)` is
+    `where(m, v, x)`). A constant condition feeding a softmax whose other value is `-inf` is an
+    attention mask: canonicalization recovers `transformer.causal_attention` from
+    `softmax(where(mask, q @ k^T * scale, -inf)) @ v` (RecoverAttention.h).
+
+    ```mlir
+    %m = transformer.where %mask, %scores, %fill
+        : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>) -> tensor<4x8x8xf32>
+    ```
+  }];
+  let arguments = (ins TensorOf<[I1]>:$condition, F32Tensor:$true_value, F32Tensor:$false_value);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = [{
+    $condition `,` $true_value `,` $false_value attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+// Elementwise unary ops of imported graphs: verifier and shape function are the same for all of
+// them (the operand's shape), written once here rather than per op.
+class Transformer_ImportedUnaryOp<string mnemonic, string meaning>
+    : Transformer_UnaryOp<mnemonic, meaning> {
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() { return verifySameShape(*this); }
+    ::mlir::LogicalResult $cppClass::inferShapes() { return refineSameShape(*this); }
+  }];
+}
+
+def Transformer_ExpOp : Transformer_ImportedUnaryOp<"exp", "Elementwise exponential: `e^x`."> {
+  let summary = "Elementwise exponential";
+}
+
+def Transformer_RsqrtOp : Transformer_ImportedUnaryOp<"rsqrt",
+    "Elementwise reciprocal square root: `1 / sqrt(x)` (RMSNorm's and LayerNorm's written out)."> {
+  let summary = "Elementwise reciprocal square root";
+}
+
+def Transformer_PowOp : Transformer_BroadcastBinaryOp<"pow", "power, `lhs ^ rhs`"> {
+  let description = [{
+    `result = lhs ^ rhs` elementwise, the operands broadcast as `transformer.add` broadcasts
+    them: a scalar exponent is a splat constant (`torch.pow(x, 0.5)`). Squares and cubes are
+    imported as products instead (the written-out tanh GELU is recovered from those).
+
+    ```mlir
+    %y = transformer.pow %x, %half : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+}
+
+def Transformer_PermuteOp : Transformer_Op<"permute",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Permutes the dimensions of a tensor";
+  let description = [{
+    `result[i_p0, ..., i_pn] = input[i_0, ..., i_n]` with `permutation = [p0, ..., pn]`: result
+    dimension `k` is input dimension `permutation[k]` (`torch.permute`). `transformer.transpose`
+    is the swap of the last two.
+
+    ```mlir
+    %y = transformer.permute %x {permutation = array<i64: 1, 2, 0>} : tensor<2x3x4xf32> -> tensor<3x4x2xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def Transformer_ReshapeOp : Transformer_Op<"reshape", [Pure]> {
+  let summary = "The same elements, row-major, in another static shape";
+  let description = [{
+    `view` / `reshape` of a contiguous tensor: the result's type gives its shape, which must hold
+    as many elements as the input's (both static).
+
+    ```mlir
+    %y = transformer.reshape %x : tensor<2x3x4xf32> -> tensor<6x4xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def Transformer_BroadcastOp : Transformer_Op<"broadcast", [Pure]> {
+  let summary = "Broadcasts a tensor to a larger static shape (numpy rules)";
+  let description = [{
+    `expand`: the result's type gives the shape; the input's dimensions, aligned on the trailing
+    ones, must each equal the result's or be 1 (numpy broadcasting).
+
+    ```mlir
+    %y = transformer.broadcast %x : tensor<1x8xf32> -> tensor<4x3x8xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def Transformer_ConcatOp : Transformer_Op<"concat",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Concatenates tensors along a dimension";
+  let description = [{
+    `torch.cat(inputs, dim)`: the inputs have one rank and equal dimensions except `dim`, which
+    the result has the sum of.
+
+    ```mlir
+    %y = transformer.concat %a, %b {dim = 1 : i64} : (tensor<4x8xf32>, tensor<4x2xf32>) -> tensor<4x10xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<F32Tensor>:$inputs, I64Attr:$dim);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 #endif // GPT_TRANSFORMER_OPS_TD

@@ -1,4 +1,5 @@
-// --transformer-to-linalg, elementwise ops: constant, add/mul with broadcasting, neg/relu/gelu, rope.
+// --transformer-to-linalg, elementwise ops: constant, add/mul with broadcasting, neg/relu/gelu, rope, where,
+// exp/rsqrt/pow.
 // RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
 
 // CHECK-DAG: #[[ID:.*]] = affine_map<(d0, d1) -> (d0, d1)>
@@ -93,4 +94,33 @@ func.func @needs_shapes(%x: tensor<*xf32>) -> tensor<*xf32> {
 func.func @gelu_erf(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = transformer.gelu_erf %x : tensor<4x8xf32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// where: a select per element, the condition broadcast like the values.
+// CHECK-LABEL: func.func @where
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%{{.*}}, %{{.*}}, %{{.*}} : tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>)
+// CHECK: ^bb0(%[[C:.*]]: i1, %[[X:.*]]: f32, %[[F:.*]]: f32, %{{.*}}: f32):
+// CHECK: arith.select %[[C]], %[[X]], %[[F]] : f32
+// CHECK-NOT: transformer.
+func.func @where(%c: tensor<8x8xi1>, %x: tensor<4x8x8xf32>, %fill: tensor<1xf32>) -> tensor<4x8x8xf32> {
+  %0 = transformer.where %c, %x, %fill : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>) -> tensor<4x8x8xf32>
+  return %0 : tensor<4x8x8xf32>
+}
+
+// -----
+
+// exp, rsqrt and pow (by a broadcast splat): one math op per element.
+// CHECK-LABEL: func.func @imported_unary
+// CHECK: math.exp %{{.*}} : f32
+// CHECK: math.rsqrt %{{.*}} : f32
+// CHECK: math.powf %{{.*}}, %{{.*}} : f32
+// CHECK-NOT: transformer.
+func.func @imported_unary(%x: tensor<4x8xf32>, %e: tensor<1xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.exp %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  %1 = transformer.rsqrt %0 : tensor<4x8xf32> -> tensor<4x8xf32>
+  %2 = transformer.pow %1, %e : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
 }

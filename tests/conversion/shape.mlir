@@ -1,4 +1,5 @@
-// --transformer-to-linalg, ops that move data: transpose, embedding, slice, split/merge_heads, cache_update.
+// --transformer-to-linalg, ops that move data: transpose, embedding, slice, split/merge_heads, cache_update,
+// permute, reshape, broadcast, concat.
 // RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
 
 // CHECK-LABEL: func.func @transpose
@@ -94,4 +95,53 @@ func.func @heads(%x: tensor<8x64xf32>, %h: tensor<4x8x16xf32>) -> (tensor<4x8x16
 func.func @cache_update(%u: tensor<4x2x16xf32>, %cache: tensor<4x64x16xf32>, %pos: index) -> tensor<4x64x16xf32> {
   %0 = transformer.cache_update %u into %cache[%pos] : tensor<4x2x16xf32>, tensor<4x64x16xf32> -> tensor<4x64x16xf32>
   return %0 : tensor<4x64x16xf32>
+}
+
+// -----
+
+// permute: a linalg.transpose with the same permutation.
+// CHECK-LABEL: func.func @permute
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<2x3x4xf32>) outs(%{{.*}} : tensor<3x4x2xf32>) permutation = [1, 2, 0]
+// CHECK-NOT: transformer.
+func.func @permute(%x: tensor<2x3x4xf32>) -> tensor<3x4x2xf32> {
+  %0 = transformer.permute %x {permutation = array<i64: 1, 2, 0>} : tensor<2x3x4xf32> -> tensor<3x4x2xf32>
+  return %0 : tensor<3x4x2xf32>
+}
+
+// -----
+
+// reshape: collapsed to one dimension, expanded to the result's (no copy).
+// CHECK-LABEL: func.func @reshape
+// CHECK: %[[F:.*]] = tensor.collapse_shape %{{.*}} {{\[}}[0, 1, 2]] : tensor<2x3x4xf32> into tensor<24xf32>
+// CHECK: tensor.expand_shape %[[F]] {{\[}}[0, 1]] output_shape [6, 4] : tensor<24xf32> into tensor<6x4xf32>
+// CHECK-NOT: transformer.
+func.func @reshape(%x: tensor<2x3x4xf32>) -> tensor<6x4xf32> {
+  %0 = transformer.reshape %x : tensor<2x3x4xf32> -> tensor<6x4xf32>
+  return %0 : tensor<6x4xf32>
+}
+
+// -----
+
+// broadcast: a linalg.generic reading the size-1 and missing dimensions at index 0.
+// CHECK-DAG: #[[IN:.*]] = affine_map<(d0, d1, d2) -> (0, d2)>
+// CHECK-LABEL: func.func @broadcast
+// CHECK: linalg.generic {indexing_maps = [#[[IN]], #{{.*}}]
+// CHECK-NOT: transformer.
+func.func @broadcast(%x: tensor<1x8xf32>) -> tensor<4x3x8xf32> {
+  %0 = transformer.broadcast %x : tensor<1x8xf32> -> tensor<4x3x8xf32>
+  return %0 : tensor<4x3x8xf32>
+}
+
+// -----
+
+// concat: each input inserted at its offset along dim 1.
+// CHECK-LABEL: func.func @concat
+// CHECK-SAME: (%[[A:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<4x2xf32>)
+// CHECK: %[[E:.*]] = tensor.empty() : tensor<4x10xf32>
+// CHECK: %[[R:.*]] = tensor.insert_slice %[[A]] into %[[E]][0, 0] [4, 8] [1, 1]
+// CHECK: tensor.insert_slice %[[B]] into %[[R]][0, 8] [4, 2] [1, 1]
+// CHECK-NOT: transformer.
+func.func @concat(%a: tensor<4x8xf32>, %b: tensor<4x2xf32>) -> tensor<4x10xf32> {
+  %0 = transformer.concat %a, %b {dim = 1 : i64} : (tensor<4x8xf32>, tensor<4x2xf32>) -> tensor<4x10xf32>
+  return %0 : tensor<4x10xf32>
 }

@@ -605,3 +605,131 @@ func.func @tanh_wrong_result(%a: tensor<4x8xf32>) {
   %0 = transformer.tanh %a : tensor<4x8xf32> -> tensor<8xf32>
   return
 }
+
+// -----
+
+func.func @where_values_not_broadcastable(%c: tensor<4x8xi1>, %a: tensor<4x8xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{operands are not broadcast-compatible: 'tensor<4x8xf32>' and 'tensor<3xf32>' (dimension 8 vs 3)}}
+  %0 = transformer.where %c, %a, %b : (tensor<4x8xi1>, tensor<4x8xf32>, tensor<3xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @where_condition_not_broadcastable(%c: tensor<5x8xi1>, %a: tensor<4x8xf32>, %b: tensor<1xf32>) {
+  // expected-error @+1 {{operands are not broadcast-compatible: 'tensor<4x8xf32>' and 'tensor<5x8xi1>' (dimension 4 vs 5)}}
+  %0 = transformer.where %c, %a, %b : (tensor<5x8xi1>, tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @where_condition_not_i1(%c: tensor<4x8xf32>, %a: tensor<4x8xf32>, %b: tensor<1xf32>) {
+  // expected-error @+1 {{operand #0 must be tensor of 1-bit signless integer values}}
+  %0 = transformer.where %c, %a, %b : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @exp_wrong_result(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{result type 'tensor<8x4xf32>' does not match the type 'tensor<4x8xf32>' implied by the operands}}
+  %0 = transformer.exp %a : tensor<4x8xf32> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @rsqrt_wrong_result(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{result type 'tensor<4xf32>' does not match the type 'tensor<4x8xf32>' implied by the operands}}
+  %0 = transformer.rsqrt %a : tensor<4x8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @pow_not_broadcastable(%a: tensor<4x8xf32>, %e: tensor<3xf32>) {
+  // expected-error @+1 {{operands are not broadcast-compatible: 'tensor<4x8xf32>' and 'tensor<3xf32>' (dimension 8 vs 3)}}
+  %0 = transformer.pow %a, %e : (tensor<4x8xf32>, tensor<3xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @permute_wrong_length(%a: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{permutation has 2 entries for the rank-3 input 'tensor<2x3x4xf32>'}}
+  %0 = transformer.permute %a {permutation = array<i64: 1, 0>} : tensor<2x3x4xf32> -> tensor<3x2x4xf32>
+  return
+}
+
+// -----
+
+func.func @permute_repeated_dim(%a: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{permutation must list each of 0 .. 2 once, got 1 twice}}
+  %0 = transformer.permute %a {permutation = array<i64: 1, 1, 0>} : tensor<2x3x4xf32> -> tensor<3x3x2xf32>
+  return
+}
+
+// -----
+
+func.func @permute_wrong_result(%a: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{result type 'tensor<2x3x4xf32>' does not match the type 'tensor<3x4x2xf32>' implied by the operands}}
+  %0 = transformer.permute %a {permutation = array<i64: 1, 2, 0>} : tensor<2x3x4xf32> -> tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_element_count(%a: tensor<2x3x4xf32>) {
+  // expected-error @+1 {{cannot reshape 'tensor<2x3x4xf32>' (24 elements) to 'tensor<5x5xf32>' (25 elements)}}
+  %0 = transformer.reshape %a : tensor<2x3x4xf32> -> tensor<5x5xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_dynamic(%a: tensor<?x4xf32>) {
+  // expected-error @+1 {{input and result must have static shapes of rank >= 1}}
+  %0 = transformer.reshape %a : tensor<?x4xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @broadcast_incompatible(%a: tensor<3x8xf32>) {
+  // expected-error @+1 {{'tensor<3x8xf32>' does not broadcast to 'tensor<4x8xf32>' (dimension 3 vs 4)}}
+  %0 = transformer.broadcast %a : tensor<3x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @broadcast_lower_rank(%a: tensor<2x3x8xf32>) {
+  // expected-error @+1 {{cannot broadcast 'tensor<2x3x8xf32>' to the lower rank of 'tensor<3x8xf32>'}}
+  %0 = transformer.broadcast %a : tensor<2x3x8xf32> -> tensor<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @concat_mismatch(%a: tensor<4x8xf32>, %b: tensor<3x2xf32>) {
+  // expected-error @+1 {{inputs must agree on every dimension but 1: 'tensor<3x2xf32>' has 3 in dimension 0, the first input 4}}
+  %0 = transformer.concat %a, %b {dim = 1 : i64} : (tensor<4x8xf32>, tensor<3x2xf32>) -> tensor<4x10xf32>
+  return
+}
+
+// -----
+
+func.func @concat_dim_out_of_range(%a: tensor<4x8xf32>, %b: tensor<4x2xf32>) {
+  // expected-error @+1 {{dim 2 is out of range for the rank-2 input 'tensor<4x8xf32>'}}
+  %0 = transformer.concat %a, %b {dim = 2 : i64} : (tensor<4x8xf32>, tensor<4x2xf32>) -> tensor<4x10xf32>
+  return
+}
+
+// -----
+
+func.func @concat_wrong_result(%a: tensor<4x8xf32>, %b: tensor<4x2xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x9xf32>' does not match the type 'tensor<4x10xf32>' implied by the operands}}
+  %0 = transformer.concat %a, %b {dim = 1 : i64} : (tensor<4x8xf32>, tensor<4x2xf32>) -> tensor<4x9xf32>
+  return
+}

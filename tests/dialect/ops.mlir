@@ -184,3 +184,34 @@ func.func @tanh(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = transformer.tanh %x : tensor<4x8xf32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// CHECK-LABEL: func.func @where
+// CHECK: transformer.where %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>) -> tensor<4x8x8xf32>
+func.func @where(%c: tensor<8x8xi1>, %x: tensor<4x8x8xf32>, %fill: tensor<1xf32>) -> tensor<4x8x8xf32> {
+  %0 = transformer.where %c, %x, %fill : (tensor<8x8xi1>, tensor<4x8x8xf32>, tensor<1xf32>) -> tensor<4x8x8xf32>
+  return %0 : tensor<4x8x8xf32>
+}
+
+// CHECK-LABEL: func.func @imported_unary
+// CHECK: transformer.exp %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: transformer.rsqrt %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: transformer.pow %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+func.func @imported_unary(%x: tensor<4x8xf32>, %e: tensor<1xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.exp %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  %1 = transformer.rsqrt %0 : tensor<4x8xf32> -> tensor<4x8xf32>
+  %2 = transformer.pow %1, %e : (tensor<4x8xf32>, tensor<1xf32>) -> tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
+}
+
+// CHECK-LABEL: func.func @imported_shape_ops
+// CHECK: transformer.permute %{{.*}} {permutation = array<i64: 1, 2, 0>} : tensor<2x3x4xf32> -> tensor<3x4x2xf32>
+// CHECK: transformer.reshape %{{.*}} : tensor<3x4x2xf32> -> tensor<12x2xf32>
+// CHECK: transformer.broadcast %{{.*}} : tensor<1x2xf32> -> tensor<12x2xf32>
+// CHECK: transformer.concat %{{.*}}, %{{.*}} {dim = 1 : i64} : (tensor<12x2xf32>, tensor<12x2xf32>) -> tensor<12x4xf32>
+func.func @imported_shape_ops(%x: tensor<2x3x4xf32>, %b: tensor<1x2xf32>) -> tensor<12x4xf32> {
+  %0 = transformer.permute %x {permutation = array<i64: 1, 2, 0>} : tensor<2x3x4xf32> -> tensor<3x4x2xf32>
+  %1 = transformer.reshape %0 : tensor<3x4x2xf32> -> tensor<12x2xf32>
+  %2 = transformer.broadcast %b : tensor<1x2xf32> -> tensor<12x2xf32>
+  %3 = transformer.concat %1, %2 {dim = 1 : i64} : (tensor<12x2xf32>, tensor<12x2xf32>) -> tensor<12x4xf32>
+  return %3 : tensor<12x4xf32>
+}

@@ -158,3 +158,23 @@ func.func @packed_embedding(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %id
   %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }
+
+// -----
+
+// The ops of imported graphs: where (three-way broadcast), exp, rsqrt, pow, permute, concat.
+// CHECK-LABEL: func.func @imported_ops
+// CHECK: transformer.where {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.exp {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.rsqrt {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.pow {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.permute {{.*}} -> tensor<8x2x4xf32>
+// CHECK: transformer.concat {{.*}} -> tensor<8x4x4xf32>
+func.func @imported_ops(%c: tensor<4x1xi1>, %x: tensor<2x4x8xf32>, %s: tensor<1xf32>) -> tensor<*xf32> {
+  %0 = transformer.where %c, %x, %s : (tensor<4x1xi1>, tensor<2x4x8xf32>, tensor<1xf32>) -> tensor<*xf32>
+  %1 = transformer.exp %0 : tensor<*xf32> -> tensor<*xf32>
+  %2 = transformer.rsqrt %1 : tensor<*xf32> -> tensor<*xf32>
+  %3 = transformer.pow %2, %s : (tensor<*xf32>, tensor<1xf32>) -> tensor<*xf32>
+  %4 = transformer.permute %3 {permutation = array<i64: 2, 0, 1>} : tensor<*xf32> -> tensor<*xf32>
+  %5 = transformer.concat %4, %4 {dim = 1 : i64} : (tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
+  return %5 : tensor<*xf32>
+}

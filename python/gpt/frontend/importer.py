@@ -1,11 +1,13 @@
 """Importing a torch.export ATen graph into a transformer-dialect func.func (text).
 
 One function per ATen op family emits IR; `SUPPORTED_OPS` maps each ATen op to them and to the
-dialect ops they produce (the README's coverage table and CompilerError read it). Causal
-attention is recovered here, before emission, because its mask must be evaluated to be known
-causal: a recognizer matches softmax(masked scores) @ v at its root node, and the nodes inside
-it are never emitted. The tanh GELU written out by hand is emitted op by op; canonicalization
-folds it into transformer.gelu (cc/dialect/RecoverGelu.cpp).
+dialect ops they produce (the README's coverage table and CompilerError read it). The graph is
+emitted as written: attention written out by hand becomes transformer.matmul / mul / where /
+softmax, and canonicalization recovers transformer.causal_attention from it (an analysis of the
+mask's construction, cc/dialect/RecoverAttention.cpp), as it folds the written-out tanh GELU
+into transformer.gelu (cc/dialect/RecoverGelu.cpp). Masks built from buffers, arange and
+comparisons are evaluated here with torch and emitted as i1 `arith.constant`s; an additive mask
+(0 where kept, -inf or finfo.min where not: HF's) is emitted as the where it stands for.
 
 Layout convention: a batch dimension of size 1 is dropped. Token ids [1, T] become a rank-1
 `tensor<Txi64>` and activations [1, T, C] a `tensor<TxCxf32>`, as the builder's entry points
@@ -43,9 +45,11 @@ class Value:
     batched: bool = False  # the torch tensor has an extra leading dimension of size 1
     # "plain"; "split_pending": torch [1, T, H, d] viewing the IR [T, H*d] (awaiting the
     # transpose that makes it split_heads); "merge_pending": torch [1, T, H, d] holding IR [H, T, d]
-    # (awaiting the view that makes it merge_heads).
+    # (awaiting the view that makes it merge_heads); "flat": token ids of a batch above one, torch
+    # [B, T] held as the IR [B * T] (the embedding's ids are rank 1), `torch_shape` saying which.
     layout: str = "plain"
     heads: int = 0
+    torch_shape: tuple[int, ...] = ()
 
     @property
     def type(self) -> str:
@@ -147,8 +151,39 @@ def source_location(node: torch.fx.Node, origins: dict[str, str] | None = None) 
 
 
 def _fmt(x: float) -> str:
-    """An MLIR float literal (it needs a decimal point)."""
+    """An MLIR float literal (it needs a decimal point); -inf, inf and NaN as their f32 bits."""
+    if not math.isfinite(x):
+        return f"0x{int(np.array(x, np.float32).view(np.uint32)):08X}"
     return f"{float(x):.9e}"
+
+
+def _strip_leading_ones(array: np.ndarray) -> np.ndarray:
+    """Broadcasting aligns trailing dimensions: leading 1s can go."""
+    while array.ndim > 1 and array.shape[0] == 1:
+        array = array[0]
+    return array
+
+
+def _distinct_mask(array: np.ndarray) -> np.ndarray:
+    """A mask with its leading dimensions dropped while they only repeat one [.., Tq, Tk] (a batch's
+    masks, HF's [B, 1, T, T]): where it is used, broadcasting gives the same selection."""
+    array = _strip_leading_ones(array)
+    while array.ndim > 2 and all(np.array_equal(array[0], a) for a in array[1:]):
+        array = array[0]
+    return array
+
+
+def additive_mask(bias) -> tuple[np.ndarray, float] | None:
+    """(kept positions, fill) of an additive attention mask known at compile time: 0 where kept
+    and one value <= -1e30 (-inf, or HF's finfo(float32).min) where masked; else None."""
+    if not isinstance(bias, torch.Tensor) or bias.dtype != torch.float32 or bias.ndim < 2:
+        return None
+    array = _distinct_mask(bias.detach().numpy())
+    kept = array == 0
+    masked = array[~kept]
+    if masked.size == 0 or not np.all(masked <= -1e30) or not np.all(masked == masked.flat[0]):
+        return None
+    return kept, float(masked.flat[0])
 
 
 IDENTITY_OPS = {
@@ -171,25 +206,6 @@ def _is_identity(node) -> bool:
     return node.target in IDENTITY_OPS and not (node.target == aten.dropout.default and node.args[2])
 
 
-def _through_identities(node):
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and _is_identity(node):
-        node = node.args[0]
-    return node
-
-
-def _scalar_operand(node, *targets):
-    """(tensor operand, scalar) of a binary op in `targets` with one Python-scalar operand."""
-    if not isinstance(node, torch.fx.Node) or node.target not in targets:
-        return None
-    a, b = node.args[0], node.args[1]
-    if isinstance(a, torch.fx.Node) and isinstance(b, (int, float)):
-        return a, float(b)
-    if isinstance(b, torch.fx.Node) and isinstance(a, (int, float)):
-        return b, float(a)
-    return None
-
-
-MUL = (aten.mul.Tensor, aten.mul.Scalar)
 ADD = (aten.add.Tensor, aten.add.Scalar)
 
 
@@ -209,7 +225,6 @@ class Importer:
         self.arguments: list[Argument] = []
         self.parameter_arguments: dict[Parameter, Value] = {}
         self.problems: list[str] = []
-        self.patterns: dict = {}  # root node -> (kind, data)
         self.failed: set = set()  # nodes whose import failed
         # A slice that drops a padded weight's extra columns, by name -> the padded result: when
         # it is returned, the caller takes a view of the padded result instead (no copy).
@@ -244,6 +259,16 @@ class Importer:
 
     def scalar(self, x: float) -> Value:
         return self.constant(np.array([x], np.float32))
+
+    def mask_constant(self, bits: np.ndarray) -> Value:
+        """An i1 tensor known at compile time (an attention mask) as an `arith.constant`, its bits
+        packed as MLIR's hex form of i1 data takes them (little-endian within each byte)."""
+        result = Value(self.fresh(), bits.shape, "i1")
+        packed = np.packbits(np.asarray(bits, bool).reshape(-1), bitorder="little")
+        self.lines.append(
+            f'    {result.name} = arith.constant dense<"0x{packed.tobytes().hex().upper()}"> : {result.type}'
+        )
+        return result
 
     def argument(self, kind: str, shape, dtype: str, **fields) -> Value:
         value = Value(f"%arg{len(self.arguments)}", tuple(shape), dtype)
@@ -319,21 +344,25 @@ class Importer:
             if not isinstance(value, Value):
                 raise Unsupported(f"{node.name} is not a tensor")
             return value
-        if self.is_parameter(node):
+        # A bool buffer (a mask) is data the compiler analyses: a constant, never an argument.
+        if self.is_parameter(node) and self.tensors[self.parameter_of[node.name]].dtype != torch.bool:
             tensor = self.tensors[self.parameter_of[node.name]]
             value = self.parameter(self.parameter_of[node.name])
             if tensor.dtype != torch.float32:
                 raise Unsupported(f"parameter {node.name} has dtype {tensor.dtype}: only float32 is supported")
             return self.shaped(Value(value.name, value.shape, "f32"), node)
         data = self.constant_value(node)
+        if isinstance(data, torch.Tensor) and data.dtype == torch.bool:
+            value = self.mask_constant(_distinct_mask(data.detach().numpy()))
+            value.batched = len(self.torch_shape(node)) == len(value.shape) + 1
+            self.values[node] = value
+            return value
         if isinstance(data, torch.Tensor):
             array = data.detach().numpy()
             dtype = {np.dtype(np.float32): "f32", np.dtype(np.int64): "i64"}.get(array.dtype)
             if dtype is None:
                 raise Unsupported(f"constant {node.name} has dtype {array.dtype}: only float32 and int64 are supported")
-            # Leading 1s are dropped: broadcasting aligns trailing dimensions.
-            while array.ndim > 1 and array.shape[0] == 1:
-                array = array[0]
+            array = _strip_leading_ones(array)  # broadcasting aligns trailing dimensions
             value = self.argument("constant", array.shape, dtype, data=np.ascontiguousarray(array))
             value = Value(value.name, value.shape, dtype)
             value.batched = len(self.torch_shape(node)) == len(value.shape) + 1
@@ -351,9 +380,6 @@ class Importer:
         for node in nodes:  # in order, so that evaluating one never recurses into its inputs
             self.constant_value(node)
         output = next(n for n in nodes if n.op == "output")
-        for node in nodes:
-            if node.op == "call_function":
-                self.recognize(node)
         needed = self.needed_nodes(output)
         for node in nodes:
             if node.op == "placeholder" and node.name in self.user_inputs:
@@ -400,13 +426,7 @@ class Importer:
         )
         return ImportedFunction(text, "imported", self.arguments, results, shapes)
 
-    def recognize(self, node):
-        if node.target in (aten.matmul.default, aten.bmm.default) and (m := self.match_attention(node)):
-            self.patterns[node] = ("attention", m)
-
     def inputs_of(self, node):
-        if node in self.patterns:
-            return self.patterns[node][1][:3]
         found = []
         for a in [*node.args, *node.kwargs.values()]:
             if isinstance(a, torch.fx.Node):
@@ -449,14 +469,16 @@ class Importer:
         # Token ids [1, T] and activations [1, T, C]: the batch of one is dropped.
         drop = len(shape) >= 2 and shape[0] == 1 and (dtype == "i64" or len(shape) >= 3)
         ir_shape = shape[1:] if drop else shape
+        flat = dtype == "i64" and len(shape) == 2 and shape[0] > 1  # ids of a batch: [B * T] for the embedding
+        if flat:
+            ir_shape = (shape[0] * shape[1],)
         value = self.argument("input", ir_shape, dtype, input_index=self.user_inputs.index(node.name))
         value = Value(value.name, value.shape, dtype, batched=drop)
+        if flat:
+            value.layout, value.torch_shape = "flat", shape
         self.values[node] = value
 
     def import_node(self, node):
-        if node in self.patterns:
-            self.values[node] = self.emit_attention(node, *self.patterns[node][1])
-            return
         if node.target is operator.getitem:
             if node.args[0] in self.failed:
                 raise DependsOnUnsupported()
@@ -472,73 +494,6 @@ class Importer:
             if val.dtype not in (torch.float32, torch.int64, torch.bool):
                 raise Unsupported(f"dtype {val.dtype} is not supported (float32)")
         self.values[node] = support.emit(self, node)
-
-    # -- recognizers ------------------------------------------------------------------------------
-
-    def match_attention(self, node):
-        """softmax(mask(scale * q @ k^T)) @ v with a causal mask -> (q, k, v, scale)."""
-        probabilities, v = node.args[0], node.args[1]
-        probabilities = _through_identities(probabilities)
-        if probabilities.target not in (aten.softmax.int, aten._softmax.default) or probabilities.args[1] not in (
-            -1,
-            3,
-        ):
-            return None
-        masked = probabilities.args[0]
-        if masked.target in (aten.masked_fill.Scalar,):
-            scores, mask, fill = masked.args
-            keep = lambda m: ~m  # noqa: E731
-        elif masked.target == aten.where.self:
-            mask, scores, fill = masked.args
-            keep = lambda m: m  # noqa: E731
-            fill = self.constant_value(fill)
-            fill = float(fill) if isinstance(fill, torch.Tensor) and fill.numel() == 1 else None
-        elif masked.target == aten.add.Tensor:
-            # scores + M with M = 0 where kept and <= -1e30 (-inf, finfo.min) where masked
-            scores, additive = masked.args
-            if self.constant_value(additive) is None:
-                additive, scores = scores, additive
-            additive = self.constant_value(additive)
-            if not isinstance(additive, torch.Tensor) or not additive.is_floating_point():
-                return None
-            if not bool(((additive == 0) | (additive <= -1e30)).all()):
-                return None
-            mask, fill, keep = additive == 0, -math.inf, lambda m: m  # noqa: E731
-        else:
-            return None
-        if not isinstance(fill, (int, float)) or fill > -1e30:
-            return None
-        mask_value = mask if isinstance(mask, torch.Tensor) else self.constant_value(mask)
-        if not isinstance(mask_value, torch.Tensor) or mask_value.dtype != torch.bool:
-            return None
-        kept = keep(mask_value)
-        t_q, t_k = kept.shape[-2], kept.shape[-1]
-        if t_q != t_k or not torch.equal(kept.reshape(-1, t_q, t_k)[0], torch.ones(t_q, t_k, dtype=torch.bool).tril()):
-            return None
-        if kept.reshape(-1, t_q, t_k).shape[0] != 1 and not bool((kept == kept.reshape(-1, t_q, t_k)[0]).all()):
-            return None
-        scale = 1.0
-        scaled = _scalar_operand(scores, *MUL)
-        divided = _scalar_operand(scores, aten.div.Tensor, aten.div.Scalar)
-        if scaled:
-            scores, scale = scaled
-        elif divided and scores.args[0] is divided[0]:
-            scores, scale = divided[0], 1.0 / divided[1]
-        if scores.target not in (aten.matmul.default, aten.bmm.default):
-            return None
-        q, kt = scores.args
-        if kt.target != aten.transpose.int or sorted(d % 4 for d in kt.args[1:]) != [2, 3]:
-            return None
-        return [q, kt.args[0], v, scale]
-
-    def emit_attention(self, node, q, k, v, scale):
-        operands = [self.operand(n) for n in (q, k, v)]
-        for value in operands:
-            if value.layout != "plain" or len(value.shape) != 3:
-                raise Unsupported("attention needs q, k, v of shape [1, H, T, d]")
-        return self.shaped(
-            self.emit("transformer.causal_attention", operands, operands[0].shape, f"scale = {_fmt(scale)} : f32"), node
-        )
 
 
 def _tensor_vals(node):
@@ -559,6 +514,15 @@ def emit_binary(imp: Importer, node):
     target = node.target
     a, b = node.args[0], node.args[1]
     alpha = node.kwargs.get("alpha", 1)
+    if target == aten.add.Tensor and alpha == 1:
+        for activation, bias in ((a, b), (b, a)):
+            mask = additive_mask(imp.constant_value(bias))
+            if mask is not None and imp.constant_value(activation) is None:
+                # x + M, M = 0 where kept and -inf (finfo.min) where masked, is where(kept, x, fill).
+                x = imp.operand(activation)
+                keep = imp.mask_constant(mask[0])
+                shape = _broadcast(x.shape, keep.shape)
+                return imp.shaped(imp.emit("transformer.where", [keep, x, imp.scalar(mask[1])], shape), node)
     x = imp.operand(a) if isinstance(a, torch.fx.Node) else None
     y = imp.operand(b) if isinstance(b, torch.fx.Node) else None
     if x is None and y is None:
@@ -589,8 +553,41 @@ def emit_binary(imp: Importer, node):
     return imp.shaped(imp.emit(op, [x, y], _broadcast(x.shape, y.shape)), node)
 
 
+def _value_or_scalar(imp: Importer, operand) -> Value:
+    """A where's value: an imported tensor, or a Python or one-element constant as a splat."""
+    if isinstance(operand, (int, float, bool)):
+        return imp.scalar(float(operand))
+    data = imp.constant_value(operand)
+    if isinstance(data, torch.Tensor) and data.numel() == 1:
+        return imp.scalar(float(data.reshape(-1)[0]))
+    value = imp.operand(operand)
+    if value.dtype != "f32" or value.layout != "plain":
+        raise Unsupported("where / masked_fill of a value that is not a float32 activation")
+    return value
+
+
+def emit_where(imp: Importer, node):
+    """where(c, x, y) and masked_fill(x, c, v) = where(c, v, x) -> transformer.where, for a condition
+    known at compile time (a mask built from buffers, arange and comparisons)."""
+    if node.target in (aten.masked_fill.Scalar, aten.masked_fill.Tensor):
+        x, condition, fill = node.args[:3]
+        operands = (condition, fill, x)
+    else:
+        operands = node.args[:3]
+    condition = imp.constant_value(operands[0])
+    if not isinstance(condition, torch.Tensor) or condition.dtype != torch.bool:
+        raise Unsupported(
+            f"the condition {operands[0]} depends on the module's inputs: only conditions known at compile time "
+            "(masks built from buffers, arange and comparisons) are supported"
+        )
+    c = imp.operand(operands[0])
+    x, y = _value_or_scalar(imp, operands[1]), _value_or_scalar(imp, operands[2])
+    shape = _broadcast(_broadcast(x.shape, y.shape), c.shape)
+    return imp.shaped(imp.emit("transformer.where", [c, x, y], shape), node)
+
+
 def emit_unary(imp: Importer, node):
-    """neg / relu / tanh / gelu (tanh or exact) / softmax (last dim)."""
+    """neg / exp / rsqrt / relu / tanh / gelu (tanh or exact) / softmax (last dim)."""
     x = imp.operand(node.args[0])
     approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
     rank = len(imp.torch_shape(node))
@@ -598,6 +595,8 @@ def emit_unary(imp: Importer, node):
         raise Unsupported("softmax over a dimension other than the last")
     op = {
         aten.neg.default: "transformer.neg",
+        aten.exp.default: "transformer.exp",
+        aten.rsqrt.default: "transformer.rsqrt",
         aten.tanh.default: "transformer.tanh",
         aten.relu.default: "transformer.relu",
         aten.gelu.default: "transformer.gelu" if approximate == "tanh" else "transformer.gelu_erf",
@@ -609,10 +608,13 @@ def emit_unary(imp: Importer, node):
 
 def emit_power(imp: Importer, node):
     """pow(x, 2 or 3) -> transformer.mul of x by itself (the cube of a written-out tanh GELU,
-    which canonicalization folds back into transformer.gelu with the rest of it)."""
+    which canonicalization folds back into transformer.gelu with the rest of it); any other
+    scalar exponent -> transformer.pow by a splat."""
     x, exponent = imp.operand(node.args[0]), node.args[1]
+    if not isinstance(exponent, (int, float)):
+        raise Unsupported("pow with a tensor exponent (only a scalar)")
     if exponent not in (2, 3):
-        raise Unsupported(f"pow with exponent {exponent} (only 2 and 3)")
+        return imp.shaped(imp.emit("transformer.pow", [x, imp.scalar(exponent)], x.shape), node)
     y = imp.emit("transformer.mul", [x, x], x.shape)
     if exponent == 3:
         y = imp.emit("transformer.mul", [y, x], x.shape)
@@ -710,8 +712,12 @@ def emit_layer_norm(imp: Importer, node):
 
 
 def emit_embedding(imp: Importer, node):
-    """embedding(table, ids) with ids [T] or [1, T] -> transformer.embedding."""
+    """embedding(table, ids) with ids [T] or [1, T] -> transformer.embedding; ids [B, T] (held as
+    [B * T]) -> transformer.embedding and a reshape to [B, T, D]."""
     table, ids = imp.operand(node.args[0]), imp.operand(node.args[1])
+    if ids.layout == "flat" and len(table.shape) == 2:
+        rows = imp.emit("transformer.embedding", [table, ids], (ids.shape[0], table.shape[1]))
+        return imp.shaped(imp.emit("transformer.reshape", [rows], (*ids.torch_shape, table.shape[1])), node)
     if len(table.shape) != 2 or len(ids.shape) != 1 or ids.dtype != "i64":
         raise Unsupported("embedding needs a [V, D] table and int64 ids of shape [T] or [1, T]")
     return imp.shaped(imp.emit("transformer.embedding", [table, ids], (ids.shape[0], table.shape[1])), node)
@@ -765,6 +771,10 @@ def emit_view(imp: Importer, node):
     x = imp.operand(node.args[0])
     out = imp.torch_shape(node)
     in_shape = imp.torch_shape(node.args[0])
+    if x.layout == "flat":
+        if tuple(out) != x.torch_shape:
+            raise Unsupported(f"view {in_shape} -> {out} of the token ids of a batch")
+        return dataclasses.replace(x)
 
     def strip(shape):
         return tuple(shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)) :])
@@ -782,7 +792,62 @@ def emit_view(imp: Importer, node):
         return Value(x.name, x.shape, x.dtype, batched=True, layout="split_pending", heads=out[2])
     if x.layout == "merge_pending" and len(out) == 3 and out[0] == 1 and out[2] == x.shape[0] * x.shape[2]:
         return imp.shaped(imp.emit("transformer.merge_heads", [x], (x.shape[1], out[2])), node)
-    raise Unsupported(f"view {in_shape} -> {out} (only batch-of-1 and attention head views are supported)")
+    x = _materialize(imp, x)
+    target = _ir_shape(out, x)
+    if math.prod(target) != math.prod(x.shape):
+        raise Unsupported(f"view {in_shape} -> {out} that also drops or adds the batch dimension")
+    return imp.shaped(imp.emit("transformer.reshape", [x], target), node)
+
+
+def _ir_shape(torch_shape, x: Value) -> tuple[int, ...]:
+    """The IR shape of a result of torch shape `torch_shape` computed from `x`: a leading 1 is
+    dropped (the batch of one) when the result has a dimension more than x's IR shape or x itself
+    had its batch dropped."""
+    shape = tuple(torch_shape)
+    if len(shape) > 1 and shape[0] == 1 and (x.batched or len(shape) > len(x.shape)):
+        return shape[1:]
+    return shape
+
+
+def _materialize(imp: Importer, x: Value) -> Value:
+    """A pending attention-head view used by something other than the head ops, as the plain
+    [T, H, d] (batch dropped) its torch shape [1, T, H, d] says."""
+    if x.layout == "split_pending":
+        t, c = x.shape
+        return Value(
+            imp.emit("transformer.reshape", [x], (t, x.heads, c // x.heads)).name,
+            (t, x.heads, c // x.heads),
+            "f32",
+            batched=True,
+        )
+    if x.layout == "merge_pending":
+        y = imp.emit(
+            "transformer.permute", [x], (x.shape[1], x.shape[0], x.shape[2]), "permutation = array<i64: 1, 0, 2>"
+        )
+        return dataclasses.replace(y, batched=True)
+    return x
+
+
+def _permute(imp: Importer, x: Value, permutation) -> Value:
+    """transformer.transpose for a swap of the last two dims, else transformer.permute."""
+    permutation = list(permutation)
+    rank = len(permutation)
+    shape = tuple(x.shape[p] for p in permutation)
+    if permutation == list(range(rank)):
+        return dataclasses.replace(x)
+    if rank >= 2 and permutation == [*range(rank - 2), rank - 1, rank - 2]:
+        return imp.emit("transformer.transpose", [x], shape)
+    return imp.emit("transformer.permute", [x], shape, f"permutation = array<i64: {', '.join(map(str, permutation))}>")
+
+
+def _ir_permutation(x: Value, permutation) -> list[int]:
+    """A torch permutation of x's dims as one of its IR dims (the dropped batch stays first)."""
+    permutation = [p % len(permutation) for p in permutation]
+    if not x.batched:
+        return permutation
+    if permutation[0] != 0:
+        raise Unsupported(f"permute {permutation} moves the batch dimension")
+    return [p - 1 for p in permutation[1:]]
 
 
 def emit_transpose(imp: Importer, node):
@@ -796,7 +861,8 @@ def emit_transpose(imp: Importer, node):
         moved = [i for i, d in enumerate(perm) if d != i]
         dims = moved if len(moved) == 2 and perm[moved[0]] == moved[1] else None
         if dims is None:
-            raise Unsupported(f"permute {node.args[1]} (only a swap of two dimensions)")
+            x = _materialize(imp, x)
+            return imp.shaped(_permute(imp, x, _ir_permutation(x, perm)), node)
     else:
         dims = sorted(d % rank for d in node.args[1:3])
     if not dims:
@@ -811,11 +877,59 @@ def emit_transpose(imp: Importer, node):
     if x.layout == "plain" and dims == [rank - 2, rank - 1]:
         shape = (*x.shape[:-2], x.shape[-1], x.shape[-2])
         return imp.shaped(imp.emit("transformer.transpose", [x], shape), node)
-    raise Unsupported(f"transpose of dimensions {dims} of a rank-{rank} tensor")
+    x = _materialize(imp, x)
+    swap = list(range(rank))
+    swap[dims[0]], swap[dims[1]] = dims[1], dims[0]
+    return imp.shaped(_permute(imp, x, _ir_permutation(x, swap)), node)
+
+
+def emit_select(imp: Importer, node):
+    """select(x, dim, i): the dim moved last (transformer.permute), transformer.slice of element i,
+    and transformer.reshape dropping it."""
+    x = _materialize(imp, imp.operand(node.args[0]))
+    in_shape = imp.torch_shape(node.args[0])
+    dim = node.args[1] % len(in_shape)
+    index = node.args[2] % in_shape[dim]
+    ir_dim = dim - 1 if x.batched else dim
+    if ir_dim < 0 or len(x.shape) < 2:
+        raise Unsupported("select of the batch dimension or of a rank-1 tensor")
+    rank = len(x.shape)
+    y = _permute(imp, x, [d for d in range(rank) if d != ir_dim] + [ir_dim])
+    y = imp.emit("transformer.slice", [y], (*y.shape[:-1], 1), f"offset = {index} : i64, size = 1 : i64")
+    return imp.shaped(imp.emit("transformer.reshape", [y], y.shape[:-1]), node)
+
+
+def emit_cat(imp: Importer, node):
+    """cat(tensors, dim) -> transformer.concat."""
+    values = [_materialize(imp, imp.operand(t)) for t in node.args[0]]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    rank = len(imp.torch_shape(node))
+    dim %= rank
+    if len({(v.batched, len(v.shape)) for v in values}) != 1:
+        raise Unsupported("cat of tensors of different ranks after the batch of 1")
+    ir_dim = dim - 1 if values[0].batched else dim
+    if ir_dim < 0:
+        raise Unsupported("cat along the batch dimension")
+    if len(values) == 1:
+        return dataclasses.replace(values[0])
+    shape = list(values[0].shape)
+    shape[ir_dim] = sum(v.shape[ir_dim] for v in values)
+    return imp.shaped(imp.emit("transformer.concat", values, shape, f"dim = {ir_dim} : i64"), node)
+
+
+def emit_expand(imp: Importer, node):
+    """expand(x, sizes) -> transformer.broadcast (none when nothing grows)."""
+    x = _materialize(imp, imp.operand(node.args[0]))
+    target = _ir_shape(imp.torch_shape(node), x)
+    if target == x.shape:
+        return imp.shaped(dataclasses.replace(x), node)
+    return imp.shaped(imp.emit("transformer.broadcast", [x], target), node)
 
 
 def emit_sdpa(imp: Importer, node):
-    """scaled_dot_product_attention with is_causal or a causal mask -> transformer.causal_attention."""
+    """scaled_dot_product_attention -> transformer.causal_attention: is_causal or a causal mask as
+    the causal rule, any other mask known at compile time (bool, or additive 0 / -inf) as its `mask`
+    operand, and no mask at all as an all-visible one."""
     q, k, v = (imp.operand(n) for n in node.args[:3])
     mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
     dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
@@ -823,29 +937,57 @@ def emit_sdpa(imp: Importer, node):
     scale = node.kwargs.get("scale")
     if dropout:
         raise Unsupported("attention dropout (call module.eval() first)")
+    batch = q.shape[:-3] if len(q.shape) == 4 else ()
+    if (
+        any(x.layout != "plain" or len(x.shape) not in (3, 4) or x.shape[:-3] != batch for x in (q, k, v))
+        or q.shape[-3] != k.shape[-3]
+        or q.shape[-1] != k.shape[-1]
+    ):
+        raise Unsupported("attention needs q, k, v of shape [B, H, T, d]")
+    if batch:  # the batch and the heads collapsed into one: attention runs over [B * H, T, d]
+        q, k, v = (imp.emit("transformer.reshape", [x], (x.shape[0] * x.shape[1], *x.shape[2:])) for x in (q, k, v))
+    queries, keys = q.shape[1], k.shape[1]
+    keep = None
     if mask is not None:
         value = imp.constant_value(mask)
-        t = q.shape[-2]
-        tril = torch.ones(t, t, dtype=torch.bool).tril()
-        ok = isinstance(value, torch.Tensor) and (
-            (value.dtype == torch.bool and bool((value == tril).all()))
-            or (
-                value.dtype == torch.float32
-                and bool(((value == 0) == tril).all())
-                and bool((value[~tril.expand_as(value)] < -1e30).all())
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported(
+                f"attn_mask {mask.name} depends on the module's inputs: only masks known at compile time "
+                "(buffers, arange and comparisons) are supported"
             )
-        )
-        if not ok:
-            raise Unsupported("an attention mask that is not causal (only causal masks are supported)")
-        causal = True
-    if not causal:
-        raise Unsupported("non-causal attention")
-    if any(x.layout != "plain" or len(x.shape) != 3 for x in (q, k, v)) or q.shape != k.shape:
-        raise Unsupported("attention needs q, k, v of shape [1, H, T, d]")
+        if value.dtype == torch.bool:
+            keep = _distinct_mask(value.detach().numpy())
+        else:
+            additive = additive_mask(value)
+            if additive is None:
+                raise Unsupported("a float attn_mask other than 0 where kept and -inf where masked (an additive bias)")
+            keep = additive[0]
+        if keep.ndim > 2:
+            raise Unsupported(f"an attn_mask of shape {tuple(value.shape)} that differs between heads")
+        keep = np.broadcast_to(keep, (queries, keys))
+    elif not causal:
+        keep = np.ones((queries, keys), bool)  # bidirectional: every key visible
+    if keep is not None and queries == keys and np.array_equal(keep, np.tril(np.ones((queries, keys), bool))):
+        keep, causal = None, True
+    if keep is not None and not keep.any(axis=1).all():
+        raise Unsupported("an attn_mask with a query row that sees no key (its softmax has no value)")
+    if causal and queries != keys:
+        raise Unsupported(f"is_causal attention of {queries} queries over {keys} keys")
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    return imp.shaped(
-        imp.emit("transformer.causal_attention", [q, k, v], q.shape, f"scale = {_fmt(scale)} : f32"), node
-    )
+    attributes = f"scale = {_fmt(scale)} : f32"
+    if keep is None:
+        result = imp.emit("transformer.causal_attention", [q, k, v], q.shape[:2] + v.shape[2:], attributes)
+    else:
+        bits = imp.mask_constant(keep)
+        result = Value(imp.fresh(), (*q.shape[:2], v.shape[2]), "f32")
+        types = ", ".join(x.type for x in (q, k, v, bits))
+        imp.lines.append(
+            f"    {result.name} = transformer.causal_attention {q.name}, {k.name}, {v.name} mask {bits.name} "
+            f"{{{attributes}}} : ({types}) -> {result.type}"
+        )
+    if batch:
+        result = imp.emit("transformer.reshape", [result], (*batch, q.shape[0] // batch[0], *result.shape[1:]))
+    return imp.shaped(result, node)
 
 
 def _op(emit, dialect):
@@ -858,7 +1000,7 @@ SUPPORTED_OPS: dict = {
     aten.mm.default: _op(emit_linear, "transformer.packed_matmul or matmul"),
     aten.matmul.default: _op(emit_matmul, "transformer.matmul (packed_matmul against a parameter)"),
     aten.bmm.default: _op(emit_matmul, "transformer.matmul"),
-    aten.add.Tensor: _op(emit_binary, "transformer.add"),
+    aten.add.Tensor: _op(emit_binary, "transformer.add (an additive attention mask: transformer.where)"),
     aten.add.Scalar: _op(emit_binary, "transformer.add"),
     aten.sub.Tensor: _op(emit_binary, "transformer.add + transformer.neg"),
     aten.sub.Scalar: _op(emit_binary, "transformer.add"),
@@ -869,24 +1011,37 @@ SUPPORTED_OPS: dict = {
     aten.neg.default: _op(emit_unary, "transformer.neg"),
     aten.relu.default: _op(emit_unary, "transformer.relu"),
     aten.tanh.default: _op(emit_unary, "transformer.tanh (a written-out tanh GELU folds into transformer.gelu)"),
-    aten.pow.Tensor_Scalar: _op(emit_power, "transformer.mul (exponent 2 or 3)"),
+    aten.pow.Tensor_Scalar: _op(emit_power, "transformer.mul (exponent 2 or 3), else transformer.pow"),
+    aten.exp.default: _op(emit_unary, "transformer.exp"),
+    aten.rsqrt.default: _op(emit_unary, "transformer.rsqrt"),
     aten.gelu.default: _op(emit_unary, "transformer.gelu (approximate='tanh'), transformer.gelu_erf (exact)"),
     aten.softmax.int: _op(emit_unary, "transformer.softmax (last dim)"),
     aten._softmax.default: _op(emit_unary, "transformer.softmax (last dim)"),
     aten.layer_norm.default: _op(emit_layer_norm, "transformer.layer_norm"),
-    aten.embedding.default: _op(emit_embedding, "transformer.embedding"),
-    aten.view.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
-    aten.reshape.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
-    aten._unsafe_view.default: _op(emit_view, "none (batch of 1), or transformer.merge_heads"),
+    aten.embedding.default: _op(emit_embedding, "transformer.embedding (+ reshape for a batch above one)"),
+    aten.view.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
+    aten.reshape.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
+    aten._unsafe_view.default: _op(emit_view, "none (batch of 1), transformer.merge_heads, or transformer.reshape"),
     aten.unsqueeze.default: _op(emit_view, "none (leading 1)"),
     aten.squeeze.dim: _op(emit_view, "none (leading 1)"),
-    aten.transpose.int: _op(emit_transpose, "transformer.split_heads / transpose, or none"),
-    aten.permute.default: _op(emit_transpose, "as transpose (a swap of two dims)"),
+    aten.transpose.int: _op(emit_transpose, "transformer.split_heads / transpose / permute, or none"),
+    aten.permute.default: _op(emit_transpose, "transformer.split_heads / transpose / permute"),
+    aten.select.int: _op(emit_select, "transformer.permute + slice + reshape"),
+    aten.cat.default: _op(emit_cat, "transformer.concat"),
+    aten.expand.default: _op(emit_expand, "transformer.broadcast, none when nothing grows"),
     aten.t.default: _op(emit_transpose, "transformer.transpose"),
     aten.split.Tensor: _op(emit_split, "transformer.slice (last dim)"),
     aten.split_with_sizes.default: _op(emit_split, "transformer.slice (last dim)"),
     aten.slice.Tensor: _op(emit_slice, "transformer.slice (last dim), none for a full slice"),
-    aten.scaled_dot_product_attention.default: _op(emit_sdpa, "transformer.causal_attention (causal only)"),
+    aten.scaled_dot_product_attention.default: _op(
+        emit_sdpa, "transformer.causal_attention (is_causal, or a constant attn_mask as its mask operand)"
+    ),
+    aten.where.self: _op(emit_where, "transformer.where (a condition known at compile time)"),
+    aten.masked_fill.Scalar: _op(emit_where, "transformer.where (a mask known at compile time)"),
+    aten.masked_fill.Tensor: _op(emit_where, "transformer.where (a mask known at compile time)"),
+    aten.where.ScalarOther: _op(emit_where, "transformer.where (a condition known at compile time)"),
+    aten.where.ScalarSelf: _op(emit_where, "transformer.where (a condition known at compile time)"),
+    aten.where.Scalar: _op(emit_where, "transformer.where (a condition known at compile time)"),
     aten.dropout.default: _op(emit_identity, "none (eval mode)"),
     aten.contiguous.default: _op(emit_identity, "none"),
     aten.clone.default: _op(emit_identity, "none"),
