@@ -189,6 +189,22 @@ def test_hf_gpt2_nano(attn_implementation):
     assert "transformer.softmax" not in canonical and "transformer.packed_matmul" in canonical
 
 
+def test_hf_gpt2_small_shape():
+    """GPT-2 small's shape (12 layers, 768 wide, 50257 tokens), HF's eager attention: the recovery
+    holds at full size (one test: exporting, packing and compiling 124 M parameters takes a while)."""
+    torch.manual_seed(3)
+    config = GPT2Config(use_cache=False, attn_implementation="eager", bos_token_id=0, eos_token_id=0)
+    model = exercised(GPT2LMHeadModel(config))
+    idx = torch.randint(0, config.vocab_size, (1, 16))
+    compiled = gpt.compile_module(model, (idx,))
+    with torch.no_grad():
+        out, ref = compiled(idx), model(idx)
+    check_close(out.logits, ref.logits)
+    canonical = compiled.ir("transformer")
+    assert canonical.count("transformer.causal_attention") == 12 and " mask " not in canonical
+    assert canonical.count("transformer.packed_matmul") == 12 * 4 + 1
+
+
 def test_unsupported_ops_are_listed_with_their_source_line():
     with pytest.raises(gpt.CompilerError) as error:
         gpt.compile_module(Sine().eval(), (torch.randn(3, 8),))
