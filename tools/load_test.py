@@ -9,6 +9,14 @@ ratio to one client; then it sends requests that share a long prompt prefix at o
     python tools/load_test.py --random_shape gpt2-small --threads 2       # random GPT-2 small weights
     python tools/load_test.py --url http://127.0.0.1:8000                  # an existing server
     python tools/load_test.py --paged_reference ...                        # numpy paged step (tests)
+    python tools/load_test.py --random_shape gpt2-small --threads 2 --peer llama.cpp   # and llama.cpp's
+
+With --peer llama.cpp the same load then goes to llama-cpp-python's OpenAI-compatible server
+(`python -m llama_cpp.server`, requirements-peers.txt) on the same GGUF file and threads, and its
+table follows gpt's. That server takes prompts as text only, so both get the same text prompts:
+random token ids decoded by the file's tokenizer (with --random_shape, a byte-level BPE of the
+model's vocabulary size trained on synthetic words, written into the file). It counts one token
+per streamed event and has no /metrics, so its "tokens per step" column is empty.
 
 Prompts are random token ids in [32, 127) (valid for byte-level and GPT-2 vocabularies); decoding
 is greedy (or seeded sampling with --temperature) with no stop, so every request generates
@@ -18,6 +26,7 @@ exactly --max_tokens tokens.
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -38,16 +47,53 @@ SHAPES = {
 }
 
 
-def random_model_file(shape: str, directory: str) -> str:
-    """Random weights of `shape` written as a GGUF file that `gpt serve --model` loads."""
+def synthetic_tokenizer(vocab_size: int):
+    """A byte-level BPE tokenizer (GPT-2's kind) of exactly `vocab_size` tokens, "<|endoftext|>"
+    first, trained on seeded random lowercase words: something a text-only server can tokenize
+    prompts with when the weights are random."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    corpus = (" ".join("".join(rng.choice(letters, n)) for n in rng.integers(2, 9, 200)) for _ in range(3000))
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"],
+        min_frequency=1,
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer)
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise SystemExit(f"the synthetic tokenizer has {tokenizer.get_vocab_size()} tokens, not {vocab_size}")
+    return tokenizer
+
+
+def random_model_file(shape: str, directory: str, with_tokenizer: bool = False) -> str:
+    """Random weights of `shape` written as a GGUF file that `gpt serve --model` (and, with a
+    tokenizer, llama.cpp's server) loads."""
     import gpt
     from gpt.gguf_file import save_gguf
     from gpt.weights import random_weights
 
     config = gpt.GPTConfig(**SHAPES[shape])
     path = os.path.join(directory, f"{shape}.gguf")
-    save_gguf(random_weights(config, seed=0), config, path)
+    tokenizer = synthetic_tokenizer(config.vocab_size) if with_tokenizer else None
+    save_gguf(random_weights(config, seed=0), config, path, tokenizer=tokenizer)
     return path
+
+
+def text_prompt_maker(model_path: str):
+    """Token ids -> the text the GGUF file's tokenizer decodes them to (for text-only servers)."""
+    from gpt.gguf_file import load_gguf
+
+    _, _, tokenizer = load_gguf(model_path)
+    if tokenizer is None:
+        raise SystemExit(f"{model_path} has no tokenizer: a text-only peer server cannot take its prompts")
+    return tokenizer.decode
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -59,11 +105,13 @@ def metric_values(text: str) -> dict[str, float]:
     return values
 
 
-@contextlib.contextmanager
-def started_server(args):
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def gpt_server_command(args, port):
     entry = [os.path.join(REPO, "tests", "python", "serve_reference.py")] if args.paged_reference else ["-m", "gpt"]
     command = [sys.executable, *entry, "serve", "--port", str(port), "--max_running", str(max(args.concurrency))]
     command += ["--max_batch_tokens", str(args.max_batch_tokens), "--num_kv_blocks", str(args.num_kv_blocks)]
@@ -71,15 +119,36 @@ def started_server(args):
         command += ["--model", args.model]
     if args.threads:
         command += ["--threads", str(args.threads)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return command
+
+
+def llama_cpp_server_command(args, port):
+    """llama-cpp-python's server on the same file and threads (flash attention on, as gpt_bench's
+    llama.cpp rows). It runs one request at a time: by default a new request interrupts the one
+    streaming, so --interrupt_requests false makes the others wait their turn instead."""
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", args.model, "--port", str(port)]
+    command += ["--n_ctx", "2048", "--flash_attn", "true", "--interrupt_requests", "false"]
+    if args.threads:
+        command += ["--n_threads", str(args.threads), "--n_threads_batch", str(args.threads)]
+    return command
+
+
+@contextlib.contextmanager
+def started_server(command_for_port, ready_path="/health"):
+    port = free_port()
+    # Its log goes to a file: a pipe nobody reads fills up (llama.cpp logs every request) and
+    # then blocks the server.
+    log = tempfile.TemporaryFile(mode="w+")
+    process = subprocess.Popen(command_for_port(port), stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600
         while True:
             if process.poll() is not None:
-                raise SystemExit(f"server exited: {process.stderr.read()}")
+                log.seek(0)
+                raise SystemExit(f"server exited: {log.read()[-4000:]}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                if httpx.get(url + ready_path, timeout=1).status_code == 200:
                     break
             if time.monotonic() > deadline:
                 raise SystemExit("server did not come up in 600 s")
@@ -88,6 +157,7 @@ def started_server(args):
     finally:
         process.terminate()
         process.wait(60)
+        log.close()
 
 
 async def one_request(client, url, prompt, max_tokens, temperature=0.0):
@@ -101,17 +171,40 @@ async def one_request(client, url, prompt, max_tokens, temperature=0.0):
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            event = json.loads(line[6:])
+            choice = json.loads(line[6:])["choices"][0]
             now = time.perf_counter()
-            times += [now] * len(event["choices"][0]["token_ids"])
+            # gpt's events list their token ids; a peer streams one token per event, then an
+            # event that only says why it finished.
+            if "token_ids" in choice:
+                times += [now] * len(choice["token_ids"])
+            elif choice["finish_reason"] is None:
+                times.append(now)
     if not times:
         raise RuntimeError("no tokens came back")
-    return times[0] - start, list(np.diff(times)), len(times)
+    return times[0] - start, list(np.diff(times)), len(times), (times[0], times[-1])
 
 
-async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, seed, temperature=0.0):
+def union_length(spans) -> float:
+    """The total length of the union of [start, end] spans."""
+    total, reach = 0.0, -np.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+async def server_metrics(client, url):
+    """gpt's /metrics as numbers; empty for a server without them (a peer)."""
+    response = await client.get(url + "/metrics")
+    return metric_values(response.text) if response.status_code == 200 else {}
+
+
+async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, seed, temperature=0.0, as_text=None):
     rng = np.random.default_rng(seed)
     prompts = [[int(t) for t in rng.integers(32, 127, prompt_tokens)] for _ in range(clients * requests_per_client)]
+    if as_text:
+        prompts = [as_text(p) for p in prompts]
     results = []
 
     async def client_loop(client, index):
@@ -120,19 +213,23 @@ async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, se
             results.append(await one_request(client, url, prompt, max_tokens, temperature))
 
     async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=clients + 4)) as client:
-        before = metric_values((await client.get(url + "/metrics")).text)
+        before = await server_metrics(client, url)
         start = time.perf_counter()
         await asyncio.gather(*(client_loop(client, i) for i in range(clients)))
         wall = time.perf_counter() - start
-        after = metric_values((await client.get(url + "/metrics")).text)
-    steps = after["gpt_steps_total"] - before["gpt_steps_total"]
-    generated = after["gpt_generated_tokens_total"] - before["gpt_generated_tokens_total"]
+        after = await server_metrics(client, url)
+    per_step = None
+    if after:
+        steps = after["gpt_steps_total"] - before["gpt_steps_total"]
+        per_step = (after["gpt_generated_tokens_total"] - before["gpt_generated_tokens_total"]) / steps
     ttft = np.array([r[0] for r in results]) * 1e3
     itl = np.array([gap for r in results for gap in r[1]]) * 1e3
     tokens = sum(r[2] for r in results)
-    # Aggregate decode throughput: each stream's tokens after its first over the time they took
-    # (prompt processing excluded), times the streams decoding at once.
-    decode = clients * float(np.mean([len(r[1]) / sum(r[1]) for r in results if r[1]]))
+    # Aggregate decode throughput: the tokens after each stream's first, over the time during
+    # which at least one stream was decoding (the union of the streams' first-to-last-token
+    # spans). Streams decoded together count together; a server that runs one request at a time
+    # gets its single-stream rate, however many clients wait.
+    decode = sum(len(r[1]) for r in results) / union_length([r[3] for r in results])
     return dict(
         clients=clients,
         requests=len(results),
@@ -140,7 +237,7 @@ async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, se
         wall=wall,
         ttft=ttft,
         itl=itl,
-        per_step=generated / steps,
+        per_step=per_step,
         decode=decode,
     )
 
@@ -156,6 +253,40 @@ async def shared_prefix(url, requests, prefix_tokens, suffix_tokens, max_tokens,
     return {name: after[name] - before.get(name, 0.0) for name in after}
 
 
+def run_levels(url, args, as_text=None):
+    """Every concurrency level against the server at `url`: a warm-up round of each first, so
+    that the step's programs for every batch size and table width the levels reach are compiled
+    before anything is timed, then the timed rounds."""
+    for c in args.concurrency:
+        asyncio.run(level(url, c, 1, args.prompt_tokens, args.max_tokens, 1000 + c, args.temperature, as_text))
+    return [
+        asyncio.run(
+            level(url, c, args.requests_per_client, args.prompt_tokens, args.max_tokens, c, args.temperature, as_text)
+        )
+        for c in args.concurrency
+    ]
+
+
+def print_table(server, rows):
+    single = rows[0]["tokens"] / rows[0]["wall"]
+    single_decode = rows[0]["decode"]
+    print(f"{server}:")
+    print(
+        "| clients | requests | tok/s (all) | x one client | decode tok/s (all) | x one client (decode) "
+        "| TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | tokens per step |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        rate = r["tokens"] / r["wall"]
+        per_step = "" if r["per_step"] is None else f"{r['per_step']:.1f}"
+        print(
+            f"| {r['clients']} | {r['requests']} | {rate:.1f} | {rate / single:.2f} | "
+            f"{r['decode']:.1f} | {r['decode'] / single_decode:.2f} | "
+            f"{np.percentile(r['ttft'], 50):.1f} | {np.percentile(r['ttft'], 99):.1f} | "
+            f"{np.percentile(r['itl'], 50):.1f} | {np.percentile(r['itl'], 99):.1f} | {per_step} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="an already running server (else one is started)")
@@ -163,6 +294,7 @@ def main() -> None:
     parser.add_argument("--random_shape", choices=sorted(SHAPES), help="serve random weights of this shape")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--paged_reference", action="store_true", help="start the server on the numpy paged step")
+    parser.add_argument("--peer", choices=["llama.cpp"], help="then the same load on this peer's server")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
     parser.add_argument("--requests_per_client", type=int, default=2)
     parser.add_argument("--prompt_tokens", type=int, default=32)
@@ -174,42 +306,34 @@ def main() -> None:
     parser.add_argument("--prefix_requests", type=int, default=16)
     parser.add_argument("--suffix_tokens", type=int, default=8)
     args = parser.parse_args()
+    if args.peer and not (args.random_shape or (args.model and args.model.endswith(".gguf"))):
+        parser.error("--peer needs --random_shape or a GGUF --model: both servers load the same file")
 
     print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
     with contextlib.ExitStack() as stack:
         if args.random_shape:
-            args.model = random_model_file(args.random_shape, stack.enter_context(tempfile.TemporaryDirectory()))
-        url = args.url or stack.enter_context(started_server(args))
-        # Warm-up: one round of every level first, so that the step's programs for every batch
-        # size and table width the levels reach are compiled before anything is timed.
-        for c in args.concurrency:
-            asyncio.run(level(url, c, 1, args.prompt_tokens, args.max_tokens, 1000 + c, args.temperature))
-        rows = [
-            asyncio.run(
-                level(url, c, args.requests_per_client, args.prompt_tokens, args.max_tokens, c, args.temperature)
+            directory = stack.enter_context(tempfile.TemporaryDirectory())
+            args.model = random_model_file(args.random_shape, directory, with_tokenizer=bool(args.peer))
+        as_text = text_prompt_maker(args.model) if args.peer else None
+        with contextlib.ExitStack() as server:
+            url = args.url or server.enter_context(started_server(functools.partial(gpt_server_command, args)))
+            rows = run_levels(url, args, as_text)
+            prefix = asyncio.run(
+                shared_prefix(url, args.prefix_requests, args.prefix_tokens, args.suffix_tokens, 4, seed=7)
             )
-            for c in args.concurrency
-        ]
-        prefix = asyncio.run(
-            shared_prefix(url, args.prefix_requests, args.prefix_tokens, args.suffix_tokens, 4, seed=7)
-        )
-    single = rows[0]["tokens"] / rows[0]["wall"]
-    single_decode = rows[0]["decode"]
+        peer_rows = None
+        if args.peer:
+            command = functools.partial(llama_cpp_server_command, args)
+            with started_server(command, ready_path="/v1/models") as peer_url:
+                peer_rows = run_levels(peer_url, args, as_text)
     decoding = "greedy" if args.temperature == 0 else f"sampled at temperature {args.temperature}"
-    print(f"prompt {args.prompt_tokens} tokens, {args.max_tokens} generated per request, {decoding}, streamed")
+    prompts = "as text" if args.peer else "as token ids"
     print(
-        "| clients | requests | tok/s (all) | x one client | decode tok/s (all) | x one client (decode) "
-        "| TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | tokens per step |"
+        f"prompt {args.prompt_tokens} tokens ({prompts}), {args.max_tokens} generated per request, {decoding}, streamed"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        rate = r["tokens"] / r["wall"]
-        print(
-            f"| {r['clients']} | {r['requests']} | {rate:.1f} | {rate / single:.2f} | "
-            f"{r['decode']:.1f} | {r['decode'] / single_decode:.2f} | "
-            f"{np.percentile(r['ttft'], 50):.1f} | {np.percentile(r['ttft'], 99):.1f} | "
-            f"{np.percentile(r['itl'], 50):.1f} | {np.percentile(r['itl'], 99):.1f} | {r['per_step']:.1f} |"
-        )
+    print_table("gpt (python -m gpt serve)", rows)
+    if peer_rows:
+        print_table("llama.cpp (python -m llama_cpp.server)", peer_rows)
     unshared = args.prefix_requests * (args.prefix_tokens + args.suffix_tokens)
     once = args.prefix_tokens + args.prefix_requests * args.suffix_tokens
     print(

@@ -28,8 +28,8 @@ struct Node {
 
 const std::map<std::string, arith::CmpIPredicate> &comparisons() {
   static const std::map<std::string, arith::CmpIPredicate> table = {
-      {"eq", arith::CmpIPredicate::eq},   {"ne", arith::CmpIPredicate::ne},   {"lt", arith::CmpIPredicate::slt},
-      {"le", arith::CmpIPredicate::sle},  {"gt", arith::CmpIPredicate::sgt},  {"ge", arith::CmpIPredicate::sge},
+      {"eq", arith::CmpIPredicate::eq},  {"ne", arith::CmpIPredicate::ne},  {"lt", arith::CmpIPredicate::slt},
+      {"le", arith::CmpIPredicate::sle}, {"gt", arith::CmpIPredicate::sgt}, {"ge", arith::CmpIPredicate::sge},
   };
   return table;
 }
@@ -55,8 +55,8 @@ public:
 
 private:
   [[noreturn]] void fail(const std::string &what) const {
-    throw std::invalid_argument("attention mask expression: " + what + " at character " + std::to_string(at) +
-                                " of '" + text + "'");
+    throw std::invalid_argument("attention mask expression: " + what + " at character " + std::to_string(at) + " of '" +
+                                text + "'");
   }
 
   void skipSpace() {
@@ -65,8 +65,8 @@ private:
 
   std::string word() {
     size_t start = at;
-    while (at < text.size() && (std::isalnum(static_cast<unsigned char>(text[at])) || text[at] == '-' ||
-                                text[at] == '_'))
+    while (at < text.size() &&
+           (std::isalnum(static_cast<unsigned char>(text[at])) || text[at] == '-' || text[at] == '_'))
       ++at;
     return text.substr(start, at - start);
   }
@@ -109,14 +109,12 @@ private:
         fail("(" + node.name + " ...) takes " + std::to_string(count) + " arguments, got " +
              std::to_string(node.arguments.size()));
       for (const Node &argument : node.arguments)
-        if (argument.isBoolean != boolean)
-          fail("(" + node.name + " ...) takes " + (boolean ? "booleans" : "integers"));
+        if (argument.isBoolean != boolean) fail("(" + node.name + " ...) takes " + (boolean ? "booleans" : "integers"));
     };
     if (node.arguments.empty() && (node.isLiteral || node.name == "i" || node.name == "j")) return;
     if (isArithmetic(node.name)) {
       expect(2, false);
-      if ((node.name == "div" || node.name == "mod") &&
-          (!node.arguments[1].isLiteral || node.arguments[1].literal < 1))
+      if ((node.name == "div" || node.name == "mod") && (!node.arguments[1].isLiteral || node.arguments[1].literal < 1))
         fail("(" + node.name + " a n) needs a positive integer literal n");
     } else if (comparisons().count(node.name)) {
       expect(2, false);

@@ -17,6 +17,20 @@ using namespace mlir;
 
 namespace {
 
+/// True when fusing would repeat an in-place update. A producer whose body reads its own output's
+/// current value (an online softmax's running sum, l' = c l + s, computed over l) keeps that
+/// output in the fused op; a consumer that reads the producer through a broadcasting map (a
+/// [rows] value read by a [rows, cols] generic) would then rewrite each element once per column,
+/// every write reading the previous one: l' = c (c l + s) + s, ... Upstream's fusion does not
+/// check this, so the rule refuses it.
+bool updatesInPlaceUnderBroadcast(OpOperand *fused) {
+  auto producer = fused->get().getDefiningOp<linalg::GenericOp>();
+  auto consumer = dyn_cast<linalg::GenericOp>(fused->getOwner());
+  if (!producer || !consumer || consumer.getMatchingIndexingMap(fused).isPermutation()) return false;
+  return llvm::any_of(producer.getDpsInitsMutable(),
+                      [&](OpOperand &init) { return producer.payloadUsesValueFromOperand(&init); });
+}
+
 class FuseElementwisePass : public impl::FuseElementwiseBase<FuseElementwisePass> {
 public:
   void runOnOperation() override {
@@ -31,7 +45,8 @@ public:
       auto matmulPart = [](Operation *op) {
         return isPackedMatmul(op) || isBlockPartials(op) || quantizesActivations(op);
       };
-      return producer && producer->hasOneUse() && !matmulPart(producer) && !matmulPart(fused->getOwner());
+      return producer && producer->hasOneUse() && !matmulPart(producer) && !matmulPart(fused->getOwner()) &&
+             !updatesInPlaceUnderBroadcast(fused);
     };
     RewritePatternSet patterns(context);
     linalg::populateElementwiseOpsFusionPatterns(patterns, control);

@@ -1,13 +1,13 @@
 // Lowering of transformer.causal_attention to a fused, flash-attention style loop nest.
 #include "cc/TargetParameters.h"
 #include "cc/conversion/LoweringUtils.h"
+#include "cc/conversion/OnlineSoftmax.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/AttentionTiles.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
@@ -112,9 +112,8 @@ public:
         maskExpression(op.getMaskExpression().empty() ? nullptr : &op.getMaskExpression()),
         tileClasses(op.getTileClassesAttr()), scale(op.getScale().convertToFloat()), heads(queryRows.heads()),
         queries(queryRows.rows()), keys(keyRows.rows()), valueSize(valueRows.cols()), bq(attentionBlockSize(queries)),
-        bk(attentionBlockSize(keys)), id2(AffineMap::getMultiDimIdentityMap(2, ctx)), row2(rowMap(2, ctx)),
-        id1(AffineMap::getMultiDimIdentityMap(1, ctx)), parallel2(2, utils::IteratorType::parallel),
-        parallel1(1, utils::IteratorType::parallel) {}
+        bk(attentionBlockSize(keys)), id2(AffineMap::getMultiDimIdentityMap(2, ctx)),
+        parallel2(2, utils::IteratorType::parallel) {}
 
   /// The attention's result, [H, Tq, dv] (token-major: [Tq, H, dv]). `maskBits`: the constant
   /// mask operand's data, when the op has one.
@@ -217,13 +216,10 @@ private:
   // One query block: the key loop, then acc / l written into the output.
   Value queryBlock(OpBuilder &b, Value head, Value localHead, Value queryStart, Value out) {
     Value qBlock = queryRows.slice(b, loc, head, queryStart, bq);
-    SmallVector<Value> init = {filled(b, loc, {bq}, kNegInf), filled(b, loc, {bq}), filled(b, loc, {bq, valueSize})};
+    SmallVector<Value> init = initialSoftmaxState(b, loc, bq, valueSize);
     SmallVector<Value> state = tileClasses ? classifiedKeyLoops(b, head, queryStart, qBlock, init)
                                            : bandKeyLoop(b, head, queryStart, qBlock, init);
-    Value sum = state[1], acc = state[2];
-    Value normalized = buildGeneric(
-        b, loc, emptyTensor(b, loc, {bq, valueSize}), {acc, sum}, {id2, row2}, id2, parallel2,
-        [](OpBuilder &nb, Location l, ValueRange a) -> Value { return nb.create<arith::DivFOp>(l, a[0], a[1]); });
+    Value normalized = normalizedSoftmaxOutput(b, loc, state);
     // `out` is this iteration's [headsPerIteration, Tq, dv] slice of the result (token-major:
     // [Tq, headsPerIteration, dv]); `localHead` the head's index in it.
     HeadRegion region(b, tokenMajorResult, localHead, 1, queryStart, bq, valueSize);
@@ -405,60 +401,20 @@ private:
                         });
   }
 
-  // The online softmax step of one key block over the running state (m, l, acc).
+  // The online softmax step of one key block over the running state (m, l, acc). In a partial
+  // tile p is forced to 0 for hidden keys. A mask operand is not read (an expression not
+  // evaluated) a second time: its masked scores are exactly -inf (maskAndScale), and a visible
+  // score is finite. Each partial tile then
+  // reads its piece of a mask that may be far larger than the caches ([4096, 4096] bytes) once.
   SmallVector<Value> onlineSoftmaxUpdate(OpBuilder &b, Value masked, Value vBlock,
                                          const std::optional<TileMask> &tileMask, ValueRange state) {
-    Value m = state[0], l = state[1], acc = state[2];
-    Value blockMax = buildRowReduction(
-        b, loc, {bq, bk}, {masked}, {id2}, kNegInf,
-        [](OpBuilder &nb, Location l, ValueRange a) -> Value { return nb.create<arith::MaximumFOp>(l, a[0], a[1]); });
-    // The rescale of the old state, exp(m - max(m, blockMax)); 0 before the first visible key.
-    Value correction = buildGeneric(b, loc, emptyTensor(b, loc, {bq}), {m, blockMax}, {id1, id1}, id1, parallel1,
-                                    [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                      Value newMax = nb.create<arith::MaximumFOp>(l, a[0], a[1]);
-                                      Value unset = nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::OEQ, a[0],
-                                                                             f32Constant(nb, l, kNegInf));
-                                      Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], newMax));
-                                      return nb.create<arith::SelectOp>(l, unset, f32Constant(nb, l, 0.0), e);
-                                    });
-    // The running state is updated in place (destination = the loop-carried tensor), so its
-    // buffers carry over from one key block to the next instead of being allocated anew:
-    // m' = max(m, blockMax) over m, after `correction` has read m.
-    Value newMax = buildGeneric(
-        b, loc, m, {blockMax}, {id1}, id1, parallel1,
-        [](OpBuilder &nb, Location l, ValueRange a) -> Value { return nb.create<arith::MaximumFOp>(l, a[1], a[0]); });
-    // exp(s - m') for visible keys, exactly 0 for masked ones (never exp of -inf). A mask
-    // operand is not read (an expression not evaluated) a second time: its masked scores are
-    // exactly -inf (maskAndScale), and a visible score is finite. Each partial tile then reads its piece of a mask that
-    // may be far larger than the caches ([4096, 4096] bytes) once, not twice.
-    Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {bq, bk}), {masked, newMax}, {id2, row2}, id2, parallel2,
-                               [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                 Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], a[1]));
-                                 if (!tileMask) return e;
-                                 Value visibleKey = tileMask->bits || maskExpression
-                                                        ? nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::ONE, a[0],
-                                                                                   f32Constant(nb, l, kNegInf))
-                                                        : visible(nb, l, *tileMask, a, /*bitsArg=*/0);
-                                 return nb.create<arith::SelectOp>(l, visibleKey, e, f32Constant(nb, l, 0.0));
-                               });
-    Value blockSum =
-        buildRowReduction(b, loc, {bq, bk}, {probs}, {id2}, 0.0, [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-          return nb.create<arith::AddFOp>(l, a[0], a[1]);
-        });
-    // l' = c l + rowsum(p), over l.
-    Value newSum = buildGeneric(b, loc, l, {correction, blockSum}, {id1, id1}, id1, parallel1,
-                                [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                  return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[2], a[0]), a[1]);
-                                });
-    Value update =
-        b.create<linalg::MatmulOp>(loc, ValueRange{probs, vBlock}, ValueRange{filled(b, loc, {bq, valueSize})})
-            .getResult(0);
-    // acc' = c acc + p . v, over acc.
-    Value newAcc = buildGeneric(b, loc, acc, {correction, update}, {row2, id2}, id2, parallel2,
-                                [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                  return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[2], a[0]), a[1]);
-                                });
-    return {newMax, newSum, newAcc};
+    auto visibleKey = [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
+      if (tileMask->bits || maskExpression)
+        return nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::ONE, a[0], f32Constant(nb, l, kNegInf));
+      return visible(nb, l, *tileMask, a, /*bitsArg=*/0);
+    };
+    return conversion::onlineSoftmaxUpdate(b, loc, masked, vBlock, state,
+                                           tileMask ? KeyVisibility(visibleKey) : KeyVisibility());
   }
 
   Location loc;
@@ -473,8 +429,8 @@ private:
   KeyBlockTable fullTiles, partialTiles;
   float scale;
   int64_t heads, queries, keys, valueSize, bq, bk;
-  AffineMap id2, row2, id1;
-  SmallVector<utils::IteratorType> parallel2, parallel1;
+  AffineMap id2;
+  SmallVector<utils::IteratorType> parallel2;
 };
 
 struct CausalAttentionLowering : OpConversionPattern<CausalAttentionOp> {

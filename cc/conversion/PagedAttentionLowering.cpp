@@ -3,12 +3,12 @@
 // keys and values live in the blocks of a shared pool, reached through per-sequence block tables.
 #include "cc/TargetParameters.h"
 #include "cc/conversion/LoweringUtils.h"
+#include "cc/conversion/OnlineSoftmax.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Transforms/DialectConversion.h"
@@ -90,11 +90,13 @@ struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
 
 /// Paged attention, one token at a time: each token is a query of its own sequence at its own
 /// position, so the batch has no shared key range; a token's keys are its sequence's blocks,
-/// looked up in the block table and read where they lie in the pool. Per block of S positions:
-/// s = K_blk . q (a row reduction per key), scaled, -inf past the token's position; the online
-/// softmax update m' = max(m, max s), c = exp(m - m'), l' = c l + sum p, acc' = c acc + p . V_blk
-/// with p = exp(s - m'); the result is acc / l. Tokens run in an scf.forall (OpenMP threads
-/// when the pipeline has them), each iteration writing its [H, d] slice of the result.
+/// looked up in the block table and read where they lie in the pool. Per head, blocks
+/// 0 .. last - 1 (last = position / S) are full tiles, every key visible, and block `last`,
+/// which holds the token's own position, is the one partial tile, masked past it. Each block is
+/// the decode step of causal_attention: s = K_blk . q as a [1, S] row (a dot product per key,
+/// streaming each key row once), scaled, then the shared online softmax step (OnlineSoftmax.h),
+/// whose p . V_blk is a [1, S] x [S, d] matmul reading V row by row. Tokens run in an scf.forall
+/// (OpenMP threads when the pipeline has them), each iteration writing its [H, d] slice.
 class PagedAttention {
 public:
   PagedAttention(PagedAttentionOp op, PagedAttentionOp::Adaptor adaptor)
@@ -131,35 +133,30 @@ private:
   Value tokenHeads(OpBuilder &b, Value token, Value out) {
     Value position = extractIndex(b, loc, positions, token);
     Value sequence = extractIndex(b, loc, sequences, token);
-    // Blocks 0 .. position / S hold the positions the token sees.
     Value size = indexConstant(b, loc, blockSize);
-    Value blocks =
-        b.create<arith::AddIOp>(loc, b.create<arith::DivUIOp>(loc, position, size), indexConstant(b, loc, 1));
+    Value last = b.create<arith::DivUIOp>(loc, position, size);
+    // Keys of the last block the token sees: position - last * S + 1 (1 .. S).
+    Value lastStart = b.create<arith::MulIOp>(loc, last, size);
+    Value sinceStart = b.create<arith::SubIOp>(loc, position, lastStart);
+    Value visible = b.create<arith::AddIOp>(loc, sinceStart, indexConstant(b, loc, 1));
+    Value lastBlock = extractIndex(b, loc, tables, {sequence, last});
     auto headLoop = b.create<scf::ForOp>(
         loc, indexConstant(b, loc, 0), indexConstant(b, loc, heads), indexConstant(b, loc, 1), ValueRange{out},
-        [&](OpBuilder &hb, Location, Value head, ValueRange state) {
+        [&](OpBuilder &hb, Location, Value head, ValueRange headState) {
           auto rowType = RankedTensorType::get({headDim}, hb.getF32Type());
           SmallVector<OpFoldResult> offsets = {head, token, hb.getIndexAttr(0)};
           Value q = hb.create<tensor::ExtractSliceOp>(loc, rowType, query, offsets, sizesOf(hb, {1, 1, headDim}),
                                                       sizesOf(hb, {1, 1, 1}));
-          SmallVector<Value> init = {f32Constant(hb, loc, kNegInf), f32Constant(hb, loc, 0.0),
-                                     filled(hb, loc, {headDim})};
-          auto blockLoop = hb.create<scf::ForOp>(
-              loc, indexConstant(hb, loc, 0), blocks, indexConstant(hb, loc, 1), init,
-              [&](OpBuilder &nb, Location, Value blockIndex, ValueRange softmax) {
+          auto fullBlocks = hb.create<scf::ForOp>(
+              loc, indexConstant(hb, loc, 0), last, indexConstant(hb, loc, 1), initialSoftmaxState(hb, loc, 1, headDim),
+              [&](OpBuilder &nb, Location, Value blockIndex, ValueRange state) {
                 Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
-                // Keys of this block the token sees: position - blockIndex * S + 1, at most S.
-                Value first = nb.create<arith::MulIOp>(loc, blockIndex, indexConstant(nb, loc, blockSize));
-                Value visible = nb.create<arith::AddIOp>(loc, nb.create<arith::SubIOp>(loc, position, first),
-                                                         indexConstant(nb, loc, 1));
-                nb.create<scf::YieldOp>(loc, blockUpdate(nb, q, block, head, visible, softmax));
+                nb.create<scf::YieldOp>(loc, keyBlock(nb, q, block, head, /*visible=*/nullptr, state));
               });
-          Value sum = blockLoop.getResult(1), acc = blockLoop.getResult(2);
-          Value normalized = buildGeneric(
-              hb, loc, emptyTensor(hb, loc, {headDim}), {acc}, {id(1)}, id(1), {utils::IteratorType::parallel},
-              [&](OpBuilder &eb, Location l, ValueRange a) -> Value { return eb.create<arith::DivFOp>(l, a[0], sum); });
+          SmallVector<Value> state = keyBlock(hb, q, lastBlock, head, visible, fullBlocks.getResults());
+          Value normalized = normalizedSoftmaxOutput(hb, loc, state);
           SmallVector<OpFoldResult> outOffsets = {head, hb.getIndexAttr(0)};
-          Value written = hb.create<tensor::InsertSliceOp>(loc, normalized, state[0], outOffsets,
+          Value written = hb.create<tensor::InsertSliceOp>(loc, normalized, headState[0], outOffsets,
                                                            sizesOf(hb, {1, headDim}), sizesOf(hb, {1, 1}));
           hb.create<scf::YieldOp>(loc, written);
         });
@@ -168,61 +165,32 @@ private:
 
   AffineMap id(int64_t rank) const { return AffineMap::getMultiDimIdentityMap(rank, ctx); }
 
-  /// `value` reduced over a [S] vector read through the [1, S] iteration space: a scalar.
-  Value reduceBlock(OpBuilder &b, Value vector, double init, bool max) {
-    AffineMap keys = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
-    Value reduced = buildRowReduction(b, loc, {1, blockSize}, {vector}, {keys}, init,
-                                      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                        if (max) return nb.create<arith::MaximumFOp>(l, a[0], a[1]);
-                                        return nb.create<arith::AddFOp>(l, a[0], a[1]);
-                                      });
-    return b.create<tensor::ExtractOp>(loc, reduced, ValueRange{indexConstant(b, loc, 0)});
-  }
-
-  /// One block's online-softmax update of (m, l, acc).
-  SmallVector<Value> blockUpdate(OpBuilder &b, Value q, Value block, Value head, Value visible, ValueRange state) {
-    Value m = state[0], l = state[1], acc = state[2];
+  /// One block's online-softmax step over (m, l, acc). `visible`: how many of its keys the token
+  /// sees, in the partial block; null in a full one, where the mask is not evaluated.
+  SmallVector<Value> keyBlock(OpBuilder &b, Value q, Value block, Value head, Value visible, ValueRange state) {
     Value keys = blockRows(b, loc, keyPool, block, head), values = blockRows(b, loc, valuePool, block, head);
-    auto parallel = SmallVector<utils::IteratorType>{utils::IteratorType::parallel};
-    // s[j] = scale * k[j] . q, or -inf for a key past the token's position.
-    Value dots = buildRowReduction(b, loc, {blockSize, headDim}, {keys, q},
-                                   {id(2), AffineMap::get(2, 0, getAffineDimExpr(1, ctx))}, 0.0,
+    // s[j] = k[j] . q: a row reduction over the head dimension, read as [1, S] through the
+    // consumer's map (an expand_shape would be propagated into the reduction, which would then
+    // not look like a row reduction).
+    AffineMap byKey = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
+    Value dots = buildRowReduction(b, loc, {blockSize, headDim}, {keys, q}, {id(2), byKey}, 0.0,
                                    [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                      return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
                                    });
-    auto seen = [&](OpBuilder &nb, Location l) -> Value {
-      return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, nb.create<linalg::IndexOp>(l, 0), visible);
+    auto visibleKey = [&](OpBuilder &nb, Location l, ValueRange) -> Value {
+      Value key = nb.create<linalg::IndexOp>(l, 1);
+      return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, key, visible);
     };
-    Value scores =
-        buildGeneric(b, loc, emptyTensor(b, loc, {blockSize}), {dots}, {id(1)}, id(1), parallel,
+    // scale * s, and -inf past the token's position in the partial block.
+    Value masked =
+        buildGeneric(b, loc, emptyTensor(b, loc, {1, blockSize}), {dots}, {byKey}, id(2),
+                     SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
                      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                        Value scaled = nb.create<arith::MulFOp>(l, a[0], f32Constant(nb, l, scale));
-                       return nb.create<arith::SelectOp>(l, seen(nb, l), scaled, f32Constant(nb, l, kNegInf));
+                       if (!visible) return scaled;
+                       return nb.create<arith::SelectOp>(l, visibleKey(nb, l, a), scaled, f32Constant(nb, l, kNegInf));
                      });
-    // Every block has a visible key (the first block holds position 0), so m' is finite and
-    // c = exp(m - m') is 0 on the first block, where m = -inf.
-    Value newMax = b.create<arith::MaximumFOp>(loc, m, reduceBlock(b, scores, kNegInf, /*max=*/true));
-    Value correction = b.create<math::ExpOp>(loc, b.create<arith::SubFOp>(loc, m, newMax));
-    Value probs = buildGeneric(b, loc, emptyTensor(b, loc, {blockSize}), {scores}, {id(1)}, id(1), parallel,
-                               [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                 Value e = nb.create<math::ExpOp>(l, nb.create<arith::SubFOp>(l, a[0], newMax));
-                                 return nb.create<arith::SelectOp>(l, seen(nb, l), e, f32Constant(nb, l, 0.0));
-                               });
-    Value newSum = b.create<arith::AddFOp>(loc, b.create<arith::MulFOp>(loc, correction, l),
-                                           reduceBlock(b, probs, 0.0, /*max=*/false));
-    // p . V_blk: for each feature e, sum_j p[j] v[j, e] (the [d, S] space reduces over j).
-    AffineMap byKey = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
-    AffineMap valueMap = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx), getAffineDimExpr(0, ctx)}, ctx);
-    Value update =
-        buildRowReduction(b, loc, {headDim, blockSize}, {probs, values}, {byKey, valueMap}, 0.0,
-                          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                            return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
-                          });
-    Value newAcc = buildGeneric(
-        b, loc, acc, {update}, {id(1)}, id(1), parallel, [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-          return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[1], correction), a[0]);
-        });
-    return {newMax, newSum, newAcc};
+    return onlineSoftmaxUpdate(b, loc, masked, values, state, visible ? KeyVisibility(visibleKey) : KeyVisibility());
   }
 
   Location loc;

@@ -15,7 +15,24 @@ namespace mlir::transformer {
 namespace {
 
 enum Opcode {
-  Constant, Add, Sub, Mul, DivS, DivU, CeilDivS, FloorDivS, RemS, RemU, MinS, MaxS, MinU, MaxU, And, Or, Xor, Cmp,
+  Constant,
+  Add,
+  Sub,
+  Mul,
+  DivS,
+  DivU,
+  CeilDivS,
+  FloorDivS,
+  RemS,
+  RemU,
+  MinS,
+  MaxS,
+  MinU,
+  MaxU,
+  And,
+  Or,
+  Xor,
+  Cmp,
   Select,
 };
 
@@ -50,16 +67,26 @@ int64_t ceilDiv(int64_t a, int64_t b) { return a / b + ((a % b != 0) && ((a < 0)
 bool compare(arith::CmpIPredicate predicate, int64_t a, int64_t b) {
   uint64_t ua = uint64_t(a), ub = uint64_t(b);
   switch (predicate) {
-  case arith::CmpIPredicate::eq: return a == b;
-  case arith::CmpIPredicate::ne: return a != b;
-  case arith::CmpIPredicate::slt: return a < b;
-  case arith::CmpIPredicate::sle: return a <= b;
-  case arith::CmpIPredicate::sgt: return a > b;
-  case arith::CmpIPredicate::sge: return a >= b;
-  case arith::CmpIPredicate::ult: return ua < ub;
-  case arith::CmpIPredicate::ule: return ua <= ub;
-  case arith::CmpIPredicate::ugt: return ua > ub;
-  case arith::CmpIPredicate::uge: return ua >= ub;
+  case arith::CmpIPredicate::eq:
+    return a == b;
+  case arith::CmpIPredicate::ne:
+    return a != b;
+  case arith::CmpIPredicate::slt:
+    return a < b;
+  case arith::CmpIPredicate::sle:
+    return a <= b;
+  case arith::CmpIPredicate::sgt:
+    return a > b;
+  case arith::CmpIPredicate::sge:
+    return a >= b;
+  case arith::CmpIPredicate::ult:
+    return ua < ub;
+  case arith::CmpIPredicate::ule:
+    return ua <= ub;
+  case arith::CmpIPredicate::ugt:
+    return ua > ub;
+  case arith::CmpIPredicate::uge:
+    return ua >= ub;
   }
   return false;
 }
@@ -84,8 +111,9 @@ std::optional<MaskEvaluator> MaskEvaluator::compile(Region &expression) {
       auto value = dyn_cast<IntegerAttr>(constant.getValue());
       if (!value) return std::nullopt;
       // i1 true is 1, not -1: the booleans are 0 and 1 throughout.
-      instruction = {Constant, 0, 0, 0, 0,
-                     value.getType().isInteger(1) ? int64_t(value.getValue().getZExtValue()) : value.getInt()};
+      instruction = {
+          Constant, 0, 0,
+          0,        0, value.getType().isInteger(1) ? int64_t(value.getValue().getZExtValue()) : value.getInt()};
     } else if (auto cmp = dyn_cast<arith::CmpIOp>(op)) {
       Type type = cmp.getLhs().getType();
       arith::CmpIPredicate predicate = cmp.getPredicate();
@@ -95,12 +123,12 @@ std::optional<MaskEvaluator> MaskEvaluator::compile(Region &expression) {
       if (!type.isIndex() && !(type.isInteger(1) && !signedPredicate)) return std::nullopt;
       instruction = {Cmp, int(cmp.getPredicate()), operand(cmp.getLhs()), operand(cmp.getRhs()), 0, 0};
     } else if (auto select = dyn_cast<arith::SelectOp>(op)) {
-      instruction = {Select, 0, operand(select.getCondition()), operand(select.getTrueValue()),
-                     operand(select.getFalseValue()), 0};
+      instruction = {
+          Select, 0, operand(select.getCondition()), operand(select.getTrueValue()), operand(select.getFalseValue()),
+          0};
     } else if (int opcode = binaryOpcode(&op); opcode >= 0) {
       // Booleans stay 0 or 1 through and, or, xor; arithmetic on them would not.
-      if (op.getResult(0).getType().isInteger(1) && opcode != And && opcode != Or && opcode != Xor)
-        return std::nullopt;
+      if (op.getResult(0).getType().isInteger(1) && opcode != And && opcode != Or && opcode != Xor) return std::nullopt;
       instruction = {opcode, 0, operand(op.getOperand(0)), operand(op.getOperand(1)), 0, 0};
     } else {
       return std::nullopt;
@@ -128,25 +156,63 @@ std::optional<bool> MaskEvaluator::operator()(int64_t i, int64_t j) const {
     if ((signedDivision || in.opcode == DivU || in.opcode == RemU) && b == 0) return std::nullopt;
     if (signedDivision && a == kMin && b == -1) return std::nullopt;
     switch (in.opcode) {
-    case Constant: value = in.constant; break;
-    case Add: value = int64_t(ua + ub); break; // wrapping, as arith's index ops
-    case Sub: value = int64_t(ua - ub); break;
-    case Mul: value = int64_t(ua * ub); break;
-    case DivS: value = a / b; break;
-    case DivU: value = int64_t(ua / ub); break;
-    case CeilDivS: value = ceilDiv(a, b); break;
-    case FloorDivS: value = floorDiv(a, b); break;
-    case RemS: value = a % b; break;
-    case RemU: value = int64_t(ua % ub); break;
-    case MinS: value = std::min(a, b); break;
-    case MaxS: value = std::max(a, b); break;
-    case MinU: value = int64_t(std::min(ua, ub)); break;
-    case MaxU: value = int64_t(std::max(ua, ub)); break;
-    case And: value = a & b; break;
-    case Or: value = a | b; break;
-    case Xor: value = a ^ b; break;
-    case Cmp: value = compare(arith::CmpIPredicate(in.predicate), a, b); break;
-    case Select: value = a ? b : r[in.c]; break;
+    case Constant:
+      value = in.constant;
+      break;
+    case Add:
+      value = int64_t(ua + ub);
+      break; // wrapping, as arith's index ops
+    case Sub:
+      value = int64_t(ua - ub);
+      break;
+    case Mul:
+      value = int64_t(ua * ub);
+      break;
+    case DivS:
+      value = a / b;
+      break;
+    case DivU:
+      value = int64_t(ua / ub);
+      break;
+    case CeilDivS:
+      value = ceilDiv(a, b);
+      break;
+    case FloorDivS:
+      value = floorDiv(a, b);
+      break;
+    case RemS:
+      value = a % b;
+      break;
+    case RemU:
+      value = int64_t(ua % ub);
+      break;
+    case MinS:
+      value = std::min(a, b);
+      break;
+    case MaxS:
+      value = std::max(a, b);
+      break;
+    case MinU:
+      value = int64_t(std::min(ua, ub));
+      break;
+    case MaxU:
+      value = int64_t(std::max(ua, ub));
+      break;
+    case And:
+      value = a & b;
+      break;
+    case Or:
+      value = a | b;
+      break;
+    case Xor:
+      value = a ^ b;
+      break;
+    case Cmp:
+      value = compare(arith::CmpIPredicate(in.predicate), a, b);
+      break;
+    case Select:
+      value = a ? b : r[in.c];
+      break;
     }
     r[target++] = value;
   }

@@ -76,3 +76,65 @@ func.func @chain(%x: tensor<8x64xf32>) -> tensor<8x64xf32> {
   } -> tensor<8x64xf32>
   return %1 : tensor<8x64xf32>
 }
+
+// -----
+
+#id1 = affine_map<(d0) -> (d0)>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+
+// An in-place update (l' = c l + s, computed over l) read by a consumer through a broadcasting
+// map stays apart: fused, l would stay an output of the [4, 16] generic, updated once per column.
+// CHECK-LABEL: func.func @in_place_update_under_broadcast
+// CHECK: %[[SUM:.*]] = linalg.generic {{.*}}iterator_types = ["parallel"]
+// CHECK-SAME: outs(%{{.*}} : tensor<4xf32>)
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel"]
+// CHECK-SAME: ins(%{{.*}}, %[[SUM]] : tensor<4x16xf32>, tensor<4xf32>)
+func.func @in_place_update_under_broadcast(%l: tensor<4xf32>, %c: tensor<4xf32>, %acc: tensor<4x16xf32>)
+    -> tensor<4x16xf32> {
+  %sum = linalg.generic {indexing_maps = [#id1, #id1], iterator_types = ["parallel"]}
+      ins(%c : tensor<4xf32>) outs(%l : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %o, %a : f32
+    %s = arith.addf %m, %a : f32
+    linalg.yield %s : f32
+  } -> tensor<4xf32>
+  %e = tensor.empty() : tensor<4x16xf32>
+  %out = linalg.generic {indexing_maps = [#id2, #row, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%acc, %sum : tensor<4x16xf32>, tensor<4xf32>) outs(%e : tensor<4x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.divf %a, %b : f32
+    linalg.yield %d : f32
+  } -> tensor<4x16xf32>
+  return %out : tensor<4x16xf32>
+}
+
+// -----
+
+#id1 = affine_map<(d0) -> (d0)>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+
+// A producer that only writes its output (an empty destination) still fuses under a broadcast.
+// CHECK-LABEL: func.func @fresh_value_under_broadcast
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel"]
+// CHECK: arith.mulf
+// CHECK: arith.divf
+// CHECK-NOT: linalg.generic
+func.func @fresh_value_under_broadcast(%c: tensor<4xf32>, %acc: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %e1 = tensor.empty() : tensor<4xf32>
+  %twice = linalg.generic {indexing_maps = [#id1, #id1], iterator_types = ["parallel"]}
+      ins(%c : tensor<4xf32>) outs(%e1 : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %a : f32
+    linalg.yield %m : f32
+  } -> tensor<4xf32>
+  %e = tensor.empty() : tensor<4x16xf32>
+  %out = linalg.generic {indexing_maps = [#id2, #row, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%acc, %twice : tensor<4x16xf32>, tensor<4xf32>) outs(%e : tensor<4x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.divf %a, %b : f32
+    linalg.yield %d : f32
+  } -> tensor<4x16xf32>
+  return %out : tensor<4x16xf32>
+}

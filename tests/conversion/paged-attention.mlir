@@ -25,24 +25,41 @@ func.func @cache_write(%u: tensor<2x3x8xf32>, %p: tensor<6x2x4x8xf32>, %s: tenso
 
 // Tokens in parallel (scf.forall), heads in a loop; per token the blocks 0 .. position / S of its
 // sequence's table row, each read where it lies in the pool ([1, 1, S, d] slices at the block id
-// the table gives): the online softmax over one block at a time, keys past the position masked.
+// the table gives). The blocks before the last are full tiles: an online softmax step with no
+// mask. The last one, holding the token's position, is the partial tile: its keys past the
+// position are masked (index < position - last * S + 1). Then acc / l.
 // CHECK-LABEL: func.func @attention
 // CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<2x3x8xf32>, %[[KP:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[VP:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[TABLES:[a-z0-9]+]]: tensor<2x2xi64>, %[[SEQS:[a-z0-9]+]]: tensor<3xi64>, %[[POS:[a-z0-9]+]]: tensor<3xi64>
 // CHECK: scf.forall (%[[T:.*]]) in (3) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<2x3x8xf32>)
 // CHECK:   %[[P:.*]] = tensor.extract %[[POS]][%[[T]]] : tensor<3xi64>
 // CHECK:   %[[B:.*]] = tensor.extract %[[SEQS]][%[[T]]] : tensor<3xi64>
 // CHECK:   %[[SEQ:.*]] = arith.index_cast %[[B]]
-// CHECK:   %[[LASTBLOCK:.*]] = arith.divui %{{.*}}, %{{.*}} : index
-// CHECK:   %[[BLOCKS:.*]] = arith.addi %[[LASTBLOCK]], %{{.*}} : index
+// CHECK:   %[[LAST:.*]] = arith.divui %{{.*}}, %{{.*}} : index
+// CHECK:   %[[LASTSTART:.*]] = arith.muli %[[LAST]], %{{.*}} : index
+// CHECK:   %[[SINCE:.*]] = arith.subi %{{.*}}, %[[LASTSTART]] : index
+// CHECK:   %[[VISIBLE:.*]] = arith.addi %[[SINCE]], %{{.*}} : index
+// CHECK:   %[[LASTID:.*]] = tensor.extract %[[TABLES]][%[[SEQ]], %[[LAST]]] : tensor<2x2xi64>
+// CHECK:   %[[LASTBLK:.*]] = arith.index_cast %[[LASTID]]
 // CHECK:   scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step
-// CHECK:     scf.for %[[I:.*]] = %{{.*}} to %[[BLOCKS]] step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (f32, f32, tensor<8xf32>)
+// CHECK:     scf.for %[[I:.*]] = %{{.*}} to %[[LAST]] step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (tensor<1xf32>, tensor<1xf32>, tensor<1x8xf32>)
 // CHECK:       %[[ID:.*]] = tensor.extract %[[TABLES]][%[[SEQ]], %[[I]]] : tensor<2x2xi64>
 // CHECK:       %[[BLK:.*]] = arith.index_cast %[[ID]]
 // CHECK:       tensor.extract_slice %[[KP]][%[[BLK]], %[[H]], 0, 0] [1, 1, 4, 8] [1, 1, 1, 1] : tensor<6x2x4x8xf32> to tensor<4x8xf32>
 // CHECK:       tensor.extract_slice %[[VP]][%[[BLK]], %[[H]], 0, 0] [1, 1, 4, 8] [1, 1, 1, 1] : tensor<6x2x4x8xf32> to tensor<4x8xf32>
 // CHECK:       linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]
-// CHECK:       arith.cmpi ult
+// CHECK-NOT:   arith.cmpi
 // CHECK:       math.exp
+// CHECK-NOT:   arith.cmpi
+// CHECK:       linalg.matmul {{.*}} -> tensor<1x8xf32>
+// CHECK:       scf.yield
+// CHECK:     tensor.extract_slice %[[KP]][%[[LASTBLK]], %[[H]], 0, 0] [1, 1, 4, 8]
+// CHECK:     tensor.extract_slice %[[VP]][%[[LASTBLK]], %[[H]], 0, 0] [1, 1, 4, 8]
+// CHECK:     %[[KEY:.*]] = linalg.index 1 : index
+// CHECK:     arith.cmpi ult, %[[KEY]], %[[VISIBLE]] : index
+// CHECK:     math.exp
+// CHECK:     linalg.matmul {{.*}} -> tensor<1x8xf32>
+// CHECK:     arith.divf
+// CHECK:     tensor.insert_slice %{{.*}} into %{{.*}}[%[[H]], 0] [1, 8] [1, 1] : tensor<1x8xf32> into tensor<2x8xf32>
 // CHECK:   scf.forall.in_parallel
 // CHECK:     tensor.parallel_insert_slice
 func.func @attention(%q: tensor<2x3x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tensor<6x2x4x8xf32>, %tables: tensor<2x2xi64>, %seqs: tensor<3xi64>, %pos: tensor<3xi64>) -> tensor<2x3x8xf32> {
