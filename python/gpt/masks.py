@@ -33,10 +33,11 @@ class AttentionMask:
         mask that is data."""
         return None
 
-    def looks_ahead(self) -> bool:
+    def looks_ahead(self, block_size: int) -> bool:
         """Whether some query sees a later key. Programs then run on the exact number of tokens,
-        unpadded: a padding row past the sequence would be one of those keys."""
-        return False
+        unpadded: a padding row past the sequence would be one of those keys. (Read off dense()
+        here; the masks below that know it say so without building the matrix.)"""
+        return bool(np.triu(self.dense(block_size), k=1).any())
 
     def check(self, block_size: int) -> None:
         """Raises ValueError when this mask cannot serve a model of `block_size` positions."""
@@ -56,6 +57,9 @@ class Causal(AttentionMask):
 
     def dense(self, tokens: int) -> np.ndarray:
         return _causal(tokens)
+
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +89,9 @@ class Strided(AttentionMask):
         distance = np.arange(tokens)[:, None] - np.arange(tokens)[None, :]
         return (distance >= 0) & ((distance < self.stride) | (distance % self.stride == 0))
 
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
+
     def expression(self) -> str:
         s = self.stride
         return f"(and (le j i) (or (lt (sub i j) {s}) (eq (mod (sub i j) {s}) 0)))"
@@ -111,6 +118,9 @@ class Fixed(AttentionMask):
         summary = (positions % self.block >= self.block - self.summary)[None, :]
         return _causal(tokens) & (same_block | summary)
 
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
+
     def expression(self) -> str:
         b = self.block
         return f"(and (le j i) (or (eq (div i {b}) (div j {b})) (ge (mod j {b}) {b - self.summary})))"
@@ -133,7 +143,7 @@ class PrefixLM(AttentionMask):
     def expression(self) -> str:
         return f"(or (lt j {self.prefix}) (le j i))"
 
-    def looks_ahead(self) -> bool:
+    def looks_ahead(self, block_size: int) -> bool:
         return self.prefix > 1
 
     def check(self, block_size: int) -> None:
@@ -169,6 +179,9 @@ class Document(AttentionMask):
         ids = np.asarray(self.segment_ids[:tokens])
         return _causal(tokens) & (ids[:, None] == ids[None, :])
 
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
+
     def check(self, block_size: int) -> None:
         if len(self.segment_ids) != block_size:
             raise ValueError(
@@ -202,7 +215,7 @@ class BlockPattern(AttentionMask):
         blocks = np.arange(tokens) // self.block
         return np.asarray(self.pattern, dtype=bool)[blocks[:, None], blocks[None, :]]
 
-    def looks_ahead(self) -> bool:
+    def looks_ahead(self, block_size: int) -> bool:
         # A diagonal block is set: with more than one position per block, i sees i + 1.
         return self.block > 1 or bool(np.triu(np.asarray(self.pattern, dtype=bool), k=1).any())
 

@@ -91,7 +91,8 @@ class GPT:
             attention_window=config.attention_window or 0,
             attention_mask=b"" if config.attention_mask is None or _mask_expression(config) else _mask_bytes(config),
             attention_mask_expression=_mask_expression(config),
-            attention_looks_ahead=config.attention_mask is not None and config.attention_mask.looks_ahead(),
+            attention_looks_ahead=config.attention_mask is not None
+            and config.attention_mask.looks_ahead(config.block_size),
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
         self._compiled.set_weights(arguments, quantized)
