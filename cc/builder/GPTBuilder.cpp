@@ -1,6 +1,8 @@
 // The GPT forward pass in the transformer dialect (see GPTBuilder.h).
 #include "cc/builder/GPTBuilder.h"
 
+#include "cc/builder/MaskExpression.h"
+
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -39,6 +41,11 @@ std::string GPTConfig::validate() const {
     for (int64_t i = 0; i < blockSize; ++i)
       if (!attentionMask[i * blockSize + i])
         return "attention_mask must let every query see its own key; query " + std::to_string(i) + " does not";
+  }
+  if (!attentionMaskExpression.empty()) {
+    if (attentionWindow > 0 || !attentionMask.empty())
+      return "attention_mask_expression excludes attention_window and attention_mask: give one";
+    if (std::string problem = checkMaskExpression(attentionMaskExpression); !problem.empty()) return problem;
   }
   return "";
 }
@@ -140,6 +147,8 @@ public:
       if (cache) throw std::invalid_argument("a model with an attention_mask compiles forward only, no cached step");
       attention.getMaskMutable().assign(maskConstant(cast<RankedTensorType>(x.getType()).getDimSize(0)));
     }
+    if (!config.attentionMaskExpression.empty())
+      buildMaskExpression(b, loc, attention.getMaskExpression(), config.attentionMaskExpression);
     Value a = attention;
     return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnProjWeight), w[W::AttnProjBias]);
   }

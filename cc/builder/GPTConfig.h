@@ -26,6 +26,13 @@ struct GPTConfig {
   /// T tokens embeds its top-left [T, T] corner as a constant mask operand of attention; the
   /// cached step has no mask operand, so a model with one compiles forward only.
   std::vector<uint8_t> attentionMask;
+  /// A mask as an expression of the query and key positions (cc/builder/MaskExpression.h), e.g.
+  /// "(or (lt j 4) (le j i))"; empty: none. Attention then carries it as its `visible` region,
+  /// in the forward program and in the cached step alike (no [T, T] data anywhere).
+  std::string attentionMaskExpression;
+  /// Whether the mask lets some query see a later key (prefix-LM, some block patterns): programs
+  /// are then compiled for the exact number of tokens, since padding rows would be seen.
+  bool attentionLooksAhead = false;
 
   /// An empty string when the configuration is usable, else what is wrong with it.
   std::string validate() const;

@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "llvm/Support/MathExtras.h"
@@ -108,6 +109,7 @@ public:
       : loc(op.getLoc()), ctx(op.getContext()), queryRows{adaptor.getQuery(), op.getQueryTokenMajor()},
         keyRows{adaptor.getKey(), op.getKeyTokenMajor()}, valueRows{adaptor.getValue(), op.getValueTokenMajor()},
         tokenMajorResult(op.getResultTokenMajor()), queryOffset(adaptor.getQueryOffset()), window(op.getWindow()),
+        maskExpression(op.getMaskExpression().empty() ? nullptr : &op.getMaskExpression()),
         tileClasses(op.getTileClassesAttr()), scale(op.getScale().convertToFloat()), heads(queryRows.heads()),
         queries(queryRows.rows()), keys(keyRows.rows()), valueSize(valueRows.cols()), bq(attentionBlockSize(queries)),
         bk(attentionBlockSize(keys)), id2(AffineMap::getMultiDimIdentityMap(2, ctx)),
@@ -245,9 +247,19 @@ private:
 
   // The key loop of an unclassified query block (a runtime offset): every key block from the
   // window's first (or 0) to the diagonal's last, each masked. An unclassified constant mask
-  // operand bounds nothing: every key block, each masked.
+  // operand bounds nothing: every key block, each masked; an unclassified mask expression every
+  // key block up to the last new token's (the keys written so far), each masked.
   SmallVector<Value> bandKeyLoop(OpBuilder &b, Value head, Value queryStart, Value qBlock, ValueRange init) {
     if (mask) return maskedKeyLoop(b, head, queryStart, qBlock, init, index(b, 0), index(b, keys));
+    if (maskExpression) {
+      if (!queryOffset) return maskedKeyLoop(b, head, queryStart, qBlock, init, index(b, 0), index(b, keys));
+      Value written =
+          b.create<arith::MinUIOp>(loc, b.create<arith::AddIOp>(loc, offset, index(b, queries)), index(b, keys));
+      Value keyBlocks =
+          b.create<arith::DivUIOp>(loc, b.create<arith::AddIOp>(loc, written, index(b, bk - 1)), index(b, bk));
+      return maskedKeyLoop(b, head, queryStart, qBlock, init, index(b, 0),
+                           b.create<arith::MulIOp>(loc, keyBlocks, index(b, bk)));
+    }
     // Keys [0, end) with end = min(offset + queryStart + bq, keys): the last query of the block
     // sees up to offset + queryStart + bq - 1. Rounded up to whole key blocks.
     Value end = b.create<arith::MinUIOp>(
@@ -352,11 +364,27 @@ private:
     Value i = nb.create<arith::AddIOp>(l, queryStart, nb.create<linalg::IndexOp>(l, 0));
     Value j = nb.create<arith::AddIOp>(l, keyStart, nb.create<linalg::IndexOp>(l, 1));
     Value position = nb.create<arith::AddIOp>(l, i, offset);
+    if (maskExpression) return evaluateExpression(nb, l, position, j);
     Value causal = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ule, j, position);
     if (!window) return causal;
     Value inWindow = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, position,
                                               nb.create<arith::AddIOp>(l, j, index(nb, *window)));
     return nb.create<arith::AndIOp>(l, causal, inWindow);
+  }
+
+  // The mask expression at (query position, key), its ops cloned inline; with a runtime offset
+  // also j < offset + Tq: keys past the last new token are not written yet.
+  Value evaluateExpression(OpBuilder &nb, Location l, Value position, Value j) const {
+    Block &body = maskExpression->front();
+    IRMapping mapping;
+    mapping.map(body.getArgument(0), position);
+    mapping.map(body.getArgument(1), j);
+    for (Operation &op : body.without_terminator()) nb.clone(op, mapping);
+    Value seen = mapping.lookup(cast<YieldOp>(body.getTerminator()).getValue());
+    if (!queryOffset) return seen;
+    Value end = nb.create<arith::AddIOp>(l, offset, index(nb, queries));
+    Value written = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, j, end);
+    return nb.create<arith::AndIOp>(l, seen, written);
   }
 
   // scale * s where the key is visible, -inf where the mask hides it (a partial tile's only).
@@ -374,13 +402,14 @@ private:
   }
 
   // The online softmax step of one key block over the running state (m, l, acc). In a partial
-  // tile p is forced to 0 for hidden keys. A mask operand is not read a second time: its masked
-  // scores are exactly -inf (maskAndScale), and a visible score is finite. Each partial tile then
+  // tile p is forced to 0 for hidden keys. A mask operand is not read (an expression not
+  // evaluated) a second time: its masked scores are exactly -inf (maskAndScale), and a visible
+  // score is finite. Each partial tile then
   // reads its piece of a mask that may be far larger than the caches ([4096, 4096] bytes) once.
   SmallVector<Value> onlineSoftmaxUpdate(OpBuilder &b, Value masked, Value vBlock,
                                          const std::optional<TileMask> &tileMask, ValueRange state) {
     auto visibleKey = [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
-      if (tileMask->bits)
+      if (tileMask->bits || maskExpression)
         return nb.create<arith::CmpFOp>(l, arith::CmpFPredicate::ONE, a[0], f32Constant(nb, l, kNegInf));
       return visible(nb, l, *tileMask, a, /*bitsArg=*/0);
     };
@@ -395,6 +424,7 @@ private:
   Value queryOffset, offset;     // the operand (may be null), and the index the loops use
   Value mask;                    // the [Tq, Tk] mask as bytes (byteMask), when the op has one
   std::optional<int64_t> window; // the sliding window W, when the mask has one
+  Region *maskExpression;        // the op's `visible` region, when it has one
   ArrayAttr tileClasses;         // --transformer-classify-attention-tiles' result, when it ran
   KeyBlockTable fullTiles, partialTiles;
   float scale;

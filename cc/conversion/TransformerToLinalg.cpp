@@ -3,11 +3,13 @@
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Transforms/DialectConversion.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace gpt::conversion {
 using namespace mlir;
@@ -43,6 +45,18 @@ public:
       return WalkResult::advance();
     });
     if (shapes.wasInterrupted()) return signalPassFailure();
+
+    // Attention's mask expressions are cloned into the lowered loops as they are; the LLVM
+    // lowering has no floor or ceiling division, so those become plain divisions here.
+    RewritePatternSet divisions(&getContext());
+    arith::populateCeilFloorDivExpandOpsPatterns(divisions);
+    FrozenRewritePatternSet frozenDivisions(std::move(divisions));
+    WalkResult expanded = getOperation().walk([&](CausalAttentionOp op) {
+      if (op.getMaskExpression().empty()) return WalkResult::advance();
+      return failed(applyPatternsAndFoldGreedily(op.getMaskExpression(), frozenDivisions)) ? WalkResult::interrupt()
+                                                                                           : WalkResult::advance();
+    });
+    if (expanded.wasInterrupted()) return signalPassFailure();
 
     ConversionTarget target(getContext());
     target.addIllegalDialect<TransformerDialect>();

@@ -1,5 +1,6 @@
 // Classification of causal_attention's (query block, key block) tiles as empty, full or partial.
 #include "cc/dialect/AttentionTiles.h"
+#include "cc/dialect/MaskExpression.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
@@ -50,12 +51,43 @@ FailureOr<std::optional<TileClasses>> classifyAttentionTiles(CausalAttentionOp o
   // table, and a mask is refused, rather than exhausting memory or time at compile time.
   constexpr int64_t kMaxTiles = int64_t(1) << 22, kMaxMaskBits = int64_t(1) << 28;
   const bool tooManyTiles = queries / bq > kMaxTiles / std::max<int64_t>(keys / bk, 1);
+  const bool expression = !op.getMaskExpression().empty();
   if (!op.getMask() && tooManyTiles) return std::optional<TileClasses>();
+  // An expression is evaluated pair by pair: past the mask-size cap it stays unclassified (every
+  // tile visited and masked), which is slower but right.
+  if (expression && queries > kMaxMaskBits / std::max<int64_t>(keys, 1)) return std::optional<TileClasses>();
   if (op.getMask() && (tooManyTiles || queries > kMaxMaskBits / std::max<int64_t>(keys, 1)))
     return op.emitOpError() << "a mask over " << queries << " queries and " << keys
                             << " keys is too large to classify tile by tile (at most " << kMaxMaskBits
                             << " mask bits and " << kMaxTiles << " tiles)";
   TileClasses classes{bq, bk, SmallVector<std::string>(queries / bq, std::string(keys / bk, char(TileClass::Empty)))};
+
+  if (expression) {
+    std::optional<MaskEvaluator> visible = MaskEvaluator::compile(op.getMaskExpression());
+    if (!visible) return std::optional<TileClasses>();
+    SmallVector<int64_t> rowVisible(bq);
+    for (int64_t qb = 0; qb < queries / bq; ++qb) {
+      std::fill(rowVisible.begin(), rowVisible.end(), 0);
+      for (int64_t kb = 0; kb < keys / bk; ++kb) {
+        int64_t count = 0;
+        for (int64_t i = qb * bq; i < qb * bq + bq; ++i)
+          for (int64_t j = kb * bk; j < kb * bk + bk; ++j) {
+            std::optional<bool> bit = (*visible)(i, j);
+            if (!bit) return std::optional<TileClasses>(); // no value here: leave it to run time
+            count += *bit;
+            rowVisible[i - qb * bq] += *bit;
+          }
+        classes.rows[qb][kb] = char(count == 0         ? TileClass::Empty
+                                    : count == bq * bk ? TileClass::Full
+                                                       : TileClass::Partial);
+      }
+      for (int64_t i = 0; i < bq; ++i)
+        if (rowVisible[i] == 0)
+          return op.emitOpError() << "the mask expression lets query " << qb * bq + i
+                                  << " see no key: softmax over no keys has no value";
+    }
+    return std::optional<TileClasses>(std::move(classes));
+  }
 
   if (!op.getMask()) {
     for (int64_t qb = 0; qb < queries / bq; ++qb)

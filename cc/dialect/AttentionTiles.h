@@ -31,12 +31,12 @@ struct TileClasses {
 };
 
 /// The classification of `op`'s tiles, decided at compile time: for the causal rule or a sliding
-/// window without a runtime offset (closed form), and for a constant `mask` operand (every
-/// element read). std::nullopt where the shapes are not static or the mask depends on a value
-/// known only at run time (the `offset` of prefill and decode; the lowering then bounds its key
-/// loop by the band around the diagonal instead, and masks every tile it visits). A mask operand
-/// that is not a constant, or a constant one with a query row that sees no key, is an error,
-/// emitted on `op`.
+/// window without a runtime offset (closed form), for a constant `mask` operand (every
+/// element read) and for a mask expression without a runtime offset (evaluated for every pair;
+/// unclassified past 2^28 pairs or where the evaluator does not know an op). std::nullopt where the shapes are not
+/// static or the mask depends on a value known only at run time (the `offset` of prefill and decode; the lowering then
+/// bounds its key loop by the band around the diagonal instead, and masks every tile it visits). A mask operand that is
+/// not a constant, or a constant one with a query row that sees no key, is an error, emitted on `op`.
 FailureOr<std::optional<TileClasses>> classifyAttentionTiles(CausalAttentionOp op);
 
 /// Whether `classes` has the shape of a classification of `queries` x `keys` with blocks of

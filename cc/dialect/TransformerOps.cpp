@@ -292,10 +292,31 @@ LogicalResult CausalAttentionOp::verifyMaskAndTiles() {
       return emitOpError() << "mask " << mask.getType() << " must be [queries, keys] = [" << queries << ", " << keys
                            << "] (i1: key j visible from query i)";
   }
+  if (!getMaskExpression().empty()) {
+    if (getMask()) return emitOpError() << "takes a mask operand or a mask expression (visible), not both";
+    if (getWindow()) return emitOpError() << "a mask expression replaces the causal rule and its window: no window";
+  }
   if (bool(getTileSizes()) != bool(getTileClasses()))
     return emitOpError() << "tile_sizes and tile_classes go together (--transformer-classify-attention-tiles)";
   if (getTileClasses() && !ShapedType::isDynamic(queries) && !ShapedType::isDynamic(keys))
     return verifyTileClasses(*this, *getTileSizes(), *getTileClasses(), queries, keys);
+  return success();
+}
+
+LogicalResult CausalAttentionOp::verifyRegions() {
+  Region &expression = getMaskExpression();
+  if (expression.empty()) return success();
+  if (!expression.hasOneBlock()) return emitOpError() << "the mask expression must be a single block";
+  Block &body = expression.front();
+  if (body.getNumArguments() != 2 || !llvm::all_of(body.getArgumentTypes(), [](Type t) { return t.isIndex(); }))
+    return emitOpError() << "the mask expression takes two index arguments, (query position, key position), got "
+                         << body.getNumArguments() << " arguments";
+  for (Operation &op : body.without_terminator())
+    if (op.getDialect() == nullptr || op.getDialect()->getNamespace() != "arith")
+      return op.emitOpError() << "is not allowed in a mask expression: only arith ops (the compiler evaluates it "
+                              << "tile by tile)";
+  if (!isa<YieldOp>(body.getTerminator()))
+    return emitOpError() << "the mask expression must end in transformer.yield of an i1";
   return success();
 }
 

@@ -388,7 +388,7 @@ def Transformer_RopeOp : Transformer_Op<"rope",
 }
 
 def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
-    [Pure, AttrSizedOperandSegments, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+    [Pure, AttrSizedOperandSegments, IsolatedFromAbove, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
   let summary = "Causal scaled dot-product attention over heads";
   let description = [{
     `q : [H, Tq, d]`, `k, v : [H, Tk, d]`. Query row `i` sits at absolute position
@@ -408,6 +408,16 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
     pass's classification; the lowering then visits only the `F` and `P` tiles and evaluates the
     mask only in the `P` ones.
 
+    A mask may instead be an expression of positions: the region after `visible`, with block
+    arguments `(%i, %j : index)` (query `query_offset + i`'s absolute position and key `j`), built
+    of `arith` ops only and ending in `transformer.yield` of an `i1` (true: visible). No
+    `[Tq, Tk]` tensor exists: the classification evaluates the expression tile by tile, the
+    lowering evaluates it inline in partial tiles. It replaces the causal rule as a mask operand
+    does (no `window`, no `mask`), and works with `offset` too (prefill, decode): there a key
+    `j` is read only when `j < query_offset + Tq` (keys past the last new token are not written
+    yet), and the tiles, unknown at compile time, are all visited and masked. The region is
+    isolated from above: its constants live inside it.
+
     Each of `query_token_major`, `key_token_major`, `value_token_major` and `result_token_major`
     says that this operand (or the result) is laid out token-major, `[T, H, d]`, instead of
     `[H, T, d]`: the layout of a token-major `split_heads` / `merge_heads`, which then move no
@@ -424,6 +434,15 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
         : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
     %m = transformer.causal_attention %q, %k, %v mask %bits {scale = 0.25 : f32}
         : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<8x8xi1>) -> tensor<4x8x16xf32>
+    // Prefix-LM: keys 0-3 seen by every query (bidirectional prefix), causal after.
+    %p = transformer.causal_attention %q, %k, %v visible {
+    ^bb0(%i: index, %j: index):
+      %c4 = arith.constant 4 : index
+      %prefix = arith.cmpi ult, %j, %c4 : index
+      %causal = arith.cmpi ule, %j, %i : index
+      %seen = arith.ori %prefix, %causal : i1
+      transformer.yield %seen : i1
+    } {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
     ```
   }];
   let arguments = (ins F32Tensor:$query, F32Tensor:$key, F32Tensor:$value,
@@ -433,6 +452,7 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
                        OptionalAttr<I64Attr>:$window, OptionalAttr<DenseI64ArrayAttr>:$tile_sizes,
                        OptionalAttr<StrArrayAttr>:$tile_classes);
   let results = (outs F32Tensor:$output);
+  let regions = (region AnyRegion:$mask_expression);
   let builders = [
     // Every operand and the result head-major, as a model is first written.
     OpBuilder<(ins "::mlir::Type":$output, "::mlir::Value":$query, "::mlir::Value":$key, "::mlir::Value":$value,
@@ -446,9 +466,11 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
     ::mlir::LogicalResult verifyMaskAndTiles();
   }];
   let assemblyFormat = [{
-    $query `,` $key `,` $value (`offset` $query_offset^)? (`mask` $mask^)? attr-dict `:` functional-type(operands, results)
+    $query `,` $key `,` $value (`offset` $query_offset^)? (`mask` $mask^)? (`visible` $mask_expression^)? attr-dict
+    `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+  let hasRegionVerifier = 1;
 }
 
 def Transformer_CacheUpdateOp : Transformer_Op<"cache_update",
@@ -525,6 +547,21 @@ def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
     type($sequences) `,` type($positions) `->` type($output)
   }];
   let hasVerifier = 1;
+}
+
+def Transformer_YieldOp : Transformer_Op<"yield",
+    [Pure, Terminator, HasParent<"CausalAttentionOp">]> {
+  let summary = "Ends a mask expression: whether the key is visible";
+  let description = [{
+    The terminator of `causal_attention`'s `visible` region: `value` is true when key `%j` is
+    visible from the query at position `%i`.
+
+    ```mlir
+    transformer.yield %seen : i1
+    ```
+  }];
+  let arguments = (ins I1:$value);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
 }
 
 //===----------------------------------------------------------------------===//

@@ -49,6 +49,8 @@ CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &opti
 CompiledModel::~CompiledModel() = default;
 
 int64_t CompiledModel::bucketFor(int64_t seqLen) const {
+  // Padding rows are keys too: under a mask that lets a query see later keys they would be seen.
+  if (config_.attentionLooksAhead) return seqLen;
   int64_t bucket = target::kSmallestBucket;
   while (bucket < seqLen) bucket *= 2;
   return std::min(bucket, std::max(config_.blockSize, seqLen));

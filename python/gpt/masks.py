@@ -1,11 +1,14 @@
 """Attention masks beyond the causal one, as GPTConfig(attention_mask=...) takes them.
 
 Each mask says which keys j each query i sees, by absolute position, for every position below
-block_size: `mask.dense(block_size)` is that [block_size, block_size] bool matrix, which the
-compiler embeds as a constant, classifies tile by tile (empty, full, partial) and then skips the
-empty tiles and evaluates the mask only in the partial ones. Every query must see itself.
-Causal() and SlidingWindow(W) are the causal rule and attention_window=W: the compiler knows
-them in closed form, with prefill/decode; the other masks are for forward() only.
+block_size; `mask.dense(tokens)` is that [tokens, tokens] bool matrix. Every query must see itself.
+The compiler classifies attention tile by tile (empty, full, partial), skips the empty tiles and
+evaluates the mask only in the partial ones. It gets a mask in one of three forms:
+- Causal() and SlidingWindow(W) are the causal rule and attention_window=W, in closed form;
+- masks that are functions of the positions (Strided, Fixed, PrefixLM) give `expression()`, an
+  s-expression over i and j (cc/builder/MaskExpression.h) that attention carries as IR: no
+  [T, T] data exists, and prefill, decode and generate with a KV cache work as with causal;
+- the others (Document, BlockPattern) are data: a [T, T] constant, forward() only.
 """
 
 import dataclasses
@@ -25,8 +28,23 @@ class AttentionMask:
         """[tokens, tokens] bool: [i, j] is whether query i sees key j."""
         raise NotImplementedError
 
+    def expression(self) -> str | None:
+        """The mask as an s-expression of the query position i and key position j, or None for a
+        mask that is data."""
+        return None
+
+    def looks_ahead(self, block_size: int) -> bool:
+        """Whether some query sees a later key. Programs then run on the exact number of tokens,
+        unpadded: a padding row past the sequence would be one of those keys. (Read off dense()
+        here; the masks below that know it say so without building the matrix.)"""
+        return bool(np.triu(self.dense(block_size), k=1).any())
+
     def check(self, block_size: int) -> None:
         """Raises ValueError when this mask cannot serve a model of `block_size` positions."""
+
+    def check_prefill(self, start: int, count: int) -> None:
+        """Raises ValueError when a KV cache filled up to `start` cannot take `count` new tokens
+        and still compute what forward() over the whole history computes."""
 
 
 def _causal(tokens: int) -> np.ndarray:
@@ -39,6 +57,9 @@ class Causal(AttentionMask):
 
     def dense(self, tokens: int) -> np.ndarray:
         return _causal(tokens)
+
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +89,13 @@ class Strided(AttentionMask):
         distance = np.arange(tokens)[:, None] - np.arange(tokens)[None, :]
         return (distance >= 0) & ((distance < self.stride) | (distance % self.stride == 0))
 
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
+
+    def expression(self) -> str:
+        s = self.stride
+        return f"(and (le j i) (or (lt (sub i j) {s}) (eq (mod (sub i j) {s}) 0)))"
+
 
 @dataclasses.dataclass(frozen=True)
 class Fixed(AttentionMask):
@@ -90,6 +118,13 @@ class Fixed(AttentionMask):
         summary = (positions % self.block >= self.block - self.summary)[None, :]
         return _causal(tokens) & (same_block | summary)
 
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
+
+    def expression(self) -> str:
+        b = self.block
+        return f"(and (le j i) (or (eq (div i {b}) (div j {b})) (ge (mod j {b}) {b - self.summary})))"
+
 
 @dataclasses.dataclass(frozen=True)
 class PrefixLM(AttentionMask):
@@ -105,9 +140,25 @@ class PrefixLM(AttentionMask):
         bidirectional = (np.arange(tokens) < self.prefix)[None, :]
         return _causal(tokens) | bidirectional
 
+    def expression(self) -> str:
+        return f"(or (lt j {self.prefix}) (le j i))"
+
+    def looks_ahead(self, block_size: int) -> bool:
+        return self.prefix > 1
+
     def check(self, block_size: int) -> None:
         if self.prefix > block_size:
             raise ValueError(f"PrefixLM.prefix ({self.prefix}) is longer than block_size ({block_size})")
+
+    def check_prefill(self, start: int, count: int) -> None:
+        # The prefix's positions see one another both ways, and the cache keeps each position's
+        # keys and values as first computed: all of the prefix must come in the first prefill.
+        if start < self.prefix and (start > 0 or count < self.prefix):
+            raise ValueError(
+                f"PrefixLM({self.prefix}) with a KV cache: the first prefill must hold the whole prefix "
+                f"({self.prefix} tokens), got {count} tokens at position {start} "
+                "(or run without the cache: generate(use_cache=False))"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +178,9 @@ class Document(AttentionMask):
     def dense(self, tokens: int) -> np.ndarray:
         ids = np.asarray(self.segment_ids[:tokens])
         return _causal(tokens) & (ids[:, None] == ids[None, :])
+
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
 
     def check(self, block_size: int) -> None:
         if len(self.segment_ids) != block_size:
@@ -160,6 +214,10 @@ class BlockPattern(AttentionMask):
     def dense(self, tokens: int) -> np.ndarray:
         blocks = np.arange(tokens) // self.block
         return np.asarray(self.pattern, dtype=bool)[blocks[:, None], blocks[None, :]]
+
+    def looks_ahead(self, block_size: int) -> bool:
+        # A diagonal block is set: with more than one position per block, i sees i + 1.
+        return self.block > 1 or bool(np.triu(np.asarray(self.pattern, dtype=bool), k=1).any())
 
     def check(self, block_size: int) -> None:
         if len(self.pattern) * self.block != block_size:

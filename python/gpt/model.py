@@ -25,6 +25,11 @@ def _mask_bytes(config: GPTConfig) -> bytes:
     return np.ascontiguousarray(config.attention_mask.dense(config.block_size), dtype=np.uint8).tobytes()
 
 
+def _mask_expression(config: GPTConfig) -> str:
+    """config.attention_mask as an expression of positions, "" when it has none (or no mask)."""
+    return (config.attention_mask and config.attention_mask.expression()) or ""
+
+
 STAGES = tuple(_gpt.STAGES)
 
 
@@ -84,7 +89,10 @@ class GPT:
             cache_max_bytes=options.resolved_cache_max_bytes(),
             target_cpu=options.target_cpu,
             attention_window=config.attention_window or 0,
-            attention_mask=b"" if config.attention_mask is None else _mask_bytes(config),
+            attention_mask=b"" if config.attention_mask is None or _mask_expression(config) else _mask_bytes(config),
+            attention_mask_expression=_mask_expression(config),
+            attention_looks_ahead=config.attention_mask is not None
+            and config.attention_mask.looks_ahead(config.block_size),
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
         self._compiled.set_weights(arguments, quantized)
@@ -199,10 +207,11 @@ class GPT:
         """An empty KV cache for up to `max_len` positions (default: block_size). With an
         attention window W it holds min(W, max_len) positions per layer, rolling when that is W
         (see KVCache)."""
-        if self._config.attention_mask is not None:
+        if self._config.attention_mask is not None and not _mask_expression(self._config):
             raise ValueError(
                 f"a model with attention_mask={type(self._config.attention_mask).__name__}(...) has no KV cache: "
-                "it runs forward() and generate(use_cache=False) only"
+                "it runs forward() and generate(use_cache=False) only (a mask that is data, not an expression "
+                "of positions)"
             )
         max_len = self._config.block_size if max_len is None else max_len
         if (
@@ -237,6 +246,8 @@ class GPT:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if self._config.attention_window is not None:
             raise ValueError("a block pool with attention_window is not supported (batched steps are causal)")
+        if self._config.attention_mask is not None:
+            raise ValueError("a block pool with attention_mask is not supported (batched steps are causal)")
         return KVBlockPool(self, int(num_blocks), int(block_size))
 
     def step_batch(self, pool: KVBlockPool, ids, counts, starts, block_tables) -> np.ndarray:
@@ -431,6 +442,8 @@ class GPT:
             raise TypeError(f"cache must be a gpt.KVCache, got {type(cache).__name__}")
         if cache.model is not self:
             raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
+        if self._config.attention_mask is not None:
+            self._config.attention_mask.check_prefill(len(cache), len(ids))
         if cache.rolling:
             # A rolling cache takes a long prompt in chunks (KVCache.chunks); positions are
             # checked for the whole of it first, so a bad call changes nothing.

@@ -241,3 +241,68 @@ func.func @runtime_mask(%q: tensor<2x64x4xf32>, %mask: tensor<64x64xi1>) -> tens
       : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<64x64xi1>) -> tensor<2x64x4xf32>
   return %a : tensor<2x64x4xf32>
 }
+
+// -----
+
+// A mask expression (prefix-LM, prefix 40): a partial tile evaluates the expression inline in
+// its masking generic, at query position queryStart + i and key keyStart + j (no [T, T] mask
+// exists anywhere); a full tile does not evaluate it.
+// CHECK-LABEL: func.func @mask_expression
+// CHECK-NOT: tensor<64x64xi8>
+// CHECK: scf.for
+// CHECK: linalg.generic
+// CHECK-NOT: arith.cmpi
+// CHECK: linalg.matmul
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1{{.*}} iter_args
+// CHECK: linalg.generic
+// CHECK: %[[I:.*]] = linalg.index 0 : index
+// CHECK: %[[QUERY:.*]] = arith.addi %{{.*}}, %[[I]] : index
+// CHECK: %[[J:.*]] = linalg.index 1 : index
+// CHECK: %[[KEY:.*]] = arith.addi %{{.*}}, %[[J]] : index
+// CHECK: %[[POSITION:.*]] = arith.addi %[[QUERY]], %{{.*}} : index
+// CHECK: %[[PREFIX:.*]] = arith.cmpi slt, %[[KEY]], %{{.*}} : index
+// CHECK: %[[CAUSAL:.*]] = arith.cmpi sle, %[[KEY]], %[[POSITION]] : index
+// CHECK: %[[SEEN:.*]] = arith.ori %[[PREFIX]], %[[CAUSAL]] : i1
+// CHECK: arith.select %[[SEEN]]
+func.func @mask_expression(%q: tensor<2x64x4xf32>) -> tensor<2x64x4xf32> {
+  %a = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    %c40 = arith.constant 40 : index
+    %prefix = arith.cmpi slt, %j, %c40 : index
+    %causal = arith.cmpi sle, %j, %i : index
+    %seen = arith.ori %prefix, %causal : i1
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32, tile_classes = ["FP", "FP"], tile_sizes = array<i64: 32, 32>}
+      : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>) -> tensor<2x64x4xf32>
+  return %a : tensor<2x64x4xf32>
+}
+
+// -----
+
+// A mask expression with a runtime offset (a prefill chunk of 8 tokens into a cache of 64): every
+// key block up to the last new token's, each masked; the mask is the expression at position
+// offset + i, and keys past offset + 8 (not written yet) are hidden too.
+// CHECK-LABEL: func.func @mask_expression_offset
+// CHECK-SAME: %[[POS:[^:]*]]: index
+// CHECK: %[[WRITTEN:.*]] = arith.addi %[[POS]], %c8{{.*}} : index
+// CHECK: arith.minui %[[WRITTEN]], %c64
+// CHECK: scf.for
+// CHECK: linalg.generic
+// CHECK: arith.cmpi slt
+// CHECK: arith.cmpi sle
+// CHECK: %[[SEEN:.*]] = arith.ori
+// CHECK: %[[END:.*]] = arith.addi %[[POS]], %c8{{.*}} : index
+// CHECK: %[[INSIDE:.*]] = arith.cmpi ult, %{{.*}}, %[[END]] : index
+// CHECK: %[[BOTH:.*]] = arith.andi %[[SEEN]], %[[INSIDE]] : i1
+// CHECK: arith.select %[[BOTH]]
+func.func @mask_expression_offset(%q: tensor<2x8x4xf32>, %k: tensor<2x64x4xf32>, %pos: index) -> tensor<2x8x4xf32> {
+  %a = transformer.causal_attention %q, %k, %k offset %pos visible {
+  ^bb0(%i: index, %j: index):
+    %c40 = arith.constant 40 : index
+    %prefix = arith.cmpi slt, %j, %c40 : index
+    %causal = arith.cmpi sle, %j, %i : index
+    %seen = arith.ori %prefix, %causal : i1
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<2x8x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x8x4xf32>
+  return %a : tensor<2x8x4xf32>
+}

@@ -733,3 +733,95 @@ func.func @concat_wrong_result(%a: tensor<4x8xf32>, %b: tensor<4x2xf32>) {
   %0 = transformer.concat %a, %b {dim = 1 : i64} : (tensor<4x8xf32>, tensor<4x2xf32>) -> tensor<4x9xf32>
   return
 }
+// -----
+
+func.func @mask_expression_not_i1(%q: tensor<4x8x16xf32>) {
+  %0 = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    // expected-error @+1 {{operand #0 must be 1-bit signless integer, but got 'index'}}
+    "transformer.yield"(%i) : (index) -> ()
+  } {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @mask_expression_arguments(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{the mask expression takes two index arguments, (query position, key position), got 1 arguments}}
+  %0 = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index):
+    %t = arith.constant true
+    transformer.yield %t : i1
+  } {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @mask_expression_argument_type(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{the mask expression takes two index arguments, (query position, key position), got 2 arguments}}
+  %0 = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: i64):
+    %t = arith.constant true
+    transformer.yield %t : i1
+  } {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @mask_expression_foreign_op(%q: tensor<4x8x16xf32>) {
+  %0 = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    // expected-error @+1 {{is not allowed in a mask expression: only arith ops (the compiler evaluates it tile by tile)}}
+    %n = transformer.constant dense<1.0> : tensor<1xf32>
+    %t = arith.constant true
+    transformer.yield %t : i1
+  } {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @mask_expression_from_above(%q: tensor<4x8x16xf32>, %limit: index) {
+  // expected-note @+1 {{required by region isolation constraints}}
+  %0 = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    // expected-error @+1 {{using value defined outside the region}}
+    %seen = arith.cmpi ult, %j, %limit : index
+    transformer.yield %seen : i1
+  } {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @mask_expression_and_operand(%q: tensor<4x8x16xf32>, %mask: tensor<8x8xi1>) {
+  // expected-error @+1 {{takes a mask operand or a mask expression (visible), not both}}
+  %0 = transformer.causal_attention %q, %q, %q mask %mask visible {
+  ^bb0(%i: index, %j: index):
+    %t = arith.constant true
+    transformer.yield %t : i1
+  } {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<8x8xi1>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @mask_expression_and_window(%q: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{a mask expression replaces the causal rule and its window: no window}}
+  %0 = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    %t = arith.constant true
+    transformer.yield %t : i1
+  } {scale = 0.25 : f32, window = 2 : i64} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @yield_outside_attention() {
+  %t = arith.constant true
+  // expected-error @+1 {{expects parent op 'transformer.causal_attention'}}
+  transformer.yield %t : i1
+}

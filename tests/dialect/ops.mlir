@@ -162,6 +162,29 @@ func.func @masked_attention(%q: tensor<2x64x4xf32>, %mask: tensor<64x64xi1>) -> 
   return %a : tensor<2x64x4xf32>
 }
 
+// An attention mask as an expression of positions: the `visible` region (prefix-LM, prefix 4),
+// with a runtime offset (a prefill chunk).
+// CHECK-LABEL: func.func @mask_expression
+func.func @mask_expression(%q: tensor<2x8x4xf32>, %k: tensor<2x64x4xf32>, %pos: index) -> tensor<2x8x4xf32> {
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} offset %{{.*}} visible {
+  // CHECK-NEXT: ^bb0(%[[I:.*]]: index, %[[J:.*]]: index):
+  // CHECK-NEXT: %[[C4:.*]] = arith.constant 4 : index
+  // CHECK-NEXT: %[[PREFIX:.*]] = arith.cmpi ult, %[[J]], %[[C4]] : index
+  // CHECK-NEXT: %[[CAUSAL:.*]] = arith.cmpi ule, %[[J]], %[[I]] : index
+  // CHECK-NEXT: %[[SEEN:.*]] = arith.ori %[[PREFIX]], %[[CAUSAL]] : i1
+  // CHECK-NEXT: transformer.yield %[[SEEN]] : i1
+  // CHECK-NEXT: } {scale = 5.000000e-01 : f32} : (tensor<2x8x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x8x4xf32>
+  %a = transformer.causal_attention %q, %k, %k offset %pos visible {
+  ^bb0(%i: index, %j: index):
+    %c4 = arith.constant 4 : index
+    %prefix = arith.cmpi ult, %j, %c4 : index
+    %causal = arith.cmpi ule, %j, %i : index
+    %seen = arith.ori %prefix, %causal : i1
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<2x8x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x8x4xf32>
+  return %a : tensor<2x8x4xf32>
+}
+
 // CHECK-LABEL: func.func @paged_pool
 func.func @paged_pool(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %vp: tensor<32x4x8x16xf32>, %slots: tensor<3xi64>, %tables: tensor<2x8xi64>, %seqs: tensor<3xi64>, %pos: tensor<3xi64>) -> tensor<4x3x16xf32> {
   // CHECK: transformer.paged_cache_write %{{.*}} into %{{.*}}[%{{.*}}] : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<3xi64> -> tensor<32x4x8x16xf32>

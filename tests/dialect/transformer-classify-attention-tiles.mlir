@@ -282,3 +282,118 @@ func.func @huge_mask_refused(%q: tensor<1x65536x4xf32>) -> tensor<1x65536x4xf32>
   %a = transformer.causal_attention %q, %q, %q mask %mask {scale = 0.5 : f32} : (tensor<1x65536x4xf32>, tensor<1x65536x4xf32>, tensor<1x65536x4xf32>, tensor<65536x65536xi1>) -> tensor<1x65536x4xf32>
   return %a : tensor<1x65536x4xf32>
 }
+
+// -----
+
+// A mask expression, evaluated pair by pair: Sparse Transformers' strided pattern with stride 64
+// over 256 tokens (key j <= i visible iff i - j < 64 or 64 divides i - j). A tile whose
+// distances i - j hold no multiple of 64 past the first is empty: three blocks back
+// (distances 65 to 127), five back, seven back.
+// CHECK-LABEL: func.func @strided_expression
+// CHECK: tile_classes = ["PEEEEEEE", "FPEEEEEE", "PFPEEEEE", "EPFPEEEE", "PEPFPEEE", "EPEPFPEE", "PEPEPFPE", "EPEPEPFP"], tile_sizes = array<i64: 32, 32>
+func.func @strided_expression(%q: tensor<1x256x4xf32>) -> tensor<1x256x4xf32> {
+  %a = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %causal = arith.cmpi sle, %j, %i : index
+    %d = arith.subi %i, %j : index
+    %near = arith.cmpi slt, %d, %c64 : index
+    %r = arith.remsi %d, %c64 : index
+    %multiple = arith.cmpi eq, %r, %c0 : index
+    %either = arith.ori %near, %multiple : i1
+    %seen = arith.andi %causal, %either : i1
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<1x256x4xf32>, tensor<1x256x4xf32>, tensor<1x256x4xf32>) -> tensor<1x256x4xf32>
+  return %a : tensor<1x256x4xf32>
+}
+
+// -----
+
+// Sparse Transformers' fixed pattern, blocks of 64 with 4 summary keys, over 128 tokens: key
+// j <= i visible iff j is in i's block of 64 or j % 64 >= 60. Queries 64-127 see the first
+// block only through its summary keys 60-63 (key block 1 partial, key block 0 empty).
+// CHECK-LABEL: func.func @fixed_expression
+// CHECK: tile_classes = ["PEEE", "FPEE", "EPPE", "EPFP"], tile_sizes = array<i64: 32, 32>
+func.func @fixed_expression(%q: tensor<1x128x4xf32>) -> tensor<1x128x4xf32> {
+  %a = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    %c60 = arith.constant 60 : index
+    %c64 = arith.constant 64 : index
+    %causal = arith.cmpi sle, %j, %i : index
+    %bi = arith.floordivsi %i, %c64 : index
+    %bj = arith.floordivsi %j, %c64 : index
+    %same = arith.cmpi eq, %bi, %bj : index
+    %r = arith.remsi %j, %c64 : index
+    %summary = arith.cmpi sge, %r, %c60 : index
+    %either = arith.ori %same, %summary : i1
+    %seen = arith.andi %causal, %either : i1
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<1x128x4xf32>, tensor<1x128x4xf32>, tensor<1x128x4xf32>) -> tensor<1x128x4xf32>
+  return %a : tensor<1x128x4xf32>
+}
+
+// -----
+
+// Prefix-LM with a prefix of 40 over 128 tokens: keys 0-39 visible from every query, causal
+// after. Key block 0 is full for every query block, key block 1 partial for the first two.
+// CHECK-LABEL: func.func @prefix_lm_expression
+// CHECK: tile_classes = ["FPEE", "FPEE", "FFPE", "FFFP"], tile_sizes = array<i64: 32, 32>
+func.func @prefix_lm_expression(%q: tensor<1x128x4xf32>) -> tensor<1x128x4xf32> {
+  %a = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    %c40 = arith.constant 40 : index
+    %prefix = arith.cmpi slt, %j, %c40 : index
+    %causal = arith.cmpi sle, %j, %i : index
+    %seen = arith.ori %prefix, %causal : i1
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<1x128x4xf32>, tensor<1x128x4xf32>, tensor<1x128x4xf32>) -> tensor<1x128x4xf32>
+  return %a : tensor<1x128x4xf32>
+}
+
+// -----
+
+// A mask expression with a runtime offset (prefill, decode): the tiles are not known at compile
+// time; nothing is recorded, and the lowering visits and masks every key block written so far.
+// CHECK-LABEL: func.func @expression_runtime_offset
+// CHECK-NOT: tile_classes
+func.func @expression_runtime_offset(%q: tensor<1x1x4xf32>, %k: tensor<1x64x4xf32>, %pos: index) -> tensor<1x1x4xf32> {
+  %a = transformer.causal_attention %q, %k, %k offset %pos visible {
+  ^bb0(%i: index, %j: index):
+    %c40 = arith.constant 40 : index
+    %prefix = arith.cmpi slt, %j, %c40 : index
+    %causal = arith.cmpi sle, %j, %i : index
+    %seen = arith.ori %prefix, %causal : i1
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<1x1x4xf32>, tensor<1x64x4xf32>, tensor<1x64x4xf32>, index) -> tensor<1x1x4xf32>
+  return %a : tensor<1x1x4xf32>
+}
+
+// -----
+
+// An op the compile-time evaluator does not know (a shift): left unclassified, never guessed.
+// CHECK-LABEL: func.func @expression_unknown_op
+// CHECK-NOT: tile_classes
+func.func @expression_unknown_op(%q: tensor<1x64x4xf32>) -> tensor<1x64x4xf32> {
+  %a = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    %c1 = arith.constant 1 : index
+    %half = arith.shrui %i, %c1 : index
+    %seen = arith.cmpi ule, %j, %i : index
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<1x64x4xf32>, tensor<1x64x4xf32>, tensor<1x64x4xf32>) -> tensor<1x64x4xf32>
+  return %a : tensor<1x64x4xf32>
+}
+
+// -----
+
+// A mask expression under which a query sees no key: an error, as for a mask operand.
+func.func @expression_row_sees_nothing(%q: tensor<1x64x4xf32>) -> tensor<1x64x4xf32> {
+  // expected-error @+1 {{the mask expression lets query 0 see no key: softmax over no keys has no value}}
+  %a = transformer.causal_attention %q, %q, %q visible {
+  ^bb0(%i: index, %j: index):
+    %seen = arith.cmpi ult, %j, %i : index
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<1x64x4xf32>, tensor<1x64x4xf32>, tensor<1x64x4xf32>) -> tensor<1x64x4xf32>
+  return %a : tensor<1x64x4xf32>
+}

@@ -77,6 +77,76 @@ def test_ir_classifies_tiles():
     assert "tile_sizes = array<i64: 32, 32>" in ir
 
 
+def test_index_masks_are_expressions_not_data():
+    """Strided, fixed and prefix-LM masks reach the IR as expressions of positions (the `visible`
+    region), never as [T, T] constants, and are still classified tile by tile."""
+    model = gpt.GPT.random(masked_config(MASKS["prefix_lm"][0]))
+    ir = model.ir("transformer", seq_len=TOKENS)
+    assert "visible {" in ir and "arith.cmpi slt" in ir
+    assert "xi1>" not in ir  # no mask tensor
+    # Prefix 40 over 96 tokens in tiles of 32: key block 0 full everywhere, key block 1 partial
+    # for the first two query blocks (keys 32-39 seen from all of them), causal after.
+    assert 'tile_classes = ["FPE", "FPE", "FFP"]' in ir
+
+
+# Cached prefill and decode with the masks that are expressions: every logit against the dense
+# reference applying the same mask over the whole history (the sequence so far).
+CACHED_MASKS = ["prefix_lm", "strided"]
+
+
+@pytest.mark.parametrize("name", CACHED_MASKS)
+def test_cached_steps_match_dense_reference(name):
+    mask, dense = MASKS[name]
+    # Two layers: with one, a last position past the prefix would see what causal attention sees.
+    cfg = dataclasses.replace(masked_config(mask), n_layer=2)
+    weights = exercising_weights(cfg, seed=5)
+    model = gpt.GPT.from_weights(cfg, weights)
+    ids = [int(t) for t in token_ids(cfg, 70, seed=5)]
+
+    def reference(history):
+        return gpt2_logits(weights, np.array(history), cfg.n_layer, cfg.n_head, mask=dense)[-1]
+
+    cache = model.new_cache()
+    # A prompt that holds the prefix, a second chunk at an offset, then single-token decodes.
+    assert relative_error(model.prefill(ids[:48], cache), reference(ids[:48])) < RTOL
+    assert relative_error(model.prefill(ids[48:64], cache), reference(ids[:64])) < RTOL
+    for end in range(65, 71):
+        assert relative_error(model.decode(ids[end - 1], cache), reference(ids[:end])) < RTOL
+    # The mask matters at these positions: the causal reference is far outside the tolerance.
+    causal = gpt2_logits(weights, np.array(ids), cfg.n_layer, cfg.n_head)[-1]
+    assert relative_error(causal, reference(ids)) > 20 * RTOL
+
+
+@pytest.mark.parametrize("name", CACHED_MASKS)
+def test_cached_generation_matches_uncached(name):
+    model = gpt.GPT.random(masked_config(MASKS[name][0]), seed=6)
+    prompt = [int(t) for t in token_ids(model.config, 44, seed=6)]
+    assert model.generate(prompt, max_new_tokens=6) == model.generate(prompt, max_new_tokens=6, use_cache=False)
+
+
+def test_mask_that_looks_ahead_never_sees_padding():
+    """Forward of 30 tokens under a prefix of 40: every query sees all 30 keys, and none of the
+    padding rows a program for 32 tokens would have (they are keys the prefix reaches)."""
+    mask, dense = MASKS["prefix_lm"]
+    cfg = masked_config(mask)
+    weights = exercising_weights(cfg, seed=7)
+    ids = token_ids(cfg, 30, seed=7)
+    logits = gpt.GPT.from_weights(cfg, weights).forward(ids)
+    assert relative_error(logits, gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, mask=dense)) < RTOL
+
+
+def test_prefix_lm_cache_needs_the_whole_prefix_first():
+    """The prefix's positions see one another both ways: a cache that got only part of it in its
+    first prefill would keep keys and values computed without the rest."""
+    model = gpt.GPT.random(masked_config(masks.PrefixLM(40)))
+    cache = model.new_cache()
+    with pytest.raises(ValueError, match=r"PrefixLM\(40\) with a KV cache: the first prefill must hold the whole"):
+        model.prefill([1, 2, 3], cache)
+    assert len(cache) == 0
+    with pytest.raises(ValueError, match="the first prefill must hold the whole prefix"):
+        model.generate([1, 2, 3], max_new_tokens=2)
+
+
 def test_causal_and_window_masks_are_the_closed_forms():
     """Causal() and SlidingWindow(W) are the built-in rule: no mask constant, prefill and decode work."""
     assert masked_config(masks.Causal()) == gpt.GPTConfig(**SHAPE)
@@ -84,10 +154,13 @@ def test_causal_and_window_masks_are_the_closed_forms():
 
 
 def test_masked_model_has_no_cache_but_generates_uncached():
-    cfg = masked_config(MASKS["prefix_lm"][0])
+    """A mask that is data (documents) has no cached step; generation recomputes the sequence."""
+    cfg = masked_config(MASKS["document"][0])
     model = gpt.GPT.random(cfg)
     with pytest.raises(ValueError, match="has no KV cache: it runs forward"):
         model.new_cache()
+    with pytest.raises(ValueError, match="block pool with attention_mask is not supported"):
+        model.new_block_pool(4)
     tokens = model.generate([1, 2, 3], max_new_tokens=3, use_cache=False)
     logits = model.forward([1, 2, 3] + tokens[:2])
     assert tokens[2] == int(np.argmax(logits[-1]))

@@ -83,9 +83,16 @@ def TransformerClassifyAttentionTiles : Pass<"transformer-classify-attention-til
     * A constant `mask` operand (`arith.constant dense<...> : tensor<TqxTkxi1>`): every element is
       read and counted per tile; all visible: `F`, none: `E`, else `P`. A row that sees no key is
       an error (its softmax has no value), and nothing is compiled.
+    * A mask expression (the `visible` region: arith ops of the query and key positions), no
+      offset: evaluated at every (query, key) pair, compiled once into straight-line code
+      (MaskExpression.h), and counted per tile as a constant mask is. A query that sees no key
+      is an error. An op the evaluator does not know, a division by zero, or more than 2^28
+      pairs leave the tiles unclassified (visited and masked: slower, never wrong). Ops with the
+      same expression and shapes (the layers of a model) are evaluated once.
     * A query `offset` (prefill, decode) is known only at run time: nothing is recorded, and the
       lowering bounds its key loop by the band relative to the diagonal at run time (the first and
-      last key block the block's queries may see) and masks every tile it visits.
+      last key block the block's queries may see; with a mask expression, every key block up to
+      the last new token's) and masks every tile it visits.
     * A mask operand that is not a constant is an error: the lowering reads the mask's data.
 
     Masks written as data flow (an additive bias, a 0/1 multiplier) are followed too: every op
@@ -114,6 +121,8 @@ def TransformerClassifyAttentionTiles : Pass<"transformer-classify-attention-til
         {scale = 0.5 : f32, tile_classes = ["PE", "FP"], tile_sizes = array<i64: 32, 32>}
         : (tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>) -> tensor<2x64x4xf32>
     ```
+    A prefix-LM expression (keys 0-39 seen from every query) over the same shape gets
+    `tile_classes = ["FP", "FP"]`: key block 0 full for both query blocks.
   }];
 }
 

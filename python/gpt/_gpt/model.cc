@@ -137,10 +137,13 @@ void initModel(py::module_ &m) {
       .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
                        float layerNormEps, const std::string &pipeline, int threads, const std::string &cacheDir,
                        const std::string &weights, uint64_t cacheMaxBytes, const std::string &targetCpu,
-                       int64_t attentionWindow, const py::bytes &attentionMask) {
+                       int64_t attentionWindow, const py::bytes &attentionMask,
+                       const std::string &attentionMaskExpression, bool attentionLooksAhead) {
              GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope, layerNormEps, attentionWindow};
              std::string_view maskBytes = attentionMask;
              config.attentionMask.assign(maskBytes.begin(), maskBytes.end());
+             config.attentionMaskExpression = attentionMaskExpression;
+             config.attentionLooksAhead = attentionLooksAhead;
              CompileOptions options;
              std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
              if (!level) throw std::invalid_argument("unknown pipeline '" + pipeline + "'");
@@ -162,7 +165,8 @@ void initModel(py::module_ &m) {
            py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
            py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"),
            py::arg("cache_dir") = "", py::arg("weights") = "f32", py::arg("cache_max_bytes") = kDefaultCacheMaxBytes,
-           py::arg("target_cpu") = "host", py::arg("attention_window") = 0, py::arg("attention_mask") = py::bytes())
+           py::arg("target_cpu") = "host", py::arg("attention_window") = 0, py::arg("attention_mask") = py::bytes(),
+           py::arg("attention_mask_expression") = "", py::arg("attention_looks_ahead") = false)
       .def(
           "supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
           "(name, shape) of every weight set_weights() takes, in its order.")
