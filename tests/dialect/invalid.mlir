@@ -733,6 +733,7 @@ func.func @concat_wrong_result(%a: tensor<4x8xf32>, %b: tensor<4x2xf32>) {
   %0 = transformer.concat %a, %b {dim = 1 : i64} : (tensor<4x8xf32>, tensor<4x2xf32>) -> tensor<4x9xf32>
   return
 }
+
 // -----
 
 func.func @mask_expression_not_i1(%q: tensor<4x8x16xf32>) {
