@@ -14,8 +14,9 @@ ratio to one client; then it sends requests that share a long prompt prefix at o
 With --peer llama.cpp the same load then goes to llama-cpp-python's OpenAI-compatible server
 (`python -m llama_cpp.server`, requirements-peers.txt) on the same GGUF file and threads, and its
 table follows gpt's. That server takes prompts as text only, so both get the same text prompts:
-random token ids decoded by the file's tokenizer (with --random_shape, a byte-level BPE of the
-model's vocabulary size trained on synthetic words, written into the file). It counts one token
+random whole-word tokens of the file's tokenizer (with --random_shape, a byte-level BPE of the
+model's vocabulary size trained on synthetic words, written into the file), which encode back to
+the same number of tokens. It counts one token
 per streamed event and has no /metrics, so its "tokens per step" column is empty.
 
 Prompts are random token ids in [32, 127) (valid for byte-level and GPT-2 vocabularies); decoding
@@ -87,13 +88,28 @@ def random_model_file(shape: str, directory: str, with_tokenizer: bool = False) 
 
 
 def text_prompt_maker(model_path: str):
-    """Token ids -> the text the GGUF file's tokenizer decodes them to (for text-only servers)."""
+    """For a text-only server: (rng, n) -> a text of exactly n tokens of the GGUF file's tokenizer,
+    n words drawn from its whole-word tokens (" abc"), each of which encodes back to itself. Every
+    prompt then has the same length in tokens, as token-id prompts do, so the programs a level
+    needs do not depend on which prompts it draws."""
     from gpt.gguf_file import load_gguf
 
-    _, _, tokenizer = load_gguf(model_path)
+    config, _, tokenizer = load_gguf(model_path)
     if tokenizer is None:
         raise SystemExit(f"{model_path} has no tokenizer: a text-only peer server cannot take its prompts")
-    return tokenizer.decode
+    words = []
+    for token in range(config.vocab_size):
+        text = tokenizer.decode([token])
+        if len(text) > 2 and text[0] == " " and text[1:].isalpha() and text[1:].islower():
+            words.append(token)
+
+    def make(rng, n):
+        text = tokenizer.decode([words[i] for i in rng.integers(0, len(words), n)])
+        if len(tokenizer.encode(text)) != n:
+            raise SystemExit(f"a prompt of {n} words did not encode to {n} tokens: {text!r}")
+        return text
+
+    return make
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -181,17 +197,31 @@ async def one_request(client, url, prompt, max_tokens, temperature=0.0):
                 times.append(now)
     if not times:
         raise RuntimeError("no tokens came back")
-    return times[0] - start, list(np.diff(times)), len(times), (times[0], times[-1])
+    return times[0] - start, list(np.diff(times)), len(times), times
 
 
-def union_length(spans) -> float:
-    """The total length of the union of [start, end] spans."""
-    total, reach = 0.0, -np.inf
-    for start, end in sorted(spans):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
+def decode_rate_together(token_times) -> float:
+    """Tokens per second over the time during which the most streams were decoding at once.
+
+    `token_times`: each stream's token arrival times. A stream decodes from its first token to
+    its last; the tokens after its first that arrive while the number of decoding streams is at
+    its peak count, over the length of those stretches. With N clients on a server that batches
+    them, the peak is N: the steady state of N streams decoding together, without the ramps where
+    some have not started or have finished. A server that runs one request at a time peaks at 1
+    stream, and this is its single-stream rate however many clients wait."""
+    edges = sorted([(t[0], 1) for t in token_times] + [(t[-1], -1) for t in token_times], key=lambda e: (e[0], e[1]))
+    count, peak, stretches = 0, 0, []
+    for (time_, step), (next_time, _) in zip(edges, [*edges[1:], (edges[-1][0], 0)], strict=True):
+        count += step
+        if count > peak:
+            peak, stretches = count, []
+        if count == peak and next_time > time_:
+            stretches.append((time_, next_time))
+    arrivals = np.sort(np.concatenate([np.asarray(t[1:]) for t in token_times]))
+    tokens = sum(
+        np.searchsorted(arrivals, end, "right") - np.searchsorted(arrivals, start, "right") for start, end in stretches
+    )
+    return tokens / sum(end - start for start, end in stretches)
 
 
 async def server_metrics(client, url):
@@ -202,9 +232,10 @@ async def server_metrics(client, url):
 
 async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, seed, temperature=0.0, as_text=None):
     rng = np.random.default_rng(seed)
-    prompts = [[int(t) for t in rng.integers(32, 127, prompt_tokens)] for _ in range(clients * requests_per_client)]
     if as_text:
-        prompts = [as_text(p) for p in prompts]
+        prompts = [as_text(rng, prompt_tokens) for _ in range(clients * requests_per_client)]
+    else:
+        prompts = [[int(t) for t in rng.integers(32, 127, prompt_tokens)] for _ in range(clients * requests_per_client)]
     results = []
 
     async def client_loop(client, index):
@@ -225,11 +256,8 @@ async def level(url, clients, requests_per_client, prompt_tokens, max_tokens, se
     ttft = np.array([r[0] for r in results]) * 1e3
     itl = np.array([gap for r in results for gap in r[1]]) * 1e3
     tokens = sum(r[2] for r in results)
-    # Aggregate decode throughput: the tokens after each stream's first, over the time during
-    # which at least one stream was decoding (the union of the streams' first-to-last-token
-    # spans). Streams decoded together count together; a server that runs one request at a time
-    # gets its single-stream rate, however many clients wait.
-    decode = sum(len(r[1]) for r in results) / union_length([r[3] for r in results])
+    # Aggregate decode throughput: all streams decoding together (see decode_rate_together).
+    decode = decode_rate_together([r[3] for r in results])
     return dict(
         clients=clients,
         requests=len(results),
@@ -253,12 +281,16 @@ async def shared_prefix(url, requests, prefix_tokens, suffix_tokens, max_tokens,
     return {name: after[name] - before.get(name, 0.0) for name in after}
 
 
-def run_levels(url, args, as_text=None):
-    """Every concurrency level against the server at `url`: a warm-up round of each first, so
-    that the step's programs for every batch size and table width the levels reach are compiled
-    before anything is timed, then the timed rounds."""
+def run_levels(url, args, as_text=None, rehearse=True):
+    """Every concurrency level against the server at `url`, warmed up first. With `rehearse`
+    (gpt's server) the warm-up is a rehearsal of the timed load with other prompts of the same
+    length (other prompts: the prefix cache must not serve the timed ones), so that every
+    (tokens, sequences, table width) bucket a level reaches is compiled before anything is timed
+    rather than stalling every stream mid-run. Without it (a server with nothing to compile), one
+    request per client."""
     for c in args.concurrency:
-        asyncio.run(level(url, c, 1, args.prompt_tokens, args.max_tokens, 1000 + c, args.temperature, as_text))
+        requests = args.requests_per_client if rehearse else 1
+        asyncio.run(level(url, c, requests, args.prompt_tokens, args.max_tokens, 1000 + c, args.temperature, as_text))
     return [
         asyncio.run(
             level(url, c, args.requests_per_client, args.prompt_tokens, args.max_tokens, c, args.temperature, as_text)
@@ -325,7 +357,7 @@ def main() -> None:
         if args.peer:
             command = functools.partial(llama_cpp_server_command, args)
             with started_server(command, ready_path="/v1/models") as peer_url:
-                peer_rows = run_levels(peer_url, args, as_text)
+                peer_rows = run_levels(peer_url, args, as_text, rehearse=False)
     decoding = "greedy" if args.temperature == 0 else f"sampled at temperature {args.temperature}"
     prompts = "as text" if args.peer else "as token ids"
     print(
