@@ -4,7 +4,19 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <string>
+
+namespace gpt {
+struct CompileOptions;
+} // namespace gpt
+
 namespace gpt::python {
+
+/// The compile options both compiled-program bindings take from Python (defined in model.cc);
+/// an unknown pipeline name is a std::invalid_argument (ValueError) naming it.
+CompileOptions compileOptions(const std::string &pipeline, int threads, const std::string &cacheDir,
+                              uint64_t cacheMaxBytes, const std::string &targetCpu);
 
 /// Text-IR entry points: parse transformer-dialect IR, run a named pass pipeline, print the result.
 void initCompiler(pybind11::module_ &m);

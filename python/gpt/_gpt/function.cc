@@ -51,14 +51,7 @@ void initFunction(py::module_ &m) {
   py::class_<CompiledFunction>(m, "CompiledFunction")
       .def(py::init([](const std::string &ir, const std::string &name, const std::string &pipeline, int threads,
                        const std::string &cacheDir, uint64_t cacheMaxBytes, const std::string &targetCpu) {
-             CompileOptions options;
-             std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
-             if (!level) throw std::invalid_argument("unknown pipeline '" + pipeline + "'");
-             options.level = *level;
-             options.threads = threads;
-             options.cacheDir = cacheDir;
-             options.cacheMaxBytes = cacheMaxBytes;
-             options.targetCpu = targetCpu;
+             CompileOptions options = compileOptions(pipeline, threads, cacheDir, cacheMaxBytes, targetCpu);
              return std::make_unique<CompiledFunction>(ir, name, options);
            }),
            py::arg("ir"), py::arg("name"), py::arg("pipeline"), py::arg("threads"), py::arg("cache_dir"),

@@ -132,6 +132,19 @@ py::array batchStep(CompiledModel &model, IdArray ids, IdArray positions, IdArra
 
 } // namespace
 
+CompileOptions compileOptions(const std::string &pipeline, int threads, const std::string &cacheDir,
+                              uint64_t cacheMaxBytes, const std::string &targetCpu) {
+  CompileOptions options;
+  std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
+  if (!level) throw std::invalid_argument("unknown pipeline '" + pipeline + "'");
+  options.level = *level;
+  options.threads = threads;
+  options.cacheDir = cacheDir;
+  options.cacheMaxBytes = cacheMaxBytes;
+  options.targetCpu = targetCpu;
+  return options;
+}
+
 void initModel(py::module_ &m) {
   py::class_<CompiledModel>(m, "CompiledModel", py::dynamic_attr())
       .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
@@ -144,14 +157,7 @@ void initModel(py::module_ &m) {
              config.attentionMask.assign(maskBytes.begin(), maskBytes.end());
              config.attentionMaskExpression = attentionMaskExpression;
              config.attentionLooksAhead = attentionLooksAhead;
-             CompileOptions options;
-             std::optional<PipelineLevel> level = parsePipelineLevel(pipeline);
-             if (!level) throw std::invalid_argument("unknown pipeline '" + pipeline + "'");
-             options.level = *level;
-             options.threads = threads;
-             options.cacheDir = cacheDir;
-             options.cacheMaxBytes = cacheMaxBytes;
-             options.targetCpu = targetCpu;
+             CompileOptions options = compileOptions(pipeline, threads, cacheDir, cacheMaxBytes, targetCpu);
              bool known = false;
              for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0})
                if (weights == weightFormatName(format)) {
