@@ -8,9 +8,18 @@ for all), then the batch decodes --steps tokens per round, one step_batch call p
 B sequences together. Compilation is excluded (a warm-up round compiles each program). Decode
 steps per second times B is the aggregate throughput; "vs decode" divides it by model.decode's
 tokens/s at the same context length.
+
+The last row is model.forward over --prefill-tokens tokens (a prompt's prefill), in tokens/s: the
+batched step does a prefill's matmul work per token (every token through every weight), in
+matrices of B rows instead of T, so forward's tokens/s over decode's is the ceiling of the
+"vs decode" column at any batch size, whatever the memory bandwidth lets decode do.
+
+--pages small,huge measures every row twice, the weights in small pages (GPT_HUGE_PAGES=0) and in
+transparent huge pages (the default), one model each, the two taking turns row by row.
 """
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -39,6 +48,18 @@ def decode_seconds(model, prompt, steps, repeats):
     return statistics.median(times[1:])
 
 
+def forward_seconds(model, tokens, repeats):
+    """Median seconds of one model.forward over `tokens` tokens (the first call compiles)."""
+    ids = np.arange(tokens) % model.config.vocab_size
+    model.forward(ids)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model.forward(ids)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def batch_step_seconds(model, prompt, batch, steps, repeats, block_size):
     """Median seconds per step_batch call decoding one token for each of `batch` sequences."""
     per_sequence = -(-(len(prompt) + steps) // block_size)
@@ -65,22 +86,44 @@ def main(argv):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=None, help="default: all cores")
+    parser.add_argument("--prefill-tokens", type=int, default=128)
+    parser.add_argument("--pages", default="huge", help="huge, small or small,huge: where the weights live")
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_batch.py " + " ".join(argv))
     cfg = gpt.GPTConfig(**SHAPES[args.shape])
-    model = gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(threads=args.threads))
+    pages = args.pages.split(",")
+    if not pages or any(p not in ("huge", "small") for p in pages):
+        parser.error(f"--pages takes huge, small or both, comma-separated; got {args.pages!r}")
+    models = {}
+    for kind in pages:  # the weights are allocated (and packed) when the model is built
+        os.environ["GPT_HUGE_PAGES"] = "1" if kind == "huge" else "0"
+        models[kind] = gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(threads=args.threads))
     prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, size=args.context_tokens)
-    single = decode_seconds(model, prompt, args.steps, args.repeats)
+    single = {kind: decode_seconds(model, prompt, args.steps, args.repeats) for kind, model in models.items()}
     print()
     print(f"{args.shape}, decode after {args.context_tokens} tokens, median of {args.repeats} rounds")
     print()
-    print("| path | sequences | ms per step | tokens/s | vs decode |")
-    print("|---|---:|---:|---:|---:|")
-    print(f"| model.decode (KVCache) | 1 | {single * 1e3:.1f} | {1 / single:.1f} | 1.00x |")
+    print("| path | weights in | sequences | ms per step | tokens/s | vs decode |")
+    print("|---|---|---:|---:|---:|---:|")
+    for kind in pages:
+        print(
+            f"| model.decode (KVCache) | {kind} pages | 1 | {single[kind] * 1e3:.1f} | {1 / single[kind]:.1f} | 1.00x |"
+        )
     for batch in (int(b) for b in args.batches.split(",")):
-        seconds = batch_step_seconds(model, prompt, batch, args.steps, args.repeats, args.block_size)
-        rate = batch / seconds
-        print(f"| step_batch (paged) | {batch} | {seconds * 1e3:.1f} | {rate:.1f} | {rate * single:.2f}x |")
+        for kind, model in models.items():
+            seconds = batch_step_seconds(model, prompt, batch, args.steps, args.repeats, args.block_size)
+            rate = batch / seconds
+            print(
+                f"| step_batch (paged) | {kind} pages | {batch} | {seconds * 1e3:.1f} | {rate:.1f} "
+                f"| {rate * single[kind]:.2f}x |"
+            )
+    for kind, model in models.items():
+        seconds = forward_seconds(model, args.prefill_tokens, args.repeats)
+        rate = args.prefill_tokens / seconds
+        print(
+            f"| model.forward ({args.prefill_tokens} tokens: the ceiling) | {kind} pages | 1 | {seconds * 1e3:.1f} "
+            f"| {rate:.1f} | {rate * single[kind]:.2f}x |"
+        )
 
 
 if __name__ == "__main__":
