@@ -116,8 +116,9 @@ public:
     if (paged) {
       paged->key = b.create<PagedCacheWriteOp>(loc, unranked(), k, paged->key, paged->slots);
       paged->value = b.create<PagedCacheWriteOp>(loc, unranked(), v, paged->value, paged->slots);
+      IntegerAttr window = config.attentionWindow > 0 ? b.getI64IntegerAttr(config.attentionWindow) : nullptr;
       Value a = b.create<PagedAttentionOp>(loc, unranked(), q, paged->key, paged->value, paged->tables,
-                                           paged->sequences, positions, b.getF32FloatAttr(scale));
+                                           paged->sequences, positions, b.getF32FloatAttr(scale), window);
       return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnProjWeight), w[W::AttnProjBias]);
     }
     Value offset;

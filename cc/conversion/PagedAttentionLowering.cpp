@@ -92,7 +92,8 @@ struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
 /// position, so the batch has no shared key range; a token's keys are its sequence's blocks,
 /// looked up in the block table and read where they lie in the pool. Per head, blocks
 /// 0 .. last - 1 (last = position / S) are full tiles, every key visible, and block `last`,
-/// which holds the token's own position, is the one partial tile, masked past it. Each block is
+/// which holds the token's own position, is the one partial tile, masked past it. With a window,
+/// the blocks before the window are skipped and the window's first block is masked below it. Each block is
 /// the decode step of causal_attention: s = K_blk . q as a [1, S] row (a dot product per key,
 /// streaming each key row once), scaled, then the shared online softmax step (OnlineSoftmax.h),
 /// whose p . V_blk is a [1, S] x [S, d] matmul reading V row by row. Tokens run in an scf.forall
@@ -102,7 +103,7 @@ public:
   PagedAttention(PagedAttentionOp op, PagedAttentionOp::Adaptor adaptor)
       : loc(op.getLoc()), ctx(op.getContext()), query(adaptor.getQuery()), keyPool(adaptor.getKeyPool()),
         valuePool(adaptor.getValuePool()), tables(adaptor.getBlockTables()), sequences(adaptor.getSequences()),
-        positions(adaptor.getPositions()), scale(op.getScale().convertToFloat()) {
+        positions(adaptor.getPositions()), scale(op.getScale().convertToFloat()), window(op.getWindow().value_or(0)) {
     ArrayRef<int64_t> q = rankedType(query).getShape();
     heads = q[0];
     tokens = q[1];
@@ -140,6 +141,25 @@ private:
     Value sinceStart = b.create<arith::SubIOp>(loc, position, lastStart);
     Value visible = b.create<arith::AddIOp>(loc, sinceStart, indexConstant(b, loc, 1));
     Value lastBlock = extractIndex(b, loc, tables, {sequence, last});
+    // With a window: the first visible position, max(position + 1 - W, 0), lies in block
+    // `firstBlock` at `firstOffset`. That block is masked from below; the blocks between it and
+    // the last are full; the blocks before it are not visited.
+    Value firstBlock, firstOffset, fullStart = indexConstant(b, loc, 0), lastLower;
+    if (window > 0) {
+      Value one = indexConstant(b, loc, 1), width = indexConstant(b, loc, window);
+      Value end = b.create<arith::AddIOp>(loc, position, one);
+      Value beyond = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, end, width);
+      Value start = b.create<arith::SubIOp>(loc, end, width);
+      Value first = b.create<arith::SelectOp>(loc, beyond, start, indexConstant(b, loc, 0));
+      firstBlock = b.create<arith::DivUIOp>(loc, first, size);
+      Value firstBlockStart = b.create<arith::MulIOp>(loc, firstBlock, size);
+      firstOffset = b.create<arith::SubIOp>(loc, first, firstBlockStart);
+      Value afterFirst = b.create<arith::AddIOp>(loc, firstBlock, one);
+      fullStart = b.create<arith::MinUIOp>(loc, afterFirst, last);
+      // The last block is also the first when the window starts inside it.
+      Value sameBlock = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, firstBlock, last);
+      lastLower = b.create<arith::SelectOp>(loc, sameBlock, firstOffset, indexConstant(b, loc, 0));
+    }
     auto headLoop = b.create<scf::ForOp>(
         loc, indexConstant(b, loc, 0), indexConstant(b, loc, heads), indexConstant(b, loc, 1), ValueRange{out},
         [&](OpBuilder &hb, Location, Value head, ValueRange headState) {
@@ -147,13 +167,25 @@ private:
           SmallVector<OpFoldResult> offsets = {head, token, hb.getIndexAttr(0)};
           Value q = hb.create<tensor::ExtractSliceOp>(loc, rowType, query, offsets, sizesOf(hb, {1, 1, headDim}),
                                                       sizesOf(hb, {1, 1, 1}));
+          SmallVector<Value> initial = initialSoftmaxState(hb, loc, 1, headDim);
+          if (window > 0) {
+            // The window's first block, masked below firstOffset, when it comes before the last
+            // (zero or one iteration).
+            auto leading = hb.create<scf::ForOp>(
+                loc, firstBlock, fullStart, indexConstant(hb, loc, 1), initial,
+                [&](OpBuilder &nb, Location, Value blockIndex, ValueRange state) {
+                  Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
+                  nb.create<scf::YieldOp>(loc, keyBlock(nb, q, block, head, firstOffset, /*upper=*/nullptr, state));
+                });
+            initial = leading.getResults();
+          }
           auto fullBlocks = hb.create<scf::ForOp>(
-              loc, indexConstant(hb, loc, 0), last, indexConstant(hb, loc, 1), initialSoftmaxState(hb, loc, 1, headDim),
+              loc, fullStart, last, indexConstant(hb, loc, 1), initial,
               [&](OpBuilder &nb, Location, Value blockIndex, ValueRange state) {
                 Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
-                nb.create<scf::YieldOp>(loc, keyBlock(nb, q, block, head, /*visible=*/nullptr, state));
+                nb.create<scf::YieldOp>(loc, keyBlock(nb, q, block, head, /*lower=*/nullptr, /*upper=*/nullptr, state));
               });
-          SmallVector<Value> state = keyBlock(hb, q, lastBlock, head, visible, fullBlocks.getResults());
+          SmallVector<Value> state = keyBlock(hb, q, lastBlock, head, lastLower, visible, fullBlocks.getResults());
           Value normalized = normalizedSoftmaxOutput(hb, loc, state);
           SmallVector<OpFoldResult> outOffsets = {head, hb.getIndexAttr(0)};
           Value written = hb.create<tensor::InsertSliceOp>(loc, normalized, headState[0], outOffsets,
@@ -165,9 +197,12 @@ private:
 
   AffineMap id(int64_t rank) const { return AffineMap::getMultiDimIdentityMap(rank, ctx); }
 
-  /// One block's online-softmax step over (m, l, acc). `visible`: how many of its keys the token
-  /// sees, in the partial block; null in a full one, where the mask is not evaluated.
-  SmallVector<Value> keyBlock(OpBuilder &b, Value q, Value block, Value head, Value visible, ValueRange state) {
+  /// One block's online-softmax step over (m, l, acc). The token sees the block's keys from
+  /// `lower` (null: 0) up to before `upper` (null: all of them); with both null the block is
+  /// full and the mask is not evaluated.
+  SmallVector<Value> keyBlock(OpBuilder &b, Value q, Value block, Value head, Value lower, Value upper,
+                              ValueRange state) {
+    const bool masked = lower || upper;
     Value keys = blockRows(b, loc, keyPool, block, head), values = blockRows(b, loc, valuePool, block, head);
     // s[j] = k[j] . q: a row reduction over the head dimension, read as [1, S] through the
     // consumer's map (an expand_shape would be propagated into the reduction, which would then
@@ -179,24 +214,31 @@ private:
                                    });
     auto visibleKey = [&](OpBuilder &nb, Location l, ValueRange) -> Value {
       Value key = nb.create<linalg::IndexOp>(l, 1);
-      return nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, key, visible);
+      Value seen;
+      if (upper) seen = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, key, upper);
+      if (lower) {
+        Value inWindow = nb.create<arith::CmpIOp>(l, arith::CmpIPredicate::uge, key, lower);
+        seen = seen ? nb.create<arith::AndIOp>(l, seen, inWindow).getResult() : inWindow;
+      }
+      return seen;
     };
-    // scale * s, and -inf past the token's position in the partial block.
-    Value masked =
+    // scale * s, and -inf outside the keys the token sees in a partial block.
+    Value scores =
         buildGeneric(b, loc, emptyTensor(b, loc, {1, blockSize}), {dots}, {byKey}, id(2),
                      SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
                      [&](OpBuilder &nb, Location l, ValueRange a) -> Value {
                        Value scaled = nb.create<arith::MulFOp>(l, a[0], f32Constant(nb, l, scale));
-                       if (!visible) return scaled;
+                       if (!masked) return scaled;
                        return nb.create<arith::SelectOp>(l, visibleKey(nb, l, a), scaled, f32Constant(nb, l, kNegInf));
                      });
-    return onlineSoftmaxUpdate(b, loc, masked, values, state, visible ? KeyVisibility(visibleKey) : KeyVisibility());
+    return onlineSoftmaxUpdate(b, loc, scores, values, state, masked ? KeyVisibility(visibleKey) : KeyVisibility());
   }
 
   Location loc;
   MLIRContext *ctx;
   Value query, keyPool, valuePool, tables, sequences, positions;
   float scale;
+  int64_t window; // 0: none
   int64_t heads = 0, tokens = 0, headDim = 0, blockSize = 0;
 };
 

@@ -345,6 +345,8 @@ LogicalResult PagedAttentionOp::verify() {
   float scale = getScale().convertToFloat();
   if (!(scale > 0.0f) || !std::isfinite(scale))
     return emitOpError() << "scale must be a positive finite number, got " << getScaleAttr();
+  if (std::optional<int64_t> window = getWindow(); window && *window < 1)
+    return emitOpError() << "window must be >= 1 (the keys a query sees, its own included), got " << *window;
   return verifyInferred(*this,
                         inferPagedAttentionType(getQuery().getType(), getKeyPool().getType(), getValuePool().getType(),
                                                 getBlockTables().getType(), getSequences().getType(),

@@ -529,7 +529,10 @@ def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
     attends to positions `0 .. positions[t]` of its own sequence, read through its block table
     (no sequence is ever copied out of the pool):
     `result[h, t] = softmax_p(scale * q[h, t] . k_p) . v_p`. The caller guarantees that every
-    block those positions need is listed and inside the pool.
+    block those positions need is listed and inside the pool. With `window = W` (W >= 1) the
+    attention is a sliding window, as `causal_attention`'s: token `t` sees only positions
+    `positions[t] - W + 1 .. positions[t]`, and blocks wholly before them are not read (nor need
+    they be listed correctly: the table's entries there are ignored).
 
     ```mlir
     %a = transformer.paged_attention %q, %kp, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32}
@@ -539,7 +542,7 @@ def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
   }];
   let arguments = (ins F32Tensor:$query, F32Tensor:$key_pool, F32Tensor:$value_pool,
                        TensorOf<[I64]>:$block_tables, TensorOf<[I64]>:$sequences,
-                       TensorOf<[I64]>:$positions, F32Attr:$scale);
+                       TensorOf<[I64]>:$positions, F32Attr:$scale, OptionalAttr<I64Attr>:$window);
   let results = (outs F32Tensor:$output);
   let assemblyFormat = [{
     $query `,` $key_pool `,` $value_pool `tables` $block_tables `sequences` $sequences `positions` $positions

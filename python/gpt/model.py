@@ -244,10 +244,10 @@ class GPT:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if self._config.attention_window is not None:
-            raise ValueError("a block pool with attention_window is not supported (batched steps are causal)")
         if self._config.attention_mask is not None:
-            raise ValueError("a block pool with attention_mask is not supported (batched steps are causal)")
+            raise ValueError(
+                "a block pool with attention_mask is not supported (batched steps are causal or sliding-window)"
+            )
         return KVBlockPool(self, int(num_blocks), int(block_size))
 
     def step_batch(self, pool: KVBlockPool, ids, counts, starts, block_tables) -> np.ndarray:

@@ -67,3 +67,45 @@ func.func @attention(%q: tensor<2x3x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tenso
       : tensor<2x3x8xf32>, tensor<6x2x4x8xf32>, tensor<6x2x4x8xf32>, tensor<2x2xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<2x3x8xf32>
   return %a : tensor<2x3x8xf32>
 }
+
+// -----
+
+// A sliding window of W = 6: the first visible position is max(position + 1 - 6, 0), in block
+// first / S at offset first % S. That block, when it comes before the last, is visited by a loop
+// of zero or one iteration and masked below the offset (index >= offset); the full blocks run
+// from the one after it to the last, unmasked; the blocks before the window are not visited. The
+// last block is masked past the position and, when the window starts inside it, below the offset.
+// CHECK-LABEL: func.func @window
+// CHECK: scf.forall
+// CHECK:   %[[LAST:.*]] = arith.divui %{{.*}}, %{{.*}} : index
+// CHECK:   tensor.extract %{{.*}}[%{{.*}}, %[[LAST]]] : tensor<2x2xi64>
+// CHECK:   %[[END:.*]] = arith.addi %{{.*}}, %[[ONE:.*]] : index
+// CHECK:   %[[BEYOND:.*]] = arith.cmpi ugt, %[[END]], %[[W:.*]] : index
+// CHECK:   %[[START:.*]] = arith.subi %[[END]], %[[W]] : index
+// CHECK:   %[[FIRST:.*]] = arith.select %[[BEYOND]], %[[START]], %{{.*}} : index
+// CHECK:   %[[FIRSTBLOCK:.*]] = arith.divui %[[FIRST]], %{{.*}} : index
+// CHECK:   %[[FIRSTSTART:.*]] = arith.muli %[[FIRSTBLOCK]], %{{.*}} : index
+// CHECK:   %[[OFFSET:.*]] = arith.subi %[[FIRST]], %[[FIRSTSTART]] : index
+// CHECK:   %[[AFTER:.*]] = arith.addi %[[FIRSTBLOCK]], %[[ONE]] : index
+// CHECK:   %[[FULLSTART:.*]] = arith.minui %[[AFTER]], %[[LAST]] : index
+// CHECK:   %[[SAME:.*]] = arith.cmpi eq, %[[FIRSTBLOCK]], %[[LAST]] : index
+// CHECK:   %[[LASTLOWER:.*]] = arith.select %[[SAME]], %[[OFFSET]], %{{.*}} : index
+// CHECK:   scf.for
+// CHECK:     scf.for %{{.*}} = %[[FIRSTBLOCK]] to %[[FULLSTART]] step
+// CHECK:       %[[KEY:.*]] = linalg.index 1 : index
+// CHECK:       arith.cmpi uge, %[[KEY]], %[[OFFSET]] : index
+// CHECK:       math.exp
+// CHECK:     scf.for %{{.*}} = %[[FULLSTART]] to %[[LAST]] step
+// CHECK-NOT:   arith.cmpi
+// CHECK:       math.exp
+// CHECK-NOT:   arith.cmpi
+// CHECK:       scf.yield
+// CHECK:     %[[KEY2:.*]] = linalg.index 1 : index
+// CHECK:     %[[BEFORE:.*]] = arith.cmpi ult, %[[KEY2]], %{{.*}} : index
+// CHECK:     %[[INWINDOW:.*]] = arith.cmpi uge, %[[KEY2]], %[[LASTLOWER]] : index
+// CHECK:     arith.andi %[[BEFORE]], %[[INWINDOW]] : i1
+func.func @window(%q: tensor<2x3x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tensor<6x2x4x8xf32>, %tables: tensor<2x2xi64>, %seqs: tensor<3xi64>, %pos: tensor<3xi64>) -> tensor<2x3x8xf32> {
+  %a = transformer.paged_attention %q, %kp, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32, window = 6 : i64}
+      : tensor<2x3x8xf32>, tensor<6x2x4x8xf32>, tensor<6x2x4x8xf32>, tensor<2x2xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<2x3x8xf32>
+  return %a : tensor<2x3x8xf32>
+}

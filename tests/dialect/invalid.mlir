@@ -826,3 +826,11 @@ func.func @yield_outside_attention() {
   // expected-error @+1 {{expects parent op 'transformer.causal_attention'}}
   transformer.yield %t : i1
 }
+
+// -----
+
+func.func @paged_attention_window(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %t: tensor<2x8xi64>, %s: tensor<3xi64>) {
+  // expected-error @+1 {{window must be >= 1}}
+  %0 = transformer.paged_attention %q, %kp, %kp tables %t sequences %s positions %s {scale = 0.25 : f32, window = 0 : i64} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
+  return
+}

@@ -191,6 +191,8 @@ func.func @paged_pool(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %vp: t
   %kp2 = transformer.paged_cache_write %q into %kp[%slots] : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<3xi64> -> tensor<32x4x8x16xf32>
   // CHECK: transformer.paged_attention %{{.*}}, %{{.*}}, %{{.*}} tables %{{.*}} sequences %{{.*}} positions %{{.*}} {scale = 2.500000e-01 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x16xf32>
   %a = transformer.paged_attention %q, %kp2, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x16xf32>
+  // CHECK: transformer.paged_attention {{.*}} {scale = 2.500000e-01 : f32, window = 6 : i64}
+  %w = transformer.paged_attention %q, %kp2, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32, window = 6 : i64} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x16xf32>
   return %a : tensor<4x3x16xf32>
 }
 

@@ -168,7 +168,7 @@ def test_bad_steps_raise_and_change_nothing(message):
     assert (pool.keys == 1.0).all() and (pool.values == 0.0).all()
 
 
-def test_pool_belongs_to_its_model_and_windows_are_refused():
+def test_pool_belongs_to_its_model():
     model, _ = make_model()
     other, _ = make_model(seed=1)
     with pytest.raises(ValueError, match="belongs to another model"):
@@ -177,9 +177,42 @@ def test_pool_belongs_to_its_model_and_windows_are_refused():
         model.step_batch(np.zeros(3), [1], [1], [0], [[0]])
     with pytest.raises(ValueError, match="num_blocks must be an int >= 1"):
         model.new_block_pool(0)
-    windowed = gpt.GPT.random(gpt.GPTConfig(**NANO, attention_window=8))
-    with pytest.raises(ValueError, match="attention_window is not supported"):
-        windowed.new_block_pool(4)
+
+
+@pytest.mark.parametrize("pos_embedding", ["learned", "rope"])
+def test_sliding_window_matches_reference(pos_embedding):
+    """A window of 6 over blocks of 4: the window starts inside a block (masked below), at a block
+    boundary, inside the last block itself, and covers whole blocks between; blocks wholly before
+    it are never read (filled with NaN, they change nothing)."""
+    cfg = gpt.GPTConfig(**NANO, pos_embedding=pos_embedding, attention_window=6)
+    weights = exercising_weights(cfg)
+    model = gpt.GPT.from_weights(cfg, weights)
+    pool = model.new_block_pool(32, 4)
+    seqs = Sequences(pool, count=3, width=32 // 3, seed=5)
+    ids = token_ids(cfg, 60, seed=2)
+    plan = [
+        [ids[:7], ids[7:8], ids[8:19]],
+        [ids[19:20], ids[20:26], ids[26:27]],
+        [ids[27:28], ids[28:29], ids[29:30]],
+        [ids[30:31], ids[31:32], ids[32:41]],
+    ]
+    for new_tokens in plan:
+        logits = seqs.step(model, pool, new_tokens)
+        for row, history in zip(logits, seqs.histories, strict=True):
+            expected = gpt2_logits(weights, history, cfg.n_layer, cfg.n_head, pos_embedding, window=6)[-1]
+            assert relative_error(row, expected) <= RTOL
+    # Blocks wholly before every sequence's window are not read: poisoning them changes nothing.
+    before = seqs.step(model, pool, [ids[41:42], ids[42:43], ids[43:44]])
+    for b, history in enumerate(seqs.histories):
+        first_visible = len(history) - 6  # the rerun of its last token (position len - 1) sees from here
+        pool.keys[:, seqs.tables[b, : first_visible // 4]] = np.nan
+        pool.values[:, seqs.tables[b, : first_visible // 4]] = np.nan
+    tokens = [[history[-1]] for history in seqs.histories]
+    for history in seqs.histories:
+        history.pop()
+    starts = [len(history) for history in seqs.histories]
+    again = model.step_batch(pool, np.concatenate(tokens), [1, 1, 1], starts, seqs.tables)
+    np.testing.assert_array_equal(again, before)
 
 
 def test_copy_block():
