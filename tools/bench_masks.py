@@ -14,9 +14,10 @@ That estimate is a difference of two forward times. At GPT-2 small's width the 1
 and the 50257-wide LM head are three quarters of the forward, so the difference of two numbers
 ~10% apart is mostly noise. `--isolated` adds a second table that measures the same attention
 more directly: each width's attention shape (its heads, head size and T; the attention op and
-its lowering are the same) in a model of one layer with a 256-token vocabulary, so attention is a
-large share of the forward and no LM head hides it. Attention per layer does not depend on the
-number of layers or the vocabulary, so its ratios are the same quantity as the table above's.
+its lowering are the same) in a model of one layer with a 256-token vocabulary. Attention per
+layer does not depend on the number of layers or the vocabulary, so its ratios are the same
+quantity as the table above's; attention's share of the forward is about the same (no LM head),
+but a forward is ~20x shorter at GPT-2 small's width, so many more repeats fit in the same time.
 It reports the minimum over the repeats next to the median: on a shared machine other work only
 ever adds time, so the minimum is the closest to the program's own cost (both are printed, and
 the ratio test is applied to each).
