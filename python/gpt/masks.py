@@ -296,9 +296,9 @@ class Expression(AttentionMask):
         if node.name in ("i", "j") or node.literal is not None:
             raise ValueError(f"mask expression {node.text()!r} is an integer, not a condition")
         object.__setattr__(self, "text", node.text())
-        # The diagonal over a short prefix catches the commonest mistake (a strict j < i) at once;
-        # check() covers every position below block_size.
-        self._check_sees_itself(64)
+        # The first query at once (a strict j < i leaves it no key); check() covers every position
+        # below the model's block_size, when a GPTConfig takes the mask.
+        self._check_sees_itself(1)
 
     @functools.cached_property
     def _node(self) -> Node:
