@@ -1,5 +1,5 @@
 """Attention-mask benchmark: forward over T tokens under causal, sliding-window and strided masks,
-and whether attention time follows the count of non-empty tiles; decode with a window.
+and whether attention time follows the count of non-empty tiles; decode at two positions.
 
     bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/bench_masks.py
 
@@ -176,32 +176,35 @@ def isolated_table(widths, lengths, mask_names, threads, repeats):
                 )
 
 
-def decode_table(width, window, positions, threads, steps):
-    """Decode ms per token at each position with a sliding window: each position's cache is
-    prefilled once, then the positions take turns (`steps` decode steps each, three rounds, after
-    a warm-up step), so that a slow patch of the machine does not land on one of them alone."""
-    cfg = gpt.GPTConfig(
-        **WIDTHS[width], block_size=max(positions) + 4 * steps + 2, pos_embedding="rope", attention_window=window
-    )
-    model = gpt.GPT.random(cfg, options=gpt.CompileOptions(threads=threads, disk_cache=False))
+def decode_table(width, mask_names, positions, threads, steps):
+    """Decode ms per token at each position under each mask (window:256 by default: the rolling
+    cache). Each (mask, position) cache is prefilled once, then they take turns (`steps` decode
+    steps each, three rounds, after a warm-up step), so that a slow patch of the machine does not
+    land on one of them alone."""
+    block_size = max(positions) + 4 * steps + 2
+    options = gpt.CompileOptions(threads=threads, disk_cache=False)
     caches = {}
-    for position in positions:
-        caches[position] = model.new_cache()
-        model.prefill(np.random.default_rng(0).integers(0, cfg.vocab_size, size=position), caches[position])
-        model.decode(1, caches[position])  # warm-up (compiles the step on the first position)
-    times = {position: [] for position in positions}
-    for _ in range(3):
+    for name in mask_names:
+        model = gpt.GPT.random(make_config(width, block_size, name), options=options)
         for position in positions:
+            cache = model.new_cache()
+            model.prefill(np.random.default_rng(0).integers(0, model.config.vocab_size, size=position), cache)
+            model.decode(1, cache)  # warm-up (compiles the step on the first position)
+            caches[name, position] = (model, cache)
+    times = {key: [] for key in caches}
+    for _ in range(3):
+        for key, (model, cache) in caches.items():
             for _ in range(steps):
                 start = time.perf_counter()
-                model.decode(1, caches[position])
-                times[position].append(time.perf_counter() - start)
-    print(f"| model | window | position | decode (ms/token, median of {3 * steps}) | / first row |")
+                model.decode(1, cache)
+                times[key].append(time.perf_counter() - start)
+    print(f"| model | mask | position | decode (ms/token, median of {3 * steps}) | / first position |")
     print("|---|---|---|---|---|")
-    first = statistics.median(times[positions[0]])
-    for position in positions:
-        median = statistics.median(times[position])
-        print(f"| {width} | {window} | {position} | {median * 1e3:.3f} | {median / first:.2f} |", flush=True)
+    for name in mask_names:
+        first = statistics.median(times[name, positions[0]])
+        for position in positions:
+            median = statistics.median(times[name, position])
+            print(f"| {width} | {name} | {position} | {median * 1e3:.3f} | {median / first:.2f} |", flush=True)
 
 
 def main(argv):
@@ -217,6 +220,7 @@ def main(argv):
     )
     parser.add_argument("--whole", default="yes", choices=["yes", "no"], help="no: skip the whole-model table")
     parser.add_argument("--decode-positions", default="256,4000")
+    parser.add_argument("--decode-masks", default="window:256", help="e.g. causal,window:256,strided:128")
     parser.add_argument("--decode-steps", type=int, default=20)
     args = parser.parse_args(argv)
 
@@ -231,7 +235,7 @@ def main(argv):
     if args.decode_width:
         print()
         positions = [int(p) for p in args.decode_positions.split(",")]
-        decode_table(args.decode_width, 256, positions, args.threads, args.decode_steps)
+        decode_table(args.decode_width, args.decode_masks.split(","), positions, args.threads, args.decode_steps)
 
 
 if __name__ == "__main__":
