@@ -49,3 +49,9 @@ def chunks_and_window(tokens, chunk, window):
     """A user's mask that looks ahead: each chunk of `chunk` positions sees itself both ways, and
     each query also sees the `window` positions before it."""
     return dense(tokens, lambda i, j: j // chunk == i // chunk or (j <= i and j >= i - window))
+
+
+def sinks_and_window(tokens, sinks, window):
+    """A user's mask (attention sinks, as StreamingLLM keeps them): the first `sinks` positions
+    and the `window` latest ones."""
+    return dense(tokens, lambda i, j: j <= i and (j < sinks or i - j < window))

@@ -273,3 +273,26 @@ def test_bad_user_expressions(source, message):
     with pytest.raises(ValueError, match=message):
         expression = masks.Expression(source() if callable(source) else source)
         masked_config(expression)
+
+
+@pytest.mark.parametrize("pipeline", ["baseline", "default"])
+def test_decode_skips_key_blocks_the_mask_hides(pipeline):
+    """Decode under a mask expression visits only the key blocks where its query sees a key:
+    with 4 sink positions and a window of 8, a query past position 70 sees nothing in block 1
+    (positions 32-63). Poisoning it with NaN (any read spreads it: 0 * NaN) must leave every
+    decoded logit finite and equal to the dense reference's."""
+    mask = masks.Expression((masks.j <= masks.i) & ((masks.j < 4) | (masks.i - masks.j < 8)))
+    cfg = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=128, block_size=128, attention_mask=mask)
+    dense = mask_reference.sinks_and_window(128, 4, 8)
+    weights = exercising_weights(cfg, seed=9)
+    model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(pipeline=pipeline))
+    ids = [int(t) for t in token_ids(cfg, 110, seed=9)]
+    cache = model.new_cache()
+    model.prefill(ids[:100], cache)
+    cache._keys[:, :, 32:64] = np.nan
+    cache._values[:, :, 32:64] = np.nan
+    for end in range(101, 111):
+        logits = model.decode(ids[end - 1], cache)
+        assert np.isfinite(logits).all()
+        expected = gpt2_logits(weights, np.array(ids[:end]), cfg.n_layer, cfg.n_head, mask=dense)[-1]
+        assert relative_error(logits, expected) < RTOL
