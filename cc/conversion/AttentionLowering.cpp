@@ -293,9 +293,11 @@ private:
             nb.create<scf::YieldOp>(loc, keyBlock(nb, head, queryStart, keyStart, qBlock, state, /*partial=*/true));
             return;
           }
-          Value flag = element(nb, seenBlocks, nb.create<arith::DivUIOp>(loc, keyStart, index(nb, bk)));
-          Value seen =
-              nb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, flag, nb.create<arith::ConstantIntOp>(loc, 0, 8));
+          Value blockSize = index(nb, bk);
+          Value blockIndex = nb.create<arith::DivUIOp>(loc, keyStart, blockSize);
+          Value flag = element(nb, seenBlocks, blockIndex);
+          Value zero = nb.create<arith::ConstantIntOp>(loc, 0, 8);
+          Value seen = nb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, flag, zero);
           auto visit = nb.create<scf::IfOp>(
               loc, seen,
               [&](OpBuilder &tb, Location) {
@@ -314,36 +316,44 @@ private:
   // with nothing to see is read to its end. Entries past the written keys are never read.
   Value seenKeyBlocks(OpBuilder &b) const {
     int64_t blocks = llvm::divideCeil(keys, bk);
-    Value written = b.create<arith::MinUIOp>(loc, b.create<arith::AddIOp>(loc, offset, index(b, 1)), index(b, keys));
-    Value writtenBlocks =
-        b.create<arith::DivUIOp>(loc, b.create<arith::AddIOp>(loc, written, index(b, bk - 1)), index(b, bk));
+    // One sequential op per statement: nested creates in one argument list would order the IR
+    // by the compiler's argument evaluation order.
+    Value one = index(b, 1), keyCount = index(b, keys), roundUp = index(b, bk - 1), blockSize = index(b, bk);
+    Value next = b.create<arith::AddIOp>(loc, offset, one);
+    Value written = b.create<arith::MinUIOp>(loc, next, keyCount);
+    Value writtenRoundedUp = b.create<arith::AddIOp>(loc, written, roundUp);
+    Value writtenBlocks = b.create<arith::DivUIOp>(loc, writtenRoundedUp, blockSize);
     Value empty = b.create<tensor::EmptyOp>(loc, ArrayRef<int64_t>{blocks}, b.getI8Type());
-    auto loop = b.create<scf::ForOp>(
-        loc, index(b, 0), writtenBlocks, index(b, 1), ValueRange{empty},
-        [&](OpBuilder &nb, Location, Value block, ValueRange flags) {
-          Value keyStart = nb.create<arith::MulIOp>(loc, block, index(nb, bk));
-          Value seen = nb.create<arith::ExtUIOp>(loc, nb.getI8Type(), anyKeyVisible(nb, offset, keyStart));
-          nb.create<scf::YieldOp>(loc, ValueRange{nb.create<tensor::InsertOp>(loc, seen, flags[0], block)});
-        });
+    Value zero = index(b, 0);
+    auto loop = b.create<scf::ForOp>(loc, zero, writtenBlocks, one, ValueRange{empty},
+                                     [&](OpBuilder &nb, Location, Value block, ValueRange flags) {
+                                       Value keyStart = nb.create<arith::MulIOp>(loc, block, blockSize);
+                                       Value any = anyKeyVisible(nb, offset, keyStart);
+                                       Value seen = nb.create<arith::ExtUIOp>(loc, nb.getI8Type(), any);
+                                       Value updated = nb.create<tensor::InsertOp>(loc, seen, flags[0], block);
+                                       nb.create<scf::YieldOp>(loc, updated);
+                                     });
     return loop.getResult(0);
   }
 
   // Whether the mask expression shows the query at `position` any key of the block from
   // keyStart, its keys tried in order up to the first visible one.
   Value anyKeyVisible(OpBuilder &b, Value position, Value keyStart) const {
-    Value none = b.create<arith::ConstantIntOp>(loc, 0, 1);
+    Value first = index(b, 0), none = b.create<arith::ConstantIntOp>(loc, 0, 1);
+    Value blockSize = index(b, bk), step = index(b, 1), found = b.create<arith::ConstantIntOp>(loc, 1, 1);
     Type i1 = b.getI1Type(), indexType = b.getIndexType();
     auto search = b.create<scf::WhileOp>(
-        loc, TypeRange{indexType, i1}, ValueRange{index(b, 0), none},
+        loc, TypeRange{indexType, i1}, ValueRange{first, none},
         [&](OpBuilder &cb, Location, ValueRange args) {
-          Value inBlock = cb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, args[0], index(cb, bk));
-          Value notYet = cb.create<arith::XOrIOp>(loc, args[1], cb.create<arith::ConstantIntOp>(loc, 1, 1));
-          cb.create<scf::ConditionOp>(loc, cb.create<arith::AndIOp>(loc, inBlock, notYet), args);
+          Value inBlock = cb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, args[0], blockSize);
+          Value notYet = cb.create<arith::XOrIOp>(loc, args[1], found);
+          Value goOn = cb.create<arith::AndIOp>(loc, inBlock, notYet);
+          cb.create<scf::ConditionOp>(loc, goOn, args);
         },
         [&](OpBuilder &nb, Location, ValueRange args) {
           Value j = nb.create<arith::AddIOp>(loc, keyStart, args[0]);
           Value seen = evaluateExpression(nb, loc, position, j);
-          Value next = nb.create<arith::AddIOp>(loc, args[0], index(nb, 1));
+          Value next = nb.create<arith::AddIOp>(loc, args[0], step);
           nb.create<scf::YieldOp>(loc, ValueRange{next, seen});
         });
     return search.getResult(1);
