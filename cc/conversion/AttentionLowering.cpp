@@ -120,6 +120,7 @@ public:
   Value build(OpBuilder &b, DenseElementsAttr maskBits) {
     offset = queryOffset ? queryOffset : b.create<arith::ConstantIndexOp>(loc, 0).getResult();
     if (maskBits) mask = byteMask(b, maskBits);
+    if (maskExpression && queryOffset && queries == 1) seenBlocks = seenKeyBlocks(b);
     if (tileClasses)
       for (auto [table, kind] : {std::pair{&fullTiles, TileClass::Full}, {&partialTiles, TileClass::Partial}}) {
         KeyBlockList list = keyBlocksOfClass(tileClasses, kind);
@@ -281,14 +282,81 @@ private:
     return maskedKeyLoop(b, head, queryStart, qBlock, init, keyBegin, keyEnd);
   }
 
-  // Every key block from keyBegin to keyEnd, each masked.
+  // Every key block from keyBegin to keyEnd, each masked; with seenBlocks (a decode step under a
+  // mask expression) only those in which the query sees a key: a strided or fixed mask then reads
+  // its band's and its sparse keys' blocks, not every block up to the position.
   SmallVector<Value> maskedKeyLoop(OpBuilder &b, Value head, Value queryStart, Value qBlock, ValueRange init,
                                    Value keyBegin, Value keyEnd) {
     auto keyLoop = b.create<scf::ForOp>(
         loc, keyBegin, keyEnd, index(b, bk), init, [&](OpBuilder &nb, Location, Value keyStart, ValueRange state) {
-          nb.create<scf::YieldOp>(loc, keyBlock(nb, head, queryStart, keyStart, qBlock, state, /*partial=*/true));
+          if (!seenBlocks) {
+            nb.create<scf::YieldOp>(loc, keyBlock(nb, head, queryStart, keyStart, qBlock, state, /*partial=*/true));
+            return;
+          }
+          Value blockSize = index(nb, bk);
+          Value blockIndex = nb.create<arith::DivUIOp>(loc, keyStart, blockSize);
+          Value flag = element(nb, seenBlocks, blockIndex);
+          Value zero = nb.create<arith::ConstantIntOp>(loc, 0, 8);
+          Value seen = nb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, flag, zero);
+          auto visit = nb.create<scf::IfOp>(
+              loc, seen,
+              [&](OpBuilder &tb, Location) {
+                tb.create<scf::YieldOp>(loc, keyBlock(tb, head, queryStart, keyStart, qBlock, state, /*partial=*/true));
+              },
+              [&](OpBuilder &eb, Location) { eb.create<scf::YieldOp>(loc, state); });
+          nb.create<scf::YieldOp>(loc, visit.getResults());
         });
     return SmallVector<Value>(keyLoop.getResults());
+  }
+
+  // A decode step's one query under a mask expression: per key block written so far, 1 if the
+  // expression shows the query any of its keys, else 0 (bytes, as byteMask says why). Computed
+  // once before the head loop (it does not depend on the head); a block's keys are tried one by
+  // one up to the first visible one, so a block in a band costs one evaluation and only a block
+  // with nothing to see is read to its end. Entries past the written keys are never read.
+  Value seenKeyBlocks(OpBuilder &b) const {
+    int64_t blocks = llvm::divideCeil(keys, bk);
+    // One sequential op per statement: nested creates in one argument list would order the IR
+    // by the compiler's argument evaluation order.
+    Value one = index(b, 1), keyCount = index(b, keys), roundUp = index(b, bk - 1), blockSize = index(b, bk);
+    Value next = b.create<arith::AddIOp>(loc, offset, one);
+    Value written = b.create<arith::MinUIOp>(loc, next, keyCount);
+    Value writtenRoundedUp = b.create<arith::AddIOp>(loc, written, roundUp);
+    Value writtenBlocks = b.create<arith::DivUIOp>(loc, writtenRoundedUp, blockSize);
+    Value empty = b.create<tensor::EmptyOp>(loc, ArrayRef<int64_t>{blocks}, b.getI8Type());
+    Value zero = index(b, 0);
+    auto loop = b.create<scf::ForOp>(loc, zero, writtenBlocks, one, ValueRange{empty},
+                                     [&](OpBuilder &nb, Location, Value block, ValueRange flags) {
+                                       Value keyStart = nb.create<arith::MulIOp>(loc, block, blockSize);
+                                       Value any = anyKeyVisible(nb, offset, keyStart);
+                                       Value seen = nb.create<arith::ExtUIOp>(loc, nb.getI8Type(), any);
+                                       Value updated = nb.create<tensor::InsertOp>(loc, seen, flags[0], block);
+                                       nb.create<scf::YieldOp>(loc, updated);
+                                     });
+    return loop.getResult(0);
+  }
+
+  // Whether the mask expression shows the query at `position` any key of the block from
+  // keyStart, its keys tried in order up to the first visible one.
+  Value anyKeyVisible(OpBuilder &b, Value position, Value keyStart) const {
+    Value first = index(b, 0), none = b.create<arith::ConstantIntOp>(loc, 0, 1);
+    Value blockSize = index(b, bk), step = index(b, 1), found = b.create<arith::ConstantIntOp>(loc, 1, 1);
+    Type i1 = b.getI1Type(), indexType = b.getIndexType();
+    auto search = b.create<scf::WhileOp>(
+        loc, TypeRange{indexType, i1}, ValueRange{first, none},
+        [&](OpBuilder &cb, Location, ValueRange args) {
+          Value inBlock = cb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, args[0], blockSize);
+          Value notYet = cb.create<arith::XOrIOp>(loc, args[1], found);
+          Value goOn = cb.create<arith::AndIOp>(loc, inBlock, notYet);
+          cb.create<scf::ConditionOp>(loc, goOn, args);
+        },
+        [&](OpBuilder &nb, Location, ValueRange args) {
+          Value j = nb.create<arith::AddIOp>(loc, keyStart, args[0]);
+          Value seen = evaluateExpression(nb, loc, position, j);
+          Value next = nb.create<arith::AddIOp>(loc, args[0], step);
+          nb.create<scf::YieldOp>(loc, ValueRange{next, seen});
+        });
+    return search.getResult(1);
   }
 
   // One key block of one query block: (m, l, acc) -> (m', l', acc'). Only a partial tile
@@ -423,6 +491,7 @@ private:
   bool tokenMajorResult;
   Value queryOffset, offset;     // the operand (may be null), and the index the loops use
   Value mask;                    // the [Tq, Tk] mask as bytes (byteMask), when the op has one
+  Value seenBlocks;              // a decode step's visited key blocks (seenKeyBlocks), when it has them
   std::optional<int64_t> window; // the sliding window W, when the mask has one
   Region *maskExpression;        // the op's `visible` region, when it has one
   ArrayAttr tileClasses;         // --transformer-classify-attention-tiles' result, when it ran

@@ -22,8 +22,9 @@ class GPTConfig:
     i - W < j <= i (None: full causal attention); the KV cache then holds W positions per layer
     and rolls, so that with rotary positions generation may go on past block_size.
     `attention_mask` takes any mask of gpt.masks (strided, fixed, prefix-LM, documents, block
-    patterns); the masks that are expressions of positions (strided, fixed, prefix-LM) run with
-    a KV cache too, the others forward() (and generate(use_cache=False)) only."""
+    patterns, a gpt.masks.Expression of one's own); the masks that are expressions of positions
+    (strided, fixed, prefix-LM, an Expression that sees no later key) run with a KV cache too, the
+    others forward() (and generate(use_cache=False)) only."""
 
     n_layer: int
     n_head: int

@@ -9,11 +9,51 @@ evaluates the mask only in the partial ones. It gets a mask in one of three form
   s-expression over i and j (cc/builder/MaskExpression.h) that attention carries as IR: no
   [T, T] data exists, and prefill, decode and generate with a KV cache work as with causal;
 - the others (Document, BlockPattern) are data: a [T, T] constant, forward() only.
+
+A mask of one's own that is a function of the positions is an Expression, written with Python
+operators on `i` (the query position) and `j` (the key position), or as the s-expression text:
+
+    from gpt import masks
+    from gpt.masks import i, j
+    # The 16 previous positions, and every position that is a multiple of 64 (global tokens):
+    local_and_global = masks.Expression((j <= i) & ((i - j < 16) | (j % 64 == 0)))
+    same = masks.Expression("(and (le j i) (or (lt (sub i j) 16) (eq (mod j 64) 0)))")
+    model = gpt.GPT.random(gpt.GPTConfig(..., attention_mask=local_and_global))
+
+Integers: i, j, int literals, + - *, // and % by a positive int literal (Python's floor division
+and modulo), masks.minimum(a, b), masks.maximum(a, b); comparisons < <= > >= == != give
+booleans, combined with & | ~. Every query must see its own position. An expression that sees no
+later key (j <= i wherever it is true) runs forward, prefill, decode and cached generate; one
+that looks ahead runs forward() and generate(use_cache=False) only. A bad expression (unknown
+operator or name, wrong number or kind of arguments, not a boolean, a query that does not see
+itself) raises a ValueError naming the problem, before anything compiles.
 """
 
 import dataclasses
+import functools
 
 import numpy as np
+
+from gpt.mask_expression import Node, Term, maximum, minimum, parse
+
+i = Term(Node("i"))  # the query's position, for Expression
+j = Term(Node("j"))  # the key's position, for Expression
+
+__all__ = [
+    "AttentionMask",
+    "BlockPattern",
+    "Causal",
+    "Document",
+    "Expression",
+    "Fixed",
+    "PrefixLM",
+    "SlidingWindow",
+    "Strided",
+    "i",
+    "j",
+    "maximum",
+    "minimum",
+]
 
 
 def _positive_int(owner: str, name: str, value) -> None:
@@ -41,6 +81,10 @@ class AttentionMask:
 
     def check(self, block_size: int) -> None:
         """Raises ValueError when this mask cannot serve a model of `block_size` positions."""
+
+    def check_cache(self, block_size: int) -> None:
+        """Raises ValueError when a model of `block_size` positions under this mask cannot keep a
+        KV cache (new_cache() asks)."""
 
     def check_prefill(self, start: int, count: int) -> None:
         """Raises ValueError when a KV cache filled up to `start` cannot take `count` new tokens
@@ -225,3 +269,77 @@ class BlockPattern(AttentionMask):
                 f"BlockPattern.pattern is {len(self.pattern)} x {len(self.pattern)} blocks of {self.block}; "
                 f"block_size = {block_size} needs {block_size / self.block:g} x {block_size / self.block:g}"
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class Expression(AttentionMask):
+    """A mask of one's own: key j visible from query i iff `source` is true, an expression built
+    from gpt.masks.i and gpt.masks.j with Python operators, or its s-expression text (see the
+    module's docstring). Checked here; `text` is the canonical s-expression the compiler gets."""
+
+    text: str
+
+    def __init__(self, source):
+        if isinstance(source, Term):
+            node = parse(source.node.text())
+        elif isinstance(source, str):
+            node = parse(source)
+        else:
+            raise ValueError(
+                f"Expression takes a str or a condition built from gpt.masks.i and j, got {type(source).__name__}"
+            )
+        if not node.boolean:
+            raise ValueError(
+                f"mask expression {node.text()!r} is an integer, not a condition: compare it "
+                "(e.g. j <= i) and combine conditions with &, | and ~"
+            )
+        if node.name in ("i", "j") or node.literal is not None:
+            raise ValueError(f"mask expression {node.text()!r} is an integer, not a condition")
+        object.__setattr__(self, "text", node.text())
+        # The first query at once (a strict j < i leaves it no key); check() covers every position
+        # below the model's block_size, when a GPTConfig takes the mask.
+        self._check_sees_itself(1)
+
+    @functools.cached_property
+    def _node(self) -> Node:
+        return parse(self.text)
+
+    def dense(self, tokens: int) -> np.ndarray:
+        positions = np.arange(tokens, dtype=np.int64)
+        return np.broadcast_to(self._node.evaluate(positions[:, None], positions[None, :]), (tokens, tokens))
+
+    def expression(self) -> str:
+        return self.text
+
+    def looks_ahead(self, block_size: int) -> bool:
+        return _looks_ahead(self.text, block_size)
+
+    def check(self, block_size: int) -> None:
+        self._check_sees_itself(block_size)
+
+    def check_cache(self, block_size: int) -> None:
+        # The cache keeps each position's keys and values as first computed; a query that sees a
+        # later key would need them recomputed once that key exists.
+        if self.looks_ahead(block_size):
+            raise ValueError(
+                f"a model with attention_mask=Expression({self.text!r}) has no KV cache: the mask lets a query "
+                "see later keys; run forward() or generate(use_cache=False)"
+            )
+
+    def _check_sees_itself(self, tokens: int) -> None:
+        positions = np.arange(tokens, dtype=np.int64)
+        diagonal = np.broadcast_to(self._node.evaluate(positions, positions), (tokens,))
+        if not diagonal.all():
+            first = int(np.argmin(diagonal))
+            raise ValueError(
+                f"mask expression {self.text!r}: query {first} does not see its own position (key {first}); every "
+                "query must, or a first query sees no key and its softmax has no value"
+            )
+
+
+@functools.lru_cache(maxsize=64)
+def _looks_ahead(text: str, tokens: int) -> bool:
+    """Whether some query below `tokens` sees a later key under the expression `text`."""
+    positions = np.arange(tokens, dtype=np.int64)
+    visible = np.broadcast_to(parse(text).evaluate(positions[:, None], positions[None, :]), (tokens, tokens))
+    return bool(np.triu(visible, k=1).any())

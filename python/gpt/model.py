@@ -213,6 +213,8 @@ class GPT:
                 "it runs forward() and generate(use_cache=False) only (a mask that is data, not an expression "
                 "of positions)"
             )
+        if self._config.attention_mask is not None:
+            self._config.attention_mask.check_cache(self._config.block_size)
         max_len = self._config.block_size if max_len is None else max_len
         if (
             isinstance(max_len, bool)

@@ -306,3 +306,44 @@ func.func @mask_expression_offset(%q: tensor<2x8x4xf32>, %k: tensor<2x64x4xf32>,
   } {scale = 0.5 : f32} : (tensor<2x8x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x8x4xf32>
   return %a : tensor<2x8x4xf32>
 }
+
+// -----
+
+// The same with one query (a decode step; 4 sink keys, causal after): before the head loop, a
+// byte per key block written so far, set when the expression at position offset shows the query
+// one of the block's keys (tried in order up to the first visible one; keys not written yet
+// hidden). The key loop runs a block's scores and softmax step only inside the scf.if that its
+// byte is set; else the state passes through.
+// CHECK-LABEL: func.func @mask_expression_decode
+// CHECK-SAME: %[[POS:[^:]*]]: index
+// CHECK: %[[NONE:.*]] = tensor.empty() : tensor<2xi8>
+// CHECK: %[[FLAGS:.*]] = scf.for %[[BLOCK:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[SOFAR:.*]] = %[[NONE]]) -> (tensor<2xi8>)
+// CHECK: %[[KEY0:.*]] = arith.muli %[[BLOCK]], %c32
+// CHECK: %[[FOUND:.*]]:2 = scf.while (%[[KEY:.*]] = %{{.*}}, %[[SEEN:.*]] = %false) : (index, i1) -> (index, i1)
+// CHECK: arith.cmpi ult, %[[KEY]], %c32
+// CHECK: scf.condition
+// CHECK: %[[J:.*]] = arith.addi %[[KEY0]], %{{.*}} : index
+// CHECK: arith.cmpi slt, %[[J]], %c4
+// CHECK: arith.cmpi sle, %[[J]], %[[POS]]
+// CHECK: %[[BYTE:.*]] = arith.extui %[[FOUND]]#1 : i1 to i8
+// CHECK: tensor.insert %[[BYTE]] into %[[SOFAR]][%[[BLOCK]]] : tensor<2xi8>
+// CHECK: scf.forall
+// CHECK: scf.for %[[KEYSTART:.*]] = %{{.*}} to %{{.*}} step %c32{{.*}} iter_args(%[[M:[^ ]*]] = %{{.*}}, %[[L:[^ ]*]] = %{{.*}}, %[[ACC:[^ ]*]] = %{{.*}})
+// CHECK: %[[INDEX:.*]] = arith.divui %[[KEYSTART]], %c32
+// CHECK: %[[FLAG:.*]] = tensor.extract %[[FLAGS]][%[[INDEX]]] : tensor<2xi8>
+// CHECK: %[[VISIT:.*]] = arith.cmpi ne, %[[FLAG]], %c0_i8 : i8
+// CHECK: scf.if %[[VISIT]] -> (tensor<1xf32>, tensor<1xf32>, tensor<1x4xf32>)
+// CHECK: linalg.generic
+// CHECK: } else {
+// CHECK-NEXT: scf.yield %[[M]], %[[L]], %[[ACC]]
+func.func @mask_expression_decode(%q: tensor<2x1x4xf32>, %k: tensor<2x64x4xf32>, %pos: index) -> tensor<2x1x4xf32> {
+  %a = transformer.causal_attention %q, %k, %k offset %pos visible {
+  ^bb0(%i: index, %j: index):
+    %c4 = arith.constant 4 : index
+    %sink = arith.cmpi slt, %j, %c4 : index
+    %causal = arith.cmpi sle, %j, %i : index
+    %seen = arith.ori %sink, %causal : i1
+    transformer.yield %seen : i1
+  } {scale = 0.5 : f32} : (tensor<2x1x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, index) -> tensor<2x1x4xf32>
+  return %a : tensor<2x1x4xf32>
+}

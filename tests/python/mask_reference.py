@@ -38,3 +38,20 @@ def document(segment_ids):
 def block_pattern(pattern, block):
     tokens = len(pattern) * block
     return dense(tokens, lambda i, j: bool(pattern[i // block][j // block]))
+
+
+def local_and_global(tokens, window, every):
+    """A user's mask: the `window` latest positions, and every `every`-th position (global tokens)."""
+    return dense(tokens, lambda i, j: j <= i and (i - j < window or j % every == 0))
+
+
+def chunks_and_window(tokens, chunk, window):
+    """A user's mask that looks ahead: each chunk of `chunk` positions sees itself both ways, and
+    each query also sees the `window` positions before it."""
+    return dense(tokens, lambda i, j: j // chunk == i // chunk or (j <= i and j >= i - window))
+
+
+def sinks_and_window(tokens, sinks, window):
+    """A user's mask (attention sinks, as StreamingLLM keeps them): the first `sinks` positions
+    and the `window` latest ones."""
+    return dense(tokens, lambda i, j: j <= i and (j < sinks or i - j < window))

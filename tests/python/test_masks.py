@@ -30,6 +30,15 @@ MASKS = {
     "prefix_lm": (masks.PrefixLM(40), mask_reference.prefix_lm(TOKENS, 40)),
     "document": (masks.Document(SEGMENTS), mask_reference.document(SEGMENTS)),
     "block_pattern": (masks.BlockPattern(PATTERN, 32), mask_reference.block_pattern(PATTERN, 32)),
+    # Masks of one's own (masks.Expression), one built with operators, one written as text.
+    "user_local_global": (
+        masks.Expression((masks.j <= masks.i) & ((masks.i - masks.j < 6) | (masks.j % 16 == 0))),
+        mask_reference.local_and_global(TOKENS, 6, 16),
+    ),
+    "user_chunks": (
+        masks.Expression("(or (eq (div j 24) (div i 24)) (and (le j i) (ge j (max 0 (sub i 20)))))"),
+        mask_reference.chunks_and_window(TOKENS, 24, 20),
+    ),
 }
 
 
@@ -91,7 +100,7 @@ def test_index_masks_are_expressions_not_data():
 
 # Cached prefill and decode with the masks that are expressions: every logit against the dense
 # reference applying the same mask over the whole history (the sequence so far).
-CACHED_MASKS = ["prefix_lm", "strided"]
+CACHED_MASKS = ["prefix_lm", "strided", "user_local_global"]
 
 
 @pytest.mark.parametrize("name", CACHED_MASKS)
@@ -211,3 +220,79 @@ def test_hf_config_sliding_window(tmp_path):
     assert model.config.attention_window == 8
     ids = token_ids(cfg, 40)
     assert relative_error(model.forward(ids), gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, window=8)) < RTOL
+
+
+def test_user_expression_reaches_the_ir_and_is_classified():
+    """A mask of one's own is carried as the `visible` region and classified like the built-in
+    ones: query block 1 sees key block 0 only through its global columns and the window's reach."""
+    model = gpt.GPT.random(masked_config(MASKS["user_local_global"][0]))
+    ir = model.ir("transformer", seq_len=TOKENS)
+    assert "visible {" in ir and "arith.remsi" in ir
+    assert "xi1>" not in ir
+    assert 'tile_classes = ["PEE", "PPE", "PPP"]' in ir
+
+
+def test_user_expression_that_looks_ahead_runs_uncached():
+    """Queries that see later keys (the chunks) cannot keep a KV cache; forward and uncached
+    generation still follow the mask."""
+    mask, dense = MASKS["user_chunks"]
+    model = gpt.GPT.random(masked_config(mask), seed=8)
+    with pytest.raises(ValueError, match="has no KV cache: the mask lets a query see later keys"):
+        model.new_cache()
+    with pytest.raises(ValueError, match="generate\\(use_cache=False\\)"):
+        model.generate([1, 2, 3], max_new_tokens=2)
+    tokens = model.generate([1, 2, 3], max_new_tokens=3, use_cache=False)
+    assert tokens[2] == int(np.argmax(model.forward([1, 2, 3] + tokens[:2])[-1]))
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("(foo i j)", "unknown operator 'foo'"),
+        ("(lt i)", r"\(lt ...\) takes 2 arguments, got 1"),
+        ("(and (le j i))", r"\(and ...\) takes at least 2 arguments, got 1"),
+        ("(add i j)", "is an integer, not a condition"),
+        ("(lt (le j i) 3)", r"\(lt ...\) takes integers, got \(le j i\)"),
+        ("(le j k)", "unknown name 'k': the only variables are i"),
+        ("(le j (mod i j))", r"\(mod a n\) needs a positive integer literal n, got j"),
+        ("(le j i", r"missing '\)'"),
+        ("(lt j i)", "query 0 does not see its own position"),
+        ("(and (le j i) (ne i 80))", "query 80 does not see its own position"),
+        (lambda: masks.i - masks.j, "is an integer, not a condition"),
+        (lambda: masks.j < masks.i, "query 0 does not see its own position"),
+        (lambda: (masks.j <= masks.i) % 2 == 0, r"\(mod ...\) takes integers"),
+        (lambda: masks.j <= masks.i / 2, "use // "),
+        (lambda: (masks.j <= masks.i) and (masks.i < 3), "combine conditions with &, | and ~"),
+        (lambda: masks.j <= masks.i + 0.5, "takes ints, gpt.masks.i and gpt.masks.j, got 0.5"),
+        (lambda: 3, "Expression takes a str or a condition"),
+    ],
+)
+def test_bad_user_expressions(source, message):
+    """A bad expression fails when it is made (or, for positions below block_size, when the
+    config is), naming the problem; nothing compiles."""
+    with pytest.raises(ValueError, match=message):
+        expression = masks.Expression(source() if callable(source) else source)
+        masked_config(expression)
+
+
+@pytest.mark.parametrize("pipeline", ["baseline", "default"])
+def test_decode_skips_key_blocks_the_mask_hides(pipeline):
+    """Decode under a mask expression visits only the key blocks where its query sees a key:
+    with 4 sink positions and a window of 8, a query past position 70 sees nothing in block 1
+    (positions 32-63). Poisoning it with NaN (any read spreads it: 0 * NaN) must leave every
+    decoded logit finite and equal to the dense reference's."""
+    mask = masks.Expression((masks.j <= masks.i) & ((masks.j < 4) | (masks.i - masks.j < 8)))
+    cfg = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=128, block_size=128, attention_mask=mask)
+    dense = mask_reference.sinks_and_window(128, 4, 8)
+    weights = exercising_weights(cfg, seed=9)
+    model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(pipeline=pipeline))
+    ids = [int(t) for t in token_ids(cfg, 110, seed=9)]
+    cache = model.new_cache()
+    model.prefill(ids[:100], cache)
+    cache._keys[:, :, 32:64] = np.nan
+    cache._values[:, :, 32:64] = np.nan
+    for end in range(101, 111):
+        logits = model.decode(ids[end - 1], cache)
+        assert np.isfinite(logits).all()
+        expected = gpt2_logits(weights, np.array(ids[:end]), cfg.n_layer, cfg.n_head, mask=dense)[-1]
+        assert relative_error(logits, expected) < RTOL

@@ -92,7 +92,8 @@ def TransformerClassifyAttentionTiles : Pass<"transformer-classify-attention-til
     * A query `offset` (prefill, decode) is known only at run time: nothing is recorded, and the
       lowering bounds its key loop by the band relative to the diagonal at run time (the first and
       last key block the block's queries may see; with a mask expression, every key block up to
-      the last new token's) and masks every tile it visits.
+      the last new token's, and for one query (decode) only those in which the expression shows
+      it a key, checked key by key at run time) and masks every tile it visits.
     * A mask operand that is not a constant is an error: the lowering reads the mask's data.
 
     Masks written as data flow (an additive bias, a 0/1 multiplier) are followed too: every op
