@@ -6,9 +6,9 @@ sequence owns a list of blocks (its block table): its position p lives in block
 by listing the same block ids; the serving engine decides who owns what, the pool only stores.
 """
 
-import threading
-
 import numpy as np
+
+from .claim import Claim
 
 
 class KVBlockPool:
@@ -32,7 +32,7 @@ class KVBlockPool:
         self._values = np.zeros(shape, np.float32)
         self._key_views = [self._keys[layer] for layer in range(cfg.n_layer)]
         self._value_views = [self._values[layer] for layer in range(cfg.n_layer)]
-        self._busy = threading.Lock()
+        self._claim = Claim("this KVBlockPool is in use by another call (another thread?)")
 
     @property
     def model(self):
@@ -62,27 +62,14 @@ class KVBlockPool:
                 raise TypeError(f"{name} must be an int block id, got {type(block).__name__}")
             if not 0 <= block < self._num_blocks:
                 raise ValueError(f"{name} block {int(block)} is outside [0, num_blocks={self._num_blocks})")
-        with self._claimed():
-            self._keys[:, dst] = self._keys[:, src]
-            self._values[:, dst] = self._values[:, src]
+        self._claim.run(self._copy_block, src, dst)
+
+    def _copy_block(self, src: int, dst: int) -> None:
+        self._keys[:, dst] = self._keys[:, src]
+        self._values[:, dst] = self._values[:, src]
 
     def __repr__(self) -> str:
         return f"KVBlockPool(num_blocks={self._num_blocks}, block_size={self._block_size})"
-
-    # -- for GPT.step_batch ---------------------------------------------------------------------
-
-    def _claimed(self):
-        pool = self
-
-        class Claim:
-            def __enter__(self):
-                if not pool._busy.acquire(blocking=False):
-                    raise RuntimeError("this KVBlockPool is in use by another call (another thread?)")
-
-            def __exit__(self, *exc):
-                pool._busy.release()
-
-        return Claim()
 
 
 def _bucket(n: int) -> int:

@@ -1,8 +1,8 @@
 """KVCache: the per-layer key and value buffers that prefill fills and decode extends."""
 
-import threading
-
 import numpy as np
+
+from .claim import Claim
 
 
 class KVCache:
@@ -37,7 +37,7 @@ class KVCache:
         self._key_views = [self._keys[layer] for layer in range(cfg.n_layer)]
         self._value_views = [self._values[layer] for layer in range(cfg.n_layer)]
         self._length = 0
-        self._busy = threading.Lock()
+        self._claim = Claim("this KVCache is in use by another call (another thread?); use one cache per thread")
 
     @property
     def model(self):
@@ -70,37 +70,28 @@ class KVCache:
 
     def reset(self) -> None:
         """Forget every position (the buffers are reused)."""
-        self._claim()
+        self._claim.run(self._forget)
+
+    def _forget(self) -> None:
         self._length = 0
-        self._release()
 
     def __repr__(self) -> str:
         return f"KVCache(len={self._length}, max_len={self._max_len})"
 
     # -- for GPT._step ----------------------------------------------------------------------------
 
-    def _claim(self) -> None:
-        """Takes the cache for one call; raises RuntimeError when another call holds it."""
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError("this KVCache is in use by another call (another thread?); use one cache per thread")
-
-    def _release(self) -> None:
-        self._busy.release()
-
     def _run(self, step, ids: np.ndarray):
         """Runs `step(ids, offset, max_len, keys, values)` (the compiled step, which writes the
         per-layer buffers in place) holding the cache, and counts the tokens as filled once it
         has returned: a step that raises leaves the cache as it was. One method, because decode
         calls it once per token."""
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError("this KVCache is in use by another call (another thread?); use one cache per thread")
-        try:
-            # Checked while holding the cache: another thread may have filled it just before.
-            if self._limit is not None and self._length + len(ids) > self._limit:
-                name = "max_len" if not self._rolling else "block_size"
-                raise ValueError(f"KV cache is full: {self._length} + {len(ids)} tokens exceed {name}={self._limit}")
-            result = step(ids, self._length, self._slots, self._key_views, self._value_views)
-            self._length += len(ids)
-            return result
-        finally:
-            self._busy.release()
+        return self._claim.run(self._run_holding, step, ids)
+
+    def _run_holding(self, step, ids: np.ndarray):
+        # Checked while holding the cache: another thread may have filled it just before.
+        if self._limit is not None and self._length + len(ids) > self._limit:
+            name = "max_len" if not self._rolling else "block_size"
+            raise ValueError(f"KV cache is full: {self._length} + {len(ids)} tokens exceed {name}={self._limit}")
+        result = step(ids, self._length, self._slots, self._key_views, self._value_views)
+        self._length += len(ids)
+        return result

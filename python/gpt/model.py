@@ -269,18 +269,18 @@ class GPT:
         if pool.model is not self:
             raise ValueError("this KVBlockPool belongs to another model; make one with model.new_block_pool()")
         args = BatchStepArguments(self._config, pool, ids, counts, starts, block_tables)
-        with pool._claimed():
-            logits = self._compiled.batch_step(
-                args.ids,
-                args.positions,
-                args.sequences,
-                args.slots,
-                args.tables,
-                args.last,
-                pool.block_size,
-                pool._key_views,
-                pool._value_views,
-            )
+        logits = pool._claim.run(
+            self._compiled.batch_step,
+            args.ids,
+            args.positions,
+            args.sequences,
+            args.slots,
+            args.tables,
+            args.last,
+            pool.block_size,
+            pool._key_views,
+            pool._value_views,
+        )
         return logits[: args.batch, : self._config.vocab_size]
 
     @overload

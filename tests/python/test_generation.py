@@ -319,12 +319,21 @@ def test_a_cache_in_use_by_another_call_is_refused_and_unchanged():
     cache = model.new_cache(32)
     model.prefill([1, 2, 3], cache)
     keys = cache._keys.copy()
-    cache._claim()  # as a step running in another thread would
+    # A step running in another thread holds the cache until told to finish.
+    holding, finish = threading.Event(), threading.Event()
+
+    def step_in_another_thread():
+        cache._claim.run(lambda: (holding.set(), finish.wait(10)))
+
+    other = threading.Thread(target=step_in_another_thread)
+    other.start()
+    holding.wait(10)
     with pytest.raises(RuntimeError, match="KVCache is in use by another call"):
         model.decode(4, cache)
     with pytest.raises(RuntimeError, match="KVCache is in use by another call"):
         cache.reset()
-    cache._release()
+    finish.set()
+    other.join()
     assert len(cache) == 3 and np.array_equal(cache._keys, keys)
     model.decode(4, cache)
     assert len(cache) == 4
