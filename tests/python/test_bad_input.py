@@ -64,7 +64,7 @@ def namespace(tmp_path_factory):
 
     def cache_in_use_by_another_thread():
         cache = model.new_cache()
-        claimer = threading.Thread(target=cache._claim)  # a call on another thread holds it
+        claimer = threading.Thread(target=cache._claim._lock.acquire)  # a call on another thread holds it
         claimer.start()
         claimer.join()
         return cache
