@@ -74,10 +74,10 @@ def tile_count(tokens, mask, block=32):
     return int((visible == block * block).sum()), int(((visible > 0) & (visible < block * block)).sum())
 
 
-def interleaved_forwards(models, ids, repeats, statistic=statistics.median):
-    """`statistic` (median, min) of each model's forward times, the models taking turns (one call
-    each per round, after a warm-up call that compiles): a slow patch of a shared machine then
-    lands on all of them."""
+def interleaved_forward_times(models, ids, repeats):
+    """Each model's forward times over `repeats` rounds, the models taking turns (one call each
+    per round, after a warm-up call that compiles): a slow patch of a shared machine then lands
+    on all of them."""
     for model in models:
         model.forward(ids)
     times = [[] for _ in models]
@@ -86,7 +86,7 @@ def interleaved_forwards(models, ids, repeats, statistic=statistics.median):
             start = time.perf_counter()
             model.forward(ids)
             own.append(time.perf_counter() - start)
-    return [statistic(own) for own in times]
+    return times
 
 
 def forward_table(widths, lengths, mask_names, threads, repeats):
@@ -103,7 +103,7 @@ def forward_table(widths, lengths, mask_names, threads, repeats):
             models = [
                 gpt.GPT.random(make_config(width, tokens, name), options=options) for name in ["window:1", *mask_names]
             ]
-            floor, *forwards = interleaved_forwards(models, ids, repeats)
+            floor, *forwards = map(statistics.median, interleaved_forward_times(models, ids, repeats))
             causal = None
             for name, forward in zip(mask_names, forwards, strict=True):
                 full, partial = tile_count(tokens, name)
@@ -149,15 +149,7 @@ def isolated_table(widths, lengths, mask_names, threads, repeats):
                 gpt.GPT.random(make_config(width, tokens, name, isolated=True), options=options)
                 for name in ["window:1", *mask_names]
             ]
-            for model in models:
-                model.forward(ids)
-            times = [[] for _ in models]
-            for _ in range(repeats):
-                for model, own in zip(models, times, strict=True):
-                    start = time.perf_counter()
-                    model.forward(ids)
-                    own.append(time.perf_counter() - start)
-            floor, *forwards = times
+            floor, *forwards = interleaved_forward_times(models, ids, repeats)
             causal = None
             for name, own in zip(mask_names, forwards, strict=True):
                 full, partial = tile_count(tokens, name)
