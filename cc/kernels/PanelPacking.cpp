@@ -23,7 +23,7 @@ void *allocateAlignedBytes(size_t bytes) {
   constexpr size_t kCacheLine = 64;
   // Weights of 2 MiB and more start on a 2 MiB boundary, and their whole 2 MiB ranges are offered
   // to transparent huge pages: streaming hundreds of megabytes per decode step through 4 KiB
-  // pages costs a TLB miss every 64 cache lines (measured: about 5% of a GPT-2 small decode step).
+  // pages costs a TLB miss every 64 cache lines (`tools/bench_batch.py --pages small,huge` compares).
   // The tail past the last whole range stays in small pages, so no memory is wasted on it.
   constexpr size_t kHugePage = size_t(2) << 20;
   const size_t alignment = bytes >= kHugePage && hugePagesWanted() ? kHugePage : kCacheLine;
