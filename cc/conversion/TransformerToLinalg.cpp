@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Transforms/DialectConversion.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
@@ -63,7 +64,7 @@ public:
     // The packed matmul's lowering multiplies lanes with these inside its linalg.generic bodies.
     target.addLegalOp<LaneDotBf16Op, LaneDotU8I8Op>();
     target.addLegalDialect<arith::ArithDialect, linalg::LinalgDialect, math::MathDialect, scf::SCFDialect,
-                           tensor::TensorDialect>();
+                           tensor::TensorDialect, vector::VectorDialect>();
     RewritePatternSet patterns(&getContext());
     populateTransformerToLinalgPatterns(patterns);
     if (failed(applyPartialConversion(getOperation(), target, std::move(patterns)))) return signalPassFailure();

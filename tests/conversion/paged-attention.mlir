@@ -1,8 +1,9 @@
 // --transformer-to-linalg, paged_cache_write and paged_attention: the batched step's KV pool.
 // RUN: gpt-opt %s --split-input-file --transformer-to-linalg | FileCheck %s
 
-// Each token's [H, d] row goes to block slot / S, row slot % S of the pool, in place (an
-// insert_slice into the loop-carried pool); a negative slot (a padding token) writes nothing.
+// Each token's [H, d] row goes to block slot / S, row slot % S of the pool, in place, one head's
+// d lanes at a time (vector transfers into the loop-carried pool, never a strided [H, d] copy);
+// a negative slot (a padding token) writes nothing.
 // CHECK-LABEL: func.func @cache_write
 // CHECK-SAME: %[[U:[a-z0-9]+]]: tensor<2x3x8xf32>, %[[P:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[S:[a-z0-9]+]]: tensor<3xi64>
 // CHECK: %[[R:.*]] = scf.for %[[T:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[POOL:.*]] = %[[P]])
@@ -11,8 +12,10 @@
 // CHECK:   scf.if %[[REAL]]
 // CHECK:     %[[BLOCK:.*]] = arith.divui %{{.*}}, %[[C4:.*]] : index
 // CHECK:     %[[ROW:.*]] = arith.remui %{{.*}}, %[[C4]] : index
-// CHECK:     %[[NEW:.*]] = tensor.extract_slice %[[U]][0, %[[T]], 0] [2, 1, 8] [1, 1, 1] : tensor<2x3x8xf32> to tensor<2x8xf32>
-// CHECK:     tensor.insert_slice %[[NEW]] into %[[POOL]][%[[BLOCK]], 0, %[[ROW]], 0] [1, 2, 1, 8] [1, 1, 1, 1] : tensor<2x8xf32> into tensor<6x2x4x8xf32>
+// CHECK:     scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[HPOOL:.*]] = %[[POOL]])
+// CHECK:       %[[LANES:.*]] = vector.transfer_read %[[U]][%[[H]], %[[T]], %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x3x8xf32>, vector<8xf32>
+// CHECK:       %[[W:.*]] = vector.transfer_write %[[LANES]], %[[HPOOL]][%[[BLOCK]], %[[H]], %[[ROW]], %{{.*}}] {in_bounds = [true]} : vector<8xf32>, tensor<6x2x4x8xf32>
+// CHECK:       scf.yield %[[W]]
 // CHECK:   } else {
 // CHECK:     scf.yield %[[POOL]]
 // CHECK: return %[[R]]
