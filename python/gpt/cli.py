@@ -17,6 +17,7 @@ from absl import app, flags
 
 from gpt import compiler, disk_cache
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
+from gpt.detokenizer import IncrementalDetokenizer
 from gpt.model import GPT, STAGES
 from gpt.tokenizer import tokenizer_for
 
@@ -107,17 +108,15 @@ def generate() -> None:
     start = time.perf_counter()
     out = []
     sys.stdout.write(FLAGS.prompt)
+    # Streamed, a multi-byte character may span several tokens: the detokenizer holds its bytes
+    # back until the character is complete.
+    text = IncrementalDetokenizer(tokenizer) if FLAGS.stream else None
     for token in tokens:
         out.append(token)
-        if FLAGS.stream:
-            # Re-decode the whole continuation: a multi-byte character may span several tokens.
-            text = tokenizer.decode(out)
-            previous = tokenizer.decode(out[:-1])
-            if text.startswith(previous) and not text.endswith("\ufffd"):
-                sys.stdout.write(text[len(previous) :])
-                sys.stdout.flush()
-    if not FLAGS.stream:
-        sys.stdout.write(tokenizer.decode(out))
+        if text is not None and (piece := text.add(token)):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    sys.stdout.write(text.flush() if text is not None else tokenizer.decode(out))
     total = time.perf_counter() - start
     stats = model.last_generation
     assert stats is not None  # the loop above ran generate()

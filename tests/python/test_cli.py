@@ -27,6 +27,25 @@ def test_generate_is_reproducible_with_a_seed_and_greedy_matches_the_api():
     b = run_cli("generate", "--prompt", "import ", "--max_new_tokens", "30", "--seed", "5")
     assert a.returncode == b.returncode == 0
     assert a.stdout.split("\n[gpt]")[0] == b.stdout.split("\n[gpt]")[0]
+    # Near-uniform bytes: characters split across tokens and invalid sequences, which the streamed
+    # text must print exactly as the whole decode does (nothing dropped, nothing printed twice).
+    hot = (
+        "generate",
+        "--prompt",
+        "import ",
+        "--max_new_tokens",
+        "60",
+        "--seed",
+        "3",
+        "--temperature",
+        "10",
+        "--top_k",
+        "0",
+    )
+    c, d = run_cli(*hot, "--nostream"), run_cli(*hot)
+    assert c.returncode == d.returncode == 0
+    assert "\ufffd" in c.stdout or any(ord(ch) > 127 for ch in c.stdout)
+    assert c.stdout.split("\n[gpt]")[0] == d.stdout.split("\n[gpt]")[0]
     greedy = run_cli("generate", "--prompt", "class ", "--max_new_tokens", "25", "--temperature", "0")
     model = gpt.GPT.from_pretrained(os.path.join(os.path.dirname(gpt.__file__), "data", "byte-gpt"))
     tok = gpt.ByteTokenizer()

@@ -286,7 +286,7 @@ class Engine:
         seq.append(token)
         handle.tokens.append(token)
         self._counters["generated_tokens"] += 1
-        text, stopped = self._texts[handle].add(handle.tokens)
+        text, stopped = self._texts[handle].add(token)
         handle.text += text
         handle._emit(Event(token, text))
         if stopped:

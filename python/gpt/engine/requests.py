@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from gpt.detokenizer import IncrementalDetokenizer
+
 _request_ids = itertools.count(1)
 
 
@@ -106,33 +108,39 @@ class RequestHandle:
 
 class TextTracker:
     """The generated text of one request: finds stop strings and hands out only text that can no
-    longer change (no open multi-byte character, no possible start of a stop string)."""
+    longer change (no open multi-byte character, no possible start of a stop string). Tokens are
+    decoded incrementally (gpt.detokenizer), so a token costs the same at any length."""
 
     def __init__(self, tokenizer, stop_strings: tuple[str, ...]):
-        self._tokenizer = tokenizer
+        self._detokenizer = IncrementalDetokenizer(tokenizer) if tokenizer is not None else None
         self._stop = stop_strings
         self._hold = max((len(s) for s in stop_strings), default=1) - 1
         self._emitted = 0
+        self._stopped = False
         self.text = ""
 
-    def add(self, tokens: list[int]) -> tuple[str, bool]:
+    def add(self, token: int) -> tuple[str, bool]:
         """After a new token: (the text to hand out now, whether a stop string has appeared)."""
-        if self._tokenizer is None:
+        if self._detokenizer is None:
             return "", False
-        text = self._tokenizer.decode(tokens)
+        return self._extend(self._detokenizer.add(token))
+
+    def _extend(self, piece: str) -> tuple[str, bool]:
+        if self._stopped:  # the text ended at a stop string: what follows it is not part of it
+            return "", True
         search_from = max(0, self._emitted - self._hold)
-        found = [i for i in (text.find(s, search_from) for s in self._stop) if i >= 0]
+        self.text += piece
+        found = [i for i in (self.text.find(s, search_from) for s in self._stop) if i >= 0]
         if found:
-            self.text = text[: min(found)]
+            self.text = self.text[: min(found)]
+            self._stopped = True
             return self._take(len(self.text)), True
-        self.text = text
-        end = len(text) - self._hold
-        while end > self._emitted and text[end - 1] == "\ufffd":
-            end -= 1
-        return self._take(end), False
+        return self._take(len(self.text) - self._hold), False
 
     def flush(self) -> str:
-        """The rest of the text, at the end of the request."""
+        """The rest of the text, at the end of the request (a stop string is still cut from it)."""
+        if self._detokenizer is not None:
+            self._extend(self._detokenizer.flush())
         return self._take(len(self.text))
 
     def _take(self, end: int) -> str:
