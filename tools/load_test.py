@@ -10,6 +10,12 @@ ratio to one client; then it sends requests that share a long prompt prefix at o
     python tools/load_test.py --url http://127.0.0.1:8000                  # an existing server
     python tools/load_test.py --paged_reference ...                        # numpy paged step (tests)
     python tools/load_test.py --random_shape gpt2-small --threads 2 --peer llama.cpp   # and llama.cpp's
+    python tools/load_test.py --random_shape gpt2-small --threads 2 --rounds 3         # levels 3 times
+
+With --rounds N every level runs N times, the levels in turn, and a second table gives each
+level's ratio to one client round by round: the ratio compares throughputs measured within a
+minute of each other, and the median over rounds is less at the mercy of one moment of the machine
+(a memory-bound single stream and a compute-bound batch drift independently here).
 
 With --peer llama.cpp the same load then goes to llama-cpp-python's OpenAI-compatible server
 (`python -m llama_cpp.server`, requirements-peers.txt) on the same GGUF file and threads, and its
@@ -281,22 +287,53 @@ async def shared_prefix(url, requests, prefix_tokens, suffix_tokens, max_tokens,
     return {name: after[name] - before.get(name, 0.0) for name in after}
 
 
-def run_levels(url, args, as_text=None, rehearse=True):
-    """Every concurrency level against the server at `url`, warmed up first. With `rehearse`
-    (gpt's server) the warm-up is a rehearsal of the timed load with other prompts of the same
-    length (other prompts: the prefix cache must not serve the timed ones), so that every
-    (tokens, sequences, table width) bucket a level reaches is compiled before anything is timed
-    rather than stalling every stream mid-run. Without it (a server with nothing to compile), one
-    request per client."""
-    for c in args.concurrency:
-        requests = args.requests_per_client if rehearse else 1
-        asyncio.run(level(url, c, requests, args.prompt_tokens, args.max_tokens, 1000 + c, args.temperature, as_text))
+def run_levels(url, args, as_text=None, rehearse=True, round_index=0):
+    """Every concurrency level against the server at `url`, warmed up first (in the first round).
+    With `rehearse` (gpt's server) the warm-up is a rehearsal of the timed load with other prompts
+    of the same length (other prompts: the prefix cache must not serve the timed ones), so that
+    every (tokens, sequences, table width) bucket a level reaches is compiled before anything is
+    timed rather than stalling every stream mid-run. Without it (a server with nothing to
+    compile), one request per client. Later rounds draw other prompts again."""
+    if round_index == 0:
+        for c in args.concurrency:
+            requests = args.requests_per_client if rehearse else 1
+            warm_up = level(url, c, requests, args.prompt_tokens, args.max_tokens, 1000 + c, args.temperature, as_text)
+            asyncio.run(warm_up)
+    seed = 2000 * round_index
     return [
         asyncio.run(
-            level(url, c, args.requests_per_client, args.prompt_tokens, args.max_tokens, c, args.temperature, as_text)
+            level(
+                url,
+                c,
+                args.requests_per_client,
+                args.prompt_tokens,
+                args.max_tokens,
+                seed + c,
+                args.temperature,
+                as_text,
+            )
         )
         for c in args.concurrency
     ]
+
+
+def run_rounds(url, args, as_text=None, rehearse=True):
+    """--rounds runs of every level, one after the other: [[row per level] per round]."""
+    return [run_levels(url, args, as_text, rehearse, r) for r in range(args.rounds)]
+
+
+def print_rounds(server, rounds):
+    """Each level's decode throughput over one client's, round by round: the levels of a round run
+    within a minute of each other, so each round's ratios share one state of the machine."""
+    if len(rounds) < 2:
+        return
+    print(f"{server}, x one client (decode) in each of {len(rounds)} rounds:")
+    print("| clients | " + " | ".join(f"round {r + 1}" for r in range(len(rounds))) + " | median |")
+    print("|---:|" + "---:|" * (len(rounds) + 1))
+    for i, row in enumerate(rounds[0]):
+        ratios = [rows[i]["decode"] / rows[0]["decode"] for rows in rounds]
+        cells = " | ".join(f"{x:.2f}" for x in ratios)
+        print(f"| {row['clients']} | {cells} | {np.median(ratios):.2f} |")
 
 
 def print_table(server, rows):
@@ -337,7 +374,10 @@ def main() -> None:
     parser.add_argument("--prefix_tokens", type=int, default=512)
     parser.add_argument("--prefix_requests", type=int, default=16)
     parser.add_argument("--suffix_tokens", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=1, help="run every level this many times, in turn")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     if args.peer and not (args.random_shape or (args.model and args.model.endswith(".gguf"))):
         parser.error("--peer needs --random_shape or a GGUF --model: both servers load the same file")
 
@@ -349,23 +389,25 @@ def main() -> None:
         as_text = text_prompt_maker(args.model) if args.peer else None
         with contextlib.ExitStack() as server:
             url = args.url or server.enter_context(started_server(functools.partial(gpt_server_command, args)))
-            rows = run_levels(url, args, as_text)
+            rounds = run_rounds(url, args, as_text)
             prefix = asyncio.run(
                 shared_prefix(url, args.prefix_requests, args.prefix_tokens, args.suffix_tokens, 4, seed=7)
             )
-        peer_rows = None
+        peer_rounds = None
         if args.peer:
             command = functools.partial(llama_cpp_server_command, args)
             with started_server(command, ready_path="/v1/models") as peer_url:
-                peer_rows = run_levels(peer_url, args, as_text, rehearse=False)
+                peer_rounds = run_rounds(peer_url, args, as_text, rehearse=False)
     decoding = "greedy" if args.temperature == 0 else f"sampled at temperature {args.temperature}"
     prompts = "as text" if args.peer else "as token ids"
     print(
         f"prompt {args.prompt_tokens} tokens ({prompts}), {args.max_tokens} generated per request, {decoding}, streamed"
     )
-    print_table("gpt (python -m gpt serve)", rows)
-    if peer_rows:
-        print_table("llama.cpp (python -m llama_cpp.server)", peer_rows)
+    print_table("gpt (python -m gpt serve)", rounds[0])
+    print_rounds("gpt", rounds)
+    if peer_rounds:
+        print_table("llama.cpp (python -m llama_cpp.server)", peer_rounds[0])
+        print_rounds("llama.cpp", peer_rounds)
     unshared = args.prefix_requests * (args.prefix_tokens + args.suffix_tokens)
     once = args.prefix_tokens + args.prefix_requests * args.suffix_tokens
     print(
