@@ -5,6 +5,8 @@ than the pool run, alone or preempted among others, and give the tokens (and log
 own single-sequence cached path, whose rolling cache implements the window independently.
 """
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,21 @@ def model():
     return gpt.GPT.random(CONFIG, seed=4)
 
 
+class CountingModel:
+    """The model, recording how many new tokens each sequence brought to every step."""
+
+    def __init__(self, model):
+        self._model = model
+        self.counts: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def step_batch(self, pool, ids, counts, starts, block_tables):
+        self.counts += [int(c) for c in counts]
+        return self._model.step_batch(pool, ids, counts, starts, block_tables)
+
+
 def alone(model, prompt, max_tokens):
     """Greedy tokens and the logits each was chosen from, one sequence on the model's rolling
     (windowed) KV cache."""
@@ -42,13 +59,33 @@ def relative_error(got, want):
     return float(np.abs(np.asarray(got) - want).max() / np.abs(want).max())
 
 
-def run_to_the_end(engine, limit=2000):
-    """Steps the engine until nothing is left; the blocks in use after every step."""
+def assert_reference_counts_match_the_tables(engine):
+    """Every block's reference count is the number of running sequences that hold it: the entries
+    of their tables from their window's first block on (waiting ones hold none)."""
+    holders = collections.Counter()
+    for seq in engine._scheduler.running:
+        holders.update(seq.table[seq.dropped :])
+    assert all(not seq.table for seq in engine._scheduler.waiting)
+    assert [engine._blocks.refcount(b) for b in range(engine.num_blocks)] == [
+        holders[b] for b in range(engine.num_blocks)
+    ]
+
+
+def run_to_the_end(engine, limit=2000, cancel_at=None):
+    """Steps the engine until nothing is left, checking the reference counts after every step;
+    the blocks in use after every step. `cancel_at`: {step: handle} to cancel before that step."""
     in_use = []
-    while engine.step():
+    while True:
+        if cancel_at and len(in_use) in cancel_at:
+            cancel_at[len(in_use)].cancel()
+        if not engine.step():
+            # Nothing ran: every request must be done (a waiting one that never fits is a hang).
+            metrics = engine.metrics()
+            assert metrics.waiting == 0 and metrics.running == 0, "requests left that can never run"
+            return in_use
+        assert_reference_counts_match_the_tables(engine)
         in_use.append(engine.metrics().blocks_in_use)
         assert len(in_use) < limit, "the engine does not finish (deadlock?)"
-    return in_use
 
 
 def assert_every_block_returned(engine):
@@ -90,15 +127,18 @@ def test_a_request_whose_window_cannot_fit_is_refused():
 
 
 def test_windowed_requests_preempted_by_a_tight_pool_match_each_run_alone(model):
-    """Five requests, 8 blocks: four short prompts are admitted together and their windows grow
+    """Five requests (and a sixth, cancelled), 8 blocks: four short prompts are admitted together and their windows grow
     past what the pool holds, so the youngest are preempted and recomputed; a 90-token prompt
     (12 blocks) runs in chunks cut to fit the pool. Stale table entries of given-back blocks, by
     then other sequences' blocks, are passed to the steps."""
     rng = np.random.default_rng(3)
     requests = [(random_ids(10 + i, length), int(rng.integers(30, 50))) for i, length in enumerate((4, 6, 3, 5, 90))]
-    engine = Engine(model, num_blocks=8, block_size=BLOCK, max_batch_tokens=96, start=False)
+    counting = CountingModel(model)
+    engine = Engine(counting, num_blocks=8, block_size=BLOCK, max_batch_tokens=96, start=False)
     handles = [engine.submit(prompt, max_tokens, keep_logits=True) for prompt, max_tokens in requests]
-    run_to_the_end(engine)
+    cancelled = engine.submit(random_ids(9, 30), 60)  # cancelled while it decodes
+    run_to_the_end(engine, cancel_at={90: cancelled})
+    assert cancelled.finish_reason == "cancelled" and 0 < len(cancelled.tokens) < 60
     for i, (handle, (prompt, max_tokens)) in enumerate(zip(handles, requests, strict=True)):
         tokens, logits = alone(model, prompt, max_tokens)
         assert handle.finish_reason == "length"
@@ -106,6 +146,8 @@ def test_windowed_requests_preempted_by_a_tight_pool_match_each_run_alone(model)
         worst = max(relative_error(got, want) for got, want in zip(handle.logits, logits, strict=True))
         assert worst < TOLERANCE, f"request {i}: logits differ by {worst:.2e} relative"
     assert engine.metrics().preemptions > 0
+    # The long prompt's first chunk: the budget allows 90 tokens, the pool's 8 blocks 64.
+    assert max(counting.counts) == 8 * BLOCK
     assert_every_block_returned(engine)
 
 
