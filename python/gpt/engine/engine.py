@@ -153,7 +153,8 @@ class Engine:
         window = self._config.attention_window
         needed = most_blocks_needed(total, window, self._block_size)
         if needed > self._num_blocks:
-            at_once = "" if window is None else f" at once (one token's window of {window} positions)"
+            windowed = needed < -(-total // self._block_size)  # the window, not the length, decides
+            at_once = f" at once (one token's window of {window} positions)" if windowed else ""
             raise ValueError(
                 f"{len(prompt)} prompt tokens + max_tokens={max_tokens} need {needed} blocks "
                 f"of {self._block_size}{at_once}, more than the pool's {self._num_blocks}"
