@@ -4,6 +4,10 @@ The engine uses the model only through the paged contract: `model.new_block_pool
 `model.step_batch`, `pool.copy_block`, plus `model.config` and `model.tokenizer`. One background
 thread (or the caller, with `start=False` and `step()`) runs the steps; submit, cancel and the
 request handles are safe to use from any thread.
+
+A sliding-window model (`attention_window=W`) is served in O(W) blocks per sequence: blocks wholly
+before a sequence's window go back to the pool after every step (engine/window.py), so a request
+far longer than the pool runs as long as one token's window fits it.
 """
 
 import collections
@@ -16,6 +20,7 @@ from gpt.engine.blocks import BlockManager
 from gpt.engine.metrics import EngineMetrics
 from gpt.engine.requests import Event, QueueFullError, RequestHandle, SamplingParams, TextTracker
 from gpt.engine.scheduler import Scheduler, Sequence
+from gpt.engine.window import most_blocks_needed
 from gpt.sampling import check_sampling_args, sample
 from gpt.tokenizer import tokenizer_for
 
@@ -30,6 +35,9 @@ class Engine:
     """Serves requests with continuous batching, chunked prefill and prefix sharing.
 
     num_blocks, block_size: the KV pool (default: room for 4 sequences of block_size positions).
+    A sequence holds the blocks of all its positions until it ends, or with an attention window W
+    only those of its last W positions (and of the prompt chunk being computed): a request is
+    accepted when what it needs at any one moment fits the pool.
     max_batch_tokens: new tokens per step at most (decodes first, then prompt chunks).
     max_running: sequences in a step at most. max_queue: requests waiting for admission at most;
     submit raises QueueFullError beyond it.
@@ -58,7 +66,12 @@ class Engine:
         self._pool = model.new_block_pool(self._num_blocks, block_size)
         self._blocks = BlockManager(self._num_blocks)
         self._scheduler = Scheduler(
-            self._blocks, self._pool, block_size, self._max_batch_tokens, _positive_int("max_running", max_running)
+            self._blocks,
+            self._pool,
+            block_size,
+            self._max_batch_tokens,
+            _positive_int("max_running", max_running),
+            window=self._config.attention_window,
         )
         if tokenizer is None:
             tokenizer = model.tokenizer
@@ -114,7 +127,9 @@ class Engine:
         `GPT.generate` takes it (the same seed gives the same tokens); `stop`: token ids that end
         the request unreturned; `stop_strings`: texts that end it, cut from its text. `on_event`
         is called on the engine's thread with every Event (keep it short). Raises ValueError or
-        TypeError naming a bad argument, QueueFullError when the queue is full."""
+        TypeError naming a bad argument or a request that can never fit the pool (with an attention
+        window, only one token's window must fit, however long the request), QueueFullError when
+        the queue is full."""
         prompt = self._check_ids(prompt, "prompt")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
@@ -130,14 +145,19 @@ class Engine:
         if stop_strings and self._tokenizer is None:
             raise ValueError("stop strings need a tokenizer, and this model has none")
         total = len(prompt) + int(max_tokens)
-        if total > self._config.block_size:
+        # Rotary positions with a window have no table to run out of (GPTConfig.unbounded_positions).
+        if total > self._config.block_size and not self._config.unbounded_positions:
             raise ValueError(
                 f"{len(prompt)} prompt tokens + max_tokens={max_tokens} exceed block_size={self._config.block_size}"
             )
-        if -(-total // self._block_size) > self._num_blocks:
+        window = self._config.attention_window
+        needed = most_blocks_needed(total, window, self._block_size)
+        if needed > self._num_blocks:
+            windowed = needed < -(-total // self._block_size)  # the window, not the length, decides
+            at_once = f" at once (one token's window of {window} positions)" if windowed else ""
             raise ValueError(
-                f"{len(prompt)} prompt tokens + max_tokens={max_tokens} need {-(-total // self._block_size)} blocks "
-                f"of {self._block_size}, more than the pool's {self._num_blocks}"
+                f"{len(prompt)} prompt tokens + max_tokens={max_tokens} need {needed} blocks "
+                f"of {self._block_size}{at_once}, more than the pool's {self._num_blocks}"
             )
         params = SamplingParams(int(max_tokens), float(temperature), top_k, top_p, seed, stop_ids, stop_strings)
         handle = RequestHandle(prompt, params, on_event, keep_logits, self.cancel)

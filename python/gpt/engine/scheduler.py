@@ -7,6 +7,12 @@ youngest running sequence is preempted by recompute: its blocks go back to the p
 stay in the prefix cache) and it waits again with its generated tokens as part of its prompt. The
 oldest running sequence is never preempted for a younger one, and every admitted request fits the
 pool on its own, so the oldest always progresses: no deadlock.
+
+A sliding-window model (`attention_window=W`) needs only the last W positions of a sequence: after
+every step the blocks wholly before the next token's window go back to the pool (window.py), so a
+windowed sequence holds O(W) blocks however long it runs. What "fits the pool on its own" means
+changes with it: the blocks of one token's window, and a prompt chunk is cut so that its window and
+its new positions fit the pool.
 """
 
 import collections
@@ -14,6 +20,7 @@ import dataclasses
 
 from gpt.engine.blocks import BlockManager, block_hashes
 from gpt.engine.requests import RequestHandle
+from gpt.engine.window import first_visible_block, largest_fitting_chunk
 
 
 class Sequence:
@@ -25,6 +32,9 @@ class Sequence:
         self.block_size = block_size
         self.computed = 0  # leading positions whose keys and values are in the pool
         self.table: list[int] = []  # block of positions [i * block_size, (i + 1) * block_size)
+        # Leading table entries this sequence no longer holds: wholly before its window (a windowed
+        # model only; see Scheduler._release_out_of_window). Always 0 without a window.
+        self.dropped = 0
         self.hashes = block_hashes(self.tokens, block_size)  # of every full block of tokens
         self.registered = 0  # leading full blocks that the prefix cache knows
         self.admitted_at = -1
@@ -52,10 +62,22 @@ class Plan:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, pool, block_size: int, max_batch_tokens: int, max_running: int):
+    """`window`: the model's attention_window (None: every position stays visible, and a sequence
+    keeps all its blocks until it ends)."""
+
+    def __init__(
+        self,
+        blocks: BlockManager,
+        pool,
+        block_size: int,
+        max_batch_tokens: int,
+        max_running: int,
+        window: int | None = None,
+    ):
         self.blocks = blocks
         self.pool = pool
         self.block_size = block_size
+        self.window = window
         self.max_batch_tokens = max_batch_tokens
         self.max_running = max_running
         self.waiting: collections.deque[Sequence] = collections.deque()
@@ -75,17 +97,18 @@ class Scheduler:
                 break
             if seq not in self.running:  # preempted for an older sequence meanwhile
                 continue
-            count = min(seq.pending, budget)
+            count = self._chunk(seq, min(seq.pending, budget))
             if self._reserve_or_preempt(seq, count, plan):
                 plan.work.append((seq, count))
         self._admit(plan, self.max_batch_tokens - sum(count for _, count in plan.work))
         return plan
 
     def release(self, seq: Sequence) -> None:
-        """Gives back every block of `seq` (finished, cancelled or preempted)."""
-        for block in seq.table:
+        """Gives back every block that `seq` still holds (finished, cancelled or preempted)."""
+        for block in seq.table[seq.dropped :]:
             self.blocks.release(block)
         seq.table = []
+        seq.dropped = 0
         seq.computed = 0
         seq.registered = 0
 
@@ -98,7 +121,7 @@ class Scheduler:
 
     def after_step(self, seq: Sequence, count: int) -> None:
         """Records that `count` more positions of `seq` are in the pool; their full blocks join the
-        prefix cache."""
+        prefix cache. With a window, the blocks that no later token can see are given back."""
         seq.computed += count
         full = min(seq.computed // self.block_size, len(seq.hashes))
         size = self.block_size
@@ -107,8 +130,32 @@ class Scheduler:
             tokens = tuple(seq.tokens[index * size : (index + 1) * size])
             self.blocks.register(seq.table[index], seq.hashes[index], parent, tokens)
         seq.registered = max(seq.registered, full)
+        # After registering: a full block leaving the window still names its prefix, so it waits
+        # in the prefix cache's LRU list (when no other sequence holds it) instead of being wiped.
+        self._release_out_of_window(seq)
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _release_out_of_window(self, seq: Sequence) -> None:
+        """Gives back the blocks of `seq` wholly before the window of its next token (position
+        `computed`): neither that token nor any later one reads them.
+
+        Their table entries keep the ids they had, though the block may now hold another sequence's
+        keys: step_batch checks that every entry up to a sequence's last position names a block of
+        the pool, and the paged-attention lowering (PagedAttentionLowering.cpp, tokenHeads) reads a
+        token's entries only from its first visible block, max(p + 1 - W, 0) // S, on, and writes
+        only the entries of new positions, which are held. A step's tokens are at positions >=
+        `computed`, so no stale entry is ever read or written."""
+        dead = min(first_visible_block(seq.computed, self.window, self.block_size), len(seq.table))
+        for block in seq.table[seq.dropped : dead]:
+            self.blocks.release(block)
+        seq.dropped = max(seq.dropped, dead)
+
+    def _chunk(self, seq: Sequence, count: int) -> int:
+        """`count` new tokens of `seq`, cut for a windowed model so that the step's blocks (its
+        first token's window up to its last token's block) fit the whole pool: the oldest sequence,
+        alone, can then always run its chunk."""
+        return largest_fitting_chunk(seq.computed, count, self.window, self.block_size, self.blocks.num_blocks)
 
     def _blocks_needed(self, seq: Sequence, count: int) -> int:
         """New blocks for running `count` more tokens of `seq`: the table's growth, plus a copy of
@@ -167,8 +214,6 @@ class Scheduler:
             matched = len(hits)
             if matched < len(seq.hashes) and seq.hashes[matched] in being_computed:
                 continue
-            for block in hits:
-                self.blocks.acquire(block)
             seq.table = list(hits)
             seq.registered = matched
             # The last token always runs: its logits are what the next token is sampled from.
@@ -176,10 +221,15 @@ class Scheduler:
             # Where the prompt diverges inside the next block, a cached block that agrees up to
             # there is copied (copy-on-write at the first divergent block), and only the rest runs.
             source, shared = self._partial_match(seq, matched)
+            seq.computed += shared
+            # A windowed sequence takes only the hits its window reads; those before it stay in the
+            # table unheld, like blocks it has given back (see _release_out_of_window).
+            seq.dropped = min(first_visible_block(seq.computed, self.window, self.block_size), matched)
+            for block in hits[seq.dropped :]:
+                self.blocks.acquire(block)
             if source is not None:
                 self.blocks.acquire(source)  # not evicted by the allocations below
-            seq.computed += shared
-            count = min(seq.pending, budget)
+            count = self._chunk(seq, min(seq.pending, budget))
             # Headroom of one block per running sequence, so that admitting does not at once
             # force the running ones into preemption.
             headroom = len(self.running)
