@@ -14,6 +14,11 @@ batched step does a prefill's matmul work per token (every token through every w
 matrices of B rows instead of T, so forward's tokens/s over decode's is the ceiling of the
 "vs decode" column at any batch size, whatever the memory bandwidth lets decode do.
 
+--breakdown adds two rows per batch size: the step with every sequence reading the same blocks (its
+attention's keys and values stay in cache) and model.forward over as many tokens (the same matmuls,
+no paged attention); the gaps to the step's own row are what attention's memory traffic and the
+whole paged attention cost.
+
 --pages small,huge measures every row twice, the weights in small pages (GPT_HUGE_PAGES=0) and in
 transparent huge pages (the default), one model each, the two taking turns row by row.
 """
@@ -60,11 +65,17 @@ def forward_seconds(model, tokens, repeats):
     return statistics.median(times)
 
 
-def batch_step_seconds(model, prompt, batch, steps, repeats, block_size):
-    """Median seconds per step_batch call decoding one token for each of `batch` sequences."""
+def batch_step_seconds(model, prompt, batch, steps, repeats, block_size, shared=False):
+    """Median seconds per step_batch call decoding one token for each of `batch` sequences. With
+    `shared`, every sequence's table lists the same blocks for the prompt's whole blocks (only the
+    blocks the steps write into are their own), so attention reads 1/batch of the keys and values
+    and they stay in cache: the step's cost with attention's memory traffic taken away."""
     per_sequence = -(-(len(prompt) + steps) // block_size)
     pool = model.new_block_pool(batch * per_sequence, block_size)
     tables = np.arange(batch * per_sequence).reshape(batch, per_sequence)
+    if shared:
+        whole = len(prompt) // block_size
+        tables[:, :whole] = tables[0, :whole]
     times = []
     for _ in range(repeats + 1):  # the first round compiles
         for b in range(batch):
@@ -88,6 +99,12 @@ def main(argv):
     parser.add_argument("--threads", type=int, default=None, help="default: all cores")
     parser.add_argument("--prefill-tokens", type=int, default=128)
     parser.add_argument("--pages", default="huge", help="huge, small or small,huge: where the weights live")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="for each batch size, also the step with every sequence on the same blocks and model.forward "
+        "over as many tokens (the step's matmuls without the paged attention)",
+    )
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_batch.py " + " ".join(argv))
     cfg = gpt.GPTConfig(**SHAPES[args.shape])
@@ -117,6 +134,17 @@ def main(argv):
                 f"| step_batch (paged) | {kind} pages | {batch} | {seconds * 1e3:.1f} | {rate:.1f} "
                 f"| {rate * single[kind]:.2f}x |"
             )
+            if args.breakdown and batch > 1:
+                shared = batch_step_seconds(model, prompt, batch, args.steps, args.repeats, args.block_size, True)
+                forward = forward_seconds(model, batch, args.repeats)
+                for path, took in (
+                    ("step_batch, all on the same blocks", shared),
+                    (f"model.forward ({batch} tokens)", forward),
+                ):
+                    print(
+                        f"| {path} | {kind} pages | {batch} | {took * 1e3:.1f} | {batch / took:.1f} "
+                        f"| {batch / took * single[kind]:.2f}x |"
+                    )
     for kind, model in models.items():
         seconds = forward_seconds(model, args.prefill_tokens, args.repeats)
         rate = args.prefill_tokens / seconds
