@@ -103,10 +103,11 @@ struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
 
 /// Paged attention, one token at a time: each token is a query of its own sequence at its own
 /// position, so the batch has no shared key range; a token's keys are its sequence's blocks,
-/// looked up in the block table and read where they lie in the pool. Per head, blocks
-/// 0 .. last - 1 (last = position / S) are full tiles, every key visible, and block `last`,
-/// which holds the token's own position, is the one partial tile, masked past it. With a window,
-/// the blocks before the window are skipped and the window's first block is masked below it. Each block is
+/// looked up in the block table and read where they lie in the pool, block by block, every head
+/// of a block in turn. Blocks 0 .. last - 1 (last = position / S) are full tiles, every key
+/// visible, and block `last`, which holds the token's own position, is the one partial tile,
+/// masked past it. With a window, the blocks before the window are skipped and the window's first
+/// block is masked below it. Each (block, head) is
 /// the decode step of causal_attention: s = K_blk . q as a [1, S] row (a dot product per key,
 /// streaming each key row once), scaled, then the shared online softmax step (OnlineSoftmax.h),
 /// whose p . V_blk is a [1, S] x [S, d] matmul reading V row by row. Tokens run in an scf.forall
@@ -173,39 +174,68 @@ private:
       Value sameBlock = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, firstBlock, last);
       lastLower = b.create<arith::SelectOp>(loc, sameBlock, firstOffset, indexConstant(b, loc, 0));
     }
+    // Blocks outside, heads inside: a block's keys (and values) for all heads are one contiguous
+    // [H, S, d] piece of the pool (48 KiB for GPT-2 small), read front to back, where a loop over
+    // heads outside would read each block in H scattered 4 KiB pieces, a pattern that streams from
+    // memory at half the rate or less. Each head's online-softmax state (m, l, acc) is a row of
+    // [H], [H] and [H, d] tensors carried through the block loop.
+    SmallVector<Value> state = initialSoftmaxState(b, loc, heads, headDim);
+    if (window > 0) {
+      // The window's first block, masked below firstOffset, when it comes before the last
+      // (zero or one iteration).
+      auto leading = b.create<scf::ForOp>(loc, firstBlock, fullStart, indexConstant(b, loc, 1), state,
+                                          [&](OpBuilder &nb, Location, Value blockIndex, ValueRange blockState) {
+                                            Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
+                                            nb.create<scf::YieldOp>(loc, everyHead(nb, token, block, firstOffset,
+                                                                                   /*upper=*/nullptr, blockState));
+                                          });
+      state = leading.getResults();
+    }
+    auto fullBlocks = b.create<scf::ForOp>(
+        loc, fullStart, last, indexConstant(b, loc, 1), state,
+        [&](OpBuilder &nb, Location, Value blockIndex, ValueRange blockState) {
+          Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
+          nb.create<scf::YieldOp>(loc, everyHead(nb, token, block, /*lower=*/nullptr, /*upper=*/nullptr, blockState));
+        });
+    state = everyHead(b, token, lastBlock, lastLower, visible, fullBlocks.getResults());
+    // acc / l, head by head: the token's [H, d] result.
+    Value normalized = normalizedSoftmaxOutput(b, loc, state);
+    return b.create<tensor::InsertSliceOp>(loc, normalized, out, SmallVector<OpFoldResult>(2, b.getIndexAttr(0)),
+                                           sizesOf(b, {heads, headDim}), sizesOf(b, {1, 1}));
+  }
+
+  /// One block's online-softmax step for every head of the token, over the [H], [H] and [H, d]
+  /// state (see keyBlock for `lower` and `upper`).
+  SmallVector<Value> everyHead(OpBuilder &b, Value token, Value block, Value lower, Value upper, ValueRange state) {
     auto headLoop = b.create<scf::ForOp>(
-        loc, indexConstant(b, loc, 0), indexConstant(b, loc, heads), indexConstant(b, loc, 1), ValueRange{out},
-        [&](OpBuilder &hb, Location, Value head, ValueRange headState) {
+        loc, indexConstant(b, loc, 0), indexConstant(b, loc, heads), indexConstant(b, loc, 1), state,
+        [&](OpBuilder &hb, Location, Value head, ValueRange headsState) {
           auto rowType = RankedTensorType::get({headDim}, hb.getF32Type());
-          SmallVector<OpFoldResult> offsets = {head, token, hb.getIndexAttr(0)};
-          Value q = hb.create<tensor::ExtractSliceOp>(loc, rowType, query, offsets, sizesOf(hb, {1, 1, headDim}),
+          SmallVector<OpFoldResult> queryOffsets = {head, token, hb.getIndexAttr(0)};
+          Value q = hb.create<tensor::ExtractSliceOp>(loc, rowType, query, queryOffsets, sizesOf(hb, {1, 1, headDim}),
                                                       sizesOf(hb, {1, 1, 1}));
-          SmallVector<Value> initial = initialSoftmaxState(hb, loc, 1, headDim);
-          if (window > 0) {
-            // The window's first block, masked below firstOffset, when it comes before the last
-            // (zero or one iteration).
-            auto leading = hb.create<scf::ForOp>(
-                loc, firstBlock, fullStart, indexConstant(hb, loc, 1), initial,
-                [&](OpBuilder &nb, Location, Value blockIndex, ValueRange state) {
-                  Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
-                  nb.create<scf::YieldOp>(loc, keyBlock(nb, q, block, head, firstOffset, /*upper=*/nullptr, state));
-                });
-            initial = leading.getResults();
-          }
-          auto fullBlocks = hb.create<scf::ForOp>(
-              loc, fullStart, last, indexConstant(hb, loc, 1), initial,
-              [&](OpBuilder &nb, Location, Value blockIndex, ValueRange state) {
-                Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
-                nb.create<scf::YieldOp>(loc, keyBlock(nb, q, block, head, /*lower=*/nullptr, /*upper=*/nullptr, state));
-              });
-          SmallVector<Value> state = keyBlock(hb, q, lastBlock, head, lastLower, visible, fullBlocks.getResults());
-          Value normalized = normalizedSoftmaxOutput(hb, loc, state);
-          SmallVector<OpFoldResult> outOffsets = {head, hb.getIndexAttr(0)};
-          Value written = hb.create<tensor::InsertSliceOp>(loc, normalized, headState[0], outOffsets,
-                                                           sizesOf(hb, {1, headDim}), sizesOf(hb, {1, 1}));
+          // This head's rows of the state: [1], [1], [1, d].
+          SmallVector<OpFoldResult> rowOffsets = {head}, accOffsets = {head, hb.getIndexAttr(0)};
+          auto scalarRow = RankedTensorType::get({1}, hb.getF32Type());
+          auto accRow = RankedTensorType::get({1, headDim}, hb.getF32Type());
+          SmallVector<Value> headState = {hb.create<tensor::ExtractSliceOp>(loc, scalarRow, headsState[0], rowOffsets,
+                                                                            sizesOf(hb, {1}), sizesOf(hb, {1})),
+                                          hb.create<tensor::ExtractSliceOp>(loc, scalarRow, headsState[1], rowOffsets,
+                                                                            sizesOf(hb, {1}), sizesOf(hb, {1})),
+                                          hb.create<tensor::ExtractSliceOp>(loc, accRow, headsState[2], accOffsets,
+                                                                            sizesOf(hb, {1, headDim}),
+                                                                            sizesOf(hb, {1, 1}))};
+          SmallVector<Value> updated = keyBlock(hb, q, block, head, lower, upper, headState);
+          SmallVector<Value> written = {hb.create<tensor::InsertSliceOp>(loc, updated[0], headsState[0], rowOffsets,
+                                                                         sizesOf(hb, {1}), sizesOf(hb, {1})),
+                                        hb.create<tensor::InsertSliceOp>(loc, updated[1], headsState[1], rowOffsets,
+                                                                         sizesOf(hb, {1}), sizesOf(hb, {1})),
+                                        hb.create<tensor::InsertSliceOp>(loc, updated[2], headsState[2], accOffsets,
+                                                                         sizesOf(hb, {1, headDim}),
+                                                                         sizesOf(hb, {1, 1}))};
           hb.create<scf::YieldOp>(loc, written);
         });
-    return headLoop.getResult(0);
+    return headLoop.getResults();
   }
 
   AffineMap id(int64_t rank) const { return AffineMap::getMultiDimIdentityMap(rank, ctx); }

@@ -26,11 +26,13 @@ func.func @cache_write(%u: tensor<2x3x8xf32>, %p: tensor<6x2x4x8xf32>, %s: tenso
 
 // -----
 
-// Tokens in parallel (scf.forall), heads in a loop; per token the blocks 0 .. position / S of its
-// sequence's table row, each read where it lies in the pool ([1, 1, S, d] slices at the block id
-// the table gives). The blocks before the last are full tiles: an online softmax step with no
+// Tokens in parallel (scf.forall); per token the blocks 0 .. position / S of its sequence's table
+// row, each read where it lies in the pool ([1, 1, S, d] slices at the block id the table gives).
+// Blocks outside, heads inside: a block's slices of every head in turn (one contiguous piece of
+// the pool), each head's online-softmax state a row of the [H], [H] and [H, d] state that the
+// block loop carries. The blocks before the last are full tiles: an online softmax step with no
 // mask. The last one, holding the token's position, is the partial tile: its keys past the
-// position are masked (index < position - last * S + 1). Then acc / l.
+// position are masked (index < position - last * S + 1). Then acc / l for every head.
 // CHECK-LABEL: func.func @attention
 // CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<2x3x8xf32>, %[[KP:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[VP:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[TABLES:[a-z0-9]+]]: tensor<2x2xi64>, %[[SEQS:[a-z0-9]+]]: tensor<3xi64>, %[[POS:[a-z0-9]+]]: tensor<3xi64>
 // CHECK: scf.forall (%[[T:.*]]) in (3) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<2x3x8xf32>)
@@ -43,10 +45,12 @@ func.func @cache_write(%u: tensor<2x3x8xf32>, %p: tensor<6x2x4x8xf32>, %s: tenso
 // CHECK:   %[[VISIBLE:.*]] = arith.addi %[[SINCE]], %{{.*}} : index
 // CHECK:   %[[LASTID:.*]] = tensor.extract %[[TABLES]][%[[SEQ]], %[[LAST]]] : tensor<2x2xi64>
 // CHECK:   %[[LASTBLK:.*]] = arith.index_cast %[[LASTID]]
-// CHECK:   scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step
-// CHECK:     scf.for %[[I:.*]] = %{{.*}} to %[[LAST]] step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (tensor<1xf32>, tensor<1xf32>, tensor<1x8xf32>)
-// CHECK:       %[[ID:.*]] = tensor.extract %[[TABLES]][%[[SEQ]], %[[I]]] : tensor<2x2xi64>
-// CHECK:       %[[BLK:.*]] = arith.index_cast %[[ID]]
+// CHECK:   %[[FULL:.*]]:3 = scf.for %[[I:.*]] = %{{.*}} to %[[LAST]] step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (tensor<2xf32>, tensor<2xf32>, tensor<2x8xf32>)
+// CHECK:     %[[ID:.*]] = tensor.extract %[[TABLES]][%[[SEQ]], %[[I]]] : tensor<2x2xi64>
+// CHECK:     %[[BLK:.*]] = arith.index_cast %[[ID]]
+// CHECK:     scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[M:.*]] = %{{.*}}, %[[L:.*]] = %{{.*}}, %[[ACC:.*]] = %{{.*}}) -> (tensor<2xf32>, tensor<2xf32>, tensor<2x8xf32>)
+// CHECK:       tensor.extract_slice %[[M]][%[[H]]] [1] [1] : tensor<2xf32> to tensor<1xf32>
+// CHECK:       tensor.extract_slice %[[ACC]][%[[H]], 0] [1, 8] [1, 1] : tensor<2x8xf32> to tensor<1x8xf32>
 // CHECK:       tensor.extract_slice %[[KP]][%[[BLK]], %[[H]], 0, 0] [1, 1, 4, 8] [1, 1, 1, 1] : tensor<6x2x4x8xf32> to tensor<4x8xf32>
 // CHECK:       tensor.extract_slice %[[VP]][%[[BLK]], %[[H]], 0, 0] [1, 1, 4, 8] [1, 1, 1, 1] : tensor<6x2x4x8xf32> to tensor<4x8xf32>
 // CHECK:       linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]
@@ -54,15 +58,16 @@ func.func @cache_write(%u: tensor<2x3x8xf32>, %p: tensor<6x2x4x8xf32>, %s: tenso
 // CHECK:       math.exp
 // CHECK-NOT:   arith.cmpi
 // CHECK:       linalg.matmul {{.*}} -> tensor<1x8xf32>
+// CHECK:       tensor.insert_slice %{{.*}} into %[[ACC]][%[[H]], 0] [1, 8] [1, 1] : tensor<1x8xf32> into tensor<2x8xf32>
 // CHECK:       scf.yield
-// CHECK:     tensor.extract_slice %[[KP]][%[[LASTBLK]], %[[H]], 0, 0] [1, 1, 4, 8]
-// CHECK:     tensor.extract_slice %[[VP]][%[[LASTBLK]], %[[H]], 0, 0] [1, 1, 4, 8]
+// CHECK:   scf.for %[[H2:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %[[FULL]]#0, %{{.*}} = %[[FULL]]#1, %{{.*}} = %[[FULL]]#2)
+// CHECK:     tensor.extract_slice %[[KP]][%[[LASTBLK]], %[[H2]], 0, 0] [1, 1, 4, 8]
+// CHECK:     tensor.extract_slice %[[VP]][%[[LASTBLK]], %[[H2]], 0, 0] [1, 1, 4, 8]
 // CHECK:     %[[KEY:.*]] = linalg.index 1 : index
 // CHECK:     arith.cmpi ult, %[[KEY]], %[[VISIBLE]] : index
 // CHECK:     math.exp
 // CHECK:     linalg.matmul {{.*}} -> tensor<1x8xf32>
-// CHECK:     arith.divf
-// CHECK:     tensor.insert_slice %{{.*}} into %{{.*}}[%[[H]], 0] [1, 8] [1, 1] : tensor<1x8xf32> into tensor<2x8xf32>
+// CHECK:   arith.divf
 // CHECK:   scf.forall.in_parallel
 // CHECK:     tensor.parallel_insert_slice
 func.func @attention(%q: tensor<2x3x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tensor<6x2x4x8xf32>, %tables: tensor<2x2xi64>, %seqs: tensor<3xi64>, %pos: tensor<3xi64>) -> tensor<2x3x8xf32> {
@@ -93,12 +98,12 @@ func.func @attention(%q: tensor<2x3x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tenso
 // CHECK:   %[[FULLSTART:.*]] = arith.minui %[[AFTER]], %[[LAST]] : index
 // CHECK:   %[[SAME:.*]] = arith.cmpi eq, %[[FIRSTBLOCK]], %[[LAST]] : index
 // CHECK:   %[[LASTLOWER:.*]] = arith.select %[[SAME]], %[[OFFSET]], %{{.*}} : index
-// CHECK:   scf.for
-// CHECK:     scf.for %{{.*}} = %[[FIRSTBLOCK]] to %[[FULLSTART]] step
+// CHECK:   scf.for %{{.*}} = %[[FIRSTBLOCK]] to %[[FULLSTART]] step
+// CHECK:     scf.for
 // CHECK:       %[[KEY:.*]] = linalg.index 1 : index
 // CHECK:       arith.cmpi uge, %[[KEY]], %[[OFFSET]] : index
 // CHECK:       math.exp
-// CHECK:     scf.for %{{.*}} = %[[FULLSTART]] to %[[LAST]] step
+// CHECK:   scf.for %{{.*}} = %[[FULLSTART]] to %[[LAST]] step
 // CHECK-NOT:   arith.cmpi
 // CHECK:       math.exp
 // CHECK-NOT:   arith.cmpi
