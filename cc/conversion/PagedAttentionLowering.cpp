@@ -127,15 +127,27 @@ public:
 
   Value build(OpBuilder &rewriter) {
     Value out = emptyTensor(rewriter, loc, {heads, tokens, headDim});
+    // One iteration per (token, group of heads). A step of a single token (one sequence decoding)
+    // splits its heads in two, so that both threads work on it; with more tokens, each keeps all
+    // its heads, whose blocks are then read as whole contiguous pieces (see tokenHeads).
+    const int64_t headGroups = (tokens == 1 && heads % 2 == 0) ? 2 : 1;
+    groupSize = heads / headGroups;
     auto tokenLoop = rewriter.create<scf::ForallOp>(
-        loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(tokens)}, ValueRange{out}, std::nullopt,
+        loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(tokens * headGroups)}, ValueRange{out}, std::nullopt,
         [&](OpBuilder &b, Location, ValueRange args) {
-          Value token = args[0], shared = args[1];
-          SmallVector<OpFoldResult> offsets = {b.getIndexAttr(0), token, b.getIndexAttr(0)};
-          SmallVector<OpFoldResult> sizes = sizesOf(b, {heads, 1, headDim}), strides = sizesOf(b, {1, 1, 1});
-          auto slice = RankedTensorType::get({heads, headDim}, b.getF32Type());
+          Value token = args[0], firstHead, shared = args[1]; // firstHead null: head 0
+          if (headGroups > 1) {
+            Value groups = indexConstant(b, loc, headGroups);
+            token = b.create<arith::DivUIOp>(loc, args[0], groups);
+            Value group = b.create<arith::RemUIOp>(loc, args[0], groups);
+            firstHead = b.create<arith::MulIOp>(loc, group, indexConstant(b, loc, groupSize));
+          }
+          SmallVector<OpFoldResult> offsets = {firstHead ? OpFoldResult(firstHead) : b.getIndexAttr(0), token,
+                                               b.getIndexAttr(0)};
+          SmallVector<OpFoldResult> sizes = sizesOf(b, {groupSize, 1, headDim}), strides = sizesOf(b, {1, 1, 1});
+          auto slice = RankedTensorType::get({groupSize, headDim}, b.getF32Type());
           Value tokenOut = b.create<tensor::ExtractSliceOp>(loc, slice, shared, offsets, sizes, strides);
-          Value result = tokenHeads(b, token, tokenOut);
+          Value result = tokenHeads(b, token, firstHead, tokenOut);
           auto terminator = b.create<scf::InParallelOp>(loc);
           b.setInsertionPointToStart(terminator.getBody());
           b.create<tensor::ParallelInsertSliceOp>(loc, result, shared, offsets, sizes, strides);
@@ -144,8 +156,9 @@ public:
   }
 
 private:
-  /// Every head of one token: its [H, d] result written into `out`.
-  Value tokenHeads(OpBuilder &b, Value token, Value out) {
+  /// Heads firstHead .. firstHead + groupSize - 1 of one token (a null firstHead: from head 0):
+  /// their [groupSize, d] result written into `out`.
+  Value tokenHeads(OpBuilder &b, Value token, Value firstHead, Value out) {
     Value position = extractIndex(b, loc, positions, token);
     Value sequence = extractIndex(b, loc, sequences, token);
     Value size = indexConstant(b, loc, blockSize);
@@ -179,43 +192,48 @@ private:
     // heads outside would read each block in H scattered 4 KiB pieces, a pattern that streams from
     // memory at half the rate or less. Each head's online-softmax state (m, l, acc) is a row of
     // [H], [H] and [H, d] tensors carried through the block loop.
-    SmallVector<Value> state = initialSoftmaxState(b, loc, heads, headDim);
+    SmallVector<Value> state = initialSoftmaxState(b, loc, groupSize, headDim);
     if (window > 0) {
       // The window's first block, masked below firstOffset, when it comes before the last
       // (zero or one iteration).
-      auto leading = b.create<scf::ForOp>(loc, firstBlock, fullStart, indexConstant(b, loc, 1), state,
-                                          [&](OpBuilder &nb, Location, Value blockIndex, ValueRange blockState) {
-                                            Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
-                                            nb.create<scf::YieldOp>(loc, everyHead(nb, token, block, firstOffset,
-                                                                                   /*upper=*/nullptr, blockState));
-                                          });
+      auto leading =
+          b.create<scf::ForOp>(loc, firstBlock, fullStart, indexConstant(b, loc, 1), state,
+                               [&](OpBuilder &nb, Location, Value blockIndex, ValueRange blockState) {
+                                 Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
+                                 nb.create<scf::YieldOp>(loc, everyHead(nb, token, firstHead, block, firstOffset,
+                                                                        /*upper=*/nullptr, blockState));
+                               });
       state = leading.getResults();
     }
-    auto fullBlocks = b.create<scf::ForOp>(
-        loc, fullStart, last, indexConstant(b, loc, 1), state,
-        [&](OpBuilder &nb, Location, Value blockIndex, ValueRange blockState) {
-          Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
-          nb.create<scf::YieldOp>(loc, everyHead(nb, token, block, /*lower=*/nullptr, /*upper=*/nullptr, blockState));
-        });
-    state = everyHead(b, token, lastBlock, lastLower, visible, fullBlocks.getResults());
+    auto fullBlocks =
+        b.create<scf::ForOp>(loc, fullStart, last, indexConstant(b, loc, 1), state,
+                             [&](OpBuilder &nb, Location, Value blockIndex, ValueRange blockState) {
+                               Value block = extractIndex(nb, loc, tables, {sequence, blockIndex});
+                               nb.create<scf::YieldOp>(loc, everyHead(nb, token, firstHead, block, /*lower=*/nullptr,
+                                                                      /*upper=*/nullptr, blockState));
+                             });
+    state = everyHead(b, token, firstHead, lastBlock, lastLower, visible, fullBlocks.getResults());
     // acc / l, head by head: the token's [H, d] result.
     Value normalized = normalizedSoftmaxOutput(b, loc, state);
     return b.create<tensor::InsertSliceOp>(loc, normalized, out, SmallVector<OpFoldResult>(2, b.getIndexAttr(0)),
-                                           sizesOf(b, {heads, headDim}), sizesOf(b, {1, 1}));
+                                           sizesOf(b, {groupSize, headDim}), sizesOf(b, {1, 1}));
   }
 
-  /// One block's online-softmax step for every head of the token, over the [H], [H] and [H, d]
-  /// state (see keyBlock for `lower` and `upper`).
-  SmallVector<Value> everyHead(OpBuilder &b, Value token, Value block, Value lower, Value upper, ValueRange state) {
+  /// One block's online-softmax step for heads firstHead .. firstHead + groupSize - 1 of the
+  /// token, over their [G], [G] and [G, d] state (G = groupSize; see keyBlock for `lower` and
+  /// `upper`).
+  SmallVector<Value> everyHead(OpBuilder &b, Value token, Value firstHead, Value block, Value lower, Value upper,
+                               ValueRange state) {
     auto headLoop = b.create<scf::ForOp>(
-        loc, indexConstant(b, loc, 0), indexConstant(b, loc, heads), indexConstant(b, loc, 1), state,
-        [&](OpBuilder &hb, Location, Value head, ValueRange headsState) {
+        loc, indexConstant(b, loc, 0), indexConstant(b, loc, groupSize), indexConstant(b, loc, 1), state,
+        [&](OpBuilder &hb, Location, Value row, ValueRange headsState) {
+          Value head = firstHead ? hb.create<arith::AddIOp>(loc, firstHead, row).getResult() : row;
           auto rowType = RankedTensorType::get({headDim}, hb.getF32Type());
           SmallVector<OpFoldResult> queryOffsets = {head, token, hb.getIndexAttr(0)};
           Value q = hb.create<tensor::ExtractSliceOp>(loc, rowType, query, queryOffsets, sizesOf(hb, {1, 1, headDim}),
                                                       sizesOf(hb, {1, 1, 1}));
           // This head's rows of the state: [1], [1], [1, d].
-          SmallVector<OpFoldResult> rowOffsets = {head}, accOffsets = {head, hb.getIndexAttr(0)};
+          SmallVector<OpFoldResult> rowOffsets = {row}, accOffsets = {row, hb.getIndexAttr(0)};
           auto scalarRow = RankedTensorType::get({1}, hb.getF32Type());
           auto accRow = RankedTensorType::get({1, headDim}, hb.getF32Type());
           SmallVector<Value> headState = {hb.create<tensor::ExtractSliceOp>(loc, scalarRow, headsState[0], rowOffsets,
@@ -283,6 +301,7 @@ private:
   float scale;
   int64_t window; // 0: none
   int64_t heads = 0, tokens = 0, headDim = 0, blockSize = 0;
+  int64_t groupSize = 0; // heads per iteration of the token loop
 };
 
 struct PagedAttentionLowering : OpConversionPattern<PagedAttentionOp> {

@@ -117,3 +117,28 @@ func.func @window(%q: tensor<2x3x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tensor<6
       : tensor<2x3x8xf32>, tensor<6x2x4x8xf32>, tensor<6x2x4x8xf32>, tensor<2x2xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<2x3x8xf32>
   return %a : tensor<2x3x8xf32>
 }
+
+// -----
+
+// A step of a single token (one sequence decoding) splits its heads in two groups, one forall
+// iteration each, so that both threads work on it: iteration i is token i / 2 with heads
+// (i % 2) * H/2 .. (i % 2 + 1) * H/2 - 1, writing its [H/2, d] slice.
+// CHECK-LABEL: func.func @one_token
+// CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<2x1x8xf32>, %[[KP:[a-z0-9]+]]: tensor<6x2x4x8xf32>
+// CHECK: scf.forall (%[[I:.*]]) in (2) shared_outs(%[[OUT:.*]] = %{{.*}}) -> (tensor<2x1x8xf32>)
+// CHECK:   %[[T:.*]] = arith.divui %[[I]], %[[C2:.*]] : index
+// CHECK:   %[[GROUP:.*]] = arith.remui %[[I]], %[[C2]] : index
+// CHECK:   %[[FIRST:.*]] = arith.muli %[[GROUP]], %{{.*}} : index
+// CHECK:   tensor.extract_slice %[[OUT]][%[[FIRST]], %[[T]], 0] [1, 1, 8] [1, 1, 1] : tensor<2x1x8xf32> to tensor<1x8xf32>
+// CHECK:   scf.for
+// CHECK:     scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (tensor<1xf32>, tensor<1xf32>, tensor<1x8xf32>)
+// CHECK:       %[[HEAD:.*]] = arith.addi %[[FIRST]], %[[ROW]] : index
+// CHECK:       tensor.extract_slice %[[Q]][%[[HEAD]], %[[T]], 0] [1, 1, 8]
+// CHECK:       tensor.extract_slice %[[KP]][%{{.*}}, %[[HEAD]], 0, 0] [1, 1, 4, 8]
+// CHECK:   scf.forall.in_parallel
+// CHECK:     tensor.parallel_insert_slice %{{.*}} into %[[OUT]][%[[FIRST]], %[[T]], 0] [1, 1, 8] [1, 1, 1] : tensor<1x8xf32> into tensor<2x1x8xf32>
+func.func @one_token(%q: tensor<2x1x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tensor<6x2x4x8xf32>, %tables: tensor<1x2xi64>, %seqs: tensor<1xi64>, %pos: tensor<1xi64>) -> tensor<2x1x8xf32> {
+  %a = transformer.paged_attention %q, %kp, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32}
+      : tensor<2x1x8xf32>, tensor<6x2x4x8xf32>, tensor<6x2x4x8xf32>, tensor<1x2xi64>, tensor<1xi64>, tensor<1xi64> -> tensor<2x1x8xf32>
+  return %a : tensor<2x1x8xf32>
+}
