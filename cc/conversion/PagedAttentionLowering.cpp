@@ -191,7 +191,7 @@ private:
     // [H, S, d] piece of the pool (48 KiB for GPT-2 small), read front to back, where a loop over
     // heads outside would read each block in H scattered 4 KiB pieces, a pattern that streams from
     // memory at half the rate or less. Each head's online-softmax state (m, l, acc) is a row of
-    // [H], [H] and [H, d] tensors carried through the block loop.
+    // [G], [G] and [G, d] tensors (G = groupSize heads) carried through the block loop.
     SmallVector<Value> state = initialSoftmaxState(b, loc, groupSize, headDim);
     if (window > 0) {
       // The window's first block, masked below firstOffset, when it comes before the last
@@ -213,7 +213,7 @@ private:
                                                                       /*upper=*/nullptr, blockState));
                              });
     state = everyHead(b, token, firstHead, lastBlock, lastLower, visible, fullBlocks.getResults());
-    // acc / l, head by head: the token's [H, d] result.
+    // acc / l, head by head: the [G, d] result of the token's heads.
     Value normalized = normalizedSoftmaxOutput(b, loc, state);
     return b.create<tensor::InsertSliceOp>(loc, normalized, out, SmallVector<OpFoldResult>(2, b.getIndexAttr(0)),
                                            sizesOf(b, {groupSize, headDim}), sizesOf(b, {1, 1}));

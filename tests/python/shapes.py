@@ -35,4 +35,4 @@ def token_ids(cfg, length, seed=0):
 
 
 def relative_error(actual, expected):
-    return float(np.abs(actual - expected).max() / np.abs(expected).max())
+    return float(np.abs(np.asarray(actual) - expected).max() / np.abs(expected).max())

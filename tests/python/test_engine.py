@@ -14,6 +14,8 @@ import pytest
 import gpt
 from gpt.engine import Engine, QueueFullError
 from paged_reference import ReferencePagedModel
+from shapes import relative_error
+from single_stream import alone
 
 CONFIG = gpt.GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
 TOLERANCE = 1e-4  # relative: max |difference| / max |expected logit|
@@ -26,21 +28,6 @@ def model():
 
 def paged(model):
     return model if hasattr(model, "step_batch") else ReferencePagedModel(model)
-
-
-def alone(model, prompt, max_tokens):
-    """Greedy tokens and the logits each was chosen from, one sequence on a contiguous KV cache."""
-    cache = model.new_cache()
-    logits = [model.prefill(prompt, cache)]
-    tokens = [int(np.argmax(logits[0]))]
-    while len(tokens) < max_tokens:
-        logits.append(model.decode(tokens[-1], cache))
-        tokens.append(int(np.argmax(logits[-1])))
-    return tokens, logits
-
-
-def relative_error(got, want):
-    return float(np.abs(np.asarray(got) - want).max() / np.abs(want).max())
 
 
 def workload(seed=0, count=32):

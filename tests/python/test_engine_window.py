@@ -12,6 +12,8 @@ import pytest
 
 import gpt
 from gpt.engine import Engine
+from shapes import relative_error
+from single_stream import alone
 
 WINDOW = 20
 BLOCK = 8
@@ -41,22 +43,6 @@ class CountingModel:
     def step_batch(self, pool, ids, counts, starts, block_tables):
         self.counts += [int(c) for c in counts]
         return self._model.step_batch(pool, ids, counts, starts, block_tables)
-
-
-def alone(model, prompt, max_tokens):
-    """Greedy tokens and the logits each was chosen from, one sequence on the model's rolling
-    (windowed) KV cache."""
-    cache = model.new_cache()
-    logits = [model.prefill(prompt, cache)]
-    tokens = [int(np.argmax(logits[0]))]
-    while len(tokens) < max_tokens:
-        logits.append(model.decode(tokens[-1], cache))
-        tokens.append(int(np.argmax(logits[-1])))
-    return tokens, logits
-
-
-def relative_error(got, want):
-    return float(np.abs(np.asarray(got) - want).max() / np.abs(want).max())
 
 
 def assert_reference_counts_match_the_tables(engine):
