@@ -80,6 +80,48 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
   ];
 }
 
+def PrefetchWeightPanels : Pass<"gpt-prefetch-weight-panels"> {
+  let summary = "Prefetch the next weight panel while a few-row matmul runs over the current one";
+  let description = [{
+    A packed matmul runs panel by panel: for each panel of the weight (K rows x W columns,
+    contiguous), every register tile of rows walks the panel's K rows. With a few row tiles (the
+    batched step's 16 tokens: two tiles of 8 rows) the first tile streams the panel from memory,
+    waiting on it, and the second runs from cache, asking memory for nothing: the loads come in
+    bursts that memory bandwidth cannot keep up with, and then stop.
+
+    This pass spreads the next panel's reads over the current panel's row tiles instead: in the
+    K loop of row tile `t`, step `k` prefetches cache line `t * K + k` of the next panel (into L2,
+    `memref.prefetch` with locality 2), so the first L (lines per panel row) tiles together fetch
+    all of it, one line per step, at a steady rate, and each panel is already in cache when its
+    turn comes. The last panel prefetches itself (the index is clamped), harmlessly.
+
+    It matches the loop nest the packed-matmul schedule leaves after bufferization: an `scf.for`
+    from 0 to K by 1 (the K loop) holding a `vector.transfer_read` of a static rank-3 memref
+    [P, K, W] at [panel, k, 0], directly inside an `scf.for` over row tiles from 0 by a constant
+    step, with `min-tiles` to `max-tiles` iterations and the panel index defined outside it. A
+    decode step (one row tile) and prefill (many: its tiles reuse each panel long enough) are left
+    alone. Runs after buffer deallocation, which rejects `memref.prefetch` (no memory effects
+    interface in MLIR 19).
+
+    ```mlir
+    scf.for %m = %c0 to %c16 step %c8 {              // two row tiles
+      scf.for %k = %c0 to %c768 step %c1 iter_args(...) {
+        // added: line %m / 8 * 768 + %k of panel min(%p + 1, 71)
+        memref.prefetch %w[%next, %row, %col], read, locality<2>, data : memref<72x768x32xf32>
+        %b = vector.transfer_read %w[%p, %k, %c0], ... : memref<72x768x32xf32>, vector<32xf32>
+    ```
+  }];
+  let options = [
+    Option<"minTiles", "min-tiles", "int64_t", /*default=*/"2", "fewest row tiles of a matmul it prefetches for">,
+    Option<"maxTiles", "max-tiles", "int64_t", /*default=*/"4", "most row tiles of a matmul it prefetches for">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
+  ];
+}
+
 def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
   let summary = "Inline memref.alloca_scope regions that allocate nothing on the stack";
   let description = [{

@@ -154,6 +154,8 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
 void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
   // After bufferization, which does not know the intrinsics' memory effects (none).
   pm.addPass(createLowerLaneDots(options));
+  // After buffer deallocation, which rejects memref.prefetch (it has no memory effects interface).
+  pm.addPass(codegen::createPrefetchWeightPanels());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createBufferizationToMemRefPass());
   pm.addPass(mlir::createConvertVectorToSCFPass(mlir::VectorTransferToSCFOptions().enableFullUnroll()));

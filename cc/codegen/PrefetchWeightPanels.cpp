@@ -1,0 +1,111 @@
+// --gpt-prefetch-weight-panels: a few-row packed matmul prefetches its next weight panel, one cache
+// line per K step, spread over its row tiles.
+#include "cc/codegen/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+
+namespace gpt::codegen {
+using namespace mlir;
+
+#define GEN_PASS_DEF_PREFETCHWEIGHTPANELS
+#include "cc/codegen/Passes.h.inc"
+
+namespace {
+
+constexpr int64_t kCacheLineBytes = 64;
+
+std::optional<int64_t> constantIndex(Value v) {
+  APInt value;
+  if (!matchPattern(v, m_ConstantInt(&value))) return std::nullopt;
+  return value.getSExtValue();
+}
+
+/// A K loop of a packed matmul's register tile, and what the prefetch needs to know of it.
+struct PanelLoop {
+  scf::ForOp kLoop, tileLoop;
+  vector::TransferReadOp weightRead; // %w[panel, k, 0]
+  int64_t panels, rows, linesPerRow, tiles, tileStep;
+};
+
+/// The weight read of `kLoop` when the loop nest is the one described in Passes.td.
+std::optional<PanelLoop> matchPanelLoop(scf::ForOp kLoop, int64_t minTiles, int64_t maxTiles) {
+  if (constantIndex(kLoop.getLowerBound()) != 0 || constantIndex(kLoop.getStep()) != 1) return std::nullopt;
+  std::optional<int64_t> k = constantIndex(kLoop.getUpperBound());
+  auto tileLoop = dyn_cast_or_null<scf::ForOp>(kLoop->getParentOp());
+  if (!k || !tileLoop || constantIndex(tileLoop.getLowerBound()) != 0) return std::nullopt;
+  std::optional<int64_t> step = constantIndex(tileLoop.getStep()), end = constantIndex(tileLoop.getUpperBound());
+  if (!step || !end || *step <= 0 || *end % *step != 0) return std::nullopt;
+  const int64_t tiles = *end / *step;
+  if (tiles < minTiles || tiles > maxTiles) return std::nullopt;
+  for (auto read : kLoop.getBody()->getOps<vector::TransferReadOp>()) {
+    auto weight = dyn_cast<MemRefType>(read.getSource().getType());
+    if (!weight || weight.getRank() != 3 || !weight.hasStaticShape() || !weight.getLayout().isIdentity() ||
+        weight.getDimSize(1) != *k || !weight.getElementType().isIntOrFloat())
+      continue;
+    ValueRange indices = read.getIndices();
+    Value panel = indices[0];
+    if (indices[1] != kLoop.getInductionVar() || constantIndex(indices[2]) != 0 ||
+        !tileLoop.isDefinedOutsideOfLoop(panel))
+      continue;
+    const int64_t rowBytes = weight.getDimSize(2) * weight.getElementTypeBitWidth() / 8;
+    if (rowBytes % kCacheLineBytes != 0) continue;
+    const int64_t linesPerRow = rowBytes / kCacheLineBytes;
+    // The first linesPerRow tiles fetch one line per step each: there must be that many.
+    if (linesPerRow > tiles) continue;
+    return PanelLoop{kLoop, tileLoop, read, weight.getDimSize(0), *k, linesPerRow, tiles, *step};
+  }
+  return std::nullopt;
+}
+
+/// At the top of the K loop: prefetch line `tile * K + k` of panel min(panel + 1, P - 1), in the
+/// first linesPerRow row tiles (the address arithmetic is a few integer ops, hoisted where it can).
+void insertPrefetch(PanelLoop loop) {
+  Location loc = loop.weightRead.getLoc();
+  auto weight = cast<MemRefType>(loop.weightRead.getSource().getType());
+  const int64_t lanesPerLine = kCacheLineBytes * 8 / weight.getElementTypeBitWidth();
+  // Before the K loop: the tile's first line and the next panel (clamped to the last).
+  OpBuilder b(loop.kLoop);
+  auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(loc, v).getResult(); };
+  Value tile = b.create<arith::DivUIOp>(loc, loop.tileLoop.getInductionVar(), index(loop.tileStep));
+  Value firstLine = b.create<arith::MulIOp>(loc, tile, index(loop.rows));
+  Value panel = loop.weightRead.getIndices()[0];
+  Value next = b.create<arith::MinUIOp>(loc, b.create<arith::AddIOp>(loc, panel, index(1)), index(loop.panels - 1));
+  // Later tiles fetch nothing: the first linesPerRow have fetched the whole next panel.
+  Value fetches;
+  if (loop.tiles > loop.linesPerRow)
+    fetches = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, tile, index(loop.linesPerRow));
+  Value linesPerRow = index(loop.linesPerRow), lanes = index(lanesPerLine);
+  // In the K loop: line firstLine + k, i.e. row line / linesPerRow, lanes from line % linesPerRow.
+  b.setInsertionPointToStart(loop.kLoop.getBody());
+  Value line = b.create<arith::AddIOp>(loc, firstLine, loop.kLoop.getInductionVar());
+  Value row = b.create<arith::DivUIOp>(loc, line, linesPerRow);
+  Value column = b.create<arith::MulIOp>(loc, b.create<arith::RemUIOp>(loc, line, linesPerRow), lanes);
+  if (fetches) {
+    auto ifOp = b.create<scf::IfOp>(loc, fetches, /*withElseRegion=*/false);
+    b = ifOp.getThenBodyBuilder();
+  }
+  b.create<memref::PrefetchOp>(loc, loop.weightRead.getSource(), ValueRange{next, row, column},
+                               /*isWrite=*/false, /*localityHint=*/2, /*isDataCache=*/true);
+}
+
+class PrefetchWeightPanelsPass : public impl::PrefetchWeightPanelsBase<PrefetchWeightPanelsPass> {
+public:
+  using PrefetchWeightPanelsBase::PrefetchWeightPanelsBase;
+
+  void runOnOperation() override {
+    SmallVector<PanelLoop> loops;
+    getOperation()->walk([&](scf::ForOp kLoop) {
+      if (std::optional<PanelLoop> loop = matchPanelLoop(kLoop, minTiles, maxTiles)) loops.push_back(*loop);
+    });
+    for (PanelLoop &loop : loops) insertPrefetch(loop);
+  }
+};
+
+} // namespace
+} // namespace gpt::codegen
