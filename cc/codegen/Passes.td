@@ -91,17 +91,20 @@ def PrefetchWeightPanels : Pass<"gpt-prefetch-weight-panels"> {
 
     This pass spreads the next panel's reads over the current panel's row tiles instead: in the
     K loop of row tile `t`, step `k` prefetches cache line `t * K + k` of the next panel (into L2,
-    `memref.prefetch` with locality 2), so the first L (lines per panel row) tiles together fetch
-    all of it, one line per step, at a steady rate, and each panel is already in cache when its
-    turn comes. The last panel prefetches itself (the index is clamped), harmlessly.
+    `memref.prefetch` with locality 2), so the first L tiles (L: cache lines per panel row)
+    together fetch all of it, one line per step, at a steady rate, and each panel is already in
+    cache when its turn comes. With fewer tiles than L, each step fetches L / tiles lines. The last
+    panel prefetches itself (the index is clamped), harmlessly.
 
     It matches the loop nest the packed-matmul schedule leaves after bufferization: an `scf.for`
     from 0 to K by 1 (the K loop) holding a `vector.transfer_read` of a static rank-3 memref
-    [P, K, W] at [panel, k, 0], directly inside an `scf.for` over row tiles from 0 by a constant
-    step, with `min-tiles` to `max-tiles` iterations and the panel index defined outside it. A
-    decode step (one row tile) and prefill (many: its tiles reuse each panel long enough) are left
-    alone. Runs after buffer deallocation, which rejects `memref.prefetch` (no memory effects
-    interface in MLIR 19).
+    [P, K, W] at [panel, k, 0]. Its parent loop is the loop over row tiles when it runs from 0 by
+    a constant step and the panel index does not change in it; otherwise (the parent is the loop
+    over panels) the matmul has a single row tile, whose loop canonicalization removed. Only
+    matmuls of `min-tiles` to `max-tiles` row tiles get prefetches: decode (one tile) streams its
+    weights faster without them (7% slower with them, measured), and prefill's many tiles reuse
+    each panel long enough. Runs after buffer deallocation, which rejects `memref.prefetch` (no
+    memory effects interface in MLIR 19).
 
     ```mlir
     scf.for %m = %c0 to %c16 step %c8 {              // two row tiles

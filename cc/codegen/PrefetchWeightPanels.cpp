@@ -10,6 +10,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
 
+#include <algorithm>
+
 namespace gpt::codegen {
 using namespace mlir;
 
@@ -28,21 +30,29 @@ std::optional<int64_t> constantIndex(Value v) {
 
 /// A K loop of a packed matmul's register tile, and what the prefetch needs to know of it.
 struct PanelLoop {
-  scf::ForOp kLoop, tileLoop;
+  scf::ForOp kLoop;
+  scf::ForOp tileLoop;               // null: a single row tile (its loop folded away)
   vector::TransferReadOp weightRead; // %w[panel, k, 0]
   int64_t panels, rows, linesPerRow, tiles, tileStep;
 };
+
+/// The row tiles around `kLoop`: (loop, tiles, step) when its parent is a loop from 0 by a
+/// constant step in which the weight's `panel` index does not change; else (null, 1, 0): a single
+/// tile (whose loop canonicalization removed), the parent being the loop over panels.
+std::tuple<scf::ForOp, int64_t, int64_t> rowTiles(scf::ForOp kLoop, Value panel) {
+  auto tileLoop = dyn_cast_or_null<scf::ForOp>(kLoop->getParentOp());
+  if (!tileLoop || !tileLoop.isDefinedOutsideOfLoop(panel) || constantIndex(tileLoop.getLowerBound()) != 0)
+    return {nullptr, 1, 0};
+  std::optional<int64_t> step = constantIndex(tileLoop.getStep()), end = constantIndex(tileLoop.getUpperBound());
+  if (!step || !end || *step <= 0 || *end % *step != 0) return {nullptr, 1, 0};
+  return {tileLoop, *end / *step, *step};
+}
 
 /// The weight read of `kLoop` when the loop nest is the one described in Passes.td.
 std::optional<PanelLoop> matchPanelLoop(scf::ForOp kLoop, int64_t minTiles, int64_t maxTiles) {
   if (constantIndex(kLoop.getLowerBound()) != 0 || constantIndex(kLoop.getStep()) != 1) return std::nullopt;
   std::optional<int64_t> k = constantIndex(kLoop.getUpperBound());
-  auto tileLoop = dyn_cast_or_null<scf::ForOp>(kLoop->getParentOp());
-  if (!k || !tileLoop || constantIndex(tileLoop.getLowerBound()) != 0) return std::nullopt;
-  std::optional<int64_t> step = constantIndex(tileLoop.getStep()), end = constantIndex(tileLoop.getUpperBound());
-  if (!step || !end || *step <= 0 || *end % *step != 0) return std::nullopt;
-  const int64_t tiles = *end / *step;
-  if (tiles < minTiles || tiles > maxTiles) return std::nullopt;
+  if (!k) return std::nullopt;
   for (auto read : kLoop.getBody()->getOps<vector::TransferReadOp>()) {
     auto weight = dyn_cast<MemRefType>(read.getSource().getType());
     if (!weight || weight.getRank() != 3 || !weight.hasStaticShape() || !weight.getLayout().isIdentity() ||
@@ -50,48 +60,58 @@ std::optional<PanelLoop> matchPanelLoop(scf::ForOp kLoop, int64_t minTiles, int6
       continue;
     ValueRange indices = read.getIndices();
     Value panel = indices[0];
-    if (indices[1] != kLoop.getInductionVar() || constantIndex(indices[2]) != 0 ||
-        !tileLoop.isDefinedOutsideOfLoop(panel))
+    if (indices[1] != kLoop.getInductionVar() || constantIndex(indices[2]) != 0 || !kLoop.isDefinedOutsideOfLoop(panel))
       continue;
+    auto [tileLoop, tiles, tileStep] = rowTiles(kLoop, panel);
+    if (tiles < minTiles || tiles > maxTiles) return std::nullopt;
     const int64_t rowBytes = weight.getDimSize(2) * weight.getElementTypeBitWidth() / 8;
     if (rowBytes % kCacheLineBytes != 0) continue;
     const int64_t linesPerRow = rowBytes / kCacheLineBytes;
-    // The first linesPerRow tiles fetch one line per step each: there must be that many.
-    if (linesPerRow > tiles) continue;
-    return PanelLoop{kLoop, tileLoop, read, weight.getDimSize(0), *k, linesPerRow, tiles, *step};
+    // Fewer tiles than lines per row: each step fetches linesPerRow / tiles lines.
+    if (tiles < linesPerRow && linesPerRow % tiles != 0) continue;
+    return PanelLoop{kLoop, tileLoop, read, weight.getDimSize(0), *k, linesPerRow, tiles, tileStep};
   }
   return std::nullopt;
 }
 
-/// At the top of the K loop: prefetch line `tile * K + k` of panel min(panel + 1, P - 1), in the
-/// first linesPerRow row tiles (the address arithmetic is a few integer ops, hoisted where it can).
+/// At the top of the K loop of tile t (t < linesPerRow): prefetch lines (t * K + k) * n + i,
+/// i < n = max(1, linesPerRow / tiles), of panel min(panel + 1, P - 1); the address arithmetic
+/// that does not depend on k goes before the loop.
 void insertPrefetch(PanelLoop loop) {
   Location loc = loop.weightRead.getLoc();
   auto weight = cast<MemRefType>(loop.weightRead.getSource().getType());
   const int64_t lanesPerLine = kCacheLineBytes * 8 / weight.getElementTypeBitWidth();
-  // Before the K loop: the tile's first line and the next panel (clamped to the last).
+  const int64_t linesPerStep = std::max<int64_t>(1, loop.linesPerRow / loop.tiles);
   OpBuilder b(loop.kLoop);
   auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(loc, v).getResult(); };
-  Value tile = b.create<arith::DivUIOp>(loc, loop.tileLoop.getInductionVar(), index(loop.tileStep));
-  Value firstLine = b.create<arith::MulIOp>(loc, tile, index(loop.rows));
+  // Before the K loop: the tile's first step's line and the next panel (clamped to the last).
+  Value tile = loop.tileLoop
+                   ? b.create<arith::DivUIOp>(loc, loop.tileLoop.getInductionVar(), index(loop.tileStep)).getResult()
+                   : index(0);
+  Value firstStep = b.create<arith::MulIOp>(loc, tile, index(loop.rows));
   Value panel = loop.weightRead.getIndices()[0];
   Value next = b.create<arith::MinUIOp>(loc, b.create<arith::AddIOp>(loc, panel, index(1)), index(loop.panels - 1));
   // Later tiles fetch nothing: the first linesPerRow have fetched the whole next panel.
   Value fetches;
   if (loop.tiles > loop.linesPerRow)
     fetches = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ult, tile, index(loop.linesPerRow));
-  Value linesPerRow = index(loop.linesPerRow), lanes = index(lanesPerLine);
-  // In the K loop: line firstLine + k, i.e. row line / linesPerRow, lanes from line % linesPerRow.
+  Value linesPerRow = index(loop.linesPerRow), lanes = index(lanesPerLine), perStep = index(linesPerStep);
   b.setInsertionPointToStart(loop.kLoop.getBody());
-  Value line = b.create<arith::AddIOp>(loc, firstLine, loop.kLoop.getInductionVar());
-  Value row = b.create<arith::DivUIOp>(loc, line, linesPerRow);
-  Value column = b.create<arith::MulIOp>(loc, b.create<arith::RemUIOp>(loc, line, linesPerRow), lanes);
+  Value step = b.create<arith::AddIOp>(loc, firstStep, loop.kLoop.getInductionVar());
   if (fetches) {
     auto ifOp = b.create<scf::IfOp>(loc, fetches, /*withElseRegion=*/false);
     b = ifOp.getThenBodyBuilder();
   }
-  b.create<memref::PrefetchOp>(loc, loop.weightRead.getSource(), ValueRange{next, row, column},
-                               /*isWrite=*/false, /*localityHint=*/2, /*isDataCache=*/true);
+  for (int64_t i = 0; i < linesPerStep; ++i) {
+    // Line step * n + i: row line / linesPerRow, lanes from (line % linesPerRow) * lanesPerLine.
+    Value line = linesPerStep == 1
+                     ? step
+                     : b.create<arith::AddIOp>(loc, b.create<arith::MulIOp>(loc, step, perStep), index(i)).getResult();
+    Value row = b.create<arith::DivUIOp>(loc, line, linesPerRow);
+    Value column = b.create<arith::MulIOp>(loc, b.create<arith::RemUIOp>(loc, line, linesPerRow), lanes);
+    b.create<memref::PrefetchOp>(loc, loop.weightRead.getSource(), ValueRange{next, row, column},
+                                 /*isWrite=*/false, /*localityHint=*/2, /*isDataCache=*/true);
+  }
 }
 
 class PrefetchWeightPanelsPass : public impl::PrefetchWeightPanelsBase<PrefetchWeightPanelsPass> {
