@@ -42,6 +42,11 @@ const TileChoice kTileTable[] = {
     // panel of accumulators, the panel loop outermost so that one panel (K x kPanelWidth floats)
     // stays in cache across all of M; the weight panel is read from consecutive addresses.
     {Kind::PackedMatmul, {kTileRows, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
+    // A batched step of 4 or 2 tokens: all its rows in one tile, so each panel is read once and
+    // the multiply-adds of its rows overlap (as 1-row tiles, each row would walk the panel
+    // again, one chain of dependent multiply-adds at a time).
+    {Kind::PackedMatmul, {kTileRows / 2, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
+    {Kind::PackedMatmul, {kTileRows / 4, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
     // Decode (one row): one accumulator row per panel, streaming each panel once.
     {Kind::PackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
     // Block-quantized packed matmuls keep two accumulators per output, the block's i32 sums and

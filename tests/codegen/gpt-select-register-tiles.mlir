@@ -124,6 +124,35 @@ func.func @packed(%a: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %c: tensor
 
 // -----
 
+// A batched step of 4 or 2 tokens: all its rows in one tile (each panel read once), not 1-row
+// tiles walking the panel once per row.
+#qA = affine_map<(m, p, j, k) -> (m, k)>
+#qB = affine_map<(m, p, j, k) -> (p, k, j)>
+#qC = affine_map<(m, p, j, k) -> (m, p, j)>
+// CHECK-LABEL: func.func @packed_few_rows
+// CHECK: gpt.packed_matmul, gpt.register_tile = [4, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [2, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+func.func @packed_few_rows(%a4: tensor<4x2048xf32>, %a2: tensor<2x2048xf32>, %w: tensor<6x2048x32xf32>,
+                           %c4: tensor<4x6x32xf32>, %c2: tensor<2x6x32xf32>) -> (tensor<4x6x32xf32>, tensor<2x6x32xf32>) {
+  %0 = linalg.generic {indexing_maps = [#qA, #qB, #qC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a4, %w : tensor<4x2048xf32>, tensor<6x2048x32xf32>) outs(%c4 : tensor<4x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<4x6x32xf32>
+  %1 = linalg.generic {indexing_maps = [#qA, #qB, #qC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%a2, %w : tensor<2x2048xf32>, tensor<6x2048x32xf32>) outs(%c2 : tensor<2x6x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<2x6x32xf32>
+  return %0, %1 : tensor<4x6x32xf32>, tensor<2x6x32xf32>
+}
+
+// -----
+
 // Elementwise generics get one vector of the innermost dim (the largest of 32/16/8 lanes that
 // divides it) and, with 2^18 elements or more, split across threads along dim 1. Not marked as
 // elementwise: reductions (they get a row_reduction_tile, below), gathers
