@@ -2,7 +2,8 @@
 
 POST /v1/completions (prompt text or token ids; server-sent events with "stream": true),
 GET /v1/models, GET /health, GET /metrics (Prometheus text). The engine's thread runs the model;
-each request's events cross to the event loop through an asyncio queue. A client that goes away
+each request's events cross to the event loop through an asyncio queue (one wakeup of the loop per
+step's burst of events, EventRelay). A client that goes away
 has its request cancelled (its blocks return to the pool at the next step); shutdown (SIGTERM, as
 uvicorn handles it) stops taking connections, lets running requests finish, then stops the engine.
 """
@@ -12,6 +13,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from typing import Annotated
@@ -27,6 +29,37 @@ from gpt.engine import Engine, QueueFullError, prometheus_text
 RETRY_AFTER_SECONDS = 1
 # How often a waiting non-streaming request checks that its client is still there.
 DISCONNECT_POLL_SECONDS = 0.25
+
+
+class EventRelay:
+    """Hands the engine's events to the event loop, waking it once per burst, not once per event.
+
+    A step emits an event for each of its sequences, back to back on the engine's thread. Waking
+    the loop for each (`call_soon_threadsafe`: a write to its self-pipe, which lets the loop's
+    thread take the GIL) would interleave the loop's work on the stream responses with the
+    engine's sampling of the rest of the step, so the step's Python part would wait on the
+    responses. Here the first event of a burst schedules one drain and the rest are appended, so
+    the loop delivers them while the next step's compiled code runs (the GIL released).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue, object]] = []
+
+    def post(self, queue: asyncio.Queue, event) -> None:
+        """From any thread: `queue.put_nowait(event)` on the loop, in posting order."""
+        with self._lock:
+            self._pending.append((queue, event))
+            if len(self._pending) > 1:
+                return  # a drain is already scheduled and will take this one too
+        self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for queue, event in pending:
+            queue.put_nowait(event)
 
 
 class CompletionRequest(BaseModel):
@@ -71,6 +104,7 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
 
     app = FastAPI(title="gpt", lifespan=lifespan)
     tokenizer = engine.tokenizer
+    relays: dict[asyncio.AbstractEventLoop, EventRelay] = {}  # one per event loop serving the app
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
@@ -114,6 +148,7 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
         else:
             prompt = body.prompt
         loop = asyncio.get_running_loop()
+        relay = relays.get(loop) or relays.setdefault(loop, EventRelay(loop))
         events: asyncio.Queue = asyncio.Queue()
         try:
             handle = engine.submit(
@@ -124,7 +159,7 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
                 top_p=body.top_p if body.top_p < 1.0 else None,
                 seed=body.seed,
                 stop_strings=[body.stop] if isinstance(body.stop, str) else body.stop,
-                on_event=lambda event: loop.call_soon_threadsafe(events.put_nowait, event),
+                on_event=lambda event: relay.post(events, event),
             )
         except QueueFullError as e:
             return _error(503, str(e), None, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})

@@ -189,3 +189,42 @@ def test_full_queue_gets_503_with_retry_after_and_sigterm_drains():
         # uvicorn exits by raising the signal again once it has shut down.
         assert process.wait(30) in (0, -signal.SIGTERM)
         assert "[gpt] drained: 2 requests finished, 0 cancelled" in process.stdout.read()
+
+
+def test_event_relay_delivers_every_event_in_order_with_fewer_wakeups():
+    """Events posted from another thread in bursts reach their queues complete and in order, and
+    the loop is woken about once per burst, not once per event."""
+    import asyncio
+    import threading
+
+    from gpt.server import EventRelay
+
+    class CountingLoop:
+        def __init__(self, loop):
+            self.loop, self.wakeups = loop, 0
+
+        def call_soon_threadsafe(self, callback):
+            self.wakeups += 1
+            self.loop.call_soon_threadsafe(callback)
+
+    async def run():
+        loop = CountingLoop(asyncio.get_running_loop())
+        relay = EventRelay(loop)
+        queues = [asyncio.Queue() for _ in range(16)]
+        bursts = 50
+
+        def engine():  # a step emits one event per sequence, back to back
+            for step in range(bursts):
+                for index, queue in enumerate(queues):
+                    relay.post(queue, (index, step))
+                time.sleep(0.002)
+
+        thread = threading.Thread(target=engine)
+        thread.start()
+        received = [[await asyncio.wait_for(q.get(), 10) for _ in range(bursts)] for q in queues]
+        thread.join()
+        return received, loop.wakeups
+
+    received, wakeups = asyncio.run(run())
+    assert received == [[(index, step) for step in range(50)] for index in range(16)]
+    assert wakeups <= 2 * 50, f"{wakeups} wakeups for 50 bursts of 16 events"
