@@ -334,6 +334,11 @@ def print_rounds(server, rounds):
         ratios = [rows[i]["decode"] / rows[0]["decode"] for rows in rounds]
         cells = " | ".join(f"{x:.2f}" for x in ratios)
         print(f"| {row['clients']} | {cells} | {np.median(ratios):.2f} |")
+    print(f"{server}, decode tok/s (all) in each round:")
+    print("| clients | " + " | ".join(f"round {r + 1}" for r in range(len(rounds))) + " |")
+    print("|---:|" + "---:|" * len(rounds))
+    for i, row in enumerate(rounds[0]):
+        print(f"| {row['clients']} | " + " | ".join(f"{rows[i]['decode']:.1f}" for rows in rounds) + " |")
 
 
 def print_table(server, rows):
