@@ -2,10 +2,10 @@
 
 POST /v1/completions (prompt text or token ids; server-sent events with "stream": true),
 GET /v1/models, GET /health, GET /metrics (Prometheus text). The engine's thread runs the model;
-each request's events cross to the event loop through an asyncio queue (one wakeup of the loop per
-step's burst of events, EventRelay). A client that goes away
-has its request cancelled (its blocks return to the pool at the next step); shutdown (SIGTERM, as
-uvicorn handles it) stops taking connections, lets running requests finish, then stops the engine.
+each request's events cross to the event loop through an asyncio queue, the loop woken once per
+step's burst of events (EventRelay). A client that goes away has its request cancelled (its blocks
+return to the pool at the next step); shutdown (SIGTERM, as uvicorn handles it) stops taking
+connections, lets running requests finish, then stops the engine.
 """
 
 import asyncio
