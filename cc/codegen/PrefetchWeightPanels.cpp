@@ -3,7 +3,6 @@
 #include "cc/codegen/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -63,7 +62,7 @@ std::optional<PanelLoop> matchPanelLoop(scf::ForOp kLoop, int64_t minTiles, int6
     if (indices[1] != kLoop.getInductionVar() || constantIndex(indices[2]) != 0 || !kLoop.isDefinedOutsideOfLoop(panel))
       continue;
     auto [tileLoop, tiles, tileStep] = rowTiles(kLoop, panel);
-    if (tiles < minTiles || tiles > maxTiles) return std::nullopt;
+    if (tiles < minTiles || tiles > maxTiles) continue;
     const int64_t rowBytes = weight.getDimSize(2) * weight.getElementTypeBitWidth() / 8;
     if (rowBytes % kCacheLineBytes != 0) continue;
     const int64_t linesPerRow = rowBytes / kCacheLineBytes;
