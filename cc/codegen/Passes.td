@@ -90,11 +90,12 @@ def PrefetchWeightPanels : Pass<"gpt-prefetch-weight-panels"> {
     bursts that memory bandwidth cannot keep up with, and then stop.
 
     This pass spreads the next panel's reads over the current panel's row tiles instead: in the
-    K loop of row tile `t`, step `k` prefetches cache line `t * K + k` of the next panel (into L2,
-    `memref.prefetch` with locality 2), so the first L tiles (L: cache lines per panel row)
-    together fetch all of it, one line per step, at a steady rate, and each panel is already in
-    cache when its turn comes. With fewer tiles than L, each step fetches L / tiles lines. The last
-    panel prefetches itself (the index is clamped), harmlessly.
+    K loop of row tile `t`, step `k` prefetches cache line `t * K + k` of the next panel
+    (`memref.prefetch` with locality 2: `prefetcht1`, a hint for the L2 cache), so the first L
+    tiles (L: cache lines per panel row) together fetch all of it, one line per step, at a steady
+    rate, and each panel is already in cache when its turn comes. With fewer tiles than L, each
+    step fetches L / tiles lines. The last panel prefetches itself (the index is clamped),
+    harmlessly.
 
     It matches the loop nest the packed-matmul schedule leaves after bufferization: an `scf.for`
     from 0 to K by 1 (the K loop) holding a `vector.transfer_read` of a static rank-3 memref
