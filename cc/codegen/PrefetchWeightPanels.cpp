@@ -5,9 +5,9 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
-#include "mlir/IR/Matchers.h"
 
 #include <algorithm>
 
@@ -20,12 +20,6 @@ using namespace mlir;
 namespace {
 
 constexpr int64_t kCacheLineBytes = 64;
-
-std::optional<int64_t> constantIndex(Value v) {
-  APInt value;
-  if (!matchPattern(v, m_ConstantInt(&value))) return std::nullopt;
-  return value.getSExtValue();
-}
 
 /// A K loop of a packed matmul's register tile, and what the prefetch needs to know of it.
 struct PanelLoop {
@@ -40,17 +34,18 @@ struct PanelLoop {
 /// tile (whose loop canonicalization removed), the parent being the loop over panels.
 std::tuple<scf::ForOp, int64_t, int64_t> rowTiles(scf::ForOp kLoop, Value panel) {
   auto tileLoop = dyn_cast_or_null<scf::ForOp>(kLoop->getParentOp());
-  if (!tileLoop || !tileLoop.isDefinedOutsideOfLoop(panel) || constantIndex(tileLoop.getLowerBound()) != 0)
+  if (!tileLoop || !tileLoop.isDefinedOutsideOfLoop(panel) || getConstantIntValue(tileLoop.getLowerBound()) != 0)
     return {nullptr, 1, 0};
-  std::optional<int64_t> step = constantIndex(tileLoop.getStep()), end = constantIndex(tileLoop.getUpperBound());
+  std::optional<int64_t> step = getConstantIntValue(tileLoop.getStep()),
+                         end = getConstantIntValue(tileLoop.getUpperBound());
   if (!step || !end || *step <= 0 || *end % *step != 0) return {nullptr, 1, 0};
   return {tileLoop, *end / *step, *step};
 }
 
 /// The weight read of `kLoop` when the loop nest is the one described in Passes.td.
 std::optional<PanelLoop> matchPanelLoop(scf::ForOp kLoop, int64_t minTiles, int64_t maxTiles) {
-  if (constantIndex(kLoop.getLowerBound()) != 0 || constantIndex(kLoop.getStep()) != 1) return std::nullopt;
-  std::optional<int64_t> k = constantIndex(kLoop.getUpperBound());
+  if (getConstantIntValue(kLoop.getLowerBound()) != 0 || getConstantIntValue(kLoop.getStep()) != 1) return std::nullopt;
+  std::optional<int64_t> k = getConstantIntValue(kLoop.getUpperBound());
   if (!k) return std::nullopt;
   for (auto read : kLoop.getBody()->getOps<vector::TransferReadOp>()) {
     auto weight = dyn_cast<MemRefType>(read.getSource().getType());
@@ -59,7 +54,8 @@ std::optional<PanelLoop> matchPanelLoop(scf::ForOp kLoop, int64_t minTiles, int6
       continue;
     ValueRange indices = read.getIndices();
     Value panel = indices[0];
-    if (indices[1] != kLoop.getInductionVar() || constantIndex(indices[2]) != 0 || !kLoop.isDefinedOutsideOfLoop(panel))
+    if (indices[1] != kLoop.getInductionVar() || getConstantIntValue(indices[2]) != 0 ||
+        !kLoop.isDefinedOutsideOfLoop(panel))
       continue;
     auto [tileLoop, tiles, tileStep] = rowTiles(kLoop, panel);
     if (tiles < minTiles || tiles > maxTiles) continue;
