@@ -226,8 +226,9 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
     the sizes come from cc/TargetParameters.h.
 
     - `gpt.register_tile`, from a table, largest tile first: packed matmuls (generics marked
-      `gpt.packed_matmul`, loops M, panel, column, K) `[8, 1, 32, 1]` or `[1, 1, 32, 1]`
-      (decode), with `gpt.tile_interchange = [1, 0, 2, 3]` (panel loop outermost);
+      `gpt.packed_matmul`, loops M, panel, column, K) `[8, 1, 32, 1]` down to `[1, 1, 32, 1]`
+      (decode) for 32 registers of 512 bits, `[2, 1, 32, 1]` down for AVX2's 16 of 256 (the rows
+      whose accumulators fill half the register file, from `vector-bits` and `vector-registers`), with `gpt.tile_interchange = [1, 0, 2, 3]` (panel loop outermost);
       `linalg.matmul` (attention's blocks among them) `[8, 32, 1]` down to `[1, 8, 1]`;
       `linalg.batch_matmul` `[1, 8, 8, 1]` or `[1, 1, 8, 1]`; elementwise generics (rank 2 or 3,
       no gather) one vector of 32, 16 or 8 lanes of their innermost dimension.
@@ -253,6 +254,10 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
   }];
   let options = [
     Option<"threads", "threads", "int64_t", /*default=*/"1", "Threads the compiled code may use">,
+    Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"512",
+           "Bits of one vector register of the target (AVX-512: 512, AVX2: 256, NEON: 128)">,
+    Option<"vectorRegisters", "vector-registers", "int64_t", /*default=*/"32",
+           "Vector registers of the target (AVX-512 and NEON: 32, AVX2: 16)">,
   ];
 }
 

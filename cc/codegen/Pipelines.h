@@ -51,6 +51,11 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
   Option<bool> vnni{*this, "vnni", llvm::cl::desc("the target has avx512vnni (vpdpbusd)"), llvm::cl::init(false)};
   Option<bool> avx512bf16{*this, "avx512bf16", llvm::cl::desc("the target has avx512bf16 (vdpbf16ps)"),
                           llvm::cl::init(false)};
+  // The target's register file, from which register tiles are sized (--gpt-select-register-tiles).
+  Option<int64_t> vectorBits{*this, "vector-bits", llvm::cl::desc("bits of one vector register of the target"),
+                             llvm::cl::init(512)};
+  Option<int64_t> vectorRegisters{*this, "vector-registers", llvm::cl::desc("vector registers of the target"),
+                                  llvm::cl::init(32)};
 };
 
 /// Stage "transformer": canonicalize, shape inference, canonicalize, attention layout.

@@ -34,38 +34,43 @@ struct TileChoice {
 };
 
 using target::kPanelWidth;
-using target::kTileRows;
 using Kind = TileChoice::Kind;
 
-const TileChoice kTileTable[] = {
-    // Matmuls against panel-packed weights (transformer.packed_matmul): kTileRows rows x one
-    // panel of accumulators, the panel loop outermost so that one panel (K x kPanelWidth floats)
-    // stays in cache across all of M; the weight panel is read from consecutive addresses.
-    {Kind::PackedMatmul, {kTileRows, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
-    // A batched step of 4 or 2 tokens: all its rows in one tile, so each panel is read once and
-    // the multiply-adds of its rows overlap (as 1-row tiles, each row would walk the panel
-    // again, one chain of dependent multiply-adds at a time).
-    {Kind::PackedMatmul, {kTileRows / 2, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
-    {Kind::PackedMatmul, {kTileRows / 4, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
-    // Decode (one row): one accumulator row per panel, streaming each panel once.
-    {Kind::PackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
-    // Block-quantized packed matmuls keep two accumulators per output, the block's i32 sums and
-    // the f32 total: half the rows, so that both fit in the 32 zmm registers with the weight
-    // lanes and the broadcast activations (8 rows would need all 32 for accumulators alone).
-    {Kind::BlockPackedMatmul, {kTileRows / 2, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
-    {Kind::BlockPackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1},
-    // Plain matmuls (attention's q . k^T per key block and p . v): kTileRows rows x 32 columns
-    // of accumulators, or one row (decode); narrower for attention's small heads and short blocks.
-    {Kind::Matmul, {kTileRows, target::kMatmulTileWidths[0], 1}, {}, 1},
-    {Kind::Matmul, {kTileRows, target::kMatmulTileWidths[1], 1}, {}, 1},
-    {Kind::Matmul, {kTileRows, target::kMatmulTileWidths[2], 1}, {}, 1},
-    {Kind::Matmul, {1, target::kMatmulTileWidths[0], 1}, {}, 1},
-    {Kind::Matmul, {1, target::kMatmulTileWidths[1], 1}, {}, 1},
-    {Kind::Matmul, {1, target::kMatmulTileWidths[2], 1}, {}, 1},
-    // Batched matmuls (a transformer.matmul with a batch dim on both sides), split by batch.
-    {Kind::BatchMatmul, {1, 8, 8, 1}, {}, 0},
-    {Kind::BatchMatmul, {1, 1, 8, 1}, {}, 0},
-};
+/// The tile table for a register file of `registers` vectors of `lanes` f32 each. Accumulators
+/// take at most half the registers; the rest hold the weight lanes and the broadcast activations
+/// (AVX-512's 32 zmm: 8 rows x 2 registers; AVX2's 16 ymm: 2 rows x 4 registers of a 32-wide
+/// panel, which spilled when the 8-row AVX-512 tile was used there).
+SmallVector<TileChoice> tileTable(int64_t lanes, int64_t registers) {
+  const int64_t accumulators = registers / 2;
+  // Rows of `width` columns that fit the accumulators: a power of two, at most 8, at least 1.
+  auto rowsFor = [&](int64_t width) {
+    int64_t rows = std::max<int64_t>(1, accumulators / std::max<int64_t>(1, width / lanes));
+    rows = std::min<int64_t>(llvm::bit_floor(static_cast<uint64_t>(rows)), target::kTileRows);
+    return rows;
+  };
+  const int64_t packedRows = rowsFor(kPanelWidth);
+  SmallVector<TileChoice> table;
+  // Matmuls against panel-packed weights (transformer.packed_matmul): `packedRows` rows x one
+  // panel of accumulators, the panel loop outermost so that one panel (K x kPanelWidth floats)
+  // stays in cache across all of M; the weight panel is read from consecutive addresses. Then
+  // halves of that, so that a batched step of 4 or 2 tokens takes all its rows in one tile (each
+  // panel read once, the rows' multiply-adds overlapping), down to decode's one row.
+  for (int64_t rows = packedRows; rows >= 1; rows /= 2)
+    table.push_back({Kind::PackedMatmul, {rows, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1});
+  // Block-quantized packed matmuls keep two accumulators per output, the block's i32 sums and
+  // the f32 total: half the rows, so that both fit with the weight lanes and the broadcast
+  // activations.
+  if (packedRows >= 2) table.push_back({Kind::BlockPackedMatmul, {packedRows / 2, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1});
+  if (packedRows / 2 != 1) table.push_back({Kind::BlockPackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1});
+  // Plain matmuls (attention's q . k^T per key block and p . v): as many rows of 32 columns as
+  // fit, or one row (decode); narrower for attention's small heads and short blocks.
+  for (int64_t width : target::kMatmulTileWidths) table.push_back({Kind::Matmul, {rowsFor(width), width, 1}, {}, 1});
+  for (int64_t width : target::kMatmulTileWidths) table.push_back({Kind::Matmul, {1, width, 1}, {}, 1});
+  // Batched matmuls (a transformer.matmul with a batch dim on both sides), split by batch.
+  table.push_back({Kind::BatchMatmul, {1, 8, 8, 1}, {}, 0});
+  table.push_back({Kind::BatchMatmul, {1, 1, 8, 1}, {}, 0});
+  return table;
+}
 
 /// True for the ops a row of the table may describe: named matmuls, and the linalg.generic that
 /// --transformer-to-linalg emits for a packed matmul (marked `gpt.packed_matmul`).
@@ -197,6 +202,12 @@ public:
   using SelectRegisterTilesBase::SelectRegisterTilesBase;
 
   void runOnOperation() override {
+    if (vectorBits < 128 || vectorBits % 32 != 0 || vectorRegisters < 8) {
+      getOperation().emitError("gpt-select-register-tiles: unsupported register file (vector-bits=")
+          << static_cast<int64_t>(vectorBits) << ", vector-registers=" << static_cast<int64_t>(vectorRegisters) << ")";
+      return signalPassFailure();
+    }
+    const SmallVector<TileChoice> table = tileTable(vectorBits / 32, vectorRegisters);
     getOperation().walk([&](linalg::LinalgOp op) {
       if (getEpilogueFusion(op)) return; // its packed matmul was fused into it
       // An op with an empty loop computes nothing: no tile (its loops run zero times).
@@ -209,7 +220,7 @@ public:
         markTile(op, *choice, parallelChunks(op, *choice, threads));
         return;
       }
-      for (const TileChoice &choice : kTileTable) {
+      for (const TileChoice &choice : table) {
         if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
         // Epilogue fusion: the bias/GELU/residual generic after a packed matmul drives the
         // loops, and the schedule computes each matmul tile inside them, so the accumulator

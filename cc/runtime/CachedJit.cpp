@@ -21,6 +21,7 @@ constexpr const char *kCompilerVersion = "gpt-jit-2 llvm-19.1.7";
 std::unique_ptr<JitFunction> jitThroughDiskCache(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
                                                  const DiskCacheSettings &settings, bool *loaded) {
   *loaded = false;
+  target.checkRunsOnHost(); // also before a load: another machine may have written the cache
   if (settings.directory.empty()) return std::make_unique<JitFunction>(module, name, target);
   std::string ir;
   llvm::raw_string_ostream os(ir);

@@ -57,8 +57,11 @@ int64_t CompiledModel::bucketFor(int64_t seqLen) const {
 }
 
 void CompiledModel::setTargetFeatures(PipelineOptions &pipeline) const {
+  // The target's own features, not the host's: code for another CPU is compiled as that CPU runs it.
   pipeline.vnni = target_.has("avx512vnni");
   pipeline.avx512bf16 = target_.has("avx512bf16");
+  pipeline.vectorBits = target_.vectorBits();
+  pipeline.vectorRegisters = target_.vectorRegisters();
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen,
@@ -122,6 +125,14 @@ const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
 
 std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen,
                                                          int64_t logitsRows, const BatchShape *batch) {
+  target_.checkRunsOnHost(); // before minutes of compiling code that could not run
+  mlir::OwningOpRef<mlir::ModuleOp> module = lowerEntryToLLVM(name, seqLen, cacheLen, logitsRows, batch);
+  return jit(*module, name);
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lowerEntryToLLVM(llvm::StringRef name, int64_t seqLen,
+                                                                  int64_t cacheLen, int64_t logitsRows,
+                                                                  const BatchShape *batch) {
   mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::Bufferized, seqLen, cacheLen, batch);
   // The calling convention run() relies on: nothing returned, the logits written into the last
   // argument, and (for the cached step) the caches updated where they are, not copied out.
@@ -142,7 +153,7 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, i
   addLLVMStage(pm, pipeline);
   if (mlir::failed(pm.run(*module)))
     throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));
-  return jit(*module, name);
+  return module;
 }
 
 std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::StringRef name) {
@@ -548,6 +559,13 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
 
 void CompiledModel::dumpForwardObject(int64_t seqLen, const std::string &path) {
   if (seqLen < 1 || seqLen > config_.blockSize) throw std::invalid_argument("sequence length outside [1, block_size]");
+  if (!target_.runsOnHost()) { // compile-only: the object is written, never linked or run
+    std::lock_guard<std::mutex> lock(mutex);
+    const int64_t bucket = bucketFor(seqLen);
+    mlir::OwningOpRef<mlir::ModuleOp> module = lowerEntryToLLVM("forward", bucket, 0, bucket);
+    JitFunction::writeObject(*module, "forward", target_, path);
+    return;
+  }
   const JitFunction &function = forwardFor(bucketFor(seqLen));
   std::lock_guard<std::mutex> lock(mutex);
   function.dumpObject(path);

@@ -174,6 +174,9 @@ private:
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
   /// Lowers entry point `name` ("forward", or "step" when cacheLen > 0), checks that it writes
   /// [logitsRows, padded vocab] logits into its last argument and returns nothing, and compiles it.
+  /// The entry point lowered to the LLVM dialect (what compileEntry JIT-compiles).
+  mlir::OwningOpRef<mlir::ModuleOp> lowerEntryToLLVM(llvm::StringRef name, int64_t seqLen, int64_t cacheLen,
+                                                     int64_t logitsRows, const BatchShape *batch = nullptr);
   std::unique_ptr<JitFunction> compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen, int64_t logitsRows,
                                             const BatchShape *batch = nullptr);
   /// JIT-compiles an LLVM-dialect module, or loads it from the disk cache, storing it there.

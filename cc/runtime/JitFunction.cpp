@@ -194,6 +194,7 @@ llvm::Error JitFunction::link(llvm::StringRef name) {
 }
 
 JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
+  target.checkRunsOnHost();
   object = compileToObject(module, name, target);
   if (llvm::Error error = link(name)) throw std::runtime_error("JIT linking failed: " + describe(std::move(error)));
 }
@@ -214,6 +215,11 @@ std::unique_ptr<JitFunction> JitFunction::load(const std::string &object, llvm::
 std::string JitFunction::objectBytes() const { return object; }
 
 void JitFunction::dumpObject(const std::string &path) const { writeFileChecked(path, objectBytes()); }
+
+void JitFunction::writeObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
+                              const std::string &path) {
+  writeFileChecked(path, compileToObject(module, name, target));
+}
 
 void JitFunction::call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments) const {
   // The packed wrapper takes a pointer to each argument's value. A memref argument's value is a

@@ -46,6 +46,11 @@ public:
   /// when it cannot (a missing directory, a full disk).
   void dumpObject(const std::string &path) const;
 
+  /// Compiles `module` for `target` into an object file at `path` without linking it: how code for
+  /// a target the host cannot run (JitTarget::runsOnHost) is inspected.
+  static void writeObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
+                          const std::string &path);
+
 private:
   JitFunction();
   /// Links `object` into a JIT of its own and resolves `name`'s packed entry point.

@@ -1,7 +1,7 @@
-// The JIT's target CPU (see JitTarget.h).
+// The CPU code is compiled for (see JitTarget.h).
 #include "cc/runtime/JitTarget.h"
 
-#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
@@ -9,6 +9,7 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/SubtargetFeature.h"
+#include "llvm/TargetParser/Triple.h"
 
 #include <mutex>
 #include <stdexcept>
@@ -20,6 +21,11 @@ void initializeNativeTarget() {
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
+    // Cross-compiling (an AArch64 object on an x86 host) needs the other targets too.
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
   });
 }
 
@@ -31,50 +37,115 @@ std::map<std::string, bool> hostFeatures() {
   return features;
 }
 
+/// Features of a named CPU that no code this project generates uses (system and privileged
+/// instructions): a virtual machine often hides them (pku, for one), and their absence must not
+/// stop the CPU's code from running on the host. They are turned off in code that runs here.
+bool isSystemFeature(llvm::StringRef feature) {
+  static const llvm::StringSet<> kSystem = {
+      "cldemote",  "clflushopt", "clwb",    "enqcmd",    "fsgsbase",  "hreset",   "invpcid",    "kl",
+      "movdir64b", "movdiri",    "pconfig", "pku",       "prefetchi", "ptwrite",  "rdpid",      "rdpru",
+      "rdrnd",     "rdseed",     "rtm",     "serialize", "sgx",       "shstk",    "tsxldtrk",   "uintr",
+      "waitpkg",   "wbnoinvd",   "widekl",  "xsave",     "xsavec",    "xsaveopt", "xsaves",     "mwaitx",
+      "clzero",    "lwp",        "sahf",    "usermsr",   "cmpccxadd", "raoint",   "prefetchwt1"};
+  return kSystem.contains(feature);
+}
+
+/// "aarch64:neoverse-v1" -> ("aarch64-unknown-linux-gnu", "neoverse-v1"); "znver3" -> (host, "znver3").
+std::pair<std::string, std::string> splitArchitecture(const std::string &name) {
+  const size_t colon = name.find(':');
+  if (colon == std::string::npos) return {llvm::sys::getProcessTriple(), name};
+  const std::string arch = name.substr(0, colon);
+  if (arch == "aarch64" || arch == "arm64") return {"aarch64-unknown-linux-gnu", name.substr(colon + 1)};
+  if (arch == "x86_64" || arch == "x86-64") return {"x86_64-pc-linux-gnu", name.substr(colon + 1)};
+  throw std::invalid_argument("target '" + name + "': unknown architecture '" + arch +
+                              "' (expected 'x86_64:<cpu>', 'aarch64:<cpu>' or a CPU name)");
+}
+
 } // namespace
 
-JitTarget JitTarget::host() { return JitTarget(llvm::sys::getHostCPUName().str(), hostFeatures()); }
+JitTarget::JitTarget(std::string triple, std::string cpu, std::map<std::string, bool> features)
+    : triple_(std::move(triple)), cpu_(std::move(cpu)), features_(std::move(features)) {
+  const llvm::Triple target(triple_), process(llvm::sys::getProcessTriple());
+  if (target.getArch() != process.getArch()) {
+    unavailable_.push_back("the " + target.getArchName().str() + " architecture");
+    return;
+  }
+  const std::map<std::string, bool> host = hostFeatures();
+  for (const auto &[feature, enabled] : features_) {
+    auto found = host.find(feature);
+    // Only instruction-set features the host reports are compared (tuning flags are not).
+    if (enabled && found != host.end() && !found->second && !isSystemFeature(feature)) unavailable_.push_back(feature);
+  }
+}
+
+JitTarget JitTarget::host() {
+  return JitTarget(llvm::sys::getProcessTriple(), llvm::sys::getHostCPUName().str(), hostFeatures());
+}
 
 JitTarget JitTarget::named(const std::string &name) {
   if (name == "host") return host();
   initializeNativeTarget();
-  const std::string triple = llvm::sys::getProcessTriple();
+  const auto [triple, cpu] = splitArchitecture(name);
   std::string error;
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
   if (!target) throw std::invalid_argument("no LLVM target for " + triple + ": " + error);
-  std::unique_ptr<llvm::MCSubtargetInfo> info(target->createMCSubtargetInfo(triple, name, ""));
-  if (!info || !info->isCPUStringValid(name))
-    throw std::invalid_argument("'" + name + "' is not a CPU LLVM knows for " + triple +
-                                " (try 'host', 'skylake-avx512', 'cascadelake', 'sapphirerapids' or 'znver4')");
-  // The named CPU's features that the host has too (over the names the host query reports): code
-  // for them runs here, whatever else the named CPU has (a virtual machine hides some, like pku).
-  std::map<std::string, bool> features = hostFeatures();
-  for (auto &[feature, enabled] : features) enabled = enabled && info->checkFeatures("+" + feature);
-  return JitTarget(name, std::move(features));
+  std::unique_ptr<llvm::MCSubtargetInfo> info(target->createMCSubtargetInfo(triple, cpu, ""));
+  if (cpu.empty() || !info || !info->isCPUStringValid(cpu))
+    throw std::invalid_argument("'" + cpu + "' is not a CPU LLVM knows for " + triple +
+                                " (try 'host', 'haswell', 'znver3', 'alderlake', 'skylake-avx512', 'znver4', "
+                                "'sapphirerapids' or 'aarch64:neoverse-v1')");
+  std::map<std::string, bool> features;
+  for (const llvm::SubtargetFeatureKV &feature : info->getAllProcessorFeatures())
+    features[feature.Key] = info->getFeatureBits().test(feature.Value);
+  return JitTarget(triple, cpu, std::move(features));
 }
 
 bool JitTarget::has(llvm::StringRef feature) const {
-  auto found = features.find(feature.str());
-  return found != features.end() && found->second;
+  auto found = features_.find(feature.str());
+  return found != features_.end() && found->second;
+}
+
+int64_t JitTarget::vectorBits() const {
+  if (!isX86()) return 128; // NEON (SVE's length is not known at compile time)
+  if (has("avx512f")) return 512;
+  return has("avx") ? 256 : 128;
+}
+
+int64_t JitTarget::vectorRegisters() const { return !isX86() || has("avx512f") ? 32 : 16; }
+
+bool JitTarget::isX86() const { return llvm::Triple(triple_).isX86(); }
+
+void JitTarget::checkRunsOnHost() const {
+  if (runsOnHost()) return;
+  std::string lacking;
+  for (const std::string &feature : unavailable_) lacking += (lacking.empty() ? "" : ", ") + feature;
+  throw std::invalid_argument("code compiled for target_cpu '" + cpu_ + "' (" + triple_ + ") cannot run on this CPU (" +
+                              llvm::sys::getHostCPUName().str() + "), which lacks " + lacking +
+                              "; it is compile-only here: model.ir(...) and model.save_object(...) show it");
 }
 
 std::string JitTarget::description() const {
-  std::string text = llvm::sys::getProcessTriple() + " " + cpu;
-  for (const auto &[feature, enabled] : features) text += (enabled ? " +" : " -") + feature; // sorted: a map
+  std::string text = triple_ + " " + cpu_;
+  for (const auto &[feature, enabled] : features_) text += (enabled ? " +" : " -") + feature; // sorted: a map
   return text;
 }
 
 std::unique_ptr<llvm::TargetMachine> JitTarget::createTargetMachine() const {
   initializeNativeTarget();
-  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(llvm::sys::getProcessTriple())};
-  builder.setCPU(cpu);
+  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(triple_)};
+  builder.setCPU(cpu_);
+  // Code that runs here leaves out the system features the host hides (isSystemFeature).
+  const std::map<std::string, bool> host = runsOnHost() ? hostFeatures() : std::map<std::string, bool>{};
   llvm::SubtargetFeatures subtarget;
-  for (const auto &[feature, enabled] : features) subtarget.AddFeature(feature, enabled);
+  for (const auto &[feature, enabled] : features_) {
+    auto found = host.find(feature);
+    subtarget.AddFeature(feature, enabled && (found == host.end() || found->second));
+  }
   builder.addFeatures(subtarget.getFeatures());
   builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   auto machine = builder.createTargetMachine();
   if (!machine)
-    throw std::runtime_error("cannot create a TargetMachine for " + cpu + ": " + llvm::toString(machine.takeError()));
+    throw std::runtime_error("cannot create a TargetMachine for " + cpu_ + ": " + llvm::toString(machine.takeError()));
   return std::move(*machine);
 }
 

@@ -1,13 +1,17 @@
-// The CPU the JIT compiles for: the host, or a named CPU whose code the host can run (to
-// exercise another CPU's code paths, such as the fallbacks of a CPU without avx512bf16).
+// The CPU code is compiled for: the host, or a named CPU (x86-64 or AArch64) with that CPU's own
+// features, whatever the host has. Code for a target the host can run is JIT-compiled and run;
+// code for any other target is compile-only (its IR, its object file), and running it is refused
+// with an error naming what the host lacks.
 #ifndef GPT_CC_RUNTIME_JITTARGET_H
 #define GPT_CC_RUNTIME_JITTARGET_H
 
 #include "llvm/ADT/StringRef.h"
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace llvm {
 class TargetMachine;
@@ -15,21 +19,36 @@ class TargetMachine;
 
 namespace gpt {
 
-/// Initializes LLVM's native target once per process.
+/// Initializes LLVM's native target once per process (and, for cross-compiling, every target the
+/// LLVM build has).
 void initializeNativeTarget();
 
 class JitTarget {
 public:
   /// The host CPU, with the features it reports.
   static JitTarget host();
-  /// "host", or an LLVM CPU name ("skylake-avx512", "znver4", ...) with those of that CPU's
-  /// features the host has too, so that its code runs here (without the host's extra features:
-  /// how a test runs the code paths of a CPU without avx512bf16 or avx512vnni). Throws
-  /// std::invalid_argument when LLVM does not know the name.
+  /// "host"; an LLVM CPU name of the host's architecture ("haswell", "znver3", "skylake-avx512",
+  /// "znver4", "sapphirerapids", ...); or "<arch>:<cpu>" for another architecture
+  /// ("aarch64:neoverse-v1", "aarch64:apple-m1"). A named CPU has its own features (those LLVM
+  /// gives it), not the host's. Throws std::invalid_argument when LLVM does not know the name.
   static JitTarget named(const std::string &name);
 
   /// Whether code for this target may use `feature` (an LLVM feature name, e.g. "avx512vnni").
   bool has(llvm::StringRef feature) const;
+  /// The vector register file code for this target is tiled for: bits per register (AVX-512:
+  /// 512, AVX2: 256, SSE and NEON: 128) and how many registers (AVX-512 and AArch64: 32, else 16).
+  int64_t vectorBits() const;
+  int64_t vectorRegisters() const;
+  /// Whether this is an x86-64 target (else AArch64).
+  bool isX86() const;
+  /// The target triple, e.g. "x86_64-pc-linux-gnu" or "aarch64-unknown-linux-gnu".
+  const std::string &triple() const { return triple_; }
+  const std::string &cpu() const { return cpu_; }
+  /// Whether the host can run this target's code: the same architecture and every instruction set
+  /// feature the code may use.
+  bool runsOnHost() const { return unavailable_.empty(); }
+  /// Throws std::invalid_argument naming the features the host lacks, unless runsOnHost().
+  void checkRunsOnHost() const;
   /// The triple, CPU and enabled features: part of every on-disk cache key, since the code is
   /// specialised for them.
   std::string description() const;
@@ -37,10 +56,12 @@ public:
   std::unique_ptr<llvm::TargetMachine> createTargetMachine() const;
 
 private:
-  JitTarget(std::string cpu, std::map<std::string, bool> features)
-      : cpu(std::move(cpu)), features(std::move(features)) {}
-  std::string cpu;
-  std::map<std::string, bool> features; // every feature LLVM's host query reports, on or off
+  JitTarget(std::string triple, std::string cpu, std::map<std::string, bool> features);
+  std::string triple_;
+  std::string cpu_;
+  std::map<std::string, bool> features_; // every feature LLVM knows for the target, on or off
+  // What keeps the host from running the code: a different architecture, or features it lacks.
+  std::vector<std::string> unavailable_;
 };
 
 } // namespace gpt

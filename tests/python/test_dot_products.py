@@ -1,15 +1,17 @@
-"""The dot-product instructions of low-precision matmuls, chosen from the CPU's features:
-vdpbf16ps (bf16) with avx512_bf16, vpdpbusd (q8_0, q4_0) with avx512_vnni, and for a CPU without
-them a fallback in plain integer and float arithmetic that computes the same. A test compiles
-for such a CPU with CompileOptions(target_cpu=...) and runs that code here."""
+"""The dot-product instructions of low-precision matmuls, chosen from the target CPU's features
+(not the host's): vdpbf16ps (bf16) with avx512_bf16, vpdpbusd (q8_0, q4_0) with avx512_vnni, and
+for a CPU without them a fallback in plain integer and float arithmetic that computes the same.
+Every named target is checked by cross-compiling (`save_object` of a compile-only model), so an
+AVX2 host checks the AVX-512 code and the reverse; code is run only where the host can run it."""
 
 import re
+import subprocess
 
 import numpy as np
 import pytest
 
 import gpt
-from machine_code import disassemble
+from machine_code import disassemble, objdump
 from shapes import MID, NANO, config, exercising_weights, relative_error, token_ids
 
 INSTRUCTIONS = {
@@ -21,6 +23,16 @@ INTRINSICS = {"vdpbf16ps": "llvm.x86.avx512bf16.dpbf16ps.512", "vpdpbusd": "llvm
 
 # AVX-512 (F, BW, VL, DQ) without avx512_bf16 or avx512_vnni: the CPUs the fallback is for.
 WITHOUT_DOT_PRODUCTS = "skylake-avx512"
+
+# Per named target: the widest FMA register, and whether its code uses vdpbf16ps / vpdpbusd.
+TARGETS = {
+    "haswell": ("ymm", False, False),  # AVX2 + FMA
+    "znver3": ("ymm", False, False),  # AVX2 + FMA (AMD)
+    "alderlake": ("ymm", False, False),  # AVX2 + AVX-VNNI (VEX); no AVX-512
+    "skylake-avx512": ("zmm", False, False),  # AVX-512 without bf16 and VNNI
+    "znver4": ("zmm", True, True),  # AVX-512 with bf16 and VNNI
+    "sapphirerapids": ("zmm", True, True),  # and AMX
+}
 
 
 def host_flags():
@@ -42,8 +54,51 @@ def test_host_code_uses_the_instruction_where_the_cpu_has_it(fmt, tmp_path):
         assert INTRINSICS[instruction] not in llvm and instruction not in asm
 
 
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "q8_0"])
+def test_each_target_gets_the_instructions_it_has(target, fmt, tmp_path):
+    """Cross-compiled for `target` (whatever the host): its vector width and dot products."""
+    register, bf16_dot, int8_dot = TARGETS[target]
+    options = gpt.CompileOptions(weights=fmt, threads=1, disk_cache=False, target_cpu=target)
+    model = gpt.GPT.random(config(NANO), options=options)
+    asm = disassemble(model, tmp_path)
+    fmas = set(re.findall(r"vfmadd\d+ps\s+.*%([xyz]mm)\d+", asm))
+    assert register in fmas, f"{target}: no {register} FMA ({sorted(fmas)})"
+    if register == "ymm":
+        assert "zmm" not in asm, f"{target} has no AVX-512, but its code uses zmm registers"
+    assert (re.search(r"vdpbf16ps\s+.*%zmm", asm) is not None) == (fmt == "bf16" and bf16_dot), target
+    assert (re.search(r"vpdpbusd\s+.*%zmm", asm) is not None) == (fmt == "q8_0" and int8_dot), target
+
+
+def test_an_aarch64_target_is_compiled_to_neon_and_refused_at_run_time(tmp_path):
+    options = gpt.CompileOptions(threads=1, disk_cache=False, target_cpu="aarch64:neoverse-v1")
+    model = gpt.GPT.random(config(NANO), options=options)
+    path = tmp_path / "forward.o"
+    model.save_object(path)
+    header = subprocess.run([objdump(), "-f", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "aarch64" in header, header
+    asm = subprocess.run([objdump(), "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True, check=True)
+    assert re.search(r"\bfmla\s+v\d+\.4s", asm.stdout), "no NEON fmla on 4 x f32 in the AArch64 object"
+    with pytest.raises(ValueError, match="cannot run on this CPU.*aarch64"):
+        model.forward([1, 2, 3])
+
+
+def test_a_target_whose_features_the_host_lacks_is_compile_only():
+    # Each CPU with a /proc/cpuinfo flag that its code can use: the first the host lacks is tried.
+    candidates = [("graniterapids", "amx_fp16"), ("znver4", "avx512_bf16"), ("skylake-avx512", "avx512f")]
+    target = next((cpu for cpu, flag in candidates if flag not in host_flags()), None)
+    if target is None:
+        pytest.skip("this host has a feature of every target tried")
+    model = gpt.GPT.random(config(NANO), options=gpt.CompileOptions(disk_cache=False, target_cpu=target))
+    assert "vector<" in model.ir("llvm", seq_len=8)  # compiling and inspecting work
+    with pytest.raises(ValueError, match=f"'{target}'.*cannot run on this CPU.*lacks"):
+        model.forward([1, 2, 3])
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0"])
 def test_fallback_for_a_cpu_without_the_instruction_computes_the_same(fmt, tmp_path):
+    if not {"avx512f", "avx512bw", "avx512vl", "avx512dq", INSTRUCTIONS[fmt][1]} <= host_flags():
+        pytest.skip("runs AVX-512 code against the host's dot-product instruction, which this CPU lacks")
     cfg = config(MID)
     weights = exercising_weights(cfg)
     ids = token_ids(cfg, 100)
@@ -75,7 +130,8 @@ def test_unknown_target_cpu_is_refused():
 
 def test_target_cpu_is_part_of_the_disk_cache_key(tmp_path):
     cfg = config(NANO)
-    for target, hits in (("host", 0), (WITHOUT_DOT_PRODUCTS, 0), ("host", 1), (WITHOUT_DOT_PRODUCTS, 1)):
+    other = WITHOUT_DOT_PRODUCTS if "avx512f" in host_flags() else "x86-64-v2"  # a CPU this host runs
+    for target, hits in (("host", 0), (other, 0), ("host", 1), (other, 1)):
         model = gpt.GPT.random(
             cfg, options=gpt.CompileOptions(weights="q8_0", cache_dir=str(tmp_path), target_cpu=target)
         )
@@ -84,6 +140,8 @@ def test_target_cpu_is_part_of_the_disk_cache_key(tmp_path):
 
 
 def test_fallback_logits_match_the_f32_model_closely():
+    if "avx512f" not in host_flags():
+        pytest.skip("runs AVX-512 code")
     # A sanity bound independent of the low-precision references: quantization moves the logits
     # of the exercising weights by about 1% (q8_0) and 2% (q4_0), not more.
     cfg = config(NANO)

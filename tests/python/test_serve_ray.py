@@ -37,9 +37,13 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def url():
+def url(tmp_path_factory):
     from gpt.serve_ray import application
 
+    # Ray writes its auth token under ~/.ray (Path.home()), and the home of whoever runs the tests
+    # may be read-only (it is in Bazel's sandbox): give it, and the processes it starts, a home of
+    # its own.
+    os.environ["HOME"] = str(tmp_path_factory.mktemp("ray-home"))
     # The replicas are processes that Ray starts: they import gpt (and the reference) from here.
     os.environ["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, HERE, os.environ.get("PYTHONPATH", "")])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

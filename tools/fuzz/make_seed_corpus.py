@@ -1,8 +1,15 @@
 """Writes the compiler fuzzer's seed corpus: every .mlir under tests/ and tools/demo/, one seed per
 `// -----` case, without its comment lines (RUN/CHECK lines are dead weight for mutation), plus the
-regression corpus. Usage: python3 tools/fuzz/make_seed_corpus.py OUT_DIR
+regression corpus. Usage: python3 tools/fuzz/make_seed_corpus.py OUT_DIR [--limit N]
+
+With --limit N it keeps N seeds, taken round-robin over the source files, smallest case first: every
+pass's test file stays represented while the fuzzer loads a corpus it can get through in seconds
+(each input runs seven sanitized pipelines, a few executions per second for a whole model), so that
+a bounded run spends its time mutating rather than replaying seeds.
 """
 
+import argparse
+import itertools
 import pathlib
 import re
 import sys
@@ -29,17 +36,30 @@ def seeds():
         yield "regression_" + path.name, path.read_bytes()
 
 
+def limited(all_seeds, limit):
+    """`limit` seeds, round-robin over the files they come from, each file's smallest first."""
+    by_file: dict[str, list[tuple[str, bytes]]] = {}
+    for name, data in all_seeds:
+        # The regression corpus counts as one file (tests/fuzz replays all of it under ASan).
+        source = "regression" if name.startswith("regression_") else name.rsplit(".", 1)[0]
+        by_file.setdefault(source, []).append((name, data))
+    queues = [sorted(cases, key=lambda case: len(case[1])) for cases in by_file.values()]
+    rounds = itertools.zip_longest(*queues)
+    return list(itertools.islice((case for round_ in rounds for case in round_ if case), limit))
+
+
 def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    out = pathlib.Path(argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    count = 0
-    for name, data in seeds():
-        if len(data) <= MAX_BYTES:
-            (out / name).write_bytes(data)
-            count += 1
-    print(f"make_seed_corpus: {count} seeds in {out}")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=pathlib.Path)
+    parser.add_argument("--limit", type=int, default=None, help="keep this many seeds (default: all)")
+    args = parser.parse_args(argv[1:])
+    args.out.mkdir(parents=True, exist_ok=True)
+    chosen = [(name, data) for name, data in seeds() if len(data) <= MAX_BYTES]
+    if args.limit is not None:
+        chosen = limited(chosen, args.limit)
+    for name, data in chosen:
+        (args.out / name).write_bytes(data)
+    print(f"make_seed_corpus: {len(chosen)} seeds in {args.out}")
 
 
 if __name__ == "__main__":
