@@ -9,6 +9,12 @@ PIPELINES = ("baseline", "fused", "vectorized", "default")
 # Weight formats, named as llama.cpp names them.
 WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_0")
 POS_EMBEDDINGS = ("learned", "rope")
+# The most threads compiled code may use. OpenMP starts every thread of a parallel region, and
+# past the cores they only take turns: measured on 2 cores with a 2-layer model, a forward call
+# is 200x slower on 256 threads and 10,000x slower on 4,096; 20,000 ran for minutes and 100,000
+# aborted the process inside libomp (OMP Error #34). Four per core leaves room to try
+# oversubscription; the floor of 256 lets a small machine compile for a large one.
+MAX_THREADS = max(256, 4 * (os.cpu_count() or 1))
 # Each dimension of a model fits a 32-bit index, so that their products (sizes in elements) stay
 # far inside int64.
 MAX_DIMENSION = 2**31 - 1
@@ -108,10 +114,11 @@ class GPTConfig:
 class CompileOptions:
     """How models are compiled. `pipeline` is one of "baseline" (scalar loops, the unoptimized
     reference), "fused", "vectorized" or "default" (the fastest correct one); `threads=None`
-    means all cores. Compiled code is also kept on disk, so that the next process loads it
-    instead of compiling: in `cache_dir` (default `$GPT_CACHE_DIR`, else `~/.cache/gpt/jit`), unless
-    `disk_cache=False`; the cache keeps at most `cache_max_bytes` (default 512 MiB), evicting
-    the least recently used programs beyond it (`python -m gpt cache --list/--clear` manages it).
+    means all cores, and `threads` is at most `gpt.config.MAX_THREADS`. Compiled code is also
+    kept on disk, so that the next process loads it instead of compiling: in `cache_dir` (default
+    `$GPT_CACHE_DIR`, else `~/.cache/gpt/jit`), unless `disk_cache=False`; the cache keeps at
+    most `cache_max_bytes` (default 512 MiB), evicting the least recently used programs beyond it
+    (`python -m gpt cache --list/--clear` manages it).
     `weights` is the format matmul weights (and the LM head) are stored and
     streamed in, as llama.cpp names them: "f32"; "bf16" (each weight rounded to nearest even);
     "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,
@@ -121,8 +128,12 @@ class CompileOptions:
     llama.cpp does; accumulation is f32 (exact i32 within a block). Low-precision formats need a
     vectorized pipeline, q8_0/q4_0 an n_embd that is a multiple of 32, and bf16 an even n_embd.
     `target_cpu` is the CPU compiled code is specialised for: "host" (this machine's CPU and
-    features), or an LLVM CPU name ("skylake-avx512", ...) whose features, as far as this machine
-    has them, the code may use: how another CPU's code paths run here."""
+    features), an LLVM x86-64 CPU name ("haswell", "znver3", "alderlake", "skylake-avx512",
+    "znver4", "sapphirerapids", ...) or "aarch64:<cpu>" ("aarch64:neoverse-v1",
+    "aarch64:apple-m1"). A named CPU's code uses that CPU's own features, whatever this machine
+    has: where this machine has them all, the model runs here; otherwise it is compile-only
+    (`model.ir(...)`, `model.save_object(...)`), and running it raises ValueError naming what
+    this machine lacks."""
 
     pipeline: str = "default"
     threads: int | None = None
@@ -139,6 +150,11 @@ class CompileOptions:
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
             raise ValueError(f"CompileOptions.threads must be None or a positive int, got {self.threads!r}")
+        if self.threads is not None and self.threads > MAX_THREADS:
+            raise ValueError(
+                f"CompileOptions.threads={self.threads} is more than MAX_THREADS={MAX_THREADS} "
+                f"(4 per core on this machine's {os.cpu_count()} cores, at least 256)"
+            )
         if not isinstance(self.disk_cache, bool):
             raise ValueError(f"CompileOptions.disk_cache must be a bool, got {self.disk_cache!r}")
         if self.cache_dir is not None and not isinstance(self.cache_dir, (str, os.PathLike)):

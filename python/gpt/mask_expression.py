@@ -24,6 +24,10 @@ OPERATORS = {
 }
 MAX_DEPTH = 64  # the C++ parser's nesting limit
 MAX_LITERAL = 2**31 - 1  # positions are far smaller; products of two such stay within int64
+# Compiled code computes a mask in 64-bit `index` arithmetic and numpy (the reference) in int64:
+# both wrap around silently, so an expression is only taken where no sub-expression can leave
+# this range for any positions (check_range); there, both agree with exact integers.
+INT64_RANGE = (-(2**63), 2**63 - 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +111,48 @@ def check(node: Node, source: str, depth: int = 1) -> None:
         divisor = node.arguments[1]
         if divisor.literal is None or divisor.literal < 1:
             fail(f"({node.name} a n) needs a positive integer literal n, got {divisor.text()}")
+
+
+def check_range(node: Node, source: str, positions: int) -> None:
+    """Raises ValueError naming the first sub-expression of `node` (innermost first) whose value
+    may leave INT64_RANGE for some query and key positions i, j in [0, positions). Each integer
+    sub-expression's bounds are found by interval arithmetic, with Python's exact integers: sound
+    (an overflow is never missed), and at worst it refuses an expression whose extreme values are
+    never reached together, such as (mul (sub i i) (mul i j)), always 0, below 2^31 positions."""
+
+    def bounds(node: Node) -> tuple[int, int] | None:  # None for a boolean
+        if node.literal is not None:
+            return node.literal, node.literal
+        if node.name in ("i", "j") and not node.arguments:
+            return 0, positions - 1
+        arguments = [bounds(argument) for argument in node.arguments]
+        if node.boolean:
+            return None
+        (a_low, a_high), (b_low, b_high) = arguments
+        if node.name == "add":
+            low, high = a_low + b_low, a_high + b_high
+        elif node.name == "sub":
+            low, high = a_low - b_high, a_high - b_low
+        elif node.name == "mul":
+            products = (a_low * b_low, a_low * b_high, a_high * b_low, a_high * b_high)
+            low, high = min(products), max(products)
+        elif node.name == "div":  # by a positive literal (check()): floor division is monotone
+            low, high = a_low // b_low, a_high // b_low
+        elif node.name == "mod":  # a positive literal n: Python's modulo lies in [0, n)
+            low, high = (a_low, a_high) if 0 <= a_low and a_high < b_low else (0, b_low - 1)
+        elif node.name == "min":
+            low, high = min(a_low, b_low), min(a_high, b_high)
+        else:  # max
+            low, high = max(a_low, b_low), max(a_high, b_high)
+        for value in (low, high):
+            if not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+                raise ValueError(
+                    f"mask expression {source!r}: {node.text()} reaches {value} for positions i, j in "
+                    f"[0, {positions}), beyond the 64-bit integers the mask is computed in (it would wrap around)"
+                )
+        return low, high
+
+    bounds(node)
 
 
 def parse(text: str) -> Node:

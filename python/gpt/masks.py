@@ -34,7 +34,7 @@ import functools
 
 import numpy as np
 
-from gpt.mask_expression import Node, Term, maximum, minimum, parse
+from gpt.mask_expression import MAX_LITERAL, Node, Term, check_range, maximum, minimum, parse
 
 i = Term(Node("i"))  # the query's position, for Expression
 j = Term(Node("j"))  # the key's position, for Expression
@@ -57,8 +57,12 @@ __all__ = [
 
 
 def _positive_int(owner: str, name: str, value) -> None:
+    # At most MAX_LITERAL: positions are below it (GPTConfig's dimensions are), and these numbers
+    # become literals of the mask's expression, which the compiler takes up to there.
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{owner}.{name} must be an int >= 1, got {value!r}")
+    if value > MAX_LITERAL:
+        raise ValueError(f"{owner}.{name} must be at most {MAX_LITERAL}, got {value}")
 
 
 class AttentionMask:
@@ -305,8 +309,7 @@ class Expression(AttentionMask):
         return parse(self.text)
 
     def dense(self, tokens: int) -> np.ndarray:
-        positions = np.arange(tokens, dtype=np.int64)
-        return np.broadcast_to(self._node.evaluate(positions[:, None], positions[None, :]), (tokens, tokens))
+        return _dense(self._node, self.text, tokens)
 
     def expression(self) -> str:
         return self.text
@@ -315,7 +318,7 @@ class Expression(AttentionMask):
         return _looks_ahead(self.text, block_size)
 
     def check(self, block_size: int) -> None:
-        self._check_sees_itself(block_size)
+        self._check_sees_itself(block_size)  # which refuses an overflow below block_size first
 
     def check_cache(self, block_size: int) -> None:
         # The cache keeps each position's keys and values as first computed; a query that sees a
@@ -327,6 +330,7 @@ class Expression(AttentionMask):
             )
 
     def _check_sees_itself(self, tokens: int) -> None:
+        check_range(self._node, self.text, tokens)
         positions = np.arange(tokens, dtype=np.int64)
         diagonal = np.broadcast_to(self._node.evaluate(positions, positions), (tokens,))
         if not diagonal.all():
@@ -337,9 +341,15 @@ class Expression(AttentionMask):
             )
 
 
+def _dense(node: Node, text: str, tokens: int) -> np.ndarray:
+    """[tokens, tokens] bool: whether key j is visible from query i under the expression `text`
+    (parsed: `node`); refused (ValueError) where int64 would wrap around for positions below `tokens`."""
+    check_range(node, text, tokens)
+    positions = np.arange(tokens, dtype=np.int64)
+    return np.broadcast_to(node.evaluate(positions[:, None], positions[None, :]), (tokens, tokens))
+
+
 @functools.lru_cache(maxsize=64)
 def _looks_ahead(text: str, tokens: int) -> bool:
     """Whether some query below `tokens` sees a later key under the expression `text`."""
-    positions = np.arange(tokens, dtype=np.int64)
-    visible = np.broadcast_to(parse(text).evaluate(positions[:, None], positions[None, :]), (tokens, tokens))
-    return bool(np.triu(visible, k=1).any())
+    return bool(np.triu(_dense(parse(text), text, tokens), k=1).any())

@@ -418,3 +418,83 @@ def test_batch_of_two(model_kind):
     # The batch and the heads attend as one [B * H, T, d] causal attention; nothing is left decomposed.
     assert canonical.count("transformer.causal_attention") == 1 and "tensor<8x12x16xf32>" in canonical
     assert "transformer.softmax" not in canonical and "transformer.packed_matmul" in canonical
+
+
+# -- out-of-range embedding indices (issue 29) ------------------------------------------------------
+
+
+class Lookup(nn.Module):
+    """An embedding of 16 rows read by the ids, plus a position table read by an arange."""
+
+    def __init__(self, offset=0):
+        super().__init__()
+        self.wte, self.wpe, self.offset = nn.Embedding(16, 8), nn.Embedding(16, 8), offset
+
+    def forward(self, idx):
+        return self.wte(idx) + self.wpe(torch.arange(idx.shape[-1]) + self.offset)
+
+
+@pytest.mark.parametrize("shape", [(6,), (1, 6), (2, 6)])
+@pytest.mark.parametrize("bad", [16, -1, 2**40, -(2**63)])
+def test_out_of_range_embedding_ids_raise_as_in_eager(shape, bad):
+    """The compiled gather clamps an id into its table; the call raises IndexError instead, naming
+    the index and the table's size, as eager PyTorch raises. In-range ids at the edges (0, 15)
+    give eager's rows."""
+    torch.manual_seed(8)
+    model = Lookup().eval()
+    idx = torch.randint(0, 16, shape)
+    idx.view(-1)[:2] = torch.tensor([0, 15])
+    compiled = gpt.compile_module(model, (idx,), options())
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(idx).numpy(), model(idx).numpy(), rtol=1e-6)
+    wrong = idx.clone()
+    wrong.view(-1)[-1] = bad
+    with pytest.raises(IndexError):
+        model(wrong)  # eager PyTorch
+    with pytest.raises(IndexError, match=f"index {bad} at position .* out of range for an embedding table of 16 rows"):
+        compiled(wrong)
+    with pytest.raises(IndexError, match=f"index {bad}"):
+        compiled(wrong.numpy())
+
+
+def test_constant_embedding_ids_out_of_range_are_refused_at_compile_time():
+    """Ids known when compiling (an arange) are checked then: positions 11..16 of 16 rows."""
+    idx = torch.zeros(1, 6, dtype=torch.long)
+    gpt.compile_module(Lookup(offset=10).eval(), (idx,), options())  # 10..15: in range
+    with pytest.raises(gpt.CompilerError, match="constant index 16 is out of range for an embedding table of 16 rows"):
+        gpt.compile_module(Lookup(offset=11).eval(), (idx,), options())
+
+
+def test_torch_compile_backend_raises_for_out_of_range_embedding_ids():
+    torch._dynamo.reset()
+    torch.manual_seed(9)
+    model = Lookup().eval()
+    compiled = torch.compile(model, backend="gpt", options={"strict": True, "disk_cache": False})
+    idx = torch.randint(0, 16, (1, 6))
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(idx).numpy(), model(idx).numpy(), rtol=1e-6)
+        for bad in (16, -1):
+            wrong = idx.clone()
+            wrong[0, 3] = bad
+            with pytest.raises(IndexError, match=f"index {bad} at position \\(0, 3\\)"):
+                compiled(wrong)
+
+
+@pytest.mark.parametrize(
+    "use",
+    [lambda i: torch.cat([i, i], dim=1), lambda i: i.t(), lambda i: i.permute(1, 0), lambda i: i[:, 0]],
+)
+def test_batch_ids_used_other_than_by_an_embedding_are_refused_by_name(use):
+    """Token ids of a batch are held flat for the embedding; any other use was an internal
+    IndexError (cat, transpose) and is now a CompilerError saying what is supported."""
+
+    class Use(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(16, 8)
+
+        def forward(self, idx):
+            return self.wte(use(idx))
+
+    with pytest.raises(gpt.CompilerError, match="supported only as an embedding's ids"):
+        gpt.compile_module(Use().eval(), (torch.zeros(2, 6, dtype=torch.long),), options())

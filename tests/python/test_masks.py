@@ -5,6 +5,7 @@ follows, and bad masks."""
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from safetensors.numpy import save_file
 import gpt
 import mask_reference
 from checkpoints import hf_config
-from gpt import masks
+from gpt import mask_expression, masks
 from reference import gpt2_logits
 from shapes import RTOL, exercising_weights, relative_error, token_ids
 
@@ -197,6 +198,8 @@ def test_bad_masks(change, message):
     "make, message",
     [
         (lambda: masks.Strided(0), "Strided.stride must be an int >= 1, got 0"),
+        (lambda: masks.Strided(2**70), "Strided.stride must be at most 2147483647, got 1180591620717411303424"),
+        (lambda: masks.Fixed(2**31, 1), "Fixed.block must be at most 2147483647"),
         (lambda: masks.Fixed(4, 5), r"Fixed.summary \(5\) must be at most Fixed.block \(4\)"),
         (lambda: masks.BlockPattern(np.ones((2, 2)), 8), "must be a square 2-D bool array"),
         (lambda: masks.BlockPattern(np.zeros((2, 2), dtype=bool), 8), "must set every diagonal block"),
@@ -296,3 +299,79 @@ def test_decode_skips_key_blocks_the_mask_hides(pipeline):
         assert np.isfinite(logits).all()
         expected = gpt2_logits(weights, np.array(ids[:end]), cfg.n_layer, cfg.n_head, mask=dense)[-1]
         assert relative_error(logits, expected) < RTOL
+
+
+# -- mask expressions in exact integers (issue 29): refused where int64 would wrap ----------------
+
+BIG = 2**31 - 1  # the largest literal
+
+
+@pytest.mark.parametrize(
+    "source, block_size, culprit",
+    [
+        # The issue's reproducer: three nested multiplications by 2^31 - 1.
+        (
+            f"(or (le j i) (eq (mod (mul (mul (mul (add i j) {BIG}) {BIG}) {BIG}) 3) 0))",
+            64,
+            f"(mul (mul (add i j) {BIG}) {BIG})",
+        ),
+        (lambda: (masks.j <= masks.i) | ((masks.i * BIG * BIG * BIG) % 3 == 0), 64, f"(mul (mul i {BIG}) {BIG})"),
+        # Literals alone: refused whatever the positions.
+        (f"(or (le j i) (lt j (mul (mul {BIG} {BIG}) {BIG})))", 1, f"(mul (mul {BIG} {BIG}) {BIG})"),
+        # The low end: a large negative value.
+        (f"(or (le j i) (lt (mul (sub 0 i) (mul {BIG} {BIG})) j))", 96, f"(mul (sub 0 i) (mul {BIG} {BIG}))"),
+        # i * j * 1024 fits below 2^26 positions, not below 2^27 (refused before anything is evaluated).
+        ("(or (le j i) (eq (mul (mul i j) 1024) 0))", 2**27, "(mul (mul i j) 1024)"),
+    ],
+)
+def test_mask_expressions_that_overflow_int64_are_refused_by_name(source, block_size, culprit):
+    """The compiled mask and numpy compute in 64 bits and would wrap around silently; an
+    expression whose sub-expression can leave int64 for some positions below block_size is
+    refused, naming that sub-expression."""
+    with pytest.raises(ValueError, match=re.escape(f"{culprit} reaches")) as error:
+        expression = masks.Expression(source() if callable(source) else source)
+        gpt.GPTConfig(**{**SHAPE, "block_size": block_size}, attention_mask=expression)
+    assert f"[0, {block_size})" in str(error.value) and "mask expression '(or " in str(error.value)
+
+
+def test_check_range_bounds_every_operator():
+    """Interval bounds, operator by operator, over positions below 2^31 (i * j < 2^62): what just
+    fits in int64 passes, and a little more fails."""
+    positions = 2**31
+    fits = [
+        "(mul i j)",
+        "(add (mul i j) (mul i j))",  # < 2^63 - 1
+        "(sub (sub 0 (mul i j)) (mul i j))",  # > -2^63
+        "(mul (div (mul i j) 4) 4)",
+        f"(mul (mod (mul i {BIG}) 2) (mul i {BIG}))",  # the modulo bounds its result to [0, 2)
+        "(max (mul i j) (sub 0 (mul i j)))",
+        "(mul (min i 1) (mul i j))",
+    ]
+    for text in fits:
+        mask_expression.check_range(mask_expression.parse(f"(le j {text})"), text, positions)
+    overflows = [
+        "(mul (mul i j) 4)",
+        "(add (add (mul i j) (mul i j)) (mul i j))",
+        "(sub (sub (sub 0 (mul i j)) (mul i j)) (mul i j))",
+        f"(mul (min (mul i {BIG}) (mul j {BIG})) 4)",
+        "(mul (max i 4) (mul i j))",
+    ]
+    for text in overflows:
+        with pytest.raises(ValueError, match="beyond the 64-bit integers"):
+            mask_expression.check_range(mask_expression.parse(f"(le j {text})"), text, positions)
+
+
+def test_a_mask_expression_past_32_bits_matches_exact_integers():
+    """In range, the compiled mask is the exact integer one: products past 2^32 (where 32-bit
+    arithmetic would wrap) computed exactly, compared with a mask written with Python ints."""
+    text = f"(or (le j i) (eq (mod (mul (mul (add i j) {BIG}) 1000003) 7) 0))"
+    expected = mask_reference.dense(TOKENS, lambda i, j: j <= i or ((i + j) * BIG * 1000003) % 7 == 0)
+    assert expected.sum() > np.tri(TOKENS).sum()  # some later keys are seen
+    mask = masks.Expression(text)
+    np.testing.assert_array_equal(mask.dense(TOKENS), expected)
+    cfg = masked_config(mask)
+    weights = exercising_weights(cfg, seed=5)
+    model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(pipeline="baseline", disk_cache=False))
+    ids = token_ids(cfg, TOKENS, seed=5)
+    expected_logits = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, mask=expected)
+    assert relative_error(model.forward(ids), expected_logits) < RTOL

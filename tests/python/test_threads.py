@@ -1,13 +1,18 @@
 """Threads: compiled calls release the GIL, so two threads run them at once, with the results
-each would get alone, also while both compile the programs they need."""
+each would get alone, also while both compile the programs they need; and the limit on the
+threads compiled code may use."""
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
 import numpy as np
+import pytest
 
 import gpt
-from shapes import MID, config, exercising_weights, token_ids
+from shapes import MID, NANO, config, exercising_weights, token_ids
 
 CFG = config(MID)
 WEIGHTS = exercising_weights(CFG)
@@ -63,3 +68,45 @@ def test_two_threads_compiling_and_calling_one_model_get_what_each_gets_alone():
         assert len(outputs) == 3 * len(lengths)
         for n, logits in outputs:
             np.testing.assert_array_equal(logits, alone[n])
+
+
+# -- the thread limit (issue 29): libomp aborted the process at 100,000 threads --------------------
+
+
+@pytest.mark.parametrize("threads", [gpt.config.MAX_THREADS + 1, 20_000, 100_000, 2**62])
+def test_more_threads_than_the_limit_are_refused_by_name(threads):
+    with pytest.raises(ValueError, match=f"CompileOptions.threads={threads} is more than MAX_THREADS="):
+        gpt.CompileOptions(threads=threads)
+
+
+@pytest.mark.parametrize("threads", [0, -1, True, 2.0, "4"])
+def test_threads_that_are_not_a_positive_int_are_refused(threads):
+    with pytest.raises(ValueError, match="CompileOptions.threads must be None or a positive int"):
+        gpt.CompileOptions(threads=threads)
+
+
+def test_the_limit_itself_runs_and_gives_one_threads_logits():
+    """MAX_THREADS is a count OpenMP can start here (at least 256, 4 per core): the model runs,
+    with the logits of one thread."""
+    assert gpt.config.MAX_THREADS >= max(256, os.cpu_count())
+    cfg = config(NANO)
+    weights = exercising_weights(cfg)
+    ids = token_ids(cfg, 40)
+    most = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(disk_cache=False, threads=gpt.config.MAX_THREADS))
+    one = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(disk_cache=False, threads=1))
+    np.testing.assert_allclose(most.forward(ids), one.forward(ids), rtol=1e-5, atol=1e-5)
+
+
+def test_the_cli_refuses_too_many_threads_with_exit_1_not_an_abort():
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__))))
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "gpt", "generate", "--threads", "100000", "--max_new_tokens", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])  # an abort is -6 (SIGABRT)
+    assert "is more than MAX_THREADS=" in result.stderr
+    assert time.perf_counter() - start < 60  # refused before any model is compiled

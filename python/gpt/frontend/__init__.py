@@ -64,6 +64,13 @@ class CompiledModule:
         user_inputs = [n for n in program.graph.nodes if n.op == "placeholder"]
         names = set(program.graph_signature.user_inputs)
         self._input_vals = [n.meta["val"] for n in user_inputs if n.name in names]
+        # (input, table rows) of the inputs that are embedding ids: checked on every call, as the
+        # compiled gather clamps an id into its table where eager PyTorch raises IndexError.
+        self._embedding_ids = [
+            (a.input_index, a.embedding_rows)
+            for a in self._imported.arguments
+            if a.kind == "input" and a.embedding_rows
+        ]
         self._out_spec = program.call_spec.out_spec
         start = time.perf_counter()
         self._function.compile()
@@ -104,6 +111,14 @@ class CompiledModule:
                     f"for {val.dtype} {tuple(val.shape)}"
                 )
             arrays.append(np.ascontiguousarray(tensor.detach().numpy()))
+        for i, rows in self._embedding_ids:
+            ids = arrays[i]
+            if ids.size and (ids.min() < 0 or ids.max() >= rows):
+                where = tuple(int(d) for d in np.argwhere((ids < 0) | (ids >= rows))[0])
+                raise IndexError(
+                    f"input {i}: index {int(ids[where])} at position {where} is out of range for an embedding "
+                    f"table of {rows} rows (valid: 0 to {rows - 1})"
+                )
         arguments = []
         for index, argument in enumerate(self._imported.arguments):
             if argument.kind == "input":

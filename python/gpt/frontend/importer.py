@@ -97,6 +97,10 @@ class Argument:
     input_index: int = -1
     parameter: Parameter | None = None
     data: np.ndarray | None = None
+    # An input of embedding ids: the rows of the smallest table it indexes (0: none). The compiled
+    # gather clamps an id into its table (memory safety only), so the caller checks each call's
+    # ids against this, as eager PyTorch raises IndexError.
+    embedding_rows: int = 0
 
 
 @dataclasses.dataclass
@@ -400,6 +404,8 @@ class Importer:
             for out in flat_outputs:
                 try:
                     value = self.operand(out)
+                    if value.layout == "flat":
+                        raise Unsupported("token ids of a batch are returned: only an embedding may read them")
                     if value.layout != "plain":
                         raise Unsupported("a view of split heads is returned")
                     if value.name in self.padded:
@@ -716,11 +722,28 @@ def emit_embedding(imp: Importer, node):
     [B * T]) -> transformer.embedding and a reshape to [B, T, D]."""
     table, ids = imp.operand(node.args[0]), imp.operand(node.args[1])
     if ids.layout == "flat" and len(table.shape) == 2:
+        _check_embedding_ids(imp, ids, table.shape[0])
         rows = imp.emit("transformer.embedding", [table, ids], (ids.shape[0], table.shape[1]))
         return imp.shaped(imp.emit("transformer.reshape", [rows], (*ids.torch_shape, table.shape[1])), node)
     if len(table.shape) != 2 or len(ids.shape) != 1 or ids.dtype != "i64":
         raise Unsupported("embedding needs a [V, D] table and int64 ids of shape [T] or [1, T]")
+    _check_embedding_ids(imp, ids, table.shape[0])
     return imp.shaped(imp.emit("transformer.embedding", [table, ids], (ids.shape[0], table.shape[1])), node)
+
+
+def _check_embedding_ids(imp: Importer, ids: Value, rows: int) -> None:
+    """Constant ids are checked against the table's `rows` now; an input's ids on every call
+    (Argument.embedding_rows). Ids the module computes could not be checked: none reach here, as
+    the importer has no int64 arithmetic, but such ids are refused rather than clamped."""
+    argument = imp.arguments[int(ids.name[4:])] if ids.name.startswith("%arg") else None
+    if argument is None or argument.kind not in ("input", "constant"):
+        raise Unsupported("embedding ids computed by the module: only inputs and constants can be checked")
+    if argument.kind == "input":
+        argument.embedding_rows = min(argument.embedding_rows or rows, rows)
+        return
+    bad = argument.data[(argument.data < 0) | (argument.data >= rows)]
+    if bad.size:
+        raise Unsupported(f"constant index {int(bad[0])} is out of range for an embedding table of {rows} rows")
 
 
 def emit_split(imp: Importer, node):
@@ -811,7 +834,10 @@ def _ir_shape(torch_shape, x: Value) -> tuple[int, ...]:
 
 def _materialize(imp: Importer, x: Value) -> Value:
     """A pending attention-head view used by something other than the head ops, as the plain
-    [T, H, d] (batch dropped) its torch shape [1, T, H, d] says."""
+    [T, H, d] (batch dropped) its torch shape [1, T, H, d] says. The token ids of a batch (held
+    flat) have no plain form: an embedding is all that may read them."""
+    if x.layout == "flat":
+        raise Unsupported(f"the token ids of a batch {x.torch_shape} are supported only as an embedding's ids")
     if x.layout == "split_pending":
         t, c = x.shape
         return Value(
