@@ -40,7 +40,7 @@ def main(argv):
     parser.add_argument("--targets", default="host,haswell,skylake-avx512,znver4")
     parser.add_argument("--seq_lens", default="32,128")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--weights", default="f32")
+    parser.add_argument("--weights", default="f32", help="comma-separated formats: f32,bf16,q8_0,q4_0")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv[1:])
     cfg = gpt.GPTConfig(**GPT2_SMALL)
@@ -48,15 +48,16 @@ def main(argv):
     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=max(seq_lens))
     models, skipped = {}, []
     for target in args.targets.split(","):
-        options = gpt.CompileOptions(threads=args.threads, weights=args.weights, target_cpu=target, disk_cache=False)
-        model = gpt.GPT.random(cfg, seed=0, options=options)
-        try:
-            for t in seq_lens:
-                model.forward(ids[:t])  # compiles each bucket
-        except ValueError as error:  # compile-only here
-            skipped.append(f"{target} ({str(error).split(';')[0]})")
-            continue
-        models[target] = model
+        for weights in args.weights.split(","):
+            options = gpt.CompileOptions(threads=args.threads, weights=weights, target_cpu=target, disk_cache=False)
+            model = gpt.GPT.random(cfg, seed=0, options=options)
+            try:
+                for t in seq_lens:
+                    model.forward(ids[:t])  # compiles each bucket
+            except ValueError as error:  # compile-only here
+                skipped.append(f"{target} ({str(error).split(';')[0]})")
+                break
+            models[f"{target} | {weights}"] = model
     forward = {(target, t): [] for target in models for t in seq_lens}
     decode = {target: [] for target in models}
     for _ in range(args.rounds):
@@ -72,10 +73,10 @@ def main(argv):
                 model.decode(token, cache)
             decode[target].append((time.perf_counter() - start) / 16)
     print("$ PYTHONPATH=bazel-bin/python python3 tools/bench_targets.py " + " ".join(argv[1:]))
-    print(f"\nCPU: {this_cpu()}; GPT-2 small, {args.weights}, {args.threads} threads, median of {args.rounds} rounds\n")
+    print(f"\nCPU: {this_cpu()}; GPT-2 small, {args.threads} threads, median of {args.rounds} rounds\n")
     header = [f"forward T={t} (ms)" for t in seq_lens] + ["decode (ms/token)"]
-    print("| target_cpu | " + " | ".join(header) + " |")
-    print("|---|" + "---|" * len(header))
+    print("| target_cpu | weights | " + " | ".join(header) + " |")
+    print("|---|---|" + "---|" * len(header))
     for target in models:
         cells = [f"{1000 * statistics.median(forward[target, t]):.1f}" for t in seq_lens]
         cells.append(f"{1000 * statistics.median(decode[target]):.2f}")

@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 
 namespace gpt::codegen {
 using namespace mlir;
@@ -34,19 +35,20 @@ Value i32Splat(OpBuilder &b, Location loc, Type type, int64_t value) {
   return splat(b, loc, type, b.getI32IntegerAttr(static_cast<int32_t>(value)));
 }
 
-/// Calls `intrinsic` on each 16-lane piece of each row (innermost dim) of the operands,
-/// bitcasting the i32 lane operands to `pieceLaneType`, and reassembles the result. Fails unless
-/// the operands are vectors whose rows are a multiple of 16 lanes. Rows are taken with
-/// vector.extract, which folds through the broadcasts and inserts the vectorizer made.
-LogicalResult callPerPiece(PatternRewriter &rewriter, Operation *op, StringRef intrinsic, VectorType pieceLaneType) {
+/// Rewrites `op` (accumulator, lhs, rhs: vectors of i32 or f32 lanes) piece by piece: `emit`
+/// builds the result of each `pieceLanes`-lane piece of each row (innermost dim) from the
+/// operands' pieces, and the pieces are reassembled. Fails unless the operands are vectors whose
+/// rows are a multiple of `pieceLanes`. Rows are taken with vector.extract, which folds through the
+/// broadcasts and inserts the vectorizer made.
+using PieceEmitter = llvm::function_ref<Value(PatternRewriter &, Location, Value acc, Value lhs, Value rhs)>;
+LogicalResult rewritePerPiece(PatternRewriter &rewriter, Operation *op, int64_t pieceLanes, PieceEmitter emit) {
   auto type = dyn_cast<VectorType>(op->getResult(0).getType());
-  if (!type || type.isScalable() || type.getShape().back() % kLanes != 0) return failure();
+  if (!type || type.isScalable() || type.getShape().back() % pieceLanes != 0) return failure();
   Location loc = op->getLoc();
   ArrayRef<int64_t> leading = type.getShape().drop_back();
   const int64_t rowLanes = type.getShape().back();
   int64_t rows = 1;
   for (int64_t size : leading) rows *= size;
-  auto pieceType = VectorType::get({kLanes}, type.getElementType());
   Value result = rewriter.create<arith::ConstantOp>(loc, type, rewriter.getZeroAttr(type));
   for (int64_t row = 0; row < rows; ++row) {
     // The row's position in the leading dims, innermost fastest.
@@ -56,17 +58,14 @@ LogicalResult callPerPiece(PatternRewriter &rewriter, Operation *op, StringRef i
     auto rowOf = [&](Value v) { return leading.empty() ? v : rewriter.create<vector::ExtractOp>(loc, v, position); };
     Value accumulator = rowOf(op->getOperand(0)), lhs = rowOf(op->getOperand(1)), rhs = rowOf(op->getOperand(2));
     Value rowResult = leading.empty() ? result : rewriter.create<vector::ExtractOp>(loc, result, position);
-    for (int64_t offset = 0; offset < rowLanes; offset += kLanes) {
-      auto piece = [&](Value v) {
+    for (int64_t offset = 0; offset < rowLanes; offset += pieceLanes) {
+      auto piece = [&](Value v) -> Value {
         return rewriter.create<vector::ExtractStridedSliceOp>(loc, v, ArrayRef<int64_t>{offset},
-                                                              ArrayRef<int64_t>{kLanes}, ArrayRef<int64_t>{1});
+                                                              ArrayRef<int64_t>{pieceLanes}, ArrayRef<int64_t>{1});
       };
-      Value a = rewriter.create<vector::BitCastOp>(loc, pieceLaneType, piece(lhs));
-      Value b = rewriter.create<vector::BitCastOp>(loc, pieceLaneType, piece(rhs));
-      auto call = rewriter.create<LLVM::CallIntrinsicOp>(loc, TypeRange{pieceType}, intrinsic,
-                                                         ValueRange{piece(accumulator), a, b});
-      rowResult = rewriter.create<vector::InsertStridedSliceOp>(loc, call.getResult(0), rowResult,
-                                                                ArrayRef<int64_t>{offset}, ArrayRef<int64_t>{1});
+      Value pieceResult = emit(rewriter, loc, piece(accumulator), piece(lhs), piece(rhs));
+      rowResult = rewriter.create<vector::InsertStridedSliceOp>(loc, pieceResult, rowResult, ArrayRef<int64_t>{offset},
+                                                                ArrayRef<int64_t>{1});
     }
     result = leading.empty() ? rowResult : rewriter.create<vector::InsertOp>(loc, rowResult, result, position);
   }
@@ -74,12 +73,49 @@ LogicalResult callPerPiece(PatternRewriter &rewriter, Operation *op, StringRef i
   return success();
 }
 
+/// Calls `intrinsic` (accumulator, lhs, rhs) on each `pieceLanes`-lane piece, its i32 lane
+/// operands bitcast to `pieceOperandType`.
+LogicalResult callPerPiece(PatternRewriter &rewriter, Operation *op, StringRef intrinsic, int64_t pieceLanes,
+                           VectorType pieceOperandType) {
+  return rewritePerPiece(
+      rewriter, op, pieceLanes, [&](PatternRewriter &b, Location loc, Value acc, Value lhs, Value rhs) {
+        Value x = b.create<vector::BitCastOp>(loc, pieceOperandType, lhs);
+        Value y = b.create<vector::BitCastOp>(loc, pieceOperandType, rhs);
+        return b.create<LLVM::CallIntrinsicOp>(loc, TypeRange{acc.getType()}, intrinsic, ValueRange{acc, x, y})
+            .getResult(0);
+      });
+}
+
+/// lane_dot_u8i8 on `pieceLanes` i32 lanes with vpmaddwd (`intrinsic`: i16 pairs multiplied and
+/// added into i32, exact): each lane's unsigned bytes 0, 2 and 1, 3 zero-extended into 16-bit
+/// halves, its signed bytes likewise sign-extended, then two vpmaddwd (bytes 0 and 2, bytes 1 and
+/// 3) added to the accumulator. The sums are exact, as vpdpbusd's are, so the results are
+/// bit-identical; vpmaddubsw would be one instruction fewer but saturates its i16 pair sums.
+Value pairDotU8I8(PatternRewriter &b, Location loc, StringRef intrinsic, Value acc, Value lhs, Value rhs) {
+  auto laneType = cast<VectorType>(acc.getType());
+  auto halves = VectorType::get({2 * laneType.getShape().back()}, b.getI16Type());
+  auto i32s = [&](int64_t v) { return i32Splat(b, loc, laneType, v); };
+  auto i16s = [&](int64_t v) { return splat(b, loc, halves, b.getI16IntegerAttr(static_cast<int16_t>(v))); };
+  Value evenUnsigned = b.create<arith::AndIOp>(loc, lhs, i32s(0x00FF00FF));
+  Value oddUnsigned = b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, lhs, i32s(8)), i32s(0x00FF00FF));
+  Value signedHalves = b.create<vector::BitCastOp>(loc, halves, rhs);
+  Value evenSigned = b.create<arith::ShRSIOp>(loc, b.create<arith::ShLIOp>(loc, signedHalves, i16s(8)), i16s(8));
+  Value oddSigned = b.create<arith::ShRSIOp>(loc, signedHalves, i16s(8));
+  auto pairDot = [&](Value unsignedLanes, Value signedLanes) -> Value {
+    Value x = b.create<vector::BitCastOp>(loc, halves, unsignedLanes);
+    return b.create<LLVM::CallIntrinsicOp>(loc, TypeRange{laneType}, intrinsic, ValueRange{x, signedLanes})
+        .getResult(0);
+  };
+  Value sum = b.create<arith::AddIOp>(loc, acc, pairDot(evenUnsigned, evenSigned));
+  return b.create<arith::AddIOp>(loc, sum, pairDot(oddUnsigned, oddSigned));
+}
+
 struct LowerLaneDotBf16 : OpRewritePattern<LaneDotBf16Op> {
   LowerLaneDotBf16(MLIRContext *context, bool useInstruction)
       : OpRewritePattern(context), useInstruction(useInstruction) {}
 
   LogicalResult matchAndRewrite(LaneDotBf16Op op, PatternRewriter &rewriter) const override {
-    if (useInstruction && succeeded(callPerPiece(rewriter, op, "llvm.x86.avx512bf16.dpbf16ps.512",
+    if (useInstruction && succeeded(callPerPiece(rewriter, op, "llvm.x86.avx512bf16.dpbf16ps.512", kLanes,
                                                  VectorType::get({2 * kLanes}, rewriter.getBF16Type()))))
       return success();
     // A bf16 is the top half of the f32 it widens to: the high value masked in place, the low
@@ -102,14 +138,32 @@ struct LowerLaneDotBf16 : OpRewritePattern<LaneDotBf16Op> {
   bool useInstruction;
 };
 
+/// The int8 dot-product instructions a target has, best first.
+struct Int8Dots {
+  bool vnni512 = false;    // AVX512-VNNI: vpdpbusd on 16 lanes
+  bool vnni256 = false;    // AVX-VNNI (VEX) or AVX512-VNNI with VL: vpdpbusd on 8 lanes
+  int64_t pmaddwdBits = 0; // vpmaddwd on 512 (AVX512-BW) or 256 (AVX2) bits; 0: none
+};
+
 struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
-  LowerLaneDotU8I8(MLIRContext *context, bool useInstruction)
-      : OpRewritePattern(context), useInstruction(useInstruction) {}
+  LowerLaneDotU8I8(MLIRContext *context, Int8Dots dots) : OpRewritePattern(context), dots(dots) {}
 
   LogicalResult matchAndRewrite(LaneDotU8I8Op op, PatternRewriter &rewriter) const override {
-    if (useInstruction && succeeded(callPerPiece(rewriter, op, "llvm.x86.avx512.vpdpbusd.512",
-                                                 VectorType::get({kLanes}, rewriter.getI32Type()))))
+    auto i32Lanes = [&](int64_t lanes) { return VectorType::get({lanes}, rewriter.getI32Type()); };
+    if (dots.vnni512 && succeeded(callPerPiece(rewriter, op, "llvm.x86.avx512.vpdpbusd.512", kLanes, i32Lanes(kLanes))))
       return success();
+    if (dots.vnni256 &&
+        succeeded(callPerPiece(rewriter, op, "llvm.x86.avx512.vpdpbusd.256", kLanes / 2, i32Lanes(kLanes / 2))))
+      return success();
+    if (dots.pmaddwdBits == 512 || dots.pmaddwdBits == 256) {
+      const int64_t lanes = dots.pmaddwdBits / 32;
+      StringRef intrinsic = lanes == kLanes ? "llvm.x86.avx512.pmaddw.d.512" : "llvm.x86.avx2.pmadd.wd";
+      if (succeeded(rewritePerPiece(rewriter, op, lanes,
+                                    [&](PatternRewriter &b, Location loc, Value acc, Value lhs, Value rhs) {
+                                      return pairDotU8I8(b, loc, intrinsic, acc, lhs, rhs);
+                                    })))
+        return success();
+    }
     // Byte i of the unsigned operand: shifted down and masked; of the signed one: shifted to the
     // top, then arithmetically down.
     Location loc = op.getLoc();
@@ -127,7 +181,7 @@ struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
     return success();
   }
 
-  bool useInstruction;
+  Int8Dots dots;
 };
 
 class LowerLaneDotsPass : public impl::LowerLaneDotsBase<LowerLaneDotsPass> {
@@ -137,7 +191,7 @@ public:
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<LowerLaneDotBf16>(&getContext(), avx512bf16);
-    patterns.add<LowerLaneDotU8I8>(&getContext(), vnni);
+    patterns.add<LowerLaneDotU8I8>(&getContext(), Int8Dots{vnni, avxVnni, pmaddwdBits});
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

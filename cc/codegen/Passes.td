@@ -51,10 +51,14 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
     target has it:
     - `lane_dot_bf16` with `avx512bf16`: `llvm.x86.avx512bf16.dpbf16ps.512` (`vdpbf16ps`);
     - `lane_dot_u8i8` with `vnni`: `llvm.x86.avx512.vpdpbusd.512` (`vpdpbusd`).
-    Elsewhere (a CPU without the feature, a scalar or an odd-sized vector) they become the same
+    Without AVX512-VNNI, `lane_dot_u8i8` takes the next best the target has: with `avx-vnni`
+    (Alder Lake and later without AVX-512) `llvm.x86.avx512.vpdpbusd.256` per 8 lanes (`{vex}
+    vpdpbusd` on ymm); with `pmaddwd-bits` (AVX2: 256, AVX512-BW: 512) the bytes widened to 16
+    bits by shifts and masks and two `vpmaddwd` per piece (exact, so bit-identical to vpdpbusd).
+    Elsewhere (a CPU without any of them, a scalar or an odd-sized vector) they become the same
     arithmetic in integer and float ops: bf16 halves widened by shifts and masks and two FMAs
     (high pair first, as `vdpbf16ps` adds them); bytes extracted by shifts and four integer
-    multiply-adds. The JIT sets both options from the CPU it compiles for.
+    multiply-adds. The JIT sets the options from the features of the CPU it compiles for.
 
     ```mlir
     // before, avx512bf16=true
@@ -71,6 +75,10 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
            "Emit vpdpbusd for lane_dot_u8i8 (the target has avx512vnni)">,
     Option<"avx512bf16", "avx512bf16", "bool", /*default=*/"false",
            "Emit vdpbf16ps for lane_dot_bf16 (the target has avx512bf16)">,
+    Option<"avxVnni", "avx-vnni", "bool", /*default=*/"false",
+           "Emit 256-bit vpdpbusd for lane_dot_u8i8 (AVX-VNNI, or AVX512-VNNI with VL), where vnni is off">,
+    Option<"pmaddwdBits", "pmaddwd-bits", "int64_t", /*default=*/"0",
+           "Without vpdpbusd: vpmaddwd on this many bits (512: AVX512-BW, 256: AVX2; 0: plain arithmetic)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

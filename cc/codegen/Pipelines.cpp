@@ -57,6 +57,8 @@ std::unique_ptr<mlir::Pass> createLowerLaneDots(const PipelineOptions &options) 
   codegen::LowerLaneDotsOptions dots;
   dots.vnni = options.vnni;
   dots.avx512bf16 = options.avx512bf16;
+  dots.avxVnni = options.avxVnni;
+  dots.pmaddwdBits = options.pmaddwdBits;
   return codegen::createLowerLaneDots(dots);
 }
 } // namespace

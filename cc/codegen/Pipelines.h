@@ -51,6 +51,11 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
   Option<bool> vnni{*this, "vnni", llvm::cl::desc("the target has avx512vnni (vpdpbusd)"), llvm::cl::init(false)};
   Option<bool> avx512bf16{*this, "avx512bf16", llvm::cl::desc("the target has avx512bf16 (vdpbf16ps)"),
                           llvm::cl::init(false)};
+  Option<bool> avxVnni{*this, "avx-vnni", llvm::cl::desc("the target has 256-bit vpdpbusd (AVX-VNNI)"),
+                       llvm::cl::init(false)};
+  Option<int64_t> pmaddwdBits{*this, "pmaddwd-bits",
+                              llvm::cl::desc("the target's vpmaddwd width (512: AVX512-BW, 256: AVX2, 0: none)"),
+                              llvm::cl::init(0)};
   // The target's register file, from which register tiles are sized (--gpt-select-register-tiles).
   Option<int64_t> vectorBits{*this, "vector-bits", llvm::cl::desc("bits of one vector register of the target"),
                              llvm::cl::init(512)};

@@ -63,6 +63,8 @@ void CompiledFunction::setPipelineOptions(PipelineOptions &pipeline) const {
   pipeline.threads = std::max(1, options_.threads);
   pipeline.vnni = target_.has("avx512vnni");
   pipeline.avx512bf16 = target_.has("avx512bf16");
+  pipeline.avxVnni = target_.has("avxvnni") || (target_.has("avx512vnni") && target_.has("avx512vl"));
+  pipeline.pmaddwdBits = target_.has("avx512bw") ? 512 : target_.has("avx2") ? 256 : 0;
   pipeline.vectorBits = target_.vectorBits();
   pipeline.vectorRegisters = target_.vectorRegisters();
 }

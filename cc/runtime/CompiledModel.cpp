@@ -60,6 +60,8 @@ void CompiledModel::setTargetFeatures(PipelineOptions &pipeline) const {
   // The target's own features, not the host's: code for another CPU is compiled as that CPU runs it.
   pipeline.vnni = target_.has("avx512vnni");
   pipeline.avx512bf16 = target_.has("avx512bf16");
+  pipeline.avxVnni = target_.has("avxvnni") || (target_.has("avx512vnni") && target_.has("avx512vl"));
+  pipeline.pmaddwdBits = target_.has("avx512bw") ? 512 : target_.has("avx2") ? 256 : 0;
   pipeline.vectorBits = target_.vectorBits();
   pipeline.vectorRegisters = target_.vectorRegisters();
 }

@@ -3,6 +3,9 @@
 // RUN: gpt-opt %s --gpt-lower-lane-dots="vnni=true avx512bf16=true" | FileCheck %s --check-prefix=DOTS
 // RUN: gpt-opt %s --gpt-lower-lane-dots | FileCheck %s --check-prefix=PLAIN
 // RUN: gpt-opt %s --gpt-lower-lane-dots="vnni=true" | FileCheck %s --check-prefix=VNNI
+// RUN: gpt-opt %s --gpt-lower-lane-dots="avx-vnni=true pmaddwd-bits=256" | FileCheck %s --check-prefix=AVXVNNI
+// RUN: gpt-opt %s --gpt-lower-lane-dots="pmaddwd-bits=256" | FileCheck %s --check-prefix=AVX2
+// RUN: gpt-opt %s --gpt-lower-lane-dots="pmaddwd-bits=512" | FileCheck %s --check-prefix=AVX512BW
 
 // A bf16 tile of 2 rows x 32 lanes: 4 instructions, each on a row's 16-lane piece, its i32 lanes
 // reinterpreted as 32 bf16.
@@ -50,12 +53,36 @@ func.func @bf16_tile(%acc: vector<2x32xf32>, %x: vector<2x32xi32>, %w: vector<2x
 // PLAIN: %[[SUM0:.*]] = arith.addi %{{.*}}, %[[P0]] : vector<32xi32>
 // PLAIN-COUNT-3: arith.muli
 // PLAIN-NOT: llvm.call_intrinsic
+// With AVX-VNNI (no AVX-512): the VEX vpdpbusd on 8 lanes, 4 calls for the row.
+// AVXVNNI-LABEL: func.func @u8i8_row
+// AVXVNNI-COUNT-4: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"(%{{.*}}, %{{.*}}, %{{.*}}) : (vector<8xi32>, vector<8xi32>, vector<8xi32>) -> vector<8xi32>
+// AVXVNNI-NOT: arith.muli
+// With AVX2 only: per 8 lanes, the unsigned bytes 0, 2 and 1, 3 masked into 16-bit halves, the
+// signed ones shifted into them with their sign, two vpmaddwd added to the accumulator; no
+// 32-bit multiplies.
+// AVX2-LABEL: func.func @u8i8_row
+// AVX2: %[[EVEN:.*]] = arith.andi %{{.*}}, %[[MASK:.*]] : vector<8xi32>
+// AVX2: %[[ODDSHIFT:.*]] = arith.shrui %{{.*}} : vector<8xi32>
+// AVX2: arith.andi %[[ODDSHIFT]], %[[MASK]] : vector<8xi32>
+// AVX2: vector.bitcast %{{.*}} : vector<8xi32> to vector<16xi16>
+// AVX2: arith.shli %{{.*}} : vector<16xi16>
+// AVX2: arith.shrsi %{{.*}} : vector<16xi16>
+// AVX2: llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"(%{{.*}}, %{{.*}}) : (vector<16xi16>, vector<16xi16>) -> vector<8xi32>
+// AVX2: llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"
+// AVX2-COUNT-6: llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"
+// AVX2-NOT: arith.muli
+// AVX512BW-LABEL: func.func @u8i8_row
+// AVX512BW-COUNT-4: llvm.call_intrinsic "llvm.x86.avx512.pmaddw.d.512"(%{{.*}}, %{{.*}}) : (vector<32xi16>, vector<32xi16>) -> vector<16xi32>
+// AVX512BW-NOT: arith.muli
 func.func @u8i8_row(%acc: vector<32xi32>, %w: vector<32xi32>, %x: vector<32xi32>) -> vector<32xi32> {
   %0 = transformer.lane_dot_u8i8 %acc, %w, %x : vector<32xi32> -> vector<32xi32>
   return %0 : vector<32xi32>
 }
 
 // Scalars (a level that does not vectorize) always get the plain arithmetic.
+// AVXVNNI-LABEL: func.func @scalars
+// AVX2-LABEL: func.func @scalars
+// AVX512BW-LABEL: func.func @scalars
 // DOTS-LABEL: func.func @scalars
 // DOTS-NOT: llvm.call_intrinsic
 // DOTS: math.fma

@@ -24,14 +24,22 @@ INTRINSICS = {"vdpbf16ps": "llvm.x86.avx512bf16.dpbf16ps.512", "vpdpbusd": "llvm
 # AVX-512 (F, BW, VL, DQ) without avx512_bf16 or avx512_vnni: the CPUs the fallback is for.
 WITHOUT_DOT_PRODUCTS = "skylake-avx512"
 
-# Per named target: the widest FMA register, and whether its code uses vdpbf16ps / vpdpbusd.
+# Per named target: the widest FMA register, the instruction its bf16 code multiplies with (None:
+# widened by shifts into FMAs), and the one its int8 code (q8_0) multiplies with.
 TARGETS = {
-    "haswell": ("ymm", False, False),  # AVX2 + FMA
-    "znver3": ("ymm", False, False),  # AVX2 + FMA (AMD)
-    "alderlake": ("ymm", False, False),  # AVX2 + AVX-VNNI (VEX); no AVX-512
-    "skylake-avx512": ("zmm", False, False),  # AVX-512 without bf16 and VNNI
-    "znver4": ("zmm", True, True),  # AVX-512 with bf16 and VNNI
-    "sapphirerapids": ("zmm", True, True),  # and AMX
+    "haswell": ("ymm", None, r"vpmaddwd\s+.*%ymm"),  # AVX2 + FMA: bytes widened to 16 bits
+    "znver3": ("ymm", None, r"vpmaddwd\s+.*%ymm"),  # the same on AMD
+    "alderlake": ("ymm", None, r"vpdpbusd\s+.*%ymm"),  # AVX-VNNI: the VEX vpdpbusd
+    "skylake-avx512": ("zmm", None, r"vpmaddwd\s+.*%zmm"),  # AVX512-BW without VNNI
+    "znver4": ("zmm", r"vdpbf16ps\s+.*%zmm", r"vpdpbusd\s+.*%zmm"),  # AVX512-VNNI and BF16
+    "sapphirerapids": ("zmm", r"vdpbf16ps\s+.*%zmm", r"vpdpbusd\s+.*%zmm"),  # and AMX
+}
+
+# The targets whose fallbacks run here against the host's code, with the host flags they need.
+FALLBACKS = {
+    "skylake-avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"},
+    "haswell": {"avx2", "fma"},
+    "alderlake": {"avx2", "fma", "avx_vnni"},
 }
 
 
@@ -66,8 +74,14 @@ def test_each_target_gets_the_instructions_it_has(target, fmt, tmp_path):
     assert register in fmas, f"{target}: no {register} FMA ({sorted(fmas)})"
     if register == "ymm":
         assert "zmm" not in asm, f"{target} has no AVX-512, but its code uses zmm registers"
-    assert (re.search(r"vdpbf16ps\s+.*%zmm", asm) is not None) == (fmt == "bf16" and bf16_dot), target
-    assert (re.search(r"vpdpbusd\s+.*%zmm", asm) is not None) == (fmt == "q8_0" and int8_dot), target
+    if fmt == "bf16":
+        assert bf16_dot is None or re.search(bf16_dot, asm), f"{target}: no {bf16_dot}"
+        assert bf16_dot is not None or "vdpbf16ps" not in asm, target
+    if fmt == "q8_0":
+        assert re.search(int8_dot, asm), f"{target}: no {int8_dot}"
+        assert "vpmulld" not in asm, f"{target}: the int8 dot products fell back to 32-bit multiplies"
+    if fmt == "f32":
+        assert "vpdpbusd" not in asm and "vdpbf16ps" not in asm, target
 
 
 def test_an_aarch64_target_is_compiled_to_neon_and_refused_at_run_time(tmp_path):
@@ -95,22 +109,22 @@ def test_a_target_whose_features_the_host_lacks_is_compile_only():
         model.forward([1, 2, 3])
 
 
+@pytest.mark.parametrize("target", sorted(FALLBACKS))
 @pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0"])
-def test_fallback_for_a_cpu_without_the_instruction_computes_the_same(fmt, tmp_path):
-    if not {"avx512f", "avx512bw", "avx512vl", "avx512dq", INSTRUCTIONS[fmt][1]} <= host_flags():
-        pytest.skip("runs AVX-512 code against the host's dot-product instruction, which this CPU lacks")
+def test_fallback_for_a_cpu_without_the_instruction_computes_the_same(fmt, target, tmp_path):
+    if not FALLBACKS[target] | {INSTRUCTIONS[fmt][1]} <= host_flags():
+        pytest.skip(f"runs {target} code against the host's {INSTRUCTIONS[fmt][1]} code; this CPU lacks one")
     cfg = config(MID)
     weights = exercising_weights(cfg)
     ids = token_ids(cfg, 100)
     host = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False))
-    fallback = gpt.GPT.from_weights(
-        cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False, target_cpu=WITHOUT_DOT_PRODUCTS)
-    )
+    fallback = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False, target_cpu=target))
     instruction, _ = INSTRUCTIONS[fmt]
     assert INTRINSICS[instruction] not in fallback.ir("llvm", seq_len=8)
     asm = disassemble(fallback, tmp_path)
-    assert "vpdpbusd" not in asm and "vdpbf16ps" not in asm and "vcvtneps2bf16" not in asm
-    assert re.search(r"vfmadd\d+ps\s+.*%zmm", asm)  # still AVX-512 code
+    assert "vdpbf16ps" not in asm and "vcvtneps2bf16" not in asm
+    assert ("vpdpbusd" in asm) == (fmt != "bf16" and target == "alderlake")  # only AVX-VNNI's ymm one
+    assert re.search(r"vfmadd\d+ps\s+.*%" + TARGETS[target][0], asm)  # the target's own vector width
     # The integer sums are exact either way, so q8_0 and q4_0 agree to the bit; vdpbf16ps adds
     # its two exact products to the accumulator one rounding at a time, as the fallback's FMAs do.
     np.testing.assert_array_equal(fallback.forward(ids), host.forward(ids))
