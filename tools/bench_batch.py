@@ -30,6 +30,7 @@ import sys
 import time
 
 import numpy as np
+from machine import describe_cpu
 
 import gpt
 
@@ -107,6 +108,7 @@ def main(argv):
     )
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_batch.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
     cfg = gpt.GPTConfig(**SHAPES[args.shape])
     pages = args.pages.split(",")
     if not pages or any(p not in ("huge", "small") for p in pages):

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from machine import describe_cpu
+
 
 def child(n_layer, n_head, n_embd, pipeline):
     """Runs in the measuring process: compiles forward (3 tokens) and decode, prints JSON."""
@@ -56,6 +58,7 @@ def main(argv):
         return
 
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_compile.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
     print()
     print(
         f"n_head={args.n_head}, n_embd={args.n_embd}, vocab_size=256, block_size=64, pipeline={args.pipeline}; "

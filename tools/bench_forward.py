@@ -13,6 +13,7 @@ import sys
 import time
 
 import numpy as np
+from machine import describe_cpu
 
 import gpt
 
@@ -61,6 +62,7 @@ def main(argv):
     args = parser.parse_args(argv)
 
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_forward.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
     print()
     print(
         "| model | pipeline | threads | T | compile, cold (s) | forward, 1st call after compile (ms) "

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import torch
+from machine import describe_cpu
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import gpt
@@ -96,6 +97,7 @@ def main(argv):
     ]
 
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_frontend.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
     print(
         f"\nforward over {args.seq_len} tokens, {args.shape}, fp32, {args.threads} threads, median of {args.repeats}\n"
     )

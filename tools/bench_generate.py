@@ -15,6 +15,7 @@ import sys
 import time
 
 import numpy as np
+from machine import describe_cpu
 
 import gpt
 
@@ -43,6 +44,7 @@ def main(argv):
     parser.add_argument("--threads", type=int, default=None, help="default: all cores")
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_generate.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
     print()
     print(
         "| model | pipeline | new tokens | cached total (ms) | uncached total (ms) | uncached / cached "

@@ -29,6 +29,7 @@ import sys
 import time
 
 import numpy as np
+from machine import describe_cpu
 
 import gpt
 from gpt import masks
@@ -217,6 +218,7 @@ def main(argv):
     args = parser.parse_args(argv)
 
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_masks.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
     print()
     widths, lengths = args.widths.split(","), [int(t) for t in args.lengths.split(",")]
     if args.whole == "yes":

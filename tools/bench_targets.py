@@ -15,24 +15,11 @@ import sys
 import time
 
 import numpy as np
+from machine import describe_cpu
 
 import gpt
 
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024)
-ISA_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-
-
-def this_cpu() -> str:
-    """'<model name> (<ISA flags it has>)' from /proc/cpuinfo."""
-    model, flags = "unknown CPU", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    return f"{model} ({', '.join(flag for flag in ISA_FLAGS if flag in flags) or 'no AVX2'})"
 
 
 def main(argv):
@@ -73,7 +60,7 @@ def main(argv):
                 model.decode(token, cache)
             decode[target].append((time.perf_counter() - start) / 16)
     print("$ PYTHONPATH=bazel-bin/python python3 tools/bench_targets.py " + " ".join(argv[1:]))
-    print(f"\nCPU: {this_cpu()}; GPT-2 small, {args.threads} threads, median of {args.rounds} rounds\n")
+    print(f"\nCPU: {describe_cpu()}; GPT-2 small, {args.threads} threads, median of {args.rounds} rounds\n")
     header = [f"forward T={t} (ms)" for t in seq_lens] + ["decode (ms/token)"]
     print("| target_cpu | weights | " + " | ".join(header) + " |")
     print("|---|---|" + "---|" * len(header))

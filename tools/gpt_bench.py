@@ -48,6 +48,7 @@ import tempfile
 import time
 
 import numpy as np
+from machine import describe_cpu
 
 import gpt
 
@@ -461,6 +462,7 @@ def main(argv):
     if args.no_peers:
         peers = []
     print("command: PYTHONPATH=bazel-bin/python python3 tools/gpt_bench.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
     print()
     print("| model | size | params | backend | threads | test | t/s |")
     print("|---|---|---|---|---|---|---|")

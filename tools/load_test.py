@@ -45,6 +45,7 @@ import time
 
 import httpx
 import numpy as np
+from machine import describe_cpu
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Model shapes for --random_shape (as tools/bench_generate.py names them).
@@ -387,6 +388,7 @@ def main() -> None:
         parser.error("--peer needs --random_shape or a GGUF --model: both servers load the same file")
 
     print("command: python " + " ".join(shlex.quote(a) for a in sys.argv))
+    print("cpu: " + describe_cpu())
     with contextlib.ExitStack() as stack:
         if args.random_shape:
             directory = stack.enter_context(tempfile.TemporaryDirectory())

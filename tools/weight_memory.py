@@ -13,6 +13,8 @@ import argparse
 import subprocess
 import sys
 
+from machine import describe_cpu
+
 MODELS = {
     "nano": dict(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=1024),
     "gpt2-small": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024),
@@ -46,6 +48,7 @@ def main(argv):
     parser.add_argument("--weights", default="f32,bf16,q8_0,q4_0", help="weight formats, comma-separated; f32 first")
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/weight_memory.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
     print()
     print("| model | weights | RSS of the weights | vs f32 |")
     print("|---|---|---|---|")

@@ -40,6 +40,7 @@ import sys
 import sysconfig
 
 import numpy as np
+from machine import describe_cpu
 
 import gpt
 
@@ -223,6 +224,7 @@ def main(argv):
     except ValueError as e:
         parser.error(str(e))
     print("command: PYTHONPATH=bazel-bin/python " + shlex.join(["python3", "tools/weight_quality.py", *argv]))
+    print("cpu: " + describe_cpu())
     print(
         f"data: {result['bytes']} validation bytes of byte-gpt ({result['windows']} windows of {WINDOW}, "
         f"every position scored) | threads: {result['threads']} | CPU: {cpu_model()}"
