@@ -51,6 +51,39 @@ bool isCodegenAttribute(StringRef name) {
                             name);
 }
 
+bool TargetDescription::has(StringRef feature) const { return llvm::is_contained(features, feature); }
+
+bool TargetDescription::isX86() const { return StringRef(triple).starts_with("x86_64"); }
+
+std::optional<TargetDescription> getTarget(Operation *op) {
+  DictionaryAttr dictionary;
+  for (Operation *at = op; at; at = at->getParentOp())
+    if (auto found = at->getAttrOfType<DictionaryAttr>(attr::kTarget)) dictionary = found; // the outermost wins
+  if (!dictionary) return std::nullopt;
+  TargetDescription target;
+  if (auto cpu = dictionary.getAs<StringAttr>("cpu")) target.cpu = cpu.str();
+  if (auto triple = dictionary.getAs<StringAttr>("triple")) target.triple = triple.str();
+  if (auto bits = dictionary.getAs<IntegerAttr>("vector_bits")) target.vectorBits = bits.getInt();
+  if (auto count = dictionary.getAs<IntegerAttr>("vector_registers")) target.vectorRegisters = count.getInt();
+  if (auto features = dictionary.getAs<ArrayAttr>("features"))
+    for (Attribute feature : features)
+      if (auto name = dyn_cast<StringAttr>(feature)) target.features.push_back(name.str());
+  return target;
+}
+
+void setTarget(Operation *module, const TargetDescription &target) {
+  Builder b(module->getContext());
+  SmallVector<Attribute> features;
+  for (const std::string &feature : target.features) features.push_back(b.getStringAttr(feature));
+  module->setAttr(attr::kTarget, b.getDictionaryAttr({
+                                     b.getNamedAttr("cpu", b.getStringAttr(target.cpu)),
+                                     b.getNamedAttr("triple", b.getStringAttr(target.triple)),
+                                     b.getNamedAttr("vector_bits", b.getI64IntegerAttr(target.vectorBits)),
+                                     b.getNamedAttr("vector_registers", b.getI64IntegerAttr(target.vectorRegisters)),
+                                     b.getNamedAttr("features", b.getArrayAttr(features)),
+                                 }));
+}
+
 bool isPackedMatmul(Operation *op) { return op && op->hasAttr(attr::kPackedMatmul); }
 void markPackedMatmul(Operation *op) { op->setAttr(attr::kPackedMatmul, UnitAttr::get(op->getContext())); }
 bool isBlockPartials(Operation *op) { return op && op->hasAttr(attr::kBlockPartials); }

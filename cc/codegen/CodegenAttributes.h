@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace gpt::codegen {
 
@@ -38,6 +39,12 @@ constexpr llvm::StringLiteral kRowReductionTile = "gpt.row_reduction_tile";
 constexpr llvm::StringLiteral kEpilogueTile = "gpt.epilogue_tile";
 constexpr llvm::StringLiteral kEpilogueOperand = "gpt.epilogue_operand";
 constexpr llvm::StringLiteral kEpilogueChunks = "gpt.epilogue_chunks";
+/// Dictionary on the module: the CPU the code is generated for, as IREE's executable target
+/// carries it (`{cpu = "znver3", triple = "x86_64-pc-linux-gnu", vector_bits = 256,
+/// vector_registers = 16, features = ["avx2", "fma"]}`). Register tiles are sized from its
+/// register file and dot products chosen from its features; the JIT writes it from
+/// CompileOptions(target_cpu=...), and without it the passes take their options.
+constexpr llvm::StringLiteral kTarget = "gpt.target";
 /// i64 array, on a packed matmul computed inside its epilogue's tiles: how its loops are tiled
 /// there, 1 for each reduction loop (one K step at a time) and 0 for the parallel ones.
 constexpr llvm::StringLiteral kReductionStep = "gpt.reduction_step";
@@ -50,6 +57,21 @@ constexpr llvm::StringLiteral kVectorizedMarkers[] = {attr::kRegisterTile, attr:
 /// True when `name` is one of the attributes above: a Transform-dialect script that names
 /// another one has a typo.
 bool isCodegenAttribute(llvm::StringRef name);
+
+/// What code generation knows of the target CPU (the `gpt.target` attribute).
+struct TargetDescription {
+  std::string cpu;
+  std::string triple;
+  int64_t vectorBits = 512;
+  int64_t vectorRegisters = 32;
+  llvm::SmallVector<std::string> features; // the enabled features code generation chooses by
+  bool has(llvm::StringRef feature) const;
+  bool isX86() const;
+};
+
+/// The `gpt.target` of the outermost module around `op` (or `op` itself), if it has one.
+std::optional<TargetDescription> getTarget(mlir::Operation *op);
+void setTarget(mlir::Operation *module, const TargetDescription &target);
 
 /// Tile sizes per loop and, when not the op's own, the order of the tiled loops.
 struct LoopTile {

@@ -2,6 +2,7 @@
 // on a CPU without them (see Passes.td).
 #include "cc/codegen/Passes.h"
 
+#include "cc/codegen/CodegenAttributes.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -190,8 +191,18 @@ public:
 
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<LowerLaneDotBf16>(&getContext(), avx512bf16);
-    patterns.add<LowerLaneDotU8I8>(&getContext(), Int8Dots{vnni, avxVnni, pmaddwdBits});
+    // The module's gpt.target, when it has one, else the pass options.
+    bool bf16Dots = avx512bf16;
+    Int8Dots int8Dots{vnni, avxVnni, pmaddwdBits};
+    if (std::optional<TargetDescription> target = getTarget(getOperation())) {
+      const bool x86 = target->isX86(); // the intrinsics are x86's; elsewhere plain arithmetic
+      bf16Dots = x86 && target->has("avx512bf16");
+      int8Dots.vnni512 = x86 && target->has("avx512vnni");
+      int8Dots.vnni256 = x86 && (target->has("avxvnni") || (target->has("avx512vnni") && target->has("avx512vl")));
+      int8Dots.pmaddwdBits = !x86 ? 0 : target->has("avx512bw") ? 512 : target->has("avx2") ? 256 : 0;
+    }
+    patterns.add<LowerLaneDotBf16>(&getContext(), bf16Dots);
+    patterns.add<LowerLaneDotU8I8>(&getContext(), int8Dots);
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

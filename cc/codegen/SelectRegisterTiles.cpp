@@ -202,12 +202,18 @@ public:
   using SelectRegisterTilesBase::SelectRegisterTilesBase;
 
   void runOnOperation() override {
-    if (vectorBits < 128 || vectorBits % 32 != 0 || vectorRegisters < 8) {
+    // The module's gpt.target, when it has one, else the pass options.
+    int64_t bits = vectorBits, registers = vectorRegisters;
+    if (std::optional<TargetDescription> target = getTarget(getOperation())) {
+      bits = target->vectorBits;
+      registers = target->vectorRegisters;
+    }
+    if (bits < 128 || bits % 32 != 0 || registers < 8) {
       getOperation().emitError("gpt-select-register-tiles: unsupported register file (vector-bits=")
-          << static_cast<int64_t>(vectorBits) << ", vector-registers=" << static_cast<int64_t>(vectorRegisters) << ")";
+          << bits << ", vector-registers=" << registers << ")";
       return signalPassFailure();
     }
-    const SmallVector<TileChoice> table = tileTable(vectorBits / 32, vectorRegisters);
+    const SmallVector<TileChoice> table = tileTable(bits / 32, registers);
     getOperation().walk([&](linalg::LinalgOp op) {
       if (getEpilogueFusion(op)) return; // its packed matmul was fused into it
       // An op with an empty loop computes nothing: no tile (its loops run zero times).

@@ -1,6 +1,8 @@
 // Compiling and calling an arbitrary transformer-dialect function (see CompiledFunction.h).
 #include "cc/runtime/CompiledFunction.h"
 
+#include "cc/codegen/CodegenAttributes.h"
+
 #include "cc/ParseInput.h"
 #include "cc/Registration.h"
 #include "cc/runtime/CachedJit.h"
@@ -61,12 +63,6 @@ CompiledFunction::~CompiledFunction() = default;
 void CompiledFunction::setPipelineOptions(PipelineOptions &pipeline) const {
   pipeline.level = options_.level;
   pipeline.threads = std::max(1, options_.threads);
-  pipeline.vnni = target_.has("avx512vnni");
-  pipeline.avx512bf16 = target_.has("avx512bf16");
-  pipeline.avxVnni = target_.has("avxvnni") || (target_.has("avx512vnni") && target_.has("avx512vl"));
-  pipeline.pmaddwdBits = target_.has("avx512bw") ? 512 : target_.has("avx2") ? 256 : 0;
-  pipeline.vectorBits = target_.vectorBits();
-  pipeline.vectorRegisters = target_.vectorRegisters();
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> CompiledFunction::lower(Stage stage) {
@@ -77,6 +73,8 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledFunction::lower(Stage stage) {
   if (!function) throw std::invalid_argument("the module has no func.func named '" + name_ + "'");
   // Called through its C interface wrapper, _mlir_ciface_<name>.
   function->setAttr("llvm.emit_c_interface", mlir::UnitAttr::get(context_.get()));
+  // The target the passes choose tiles and instructions for.
+  codegen::setTarget(*module, target_.codegenTarget());
   mlir::PassManager pm(context_.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
   setPipelineOptions(pipeline);

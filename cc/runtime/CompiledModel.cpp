@@ -3,6 +3,7 @@
 
 #include "cc/Registration.h"
 #include "cc/TargetParameters.h"
+#include "cc/codegen/CodegenAttributes.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
@@ -56,16 +57,6 @@ int64_t CompiledModel::bucketFor(int64_t seqLen) const {
   return std::min(bucket, std::max(config_.blockSize, seqLen));
 }
 
-void CompiledModel::setTargetFeatures(PipelineOptions &pipeline) const {
-  // The target's own features, not the host's: code for another CPU is compiled as that CPU runs it.
-  pipeline.vnni = target_.has("avx512vnni");
-  pipeline.avx512bf16 = target_.has("avx512bf16");
-  pipeline.avxVnni = target_.has("avxvnni") || (target_.has("avx512vnni") && target_.has("avx512vl"));
-  pipeline.pmaddwdBits = target_.has("avx512bw") ? 512 : target_.has("avx2") ? 256 : 0;
-  pipeline.vectorBits = target_.vectorBits();
-  pipeline.vectorRegisters = target_.vectorRegisters();
-}
-
 mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen,
                                                        const BatchShape *batch) {
   DiagnosticCapture diagnostics(*context);
@@ -80,7 +71,8 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqL
   PipelineOptions pipeline;
   pipeline.level = options_.level;
   pipeline.threads = std::max(1, options_.threads);
-  setTargetFeatures(pipeline);
+  // The target the passes choose tiles and instructions for.
+  codegen::setTarget(*module, target_.codegenTarget());
   addPipelineUpTo(pm, stage, pipeline);
   if (mlir::failed(pm.run(*module))) {
     std::string what = batch          ? "the batched step for " + std::to_string(batch->tokens) + " tokens"
@@ -151,7 +143,6 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lowerEntryToLLVM(llvm::StringRe
   PipelineOptions pipeline;
   pipeline.level = options_.level;
   pipeline.threads = std::max(1, options_.threads);
-  setTargetFeatures(pipeline);
   addLLVMStage(pm, pipeline);
   if (mlir::failed(pm.run(*module)))
     throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));

@@ -195,9 +195,6 @@ private:
   /// call's, the bound weights and a new [logitsRows, padded vocab] logits buffer, returned.
   Logits run(const JitFunction &function, EntryPoint entry, const CallArguments &call);
 
-  /// Sets the pipeline's dot-product instruction options from target_'s features.
-  void setTargetFeatures(PipelineOptions &pipeline) const;
-
   GPTConfig config_;
   CompileOptions options_;
   JitTarget target_; // options_.targetCpu, resolved and checked against the host

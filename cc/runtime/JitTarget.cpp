@@ -113,6 +113,21 @@ int64_t JitTarget::vectorBits() const {
 
 int64_t JitTarget::vectorRegisters() const { return !isX86() || has("avx512f") ? 32 : 16; }
 
+codegen::TargetDescription JitTarget::codegenTarget() const {
+  // The features code generation chooses instructions by, where this target has them.
+  static const char *const kChosenBy[] = {"avx2",       "fma",        "avx512f", "avx512bw", "avx512vl",
+                                          "avx512vnni", "avx512bf16", "avxvnni", "amx-bf16", "amx-int8",
+                                          "neon",       "dotprod",    "bf16",    "i8mm",     "sve"};
+  codegen::TargetDescription target;
+  target.cpu = cpu_;
+  target.triple = triple_;
+  target.vectorBits = vectorBits();
+  target.vectorRegisters = vectorRegisters();
+  for (const char *feature : kChosenBy)
+    if (has(feature)) target.features.push_back(feature);
+  return target;
+}
+
 bool JitTarget::isX86() const { return llvm::Triple(triple_).isX86(); }
 
 void JitTarget::checkRunsOnHost() const {

@@ -5,6 +5,8 @@
 #ifndef GPT_CC_RUNTIME_JITTARGET_H
 #define GPT_CC_RUNTIME_JITTARGET_H
 
+#include "cc/codegen/CodegenAttributes.h"
+
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
@@ -39,6 +41,8 @@ public:
   /// 512, AVX2: 256, SSE and NEON: 128) and how many registers (AVX-512 and AArch64: 32, else 16).
   int64_t vectorBits() const;
   int64_t vectorRegisters() const;
+  /// The target as code generation sees it (the module's `gpt.target` attribute).
+  codegen::TargetDescription codegenTarget() const;
   /// Whether this is an x86-64 target (else AArch64).
   bool isX86() const;
   /// The target triple, e.g. "x86_64-pc-linux-gnu" or "aarch64-unknown-linux-gnu".
