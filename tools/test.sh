@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the pinned toolchain, lints the sources (tools/lint.sh) and runs every test
-# (`bazel test //tests/...`); then, unless --quick, the sanitizer subset under ASan + UBSan and a
-# bounded fuzzing run (tools/fuzz.sh). Ends with one "N passed, N failed" line (each stage after
+# (`bazel test //tests/...`); then, unless --quick, the sanitizer subset under ASan + UBSan, a
+# bounded fuzzing run of the compiler (tools/fuzz.sh) and one of the model-file loaders
+# (tools/fuzz_loaders.py). Ends with one "N passed, N failed" line (each stage after
 # the tests counts as one). Other arguments go to the first bazel test.
 #
 #   bash tools/test.sh            everything, what CI (.ci/run) runs
@@ -70,6 +71,20 @@ if [[ "$quick" == 0 ]]; then
     passed=$((passed + 1))
   else
     echo "fuzz: FAILED"
+    failed=$((failed + 1))
+    status=1
+  fi
+  # The model-file loaders (GGUF, safetensors, config.json): structure-aware mutations of small
+  # valid files, each loaded in a worker under time and address-space limits; GPT_CI_LOADER_FUZZ_SECONDS.
+  loader_fuzz_seconds="${GPT_CI_LOADER_FUZZ_SECONDS:-30}"
+  echo "test: fuzzing the model-file loaders for ${loader_fuzz_seconds} s (tools/fuzz_loaders.py, seed 1)"
+  loader_fuzz_dir="$(mktemp -d)"
+  if bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/fuzz_loaders.py \
+    --seconds "$loader_fuzz_seconds" --seed 1 --out "$loader_fuzz_dir"; then
+    passed=$((passed + 1))
+    rm -rf "$loader_fuzz_dir"
+  else
+    echo "loader fuzz: FAILED (findings in $loader_fuzz_dir/findings)"
     failed=$((failed + 1))
     status=1
   fi

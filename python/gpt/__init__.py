@@ -21,6 +21,7 @@ from gpt.cache import KVCache
 from gpt.compiler import CompilerError, run_pipeline
 from gpt.config import CompileOptions, GPTConfig
 from gpt.engine import Engine
+from gpt.errors import ModelFileError
 from gpt.model import GPT, STAGES, GenerationStats
 from gpt.tokenizer import ByteTokenizer, HFTokenizer
 
@@ -50,6 +51,7 @@ __all__ = [
     "HFTokenizer",
     "KVBlockPool",
     "KVCache",
+    "ModelFileError",
     "compile_module",
     "STAGES",
     "disk_cache",

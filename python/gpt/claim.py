@@ -1,6 +1,7 @@
 """One call at a time on a buffer that calls write in place (a KV cache, a block pool), safe
-against Ctrl-C."""
+against Ctrl-C; and calls that Ctrl-C interrupts only once they are done."""
 
+import signal
 import threading
 
 
@@ -29,3 +30,33 @@ class Claim:
                 self._lock.release()
             except RuntimeError:
                 pass  # not held by this thread
+
+
+def run_deferring_interrupts(fn, *args):
+    """fn(*args) with Ctrl-C held back until it returns or raises, then delivered to the SIGINT
+    handler that was in place (KeyboardInterrupt by default), as if it had come right then.
+
+    For work whose changes must land together (the engine's step): a KeyboardInterrupt is raised
+    between any two bytecodes, also in the middle of a commit or of the rollback of a failed
+    one, where no try/except can restore order. Signal handlers run on the main thread only, so
+    elsewhere fn just runs (no KeyboardInterrupt reaches another thread). Nor is anything held
+    back where SIGINT is ignored or its handler was not set from Python (it could not be put
+    back). The delay is what fn still had to do: its long calls into compiled code would have
+    held the handler back anyway."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or previous is signal.SIG_IGN:
+        return fn(*args)
+    received = []
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+    try:
+        return fn(*args)
+    finally:
+        # No Python call of ours before the restore, for an exception to skip it.
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            if callable(previous):
+                previous(signal.SIGINT, received[0])
+            else:  # SIG_DFL: the process ends, as it would have
+                signal.raise_signal(signal.SIGINT)

@@ -69,6 +69,23 @@ flags.DEFINE_integer("kv_block_size", 16, "serve: positions per KV block", lower
 flags.DEFINE_integer("max_batch_tokens", 256, "serve: new tokens per batched step at most", lower_bound=1)
 flags.DEFINE_integer("max_running", 32, "serve: sequences decoded together at most", lower_bound=1)
 flags.DEFINE_integer("max_queue", 256, "serve: requests waiting for a slot at most (then 503)", lower_bound=1)
+# The serve defaults are gpt.server.ServerLimits'; docs/SERVING.md says what each guards against.
+flags.DEFINE_integer("max_body_bytes", 2 * 2**20, "serve: request bodies longer than this get 413", lower_bound=1)
+flags.DEFINE_float(
+    "timeout_headers", 10.0, "serve: seconds a connection has to send a request's head (then 408)", lower_bound=0.001
+)
+flags.DEFINE_float(
+    "timeout_body", 30.0, "serve: seconds a request has to send its body after its head (then 408)", lower_bound=0.001
+)
+flags.DEFINE_float(
+    "timeout_keep_alive", 5.0, "serve: seconds an idle keep-alive connection stays open", lower_bound=0.001
+)
+flags.DEFINE_integer(
+    "max_connections",
+    1024,
+    "serve: open connections at most (past it the longest idle one is closed, or the new one gets 503)",
+    lower_bound=1,
+)
 
 
 def _options() -> CompileOptions:
@@ -168,6 +185,12 @@ def cache() -> None:
     if FLAGS.list == FLAGS.clear:
         raise app.UsageError("cache takes one of --list or --clear")
     directory = os.path.expanduser(FLAGS.cache_dir) if FLAGS.cache_dir else disk_cache.default_directory()
+    # A directory named on the command line must be one: listing a typo as "0 entries" would hide it.
+    # The default directory may not exist yet (nothing was compiled), but it must not be a file.
+    if (FLAGS.cache_dir or os.path.exists(directory)) and not os.path.isdir(directory):
+        problem = "is not a directory" if os.path.exists(directory) else "does not exist"
+        named = "--cache_dir" if FLAGS.cache_dir else "the cache directory ($GPT_CACHE_DIR, else ~/.cache/gpt/jit)"
+        raise ValueError(f"{named} {directory} {problem}")
     if FLAGS.clear:
         print(f"removed {disk_cache.clear(directory)} files from {directory}")
         return
@@ -202,7 +225,14 @@ def serve() -> None:
     )
     name = os.path.basename(os.path.normpath(FLAGS.model or EMBEDDED_MODEL))
     print(f"[gpt] serving {name} on http://{FLAGS.host}:{FLAGS.port}", flush=True)
-    server.serve(engine, FLAGS.host, FLAGS.port, model_name=name)
+    limits = server.ServerLimits(
+        max_body_bytes=FLAGS.max_body_bytes,
+        timeout_headers=FLAGS.timeout_headers,
+        timeout_body=FLAGS.timeout_body,
+        timeout_keep_alive=FLAGS.timeout_keep_alive,
+        max_connections=FLAGS.max_connections,
+    )
+    server.serve(engine, FLAGS.host, FLAGS.port, model_name=name, limits=limits)
 
 
 COMMANDS = {"generate": (generate, 0), "ir": (ir, 0), "stages": (stages, 1), "cache": (cache, 0), "serve": (serve, 0)}

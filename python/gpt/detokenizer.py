@@ -40,6 +40,14 @@ class IncrementalDetokenizer:
         self._prefix = self._read = len(self._tokens)
         return text[len(handed_out) :]
 
+    def save(self) -> tuple[int, int, int]:
+        """A state to `restore`: the engine undoes the tokens of a step it rolls back."""
+        return len(self._tokens), self._prefix, self._read
+
+    def restore(self, state: tuple[int, int, int]) -> None:
+        count, self._prefix, self._read = state
+        del self._tokens[count:]
+
     def _window_texts(self) -> tuple[str, str]:
         window = self._tokens[self._prefix :]
         return self._tokenizer.decode(window[: self._read - self._prefix]), self._tokenizer.decode(window)

@@ -18,12 +18,17 @@ biases stay F32."""
 
 import dataclasses
 import json
+import math
+import mmap
 import os
+import struct
 from collections.abc import Mapping
+from typing import NoReturn
 
 import numpy as np
 
 from gpt.config import GPTConfig
+from gpt.errors import ModelFileError
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import expected_shapes, validate_weights
@@ -104,28 +109,34 @@ def load_gguf(
     carries GPT-2's (tokenizer.ggml.model "gpt2": byte-level BPE from tokenizer.ggml.tokens and
     tokenizer.ggml.merges). With `keep_quantized` ("q8_0" or "q4_0"), the matmul weights stored in
     that type (and, for q8_0, the token embedding) are returned as QuantizedTensor instead, their
-    blocks copied out of the file as they are. Raises FileNotFoundError for a missing file and ValueError naming the
-    problem for anything else: an unreadable file, another architecture, a missing or misshapen
-    tensor, a tensor type gguf cannot dequantize, an output.weight unlike token_embd.weight (an untied LM
-    head), hyperparameters this model cannot take, a vocabulary that does not fit."""
+    blocks copied out of the file as they are (after checking that every block's scale is finite).
+
+    Raises FileNotFoundError for a missing file, MemoryError for hyperparameters that would not fit
+    in memory, and gpt.ModelFileError (a ValueError) naming the file and the key or tensor for
+    anything else: a header whose counts, lengths, types, dimensions or offsets do not fit the
+    file (checked before gguf reads it: _check_layout), another architecture, a missing or
+    misshapen tensor, a tensor type gguf cannot dequantize, NaN or infinity in a tensor or a block
+    scale, an output.weight unlike token_embd.weight (an untied LM head), hyperparameters this model
+    cannot take, tokenizer data that does not make a tokenizer."""
     import gguf
 
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such GGUF file: {path}")
+    _check_layout(path)  # before GGUFReader, which trusts every count and length in the header
     try:
         reader = gguf.GGUFReader(path)
     except OSError:
         raise
-    except Exception as e:  # GGUFReader raises ValueError, KeyError, IndexError ... on bad bytes
-        raise ValueError(f"{path} is not a readable GGUF file: {type(e).__name__}: {e}") from None
+    except Exception as e:  # what the layout check leaves to GGUFReader (it raises ValueError, KeyError ...)
+        raise ModelFileError(f"{path} is not a readable GGUF file: {type(e).__name__}: {e}") from None
     if reader.byte_order != "I":
-        raise ValueError(f"{path}: a GGUF file of the other byte order is not supported")
+        raise ModelFileError(f"{path}: a GGUF file of the other byte order is not supported")
 
     meta = _Metadata(reader, path)
     architecture = meta.get("general.architecture", str)
     if architecture != ARCHITECTURE:
-        raise ValueError(f"{path}: general.architecture {architecture!r} is not supported (GPT-2, 'gpt2', only)")
+        raise ModelFileError(f"{path}: general.architecture {architecture!r} is not supported (GPT-2, 'gpt2', only)")
     n_layer = meta.get("gpt2.block_count", int)
     n_ctx = meta.get("gpt2.context_length", int)
     n_embd = meta.get("gpt2.embedding_length", int)
@@ -134,21 +145,31 @@ def load_gguf(
     # Keys that would change the computation, when present: only GPT-2's values are implemented.
     n_ff = meta.get("gpt2.feed_forward_length", int, required=False, per_layer=True)
     if n_ff is not None and n_ff != 4 * n_embd:
-        raise ValueError(f"{path}: gpt2.feed_forward_length {n_ff} is not supported (only 4 * n_embd = {4 * n_embd})")
+        raise ModelFileError(
+            f"{path}: gpt2.feed_forward_length {n_ff} is not supported (only 4 * n_embd = {4 * n_embd})"
+        )
     n_head_kv = meta.get("gpt2.attention.head_count_kv", int, required=False, per_layer=True)
     if n_head_kv is not None and n_head_kv != n_head:
-        raise ValueError(f"{path}: gpt2.attention.head_count_kv {n_head_kv} differs from head_count {n_head}")
+        raise ModelFileError(f"{path}: gpt2.attention.head_count_kv {n_head_kv} differs from head_count {n_head}")
 
     tensors = {tensor.name: tensor for tensor in reader.tensors}
     if "token_embd.weight" not in tensors:
-        raise ValueError(f"{path}: tensor token_embd.weight is missing")
+        raise ModelFileError(f"{path}: tensor token_embd.weight is missing")
     embd_ne = [int(n) for n in tensors["token_embd.weight"].shape]
     if len(embd_ne) != 2 or embd_ne[0] != n_embd:
-        raise ValueError(f"{path}: tensor token_embd.weight has ne {embd_ne}, expected [{n_embd}, vocab]")
+        raise ModelFileError(f"{path}: tensor token_embd.weight has ne {embd_ne}, expected [{n_embd}, vocab]")
     vocab_size = embd_ne[1]
     declared_vocab = meta.get("gpt2.vocab_size", int, required=False)
     if declared_vocab is not None and declared_vocab != vocab_size:
-        raise ValueError(f"{path}: gpt2.vocab_size {declared_vocab} differs from token_embd.weight's {vocab_size} rows")
+        raise ModelFileError(
+            f"{path}: gpt2.vocab_size {declared_vocab} differs from token_embd.weight's {vocab_size} rows"
+        )
+    with np.errstate(over="ignore"):
+        eps32 = np.float32(eps)  # the file holds a float32 (a float64 one is rounded as llama.cpp reads it)
+    if not (np.isfinite(eps32) and eps32 > 0):
+        raise ModelFileError(
+            f"{path}: gpt2.attention.layer_norm_epsilon is {eps!r}, expected a positive finite float32"
+        )
     try:
         config = GPTConfig(
             n_layer=n_layer,
@@ -156,20 +177,22 @@ def load_gguf(
             n_embd=n_embd,
             vocab_size=vocab_size,
             block_size=n_ctx,
-            # The file holds a float32: its shortest decimal, so that 1e-5 reads back as 1e-5.
-            layer_norm_eps=float(str(np.float32(eps))),
+            # Its shortest decimal, so that 1e-5 reads back as 1e-5.
+            layer_norm_eps=float(str(eps32)),
         )
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+        raise ModelFileError(f"{path}: {e}") from None
     check_fits_in_memory(config)  # before dequantizing for a header that asks too much
 
     names = tensor_names(n_layer)
     missing = [name for name in names if name not in tensors]
     if missing:
-        raise ValueError(f"{path}: tensor(s) missing: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+        raise ModelFileError(
+            f"{path}: tensor(s) missing: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")
+        )
     unexpected = sorted(name for name in tensors if name not in names and name != _OUTPUT)
     if unexpected:
-        raise ValueError(f"{path}: unexpected tensor(s) for GPT-2: {', '.join(unexpected[:5])}")
+        raise ModelFileError(f"{path}: unexpected tensor(s) for GPT-2: {', '.join(unexpected[:5])}")
     shapes = _gguf_shapes(config)
     weights = {}
     kept_type = _types()[keep_quantized] if keep_quantized in ("q8_0", "q4_0") else None
@@ -183,7 +206,10 @@ def load_gguf(
         )
         if keep:
             _check_ne(tensor, shapes[name], path)
-            weights[hf_name] = QuantizedTensor(keep_quantized, np.array(tensor.data, dtype=np.uint8))
+            blocks = np.array(tensor.data, dtype=np.uint8)
+            # The compiled model multiplies by these scales as they are: one NaN makes every logit NaN.
+            _check_block_scales(name, blocks, keep_quantized, path)
+            weights[hf_name] = QuantizedTensor(keep_quantized, blocks)
             continue
         array = _dequantize(tensor, shapes[name], path)
         weights[hf_name] = np.ascontiguousarray(array.T) if transposed else array
@@ -199,7 +225,7 @@ def load_gguf(
                 _dequantize(output, shapes["token_embd.weight"], path), weights["transformer.wte.weight"]
             )
         if not tied:
-            raise ValueError(
+            raise ModelFileError(
                 f"{path}: output.weight differs from token_embd.weight (an untied LM head is not supported)"
             )
     tokenizer = _read_tokenizer(meta, path, vocab_size)
@@ -221,18 +247,18 @@ class _Metadata:
         field = self._reader.get_field(key)
         if field is None:
             if required:
-                raise ValueError(f"{self._path}: metadata key {key} is missing")
+                raise ModelFileError(f"{self._path}: metadata key {key} is missing")
             return None
         try:
             value = field.contents()
-        except Exception as e:  # a malformed value
-            raise ValueError(f"{self._path}: metadata key {key} cannot be read: {e}") from None
+        except Exception as e:  # a malformed value, such as a string that is not UTF-8
+            raise ModelFileError(f"{self._path}: metadata key {key} cannot be read: {type(e).__name__}: {e}") from None
         if per_layer and isinstance(value, list) and value and len(set(value)) == 1:
             value = value[0]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ValueError(f"{self._path}: metadata key {key} is {value!r}, expected {kind.__name__}")
+            raise ModelFileError(f"{self._path}: metadata key {key} is {value!r}, expected {kind.__name__}")
         return value
 
 
@@ -248,7 +274,7 @@ def _gguf_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
 def _check_ne(tensor, shape: tuple[int, ...], path: str) -> None:
     ne = [int(n) for n in tensor.shape]
     if ne != list(shape[::-1]):
-        raise ValueError(f"{path}: tensor {tensor.name} has ne {ne}, expected {list(shape[::-1])}")
+        raise ModelFileError(f"{path}: tensor {tensor.name} has ne {ne}, expected {list(shape[::-1])}")
 
 
 def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
@@ -262,14 +288,50 @@ def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
         # Any type gguf can dequantize: beyond the formats the compiler stores, the k-quants and
         # others llama-quantize writes (a q4_0 GPT-2 from llama-quantize has a Q6_K token_embd).
         try:
-            values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+            with np.errstate(all="ignore"):  # a NaN or infinite scale: refused by name below
+                values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
         except NotImplementedError:
-            raise ValueError(
+            raise ModelFileError(
                 f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which this loader does not read "
                 f"(gguf cannot dequantize it; F32, F16, BF16 and llama.cpp's quantized types such as "
                 f"{', '.join(name.upper() for name in FORMATS[3:])}, Q5_0 or Q6_K are read)"
             ) from None
-    return np.ascontiguousarray(values, dtype=np.float32).reshape(shape)
+    values = np.ascontiguousarray(values, dtype=np.float32).reshape(shape)
+    finite = np.isfinite(values)
+    if not finite.all():
+        where = np.unravel_index(int(np.argmin(finite)), shape)
+        raise ModelFileError(
+            f"{path}: tensor {tensor.name} ({tensor.tensor_type.name}) holds {values[where]} at index "
+            f"{list(map(int, where))} (numpy order); weights must be finite"
+        )
+    return values
+
+
+# Byte offsets of the fp16 numbers inside one block of each kept-quantized format: the scale d
+# (and, in formats that have one, the min m) that multiply every code of the block. ggml's
+# block_q8_0 is {fp16 d; int8 qs[32]}, block_q4_0 {fp16 d; uint8 qs[16]}.
+_BLOCK_SCALES = {"q8_0": {"scale": 0}, "q4_0": {"scale": 0}}
+
+
+def _check_block_scales(name: str, blocks: np.ndarray, fmt: str, path: str) -> None:
+    """Refuses a kept-quantized tensor with a NaN or infinite fp16 scale (or min) in any block
+    (dequantized tensors are checked as float32 in _dequantize). Vectorized over all blocks."""
+    import gguf
+
+    block_values, block_bytes = gguf.GGML_QUANT_SIZES[_types()[fmt]]
+    rows = blocks.reshape(-1, block_bytes)
+    blocks_per_row = blocks.shape[-1] // block_bytes
+    for field, offset in _BLOCK_SCALES[fmt].items():
+        values = np.ascontiguousarray(rows[:, offset : offset + 2]).view("<f2").reshape(-1)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            index = int(np.argmax(bad))
+            row, block = divmod(index, blocks_per_row)
+            raise ModelFileError(
+                f"{path}: tensor {name} ({fmt.upper()}): block {block} of row {row} (values "
+                f"{block * block_values} to {(block + 1) * block_values - 1}) has fp16 {field} {values[index]}; "
+                f"{fmt} {field}s must be finite"
+            )
 
 
 def _read_tokenizer(meta: _Metadata, path: str, vocab_size: int) -> HFTokenizer | None:
@@ -282,47 +344,349 @@ def _read_tokenizer(meta: _Metadata, path: str, vocab_size: int) -> HFTokenizer 
     # files lack the key). Another would split text differently from the tokenizer built here.
     pre = meta.get("tokenizer.ggml.pre", str, required=False)
     if pre not in (None, "gpt-2"):
-        raise ValueError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (GPT-2's, 'gpt-2', only)")
+        raise ModelFileError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (GPT-2's, 'gpt-2', only)")
     tokens = meta.get("tokenizer.ggml.tokens", list)
     merges = meta.get("tokenizer.ggml.merges", list)
     types = meta.get("tokenizer.ggml.token_type", list, required=False)
+    for key, values, kind in (
+        ("tokenizer.ggml.tokens", tokens, str),
+        ("tokenizer.ggml.merges", merges, str),
+        ("tokenizer.ggml.token_type", types or [], int),
+    ):
+        wrong = next((v for v in values if not isinstance(v, kind) or isinstance(v, bool)), None)
+        if wrong is not None:
+            raise ModelFileError(f"{path}: {key} holds {wrong!r}, expected an array of {kind.__name__}")
     if len(tokens) != vocab_size:
-        raise ValueError(f"{path}: the tokenizer has {len(tokens)} tokens, the model a vocabulary of {vocab_size}")
+        raise ModelFileError(f"{path}: the tokenizer has {len(tokens)} tokens, the model a vocabulary of {vocab_size}")
     vocab = {token: i for i, token in enumerate(tokens)}
     if len(vocab) != len(tokens):
-        raise ValueError(f"{path}: tokenizer.ggml.tokens repeats a token")
+        raise ModelFileError(f"{path}: tokenizer.ggml.tokens repeats a token")
+    # What tokenizers' BPE requires of a merge "a b" (and otherwise reports by a Rust panic, not an
+    # error): a and b are tokens, and so is ab, the token the merge makes.
     pairs = []
-    for merge in merges:
+    for i, merge in enumerate(merges):
         parts = merge.split(" ")
         if len(parts) != 2:
-            raise ValueError(f"{path}: tokenizer.ggml.merges entry {merge!r} is not two tokens")
+            raise ModelFileError(f"{path}: tokenizer.ggml.merges entry {i} {merge!r} is not two tokens")
+        for token in (*parts, parts[0] + parts[1]):
+            if token not in vocab:
+                raise ModelFileError(
+                    f"{path}: tokenizer.ggml.merges entry {i} {merge!r} needs {token!r}, which is not in "
+                    "tokenizer.ggml.tokens"
+                )
         pairs.append((parts[0], parts[1]))
     if types is not None and len(types) != len(tokens):
-        raise ValueError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+        raise ModelFileError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    # What GPT-2's tokenizer.json holds: BPE over GPT-2's byte-to-unicode alphabet, the split regex
-    # and byte mapping of ByteLevel, no prefix space.
     try:
+        # What GPT-2's tokenizer.json holds: BPE over GPT-2's byte-to-unicode alphabet, the split
+        # regex and byte mapping of ByteLevel, no prefix space.
         tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=pairs))
-    except Exception as e:  # a merge of tokens not in the vocabulary
-        raise ValueError(f"{path}: the tokenizer's vocabulary and merges do not fit: {e}") from None
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    if types is not None:
-        control, user = _gguf_token_types()
-        # Control tokens (<|endoftext|>) are special: matched whole, left out of decoded text;
-        # user-defined ones are matched whole, as llama.cpp does.
-        tokenizer.add_special_tokens([AddedToken(tokens[i], special=True) for i, t in enumerate(types) if t == control])
-        tokenizer.add_tokens([AddedToken(tokens[i], special=False) for i, t in enumerate(types) if t == user])
-    return HFTokenizer(tokenizer)
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        if types is not None:
+            control, user = _gguf_token_types()
+            # Control tokens (<|endoftext|>) are special: matched whole, left out of decoded text;
+            # user-defined ones are matched whole, as llama.cpp does.
+            tokenizer.add_special_tokens(
+                [AddedToken(tokens[i], special=True) for i, t in enumerate(types) if t == control]
+            )
+            tokenizer.add_tokens([AddedToken(tokens[i], special=False) for i, t in enumerate(types) if t == user])
+        return HFTokenizer(tokenizer)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # noqa: B036 -- tokenizers' Rust panics are pyo3 PanicException, a BaseException
+        raise ModelFileError(
+            f"{path}: tokenizer.ggml.tokens, tokenizer.ggml.merges and tokenizer.ggml.token_type do not make a "
+            f"BPE tokenizer: {type(e).__name__}: {e}"
+        ) from None
 
 
 def _gguf_token_types() -> tuple[int, int]:
     import gguf
 
     return int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED)
+
+
+# -- the header check ---------------------------------------------------------------------------
+# gguf's GGUFReader believes every count and length in a header: it loops over a declared array
+# length (an array of 2^50 u32 in a 46-byte file runs for ever, growing memory), and reports a
+# corrupt header as numpy's IndexError. _check_layout walks the same header first, checking each
+# count, length, type, dimension and offset against the bytes left in the file (as llama.cpp's
+# ggml/src/gguf.cpp reads it, with its limits), so that GGUFReader only gets a header whose work is
+# bounded by the file; what GGUFReader does with a sound header is left to it.
+
+_GGUF_MAGIC = b"GGUF"
+_GGUF_VERSIONS = (2, 3)  # what GGUFReader and llama.cpp read (version 1 had 32-bit counts)
+# GGUF metadata value types: id -> (llama.cpp's name, bytes) of the fixed-size ones; strings are a
+# u64 length and the bytes, arrays a u32 element type, a u64 count and the elements.
+_VALUE_TYPES = {
+    0: ("u8", 1),
+    1: ("i8", 1),
+    2: ("u16", 2),
+    3: ("i16", 2),
+    4: ("u32", 4),
+    5: ("i32", 4),
+    6: ("f32", 4),
+    7: ("bool", 1),
+    10: ("u64", 8),
+    11: ("i64", 8),
+    12: ("f64", 8),
+}
+_STRING, _ARRAY, _U32 = 8, 9, 4
+# The fewest bytes a string and an array take (its length; its type and length).
+_MIN_STRING, _MIN_ARRAY = 8, 12
+# Fewest bytes of a metadata entry (key length, a 1-byte key, type, 1-byte value) and of a tensor
+# description (name length, a 1-byte name, dimension count, type, offset).
+_MIN_KV, _MIN_TENSOR_INFO = 8 + 1 + 4 + 1, 8 + 1 + 4 + 4 + 8
+# llama.cpp's limits: GGML_MAX_DIMS, GGML_MAX_NAME (with its NUL), GGUF_MAX_STRING_LENGTH.
+_MAX_DIMS = 4
+_MAX_NAME_BYTES = 63
+_MAX_STRING_BYTES = 1 << 30
+_INT64_MAX = (1 << 63) - 1
+# Arrays of arrays: llama.cpp refuses them, gguf flattens them; a few levels are read.
+_MAX_ARRAY_DEPTH = 4
+# Metadata array elements in a whole file. GGUFReader makes numpy views per element, about 1 KB
+# and 10 us each (measured with gguf 0.19), so the count bounds its memory and time. Tokenizer
+# arrays are per token (tokens, token types, scores) or fewer (merges: GPT-2's 50,000 for 50,257
+# tokens; Llama 3's 280,147 for 128,256), so a file gets 4 per row of token_embd.weight and some
+# slack, and never more than 2^20 (Gemma 3's 262,144 tokens, types and scores are 786,432).
+_MAX_ARRAY_ELEMENTS = 1 << 20
+_ARRAY_ELEMENTS_PER_TOKEN = 4
+_ARRAY_ELEMENTS_SLACK = 1 << 15
+
+
+@dataclasses.dataclass(frozen=True)
+class _TensorInfo:
+    name: str
+    ne: tuple[int, ...]
+    type_name: str
+    offset: int
+    nbytes: int
+
+
+class _LayoutWalker:
+    """Reads a GGUF header from a memory map, every read checked against the bytes left."""
+
+    def __init__(self, path: str, data, size: int):
+        self.path, self.data, self.size = path, data, size
+        self.position = 0
+        self.array_elements = 0
+
+    def fail(self, problem: str) -> NoReturn:
+        raise ModelFileError(f"{self.path} is not a readable GGUF file: {problem}")
+
+    def need(self, nbytes: int, what: str, at_least: bool = False, plural: bool = False) -> None:
+        left = self.size - self.position
+        if nbytes > left:
+            self.fail(
+                f"{what} {'need' if plural else 'needs'}{' at least' if at_least else ''} {_bytes(nbytes)}, the "
+                f"file has {left} of its {self.size} bytes left at offset {self.position}"
+            )
+
+    def number(self, fmt: str, what: str) -> int:
+        nbytes = struct.calcsize(fmt)
+        self.need(nbytes, what)
+        (value,) = struct.unpack_from(fmt, self.data, self.position)
+        self.position += nbytes
+        return value
+
+    def string(self, what: str) -> bytes:
+        length = self.number("<Q", f"{what}'s length")
+        if length > _MAX_STRING_BYTES:
+            self.fail(f"{what} is a string of {_count(length)} bytes, more than GGUF's limit of 1 GiB")
+        self.need(length, f"{what}: a string of {_count(length)} bytes")
+        start = self.position
+        self.position += length
+        return self.data[start : self.position]
+
+    def text(self, what: str) -> str:
+        raw = self.string(what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.fail(f"{what} is not UTF-8: {raw[:64]!r}")
+
+    def value(self, value_type: int, what: str, depth: int = 0) -> None:
+        """Skips one metadata value of `value_type`, checking its lengths and element types."""
+        if value_type in _VALUE_TYPES:
+            self.need(_VALUE_TYPES[value_type][1], f"{what}: a {_VALUE_TYPES[value_type][0]}")
+            self.position += _VALUE_TYPES[value_type][1]
+        elif value_type == _STRING:
+            self.string(what)
+        elif value_type == _ARRAY:
+            if depth == _MAX_ARRAY_DEPTH:
+                self.fail(f"{what} nests arrays more than {_MAX_ARRAY_DEPTH} deep")
+            element_type = self.number("<I", f"{what}: the array's element type")
+            count = self.number("<Q", f"{what}: the array's length")
+            if element_type in _VALUE_TYPES:
+                name, element_bytes = _VALUE_TYPES[element_type]
+            elif element_type in (_STRING, _ARRAY):
+                name, element_bytes = ("string", _MIN_STRING) if element_type == _STRING else ("array", _MIN_ARRAY)
+            else:
+                self.fail(f"{what} is an array of type id {element_type}, which is not a GGUF value type (0 to 12)")
+            # A count the rest of the file cannot hold is refused before anything loops over it;
+            # nested arrays take their bytes from the same budget.
+            variable = element_type in (_STRING, _ARRAY)
+            self.need(count * element_bytes, f"{what}: {_count(count)} {name} elements", variable, plural=True)
+            self.array_elements += count
+            if self.array_elements > _MAX_ARRAY_ELEMENTS:
+                self.fail(
+                    f"{what}: the metadata arrays hold {self.array_elements} elements so far, more than the "
+                    f"{_MAX_ARRAY_ELEMENTS} this loader reads (GPT-2's vocabulary and merges are 150,514)"
+                )
+            if element_type in _VALUE_TYPES:
+                self.position += count * element_bytes
+            elif element_type == _STRING:
+                self.strings(count, what)
+            else:
+                for i in range(count):
+                    self.value(_ARRAY, f"{what}[{i}]", depth + 1)
+        else:
+            self.fail(f"{what} has type id {value_type}, which is not a GGUF value type (0 to 12)")
+
+    def strings(self, count: int, what: str) -> None:
+        """Skips an array of `count` strings (a vocabulary: the loop is kept lean)."""
+        data, size, position = self.data, self.size, self.position
+        unpack = struct.Struct("<Q").unpack_from
+        for i in range(count):
+            if size - position < _MIN_STRING:
+                self.position = position
+                self.need(_MIN_STRING, f"{what}[{i}]'s length")
+            (length,) = unpack(data, position)
+            position += _MIN_STRING
+            if length > size - position:
+                self.position = position
+                self.need(length, f"{what}[{i}]: a string of {_count(length)} bytes")
+            position += length
+        self.position = position
+
+
+def _check_layout(path: str) -> None:
+    """Walks the GGUF header of `path` (magic, version, counts, every metadata key and value, every
+    tensor's name, dimensions, type and offset) and raises ModelFileError at the first count,
+    length, type, dimension or offset that does not fit the file, in GGUF's terms. Reads nothing
+    beyond the header, and no more of it than the file holds."""
+    import gguf
+
+    size = os.path.getsize(path)
+    if size < 4:
+        raise ModelFileError(f"{path} is not a readable GGUF file: {size} bytes, too short for GGUF's magic")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        walker = _LayoutWalker(path, data, size)
+        if data[:4] != _GGUF_MAGIC:
+            walker.fail(f"it starts with {data[:4]!r}, not GGUF's magic {_GGUF_MAGIC!r}")
+        walker.position = 4
+        version = walker.number("<I", "the version")
+        if version & 0xFFFF == 0:
+            walker.fail(f"version {version:#x}: a file of the other byte order (big-endian), which is not supported")
+        if version not in _GGUF_VERSIONS:
+            walker.fail(f"version {version}; versions {_GGUF_VERSIONS[0]} and {_GGUF_VERSIONS[1]} are read")
+        n_tensors = walker.number("<Q", "the tensor count")
+        n_kv = walker.number("<Q", "the metadata key count")
+        walker.need(n_kv * _MIN_KV, f"{_count(n_kv)} metadata keys", at_least=True, plural=True)
+
+        alignment = gguf.GGUF_DEFAULT_ALIGNMENT
+        keys = set()
+        for i in range(n_kv):
+            key = walker.text(f"metadata key {i}'s name")
+            if not key:
+                walker.fail(f"metadata key {i} has an empty name")
+            if key in keys:
+                walker.fail(f"metadata key {key!r} appears twice")
+            keys.add(key)
+            value_type = walker.number("<I", f"metadata key {key!r}'s type")
+            start = walker.position
+            walker.value(value_type, f"metadata key {key!r}")
+            if key == "general.alignment":
+                if value_type != _U32:
+                    walker.fail(f"metadata key 'general.alignment' has type id {value_type}, expected u32 ({_U32})")
+                (alignment,) = struct.unpack_from("<I", data, start)
+                if alignment == 0 or alignment & (alignment - 1):
+                    walker.fail(f"metadata key 'general.alignment' is {alignment}, expected a power of 2")
+
+        walker.need(
+            n_tensors * _MIN_TENSOR_INFO, f"{_count(n_tensors)} tensor descriptions", at_least=True, plural=True
+        )
+        tensors = []
+        names = set()
+        for i in range(n_tensors):
+            name = walker.text(f"tensor {i}'s name")
+            if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+                walker.fail(f"tensor {i}'s name {name[:80]!r} is longer than GGUF's {_MAX_NAME_BYTES} bytes")
+            if name in names:
+                walker.fail(f"tensor {name!r} appears twice")
+            names.add(name)
+            n_dims = walker.number("<I", f"tensor {name!r}'s dimension count")
+            if n_dims > _MAX_DIMS:
+                walker.fail(f"tensor {name!r} has {n_dims} dimensions, GGUF allows at most {_MAX_DIMS}")
+            ne = tuple(walker.number("<Q", f"tensor {name!r}'s dimension {d}") for d in range(n_dims))
+            if any(n > _INT64_MAX for n in ne):
+                walker.fail(f"tensor {name!r} has dimensions {list(ne)}: ggml's are int64, so these are negative")
+            elements = math.prod(ne)
+            if elements > _INT64_MAX:
+                walker.fail(f"tensor {name!r} has dimensions {list(ne)}, {elements} elements: more than int64 counts")
+            type_id = walker.number("<I", f"tensor {name!r}'s type")
+            try:
+                qtype = gguf.GGMLQuantizationType(type_id)
+            except ValueError:
+                walker.fail(f"tensor {name!r} has type id {type_id}, which is not a ggml type gguf reads")
+            block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+            row = ne[0] if ne else 1
+            if row % block:
+                walker.fail(
+                    f"tensor {name!r} of type {qtype.name} has rows of {row} values, not a multiple of its "
+                    f"block of {block}"
+                )
+            offset = walker.number("<Q", f"tensor {name!r}'s offset")
+            tensors.append(_TensorInfo(name, ne, qtype.name, offset, elements // block * block_bytes))
+
+        # Tensor data starts at the next multiple of the alignment, the tensors in order, each
+        # padded to the alignment (llama.cpp's rule: "tensor has offset X, expected Y").
+        data_start = -(-walker.position // alignment) * alignment
+        expected = 0
+        for tensor in tensors:
+            if tensor.offset != expected:
+                walker.fail(
+                    f"tensor {tensor.name!r} is at offset {tensor.offset} of the data, expected {expected} (tensors "
+                    f"lie in order, each padded to the alignment of {alignment} bytes)"
+                )
+            end = data_start + tensor.offset + tensor.nbytes
+            if end > size:
+                walker.fail(
+                    f"tensor {tensor.name!r} ({tensor.type_name}, ne {list(tensor.ne)}) needs {_bytes(tensor.nbytes)} "
+                    f"from file offset {data_start + tensor.offset}, past the end of the file ({size} bytes)"
+                )
+            expected += -(-tensor.nbytes // alignment) * alignment
+
+        # GGUFReader's work on metadata arrays, bounded by the vocabulary the file really holds.
+        embedding = next((t for t in tensors if t.name == "token_embd.weight"), None)
+        rows = embedding.ne[1] if embedding is not None and len(embedding.ne) == 2 else 0
+        allowed = _ARRAY_ELEMENTS_PER_TOKEN * rows + _ARRAY_ELEMENTS_SLACK
+        if walker.array_elements > allowed:
+            walker.fail(
+                f"its metadata arrays hold {walker.array_elements} elements, more than the {allowed} read for "
+                f"token_embd.weight's {rows} rows ({_ARRAY_ELEMENTS_PER_TOKEN} per row, for tokenizer data, and "
+                f"{_ARRAY_ELEMENTS_SLACK} more)"
+            )
+
+
+def _bytes(n: int) -> str:
+    """A byte count as people read it: 46 bytes, 4 PiB, 1.5 GiB."""
+    if n < 1024:
+        return f"{n} bytes"
+    for exponent, unit in enumerate(("KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"), start=1):
+        value = n / 1024**exponent
+        if value < 1024 or unit == "YiB":
+            return f"{value:.0f} {unit}" if n % 1024**exponent == 0 else f"{value:.1f} {unit}"
+    raise AssertionError  # the loop returns
+
+
+def _count(n: int) -> str:
+    """A count, as a power of two when it is one (hostile headers use those): 2^50."""
+    return f"2^{n.bit_length() - 1}" if n >= 1 << 16 and n & (n - 1) == 0 else str(n)
 
 
 # -- writing ------------------------------------------------------------------------------------

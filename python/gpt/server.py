@@ -6,11 +6,21 @@ each request's events cross to the event loop through an asyncio queue, the loop
 step's burst of events (EventRelay). A client that goes away has its request cancelled (its blocks
 return to the pool at the next step); shutdown (SIGTERM, as uvicorn handles it) stops taking
 connections, lets running requests finish, then stops the engine.
+
+No client can stall it: a request's body is bounded (413) and must arrive in time (408); a
+connection must send its request head within a deadline, and beyond `max_connections` the oldest
+idle one makes room (GuardedHttpProtocol); parsing, validation, tokenization and submission run in
+worker threads, so /health answers while a maximal prompt is being tokenized; and every error,
+whatever the body holds, is answered in one shape, `{"error": {"message", "type", "param",
+"code"}}`, on a connection that stays open unless the body was left unread.
 """
 
 import asyncio
 import contextlib
+import dataclasses
+import http
 import json
+import logging
 import os
 import socket
 import threading
@@ -18,17 +28,56 @@ import time
 import uuid
 from typing import Annotated
 
+import numpy as np
+import pydantic_core
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpt.engine import Engine, QueueFullError, prometheus_text
+from gpt.engine import MAX_STOP_STRING_LENGTH, Engine, QueueFullError, prometheus_text
 
 # Seconds a client refused on a full queue is told to wait.
 RETRY_AFTER_SECONDS = 1
 # How often a waiting non-streaming request checks that its client is still there.
 DISCONNECT_POLL_SECONDS = 0.25
+# `stop`: up to 4 sequences, as OpenAI takes (the engine would take MAX_STOP_STRINGS), each of at
+# most the engine's MAX_STOP_STRING_LENGTH characters.
+MAX_STOP = 4
+# A request's line and headers together (llhttp, uvicorn's parser here, has no limit of its own;
+# h11's default is 16 KiB, nginx's 4 x 8 KiB buffers).
+MAX_HEAD_BYTES = 64 * 1024
+
+logger = logging.getLogger("uvicorn.error")  # where uvicorn logs its own errors, so they show alike
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerLimits:
+    """What one client may take from the server (`gpt serve` flags of the same names)."""
+
+    # Request bodies longer than this are refused with 413, before they are read (Content-Length)
+    # or as soon as the streamed bytes pass it (chunked). 2 MiB holds 128k token ids with room to
+    # spare, and keeps the longest step that holds the GIL (validating a million ids) near 40 ms.
+    max_body_bytes: int = 2 * 2**20
+    # A connection's request line and headers must arrive within this many seconds of its opening
+    # (or of its previous response): slowloris-style clients are cut off with 408.
+    timeout_headers: float = 10.0
+    # The body must arrive within this many seconds of the headers (408 otherwise).
+    timeout_body: float = 30.0
+    # An idle keep-alive connection is closed after this many seconds (uvicorn's own default).
+    timeout_keep_alive: float = 5.0
+    # Open connections at most: past it, the connection waiting longest for a request is closed to
+    # make room, and a new one is refused with 503 when every open one has a request in flight.
+    max_connections: int = 1024
+
+    def __post_init__(self):
+        for name in ("max_body_bytes", "max_connections"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
+                raise TypeError(f"{name} must be an int, got {getattr(self, name)!r}")
+        for field in dataclasses.fields(self):
+            if not getattr(self, field.name) > 0:
+                raise ValueError(f"{field.name} must be > 0, got {getattr(self, field.name)!r}")
 
 
 class EventRelay:
@@ -62,35 +111,181 @@ class EventRelay:
             queue.put_nowait(event)
 
 
+def _prompt_kind(value) -> str | None:
+    return "text" if isinstance(value, str) else "token_ids" if isinstance(value, list) else None
+
+
+def _one_or_many(value):
+    return [value] if isinstance(value, str) else value
+
+
+# Tags of the unions below: validation errors carry them in their location, messages do not.
+_UNION_TAGS = ("text", "token_ids")
+
+
 class CompletionRequest(BaseModel):
     """The fields of OpenAI's completions request that this server implements (others are refused,
-    so that a client never believes an option took effect when it did not)."""
+    so that a client never believes an option took effect when it did not). Strict: "3" is not a
+    number nor "yes" a boolean, and NaN or Infinity is no number at all."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    model: str | None = None
-    prompt: str | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    model: Annotated[str, Field(max_length=256)] | None = None
+    prompt: Annotated[
+        Annotated[str, Tag("text")]
+        | Annotated[list[Annotated[int, Field(ge=0, le=2**63 - 1)]], Field(min_length=1), Tag("token_ids")],
+        Discriminator(
+            _prompt_kind,
+            custom_error_type="prompt_type",
+            custom_error_message="prompt must be a string or a list of token ids",
+        ),
+    ]
     max_tokens: Annotated[int, Field(ge=0)] = 16
     temperature: Annotated[float, Field(ge=0.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     top_k: Annotated[int, Field(ge=1)] | None = None
     seed: Annotated[int, Field(ge=0)] | None = None
-    stop: str | list[str] | None = None
+    stop: (
+        Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_LENGTH)]],
+            Field(max_length=MAX_STOP),
+            BeforeValidator(_one_or_many, json_schema_input_type=str | list[str]),
+        ]
+        | None
+    ) = None
     stream: bool = False
     n: Annotated[int, Field(ge=1, le=1)] = 1
     user: str | None = None
 
 
-def _error(status: int, message: str, param: str | None = None, headers=None) -> JSONResponse:
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": status}}
-    return JSONResponse(body, status_code=status, headers=headers)
+def _parse_completion_request(raw: bytes) -> CompletionRequest:
+    """Runs in a worker thread. Parsing first and validating the parsed objects is two GIL holds of
+    about 25 and 40 ms for a 2 MiB list of ids where `model_validate_json` is one of about 140."""
+    return CompletionRequest.model_validate(pydantic_core.from_json(raw))
 
 
-def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = None) -> FastAPI:
+def _token_array(ids: list[int]) -> np.ndarray:
+    """`np.asarray(ids)` a slice at a time: over a 2 MiB body's million ids one call holds the GIL
+    for about 60 ms, and the event loop's thread would wait that long (the engine's check of a
+    token array is vectorized)."""
+    step = 1 << 16
+    if not len(ids):
+        return np.zeros(0, np.int64)
+    return np.concatenate([np.asarray(ids[i : i + step], dtype=np.int64) for i in range(0, len(ids), step)])
+
+
+def _error_body(status: int, message: str, param: str | None = None, code=None, kind=None) -> dict:
+    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": status if code is None else code}}
+
+
+def _error(status: int, message: str, param: str | None = None, headers=None, code=None) -> JSONResponse:
+    return JSONResponse(_error_body(status, message, param, code), status_code=status, headers=headers)
+
+
+def _invalid(errors: list[dict]) -> JSONResponse:
+    """422 naming the first invalid field. The input is never echoed: it may be NaN, which JSON
+    cannot carry, or megabytes long."""
+    first = errors[0]
+    path = [str(part) for part in first["loc"] if part not in ("body", *_UNION_TAGS)]
+    param = path[0] if path else None
+    message = f"{'.'.join(path)}: {first['msg']}" if path else "the body must be a JSON object"
+    return _error(422, message, param)
+
+
+async def _send_error(send, status: int, message: str, close: bool = False) -> None:
+    """A whole error response from ASGI middleware; `close` when the request's body is left
+    unread, so that the rest of it is not parsed as the next request."""
+    body = json.dumps(_error_body(status, message)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BoundedBody:
+    """ASGI middleware: reads the request's body before the app sees it, refusing one longer than
+    `max_bytes` with 413 (from its Content-Length, before reading a byte, or when the bytes read
+    pass it) and one slower than `timeout` seconds with 408. At most `max_bytes` plus one read
+    (uvicorn pauses the socket past 64 KiB unread) are ever held."""
+
+    def __init__(self, app, max_bytes: int, timeout: float):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        too_long = f"the request body is longer than max_body_bytes={self.max_bytes}"
+        declared = dict(scope["headers"]).get(b"content-length")
+        # The HTTP parser has refused a Content-Length that is not a number.
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await _send_error(send, 413, f"{too_long} (Content-Length: {int(declared)})", close=True)
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(self.timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return  # nobody to answer
+                    size += len(message.get("body", b""))
+                    if size > self.max_bytes:
+                        return await _send_error(send, 413, too_long, close=True)
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            message = f"the request body did not arrive within timeout_body={self.timeout:g} s"
+            return await _send_error(send, 408, message, close=True)
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:  # after the body, the app waits here for the client to leave
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+class LastResort:
+    """ASGI middleware: an exception that escapes the app becomes a 500 in the documented shape,
+    logged, on a connection that stays open (Starlette's ServerErrorMiddleware answers in plain
+    text and raises again, and uvicorn then closes the connection). Once a response has started,
+    only closing the connection can tell the client it is cut short, so that is left to uvicorn."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as e:
+            if started:
+                raise
+            logger.exception("[gpt] %s %s failed", scope.get("method"), scope.get("path"))
+            await _send_error(send, 500, f"internal error: {type(e).__name__}")
+
+
+def create_app(
+    engine: Engine, model_name: str = "gpt", instance: str | None = None, limits: ServerLimits | None = None
+) -> FastAPI:
     """The app over a started engine; the engine is shut down (drained) when the app's lifespan ends.
     `instance` names this server in every completion's `X-GPT-Instance` header (default: host:pid),
-    so a client behind a load balancer can tell the replicas apart."""
+    so a client behind a load balancer can tell the replicas apart. The app applies `limits`'
+    body size and body timeout; the connection limits are the HTTP protocol's (`serve`)."""
     instance = instance or f"{socket.gethostname()}:{os.getpid()}"
+    limits = limits or ServerLimits()
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -106,23 +301,17 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
     tokenizer = engine.tokenizer
     relays: dict[asyncio.AbstractEventLoop, EventRelay] = {}  # one per event loop serving the app
 
+    # Added last, LastResort is the outer one: it also catches what BoundedBody raises.
+    app.add_middleware(BoundedBody, max_bytes=limits.max_body_bytes, timeout=limits.timeout_body)
+    app.add_middleware(LastResort)
+
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0]
-        path = [str(part) for part in first["loc"] if part != "body"]
-        field = path[0] if path else "body"  # the request's field; the message has the full path
-        return JSONResponse(
-            {
-                "error": {
-                    "message": f"{'.'.join(path) or field}: {first['msg']}",
-                    "type": "invalid_request_error",
-                    "param": field,
-                    "code": 422,
-                },
-                "detail": json.loads(json.dumps(exc.errors(), default=str)),
-            },
-            status_code=422,
-        )
+        return _invalid(exc.errors())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return _error(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.get("/health")
     async def health():
@@ -136,20 +325,36 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
     async def metrics():
         return PlainTextResponse(prometheus_text(engine.metrics()), media_type="text/plain; version=0.0.4")
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request, response: Response):
-        response.headers["X-GPT-Instance"] = instance
+    def admit(raw: bytes, on_event):
+        """Parses, validates and tokenizes a request and submits it to the engine: returns (the
+        request, its handle, its prompt's length), or the error response. Runs in a worker thread,
+        since each step takes time in proportion to the body (the loop would not answer /health
+        meanwhile), and what they build is freed here too (the list of a 30 MB prompt's ids takes
+        0.1 s to free)."""
+        try:
+            body = _parse_completion_request(raw)
+        except ValidationError as e:
+            return _invalid(e.errors(include_url=False, include_input=False))
+        except ValueError as e:  # pydantic_core.from_json: the body is no JSON
+            hint = " (a UTF-16 surrogate needs its pair)" if "surrogate" in str(e) or "hex escape" in str(e) else ""
+            return _error(400, f"the body is not valid JSON: {e}{hint}")
+        if body.model is not None and body.model != model_name:
+            message = f"the model {body.model!r} does not exist: this server serves {model_name!r} (GET /v1/models)"
+            return _error(404, message, "model", code="model_not_found")
         if isinstance(body.prompt, str):
             if tokenizer is None:
                 return _error(400, "this model has no tokenizer: send the prompt as token ids", "prompt")
-            prompt = tokenizer.encode(body.prompt)
-            if not prompt:
+            try:
+                ids = tokenizer.encode(body.prompt)
+            except ValueError as e:  # UnicodeError included
+                return _error(400, f"prompt cannot be tokenized: {e}", "prompt")
+            if not len(ids):
                 return _error(400, "prompt must not be empty", "prompt")
         else:
-            prompt = body.prompt
-        loop = asyncio.get_running_loop()
-        relay = relays.get(loop) or relays.setdefault(loop, EventRelay(loop))
-        events: asyncio.Queue = asyncio.Queue()
+            ids = body.prompt
+        prompt = _token_array(ids)
+        del ids
+        body = body.model_copy(update={"prompt": []})  # the request's own ids are freed here
         try:
             handle = engine.submit(
                 prompt,
@@ -158,8 +363,8 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
                 top_k=body.top_k,
                 top_p=body.top_p if body.top_p < 1.0 else None,
                 seed=body.seed,
-                stop_strings=[body.stop] if isinstance(body.stop, str) else body.stop,
-                on_event=lambda event: relay.post(events, event),
+                stop_strings=body.stop,
+                on_event=on_event,
             )
         except QueueFullError as e:
             return _error(503, str(e), None, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
@@ -167,6 +372,23 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
             message = str(e)
             param = next((p for p in ("prompt", "max_tokens", "stop", "seed", "top_k", "top_p") if p in message), None)
             return _error(400, message, param)
+        return body, handle, len(prompt)
+
+    # The body is parsed in a worker thread (FastAPI would parse it on the event loop), so the
+    # schema is given to the OpenAPI document by hand.
+    request_schema = CompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    request_body = {"content": {"application/json": {"schema": request_schema}}, "required": True}
+
+    @app.post("/v1/completions", openapi_extra={"requestBody": request_body})
+    async def completions(request: Request, response: Response):
+        response.headers["X-GPT-Instance"] = instance
+        loop = asyncio.get_running_loop()
+        relay = relays.get(loop) or relays.setdefault(loop, EventRelay(loop))
+        events: asyncio.Queue = asyncio.Queue()
+        admitted = await asyncio.to_thread(admit, await request.body(), lambda event: relay.post(events, event))
+        if isinstance(admitted, Response):
+            return admitted
+        body, handle, prompt_tokens = admitted
         completion_id = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
 
@@ -210,7 +432,7 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
                     handle.cancel()
                     return _error(499, "client disconnected")
         if handle.finish_reason == "error":
-            return JSONResponse({"error": {"message": handle.error, "type": "server_error", "code": 500}}, 500)
+            return _error(500, handle.error)
         return {
             "id": completion_id,
             "object": "text_completion",
@@ -218,18 +440,174 @@ def create_app(engine: Engine, model_name: str = "gpt", instance: str | None = N
             "model": model_name,
             "choices": [choice(handle.text, handle.finish_reason, handle.tokens)],
             "usage": {
-                "prompt_tokens": len(prompt),
+                "prompt_tokens": prompt_tokens,
                 "completion_tokens": len(handle.tokens),
-                "total_tokens": len(prompt) + len(handle.tokens),
+                "total_tokens": prompt_tokens + len(handle.tokens),
             },
         }
 
     return app
 
 
-def serve(engine: Engine, host: str, port: int, model_name: str = "gpt") -> None:
+class _ConnectionGuard:
+    """Over uvicorn's HTTP protocol (one instance per connection): a deadline for each request
+    head and a cap on open connections, which uvicorn lacks (its keep-alive timer runs only after a
+    response, and any byte cancels it, so a client that trickles a request line in holds its
+    connection forever). Parser-agnostic: a connection is waiting for a head while it has no
+    request in flight (`cycle`, set when a head is complete, None or answered)."""
+
+    limits: ServerLimits  # set by guarded_protocol, with `waiting`
+    waiting: dict  # the server's connections waiting for a request head, longest waiting first
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self._deadline = None
+        self._refused = False
+        self._wait_for_head()
+        if len(self.connections) > self.limits.max_connections:
+            self._make_room()
+
+    def connection_lost(self, exc):
+        self.waiting.pop(self, None)
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data):
+        if self._refused:
+            return
+        if self._awaiting_head():
+            self._head_started = True
+        super().data_received(data)
+
+    def on_response_complete(self):
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._wait_for_head()
+
+    def _awaiting_head(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _wait_for_head(self):
+        self._head_started = False
+        self.waiting.pop(self, None)
+        self.waiting[self] = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(self.limits.timeout_headers, self._head_overdue)
+
+    def _head_overdue(self):
+        self._deadline = None
+        if not self._awaiting_head() or self.transport.is_closing():
+            return  # a request in flight: its response re-arms the deadline
+        if self._head_started:
+            timeout = self.limits.timeout_headers
+            self._refuse(408, f"the request head did not arrive within timeout_headers={timeout:g} s")
+        else:  # an idle connection: nothing was asked, so nothing is answered
+            self.waiting.pop(self, None)
+            self.transport.close()
+
+    def _make_room(self):
+        """Closes the connection waiting longest for a request (self is the newest waiter), or
+        refuses self when every other one has a request in flight."""
+        while self.waiting:
+            other = next(iter(self.waiting))
+            if other is self:
+                break
+            del self.waiting[other]  # a busy one is back in line when its response is complete
+            if not other.transport.is_closing() and other._awaiting_head():
+                other.transport.close()
+                return
+        self._refuse(503, f"max_connections={self.limits.max_connections} are open, each with a request in flight")
+
+    def _refuse(self, status: int, message: str):
+        """Answers `status` and closes, outside any request (the app never sees this connection)."""
+        self._refused = True
+        self.waiting.pop(self, None)
+        body = json.dumps(_error_body(status, message)).encode()
+        head = (
+            f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        self.transport.write(head.encode() + body)
+        self.transport.close()
+
+
+class _HeadBytesGuard:
+    """Over uvicorn's httptools protocol: llhttp bounds no request line or header, so the bytes of
+    each are counted as they are parsed (h11 has `h11_max_incomplete_event_size` instead)."""
+
+    class HeadTooLong(Exception):
+        pass
+
+    def on_message_begin(self):
+        self._head_bytes = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes):
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes):
+        self._count_head(len(name) + len(value))
+        super().on_header(name, value)
+
+    def _count_head(self, size: int):
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._refuse(431, f"the request line and headers are longer than {MAX_HEAD_BYTES} bytes")
+            raise self.HeadTooLong  # stops the parser (uvicorn takes it for a parse error, see below)
+
+    def send_400_response(self, msg: str):
+        if not self._refused:  # the answer was 431, and the connection is closing
+            super().send_400_response(msg)
+
+
+def guarded_protocol(limits: ServerLimits) -> type:
+    """The HTTP protocol class for uvicorn (`http=`) that applies `limits` to connections: httptools'
+    (uvicorn's choice when it is installed, as ray[serve] installs it) or else h11's."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        bases = (_HeadBytesGuard, _ConnectionGuard, HttpToolsProtocol)
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        bases = (_ConnectionGuard, H11Protocol)
+    return type("GuardedHttpProtocol", bases, {"limits": limits, "waiting": {}})
+
+
+def _file_room(wanted: int) -> int:
+    """How many connections the process can open files for (raising its soft limit up to the hard
+    one when that lets `wanted` fit); a few dozen files stay for the model, the engine and Python."""
+    import resource
+
+    reserve = 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted + reserve:
+        target = wanted + reserve if hard == resource.RLIM_INFINITY else min(hard, wanted + reserve)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return wanted if soft == resource.RLIM_INFINITY else min(wanted, max(1, soft - reserve))
+
+
+def serve(engine: Engine, host: str, port: int, model_name: str = "gpt", limits: ServerLimits | None = None) -> None:
     """Runs the server until SIGINT/SIGTERM, then drains (uvicorn waits for open requests, then the
     engine stops) and exits by the signal, which uvicorn raises again once it has shut down."""
     import uvicorn
 
-    uvicorn.run(create_app(engine, model_name), host=host, port=port, log_level="warning")
+    limits = limits or ServerLimits()
+    room = _file_room(limits.max_connections)
+    if room < limits.max_connections:
+        print(f"[gpt] max_connections={limits.max_connections} lowered to {room}: ulimit -n is too low", flush=True)
+        limits = dataclasses.replace(limits, max_connections=room)
+    uvicorn.run(
+        create_app(engine, model_name, limits=limits),
+        host=host,
+        port=port,
+        log_level="warning",
+        http=guarded_protocol(limits),
+        timeout_keep_alive=limits.timeout_keep_alive,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+    )

@@ -1,14 +1,17 @@
 """Model weights: GPT-2 initialisation, validation of user-supplied weights, HF checkpoints."""
 
 import json
+import math
 import os
 import struct
 from collections.abc import Collection, Mapping
+from typing import NoReturn
 
 import numpy as np
 
 from gpt import _gpt
 from gpt.config import GPTConfig
+from gpt.errors import ModelFileError
 from gpt.resources import check_fits_in_memory
 
 # Tensors that HF GPT-2 checkpoints carry but the model does not take as weights: the tied LM
@@ -24,6 +27,10 @@ _IMPLEMENTED_OPTIONS = {
 }
 # Tensor dtypes of a safetensors checkpoint that load_pretrained reads (as float32).
 _SAFETENSORS_DTYPES = ("F32", "F16", "BF16", "F64")
+# config.json is read whole: HF's are a few KB (GPT-2's 0.7 KB; large label maps some hundred KB).
+_CONFIG_JSON_MAX_BYTES = 16 << 20
+# The safetensors library refuses headers over 100 MB (safetensors' MAX_HEADER_SIZE).
+_SAFETENSORS_MAX_HEADER_BYTES = 100_000_000
 
 
 def expected_shapes(config: GPTConfig) -> dict[str, tuple]:
@@ -86,9 +93,10 @@ def validate_weights(
             )
         if value.shape != shape:
             raise ValueError(f"parameter {name} has shape {value.shape}, expected {shape}")
-        if not np.all(np.isfinite(value)):
-            raise ValueError(f"parameter {name} contains NaN or infinity")
-        array = np.array(value, dtype=np.float32, order="C", copy=True if copy else None)
+        with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: refused below
+            array = np.array(value, dtype=np.float32, order="C", copy=True if copy else None)
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"parameter {name} contains NaN or infinity (as float32)")
         if array is value:  # the caller's own array: read-only through a view, never its flag
             array = value.view()
         array.flags.writeable = False
@@ -97,7 +105,10 @@ def validate_weights(
 
 
 def load_pretrained(path: str):
-    """Reads a HF GPT-2 directory (config.json + model.safetensors) into (GPTConfig, weights)."""
+    """Reads a HF GPT-2 directory (config.json + model.safetensors) into (GPTConfig, weights).
+    Raises FileNotFoundError for a missing directory or file, MemoryError for a config that would
+    not fit in memory, and gpt.ModelFileError (a ValueError) naming the file and the key or tensor
+    for anything else."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no such model directory: {path}")
     config_path = os.path.join(path, "config.json")
@@ -105,31 +116,37 @@ def load_pretrained(path: str):
     for required in (config_path, weights_path):
         if not os.path.isfile(required):
             raise FileNotFoundError(f"{path} is not a GPT-2 checkpoint: {os.path.basename(required)} is missing")
-    with open(config_path, encoding="utf-8") as f:
-        hf = json.load(f)
-    activation = hf.get("activation_function", "gelu_new")
+    hf = _read_config_json(config_path)
+    activation = _config_value(hf, config_path, "activation_function", str, "gelu_new")
     if activation not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ValueError(f"{config_path}: activation_function {activation!r} is not supported (tanh GELU only)")
-    if hf.get("model_type", "gpt2") != "gpt2":
-        raise ValueError(f"{config_path}: model_type {hf['model_type']!r} is not supported (GPT-2 only)")
+        raise ModelFileError(f"{config_path}: activation_function {activation!r} is not supported (tanh GELU only)")
+    model_type = _config_value(hf, config_path, "model_type", str, "gpt2")
+    if model_type != "gpt2":
+        raise ModelFileError(f"{config_path}: model_type {model_type!r} is not supported (GPT-2 only)")
     # Options that change what the model computes: refused unless at the value implemented here.
     for option, implemented in _IMPLEMENTED_OPTIONS.items():
         if option in hf and hf[option] != implemented:
-            raise ValueError(f"{config_path}: {option}={hf[option]!r} is not supported (only {implemented!r})")
+            raise ModelFileError(f"{config_path}: {option}={hf[option]!r} is not supported (only {implemented!r})")
+    block_size = _config_value(hf, config_path, "n_positions", int, None)
+    if block_size is None:
+        block_size = _config_value(hf, config_path, "n_ctx", int, 1024)
+    eps = _config_value(hf, config_path, "layer_norm_epsilon", float, 1e-5)
+    if not (math.isfinite(eps) and eps > 0):
+        raise ModelFileError(f"{config_path}: layer_norm_epsilon is {eps!r}, expected a positive finite number")
+    sizes = {key: _config_value(hf, config_path, key, int) for key in ("n_layer", "n_head", "n_embd", "vocab_size")}
+    pos_embedding = _config_value(hf, config_path, "pos_embedding", str, "learned")
+    # HF's name for a sliding window (Mistral, Qwen2; null: none).
+    window = _config_value(hf, config_path, "sliding_window", int, None)
     try:
         config = GPTConfig(
-            n_layer=hf["n_layer"],
-            n_head=hf["n_head"],
-            n_embd=hf["n_embd"],
-            vocab_size=hf["vocab_size"],
-            block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
-            pos_embedding=hf.get("pos_embedding", "learned"),
-            layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
-            # HF's name for a sliding window (Mistral, Qwen2; null: none).
-            attention_window=hf.get("sliding_window"),
+            **sizes,
+            block_size=block_size,
+            pos_embedding=pos_embedding,
+            layer_norm_eps=eps,
+            attention_window=window,
         )
-    except KeyError as e:
-        raise ValueError(f"{config_path} lacks {e.args[0]!r}") from None
+    except ValueError as e:
+        raise ModelFileError(f"{config_path}: {e}") from None
     check_fits_in_memory(config)  # before reading tensors for a config.json that asks too much
     tensors = _read_safetensors(weights_path)
     # Checkpoints saved from GPT2Model (not GPT2LMHeadModel) lack the "transformer." prefix.
@@ -138,10 +155,78 @@ def load_pretrained(path: str):
     # The LM head is the tied embedding: a checkpoint whose own head differs would silently lose it.
     head, embedding = tensors.get("lm_head.weight"), tensors.get("transformer.wte.weight")
     if head is not None and embedding is not None and not np.array_equal(head, embedding):
-        raise ValueError(
+        raise ModelFileError(
             f"{weights_path}: lm_head.weight differs from transformer.wte.weight (an untied LM head is not supported)"
         )
-    return config, tensors
+    try:  # names, shapes and finite values, here so that the error names the file
+        return config, validate_weights(config, tensors, copy=False)
+    except ValueError as e:
+        raise ModelFileError(f"{weights_path}: {e}") from None
+
+
+def _read_config_json(path: str) -> dict:
+    """config.json as a dict, read defensively: bounded in size, UTF-8, JSON, an object. Every
+    failure is a ModelFileError naming the file (json's own errors do not)."""
+    size = os.path.getsize(path)
+    if size > _CONFIG_JSON_MAX_BYTES:
+        raise ModelFileError(f"{path} is {size} bytes, more than the {_CONFIG_JSON_MAX_BYTES} a config.json may have")
+    with open(path, "rb") as f:
+        raw = f.read(_CONFIG_JSON_MAX_BYTES + 1)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ModelFileError(f"{path} is not UTF-8 text: byte {e.start} is {raw[e.start : e.start + 1]!r}") from None
+    try:
+        hf = json.loads(text)
+    except RecursionError:
+        raise ModelFileError(f"{path} nests JSON arrays or objects too deeply to read") from None
+    except ValueError as e:  # json.JSONDecodeError, or an integer of more digits than int() converts
+        raise ModelFileError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(hf, dict):
+        raise ModelFileError(f"{path} holds {_json_kind(hf)}, expected a JSON object of GPT-2's settings")
+    return hf
+
+
+_REQUIRED = object()
+
+
+def _config_value(hf: dict, path: str, key: str, kind: type, default=_REQUIRED):
+    """hf[key] checked to be of `kind` (int: not a bool; float: any JSON number; None where the
+    default is None), or `default` when absent."""
+    if key not in hf:
+        if default is _REQUIRED:
+            raise ModelFileError(f"{path} lacks {key!r}")
+        return default
+    value = hf[key]
+    if value is None and default is None:
+        return None
+    expected = (int, float) if kind is float else kind
+    if isinstance(value, bool) or not isinstance(value, expected):
+        names = {int: "an integer", float: "a number", str: "a string"}
+        raise ModelFileError(f"{path}: {key} is {_json_kind(value)} {_short(value)}, expected {names[kind]}")
+    if kind is float:
+        try:
+            return float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            raise ModelFileError(f"{path}: {key} is {_short(value)}, too large for a float") from None
+    return value
+
+
+def _json_kind(value) -> str:
+    kinds = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+    }
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -151,26 +236,25 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     has no bfloat16, so BF16 tensors are read from their byte range in the file (_bf16_tensor)."""
     from safetensors import SafetensorError, safe_open
 
+    header = _safetensors_header(path)  # its length and JSON checked before safe_open reads it
     tensors = {}
-    header = None  # read once, for the first BF16 tensor
     try:
         with safe_open(path, framework="numpy") as f:
             for name in f.keys():
                 dtype = f.get_slice(name).get_dtype()
                 if dtype not in _SAFETENSORS_DTYPES:
-                    raise ValueError(
+                    raise ModelFileError(
                         f"{path}: tensor {name} has dtype {dtype}, which is not a floating-point format "
                         f"this loader reads (supported: {', '.join(_SAFETENSORS_DTYPES)})"
                     )
                 if dtype == "BF16":
-                    header = header or _safetensors_header(path)
                     tensors[name] = _bf16_tensor(path, header, name, f.get_slice(name).get_shape())
                 elif dtype == "F16":
                     tensors[name] = f.get_tensor(name).astype(np.float32)  # exact
                 else:
                     tensors[name] = f.get_tensor(name)
     except SafetensorError as e:
-        raise ValueError(f"{path} is not a readable safetensors file: {e}") from None
+        raise ModelFileError(f"{path} is not a readable safetensors file: {e}") from None
     return tensors
 
 
@@ -178,24 +262,49 @@ def _safetensors_header(path: str) -> tuple[dict, int]:
     """(the JSON header, the offset of the data buffer) of a safetensors file. The documented
     layout: an 8-byte little-endian header length N, N bytes of JSON giving each tensor's dtype,
     shape and `data_offsets` [begin, end) relative to the data buffer that follows, little-endian
-    data. Only read after safe_open has parsed and validated the same header (offsets inside the
-    file, sizes matching shapes)."""
+    data. Checked here as far as its length, its JSON and its kind go (never reading more than
+    the file holds); safe_open validates the entries (offsets inside the file, sizes matching
+    shapes) before any tensor is read."""
+
+    def refuse(problem: str) -> NoReturn:
+        raise ModelFileError(f"{path} is not a readable safetensors file: {problem}")
+
+    size = os.path.getsize(path)
+    if size < 8:
+        refuse(f"{size} bytes, too short for the 8-byte header length")
     with open(path, "rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(header_len)), 8 + header_len
+        if header_len > min(size - 8, _SAFETENSORS_MAX_HEADER_BYTES):
+            refuse(
+                f"the header length is {header_len} bytes; the file has {size - 8} after it "
+                f"(and safetensors reads at most {_SAFETENSORS_MAX_HEADER_BYTES})"
+            )
+        raw = f.read(header_len)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        refuse("its JSON header nests too deeply")
+    except ValueError as e:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
+        refuse(f"its header is not UTF-8 JSON: {e}")
+    if not isinstance(header, dict):
+        refuse(f"its header is a JSON {type(header).__name__}, expected an object")
+    return header, 8 + header_len
 
 
 def _bf16_tensor(path: str, header: tuple[dict, int], name: str, shape) -> np.ndarray:
     """A BF16 tensor of a safetensors file as float32: each value's 16 bits become the high half
     of a float32, which is exact (numpy has no bfloat16, so safe_open cannot return it)."""
     entries, data_start = header
-    begin, end = entries[name]["data_offsets"]
+    try:
+        begin, end = (int(offset) for offset in entries[name]["data_offsets"])
+    except (KeyError, TypeError, ValueError):  # safe_open read this entry: only a parser difference gets here
+        raise ModelFileError(f"{path}: tensor {name} has no readable data_offsets in the header") from None
     count = int(np.prod(shape, dtype=np.int64))
     if end - begin != 2 * count:
-        raise ValueError(f"{path}: tensor {name} has {end - begin} bytes for {count} BF16 values")
+        raise ModelFileError(f"{path}: tensor {name} has {end - begin} bytes for {count} BF16 values")
     with open(path, "rb") as f:
         f.seek(data_start + begin)
         bits = np.fromfile(f, dtype="<u2", count=count)
     if bits.size != count:
-        raise ValueError(f"{path}: tensor {name} is truncated")
+        raise ModelFileError(f"{path}: tensor {name} is truncated")
     return (bits.astype(np.uint32) << 16).view(np.float32).reshape(shape)

@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tarfile
 import threading
 
 import numpy as np
@@ -18,7 +19,7 @@ from safetensors.numpy import save_file
 
 import gpt
 from checkpoints import hf_config, rewrite
-from gpt import GPT, CompileOptions, CompilerError, GPTConfig, run_pipeline  # noqa: F401 (used by the table)
+from gpt import GPT, CompileOptions, CompilerError, GPTConfig, ModelFileError, run_pipeline  # noqa: F401 (the table)
 from gpt.gguf_file import save_gguf
 
 README = "README.md"  # in the runfiles, beside tools/gpt-opt
@@ -107,6 +108,16 @@ def namespace(tmp_path_factory):
             path.write_bytes(data[: len(data) // 3])
         return str(path)
 
+    def regression(name):
+        """A file of the model-file fuzzer's regression corpus; a HF directory (.hf.tar.gz) unpacked."""
+        path = os.path.join("tests", "fuzz", "loader_regressions", name)
+        if not name.endswith(".hf.tar.gz"):
+            return path
+        directory = scratch / f"regression{next(made)}"
+        with tarfile.open(path) as archive:
+            archive.extractall(directory, filter="data")
+        return str(directory)
+
     return dict(
         globals(),
         np=np,
@@ -121,6 +132,7 @@ def namespace(tmp_path_factory):
         cache_in_use_by_another_thread=cache_in_use_by_another_thread,
         checkpoint=checkpoint,
         gguf=gguf,
+        regression=regression,
     )
 
 

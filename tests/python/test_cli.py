@@ -125,3 +125,17 @@ def test_stages_of_deeply_nested_input_is_an_error_not_a_crash(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "gpt: error: failed to parse the input IR" in result.stderr
     assert "nests brackets more than 1000 levels deep" in result.stderr
+
+
+def test_cache_refuses_a_cache_dir_that_is_a_file_or_missing(tmp_path):
+    """`cache --list --cache_dir X` once printed "0 entries" with rc 0 for a file or a typo."""
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    for flag in ("--list", "--clear"):
+        missing = run_cli("cache", flag, "--cache_dir", str(tmp_path / "missing"))
+        assert missing.returncode == 1 and f"--cache_dir {tmp_path / 'missing'} does not exist" in missing.stderr
+        not_a_dir = run_cli("cache", flag, "--cache_dir", str(a_file))
+        assert not_a_dir.returncode == 1 and f"--cache_dir {a_file} is not a directory" in not_a_dir.stderr
+    assert a_file.exists() and not (tmp_path / "missing").exists()
+    empty = run_cli("cache", "--list", "--cache_dir", str(tmp_path))
+    assert empty.returncode == 0 and f"0 entries, 0.00 MiB in {tmp_path}" in empty.stdout

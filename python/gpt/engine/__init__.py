@@ -2,6 +2,15 @@
 
 from gpt.engine.engine import Engine
 from gpt.engine.metrics import EngineMetrics, prometheus_text
-from gpt.engine.requests import Event, QueueFullError, RequestHandle
+from gpt.engine.requests import MAX_STOP_STRING_LENGTH, MAX_STOP_STRINGS, Event, QueueFullError, RequestHandle
 
-__all__ = ["Engine", "EngineMetrics", "Event", "QueueFullError", "RequestHandle", "prometheus_text"]
+__all__ = [
+    "MAX_STOP_STRINGS",
+    "MAX_STOP_STRING_LENGTH",
+    "Engine",
+    "EngineMetrics",
+    "Event",
+    "QueueFullError",
+    "RequestHandle",
+    "prometheus_text",
+]

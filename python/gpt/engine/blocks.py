@@ -5,6 +5,9 @@ A full block is named by a chained hash of every token up to its end, so two seq
 prompts agree up to the end of block i name their blocks 0..i the same way and can share them.
 A block whose last holder lets go while it still names a prefix is not wiped: it waits in an LRU
 list, still findable, until the pool needs a fresh block and evicts it.
+
+Between `begin()` and `commit()` every change is journaled, and `rollback()` undoes them: the
+engine's steps are transactions (see Engine._begin).
 """
 
 import collections
@@ -38,6 +41,7 @@ class BlockManager:
         # tokens: where a prompt that diverges inside a block finds the block to copy its start from.
         self._children: dict[bytes, dict[int, tuple[int, ...]]] = {}
         self._parent_of: dict[int, bytes] = {}
+        self._journal: list[tuple] | None = None  # undo records, newest last, while a transaction is open
 
     @property
     def available(self) -> int:
@@ -60,6 +64,7 @@ class BlockManager:
     def allocate(self) -> int:
         """A block held once by the caller; a free one first, else the least recently used cached
         one (forgetting its prefix). The caller checks `available` first."""
+        evicted = not self._free
         if self._free:
             block = self._free.popleft()
         else:
@@ -68,6 +73,8 @@ class BlockManager:
             siblings = self._children[self._parent_of.pop(block)]
             del siblings[block]
         self._refcount[block] = 1
+        if self._journal is not None:
+            self._journal.append(("allocate", block, evicted))
         return block
 
     def lookup(self, block_hash: bytes) -> int | None:
@@ -79,14 +86,20 @@ class BlockManager:
         if self._refcount[block] == 0:
             del self._cached[block]
         self._refcount[block] += 1
+        if self._journal is not None:
+            self._journal.append(("acquire", block))
 
     def release(self, block: int) -> None:
+        # No call into Python between a change and its journal record (here, _unheld inlined): an
+        # exception cannot come between them, so the journal always matches the state.
         self._refcount[block] -= 1
         if self._refcount[block] == 0:
             if block in self._hash_of:
                 self._cached[block] = None
             else:
                 self._free.append(block)
+        if self._journal is not None:
+            self._journal.append(("release", block))
 
     def register(self, block: int, block_hash: bytes, parent_hash: bytes, tokens: tuple[int, ...]) -> None:
         """Records that `block` now holds the prefix `block_hash`, whose last block is `tokens` after
@@ -97,6 +110,8 @@ class BlockManager:
             self._hash_of[block] = block_hash
             self._children.setdefault(parent_hash, {})[block] = tokens
             self._parent_of[block] = parent_hash
+            if self._journal is not None:
+                self._journal.append(("register", block))
 
     def longest_partial_match(self, parent_hash: bytes, tokens) -> tuple[int | None, int]:
         """(block, k): a full block after the prefix `parent_hash` whose first k tokens are the
@@ -111,3 +126,55 @@ class BlockManager:
             if length > best_length:
                 best, best_length = block, length
         return best, best_length
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Starts journaling changes (a new begin() drops an older journal)."""
+        self._journal = []
+
+    def commit(self) -> None:
+        self._journal = None
+
+    def rollback(self) -> None:
+        """Undoes every change since begin(), newest first, back to the state begin() saw, with two
+        exceptions that only cost cache hits: a cached block evicted meanwhile comes back free, its
+        prefix forgotten (a copy may have written into it since), and a cached block taken and
+        given back returns at the most recently used end of the LRU list."""
+        journal, self._journal = self._journal, None
+        for kind, block, *evicted in reversed(journal or ()):
+            if kind == "allocate":
+                self._refcount[block] = 0
+                if evicted[0]:
+                    self._free.append(block)
+                else:
+                    self._free.appendleft(block)  # where popleft() took it from
+            elif kind == "acquire":
+                self._refcount[block] -= 1
+                if self._refcount[block] == 0:
+                    self._unheld(block)
+            elif kind == "release":
+                if self._refcount[block] == 0:
+                    self._take_unheld(block)
+                self._refcount[block] += 1
+            else:  # register
+                del self._by_hash[self._hash_of.pop(block)]
+                del self._children[self._parent_of.pop(block)][block]
+                if block in self._cached:  # unheld and nameless now: free
+                    del self._cached[block]
+                    self._free.append(block)
+
+    def _unheld(self, block: int) -> None:
+        """A block whose last holder let go: cached while it names a prefix, else free."""
+        if block in self._hash_of:
+            self._cached[block] = None
+        else:
+            self._free.append(block)
+
+    def _take_unheld(self, block: int) -> None:
+        if block in self._cached:
+            del self._cached[block]
+        elif self._free and self._free[-1] == block:  # the usual case: release() appended it
+            self._free.pop()
+        else:  # it was cached, then evicted and forgotten by the rollback
+            self._free.remove(block)

@@ -8,17 +8,29 @@ request handles are safe to use from any thread.
 A sliding-window model (`attention_window=W`) is served in O(W) blocks per sequence: blocks wholly
 before a sequence's window go back to the pool after every step (engine/window.py), so a request
 far longer than the pool runs as long as one token's window fits it.
+
+A step is atomic with respect to any exception, KeyboardInterrupt included: its effects all land
+or none do (see step()).
 """
 
 import collections
+import functools
 import threading
 import time
 
 import numpy as np
 
+from gpt.claim import run_deferring_interrupts
 from gpt.engine.blocks import BlockManager
 from gpt.engine.metrics import EngineMetrics
-from gpt.engine.requests import Event, QueueFullError, RequestHandle, SamplingParams, TextTracker
+from gpt.engine.requests import (
+    Event,
+    QueueFullError,
+    RequestHandle,
+    SamplingParams,
+    TextTracker,
+    check_stop_strings,
+)
 from gpt.engine.scheduler import Scheduler, Sequence
 from gpt.engine.window import most_blocks_needed
 from gpt.sampling import check_sampling_args, sample
@@ -87,6 +99,9 @@ class Engine:
         self._stopping = False
         self._counters = collections.Counter()
         self._recent_tokens: collections.deque[tuple[float, int]] = collections.deque()
+        # Events of committed changes not yet applied to their handles, oldest first (_deliver).
+        self._outbox: collections.deque[tuple[RequestHandle, Event, np.ndarray | None]] = collections.deque()
+        self._ended: list | None = None  # undo of the requests ended in the open transaction (_end)
         self._thread = None
         if start:
             self._thread = threading.Thread(target=self._run, name="gpt-engine", daemon=True)
@@ -125,7 +140,8 @@ class Engine:
     ) -> RequestHandle:
         """Queues a request and returns its handle. `prompt`: token ids; sampling as
         `GPT.generate` takes it (the same seed gives the same tokens); `stop`: token ids that end
-        the request unreturned; `stop_strings`: texts that end it, cut from its text. `on_event`
+        the request unreturned; `stop_strings`: texts that end it, cut from its text (at most
+        MAX_STOP_STRINGS of at most MAX_STOP_STRING_LENGTH characters). `on_event`
         is called on the engine's thread with every Event (keep it short). Raises ValueError or
         TypeError naming a bad argument or a request that can never fit the pool (with an attention
         window, only one token's window must fit, however long the request), QueueFullError when
@@ -137,11 +153,7 @@ class Engine:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
         stop_ids = frozenset(self._check_ids(list(stop), "stop")) if stop else frozenset()
-        if isinstance(stop_strings, str):
-            stop_strings = [stop_strings]
-        stop_strings = tuple(stop_strings or ())
-        if any(not isinstance(s, str) or not s for s in stop_strings):
-            raise ValueError(f"stop strings must be non-empty strings, got {stop_strings!r}")
+        stop_strings = check_stop_strings(stop_strings)  # at most MAX_STOP_STRINGS of MAX_STOP_STRING_LENGTH
         if stop_strings and self._tokenizer is None:
             raise ValueError("stop strings need a tokenizer, and this model has none")
         total = len(prompt) + int(max_tokens)
@@ -177,6 +189,7 @@ class Engine:
             self._counters["prompt_tokens"] += len(prompt)
             if max_tokens == 0:
                 self._end(seq, "length")
+                self._deliver()
             else:
                 self._scheduler.waiting.append(seq)
             self._lock.notify_all()
@@ -240,19 +253,49 @@ class Engine:
     # -- the engine's side ----------------------------------------------------------------------
 
     def step(self) -> bool:
-        """Runs one step (for start=False); False when there was nothing to run."""
+        """Runs one step (for start=False); False when there was nothing to run.
+
+        A step is atomic with respect to any exception. Each change to the engine's state happens
+        in a transaction under the lock (_begin): scheduling, then, after the model's call outside
+        the lock, the step's results; an exception inside one rolls it back (_rollback), and one
+        between them leaves the first committed, which is a state the engine knows (work
+        scheduled, blocks reserved, nothing computed: the next step schedules it again). Sampling
+        and the text work run between them too, on this thread, and a rolled-back step puts their
+        RNG and text states back, so the step's tokens come again, the same, in the next one.
+        Events reach the handles only from the outbox, after a commit (_deliver).
+
+        A KeyboardInterrupt is raised between any two bytecodes, the rollback included, so on the
+        main thread a Ctrl-C is held back until the step is done (gpt.claim.
+        run_deferring_interrupts) and raised then: a Ctrl-C stops a stepping loop at a step's end.
+        """
         if self._thread is not None and threading.current_thread() is not self._thread:
             raise RuntimeError("this engine runs its own steps (start=True); step() is for start=False")
+        return run_deferring_interrupts(self._step)
+
+    def _step(self) -> bool:
         with self._lock:
-            self._apply_cancellations()
-            plan = self._scheduler.schedule()
+            self._deliver()  # what an interrupted delivery left
+            saved = self._begin()
+            try:
+                self._apply_cancellations()
+                plan = self._scheduler.schedule()
+                self._counters["prefix_hit_tokens"] += plan.prefix_hit_tokens
+                self._counters["admitted_tokens"] += plan.admitted_tokens
+            except BaseException:
+                self._rollback(saved)
+                raise
+            self._commit()
+            self._deliver()
             if not plan.work:
                 return False
-            self._counters["prefix_hit_tokens"] += plan.prefix_hit_tokens
-            self._counters["admitted_tokens"] += plan.admitted_tokens
-            # A decode runs the one token sampled last; everything else is prompt (or recompute).
-            decodes = sum(1 for seq, count in plan.work if count == 1 and seq.pending == 1 and seq.handle.tokens)
-            self._counters["prefill_tokens"] += sum(count for _, count in plan.work) - decodes
+            # Once a request runs, only this thread uses its RNG and text tracker (submit makes
+            # them and _end drops them, under the lock): the sampling and the stop-string search
+            # run outside the lock, holding up no submit, cancel or metrics.
+            rngs = [self._rngs[seq.handle] for seq, _ in plan.work]
+            trackers = [self._texts[seq.handle] for seq, _ in plan.work]
+        # A decode runs the one token sampled last; everything else is prompt (or recompute).
+        decodes = sum(1 for seq, count in plan.work if count == 1 and seq.pending == 1 and seq.generated)
+        prefill_tokens = sum(count for _, count in plan.work) - decodes
         ids = np.concatenate([seq.tokens[seq.computed : seq.computed + count] for seq, count in plan.work])
         counts = np.array([count for _, count in plan.work], np.int64)
         starts = np.array([seq.computed for seq, _ in plan.work], np.int64)
@@ -264,65 +307,160 @@ class Engine:
             logits = self._model.step_batch(self._pool, ids.astype(np.int64), counts, starts, tables)
         except Exception as error:  # a failed step fails its requests, not the engine
             with self._lock:
-                for seq, _ in plan.work:
-                    self._end(seq, "error", f"{type(error).__name__}: {error}")
+                saved = self._begin()
+                try:
+                    for seq, _ in plan.work:
+                        self._end(seq, "error", f"{type(error).__name__}: {error}")
+                except BaseException:
+                    self._rollback(saved)
+                    raise
+                self._commit()
+                self._deliver()
+                self._lock.notify_all()
             return True
-        with self._lock:
-            self._counters["steps"] += 1
-            sampled = 0
-            for row, (seq, count) in enumerate(plan.work):
-                self._scheduler.after_step(seq, count)
-                if seq.pending == 0:
-                    self._sample(seq, logits[row])
-                    sampled += 1
-            self._recent_tokens.append((time.monotonic(), sampled))
-            self._lock.notify_all()
+        undo = []  # how to put back the RNG and text states that _outcome changes
+        committed = False
+        try:
+            outcomes = [
+                self._outcome(seq, logits[row], rngs[row], trackers[row], undo)
+                for row, (seq, count) in enumerate(plan.work)
+                if seq.pending == count  # its last pending token ran: the next one is sampled
+            ]
+            with self._lock:
+                saved = self._begin()
+                try:
+                    self._counters["steps"] += 1
+                    self._counters["prefill_tokens"] += prefill_tokens
+                    for seq, count in plan.work:
+                        self._scheduler.after_step(seq, count)
+                    for outcome in outcomes:
+                        self._apply(*outcome)
+                    self._recent_tokens.append((time.monotonic(), len(outcomes)))
+                except BaseException:
+                    self._rollback(saved)
+                    raise
+                committed = True
+                self._commit()
+                self._deliver()
+                self._lock.notify_all()
+        except BaseException:
+            if not committed:  # the step's tokens come again in the next step: so must their draws
+                _undo(undo)
+            raise
         return True
 
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not (self._scheduler.waiting or self._scheduler.running or self._cancelled or self._stopping):
+                scheduler = self._scheduler
+                while not (scheduler.waiting or scheduler.running or self._cancelled or self._stopping or self._outbox):
                     self._lock.wait()
                 if self._stopping and not (self._scheduler.waiting or self._scheduler.running):
+                    self._deliver()
                     return
             try:
                 if not self.step():
                     with self._lock:  # nothing could run (e.g. only cancellations): wait for news
                         self._lock.wait(0.05)
-            except Exception as error:  # a bug in scheduling: fail the requests, never hang them
-                with self._lock:
-                    for seq in list(self._sequences.values()):
-                        self._end(seq, "error", f"engine step failed: {type(error).__name__}: {error}")
+            except BaseException as error:  # a bug, rolled back: fail the requests, never hang them
+                self._fail_all(f"engine step failed: {type(error).__name__}: {error}")
 
-    def _sample(self, seq: Sequence, logits: np.ndarray) -> None:
+    def _fail_all(self, message: str) -> None:
+        """Ends every request with an error, after a step failed on the engine's own thread: that
+        thread goes on serving new requests. Nothing here may end the thread: a listener's
+        BaseException leaves its event in the outbox, for the next step to deliver."""
+        try:
+            with self._lock:
+                for seq in list(self._sequences.values()):
+                    self._end(seq, "error", message)
+                self._deliver()
+                self._lock.notify_all()
+        except BaseException:  # see above
+            pass
+
+    def _outcome(self, seq: Sequence, logits: np.ndarray, rng, tracker: TextTracker, undo: list) -> tuple:
+        """The next token of `seq` and what it does to the request, computed without changing the
+        engine (only the RNG and the text tracker advance, with their old states added to `undo`):
+        (seq, token or None for a stop token, its text, the rest of the text when the request
+        ends, the finish reason or None, the logits to keep or None)."""
         handle, params = seq.handle, seq.handle.params
-        if handle.logits is not None:
-            handle.logits.append(np.array(logits, copy=True))
-        token = sample(logits, params.temperature, params.top_k, params.top_p, self._rngs[handle])
+        kept = np.array(logits, copy=True) if handle.logits is not None else None
+        if params.temperature > 0:  # greedy sampling does not touch the RNG
+            bit_generator = rng.bit_generator
+            undo.append(functools.partial(setattr, bit_generator, "state", bit_generator.state))
+        token = sample(logits, params.temperature, params.top_k, params.top_p, rng)
+        undo.append(functools.partial(tracker.restore, tracker.save()))
         if token in params.stop_ids:
-            self._end(seq, "stop")
+            return seq, None, "", tracker.flush(), "stop", kept
+        text, stopped = tracker.add(token)
+        reason = "stop" if stopped else "length" if seq.generated + 1 == params.max_tokens else None
+        return seq, token, text, tracker.flush() if reason else "", reason, kept
+
+    def _apply(self, seq: Sequence, token, text: str, rest: str, reason, logits) -> None:
+        """Commits an _outcome (in a transaction)."""
+        if token is None:
+            self._end(seq, reason, rest=rest, logits=logits)
             return
         seq.append(token)
-        handle.tokens.append(token)
         self._counters["generated_tokens"] += 1
-        text, stopped = self._texts[handle].add(token)
-        handle.text += text
-        handle._emit(Event(token, text))
-        if stopped:
-            self._end(seq, "stop")
-        elif len(handle.tokens) == params.max_tokens:
-            self._end(seq, "length")
+        self._outbox.append((seq.handle, Event(token, text), logits))
+        if reason is not None:
+            self._end(seq, reason, rest=rest)
 
-    def _end(self, seq: Sequence, reason: str, error: str | None = None) -> None:
+    def _end(self, seq: Sequence, reason: str, error: str | None = None, rest: str | None = None, logits=None) -> None:
+        """Ends a request: its blocks go back, its last event goes to the outbox. `rest`: the rest
+        of its text when the caller has it (else the tracker is flushed here)."""
         handle = seq.handle
+        tracker = self._texts[handle]
+        if self._ended is not None:  # in a transaction: how to bring the request back, saved first
+            self._ended.append((handle, seq, tracker, self._rngs[handle], tracker.save()))
         self._scheduler.finish(seq)
-        rest = self._texts[handle].flush() if reason != "error" else ""
-        handle.text += rest
         del self._sequences[handle], self._texts[handle], self._rngs[handle]
+        if rest is None:
+            rest = tracker.flush() if reason != "error" else ""
         self._cancelled.discard(handle)
         self._counters["cancelled" if reason == "cancelled" else "finished"] += 1
-        handle._emit(Event(None, rest, reason, error))
+        self._outbox.append((handle, Event(None, rest, reason, error), logits))
+
+    # -- transactions: each change of state in a step is one -------------------------------------
+
+    def _begin(self) -> tuple:
+        """Opens a transaction (the lock is held until it commits or rolls back): the scheduler
+        and the block manager journal their changes, _end journals the requests it ends, and
+        what is left is saved here. Its cost is O(running sequences), not O(pool)."""
+        self._scheduler.begin()
+        self._ended = []
+        return self._counters.copy(), set(self._cancelled), len(self._recent_tokens), len(self._outbox)
+
+    def _commit(self) -> None:
+        # Nothing to write: a skipped commit only leaves journals that the next _begin drops.
+        self._ended = None
+        self._scheduler.commit()
+
+    def _rollback(self, saved: tuple) -> None:
+        counters, cancelled, recent_tokens, outbox = saved
+        for handle, seq, tracker, rng, state in reversed(self._ended or ()):
+            self._sequences[handle], self._texts[handle], self._rngs[handle] = seq, tracker, rng
+            tracker.restore(state)
+        self._ended = None
+        self._scheduler.rollback()
+        self._counters.clear()
+        self._counters.update(counters)
+        self._cancelled.clear()
+        self._cancelled.update(cancelled)
+        while len(self._recent_tokens) > recent_tokens:
+            self._recent_tokens.pop()
+        while len(self._outbox) > outbox:
+            self._outbox.pop()
+
+    def _deliver(self) -> None:
+        """Applies the outbox's events to their handles, in order (lock held). An event leaves the
+        outbox only once delivered, so one that an exception interrupted comes again next time
+        (RequestHandle._emit skips it if it was applied)."""
+        while self._outbox:
+            handle, event, logits = self._outbox[0]
+            handle._emit(event, logits)
+            self._outbox.popleft()
 
     def _apply_cancellations(self) -> None:
         for handle in list(self._cancelled):
@@ -342,3 +480,8 @@ class Engine:
         if bad.any():
             raise ValueError(f"{name} token id {int(array[bad][0])} is out of range [0, vocab_size={vocab})")
         return [int(t) for t in array]
+
+
+def _undo(undo: list) -> None:
+    for restore in reversed(undo):
+        restore()

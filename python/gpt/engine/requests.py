@@ -12,6 +12,40 @@ from gpt.detokenizer import IncrementalDetokenizer
 
 _request_ids = itertools.count(1)
 
+# Bounds on a request's stop strings. Each new token is searched for every stop string over its
+# new text plus the longest stop string's length of held text, so these two numbers bound the
+# work per token (16 x 256 characters: microseconds); the server refuses more at its API.
+MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_LENGTH = 256
+
+
+def check_stop_strings(stop_strings) -> tuple[str, ...]:
+    """The stop strings of a request as a tuple, or ValueError / TypeError naming what is wrong.
+    An oversized collection is refused after reading MAX_STOP_STRINGS + 1 of its items, so a
+    million of them cost no more to refuse than seventeen."""
+    if stop_strings is None:
+        return ()
+    if isinstance(stop_strings, str):
+        stop_strings = (stop_strings,)
+    try:
+        strings = tuple(itertools.islice(stop_strings, MAX_STOP_STRINGS + 1))
+    except TypeError:
+        raise TypeError(
+            f"stop strings must be a string or a sequence of strings, got {type(stop_strings).__name__}"
+        ) from None
+    if len(strings) > MAX_STOP_STRINGS:
+        count = f"{len(stop_strings)}" if hasattr(stop_strings, "__len__") else "more"
+        raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are allowed (MAX_STOP_STRINGS), got {count}")
+    for s in strings:
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"stop strings must be non-empty strings, got {s!r:.80}")
+        if len(s) > MAX_STOP_STRING_LENGTH:
+            raise ValueError(
+                f"stop strings must be at most {MAX_STOP_STRING_LENGTH} characters (MAX_STOP_STRING_LENGTH), "
+                f"got one of {len(s)}"
+            )
+    return strings
+
 
 class QueueFullError(RuntimeError):
     """The engine's waiting queue is at its limit; try again later."""
@@ -58,6 +92,7 @@ class RequestHandle:
         self._on_event: Callable[[Event], None] | None = on_event
         self._done = threading.Event()
         self._cancel = cancel
+        self._last_event: Event | None = None  # see _emit
 
     def cancel(self) -> None:
         self._cancel(self)
@@ -93,31 +128,56 @@ class RequestHandle:
             if event.finish_reason is not None:
                 return
 
-    def _emit(self, event: Event) -> None:
+    def _emit(self, event: Event, logits: np.ndarray | None = None) -> None:
+        """Applies an event to the handle (tokens, text, logits, end) and hands it to the listeners.
+        The engine delivers each event from its outbox and drops it only after this returns, so an
+        event may come again after an interrupted delivery: the one applied last is then skipped.
+        Only the engine's delivery calls this, one event at a time, under the engine's lock."""
+        if event is self._last_event:
+            return
+        if event.token is not None:
+            self.tokens.append(event.token)
+        if logits is not None and self.logits is not None:
+            self.logits.append(logits)
+        self.text += event.text
         if event.finish_reason is not None:
             self.finish_reason, self.error = event.finish_reason, event.error
-        self._events.put(event)
-        if self._on_event is not None:
-            try:
-                self._on_event(event)
-            except Exception:  # a listener's failure (e.g. its event loop is gone) must not stop the engine
-                self._on_event = None
-        if event.finish_reason is not None:
-            self._done.set()
+        self._last_event = event
+        try:
+            self._events.put(event)
+            if self._on_event is not None:
+                try:
+                    self._on_event(event)
+                except Exception:  # a listener's failure (e.g. its event loop is gone) must not stop the engine
+                    self._on_event = None
+        finally:  # even when a listener raises a BaseException: result() must not wait forever
+            if event.finish_reason is not None:
+                self._done.set()
 
 
 class TextTracker:
     """The generated text of one request: finds stop strings and hands out only text that can no
     longer change (no open multi-byte character, no possible start of a stop string). Tokens are
-    decoded incrementally (gpt.detokenizer), so a token costs the same at any length."""
+    decoded incrementally (gpt.detokenizer), and a stop string is searched for only in the text
+    not handed out yet (at most the longest stop string's length - 1 characters) plus the new
+    piece: one that ended inside the text handed out would have been found when that text came. So
+    a token costs the same at any length of text.
+
+    The engine runs it outside its lock, on the stepping thread; `save()` and `restore()` undo the
+    tokens of a step that is rolled back."""
 
     def __init__(self, tokenizer, stop_strings: tuple[str, ...]):
         self._detokenizer = IncrementalDetokenizer(tokenizer) if tokenizer is not None else None
         self._stop = stop_strings
         self._hold = max((len(s) for s in stop_strings), default=1) - 1
-        self._emitted = 0
+        self._handed_out: list[str] = []
+        self._held = ""  # text not handed out yet: at most _hold characters, unless stopped
         self._stopped = False
-        self.text = ""
+
+    @property
+    def text(self) -> str:
+        """The text so far (cut at a stop string once one has appeared)."""
+        return "".join(self._handed_out) + self._held
 
     def add(self, token: int) -> tuple[str, bool]:
         """After a new token: (the text to hand out now, whether a stop string has appeared)."""
@@ -128,23 +188,33 @@ class TextTracker:
     def _extend(self, piece: str) -> tuple[str, bool]:
         if self._stopped:  # the text ended at a stop string: what follows it is not part of it
             return "", True
-        search_from = max(0, self._emitted - self._hold)
-        self.text += piece
-        found = [i for i in (self.text.find(s, search_from) for s in self._stop) if i >= 0]
+        window = self._held + piece
+        found = [i for i in (window.find(s) for s in self._stop) if i >= 0]
         if found:
-            self.text = self.text[: min(found)]
-            self._stopped = True
-            return self._take(len(self.text)), True
-        return self._take(len(self.text) - self._hold), False
+            self._held, self._stopped = window[: min(found)], True
+            return self._take(len(self._held)), True
+        self._held = window
+        return self._take(len(window) - self._hold), False
 
     def flush(self) -> str:
         """The rest of the text, at the end of the request (a stop string is still cut from it)."""
         if self._detokenizer is not None:
             self._extend(self._detokenizer.flush())
-        return self._take(len(self.text))
+        return self._take(len(self._held))
+
+    def save(self) -> tuple:
+        detokenizer = self._detokenizer.save() if self._detokenizer is not None else None
+        return detokenizer, len(self._handed_out), self._held, self._stopped
+
+    def restore(self, state: tuple) -> None:
+        detokenizer, handed_out, self._held, self._stopped = state
+        if detokenizer is not None:
+            self._detokenizer.restore(detokenizer)
+        del self._handed_out[handed_out:]
 
     def _take(self, end: int) -> str:
-        if end <= self._emitted:
+        if end <= 0:
             return ""
-        piece, self._emitted = self.text[self._emitted : end], end
+        piece, self._held = self._held[:end], self._held[end:]
+        self._handed_out.append(piece)
         return piece

@@ -13,6 +13,9 @@ every step the blocks wholly before the next token's window go back to the pool 
 windowed sequence holds O(W) blocks however long it runs. What "fits the pool on its own" means
 changes with it: the blocks of one token's window, and a prompt chunk is cut so that its window and
 its new positions fit the pool.
+
+Between `begin()` and `commit()` the scheduler can `rollback()` to where it was: the engine runs
+its steps as transactions (see Engine._begin).
 """
 
 import collections
@@ -43,6 +46,27 @@ class Sequence:
     def pending(self) -> int:
         """Tokens to run before the next token can be sampled."""
         return len(self.tokens) - self.computed
+
+    @property
+    def generated(self) -> int:
+        """Tokens sampled so far (the engine's own count; the handle's follows as events arrive)."""
+        return len(self.tokens) - len(self.handle.prompt)
+
+    def save(self) -> tuple:
+        """A state to `restore` (tokens and hashes only grow, so their lengths suffice)."""
+        return (
+            len(self.tokens),
+            len(self.hashes),
+            self.computed,
+            list(self.table),
+            self.dropped,
+            self.registered,
+            self.admitted_at,
+        )
+
+    def restore(self, state: tuple) -> None:
+        tokens, hashes, self.computed, self.table, self.dropped, self.registered, self.admitted_at = state
+        del self.tokens[tokens:], self.hashes[hashes:]
 
     def append(self, token: int) -> None:
         self.tokens.append(token)
@@ -85,6 +109,51 @@ class Scheduler:
         self._admissions = 0
         self.preemptions = 0
         self.blocks_copied = 0  # copy-on-write copies of shared blocks
+        self._saved: tuple | None = None  # what begin() saw
+        self._touched: list[tuple[Sequence, tuple]] = []  # waiting sequences _admit changed, as they were
+        self._copied_into: list[int] = []  # blocks pool.copy_block wrote since begin()
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Saves the queues and the running sequences (a waiting one is saved when admission first
+        touches it), and starts the block manager's journal."""
+        self._saved = (
+            list(self.waiting),
+            list(self.running),
+            [(seq, seq.save()) for seq in self.running],
+            self._admissions,
+            self.preemptions,
+            self.blocks_copied,
+        )
+        self._touched = []
+        self._copied_into = []
+        self.blocks.begin()
+
+    def commit(self) -> None:
+        self._saved = None
+        self._touched = []
+        self.blocks.commit()
+
+    def rollback(self) -> None:
+        """Back to the state begin() saw. One thing cannot be undone: a copy-on-write copy may have
+        written into a block that a sequence had given back and now holds again. Such a sequence
+        is preempted (it recomputes its positions), as if the pool had needed its blocks."""
+        waiting, running, states, self._admissions, self.preemptions, self.blocks_copied = self._saved
+        self._saved = None
+        self.blocks.rollback()
+        for seq, state in reversed(states + self._touched):  # the earliest state of a sequence wins
+            seq.restore(state)
+        self._touched = []
+        self.waiting.clear()
+        self.waiting.extend(waiting)
+        self.running[:] = running
+        written = set(self._copied_into)
+        for seq in [s for s in running if written.intersection(s.table[s.dropped :])]:
+            self.running.remove(seq)
+            self.release(seq)
+            self.waiting.appendleft(seq)
+            self.preemptions += 1
 
     def schedule(self) -> Plan:
         plan = Plan([], [])
@@ -174,6 +243,7 @@ class Scheduler:
         if first < len(seq.table) and self.blocks.refcount(seq.table[first]) > 1:
             shared = seq.table[first]
             copy = self.blocks.allocate()
+            self._copied_into.append(copy)
             self.pool.copy_block(shared, copy)
             self.blocks_copied += 1
             self.blocks.release(shared)
@@ -210,6 +280,8 @@ class Scheduler:
         for seq in list(self.waiting):
             if budget == 0 or len(self.running) >= self.max_running:
                 return
+            if self._saved is not None:
+                self._touched.append((seq, seq.save()))
             hits = self._match_prefix(seq)
             matched = len(hits)
             if matched < len(seq.hashes) and seq.hashes[matched] in being_computed:
@@ -239,6 +311,7 @@ class Scheduler:
                 self.release(seq)
                 return
             if source is not None:
+                self._copied_into.append(seq.table[matched])
                 self.pool.copy_block(source, seq.table[matched])
                 self.blocks_copied += 1
                 self.blocks.release(source)

@@ -1,0 +1,481 @@
+"""`python -m gpt serve` against clients that try to stall or break it (issue 29's reproducers and
+variants): oversized bodies (413 without being read), a maximal prompt while /health is polled,
+half-open, slow and idle connections (closed within their timeouts, the oldest idle one closed past
+max_connections), and malformed bodies (NaN, Infinity, surrogates, strings for numbers, unknown
+model, unbounded `stop`), each answered in the documented error shape on a connection that goes on
+serving."""
+
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+
+import httpx
+import pytest
+
+import gpt
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+MiB = 2**20
+DEFAULT_MAX_BODY = 2 * MiB  # gpt.server.ServerLimits' default, which the `default` server keeps
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, port: int, process: subprocess.Popen, log):
+        self.port, self.process, self.log = port, process, log
+        self.url = f"http://127.0.0.1:{port}"
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.process.pid}/status") as f:
+            return int(f.read().split("VmRSS:")[1].split()[0]) / 1024
+
+    def connect(self, timeout: float = 30) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def socket(self, timeout: float = 30) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+
+
+@contextlib.contextmanager
+def serve(*flags):
+    """A `gpt serve` process (the embedded model) on a free port, its output in a file (a pipe
+    nobody reads would fill up and stop it)."""
+    port = free_port()
+    # Until the model has its compiled paged step, the numpy one stands in (same command line).
+    entry = ["-m", "gpt"] if hasattr(gpt.GPT, "step_batch") else [os.path.join(HERE, "serve_reference.py")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PACKAGE_ROOT, HERE]))
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, *entry, "serve", "--port", str(port), *flags], env=env, stdout=log, stderr=log
+        )
+        server = Server(port, process, log)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if process.poll() is not None:
+                    log.seek(0)
+                    raise AssertionError(f"server exited: {log.read()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(server.url + "/health", timeout=1).status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "server did not come up in 120 s"
+                time.sleep(0.2)
+            yield server
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def default():
+    with serve() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tight():
+    """Short timeouts, and a body limit that lets the issue's 30 MB prompt in."""
+    flags = ["--max_body_bytes", str(32 * MiB), "--timeout_headers", "1", "--timeout_body", "5"]
+    with serve(*flags, "--timeout_keep_alive", "1") as server:
+        yield server
+
+
+def assert_error(response_body: bytes, status: int, param: str | None, code=None):
+    """The documented shape: {"error": {"message", "type", "param", "code"}}, naming `param`."""
+    error = json.loads(response_body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert error["type"] == ("invalid_request_error" if status < 500 else "server_error")
+    assert error["code"] == (status if code is None else code)
+    assert error["param"] == param, error
+    assert error["message"] and (param is None or param in error["message"]), error
+    return error
+
+
+def read_until_closed(sock: socket.socket, limit: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and when that was."""
+    start, data = time.monotonic(), b""
+    sock.settimeout(limit)
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data, time.monotonic() - start
+
+
+def status_of(raw: bytes) -> int:
+    assert raw.startswith(b"HTTP/1.1 "), f"no HTTP response, got {raw[:80]!r}"
+    return int(raw.split(b" ", 2)[1])
+
+
+def body_of(raw: bytes) -> bytes:
+    return raw.split(b"\r\n\r\n", 1)[1]
+
+
+# -- the body: its size and its time -------------------------------------------------------------
+
+
+def test_a_body_over_the_limit_is_refused_by_its_content_length_before_it_is_sent(default):
+    with default.socket() as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: %d\r\n\r\n{"prompt": "' % (100 * MiB)
+        )
+        raw, _ = read_until_closed(sock, 10)  # answered and closed with 99.99 MiB never sent
+    assert status_of(raw) == 413 and b"connection: close" in raw.lower()
+    error = assert_error(body_of(raw), 413, None)
+    assert f"max_body_bytes={DEFAULT_MAX_BODY}" in error["message"] and str(100 * MiB) in error["message"]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_100_mib_prompt_is_refused_without_being_buffered(default, chunked):
+    """The reproducer: a 100 MiB prompt once took the server from 221 MB to 2.9 GB for 22 s."""
+    head, tail = b'{"prompt": "', b'"}'
+
+    def body():
+        yield head
+        for _ in range(100):
+            yield b"a" * MiB
+        yield tail
+
+    content = body() if chunked else head + b"a" * (100 * MiB) + tail
+    before, start = default.rss_mib(), time.monotonic()
+    response = httpx.post(default.url + "/v1/completions", content=content, timeout=60)
+    elapsed = time.monotonic() - start
+    assert response.status_code == 413
+    assert_error(response.content, 413, None)
+    assert default.rss_mib() - before < 100, "the server buffered the body"
+    assert elapsed < 10, f"refusing took {elapsed:.1f} s"
+    assert httpx.get(default.url + "/health", timeout=10).status_code == 200
+
+
+def test_a_body_at_the_limit_is_read(default):
+    """The limit is inclusive: a body of exactly max_body_bytes is parsed (and its prompt, far
+    longer than the model's block_size, refused by the engine with 400, not 413)."""
+    body = b'{"prompt": [' + b"1," * ((DEFAULT_MAX_BODY - 15) // 2) + b"1]}"
+    body += b" " * (DEFAULT_MAX_BODY - len(body))
+    assert len(body) == DEFAULT_MAX_BODY
+    response = httpx.post(default.url + "/v1/completions", content=body, timeout=60)
+    assert response.status_code == 400
+    assert "block_size" in assert_error(response.content, 400, "prompt")["message"]
+    over = httpx.post(default.url + "/v1/completions", content=body + b" ", timeout=60)
+    assert over.status_code == 413
+
+
+def test_a_slow_body_gets_408(tight):
+    with tight.socket() as sock:
+        sock.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"prompt"')
+        raw, elapsed = read_until_closed(sock, 30)
+    assert status_of(raw) == 408 and elapsed < 10
+    assert "timeout_body=5" in assert_error(body_of(raw), 408, None)["message"]
+
+
+# -- the event loop stays free ---------------------------------------------------------------------
+
+
+def health_latencies_during(server: Server, body: bytes) -> tuple[list[float], httpx.Response]:
+    """GET /health back to back on one connection while `body` is posted and processed."""
+    result = {}
+
+    def post():
+        result["response"] = httpx.post(server.url + "/v1/completions", content=body, timeout=120)
+
+    latencies = []
+    poster = threading.Thread(target=post)
+    connection = server.connect()
+    try:
+        poster.start()
+        while poster.is_alive():
+            start = time.monotonic()
+            connection.request("GET", "/health")
+            assert connection.getresponse().read() == b'{"status":"ok"}'
+            latencies.append(time.monotonic() - start)
+    finally:
+        poster.join()
+        connection.close()
+    # The figure docs/SERVING.md quotes (pytest -s -k health).
+    longest = max(latencies, default=0) * 1000
+    print(f"\n/health during a {len(body) / MiB:.1f} MiB request: {len(latencies)} answers, longest {longest:.0f} ms")
+    return latencies, result["response"]
+
+
+@pytest.mark.parametrize("kind", ["text", "token ids"])
+def test_health_answers_while_a_maximal_prompt_is_processed(default, kind):
+    """A prompt that fills the default body limit is parsed, validated, tokenized and checked by
+    the engine in worker threads. (The issue's bound is 100 ms; this asserts 1 s, a stall's order
+    of magnitude, so that a loaded machine does not fail it.)"""
+    if kind == "text":
+        body = json.dumps({"prompt": "a" * (DEFAULT_MAX_BODY - 40)}).encode()
+    else:
+        body = json.dumps({"prompt": [7] * ((DEFAULT_MAX_BODY - 20) // 2)}, separators=(",", ":")).encode()
+    assert DEFAULT_MAX_BODY - 64 < len(body) <= DEFAULT_MAX_BODY
+    latencies, response = health_latencies_during(default, body)
+    assert response.status_code == 400 and "block_size" in response.json()["error"]["message"]
+    assert len(latencies) >= 3, "the request ended before /health could be asked during it"
+    assert max(latencies) < 1.0, f"/health took {max(latencies) * 1000:.0f} ms"
+
+
+def test_health_answers_while_a_30_mb_prompt_is_tokenized(tight):
+    """The reproducer: while a 30 MB prompt was tokenized on the event loop, /health took 6.1 s.
+    (With --max_body_bytes raised to let it in: single calls over all 30 MB, the byte tokenizer's
+    included, hold the GIL about 0.2 s each, hence 2 s here.)"""
+    body = json.dumps({"prompt": "once upon a time " * (30_000_000 // 17)}).encode()
+    latencies, response = health_latencies_during(tight, body)
+    assert response.status_code == 400 and "block_size" in response.json()["error"]["message"]
+    assert len(latencies) >= 3
+    assert max(latencies) < 2.0, f"/health took {max(latencies) * 1000:.0f} ms"
+
+
+# -- connections: the head's deadline, idle ones, too many ----------------------------------------
+
+
+def test_a_connection_that_sends_nothing_is_closed(tight):
+    with tight.socket() as sock:
+        raw, elapsed = read_until_closed(sock, 30)
+    assert raw == b"" and elapsed < 10  # nothing was asked, so nothing is answered
+
+
+def test_a_slow_request_head_gets_408_and_is_closed(tight):
+    """Slowloris: a byte of the head every 0.1 s, each before uvicorn's keep-alive timer would fire."""
+    with tight.socket() as sock:
+        start = time.monotonic()
+        for byte in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+            sock.sendall(bytes([byte]))
+            if select.select([sock], [], [], 0.1)[0]:
+                break  # answered: stop sending to a closed connection
+        raw, _ = read_until_closed(sock, 30)
+        elapsed = time.monotonic() - start
+    assert status_of(raw) == 408 and elapsed < 10
+    assert "timeout_headers=1" in assert_error(body_of(raw), 408, None)["message"]
+
+
+def test_half_open_connections_are_all_closed_and_others_are_served(tight):
+    """The reproducer: 1,200 half-open connections stayed open past 30 s."""
+    sockets = [tight.socket() for _ in range(200)]
+    try:
+        for sock in sockets:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        assert httpx.get(tight.url + "/health", timeout=10).status_code == 200
+        for sock in sockets:
+            raw, elapsed = read_until_closed(sock, 30)
+            assert status_of(raw) == 408 and elapsed < 10
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_an_idle_keep_alive_connection_is_closed(tight):
+    connection = tight.connect()
+    connection.request("GET", "/health")
+    assert connection.getresponse().read() == b'{"status":"ok"}'
+    raw, elapsed = read_until_closed(connection.sock, 30)
+    assert raw == b"" and elapsed < 10
+    connection.close()
+
+
+def test_a_request_head_over_64_kib_gets_431(default):
+    with default.socket() as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (100 * 1024) + b"\r\n\r\n")
+        raw, _ = read_until_closed(sock, 30)
+    assert status_of(raw) == 431
+    assert_error(body_of(raw), 431, None)
+    assert httpx.get(default.url + "/health", timeout=10).status_code == 200
+
+
+def test_past_max_connections_the_oldest_idle_one_makes_room_else_503():
+    with serve("--max_connections", "4", "--timeout_headers", "60", "--timeout_body", "60") as server:
+        idle = [server.socket() for _ in range(10)]
+        for sock in idle:
+            sock.sendall(b"GET /health HTTP/1.1\r\n")  # half a head each
+        # Six were closed to let the last four in; those four are the open ones.
+        closed = [read_until_closed(sock, 10)[0] == b"" for sock in idle[:6]]
+        assert all(closed)
+        for sock in idle[6:]:
+            sock.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
+        # A client is served: the longest waiting of the four makes room for it.
+        assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+        for sock in idle:
+            sock.close()
+        # Four requests in flight (their heads in, their bodies coming): nobody idle to close, so
+        # a fifth connection gets 503.
+        busy = [server.socket() for _ in range(4)]
+        for sock in busy:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        time.sleep(0.5)  # the server has read the heads
+        with server.socket() as sock:
+            raw, _ = read_until_closed(sock, 10)
+        assert status_of(raw) == 503
+        assert "max_connections=4" in assert_error(body_of(raw), 503, None)["message"]
+        for sock in busy:
+            sock.close()
+        # Those gone, the server serves again.
+        deadline = time.monotonic() + 20
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(server.url + "/health", timeout=10).status_code == 200:
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+# -- malformed bodies: 4xx in the documented shape, and the connection goes on ---------------------
+
+SURROGATE = b'{"prompt": "\\ud800", "max_tokens": 1}'
+MALFORMED = [
+    # (body, status, param), the body as sent
+    (b'{"prompt": "hi", "temperature": NaN}', 422, "temperature"),
+    (b'{"prompt": "hi", "temperature": Infinity}', 422, "temperature"),
+    (b'{"prompt": "hi", "temperature": 1e400}', 422, "temperature"),
+    (b'{"prompt": "hi", "top_p": -Infinity}', 422, "top_p"),
+    (b'{"prompt": "hi", "top_p": NaN}', 422, "top_p"),
+    (b'{"prompt": NaN}', 422, "prompt"),
+    (b'{"prompt": [1, NaN]}', 422, "prompt"),
+    (b'{"prompt": Infinity, "max_tokens": 1}', 422, "prompt"),
+    (SURROGATE, 400, None),
+    (b'{"prompt": "\\udc00"}', 400, None),
+    (b'{"prompt": "a\\ud800\\u0041"}', 400, None),
+    (b'{"prompt": "hi", "stop": "\\ud83d"}', 400, None),
+    (b'{"prompt": "\xed\xa0\x80"}', 400, None),  # a surrogate in UTF-8 bytes
+    (b'{"prompt": "\xff"}', 400, None),
+    (b'{"prompt": "hi", "max_tokens": "3"}', 422, "max_tokens"),
+    (b'{"prompt": "hi", "max_tokens": 3.0}', 422, "max_tokens"),
+    (b'{"prompt": "hi", "max_tokens": true}', 422, "max_tokens"),
+    (b'{"prompt": "hi", "stream": "yes"}', 422, "stream"),
+    (b'{"prompt": "hi", "stream": 1}', 422, "stream"),
+    (b'{"prompt": "hi", "temperature": "0.5"}', 422, "temperature"),
+    (b'{"prompt": "hi", "seed": "1"}', 422, "seed"),
+    (b'{"prompt": "hi", "top_k": 2.5}', 422, "top_k"),
+    (b'{"prompt": "hi", "n": 2}', 422, "n"),
+    (b'{"prompt": [1, true]}', 422, "prompt"),
+    (b'{"prompt": []}', 422, "prompt"),
+    (b'{"prompt": [[1]]}', 422, "prompt"),
+    (b'{"prompt": {}}', 422, "prompt"),
+    (b'{"prompt": [18446744073709551616]}', 422, "prompt"),
+    (b'{"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}', 422, "stop"),
+    (b'{"prompt": "hi", "stop": ["' + b"x" * 257 + b'"]}', 422, "stop"),
+    (b'{"prompt": "hi", "stop": ""}', 422, "stop"),
+    (b'{"prompt": "hi", "stop": [1]}', 422, "stop"),
+    (b'{"prompt": "hi", "stop": [' + b'"s",' * 100_000 + b'"s"]}', 422, "stop"),
+    (b'{"prompt": "hi", "model": "' + b"m" * 300 + b'"}', 422, "model"),
+    (b'{"prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", 400, None),
+    (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, None),
+    (b'{"prompt": "hi"', 400, None),
+    (b'{"prompt": "hi"} trailing', 400, None),
+    (b"", 400, None),
+    (b"[]", 422, None),
+    (b'"prompt"', 422, None),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param"), MALFORMED, ids=[f"{i}" for i in range(len(MALFORMED))])
+def test_malformed_bodies_get_4xx_in_the_documented_shape_on_a_live_connection(default, body, status, param):
+    connection = default.connect()
+    try:
+        connection.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == status, response.read()
+        assert_error(response.read(), status, param)
+        sock = connection.sock
+        assert sock is not None, "the server closed the connection"
+        connection.request("GET", "/health")  # on the same connection (http.client would reconnect)
+        assert connection.getresponse().read() == b'{"status":"ok"}' and connection.sock is sock
+    finally:
+        connection.close()
+
+
+def test_an_unknown_model_is_404_model_not_found(default):
+    response = httpx.post(default.url + "/v1/completions", json=dict(prompt="hi", model="gpt-4"), timeout=30)
+    assert response.status_code == 404
+    error = assert_error(response.content, 404, "model", code="model_not_found")
+    assert "gpt-4" in error["message"] and "byte-gpt" in error["message"]
+    # The model /v1/models lists, or none at all, is served.
+    for extra in ({"model": "byte-gpt"}, {}):
+        ok = httpx.post(default.url + "/v1/completions", json=dict(prompt="hi", max_tokens=2) | extra, timeout=30)
+        assert ok.status_code == 200 and len(ok.json()["choices"][0]["token_ids"]) == 2
+
+
+def test_huge_numbers_are_refused_or_served_never_500(default):
+    """Integers past int64 where the schema takes any integer >= 0: the engine refuses or serves."""
+    cases = [(dict(max_tokens=10**30), 400), (dict(seed=2**200, max_tokens=2), 200), (dict(top_k=10**30), 200)]
+    for extra, status in cases:
+        response = httpx.post(default.url + "/v1/completions", json=dict(prompt="hi", max_tokens=2) | extra, timeout=30)
+        assert response.status_code == status, (extra, response.text)
+
+
+def test_unknown_routes_and_methods_use_the_documented_shape(default):
+    missing = httpx.get(default.url + "/v2/nothing", timeout=10)
+    assert missing.status_code == 404 and assert_error(missing.content, 404, None)
+    wrong = httpx.get(default.url + "/v1/completions", timeout=10)
+    assert wrong.status_code == 405 and assert_error(wrong.content, 405, None)
+
+
+# -- an error inside the server: 500 in the documented shape, the connection kept ---------------------
+
+
+class FailingEngine:
+    """An engine whose every submit fails as a bug would."""
+
+    tokenizer = gpt.ByteTokenizer()
+
+    def submit(self, *args, **kwargs):
+        raise RuntimeError("a bug")
+
+    def shutdown(self, drain=True):
+        pass
+
+    def metrics(self):
+        return types.SimpleNamespace(requests_finished=0, requests_cancelled=0)
+
+
+def test_an_exception_in_the_server_is_a_500_in_the_documented_shape_on_a_live_connection():
+    import uvicorn
+
+    from gpt.server import ServerLimits, create_app, guarded_protocol
+
+    limits = ServerLimits()
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(FailingEngine(), "failing", limits=limits),
+        port=port,
+        http=guarded_protocol(limits),
+        log_level="critical",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the in-process server did not start"
+            time.sleep(0.05)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        for _ in range(2):  # the second on the same connection
+            connection.request("POST", "/v1/completions", body=b'{"prompt": "hi"}')
+            response = connection.getresponse()
+            assert response.status == 500
+            error = assert_error(response.read(), 500, None)
+            assert "RuntimeError" in error["message"]
+            sock = connection.sock
+            connection.request("GET", "/health")
+            assert connection.getresponse().read() == b'{"status":"ok"}' and connection.sock is sock
+        connection.close()
+    finally:
+        server.should_exit = True
+        thread.join(30)
