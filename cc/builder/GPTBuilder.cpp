@@ -28,9 +28,22 @@ std::string GPTConfig::validate() const {
     return "n_layer, n_head, n_embd, vocab_size and block_size must all be positive";
   if (nEmbd % nHead != 0)
     return "n_embd (" + std::to_string(nEmbd) + ") must be divisible by n_head (" + std::to_string(nHead) + ")";
+  if (nKvHead < 0 || nHead % kvHeads() != 0)
+    return "n_kv_head (" + std::to_string(nKvHead) + ") must divide n_head (" + std::to_string(nHead) + ")";
+  if (nFf < 0) return "n_ff must be positive (or 0 for 4 n_embd), got " + std::to_string(nFf);
   if (rope && (nEmbd / nHead) % 2 != 0)
     return "rope needs an even head size, got n_embd / n_head = " + std::to_string(nEmbd / nHead);
   if (!(layerNormEps > 0.0f) || !std::isfinite(layerNormEps)) return "layer_norm_eps must be a positive finite number";
+  if (!(ropeBase > 1.0f) || !std::isfinite(ropeBase)) return "rope_base must be a finite number > 1";
+  if (ropeScaling.factor != 0.0f &&
+      (!(ropeScaling.factor > 0.0f) || !std::isfinite(ropeScaling.factor) || !(ropeScaling.lowFreqFactor > 0.0f) ||
+       !(ropeScaling.highFreqFactor > ropeScaling.lowFreqFactor) || !std::isfinite(ropeScaling.highFreqFactor) ||
+       ropeScaling.originalMaxPositions <= 0))
+    return "rope_scaling needs factor, low_freq_factor > 0, high_freq_factor > low_freq_factor and "
+           "original_max_position_embeddings > 0";
+  if (names == ParameterNames::Gpt2 && (norm != NormKind::Layer || mlp != MlpKind::Gelu))
+    return "GPT-2's parameter names are for LayerNorm and the GELU MLP";
+  if (norm == NormKind::Rms && bias) return "RMSNorm has no bias: a model with biases on every layer uses LayerNorm";
   if (attentionWindow < 0)
     return "attention_window must be >= 1 (or 0 for none), got " + std::to_string(attentionWindow);
   if (!attentionMask.empty()) {
@@ -59,14 +72,14 @@ struct MatmulWeight {
   Value weight, scales;
 };
 
-/// One layer's weights, in layerParameters() order, looked up by what they are.
+/// One layer's weights by what they are; null for the ones the architecture does not have.
 struct LayerWeights {
-  SmallVector<Value> values;
-  SmallVector<Value> scales; ///< per weight, null unless block-quantized
-  Value operator[](LayerWeight weight) const { return values[static_cast<size_t>(weight)]; }
-  MatmulWeight matmul(LayerWeight weight) const {
-    return {values[static_cast<size_t>(weight)], scales[static_cast<size_t>(weight)]};
+  std::map<LayerWeight, MatmulWeight> weights;
+  Value operator[](LayerWeight weight) const {
+    auto it = weights.find(weight);
+    return it == weights.end() ? Value() : it->second.weight;
   }
+  MatmulWeight matmul(LayerWeight weight) const { return weights.at(weight); }
 };
 
 /// Emits transformer ops with unranked results; shape inference gives them their types.
@@ -83,14 +96,33 @@ public:
       return b.create<PackedMatmulOp>(loc, unranked(), x, w.weight, w.scales);
     return b.create<MatmulOp>(loc, unranked(), x, w.weight);
   }
-  Value linear(Value x, MatmulWeight w, Value bias) { return add(matmul(x, w), bias); }
-  Value layerNorm(Value x, Value w, Value bias) {
-    return b.create<LayerNormOp>(loc, unranked(), x, w, bias, b.getF32FloatAttr(config.layerNormEps));
+  /// x w + bias, or x w where the architecture has no bias (null).
+  Value linear(Value x, MatmulWeight w, Value bias) {
+    Value product = matmul(x, w);
+    return bias ? add(product, bias) : product;
   }
-  Value heads(Value qkv, int64_t part) {
-    Value slice = b.create<SliceOp>(loc, unranked(), qkv, b.getI64IntegerAttr(part * config.nEmbd),
-                                    b.getI64IntegerAttr(config.nEmbd));
-    return b.create<SplitHeadsOp>(loc, unranked(), slice, b.getI64IntegerAttr(config.nHead));
+  /// The architecture's norm: LayerNorm (with a bias) or RMSNorm (the bias is null).
+  Value norm(Value x, Value w, Value bias) {
+    FloatAttr eps = b.getF32FloatAttr(config.layerNormEps);
+    if (config.norm == NormKind::Rms) return b.create<RmsNormOp>(loc, unranked(), x, w, eps);
+    return b.create<LayerNormOp>(loc, unranked(), x, w, bias, eps);
+  }
+  /// `heads` heads of the fused projection's columns [offset, offset + heads * head_size).
+  Value heads(Value qkv, int64_t offset, int64_t heads) {
+    Value slice = b.create<SliceOp>(loc, unranked(), qkv, b.getI64IntegerAttr(offset),
+                                    b.getI64IntegerAttr(heads * config.headSize()));
+    return b.create<SplitHeadsOp>(loc, unranked(), slice, b.getI64IntegerAttr(heads));
+  }
+  /// Rotary embedding of q or k, as the config says (base, layout, Llama 3 scaling).
+  Value rope(Value x, Value positions) {
+    DenseF32ArrayAttr scaling;
+    if (config.ropeScaling.factor != 0.0f) {
+      const RopeScaling &s = config.ropeScaling;
+      scaling = b.getDenseF32ArrayAttr(
+          {s.factor, s.lowFreqFactor, s.highFreqFactor, static_cast<float>(s.originalMaxPositions)});
+    }
+    UnitAttr interleaved = config.ropeLayout == RopeLayout::Interleaved ? b.getUnitAttr() : nullptr;
+    return b.create<RopeOp>(loc, unranked(), x, positions, b.getF32FloatAttr(config.ropeBase), interleaved, scaling);
   }
 
   /// Pre-LayerNorm causal self-attention: the residual branch, not yet added to x. With a KV
@@ -105,12 +137,14 @@ public:
   };
   Value attention(Value x, const LayerWeights &w, Value positions, Cache *cache = nullptr,
                   PagedCache *paged = nullptr) {
-    Value qkv = linear(layerNorm(x, w[W::Ln1Weight], w[W::Ln1Bias]), w.matmul(W::QkvWeight), w[W::QkvBias]);
-    Value q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
+    Value qkv = linear(norm(x, w[W::AttnNormWeight], w[W::AttnNormBias]), w.matmul(W::QkvWeight), w[W::QkvBias]);
+    // q, then k and v of n_kv_head heads each (grouped-query attention: fewer than q's).
+    const int64_t d = config.nEmbd, kv = config.kvSize();
+    Value q = heads(qkv, 0, config.nHead), k = heads(qkv, d, config.kvHeads()),
+          v = heads(qkv, d + kv, config.kvHeads());
     if (config.rope) {
-      FloatAttr base = b.getF32FloatAttr(10000.0f);
-      q = b.create<RopeOp>(loc, unranked(), q, positions, base);
-      k = b.create<RopeOp>(loc, unranked(), k, positions, base);
+      q = rope(q, positions);
+      k = rope(k, positions);
     }
     float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
     if (paged) {
@@ -119,7 +153,7 @@ public:
       IntegerAttr window = config.attentionWindow > 0 ? b.getI64IntegerAttr(config.attentionWindow) : nullptr;
       Value a = b.create<PagedAttentionOp>(loc, unranked(), q, paged->key, paged->value, paged->tables,
                                            paged->sequences, positions, b.getF32FloatAttr(scale), window);
-      return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnProjWeight), w[W::AttnProjBias]);
+      return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnOutWeight), w[W::AttnOutBias]);
     }
     Value offset;
     int64_t slots = cache ? cast<RankedTensorType>(cache->key.getType()).getDimSize(1) : 0;
@@ -151,7 +185,7 @@ public:
     if (!config.attentionMaskExpression.empty())
       buildMaskExpression(b, loc, attention.getMaskExpression(), config.attentionMaskExpression);
     Value a = attention;
-    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnProjWeight), w[W::AttnProjBias]);
+    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnOutWeight), w[W::AttnOutBias]);
   }
 
   /// The top-left [tokens, tokens] corner of config.attentionMask, as an i1 constant.
@@ -164,10 +198,19 @@ public:
     return b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(type, ArrayRef<bool>(bits)));
   }
 
-  /// The MLP residual branch: c_proj(gelu(c_fc(ln_2(x)))).
+  /// The MLP residual branch: down(gelu(up(norm(x)))) (GPT-2's c_fc, c_proj), or
+  /// down(swiglu(gate(h), up(h))) with h = norm(x), gate and up one fused matmul [d, 2 ff].
   Value mlp(Value x, const LayerWeights &w) {
-    Value h = linear(layerNorm(x, w[W::Ln2Weight], w[W::Ln2Bias]), w.matmul(W::FcWeight), w[W::FcBias]);
-    return linear(b.create<GeluOp>(loc, unranked(), h), w.matmul(W::MlpProjWeight), w[W::MlpProjBias]);
+    Value h = linear(norm(x, w[W::MlpNormWeight], w[W::MlpNormBias]), w.matmul(W::MlpUpWeight), w[W::MlpUpBias]);
+    if (config.mlp == MlpKind::SwiGlu) {
+      const int64_t ff = config.ffSize();
+      Value gate = b.create<SliceOp>(loc, unranked(), h, b.getI64IntegerAttr(0), b.getI64IntegerAttr(ff));
+      Value up = b.create<SliceOp>(loc, unranked(), h, b.getI64IntegerAttr(ff), b.getI64IntegerAttr(ff));
+      h = b.create<SwigluOp>(loc, unranked(), gate, up);
+    } else {
+      h = b.create<GeluOp>(loc, unranked(), h);
+    }
+    return linear(h, w.matmul(W::MlpDownWeight), w[W::MlpDownBias]);
   }
 
 private:
@@ -193,27 +236,24 @@ RankedTensorType weightType(OpBuilder &b, const ParameterSpec &spec) {
   return RankedTensorType::get(spec.argumentShape(), element);
 }
 
-/// The prefix of layer `layer`'s parameter names.
-std::string layerPrefix(int64_t layer) { return "transformer.h." + std::to_string(layer) + "."; }
-
 /// Layer `layer`'s weights from the weights by name (with their ".scales").
-LayerWeights layerWeights(const std::map<std::string, Value> &weights, int64_t layer) {
+LayerWeights layerWeights(const GPTConfig &config, const std::map<std::string, Value> &weights, int64_t layer) {
   LayerWeights w;
-  for (const LayerParameter &p : layerParameters()) {
-    std::string name = layerPrefix(layer) + p.name;
-    w.values.push_back(weights.at(name));
+  for (const LayerParameter &p : layerParameters(config)) {
+    std::string name = layerPrefix(config, layer) + p.name;
     auto scales = weights.find(name + ".scales");
-    w.scales.push_back(scales == weights.end() ? Value() : scales->second);
+    w.weights[p.weight] = {weights.at(name), scales == weights.end() ? Value() : scales->second};
   }
   return w;
 }
 
 /// Layer `layer`'s weights in the order of the block's weight arguments (layer 0's specs).
-SmallVector<Value> layerOperands(const std::map<std::string, Value> &weights, ArrayRef<ParameterSpec> layerSpecs,
-                                 int64_t layer) {
+SmallVector<Value> layerOperands(const GPTConfig &config, const std::map<std::string, Value> &weights,
+                                 ArrayRef<ParameterSpec> layerSpecs, int64_t layer) {
   SmallVector<Value> operands;
+  const size_t prefix = layerPrefix(config, 0).size();
   for (const ParameterSpec &spec : layerSpecs)
-    operands.push_back(weights.at(layerPrefix(layer) + spec.name.substr(layerPrefix(0).size())));
+    operands.push_back(weights.at(layerPrefix(config, layer) + spec.name.substr(prefix)));
   return operands;
 }
 
@@ -249,7 +289,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
                         ArrayRef<ParameterSpec> layerSpecs, int64_t cacheLen = 0) {
   Type f32 = b.getF32Type();
   auto activations = RankedTensorType::get({seqLen, config.nEmbd}, f32);
-  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, f32);
+  auto cacheType = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, f32);
   bool cached = cacheLen > 0;
   SmallVector<Type> argTypes = {activations, RankedTensorType::get({seqLen}, b.getI64Type())};
   SmallVector<Type> resultTypes = {activations};
@@ -270,7 +310,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   std::map<std::string, Value> byName;
   for (auto [spec, argument] : llvm::zip(layerSpecs, fn.getArguments().drop_front(firstWeight)))
     byName[spec.name] = argument;
-  LayerWeights w = layerWeights(byName, 0);
+  LayerWeights w = layerWeights(config, byName, 0);
   GraphBuilder::Cache cache;
   if (cached) cache = {fn.getArgument(3), fn.getArgument(4), fn.getArgument(2)};
   x = g.add(x, g.attention(x, w, positions, cached ? &cache : nullptr));
@@ -294,7 +334,7 @@ func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config
   Type f32 = b.getF32Type(), i64 = b.getI64Type();
   auto activations = RankedTensorType::get({shape.tokens, config.nEmbd}, f32);
   auto perToken = RankedTensorType::get({shape.tokens}, i64);
-  auto poolType = RankedTensorType::get({shape.poolBlocks, config.nHead, shape.blockSize, config.headSize()}, f32);
+  auto poolType = RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()}, f32);
   SmallVector<Type> argTypes = {
       activations, perToken, perToken, perToken, RankedTensorType::get({shape.batch, shape.tableWidth}, i64),
       poolType,    poolType};
@@ -310,7 +350,7 @@ func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config
   std::map<std::string, Value> byName;
   for (auto [spec, argument] : llvm::zip(layerSpecs, fn.getArguments().drop_front(firstWeight)))
     byName[spec.name] = argument;
-  LayerWeights w = layerWeights(byName, 0);
+  LayerWeights w = layerWeights(config, byName, 0);
   GraphBuilder::PagedCache pools = {fn.getArgument(5), fn.getArgument(6), fn.getArgument(4), fn.getArgument(2),
                                     fn.getArgument(3)};
   x = g.add(x, g.attention(x, w, positions, /*cache=*/nullptr, &pools));
@@ -325,9 +365,10 @@ func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config
 /// Layer 0's specs: every layer has the same shapes and layouts.
 std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config, const WeightStorage &storage) {
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage), layer;
-  for (const LayerParameter &p : layerParameters())
+  const std::string prefix = layerPrefix(config, 0);
+  for (const LayerParameter &p : layerParameters(config))
     for (const ParameterSpec &spec : specs)
-      if (spec.name == layerPrefix(0) + p.name || spec.scalesOf == layerPrefix(0) + p.name) layer.push_back(spec);
+      if (spec.name == prefix + p.name || spec.scalesOf == prefix + p.name) layer.push_back(spec);
   return layer;
 }
 
@@ -342,8 +383,8 @@ EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, co
                                               const BatchShape *batch = nullptr) {
   Type f32 = b.getF32Type(), i64 = b.getI64Type();
   auto cacheType =
-      batch ? RankedTensorType::get({batch->poolBlocks, config.nHead, batch->blockSize, config.headSize()}, f32)
-            : RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, f32);
+      batch ? RankedTensorType::get({batch->poolBlocks, config.kvHeads(), batch->blockSize, config.headSize()}, f32)
+            : RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, f32);
   EntryFunctionArguments result;
   for (const EntryArgument &argument : entryArguments(entry, config, specs.size())) {
     Type type;
@@ -388,12 +429,18 @@ struct EntryValues {
 
   /// The token embeddings of `ids`: looked up in the f32 table, or, for a block-quantized model,
   /// in the LM head's weight, which stores the tied table once.
-  Value tokenEmbedding(OpBuilder &b, Location loc, Value ids) const {
+  Value tokenEmbedding(OpBuilder &b, Location loc, const GPTConfig &config, Value ids) const {
     Type result = UnrankedTensorType::get(b.getF32Type());
-    auto table = weights.find("transformer.wte.weight");
+    auto table = weights.find(modelParameterNames(config).tokenEmbedding);
     if (table != weights.end()) return b.create<EmbeddingOp>(loc, result, table->second, ids);
     MatmulWeight head = this->head();
     return b.create<PackedEmbeddingOp>(loc, result, head.weight, head.scales, ids);
+  }
+
+  /// The final norm's bias, null when the architecture has none.
+  Value finalNormBias(const ModelParameterNames &names) const {
+    auto bias = weights.find(names.finalNormBias);
+    return bias == weights.end() ? Value() : bias->second;
   }
 
   /// The LM head's weight, and its scales when block-quantized.
@@ -469,22 +516,23 @@ void buildCachedEntryBody(OpBuilder &b, Location loc, const GPTConfig &config, c
                           func::FuncOp block, ArrayRef<ParameterSpec> layerSpecs, RankedTensorType logitsType,
                           llvm::function_ref<SmallVector<Value>(int64_t layer)> blockInputs) {
   GraphBuilder g(b, loc, config);
-  Value x = in.tokenEmbedding(b, loc, in.ids);
+  const ModelParameterNames &names = modelParameterNames(config);
+  Value x = in.tokenEmbedding(b, loc, config, in.ids);
   if (!config.rope)
-    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
+    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at(names.positionEmbedding), in.positions));
   x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
   SmallVector<Value> keys, values;
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     SmallVector<Value> operands = {x};
     operands.append(blockInputs(layer));
-    operands.append(layerOperands(in.weights, layerSpecs, layer));
+    operands.append(layerOperands(config, in.weights, layerSpecs, layer));
     auto call = b.create<func::CallOp>(loc, block, operands);
     x = call.getResult(0);
     keys.push_back(call.getResult(1));
     values.push_back(call.getResult(2));
   }
   x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
-  x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
+  x = g.norm(x, in.weights.at(names.finalNormWeight), in.finalNormBias(names));
   Value logits = g.matmul(x, in.head());
   SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
@@ -515,17 +563,18 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   EntryValues in(fn, arguments.arguments, specs);
 
   GraphBuilder g(b, loc, config);
-  Value x = in.tokenEmbedding(b, loc, in.ids);
+  const ModelParameterNames &names = modelParameterNames(config);
+  Value x = in.tokenEmbedding(b, loc, config, in.ids);
   if (!config.rope)
-    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at("transformer.wpe.weight"), in.positions));
+    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at(names.positionEmbedding), in.positions));
   // The call's operand types must match the block's signature.
   x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     SmallVector<Value> operands = {x, in.positions};
-    operands.append(layerOperands(in.weights, layerSpecs, layer));
+    operands.append(layerOperands(config, in.weights, layerSpecs, layer));
     x = b.create<func::CallOp>(loc, block, operands).getResult(0);
   }
-  x = g.layerNorm(x, in.weights.at("transformer.ln_f.weight"), in.weights.at("transformer.ln_f.bias"));
+  x = g.norm(x, in.weights.at(names.finalNormWeight), in.finalNormBias(names));
   Value logits = g.matmul(x, in.head());
   b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, logitsType, logits).getResult());
   return module;
@@ -544,7 +593,7 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
   func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs, cacheLen);
   EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen);
-  auto cacheType = RankedTensorType::get({config.nHead, cacheLen, config.headSize()}, b.getF32Type());
+  auto cacheType = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, b.getF32Type());
   auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, b.getF32Type());
   func::FuncOp fn = createCachedEntry(b, loc, "step", config, arguments, logitsType, cacheType);
   EntryValues in(fn, arguments.arguments, specs);
@@ -571,7 +620,7 @@ OwningOpRef<ModuleOp> buildBatchStep(MLIRContext &ctx, const GPTConfig &config, 
   EntryFunctionArguments arguments =
       entryFunctionArguments(b, EntryPoint::BatchStep, config, specs, shape.tokens, 0, &shape);
   auto poolType =
-      RankedTensorType::get({shape.poolBlocks, config.nHead, shape.blockSize, config.headSize()}, b.getF32Type());
+      RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()}, b.getF32Type());
   auto logitsType = RankedTensorType::get({shape.batch, config.paddedVocabSize()}, b.getF32Type());
   func::FuncOp fn = createCachedEntry(b, loc, "batch_step", config, arguments, logitsType, poolType);
   EntryValues in(fn, arguments.arguments, specs);

@@ -10,6 +10,25 @@
 
 namespace gpt {
 
+/// The compiler's parameter names (Parameters.cpp): GPT-2's HF names, or Llama's (vLLM's fused
+/// qkv_proj and gate_up_proj), which python/gpt/architectures.py maps HF checkpoints onto.
+enum class ParameterNames { Gpt2, Llama };
+/// LayerNorm (weight and bias) or RMSNorm (weight only).
+enum class NormKind { Layer, Rms };
+/// GPT-2's up, tanh GELU, down; or SwiGLU's down(silu(gate) * up), gate and up one fused matmul.
+enum class MlpKind { Gelu, SwiGlu };
+/// Which dimensions rope rotates together: j and j + d/2 (GPT-NeoX, HF), or 2i and 2i + 1 (GPT-J,
+/// llama.cpp's `llama` GGUF files, whose q/k rows its converter permuted into pairs).
+enum class RopeLayout { Half, Interleaved };
+
+/// Llama 3's frequency scaling (transformers' _compute_llama3_parameters); factor 0: none.
+struct RopeScaling {
+  float factor = 0.0f;
+  float lowFreqFactor = 1.0f;
+  float highFreqFactor = 4.0f;
+  int64_t originalMaxPositions = 8192;
+};
+
 struct GPTConfig {
   int64_t nLayer = 0;
   int64_t nHead = 0;
@@ -34,10 +53,27 @@ struct GPTConfig {
   /// are then compiled for the exact number of tokens, since padding rows would be seen.
   bool attentionLooksAhead = false;
 
+  // The architecture's pieces (python/gpt/architectures.py); the defaults are GPT-2's.
+  ParameterNames names = ParameterNames::Gpt2;
+  NormKind norm = NormKind::Layer;
+  MlpKind mlp = MlpKind::Gelu;
+  int64_t nKvHead = 0;  ///< key/value heads, dividing nHead (grouped-query attention); 0: nHead
+  int64_t nFf = 0;      ///< the MLP's width; 0: 4 nEmbd
+  bool bias = true;     ///< every linear and norm has a bias (GPT-2)
+  bool qkvBias = true;  ///< the q/k/v projection has a bias (GPT-2, Qwen2)
+  bool tiedHead = true; ///< the LM head is the token embedding; else a [vocab, nEmbd] weight of its own
+  float ropeBase = 10000.0f;
+  RopeLayout ropeLayout = RopeLayout::Half;
+  RopeScaling ropeScaling;
+
   /// An empty string when the configuration is usable, else what is wrong with it.
   std::string validate() const;
 
   int64_t headSize() const { return nEmbd / nHead; }
+  int64_t kvHeads() const { return nKvHead ? nKvHead : nHead; }
+  /// The width of keys and values: kvHeads() heads of headSize().
+  int64_t kvSize() const { return kvHeads() * headSize(); }
+  int64_t ffSize() const { return nFf ? nFf : 4 * nEmbd; }
 
   /// The vocabulary rounded up to a multiple of target::kVocabMultiple, so the LM head tiles and
   /// splits across threads evenly; logits past vocabSize are padding.

@@ -14,23 +14,68 @@ namespace gpt {
 // The block the runtime quantizes in is the one the IR's formats are defined with.
 static_assert(kernels::kQuantBlock == mlir::transformer::PackedMatmulOp::kBlockSize);
 
-const std::vector<LayerParameter> &layerParameters() {
+std::vector<LayerParameter> layerParameters(const GPTConfig &c) {
   using W = LayerWeight;
-  static const std::vector<LayerParameter> table = {
-      {W::Ln1Weight, "ln_1.weight", {1}, false},
-      {W::Ln1Bias, "ln_1.bias", {1}, false},
-      {W::QkvWeight, "attn.c_attn.weight", {1, 3}, true},
-      {W::QkvBias, "attn.c_attn.bias", {3}, false},
-      {W::AttnProjWeight, "attn.c_proj.weight", {1, 1}, true},
-      {W::AttnProjBias, "attn.c_proj.bias", {1}, false},
-      {W::Ln2Weight, "ln_2.weight", {1}, false},
-      {W::Ln2Bias, "ln_2.bias", {1}, false},
-      {W::FcWeight, "mlp.c_fc.weight", {1, 4}, true},
-      {W::FcBias, "mlp.c_fc.bias", {4}, false},
-      {W::MlpProjWeight, "mlp.c_proj.weight", {4, 1}, true},
-      {W::MlpProjBias, "mlp.c_proj.bias", {1}, false},
+  const int64_t d = c.nEmbd, ff = c.ffSize(), qkv = d + 2 * c.kvSize();
+  std::vector<LayerParameter> table;
+  if (c.names == ParameterNames::Gpt2) {
+    table = {
+        {W::AttnNormWeight, "ln_1.weight", {d}, false},         {W::AttnNormBias, "ln_1.bias", {d}, false},
+        {W::QkvWeight, "attn.c_attn.weight", {d, qkv}, true},   {W::QkvBias, "attn.c_attn.bias", {qkv}, false},
+        {W::AttnOutWeight, "attn.c_proj.weight", {d, d}, true}, {W::AttnOutBias, "attn.c_proj.bias", {d}, false},
+        {W::MlpNormWeight, "ln_2.weight", {d}, false},          {W::MlpNormBias, "ln_2.bias", {d}, false},
+        {W::MlpUpWeight, "mlp.c_fc.weight", {d, ff}, true},     {W::MlpUpBias, "mlp.c_fc.bias", {ff}, false},
+        {W::MlpDownWeight, "mlp.c_proj.weight", {ff, d}, true}, {W::MlpDownBias, "mlp.c_proj.bias", {d}, false},
+    };
+  } else {
+    const int64_t up = c.mlp == MlpKind::SwiGlu ? 2 * ff : ff;
+    table = {
+        {W::AttnNormWeight, "input_layernorm.weight", {d}, false},
+        {W::AttnNormBias, "input_layernorm.bias", {d}, false},
+        {W::QkvWeight, "self_attn.qkv_proj.weight", {d, qkv}, true},
+        {W::QkvBias, "self_attn.qkv_proj.bias", {qkv}, false},
+        {W::AttnOutWeight, "self_attn.o_proj.weight", {d, d}, true},
+        {W::AttnOutBias, "self_attn.o_proj.bias", {d}, false},
+        {W::MlpNormWeight, "post_attention_layernorm.weight", {d}, false},
+        {W::MlpNormBias, "post_attention_layernorm.bias", {d}, false},
+        {W::MlpUpWeight, "mlp.gate_up_proj.weight", {d, up}, true},
+        {W::MlpUpBias, "mlp.gate_up_proj.bias", {up}, false},
+        {W::MlpDownWeight, "mlp.down_proj.weight", {ff, d}, true},
+        {W::MlpDownBias, "mlp.down_proj.bias", {d}, false},
+    };
+  }
+  // RMSNorm has no bias; the biases of linears follow the architecture.
+  auto present = [&](W weight) {
+    switch (weight) {
+    case W::AttnNormBias:
+    case W::MlpNormBias:
+      return c.bias && c.norm == NormKind::Layer;
+    case W::QkvBias:
+      return c.qkvBias;
+    case W::AttnOutBias:
+    case W::MlpUpBias:
+    case W::MlpDownBias:
+      return c.bias;
+    default:
+      return true;
+    }
   };
-  return table;
+  std::vector<LayerParameter> result;
+  for (LayerParameter &p : table)
+    if (present(p.weight)) result.push_back(std::move(p));
+  return result;
+}
+
+std::string layerPrefix(const GPTConfig &config, int64_t layer) {
+  return (config.names == ParameterNames::Gpt2 ? "transformer.h." : "model.layers.") + std::to_string(layer) + ".";
+}
+
+const ModelParameterNames &modelParameterNames(const GPTConfig &config) {
+  static const ModelParameterNames gpt2 = {"transformer.wte.weight", "transformer.wpe.weight",
+                                           "transformer.ln_f.weight", "transformer.ln_f.bias", "lm_head.weight"};
+  static const ModelParameterNames llama = {"model.embed_tokens.weight", "model.embed_positions.weight",
+                                            "model.norm.weight", "model.norm.bias", "lm_head.weight"};
+  return config.names == ParameterNames::Gpt2 ? gpt2 : llama;
 }
 
 const char *weightFormatName(WeightFormat format) {
@@ -64,16 +109,18 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
 }
 
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorage &storage) {
-  const int64_t d = c.nEmbd;
-  // Every matmul's K is n_embd or 4 n_embd.
-  if (storage.packed && isBlockQuantized(storage.format) && d % kernels::kQuantBlock != 0)
-    throw std::invalid_argument(std::string(weightFormatName(storage.format)) + " weights need n_embd (" +
-                                std::to_string(d) + ") to be a multiple of " + std::to_string(kernels::kQuantBlock) +
-                                ", the quantization block");
-  // bf16 lanes pair row r of K with row r + K/2.
-  if (storage.packed && storage.format == WeightFormat::BF16 && d % kernels::kBf16RowsPerWord != 0)
-    throw std::invalid_argument("bf16 weights need an even n_embd (" + std::to_string(d) +
-                                "): their lanes pair the two halves of K");
+  const int64_t d = c.nEmbd, ff = c.ffSize();
+  // Every matmul's K is n_embd or n_ff.
+  for (auto [k, what] : {std::pair<int64_t, const char *>{d, "n_embd"}, {ff, "n_ff"}}) {
+    if (storage.packed && isBlockQuantized(storage.format) && k % kernels::kQuantBlock != 0)
+      throw std::invalid_argument(std::string(weightFormatName(storage.format)) + " weights need " + what + " (" +
+                                  std::to_string(k) + ") to be a multiple of " + std::to_string(kernels::kQuantBlock) +
+                                  ", the quantization block");
+    // bf16 lanes pair row r of K with row r + K/2.
+    if (storage.packed && storage.format == WeightFormat::BF16 && k % kernels::kBf16RowsPerWord != 0)
+      throw std::invalid_argument(std::string("bf16 weights need an even ") + what + " (" + std::to_string(k) +
+                                  "): their lanes pair the two halves of K");
+  }
   // A matmul's [K, N] weight is packed into panels when asked and N divides into them; packed
   // weights take the storage's format.
   auto pack = [&](ParameterSpec &spec, WeightLayout packedLayout) {
@@ -93,25 +140,30 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     if (scales.source.empty()) scales.source = weight.name;
     specs.push_back(std::move(scales));
   };
+  const ModelParameterNames &names = modelParameterNames(c);
   // A block-quantized model stores the tied embedding once, as the LM head's weight, and its
   // lookup reads that (transformer.packed_embedding): the f32 table is no argument.
-  const bool embeddingInHead = storage.packed && isBlockQuantized(storage.format);
+  const bool embeddingInHead = c.tiedHead && storage.packed && isBlockQuantized(storage.format);
   std::vector<ParameterSpec> specs;
-  if (!embeddingInHead) specs.push_back({"transformer.wte.weight", {c.vocabSize, d}});
-  if (!c.rope) specs.push_back({"transformer.wpe.weight", {c.blockSize, d}});
+  if (!embeddingInHead) specs.push_back({names.tokenEmbedding, {c.vocabSize, d}});
+  if (!c.rope) specs.push_back({names.positionEmbedding, {c.blockSize, d}});
+  const std::vector<LayerParameter> layer = layerParameters(c);
   for (int64_t i = 0; i < c.nLayer; ++i) {
-    for (const LayerParameter &p : layerParameters()) {
-      ParameterSpec spec{"transformer.h." + std::to_string(i) + "." + p.name, {}};
-      for (int64_t multiple : p.embdMultiples) spec.shape.push_back(multiple * d);
+    for (const LayerParameter &p : layer) {
+      ParameterSpec spec{layerPrefix(c, i) + p.name, p.shape};
       if (p.isMatmulWeight) pack(spec, WeightLayout::Panels);
       specs.push_back(std::move(spec));
       addScales(specs);
     }
   }
-  specs.push_back({"transformer.ln_f.weight", {d}});
-  specs.push_back({"transformer.ln_f.bias", {d}});
-  ParameterSpec head{
-      "lm_head.weight_t", {d, c.paddedVocabSize()}, WeightLayout::TransposedPadded, "transformer.wte.weight"};
+  specs.push_back({names.finalNormWeight, {d}});
+  if (c.norm == NormKind::Layer && c.bias) specs.push_back({names.finalNormBias, {d}});
+  // An untied head is a [V, D] weight the user supplies, laid out as the tied embedding would be.
+  if (!c.tiedHead) specs.push_back({names.head, {c.vocabSize, d}});
+  ParameterSpec head{"lm_head.weight_t",
+                     {d, c.paddedVocabSize()},
+                     WeightLayout::TransposedPadded,
+                     c.tiedHead ? names.tokenEmbedding : names.head};
   pack(head, WeightLayout::TransposedPaddedPanels);
   // With q4_0 the tied embedding (which the token lookup also reads) is stored in q8_0, as
   // llama.cpp keeps its output table at higher precision: 4-bit embeddings cost far more

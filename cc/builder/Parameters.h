@@ -12,33 +12,43 @@ namespace gpt {
 
 struct GPTConfig;
 
-/// The weights of one transformer layer, in the order the layer takes them. HF GPT-2 names (with
-/// the "transformer.h.<i>." prefix) and Conv1D layout: a matmul weight is [in, out].
+/// The weights of one transformer layer by what they are, in the order the layer takes them. A
+/// matmul weight is [in, out]; which of them a configuration has, and their names, depend on its
+/// architecture (layerParameters()).
 enum class LayerWeight {
-  Ln1Weight,
-  Ln1Bias,
-  QkvWeight,
+  AttnNormWeight, ///< GPT-2 ln_1, Llama input_layernorm
+  AttnNormBias,
+  QkvWeight, ///< [d, d + 2 kv]: q, k and v fused
   QkvBias,
-  AttnProjWeight,
-  AttnProjBias,
-  Ln2Weight,
-  Ln2Bias,
-  FcWeight,
-  FcBias,
-  MlpProjWeight,
-  MlpProjBias,
+  AttnOutWeight, ///< [d, d]
+  AttnOutBias,
+  MlpNormWeight, ///< GPT-2 ln_2, Llama post_attention_layernorm
+  MlpNormBias,
+  MlpUpWeight, ///< GPT-2 c_fc [d, ff]; SwiGLU's gate and up fused, [d, 2 ff]
+  MlpUpBias,
+  MlpDownWeight, ///< [ff, d]
+  MlpDownBias,
 };
 
-/// A shape as multiples of n_embd: {3} is [3 d], {1, 4} is [d, 4 d].
 struct LayerParameter {
   LayerWeight weight;
-  const char *name; ///< after "transformer.h.<i>."
-  std::vector<int64_t> embdMultiples;
+  std::string name; ///< after layerPrefix(config, i)
+  std::vector<int64_t> shape;
   bool isMatmulWeight;
 };
 
-/// Every layer weight, in LayerWeight order.
-const std::vector<LayerParameter> &layerParameters();
+/// The weights of one layer of `config`, in LayerWeight order, only those it has (biases depend on
+/// the architecture).
+std::vector<LayerParameter> layerParameters(const GPTConfig &config);
+
+/// The prefix of layer `layer`'s parameter names: "transformer.h.<i>." or "model.layers.<i>.".
+std::string layerPrefix(const GPTConfig &config, int64_t layer);
+
+/// The model-level parameters' names in `config`'s naming.
+struct ModelParameterNames {
+  const char *tokenEmbedding, *positionEmbedding, *finalNormWeight, *finalNormBias, *head;
+};
+const ModelParameterNames &modelParameterNames(const GPTConfig &config);
 
 /// How the runtime lays a parameter out for compiled code, once, when the weights are bound.
 enum class WeightLayout {
@@ -75,7 +85,7 @@ struct WeightStorage {
 
 /// One weight argument of a compiled entry point.
 struct ParameterSpec {
-  std::string name;           ///< HF GPT-2 name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::string name;           ///< e.g. "transformer.h.0.attn.c_attn.weight" (Parameters.cpp's names)
   std::vector<int64_t> shape; ///< the logical shape the program computes with ([K, N] for a matmul)
   WeightLayout layout = WeightLayout::AsGiven;
   /// The user-supplied parameter this one is made from (only for TransposedPadded*): the
@@ -96,13 +106,14 @@ struct ParameterSpec {
 };
 
 /// The weights every entry point takes, in argument order after the per-call arguments: the
-/// user-supplied HF GPT-2 parameters, and "lm_head.weight_t", the tied embedding laid out as the
+/// user-supplied parameters (HF GPT-2's names, or the Llama family's of layerParameters()), and
+/// "lm_head.weight_t", the tied embedding (or with an untied head "lm_head.weight") laid out as the
 /// LM head's [D, paddedVocabSize()] matmul weight. With `storage.packed`, every matmul weight
 /// whose column count divides by target::kPanelWidth is packed into panels, in
 /// `storage.format`, followed by its scales when the format is block-quantized; every other
 /// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size, and
-/// bf16 an even n_embd (std::invalid_argument otherwise). Block-quantized formats take no
-/// "transformer.wte.weight": their token lookup
+/// bf16 an even n_embd (std::invalid_argument otherwise); the same of n_ff. Block-quantized
+/// formats with a tied head take no token embedding: their token lookup
 /// reads the LM head's copy (the embedding is stored once, in the format; q8_0 for q4_0).
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, const WeightStorage &storage);
 

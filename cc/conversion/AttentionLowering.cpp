@@ -78,7 +78,7 @@ struct HeadRows {
   }
 };
 
-/// Fused causal attention, flash-attention style: for each head and each block of Bq queries,
+/// Fused causal attention, flash-attention style: for each (query) head and each block of Bq queries,
 /// a loop over blocks of Bk keys keeps a running row max `m`, row sum `l` and output `acc`
 /// (online softmax), so no [Tq, Tk] score matrix exists, only one [Bq, Bk] tile at a time.
 /// The key loop stops at the last key any query of the block may see (key j is visible from
@@ -111,9 +111,9 @@ public:
         tokenMajorResult(op.getResultTokenMajor()), queryOffset(adaptor.getQueryOffset()), window(op.getWindow()),
         maskExpression(op.getMaskExpression().empty() ? nullptr : &op.getMaskExpression()),
         tileClasses(op.getTileClassesAttr()), scale(op.getScale().convertToFloat()), heads(queryRows.heads()),
-        queries(queryRows.rows()), keys(keyRows.rows()), valueSize(valueRows.cols()), bq(attentionBlockSize(queries)),
-        bk(attentionBlockSize(keys)), id2(AffineMap::getMultiDimIdentityMap(2, ctx)),
-        parallel2(2, utils::IteratorType::parallel) {}
+        group(queryRows.heads() / keyRows.heads()), queries(queryRows.rows()), keys(keyRows.rows()),
+        valueSize(valueRows.cols()), bq(attentionBlockSize(queries)), bk(attentionBlockSize(keys)),
+        id2(AffineMap::getMultiDimIdentityMap(2, ctx)), parallel2(2, utils::IteratorType::parallel) {}
 
   /// The attention's result, [H, Tq, dv] (token-major: [Tq, H, dv]). `maskBits`: the constant
   /// mask operand's data, when the op has one.
@@ -363,7 +363,9 @@ private:
   // evaluates the mask.
   SmallVector<Value> keyBlock(OpBuilder &b, Value head, Value queryStart, Value keyStart, Value qBlock,
                               ValueRange state, bool partial) {
-    Value kBlock = keyRows.slice(b, loc, head, keyStart, bk), vBlock = valueRows.slice(b, loc, head, keyStart, bk);
+    // Grouped-query attention: query head h reads key/value head h / (H / Hkv).
+    Value kvHead = group == 1 ? head : b.create<arith::DivUIOp>(loc, head, index(b, group)).getResult();
+    Value kBlock = keyRows.slice(b, loc, kvHead, keyStart, bk), vBlock = valueRows.slice(b, loc, kvHead, keyStart, bk);
     Scores s = scores(b, qBlock, kBlock);
     std::optional<TileMask> tileMask;
     if (partial) tileMask = TileMask{queryStart, keyStart, maskTile(b, queryStart, keyStart)};
@@ -497,7 +499,7 @@ private:
   ArrayAttr tileClasses;         // --transformer-classify-attention-tiles' result, when it ran
   KeyBlockTable fullTiles, partialTiles;
   float scale;
-  int64_t heads, queries, keys, valueSize, bq, bk;
+  int64_t heads, group, queries, keys, valueSize, bq, bk; // group: query heads per key/value head
   AffineMap id2;
   SmallVector<utils::IteratorType> parallel2;
 };

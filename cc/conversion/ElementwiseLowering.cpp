@@ -1,5 +1,5 @@
 // Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, gelu_erf, tanh, where, exp, rsqrt, pow,
-// rope) to linalg.generic.
+// swiglu, rope) to linalg.generic.
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -92,9 +92,11 @@ template <> Value ElementwiseLowering<PowOp>::scalar(OpBuilder &b, Location loc,
   return b.create<math::PowFOp>(loc, args[0], args[1]);
 }
 
-// x[j] * cos(a) -/+ x[j +/- half] * sin(a), with a = position * base^(-2 (j mod half) / d). The
-// angle and its cosine/sine are computed in f64: positions reach thousands of radians, where f32
-// would lose the low digits of the angle.
+// x[j] * cos(a) -/+ x[partner] * sin(a), with a = position * theta_i: the partner and i are j +/- half and
+// j mod half (rotate-half), or j xor 1 and j / 2 (interleaved pairs). The frequencies theta_i are
+// a constant table (RopeOp::getFrequencies, Llama 3's scaling applied) read by index; the angle
+// and its cosine/sine are computed in f64: positions reach thousands of radians, where f32 would
+// lose the low digits of the angle.
 struct RopeLowering : OpConversionPattern<RopeOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(RopeOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
@@ -103,39 +105,56 @@ struct RopeLowering : OpConversionPattern<RopeOp> {
     RankedTensorType type = rankedType(op.getResult());
     Value x = adaptor.getInput();
     int64_t headDim = type.getDimSize(2), half = headDim / 2;
-    double logBase = std::log(static_cast<double>(op.getBase().convertToFloat()));
+    bool interleaved = op.getInterleaved();
+    SmallVector<double> theta = op.getFrequencies(headDim);
+    auto tableType = RankedTensorType::get({half}, rewriter.getF64Type());
+    Value frequencies = rewriter.create<arith::ConstantOp>(loc, DenseElementsAttr::get(tableType, ArrayRef(theta)));
     SmallVector<utils::IteratorType> parallel(3, utils::IteratorType::parallel);
     AffineMap identity = AffineMap::getMultiDimIdentityMap(3, ctx);
-    Value result =
-        buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {x, adaptor.getPositions()},
-                     {identity, AffineMap::get(3, 0, getAffineDimExpr(1, ctx))}, identity, parallel,
-                     [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                       Value h = b.create<linalg::IndexOp>(l, 0), t = b.create<linalg::IndexOp>(l, 1);
-                       Value j = b.create<linalg::IndexOp>(l, 2);
-                       Value halfIdx = b.create<arith::ConstantIndexOp>(l, half);
-                       Value firstHalf = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, j, halfIdx);
-                       Value pair = b.create<arith::RemUIOp>(l, j, halfIdx); // frequency index j mod half
-                       Value partner = b.create<arith::SelectOp>(l, firstHalf, b.create<arith::AddIOp>(l, j, halfIdx),
-                                                                 b.create<arith::SubIOp>(l, j, halfIdx));
-                       Value other = b.create<tensor::ExtractOp>(l, x, ValueRange{h, t, partner});
-
-                       Type f64 = b.getF64Type();
-                       Value pairF =
-                           b.create<arith::UIToFPOp>(l, f64, b.create<arith::IndexCastUIOp>(l, b.getI64Type(), pair));
-                       Value exponent = b.create<arith::MulFOp>(
-                           l, pairF, b.create<arith::ConstantOp>(l, b.getF64FloatAttr(-2.0 * logBase / headDim)));
-                       Value invFreq = b.create<math::ExpOp>(l, exponent);
-                       Value angle = b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f64, a[1]), invFreq);
-                       Value cos = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::CosOp>(l, angle));
-                       Value sin = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::SinOp>(l, angle));
-                       Value rotated = b.create<arith::MulFOp>(l, other, sin);
-                       rotated = b.create<arith::SelectOp>(l, firstHalf, b.create<arith::NegFOp>(l, rotated), rotated);
-                       return b.create<arith::AddFOp>(l, b.create<arith::MulFOp>(l, a[0], cos), rotated);
-                     });
+    Value result = buildGeneric(
+        rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {x, adaptor.getPositions()},
+        {identity, AffineMap::get(3, 0, getAffineDimExpr(1, ctx))}, identity, parallel,
+        [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+          Value h = b.create<linalg::IndexOp>(l, 0), t = b.create<linalg::IndexOp>(l, 1);
+          Value j = b.create<linalg::IndexOp>(l, 2);
+          // `first`: the element whose partner's product is subtracted (the pair's first).
+          Value first, pair, partner;
+          if (interleaved) {
+            Value one = b.create<arith::ConstantIndexOp>(l, 1), two = b.create<arith::ConstantIndexOp>(l, 2);
+            Value odd = b.create<arith::RemUIOp>(l, j, two);
+            first = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::eq, odd, b.create<arith::ConstantIndexOp>(l, 0));
+            pair = b.create<arith::DivUIOp>(l, j, two);
+            partner = b.create<arith::XOrIOp>(l, j, one);
+          } else {
+            Value halfIdx = b.create<arith::ConstantIndexOp>(l, half);
+            first = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, j, halfIdx);
+            pair = b.create<arith::RemUIOp>(l, j, halfIdx);
+            partner = b.create<arith::SelectOp>(l, first, b.create<arith::AddIOp>(l, j, halfIdx),
+                                                b.create<arith::SubIOp>(l, j, halfIdx));
+          }
+          Value other = b.create<tensor::ExtractOp>(l, x, ValueRange{h, t, partner});
+          Value invFreq = b.create<tensor::ExtractOp>(l, frequencies, ValueRange{pair});
+          Type f64 = b.getF64Type();
+          Value angle = b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f64, a[1]), invFreq);
+          Value cos = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::CosOp>(l, angle));
+          Value sin = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::SinOp>(l, angle));
+          Value rotated = b.create<arith::MulFOp>(l, other, sin);
+          rotated = b.create<arith::SelectOp>(l, first, b.create<arith::NegFOp>(l, rotated), rotated);
+          return b.create<arith::AddFOp>(l, b.create<arith::MulFOp>(l, a[0], cos), rotated);
+        });
     rewriter.replaceOp(op, result);
     return success();
   }
 };
+
+// silu(gate) * up = gate * up / (1 + exp(-gate)): one exp and one division, and for a very negative
+// gate exp overflows to +inf and the product goes to -0 as silu does (no inf * 0).
+template <> Value ElementwiseLowering<SwigluOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  Value gate = args[0];
+  Value denominator = b.create<arith::AddFOp>(loc, f32Constant(b, loc, 1.0),
+                                              b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, gate)));
+  return b.create<arith::DivFOp>(loc, b.create<arith::MulFOp>(loc, gate, args[1]), denominator);
+}
 
 } // namespace
 
@@ -143,7 +162,8 @@ void populateElementwiseLoweringPatterns(RewritePatternSet &patterns) {
   patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
                ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, ElementwiseLowering<GeluErfOp>,
                ElementwiseLowering<TanhOp>, ElementwiseLowering<WhereOp>, ElementwiseLowering<ExpOp>,
-               ElementwiseLowering<RsqrtOp>, ElementwiseLowering<PowOp>, RopeLowering>(patterns.getContext());
+               ElementwiseLowering<RsqrtOp>, ElementwiseLowering<PowOp>, ElementwiseLowering<SwigluOp>, RopeLowering>(
+      patterns.getContext());
 }
 
 } // namespace gpt::conversion

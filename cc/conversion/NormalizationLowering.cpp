@@ -1,4 +1,4 @@
-// Lowering of layer_norm and softmax: row reductions, then one elementwise linalg.generic.
+// Lowering of layer_norm, rms_norm and softmax: row reductions, then one elementwise linalg.generic.
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -59,6 +59,37 @@ struct LayerNormLowering : OpConversionPattern<LayerNormOp> {
   }
 };
 
+// x * rsqrt(mean(x^2) + eps) * weight, the mean over the last dim: one row reduction (the sum of
+// squares), then one elementwise generic, as LayerNorm's lowering without the centering.
+struct RmsNormLowering : OpConversionPattern<RmsNormOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(RmsNormOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    RankedTensorType type = rankedType(op.getResult());
+    int64_t rank = type.getRank();
+    Value x = adaptor.getInput();
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, ctx), row = rowMap(rank, ctx);
+    double invN = 1.0 / static_cast<double>(type.getShape().back());
+    Value squares = buildRowReduction(rewriter, loc, type.getShape(), {x}, {identity}, 0.0,
+                                      [](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                        return b.create<arith::AddFOp>(l, a[1], b.create<arith::MulFOp>(l, a[0], a[0]));
+                                      });
+    float epsilon = op.getEpsilon().convertToFloat();
+    SmallVector<utils::IteratorType> parallel(rank, utils::IteratorType::parallel);
+    Value normalized = buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()),
+                                    {x, squares, adaptor.getWeight()}, {identity, row, featureMap(rank, ctx)}, identity,
+                                    parallel, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                      Value meanSquare = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
+                                      Value rstd = b.create<math::RsqrtOp>(
+                                          l, b.create<arith::AddFOp>(l, meanSquare, f32Constant(b, l, epsilon)));
+                                      return b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, a[0], rstd), a[2]);
+                                    });
+    rewriter.replaceOp(op, normalized);
+    return success();
+  }
+};
+
 // exp(x - max) / sum(exp(x - max)) over the last dim; subtracting the row max keeps exp finite.
 struct SoftmaxLowering : OpConversionPattern<SoftmaxOp> {
   using OpConversionPattern::OpConversionPattern;
@@ -93,7 +124,7 @@ struct SoftmaxLowering : OpConversionPattern<SoftmaxOp> {
 } // namespace
 
 void populateNormalizationLoweringPatterns(RewritePatternSet &patterns) {
-  patterns.add<LayerNormLowering, SoftmaxLowering>(patterns.getContext());
+  patterns.add<LayerNormLowering, RmsNormLowering, SoftmaxLowering>(patterns.getContext());
 }
 
 } // namespace gpt::conversion

@@ -123,6 +123,7 @@ public:
     tokens = q[1];
     headDim = q[2];
     blockSize = rankedType(keyPool).getDimSize(2);
+    queriesPerKv = heads / rankedType(keyPool).getDimSize(1);
   }
 
   Value build(OpBuilder &rewriter) {
@@ -264,7 +265,9 @@ private:
   SmallVector<Value> keyBlock(OpBuilder &b, Value q, Value block, Value head, Value lower, Value upper,
                               ValueRange state) {
     const bool masked = lower || upper;
-    Value keys = blockRows(b, loc, keyPool, block, head), values = blockRows(b, loc, valuePool, block, head);
+    // Grouped-query attention: query head h reads the pool's key/value head h / (H / Hkv).
+    Value kvHead = queriesPerKv == 1 ? head : b.create<arith::DivUIOp>(loc, head, indexConstant(b, loc, queriesPerKv));
+    Value keys = blockRows(b, loc, keyPool, block, kvHead), values = blockRows(b, loc, valuePool, block, kvHead);
     // s[j] = k[j] . q: a row reduction over the head dimension, read as [1, S] through the
     // consumer's map (an expand_shape would be propagated into the reduction, which would then
     // not look like a row reduction).
@@ -301,7 +304,8 @@ private:
   float scale;
   int64_t window; // 0: none
   int64_t heads = 0, tokens = 0, headDim = 0, blockSize = 0;
-  int64_t groupSize = 0; // heads per iteration of the token loop
+  int64_t groupSize = 0;    // heads per iteration of the token loop
+  int64_t queriesPerKv = 1; // query heads per key/value head of the pools (grouped-query attention)
 };
 
 struct PagedAttentionLowering : OpConversionPattern<PagedAttentionOp> {

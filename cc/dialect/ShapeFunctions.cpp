@@ -176,6 +176,33 @@ FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, Emi
   return ranked(in.getShape(), input);
 }
 
+FailureOr<TensorType> inferRmsNormType(Type input, Type weight, EmitErrorFn emitError) {
+  auto in = dyn_cast<RankedTensorType>(input);
+  if (!in) return unranked(input);
+  if (failed(checkRank(in, 1, "input", emitError))) return failure();
+  int64_t features = in.getShape().back();
+  auto w = dyn_cast<RankedTensorType>(weight);
+  if (w && (w.getRank() != 1 || !dimsCompatible(w.getDimSize(0), features)))
+    return emitError() << "weight " << weight << " must be a rank-1 tensor of size " << features
+                       << ", the last dimension of input " << input;
+  return ranked(in.getShape(), input);
+}
+
+FailureOr<TensorType> inferSameShapesType(Type lhs, Type rhs, EmitErrorFn emitError) {
+  auto l = dyn_cast<RankedTensorType>(lhs);
+  auto r = dyn_cast<RankedTensorType>(rhs);
+  if (!l && !r) return unranked(lhs);
+  if (!l || !r) return ranked((l ? l : r).getShape(), lhs);
+  bool same = l.getRank() == r.getRank() && llvm::all_of(llvm::zip(l.getShape(), r.getShape()), [](auto p) {
+                return dimsCompatible(std::get<0>(p), std::get<1>(p));
+              });
+  if (!same) return emitError() << "operands must have the same shape, got " << lhs << " and " << rhs;
+  SmallVector<int64_t> shape(l.getShape());
+  for (auto [i, d] : llvm::enumerate(r.getShape()))
+    if (ShapedType::isDynamic(shape[i])) shape[i] = d;
+  return ranked(shape, lhs);
+}
+
 FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitError) {
   auto t = dyn_cast<RankedTensorType>(table);
   auto i = dyn_cast<RankedTensorType>(ids);
@@ -291,9 +318,16 @@ FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, Atten
   if (layout.query) q = cast<RankedTensorType>(swapHeadsAndTokens(q));
   if (layout.key) k = cast<RankedTensorType>(swapHeadsAndTokens(k));
   if (layout.value) v = cast<RankedTensorType>(swapHeadsAndTokens(v));
-  if (!dimsCompatible(q.getDimSize(0), k.getDimSize(0)) || !dimsCompatible(k.getDimSize(0), v.getDimSize(0)))
-    return emitError() << qName << " " << query << ", " << kName << " " << key << " and " << vName << " " << value
+  if (!dimsCompatible(k.getDimSize(0), v.getDimSize(0)))
+    return emitError() << kName << " " << key << " and " << vName << " " << value
                        << " must have the same number of heads";
+  // Grouped-query attention: each key/value head serves H / Hkv query heads.
+  int64_t queryHeads = q.getDimSize(0), keyHeads = k.getDimSize(0);
+  if (!ShapedType::isDynamic(queryHeads) && !ShapedType::isDynamic(keyHeads) && keyHeads > 0 &&
+      queryHeads % keyHeads != 0)
+    return emitError() << qName << " " << query << " has " << queryHeads << " heads, which the " << keyHeads
+                       << " heads of " << kName << " " << key << " do not divide (each key/value head serves "
+                       << "query_heads / key_heads query heads)";
   if (!dimsCompatible(q.getDimSize(2), k.getDimSize(2)))
     return emitError() << qName << " " << query << " and " << kName << " " << key << " must have the same head_dim";
   if (!dimsCompatible(k.getDimSize(1), v.getDimSize(1)))
@@ -370,9 +404,13 @@ FailureOr<TensorType> inferPagedAttentionType(Type query, Type keyPool, Type val
   if (!*q) return unranked(query);
   if (*k && *v && k->getShape() != v->getShape())
     return emitError() << "key pool " << keyPool << " and value pool " << valuePool << " must have the same shape";
-  if (*k &&
-      (!dimsCompatible(q->getDimSize(0), k->getDimSize(1)) || !dimsCompatible(q->getDimSize(2), k->getDimSize(3))))
-    return emitError() << "query " << query << " and key pool " << keyPool << " must agree on heads and head_dim";
+  if (*k && !dimsCompatible(q->getDimSize(2), k->getDimSize(3)))
+    return emitError() << "query " << query << " and key pool " << keyPool << " must agree on head_dim";
+  // Grouped-query attention: the pools hold Hkv heads, each serving H / Hkv query heads.
+  if (*k && !ShapedType::isDynamic(q->getDimSize(0)) && !ShapedType::isDynamic(k->getDimSize(1)) &&
+      k->getDimSize(1) > 0 && q->getDimSize(0) % k->getDimSize(1) != 0)
+    return emitError() << "query " << query << " has " << q->getDimSize(0) << " heads, which the " << k->getDimSize(1)
+                       << " heads of key pool " << keyPool << " do not divide";
   for (auto [name, index, type] :
        {std::tuple<StringRef, RankedTensorType, Type>{"sequences", *s, sequences}, {"positions", *p, positions}})
     if (index && !dimsCompatible(index.getDimSize(0), q->getDimSize(1)))

@@ -32,6 +32,11 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
 /// Input shape; weight and bias must be rank-1 of the size of the input's last dim.
 FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError);
 
+/// Input shape; weight must be rank-1 of the size of the input's last dim.
+FailureOr<TensorType> inferRmsNormType(Type input, Type weight, EmitErrorFn emitError);
+/// Two operands of one shape (no broadcasting) -> that shape.
+FailureOr<TensorType> inferSameShapesType(Type lhs, Type rhs, EmitErrorFn emitError);
+
 /// [V, D] table gathered by [T] ids -> [T, D].
 FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitError);
 /// A [D, V'] q8_0 packed weight (lanes of codes [V'/P, D/4, P], scales [V'/P, D/blockSize, P]) gathered as a
@@ -50,8 +55,8 @@ FailureOr<TensorType> inferRopeType(Type input, Type positions, EmitErrorFn emit
 struct AttentionLayout {
   bool query = false, key = false, value = false, result = false;
 };
-/// q [H, Tq, d], k [H, Tk, d], v [H, Tk, dv] -> [H, Tq, dv], each of them [T, H, ...] where
-/// `layout` says token-major.
+/// q [H, Tq, d], k [Hkv, Tk, d], v [Hkv, Tk, dv] -> [H, Tq, dv] (Hkv divides H: grouped-query
+/// attention), each of them [T, H, ...] where `layout` says token-major.
 FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, AttentionLayout layout,
                                          EmitErrorFn emitError);
 /// A [H, T, d] type as [T, H, d] or back: the first two dims swapped. Other types are returned as is.

@@ -199,9 +199,26 @@ LogicalResult LayerNormOp::inferShapes() {
       *this, inferLayerNormType(getInput().getType(), getWeight().getType(), getBias().getType(), errorOn(*this)));
 }
 
+LogicalResult RmsNormOp::verify() {
+  float epsilon = getEpsilon().convertToFloat();
+  if (!(epsilon > 0.0f) || !std::isfinite(epsilon))
+    return emitOpError() << "epsilon must be a positive finite number, got " << getEpsilonAttr();
+  return verifyInferred(*this, inferRmsNormType(getInput().getType(), getWeight().getType(), errorOn(*this)));
+}
+LogicalResult RmsNormOp::inferShapes() {
+  return refineResult(*this, inferRmsNormType(getInput().getType(), getWeight().getType(), errorOn(*this)));
+}
+
 //===----------------------------------------------------------------------===//
 // Model-level ops
 //===----------------------------------------------------------------------===//
+
+LogicalResult SwigluOp::verify() {
+  return verifyInferred(*this, inferSameShapesType(getGate().getType(), getUp().getType(), errorOn(*this)));
+}
+LogicalResult SwigluOp::inferShapes() {
+  return refineResult(*this, inferSameShapesType(getGate().getType(), getUp().getType(), errorOn(*this)));
+}
 
 LogicalResult EmbeddingOp::verify() {
   return verifyInferred(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this)));
@@ -257,8 +274,41 @@ LogicalResult RopeOp::verify() {
   float base = getBase().convertToFloat();
   if (!(base > 1.0f) || !std::isfinite(base))
     return emitOpError() << "base must be a finite number > 1, got " << getBaseAttr();
+  if (std::optional<ArrayRef<float>> scaling = getScaling()) {
+    if (scaling->size() != 4)
+      return emitOpError() << "scaling must be [factor, low_freq_factor, high_freq_factor, original_max_positions], "
+                           << "got " << scaling->size() << " values";
+    for (float value : *scaling)
+      if (!(value > 0.0f) || !std::isfinite(value))
+        return emitOpError() << "scaling values must be positive finite numbers, got " << value;
+    if (!((*scaling)[2] > (*scaling)[1]))
+      return emitOpError() << "scaling's high_freq_factor (" << (*scaling)[2] << ") must be larger than its "
+                           << "low_freq_factor (" << (*scaling)[1] << ")";
+  }
   return verifyInferred(*this, inferRopeType(getInput().getType(), getPositions().getType(), errorOn(*this)));
 }
+SmallVector<double> RopeOp::getFrequencies(int64_t headDim) {
+  const int64_t half = headDim / 2;
+  const double base = getBase().convertToFloat();
+  SmallVector<double> theta;
+  for (int64_t i = 0; i < half; ++i) theta.push_back(std::pow(base, -2.0 * double(i) / double(headDim)));
+  std::optional<ArrayRef<float>> scaling = getScaling();
+  if (!scaling) return theta;
+  // transformers' _compute_llama3_parameters, in f64.
+  const double factor = (*scaling)[0], low = (*scaling)[1], high = (*scaling)[2], original = (*scaling)[3];
+  const double lowWavelength = original / low, highWavelength = original / high;
+  for (double &t : theta) {
+    double wavelength = 2.0 * M_PI / t;
+    if (wavelength > lowWavelength) {
+      t /= factor;
+    } else if (wavelength >= highWavelength) {
+      double smooth = (original / wavelength - low) / (high - low);
+      t = (1.0 - smooth) * t / factor + smooth * t;
+    }
+  }
+  return theta;
+}
+
 LogicalResult RopeOp::inferShapes() {
   return refineResult(*this, inferRopeType(getInput().getType(), getPositions().getType(), errorOn(*this)));
 }

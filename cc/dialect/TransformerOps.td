@@ -254,9 +254,44 @@ def Transformer_LayerNormOp : Transformer_Op<"layer_norm",
   let hasVerifier = 1;
 }
 
+def Transformer_RmsNormOp : Transformer_Op<"rms_norm",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "RMS normalization over the last dimension";
+  let description = [{
+    `x * rsqrt(mean(x^2) + epsilon) * weight`, the mean taken over the last dimension (Llama's
+    RMSNorm: no centering, no bias). `weight` is a rank-1 tensor of the size of that dimension.
+
+    ```mlir
+    %y = transformer.rms_norm %x, %w {epsilon = 1.0e-05 : f32}
+        : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input, F32Tensor:$weight, DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Model-level ops
 //===----------------------------------------------------------------------===//
+
+def Transformer_SwigluOp : Transformer_Op<"swiglu",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "SiLU-gated product: silu(gate) * up";
+  let description = [{
+    `result = gate * sigmoid(gate) * up`, elementwise, on two tensors of one shape: the gated
+    product of a SwiGLU MLP (Llama, Qwen2), `down(swiglu(gate(x), up(x)))`.
+
+    ```mlir
+    %h = transformer.swiglu %gate, %up : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$gate, F32Tensor:$up);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
 
 def Transformer_EmbeddingOp : Transformer_Op<"embedding",
     [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
@@ -369,31 +404,53 @@ def Transformer_MergeHeadsOp : Transformer_Op<"merge_heads",
 
 def Transformer_RopeOp : Transformer_Op<"rope",
     [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
-  let summary = "Rotary position embedding (GPT-NeoX rotate-half)";
+  let summary = "Rotary position embedding";
   let description = [{
-    For `x : [H, T, d]` and the absolute position `p = positions[t]` of each row, with
-    `half = d / 2`, `theta_i = base^(-2 i / d)` and `a = p * theta_(j mod half)`:
-    `result[h, t, j] = x[h, t, j] * cos(a) - x[h, t, j + half] * sin(a)` for `j < half`, and
-    `result[h, t, j] = x[h, t, j] * cos(a) + x[h, t, j - half] * sin(a)` for `j >= half`.
+    For `x : [H, T, d]` and the absolute position `p = positions[t]` of each row, pairs of
+    dimensions rotate by the angle `a_i = p * theta_i`, with `theta_i = base^(-2 i / d)` for the
+    pair's frequency index `i` in `[0, d / 2)`. Which dimensions pair up:
+    - by default (GPT-NeoX's and HF's rotate-half) `j` and `j + d / 2`, `i = j mod d / 2`:
+      `result[h, t, j] = x[h, t, j] * cos(a) - x[h, t, j + d/2] * sin(a)` for `j < d / 2`, and
+      `result[h, t, j] = x[h, t, j] * cos(a) + x[h, t, j - d/2] * sin(a)` for `j >= d / 2`;
+    - with `interleaved` (GPT-J's; llama.cpp's `llama` files, whose converter permuted q and k
+      into this order) `2 i` and `2 i + 1`:
+      `result[.., 2i] = x[.., 2i] cos(a) - x[.., 2i+1] sin(a)`,
+      `result[.., 2i+1] = x[.., 2i+1] cos(a) + x[.., 2i] sin(a)`.
+
+    `scaling = array<f32: factor, low_freq_factor, high_freq_factor, original_max_positions>` is
+    Llama 3's frequency scaling: with wavelength `w_i = 2 pi / theta_i`, `low = original / low_freq_factor`
+    and `high = original / high_freq_factor`, `theta_i` becomes `theta_i / factor` where
+    `w_i > low`, stays where `w_i < high`, and in between
+    `(1 - s) theta_i / factor + s theta_i` with `s = (original / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor)`.
 
     ```mlir
     %q2 = transformer.rope %q, %pos : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+    %k2 = transformer.rope %k, %pos {base = 5.0e+05 : f32, interleaved, scaling = array<f32: 32.0, 1.0, 4.0, 8192.0>}
+        : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
     ```
   }];
   let arguments = (ins F32Tensor:$input, TensorOf<[I64]>:$positions,
-                       DefaultValuedAttr<F32Attr, "10000.0">:$base);
+                       DefaultValuedAttr<F32Attr, "10000.0">:$base, UnitAttr:$interleaved,
+                       OptionalAttr<DenseF32ArrayAttr>:$scaling);
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$input `,` $positions attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// theta_i for each of the d / 2 pairs of a head of `headDim` dimensions, in f64, with the
+    /// scaling applied: the frequencies the lowering rotates by.
+    ::llvm::SmallVector<double> getFrequencies(int64_t headDim);
+  }];
 }
 
 def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
     [Pure, AttrSizedOperandSegments, IsolatedFromAbove, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
   let summary = "Causal scaled dot-product attention over heads";
   let description = [{
-    `q : [H, Tq, d]`, `k, v : [H, Tk, d]`. Query row `i` sits at absolute position
+    `q : [H, Tq, d]`, `k, v : [Hkv, Tk, d]`. Query row `i` sits at absolute position
     `query_offset + i` (0 when the operand is absent) and attends to the keys `j <= query_offset + i`:
-    `result[h, i] = softmax_j(scale * q[h, i] . k[h, j], masked) . v[h, j]`.
+    `result[h, i] = softmax_j(scale * q[h, i] . k[g, j], masked) . v[g, j]` with `g = h / (H / Hkv)`.
+    `Hkv < H` is grouped-query attention: `Hkv` must divide `H`, and each key/value head serves
+    `H / Hkv` consecutive query heads (a KV cache then holds `Hkv` heads).
     Keys past every query's position (an unfilled cache) are never read into the result.
     With `window = W` (W >= 1) the mask is a sliding window: query `i` sees only the keys
     `query_offset + i - W < j <= query_offset + i`, its own position and the W - 1 before it.
@@ -523,8 +580,9 @@ def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
   let summary = "Causal attention of the tokens of many sequences over a paged KV pool";
   let description = [{
     `query : [H, T, d]` holds the new tokens of B sequences; token `t` belongs to sequence
-    `sequences[t]` and sits at position `positions[t]` of it. `key_pool, value_pool : [N, H, S, d]`
-    are pools of N blocks of S positions; `block_tables : [B, M]` lists each sequence's blocks in
+    `sequences[t]` and sits at position `positions[t]` of it. `key_pool, value_pool : [N, Hkv, S, d]`
+    are pools of N blocks of S positions (`Hkv` divides `H`: with grouped-query attention query head
+    `h` reads key/value head `h / (H / Hkv)`); `block_tables : [B, M]` lists each sequence's blocks in
     order: position `p` of sequence `b` is row `p % S` of block `block_tables[b, p / S]`. Token `t`
     attends to positions `0 .. positions[t]` of its own sequence, read through its block table
     (no sequence is ever copied out of the pool):

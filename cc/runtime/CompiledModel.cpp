@@ -365,8 +365,9 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
   }
   std::vector<MemRefDescriptor> caches;
   const std::vector<int64_t> cacheShape =
-      batch ? std::vector<int64_t>{batch->shape.poolBlocks, config_.nHead, batch->shape.blockSize, config_.headSize()}
-            : std::vector<int64_t>{config_.nHead, call.cacheLen, config_.headSize()};
+      batch
+          ? std::vector<int64_t>{batch->shape.poolBlocks, config_.kvHeads(), batch->shape.blockSize, config_.headSize()}
+          : std::vector<int64_t>{config_.kvHeads(), call.cacheLen, config_.headSize()};
   for (int64_t layer = 0; layer < static_cast<int64_t>(call.keys.size()); ++layer) {
     caches.push_back(MemRefDescriptor::view(call.keys[layer], cacheShape));
     caches.push_back(MemRefDescriptor::view(call.values[layer], cacheShape));

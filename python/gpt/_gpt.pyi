@@ -5,6 +5,8 @@ from typing import Any, SupportsFloat, SupportsIndex, SupportsInt
 import numpy as np
 import numpy.typing as npt
 
+from gpt.config import GPTConfig
+
 # pybind11 accepts anything int() or float() accepts where the C++ side takes a number.
 _Int = SupportsInt | SupportsIndex
 _Float = SupportsFloat | SupportsIndex
@@ -69,10 +71,8 @@ def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np
     """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM
     head's tied embedding."""
 
-def supplied_parameters(
-    n_layer: _Int, n_head: _Int, n_embd: _Int, vocab_size: _Int, block_size: _Int, rope: bool
-) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of every weight a model of this configuration takes, in order."""
+def supplied_parameters(config: GPTConfig) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every weight a model of this gpt.GPTConfig takes, in order."""
 
 DEFAULT_CACHE_MAX_BYTES: int
 
@@ -90,22 +90,15 @@ class CompiledModel:
 
     def __init__(
         self,
-        n_layer: _Int,
-        n_head: _Int,
-        n_embd: _Int,
-        vocab_size: _Int,
-        block_size: _Int,
-        rope: bool,
-        layer_norm_eps: _Float,
+        config: GPTConfig,
         pipeline: str,
         threads: _Int,
         cache_dir: str = "",
         weights: str = "f32",
         cache_max_bytes: _Int = ...,
         target_cpu: str = "host",
-        attention_window: _Int = 0,
-        attention_mask: bytes = b"",
-    ) -> None: ...
+    ) -> None:
+        """A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights)."""
     def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every weight set_weights() takes, in its order."""
 

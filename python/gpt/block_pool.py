@@ -15,7 +15,7 @@ class KVBlockPool:
     """Keys and values of `num_blocks` blocks of `block_size` positions for every layer.
 
     Made by `model.new_block_pool()`; belongs to that model. `keys` and `values` are float32
-    [n_layer, num_blocks, n_head, block_size, head_size], zero-initialised, written in place by
+    [n_layer, num_blocks, n_kv_head, block_size, head_size], zero-initialised, written in place by
     `model.step_batch`. One step at a time: a step (or copy_block) while another thread's step on
     the same pool runs raises RuntimeError instead of interleaving their writes.
     """
@@ -25,7 +25,7 @@ class KVBlockPool:
         self._model = model
         self._num_blocks = num_blocks
         self._block_size = block_size
-        shape = (cfg.n_layer, num_blocks, cfg.n_head, block_size, cfg.head_size)
+        shape = (cfg.n_layer, num_blocks, cfg.n_kv_head, block_size, cfg.head_size)
         # Zeros, not empty: rows past a sequence's last position are masked out of attention,
         # but 0 * NaN would not be 0.
         self._keys = np.zeros(shape, np.float32)

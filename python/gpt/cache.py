@@ -29,7 +29,7 @@ class KVCache:
         self._limit = max_len
         if self._rolling:
             self._limit = None if cfg.pos_embedding == "rope" else cfg.block_size
-        shape = (cfg.n_layer, cfg.n_head, self._slots, cfg.head_size)
+        shape = (cfg.n_layer, cfg.n_kv_head, self._slots, cfg.head_size)
         # Zeros, not empty: positions past len(cache) are masked out of attention, and a masked
         # probability (exactly 0) times a finite value stays 0, where 0 * NaN would not.
         self._keys = np.zeros(shape, np.float32)

@@ -1,14 +1,17 @@
 """Model and compiler configuration: GPTConfig and CompileOptions."""
 
 import dataclasses
+import math
 import os
 
+from gpt import architectures
 from gpt.masks import AttentionMask, Causal, SlidingWindow
 
 PIPELINES = ("baseline", "fused", "vectorized", "default")
 # Weight formats, named as llama.cpp names them.
 WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_0")
 POS_EMBEDDINGS = ("learned", "rope")
+ROPE_LAYOUTS = ("half", "interleaved")
 # The most threads compiled code may use. OpenMP starts every thread of a parallel region, and
 # past the cores they only take turns: measured on 2 cores with a 2-layer model, a forward call
 # is 200x slower on 256 threads and 10,000x slower on 4,096; 20,000 ran for minutes and 100,000
@@ -21,9 +24,50 @@ MAX_DIMENSION = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3's rotary frequency scaling (HF `rope_scaling` with rope_type "llama3"): with
+    `theta_i` the unscaled frequency and wavelength `w = 2 pi / theta_i`, frequencies of
+    wavelength above `original_max_position_embeddings / low_freq_factor` are divided by `factor`,
+    those below `original_max_position_embeddings / high_freq_factor` kept, and those between
+    interpolated smoothly (transformers' _compute_llama3_parameters)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __post_init__(self):
+        for name in ("factor", "low_freq_factor", "high_freq_factor"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (math.isfinite(value) and value > 0)
+            ):
+                raise ValueError(f"RopeScaling.{name} must be a positive number, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"RopeScaling.high_freq_factor ({self.high_freq_factor}) must be larger than "
+                f"low_freq_factor ({self.low_freq_factor})"
+            )
+        original = self.original_max_position_embeddings
+        if isinstance(original, bool) or not isinstance(original, int) or not 0 < original <= MAX_DIMENSION:
+            raise ValueError(f"RopeScaling.original_max_position_embeddings must be a positive int, got {original!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class GPTConfig:
     """Shape of a GPT (nanoGPT's names). `pos_embedding="rope"` replaces the learned position
-    table with GPT-NeoX rotary embedding (rotate-half, base 10000) on q and k.
+    table with rotary embedding on q and k (GPT-NeoX rotate-half, base 10000, unless rope_base,
+    rope_layout, rope_scaling say otherwise).
+    `architecture` picks the model family (gpt.architectures: "gpt2", "llama", "qwen2"): its
+    norm, MLP, biases, default positions and parameter names; `n_kv_head` < n_head is
+    grouped-query attention (each key/value head serves n_head / n_kv_head query heads, and the
+    KV cache holds n_kv_head heads), `n_ff` the MLP's width (default 4 n_embd), `tied_head=False`
+    an LM head of its own. gpt/architectures.py lists every field. The None defaults are resolved
+    in __post_init__ (n_kv_head = n_head, n_ff = 4 n_embd, pos_embedding the architecture's), so
+    `dataclasses.replace` keeps them: give n_kv_head and n_ff again when changing n_head or n_embd.
     `attention_window=W` makes attention a sliding window: key j is visible from query i iff
     i - W < j <= i (None: full causal attention); the KV cache then holds W positions per layer
     and rolls, so that with rotary positions generation may go on past block_size.
@@ -37,14 +81,29 @@ class GPTConfig:
     n_embd: int
     vocab_size: int
     block_size: int
-    pos_embedding: str = "learned"
+    # None: the architecture's ("learned" for gpt2, "rope" for llama and qwen2).
+    pos_embedding: str | None = None
     layer_norm_eps: float = 1e-5
     attention_window: int | None = None
     # A gpt.masks mask; Causal() and SlidingWindow(W) become None and attention_window=W.
     attention_mask: AttentionMask | None = None
+    architecture: str = "gpt2"
+    n_kv_head: int | None = None  # None: n_head
+    n_ff: int | None = None  # None: 4 * n_embd
+    tied_head: bool = True
+    rope_base: float = 10000.0
+    rope_layout: str = "half"
+    rope_scaling: RopeScaling | None = None
 
     def __post_init__(self):
-        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
+        spec = architectures.get(self.architecture)
+        if self.pos_embedding is None:
+            object.__setattr__(self, "pos_embedding", spec.positions)
+        if self.n_kv_head is None:
+            object.__setattr__(self, "n_kv_head", self.n_head)
+        if self.n_ff is None and isinstance(self.n_embd, int) and not isinstance(self.n_embd, bool):
+            object.__setattr__(self, "n_ff", 4 * self.n_embd)
+        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "n_kv_head", "n_ff"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
@@ -54,8 +113,21 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.pos_embedding not in POS_EMBEDDINGS:
             raise ValueError(f"GPTConfig.pos_embedding must be one of {POS_EMBEDDINGS}, got {self.pos_embedding!r}")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(
+                f"GPTConfig.n_kv_head ({self.n_kv_head}) must divide n_head ({self.n_head}): each key/value head "
+                f"serves n_head / n_kv_head query heads"
+            )
         if self.pos_embedding == "rope" and self.head_size % 2:
             raise ValueError(f"rope needs an even head size, got n_embd / n_head = {self.head_size}")
+        if spec.rope_only and self.pos_embedding != "rope":
+            raise ValueError(
+                f"architecture {self.architecture!r} has rotary positions only, "
+                f"got pos_embedding={self.pos_embedding!r}"
+            )
+        self._check_rope()
+        if not isinstance(self.tied_head, bool):
+            raise ValueError(f"GPTConfig.tied_head must be a bool, got {self.tied_head!r}")
         if isinstance(self.layer_norm_eps, bool) or not (
             isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0
         ):
@@ -66,6 +138,22 @@ class GPTConfig:
         if window is not None and window > MAX_DIMENSION:
             raise ValueError(f"GPTConfig.attention_window={window} is larger than {MAX_DIMENSION}")
         self._normalize_attention_mask()
+
+    def _check_rope(self) -> None:
+        base = self.rope_base
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not (math.isfinite(base) and base > 1):
+            raise ValueError(f"GPTConfig.rope_base must be a finite number > 1, got {base!r}")
+        object.__setattr__(self, "rope_base", float(base))
+        if self.rope_layout not in ROPE_LAYOUTS:
+            raise ValueError(f"GPTConfig.rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+            raise ValueError(
+                "GPTConfig.rope_scaling must be None or a gpt.config.RopeScaling, "
+                f"got {type(self.rope_scaling).__name__}"
+            )
+        rope_fields = (self.rope_base, self.rope_layout, self.rope_scaling) != (10000.0, "half", None)
+        if self.pos_embedding != "rope" and rope_fields:
+            raise ValueError("GPTConfig.rope_base, rope_layout and rope_scaling apply to pos_embedding='rope' only")
 
     def _normalize_attention_mask(self) -> None:
         """Checks attention_mask; the masks the compiler knows in closed form become None (causal)
@@ -89,6 +177,31 @@ class GPTConfig:
         return self.n_embd // self.n_head
 
     @property
+    def spec(self) -> "architectures.Architecture":
+        """The architecture's spec (gpt.architectures)."""
+        return architectures.ARCHITECTURES[self.architecture]
+
+    @property
+    def norm(self) -> str:
+        """ "layer" (LayerNorm) or "rms" (RMSNorm), with eps layer_norm_eps."""
+        return self.spec.norm
+
+    @property
+    def mlp(self) -> str:
+        """ "gelu" (GPT-2's) or "swiglu" (down(silu(gate) * up))."""
+        return self.spec.mlp
+
+    @property
+    def bias(self) -> bool:
+        """Whether every linear and norm has a bias (GPT-2)."""
+        return self.spec.bias
+
+    @property
+    def qkv_bias(self) -> bool:
+        """Whether the q, k and v projections have biases (GPT-2, Qwen2)."""
+        return self.spec.qkv_bias
+
+    @property
     def unbounded_positions(self) -> bool:
         """Whether a cached generation may go on past block_size: rotary positions (no table to
         run out of) and a window that a rolling cache of at most block_size slots holds."""
@@ -98,16 +211,20 @@ class GPTConfig:
             and (self.attention_window <= self.block_size)
         )
 
-    def shape_arguments(self) -> dict:
-        """The model's shape as the extension's functions take it (keyword arguments)."""
-        return dict(
-            n_layer=self.n_layer,
-            n_head=self.n_head,
-            n_embd=self.n_embd,
-            vocab_size=self.vocab_size,
-            block_size=self.block_size,
-            rope=self.pos_embedding == "rope",
-        )
+    def compiler_mask(self) -> tuple[bytes, str, bool]:
+        """The attention mask as the compiler takes it (cc/builder/GPTConfig.h): the
+        [block_size, block_size] bytes of a mask that is no expression of positions (else b""),
+        its expression ("" when none), and whether it lets a query see a later key."""
+        mask = self.attention_mask
+        if mask is None:
+            return b"", "", False
+        expression = mask.expression() or ""
+        dense = b""
+        if not expression:
+            import numpy as np
+
+            dense = np.ascontiguousarray(mask.dense(self.block_size), dtype=np.uint8).tobytes()
+        return dense, expression, mask.looks_ahead(self.block_size)
 
 
 @dataclasses.dataclass(frozen=True)

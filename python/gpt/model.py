@@ -9,7 +9,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from gpt import _gpt
+from gpt import _gpt, architectures, hf_checkpoint
 from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
@@ -20,17 +20,34 @@ from gpt.tokenizer import HFTokenizer
 from gpt.weights import load_pretrained, random_weights, validate_weights
 
 
-def _mask_bytes(config: GPTConfig) -> bytes:
-    """config.attention_mask over every position, [block_size, block_size] bytes (1: visible)."""
-    return np.ascontiguousarray(config.attention_mask.dense(config.block_size), dtype=np.uint8).tobytes()
-
-
 def _mask_expression(config: GPTConfig) -> str:
     """config.attention_mask as an expression of positions, "" when it has none (or no mask)."""
     return (config.attention_mask and config.attention_mask.expression()) or ""
 
 
 STAGES = tuple(_gpt.STAGES)
+
+
+def _compiler_weights(config: GPTConfig, weights: Mapping[str, np.ndarray]) -> dict[str, object]:
+    """HF-named weights of a Llama-family config, checked by their HF names and shapes (so that
+    errors name what the caller gave), as the compiler's parameters (architectures.to_compiler).
+    dtypes and values are checked afterwards, by validate_weights."""
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"weights must be a mapping of parameter name to array, got {type(weights).__name__}")
+    expected = architectures.hf_shapes(config)
+    missing = [name for name in expected if name not in weights]
+    if missing:
+        raise ValueError(f"missing parameter(s): {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+    unexpected = sorted(name for name in weights if name not in expected)
+    if unexpected:
+        raise ValueError(f"unexpected parameter(s) for this config: {', '.join(unexpected[:5])}")
+    for name, shape in expected.items():
+        value = weights[name]
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"parameter {name} must be a numpy array, got {type(value).__name__}")
+        if value.shape != shape:
+            raise ValueError(f"parameter {name} has shape {value.shape}, expected {shape}")
+    return architectures.to_compiler(config, weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,19 +97,13 @@ class GPT:
         quantized = dict(_quantized or {})
         self._weights = validate_weights(config, weights, copy=_copy_weights, given_quantized=quantized)
         self._compiled = _gpt.CompiledModel(
-            **config.shape_arguments(),
-            layer_norm_eps=float(config.layer_norm_eps),
+            config,
             pipeline=options.pipeline,
             threads=options.resolved_threads(),
             cache_dir=options.resolved_cache_dir(),
             weights=options.weights,
             cache_max_bytes=options.resolved_cache_max_bytes(),
             target_cpu=options.target_cpu,
-            attention_window=config.attention_window or 0,
-            attention_mask=b"" if config.attention_mask is None or _mask_expression(config) else _mask_bytes(config),
-            attention_mask_expression=_mask_expression(config),
-            attention_looks_ahead=config.attention_mask is not None
-            and config.attention_mask.looks_ahead(config.block_size),
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
         self._compiled.set_weights(arguments, quantized)
@@ -121,15 +132,26 @@ class GPT:
     def from_weights(
         cls, config: GPTConfig, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None
     ) -> "GPT":
-        """Weights by HF GPT-2 parameter name (Conv1D layout: c_attn.weight is [n_embd, 3 n_embd])."""
+        """Weights by the architecture's HF parameter names, in HF's layouts (gpt/architectures.py
+        lists them: `architectures.hf_shapes(config)`): GPT-2's Conv1D weights are [in, out]
+        (c_attn.weight is [n_embd, 3 n_embd]); the Llama family's Linear weights [out, in]."""
+        if isinstance(config, GPTConfig) and config.spec.compiler_names != "gpt2":
+            weights = _compiler_weights(config, weights)
         return cls(config, weights, options)
 
     @classmethod
     def from_pretrained(cls, path: str, options: CompileOptions | None = None) -> "GPT":
-        """A HF GPT-2 directory with config.json and model.safetensors (F32, F16, BF16 or F64
-        tensors; F16 and BF16 widen to float32 exactly); no network access. `model.tokenizer` is
-        the directory's tokenizer.json when there is one."""
-        config, weights = load_pretrained(path)
+        """A HF checkpoint directory: GPT-2 (config.json and model.safetensors), or a
+        LlamaForCausalLM / Qwen2ForCausalLM (config.json's model_type llama or qwen2; one
+        model.safetensors or the shards of model.safetensors.index.json; a tied or untied head;
+        Llama 3 rope scaling). Tensors F32, F16, BF16 or F64 (F16 and BF16 widen to float32
+        exactly); no network access. `model.tokenizer` is the directory's tokenizer.json when
+        there is one."""
+        # A Llama-family directory (config.json's model_type llama or qwen2) goes to its loader.
+        if hf_checkpoint.architecture_of(hf_checkpoint.model_type(path)) is not None:
+            config, weights = hf_checkpoint.load_pretrained(path)
+        else:
+            config, weights = load_pretrained(path)
         model = cls(config, weights, options, _copy_weights=False)
         tokenizer_json = os.path.join(path, "tokenizer.json")
         if os.path.isfile(tokenizer_json):
@@ -159,6 +181,9 @@ class GPT:
         config, weights, tokenizer = load_gguf(path, keep_quantized=keep)
         quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
         floats = {name: w for name, w in weights.items() if name not in quantized}
+        if config.spec.compiler_names != "gpt2":  # HF names -> the compiler's fused parameters
+            quantized = architectures.to_compiler_quantized(config, quantized)
+            floats = architectures.to_compiler(config, floats, consume=True)
         del weights
         model = cls(config, floats, options, _copy_weights=False, _quantized=quantized)
         model._tokenizer = tokenizer
@@ -181,18 +206,24 @@ class GPT:
         return self._tokenizer
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The weights by HF name, as the model computes with them, read-only: views of the arrays
-        it reads in place, and for the others (packed matmul weights, and with a low-precision
-        format the LM head's table) the values read back from its own storage, unpacked and
-        dequantized: equal to the weights given in f32, their rounding or quantization in the
-        other formats."""
+        """The weights by HF name, in HF's layouts (those from_weights takes), as the model computes
+        with them, read-only: views of the arrays it reads in place, and for the others (packed
+        matmul weights, and with a low-precision format the LM head's table) the values read back
+        from its own storage, unpacked and dequantized: equal to the weights given in f32, their
+        rounding or quantization in the other formats. (The Llama family's fused q/k/v and
+        gate/up weights are split and transposed back to HF's [out, in].)"""
         views = {}
         for name, _ in self._compiled.supplied_parameters():
             value = self._weights.get(name)
             view = value.view() if value is not None else self._compiled.stored_weight(name)
             view.flags.writeable = False
             views[name] = view
-        return views
+        if self._config.spec.compiler_names == "gpt2":
+            return views
+        hf = architectures.from_compiler(self._config, views)
+        for value in hf.values():
+            value.flags.writeable = False
+        return hf
 
     # -- entry points ---------------------------------------------------------------------------
 

@@ -38,15 +38,20 @@ def estimate_memory(config: GPTConfig, weights: str = "f32") -> MemoryEstimate:
     """Computed from the shapes alone (nothing is allocated), as lower bounds of what a model needs."""
     layers, width, vocab, length = config.n_layer, config.n_embd, config.vocab_size, config.block_size
     padded_vocab = -(-vocab // 256) * 256  # the LM head's columns (cc/builder GPTConfig)
-    matmul = 12 * width * width * layers  # q, k, v, projection, MLP in (4x) and out (4x)
+    kv = config.n_kv_head * config.head_size  # the width of keys and values (grouped-query attention)
+    up = 2 * config.n_ff if config.mlp == "swiglu" else config.n_ff  # SwiGLU's gate and up
+    # q, k, v, projection, the MLP's up (and gate) and down.
+    matmul = (width * (width + 2 * kv) + width * width + width * up + config.n_ff * width) * layers
     other = 13 * width * layers + vocab * width + 2 * width
     if config.pos_embedding == "learned":
         other += length * width
+    if not config.tied_head:
+        other += vocab * width
     stored = matmul * _BYTES_PER_WEIGHT[weights] + width * padded_vocab * _BYTES_PER_WEIGHT[_HEAD_FORMAT[weights]]
     return MemoryEstimate(
         weights_f32=4 * (matmul + other),
         stored_weights=int(stored),
-        kv_cache=4 * 2 * layers * length * width,
+        kv_cache=4 * 2 * layers * length * kv,
         activations=4 * (length * padded_vocab + config.n_head * length * length + 16 * length * width),
     )
 

@@ -34,26 +34,29 @@ _SAFETENSORS_MAX_HEADER_BYTES = 100_000_000
 
 
 def expected_shapes(config: GPTConfig) -> dict[str, tuple]:
-    """HF GPT-2 parameter name -> shape, for every weight the model needs, in the order the
-    compiler's parameter table (cc/builder/Parameters.cpp) lists them."""
-    table = _gpt.supplied_parameters(**config.shape_arguments())
+    """The compiler's parameter name -> shape, for every weight the model needs, in the order of
+    its parameter table (cc/builder/Parameters.cpp): HF GPT-2's names and shapes for GPT-2; for
+    the Llama family gpt.architectures.to_compiler's (fused, [in, out] matmul weights)."""
+    table = _gpt.supplied_parameters(config)
     return {name: tuple(shape) for name, shape in table}
 
 
 def random_weights(config: GPTConfig, seed: int = 0) -> dict[str, np.ndarray]:
-    """GPT-2 initialisation (as in HF transformers and nanoGPT): N(0, 0.02) for embeddings and
-    linear layers, N(0, 0.02 / sqrt(2 n_layer)) for the residual projections, zero biases, unit
-    LayerNorm scales. Deterministic in `seed`."""
+    """The compiler's parameters (expected_shapes: HF names for GPT-2) in GPT-2 initialisation
+    (as in HF transformers and nanoGPT): N(0, 0.02) for embeddings and linear layers,
+    N(0, 0.02 / sqrt(2 n_layer)) for the residual projections, zero biases, unit norm scales.
+    Deterministic in `seed`."""
     rng = np.random.default_rng(seed)
     residual_std = 0.02 / np.sqrt(2 * config.n_layer)
     weights = {}
     for name, shape in expected_shapes(config).items():
-        if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+        # Norm scales are the 1-D weights (GPT-2's ln_*, Llama's *_layernorm and model.norm).
+        if len(shape) == 1 and name.endswith(".weight"):
             weights[name] = np.ones(shape, np.float32)
         elif name.endswith(".bias"):
             weights[name] = np.zeros(shape, np.float32)
         else:
-            std = residual_std if name.endswith("c_proj.weight") else 0.02
+            std = residual_std if name.endswith(("c_proj.weight", "o_proj.weight", "down_proj.weight")) else 0.02
             weights[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
     return weights
 

@@ -27,6 +27,24 @@ func.func @attention_between_heads(%qkv: tensor<64x24xf32>) -> tensor<64x8xf32> 
 
 // -----
 
+// Grouped-query attention: a decode step of 4 query heads over 2 key/value heads of the cache.
+// Query head h reads the cache's head h / 2, for its keys and its values alike.
+// CHECK-LABEL: func.func @grouped_query_decode
+// CHECK: scf.forall (%{{.*}}) in (1) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<4x1x4xf32>)
+// CHECK: %[[H:.*]] = arith.addi %{{.*}}, %{{[^ ]*}} : index
+// CHECK: scf.for %[[K0:.*]] = %c0{{.*}} to %{{.*}} step %c16
+// CHECK: %[[G:.*]] = arith.divui %[[H]], %c2{{.*}} : index
+// CHECK: tensor.extract_slice %{{.*}}[%[[G]], %[[K0]], 0] [1, 16, 4] [1, 1, 1] : tensor<2x48x4xf32> to tensor<16x4xf32>
+// CHECK: tensor.extract_slice %{{.*}}[%[[G]], %[[K0]], 0] [1, 16, 4] [1, 1, 1] : tensor<2x48x4xf32> to tensor<16x4xf32>
+func.func @grouped_query_decode(%q: tensor<4x1x4xf32>, %k: tensor<2x48x4xf32>, %v: tensor<2x48x4xf32>, %pos: index)
+    -> tensor<4x1x4xf32> {
+  %a = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32}
+      : (tensor<4x1x4xf32>, tensor<2x48x4xf32>, tensor<2x48x4xf32>, index) -> tensor<4x1x4xf32>
+  return %a : tensor<4x1x4xf32>
+}
+
+// -----
+
 // Each operand is read in its own layout: a decode step as the step program has it, with a
 // token-major query [1, H, d] and result, and head-major caches [H, 48, d].
 // CHECK-LABEL: func.func @decode_token_major_query

@@ -1,5 +1,5 @@
-// --transformer-to-linalg, elementwise ops: constant, add/mul with broadcasting, neg/relu/gelu, rope, where,
-// exp/rsqrt/pow.
+// --transformer-to-linalg, elementwise ops: constant, add/mul with broadcasting, neg/relu/gelu, rope (both layouts,
+// Llama 3 scaling), swiglu, where, exp/rsqrt/pow.
 // RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
 
 // CHECK-DAG: #[[ID:.*]] = affine_map<(d0, d1) -> (d0, d1)>
@@ -58,20 +58,71 @@ func.func @constant() -> tensor<2xf32> {
 
 // -----
 
-// RoPE: the partner element j +/- half is read with tensor.extract; the angle is computed in f64.
+// RoPE: the partner element j +/- half is read with tensor.extract, the frequency of pair j mod half
+// from a constant f64 table (base^(-2 i / d)); the angle is computed in f64.
 // CHECK-LABEL: func.func @rope
+// CHECK: %[[THETA:.*]] = arith.constant dense<[1.000000e+00, 0.31622776601683794, 1.000000e-01, 0.031622776601683791, 1.000000e-02, 0.0031622776601683794, 1.000000e-03, 3.1622776601683794E-4]> : tensor<8xf64>
 // CHECK: linalg.generic
 // CHECK-SAME: ins(%{{.*}}, %{{.*}} : tensor<4x8x16xf32>, tensor<8xi64>)
 // CHECK: %[[J:.*]] = linalg.index 2 : index
 // CHECK: %[[FIRST:.*]] = arith.cmpi ult, %[[J]], %c8 : index
+// CHECK: %[[PAIR:.*]] = arith.remui %[[J]], %c8 : index
 // CHECK: tensor.extract
-// CHECK: math.exp %{{.*}} : f64
+// CHECK: tensor.extract %[[THETA]][%[[PAIR]]] : tensor<8xf64>
 // CHECK: math.cos %{{.*}} : f64
 // CHECK: math.sin %{{.*}} : f64
 // CHECK: arith.select %[[FIRST]]
 func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf32> {
   %0 = transformer.rope %x, %pos : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
   return %0 : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Interleaved pairs (2i, 2i + 1): the partner is j xor 1, the frequency index j / 2, and the even
+// element is the one whose partner's product is subtracted.
+// CHECK-LABEL: func.func @rope_interleaved
+// CHECK: %[[J:.*]] = linalg.index 2 : index
+// CHECK: %[[ODD:.*]] = arith.remui %[[J]], %c2 : index
+// CHECK: %[[EVEN:.*]] = arith.cmpi eq, %[[ODD]], %c0 : index
+// CHECK: %[[PAIR:.*]] = arith.divui %[[J]], %c2 : index
+// CHECK: %[[PARTNER:.*]] = arith.xori %[[J]], %c1 : index
+// CHECK: tensor.extract %{{.*}}[%{{.*}}, %{{.*}}, %[[PARTNER]]] : tensor<4x8x16xf32>
+// CHECK: tensor.extract %{{.*}}[%[[PAIR]]] : tensor<8xf64>
+// CHECK: arith.select %[[EVEN]]
+func.func @rope_interleaved(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf32> {
+  %0 = transformer.rope %x, %pos {interleaved} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+  return %0 : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Llama 3 scaling (factor 8, low_freq_factor 1, high_freq_factor 4, 16 original positions) on base
+// 10000, head size 16: pair i of wavelength 2 pi / theta_i is kept below 16 / 4, divided by 8 above
+// 16 / 1, and smoothed in between. transformers' _compute_llama3_parameters gives (in f32)
+// 0.57605636, 0.03952847, 0.0125, 0.00395285, 0.00125, ...: pair 0 (wavelength 6.28) smoothed,
+// every later one (wavelength >= 19.9) divided by 8.
+// CHECK-LABEL: func.func @rope_llama3_scaling
+// CHECK: arith.constant dense<[0.57605640109551159, 0.039528470752104743, 1.250000e-02, 0.0039528470752104739, 1.250000e-03,
+func.func @rope_llama3_scaling(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf32> {
+  %0 = transformer.rope %x, %pos {scaling = array<f32: 8.0, 1.0, 4.0, 16.0>} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
+  return %0 : tensor<4x8x16xf32>
+}
+
+// -----
+
+// SwiGLU's gated product: gate * up / (1 + exp(-gate)), one elementwise generic.
+// CHECK-LABEL: func.func @swiglu
+// CHECK: linalg.generic
+// CHECK: ^bb0(%[[G:.*]]: f32, %[[U:.*]]: f32, %{{.*}}: f32):
+// CHECK: %[[NEG:.*]] = arith.negf %[[G]] : f32
+// CHECK: %[[E:.*]] = math.exp %[[NEG]] : f32
+// CHECK: %[[DEN:.*]] = arith.addf %{{.*}}, %[[E]] : f32
+// CHECK: %[[NUM:.*]] = arith.mulf %[[G]], %[[U]] : f32
+// CHECK: arith.divf %[[NUM]], %[[DEN]] : f32
+func.func @swiglu(%g: tensor<4x8xf32>, %u: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.swiglu %g, %u : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
 }
 
 // -----

@@ -1,4 +1,4 @@
-// --transformer-to-linalg, layer_norm and softmax: row reductions, then one elementwise generic.
+// --transformer-to-linalg, layer_norm, rms_norm and softmax: row reductions, then one elementwise generic.
 // RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
 
 // LayerNorm: a row sum, a row sum of squared deviations, then one elementwise generic.
@@ -55,4 +55,22 @@ func.func @softmax_rank_1(%x: tensor<8xf32>) -> tensor<8xf32> {
 func.func @layer_norm_rank_1(%x: tensor<8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<8xf32> {
   %0 = transformer.layer_norm %x, %w, %b {epsilon = 1.0e-5 : f32} : (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
   return %0 : tensor<8xf32>
+}
+
+// -----
+
+// RMSNorm: one row reduction (the sum of squares), then x * rsqrt(sum / n + eps) * weight.
+// CHECK-LABEL: func.func @rms_norm
+// CHECK: %[[SQ:.*]] = linalg.generic {{.*}}iterator_types = ["parallel", "reduction"]{{.*}} ins(%{{.*}} : tensor<4x8xf32>)
+// CHECK: arith.mulf %[[IN:.*]], %[[IN]] : f32
+// CHECK: arith.addf
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel"]{{.*}} ins(%{{.*}}, %[[SQ]], %{{.*}} : tensor<4x8xf32>, tensor<4xf32>, tensor<8xf32>)
+// CHECK: arith.constant 1.250000e-01 : f32
+// CHECK: arith.constant 9.99999997E-7 : f32
+// CHECK: math.rsqrt
+// CHECK-NOT: arith.subf
+// CHECK: linalg.yield
+func.func @rms_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.rms_norm %x, %w {epsilon = 1.0e-6 : f32} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
 }

@@ -142,3 +142,22 @@ func.func @one_token(%q: tensor<2x1x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tenso
       : tensor<2x1x8xf32>, tensor<6x2x4x8xf32>, tensor<6x2x4x8xf32>, tensor<1x2xi64>, tensor<1xi64>, tensor<1xi64> -> tensor<2x1x8xf32>
   return %a : tensor<2x1x8xf32>
 }
+
+// -----
+
+// Grouped-query attention: 4 query heads over pools of 2 key/value heads. Query head h reads the
+// pools' head h / 2, for its keys and its values alike.
+// CHECK-LABEL: func.func @grouped_query_attention
+// CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<4x3x8xf32>, %[[KP:[a-z0-9]+]]: tensor<6x2x4x8xf32>, %[[VP:[a-z0-9]+]]: tensor<6x2x4x8xf32>
+// CHECK: scf.forall (%{{.*}}) in (3) shared_outs(%{{.*}} = %{{.*}}) -> (tensor<4x3x8xf32>)
+// CHECK:     scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (tensor<4xf32>, tensor<4xf32>, tensor<4x8xf32>)
+// CHECK:       tensor.extract_slice %[[Q]][%[[H]], %{{.*}}, 0] [1, 1, 8] [1, 1, 1] : tensor<4x3x8xf32> to tensor<8xf32>
+// CHECK:       %[[G:.*]] = arith.divui %[[H]], %c2{{.*}} : index
+// CHECK:       tensor.extract_slice %[[KP]][%{{.*}}, %[[G]], 0, 0] [1, 1, 4, 8] [1, 1, 1, 1] : tensor<6x2x4x8xf32> to tensor<4x8xf32>
+// CHECK:       tensor.extract_slice %[[VP]][%{{.*}}, %[[G]], 0, 0] [1, 1, 4, 8] [1, 1, 1, 1] : tensor<6x2x4x8xf32> to tensor<4x8xf32>
+func.func @grouped_query_attention(%q: tensor<4x3x8xf32>, %kp: tensor<6x2x4x8xf32>, %vp: tensor<6x2x4x8xf32>,
+                                   %tables: tensor<2x2xi64>, %seqs: tensor<3xi64>, %pos: tensor<3xi64>) -> tensor<4x3x8xf32> {
+  %0 = transformer.paged_attention %q, %kp, %vp tables %tables sequences %seqs positions %pos {scale = 0.5 : f32}
+      : tensor<4x3x8xf32>, tensor<6x2x4x8xf32>, tensor<6x2x4x8xf32>, tensor<2x2xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<4x3x8xf32>
+  return %0 : tensor<4x3x8xf32>
+}

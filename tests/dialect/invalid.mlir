@@ -105,6 +105,38 @@ func.func @layer_norm_epsilon(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor
 
 // -----
 
+func.func @rms_norm_weight_size(%x: tensor<4x8xf32>, %w: tensor<7xf32>) {
+  // expected-error @+1 {{weight 'tensor<7xf32>' must be a rank-1 tensor of size 8, the last dimension of input 'tensor<4x8xf32>'}}
+  %0 = transformer.rms_norm %x, %w : (tensor<4x8xf32>, tensor<7xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_epsilon(%x: tensor<4x8xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{epsilon must be a positive finite number, got 0.000000e+00 : f32}}
+  %0 = transformer.rms_norm %x, %w {epsilon = 0.0 : f32} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_result(%x: tensor<4x8xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{result type 'tensor<8x4xf32>' does not match the type 'tensor<4x8xf32>' implied by the operands}}
+  %0 = transformer.rms_norm %x, %w : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_shapes(%g: tensor<4x8xf32>, %u: tensor<4x1xf32>) {
+  // expected-error @+1 {{operands must have the same shape, got 'tensor<4x8xf32>' and 'tensor<4x1xf32>'}}
+  %0 = transformer.swiglu %g, %u : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
 func.func @constant_not_f32() {
   // expected-error @+1 {{attribute 'value' failed to satisfy constraint: 32-bit float elements attribute}}
   %0 = "transformer.constant"() {value = dense<1> : tensor<2xi32>} : () -> tensor<2xf32>
@@ -234,9 +266,50 @@ func.func @rope_base(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) {
 
 // -----
 
-func.func @attention_heads(%q: tensor<4x8x16xf32>, %k: tensor<2x8x16xf32>) {
-  // expected-error @+1 {{must have the same number of heads}}
-  %0 = transformer.causal_attention %q, %k, %k {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<*xf32>
+func.func @rope_scaling_count(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) {
+  // expected-error @+1 {{scaling must be [factor, low_freq_factor, high_freq_factor, original_max_positions], got 3 values}}
+  %0 = transformer.rope %x, %pos {scaling = array<f32: 8.0, 1.0, 4.0>} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @rope_scaling_negative(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) {
+  // expected-error @+1 {{scaling values must be positive finite numbers, got -8}}
+  %0 = transformer.rope %x, %pos {scaling = array<f32: -8.0, 1.0, 4.0, 8192.0>} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @rope_scaling_bands(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) {
+  // expected-error @+1 {{scaling's high_freq_factor (1.000000e+00) must be larger than its low_freq_factor (4.000000e+00)}}
+  %0 = transformer.rope %x, %pos {scaling = array<f32: 8.0, 4.0, 1.0, 8192.0>} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+// Grouped-query attention: 4 query heads over 3 key/value heads do not divide.
+func.func @attention_heads(%q: tensor<4x8x16xf32>, %k: tensor<3x8x16xf32>) {
+  // expected-error @+1 {{query 'tensor<4x8x16xf32>' has 4 heads, which the 3 heads of key 'tensor<3x8x16xf32>' do not divide}}
+  %0 = transformer.causal_attention %q, %k, %k {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<3x8x16xf32>, tensor<3x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_key_value_heads(%q: tensor<4x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{key 'tensor<2x8x16xf32>' and value 'tensor<4x8x16xf32>' must have the same number of heads}}
+  %0 = transformer.causal_attention %q, %k, %v {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<2x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @attention_gqa_result(%q: tensor<4x8x16xf32>, %k: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{result type 'tensor<2x8x16xf32>' does not match the type 'tensor<4x8x16xf32>' implied by the operands}}
+  %0 = transformer.causal_attention %q, %k, %k {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return
 }
 
@@ -266,10 +339,11 @@ func.func @attention_key_value_tokens(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16x
 
 // -----
 
-// A query flagged token-major but shaped head-major: [4, 8, 16] read as 4 tokens of 8 heads.
-func.func @attention_token_major_query_shape(%q: tensor<4x8x16xf32>, %k: tensor<4x8x16xf32>) {
-  // expected-error @+1 {{token-major query 'tensor<4x8x16xf32>', key 'tensor<4x8x16xf32>' and value 'tensor<4x8x16xf32>' must have the same number of heads}}
-  %0 = transformer.causal_attention %q, %k, %k {query_token_major, scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
+// A query flagged token-major but shaped head-major: [4, 6, 16] read as 4 tokens of 6 heads,
+// which the key's 4 heads do not divide.
+func.func @attention_token_major_query_shape(%q: tensor<4x6x16xf32>, %k: tensor<4x8x16xf32>) {
+  // expected-error @+1 {{token-major query 'tensor<4x6x16xf32>' has 6 heads, which the 4 heads of key 'tensor<4x8x16xf32>' do not divide}}
+  %0 = transformer.causal_attention %q, %k, %k {query_token_major, scale = 0.25 : f32} : (tensor<4x6x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<*xf32>
   return
 }
 
@@ -563,6 +637,22 @@ func.func @paged_cache_write_slots(%u: tensor<4x3x16xf32>, %p: tensor<32x4x8x16x
 func.func @paged_attention_pools_differ(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16xf32>, %vp: tensor<16x4x8x16xf32>, %t: tensor<2x8xi64>, %s: tensor<3xi64>) {
   // expected-error @+1 {{key pool 'tensor<32x4x8x16xf32>' and value pool 'tensor<16x4x8x16xf32>' must have the same shape}}
   %0 = transformer.paged_attention %q, %kp, %vp tables %t sequences %s positions %s {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<16x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_gqa_heads(%q: tensor<4x3x16xf32>, %kp: tensor<32x3x8x16xf32>, %t: tensor<2x8xi64>, %s: tensor<3xi64>) {
+  // expected-error @+1 {{query 'tensor<4x3x16xf32>' has 4 heads, which the 3 heads of key pool 'tensor<32x3x8x16xf32>' do not divide}}
+  %0 = transformer.paged_attention %q, %kp, %kp tables %t sequences %s positions %s {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x3x8x16xf32>, tensor<32x3x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_head_dim(%q: tensor<4x3x16xf32>, %kp: tensor<32x2x8x8xf32>, %t: tensor<2x8xi64>, %s: tensor<3xi64>) {
+  // expected-error @+1 {{query 'tensor<4x3x16xf32>' and key pool 'tensor<32x2x8x8xf32>' must agree on head_dim}}
+  %0 = transformer.paged_attention %q, %kp, %kp tables %t sequences %s positions %s {scale = 0.25 : f32} : tensor<4x3x16xf32>, tensor<32x2x8x8xf32>, tensor<32x2x8x8xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
   return
 }
 

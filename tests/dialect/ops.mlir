@@ -90,6 +90,31 @@ func.func @packed_embedding(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %id
   return %0 : tensor<5x64xf32>
 }
 
+// CHECK-LABEL: func.func @llama_ops
+func.func @llama_ops(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %g: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  // The default epsilon is elided.
+  // CHECK: transformer.rms_norm %{{[^ ]*}}, %{{[^ ]*}} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %0 = transformer.rms_norm %x, %w : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  // CHECK: transformer.rms_norm %{{[^ ]*}}, %{{[^ ]*}} {epsilon = 9.99999997E-7 : f32} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %1 = transformer.rms_norm %x, %w {epsilon = 1.0e-6 : f32} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  // CHECK: transformer.swiglu %{{[^ ]*}}, %{{[^ ]*}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %2 = transformer.swiglu %g, %0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0, %1, %2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// CHECK-LABEL: func.func @rope_and_gqa
+func.func @rope_and_gqa(%q: tensor<4x8x16xf32>, %k: tensor<2x8x16xf32>, %pos: tensor<8xi64>, %kc: tensor<2x64x16xf32>, %off: index)
+    -> (tensor<4x8x16xf32>, tensor<4x8x16xf32>) {
+  // CHECK: transformer.rope %{{.*}}, %{{.*}} {base = 5.000000e+05 : f32, interleaved, scaling = array<f32: 3.200000e+01, 1.000000e+00, 4.000000e+00, 8.192000e+03>} : (tensor<2x8x16xf32>, tensor<8xi64>) -> tensor<2x8x16xf32>
+  %r = transformer.rope %k, %pos {base = 500000.0 : f32, interleaved, scaling = array<f32: 32.0, 1.0, 4.0, 8192.0>} : (tensor<2x8x16xf32>, tensor<8xi64>) -> tensor<2x8x16xf32>
+  // Grouped-query attention: 4 query heads over 2 key/value heads.
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 2.500000e-01 : f32} : (tensor<4x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<4x8x16xf32>
+  %a = transformer.causal_attention %q, %r, %k {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<4x8x16xf32>
+  // CHECK: transformer.causal_attention %{{.*}}, %{{.*}}, %{{.*}} offset %{{.*}} {scale = 2.500000e-01 : f32} : (tensor<4x8x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>, index) -> tensor<4x8x16xf32>
+  %d = transformer.causal_attention %q, %kc, %kc offset %off {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<2x64x16xf32>, tensor<2x64x16xf32>, index) -> tensor<4x8x16xf32>
+  return %a, %d : tensor<4x8x16xf32>, tensor<4x8x16xf32>
+}
+
 // CHECK-LABEL: func.func @layer_norm
 func.func @layer_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   // The default epsilon (1e-5) is elided.

@@ -178,3 +178,26 @@ func.func @imported_ops(%c: tensor<4x1xi1>, %x: tensor<2x4x8xf32>, %s: tensor<1x
   %5 = transformer.concat %4, %4 {dim = 1 : i64} : (tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
   return %5 : tensor<*xf32>
 }
+
+// -----
+
+// A Llama block's pieces: RMSNorm, the fused gate/up projection's SwiGLU, and grouped-query
+// attention (4 query heads over 2 key/value heads): the result has the query's heads.
+// CHECK-LABEL: func.func @llama_ops
+// CHECK: transformer.rms_norm {{.*}} -> tensor<8x64xf32>
+// CHECK: transformer.swiglu {{.*}} -> tensor<8x96xf32>
+// CHECK: transformer.split_heads {{.*}} -> tensor<2x8x16xf32>
+// CHECK: transformer.rope {{.*}} -> tensor<2x8x16xf32>
+// CHECK: transformer.causal_attention {{.*}} -> tensor<4x8x16xf32>
+func.func @llama_ops(%x: tensor<8x64xf32>, %w: tensor<64xf32>, %up: tensor<64x192xf32>, %q: tensor<4x8x16xf32>,
+                     %kv: tensor<8x32xf32>, %pos: tensor<8xi64>) -> (tensor<*xf32>, tensor<*xf32>) {
+  %n = transformer.rms_norm %x, %w : (tensor<8x64xf32>, tensor<64xf32>) -> tensor<*xf32>
+  %h = transformer.matmul %n, %up : (tensor<*xf32>, tensor<64x192xf32>) -> tensor<*xf32>
+  %g = transformer.slice %h {offset = 0 : i64, size = 96 : i64} : tensor<*xf32> -> tensor<*xf32>
+  %u = transformer.slice %h {offset = 96 : i64, size = 96 : i64} : tensor<*xf32> -> tensor<*xf32>
+  %s = transformer.swiglu %g, %u : (tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
+  %k = transformer.split_heads %kv {num_heads = 2 : i64} : tensor<8x32xf32> -> tensor<*xf32>
+  %r = transformer.rope %k, %pos {interleaved} : (tensor<*xf32>, tensor<8xi64>) -> tensor<*xf32>
+  %a = transformer.causal_attention %q, %r, %k {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<*xf32>, tensor<*xf32>) -> tensor<*xf32>
+  return %s, %a : tensor<*xf32>, tensor<*xf32>
+}

@@ -161,7 +161,7 @@ HF_NANO = dict(model_type="gpt2", n_layer=2, n_head=4, n_embd=64, vocab_size=256
         ("scale_attn_weights", False),
         ("scale_attn_by_inverse_layer_idx", True),
         ("add_cross_attention", True),
-        ("model_type", "llama"),
+        ("model_type", "mistral"),  # llama and qwen2 have their own loader (gpt/hf_checkpoint.py)
     ],
 )
 def test_from_pretrained_refuses_configs_it_does_not_implement(tmp_path, option, value):

@@ -10,7 +10,6 @@
 
 #include <cstdlib>
 #include <stdexcept>
-#include <string_view>
 
 namespace py = pybind11;
 
@@ -84,7 +83,7 @@ std::vector<float *> bufferPointers(const py::list &caches, const std::vector<in
 
 std::vector<float *> cachePointers(const CompiledModel &model, const py::list &caches, int64_t cacheLen) {
   const GPTConfig &c = model.config();
-  return bufferPointers(caches, {c.nHead, cacheLen, c.headSize()});
+  return bufferPointers(caches, {c.kvHeads(), cacheLen, c.headSize()});
 }
 
 py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
@@ -117,7 +116,7 @@ py::array batchStep(CompiledModel &model, IdArray ids, IdArray positions, IdArra
   if (keys.empty()) throw std::invalid_argument("batch_step: no key pools");
   const GPTConfig &c = model.config();
   const int64_t poolBlocks = keys[0].cast<py::array>().shape(0);
-  std::vector<int64_t> poolShape = {poolBlocks, c.nHead, blockSize, c.headSize()};
+  std::vector<int64_t> poolShape = {poolBlocks, c.kvHeads(), blockSize, c.headSize()};
   std::vector<float *> keyPtrs = bufferPointers(keys, poolShape), valuePtrs = bufferPointers(values, poolShape);
   BatchShape shape{tokens, tables.shape(0), tables.shape(1), poolBlocks, blockSize};
   CompiledModel::BatchStepCall call{shape,         ids.data(),  positions.data(), sequences.data(), slots.data(),
@@ -145,18 +144,52 @@ CompileOptions compileOptions(const std::string &pipeline, int threads, const st
   return options;
 }
 
+/// A gpt.GPTConfig (python/gpt/config.py) read into the compiler's config: the one way a model's
+/// configuration crosses into C++.
+static GPTConfig gptConfig(const py::handle &config) {
+  // gpt.GPTConfig validated itself (and resolved its defaults) in __post_init__; GPTConfig::
+  // validate() below checks the same rules again for callers that build a config in C++.
+  auto get = [&](const char *name) { return config.attr(name); };
+  GPTConfig c;
+  c.nLayer = get("n_layer").cast<int64_t>();
+  c.nHead = get("n_head").cast<int64_t>();
+  c.nEmbd = get("n_embd").cast<int64_t>();
+  c.vocabSize = get("vocab_size").cast<int64_t>();
+  c.blockSize = get("block_size").cast<int64_t>();
+  c.rope = get("pos_embedding").cast<std::string>() == "rope";
+  c.layerNormEps = get("layer_norm_eps").cast<float>();
+  py::object window = get("attention_window");
+  c.attentionWindow = window.is_none() ? 0 : window.cast<int64_t>();
+  auto mask = get("compiler_mask")().cast<py::tuple>();
+  std::string maskBytes = mask[0].cast<py::bytes>();
+  c.attentionMask.assign(maskBytes.begin(), maskBytes.end());
+  c.attentionMaskExpression = mask[1].cast<std::string>();
+  c.attentionLooksAhead = mask[2].cast<bool>();
+  py::object spec = get("spec");
+  c.names = spec.attr("compiler_names").cast<std::string>() == "gpt2" ? ParameterNames::Gpt2 : ParameterNames::Llama;
+  c.norm = get("norm").cast<std::string>() == "rms" ? NormKind::Rms : NormKind::Layer;
+  c.mlp = get("mlp").cast<std::string>() == "swiglu" ? MlpKind::SwiGlu : MlpKind::Gelu;
+  c.nKvHead = get("n_kv_head").cast<int64_t>();
+  c.nFf = get("n_ff").cast<int64_t>();
+  c.bias = get("bias").cast<bool>();
+  c.qkvBias = get("qkv_bias").cast<bool>();
+  c.tiedHead = get("tied_head").cast<bool>();
+  c.ropeBase = get("rope_base").cast<float>();
+  c.ropeLayout = get("rope_layout").cast<std::string>() == "interleaved" ? RopeLayout::Interleaved : RopeLayout::Half;
+  if (py::object scaling = get("rope_scaling"); !scaling.is_none())
+    c.ropeScaling = {scaling.attr("factor").cast<float>(), scaling.attr("low_freq_factor").cast<float>(),
+                     scaling.attr("high_freq_factor").cast<float>(),
+                     scaling.attr("original_max_position_embeddings").cast<int64_t>()};
+  if (std::string problem = c.validate(); !problem.empty()) throw std::invalid_argument(problem);
+  return c;
+}
+
 void initModel(py::module_ &m) {
   py::class_<CompiledModel>(m, "CompiledModel", py::dynamic_attr())
-      .def(py::init([](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope,
-                       float layerNormEps, const std::string &pipeline, int threads, const std::string &cacheDir,
-                       const std::string &weights, uint64_t cacheMaxBytes, const std::string &targetCpu,
-                       int64_t attentionWindow, const py::bytes &attentionMask,
-                       const std::string &attentionMaskExpression, bool attentionLooksAhead) {
-             GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope, layerNormEps, attentionWindow};
-             std::string_view maskBytes = attentionMask;
-             config.attentionMask.assign(maskBytes.begin(), maskBytes.end());
-             config.attentionMaskExpression = attentionMaskExpression;
-             config.attentionLooksAhead = attentionLooksAhead;
+      .def(py::init([](const py::object &configObject, const std::string &pipeline, int threads,
+                       const std::string &cacheDir, const std::string &weights, uint64_t cacheMaxBytes,
+                       const std::string &targetCpu) {
+             GPTConfig config = gptConfig(configObject);
              CompileOptions options = compileOptions(pipeline, threads, cacheDir, cacheMaxBytes, targetCpu);
              bool known = false;
              for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0})
@@ -168,11 +201,10 @@ void initModel(py::module_ &m) {
                throw std::invalid_argument("unknown weight format '" + weights + "' (known: f32, bf16, q8_0, q4_0)");
              return std::make_unique<CompiledModel>(config, options);
            }),
-           py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
-           py::arg("rope"), py::arg("layer_norm_eps"), py::arg("pipeline"), py::arg("threads"),
-           py::arg("cache_dir") = "", py::arg("weights") = "f32", py::arg("cache_max_bytes") = kDefaultCacheMaxBytes,
-           py::arg("target_cpu") = "host", py::arg("attention_window") = 0, py::arg("attention_mask") = py::bytes(),
-           py::arg("attention_mask_expression") = "", py::arg("attention_looks_ahead") = false)
+           py::arg("config"), py::arg("pipeline"), py::arg("threads"), py::arg("cache_dir") = "",
+           py::arg("weights") = "f32", py::arg("cache_max_bytes") = kDefaultCacheMaxBytes,
+           py::arg("target_cpu") = "host",
+           "A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights).")
       .def(
           "supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
           "(name, shape) of every weight set_weights() takes, in its order.")
@@ -281,13 +313,8 @@ void initModel(py::module_ &m) {
            "{(tokens, cache length): seconds} for every cached-step program compiled so far.");
   m.def(
       "supplied_parameters",
-      [](int64_t nLayer, int64_t nHead, int64_t nEmbd, int64_t vocabSize, int64_t blockSize, bool rope) {
-        GPTConfig config{nLayer, nHead, nEmbd, vocabSize, blockSize, rope};
-        if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
-        return namesAndShapes(suppliedParameters(config));
-      },
-      py::arg("n_layer"), py::arg("n_head"), py::arg("n_embd"), py::arg("vocab_size"), py::arg("block_size"),
-      py::arg("rope"), "(name, shape) of every weight a model of this configuration takes, in order.");
+      [](const py::object &config) { return namesAndShapes(suppliedParameters(gptConfig(config))); }, py::arg("config"),
+      "(name, shape) of every weight a model of this gpt.GPTConfig takes, in order.");
   m.attr("STAGES") = py::cast(stageNames());
 }
 

@@ -1,0 +1,455 @@
+"""Architectures: one spec per model family (what it computes) and one parameter table (what it
+takes, by HF and GGUF name), as vLLM's model registry and llama.cpp's llama-arch tables do.
+
+Adding an architecture is one `Architecture` entry here (plus its tests); the compiler builds any
+combination of the spec's pieces (cc/builder/GPTBuilder.cpp composes norm, MLP and attention).
+
+GPTConfig's fields (gpt.GPTConfig; every default is GPT-2's, so existing callers are unchanged):
+
+    n_layer, n_head, n_embd, vocab_size, block_size   # as before
+    architecture: str = "gpt2"            # "gpt2" | "llama" | "qwen2": a key of ARCHITECTURES
+    pos_embedding: str | None = None      # "learned" | "rope"; None: the architecture's positions
+    layer_norm_eps: float = 1e-5          # the eps of every norm (LayerNorm or RMSNorm)
+    n_kv_head: int | None = None          # grouped-query attention; None: n_head (divides n_head)
+    n_ff: int | None = None               # MLP width; None: 4 * n_embd
+    tied_head: bool = True                # False: the LM head is a weight of its own
+    rope_base: float = 10000.0            # theta_i = rope_base ** (-2 i / head_size)
+    rope_layout: str = "half"             # "half" (NeoX/HF rotate-half) | "interleaved" (pairs)
+    rope_scaling: RopeScaling | None = None   # Llama-3 frequency scaling (gpt.config.RopeScaling)
+    attention_window, attention_mask      # as before
+
+and, read from the architecture's spec (properties, not fields): `config.norm` ("layer" |
+"rms"), `config.mlp` ("gelu" | "swiglu"), `config.bias` (every linear and norm has a bias),
+`config.qkv_bias` (q, k and v have one), `config.spec` (the Architecture). After
+`__post_init__` the None fields hold their resolved values (n_kv_head, n_ff, pos_embedding).
+
+The tables below give each parameter's HF name, its GGUF name (with "{i}" for the layer) and its
+HF shape; `hf_shapes(config)` and `gguf_names(config)` expand them. `gpt.GPT.from_weights(config,
+weights)` takes a dict keyed by the HF names, in HF's layout (a Linear's weight is [out, in]);
+`to_compiler(config, weights)` turns it into the compiler's parameters (cc/builder/Parameters.cpp:
+matmul weights [in, out], q/k/v and gate/up fused into one matmul each) and `from_compiler` back.
+A GGUF tensor's numpy shape is `gguf_shape(parameter, config)`: the HF shape, transposed where
+the parameter's `gguf_transposed` says (GPT-2's Conv1D weights, which GGUF stores [out, in]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from gpt.config import GPTConfig
+
+Shape = Callable[["GPTConfig"], tuple]
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """One HF parameter: where it is in HF and GGUF files, its HF shape, and which compiler
+    parameter it is or is part of.
+
+    `compiler` is the compiler's parameter name (with "{i}"); `part` is the index of this
+    parameter among the parts fused into it (concatenated along the output dimension, in the
+    table's order), None when the compiler takes it alone. `linear` says the HF tensor is a
+    Linear's [out, in] weight, which the compiler takes as [in, out]. `present` says whether a
+    config has it at all (biases, the untied head)."""
+
+    hf: str
+    gguf: str
+    shape: Shape
+    compiler: str
+    part: int | None = None
+    linear: bool = False
+    gguf_transposed: bool = False
+    present: Callable[[GPTConfig], bool] = lambda config: True
+
+    @property
+    def per_layer(self) -> bool:
+        return "{i}" in self.hf
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """What a model family computes, and the parameters it takes.
+
+    norm: "layer" (LayerNorm, weight and bias) or "rms" (RMSNorm, weight only).
+    mlp: "gelu" (up, tanh GELU, down) or "swiglu" (down(silu(gate) * up)).
+    bias: every linear and norm has a bias (GPT-2); qkv_bias: the q, k, v projections have one.
+    positions: the positions a config of it gets by default; `rope_only` forbids learned ones.
+    gguf_rope_layout: the rope layout of this architecture's GGUF files: llama.cpp's converter
+      permutes a `llama` file's q/k rows into interleaved pairs (its rope mode NORM), and leaves
+      `qwen2`'s in HF's rotate-half order (mode NEOX).
+    hf_model_types / hf_architectures: config.json's `model_type` and `architectures` it reads.
+    compiler_names: the compiler's parameter table (cc/builder/Parameters.cpp) it is built with."""
+
+    name: str
+    norm: str
+    mlp: str
+    bias: bool
+    qkv_bias: bool
+    positions: str
+    rope_only: bool
+    gguf_rope_layout: str
+    hf_model_types: tuple[str, ...]
+    hf_architectures: tuple[str, ...]
+    compiler_names: str
+    parameters: tuple[Parameter, ...]
+
+
+def _d(c: GPTConfig) -> int:
+    return c.n_embd
+
+
+def _kv(c: GPTConfig) -> int:
+    return c.n_kv_head * c.head_size
+
+
+def _untied(c: GPTConfig) -> bool:
+    return not c.tied_head
+
+
+def _learned(c: GPTConfig) -> bool:
+    return c.pos_embedding == "learned"
+
+
+def _qkv_bias(c: GPTConfig) -> bool:
+    return c.qkv_bias
+
+
+# GPT-2: HF's GPT2LMHeadModel names (Conv1D weights [in, out], which the compiler takes as they
+# are) and llama.cpp's `gpt2` GGUF names (those weights stored [out, in]). q, k and v come fused
+# in c_attn: with grouped-query attention it is [d, d + 2 kv].
+_GPT2 = (
+    Parameter("transformer.wte.weight", "token_embd.weight", lambda c: (c.vocab_size, _d(c)), "transformer.wte.weight"),
+    Parameter(
+        "transformer.wpe.weight",
+        "position_embd.weight",
+        lambda c: (c.block_size, _d(c)),
+        "transformer.wpe.weight",
+        present=_learned,
+    ),
+    Parameter(
+        "transformer.h.{i}.ln_1.weight", "blk.{i}.attn_norm.weight", lambda c: (_d(c),), "transformer.h.{i}.ln_1.weight"
+    ),
+    Parameter(
+        "transformer.h.{i}.ln_1.bias", "blk.{i}.attn_norm.bias", lambda c: (_d(c),), "transformer.h.{i}.ln_1.bias"
+    ),
+    Parameter(
+        "transformer.h.{i}.attn.c_attn.weight",
+        "blk.{i}.attn_qkv.weight",
+        lambda c: (_d(c), _d(c) + 2 * _kv(c)),
+        "transformer.h.{i}.attn.c_attn.weight",
+        gguf_transposed=True,
+    ),
+    Parameter(
+        "transformer.h.{i}.attn.c_attn.bias",
+        "blk.{i}.attn_qkv.bias",
+        lambda c: (_d(c) + 2 * _kv(c),),
+        "transformer.h.{i}.attn.c_attn.bias",
+    ),
+    Parameter(
+        "transformer.h.{i}.attn.c_proj.weight",
+        "blk.{i}.attn_output.weight",
+        lambda c: (_d(c), _d(c)),
+        "transformer.h.{i}.attn.c_proj.weight",
+        gguf_transposed=True,
+    ),
+    Parameter(
+        "transformer.h.{i}.attn.c_proj.bias",
+        "blk.{i}.attn_output.bias",
+        lambda c: (_d(c),),
+        "transformer.h.{i}.attn.c_proj.bias",
+    ),
+    Parameter(
+        "transformer.h.{i}.ln_2.weight", "blk.{i}.ffn_norm.weight", lambda c: (_d(c),), "transformer.h.{i}.ln_2.weight"
+    ),
+    Parameter(
+        "transformer.h.{i}.ln_2.bias", "blk.{i}.ffn_norm.bias", lambda c: (_d(c),), "transformer.h.{i}.ln_2.bias"
+    ),
+    Parameter(
+        "transformer.h.{i}.mlp.c_fc.weight",
+        "blk.{i}.ffn_up.weight",
+        lambda c: (_d(c), c.n_ff),
+        "transformer.h.{i}.mlp.c_fc.weight",
+        gguf_transposed=True,
+    ),
+    Parameter(
+        "transformer.h.{i}.mlp.c_fc.bias", "blk.{i}.ffn_up.bias", lambda c: (c.n_ff,), "transformer.h.{i}.mlp.c_fc.bias"
+    ),
+    Parameter(
+        "transformer.h.{i}.mlp.c_proj.weight",
+        "blk.{i}.ffn_down.weight",
+        lambda c: (c.n_ff, _d(c)),
+        "transformer.h.{i}.mlp.c_proj.weight",
+        gguf_transposed=True,
+    ),
+    Parameter(
+        "transformer.h.{i}.mlp.c_proj.bias",
+        "blk.{i}.ffn_down.bias",
+        lambda c: (_d(c),),
+        "transformer.h.{i}.mlp.c_proj.bias",
+    ),
+    Parameter("transformer.ln_f.weight", "output_norm.weight", lambda c: (_d(c),), "transformer.ln_f.weight"),
+    Parameter("transformer.ln_f.bias", "output_norm.bias", lambda c: (_d(c),), "transformer.ln_f.bias"),
+    Parameter("lm_head.weight", "output.weight", lambda c: (c.vocab_size, _d(c)), "lm_head.weight", present=_untied),
+)
+
+# Llama (and Qwen2, which adds q/k/v biases): HF's LlamaForCausalLM names, Linear weights
+# [out, in]; llama.cpp's `llama` / `qwen2` GGUF names, stored [out, in] as well. The compiler
+# fuses q, k and v into one [d, d + 2 kv] matmul and gate and up into one [d, 2 n_ff] (vLLM's
+# qkv_proj and gate_up_proj), so that each runs as one matmul over the activations.
+_QKV = "model.layers.{i}.self_attn.qkv_proj.weight"
+_QKV_BIAS = "model.layers.{i}.self_attn.qkv_proj.bias"
+_GATE_UP = "model.layers.{i}.mlp.gate_up_proj.weight"
+_LLAMA = (
+    Parameter(
+        "model.embed_tokens.weight", "token_embd.weight", lambda c: (c.vocab_size, _d(c)), "model.embed_tokens.weight"
+    ),
+    Parameter(
+        "model.layers.{i}.input_layernorm.weight",
+        "blk.{i}.attn_norm.weight",
+        lambda c: (_d(c),),
+        "model.layers.{i}.input_layernorm.weight",
+    ),
+    Parameter(
+        "model.layers.{i}.self_attn.q_proj.weight", "blk.{i}.attn_q.weight", lambda c: (_d(c), _d(c)), _QKV, 0, True
+    ),
+    Parameter(
+        "model.layers.{i}.self_attn.k_proj.weight", "blk.{i}.attn_k.weight", lambda c: (_kv(c), _d(c)), _QKV, 1, True
+    ),
+    Parameter(
+        "model.layers.{i}.self_attn.v_proj.weight", "blk.{i}.attn_v.weight", lambda c: (_kv(c), _d(c)), _QKV, 2, True
+    ),
+    Parameter(
+        "model.layers.{i}.self_attn.q_proj.bias",
+        "blk.{i}.attn_q.bias",
+        lambda c: (_d(c),),
+        _QKV_BIAS,
+        0,
+        present=_qkv_bias,
+    ),
+    Parameter(
+        "model.layers.{i}.self_attn.k_proj.bias",
+        "blk.{i}.attn_k.bias",
+        lambda c: (_kv(c),),
+        _QKV_BIAS,
+        1,
+        present=_qkv_bias,
+    ),
+    Parameter(
+        "model.layers.{i}.self_attn.v_proj.bias",
+        "blk.{i}.attn_v.bias",
+        lambda c: (_kv(c),),
+        _QKV_BIAS,
+        2,
+        present=_qkv_bias,
+    ),
+    Parameter(
+        "model.layers.{i}.self_attn.o_proj.weight",
+        "blk.{i}.attn_output.weight",
+        lambda c: (_d(c), _d(c)),
+        "model.layers.{i}.self_attn.o_proj.weight",
+        linear=True,
+    ),
+    Parameter(
+        "model.layers.{i}.post_attention_layernorm.weight",
+        "blk.{i}.ffn_norm.weight",
+        lambda c: (_d(c),),
+        "model.layers.{i}.post_attention_layernorm.weight",
+    ),
+    Parameter(
+        "model.layers.{i}.mlp.gate_proj.weight", "blk.{i}.ffn_gate.weight", lambda c: (c.n_ff, _d(c)), _GATE_UP, 0, True
+    ),
+    Parameter(
+        "model.layers.{i}.mlp.up_proj.weight", "blk.{i}.ffn_up.weight", lambda c: (c.n_ff, _d(c)), _GATE_UP, 1, True
+    ),
+    Parameter(
+        "model.layers.{i}.mlp.down_proj.weight",
+        "blk.{i}.ffn_down.weight",
+        lambda c: (_d(c), c.n_ff),
+        "model.layers.{i}.mlp.down_proj.weight",
+        linear=True,
+    ),
+    Parameter("model.norm.weight", "output_norm.weight", lambda c: (_d(c),), "model.norm.weight"),
+    Parameter("lm_head.weight", "output.weight", lambda c: (c.vocab_size, _d(c)), "lm_head.weight", present=_untied),
+)
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "gpt2": Architecture(
+        name="gpt2",
+        norm="layer",
+        mlp="gelu",
+        bias=True,
+        qkv_bias=True,
+        positions="learned",
+        rope_only=False,
+        gguf_rope_layout="half",
+        hf_model_types=("gpt2",),
+        hf_architectures=("GPT2LMHeadModel",),
+        compiler_names="gpt2",
+        parameters=_GPT2,
+    ),
+    "llama": Architecture(
+        name="llama",
+        norm="rms",
+        mlp="swiglu",
+        bias=False,
+        qkv_bias=False,
+        positions="rope",
+        rope_only=True,
+        gguf_rope_layout="interleaved",
+        hf_model_types=("llama",),
+        hf_architectures=("LlamaForCausalLM",),
+        compiler_names="llama",
+        parameters=_LLAMA,
+    ),
+    "qwen2": Architecture(
+        name="qwen2",
+        norm="rms",
+        mlp="swiglu",
+        bias=False,
+        qkv_bias=True,
+        positions="rope",
+        rope_only=True,
+        gguf_rope_layout="half",
+        hf_model_types=("qwen2",),
+        hf_architectures=("Qwen2ForCausalLM",),
+        compiler_names="llama",
+        parameters=_LLAMA,
+    ),
+}
+
+
+def get(name: str) -> Architecture:
+    """The architecture called `name`; ValueError naming the known ones otherwise."""
+    if not isinstance(name, str) or name not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[name]
+
+
+def _expand(pattern: str, layer: int | None) -> str:
+    return pattern if layer is None else pattern.replace("{i}", str(layer))
+
+
+def parameters(config: GPTConfig) -> list[tuple[Parameter, int | None]]:
+    """(parameter, layer) for every HF parameter a model of `config` takes, in table order
+    (layer-major within the per-layer parameters); layer is None for model-level ones."""
+    head, per_layer, tail = [], [], []
+    for p in config.spec.parameters:
+        if p.per_layer:
+            per_layer.append(p)
+        elif p.present(config):
+            # Model-level parameters before the layers' (embeddings) and after them (final norm, head).
+            (tail if per_layer else head).append((p, None))
+    layers = [(p, i) for i in range(config.n_layer) for p in per_layer if p.present(config)]
+    return head + layers + tail
+
+
+def hf_shapes(config: GPTConfig) -> dict[str, tuple]:
+    """HF name -> HF shape of every parameter a model of `config` takes (what from_weights and
+    from_pretrained expect)."""
+    return {_expand(p.hf, i): tuple(p.shape(config)) for p, i in parameters(config)}
+
+
+def gguf_names(config: GPTConfig) -> dict[str, str]:
+    """GGUF tensor name -> HF name, for every parameter of `config`."""
+    return {_expand(p.gguf, i): _expand(p.hf, i) for p, i in parameters(config)}
+
+
+def gguf_shape(parameter: Parameter, config: GPTConfig) -> tuple:
+    """The numpy shape of `parameter`'s GGUF tensor (its ne reversed)."""
+    shape = tuple(parameter.shape(config))
+    return shape[::-1] if parameter.gguf_transposed else shape
+
+
+def _groups(config: GPTConfig) -> dict[str, list[tuple[Parameter, int | None, str]]]:
+    """Compiler name -> its HF parts (parameter, layer, HF name) in part order."""
+    groups: dict[str, list] = {}
+    for p, i in parameters(config):
+        groups.setdefault(_expand(p.compiler, i), []).append((p, i, _expand(p.hf, i)))
+    return groups
+
+
+def to_compiler(config: GPTConfig, weights: Mapping[str, np.ndarray], *, consume: bool = False) -> dict[str, object]:
+    """HF-named weights (HF layouts) -> the compiler's parameters: Linear weights transposed to
+    [in, out], fused parts concatenated along the output dimension. Names that are not parameters
+    of `config` pass through unchanged (the caller's validation refuses or ignores them); a
+    missing part leaves its compiler parameter missing (likewise). Arrays the compiler takes as
+    they are are passed through, not copied. With `consume`, each HF array is dropped from
+    `weights` (a dict the caller gives up) once converted, so that a checkpoint is not held twice."""
+    out: dict[str, object] = {}
+    known = set()
+    for name, parts in _groups(config).items():
+        names = [hf for _, _, hf in parts]
+        known.update(names)
+        if not all(hf in weights for hf in names):
+            continue
+        arrays = [weights[hf] for hf in names]
+        if consume:
+            for hf in names:
+                del weights[hf]  # type: ignore[attr-defined]
+        first = parts[0][0]
+        if len(parts) == 1 and not first.linear:
+            out[name] = arrays[0]
+            continue
+        if not all(isinstance(a, np.ndarray) for a in arrays):
+            raise ValueError(f"parameter(s) {', '.join(names)} must be numpy arrays")
+        if first.linear:
+            for hf, a in zip(names, arrays, strict=True):
+                if a.ndim != 2:
+                    raise ValueError(f"parameter {hf} has shape {a.shape}, expected a 2-D [out, in] weight")
+            stacked = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+            out[name] = np.ascontiguousarray(stacked.T)
+        else:
+            out[name] = np.concatenate(arrays, axis=0)
+    for name, value in weights.items():
+        if name not in known:
+            out[name] = value
+    return out
+
+
+def to_compiler_quantized(
+    config: GPTConfig, blocks: Mapping[str, tuple[str, np.ndarray]]
+) -> dict[str, tuple[str, np.ndarray]]:
+    """HF-named quantized weights {name: (format, uint8 blocks [out rows, bytes per row])}, as a
+    GGUF file stores them (rows of the [out, in] weight, blocks along in = K), -> the compiler's
+    names: the rows of fused parts concatenated, which is the fused weight's blocks (a row of
+    [out, in] is a column of the compiler's [in, out]). A fused weight is given quantized only
+    when all its parts are, in one format; otherwise its parts are left out of the result (the
+    caller then gives them in float32)."""
+    out = {}
+    for name, parts in _groups(config).items():
+        names = [hf for _, _, hf in parts]
+        given = [blocks.get(hf) for hf in names]
+        if any(g is None for g in given) or len({g[0] for g in given}) != 1:
+            continue
+        fmt = given[0][0]
+        arrays = [np.asarray(g[1]) for g in given]
+        out[name] = (fmt, arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0))
+    return out
+
+
+def from_compiler(config: GPTConfig, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inverse of to_compiler: compiler parameters -> HF names and layouts (fused weights
+    split, [in, out] transposed back to [out, in]). Names that are no compiler parameter of
+    `config` are left out."""
+    out = {}
+    for name, parts in _groups(config).items():
+        if name not in weights:
+            continue
+        value = weights[name]
+        first = parts[0][0]
+        if len(parts) == 1 and not first.linear:
+            out[parts[0][2]] = value
+            continue
+        offset = 0
+        for p, _, hf in parts:
+            shape = tuple(p.shape(config))
+            size = shape[0]
+            piece = value[..., offset : offset + size] if p.linear else value[offset : offset + size]
+            out[hf] = np.ascontiguousarray(piece.T) if p.linear else piece
+            offset += size
+    return out

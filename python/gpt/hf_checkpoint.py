@@ -1,0 +1,186 @@
+"""HF checkpoints of the Llama family (LlamaForCausalLM, Qwen2ForCausalLM): config.json and
+safetensors (one file, or shards listed in model.safetensors.index.json) into a GPTConfig and
+the compiler's weights. GPT-2 directories stay with gpt.weights.load_pretrained."""
+
+import math
+import os
+
+import numpy as np
+
+from gpt import architectures
+from gpt.config import GPTConfig, RopeScaling
+from gpt.errors import ModelFileError
+from gpt.resources import check_fits_in_memory
+from gpt.weights import _config_value, _read_config_json, _read_safetensors
+
+# HF options that change what a Llama-family model computes, at the values implemented here.
+_IMPLEMENTED = {
+    "hidden_act": ("silu",),
+    "attention_bias": (False,),  # Llama's (q, k, v and o biases); Qwen2 has its own q/k/v biases
+    "mlp_bias": (False,),
+    "pretraining_tp": (1,),
+    "use_sliding_window": (False,),  # Qwen2's per-layer windows
+}
+# HF rope types: "default" (plain theta_i) and Llama 3's scaling.
+_ROPE_TYPES = ("default", "llama3")
+
+
+def model_type(path: str) -> str | None:
+    """config.json's model_type of a checkpoint directory (None when it has none or no config.json)."""
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isfile(config_path):
+        return None
+    value = _read_config_json(config_path).get("model_type")
+    return value if isinstance(value, str) else None
+
+
+def architecture_of(model_type_name: str | None) -> architectures.Architecture | None:
+    """The Llama-family architecture whose HF model_type this is, or None (GPT-2 and unknown)."""
+    for spec in architectures.ARCHITECTURES.values():
+        if spec.compiler_names != "gpt2" and model_type_name in spec.hf_model_types:
+            return spec
+    return None
+
+
+def load_pretrained(path: str) -> tuple[GPTConfig, dict[str, np.ndarray]]:
+    """Reads a HF Llama or Qwen2 directory into (GPTConfig, the compiler's weights): tensors in any
+    float dtype (F32, F16, BF16, F64), a tied head (tie_word_embeddings) or an untied lm_head.
+    Raises FileNotFoundError for a missing directory or file, MemoryError for a config that would
+    not fit in memory, and gpt.ModelFileError naming the file and the key or tensor otherwise."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no such model directory: {path}")
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"{path} is not a HF checkpoint: config.json is missing")
+    hf = _read_config_json(config_path)
+    config = _config(hf, config_path)
+    check_fits_in_memory(config)  # before reading tensors for a config.json that asks too much
+    tensors = {}
+    for file in _safetensors_files(path):
+        tensors.update(_read_safetensors(file))
+    where = os.path.join(path, "model.safetensors")
+    if config.tied_head:
+        # A tied checkpoint may still carry the head (older savers wrote it): it must be the table.
+        head = tensors.pop("lm_head.weight", None)
+        table = tensors.get("model.embed_tokens.weight")
+        if head is not None and table is not None and not np.array_equal(head, table):
+            raise ModelFileError(
+                f"{where}: lm_head.weight differs from model.embed_tokens.weight, but config.json "
+                f"says tie_word_embeddings"
+            )
+    # Buffers some savers write, which the model does not take (recomputed from the config).
+    for name in [n for n in tensors if n.endswith("rotary_emb.inv_freq")]:
+        del tensors[name]
+    expected = architectures.hf_shapes(config)
+    missing = [name for name in expected if name not in tensors]
+    if missing:
+        raise ModelFileError(
+            f"{where}: missing tensor(s): {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")
+        )
+    unexpected = sorted(name for name in tensors if name not in expected)
+    if unexpected:
+        raise ModelFileError(f"{where}: unexpected tensor(s) for {config.architecture}: {', '.join(unexpected[:5])}")
+    for name, shape in expected.items():
+        if tensors[name].shape != shape:
+            raise ModelFileError(f"{where}: tensor {name} has shape {tensors[name].shape}, expected {shape}")
+    return config, architectures.to_compiler(config, tensors, consume=True)
+
+
+def _config(hf: dict, path: str) -> GPTConfig:
+    """GPTConfig of a Llama-family config.json, refusing what the compiler does not compute."""
+    name = _config_value(hf, path, "model_type", str)
+    spec = architecture_of(name)
+    if spec is None:
+        raise ModelFileError(f"{path}: model_type {name!r} is not a Llama-family model (llama, qwen2)")
+    for option, implemented in _IMPLEMENTED.items():
+        if option in hf and hf[option] not in implemented:
+            raise ModelFileError(f"{path}: {option}={hf[option]!r} is not supported (only {implemented[0]!r})")
+    sizes = {
+        key: _config_value(hf, path, hf_key, int)
+        for key, hf_key in (
+            ("n_layer", "num_hidden_layers"),
+            ("n_head", "num_attention_heads"),
+            ("n_embd", "hidden_size"),
+            ("n_ff", "intermediate_size"),
+            ("vocab_size", "vocab_size"),
+        )
+    }
+    n_kv_head = _config_value(hf, path, "num_key_value_heads", int, None)
+    head_dim = _config_value(hf, path, "head_dim", int, None)
+    if head_dim is not None and sizes["n_head"] > 0 and head_dim * sizes["n_head"] != sizes["n_embd"]:
+        raise ModelFileError(
+            f"{path}: head_dim {head_dim} is not hidden_size / num_attention_heads "
+            f"({sizes['n_embd']} / {sizes['n_head']}): only that head size is supported"
+        )
+    eps = _config_value(hf, path, "rms_norm_eps", float, 1e-6)
+    if not (math.isfinite(eps) and eps > 0):
+        raise ModelFileError(f"{path}: rms_norm_eps is {eps!r}, expected a positive finite number")
+    block_size = _config_value(hf, path, "max_position_embeddings", int, 2048)
+    tied = hf.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ModelFileError(f"{path}: tie_word_embeddings is {tied!r}, expected a boolean")
+    base, scaling = _rope(hf, path)
+    try:
+        return GPTConfig(
+            **sizes,
+            block_size=block_size,
+            architecture=spec.name,
+            n_kv_head=n_kv_head,
+            layer_norm_eps=eps,
+            tied_head=tied,
+            rope_base=base,
+            rope_scaling=scaling,
+        )
+    except ValueError as e:
+        raise ModelFileError(f"{path}: {e}") from None
+
+
+def _rope(hf: dict, path: str) -> tuple[float, RopeScaling | None]:
+    """(rope_theta, Llama 3 scaling or None) from transformers 5's `rope_parameters` or the older
+    `rope_theta` and `rope_scaling` keys."""
+    parameters = hf.get("rope_parameters")
+    if parameters is None:
+        parameters = dict(hf.get("rope_scaling") or {})
+        if "rope_theta" in hf:
+            parameters["rope_theta"] = hf["rope_theta"]
+    if not isinstance(parameters, dict):
+        raise ModelFileError(f"{path}: rope_parameters is {parameters!r}, expected an object")
+    base = _config_value(parameters, path, "rope_theta", float, 10000.0)
+    rope_type = parameters.get("rope_type", parameters.get("type", "default"))
+    if rope_type not in _ROPE_TYPES:
+        raise ModelFileError(f"{path}: rope type {rope_type!r} is not supported (only {', '.join(_ROPE_TYPES)})")
+    if rope_type == "default":
+        return base, None
+    try:
+        scaling = RopeScaling(
+            factor=_config_value(parameters, path, "factor", float),
+            low_freq_factor=_config_value(parameters, path, "low_freq_factor", float),
+            high_freq_factor=_config_value(parameters, path, "high_freq_factor", float),
+            original_max_position_embeddings=_config_value(parameters, path, "original_max_position_embeddings", int),
+        )
+    except ValueError as e:
+        raise ModelFileError(f"{path}: {e}") from None
+    return base, scaling
+
+
+def _safetensors_files(path: str) -> list[str]:
+    """model.safetensors, or the shards model.safetensors.index.json lists (in order, each once)."""
+    single = os.path.join(path, "model.safetensors")
+    if os.path.isfile(single):
+        return [single]
+    index_path = os.path.join(path, "model.safetensors.index.json")
+    if not os.path.isfile(index_path):
+        raise FileNotFoundError(f"{path} has neither model.safetensors nor model.safetensors.index.json")
+    index = _read_config_json(index_path)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ModelFileError(f"{index_path}: weight_map must be an object of tensor name to file name")
+    files = []
+    for name in dict.fromkeys(weight_map.values()):
+        if os.path.basename(name) != name:
+            raise ModelFileError(f"{index_path}: shard {name!r} is not a file name in the checkpoint's directory")
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            raise FileNotFoundError(f"{index_path} lists {name}, which is missing")
+        files.append(file)
+    return files
