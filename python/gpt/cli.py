@@ -6,6 +6,8 @@ Commands:
   stages     print a transformer-dialect .mlir file after each compiler stage
   cache      list (--list) or empty (--clear) the on-disk compile cache
   serve      an OpenAI-compatible HTTP server (--host, --port) over the batching engine (gpt.engine)
+  chat       talk with a model that has a chat template (--model FILE|DIR|smollm2): each stdin line is a
+             user turn, each answer is streamed; the conversation stays in the KV cache
 """
 
 import datetime
@@ -15,7 +17,7 @@ import time
 
 from absl import app, flags
 
-from gpt import compiler, disk_cache
+from gpt import compiler, disk_cache, models
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.detokenizer import IncrementalDetokenizer
 from gpt.model import GPT, STAGES
@@ -28,10 +30,11 @@ EMBEDDED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"
 flags.DEFINE_string(
     "model",
     None,
-    "HF GPT-2 directory (config.json + model.safetensors [+ tokenizer.json]) or GPT-2 GGUF file (*.gguf); "
-    "default: the embedded byte-level model",
+    "HF checkpoint directory (config.json + model.safetensors [+ tokenizer.json]), GGUF file (*.gguf) or the "
+    "name of an installed model (smollm2: gpt.models); default: the embedded byte-level model",
 )
 flags.DEFINE_string("prompt", "Once upon a time", "text to continue")
+flags.DEFINE_string("system", None, "chat: a system message (default: the chat template's own, if any)")
 flags.DEFINE_integer("max_new_tokens", 64, "number of tokens to generate", lower_bound=0)
 flags.DEFINE_float("temperature", 0.8, "0 = greedy", lower_bound=0.0)
 flags.DEFINE_integer("top_k", 40, "sample among the k most likely tokens (0 = no limit)", lower_bound=0)
@@ -92,17 +95,23 @@ def _options() -> CompileOptions:
     return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads, weights=FLAGS.weights)
 
 
+def _model_path() -> str:
+    """--model as a path: an installed model's name (gpt.models) becomes its file."""
+    return models.resolve(FLAGS.model) if FLAGS.model else EMBEDDED_MODEL
+
+
 def _load_model() -> GPT:
-    if FLAGS.model and FLAGS.model.endswith(".gguf"):
-        return GPT.from_gguf(FLAGS.model, options=_options())
-    return GPT.from_pretrained(FLAGS.model or EMBEDDED_MODEL, options=_options())
+    path = _model_path()
+    if path.endswith(".gguf"):
+        return GPT.from_gguf(path, options=_options())
+    return GPT.from_pretrained(path, options=_options())
 
 
 def generate() -> None:
     model = _load_model()
     tokenizer = model.tokenizer
     if tokenizer is None:
-        tokenizer = tokenizer_for(FLAGS.model or EMBEDDED_MODEL, model.config.vocab_size)
+        tokenizer = tokenizer_for(_model_path(), model.config.vocab_size)
     prompt = tokenizer.encode(FLAGS.prompt)
     if not prompt:
         raise app.UsageError("--prompt must not be empty")
@@ -120,6 +129,8 @@ def generate() -> None:
         top_p=FLAGS.top_p,
         seed=FLAGS.seed,
         use_cache=FLAGS.cache,
+        # A GGUF tokenizer knows its end-of-generation tokens (EOS, <|im_end|>, ...): stop there.
+        stop=getattr(tokenizer, "end_of_generation", None),
         stream=True,
     )
     start = time.perf_counter()
@@ -202,6 +213,28 @@ def cache() -> None:
     print(f"{len(listed)} entries, {total / 2**20:.2f} MiB in {directory}")
 
 
+def chat() -> None:
+    from gpt import chat as chat_module
+
+    model = _load_model()
+    path = _model_path()
+    directory = path if os.path.isdir(path) else None
+    tokenizer = model.tokenizer or tokenizer_for(directory, model.config.vocab_size)
+    spec = chat_module.chat_spec(tokenizer, directory)
+    chat_module.run(
+        model,
+        tokenizer,
+        spec,
+        system=FLAGS.system,
+        # An answer is longer than a continuation: 512 unless --max_new_tokens says otherwise.
+        max_new_tokens=FLAGS.max_new_tokens if FLAGS["max_new_tokens"].present else 512,
+        temperature=FLAGS.temperature,
+        top_k=FLAGS.top_k or None,
+        top_p=FLAGS.top_p,
+        seed=FLAGS.seed,
+    )
+
+
 def serve() -> None:
     from gpt import server
     from gpt.engine import Engine
@@ -235,7 +268,14 @@ def serve() -> None:
     server.serve(engine, FLAGS.host, FLAGS.port, model_name=name, limits=limits)
 
 
-COMMANDS = {"generate": (generate, 0), "ir": (ir, 0), "stages": (stages, 1), "cache": (cache, 0), "serve": (serve, 0)}
+COMMANDS = {
+    "generate": (generate, 0),
+    "ir": (ir, 0),
+    "stages": (stages, 1),
+    "cache": (cache, 0),
+    "serve": (serve, 0),
+    "chat": (chat, 0),
+}
 
 
 def main(argv):

@@ -101,6 +101,7 @@ def load_gguf(
     path, keep_quantized: str | None = None
 ) -> tuple[GPTConfig, dict[str, np.ndarray | QuantizedTensor], HFTokenizer | None]:
     """Reads a GPT-2 GGUF file into (GPTConfig, float32 weights by HF name, tokenizer or None).
+    A `llama` or `qwen2` file is read by gpt.gguf_llama.read instead (HF Llama/Qwen2 names).
 
     Hyperparameters come from the metadata (gpt2.block_count, gpt2.context_length,
     gpt2.embedding_length, gpt2.attention.head_count, gpt2.attention.layer_norm_epsilon), the
@@ -135,8 +136,14 @@ def load_gguf(
 
     meta = _Metadata(reader, path)
     architecture = meta.get("general.architecture", str)
+    if architecture in ("llama", "qwen2"):  # the Llama family: gpt/gguf_llama.py (which imports this module)
+        from gpt import gguf_llama
+
+        return gguf_llama.read(reader, meta, path, architecture, keep_quantized)
     if architecture != ARCHITECTURE:
-        raise ModelFileError(f"{path}: general.architecture {architecture!r} is not supported (GPT-2, 'gpt2', only)")
+        raise ModelFileError(
+            f"{path}: general.architecture {architecture!r} is not supported ('gpt2', 'llama' and 'qwen2' are read)"
+        )
     n_layer = meta.get("gpt2.block_count", int)
     n_ctx = meta.get("gpt2.context_length", int)
     n_embd = meta.get("gpt2.embedding_length", int)

@@ -377,9 +377,9 @@ def f32_file(tmp_path_factory, weights):
 
 
 def test_refuses_another_architecture(tmp_path, f32_file):
-    rewrite(f32_file, tmp_path / "llama.gguf", arch="llama")
-    with pytest.raises(ValueError, match="llama.gguf: general.architecture 'llama' is not supported"):
-        gpt.GPT.from_gguf(str(tmp_path / "llama.gguf"))
+    rewrite(f32_file, tmp_path / "falcon.gguf", arch="falcon")
+    with pytest.raises(ValueError, match="falcon.gguf: general.architecture 'falcon' is not supported"):
+        gpt.GPT.from_gguf(str(tmp_path / "falcon.gguf"))
 
 
 def test_refuses_a_missing_tensor(tmp_path, f32_file):

@@ -1,0 +1,293 @@
+"""GGUF files of the Llama family for GPT.from_gguf: llama.cpp's `llama` architecture (Llama 2 and
+3, SmolLM2, TinyLlama, Mistral) and `qwen2` (Qwen2 and 2.5, DeepSeek-R1-Distill-Qwen), read into
+a GPTConfig, weights by HF name (LlamaForCausalLM's and Qwen2ForCausalLM's, in HF's layouts:
+gpt.architectures' tables) and the file's tokenizer (gpt.gguf_tokenizer).
+
+Hyperparameters: {arch}.block_count, .context_length, .embedding_length, .feed_forward_length,
+.attention.head_count, .attention.head_count_kv (grouped-query attention), .attention.
+layer_norm_rms_epsilon, .rope.freq_base, .rope.scaling.type; the vocabulary size is
+token_embd.weight's row count (and must be the token list's). A file without output.weight ties
+the LM head to the token embedding, as llama.cpp does.
+
+q/k rows. llama.cpp's converter permutes each head's rows of a `llama` file's attn_q and attn_k
+(convert_hf_to_gguf.py, LlamaModel.permute: HF's rotate-half pairs (j, j + head_size/2) become
+adjacent rows (2j, 2j + 1), which its rope mode NORM rotates). This loader undoes it, so that the
+weights are HF's and the config says rope_layout "half", the same model from_pretrained builds
+from the HF checkpoint; `qwen2` files are stored in HF's order (rope mode NEOX) and need nothing.
+
+Llama 3's rope scaling: llama.cpp's converter writes no metadata for it but a rope_freqs.weight
+tensor of per-frequency divisors; the RopeScaling that reproduces them exactly is recovered.
+
+Tensor types: F32, F16, BF16 and every type gguf.quants dequantizes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+Q2_K to Q6_K, ...) are read into float32 at load; the compiled model then stores them in
+CompileOptions.weights' format. Q8_0 and Q4_0 matmul weights stay as the file's blocks when
+`keep_quantized` is their format (as for GPT-2, gguf_file.load_gguf). Keeping Q4_1 or a k-quant
+quantized would need its own dot-product kernels: it is widened at load instead."""
+
+import math
+import os
+
+import numpy as np
+
+from gpt import architectures
+from gpt.config import GPTConfig, RopeScaling
+from gpt.errors import ModelFileError
+from gpt.gguf_file import QuantizedTensor, _check_block_scales, _check_layout, _check_ne, _dequantize, _Metadata, _types
+from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
+from gpt.resources import check_fits_in_memory
+
+ARCHITECTURES = ("llama", "qwen2")
+# llama.cpp's per-frequency rope divisors (Llama 3's scaling), [head_size / 2] float32.
+_ROPE_FREQS = "rope_freqs.weight"
+
+
+def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUFTokenizer | None]:
+    """Reads a `llama` or `qwen2` GGUF file: (GPTConfig, weights by HF name, tokenizer or None).
+    `keep_quantized` ("q8_0" or "q4_0"): matmul weights stored in that type (and, for q8_0, the
+    token embedding) are returned as gguf_file.QuantizedTensor, their blocks as in the file (q/k
+    rows of a `llama` file un-permuted). Raises FileNotFoundError for a missing file and
+    gpt.ModelFileError naming the file and key or tensor for anything it cannot read."""
+    import gguf
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such GGUF file: {path}")
+    _check_layout(path)
+    try:
+        reader = gguf.GGUFReader(path)
+    except OSError:
+        raise
+    except Exception as e:
+        raise ModelFileError(f"{path} is not a readable GGUF file: {type(e).__name__}: {e}") from None
+    if reader.byte_order != "I":
+        raise ModelFileError(f"{path}: a GGUF file of the other byte order is not supported")
+    meta = _Metadata(reader, path)
+    architecture = meta.get("general.architecture", str)
+    if architecture not in ARCHITECTURES:
+        raise ModelFileError(
+            f"{path}: general.architecture {architecture!r} is not a Llama-family architecture "
+            f"({', '.join(ARCHITECTURES)})"
+        )
+    return read(reader, meta, path, architecture, keep_quantized)
+
+
+def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: str | None = None):
+    """`load` on a file already opened: gguf_file.load_gguf hands its reader and metadata here for
+    the architectures of ARCHITECTURES."""
+    arch = architecture
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    config = _config(meta, tensors, path, arch)
+    check_fits_in_memory(config)  # before dequantizing for a header that asks too much
+
+    # GGUF name -> (HF name, numpy shape) of every parameter this config takes.
+    expected = {
+        p.gguf.replace("{i}", str(i)) if i is not None else p.gguf: (
+            p.hf.replace("{i}", str(i)) if i is not None else p.hf,
+            architectures.gguf_shape(p, config),
+            p.linear or p.hf == "lm_head.weight",
+        )
+        for p, i in architectures.parameters(config)
+    }
+    missing = [name for name in expected if name not in tensors]
+    if missing:
+        raise ModelFileError(
+            f"{path}: tensor(s) missing: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")
+        )
+    unexpected = sorted(name for name in tensors if name not in expected and name != _ROPE_FREQS)
+    if unexpected:
+        raise ModelFileError(f"{path}: unexpected tensor(s) for {arch}: {', '.join(unexpected[:5])}")
+
+    kept_type = _types()[keep_quantized] if keep_quantized in ("q8_0", "q4_0") else None
+    q8_0 = _types()["q8_0"]
+    weights: dict[str, np.ndarray | QuantizedTensor] = {}
+    for name, (hf_name, shape, matmul) in expected.items():
+        tensor = tensors[name]
+        heads = _permuted_heads(name, config) if arch == "llama" else None
+        keep = tensor.tensor_type == kept_type and (matmul or (name == "token_embd.weight" and kept_type == q8_0))
+        if keep:
+            _check_ne(tensor, shape, path)
+            blocks = np.array(tensor.data, dtype=np.uint8)
+            _check_block_scales(name, blocks, keep_quantized, path)
+            # Rows are whole runs of blocks (blocks run along the input dimension): permuting rows
+            # permutes blocks.
+            weights[hf_name] = QuantizedTensor(keep_quantized, unpermute_rows(blocks, heads) if heads else blocks)
+            continue
+        array = _dequantize(tensor, shape, path)
+        weights[hf_name] = np.ascontiguousarray(unpermute_rows(array, heads)) if heads else array
+    _widen_partly_kept_groups(config, weights, expected)
+    tokenizer = read_tokenizer(meta, path, config.vocab_size)
+    del tensors, reader  # closes the memory map: every array above is a copy
+    return config, weights, tokenizer
+
+
+def _widen_partly_kept_groups(config: GPTConfig, weights: dict, expected: dict) -> None:
+    """The compiler fuses q, k and v (and gate and up) into one weight, which is quantized only as a
+    whole: when a file keeps some parts in the kept format and not the others (llama-quantize's
+    mixes give attn_v more bits), the kept parts are widened to float32 like the rest."""
+    import gguf
+
+    shapes = {hf: shape for hf, shape, _ in expected.values()}
+    groups: dict[str, list[str]] = {}
+    for p, i in architectures.parameters(config):
+        layer = (lambda pattern: pattern) if i is None else (lambda pattern, i=i: pattern.replace("{i}", str(i)))
+        groups.setdefault(layer(p.compiler), []).append(layer(p.hf))
+    for names in groups.values():
+        kept = [weights[name] for name in names if isinstance(weights[name], QuantizedTensor)]
+        if kept and len(kept) < len(names):
+            for name in names:
+                value = weights[name]
+                if isinstance(value, QuantizedTensor):
+                    qtype = _types()[value.format]
+                    weights[name] = gguf.quants.dequantize(value.blocks, qtype).reshape(shapes[name])
+
+
+def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
+    """Undoes llama.cpp's LlamaModel.permute on the rows of a q or k weight ([n_head * head_size,
+    ...]): within each head, stored row 2j + t holds HF row t * head_size/2 + j."""
+    rows = weight.shape[0]
+    half = rows // n_head // 2
+    return weight.reshape(n_head, half, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def _permuted_heads(name: str, config: GPTConfig) -> int | None:
+    """The head count whose rows llama.cpp permuted in tensor `name` of a `llama` file, else None."""
+    if name.endswith((".attn_q.weight", ".attn_q.bias")):
+        return config.n_head
+    if name.endswith((".attn_k.weight", ".attn_k.bias")):
+        return config.n_kv_head
+    return None
+
+
+def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
+    """The GPTConfig of a Llama-family file's metadata (keys named in the module docstring)."""
+    n_layer = meta.get(f"{arch}.block_count", int)
+    n_ctx = meta.get(f"{arch}.context_length", int)
+    n_embd = meta.get(f"{arch}.embedding_length", int)
+    n_ff = meta.get(f"{arch}.feed_forward_length", int, per_layer=True)
+    n_head = meta.get(f"{arch}.attention.head_count", int, per_layer=True)
+    n_kv_head = meta.get(f"{arch}.attention.head_count_kv", int, required=False, per_layer=True)
+    eps = meta.get(f"{arch}.attention.layer_norm_rms_epsilon", float)
+    rope_base = meta.get(f"{arch}.rope.freq_base", float, required=False)
+    if isinstance(n_head, int) and n_head > 0 and isinstance(n_embd, int) and n_embd % n_head == 0:
+        head_size = n_embd // n_head
+        # Keys that would change the computation when they differ from what the config implies.
+        for key, implied in (
+            (f"{arch}.rope.dimension_count", head_size),  # rotary on part of each head: not implemented
+            (f"{arch}.attention.key_length", head_size),  # a head size apart from n_embd / n_head
+            (f"{arch}.attention.value_length", head_size),
+        ):
+            value = meta.get(key, int, required=False)
+            if value is not None and value != implied:
+                raise ModelFileError(f"{path}: {key} is {value}; only n_embd / n_head = {implied} is supported")
+
+    if "token_embd.weight" not in tensors:
+        raise ModelFileError(f"{path}: tensor token_embd.weight is missing")
+    embd_ne = [int(n) for n in tensors["token_embd.weight"].shape]
+    if len(embd_ne) != 2 or embd_ne[0] != n_embd:
+        raise ModelFileError(f"{path}: tensor token_embd.weight has ne {embd_ne}, expected [{n_embd}, vocab]")
+    vocab_size = embd_ne[1]
+    declared_vocab = meta.get(f"{arch}.vocab_size", int, required=False)
+    if declared_vocab is not None and declared_vocab != vocab_size:
+        raise ModelFileError(
+            f"{path}: {arch}.vocab_size {declared_vocab} differs from token_embd.weight's {vocab_size} rows"
+        )
+
+    with np.errstate(over="ignore"):
+        eps32 = np.float32(eps)  # llama.cpp reads a float32
+    if not (np.isfinite(eps32) and eps32 > 0):
+        raise ModelFileError(
+            f"{path}: {arch}.attention.layer_norm_rms_epsilon is {eps!r}, expected a positive finite float32"
+        )
+    fields = dict(
+        architecture=arch,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        vocab_size=vocab_size,
+        block_size=n_ctx,
+        layer_norm_eps=float(str(eps32)),  # its shortest decimal: 1e-5 reads back as 1e-5
+        n_kv_head=n_kv_head,
+        n_ff=n_ff,
+        tied_head="output.weight" not in tensors,
+        rope_layout="half",  # q/k are un-permuted at load (module docstring)
+    )
+    if rope_base is not None:
+        with np.errstate(over="ignore"):  # a float64 beyond float32's range: inf, which GPTConfig refuses
+            fields["rope_base"] = float(np.float32(rope_base))
+    scaling_type = meta.get(f"{arch}.rope.scaling.type", str, required=False)
+    factor = meta.get(f"{arch}.rope.scaling.factor", float, required=False)
+    if scaling_type not in (None, "none") and not (scaling_type == "linear" and factor == 1.0):
+        raise ModelFileError(
+            f"{path}: {arch}.rope.scaling.type {scaling_type!r} is not supported (none, and Llama 3's scaling "
+            "as rope_freqs.weight)"
+        )
+    try:
+        config = GPTConfig(**fields)
+    except ValueError as e:
+        raise ModelFileError(f"{path}: {e}") from None
+    if _ROPE_FREQS in tensors:
+        original = meta.get(f"{arch}.rope.scaling.original_context_length", int, required=False)
+        scaling = _llama3_scaling(tensors[_ROPE_FREQS], config, original, path)
+        try:
+            config = GPTConfig(**fields, rope_scaling=scaling)
+        except ValueError as e:
+            raise ModelFileError(f"{path}: {e}") from None
+    return config
+
+
+def llama3_rope_factors(config: GPTConfig, scaling: RopeScaling) -> np.ndarray:
+    """The per-frequency divisors llama.cpp's converter writes as rope_freqs.weight for Llama 3's
+    scaling (convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors), float32 [head_size / 2]."""
+    dim = config.head_size
+    freqs = 1.0 / (np.float32(config.rope_base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    low_wavelen = scaling.original_max_position_embeddings / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position_embeddings / scaling.high_freq_factor
+    factors = []
+    for freq in freqs.astype(np.float64):
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            factors.append(1.0)
+        elif wavelen > low_wavelen:
+            factors.append(scaling.factor)
+        else:
+            smooth = (scaling.original_max_position_embeddings / wavelen - scaling.low_freq_factor) / (
+                scaling.high_freq_factor - scaling.low_freq_factor
+            )
+            factors.append(1 / ((1 - smooth) / scaling.factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def _llama3_scaling(tensor, config: GPTConfig, original: int | None, path: str) -> RopeScaling:
+    """The RopeScaling whose divisors (llama3_rope_factors) are rope_freqs.weight's. Llama 3's
+    own parameters (low 1, high 4, 8192 positions; the factor is the largest divisor) are tried
+    first; otherwise the two are solved from the divisors between 1 and the factor, on which
+    llama.cpp's interpolation weight is linear in the frequency."""
+    half = config.head_size // 2
+    factors = _dequantize(tensor, (half,), path).astype(np.float64)
+    if not (factors >= 1).all():
+        raise ModelFileError(f"{path}: tensor {_ROPE_FREQS} holds divisors below 1; Llama 3's scaling has none")
+    factor = float(factors.max())
+    if factor == 1.0:
+        raise ModelFileError(f"{path}: tensor {_ROPE_FREQS} divides no frequency: it is not Llama 3's scaling")
+    original = original or 8192
+    candidates = [(factor, 1.0, 4.0)]
+    # Between the two bounds: 1/f = (1 - s)/factor + s, with s = (original / wavelen - low) / (high - low).
+    freqs = 1.0 / (config.rope_base ** (np.arange(0, config.head_size, 2) / config.head_size))
+    between = (factors > 1) & (factors < factor)
+    if between.sum() >= 2:
+        smooth = (1 / factors[between] - 1 / factor) / (1 - 1 / factor)
+        inverse_wavelen = freqs[between] / (2 * math.pi)
+        slope, intercept = np.polyfit(inverse_wavelen, smooth, 1)  # s = slope / wavelen + intercept
+        if slope > 0:
+            width = original / slope  # high - low
+            candidates.append((factor, float(-intercept * width), float(-intercept * width + width)))
+    for factor, low, high in candidates:
+        try:
+            scaling = RopeScaling(factor, low, high, original)
+        except ValueError:  # not a scaling at all (a low bound below 0, ...)
+            continue
+        if np.allclose(llama3_rope_factors(config, scaling), factors.astype(np.float32), rtol=1e-5, atol=0):
+            return scaling
+    raise ModelFileError(
+        f"{path}: tensor {_ROPE_FREQS} holds rope divisors that Llama 3's scaling does not make (largest {factor})"
+    )
