@@ -39,12 +39,12 @@ if [[ "${GPT_FUZZ_KEEP_GOING:-0}" == 1 ]]; then
   keep_going+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
 fi
 log="$work/fuzz.log"
-# The progress lines ("#1234 NEW ...") go to the log only; the fuzzer's status is the pipe's first.
+# The progress lines ("#1234 NEW ...", "NEW_FUNC[...]") go to the log only; the fuzzer's status is the pipe's first.
 set +e
 ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" UBSAN_OPTIONS="print_stacktrace=1:${UBSAN_OPTIONS:-}" "$fuzzer" "${keep_going[@]}" \
   -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
   -dict=tools/fuzz/transformer.dict -artifact_prefix="$work/crashes/" -print_final_stats=1 \
-  "$work/corpus" "$work/seeds" 2>&1 | tee "$log" | grep -vE '^#[0-9]+'
+  "$work/corpus" "$work/seeds" 2>&1 | tee "$log" | grep -vE '^(#[0-9]+|[[:space:]]+NEW_FUNC)'
 status="${PIPESTATUS[0]}"
 set -e
 
