@@ -160,12 +160,15 @@ class GPT:
 
     @classmethod
     def from_gguf(cls, path: str, options: CompileOptions | None = None) -> "GPT":
-        """A GPT-2 GGUF file (llama.cpp's format, architecture "gpt2", as llama.cpp's
-        convert_hf_to_gguf.py and llama-quantize write it), read with the `gguf` package. Tensor
-        types F32, F16, BF16, Q8_0 and Q4_0; hyperparameters from the gpt2.* metadata; an
-        output.weight must equal token_embd.weight (GPT-2's tied head). `model.tokenizer` is the
-        file's GPT-2 BPE vocabulary (tokenizer.ggml.model "gpt2") when it carries one. Anything
-        else raises ValueError naming the problem (gpt/gguf_file.py).
+        """A GGUF file (llama.cpp's format, as llama.cpp's convert_hf_to_gguf.py and
+        llama-quantize write it), read with the `gguf` package: architecture "gpt2" (an
+        output.weight must equal token_embd.weight, GPT-2's tied head), or "llama" / "qwen2"
+        (gpt/gguf_llama.py: grouped-query attention, tied or untied heads, llama.cpp's q/k
+        permutation undone). Tensor types F32, F16, BF16, Q8_0 and Q4_0, and the other types gguf
+        dequantizes (Q4_1, Q5_x, K-quants), widened at load; hyperparameters from the {arch}.*
+        metadata. `model.tokenizer` is the file's BPE vocabulary (tokenizer.ggml.model "gpt2",
+        with llama.cpp's pre-tokenizer: gpt/gguf_tokenizer.py) when it carries one. Anything else
+        raises gpt.ModelFileError (a ValueError) naming the file and the problem.
 
         Quantized tensors stay quantized when `options.weights` is their format: a q8_0 file's
         matmul weights and token embedding (stored once, as the LM head), or a q4_0 file's matmul
