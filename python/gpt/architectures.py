@@ -277,6 +277,21 @@ _LLAMA = (
     Parameter("lm_head.weight", "output.weight", lambda c: (c.vocab_size, _d(c)), "lm_head.weight", present=_untied),
 )
 
+_LLAMA_SPEC = Architecture(
+    name="llama",
+    norm="rms",
+    mlp="swiglu",
+    bias=False,
+    qkv_bias=False,
+    positions="rope",
+    rope_only=True,
+    gguf_rope_layout="interleaved",
+    hf_model_types=("llama",),
+    hf_architectures=("LlamaForCausalLM",),
+    compiler_names="llama",
+    parameters=_LLAMA,
+)
+
 ARCHITECTURES: dict[str, Architecture] = {
     "gpt2": Architecture(
         name="gpt2",
@@ -292,33 +307,15 @@ ARCHITECTURES: dict[str, Architecture] = {
         compiler_names="gpt2",
         parameters=_GPT2,
     ),
-    "llama": Architecture(
-        name="llama",
-        norm="rms",
-        mlp="swiglu",
-        bias=False,
-        qkv_bias=False,
-        positions="rope",
-        rope_only=True,
-        gguf_rope_layout="interleaved",
-        hf_model_types=("llama",),
-        hf_architectures=("LlamaForCausalLM",),
-        compiler_names="llama",
-        parameters=_LLAMA,
-    ),
-    "qwen2": Architecture(
+    "llama": _LLAMA_SPEC,
+    # Llama with q/k/v biases; llama.cpp's converter leaves qwen2's q/k rows unpermuted.
+    "qwen2": dataclasses.replace(
+        _LLAMA_SPEC,
         name="qwen2",
-        norm="rms",
-        mlp="swiglu",
-        bias=False,
         qkv_bias=True,
-        positions="rope",
-        rope_only=True,
         gguf_rope_layout="half",
         hf_model_types=("qwen2",),
         hf_architectures=("Qwen2ForCausalLM",),
-        compiler_names="llama",
-        parameters=_LLAMA,
     ),
 }
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from gpt.config import GPTConfig
 from gpt.errors import ModelFileError
+from gpt.gguf_tokenizer import read_vocabulary
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import expected_shapes, validate_weights
@@ -352,22 +353,7 @@ def _read_tokenizer(meta: _Metadata, path: str, vocab_size: int) -> HFTokenizer 
     pre = meta.get("tokenizer.ggml.pre", str, required=False)
     if pre not in (None, "gpt-2"):
         raise ModelFileError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (GPT-2's, 'gpt-2', only)")
-    tokens = meta.get("tokenizer.ggml.tokens", list)
-    merges = meta.get("tokenizer.ggml.merges", list)
-    types = meta.get("tokenizer.ggml.token_type", list, required=False)
-    for key, values, kind in (
-        ("tokenizer.ggml.tokens", tokens, str),
-        ("tokenizer.ggml.merges", merges, str),
-        ("tokenizer.ggml.token_type", types or [], int),
-    ):
-        wrong = next((v for v in values if not isinstance(v, kind) or isinstance(v, bool)), None)
-        if wrong is not None:
-            raise ModelFileError(f"{path}: {key} holds {wrong!r}, expected an array of {kind.__name__}")
-    if len(tokens) != vocab_size:
-        raise ModelFileError(f"{path}: the tokenizer has {len(tokens)} tokens, the model a vocabulary of {vocab_size}")
-    vocab = {token: i for i, token in enumerate(tokens)}
-    if len(vocab) != len(tokens):
-        raise ModelFileError(f"{path}: tokenizer.ggml.tokens repeats a token")
+    tokens, merges, types, vocab = read_vocabulary(meta, path, vocab_size)
     # What tokenizers' BPE requires of a merge "a b" (and otherwise reports by a Rust panic, not an
     # error): a and b are tokens, and so is ab, the token the merge makes.
     pairs = []
@@ -382,8 +368,6 @@ def _read_tokenizer(meta: _Metadata, path: str, vocab_size: int) -> HFTokenizer 
                     "tokenizer.ggml.tokens"
                 )
         pairs.append((parts[0], parts[1]))
-    if types is not None and len(types) != len(tokens):
-        raise ModelFileError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 

@@ -161,24 +161,7 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
         known = ", ".join(repr(name) for name in PRE_TOKENIZERS if name is not None)
         raise ModelFileError(f"{path}: tokenizer.ggml.pre {pre_name!r} is not supported (known: {known})")
     pre = PRE_TOKENIZERS[pre_name]
-    tokens = meta.get("tokenizer.ggml.tokens", list)
-    merges = meta.get("tokenizer.ggml.merges", list)
-    types = meta.get("tokenizer.ggml.token_type", list, required=False)
-    for key, values, kind in (
-        ("tokenizer.ggml.tokens", tokens, str),
-        ("tokenizer.ggml.merges", merges, str),
-        ("tokenizer.ggml.token_type", types or [], int),
-    ):
-        wrong = next((v for v in values if not isinstance(v, kind) or isinstance(v, bool)), None)
-        if wrong is not None:
-            raise ModelFileError(f"{path}: {key} holds {wrong!r}, expected an array of {kind.__name__}")
-    if len(tokens) != vocab_size:
-        raise ModelFileError(f"{path}: the tokenizer has {len(tokens)} tokens, the model a vocabulary of {vocab_size}")
-    if types is not None and len(types) != len(tokens):
-        raise ModelFileError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
-    vocab = {token: i for i, token in enumerate(tokens)}
-    if len(vocab) != len(tokens):
-        raise ModelFileError(f"{path}: tokenizer.ggml.tokens repeats a token")
+    tokens, merges, types, vocab = read_vocabulary(meta, path, vocab_size)
     pairs = _merge_pairs(merges, vocab, path)
 
     special = {}
@@ -246,6 +229,32 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
         chat_template=template,
         raw_pieces=raw_pieces,
     )
+
+
+def read_vocabulary(meta, path: str, vocab_size: int):
+    """tokenizer.ggml.tokens, .merges and .token_type (None when absent) of a GGUF file, each
+    checked for its element type, and the token -> id map; raises ModelFileError naming the key
+    for wrong types, a token count unlike `vocab_size`, a token_type array of another length or
+    a repeated token. (The GPT-2 reader in gguf_file.py shares it.)"""
+    tokens = meta.get("tokenizer.ggml.tokens", list)
+    merges = meta.get("tokenizer.ggml.merges", list)
+    types = meta.get("tokenizer.ggml.token_type", list, required=False)
+    for key, values, kind in (
+        ("tokenizer.ggml.tokens", tokens, str),
+        ("tokenizer.ggml.merges", merges, str),
+        ("tokenizer.ggml.token_type", types or [], int),
+    ):
+        wrong = next((v for v in values if not isinstance(v, kind) or isinstance(v, bool)), None)
+        if wrong is not None:
+            raise ModelFileError(f"{path}: {key} holds {wrong!r}, expected an array of {kind.__name__}")
+    if len(tokens) != vocab_size:
+        raise ModelFileError(f"{path}: the tokenizer has {len(tokens)} tokens, the model a vocabulary of {vocab_size}")
+    if types is not None and len(types) != len(tokens):
+        raise ModelFileError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+    vocab = {token: i for i, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise ModelFileError(f"{path}: tokenizer.ggml.tokens repeats a token")
+    return tokens, merges, types, vocab
 
 
 def _merge_pairs(merges: list[str], vocab: dict[str, int], path: str) -> list[tuple[str, str]]:
