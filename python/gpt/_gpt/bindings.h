@@ -9,6 +9,7 @@
 
 namespace gpt {
 struct CompileOptions;
+struct GPTConfig;
 } // namespace gpt
 
 namespace gpt::python {
@@ -19,6 +20,9 @@ CompileOptions compileOptions(const std::string &pipeline, int threads, const st
                               uint64_t cacheMaxBytes, const std::string &targetCpu);
 
 /// Text-IR entry points: parse transformer-dialect IR, run a named pass pipeline, print the result.
+/// A gpt.GPTConfig (python/gpt/config.py) read into the compiler's config.
+GPTConfig gptConfig(const pybind11::handle &config);
+
 void initCompiler(pybind11::module_ &m);
 
 /// CompiledModel: a GPT's compiled entry points, called with numpy arrays (zero-copy).
@@ -32,6 +36,8 @@ void initDiskCache(pybind11::module_ &m);
 
 /// The hand-written kernels of cc/kernels (weight packing), for tests.
 void initKernels(pybind11::module_ &m);
+
+void initGpu(pybind11::module_ &m);
 
 } // namespace gpt::python
 

@@ -146,7 +146,7 @@ CompileOptions compileOptions(const std::string &pipeline, int threads, const st
 
 /// A gpt.GPTConfig (python/gpt/config.py) read into the compiler's config: the one way a model's
 /// configuration crosses into C++.
-static GPTConfig gptConfig(const py::handle &config) {
+GPTConfig gptConfig(const py::handle &config) {
   // gpt.GPTConfig validated itself (and resolved its defaults) in __post_init__; GPTConfig::
   // validate() below checks the same rules again for callers that build a config in C++.
   auto get = [&](const char *name) { return config.attr(name); };

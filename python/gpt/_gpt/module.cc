@@ -14,4 +14,5 @@ PYBIND11_MODULE(_gpt, m) {
   gpt::python::initFunction(m);
   gpt::python::initKernels(m);
   gpt::python::initDiskCache(m);
+  gpt::python::initGpu(m);
 }
