@@ -95,7 +95,8 @@ std::string manifestJson(const ArtifactBuilder &builder, const GpuTargetOptions 
                                             {"grid", toJson(l.grid)},
                                             {"block", toJson(l.block)},
                                             {"shared_bytes", 0},
-                                            {"args", std::move(args)}});
+                                            {"args", std::move(args)},
+                                            {"op", llvm::json::Object(l.op)}});
     }
     llvm::json::Object logits = toJson(p.logits);
     logits["rows"] = p.logitsRows;

@@ -187,6 +187,20 @@ std::string epilogueSignature(const Epilogue &e, int64_t columns, int64_t rows) 
   return text;
 }
 
+llvm::json::Object describe(const Matmul &m) {
+  return llvm::json::Object{{"family", "matmul"},
+                            {"rows", m.rows},
+                            {"columns", m.columns},
+                            {"valid_columns", m.validColumns},
+                            {"depth", m.depth},
+                            {"a_stride", m.aStride},
+                            {"bf16", m.element == ElementType::BF16},
+                            {"bias", m.epilogue.bias},
+                            {"gelu", m.epilogue.gelu},
+                            {"residual", m.epilogue.residual},
+                            {"residual_stride", m.epilogue.residualStride}};
+}
+
 } // namespace
 
 int64_t Strides::span() const {
@@ -227,7 +241,10 @@ KernelSource gatherRows(const GatherRows &g) {
   std::string o = k.binary("arith.addi", outBase, "%e", "index");
   k.line("memref.store $0, %out[$1] : $2", {v, o, f32Memref(g.tokens * g.width)});
   k.close();
-  return {k.function(signature, "", ""), {g.tokens, 1, 1}, {threads, 1, 1}};
+  llvm::json::Object op{{"family", "gather"},     {"tokens", g.tokens},      {"width", g.width},
+                        {"rows", g.rows},          {"row_stride", g.rowStride}, {"bf16", g.element == ElementType::BF16},
+                        {"second", g.second},      {"rows2", g.rows2},          {"row_stride2", g.rowStride2}};
+  return {k.function(signature, "", ""), {g.tokens, 1, 1}, {threads, 1, 1}, std::move(op)};
 }
 
 KernelSource normRows(const NormRows &n) {
@@ -318,7 +335,9 @@ KernelSource normRows(const NormRows &n) {
     k.line("memref.store $0, %out[$1] : $2", {y, at, outType});
     if (ragged) k.close();
   }
-  return {k.function(signature, workgroup, ""), {n.rows, 1, 1}, {threads, 1, 1}};
+  llvm::json::Object op{{"family", "norm"}, {"rows", n.rows}, {"width", n.width}, {"input_stride", n.inputStride},
+                        {"epsilon", n.epsilon}, {"rms", n.rms}};
+  return {k.function(signature, workgroup, ""), {n.rows, 1, 1}, {threads, 1, 1}, std::move(op)};
 }
 
 KernelSource matvec(const Matmul &m) {
@@ -403,7 +422,7 @@ KernelSource matvec(const Matmul &m) {
   k.close();
   k.close();
   int64_t blocks = (m.columns + warps - 1) / warps;
-  return {k.function(signature, "", prologue), {blocks, 1, 1}, {threads, 1, 1}};
+  return {k.function(signature, "", prologue), {blocks, 1, 1}, {threads, 1, 1}, describe(m)};
 }
 
 KernelSource tiledMatmul(const Matmul &m) {
@@ -515,7 +534,8 @@ KernelSource tiledMatmul(const Matmul &m) {
     k.close();
   }
   int64_t blocksX = (m.columns + tile - 1) / tile, blocksY = (m.rows + tile - 1) / tile;
-  return {k.function(signature, "%as: " + smem + ", %bs: " + smem, prologue), {blocksX, blocksY, 1}, {threads, 1, 1}};
+  return {k.function(signature, "%as: " + smem + ", %bs: " + smem, prologue), {blocksX, blocksY, 1}, {threads, 1, 1},
+          describe(m)};
 }
 
 KernelSource attention(const Attention &a) {
@@ -592,7 +612,13 @@ KernelSource attention(const Attention &a) {
     std::string at = k.binary("arith.addi", outBase, element[e], "index");
     k.line("memref.store $0, %out[$1] : $2", {o, at, oType});
   }
-  return {k.function(signature, "", ""), {a.tokens, a.heads, 1}, {kWarp, 1, 1}};
+  auto pair = [](const std::array<int64_t, 2> &s) { return llvm::json::Array{s[0], s[1]}; };
+  llvm::json::Object op{{"family", "attention"}, {"tokens", a.tokens},       {"heads", a.heads},
+                        {"kv_heads", a.kvHeads},  {"head_size", a.headSize}, {"keys", a.keys},
+                        {"scale", a.scale},       {"offset_from_memory", a.offsetFromMemory},
+                        {"q", pair(a.q)},         {"k", pair(a.k)},          {"v", pair(a.v)},
+                        {"out", pair(a.out)}};
+  return {k.function(signature, "", ""), {a.tokens, a.heads, 1}, {kWarp, 1, 1}, std::move(op)};
 }
 
 KernelSource cacheWrite(const CacheWrite &c) {
@@ -617,7 +643,10 @@ KernelSource cacheWrite(const CacheWrite &c) {
   std::string to = k.madd(row, c.headSize, "%e");
   k.line("memref.store $0, %cache[$1] : $2", {v, to, cacheType});
   k.close();
-  return {k.function(signature, "", ""), {c.tokens, c.kvHeads, 1}, {c.headSize, 1, 1}};
+  llvm::json::Object op{{"family", "cache_write"}, {"tokens", c.tokens},
+                        {"kv_heads", c.kvHeads},     {"head_size", c.headSize},
+                        {"cache_length", c.cacheLength}, {"update", llvm::json::Array{c.update[0], c.update[1]}}};
+  return {k.function(signature, "", ""), {c.tokens, c.kvHeads, 1}, {c.headSize, 1, 1}, std::move(op)};
 }
 
 } // namespace gpt::gpu

@@ -8,6 +8,8 @@
 #ifndef GPT_CC_CODEGEN_GPU_GPUKERNELS_H
 #define GPT_CC_CODEGEN_GPU_GPUKERNELS_H
 
+#include "llvm/Support/JSON.h"
+
 #include <array>
 #include <cstdint>
 #include <string>
@@ -24,6 +26,9 @@ enum class ElementType { F32, BF16 };
 struct KernelSource {
   std::string text;
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
+  /// What the kernel computes: its family and parameters, for the manifest (a reader can check
+  /// or emulate a launch without reading PTX).
+  llvm::json::Object op;
 };
 
 /// A strided operand: element (i0, i1, i2) of a rank-<=3 view sits at sum(i_k * strides[k]) from

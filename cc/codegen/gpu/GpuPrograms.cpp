@@ -138,7 +138,7 @@ int64_t ArtifactBuilder::weightBuffer(const ParameterSpec &spec, bool matmulOper
   return index;
 }
 
-std::string ArtifactBuilder::kernelName(const std::string &family, KernelSource source) {
+std::string ArtifactBuilder::kernelName(const std::string &family, const KernelSource &source) {
   auto found = kernelNames.find(source.text);
   if (found != kernelNames.end()) return found->second;
   std::string name = family + "_" + std::to_string(familyCounts[family]++);
@@ -215,7 +215,8 @@ void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, 
   mlir::Operation *terminator = body.getTerminator();
   state.logits = terminator->getOperand(0);
 
-  auto viewOf = [&](mlir::Value value) -> View & {
+  // By value: inserting into `values` may move its entries.
+  auto viewOf = [&](mlir::Value value) -> View {
     auto found = state.values.find(value);
     if (found == state.values.end()) throw std::invalid_argument("the CUDA target met a value it did not form");
     return found->second;
@@ -249,8 +250,9 @@ void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, 
     state.values[value] = view;
     return view;
   };
-  auto launch = [&](const std::string &family, const KernelSource &source, std::vector<PointerArg> args) {
-    state.spec.launches.push_back({kernelName(family, source), source.grid, source.block, std::move(args)});
+  auto launch = [&](const std::string &family, KernelSource source, std::vector<PointerArg> args) {
+    std::string name = kernelName(family, source);
+    state.spec.launches.push_back({name, source.grid, source.block, std::move(args), std::move(source.op)});
   };
   auto requireRowMajor = [&](const View &view, const char *what) {
     if (view.rank() != 2 || view.strides[1] != 1)
@@ -324,9 +326,9 @@ void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, 
     if (auto matmul = mlir::dyn_cast<transformer::MatmulOp>(op)) {
       View a = bound(matmul.getLhs(), false);
       requireRowMajor(a, "a matmul's left operand");
-      View &rhs = viewOf(matmul.getRhs());
+      View rhs = viewOf(matmul.getRhs());
       if (!rhs.weight) throw std::invalid_argument("the CUDA target multiplies activations by weights only");
-      const ParameterSpec &spec = *rhs.weight;
+      const ParameterSpec spec = *rhs.weight;
       View b = bound(matmul.getRhs(), true); // [N or V, K]
       std::vector<int64_t> shape = shapeOf(matmul.getResult());
       int64_t rows = shape[0], columns = shape[1], depth = a.sizes[1];
@@ -339,7 +341,7 @@ void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, 
       PointerArg biasArg, residualArg;
       if (auto add = mlir::dyn_cast_or_null<transformer::AddOp>(soleUser(result))) {
         mlir::Value other = otherOperand(add, result);
-        View &candidate = viewOf(other);
+        View candidate = viewOf(other);
         if (candidate.weight && candidate.sizes == std::vector<int64_t>{columns}) {
           m.epilogue.bias = true;
           biasArg = bound(other, false).pointer();

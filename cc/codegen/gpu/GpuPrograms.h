@@ -48,6 +48,7 @@ struct LaunchSpec {
   std::string kernel;
   std::array<int64_t, 3> grid, block;
   std::vector<PointerArg> args;
+  llvm::json::Object op; ///< KernelSource::op
 };
 
 struct ProgramSpec {
@@ -82,7 +83,7 @@ private:
   struct View;
   struct ProgramState;
   int64_t weightBuffer(const ParameterSpec &spec, bool matmulOperand);
-  std::string kernelName(const std::string &family, KernelSource source);
+  std::string kernelName(const std::string &family, const KernelSource &source);
 
   GPTConfig config;
   ElementType weightElement;
