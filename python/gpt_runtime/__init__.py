@@ -1,0 +1,33 @@
+"""gpt_runtime: runs an artifact that `python -m gpt export --target cuda:sm_XX` wrote (docs/GPU.md)
+on an NVIDIA GPU, with numpy and the driver's libcuda.so.1 only: no gpt compiler, no MLIR or LLVM,
+no CUDA toolkit. It does not import the gpt package.
+
+Example:
+
+    import gpt_runtime
+    model = gpt_runtime.load("gpt2.sm_90")      # manifest.json, kernels.sm_90.ptx, weights.safetensors
+    logits = model.forward([1, 2, 3])            # np.ndarray [3, vocab_size]
+    cache = model.new_cache()
+    last = model.prefill([1, 2, 3], cache)       # logits [vocab_size] of the last prompt token
+    nxt = model.decode(int(last.argmax()), cache)
+    ids = model.generate([1, 2, 3], max_new_tokens=20, temperature=0.8, top_k=40, seed=7)
+    print(model.last_generation)                 # token counts and seconds
+"""
+
+from .cache import Cache
+from .errors import ArtifactError, CudaError, IncompatibleDeviceError, NoDeviceError
+from .manifest import Manifest, load_manifest
+from .model import GenerationStats, Model, load
+
+__all__ = [
+    "ArtifactError",
+    "Cache",
+    "CudaError",
+    "GenerationStats",
+    "IncompatibleDeviceError",
+    "Manifest",
+    "Model",
+    "NoDeviceError",
+    "load",
+    "load_manifest",
+]

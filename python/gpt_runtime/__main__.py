@@ -1,0 +1,112 @@
+"""python -m gpt_runtime: generate text with an artifact on this machine's GPU, or describe the
+artifact and the GPU.
+
+  python -m gpt_runtime generate ARTIFACT --prompt TEXT | --ids 1,2,3 [--max-new-tokens N]
+                                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device D]
+                                 [--no-eos] [--no-graphs]
+  python -m gpt_runtime info ARTIFACT [--device D]
+"""
+
+import argparse
+import sys
+import time
+
+from . import load, load_manifest
+from .errors import ArtifactError, CudaError, IncompatibleDeviceError, NoDeviceError
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ids must be comma-separated token ids, got {text!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gpt_runtime", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    generate = commands.add_parser("generate", help="continue a prompt")
+    generate.add_argument("artifact", help="the artifact directory (manifest.json, PTX, weights)")
+    prompt = generate.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="text to continue (needs the artifact's tokenizer.json)")
+    prompt.add_argument("--ids", type=_ids, help="token ids to continue, comma-separated")
+    generate.add_argument("--max-new-tokens", type=int, default=64)
+    generate.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    generate.add_argument("--top-k", type=int, default=40, help="sample among the k most likely (0 = no limit)")
+    generate.add_argument("--top-p", type=float, default=None, help="nucleus sampling probability mass")
+    generate.add_argument("--seed", type=int, default=None, help="same seed, same tokens")
+    generate.add_argument("--device", type=int, default=0, help="GPU ordinal")
+    generate.add_argument("--no-eos", action="store_true", help="do not stop at the end-of-sequence token")
+    generate.add_argument("--no-graphs", action="store_true", help="launch each kernel instead of CUDA graphs")
+    info = commands.add_parser("info", help="the artifact's programs, and the GPU and driver")
+    info.add_argument("artifact")
+    info.add_argument("--device", type=int, default=0)
+    return parser
+
+
+def _generate(args) -> None:
+    start = time.perf_counter()
+    model = load(args.artifact, device=args.device, graphs=not args.no_graphs)
+    load_seconds = time.perf_counter() - start
+    tokenizer = model.tokenizer
+    if args.prompt is not None:
+        if tokenizer is None:
+            raise SystemExit(f"error: {args.artifact} has no tokenizer.json: give the prompt as --ids")
+        prompt = tokenizer.encode(args.prompt).ids
+        if not prompt:
+            raise SystemExit("error: --prompt must not be empty")
+    else:
+        prompt = args.ids
+    room = model.max_len - len(prompt)
+    if room < 0:
+        raise SystemExit(f"error: the prompt is {len(prompt)} tokens, more than the model's cache ({model.max_len})")
+    tokens = model.generate(
+        prompt,
+        max_new_tokens=min(args.max_new_tokens, room),
+        temperature=args.temperature,
+        top_k=args.top_k or None,
+        top_p=args.top_p,
+        seed=args.seed,
+        eos=not args.no_eos,
+    )
+    if tokenizer is not None:
+        print(tokenizer.decode(prompt + tokens))
+    print("new token ids:", ",".join(map(str, tokens)))
+    stats = model.last_generation
+    print(
+        f"[gpt_runtime] prompt: {stats.prompt_tokens} tokens, {stats.prompt_tokens_per_second:.1f} tok/s | "
+        f"generated: {stats.generated_tokens} tokens, {1e3 * stats.decode_seconds_per_token:.3f} ms/token | "
+        f"graph capture {stats.capture_seconds:.3f} s | load {load_seconds:.2f} s (PTX JIT {model.jit_seconds:.2f} s) "
+        f"| {model.device_name}, sm_{''.join(map(str, model.compute_capability))}, driver {model.driver_version}"
+    )
+
+
+def _info(args) -> None:
+    manifest = load_manifest(args.artifact)
+    print(f"target {manifest.chip}, PTX {manifest.ptx_version}; vocab_size {manifest.vocab_size}")
+    print("config:", manifest.config)
+    total = {}
+    for buffer in manifest.buffers:
+        total[buffer.role] = total.get(buffer.role, 0) + buffer.bytes
+    print("buffers:", ", ".join(f"{role} {size / 2**20:.1f} MiB" for role, size in total.items()))
+    for program in manifest.programs:
+        print(f"program {program.entry}[{program.tokens}]: {len(program.launches)} launches")
+    model = load(args.artifact, device=args.device)
+    print(
+        f"GPU {args.device}: {model.device_name}, compute capability {model.compute_capability}, "
+        f"driver {model.driver_version}, PTX JIT {model.jit_seconds:.2f} s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        (_generate if args.command == "generate" else _info)(args)
+    except (ArtifactError, NoDeviceError, IncompatibleDeviceError, CudaError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

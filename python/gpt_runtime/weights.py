@@ -1,0 +1,183 @@
+"""weights.safetensors, read without the safetensors package: an 8-byte little-endian header length,
+a JSON header {name: {dtype, shape, data_offsets}}, then the raw bytes. Read by hand because numpy
+has no bfloat16 (safetensors' numpy API refuses BF16 tensors), and the runtime only copies bytes."""
+
+import dataclasses
+import json
+import math
+import mmap
+import os
+
+import numpy as np
+
+from .errors import ArtifactError
+from .manifest import Manifest
+
+# The header of a file this size holds millions of tensors: far more than any model has.
+MAX_HEADER_BYTES = 100 * 2**20
+ITEM_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "I16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "U32": 4,
+    "I32": 4,
+    "F32": 4,
+    "U64": 8,
+    "I64": 8,
+    "F64": 8,
+}
+# How tensor() shows each dtype in numpy: BF16 as its raw bits (uint16), F8 as raw bytes.
+NUMPY_DTYPES = {
+    "BOOL": np.bool_,
+    "U8": np.uint8,
+    "I8": np.int8,
+    "F8_E4M3": np.uint8,
+    "F8_E5M2": np.uint8,
+    "U16": np.uint16,
+    "I16": np.int16,
+    "F16": np.float16,
+    "BF16": np.uint16,
+    "U32": np.uint32,
+    "I32": np.int32,
+    "F32": np.float32,
+    "U64": np.uint64,
+    "I64": np.int64,
+    "F64": np.float64,
+}
+# A weight buffer's dtype (manifest) -> the safetensors dtype its tensor must have.
+BUFFER_DTYPES = {"f32": "F32", "bf16": "BF16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorEntry:
+    dtype: str
+    shape: tuple[int, ...]
+    start: int  # byte offsets in the file
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+def read_header(path: str) -> dict[str, TensorEntry]:
+    """Every tensor's dtype, shape and place in the file, checked against the file's size; raises
+    ArtifactError naming the file and the tensor."""
+    try:
+        file_size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise ArtifactError(f"{path}: {file_size} bytes, too short for a safetensors header")
+            length = int.from_bytes(prefix, "little")
+            if length > MAX_HEADER_BYTES or 8 + length > file_size:
+                raise ArtifactError(f"{path}: header length {length} does not fit in the file ({file_size} bytes)")
+            header = json.loads(f.read(length).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ArtifactError(f"{path}: not a readable safetensors file: {error}") from None
+    if not isinstance(header, dict):
+        raise ArtifactError(f"{path}: the safetensors header is not a JSON object")
+    data_start, data_size = 8 + length, file_size - 8 - length
+    return {
+        name: _entry(path, name, value, data_start, data_size)
+        for name, value in header.items()
+        if name != "__metadata__"
+    }
+
+
+def _entry(path: str, name: str, value, data_start: int, data_size: int) -> TensorEntry:
+    def bad(problem: str) -> ArtifactError:
+        return ArtifactError(f"{path}: tensor {name!r}: {problem}")
+
+    if not isinstance(value, dict):
+        raise bad("its header entry is not an object")
+    dtype, shape, offsets = value.get("dtype"), value.get("shape"), value.get("data_offsets")
+    if dtype not in ITEM_BYTES:
+        raise bad(f"unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise bad(f"shape {shape!r} is not a list of sizes")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1] <= data_size
+    ):
+        raise bad(f"data_offsets {offsets!r} are not a range inside the file's {data_size} data bytes")
+    expected = math.prod(shape) * ITEM_BYTES[dtype]
+    if offsets[1] - offsets[0] != expected:
+        raise bad(f"{offsets[1] - offsets[0]} bytes, but a {dtype} tensor of shape {shape} has {expected}")
+    return TensorEntry(dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1])
+
+
+def check_weights(manifest: Manifest, tensors: dict[str, TensorEntry]) -> None:
+    """Each weight buffer has its tensor in the file, of the buffer's dtype, bytes and shape."""
+    path = manifest.weights_path
+    for buffer in manifest.buffers:
+        if buffer.role != "weight":
+            continue
+        entry = tensors.get(buffer.name)
+        if entry is None:
+            raise ArtifactError(f"{path}: no tensor {buffer.name!r} (weight buffer {buffer.index} of manifest.json)")
+        dtype = buffer.dtype or manifest.weights_dtype
+        if entry.dtype != BUFFER_DTYPES[dtype]:
+            raise ArtifactError(
+                f"{path}: tensor {buffer.name!r} is {entry.dtype}, but its buffer {buffer.index} is {dtype} "
+                f"(stored as {BUFFER_DTYPES[dtype]})"
+            )
+        if entry.nbytes != buffer.bytes:
+            raise ArtifactError(
+                f"{path}: tensor {buffer.name!r} has {entry.nbytes} bytes, but its buffer {buffer.index} has "
+                f"{buffer.bytes}"
+            )
+        if buffer.shape is not None and entry.shape != buffer.shape:
+            raise ArtifactError(
+                f"{path}: tensor {buffer.name!r} has shape {list(entry.shape)}, but its buffer {buffer.index} "
+                f"has shape {list(buffer.shape)}"
+            )
+
+
+class WeightsFile:
+    """The file mapped into memory: tensors are views of the mapping, copied to the device from
+    there without a second copy in host memory. Close it (or use `with`) once no view is held."""
+
+    def __init__(self, path: str, tensors: dict[str, TensorEntry] | None = None):
+        self.path = path
+        self.tensors = read_header(path) if tensors is None else tensors
+        with open(path, "rb") as f:
+            # mmap refuses an empty file; a file of only a header has no bytes to view.
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(path) else None
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes, as uint8, a read-only view of the file: drop it before close()."""
+        entry = self.tensors[name]
+        if entry.nbytes == 0:
+            return np.zeros(0, np.uint8)
+        return np.frombuffer(self._map, np.uint8, entry.nbytes, entry.start)
+
+    def tensor(self, name: str) -> np.ndarray:
+        """A copy of the tensor in its shape, BF16 as its raw bits (uint16), since numpy has no
+        bfloat16. A copy, so that it outlives the mapping."""
+        entry = self.tensors[name]
+        return self.raw(name).view(NUMPY_DTYPES[entry.dtype]).reshape(entry.shape).copy()
+
+    def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                # A view is still alive (an exception in flight holds the frame that made it): the
+                # mapping closes with the last view instead of hiding that exception.
+                pass
+            self._map = None
+
+    def __enter__(self) -> "WeightsFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
