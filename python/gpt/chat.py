@@ -28,12 +28,17 @@ from typing import TextIO
 
 import numpy as np
 
+from gpt import hf_checkpoint
 from gpt.detokenizer import IncrementalDetokenizer
 from gpt.sampling import check_sampling_args, sample
 
 
 class ConversationFull(ValueError):
     """A new turn would take the conversation past the model's context (block_size)."""
+
+
+class NoChatTemplate(ValueError):
+    """The model has no chat template: a base model, to continue text with, not to chat with."""
 
 
 class ChatTemplate:
@@ -106,8 +111,9 @@ def chat_spec(tokenizer, model_dir: str | None = None) -> ChatSpec:
     """The ChatSpec of a model's tokenizer: a GGUF file's (gpt.gguf_tokenizer.GGUFTokenizer:
     tokenizer.chat_template, its end-of-generation ids, add_bos), or for a HF directory its
     tokenizer_config.json ("chat_template", "bos_token", "eos_token"), chat_template.jinja and the
-    eos_token_id of generation_config.json and config.json. Raises ValueError when there is no
-    template: such a model is a base model to `generate` with, not to chat with."""
+    eos_token_id of generation_config.json and config.json. Raises NoChatTemplate (a ValueError)
+    when there is no template: such a model is a base model to `generate` with, not to chat with;
+    ValueError for a template that does not compile or a directory with no end-of-generation token."""
     source = getattr(tokenizer, "chat_template", None)
     if source is not None:
         end_ids = frozenset(getattr(tokenizer, "end_of_generation", ()))
@@ -115,7 +121,9 @@ def chat_spec(tokenizer, model_dir: str | None = None) -> ChatSpec:
         template = ChatTemplate(source, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token)
         return ChatSpec(template, end_ids, bos_id)
     if model_dir is None or not os.path.isdir(model_dir):
-        raise ValueError("the model has no chat template (tokenizer.chat_template): use `generate` for a base model")
+        raise NoChatTemplate(
+            "the model has no chat template (tokenizer.chat_template): use `generate` for a base model"
+        )
     config = _read_json(os.path.join(model_dir, "tokenizer_config.json"))
     source = config.get("chat_template")
     if isinstance(source, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
@@ -125,14 +133,11 @@ def chat_spec(tokenizer, model_dir: str | None = None) -> ChatSpec:
         with open(jinja_file, encoding="utf-8") as f:
             source = f.read()
     if not isinstance(source, str):
-        raise ValueError(
+        raise NoChatTemplate(
             f"{model_dir} has no chat template (tokenizer_config.json, chat_template.jinja): use `generate`"
         )
     bos, eos = (_token_text(config.get(key)) for key in ("bos_token", "eos_token"))
-    end_ids = set()
-    for name in ("generation_config.json", "config.json"):
-        value = _read_json(os.path.join(model_dir, name)).get("eos_token_id")
-        end_ids.update(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int))
+    end_ids = set(hf_checkpoint.eos_token_ids(model_dir))
     backend = getattr(tokenizer, "backend", None)
     if eos and backend is not None and backend.token_to_id(eos) is not None:
         end_ids.add(backend.token_to_id(eos))
@@ -141,6 +146,23 @@ def chat_spec(tokenizer, model_dir: str | None = None) -> ChatSpec:
             f"{model_dir}: no end-of-generation token (eos_token_id, eos_token), so an answer would never end"
         )
     return ChatSpec(ChatTemplate(source, bos_token=bos, eos_token=eos), frozenset(end_ids))
+
+
+def encode_rendered(tokenizer, text: str) -> list[int]:
+    """Tokens of template output: special tokens parsed, no BOS/EOS added (the template has its own)."""
+    backend = getattr(tokenizer, "backend", None)
+    if backend is not None:
+        return backend.encode(text, add_special_tokens=False).ids
+    return tokenizer.encode(text)
+
+
+def prompt_ids(tokenizer, spec: ChatSpec, rendered: str) -> list[int]:
+    """The tokens of a whole rendered conversation, as its first turn prefills them: the text's
+    tokens, after the spec's BOS when the tokenizer adds one and the template did not render it."""
+    ids = encode_rendered(tokenizer, rendered)
+    if spec.bos_id is not None and ids[:1] != [spec.bos_id]:
+        ids = [spec.bos_id] + ids
+    return ids
 
 
 def _read_json(path: str) -> dict:
@@ -239,20 +261,10 @@ class Chat:
         cache holds; or, when `rendered` does not extend it, all of it (with the cache emptied)."""
         cached_text = self._text + self._pending_text
         if self._cache is not None and rendered.startswith(cached_text):
-            return self._pending + self._encode(rendered[len(cached_text) :]), False
+            return self._pending + encode_rendered(self._tokenizer, rendered[len(cached_text) :]), False
         reprefilled = self._cache is not None
         self._cache, self._ids, self._text, self._pending, self._pending_text = None, [], "", [], ""
-        ids = self._encode(rendered)
-        if self._spec.bos_id is not None and ids[:1] != [self._spec.bos_id]:
-            ids = [self._spec.bos_id] + ids
-        return ids, reprefilled
-
-    def _encode(self, text: str) -> list[int]:
-        """Tokens of template output: special tokens parsed, no BOS/EOS added (the template has its own)."""
-        backend = getattr(self._tokenizer, "backend", None)
-        if backend is not None:
-            return backend.encode(text, add_special_tokens=False).ids
-        return self._tokenizer.encode(text)
+        return prompt_ids(self._tokenizer, self._spec, rendered), reprefilled
 
     def _ensure_room(self, needed: int) -> None:
         """A cache for `needed` positions: a power of two (at least 256), so that a few compiled

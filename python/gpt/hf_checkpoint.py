@@ -42,6 +42,20 @@ def architecture_of(model_type_name: str | None) -> architectures.Architecture |
     return None
 
 
+def eos_token_ids(path: str) -> frozenset[int]:
+    """The eos_token_id of a checkpoint directory's generation_config.json and config.json, both
+    (an int or a list of ints each; transformers' generate stops at either), read as config.json
+    is (gpt.ModelFileError for a file that is not a JSON object). Other values are ignored."""
+    ids = set()
+    for name in ("generation_config.json", "config.json"):
+        file = os.path.join(path, name)
+        value = _read_config_json(file).get("eos_token_id") if os.path.isfile(file) else None
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+                ids.add(item)
+    return frozenset(ids)
+
+
 def load_pretrained(path: str) -> tuple[GPTConfig, dict[str, np.ndarray]]:
     """Reads a HF Llama or Qwen2 directory into (GPTConfig, the compiler's weights): tensors in any
     float dtype (F32, F16, BF16, F64), a tied head (tie_word_embeddings) or an untied lm_head.

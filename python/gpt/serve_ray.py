@@ -38,7 +38,8 @@ def application(
 
         model = model_loader() if model_loader is not None else load_model(model_path)
         instance = f"{socket.gethostname()}:{os.getpid()}"
-        return create_app(Engine(model, **engine_options), model_name=name, instance=instance)
+        model_dir = model_path if model_path and os.path.isdir(model_path) else None  # its chat template
+        return create_app(Engine(model, **engine_options), model_name=name, instance=instance, model_dir=model_dir)
 
     @serve.deployment(num_replicas=replicas, ray_actor_options={"num_cpus": replica_cpus})
     @serve.ingress(build_app)

@@ -1,9 +1,11 @@
 """An OpenAI-compatible HTTP API over gpt.engine.Engine (FastAPI on uvicorn).
 
 POST /v1/completions (prompt text or token ids; server-sent events with "stream": true),
-GET /v1/models, GET /health, GET /metrics (Prometheus text). The engine's thread runs the model;
-each request's events cross to the event loop through an asyncio queue, the loop woken once per
-step's burst of events (EventRelay). A client that goes away has its request cancelled (its blocks
+POST /v1/chat/completions (messages rendered with the model's chat template, gpt.chat), GET
+/v1/models, GET /health, GET /metrics (Prometheus text). Both end a request at the model's EOS
+(and a chat at its template's end of turn). The engine's thread runs the model; each request's
+events cross to the event loop through an asyncio queue, the loop woken once per step's burst of
+events (EventRelay). A client that goes away has its request cancelled (its blocks
 return to the pool at the next step); shutdown (SIGTERM, as uvicorn handles it) stops taking
 connections, lets running requests finish, then stops the engine.
 
@@ -26,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import pydantic_core
@@ -36,6 +38,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gpt import chat
 from gpt.engine import MAX_STOP_STRING_LENGTH, Engine, QueueFullError, prometheus_text
 
 # Seconds a client refused on a full queue is told to wait.
@@ -45,6 +48,9 @@ DISCONNECT_POLL_SECONDS = 0.25
 # `stop`: up to 4 sequences, as OpenAI takes (the engine would take MAX_STOP_STRINGS), each of at
 # most the engine's MAX_STOP_STRING_LENGTH characters.
 MAX_STOP = 4
+# `messages` of a chat request at most; their total size is bounded by the body's (max_body_bytes),
+# and the rendered conversation's tokens by the model's context.
+MAX_MESSAGES = 1024
 # A request's line and headers together (llhttp, uvicorn's parser here, has no limit of its own;
 # h11's default is 16 KiB, nginx's 4 x 8 KiB buffers).
 MAX_HEAD_BYTES = 64 * 1024
@@ -123,6 +129,24 @@ def _one_or_many(value):
 _UNION_TAGS = ("text", "token_ids")
 
 
+# The sampling fields both endpoints take, alike.
+_ModelName = Annotated[str, Field(max_length=256)] | None
+_MaxTokens = Annotated[int, Field(ge=0)]
+_Temperature = Annotated[float, Field(ge=0.0)]
+_TopP = Annotated[float, Field(gt=0.0, le=1.0)]
+_TopK = Annotated[int, Field(ge=1)] | None
+_Seed = Annotated[int, Field(ge=0)] | None
+_Stop = (
+    Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_LENGTH)]],
+        Field(max_length=MAX_STOP),
+        BeforeValidator(_one_or_many, json_schema_input_type=str | list[str]),
+    ]
+    | None
+)
+_N = Annotated[int, Field(ge=1, le=1)]
+
+
 class CompletionRequest(BaseModel):
     """The fields of OpenAI's completions request that this server implements (others are refused,
     so that a client never believes an option took effect when it did not). Strict: "3" is not a
@@ -130,7 +154,7 @@ class CompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    model: Annotated[str, Field(max_length=256)] | None = None
+    model: _ModelName = None
     prompt: Annotated[
         Annotated[str, Tag("text")]
         | Annotated[list[Annotated[int, Field(ge=0, le=2**63 - 1)]], Field(min_length=1), Tag("token_ids")],
@@ -140,28 +164,51 @@ class CompletionRequest(BaseModel):
             custom_error_message="prompt must be a string or a list of token ids",
         ),
     ]
-    max_tokens: Annotated[int, Field(ge=0)] = 16
-    temperature: Annotated[float, Field(ge=0.0)] = 1.0
-    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
-    top_k: Annotated[int, Field(ge=1)] | None = None
-    seed: Annotated[int, Field(ge=0)] | None = None
-    stop: (
-        Annotated[
-            list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_LENGTH)]],
-            Field(max_length=MAX_STOP),
-            BeforeValidator(_one_or_many, json_schema_input_type=str | list[str]),
-        ]
-        | None
-    ) = None
+    max_tokens: _MaxTokens = 16
+    temperature: _Temperature = 1.0
+    top_p: _TopP = 1.0
+    top_k: _TopK = None
+    seed: _Seed = None
+    stop: _Stop = None
     stream: bool = False
-    n: Annotated[int, Field(ge=1, le=1)] = 1
+    n: _N = 1
     user: str | None = None
 
 
-def _parse_completion_request(raw: bytes) -> CompletionRequest:
+class ChatMessage(BaseModel):
+    """One message of a conversation: text content only (no content parts, names or tool calls)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatCompletionRequest(BaseModel):
+    """The fields of OpenAI's chat completions request that this server implements, as strict as
+    CompletionRequest. `max_tokens` or its newer name `max_completion_tokens` (default: the rest of
+    the model's context)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    model: _ModelName = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
+    max_tokens: _MaxTokens | None = None
+    max_completion_tokens: _MaxTokens | None = None
+    temperature: _Temperature = 1.0
+    top_p: _TopP = 1.0
+    top_k: _TopK = None
+    seed: _Seed = None
+    stop: _Stop = None
+    stream: bool = False
+    n: _N = 1
+    user: str | None = None
+
+
+def _parse_request(raw: bytes, kind: type[BaseModel]) -> BaseModel:
     """Runs in a worker thread. Parsing first and validating the parsed objects is two GIL holds of
     about 25 and 40 ms for a 2 MiB list of ids where `model_validate_json` is one of about 140."""
-    return CompletionRequest.model_validate(pydantic_core.from_json(raw))
+    return kind.model_validate(pydantic_core.from_json(raw))
 
 
 def _token_array(ids: list[int]) -> np.ndarray:
@@ -277,13 +324,75 @@ class LastResort:
             await _send_error(send, 500, f"internal error: {type(e).__name__}")
 
 
+class _CompletionShape:
+    """OpenAI's text_completion objects, each choice with its `token_ids` too."""
+
+    prefix = "cmpl"
+
+    def __init__(self, completion_id: str, created: int, model: str):
+        self._head = {"id": completion_id, "object": "text_completion", "created": created, "model": model}
+
+    @staticmethod
+    def _choice(text, finish_reason, token_ids):
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "token_ids": token_ids}
+
+    def opening(self) -> list[dict]:
+        return []
+
+    def chunks(self, event) -> list[dict]:
+        """One chunk per event (text "" while a character or a possible stop string is open)."""
+        tokens = [event.token] if event.token is not None else []
+        return [self._head | {"choices": [self._choice(event.text, event.finish_reason, tokens)]}]
+
+    def whole(self, handle) -> dict:
+        return self._head | {"choices": [self._choice(handle.text, handle.finish_reason, handle.tokens)]}
+
+
+class _ChatShape:
+    """OpenAI's chat.completion object, and its stream of chat.completion.chunk deltas: the role
+    first, then each piece of text, then an empty delta with the finish reason."""
+
+    prefix = "chatcmpl"
+
+    def __init__(self, completion_id: str, created: int, model: str):
+        self._id, self._created, self._model = completion_id, created, model
+
+    def _object(self, kind: str, choice: dict) -> dict:
+        return {"id": self._id, "object": kind, "created": self._created, "model": self._model, "choices": [choice]}
+
+    def _chunk(self, delta: dict, finish_reason=None) -> dict:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return self._object("chat.completion.chunk", choice)
+
+    def opening(self) -> list[dict]:
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def chunks(self, event) -> list[dict]:
+        out = [self._chunk({"content": event.text})] if event.text else []
+        if event.finish_reason is not None:
+            out.append(self._chunk({}, event.finish_reason))
+        return out
+
+    def whole(self, handle) -> dict:
+        message = {"role": "assistant", "content": handle.text}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": handle.finish_reason}
+        return self._object("chat.completion", choice)
+
+
 def create_app(
-    engine: Engine, model_name: str = "gpt", instance: str | None = None, limits: ServerLimits | None = None
+    engine: Engine,
+    model_name: str = "gpt",
+    instance: str | None = None,
+    limits: ServerLimits | None = None,
+    model_dir: str | None = None,
 ) -> FastAPI:
     """The app over a started engine; the engine is shut down (drained) when the app's lifespan ends.
     `instance` names this server in every completion's `X-GPT-Instance` header (default: host:pid),
     so a client behind a load balancer can tell the replicas apart. The app applies `limits`'
-    body size and body timeout; the connection limits are the HTTP protocol's (`serve`)."""
+    body size and body timeout; the connection limits are the HTTP protocol's (`serve`). The chat
+    template is the tokenizer's (a GGUF file's), else `model_dir`'s (a HF directory's
+    tokenizer_config.json or chat_template.jinja: gpt.chat.chat_spec); without one,
+    /v1/chat/completions answers 400."""
     instance = instance or f"{socket.gethostname()}:{os.getpid()}"
     limits = limits or ServerLimits()
 
@@ -300,6 +409,22 @@ def create_app(
     app = FastAPI(title="gpt", lifespan=lifespan)
     tokenizer = engine.tokenizer
     relays: dict[asyncio.AbstractEventLoop, EventRelay] = {}  # one per event loop serving the app
+    # The tokens that end every request (the model's EOS: GPT.end_of_generation); a chat's also
+    # end at its template's end of turn.
+    eos = frozenset(getattr(engine.model, "end_of_generation", ()))
+    chat_spec, no_chat = None, None
+    if tokenizer is None:
+        no_chat = f"the model {model_name!r} has no tokenizer, so it has no chat template"
+    else:
+        try:
+            chat_spec = chat.chat_spec(tokenizer, model_dir)
+        except chat.NoChatTemplate:
+            no_chat = f"the model {model_name!r} has no chat template (a base model): use /v1/completions"
+        except ValueError as e:
+            no_chat = f"the model {model_name!r} cannot chat: {e}"
+    # An id past the vocabulary (a config.json's, say) can never be sampled, so cannot end anything.
+    vocab_size = engine.model.config.vocab_size
+    chat_end_ids = frozenset(i for i in (chat_spec.end_ids if chat_spec else frozenset()) | eos if i < vocab_size)
 
     # Added last, LastResort is the outer one: it also catches what BoundedBody raises.
     app.add_middleware(BoundedBody, max_bytes=limits.max_body_bytes, timeout=limits.timeout_body)
@@ -325,22 +450,8 @@ def create_app(
     async def metrics():
         return PlainTextResponse(prometheus_text(engine.metrics()), media_type="text/plain; version=0.0.4")
 
-    def admit(raw: bytes, on_event):
-        """Parses, validates and tokenizes a request and submits it to the engine: returns (the
-        request, its handle, its prompt's length), or the error response. Runs in a worker thread,
-        since each step takes time in proportion to the body (the loop would not answer /health
-        meanwhile), and what they build is freed here too (the list of a 30 MB prompt's ids takes
-        0.1 s to free)."""
-        try:
-            body = _parse_completion_request(raw)
-        except ValidationError as e:
-            return _invalid(e.errors(include_url=False, include_input=False))
-        except ValueError as e:  # pydantic_core.from_json: the body is no JSON
-            hint = " (a UTF-16 surrogate needs its pair)" if "surrogate" in str(e) or "hex escape" in str(e) else ""
-            return _error(400, f"the body is not valid JSON: {e}{hint}")
-        if body.model is not None and body.model != model_name:
-            message = f"the model {body.model!r} does not exist: this server serves {model_name!r} (GET /v1/models)"
-            return _error(404, message, "model", code="model_not_found")
+    def completion_prompt(body: CompletionRequest):
+        """(the prompt's ids, max_tokens, the ids that end it), or the error response."""
         if isinstance(body.prompt, str):
             if tokenizer is None:
                 return _error(400, "this model has no tokenizer: send the prompt as token ids", "prompt")
@@ -352,17 +463,59 @@ def create_app(
                 return _error(400, "prompt must not be empty", "prompt")
         else:
             ids = body.prompt
+        return ids, body.max_tokens, eos
+
+    def chat_prompt(body: ChatCompletionRequest):
+        """(the rendered conversation's ids, max_tokens, the ids that end it), or the error response."""
+        if chat_spec is None:
+            return _error(400, no_chat, "messages")
+        if body.max_tokens is not None and body.max_completion_tokens is not None:
+            return _error(400, "give max_tokens or max_completion_tokens, not both", "max_completion_tokens")
+        messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        try:
+            rendered = chat_spec.template.render(messages, add_generation_prompt=True)
+            ids = chat.prompt_ids(tokenizer, chat_spec, rendered)
+        except ValueError as e:  # the template's raise_exception (roles out of order, ...), tokenizing
+            return _error(400, f"messages: {e}", "messages")
+        max_tokens = body.max_tokens if body.max_tokens is not None else body.max_completion_tokens
+        if max_tokens is None:  # the rest of the context (past it, the engine names the prompt's length)
+            max_tokens = max(engine.model.config.block_size - len(ids), 1)
+        return ids, max_tokens, chat_end_ids
+
+    def admit(raw: bytes, on_event, kind: type[BaseModel]):
+        """Parses and validates a request of `kind`, makes its prompt's tokens and submits it to the
+        engine: returns (the request, its handle, its prompt's length), or the error response. Runs
+        in a worker thread, since each step takes time in proportion to the body (the loop would
+        not answer /health meanwhile), and what they build is freed here too (the list of a 30 MB
+        prompt's ids takes 0.1 s to free)."""
+        try:
+            body = _parse_request(raw, kind)
+        except ValidationError as e:
+            return _invalid(e.errors(include_url=False, include_input=False))
+        except ValueError as e:  # pydantic_core.from_json: the body is no JSON
+            hint = " (a UTF-16 surrogate needs its pair)" if "surrogate" in str(e) or "hex escape" in str(e) else ""
+            return _error(400, f"the body is not valid JSON: {e}{hint}")
+        if body.model is not None and body.model != model_name:
+            message = f"the model {body.model!r} does not exist: this server serves {model_name!r} (GET /v1/models)"
+            return _error(404, message, "model", code="model_not_found")
+        is_chat = isinstance(body, ChatCompletionRequest)
+        prepared = chat_prompt(body) if is_chat else completion_prompt(body)
+        if isinstance(prepared, Response):
+            return prepared
+        ids, max_tokens, stop_ids = prepared
         prompt = _token_array(ids)
-        del ids
-        body = body.model_copy(update={"prompt": []})  # the request's own ids are freed here
+        del ids, prepared
+        # The request's own ids (or messages) are freed here.
+        body = body.model_copy(update={"messages": []} if is_chat else {"prompt": []})
         try:
             handle = engine.submit(
                 prompt,
-                body.max_tokens,
+                max_tokens,
                 temperature=body.temperature,
                 top_k=body.top_k,
                 top_p=body.top_p if body.top_p < 1.0 else None,
                 seed=body.seed,
+                stop=stop_ids,
                 stop_strings=body.stop,
                 on_event=on_event,
             )
@@ -371,45 +524,52 @@ def create_app(
         except (ValueError, TypeError) as e:
             message = str(e)
             param = next((p for p in ("prompt", "max_tokens", "stop", "seed", "top_k", "top_p") if p in message), None)
+            if is_chat and param == "prompt":  # the prompt is the rendered conversation
+                param, message = "messages", f"messages, rendered with the chat template: {message}"
             return _error(400, message, param)
         return body, handle, len(prompt)
 
     # The body is parsed in a worker thread (FastAPI would parse it on the event loop), so the
-    # schema is given to the OpenAPI document by hand.
-    request_schema = CompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    request_body = {"content": {"application/json": {"schema": request_schema}}, "required": True}
+    # schemas are given to the OpenAPI document by hand, the ones they refer to (ChatMessage) among
+    # its components.
+    referred: dict[str, dict] = {}
 
-    @app.post("/v1/completions", openapi_extra={"requestBody": request_body})
-    async def completions(request: Request, response: Response):
+    def request_body(kind: type[BaseModel]) -> dict:
+        schema = kind.model_json_schema(ref_template="#/components/schemas/{model}")
+        referred.update(schema.pop("$defs", {}))
+        return {"requestBody": {"content": {"application/json": {"schema": schema}}, "required": True}}
+
+    default_openapi = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            default_openapi().setdefault("components", {}).setdefault("schemas", {}).update(referred)
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+    async def respond(request: Request, response: Response, kind: type[BaseModel], shape):
+        """A request of `kind` (completion or chat) answered in `shape`'s objects, plain or streamed."""
         response.headers["X-GPT-Instance"] = instance
         loop = asyncio.get_running_loop()
         relay = relays.get(loop) or relays.setdefault(loop, EventRelay(loop))
         events: asyncio.Queue = asyncio.Queue()
-        admitted = await asyncio.to_thread(admit, await request.body(), lambda event: relay.post(events, event))
+        admitted = await asyncio.to_thread(admit, await request.body(), lambda event: relay.post(events, event), kind)
         if isinstance(admitted, Response):
             return admitted
         body, handle, prompt_tokens = admitted
-        completion_id = f"cmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
-
-        def choice(text, finish_reason, token_ids):
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "token_ids": token_ids}
+        answer = shape(f"{shape.prefix}-{uuid.uuid4().hex}", int(time.time()), model_name)
 
         if body.stream:
 
             async def stream():
                 try:
+                    for chunk in answer.opening():
+                        yield f"data: {json.dumps(chunk)}\n\n"
                     while True:
                         event = await events.get()
-                        tokens = [event.token] if event.token is not None else []
-                        chunk = {
-                            "id": completion_id,
-                            "object": "text_completion",
-                            "created": created,
-                            "model": model_name,
-                            "choices": [choice(event.text, event.finish_reason, tokens)],
-                        }
-                        yield f"data: {json.dumps(chunk)}\n\n"
+                        for chunk in answer.chunks(event):
+                            yield f"data: {json.dumps(chunk)}\n\n"
                         if event.finish_reason is not None:
                             yield "data: [DONE]\n\n"
                             return
@@ -433,18 +593,20 @@ def create_app(
                     return _error(499, "client disconnected")
         if handle.finish_reason == "error":
             return _error(500, handle.error)
-        return {
-            "id": completion_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model_name,
-            "choices": [choice(handle.text, handle.finish_reason, handle.tokens)],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": len(handle.tokens),
-                "total_tokens": prompt_tokens + len(handle.tokens),
-            },
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(handle.tokens),
+            "total_tokens": prompt_tokens + len(handle.tokens),
         }
+        return answer.whole(handle) | {"usage": usage}
+
+    @app.post("/v1/completions", openapi_extra=request_body(CompletionRequest))
+    async def completions(request: Request, response: Response):
+        return await respond(request, response, CompletionRequest, _CompletionShape)
+
+    @app.post("/v1/chat/completions", openapi_extra=request_body(ChatCompletionRequest))
+    async def chat_completions(request: Request, response: Response):
+        return await respond(request, response, ChatCompletionRequest, _ChatShape)
 
     return app
 
@@ -592,9 +754,17 @@ def _file_room(wanted: int) -> int:
     return wanted if soft == resource.RLIM_INFINITY else min(wanted, max(1, soft - reserve))
 
 
-def serve(engine: Engine, host: str, port: int, model_name: str = "gpt", limits: ServerLimits | None = None) -> None:
+def serve(
+    engine: Engine,
+    host: str,
+    port: int,
+    model_name: str = "gpt",
+    limits: ServerLimits | None = None,
+    model_dir: str | None = None,
+) -> None:
     """Runs the server until SIGINT/SIGTERM, then drains (uvicorn waits for open requests, then the
-    engine stops) and exits by the signal, which uvicorn raises again once it has shut down."""
+    engine stops) and exits by the signal, which uvicorn raises again once it has shut down.
+    `model_dir`: the HF directory the model came from, for its chat template (create_app)."""
     import uvicorn
 
     limits = limits or ServerLimits()
@@ -603,7 +773,7 @@ def serve(engine: Engine, host: str, port: int, model_name: str = "gpt", limits:
         print(f"[gpt] max_connections={limits.max_connections} lowered to {room}: ulimit -n is too low", flush=True)
         limits = dataclasses.replace(limits, max_connections=room)
     uvicorn.run(
-        create_app(engine, model_name, limits=limits),
+        create_app(engine, model_name, limits=limits, model_dir=model_dir),
         host=host,
         port=port,
         log_level="warning",

@@ -88,3 +88,13 @@ def test_text_tracker_cuts_at_a_stop_string_split_across_tokens_and_ignores_what
             break
     assert stopped and tracker.text == "the "
     assert "".join(handed_out) + tracker.flush() == "the "
+
+
+@pytest.mark.parametrize("stops", [(), ("xyz",)])
+def test_text_tracker_flush_gives_the_unfinished_last_character(stops):
+    """The text of a request that ends inside a character is its tokens' whole decoding, U+FFFD
+    and all (it once lost what the detokenizer's flush handed over past the held-back text)."""
+    tracker = TextTracker(ByteTokenizer(), stops)
+    tokens = list("ok 🙂".encode())[:-2]
+    handed_out = [tracker.add(token)[0] for token in tokens]
+    assert "".join(handed_out) + tracker.flush() == ByteTokenizer().decode(tokens) == "ok \ufffd"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import gpt
+from gpt.cli import EMBEDDED_MODEL
 from shapes import GPT2_SMALL, MID, NANO, RTOL, config, exercising_weights, relative_error, token_ids
 
 SHAPES = [("nano", NANO), ("mid", MID), ("gpt2-small", GPT2_SMALL)]
@@ -364,3 +365,46 @@ def test_two_threads_on_one_cache_never_corrupt_it():
     assert len(cache) == 1 + outcomes.count("ok") <= cache.max_len
     written = np.abs(cache._keys[:, :, : len(cache)]).sum(axis=(0, 1, 3))
     assert np.all(written > 0)
+
+
+def test_a_model_that_knows_its_eos_stops_there_unless_told_not_to(tmp_path):
+    """A HF Llama directory's eos_token_id (generation_config.json's and config.json's) ends
+    generate() by default, where transformers' generate ends; `stop_at_eos=False` goes on. Models
+    made from a config, and GPT-2 checkpoints, have no end_of_generation: unchanged."""
+    import json
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    shape = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    hf_config = LlamaConfig(
+        vocab_size=300, intermediate_size=96, max_position_embeddings=128, initializer_range=0.3, **shape
+    )
+    LlamaForCausalLM(hf_config).save_pretrained(tmp_path, safe_serialization=True)
+    prompt = [5, 17, 42, 9]
+    full = gpt.GPT.from_pretrained(str(tmp_path)).generate(prompt, 24, stop_at_eos=False)
+    k = next(k for k in range(3, 24) if full[k] not in full[:k])
+    never = next(t for t in range(300) if t not in full)  # config.json's EOS: never reached here
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(saved | {"eos_token_id": never}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [full[k], 999]}))
+
+    model = gpt.GPT.from_pretrained(str(tmp_path))
+    assert model.end_of_generation == {full[k], never}  # 999 is past the vocabulary: it cannot end anything
+    assert model.generate(prompt, 24) == full[:k]
+    assert list(model.generate(prompt, 24, stream=True)) == full[:k]
+    assert model.generate(prompt, 24, use_cache=False) == full[:k]
+    assert model.generate(prompt, 24, stop_at_eos=False) == full
+    assert model.generate(prompt, 24, stop=[full[1]]) == full[:1]  # `stop` adds to the EOS
+    with torch.no_grad():
+        theirs = LlamaForCausalLM.from_pretrained(tmp_path).eval()
+        expected = theirs.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False)[0, len(prompt) :]
+    assert expected.tolist() == full[:k] + [full[k]]  # transformers returns the EOS it stopped at
+    with pytest.raises(TypeError, match="stop_at_eos must be a bool"):
+        model.generate(prompt, 24, stop_at_eos=None)
+
+    assert gpt.GPT.random(config(NANO)).end_of_generation == frozenset()
+    # The embedded byte-level model's config.json names a newline its eos_token_id: GPT-2's is
+    # <|endoftext|> between documents, and text goes on past it.
+    assert gpt.GPT.from_pretrained(EMBEDDED_MODEL).end_of_generation == frozenset()

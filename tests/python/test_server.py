@@ -143,6 +143,22 @@ def test_bad_requests_name_the_field(url, body, status, field):
     assert error["param"] == field and field in error["message"]
 
 
+def test_chat_needs_a_chat_template(url):
+    """The embedded byte-level model is a base model: /v1/chat/completions says so, in the error
+    shape, after validating the body as strictly as a model that can chat would."""
+    body = dict(messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    response = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "message": "the model 'byte-gpt' has no chat template (a base model): use /v1/completions",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": 400,
+    }
+    invalid = httpx.post(url + "/v1/chat/completions", json=body | dict(top_k=0), timeout=30)
+    assert invalid.status_code == 422 and invalid.json()["error"]["param"] == "top_k"
+
+
 def test_disconnected_client_is_cancelled_and_its_blocks_freed(url):
     before = metrics(url)
     body = dict(prompt="The", max_tokens=250, temperature=0, stream=True)

@@ -433,6 +433,7 @@ class FailingEngine:
     """An engine whose every submit fails as a bug would."""
 
     tokenizer = gpt.ByteTokenizer()
+    model = types.SimpleNamespace(config=gpt.GPTConfig(n_layer=1, n_head=1, n_embd=8, vocab_size=256, block_size=16))
 
     def submit(self, *args, **kwargs):
         raise RuntimeError("a bug")

@@ -81,6 +81,9 @@ def test_greedy_answer_equals_transformers_and_stops_at_the_end_of_turn(model, r
     assert expected[-1] == 2  # <|im_end|>, SmolLM2's EOS: transformers stops there
     actual = model.generate(ids, max_new_tokens=32, stop=model.tokenizer.end_of_generation)
     assert actual == expected[:-1]
+    # The file's end-of-generation tokens end generate() by default too.
+    assert model.end_of_generation == model.tokenizer.end_of_generation
+    assert model.generate(ids, max_new_tokens=32) == actual
     assert "Paris" in model.tokenizer.decode(actual)
 
 

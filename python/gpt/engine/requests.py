@@ -197,10 +197,12 @@ class TextTracker:
         return self._take(len(window) - self._hold), False
 
     def flush(self) -> str:
-        """The rest of the text, at the end of the request (a stop string is still cut from it)."""
+        """The rest of the text, at the end of the request (a stop string is still cut from it),
+        an unfinished last character included (as U+FFFD, as the whole text decodes)."""
+        piece = ""
         if self._detokenizer is not None:
-            self._extend(self._detokenizer.flush())
-        return self._take(len(self._held))
+            piece, _ = self._extend(self._detokenizer.flush())
+        return piece + self._take(len(self._held))
 
     def save(self) -> tuple:
         detokenizer = self._detokenizer.save() if self._detokenizer is not None else None
