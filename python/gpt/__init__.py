@@ -22,7 +22,7 @@ from gpt.compiler import CompilerError, run_pipeline
 from gpt.config import CompileOptions, GPTConfig
 from gpt.engine import Engine
 from gpt.errors import ModelFileError
-from gpt.model import GPT, STAGES, GenerationStats
+from gpt.model import GPT, GPU_STAGES, STAGES, GenerationStats
 from gpt.tokenizer import ByteTokenizer, HFTokenizer
 
 
@@ -53,6 +53,7 @@ __all__ = [
     "KVCache",
     "ModelFileError",
     "compile_module",
+    "GPU_STAGES",
     "STAGES",
     "disk_cache",
     "masks",

@@ -8,6 +8,8 @@ Commands:
   serve      an OpenAI-compatible HTTP server (--host, --port) over the batching engine (gpt.engine)
   chat       talk with a model that has a chat template (--model FILE|DIR|smollm2): each stdin line is a
              user turn, each answer is streamed; the conversation stays in the KV cache
+  export     compile --model for an NVIDIA GPU (--target cuda:sm_90) into the directory --out, which
+             gpt_runtime runs with only the CUDA driver (docs/GPU.md)
 """
 
 import datetime
@@ -20,7 +22,7 @@ from absl import app, flags
 from gpt import compiler, disk_cache, models
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.detokenizer import IncrementalDetokenizer
-from gpt.model import GPT, STAGES
+from gpt.model import GPT, GPU_STAGES, STAGES
 from gpt.tokenizer import tokenizer_for
 
 FLAGS = flags.FLAGS
@@ -50,7 +52,16 @@ flags.DEFINE_enum(
     WEIGHT_FORMATS,
     "format of the matmul weights, as llama.cpp names them (bf16, q8_0, q4_0: fewer bytes to stream)",
 )
-flags.DEFINE_enum("stage", "linalg", STAGES, "ir: the compiler stage to print")
+flags.DEFINE_enum(
+    "stage", "linalg", STAGES + GPU_STAGES, "ir: the compiler stage to print (gpu, nvvm, ptx: --target's)"
+)
+flags.DEFINE_string("target", "cuda:sm_90", "export, and ir's GPU stages: the GPU (cuda:sm_80 .. cuda:sm_90)")
+flags.DEFINE_string("out", None, "export: the artifact directory to write")
+flags.DEFINE_enum("gpu_weights", "f32", ["f32", "bf16"], "export: the matmul weights' dtype on the GPU")
+flags.DEFINE_list(
+    "tokens", ["1", "128"], "export: the token counts programs are built for (longer prompts run in chunks)"
+)
+flags.DEFINE_integer("cache_len", None, "export: positions per KV cache (default: block_size)", lower_bound=1)
 flags.DEFINE_enum("entry", "forward", ["forward", "step"], "ir: forward, or the cached prefill/decode step")
 flags.DEFINE_integer("seq_len", None, "ir: number of tokens the program is compiled for", lower_bound=1)
 flags.DEFINE_integer("n_layer", None, "ir without --model: a random model of this shape")
@@ -172,7 +183,23 @@ def ir() -> None:
             attention_window=FLAGS.attention_window,
         )
         model = GPT.random(cfg, options=_options())
-    print(model.ir(FLAGS.stage, seq_len=FLAGS.seq_len, entry=FLAGS.entry))
+    print(model.ir(FLAGS.stage, seq_len=FLAGS.seq_len, entry=FLAGS.entry, target=FLAGS.target))
+
+
+def export() -> None:
+    if not FLAGS.out:
+        raise app.UsageError("export needs --out DIR")
+    try:
+        tokens = [int(t) for t in FLAGS.tokens]
+    except ValueError as e:
+        raise app.UsageError(f"--tokens must be integers, got {FLAGS.tokens}") from e
+    model = _load_model()
+    start = time.perf_counter()
+    path = model.export(FLAGS.out, FLAGS.target, tokens, FLAGS.gpu_weights, cache_len=FLAGS.cache_len)
+    print(
+        f"[gpt] wrote {path} for {FLAGS.target} ({FLAGS.gpu_weights} weights, programs for {tokens} tokens) "
+        f"in {time.perf_counter() - start:.1f} s"
+    )
 
 
 def stages(path: str) -> None:
@@ -265,7 +292,9 @@ def serve() -> None:
         timeout_keep_alive=FLAGS.timeout_keep_alive,
         max_connections=FLAGS.max_connections,
     )
-    server.serve(engine, FLAGS.host, FLAGS.port, model_name=name, limits=limits)
+    path = _model_path()  # a HF directory's chat template is in its tokenizer_config.json
+    model_dir = path if os.path.isdir(path) else None
+    server.serve(engine, FLAGS.host, FLAGS.port, model_name=name, limits=limits, model_dir=model_dir)
 
 
 COMMANDS = {
@@ -275,6 +304,7 @@ COMMANDS = {
     "cache": (cache, 0),
     "serve": (serve, 0),
     "chat": (chat, 0),
+    "export": (export, 0),
 }
 
 

@@ -26,6 +26,8 @@ def _mask_expression(config: GPTConfig) -> str:
 
 
 STAGES = tuple(_gpt.STAGES)
+# The CUDA target's stages (cc/codegen/gpu): kernels as gpu.func source, after NVVM conversion, PTX.
+GPU_STAGES = ("gpu", "nvvm", "ptx")
 
 
 def _compiler_weights(config: GPTConfig, weights: Mapping[str, np.ndarray]) -> dict[str, object]:
@@ -118,6 +120,8 @@ class GPT:
         self._generation: dict[str, Any] | None = None
         # The checkpoint's tokenizer (from_pretrained, from_gguf), when it has one.
         self._tokenizer: HFTokenizer | None = None
+        # The ids generate() stops at by default (see end_of_generation; from_pretrained, from_gguf).
+        self._end_of_generation: frozenset[int] = frozenset()
 
     # -- constructors ---------------------------------------------------------------------------
 
@@ -148,11 +152,15 @@ class GPT:
         exactly); no network access. `model.tokenizer` is the directory's tokenizer.json when
         there is one."""
         # A Llama-family directory (config.json's model_type llama or qwen2) goes to its loader.
-        if hf_checkpoint.architecture_of(hf_checkpoint.model_type(path)) is not None:
+        llama_family = hf_checkpoint.architecture_of(hf_checkpoint.model_type(path)) is not None
+        if llama_family:
             config, weights = hf_checkpoint.load_pretrained(path)
         else:
             config, weights = load_pretrained(path)
         model = cls(config, weights, options, _copy_weights=False)
+        if llama_family:
+            ids = hf_checkpoint.eos_token_ids(path)
+            model._end_of_generation = frozenset(i for i in ids if i < config.vocab_size)
         tokenizer_json = os.path.join(path, "tokenizer.json")
         if os.path.isfile(tokenizer_json):
             model._tokenizer = HFTokenizer(tokenizer_json)
@@ -190,6 +198,7 @@ class GPT:
         del weights
         model = cls(config, floats, options, _copy_weights=False, _quantized=quantized)
         model._tokenizer = tokenizer
+        model._end_of_generation = frozenset(getattr(tokenizer, "end_of_generation", ()))
         return model
 
     # -- properties -----------------------------------------------------------------------------
@@ -329,6 +338,8 @@ class GPT:
         use_cache: bool = ...,
         stop: Iterable[int] | None = ...,
         stream: Literal[False] = ...,
+        *,
+        stop_at_eos: bool = ...,
     ) -> list[int]: ...
 
     @overload
@@ -344,6 +355,7 @@ class GPT:
         stop: Iterable[int] | None = ...,
         *,
         stream: Literal[True],
+        stop_at_eos: bool = ...,
     ) -> Iterator[int]: ...
 
     @overload
@@ -358,6 +370,8 @@ class GPT:
         use_cache: bool = ...,
         stop: Iterable[int] | None = ...,
         stream: bool = ...,
+        *,
+        stop_at_eos: bool = ...,
     ) -> list[int] | Iterator[int]: ...
 
     def generate(
@@ -371,13 +385,17 @@ class GPT:
         use_cache: bool = True,
         stop: Iterable[int] | None = None,
         stream: bool = False,
+        *,
+        stop_at_eos: bool = True,
     ) -> list[int] | Iterator[int]:
         """Continues `ids` by up to `max_new_tokens` tokens and returns the new ones (not the prompt);
         an iterator over the same tokens when `stream=True`. temperature 0 is greedy; otherwise
         tokens are drawn from softmax(logits / temperature) limited to `top_k` tokens and to the
         `top_p` nucleus, with a generator seeded by `seed`. A token in `stop` ends generation and
-        is not returned. `use_cache=False` recomputes the whole sequence every step (the reference
-        the cache is measured against). Arguments are checked before anything runs."""
+        is not returned, and so does one of the model's `end_of_generation` tokens (its EOS, or an
+        end of turn such as <|im_end|>) unless `stop_at_eos=False`. `use_cache=False` recomputes
+        the whole sequence every step (the reference the cache is measured against). Arguments are
+        checked before anything runs."""
         prompt = self._check_ids(ids)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -394,6 +412,10 @@ class GPT:
             )
         check_sampling_args(temperature, top_k, top_p)
         stop_ids = frozenset(int(t) for t in self._check_ids(list(stop))) if stop else frozenset()
+        if not isinstance(stop_at_eos, bool):
+            raise TypeError(f"stop_at_eos must be a bool, got {type(stop_at_eos).__name__}")
+        if stop_at_eos:
+            stop_ids |= self._end_of_generation
         tokens = self._generate(
             prompt,
             int(max_new_tokens),
@@ -407,6 +429,17 @@ class GPT:
         return tokens if stream else list(tokens)
 
     @property
+    def end_of_generation(self) -> frozenset[int]:
+        """The token ids that end generate() unless it is called with `stop_at_eos=False`: a GGUF
+        file's EOS, EOT and end-of-turn tokens (such as <|im_end|>: its tokenizer's
+        `end_of_generation`, which `python -m gpt generate` and `chat` stop at), or a HF Llama or
+        Qwen2 directory's eos_token_id (generation_config.json and config.json, as transformers'
+        generate stops there). Empty otherwise: GPT-2 checkpoints (their eos_token_id is the
+        <|endoftext|> between documents, a newline in the embedded byte-level model, and GPT-2
+        text is continued past it) and models made from a config or weights."""
+        return self._end_of_generation
+
+    @property
     def last_generation(self) -> GenerationStats | None:
         """Token counts and timings of the last generate() run (so far, while a stream is being
         consumed); None before the first generate()."""
@@ -418,15 +451,23 @@ class GPT:
         seq_len: int | None = None,
         entry: str = "forward",
         cache_len: int | None = None,
+        target: str | None = None,
     ) -> str:
         """A compiled program after `stage`, one of gpt.STAGES: "transformer", "linalg",
         "vectorized", "bufferized", "llvm". `entry="forward"` (for `seq_len` tokens, default the
         smallest bucket) or `entry="step"`, the cached prefill/decode step (default one token,
         i.e. decode) against a cache of `cache_len` positions (default block_size), or
         `entry="batch_step"`, the batched step over a paged KV pool (`seq_len` tokens of as many
-        sequences, default 8)."""
+        sequences, default 8). The GPU stages "gpu", "nvvm" and "ptx" show the kernels of every
+        entry point for `target` (default "cuda:sm_90"; see GPT.export)."""
+        if stage in GPU_STAGES:
+            # The CUDA target compiles forward and step together: `seq_len` tokens of each.
+            from gpt import gpu_export
+
+            tokens = 1 if seq_len is None else self._check_length(seq_len)
+            return gpu_export.compile_artifact(self, target or "cuda:sm_90", (tokens,), cache_len=cache_len)[stage]
         if stage not in STAGES:
-            raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
+            raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES} or, for a GPU, {GPU_STAGES}")
         if entry == "forward":
             seq_len = self._compiled.bucket_for(1) if seq_len is None else self._check_length(seq_len)
             return self._compiled.ir(stage, seq_len)
@@ -442,6 +483,25 @@ class GPT:
             tokens = 8 if seq_len is None else self._check_length(seq_len)
             return self._compiled.batch_step_ir(stage, tokens, tokens, 4, 64, 16)
         raise ValueError(f"unknown entry point {entry!r}; expected 'forward', 'step' or 'batch_step'")
+
+    def export(
+        self,
+        path: str,
+        target: str = "cuda:sm_90",
+        tokens: Sequence[int] = (1, 128),
+        weights: str = "f32",
+        write_weights: bool = True,
+        cache_len: int | None = None,
+    ) -> str:
+        """Compiles this model for an NVIDIA GPU and writes the artifact directory `path`
+        (docs/GPU.md) that `gpt_runtime.load(path)` runs with only the CUDA driver: PTX for
+        `target` ("cuda:sm_80" .. "cuda:sm_90"), forward and step programs for each count in
+        `tokens` (longer inputs are padded up or split), KV caches of `cache_len` positions
+        (default block_size), weights in "f32" or "bf16" (matmul weights; the rest stay f32).
+        `write_weights=False` writes no weights file (the caller supplies it)."""
+        from gpt import gpu_export
+
+        return gpu_export.export(self, path, target, tokens, weights, write_weights, cache_len)
 
     def save_object(self, path: str, seq_len: int | None = None) -> None:
         """Writes the machine code the JIT produced for forward(seq_len tokens) to `path` (an ELF

@@ -68,7 +68,9 @@ mlir::func::FuncOp flatten(mlir::MLIRContext &context, mlir::ModuleOp module, ll
 
 llvm::json::Array toJson(const std::array<int64_t, 3> &dims) { return llvm::json::Array{dims[0], dims[1], dims[2]}; }
 
-llvm::json::Object toJson(const PointerArg &arg) { return llvm::json::Object{{"buffer", arg.buffer}, {"offset", arg.offset}}; }
+llvm::json::Object toJson(const PointerArg &arg) {
+  return llvm::json::Object{{"buffer", arg.buffer}, {"offset", arg.offset}};
+}
 
 std::string manifestJson(const ArtifactBuilder &builder, const GpuTargetOptions &options, int64_t cacheLength) {
   llvm::json::Array buffers;
@@ -82,7 +84,8 @@ std::string manifestJson(const ArtifactBuilder &builder, const GpuTargetOptions 
     buffers.push_back(std::move(o));
   }
   llvm::json::Array layers;
-  for (const auto &[key, value] : builder.cacheBuffers()) layers.push_back(llvm::json::Object{{"key", key}, {"value", value}});
+  for (const auto &[key, value] : builder.cacheBuffers())
+    layers.push_back(llvm::json::Object{{"key", key}, {"value", value}});
   llvm::json::Array programs;
   for (const ProgramSpec &p : builder.programs()) {
     llvm::json::Object inputs;
@@ -171,7 +174,8 @@ GpuArtifact compileGpuArtifact(const GPTConfig &config, const GpuTargetOptions &
   nvvm.useBarePtrCallConv = true;
   pm.addNestedPass<mlir::gpu::GPUModuleOp>(mlir::createConvertGpuOpsToNVVMOps(nvvm));
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
-  if (mlir::failed(pm.run(*module))) throw std::runtime_error(diagnostics.message("lowering the GPU kernels to NVVM failed"));
+  if (mlir::failed(pm.run(*module)))
+    throw std::runtime_error(diagnostics.message("lowering the GPU kernels to NVVM failed"));
   artifact.nvvm = print(*module);
 
   mlir::PassManager serialize(context.get(), mlir::ModuleOp::getOperationName());

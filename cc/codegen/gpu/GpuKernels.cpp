@@ -57,8 +57,7 @@ public:
     return it->second;
   }
   std::string vectorI32(int64_t v, int64_t lanes) {
-    return constant("%vi" + str(v) + "x" + str(lanes),
-                    "dense<" + str(v) + "> : vector<" + str(lanes) + "xi32>");
+    return constant("%vi" + str(v) + "x" + str(lanes), "dense<" + str(v) + "> : vector<" + str(lanes) + "xi32>");
   }
 
   /// ptr[index] as f32, widening bf16 bits.
@@ -241,9 +240,9 @@ KernelSource gatherRows(const GatherRows &g) {
   std::string o = k.binary("arith.addi", outBase, "%e", "index");
   k.line("memref.store $0, %out[$1] : $2", {v, o, f32Memref(g.tokens * g.width)});
   k.close();
-  llvm::json::Object op{{"family", "gather"},     {"tokens", g.tokens},      {"width", g.width},
-                        {"rows", g.rows},          {"row_stride", g.rowStride}, {"bf16", g.element == ElementType::BF16},
-                        {"second", g.second},      {"rows2", g.rows2},          {"row_stride2", g.rowStride2}};
+  llvm::json::Object op{{"family", "gather"}, {"tokens", g.tokens},        {"width", g.width},
+                        {"rows", g.rows},     {"row_stride", g.rowStride}, {"bf16", g.element == ElementType::BF16},
+                        {"second", g.second}, {"rows2", g.rows2},          {"row_stride2", g.rowStride2}};
   return {k.function(signature, "", ""), {g.tokens, 1, 1}, {threads, 1, 1}, std::move(op)};
 }
 
@@ -317,7 +316,8 @@ KernelSource normRows(const NormRows &n) {
     }
   }
   std::string squares = k.f32(0.0f);
-  for (const std::string &v : centered) squares = k.binary("arith.addf", squares, k.binary("arith.mulf", v, v, "f32"), "f32");
+  for (const std::string &v : centered)
+    squares = k.binary("arith.addf", squares, k.binary("arith.mulf", v, v, "f32"), "f32");
   std::string variance = k.binary("arith.mulf", blockSum(squares, "%sum2"), k.f32(1.0f / n.width), "f32");
   std::string shifted = k.binary("arith.addf", variance, k.f32(n.epsilon), "f32");
   std::string inverse = k.fresh("inv");
@@ -335,7 +335,7 @@ KernelSource normRows(const NormRows &n) {
     k.line("memref.store $0, %out[$1] : $2", {y, at, outType});
     if (ragged) k.close();
   }
-  llvm::json::Object op{{"family", "norm"}, {"rows", n.rows}, {"width", n.width}, {"input_stride", n.inputStride},
+  llvm::json::Object op{{"family", "norm"},     {"rows", n.rows}, {"width", n.width}, {"input_stride", n.inputStride},
                         {"epsilon", n.epsilon}, {"rms", n.rms}};
   return {k.function(signature, workgroup, ""), {n.rows, 1, 1}, {threads, 1, 1}, std::move(op)};
 }
@@ -347,8 +347,8 @@ KernelSource matvec(const Matmul &m) {
   constexpr int64_t threads = 256, warps = threads / kWarp;
   std::string aType = f32Memref(m.rows * m.aStride), bType = memrefType(m.validColumns * m.depth, m.element);
   std::string outType = f32Memref(m.rows * m.columns);
-  std::string signature = "%a: " + aType + ", %b: " + bType + epilogueSignature(m.epilogue, m.columns, m.rows) +
-                          ", %out: " + outType;
+  std::string signature =
+      "%a: " + aType + ", %b: " + bType + epilogueSignature(m.epilogue, m.columns, m.rows) + ", %out: " + outType;
   std::string prologue = assumeAligned({{"%a", aType}, {"%b", bType}});
 
   k.line("%block = gpu.block_id x");
@@ -433,8 +433,8 @@ KernelSource tiledMatmul(const Matmul &m) {
   std::string aType = f32Memref(m.rows * m.aStride), bType = memrefType(m.validColumns * m.depth, m.element);
   std::string outType = f32Memref(m.rows * m.columns);
   std::string smem = "memref<" + str(tileK) + "x" + str(tile) + "xf32, #gpu.address_space<workgroup>>";
-  std::string signature = "%a: " + aType + ", %b: " + bType + epilogueSignature(m.epilogue, m.columns, m.rows) +
-                          ", %out: " + outType;
+  std::string signature =
+      "%a: " + aType + ", %b: " + bType + epilogueSignature(m.epilogue, m.columns, m.rows) + ", %out: " + outType;
   std::string prologue = assumeAligned({{"%a", aType}, {"%b", bType}});
 
   k.line("%bx = gpu.block_id x");
@@ -449,8 +449,8 @@ KernelSource tiledMatmul(const Matmul &m) {
   std::string tc4 = k.binary("arith.muli", tc, k.index(micro), "index");
   // What it loads: row `lr` of each tile, 4 consecutive k at `lk`.
   std::string lr = k.binary("arith.divui", "%tid", k.index(tileK / 4), "index");
-  std::string lk = k.binary("arith.muli", k.binary("arith.remui", "%tid", k.index(tileK / 4), "index"), k.index(4),
-                            "index");
+  std::string lk =
+      k.binary("arith.muli", k.binary("arith.remui", "%tid", k.index(tileK / 4), "index"), k.index(4), "index");
   std::string aRow = k.binary("arith.addi", row0, lr, "index");
   std::string bRow = k.binary("arith.addi", col0, lr, "index");
   std::string aOk = k.fresh("aok"), bOk = k.fresh("bok");
@@ -467,8 +467,8 @@ KernelSource tiledMatmul(const Matmul &m) {
   k.open();
   k.line("gpu.barrier");
   // Stage the tiles transposed (k-major) so the inner loop reads 4 rows or 4 columns at once.
-  auto stage = [&](const std::string &ok, const std::string &memref, const std::string &type,
-                   const std::string &base, ElementType element, const std::string &shared) {
+  auto stage = [&](const std::string &ok, const std::string &memref, const std::string &type, const std::string &base,
+                   ElementType element, const std::string &shared) {
     std::string at = k.binary("arith.addi", base, k.binary("arith.addi", "%k0", lk, "index"), "index");
     std::string v = k.fresh("tile");
     k.line("$0 = scf.if $1 -> (vector<4xf32>) {", {v, ok});
@@ -534,7 +534,9 @@ KernelSource tiledMatmul(const Matmul &m) {
     k.close();
   }
   int64_t blocksX = (m.columns + tile - 1) / tile, blocksY = (m.rows + tile - 1) / tile;
-  return {k.function(signature, "%as: " + smem + ", %bs: " + smem, prologue), {blocksX, blocksY, 1}, {threads, 1, 1},
+  return {k.function(signature, "%as: " + smem + ", %bs: " + smem, prologue),
+          {blocksX, blocksY, 1},
+          {threads, 1, 1},
           describe(m)};
 }
 
@@ -613,11 +615,10 @@ KernelSource attention(const Attention &a) {
     k.line("memref.store $0, %out[$1] : $2", {o, at, oType});
   }
   auto pair = [](const std::array<int64_t, 2> &s) { return llvm::json::Array{s[0], s[1]}; };
-  llvm::json::Object op{{"family", "attention"}, {"tokens", a.tokens},       {"heads", a.heads},
-                        {"kv_heads", a.kvHeads},  {"head_size", a.headSize}, {"keys", a.keys},
-                        {"scale", a.scale},       {"offset_from_memory", a.offsetFromMemory},
-                        {"q", pair(a.q)},         {"k", pair(a.k)},          {"v", pair(a.v)},
-                        {"out", pair(a.out)}};
+  llvm::json::Object op{
+      {"family", "attention"},   {"tokens", a.tokens}, {"heads", a.heads}, {"kv_heads", a.kvHeads},
+      {"head_size", a.headSize}, {"keys", a.keys},     {"scale", a.scale}, {"offset_from_memory", a.offsetFromMemory},
+      {"q", pair(a.q)},          {"k", pair(a.k)},     {"v", pair(a.v)},   {"out", pair(a.out)}};
   return {k.function(signature, "", ""), {a.tokens, a.heads, 1}, {kWarp, 1, 1}, std::move(op)};
 }
 
@@ -643,8 +644,8 @@ KernelSource cacheWrite(const CacheWrite &c) {
   std::string to = k.madd(row, c.headSize, "%e");
   k.line("memref.store $0, %cache[$1] : $2", {v, to, cacheType});
   k.close();
-  llvm::json::Object op{{"family", "cache_write"}, {"tokens", c.tokens},
-                        {"kv_heads", c.kvHeads},     {"head_size", c.headSize},
+  llvm::json::Object op{{"family", "cache_write"},       {"tokens", c.tokens},
+                        {"kv_heads", c.kvHeads},         {"head_size", c.headSize},
                         {"cache_length", c.cacheLength}, {"update", llvm::json::Array{c.update[0], c.update[1]}}};
   return {k.function(signature, "", ""), {c.tokens, c.kvHeads, 1}, {c.headSize, 1, 1}, std::move(op)};
 }

@@ -39,9 +39,7 @@ std::vector<int64_t> shapeOf(mlir::Value value) {
 
 std::string opName(mlir::Operation *op) { return op->getName().getStringRef().str(); }
 
-mlir::Operation *soleUser(mlir::Value value) {
-  return value.hasOneUse() ? *value.getUsers().begin() : nullptr;
-}
+mlir::Operation *soleUser(mlir::Value value) { return value.hasOneUse() ? *value.getUsers().begin() : nullptr; }
 
 mlir::Value otherOperand(mlir::Operation *binary, mlir::Value value) {
   return binary->getOperand(0) == value ? binary->getOperand(1) : binary->getOperand(0);
@@ -131,7 +129,7 @@ int64_t ArtifactBuilder::weightBuffer(const ParameterSpec &spec, bool matmulOper
   std::vector<int64_t> shape = stored->shape;
   if (transposed) std::swap(shape[0], shape[1]);
   BufferSpec buffer{stored->name, "weight", product(shape) * (lowPrecision ? 2 : 4), lowPrecision ? "bf16" : "f32",
-                    shape, layout};
+                    shape,        layout};
   buffers_.push_back(buffer);
   int64_t index = static_cast<int64_t>(buffers_.size()) - 1;
   weightBuffers[stored->name] = index;
@@ -168,13 +166,27 @@ void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, 
   if (arguments.size() != body.getNumArguments() + 1)
     throw std::invalid_argument("the entry point has " + std::to_string(body.getNumArguments()) +
                                 " arguments, its calling convention " + std::to_string(arguments.size() - 1));
-  for (mlir::Operation &op : body)
-    if (auto matmul = mlir::dyn_cast<transformer::MatmulOp>(op))
-      if (auto arg = mlir::dyn_cast<mlir::BlockArgument>(matmul.getRhs()))
-        if (arguments[arg.getArgNumber()].kind == ArgumentKind::Weight) {
-          const ParameterSpec &spec = parameters[arguments[arg.getArgNumber()].index];
-          matrixNames.insert(spec.derived() ? spec.source : spec.name);
+  // Weights reach the layers' matmuls through calls: follow each call's operands into its callee.
+  std::function<void(mlir::Block &, const llvm::DenseMap<mlir::Value, const ParameterSpec *> &)> findMatrices =
+      [&](mlir::Block &block, const llvm::DenseMap<mlir::Value, const ParameterSpec *> &weights) {
+        for (mlir::Operation &op : block) {
+          if (auto matmul = mlir::dyn_cast<transformer::MatmulOp>(op)) {
+            if (const ParameterSpec *spec = weights.lookup(matmul.getRhs()))
+              matrixNames.insert(spec->derived() ? spec->source : spec->name);
+          } else if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op)) {
+            auto callee = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::func::FuncOp>(call, call.getCalleeAttr());
+            if (!callee || callee.getBody().empty()) continue;
+            llvm::DenseMap<mlir::Value, const ParameterSpec *> inner;
+            for (auto [arg, operand] : llvm::zip(callee.getArguments(), call.getOperands()))
+              if (const ParameterSpec *spec = weights.lookup(operand)) inner[arg] = spec;
+            findMatrices(callee.getBody().front(), inner);
+          }
         }
+      };
+  llvm::DenseMap<mlir::Value, const ParameterSpec *> entryWeights;
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    if (arguments[i].kind == ArgumentKind::Weight) entryWeights[body.getArgument(i)] = &parameters[arguments[i].index];
+  findMatrices(body, entryWeights);
 
   for (unsigned i = 0; i < body.getNumArguments(); ++i) {
     mlir::Value arg = body.getArgument(i);
@@ -262,226 +274,226 @@ void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, 
   // Forms the ops of `block` in order; a call forms its callee's body with the callee's
   // arguments bound to the call's operands (each layer's block, once per layer).
   std::function<void(mlir::Block &)> formBlock = [&](mlir::Block &block) {
-  for (mlir::Operation &op : block) {
-    if (state.fused.contains(&op) || mlir::isa<mlir::func::ReturnOp>(op)) continue;
+    for (mlir::Operation &op : block) {
+      if (state.fused.contains(&op) || mlir::isa<mlir::func::ReturnOp>(op)) continue;
 
-    if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op)) {
-      auto callee = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::func::FuncOp>(call, call.getCalleeAttr());
-      if (!callee || callee.getBody().getBlocks().size() != 1)
-        throw std::invalid_argument("the CUDA target cannot form the call to " + call.getCallee().str());
-      mlir::Block &calleeBody = callee.getBody().front();
-      for (auto [arg, operand] : llvm::zip(calleeBody.getArguments(), call.getOperands()))
-        state.values[arg] = viewOf(operand);
-      formBlock(calleeBody);
-      for (auto [result, returned] : llvm::zip(call.getResults(), calleeBody.getTerminator()->getOperands()))
-        state.values[result] = viewOf(returned);
-      continue;
-    }
-
-    if (auto embedding = mlir::dyn_cast<transformer::EmbeddingOp>(op)) {
-      // GPT-2's token + position embeddings: one gather of both rows at their add.
-      if (mlir::Operation *user = soleUser(embedding.getResult()); user && mlir::isa<transformer::AddOp>(user)) {
-        auto other = otherOperand(user, embedding.getResult()).getDefiningOp<transformer::EmbeddingOp>();
-        if (other && other->hasOneUse() && other != embedding) {
-          state.deferred.insert(&op);
-          continue;
-        }
-      }
-      View table = bound(embedding.getTable(), false);
-      requireRowMajor(table, "an embedding table");
-      View ids = viewOf(embedding.getIds());
-      std::vector<int64_t> shape = shapeOf(embedding.getResult());
-      View out = allocate(embedding.getResult(), shape);
-      GatherRows g{shape[0], shape[1], table.sizes[0], table.strides[0], table.element};
-      launch("gather", gatherRows(g), {table.pointer(), ids.pointer(), out.pointer()});
-      continue;
-    }
-
-    if (auto add = mlir::dyn_cast<transformer::AddOp>(op)) {
-      auto lhs = add.getLhs().getDefiningOp<transformer::EmbeddingOp>();
-      auto rhs = add.getRhs().getDefiningOp<transformer::EmbeddingOp>();
-      if (lhs && rhs && state.deferred.contains(lhs) && state.deferred.contains(rhs)) {
-        View first = bound(lhs.getTable(), false), second = bound(rhs.getTable(), false);
-        // The kernel's first table may be low precision, its second is f32.
-        if (second.element != ElementType::F32) {
-          std::swap(first, second);
-          std::swap(lhs, rhs);
-        }
-        if (second.element != ElementType::F32)
-          throw std::invalid_argument("the CUDA target gathers one low-precision table at a time");
-        requireRowMajor(first, "an embedding table");
-        requireRowMajor(second, "an embedding table");
-        std::vector<int64_t> shape = shapeOf(add.getResult());
-        View out = allocate(add.getResult(), shape);
-        GatherRows g{shape[0],         shape[1], first.sizes[0],   first.strides[0], first.element,
-                     /*second=*/true, second.sizes[0], second.strides[0]};
-        launch("gather", gatherRows(g),
-               {first.pointer(), viewOf(lhs.getIds()).pointer(), second.pointer(), viewOf(rhs.getIds()).pointer(),
-                out.pointer()});
+      if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op)) {
+        auto callee = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::func::FuncOp>(call, call.getCalleeAttr());
+        if (!callee || callee.getBody().getBlocks().size() != 1)
+          throw std::invalid_argument("the CUDA target cannot form the call to " + call.getCallee().str());
+        mlir::Block &calleeBody = callee.getBody().front();
+        for (auto [arg, operand] : llvm::zip(calleeBody.getArguments(), call.getOperands()))
+          state.values[arg] = viewOf(operand);
+        formBlock(calleeBody);
+        for (auto [result, returned] : llvm::zip(call.getResults(), calleeBody.getTerminator()->getOperands()))
+          state.values[result] = viewOf(returned);
         continue;
       }
-      throw std::invalid_argument("the CUDA target cannot lower a transformer.add that follows no matmul yet");
-    }
 
-    if (auto matmul = mlir::dyn_cast<transformer::MatmulOp>(op)) {
-      View a = bound(matmul.getLhs(), false);
-      requireRowMajor(a, "a matmul's left operand");
-      View rhs = viewOf(matmul.getRhs());
-      if (!rhs.weight) throw std::invalid_argument("the CUDA target multiplies activations by weights only");
-      const ParameterSpec spec = *rhs.weight;
-      View b = bound(matmul.getRhs(), true); // [N or V, K]
-      std::vector<int64_t> shape = shapeOf(matmul.getResult());
-      int64_t rows = shape[0], columns = shape[1], depth = a.sizes[1];
-      Matmul m{rows, columns, spec.derived() ? b.sizes[0] : columns, depth, a.strides[0], b.element, {}};
-      if (a.pointer().offset % 16 || a.strides[0] % 4)
-        throw std::invalid_argument("the CUDA target needs a matmul's rows 16-byte aligned");
-      // The epilogue: + bias, GELU, + residual, each the sole user of what came before.
-      mlir::Value result = matmul.getResult();
-      std::vector<PointerArg> extra;
-      PointerArg biasArg, residualArg;
-      if (auto add = mlir::dyn_cast_or_null<transformer::AddOp>(soleUser(result))) {
-        mlir::Value other = otherOperand(add, result);
-        View candidate = viewOf(other);
-        if (candidate.weight && candidate.sizes == std::vector<int64_t>{columns}) {
-          m.epilogue.bias = true;
-          biasArg = bound(other, false).pointer();
-          state.fused.insert(add);
-          result = add.getResult();
+      if (auto embedding = mlir::dyn_cast<transformer::EmbeddingOp>(op)) {
+        // GPT-2's token + position embeddings: one gather of both rows at their add.
+        if (mlir::Operation *user = soleUser(embedding.getResult()); user && mlir::isa<transformer::AddOp>(user)) {
+          auto other = otherOperand(user, embedding.getResult()).getDefiningOp<transformer::EmbeddingOp>();
+          if (other && other->hasOneUse() && other != embedding) {
+            state.deferred.insert(&op);
+            continue;
+          }
         }
+        View table = bound(embedding.getTable(), false);
+        requireRowMajor(table, "an embedding table");
+        View ids = viewOf(embedding.getIds());
+        std::vector<int64_t> shape = shapeOf(embedding.getResult());
+        View out = allocate(embedding.getResult(), shape);
+        GatherRows g{shape[0], shape[1], table.sizes[0], table.strides[0], table.element};
+        launch("gather", gatherRows(g), {table.pointer(), ids.pointer(), out.pointer()});
+        continue;
       }
-      if (auto gelu = mlir::dyn_cast_or_null<transformer::GeluOp>(soleUser(result))) {
-        m.epilogue.gelu = true;
-        state.fused.insert(gelu);
-        result = gelu.getResult();
+
+      if (auto add = mlir::dyn_cast<transformer::AddOp>(op)) {
+        auto lhs = add.getLhs().getDefiningOp<transformer::EmbeddingOp>();
+        auto rhs = add.getRhs().getDefiningOp<transformer::EmbeddingOp>();
+        if (lhs && rhs && state.deferred.contains(lhs) && state.deferred.contains(rhs)) {
+          View first = bound(lhs.getTable(), false), second = bound(rhs.getTable(), false);
+          // The kernel's first table may be low precision, its second is f32.
+          if (second.element != ElementType::F32) {
+            std::swap(first, second);
+            std::swap(lhs, rhs);
+          }
+          if (second.element != ElementType::F32)
+            throw std::invalid_argument("the CUDA target gathers one low-precision table at a time");
+          requireRowMajor(first, "an embedding table");
+          requireRowMajor(second, "an embedding table");
+          std::vector<int64_t> shape = shapeOf(add.getResult());
+          View out = allocate(add.getResult(), shape);
+          GatherRows g{shape[0],        shape[1],        first.sizes[0],   first.strides[0], first.element,
+                       /*second=*/true, second.sizes[0], second.strides[0]};
+          launch("gather", gatherRows(g),
+                 {first.pointer(), viewOf(lhs.getIds()).pointer(), second.pointer(), viewOf(rhs.getIds()).pointer(),
+                  out.pointer()});
+          continue;
+        }
+        throw std::invalid_argument("the CUDA target cannot lower a transformer.add that follows no matmul yet");
       }
-      if (auto add = mlir::dyn_cast_or_null<transformer::AddOp>(soleUser(result))) {
-        mlir::Value other = otherOperand(add, result);
-        mlir::Operation *definer = other.getDefiningOp();
-        bool earlier = !definer || definer->isBeforeInBlock(matmul);
-        if (earlier && state.values.count(other) && !viewOf(other).weight && shapeOf(other) == shape) {
-          View residual = viewOf(other);
-          if (residual.strides[1] == 1) {
-            m.epilogue.residual = true;
-            m.epilogue.residualStride = residual.strides[0];
-            residualArg = residual.pointer();
+
+      if (auto matmul = mlir::dyn_cast<transformer::MatmulOp>(op)) {
+        View a = bound(matmul.getLhs(), false);
+        requireRowMajor(a, "a matmul's left operand");
+        View rhs = viewOf(matmul.getRhs());
+        if (!rhs.weight) throw std::invalid_argument("the CUDA target multiplies activations by weights only");
+        const ParameterSpec spec = *rhs.weight;
+        View b = bound(matmul.getRhs(), true); // [N or V, K]
+        std::vector<int64_t> shape = shapeOf(matmul.getResult());
+        int64_t rows = shape[0], columns = shape[1], depth = a.sizes[1];
+        Matmul m{rows, columns, spec.derived() ? b.sizes[0] : columns, depth, a.strides[0], b.element, {}};
+        if (a.pointer().offset % 16 || a.strides[0] % 4)
+          throw std::invalid_argument("the CUDA target needs a matmul's rows 16-byte aligned");
+        // The epilogue: + bias, GELU, + residual, each the sole user of what came before.
+        mlir::Value result = matmul.getResult();
+        std::vector<PointerArg> extra;
+        PointerArg biasArg, residualArg;
+        if (auto add = mlir::dyn_cast_or_null<transformer::AddOp>(soleUser(result))) {
+          mlir::Value other = otherOperand(add, result);
+          View candidate = viewOf(other);
+          if (candidate.weight && candidate.sizes == std::vector<int64_t>{columns}) {
+            m.epilogue.bias = true;
+            biasArg = bound(other, false).pointer();
             state.fused.insert(add);
             result = add.getResult();
           }
         }
+        if (auto gelu = mlir::dyn_cast_or_null<transformer::GeluOp>(soleUser(result))) {
+          m.epilogue.gelu = true;
+          state.fused.insert(gelu);
+          result = gelu.getResult();
+        }
+        if (auto add = mlir::dyn_cast_or_null<transformer::AddOp>(soleUser(result))) {
+          mlir::Value other = otherOperand(add, result);
+          mlir::Operation *definer = other.getDefiningOp();
+          bool earlier = !definer || definer->isBeforeInBlock(matmul);
+          if (earlier && state.values.count(other) && !viewOf(other).weight && shapeOf(other) == shape) {
+            View residual = viewOf(other);
+            if (residual.strides[1] == 1) {
+              m.epilogue.residual = true;
+              m.epilogue.residualStride = residual.strides[0];
+              residualArg = residual.pointer();
+              state.fused.insert(add);
+              result = add.getResult();
+            }
+          }
+        }
+        if (m.validColumns != m.columns && (m.epilogue.bias || m.epilogue.gelu || m.epilogue.residual))
+          throw std::invalid_argument("the CUDA target fuses no epilogue into a padded matmul");
+        View out = allocate(result, shape);
+        std::vector<PointerArg> args{a.pointer(), b.pointer()};
+        if (m.epilogue.bias) args.push_back(biasArg);
+        if (m.epilogue.residual) args.push_back(residualArg);
+        args.push_back(out.pointer());
+        if (rows <= kMatvecMaxRows)
+          launch("matvec", matvec(m), args);
+        else
+          launch("matmul", tiledMatmul(m), args);
+        continue;
       }
-      if (m.validColumns != m.columns && (m.epilogue.bias || m.epilogue.gelu || m.epilogue.residual))
-        throw std::invalid_argument("the CUDA target fuses no epilogue into a padded matmul");
-      View out = allocate(result, shape);
-      std::vector<PointerArg> args{a.pointer(), b.pointer()};
-      if (m.epilogue.bias) args.push_back(biasArg);
-      if (m.epilogue.residual) args.push_back(residualArg);
-      args.push_back(out.pointer());
-      if (rows <= kMatvecMaxRows)
-        launch("matvec", matvec(m), args);
-      else
-        launch("matmul", tiledMatmul(m), args);
-      continue;
-    }
 
-    if (auto norm = mlir::dyn_cast<transformer::LayerNormOp>(op)) {
-      View in = bound(norm.getInput(), false);
-      requireRowMajor(in, "a normalized input");
-      View weight = bound(norm.getWeight(), false), bias = bound(norm.getBias(), false);
-      View out = allocate(norm.getResult(), in.sizes);
-      NormRows n{in.sizes[0], in.sizes[1], in.strides[0],
-                 static_cast<float>(norm.getEpsilonAttr().getValueAsDouble()), /*rms=*/false};
-      launch("layer_norm", normRows(n), {in.pointer(), weight.pointer(), bias.pointer(), out.pointer()});
-      continue;
-    }
-    if (auto norm = mlir::dyn_cast<transformer::RmsNormOp>(op)) {
-      View in = bound(norm.getInput(), false);
-      requireRowMajor(in, "a normalized input");
-      View weight = bound(norm.getWeight(), false);
-      View out = allocate(norm.getResult(), in.sizes);
-      NormRows n{in.sizes[0], in.sizes[1], in.strides[0],
-                 static_cast<float>(norm.getEpsilonAttr().getValueAsDouble()), /*rms=*/true};
-      launch("rms_norm", normRows(n), {in.pointer(), weight.pointer(), out.pointer()});
-      continue;
-    }
-
-    if (auto slice = mlir::dyn_cast<transformer::SliceOp>(op)) {
-      View view = bound(slice.getInput(), false);
-      view.offset += static_cast<int64_t>(slice.getOffset()) * view.strides.back();
-      view.sizes.back() = static_cast<int64_t>(slice.getSize());
-      state.values[slice.getResult()] = view;
-      continue;
-    }
-    if (auto split = mlir::dyn_cast<transformer::SplitHeadsOp>(op)) {
-      View in = bound(split.getInput(), false);
-      requireRowMajor(in, "split_heads' input");
-      int64_t heads = static_cast<int64_t>(split.getNumHeads()), size = in.sizes[1] / heads;
-      View view = in;
-      if (split.getTokenMajor()) {
-        view.sizes = {in.sizes[0], heads, size};
-        view.strides = {in.strides[0], size, 1};
-      } else {
-        view.sizes = {heads, in.sizes[0], size};
-        view.strides = {size, in.strides[0], 1};
+      if (auto norm = mlir::dyn_cast<transformer::LayerNormOp>(op)) {
+        View in = bound(norm.getInput(), false);
+        requireRowMajor(in, "a normalized input");
+        View weight = bound(norm.getWeight(), false), bias = bound(norm.getBias(), false);
+        View out = allocate(norm.getResult(), in.sizes);
+        NormRows n{in.sizes[0], in.sizes[1], in.strides[0],
+                   static_cast<float>(norm.getEpsilonAttr().getValueAsDouble()), /*rms=*/false};
+        launch("layer_norm", normRows(n), {in.pointer(), weight.pointer(), bias.pointer(), out.pointer()});
+        continue;
       }
-      state.values[split.getResult()] = view;
-      continue;
-    }
-    if (auto merge = mlir::dyn_cast<transformer::MergeHeadsOp>(op)) {
-      View in = viewOf(merge.getInput());
-      std::array<int64_t, 2> strides = in.tokenAndHeadStrides(merge.getTokenMajor());
-      int64_t tokens = merge.getTokenMajor() ? in.sizes[0] : in.sizes[1];
-      int64_t heads = merge.getTokenMajor() ? in.sizes[1] : in.sizes[0];
-      if (strides[1] != in.sizes[2] || in.strides[2] != 1)
-        throw std::invalid_argument("the CUDA target merges heads that lie side by side only");
-      View view = in;
-      view.sizes = {tokens, heads * in.sizes[2]};
-      view.strides = {strides[0], 1};
-      state.values[merge.getResult()] = view;
-      continue;
-    }
+      if (auto norm = mlir::dyn_cast<transformer::RmsNormOp>(op)) {
+        View in = bound(norm.getInput(), false);
+        requireRowMajor(in, "a normalized input");
+        View weight = bound(norm.getWeight(), false);
+        View out = allocate(norm.getResult(), in.sizes);
+        NormRows n{in.sizes[0], in.sizes[1], in.strides[0],
+                   static_cast<float>(norm.getEpsilonAttr().getValueAsDouble()), /*rms=*/true};
+        launch("rms_norm", normRows(n), {in.pointer(), weight.pointer(), out.pointer()});
+        continue;
+      }
 
-    if (auto update = mlir::dyn_cast<transformer::CacheUpdateOp>(op)) {
-      View source = viewOf(update.getUpdate()); // [H, T, d]
-      View cache = viewOf(update.getCache());
-      if (cache.buffer < 0 || buffers_[cache.buffer].role != "cache")
-        throw std::invalid_argument("the CUDA target updates the entry point's caches only");
-      CacheWrite c{source.sizes[1], source.sizes[0], source.sizes[2], cacheLength, source.tokenAndHeadStrides(false)};
-      launch("cache_write", cacheWrite(c),
-             {source.pointer(), viewOf(update.getOffset()).pointer(), cache.pointer()});
-      state.values[update.getResult()] = cache;
-      continue;
-    }
+      if (auto slice = mlir::dyn_cast<transformer::SliceOp>(op)) {
+        View view = bound(slice.getInput(), false);
+        view.offset += static_cast<int64_t>(slice.getOffset()) * view.strides.back();
+        view.sizes.back() = static_cast<int64_t>(slice.getSize());
+        state.values[slice.getResult()] = view;
+        continue;
+      }
+      if (auto split = mlir::dyn_cast<transformer::SplitHeadsOp>(op)) {
+        View in = bound(split.getInput(), false);
+        requireRowMajor(in, "split_heads' input");
+        int64_t heads = static_cast<int64_t>(split.getNumHeads()), size = in.sizes[1] / heads;
+        View view = in;
+        if (split.getTokenMajor()) {
+          view.sizes = {in.sizes[0], heads, size};
+          view.strides = {in.strides[0], size, 1};
+        } else {
+          view.sizes = {heads, in.sizes[0], size};
+          view.strides = {size, in.strides[0], 1};
+        }
+        state.values[split.getResult()] = view;
+        continue;
+      }
+      if (auto merge = mlir::dyn_cast<transformer::MergeHeadsOp>(op)) {
+        View in = viewOf(merge.getInput());
+        std::array<int64_t, 2> strides = in.tokenAndHeadStrides(merge.getTokenMajor());
+        int64_t tokens = merge.getTokenMajor() ? in.sizes[0] : in.sizes[1];
+        int64_t heads = merge.getTokenMajor() ? in.sizes[1] : in.sizes[0];
+        if (strides[1] != in.sizes[2] || in.strides[2] != 1)
+          throw std::invalid_argument("the CUDA target merges heads that lie side by side only");
+        View view = in;
+        view.sizes = {tokens, heads * in.sizes[2]};
+        view.strides = {strides[0], 1};
+        state.values[merge.getResult()] = view;
+        continue;
+      }
 
-    if (auto attention = mlir::dyn_cast<transformer::CausalAttentionOp>(op)) {
-      if (attention.getMask() || attention.getWindow() || !attention.getMaskExpression().empty())
-        throw std::invalid_argument("the CUDA target lowers plain causal attention only (no mask or window yet)");
-      View q = viewOf(attention.getQuery()), k = viewOf(attention.getKey()), v = viewOf(attention.getValue());
-      bool qt = attention.getQueryTokenMajor(), kt = attention.getKeyTokenMajor(), vt = attention.getValueTokenMajor();
-      int64_t tokens = qt ? q.sizes[0] : q.sizes[1], heads = qt ? q.sizes[1] : q.sizes[0];
-      int64_t keys = kt ? k.sizes[0] : k.sizes[1], kvHeads = kt ? k.sizes[1] : k.sizes[0];
-      int64_t headSize = q.sizes[2];
-      bool resultTokenMajor = attention.getResultTokenMajor();
-      View out = allocate(attention.getResult(), shapeOf(attention.getResult()));
-      Attention a{tokens,
-                  heads,
-                  kvHeads,
-                  headSize,
-                  keys,
-                  static_cast<float>(attention.getScaleAttr().getValueAsDouble()),
-                  /*offsetFromMemory=*/static_cast<bool>(attention.getQueryOffset()),
-                  q.tokenAndHeadStrides(qt),
-                  k.tokenAndHeadStrides(kt),
-                  v.tokenAndHeadStrides(vt),
-                  out.tokenAndHeadStrides(resultTokenMajor)};
-      std::vector<PointerArg> args{q.pointer(), k.pointer(), v.pointer()};
-      if (attention.getQueryOffset()) args.push_back(viewOf(attention.getQueryOffset()).pointer());
-      args.push_back(out.pointer());
-      launch("attention", gpu::attention(a), args);
-      continue;
-    }
+      if (auto update = mlir::dyn_cast<transformer::CacheUpdateOp>(op)) {
+        View source = viewOf(update.getUpdate()); // [H, T, d]
+        View cache = viewOf(update.getCache());
+        if (cache.buffer < 0 || buffers_[cache.buffer].role != "cache")
+          throw std::invalid_argument("the CUDA target updates the entry point's caches only");
+        CacheWrite c{source.sizes[1], source.sizes[0], source.sizes[2], cacheLength, source.tokenAndHeadStrides(false)};
+        launch("cache_write", cacheWrite(c), {source.pointer(), viewOf(update.getOffset()).pointer(), cache.pointer()});
+        state.values[update.getResult()] = cache;
+        continue;
+      }
 
-    throw std::invalid_argument("the CUDA target cannot lower " + opName(&op) + " yet");
-  }
+      if (auto attention = mlir::dyn_cast<transformer::CausalAttentionOp>(op)) {
+        if (attention.getMask() || attention.getWindow() || !attention.getMaskExpression().empty())
+          throw std::invalid_argument("the CUDA target lowers plain causal attention only (no mask or window yet)");
+        View q = viewOf(attention.getQuery()), k = viewOf(attention.getKey()), v = viewOf(attention.getValue());
+        bool qt = attention.getQueryTokenMajor(), kt = attention.getKeyTokenMajor(),
+             vt = attention.getValueTokenMajor();
+        int64_t tokens = qt ? q.sizes[0] : q.sizes[1], heads = qt ? q.sizes[1] : q.sizes[0];
+        int64_t keys = kt ? k.sizes[0] : k.sizes[1], kvHeads = kt ? k.sizes[1] : k.sizes[0];
+        int64_t headSize = q.sizes[2];
+        bool resultTokenMajor = attention.getResultTokenMajor();
+        View out = allocate(attention.getResult(), shapeOf(attention.getResult()));
+        Attention a{tokens,
+                    heads,
+                    kvHeads,
+                    headSize,
+                    keys,
+                    static_cast<float>(attention.getScaleAttr().getValueAsDouble()),
+                    /*offsetFromMemory=*/static_cast<bool>(attention.getQueryOffset()),
+                    q.tokenAndHeadStrides(qt),
+                    k.tokenAndHeadStrides(kt),
+                    v.tokenAndHeadStrides(vt),
+                    out.tokenAndHeadStrides(resultTokenMajor)};
+        std::vector<PointerArg> args{q.pointer(), k.pointer(), v.pointer()};
+        if (attention.getQueryOffset()) args.push_back(viewOf(attention.getQueryOffset()).pointer());
+        args.push_back(out.pointer());
+        launch("attention", gpu::attention(a), args);
+        continue;
+      }
+
+      throw std::invalid_argument("the CUDA target cannot lower " + opName(&op) + " yet");
+    }
   };
   formBlock(body);
 

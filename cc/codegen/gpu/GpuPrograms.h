@@ -34,9 +34,9 @@ struct BufferSpec {
   std::string role; ///< weight | input | cache | scratch | output
   int64_t bytes = 0;
   // Weights only: how the weights file stores it.
-  std::string dtype;            ///< f32 | bf16
-  std::vector<int64_t> shape;   ///< as stored
-  std::string layout;           ///< as_given | transposed (stored [N, K] for a [K, N] parameter)
+  std::string dtype;          ///< f32 | bf16
+  std::vector<int64_t> shape; ///< as stored
+  std::string layout;         ///< as_given | transposed (stored [N, K] for a [K, N] parameter)
 };
 
 /// A kernel argument: a device pointer, `offset` bytes into buffer `buffer`.
