@@ -55,8 +55,9 @@ def write_safetensors(path: str, tensors: dict[str, tuple[str, np.ndarray]]) -> 
 
 
 def stored_weights(manifest: dict, weights: dict[str, np.ndarray]) -> dict[str, tuple[str, np.ndarray]]:
-    """The weights file's tensors for `manifest`'s weight buffers, from the model's parameters by
-    name: transposed where the buffer's layout says so, rounded to bf16 where its dtype says so."""
+    """The weights file's tensors for `manifest`'s weight buffers, from the compiler's parameters
+    by name (GPT._compiler_weights: GPT-2's are HF's, the Llama family's fuse q/k/v and gate/up):
+    transposed where the buffer's layout says so, rounded to bf16 where its dtype says so."""
     tensors = {}
     for buffer in manifest["buffers"]:
         if buffer["role"] != "weight":
@@ -104,7 +105,7 @@ def export(model, path, target="cuda:sm_90", tokens=(1, 128), weights="f32", wri
     with open(os.path.join(path, manifest["target"]["module"]), "w") as file:
         file.write(parts["ptx"])
     if write_weights:
-        write_safetensors(os.path.join(path, ARTIFACT_WEIGHTS), stored_weights(manifest, model.state_dict()))
+        write_safetensors(os.path.join(path, ARTIFACT_WEIGHTS), stored_weights(manifest, model._compiler_weights()))
     if model.tokenizer is not None:
         model.tokenizer.backend.save(os.path.join(path, ARTIFACT_TOKENIZER))
     with open(os.path.join(path, "manifest.json"), "w") as file:

@@ -224,18 +224,24 @@ class GPT:
         from its own storage, unpacked and dequantized: equal to the weights given in f32, their
         rounding or quantization in the other formats. (The Llama family's fused q/k/v and
         gate/up weights are split and transposed back to HF's [out, in].)"""
-        views = {}
-        for name, _ in self._compiled.supplied_parameters():
-            value = self._weights.get(name)
-            view = value.view() if value is not None else self._compiled.stored_weight(name)
-            view.flags.writeable = False
-            views[name] = view
+        views = self._compiler_weights()
         if self._config.spec.compiler_names == "gpt2":
             return views
         hf = architectures.from_compiler(self._config, views)
         for value in hf.values():
             value.flags.writeable = False
         return hf
+
+    def _compiler_weights(self) -> dict[str, np.ndarray]:
+        """The weights as the compiler's parameters (GPT-2's are HF's; the Llama family's fuse q/k/v
+        and gate/up, [in, out]), read-only, as the model computes with them (see state_dict)."""
+        views = {}
+        for name, _ in self._compiled.supplied_parameters():
+            value = self._weights.get(name)
+            view = value.view() if value is not None else self._compiled.stored_weight(name)
+            view.flags.writeable = False
+            views[name] = view
+        return views
 
     # -- entry points ---------------------------------------------------------------------------
 

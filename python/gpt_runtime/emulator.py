@@ -129,12 +129,48 @@ def _cache_write(memory: Memory, op: dict, args: list) -> tuple[dict, int]:
     return args[2], kv_heads * length * size
 
 
+def _rope(memory: Memory, op: dict, args: list) -> tuple[dict, int]:
+    heads, tokens, size = op["heads"], op["tokens"], op["head_size"]
+    index, data = _strided(memory, args[0], op["input"], tokens, heads, size)  # [T, H, d]
+    x = data[index].transpose(1, 0, 2)  # [H, T, d]
+    angle = memory.ints(args[1], tokens).astype(np.float64)[:, None] * np.asarray(op["theta"])[None, :]
+    cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)  # [T, d/2]
+    half = size // 2
+    if op["interleaved"]:
+        first, second = x[..., 0::2], x[..., 1::2]
+    else:
+        first, second = x[..., :half], x[..., half:]
+    rotated_first = first * cos - second * sin
+    rotated_second = second * cos + first * sin
+    out = np.empty_like(x)
+    if op["interleaved"]:
+        out[..., 0::2], out[..., 1::2] = rotated_first, rotated_second
+    else:
+        out[..., :half], out[..., half:] = rotated_first, rotated_second
+    memory.floats(args[-1], heads * tokens * size)[:] = out.reshape(-1)
+    return args[-1], heads * tokens * size
+
+
+def _swiglu(memory: Memory, op: dict, args: list) -> tuple[dict, int]:
+    tokens, width = op["tokens"], op["width"]
+
+    def rows(arg, stride):
+        data = memory.floats(arg, (tokens - 1) * stride + width)
+        return np.stack([data[t * stride : t * stride + width] for t in range(tokens)]).astype(np.float64)
+
+    gate, up = rows(args[0], op["gate_stride"]), rows(args[1], op["up_stride"])
+    memory.floats(args[-1], tokens * width)[:] = (gate * up / (1.0 + np.exp(-gate))).astype(np.float32).reshape(-1)
+    return args[-1], tokens * width
+
+
 _FAMILIES = {
     "gather": _gather,
     "norm": _norm,
     "matmul": _matmul,
     "attention": _attention,
     "cache_write": _cache_write,
+    "rope": _rope,
+    "swiglu": _swiglu,
 }
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import gpt
-from gpt import gpu_export
+from gpt import architectures, gpu_export, models
+from gpt.config import RopeScaling
 from gpt.weights import random_weights
 from gpt_runtime import emulator
 
@@ -16,6 +17,30 @@ SHAPES = {
     "one-head": dict(n_layer=1, n_head=1, n_embd=32, vocab_size=50, block_size=64),
     "gpt2-like": dict(n_layer=2, n_head=4, n_embd=128, vocab_size=300, block_size=64),
     "odd-vocab": dict(n_layer=3, n_head=6, n_embd=192, vocab_size=1000, block_size=96),
+    # The Llama family: RMSNorm, rotary positions (both layouts, Llama 3's scaling), SwiGLU,
+    # grouped-query attention, an untied head; Qwen2's q/k/v biases.
+    "llama-gqa": dict(
+        architecture="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, n_ff=192, vocab_size=300, block_size=64
+    ),
+    "llama-untied-interleaved": dict(
+        architecture="llama",
+        n_layer=2,
+        n_head=4,
+        n_kv_head=1,
+        n_embd=128,
+        n_ff=160,
+        vocab_size=260,
+        block_size=64,
+        tied_head=False,
+        rope_layout="interleaved",
+        rope_base=500000.0,
+        rope_scaling=RopeScaling(
+            factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32
+        ),
+    ),
+    "qwen2": dict(
+        architecture="qwen2", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, n_ff=192, vocab_size=300, block_size=64
+    ),
 }
 TOKENS = (1, 8, 32)
 # f32 programs compute what the CPU does up to summation order; bf16 ones round the matmul weights.
@@ -35,7 +60,7 @@ def model_for(shape):
             weights[name] = rng.normal(0.0, 0.05, value.shape).astype(np.float32)
         elif value.ndim == 1:
             weights[name] = (1.0 + rng.normal(0.0, 0.2, value.shape)).astype(np.float32)
-    return gpt.GPT.from_weights(config, weights)
+    return gpt.GPT.from_weights(config, architectures.from_compiler(config, weights))
 
 
 @pytest.fixture(scope="module", params=list(SHAPES))
@@ -46,7 +71,7 @@ def model(request):
 def emulated(model, weights):
     parts = gpu_export.compile_artifact(model, "cuda:sm_90", TOKENS, weights)
     manifest = parts["manifest"]
-    tensors = gpu_export.stored_weights(manifest, model.state_dict())
+    tensors = gpu_export.stored_weights(manifest, model._compiler_weights())
     return manifest, emulator.Memory(manifest, {name: array for name, (_, array) in tensors.items()})
 
 
@@ -111,3 +136,21 @@ def test_unsupported_ops_are_named():
     config = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=100, block_size=32, attention_window=8)
     with pytest.raises(ValueError, match="no mask or window"):
         gpu_export.compile_artifact(gpt.GPT.random(config), "cuda:sm_90", (1,))
+
+
+def test_smollm2_runs_through_the_gpu_programs():
+    """The real model (SmolLM2-135M-Instruct from its GGUF file: 30 layers, GQA 9/3, tied head):
+    its bf16 GPU programs, emulated, against the CPU model's logits and greedy choice."""
+    model = gpt.GPT.from_gguf(models.find("smollm2"))
+    ids = model.tokenizer.encode("The capital of France is")
+    parts = gpu_export.compile_artifact(model, "cuda:sm_90", (8,), "bf16")
+    manifest = parts["manifest"]
+    tensors = gpu_export.stored_weights(manifest, model._compiler_weights())
+    memory = emulator.Memory(manifest, {name: array for name, (_, array) in tensors.items()})
+    forward = program(manifest, "forward", 8)
+    emulator.write_inputs(memory, forward, ids, np.arange(8))
+    emulator.run_program(memory, forward)
+    got = emulator.read_logits(memory, forward, len(ids), model.config.vocab_size)
+    want = model.forward(ids)
+    assert relative_error(got, want) < 2e-2
+    assert np.argmax(got[-1]) == np.argmax(want[-1])

@@ -622,6 +622,103 @@ KernelSource attention(const Attention &a) {
   return {k.function(signature, "", ""), {a.tokens, a.heads, 1}, {kWarp, 1, 1}, std::move(op)};
 }
 
+KernelSource rope(const Rope &r) {
+  KernelText k;
+  int64_t half = r.headSize / 2;
+  std::string inType = f32Memref((r.tokens - 1) * r.input[0] + (r.heads - 1) * r.input[1] + r.headSize);
+  std::string outType = f32Memref(r.heads * r.tokens * r.headSize);
+  std::string signature = "%in: " + inType + ", %positions: " + i64Memref(r.tokens) + ", %out: " + outType;
+  std::string tableType = "memref<" + str(half) + "xf64>";
+  std::string table = "  memref.global \"private\" constant @KERNEL_theta : " + tableType + " = dense<[";
+  for (int64_t i = 0; i < half; ++i) {
+    char text[40];
+    std::snprintf(text, sizeof text, "%.17e", r.theta[i]);
+    table += (i ? ", " : "") + std::string(text);
+  }
+  table += "]>\n";
+
+  k.line("%t = gpu.block_id x");
+  k.line("%h = gpu.block_id y");
+  k.line("%j = gpu.thread_id x");
+  std::string first = k.fresh("first"), pair = k.fresh("pair"), partner = k.fresh("partner");
+  if (r.interleaved) {
+    std::string odd = k.binary("arith.remui", "%j", k.index(2), "index");
+    k.line("$0 = arith.cmpi eq, $1, $2 : index", {first, odd, k.index(0)});
+    k.line("$0 = arith.divui %j, $1 : index", {pair, k.index(2)});
+    k.line("$0 = arith.xori %j, $1 : index", {partner, k.index(1)});
+  } else {
+    k.line("$0 = arith.cmpi ult, %j, $1 : index", {first, k.index(half)});
+    k.line("$0 = arith.remui %j, $1 : index", {pair, k.index(half)});
+    std::string up = k.binary("arith.addi", "%j", k.index(half), "index");
+    std::string down = k.binary("arith.subi", "%j", k.index(half), "index");
+    k.line("$0 = arith.select $1, $2, $3 : index", {partner, first, up, down});
+  }
+  std::string base = k.madd("%t", r.input[0], k.binary("arith.muli", "%h", k.index(r.input[1]), "index"));
+  std::string x = k.loadScalar("%in", inType, k.binary("arith.addi", base, "%j", "index"), ElementType::F32);
+  std::string other = k.loadScalar("%in", inType, k.binary("arith.addi", base, partner, "index"), ElementType::F32);
+  std::string raw = k.fresh("pos"), position = k.fresh("posf"), thetas = k.fresh("thetas"), theta = k.fresh("theta");
+  k.line("$0 = memref.load %positions[%t] : $1", {raw, i64Memref(r.tokens)});
+  k.line("$0 = arith.sitofp $1 : i64 to f64", {position, raw});
+  k.line("$0 = memref.get_global @KERNEL_theta : $1", {thetas, tableType});
+  k.line("$0 = memref.load $1[$2] : $3", {theta, thetas, pair, tableType});
+  std::string angle = k.binary("arith.mulf", position, theta, "f64");
+  std::string cos64 = k.fresh("cos"), sin64 = k.fresh("sin"), cos = k.fresh("c"), sin = k.fresh("s");
+  k.line("$0 = math.cos $1 : f64", {cos64, angle});
+  k.line("$0 = math.sin $1 : f64", {sin64, angle});
+  k.line("$0 = arith.truncf $1 : f64 to f32", {cos, cos64});
+  k.line("$0 = arith.truncf $1 : f64 to f32", {sin, sin64});
+  std::string rotated = k.binary("arith.mulf", other, sin, "f32");
+  std::string negated = k.fresh("neg");
+  k.line("$0 = arith.negf $1 : f32", {negated, rotated});
+  std::string signedRotated = k.fresh("rot");
+  k.line("$0 = arith.select $1, $2, $3 : f32", {signedRotated, first, negated, rotated});
+  std::string y = k.binary("arith.addf", k.binary("arith.mulf", x, cos, "f32"), signedRotated, "f32");
+  std::string at = k.madd(k.madd("%h", r.tokens, "%t"), r.headSize, "%j");
+  k.line("memref.store $0, %out[$1] : $2", {y, at, outType});
+  llvm::json::Array frequencies;
+  for (double t : r.theta) frequencies.push_back(t);
+  llvm::json::Object op{{"family", "rope"},
+                        {"heads", r.heads},
+                        {"tokens", r.tokens},
+                        {"head_size", r.headSize},
+                        {"interleaved", r.interleaved},
+                        {"input", llvm::json::Array{r.input[0], r.input[1]}},
+                        {"theta", std::move(frequencies)}};
+  return {table + k.function(signature, "", ""), {r.tokens, r.heads, 1}, {r.headSize, 1, 1}, std::move(op)};
+}
+
+KernelSource swiglu(const Swiglu &g) {
+  KernelText k;
+  int64_t threads = std::min<int64_t>(256, (g.width + kWarp - 1) / kWarp * kWarp);
+  std::string gateType = f32Memref((g.tokens - 1) * g.gateStride + g.width);
+  std::string upType = f32Memref((g.tokens - 1) * g.upStride + g.width);
+  std::string outType = f32Memref(g.tokens * g.width);
+  std::string signature = "%gate: " + gateType + ", %up: " + upType + ", %out: " + outType;
+  k.line("%t = gpu.block_id x");
+  k.line("%tid = gpu.thread_id x");
+  std::string gateBase = k.binary("arith.muli", "%t", k.index(g.gateStride), "index");
+  std::string upBase = k.binary("arith.muli", "%t", k.index(g.upStride), "index");
+  std::string outBase = k.binary("arith.muli", "%t", k.index(g.width), "index");
+  k.line("scf.for %e = %tid to $0 step $1 {", {k.index(g.width), k.index(threads)});
+  k.open();
+  std::string gate = k.loadScalar("%gate", gateType, k.binary("arith.addi", gateBase, "%e", "index"), ElementType::F32);
+  std::string up = k.loadScalar("%up", upType, k.binary("arith.addi", upBase, "%e", "index"), ElementType::F32);
+  // gate * up / (1 + exp(-gate)), as the CPU lowering computes silu(gate) * up.
+  std::string negated = k.fresh("neg"), e = k.fresh("exp");
+  k.line("$0 = arith.negf $1 : f32", {negated, gate});
+  k.line("$0 = math.exp $1 : f32", {e, negated});
+  std::string denominator = k.binary("arith.addf", e, k.f32(1.0f), "f32");
+  std::string y = k.binary("arith.divf", k.binary("arith.mulf", gate, up, "f32"), denominator, "f32");
+  k.line("memref.store $0, %out[$1] : $2", {y, k.binary("arith.addi", outBase, "%e", "index"), outType});
+  k.close();
+  llvm::json::Object op{{"family", "swiglu"},
+                        {"tokens", g.tokens},
+                        {"width", g.width},
+                        {"gate_stride", g.gateStride},
+                        {"up_stride", g.upStride}};
+  return {k.function(signature, "", ""), {g.tokens, 1, 1}, {threads, 1, 1}, std::move(op)};
+}
+
 KernelSource cacheWrite(const CacheWrite &c) {
   KernelText k;
   std::string uType = f32Memref((c.tokens - 1) * c.update[0] + (c.kvHeads - 1) * c.update[1] + c.headSize);

@@ -93,6 +93,25 @@ struct Attention {
 };
 KernelSource attention(const Attention &k);
 
+/// Rotary position embedding of a [H, T, d] view (strides (token, head), element stride 1) into a
+/// contiguous [H, T, d] output: pairs (j, j + d/2), or (2i, 2i + 1) when `interleaved`, rotate by
+/// positions[t] * theta_i, the angle and its cosine and sine in f64 as on the CPU. `theta` holds
+/// the d / 2 frequencies (RopeOp::getFrequencies: Llama 3's scaling applied), baked in.
+struct Rope {
+  int64_t heads, tokens, headSize;
+  bool interleaved = false;
+  std::array<int64_t, 2> input; ///< (token stride, head stride)
+  std::vector<double> theta;
+};
+KernelSource rope(const Rope &k);
+
+/// out[t, j] = silu(gate[t, j]) * up[t, j] over [tokens, width] views with row strides, out
+/// contiguous: Llama's MLP between its two matmuls.
+struct Swiglu {
+  int64_t tokens, width, gateStride, upStride;
+};
+KernelSource swiglu(const Swiglu &k);
+
 /// cache[h, offset + t, :] = update(t, h, :) for t < tokens while offset + t < cacheLength, the
 /// offset an i64 in device memory: the step's new keys or values, in place.
 struct CacheWrite {

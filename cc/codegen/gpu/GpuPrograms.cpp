@@ -142,7 +142,8 @@ std::string ArtifactBuilder::kernelName(const std::string &family, const KernelS
   std::string name = family + "_" + std::to_string(familyCounts[family]++);
   kernelNames[source.text] = name;
   std::string text = source.text;
-  text.replace(text.find("@KERNEL"), 7, "@" + name);
+  for (size_t at = text.find("@KERNEL"); at != std::string::npos; at = text.find("@KERNEL", at + name.size()))
+    text.replace(at, 7, "@" + name);
   kernelTexts_.push_back(text);
   return name;
 }
@@ -449,6 +450,28 @@ void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, 
         view.sizes = {tokens, heads * in.sizes[2]};
         view.strides = {strides[0], 1};
         state.values[merge.getResult()] = view;
+        continue;
+      }
+
+      if (auto rotary = mlir::dyn_cast<transformer::RopeOp>(op)) {
+        View in = viewOf(rotary.getInput()); // [H, T, d]
+        View positions = viewOf(rotary.getPositions());
+        std::vector<int64_t> shape = shapeOf(rotary.getResult());
+        View out = allocate(rotary.getResult(), shape);
+        std::vector<double> theta;
+        for (double t : rotary.getFrequencies(shape[2])) theta.push_back(t);
+        Rope r{shape[0], shape[1], shape[2], rotary.getInterleaved(), in.tokenAndHeadStrides(false), theta};
+        launch("rope", rope(r), {in.pointer(), positions.pointer(), out.pointer()});
+        continue;
+      }
+      if (auto gated = mlir::dyn_cast<transformer::SwigluOp>(op)) {
+        View gate = viewOf(gated.getGate()), up = viewOf(gated.getUp());
+        requireRowMajor(gate, "swiglu's gate");
+        requireRowMajor(up, "swiglu's up");
+        std::vector<int64_t> shape = shapeOf(gated.getResult());
+        View out = allocate(gated.getResult(), shape);
+        Swiglu g{shape[0], shape[1], gate.strides[0], up.strides[0]};
+        launch("swiglu", swiglu(g), {gate.pointer(), up.pointer(), out.pointer()});
         continue;
       }
 
