@@ -109,6 +109,44 @@ def is_gpt2_small(manifest):
     ) in ("gpt2", None)
 
 
+def is_llama(manifest):
+    return manifest.get("config", {}).get("architecture") == "llama"
+
+
+def hf_checked(manifest):
+    """Weight-less artifacts that HF can fill and check: GPT-2 small, and any llama-shaped model."""
+    return is_gpt2_small(manifest) or is_llama(manifest)
+
+
+def model_label(manifest):
+    if is_gpt2_small(manifest):
+        return "GPT-2 small"
+    c = manifest["config"]
+    return f"llama {c['n_layer']}x{c['n_embd']} (GQA {c['n_head']}/{c['n_kv_head']}, vocab {c['vocab_size']})"
+
+
+def hf_model_for(manifest):
+    """A HF model of the artifact's config, from torch.manual_seed(0), on the CPU."""
+    import transformers
+
+    if is_gpt2_small(manifest):
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config())
+    c = manifest["config"]
+    config = transformers.LlamaConfig(
+        vocab_size=c["vocab_size"],
+        hidden_size=c["n_embd"],
+        intermediate_size=c["n_ff"],
+        num_hidden_layers=c["n_layer"],
+        num_attention_heads=c["n_head"],
+        num_key_value_heads=c["n_kv_head"],
+        max_position_embeddings=c["block_size"],
+        rms_norm_eps=c["layer_norm_eps"],
+        rope_theta=c["rope_base"],
+        tie_word_embeddings=c["tied_head"],
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
 # -- environment --------------------------------------------------------------------------------
 
 
@@ -229,21 +267,26 @@ def hf_weights_file(path, manifest, state):
     import torch
 
     buffers = [b for b in manifest["buffers"] if b.get("role") == "weight"]
-    missing = [b["name"] for b in buffers if b["name"] not in state]
+    # Each buffer's `hf` recipe (docs/GPU.md): concatenate([t.T if transpose else t], axis) of the
+    # named HF tensors; without one, the tensor of the buffer's own name in its layout.
+    recipes = {
+        b["name"]: b.get("hf")
+        or {"names": [b["name"]], "transpose": b.get("layout", "as_given") == "transposed", "axis": 0}
+        for b in buffers
+    }
+    missing = sorted({n for r in recipes.values() for n in r["names"] if n not in state})
     if missing:
         raise KeyError(
-            f"the manifest wants weights HF's GPT2LMHeadModel does not have: {missing[:8]}"
+            f"the manifest wants weights the HF model does not have: {missing[:8]}"
             + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         )
     tensors = []
     for buffer in buffers:
         dtype, shape = buffer_dtype_and_shape(buffer, manifest)
-        value = state[buffer["name"]].detach().float()
-        layout = buffer.get("layout", "as_given")
-        if layout == "transposed":  # a matmul weight the kernels read [N, K]: HF's Conv1D is [K, N]
-            value = value.t().contiguous()
-        elif layout != "as_given":
-            raise ValueError(f"weight buffer {buffer['name']}: layout {layout!r} is not as_given or transposed")
+        recipe = recipes[buffer["name"]]
+        parts = [state[n].detach().float() for n in recipe["names"]]
+        parts = [p.t() if recipe["transpose"] else p for p in parts]
+        value = (torch.cat(parts, dim=recipe["axis"]) if len(parts) > 1 else parts[0]).contiguous()
         if shape is not None and tuple(value.shape) != shape:
             if len(shape) != value.dim() or any(s < v for s, v in zip(shape, value.shape, strict=True)):
                 raise ValueError(
@@ -276,7 +319,7 @@ class Checker:
         self.args = args
         self.started = time.monotonic()
         self.timings = []  # (model, backend, weights, prefill_ms, decode_ms)
-        self._hf = None
+        self._hf = {}
         self.device = "cuda"  # where HF runs ("cpu" only to try this script's logic without a GPU)
 
     def synchronize(self):
@@ -373,9 +416,10 @@ class Checker:
         )
         self.log.result(f"{name} greedy {steps} tokens", passed, detail)
 
-    # GPT-2 small: HF transformers on the same GPU.
-    def hf_model(self):
-        if self._hf is None:
+    # Weight-less artifacts (GPT-2 small, llama shapes): HF transformers on the same GPU.
+    def hf_model(self, manifest):
+        key = json.dumps(manifest["config"], sort_keys=True)
+        if key not in self._hf:
             import torch
             import transformers
 
@@ -383,14 +427,14 @@ class Checker:
             torch.backends.cudnn.allow_tf32 = False
             torch.manual_seed(0)
             start = time.monotonic()
-            model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval().to(self.device)
+            model = hf_model_for(manifest).eval().to(self.device)
             attention = getattr(model.config, "_attn_implementation", "?")
             self.log(
-                f"   HF GPT2LMHeadModel(GPT2Config()) from torch.manual_seed(0): {time.monotonic() - start:.1f} s, "
-                f"attention {attention}, transformers {transformers.__version__}"
+                f"   HF {type(model).__name__} of {model_label(manifest)} from torch.manual_seed(0): "
+                f"{time.monotonic() - start:.1f} s, attention {attention}, transformers {transformers.__version__}"
             )
-            self._hf = model
-        return self._hf
+            self._hf[key] = model
+        return self._hf[key]
 
     def hf_greedy(self, model, prompt, steps):
         """HF's prefill logits, then `steps` greedy decode steps with past_key_values: (tokens,
@@ -410,10 +454,10 @@ class Checker:
                 rows.append(out.logits[0, -1].float())
         return tokens, torch.stack(rows).cpu().numpy()
 
-    def gpt2_checks(self, name, directory, manifest):
+    def hf_checks(self, name, directory, manifest):
         import gpt_runtime
 
-        hf = self.hf_model()
+        hf = self.hf_model(manifest)
         # A copy of the directory gets the weights: the prepared one stays as it came.
         work = tempfile.mkdtemp(prefix="gpu_check_")
         try:
@@ -438,7 +482,7 @@ class Checker:
 
         tolerance = tolerance_for(manifest)
         generator = np.random.default_rng(1)
-        ids = [int(t) for t in generator.integers(0, GPT2_SMALL["vocab_size"], size=128)]
+        ids = [int(t) for t in generator.integers(0, manifest["vocab_size"], size=128)]
         with torch.no_grad():
             want = hf(torch.tensor([ids], device=self.device)).logits[0].float().cpu().numpy()
         self.compare(f"{name} forward T=128 vs HF", model.forward(ids), want, tolerance)
@@ -457,10 +501,10 @@ class Checker:
         self.log.result(f"{name} greedy {steps} tokens vs HF", passed, detail)
 
         if not self.args.skip_timing:
-            self.time_runtime(name, model, ids, weights_dtype(manifest))
+            self.time_runtime(name, model, ids, weights_dtype(manifest), model_label(manifest))
 
     # Timings.
-    def time_runtime(self, name, model, ids, dtype):
+    def time_runtime(self, name, model, ids, dtype, label):
         # One cache, reset between prefills: its step programs' CUDA graphs (captured on first
         # use, with the cache's addresses baked in) are replayed, as in a serving loop.
         prefill = []
@@ -480,16 +524,16 @@ class Checker:
             if i >= 8:
                 decode.append(time.perf_counter() - start)
             token = int(np.argmax(logits))
-        self.record("GPT-2 small", f"gpt_runtime ({name})", dtype, prefill, decode)
+        self.record(label, f"gpt_runtime ({name})", dtype, prefill, decode)
 
-    def time_hf(self, name, dtype):
+    def time_hf(self, name, dtype, manifest):
         import torch
 
-        model = self.hf_model()
+        model = self.hf_model(manifest)
         if dtype == "bf16":
-            model = self.hf_model().to(torch.bfloat16)  # the last use of the HF model (see main)
+            model = model.to(torch.bfloat16)  # the last use of the HF model (see main)
         ids = torch.tensor(
-            [np.random.default_rng(1).integers(0, GPT2_SMALL["vocab_size"], size=128).tolist()], device=self.device
+            [np.random.default_rng(1).integers(0, manifest["vocab_size"], size=128).tolist()], device=self.device
         )
         prefill, decode = [], []
         with torch.no_grad():
@@ -511,7 +555,7 @@ class Checker:
                 if i >= 8:
                     decode.append(time.perf_counter() - start)
         attention = getattr(model.config, "_attn_implementation", "?")
-        self.record("GPT-2 small", f"HF transformers eager ({attention})", dtype, prefill, decode)
+        self.record(model_label(manifest), f"HF transformers eager ({attention})", dtype, prefill, decode)
         self.log.result(f"{name} timed", True)
 
     def record(self, model, backend, dtype, prefill, decode):
@@ -520,13 +564,14 @@ class Checker:
         self.log(f"   {backend} {dtype}: prefill T=128 {row[3]:.3f} ms, decode {row[4]:.3f} ms/token")
 
     def timing_table(self):
-        baseline = next((r for r in self.timings if r[1].startswith("HF") and r[2] == "f32"), None)
+        baselines = {r[0]: r for r in self.timings if r[1].startswith("HF") and r[2] == "f32"}
         lines = [
             "| model | backend | weights | prefill T=128 (ms) | decode (ms/token) | prefill speedup vs HF eager f32 "
             "| decode speedup vs HF eager f32 |",
             "|---|---|---|---|---|---|---|",
         ]
         for model, backend, dtype, prefill, decode in self.timings:
+            baseline = baselines.get(model)
             speedups = [f"{baseline[3] / prefill:.2f}x", f"{baseline[4] / decode:.2f}x"] if baseline else ["n/a", "n/a"]
             cells = [model, backend, dtype, f"{prefill:.3f}", f"{decode:.3f}", *speedups]
             lines.append("| " + " | ".join(cells) + " |")
@@ -567,9 +612,9 @@ def main(argv):
         kind = (
             "reference"
             if "reference.npz" in files
-            else "hf-gpt2"
-            if is_gpt2_small(manifest)
-            else "none (no reference.npz, not GPT-2 small)"
+            else "hf"
+            if hf_checked(manifest)
+            else "none (no reference.npz, not GPT-2 small or llama)"
         )
         log(
             f"artifact {name}: target {manifest.get('target', {}).get('chip')}, weights {weights_dtype(manifest)}, "
@@ -601,22 +646,25 @@ def main(argv):
     capability = "sm_{}{}".format(*torch.cuda.get_device_capability())
     log(f"gpu: {torch.cuda.get_device_name()} ({capability}), driver {driver_version()}, torch {torch.__version__}")
 
-    gpt2 = []
+    with_hf = []
     for name, directory, manifest in artifacts:
         if "reference.npz" in os.listdir(directory):
             failures = len([r for r in log.results if not r[1]])
             checker.run(f"{name}", checker.reference_checks, directory, manifest)
             if len([r for r in log.results if not r[1]]) > failures and not args.no_localize:
                 checker.localize(name, directory, tolerance_for(manifest))
-        elif is_gpt2_small(manifest):
-            gpt2.append((name, directory, manifest))
-    # f32 before bf16: the HF model is timed in f32, then converted to bf16 for its last use.
-    gpt2.sort(key=lambda a: weights_dtype(a[2]) != "f32")
-    for name, directory, manifest in gpt2:
-        checker.run(f"{name}", checker.gpt2_checks, directory, manifest)
-    if gpt2 and not args.skip_timing:
-        checker.run("HF f32", checker.time_hf, "f32")
-        checker.run("HF bf16", checker.time_hf, "bf16")
+        elif hf_checked(manifest):
+            with_hf.append((name, directory, manifest))
+    # Per model, f32 before bf16: its HF model is timed in f32, then converted to bf16 for its
+    # last use.
+    with_hf.sort(key=lambda a: (model_label(a[2]), weights_dtype(a[2]) != "f32"))
+    for label in dict.fromkeys(model_label(a[2]) for a in with_hf):
+        group = [a for a in with_hf if model_label(a[2]) == label]
+        for name, directory, manifest in group:
+            checker.run(f"{name}", checker.hf_checks, directory, manifest)
+        if not args.skip_timing:
+            checker.run(f"HF {label} f32", checker.time_hf, "f32", group[0][2])
+            checker.run(f"HF {label} bf16", checker.time_hf, "bf16", group[0][2])
     compiler = compiler_in_process()
     detail = ", ".join(compiler) or "no gpt, _gpt, libMLIR, libLLVM"
     log.result("gpt_runtime ran without the compiler", not compiler, detail)

@@ -4,14 +4,15 @@ exported here, where the compiler runs, with the CPU model's reference outputs b
     bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/gpu_prepare.py --out build/gpu_check
 
 Writes, under --out (wiped first):
-- small-a.f32, small-a.bf16, small-b.f32, small-b.bf16: two small GPT-2-shaped models with random
-  weights (random biases and norm scales too, so that a dropped bias shows), vocabularies 512 and
-  1000 (not a multiple of 64, on purpose), each exported with its weights, and reference.npz: the
-  CPU gpt.GPT's logits for fixed ids (forward at two lengths; prefill, then decode of given
-  tokens) and its greedy tokens with the logits that chose them. A bf16 artifact's reference is
-  the f32 model (the check allows 1e-2 there).
-- gpt2-small.f32, gpt2-small.bf16: GPT-2 small's shape without weights (498 MB would not fit the
-  64 MiB a device call carries): the device check fills them with HF's GPT2LMHeadModel's.
+- small-a, small-b, small-llama (each .f32 and .bf16): two small GPT-2-shaped models and a small
+  llama (GQA, SwiGLU, rope, untied head) with random weights (random biases and norm scales too, so
+  that a dropped bias shows), vocabularies not a multiple of 64, on purpose, each exported with its
+  weights, and reference.npz: the CPU gpt.GPT's logits for fixed ids (forward at two lengths;
+  prefill, then decode of given tokens) and its greedy tokens with the logits that chose them. A
+  bf16 artifact's reference is the f32 model (the check allows 1e-2 there).
+- gpt2-small.f32/.bf16 and smollm2-shape.f32/.bf16: GPT-2 small's and SmolLM2-135M's shapes without
+  weights (hundreds of MB would not fit the 64 MiB a device call carries): the device check fills
+  them with HF's GPT2LMHeadModel's / LlamaForCausalLM's, through each buffer's `hf` recipe.
 The whole folder must stay well under 64 MiB; the script says its size and fails above --max-mib.
 """
 
@@ -24,14 +25,40 @@ import time
 import numpy as np
 
 import gpt
+from gpt import architectures
 from gpt.weights import random_weights
 
 SMALL = {
     "small-a": dict(n_layer=2, n_head=4, n_embd=128, vocab_size=512, block_size=256),
     "small-b": dict(n_layer=3, n_head=6, n_embd=192, vocab_size=1000, block_size=512),
+    # The Llama family: RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied head.
+    "small-llama": dict(
+        architecture="llama",
+        n_layer=2,
+        n_head=4,
+        n_kv_head=2,
+        n_embd=128,
+        n_ff=352,
+        vocab_size=700,
+        block_size=256,
+        tied_head=False,
+    ),
 }
 # Buckets: small-a the one-bucket case, small-b three (a 37-token forward pads to 128 in both).
-SMALL_TOKENS = {"small-a": (1, 128), "small-b": (1, 32, 128)}
+SMALL_TOKENS = {"small-a": (1, 128), "small-b": (1, 32, 128), "small-llama": (1, 128)}
+# SmolLM2-135M's shape (llama, 30 layers, GQA 9/3, SwiGLU 1536, rope base 1e5, tied head), filled
+# on the device from HF's LlamaForCausalLM of the same config; a 2048-position cache.
+SMOLLM2_SHAPE = dict(
+    architecture="llama",
+    n_layer=30,
+    n_head=9,
+    n_kv_head=3,
+    n_embd=576,
+    n_ff=1536,
+    vocab_size=49152,
+    block_size=2048,
+    rope_base=100000.0,
+)
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, block_size=1024)
 GREEDY_STEPS = 16
 
@@ -97,7 +124,10 @@ def main(argv):
     os.makedirs(args.out)
     for index, (name, shape) in enumerate(SMALL.items()):
         config = gpt.GPTConfig(**shape)
-        model = gpt.GPT.from_weights(config, small_weights(config, seed=index))
+        weights = small_weights(config, seed=index)
+        model = gpt.GPT.from_weights(
+            config, architectures.from_compiler(config, weights) if config.architecture != "gpt2" else weights
+        )
         values = reference(model, seed=100 + index)
         for weights in ("f32", "bf16"):
             directory = os.path.join(args.out, f"{name}.{weights}")
@@ -110,6 +140,12 @@ def main(argv):
         model = gpt.GPT.random(gpt.GPTConfig(**GPT2_SMALL))
         for weights in ("f32", "bf16"):
             directory = os.path.join(args.out, f"gpt2-small.{weights}")
+            start = time.monotonic()
+            model.export(directory, target=args.target, tokens=(1, 128), weights=weights, write_weights=False)
+            print(f"{directory}: {directory_mib(directory):.2f} MiB, {time.monotonic() - start:.1f} s", flush=True)
+        model = gpt.GPT.random(gpt.GPTConfig(**SMOLLM2_SHAPE))
+        for weights in ("f32", "bf16"):
+            directory = os.path.join(args.out, f"smollm2-shape.{weights}")
             start = time.monotonic()
             model.export(directory, target=args.target, tokens=(1, 128), weights=weights, write_weights=False)
             print(f"{directory}: {directory_mib(directory):.2f} MiB, {time.monotonic() - start:.1f} s", flush=True)

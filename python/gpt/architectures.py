@@ -370,6 +370,12 @@ def _groups(config: GPTConfig) -> dict[str, list[tuple[Parameter, int | None, st
     return groups
 
 
+def hf_parts(config: GPTConfig) -> dict[str, tuple[list[str], bool]]:
+    """Compiler name -> (its HF parameters in concatenation order, whether they are Linear [out, in]
+    weights that the compiler takes transposed)."""
+    return {name: ([hf for _, _, hf in parts], parts[0][0].linear) for name, parts in _groups(config).items()}
+
+
 def to_compiler(config: GPTConfig, weights: Mapping[str, np.ndarray], *, consume: bool = False) -> dict[str, object]:
     """HF-named weights (HF layouts) -> the compiler's parameters: Linear weights transposed to
     [in, out], fused parts concatenated along the output dimension. Names that are not parameters

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from gpt import _gpt, cuda_tools
+from gpt import _gpt, architectures, cuda_tools
 
 ARTIFACT_WEIGHTS = "weights.safetensors"
 ARTIFACT_TOKENIZER = "tokenizer.json"
@@ -72,6 +72,21 @@ def stored_weights(manifest: dict, weights: dict[str, np.ndarray]) -> dict[str, 
     return tensors
 
 
+def describe_hf_sources(manifest: dict, config) -> None:
+    """Gives each weight buffer `hf`: how to make its tensor from a HF checkpoint without the
+    compiler, stored = concatenate([t.T if transpose else t for t in names' tensors], axis). (The
+    device check fills weight-less artifacts from HF models this way.)"""
+    parts = architectures.hf_parts(config)
+    for buffer in manifest["buffers"]:
+        if buffer["role"] != "weight":
+            continue
+        names, linear = parts.get(buffer["name"], ([buffer["name"]], False))
+        if buffer["layout"] == "transposed":  # the compiler's [in, out] transposed back
+            buffer["hf"] = {"names": names, "transpose": not linear, "axis": 0}
+        else:
+            buffer["hf"] = {"names": names, "transpose": linear, "axis": 1 if linear else 0}
+
+
 def compile_artifact(model, target: str = "cuda:sm_90", tokens=(1, 128), weights: str = "f32", cache_len=None) -> dict:
     """The compiler's parts for `model` (see _gpt.compile_gpu_artifact) and the full manifest."""
     chip = parse_target(target)
@@ -92,6 +107,7 @@ def compile_artifact(model, target: str = "cuda:sm_90", tokens=(1, 128), weights
     manifest["eos_token_id"] = eos[0] if eos else None
     manifest["eos_token_ids"] = eos
     manifest["weights"] = {"file": ARTIFACT_WEIGHTS, "dtype": weights}
+    describe_hf_sources(manifest, config)
     manifest["tokenizer"] = ARTIFACT_TOKENIZER if model.tokenizer is not None else None
     parts["manifest"] = manifest
     return parts
