@@ -15,6 +15,8 @@ from gpt_runtime import emulator
 
 SHAPES = {
     "one-head": dict(n_layer=1, n_head=1, n_embd=32, vocab_size=50, block_size=64),
+    # A head size (20) that is no multiple of the warp: the attention kernel's idle lanes.
+    "ragged-head": dict(n_layer=1, n_head=4, n_embd=80, vocab_size=70, block_size=64),
     "gpt2-like": dict(n_layer=2, n_head=4, n_embd=128, vocab_size=300, block_size=64),
     "odd-vocab": dict(n_layer=3, n_head=6, n_embd=192, vocab_size=1000, block_size=96),
     # The Llama family: RMSNorm, rotary positions (both layouts, Llama 3's scaling), SwiGLU,

@@ -541,9 +541,11 @@ KernelSource tiledMatmul(const Matmul &m) {
 }
 
 KernelSource attention(const Attention &a) {
-  if (a.headSize % kWarp) throw std::invalid_argument("attention: the head size must be a multiple of 32");
   KernelText k;
-  int64_t perLane = a.headSize / kWarp, group = a.heads / a.kvHeads;
+  // Lane l holds elements l, l + 32, ...; a head size that is no multiple of 32 leaves the last
+  // chunk's high lanes idle: they read a clamped, in-bounds element and use 0 instead.
+  int64_t perLane = (a.headSize + kWarp - 1) / kWarp, group = a.heads / a.kvHeads;
+  bool ragged = a.headSize % kWarp != 0;
   auto viewType = [&](const std::array<int64_t, 2> &s, int64_t tokens, int64_t heads) {
     return f32Memref((tokens - 1) * s[0] + (heads - 1) * s[1] + a.headSize);
   };
@@ -570,12 +572,26 @@ KernelSource attention(const Attention &a) {
   std::string qBase = k.madd("%i", a.q[0], k.binary("arith.muli", "%h", k.index(a.q[1]), "index"));
   std::string kHead = k.binary("arith.muli", hk, k.index(a.k[1]), "index");
   std::string vHead = k.binary("arith.muli", hk, k.index(a.v[1]), "index");
-  std::vector<std::string> element(perLane), q(perLane);
+  std::vector<std::string> element(perLane), valid(perLane), q(perLane);
   for (int64_t e = 0; e < perLane; ++e) {
-    element[e] = k.binary("arith.addi", "%lane", k.index(e * kWarp), "index");
-    std::string raw = k.loadScalar("%q", qType, k.binary("arith.addi", qBase, element[e], "index"), ElementType::F32);
-    q[e] = k.binary("arith.mulf", raw, k.f32(a.scale), "f32");
+    std::string unclamped = k.binary("arith.addi", "%lane", k.index(e * kWarp), "index");
+    element[e] = unclamped;
+    if (ragged && (e + 1) * kWarp > a.headSize) {
+      valid[e] = k.fresh("valid");
+      k.line("$0 = arith.cmpi ult, $1, $2 : index", {valid[e], unclamped, k.index(a.headSize)});
+      element[e] = k.binary("arith.minui", unclamped, k.index(a.headSize - 1), "index");
+    }
   }
+  // An element of `memref` at base + element[e], 0 on an idle lane.
+  auto load = [&](const std::string &memref, const std::string &type, const std::string &base, int64_t e) {
+    std::string v = k.loadScalar(memref, type, k.binary("arith.addi", base, element[e], "index"), ElementType::F32);
+    if (valid[e].empty()) return v;
+    std::string masked = k.fresh("masked");
+    k.line("$0 = arith.select $1, $2, $3 : f32", {masked, valid[e], v, k.f32(0.0f)});
+    return masked;
+  };
+  for (int64_t e = 0; e < perLane; ++e)
+    q[e] = k.binary("arith.mulf", load("%q", qType, qBase, e), k.f32(a.scale), "f32");
   std::string types = "f32, f32", iterArgs = "%m = " + k.f32(-3.0e38f) + ", %l = " + k.f32(0.0f);
   for (int64_t e = 0; e < perLane; ++e) {
     types += ", f32";
@@ -588,7 +604,7 @@ KernelSource attention(const Attention &a) {
   std::string kRow = k.madd("%j", a.k[0], kHead);
   std::string partial = k.f32(0.0f);
   for (int64_t e = 0; e < perLane; ++e) {
-    std::string kv = k.loadScalar("%k", kType, k.binary("arith.addi", kRow, element[e], "index"), ElementType::F32);
+    std::string kv = load("%k", kType, kRow, e);
     partial = k.binary("arith.addf", partial, k.binary("arith.mulf", q[e], kv, "f32"), "f32");
   }
   std::string score = k.warpSum(partial);
@@ -600,7 +616,7 @@ KernelSource attention(const Attention &a) {
   std::string vRow = k.madd("%j", a.v[0], vHead);
   std::string yields = newMax + ", " + l;
   for (int64_t e = 0; e < perLane; ++e) {
-    std::string vv = k.loadScalar("%v", vType, k.binary("arith.addi", vRow, element[e], "index"), ElementType::F32);
+    std::string vv = load("%v", vType, vRow, e);
     std::string scaled = k.binary("arith.mulf", "%o" + str(e), correction, "f32");
     // mul + add: the NVPTX backend contracts them into one fma (math.fma has no NVVM lowering).
     std::string next = k.binary("arith.addf", k.binary("arith.mulf", p, vv, "f32"), scaled, "f32");
@@ -612,7 +628,12 @@ KernelSource attention(const Attention &a) {
   for (int64_t e = 0; e < perLane; ++e) {
     std::string o = k.binary("arith.divf", state + "#" + str(2 + e), state + "#1", "f32");
     std::string at = k.binary("arith.addi", outBase, element[e], "index");
+    if (!valid[e].empty()) {
+      k.line("scf.if $0 {", {valid[e]});
+      k.open();
+    }
     k.line("memref.store $0, %out[$1] : $2", {o, at, oType});
+    if (!valid[e].empty()) k.close();
   }
   auto pair = [](const std::array<int64_t, 2> &s) { return llvm::json::Array{s[0], s[1]}; };
   llvm::json::Object op{
