@@ -309,6 +309,7 @@ class Launch:
                 "remui": np.remainder,
                 "minui": np.minimum,
                 "xori": np.bitwise_xor,
+                "andi": np.logical_and,
                 "addf": np.add,
                 "subf": np.subtract,
                 "mulf": np.multiply,

@@ -107,3 +107,24 @@ CHECK-NOT: __nv_
 """,
         tmp_path,
     )
+
+
+def test_no_kernel_spills_registers(tmp_path):
+    """ptxas -v over GPT-2 small's kernels (f32 and bf16): every one fits its registers, so no
+    kernel pays for local-memory spills."""
+    from gpt import cuda_tools, gpu_export
+
+    config = gpt.GPTConfig(n_layer=1, n_head=12, n_embd=768, vocab_size=50257, block_size=1024)
+    model = gpt.GPT.random(config)
+    for weights in ("f32", "bf16"):
+        path = tmp_path / f"{weights}.ptx"
+        path.write_text(gpu_export.compile_artifact(model, "cuda:sm_90", (1, 128), weights)["ptx"])
+        result = subprocess.run(
+            [cuda_tools.ptxas_path(), "-v", "-arch=sm_90", str(path), "-o", os.devnull],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        reports = [line for line in result.stderr.splitlines() if "spill stores" in line]
+        assert len(reports) >= 8
+        assert all(" 0 bytes spill stores, 0 bytes spill loads" in line for line in reports), result.stderr

@@ -461,15 +461,11 @@ KernelSource tiledMatmul(const Matmul &m) {
   std::string zeroVector = k.fresh("zv");
   k.line("$0 = vector.splat $1 : vector<4xf32>", {zeroVector, k.f32(0.0f)});
   std::string vectors = "vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>";
-  std::string accs = k.fresh("acc");
-  k.line("$0:4 = scf.for %k0 = $1 to $2 step $3 iter_args(%c0a = $4, %c1a = $4, %c2a = $4, %c3a = $4) -> ($5) {",
-         {accs, k.index(0), k.index(m.depth), k.index(tileK), zeroVector, vectors});
-  k.open();
-  k.line("gpu.barrier");
-  // Stage the tiles transposed (k-major) so the inner loop reads 4 rows or 4 columns at once.
-  auto stage = [&](const std::string &ok, const std::string &memref, const std::string &type, const std::string &base,
-                   ElementType element, const std::string &shared) {
-    std::string at = k.binary("arith.addi", base, k.binary("arith.addi", "%k0", lk, "index"), "index");
+  // The tiles of k0 .. k0 + 15: 4 consecutive k at `lk` of row `lr`, read from global memory one
+  // iteration ahead (register prefetch), so their latency overlaps the previous tile's FMAs.
+  auto fetch = [&](const std::string &ok, const std::string &memref, const std::string &type, const std::string &base,
+                   ElementType element, const std::string &k0) {
+    std::string at = k.binary("arith.addi", base, k.binary("arith.addi", k0, lk, "index"), "index");
     std::string v = k.fresh("tile");
     k.line("$0 = scf.if $1 -> (vector<4xf32>) {", {v, ok});
     k.open();
@@ -479,6 +475,18 @@ KernelSource tiledMatmul(const Matmul &m) {
     k.open();
     k.line("scf.yield $0 : vector<4xf32>", {zeroVector});
     k.close();
+    return v;
+  };
+  std::string firstA = fetch(aOk, "%a", aType, aBase, ElementType::F32, k.index(0));
+  std::string firstB = fetch(bOk, "%b", bType, bBase, m.element, k.index(0));
+  std::string accs = k.fresh("acc");
+  k.line("$0:6 = scf.for %k0 = $1 to $2 step $3 iter_args(%c0a = $4, %c1a = $4, %c2a = $4, %c3a = $4, %pa = $5, "
+         "%pb = $6) -> ($7, vector<4xf32>, vector<4xf32>) {",
+         {accs, k.index(0), k.index(m.depth), k.index(tileK), zeroVector, firstA, firstB, vectors});
+  k.open();
+  k.line("gpu.barrier");
+  // Stage the tiles transposed (k-major) so the inner loop reads 4 rows or 4 columns at once.
+  auto stage = [&](const std::string &v, const std::string &shared) {
     for (int i = 0; i < 4; ++i) {
       std::string e = k.fresh("e");
       k.line("$0 = vector.extract $1[$2] : f32 from vector<4xf32>", {e, v, str(i)});
@@ -486,8 +494,13 @@ KernelSource tiledMatmul(const Matmul &m) {
       k.line("memref.store $0, $1[$2, $3] : $4", {e, shared, kk, lr, smem});
     }
   };
-  stage(aOk, "%a", aType, aBase, ElementType::F32, "%as");
-  stage(bOk, "%b", bType, bBase, m.element, "%bs");
+  stage("%pa", "%as");
+  stage("%pb", "%bs");
+  std::string next = k.binary("arith.addi", "%k0", k.index(tileK), "index");
+  std::string more = k.fresh("more");
+  k.line("$0 = arith.cmpi ult, $1, $2 : index", {more, next, k.index(m.depth)});
+  std::string nextA = fetch(k.binary("arith.andi", more, aOk, "i1"), "%a", aType, aBase, ElementType::F32, next);
+  std::string nextB = fetch(k.binary("arith.andi", more, bOk, "i1"), "%b", bType, bBase, m.element, next);
   k.line("gpu.barrier");
   std::string inner = k.fresh("in");
   k.line("$0:4 = scf.for %kk = $1 to $2 step $3 iter_args(%d0 = %c0a, %d1 = %c1a, %d2 = %c2a, %d3 = %c3a) -> ($4) {",
@@ -506,7 +519,7 @@ KernelSource tiledMatmul(const Matmul &m) {
   }
   k.line("scf.yield $0 : $1", {yields, vectors});
   k.close();
-  k.line("scf.yield $0#0, $0#1, $0#2, $0#3 : $1", {inner, vectors});
+  k.line("scf.yield $0#0, $0#1, $0#2, $0#3, $1, $2 : $3, vector<4xf32>, vector<4xf32>", {inner, nextA, nextB, vectors});
   k.close();
   for (int r = 0; r < micro; ++r) {
     std::string row = k.binary("arith.addi", row0, k.binary("arith.addi", tr4, k.index(r), "index"), "index");
