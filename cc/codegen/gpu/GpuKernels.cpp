@@ -570,7 +570,9 @@ KernelSource attention(const Attention &a) {
 
   k.line("%i = gpu.block_id x");
   k.line("%h = gpu.block_id y");
-  k.line("%lane = gpu.thread_id x");
+  k.line("%tid = gpu.thread_id x");
+  k.line("%lane = arith.remui %tid, $0 : index", {k.index(kWarp)});
+  k.line("%warp = arith.divui %tid, $0 : index", {k.index(kWarp)});
   std::string hk = k.binary("arith.divui", "%h", k.index(group), "index");
   std::string offset = k.index(0);
   if (a.offsetFromMemory) {
@@ -611,8 +613,8 @@ KernelSource attention(const Attention &a) {
     iterArgs += ", %o" + str(e) + " = " + k.f32(0.0f);
   }
   std::string state = k.fresh("state");
-  k.line("$0:$1 = scf.for %j = $2 to $3 step $4 iter_args($5) -> ($6) {",
-         {state, str(2 + perLane), k.index(0), end, k.index(1), iterArgs, types});
+  k.line("$0:$1 = scf.for %j = %warp to $2 step $3 iter_args($4) -> ($5) {",
+         {state, str(2 + perLane), end, k.index(a.warps), iterArgs, types});
   k.open();
   std::string kRow = k.madd("%j", a.k[0], kHead);
   std::string partial = k.f32(0.0f);
@@ -638,8 +640,61 @@ KernelSource attention(const Attention &a) {
   k.line("scf.yield $0 : $1", {yields, types});
   k.close();
   std::string outBase = k.madd("%i", a.out[0], k.binary("arith.muli", "%h", k.index(a.out[1]), "index"));
+  std::vector<std::string> numerator(perLane), denominator(perLane);
+  std::string workgroup;
+  if (a.warps == 1) {
+    for (int64_t e = 0; e < perLane; ++e) {
+      numerator[e] = state + "#" + str(2 + e);
+      denominator[e] = state + "#1";
+    }
+  } else {
+    // Each warp's (max, sum, accumulators) to shared memory; warp 0 rescales them to the common
+    // max and adds them up: the online softmax's merge.
+    std::string wide = str(perLane * kWarp);
+    std::string stats = "memref<" + str(a.warps) + "xf32, #gpu.address_space<workgroup>>";
+    std::string accumulators = "memref<" + str(a.warps) + "x" + wide + "xf32, #gpu.address_space<workgroup>>";
+    workgroup = "%maxes: " + stats + ", %sums: " + stats + ", %accs: " + accumulators;
+    k.line("memref.store $0#0, %maxes[%warp] : $1", {state, stats});
+    k.line("memref.store $0#1, %sums[%warp] : $1", {state, stats});
+    for (int64_t e = 0; e < perLane; ++e) {
+      std::string column = k.binary("arith.addi", "%lane", k.index(e * kWarp), "index");
+      k.line("memref.store $0#$1, %accs[%warp, $2] : $3", {state, str(2 + e), column, accumulators});
+    }
+    k.line("gpu.barrier");
+    std::string shared = k.f32(-3.0e38f);
+    std::vector<std::string> maxes(a.warps);
+    for (int64_t w = 0; w < a.warps; ++w) {
+      maxes[w] = k.fresh("wmax");
+      k.line("$0 = memref.load %maxes[$1] : $2", {maxes[w], k.index(w), stats});
+      shared = k.binary("arith.maximumf", shared, maxes[w], "f32");
+    }
+    std::string total = k.f32(0.0f);
+    std::vector<std::string> scale(a.warps);
+    for (int64_t w = 0; w < a.warps; ++w) {
+      scale[w] = k.fresh("wscale");
+      k.line("$0 = math.exp $1 : f32", {scale[w], k.binary("arith.subf", maxes[w], shared, "f32")});
+      std::string sum = k.fresh("wsum");
+      k.line("$0 = memref.load %sums[$1] : $2", {sum, k.index(w), stats});
+      total = k.binary("arith.addf", total, k.binary("arith.mulf", sum, scale[w], "f32"), "f32");
+    }
+    for (int64_t e = 0; e < perLane; ++e) {
+      std::string column = k.binary("arith.addi", "%lane", k.index(e * kWarp), "index");
+      std::string sum = k.f32(0.0f);
+      for (int64_t w = 0; w < a.warps; ++w) {
+        std::string part = k.fresh("wacc");
+        k.line("$0 = memref.load %accs[$1, $2] : $3", {part, k.index(w), column, accumulators});
+        sum = k.binary("arith.addf", sum, k.binary("arith.mulf", part, scale[w], "f32"), "f32");
+      }
+      numerator[e] = sum;
+      denominator[e] = total;
+    }
+    std::string first = k.fresh("first");
+    k.line("$0 = arith.cmpi eq, %warp, $1 : index", {first, k.index(0)});
+    k.line("scf.if $0 {", {first});
+    k.open();
+  }
   for (int64_t e = 0; e < perLane; ++e) {
-    std::string o = k.binary("arith.divf", state + "#" + str(2 + e), state + "#1", "f32");
+    std::string o = k.binary("arith.divf", numerator[e], denominator[e], "f32");
     std::string at = k.binary("arith.addi", outBase, element[e], "index");
     if (!valid[e].empty()) {
       k.line("scf.if $0 {", {valid[e]});
@@ -648,12 +703,14 @@ KernelSource attention(const Attention &a) {
     k.line("memref.store $0, %out[$1] : $2", {o, at, oType});
     if (!valid[e].empty()) k.close();
   }
+  if (a.warps > 1) k.close();
   auto pair = [](const std::array<int64_t, 2> &s) { return llvm::json::Array{s[0], s[1]}; };
   llvm::json::Object op{
       {"family", "attention"},   {"tokens", a.tokens}, {"heads", a.heads}, {"kv_heads", a.kvHeads},
       {"head_size", a.headSize}, {"keys", a.keys},     {"scale", a.scale}, {"offset_from_memory", a.offsetFromMemory},
-      {"q", pair(a.q)},          {"k", pair(a.k)},     {"v", pair(a.v)},   {"out", pair(a.out)}};
-  return {k.function(signature, "", ""), {a.tokens, a.heads, 1}, {kWarp, 1, 1}, std::move(op)};
+      {"q", pair(a.q)},          {"k", pair(a.k)},     {"v", pair(a.v)},   {"out", pair(a.out)},
+      {"warps", a.warps}};
+  return {k.function(signature, workgroup, ""), {a.tokens, a.heads, 1}, {kWarp * a.warps, 1, 1}, std::move(op)};
 }
 
 KernelSource rope(const Rope &r) {

@@ -90,6 +90,9 @@ struct Attention {
   float scale;
   bool offsetFromMemory = false;
   std::array<int64_t, 2> q, k, v, out; ///< (token stride, head stride); the element stride is 1
+  /// Warps per (query row, head): each takes every warps-th key, and the warps' softmax states are
+  /// merged through shared memory at the end (long contexts: the decode step's keys).
+  int64_t warps = 1;
 };
 KernelSource attention(const Attention &k);
 

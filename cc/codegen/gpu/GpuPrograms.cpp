@@ -19,6 +19,9 @@ namespace transformer = mlir::transformer;
 namespace {
 
 constexpr int64_t kAlignment = 256; ///< of every scratch and input region, in bytes
+/// Attention over this many keys or more splits each row's keys over 4 warps: one warp walks
+/// them one by one, which bounds a long-context decode step by the walk, not by bandwidth.
+constexpr int64_t kAttentionWarpsFrom = 64;
 
 int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -507,7 +510,8 @@ void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, 
                     q.tokenAndHeadStrides(qt),
                     k.tokenAndHeadStrides(kt),
                     v.tokenAndHeadStrides(vt),
-                    out.tokenAndHeadStrides(resultTokenMajor)};
+                    out.tokenAndHeadStrides(resultTokenMajor),
+                    /*warps=*/keys >= kAttentionWarpsFrom ? 4 : 1};
         std::vector<PointerArg> args{q.pointer(), k.pointer(), v.pointer()};
         if (attention.getQueryOffset()) args.push_back(viewOf(attention.getQueryOffset()).pointer());
         args.push_back(out.pointer());
