@@ -1,5 +1,5 @@
 // Lowering of the elementwise ops (constant, add, mul, neg, relu, gelu, gelu_erf, tanh, where, exp, rsqrt, pow,
-// swiglu, rope) to linalg.generic.
+// swiglu, silu, rope) to linalg.generic.
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -156,14 +156,22 @@ template <> Value ElementwiseLowering<SwigluOp>::scalar(OpBuilder &b, Location l
   return b.create<arith::DivFOp>(loc, b.create<arith::MulFOp>(loc, gate, args[1]), denominator);
 }
 
+// x / (1 + exp(-x)): for a very negative x exp overflows to +inf and the quotient is -0, as
+// silu's limit (no inf * 0).
+template <> Value ElementwiseLowering<SiluOp>::scalar(OpBuilder &b, Location loc, ValueRange args) {
+  Value denominator = b.create<arith::AddFOp>(loc, f32Constant(b, loc, 1.0),
+                                              b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, args[0])));
+  return b.create<arith::DivFOp>(loc, args[0], denominator);
+}
+
 } // namespace
 
 void populateElementwiseLoweringPatterns(RewritePatternSet &patterns) {
   patterns.add<ConstantLowering, ElementwiseLowering<AddOp>, ElementwiseLowering<MulOp>, ElementwiseLowering<NegOp>,
                ElementwiseLowering<ReluOp>, ElementwiseLowering<GeluOp>, ElementwiseLowering<GeluErfOp>,
                ElementwiseLowering<TanhOp>, ElementwiseLowering<WhereOp>, ElementwiseLowering<ExpOp>,
-               ElementwiseLowering<RsqrtOp>, ElementwiseLowering<PowOp>, ElementwiseLowering<SwigluOp>, RopeLowering>(
-      patterns.getContext());
+               ElementwiseLowering<RsqrtOp>, ElementwiseLowering<PowOp>, ElementwiseLowering<SwigluOp>,
+               ElementwiseLowering<SiluOp>, RopeLowering>(patterns.getContext());
 }
 
 } // namespace gpt::conversion

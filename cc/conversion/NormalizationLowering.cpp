@@ -1,4 +1,4 @@
-// Lowering of layer_norm, rms_norm and softmax: row reductions, then one elementwise linalg.generic.
+// Lowering of layer_norm, rms_norm, mean and softmax: row reductions, then one elementwise linalg.generic.
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -6,6 +6,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 #include <limits>
@@ -90,6 +91,33 @@ struct RmsNormLowering : OpConversionPattern<RmsNormOp> {
   }
 };
 
+// sum(x) / n over the last dim: the row reduction, one multiply by 1 / n, and the reduced dim put
+// back as a dim of size 1 (tensor.expand_shape: no data moves).
+struct MeanLowering : OpConversionPattern<MeanOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(MeanOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    MLIRContext *ctx = rewriter.getContext();
+    Value x = adaptor.getInput();
+    RankedTensorType in = rankedType(x), type = rankedType(op.getResult());
+    int64_t rank = in.getRank();
+    double invN = 1.0 / static_cast<double>(in.getShape().back());
+    Value sum = buildRowReduction(
+        rewriter, loc, in.getShape(), {x}, {AffineMap::getMultiDimIdentityMap(rank, ctx)}, 0.0,
+        [](OpBuilder &b, Location l, ValueRange a) -> Value { return b.create<arith::AddFOp>(l, a[1], a[0]); });
+    Value mean =
+        buildElementwise(rewriter, loc, rankedType(sum), {sum}, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+          return b.create<arith::MulFOp>(l, a[0], f32Constant(b, l, invN));
+        });
+    // [d0, ..., d(r-2)] -> [d0, ..., d(r-2), 1]: the last kept dim grouped with the new one.
+    SmallVector<ReassociationIndices> groups;
+    for (int64_t i = 0; i + 1 < rank; ++i) groups.push_back({i});
+    if (!groups.empty()) groups.back().push_back(rank - 1);
+    rewriter.replaceOpWithNewOp<tensor::ExpandShapeOp>(op, type, mean, groups);
+    return success();
+  }
+};
+
 // exp(x - max) / sum(exp(x - max)) over the last dim; subtracting the row max keeps exp finite.
 struct SoftmaxLowering : OpConversionPattern<SoftmaxOp> {
   using OpConversionPattern::OpConversionPattern;
@@ -124,7 +152,7 @@ struct SoftmaxLowering : OpConversionPattern<SoftmaxOp> {
 } // namespace
 
 void populateNormalizationLoweringPatterns(RewritePatternSet &patterns) {
-  patterns.add<LayerNormLowering, RmsNormLowering, SoftmaxLowering>(patterns.getContext());
+  patterns.add<LayerNormLowering, RmsNormLowering, MeanLowering, SoftmaxLowering>(patterns.getContext());
 }
 
 } // namespace gpt::conversion

@@ -165,10 +165,54 @@ struct RecoverCausalAttention : OpRewritePattern<MatmulOp> {
   }
 };
 
+/// The [Hkv, T, d] tensor whose heads `value` repeats n times each, as HF's repeat_kv is imported
+/// (reshape to [Hkv, 1, T, d], broadcast to [Hkv, n, T, d], reshape to [Hkv * n, T, d]); or null.
+Value repeatedHeadsSource(Value value) {
+  auto merged = value.getDefiningOp<ReshapeOp>();
+  auto broadcast = merged ? merged.getInput().getDefiningOp<BroadcastOp>() : BroadcastOp();
+  auto split = broadcast ? broadcast.getInput().getDefiningOp<ReshapeOp>() : ReshapeOp();
+  if (!split) return {};
+  auto source = dyn_cast<RankedTensorType>(split.getInput().getType());
+  auto single = dyn_cast<RankedTensorType>(split.getType());
+  auto repeated = dyn_cast<RankedTensorType>(broadcast.getType());
+  auto result = dyn_cast<RankedTensorType>(value.getType());
+  if (!source || !single || !repeated || !result || source.getRank() != 3 || repeated.getRank() != 4) return {};
+  int64_t heads = source.getDimSize(0), tokens = source.getDimSize(1), size = source.getDimSize(2);
+  int64_t copies = repeated.getDimSize(1);
+  if (single.getShape() != ArrayRef<int64_t>{heads, 1, tokens, size} ||
+      repeated.getShape() != ArrayRef<int64_t>{heads, copies, tokens, size} ||
+      result.getShape() != ArrayRef<int64_t>{heads * copies, tokens, size})
+    return {};
+  return split.getInput();
+}
+
+// causal_attention(q, repeat_heads(k, n), repeat_heads(v, n)) = causal_attention(q, k, v): with
+// Hkv = H / n key/value heads, query head h reads head h / n, the copy it read before.
+struct FoldRepeatedKeyValueHeads : OpRewritePattern<CausalAttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(CausalAttentionOp op, PatternRewriter &rewriter) const override {
+    if (op.getKeyTokenMajor() || op.getValueTokenMajor())
+      return rewriter.notifyMatchFailure(op, "token-major keys or values");
+    Value key = repeatedHeadsSource(op.getKey()), value = repeatedHeadsSource(op.getValue());
+    if (!key || !value ||
+        cast<RankedTensorType>(key.getType()).getDimSize(0) != cast<RankedTensorType>(value.getType()).getDimSize(0))
+      return rewriter.notifyMatchFailure(op, "keys and values are not both repeated heads");
+    rewriter.modifyOpInPlace(op, [&] {
+      op.getKeyMutable().assign(key);
+      op.getValueMutable().assign(value);
+    });
+    return success();
+  }
+};
+
 } // namespace
 
 void populateRecoverAttentionPatterns(RewritePatternSet &patterns) {
   patterns.add<RecoverCausalAttention>(patterns.getContext());
+}
+
+void populateFoldRepeatedHeadsPatterns(RewritePatternSet &patterns) {
+  patterns.add<FoldRepeatedKeyValueHeads>(patterns.getContext());
 }
 
 } // namespace mlir::transformer

@@ -1,5 +1,6 @@
 // Recovery of transformer.causal_attention from attention written out op by op (as an imported
-// PyTorch graph computes it), registered as a canonicalization of transformer.matmul.
+// PyTorch graph computes it), registered as a canonicalization of transformer.matmul, and of
+// grouped-query attention from repeated key/value heads.
 #ifndef GPT_CC_DIALECT_RECOVERATTENTION_H
 #define GPT_CC_DIALECT_RECOVERATTENTION_H
 
@@ -19,6 +20,12 @@ namespace mlir::transformer {
 /// other constant mask whose every row keeps a key becomes its `mask` operand; anything else
 /// (a mask computed from the inputs) is left as written.
 void populateRecoverAttentionPatterns(RewritePatternSet &patterns);
+
+/// causal_attention(q, repeat(k), repeat(v)) -> causal_attention(q, k, v), grouped-query attention
+/// over the Hkv heads that HF's repeat_kv copied n times each into [Hkv * n, T, d] (imported as
+/// reshape to [Hkv, 1, T, d], broadcast to [Hkv, n, T, d], reshape back), both operands
+/// head-major. Registered as a canonicalization of transformer.causal_attention.
+void populateFoldRepeatedHeadsPatterns(RewritePatternSet &patterns);
 
 } // namespace mlir::transformer
 

@@ -478,4 +478,13 @@ FailureOr<TensorType> inferConcatType(TypeRange inputs, int64_t dim, EmitErrorFn
   return ranked(shape, inputs.front());
 }
 
+FailureOr<TensorType> inferMeanType(Type input, EmitErrorFn emitError) {
+  auto in = dyn_cast<RankedTensorType>(input);
+  if (!in) return unranked(input);
+  if (failed(checkRank(in, 1, "input", emitError))) return failure();
+  SmallVector<int64_t> shape(in.getShape());
+  shape.back() = 1;
+  return ranked(shape, input);
+}
+
 } // namespace mlir::transformer

@@ -79,6 +79,8 @@ LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErr
 FailureOr<TensorType> inferPermuteType(Type input, ArrayRef<int64_t> permutation, EmitErrorFn emitError);
 /// Inputs of one rank, equal dims except `dim`, which the result has the sum of.
 FailureOr<TensorType> inferConcatType(TypeRange inputs, int64_t dim, EmitErrorFn emitError);
+/// The input's shape with its last dim (a rank >= 1 input's) reduced to 1.
+FailureOr<TensorType> inferMeanType(Type input, EmitErrorFn emitError);
 } // namespace mlir::transformer
 
 #endif // GPT_CC_DIALECT_SHAPEFUNCTIONS_H

@@ -48,6 +48,13 @@ def MergeSplitHeads : Pat<(Transformer_MergeHeadsOp:$res (Transformer_SplitHeads
 def SplitMergeHeads : Pat<(Transformer_SplitHeadsOp:$res (Transformer_MergeHeadsOp $x, $merge), $heads, $split),
                           (replaceWithValue $x), [(SameType $res, $x), (SameLayout $split, $merge)]>;
 
+// mul(silu(g), u) = swiglu(g, u), for g and u of one static shape (swiglu does not broadcast)
+def RecoverSwigluRight : Pat<(Transformer_MulOp:$res (Transformer_SiluOp $g), $u), (Transformer_SwigluOp $g, $u),
+                             [(HasStaticShape $res), (SameType $res, $g), (SameType $g, $u)]>;
+// mul(u, silu(g)) = swiglu(g, u), for g and u of one static shape
+def RecoverSwigluLeft : Pat<(Transformer_MulOp:$res $u, (Transformer_SiluOp $g)), (Transformer_SwigluOp $g, $u),
+                            [(HasStaticShape $res), (SameType $res, $g), (SameType $g, $u)]>;
+
 // add(c1, c2) = c1 + c2, computed now
 def FoldAddOfConstants : Pat<(Transformer_AddOp:$res (Transformer_ConstantOp $a), (Transformer_ConstantOp $b)),
                              (Transformer_ConstantOp (FoldAdd $res, $a, $b)),

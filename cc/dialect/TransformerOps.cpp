@@ -3,6 +3,7 @@
 #include "cc/dialect/ConstantFolding.h"
 #include "cc/dialect/RecoverAttention.h"
 #include "cc/dialect/RecoverGelu.h"
+#include "cc/dialect/RecoverRmsNorm.h"
 #include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/TransformerDialect.h"
 
@@ -93,8 +94,9 @@ LogicalResult MulOp::inferShapes() {
   return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
 }
 void MulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
-  results.add<MulOneRight, MulOneLeft, FoldMulOfConstants>(context);
+  results.add<MulOneRight, MulOneLeft, FoldMulOfConstants, RecoverSwigluRight, RecoverSwigluLeft>(context);
   populateRecoverGeluPatterns(results);
+  populateRecoverRmsNormPatterns(results);
 }
 
 LogicalResult NegOp::verify() {
@@ -313,6 +315,10 @@ LogicalResult RopeOp::inferShapes() {
   return refineResult(*this, inferRopeType(getInput().getType(), getPositions().getType(), errorOn(*this)));
 }
 
+void CausalAttentionOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *) {
+  populateFoldRepeatedHeadsPatterns(results);
+}
+
 LogicalResult CausalAttentionOp::verify() {
   float scale = getScale().convertToFloat();
   if (!(scale > 0.0f) || !std::isfinite(scale))
@@ -447,6 +453,9 @@ LogicalResult ConcatOp::verify() {
 LogicalResult ConcatOp::inferShapes() {
   return refineResult(*this, inferConcatType(getInputs().getTypes(), getDim(), errorOn(*this)));
 }
+
+LogicalResult MeanOp::verify() { return verifyInferred(*this, inferMeanType(getInput().getType(), errorOn(*this))); }
+LogicalResult MeanOp::inferShapes() { return refineResult(*this, inferMeanType(getInput().getType(), errorOn(*this))); }
 
 LogicalResult ReshapeOp::verify() {
   auto in = dyn_cast<RankedTensorType>(getInput().getType());

@@ -528,6 +528,7 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
   }];
   let hasVerifier = 1;
   let hasRegionVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 def Transformer_CacheUpdateOp : Transformer_Op<"cache_update",
@@ -681,6 +682,32 @@ def Transformer_ExpOp : Transformer_ImportedUnaryOp<"exp", "Elementwise exponent
 def Transformer_RsqrtOp : Transformer_ImportedUnaryOp<"rsqrt",
     "Elementwise reciprocal square root: `1 / sqrt(x)` (RMSNorm's and LayerNorm's written out)."> {
   let summary = "Elementwise reciprocal square root";
+}
+
+def Transformer_SiluOp : Transformer_ImportedUnaryOp<"silu", [{
+    Elementwise SiLU (swish): `x * sigmoid(x) = x / (1 + e^-x)` (`F.silu`). The gated product of
+    an imported SwiGLU MLP, `silu(gate) * up`, is folded into `transformer.swiglu` by
+    canonicalization; a SiLU used otherwise stays this op.}]> {
+  let summary = "Elementwise SiLU";
+}
+
+def Transformer_MeanOp : Transformer_Op<"mean",
+    [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
+  let summary = "Mean over the last dimension, kept as a dimension of size 1";
+  let description = [{
+    `result[..., 0] = (input[..., 0] + ... + input[..., n - 1]) / n` over the `n` elements of the
+    last dimension (`x.mean(-1, keepdim=True)`). An imported RMSNorm written out,
+    `weight * (x * rsqrt(mean(x * x) + epsilon))`, is folded into `transformer.rms_norm` by
+    canonicalization (RecoverRmsNorm.h).
+
+    ```mlir
+    %m = transformer.mean %x : tensor<4x8xf32> -> tensor<4x1xf32>
+    ```
+  }];
+  let arguments = (ins F32Tensor:$input);
+  let results = (outs F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
 }
 
 def Transformer_PowOp : Transformer_BroadcastBinaryOp<"pow", "power, `lhs ^ rhs`"> {

@@ -1,5 +1,5 @@
 // --transformer-to-linalg, elementwise ops: constant, add/mul with broadcasting, neg/relu/gelu, rope (both layouts,
-// Llama 3 scaling), swiglu, where, exp/rsqrt/pow.
+// Llama 3 scaling), swiglu, silu, where, exp/rsqrt/pow.
 // RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
 
 // CHECK-DAG: #[[ID:.*]] = affine_map<(d0, d1) -> (d0, d1)>
@@ -122,6 +122,21 @@ func.func @rope_llama3_scaling(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> t
 // CHECK: arith.divf %[[NUM]], %[[DEN]] : f32
 func.func @swiglu(%g: tensor<4x8xf32>, %u: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = transformer.swiglu %g, %u : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// SiLU: x / (1 + exp(-x)), one elementwise generic.
+// CHECK-LABEL: func.func @silu
+// CHECK: linalg.generic
+// CHECK: ^bb0(%[[X:.*]]: f32, %{{.*}}: f32):
+// CHECK: %[[NEG:.*]] = arith.negf %[[X]] : f32
+// CHECK: %[[E:.*]] = math.exp %[[NEG]] : f32
+// CHECK: %[[DEN:.*]] = arith.addf %{{.*}}, %[[E]] : f32
+// CHECK: arith.divf %[[X]], %[[DEN]] : f32
+func.func @silu(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = transformer.silu %x : tensor<4x8xf32> -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
 

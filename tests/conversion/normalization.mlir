@@ -1,4 +1,4 @@
-// --transformer-to-linalg, layer_norm, rms_norm and softmax: row reductions, then one elementwise generic.
+// --transformer-to-linalg, layer_norm, rms_norm, mean and softmax: row reductions, then one elementwise generic.
 // RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
 
 // LayerNorm: a row sum, a row sum of squared deviations, then one elementwise generic.
@@ -73,4 +73,31 @@ func.func @layer_norm_rank_1(%x: tensor<8xf32>, %w: tensor<8xf32>, %b: tensor<8x
 func.func @rms_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>) -> tensor<4x8xf32> {
   %0 = transformer.rms_norm %x, %w {epsilon = 1.0e-6 : f32} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Mean over the last dim: a row sum, times 1 / n, expanded back to a trailing dim of 1.
+// CHECK-LABEL: func.func @mean
+// CHECK: %[[SUM:.*]] = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction"]{{.*}} ins(%{{.*}} : tensor<2x4x8xf32>) outs(%{{.*}} : tensor<2x4xf32>)
+// CHECK: arith.addf
+// CHECK: %[[MEAN:.*]] = linalg.generic {{.*}} ins(%[[SUM]] : tensor<2x4xf32>)
+// CHECK: arith.constant 1.250000e-01 : f32
+// CHECK: arith.mulf
+// CHECK: %[[R:.*]] = tensor.expand_shape %[[MEAN]] {{\[\[}}0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32>
+// CHECK: return %[[R]]
+func.func @mean(%x: tensor<2x4x8xf32>) -> tensor<2x4x1xf32> {
+  %0 = transformer.mean %x : tensor<2x4x8xf32> -> tensor<2x4x1xf32>
+  return %0 : tensor<2x4x1xf32>
+}
+
+// -----
+
+// The mean of a vector: a rank-0 sum, expanded to tensor<1xf32>.
+// CHECK-LABEL: func.func @mean_rank_1
+// CHECK: linalg.generic {{.*}}iterator_types = ["reduction"]{{.*}} outs(%{{.*}} : tensor<f32>)
+// CHECK: tensor.expand_shape %{{.*}} [] output_shape [1] : tensor<f32> into tensor<1xf32>
+func.func @mean_rank_1(%x: tensor<8xf32>) -> tensor<1xf32> {
+  %0 = transformer.mean %x : tensor<8xf32> -> tensor<1xf32>
+  return %0 : tensor<1xf32>
 }

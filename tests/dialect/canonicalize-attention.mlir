@@ -1,5 +1,6 @@
 // Canonicalization recovering transformer.causal_attention from attention written out op by op
-// (RecoverAttention.h), as the PyTorch importer emits it: positive and negative cases.
+// (RecoverAttention.h), as the PyTorch importer emits it, and grouped-query attention from
+// repeated key/value heads: positive and negative cases.
 // RUN: gpt-opt %s --split-input-file --canonicalize | FileCheck %s
 
 // A lower-triangular constant mask (nanoGPT's `tril` buffer), the scale as a splat product.
@@ -257,4 +258,47 @@ func.func @batched(%q: tensor<2x3x4x8xf32>, %k: tensor<2x3x4x8xf32>, %v: tensor<
   %p = transformer.softmax %m : tensor<2x3x4x4xf32> -> tensor<2x3x4x4xf32>
   %y = transformer.matmul %p, %v : (tensor<2x3x4x4xf32>, tensor<2x3x4x8xf32>) -> tensor<2x3x4x8xf32>
   return %y : tensor<2x3x4x8xf32>
+}
+
+// -----
+
+// HF's repeat_kv as imported (2 key/value heads, each copied twice: reshape, broadcast, reshape):
+// the attention reads the 2 heads themselves, grouped-query attention.
+// CHECK-LABEL: func.func @repeated_key_value_heads
+// CHECK-SAME: (%[[Q:.*]]: tensor<4x8x16xf32>, %[[K:.*]]: tensor<2x8x16xf32>, %[[V:.*]]: tensor<2x8x16xf32>)
+// CHECK-NEXT: %[[A:.*]] = transformer.causal_attention %[[Q]], %[[K]], %[[V]] {scale = 2.500000e-01 : f32}
+// CHECK-SAME: (tensor<4x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<4x8x16xf32>
+// CHECK-NEXT: return %[[A]]
+func.func @repeated_key_value_heads(%q: tensor<4x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>)
+    -> tensor<4x8x16xf32> {
+  %k1 = transformer.reshape %k : tensor<2x8x16xf32> -> tensor<2x1x8x16xf32>
+  %k2 = transformer.broadcast %k1 : tensor<2x1x8x16xf32> -> tensor<2x2x8x16xf32>
+  %k4 = transformer.reshape %k2 : tensor<2x2x8x16xf32> -> tensor<4x8x16xf32>
+  %v1 = transformer.reshape %v : tensor<2x8x16xf32> -> tensor<2x1x8x16xf32>
+  %v2 = transformer.broadcast %v1 : tensor<2x1x8x16xf32> -> tensor<2x2x8x16xf32>
+  %v4 = transformer.reshape %v2 : tensor<2x2x8x16xf32> -> tensor<4x8x16xf32>
+  %a = transformer.causal_attention %q, %k4, %v4 {scale = 0.25 : f32}
+      : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+  return %a : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Negative: keys copied in the other order (head h of the result is head h mod 2, a broadcast of
+// [1, 2, T, d]) are not grouped-query attention's, though the values are: both stay copies.
+// CHECK-LABEL: func.func @heads_repeated_otherwise
+// CHECK: %[[K4:.*]] = transformer.reshape %{{.*}} : tensor<2x2x8x16xf32> -> tensor<4x8x16xf32>
+// CHECK: %[[V4:.*]] = transformer.reshape %{{.*}} : tensor<2x2x8x16xf32> -> tensor<4x8x16xf32>
+// CHECK-NEXT: transformer.causal_attention %{{.*}}, %[[K4]], %[[V4]] {scale
+func.func @heads_repeated_otherwise(%q: tensor<4x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>)
+    -> tensor<4x8x16xf32> {
+  %k1 = transformer.reshape %k : tensor<2x8x16xf32> -> tensor<1x2x8x16xf32>
+  %k2 = transformer.broadcast %k1 : tensor<1x2x8x16xf32> -> tensor<2x2x8x16xf32>
+  %k4 = transformer.reshape %k2 : tensor<2x2x8x16xf32> -> tensor<4x8x16xf32>
+  %v1 = transformer.reshape %v : tensor<2x8x16xf32> -> tensor<2x1x8x16xf32>
+  %v2 = transformer.broadcast %v1 : tensor<2x1x8x16xf32> -> tensor<2x2x8x16xf32>
+  %v4 = transformer.reshape %v2 : tensor<2x2x8x16xf32> -> tensor<4x8x16xf32>
+  %a = transformer.causal_attention %q, %k4, %v4 {scale = 0.25 : f32}
+      : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+  return %a : tensor<4x8x16xf32>
 }

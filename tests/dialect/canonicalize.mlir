@@ -407,3 +407,132 @@ func.func @tanh_gelu_wrong_coefficient(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = "transformer.mul"(%hx, %t1) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+// weight * (x * rsqrt(mean(x * x) + eps)) = rms_norm(x, weight, eps), as HF's LlamaRMSNorm is
+// imported by gpt.compile_module (x^2 as x * x, eps a tensor<1xf32> splat).
+// CHECK-LABEL: func.func @recover_rms_norm
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>, %[[W:.*]]: tensor<8xf32>)
+// CHECK-NEXT: %[[N:.*]] = transformer.rms_norm %[[X]], %[[W]] {epsilon = 9.99999997E-7 : f32}
+// CHECK-SAME: (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: return %[[N]]
+func.func @recover_rms_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>) -> tensor<4x8xf32> {
+  %eps = "transformer.constant"() {value = dense<1.0e-6> : tensor<1xf32>} : () -> tensor<1xf32>
+  %x2 = "transformer.mul"(%x, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %m = "transformer.mean"(%x2) : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %v = "transformer.add"(%m, %eps) : (tensor<4x1xf32>, tensor<1xf32>) -> tensor<4x1xf32>
+  %r = "transformer.rsqrt"(%v) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %n = "transformer.mul"(%x, %r) : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %0 = "transformer.mul"(%w, %n) : (tensor<8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// The same with every commutative operand pair the other way round, rank 3, and epsilon 1e-5 (the
+// attribute's default, so not printed).
+// CHECK-LABEL: func.func @recover_rms_norm_commuted
+// CHECK-SAME: (%[[X:.*]]: tensor<2x4x8xf32>, %[[W:.*]]: tensor<8xf32>)
+// CHECK-NEXT: %[[N:.*]] = transformer.rms_norm %[[X]], %[[W]] : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+// CHECK-NEXT: return %[[N]]
+func.func @recover_rms_norm_commuted(%x: tensor<2x4x8xf32>, %w: tensor<8xf32>) -> tensor<2x4x8xf32> {
+  %eps = "transformer.constant"() {value = dense<1.0e-5> : tensor<1xf32>} : () -> tensor<1xf32>
+  %x2 = "transformer.mul"(%x, %x) : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %m = "transformer.mean"(%x2) : (tensor<2x4x8xf32>) -> tensor<2x4x1xf32>
+  %v = "transformer.add"(%eps, %m) : (tensor<1xf32>, tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+  %r = "transformer.rsqrt"(%v) : (tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+  %n = "transformer.mul"(%r, %x) : (tensor<2x4x1xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %0 = "transformer.mul"(%n, %w) : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  return %0 : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Without a weight: rms_norm with a weight of ones.
+// CHECK-LABEL: func.func @recover_rms_norm_unweighted
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: %[[ONES:.*]] = transformer.constant dense<1.000000e+00> : tensor<8xf32>
+// CHECK-NEXT: %[[N:.*]] = transformer.rms_norm %[[X]], %[[ONES]] {epsilon = 9.99999997E-7 : f32}
+// CHECK-NEXT: return %[[N]]
+func.func @recover_rms_norm_unweighted(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %eps = "transformer.constant"() {value = dense<1.0e-6> : tensor<1xf32>} : () -> tensor<1xf32>
+  %x2 = "transformer.mul"(%x, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %m = "transformer.mean"(%x2) : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %v = "transformer.add"(%m, %eps) : (tensor<4x1xf32>, tensor<1xf32>) -> tensor<4x1xf32>
+  %r = "transformer.rsqrt"(%v) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %0 = "transformer.mul"(%x, %r) : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Negative: the unweighted norm is also returned, so the weight stays a product (folding it
+// would compute the norm twice).
+// CHECK-LABEL: func.func @rms_norm_weight_not_folded_into_a_shared_norm
+// CHECK: %[[N:.*]] = transformer.rms_norm
+// CHECK-NEXT: %[[Y:.*]] = transformer.mul %{{.*}}, %[[N]]
+// CHECK-NEXT: return %[[Y]], %[[N]]
+func.func @rms_norm_weight_not_folded_into_a_shared_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>)
+    -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %eps = "transformer.constant"() {value = dense<1.0e-6> : tensor<1xf32>} : () -> tensor<1xf32>
+  %x2 = "transformer.mul"(%x, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %m = "transformer.mean"(%x2) : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %v = "transformer.add"(%m, %eps) : (tensor<4x1xf32>, tensor<1xf32>) -> tensor<4x1xf32>
+  %r = "transformer.rsqrt"(%v) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %n = "transformer.mul"(%x, %r) : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %0 = "transformer.mul"(%w, %n) : (tensor<8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0, %n : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// Negative: the mean of x * y is not x's mean square, and an epsilon of 0 is not RMSNorm's
+// (rms_norm requires a positive one).
+// CHECK-LABEL: func.func @rms_norm_not_of_x
+// CHECK-NOT: transformer.rms_norm
+// CHECK: return
+func.func @rms_norm_not_of_x(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %eps = "transformer.constant"() {value = dense<1.0e-6> : tensor<1xf32>} : () -> tensor<1xf32>
+  %zero = "transformer.constant"() {value = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %xy = "transformer.mul"(%x, %y) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %m = "transformer.mean"(%xy) : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %v = "transformer.add"(%m, %eps) : (tensor<4x1xf32>, tensor<1xf32>) -> tensor<4x1xf32>
+  %r = "transformer.rsqrt"(%v) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %0 = "transformer.mul"(%x, %r) : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %x2 = "transformer.mul"(%x, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %m2 = "transformer.mean"(%x2) : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %v2 = "transformer.add"(%m2, %zero) : (tensor<4x1xf32>, tensor<1xf32>) -> tensor<4x1xf32>
+  %r2 = "transformer.rsqrt"(%v2) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %1 = "transformer.mul"(%x, %r2) : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  return %0, %1 : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// silu(g) * u = swiglu(g, u), in either operand order, as HF's LlamaMLP is imported.
+// CHECK-LABEL: func.func @recover_swiglu
+// CHECK-SAME: (%[[G:.*]]: tensor<4x16xf32>, %[[U:.*]]: tensor<4x16xf32>)
+// CHECK-NEXT: %[[A:.*]] = transformer.swiglu %[[G]], %[[U]] : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT: %[[B:.*]] = transformer.swiglu %[[U]], %[[G]]
+// CHECK-NEXT: return %[[A]], %[[B]]
+func.func @recover_swiglu(%g: tensor<4x16xf32>, %u: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
+  %s = "transformer.silu"(%g) : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %0 = "transformer.mul"(%s, %u) : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %t = "transformer.silu"(%u) : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %1 = "transformer.mul"(%g, %t) : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %0, %1 : tensor<4x16xf32>, tensor<4x16xf32>
+}
+
+// -----
+
+// Negative: swiglu does not broadcast, so silu(g) times a row stays a product.
+// CHECK-LABEL: func.func @swiglu_not_broadcast
+// CHECK: transformer.silu
+// CHECK-NEXT: transformer.mul
+// CHECK-NOT: transformer.swiglu
+func.func @swiglu_not_broadcast(%g: tensor<4x16xf32>, %u: tensor<16xf32>) -> tensor<4x16xf32> {
+  %s = "transformer.silu"(%g) : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %0 = "transformer.mul"(%s, %u) : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  return %0 : tensor<4x16xf32>
+}

@@ -924,3 +924,27 @@ func.func @paged_attention_window(%q: tensor<4x3x16xf32>, %kp: tensor<32x4x8x16x
   %0 = transformer.paged_attention %q, %kp, %kp tables %t sequences %s positions %s {scale = 0.25 : f32, window = 0 : i64} : tensor<4x3x16xf32>, tensor<32x4x8x16xf32>, tensor<32x4x8x16xf32>, tensor<2x8xi64>, tensor<3xi64>, tensor<3xi64> -> tensor<*xf32>
   return
 }
+
+// -----
+
+func.func @mean_result(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{result type 'tensor<4x8xf32>' does not match the type 'tensor<4x1xf32>' implied by the operands}}
+  %0 = transformer.mean %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @mean_rank_0(%x: tensor<f32>) {
+  // expected-error @+1 {{input must have rank >= 1, got 'tensor<f32>'}}
+  %0 = transformer.mean %x : tensor<f32> -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @silu_result(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{result type 'tensor<8x4xf32>' does not match the type 'tensor<4x8xf32>' implied by the operands}}
+  %0 = transformer.silu %x : tensor<4x8xf32> -> tensor<8x4xf32>
+  return
+}

@@ -253,6 +253,15 @@ func.func @imported_unary(%x: tensor<4x8xf32>, %e: tensor<1xf32>) -> tensor<4x8x
   return %2 : tensor<4x8xf32>
 }
 
+// CHECK-LABEL: func.func @silu_and_mean
+// CHECK: transformer.silu %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: transformer.mean %{{.*}} : tensor<4x8xf32> -> tensor<4x1xf32>
+func.func @silu_and_mean(%x: tensor<4x8xf32>) -> tensor<4x1xf32> {
+  %0 = transformer.silu %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  %1 = transformer.mean %0 : tensor<4x8xf32> -> tensor<4x1xf32>
+  return %1 : tensor<4x1xf32>
+}
+
 // CHECK-LABEL: func.func @imported_shape_ops
 // CHECK: transformer.permute %{{.*}} {permutation = array<i64: 1, 2, 0>} : tensor<2x3x4xf32> -> tensor<3x4x2xf32>
 // CHECK: transformer.reshape %{{.*}} : tensor<3x4x2xf32> -> tensor<12x2xf32>

@@ -181,6 +181,20 @@ func.func @imported_ops(%c: tensor<4x1xi1>, %x: tensor<2x4x8xf32>, %s: tensor<1x
 
 // -----
 
+// silu keeps its operand's shape; mean reduces the last dimension to 1 (rank 1 too).
+// CHECK-LABEL: func.func @silu_mean
+// CHECK: transformer.silu {{.*}} -> tensor<2x4x8xf32>
+// CHECK: transformer.mean {{.*}} -> tensor<2x4x1xf32>
+// CHECK: transformer.mean {{.*}} -> tensor<1xf32>
+func.func @silu_mean(%x: tensor<2x4x8xf32>, %v: tensor<8xf32>) -> (tensor<*xf32>, tensor<*xf32>) {
+  %0 = transformer.silu %x : tensor<2x4x8xf32> -> tensor<*xf32>
+  %1 = transformer.mean %0 : tensor<*xf32> -> tensor<*xf32>
+  %2 = transformer.mean %v : tensor<8xf32> -> tensor<*xf32>
+  return %1, %2 : tensor<*xf32>, tensor<*xf32>
+}
+
+// -----
+
 // A Llama block's pieces: RMSNorm, the fused gate/up projection's SwiGLU, and grouped-query
 // attention (4 query heads over 2 key/value heads): the result has the query's heads.
 // CHECK-LABEL: func.func @llama_ops

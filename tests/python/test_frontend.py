@@ -165,6 +165,8 @@ def test_nanogpt(sdpa, pipeline):
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_hf_gpt2_nano(attn_implementation):
+    """use_cache stays at its default (True): the export leaves HF's DynamicCache out, and the
+    compiled module returns the model's output with past_key_values None."""
     torch.manual_seed(2)
     config = GPT2Config(
         n_layer=2,
@@ -172,7 +174,6 @@ def test_hf_gpt2_nano(attn_implementation):
         n_embd=64,
         vocab_size=100,
         n_positions=64,
-        use_cache=False,
         attn_implementation=attn_implementation,
         bos_token_id=0,
         eos_token_id=0,
@@ -183,6 +184,7 @@ def test_hf_gpt2_nano(attn_implementation):
     with torch.no_grad():
         out, ref = compiled(idx), model(idx)
     assert type(out) is type(ref)  # the module's own output structure
+    assert ref.past_key_values is not None and out.past_key_values is None
     check_close(out.logits, ref.logits)
     canonical = compiled.ir("transformer")
     assert canonical.count("transformer.causal_attention") == 2 and " mask " not in canonical
@@ -190,10 +192,11 @@ def test_hf_gpt2_nano(attn_implementation):
 
 
 def test_hf_gpt2_small_shape():
-    """GPT-2 small's shape (12 layers, 768 wide, 50257 tokens), HF's eager attention: the recovery
-    holds at full size (one test: exporting, packing and compiling 124 M parameters takes a while)."""
+    """GPT2Config's defaults (GPT-2 small: 12 layers, 768 wide, 50257 tokens; use_cache=True) with
+    HF's eager attention: the recovery holds at full size (one test: exporting, packing and
+    compiling 124 M parameters takes a while)."""
     torch.manual_seed(3)
-    config = GPT2Config(use_cache=False, attn_implementation="eager", bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(attn_implementation="eager")
     model = exercised(GPT2LMHeadModel(config))
     idx = torch.randint(0, config.vocab_size, (1, 16))
     compiled = gpt.compile_module(model, (idx,))

@@ -8,6 +8,7 @@ and compiles it with the same pipelines, JIT and disk cache as gpt.GPT.
     torch.compile(model, backend="gpt")    # registered on import (gpt/frontend/backend.py)
 """
 
+import inspect
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -231,6 +232,21 @@ def _sequence_dims(program, what: str, vals) -> dict[int, int]:
     return found
 
 
+def _export_kwargs(module: torch.nn.Module) -> dict[str, Any]:
+    """Keyword arguments for the export: use_cache=False for a HF model whose config says
+    use_cache (the default of HF causal LMs), whose forward would otherwise also return a
+    DynamicCache, which torch.export cannot return; its logits do not depend on it, and the
+    compiled module returns the model's output with past_key_values None."""
+    config = getattr(module, "config", None)
+    if not getattr(config, "use_cache", False):
+        return {}
+    try:
+        parameters = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"use_cache": False} if "use_cache" in parameters else {}
+
+
 def compile_module(
     module: torch.nn.Module,
     example_inputs: Sequence[Any],
@@ -254,8 +270,13 @@ def compile_module(
     if isinstance(example_inputs, (torch.Tensor, np.ndarray)):
         example_inputs = (example_inputs,)
     inputs = tuple(_as_tensor(x, f"example input {i}") for i, x in enumerate(example_inputs))
+    kwargs = _export_kwargs(module)
+    if kwargs and isinstance(dynamic_shapes, (tuple, list)):
+        dynamic_shapes = (*dynamic_shapes, *(None for _ in kwargs))  # kwargs follow the inputs
+    elif kwargs and isinstance(dynamic_shapes, dict):
+        dynamic_shapes = {**dynamic_shapes, **{name: None for name in kwargs}}
     try:
-        program = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
+        program = torch.export.export(module, inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
     except Exception as error:  # Dynamo's own message says what it could not capture
         raise CompilerError(f"torch.export could not capture the module: {error}") from error
     if dynamic_shapes is None:

@@ -5,7 +5,12 @@ dialect ops they produce (the README's coverage table and CompilerError read it)
 emitted as written: attention written out by hand becomes transformer.matmul / mul / where /
 softmax, and canonicalization recovers transformer.causal_attention from it (an analysis of the
 mask's construction, cc/dialect/RecoverAttention.cpp), as it folds the written-out tanh GELU
-into transformer.gelu (cc/dialect/RecoverGelu.cpp). Masks built from buffers, arange and
+into transformer.gelu (cc/dialect/RecoverGelu.cpp), RMSNorm into transformer.rms_norm
+(cc/dialect/RecoverRmsNorm.cpp), silu(gate) * up into transformer.swiglu, and repeat_kv's copies
+of the key/value heads into grouped-query attention. One pattern is recognized here instead, as
+only the importer sees the constants' data: HF's rotary embedding `x * cos + rotate_half(x) * sin`
+with cos/sin tables of positions 0 .. T-1 becomes transformer.rope, its base fitted to the tables
+(`recognize_patterns`). Masks built from buffers, arange and
 comparisons are evaluated here with torch and emitted as i1 `arith.constant`s; an additive mask
 (0 where kept, -inf or finfo.min where not: HF's) is emitted as the where it stands for.
 
@@ -234,6 +239,8 @@ class Importer:
         # it is returned, the caller takes a view of the padded result instead (no copy).
         self.padded: dict[str, Value] = {}
         self.counter = 0
+        self.positions: dict[int, Value] = {}  # rotary positions 0 .. T-1, one constant per T
+        self.recognized: dict = {}  # node -> Recognized (recognize_patterns)
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
@@ -384,6 +391,7 @@ class Importer:
         for node in nodes:  # in order, so that evaluating one never recurses into its inputs
             self.constant_value(node)
         output = next(n for n in nodes if n.op == "output")
+        self.recognized = recognize_patterns(self, nodes)
         needed = self.needed_nodes(output)
         for node in nodes:
             if node.op == "placeholder" and node.name in self.user_inputs:
@@ -433,6 +441,8 @@ class Importer:
         return ImportedFunction(text, "imported", self.arguments, results, shapes)
 
     def inputs_of(self, node):
+        if node in self.recognized:
+            return list(self.recognized[node].inputs)
         found = []
         for a in [*node.args, *node.kwargs.values()]:
             if isinstance(a, torch.fx.Node):
@@ -492,6 +502,9 @@ class Importer:
             if not isinstance(container, list):
                 raise Unsupported("getitem of something other than a split")
             self.values[node] = container[node.args[1]]
+            return
+        if node in self.recognized:
+            self.values[node] = self.recognized[node].emit(self, node)
             return
         support = SUPPORTED_OPS.get(node.target)
         if support is None:
@@ -593,7 +606,7 @@ def emit_where(imp: Importer, node):
 
 
 def emit_unary(imp: Importer, node):
-    """neg / exp / rsqrt / relu / tanh / gelu (tanh or exact) / softmax (last dim)."""
+    """neg / exp / rsqrt / silu / relu / tanh / gelu (tanh or exact) / softmax (last dim)."""
     x = imp.operand(node.args[0])
     approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
     rank = len(imp.torch_shape(node))
@@ -602,6 +615,7 @@ def emit_unary(imp: Importer, node):
     op = {
         aten.neg.default: "transformer.neg",
         aten.exp.default: "transformer.exp",
+        aten.silu.default: "transformer.silu",
         aten.rsqrt.default: "transformer.rsqrt",
         aten.tanh.default: "transformer.tanh",
         aten.relu.default: "transformer.relu",
@@ -610,6 +624,25 @@ def emit_unary(imp: Importer, node):
         aten._softmax.default: "transformer.softmax",
     }[node.target]
     return imp.shaped(imp.emit(op, [x], x.shape), node)
+
+
+def emit_mean(imp: Importer, node):
+    """mean over the last dimension -> transformer.mean (the dimension kept as size 1), and a
+    transformer.reshape dropping it without keepdim."""
+    x = _materialize(imp, imp.operand(node.args[0]))
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    rank = len(imp.torch_shape(node.args[0]))
+    if dims is None or [d % rank for d in dims] != [rank - 1]:
+        raise Unsupported(f"mean over the dimensions {dims} (only over the last)")
+    if node.kwargs.get("dtype") not in (None, torch.float32):
+        raise Unsupported(f"mean computed in {node.kwargs['dtype']}")
+    y = imp.emit("transformer.mean", [x], (*x.shape[:-1], 1))
+    if not keepdim:
+        if len(x.shape) < 2:
+            raise Unsupported("mean of a vector to a scalar")
+        y = imp.emit("transformer.reshape", [y], x.shape[:-1])
+    return imp.shaped(y, node)
 
 
 def emit_power(imp: Importer, node):
@@ -802,7 +835,9 @@ def emit_view(imp: Importer, node):
     def strip(shape):
         return tuple(shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)) :])
 
-    if x.layout == "plain" and strip(out) == strip(x.shape):
+    # Leading 1s added or removed: the same IR value where the result's IR shape (its torch shape
+    # less the batch of one) is x's; else a reshape (one head's [1, T, d] as [1, 1, T, d]).
+    if x.layout == "plain" and strip(out) == strip(x.shape) and _ir_shape(out, x) == x.shape:
         return imp.shaped(Value(x.name, x.shape, x.dtype), node)
     if (
         x.layout == "plain"
@@ -926,8 +961,11 @@ def emit_select(imp: Importer, node):
 
 
 def emit_cat(imp: Importer, node):
-    """cat(tensors, dim) -> transformer.concat."""
-    values = [_materialize(imp, imp.operand(t)) for t in node.args[0]]
+    """cat(tensors, dim) -> transformer.concat. Empty tensors are left out (torch.cat takes a
+    legacy empty [0] of any rank: HF's DynamicCache starts from one)."""
+    values = [_materialize(imp, imp.operand(t)) for t in node.args[0] if math.prod(imp.torch_shape(t)) != 0]
+    if not values:
+        raise Unsupported("cat of empty tensors only")
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     rank = len(imp.torch_shape(node))
     dim %= rank
@@ -955,21 +993,29 @@ def emit_expand(imp: Importer, node):
 def emit_sdpa(imp: Importer, node):
     """scaled_dot_product_attention -> transformer.causal_attention: is_causal or a causal mask as
     the causal rule, any other mask known at compile time (bool, or additive 0 / -inf) as its `mask`
-    operand, and no mask at all as an all-visible one."""
+    operand, and no mask at all as an all-visible one. With `enable_gqa` the Hkv < H key/value
+    heads pass as they are: causal_attention serves H / Hkv query heads from each (HF's repeat_kv
+    copies are folded away by canonicalization, cc/dialect/RecoverAttention.h)."""
     q, k, v = (imp.operand(n) for n in node.args[:3])
     mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
     dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
     causal = node.args[5] if len(node.args) > 5 else node.kwargs.get("is_causal", False)
     scale = node.kwargs.get("scale")
+    grouped = node.kwargs.get("enable_gqa", False)
     if dropout:
         raise Unsupported("attention dropout (call module.eval() first)")
     batch = q.shape[:-3] if len(q.shape) == 4 else ()
     if (
         any(x.layout != "plain" or len(x.shape) not in (3, 4) or x.shape[:-3] != batch for x in (q, k, v))
-        or q.shape[-3] != k.shape[-3]
         or q.shape[-1] != k.shape[-1]
+        or k.shape[-3] != v.shape[-3]
     ):
         raise Unsupported("attention needs q, k, v of shape [B, H, T, d]")
+    if q.shape[-3] != k.shape[-3] and not (grouped and q.shape[-3] % k.shape[-3] == 0):
+        raise Unsupported(
+            f"attention of {q.shape[-3]} query heads over {k.shape[-3]} key/value heads "
+            "(grouped-query attention needs enable_gqa and a head count that divides the query's)"
+        )
     if batch:  # the batch and the heads collapsed into one: attention runs over [B * H, T, d]
         q, k, v = (imp.emit("transformer.reshape", [x], (x.shape[0] * x.shape[1], *x.shape[2:])) for x in (q, k, v))
     queries, keys = q.shape[1], k.shape[1]
@@ -1016,6 +1062,149 @@ def emit_sdpa(imp: Importer, node):
     return imp.shaped(result, node)
 
 
+# -- patterns recognized before import: several ATen ops read as one dialect op -------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Recognized:
+    """A node imported from other nodes than its own arguments: the last op of a pattern emitted
+    as one dialect op (HF's rotary embedding as transformer.rope). Nodes that only the pattern
+    used are then never imported."""
+
+    inputs: tuple  # the FX nodes the emitted op reads
+    emit: Callable  # (importer, node) -> Value
+
+
+def _is_call(node, *targets) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def _shape_of(node) -> tuple[int, ...]:
+    return tuple(int(d) for d in node.meta["val"].shape)
+
+
+def _slice_of_last_dim(node, x, start: int, stop: int) -> bool:
+    """Whether `node` is x[..., start:stop] (a stop past the end: to the end)."""
+    if not _is_call(node, aten.slice.Tensor) or node.args[0] is not x:
+        return False
+    rank = len(_shape_of(x))
+    dim = node.args[1] if len(node.args) > 1 else 0
+    begin = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
+    end = node.args[3] if len(node.args) > 3 and node.args[3] is not None else _shape_of(x)[-1]
+    step = node.args[4] if len(node.args) > 4 else 1
+    return dim % rank == rank - 1 and step == 1 and begin == start and min(end, _shape_of(x)[-1]) == stop
+
+
+def _is_rotate_half_of(node, x) -> bool:
+    """Whether `node` is HF's rotate_half(x): cat((-x[..., d/2:], x[..., :d/2]), dim=-1)."""
+    if not _is_call(node, aten.cat.default) or len(node.args[0]) != 2:
+        return False
+    d = _shape_of(x)[-1]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    negated, first = node.args[0]
+    return (
+        dim % len(_shape_of(x)) == len(_shape_of(x)) - 1
+        and _is_call(negated, aten.neg.default)
+        and _slice_of_last_dim(negated.args[0], x, d // 2, d)
+        and _slice_of_last_dim(first, x, 0, d // 2)
+    )
+
+
+def _rope_tables_base(cos: np.ndarray, sin: np.ndarray) -> float | None:
+    """The base of the rotary embedding (rotate-half layout, unscaled) whose tables at positions
+    0 .. T-1 are cos and sin [T, d]: cos[t, j] = cos(t * base^(-2 (j mod d/2) / d)), sin alike;
+    None when they are not such tables (other positions, Llama 3 or linear scaling: those stay
+    written out). The tables are HF's, computed in f32: the fit allows their rounding."""
+    t, d = cos.shape
+    half = d // 2
+    if d % 2 or sin.shape != cos.shape:
+        return None
+    base = 10000.0  # one position (0) or one pair (theta_0 = 1): every base gives these tables
+    if t > 1 and half > 1:
+        # Position 1's angles are the frequencies themselves (all <= 1 radian, no wrap-around).
+        theta = np.arctan2(sin[1, :half].astype(np.float64), cos[1, :half].astype(np.float64))
+        if np.any(theta <= 0):
+            return None
+        exponents = 2.0 * np.arange(1, half) / d  # log theta_i = -exponent_i * log base
+        log_base = -np.sum(np.log(theta[1:]) * exponents) / np.sum(exponents**2)
+        base = float(np.exp(log_base))
+        if abs(base - round(base)) <= 1e-3 * base:
+            base = float(round(base))
+        base = float(np.float32(base))  # as the op's f32 attribute holds it
+    frequencies = base ** (-2.0 * np.arange(half) / d)  # RopeOp::getFrequencies, in f64
+    angles = np.arange(t, dtype=np.float64)[:, None] * np.concatenate([frequencies, frequencies])[None, :]
+    # f32 angles t * theta carry an error of a few units in the last place of t: ~3e-7 t.
+    tolerance = 1e-6 + 4e-7 * t
+    if np.abs(np.cos(angles) - cos).max() > tolerance or np.abs(np.sin(angles) - sin).max() > tolerance:
+        return None
+    return base
+
+
+def _constant_table(imp: Importer, node, x) -> np.ndarray | None:
+    """`node` as a [T, d] float table known at compile time that broadcasts against x's [.., T, d]
+    by its last two dimensions; else None."""
+    value = imp.constant_value(node)
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or value.ndim < 2:
+        return None
+    shape = _shape_of(x)
+    if tuple(value.shape[-2:]) != shape[-2:] or value.ndim > len(shape) or any(d != 1 for d in value.shape[:-2]):
+        return None
+    return value.detach().numpy().reshape(shape[-2:]).astype(np.float64)
+
+
+def _recognize_rope(imp: Importer, node) -> Recognized | None:
+    """HF's apply_rotary_pos_emb, `x * cos + rotate_half(x) * sin`, with cos and sin known at compile
+    time (positions 0 .. T-1, as a module called without position_ids has them) -> transformer.rope
+    on x [.., H, T, d] (its rotate-half layout; the base fitted to the tables)."""
+    if not _is_call(node, aten.add.Tensor) or node.kwargs.get("alpha", 1) != 1 or len(node.args) != 2:
+        return None
+    for plain, rotated in (node.args, node.args[::-1]):
+        if not _is_call(plain, aten.mul.Tensor) or not _is_call(rotated, aten.mul.Tensor):
+            continue
+        for x, cos_node in (plain.args, plain.args[::-1]):
+            if not isinstance(x, torch.fx.Node) or imp.constant_value(x) is not None or len(_shape_of(x)) < 2:
+                continue
+            for half_turn, sin_node in (rotated.args, rotated.args[::-1]):
+                if not _is_rotate_half_of(half_turn, x):
+                    continue
+                cos, sin = _constant_table(imp, cos_node, x), _constant_table(imp, sin_node, x)
+                if cos is None or sin is None:
+                    continue
+                base = _rope_tables_base(cos, sin)
+                if base is not None:
+                    return Recognized((x,), lambda imp, node, x=x, base=base: emit_rope(imp, node, x, base))
+    return None
+
+
+def emit_rope(imp: Importer, node, x_node, base: float) -> Value:
+    """transformer.rope of x [H, T, d] at the positions 0 .. T-1 (a constant argument); the
+    leading dims of another rank ([B, H, T, d], or [T, d]) reshaped into H and back."""
+    x = _materialize(imp, imp.operand(x_node))
+    if x.layout != "plain" or len(x.shape) < 2:
+        raise Unsupported(f"rotary embedding of a tensor of shape {x.shape} (needs [.., T, d])")
+    t, d = x.shape[-2:]
+    heads = x if len(x.shape) == 3 else imp.emit("transformer.reshape", [x], (math.prod(x.shape[:-2]), t, d))
+    if t not in imp.positions:
+        imp.positions[t] = imp.argument("constant", (t,), "i64", data=np.arange(t, dtype=np.int64))
+    result = imp.emit("transformer.rope", [heads, imp.positions[t]], heads.shape, f"base = {_fmt(base)} : f32")
+    if heads.shape != x.shape:
+        result = imp.emit("transformer.reshape", [result], x.shape)
+    return imp.shaped(result, node)
+
+
+def recognize_patterns(imp: Importer, nodes) -> dict:
+    """{node: Recognized} for the patterns in the graph that only the importer can see (it knows
+    the constants' data): HF's rotary embedding. Patterns of ops alone are recovered after import
+    by canonicalization (RMSNorm, SwiGLU, attention, repeat_kv's copies of the key/value heads)."""
+    found = {}
+    for node in nodes:
+        if node.op != "call_function" or imp.constant_value(node) is not None:
+            continue
+        if (rope := _recognize_rope(imp, node)) is not None:
+            found[node] = rope
+    return found
+
+
 def _op(emit, dialect):
     return OpSupport(emit, dialect)
 
@@ -1040,6 +1229,8 @@ SUPPORTED_OPS: dict = {
     aten.pow.Tensor_Scalar: _op(emit_power, "transformer.mul (exponent 2 or 3), else transformer.pow"),
     aten.exp.default: _op(emit_unary, "transformer.exp"),
     aten.rsqrt.default: _op(emit_unary, "transformer.rsqrt"),
+    aten.silu.default: _op(emit_unary, "transformer.silu (silu(g) * u folds into transformer.swiglu)"),
+    aten.mean.dim: _op(emit_mean, "transformer.mean (last dim; x * rsqrt(mean(x * x) + eps) folds into rms_norm)"),
     aten.gelu.default: _op(emit_unary, "transformer.gelu (approximate='tanh'), transformer.gelu_erf (exact)"),
     aten.softmax.int: _op(emit_unary, "transformer.softmax (last dim)"),
     aten._softmax.default: _op(emit_unary, "transformer.softmax (last dim)"),
