@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 
 namespace gpt::codegen {
@@ -75,6 +76,26 @@ std::string unsupported(linalg::GenericOp op, const AmxTile &tile) {
   return "";
 }
 
+/// The linalg.fill of +0 that initializes `op`'s output, when the output is a buffer allocated for
+/// it and nothing else touches the buffer between the fill and `op`: the first K step can then
+/// start from a small block of zeros in L1 instead of the output, and the fill goes.
+linalg::FillOp zeroFillOfOutput(linalg::GenericOp op) {
+  Value out = op.getDpsInits()[0];
+  if (!isa_and_nonnull<memref::AllocOp, memref::AllocaOp>(out.getDefiningOp())) return {};
+  linalg::FillOp fill;
+  for (Operation *user : out.getUsers()) {
+    if (user == op.getOperation()) continue;
+    Operation *at = op->getBlock()->findAncestorOpInBlock(*user);
+    if (!at) return {};
+    if (op->isBeforeInBlock(at)) continue; // reads the result
+    auto candidate = dyn_cast<linalg::FillOp>(user);
+    if (!candidate || fill) return {};
+    fill = candidate;
+  }
+  if (!fill || fill.getOutputs()[0] != out || !matchPattern(fill.getInputs()[0], m_PosZeroFloat())) return {};
+  return fill;
+}
+
 Value index(OpBuilder &b, Location loc, int64_t value) { return b.create<arith::ConstantIndexOp>(loc, value); }
 
 /// Replaces `op` by loops over its panels (split into tile.chunks pieces of an scf.forall), the
@@ -82,6 +103,8 @@ Value index(OpBuilder &b, Location loc, int64_t value) { return b.create<arith::
 /// rows x columns of f32 in tile registers.
 void lowerToTiles(RewriterBase &rewriter, linalg::GenericOp op, const AmxTile &tile) {
   Location loc = op.getLoc();
+  linalg::FillOp zeroFill = zeroFillOfOutput(op);
+  if (zeroFill) rewriter.eraseOp(zeroFill);
   rewriter.setInsertionPoint(op);
   Value aBuffer = op.getDpsInputs()[0], bBuffer = op.getDpsInputs()[1], cBuffer = op.getDpsInits()[0];
   auto aType = cast<MemRefType>(aBuffer.getType()), bType = cast<MemRefType>(bBuffer.getType()),
@@ -100,6 +123,16 @@ void lowerToTiles(RewriterBase &rewriter, linalg::GenericOp op, const AmxTile &t
   auto lanes = VectorType::get({kTile, 2 * kTile}, rewriter.getBF16Type());
   auto sums = VectorType::get({kTile, kTile}, rewriter.getF32Type());
   const int64_t rowTiles = tile.rows / kTile, columnTiles = tile.columns / kTile;
+  // A block of zeros the first K step loads its accumulators from, one distinct tile each.
+  // (amx.tile_zero is Pure in MLIR 19: CSE would merge the block's tile_zero ops into one tile
+  // that LLVM must then copy for each accumulator, and LICM would hoist it out of the loops.)
+  Value zeros;
+  if (zeroFill) {
+    zeros = rewriter.create<memref::AllocaOp>(loc, MemRefType::get({tile.rows, tile.columns}, rewriter.getF32Type()),
+                                              rewriter.getI64IntegerAttr(64));
+    Value zero = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(0.0f));
+    rewriter.create<linalg::FillOp>(loc, zero, zeros);
+  }
 
   auto panelLoop = [&](OpBuilder &builder, Location loc, Value first, Value last) {
     auto forEach = [&](OpBuilder &b, Value from, Value to, int64_t step, function_ref<void(OpBuilder &, Value)> body) {
@@ -115,15 +148,20 @@ void lowerToTiles(RewriterBase &rewriter, linalg::GenericOp op, const AmxTile &t
       forEach(bb, index(bb, loc, 0), index(bb, loc, width), tile.columns, [&](OpBuilder &bb, Value column) {
         Value outColumn = bb.create<arith::AddIOp>(loc, panelColumn, column);
         forEach(bb, index(bb, loc, 0), index(bb, loc, rows), tile.rows, [&](OpBuilder &bb, Value row) {
-          forEach(bb, index(bb, loc, 0), index(bb, loc, kWords), tile.kWords, [&](OpBuilder &bb, Value k0) {
+          // K words [k0, k0 + tile.kWords): accumulators loaded from the output (or zeros, for
+          // the first step of a zero-filled output), updated, stored back.
+          auto kStep = [&](OpBuilder &bb, Value k0, bool fromZero) {
             auto plus = [&](Value base, int64_t offset) -> Value {
               return offset == 0 ? base : bb.create<arith::AddIOp>(loc, base, index(bb, loc, offset)).getResult();
             };
             SmallVector<Value> acc;
             for (int64_t i = 0; i < rowTiles; ++i)
               for (int64_t j = 0; j < columnTiles; ++j)
-                acc.push_back(bb.create<amx::TileLoadOp>(loc, sums, out,
-                                                         ValueRange{plus(row, kTile * i), plus(outColumn, kTile * j)}));
+                acc.push_back(
+                    fromZero ? bb.create<amx::TileLoadOp>(
+                                   loc, sums, zeros, ValueRange{index(bb, loc, kTile * i), index(bb, loc, kTile * j)})
+                             : bb.create<amx::TileLoadOp>(
+                                   loc, sums, out, ValueRange{plus(row, kTile * i), plus(outColumn, kTile * j)}));
             for (int64_t step = 0; step < tile.kWords; step += kTile) {
               Value k = plus(k0, step), weightRow = bb.create<arith::AddIOp>(loc, panelRow, k);
               SmallVector<Value> x, w;
@@ -142,7 +180,14 @@ void lowerToTiles(RewriterBase &rewriter, linalg::GenericOp op, const AmxTile &t
               for (int64_t j = 0; j < columnTiles; ++j)
                 bb.create<amx::TileStoreOp>(loc, out, ValueRange{plus(row, kTile * i), plus(outColumn, kTile * j)},
                                             acc[i * columnTiles + j]);
-          });
+          };
+          Value kBegin = index(bb, loc, 0);
+          if (zeroFill) {
+            kStep(bb, kBegin, /*fromZero=*/true);
+            kBegin = index(bb, loc, tile.kWords);
+          }
+          forEach(bb, kBegin, index(bb, loc, kWords), tile.kWords,
+                  [&](OpBuilder &bb, Value k0) { kStep(bb, k0, /*fromZero=*/false); });
         });
       });
     });

@@ -81,3 +81,42 @@ module attributes {gpt.target = {cpu = "znver4", triple = "x86_64-pc-linux-gnu",
     return %0 : tensor<32x8x32xf32>
   }
 }
+
+// -----
+
+#qA = affine_map<(m, p, j, k) -> (m, k)>
+#qB = affine_map<(m, p, j, k) -> (p, k, j)>
+#qC = affine_map<(m, p, j, k) -> (m, p, j)>
+// A zero-filled output (the packed matmul's own init, as --transformer-to-linalg builds it): the
+// first K step loads its accumulators from a 16 x 32 block of zeros, later ones what the previous
+// step stored, and the output's fill goes. 16 rows: 1 x 2 accumulator tiles; 64 K words: one
+// step of 4 tile steps.
+// SELECT-LABEL: module attributes {gpt.target = {cpu = "sapphirerapids"
+// SELECT: gpt.amx_chunks = 1 : i64, gpt.amx_tile = [16, 32, 64]
+// TILES-LABEL: func.func @zero_filled
+// TILES: %[[ZEROS:.*]] = memref.alloca() {alignment = 64 : i64} : memref<16x32xf32>
+// TILES-NOT: memref<16x2x32xf32>
+// TILES: scf.for
+// TILES: amx.tile_load %[[ZEROS]][%c0, %c0] : memref<16x32xf32> into vector<16x16xf32>
+// TILES: amx.tile_load %[[ZEROS]][%c0, %c16] : memref<16x32xf32> into vector<16x16xf32>
+// TILES-COUNT-8: amx.tile_mulf
+// TILES-COUNT-2: amx.tile_store
+// TILES-NOT: amx.
+// LLVM-LABEL: llvm.func @zero_filled
+// LLVM-COUNT-8: "amx.tdpbf16ps"
+module attributes {gpt.target = {cpu = "sapphirerapids", triple = "x86_64-pc-linux-gnu", vector_bits = 512 : i64,
+                                 vector_registers = 32 : i64,
+                                 features = ["avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx512bf16", "amx-bf16", "amx-int8"]}} {
+  func.func @zero_filled(%a: tensor<16x64xi32>, %w: tensor<2x64x32xi32>) -> tensor<16x2x32xf32> {
+    %zero = arith.constant 0.0 : f32
+    %empty = tensor.empty() : tensor<16x2x32xf32>
+    %c = linalg.fill ins(%zero : f32) outs(%empty : tensor<16x2x32xf32>) -> tensor<16x2x32xf32>
+    %0 = linalg.generic {indexing_maps = [#qA, #qB, #qC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+        ins(%a, %w : tensor<16x64xi32>, tensor<2x64x32xi32>) outs(%c : tensor<16x2x32xf32>) attrs = {gpt.packed_matmul} {
+    ^bb0(%s: i32, %t: i32, %r: f32):
+      %p = transformer.lane_dot_bf16 %r, %s, %t : i32 -> f32
+      linalg.yield %p : f32
+    } -> tensor<16x2x32xf32>
+    return %0 : tensor<16x2x32xf32>
+  }
+}
