@@ -219,11 +219,14 @@ def test_amx_bf16_prefill_matches_the_avx512_bf16_path():
     logits = amx.forward(ids)
     assert relative_error(logits, avx512.forward(ids)) < 1e-2
     assert relative_error(logits, f32) < 1e-2
-    # Prefill (32 rows: AMX) then decode (one row: vdpbf16ps) agree with the AVX-512 path too.
-    amx_cache, avx512_cache = amx.new_cache(), avx512.new_cache()
-    prompt = ids[:20].tolist()
-    assert relative_error(amx.prefill(prompt, amx_cache), avx512.prefill(prompt, avx512_cache)) < 1e-2
-    assert relative_error(amx.decode(int(ids[20]), amx_cache), avx512.decode(int(ids[20]), avx512_cache)) < 1e-2
+    # Prefill (16 rows: 1 x 2 accumulator tiles; 32 rows: 2 x 2) then decode (one row:
+    # vdpbf16ps) agree with the AVX-512 path too.
+    for length in (12, 20):
+        amx_cache, avx512_cache = amx.new_cache(), avx512.new_cache()
+        prompt = ids[:length].tolist()
+        assert relative_error(amx.prefill(prompt, amx_cache), avx512.prefill(prompt, avx512_cache)) < 1e-2
+        step = int(ids[length])
+        assert relative_error(amx.decode(step, amx_cache), avx512.decode(step, avx512_cache)) < 1e-2
 
 
 def test_without_the_permission_for_tile_data_the_code_does_without_amx():
