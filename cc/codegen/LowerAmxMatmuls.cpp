@@ -128,8 +128,14 @@ void lowerToTiles(RewriterBase &rewriter, linalg::GenericOp op, const AmxTile &t
   // that LLVM must then copy for each accumulator, and LICM would hoist it out of the loops.)
   Value zeros;
   if (zeroFill) {
-    zeros = rewriter.create<memref::AllocaOp>(loc, MemRefType::get({tile.rows, tile.columns}, rewriter.getF32Type()),
-                                              rewriter.getI64IntegerAttr(64));
+    {
+      // In the frame of the enclosing allocation scope, not in a loop that would grow the stack.
+      Operation *scope = op->getParentWithTrait<OpTrait::AutomaticAllocationScope>();
+      OpBuilder::InsertionGuard guard(rewriter);
+      rewriter.setInsertionPointToStart(&scope->getRegion(0).front());
+      zeros = rewriter.create<memref::AllocaOp>(loc, MemRefType::get({tile.rows, tile.columns}, rewriter.getF32Type()),
+                                                rewriter.getI64IntegerAttr(64));
+    }
     Value zero = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(0.0f));
     rewriter.create<linalg::FillOp>(loc, zero, zeros);
   }

@@ -95,8 +95,9 @@ module attributes {gpt.target = {cpu = "znver4", triple = "x86_64-pc-linux-gnu",
 // SELECT: gpt.amx_chunks = 1 : i64, gpt.amx_tile = [16, 32, 64]
 // TILES-LABEL: func.func @zero_filled
 // TILES: %[[ZEROS:.*]] = memref.alloca() {alignment = 64 : i64} : memref<16x32xf32>
-// TILES-NOT: memref<16x2x32xf32>
-// TILES: scf.for
+// TILES-NOT: memref.store {{.*}} : memref<16x2x32xf32>
+// TILES: memref.store %{{.*}}, %[[ZEROS]]
+// TILES-NOT: memref.store
 // TILES: amx.tile_load %[[ZEROS]][%c0, %c0] : memref<16x32xf32> into vector<16x16xf32>
 // TILES: amx.tile_load %[[ZEROS]][%c0, %c16] : memref<16x32xf32> into vector<16x16xf32>
 // TILES-COUNT-8: amx.tile_mulf
