@@ -47,7 +47,7 @@ bool isCodegenAttribute(StringRef name) {
   return llvm::is_contained({attr::kPackedMatmul, attr::kRegisterTile, attr::kTileInterchange, attr::kParallelChunks,
                              attr::kRowReductionTile, attr::kEpilogueTile, attr::kEpilogueOperand,
                              attr::kEpilogueChunks, attr::kReductionStep, attr::kBlockPartials,
-                             attr::kQuantizesActivations},
+                             attr::kQuantizesActivations, attr::kAmxTile, attr::kAmxChunks},
                             name);
 }
 
@@ -130,5 +130,17 @@ void setEpilogueFusion(Operation *op, const EpilogueFusion &fusion) {
 }
 
 void setReductionStep(Operation *op, ArrayRef<int64_t> sizes) { setI64Array(op, attr::kReductionStep, sizes); }
+
+std::optional<AmxTile> getAmxTile(Operation *op) {
+  std::optional<SmallVector<int64_t>> block = getI64Array(op, attr::kAmxTile);
+  std::optional<int64_t> chunks = getI64(op, attr::kAmxChunks);
+  if (!block || block->size() != 3 || !chunks) return std::nullopt;
+  return AmxTile{(*block)[0], (*block)[1], (*block)[2], *chunks};
+}
+
+void setAmxTile(Operation *op, const AmxTile &tile) {
+  setI64Array(op, attr::kAmxTile, {tile.rows, tile.columns, tile.kWords});
+  setI64(op, attr::kAmxChunks, tile.chunks);
+}
 
 } // namespace gpt::codegen

@@ -48,6 +48,13 @@ constexpr llvm::StringLiteral kTarget = "gpt.target";
 /// i64 array, on a packed matmul computed inside its epilogue's tiles: how its loops are tiled
 /// there, 1 for each reduction loop (one K step at a time) and 0 for the parallel ones.
 constexpr llvm::StringLiteral kReductionStep = "gpt.reduction_step";
+/// On a bf16 packed matmul computed with AMX tiles instead of a register tile (targets with
+/// amx-bf16): i64 array [rows, columns, k words] of one block of accumulator tiles (rows and
+/// columns multiples of 16; the 16 x 16 f32 tiles stay in tile registers for `k words` 32-bit
+/// words of K, i.e. 2 x that many bf16 products each), and i64 pieces for threads (split by panel).
+/// --gpt-lower-amx-matmuls applies it after bufferization.
+constexpr llvm::StringLiteral kAmxTile = "gpt.amx_tile";
+constexpr llvm::StringLiteral kAmxChunks = "gpt.amx_chunks";
 } // namespace attr
 
 /// The attributes whose ops the schedule must have vectorized by the end of it.
@@ -79,6 +86,14 @@ struct LoopTile {
   llvm::SmallVector<int64_t> interchange; // empty: loops in the op's order
 };
 
+/// A block of AMX accumulator tiles (see attr::kAmxTile).
+struct AmxTile {
+  int64_t rows = 0;
+  int64_t columns = 0;
+  int64_t kWords = 0; // K words between two round trips of the accumulators through memory
+  int64_t chunks = 1; // pieces for threads, split by panel
+};
+
 /// An elementwise generic that computes a packed matmul inside its own tiles.
 struct EpilogueFusion {
   LoopTile tile;
@@ -106,6 +121,9 @@ void setRowReductionTile(mlir::Operation *op, int64_t lanes);
 std::optional<EpilogueFusion> getEpilogueFusion(mlir::Operation *op);
 void setReductionStep(mlir::Operation *op, llvm::ArrayRef<int64_t> sizes);
 void setEpilogueFusion(mlir::Operation *op, const EpilogueFusion &fusion);
+
+std::optional<AmxTile> getAmxTile(mlir::Operation *op);
+void setAmxTile(mlir::Operation *op, const AmxTile &tile);
 
 } // namespace gpt::codegen
 

@@ -250,6 +250,12 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
       least 2^18 iterations outside any scf.forall: k is the largest of 8, 4, 2 not above
       `threads` that splits the op's split dimension (matmul N, packed matmul and elementwise
       dim 1, batch matmul the heads) into whole tiles.
+    - AMX: where the module's `gpt.target` has `amx-bf16`, a bf16 packed matmul (body
+      `transformer.lane_dot_bf16`) with a multiple of 16 rows (prefill, not decode) gets
+      `gpt.amx_tile = [rows, columns, k words]` and `gpt.amx_chunks = k` instead of a register tile
+      or an epilogue fusion: blocks of 32 (or 16) rows x one 32-wide panel in 16 x 16 f32 tiles,
+      accumulated over up to 128 K words (8 tile steps) between trips through memory, the panels
+      split into k pieces for threads. `--gpt-lower-amx-matmuls` lowers it after bufferization.
 
     Before:
     ```mlir
@@ -266,6 +272,58 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
            "Bits of one vector register of the target (AVX-512: 512, AVX2: 256, NEON: 128)">,
     Option<"vectorRegisters", "vector-registers", "int64_t", /*default=*/"32",
            "Vector registers of the target (AVX-512 and NEON: 32, AVX2: 16)">,
+  ];
+}
+
+def LowerAmxMatmuls : Pass<"gpt-lower-amx-matmuls", "::mlir::func::FuncOp"> {
+  let summary = "Lower bf16 packed matmuls marked gpt.amx_tile, on buffers, to loops over AMX tiles";
+  let description = [{
+    A `linalg.generic` carrying `gpt.amx_tile = [R, C, S]` and `gpt.amx_chunks = k` (from
+    `--gpt-select-register-tiles`, on a target with `amx-bf16`), once bufferized: activation lanes
+    A [M, K/2] i32, weight lanes B [N/P, K/2, P] i32 (cc/kernels/LanePacking.h) and the output
+    [M, N/P, P] f32, which it adds to. Both lane layouts hold in each 32-bit word the two bf16 of
+    rows r and r + K/2 of one row (A) or column (B): the pairs `tdpbf16ps` multiplies, so a 16 x 16
+    word block of either is one tile (`vector<16x32xbf16>`) as it lies in memory, no copy.
+
+    It becomes loops over the panels (an `scf.forall` of k pieces when k > 1), the C-wide column
+    blocks of a panel, the R-row blocks and K in steps of S words. Each step loads the (R/16) x
+    (C/16) accumulator tiles from the output, runs S/16 tile steps of `amx.tile_load` (R/16 tiles
+    of A, C/16 of B) and `amx.tile_mulf` on them, and stores the accumulators back: MLIR 19
+    cannot carry a tile through a loop's arguments, so they go through memory (L1) every S words.
+    The buffers are viewed (`memref.reinterpret_cast`) as [rows, row stride], because MLIR 19's
+    AMX lowering takes a tile's row stride from the size of the memref's last dim. Lowered by
+    `--convert-vector-to-llvm=enable-amx`; the code needs a CPU with AMX and, on Linux, the
+    process's permission for tile data (the runtime asks for it, cc/runtime/JitTarget.cpp).
+    An op it cannot lower (a buffer without static strides) is an error.
+
+    Before (M = 32, K = 256, N = 64):
+    ```mlir
+    linalg.generic {indexing_maps = [#A, #B, #C], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+        ins(%a, %b : memref<32x128xi32>, memref<2x128x32xi32>) outs(%c : memref<32x2x32xf32>)
+        attrs = {gpt.packed_matmul, gpt.amx_tile = [32, 32, 128], gpt.amx_chunks = 1 : i64} {
+    ^bb0(%x: i32, %w: i32, %acc: f32):
+      %d = transformer.lane_dot_bf16 %acc, %x, %w : i32 -> f32
+      linalg.yield %d : f32
+    }
+    ```
+    After (abridged):
+    ```mlir
+    scf.for %p = %c0 to %c2 step %c1 {
+      scf.for %m = %c0 to %c32 step %c32 {
+        scf.for %k = %c0 to %c128 step %c128 {
+          %acc = amx.tile_load %out[%m, %col] : memref<32x64xf32, strided<[64, 1]>> into vector<16x16xf32>
+          %x = amx.tile_load %a[%m, %k] : memref<32x128xi32, strided<[128, 1]>> into vector<16x32xbf16>
+          %w = amx.tile_load %b[%row, %c0] : memref<256x32xi32, strided<[32, 1]>> into vector<16x32xbf16>
+          %s = amx.tile_mulf %x, %w, %acc : vector<16x32xbf16>, vector<16x32xbf16>, vector<16x16xf32>
+          ...
+          amx.tile_store %out[%m, %col], %s : memref<32x64xf32, strided<[64, 1]>>, vector<16x16xf32>
+    ```
+  }];
+  let dependentDialects = [
+    "::mlir::amx::AMXDialect",
+    "::mlir::arith::ArithDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
   ];
 }
 

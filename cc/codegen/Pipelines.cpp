@@ -126,6 +126,9 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   // canonicalize first: drop-equivalent-buffer-results only sees through folded loop iter_args.
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::bufferization::createDropEquivalentBufferResultsPass());
+  // On buffers, where AMX tiles load and store; before the scf.forall of its thread pieces
+  // becomes a loop or an OpenMP one, with the schedule's.
+  if (vectorizes(options)) pm.addNestedPass<mlir::func::FuncOp>(codegen::createLowerAmxMatmuls());
   const bool parallel = vectorizes(options) && options.threads > 1;
   // Single-threaded, the attention's loop over heads (an scf.forall) runs in order; as an scf.for
   // its temporaries can share one stack buffer (below).
@@ -171,6 +174,7 @@ void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
   // rounding, not its accuracy.
   mlir::ConvertVectorToLLVMPassOptions vectorToLLVM;
   vectorToLLVM.reassociateFPReductions = true;
+  vectorToLLVM.amx = true; // amx.* ops (--gpt-lower-amx-matmuls) to their LLVM intrinsics
   pm.addPass(mlir::createConvertVectorToLLVMPass(vectorToLLVM));
   pm.addPass(mlir::createConvertMathToLLVMPass());
   pm.addPass(mlir::createConvertMathToLibmPass());

@@ -179,6 +179,49 @@ std::optional<int64_t> rowReductionWidth(linalg::LinalgOp op) {
   return std::nullopt;
 }
 
+/// Rows and 32-bit columns of an AMX tile register (16 x 64 bytes).
+constexpr int64_t kAmxTileSize = 16;
+
+/// The AMX block of a bf16 packed matmul with a multiple of 16 rows (prefill, not decode's one
+/// row) on a target with amx-bf16: 2 x 2 accumulator tiles of 16 x 16 f32 (1 x 2 for an odd
+/// multiple of 16 rows) over one 32-wide panel, fed by 2 (1) tiles of activation lanes and 2 of
+/// weight lanes: all 8 tile registers. The weight lanes are already the pair layout tdpbf16ps
+/// multiplies (each 32-bit word 2 K rows of one column), and so are the activation lanes, which
+/// pair the same rows. The accumulators stay in registers for up to 8 tile steps (128 K words),
+/// then go through the output: MLIR 19 cannot carry a tile in a loop's arguments. Threads split
+/// the panels, as a register tile's do.
+std::optional<AmxTile> amxChoice(linalg::LinalgOp op, int64_t threads) {
+  if (!isa<linalg::GenericOp>(op) || !isPackedMatmul(op) || op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
+      op->getRegion(0).getOps<transformer::LaneDotBf16Op>().empty())
+    return std::nullopt;
+  auto lhs = dyn_cast<RankedTensorType>(op.getDpsInputs()[0].getType());
+  auto rhs = dyn_cast<RankedTensorType>(op.getDpsInputs()[1].getType());
+  if (!lhs || !rhs || !lhs.hasStaticShape() || !rhs.hasStaticShape() || lhs.getRank() != 2 || rhs.getRank() != 3)
+    return std::nullopt;
+  const int64_t rows = lhs.getDimSize(0), kWords = lhs.getDimSize(1), panels = rhs.getDimSize(0),
+                width = rhs.getDimSize(2);
+  if (rows < kAmxTileSize || rows % kAmxTileSize != 0 || kWords % kAmxTileSize != 0 ||
+      (width != kAmxTileSize && width != 2 * kAmxTileSize))
+    return std::nullopt;
+  AmxTile tile;
+  tile.rows = rows % (2 * kAmxTileSize) == 0 ? 2 * kAmxTileSize : kAmxTileSize;
+  tile.columns = width;
+  const int64_t steps = kWords / kAmxTileSize;
+  int64_t unroll = 8;
+  while (steps % unroll != 0) unroll /= 2;
+  tile.kWords = unroll * kAmxTileSize;
+  int64_t work = rows;
+  for (int64_t factor : {panels, width, kWords})
+    if (llvm::MulOverflow(work, factor, work)) work = std::numeric_limits<int64_t>::max();
+  if (work >= target::kMinParallelWork && !op->getParentOfType<scf::ForallOp>())
+    for (int64_t chunks : target::kThreadChunkCounts)
+      if (chunks <= threads && panels % chunks == 0) {
+        tile.chunks = chunks;
+        break;
+      }
+  return tile;
+}
+
 /// The elementwise generic that can take a packed matmul as its epilogue: the matmul's only
 /// user, of the same shape, all loops parallel, reading the matmul through an identity map as
 /// input 0 or 1 (the operand positions the schedule handles). Returns that input's position.
@@ -204,7 +247,8 @@ public:
   void runOnOperation() override {
     // The module's gpt.target, when it has one, else the pass options.
     int64_t bits = vectorBits, registers = vectorRegisters;
-    if (std::optional<TargetDescription> target = getTarget(getOperation())) {
+    std::optional<TargetDescription> target = getTarget(getOperation());
+    if (target) {
       bits = target->vectorBits;
       registers = target->vectorRegisters;
     }
@@ -214,6 +258,8 @@ public:
       return signalPassFailure();
     }
     const SmallVector<TileChoice> table = tileTable(bits / 32, registers);
+    // bf16 prefill matmuls on AMX tiles where the target has them (only the module's target says so).
+    const bool amx = target && target->isX86() && target->has("amx-bf16");
     getOperation().walk([&](linalg::LinalgOp op) {
       if (getEpilogueFusion(op)) return; // its packed matmul was fused into it
       // An op with an empty loop computes nothing: no tile (its loops run zero times).
@@ -222,6 +268,11 @@ public:
         setRowReductionTile(op, *width);
         return;
       }
+      if (amx)
+        if (std::optional<AmxTile> tile = amxChoice(op, threads)) {
+          setAmxTile(op, *tile); // no register tile: --gpt-lower-amx-matmuls lowers it after bufferization
+          return;
+        }
       if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
         markTile(op, *choice, parallelChunks(op, *choice, threads));
         return;

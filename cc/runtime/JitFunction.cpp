@@ -10,6 +10,7 @@
 #include "mlir/ExecutionEngine/CRunnerUtils.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Target/LLVMIR/Dialect/AMX/AMXToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
@@ -124,6 +125,7 @@ void addPackedWrapper(llvm::Module &module, llvm::Function &function) {
 /// The LLVM-dialect `module` as an optimized ELF object for the host, its entry point's packed
 /// wrapper included.
 std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
+  mlir::registerAMXDialectTranslation(*module.getContext()); // the intrinsics of AMX tile code
   mlir::registerBuiltinDialectTranslation(*module.getContext());
   mlir::registerLLVMDialectTranslation(*module.getContext());
   mlir::registerOpenMPDialectTranslation(*module.getContext());

@@ -11,8 +11,14 @@
 #include "llvm/TargetParser/SubtargetFeature.h"
 #include "llvm/TargetParser/Triple.h"
 
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace gpt {
 
@@ -50,6 +56,25 @@ bool isSystemFeature(llvm::StringRef feature) {
   return kSystem.contains(feature);
 }
 
+/// Whether this process may use AMX tile data. Linux (5.16 and later) hands the tile registers
+/// state to a process only on request, arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); a tile
+/// instruction before it raises SIGILL. Asked once per process (the permission covers every
+/// thread). GPT_NO_AMX (set and not empty) answers no without asking: the same CPU's code
+/// without AMX, to compare with.
+bool amxPermitted() {
+  static const bool permitted = [] {
+    if (const char *off = std::getenv("GPT_NO_AMX"); off && *off) return false;
+#if defined(__linux__) && defined(__x86_64__)
+    constexpr long kRequestPermission = 0x1023; // ARCH_REQ_XCOMP_PERM
+    constexpr long kTileData = 18;              // XFEATURE_XTILEDATA
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return permitted;
+}
+
 /// "aarch64:neoverse-v1" -> ("aarch64-unknown-linux-gnu", "neoverse-v1"); "znver3" -> (host, "znver3").
 std::pair<std::string, std::string> splitArchitecture(const std::string &name) {
   const size_t colon = name.find(':');
@@ -76,6 +101,11 @@ JitTarget::JitTarget(std::string triple, std::string cpu, std::map<std::string, 
     // Only instruction-set features the host reports are compared (tuning flags are not).
     if (enabled && found != host.end() && !found->second && !isSystemFeature(feature)) unavailable_.push_back(feature);
   }
+  // Code that runs here uses AMX only with the process's permission; without it, the CPU's code
+  // without AMX (compile-only code keeps it: it never runs here).
+  if (unavailable_.empty() && has("amx-tile") && !amxPermitted())
+    for (auto &[feature, enabled] : features_)
+      if (llvm::StringRef(feature).starts_with("amx-")) enabled = false;
 }
 
 JitTarget JitTarget::host() {

@@ -242,7 +242,11 @@ class CompileOptions:
     one fp16 scale per block). Weights are converted once, at load, and multiplied with the CPU's
     dot-product instructions where it has them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the
     activations a matmul reads to bf16, and q8_0/q4_0 quantize them per block of 32 to int8, as
-    llama.cpp does; accumulation is f32 (exact i32 within a block). Low-precision formats need a
+    llama.cpp does; accumulation is f32 (exact i32 within a block). On a CPU with AMX (Sapphire
+    Rapids and later) bf16 prefill (16 or more rows, in multiples of 16) multiplies on AMX tiles
+    (`tdpbf16ps`) instead, the same bf16 products summed in another order; the process asks Linux
+    for the tiles' state once, and where that is refused, or `GPT_NO_AMX=1` is set, code that runs
+    here is compiled without AMX. Low-precision formats need a
     vectorized pipeline, q8_0/q4_0 an n_embd that is a multiple of 32, and bf16 an even n_embd.
     `target_cpu` is the CPU compiled code is specialised for: "host" (this machine's CPU and
     features), an LLVM x86-64 CPU name ("haswell", "znver3", "alderlake", "skylake-avx512",

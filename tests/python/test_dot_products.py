@@ -4,8 +4,10 @@ for a CPU without them a fallback in plain integer and float arithmetic that com
 Every named target is checked by cross-compiling (`save_object` of a compile-only model), so an
 AVX2 host checks the AVX-512 code and the reverse; code is run only where the host can run it."""
 
+import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -32,7 +34,7 @@ TARGETS = {
     "alderlake": ("ymm", None, r"vpdpbusd\s+.*%ymm"),  # AVX-VNNI: the VEX vpdpbusd
     "skylake-avx512": ("zmm", None, r"vpmaddwd\s+.*%zmm"),  # AVX512-BW without VNNI
     "znver4": ("zmm", r"vdpbf16ps\s+.*%zmm", r"vpdpbusd\s+.*%zmm"),  # AVX512-VNNI and BF16
-    "sapphirerapids": ("zmm", r"vdpbf16ps\s+.*%zmm", r"vpdpbusd\s+.*%zmm"),  # and AMX
+    "sapphirerapids": ("zmm", r"tdpbf16ps\s+%tmm", r"vpdpbusd\s+.*%zmm"),  # and AMX: bf16 prefill on tiles
 }
 
 # The targets whose fallbacks run here against the host's code, with the host flags they need.
@@ -54,7 +56,8 @@ def test_host_code_uses_the_instruction_where_the_cpu_has_it(fmt, tmp_path):
     instruction, flag = INSTRUCTIONS[fmt]
     model = gpt.GPT.random(config(NANO), options=gpt.CompileOptions(weights=fmt, threads=1, disk_cache=False))
     llvm = model.ir("llvm", seq_len=8)
-    asm = disassemble(model, tmp_path)
+    # 8 rows: fewer than an AMX tile's 16, so bf16 multiplies with vdpbf16ps on an AMX host too.
+    asm = disassemble(model, tmp_path, pipeline_seq_len=8)
     if flag in host_flags():
         assert INTRINSICS[instruction] in llvm
         assert re.search(instruction + r"\s+.*%zmm", asm), f"no zmm {instruction} although the host has {flag}"
@@ -117,7 +120,10 @@ def test_fallback_for_a_cpu_without_the_instruction_computes_the_same(fmt, targe
     cfg = config(MID)
     weights = exercising_weights(cfg)
     ids = token_ids(cfg, 100)
-    host = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False))
+    # On an AMX host bf16 prefill runs on tiles, which sum in another order: the reference is then
+    # the vdpbf16ps code of Cooper Lake (AVX-512 BF16 without AMX), which such a host runs.
+    reference = "cooperlake" if fmt == "bf16" and host_runs_amx() else "host"
+    host = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False, target_cpu=reference))
     fallback = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False, target_cpu=target))
     instruction, _ = INSTRUCTIONS[fmt]
     assert INTRINSICS[instruction] not in fallback.ir("llvm", seq_len=8)
@@ -165,3 +171,83 @@ def test_fallback_logits_match_the_f32_model_closely():
     for fmt, bound in (("bf16", 0.02), ("q8_0", 0.05), ("q4_0", 0.2)):
         options = gpt.CompileOptions(weights=fmt, disk_cache=False, target_cpu=WITHOUT_DOT_PRODUCTS)
         assert relative_error(gpt.GPT.from_weights(cfg, weights, options).forward(ids), f32) < bound, fmt
+
+
+# AMX (issue 26 item 4): bf16 matmuls of prefill (a multiple of 16 rows) on AMX tiles, tdpbf16ps,
+# where the target has amx-bf16; decode's one row keeps vdpbf16ps.
+AMX_TARGETS = {"sapphirerapids": True, "znver4": False, "skylake-avx512": False, "cooperlake": False}
+
+
+@pytest.mark.parametrize("target", sorted(AMX_TARGETS))
+def test_bf16_prefill_uses_amx_tiles_only_where_the_target_has_them(target, tmp_path):
+    options = gpt.CompileOptions(weights="bf16", threads=1, disk_cache=False, target_cpu=target)
+    model = gpt.GPT.random(config(NANO), options=options)
+    asm = disassemble(model, tmp_path, pipeline_seq_len=64)
+    if AMX_TARGETS[target]:
+        assert re.search(r"tdpbf16ps\s+%tmm\d, %tmm\d, %tmm\d", asm), f"{target}: no tdpbf16ps"
+        assert "tileloadd" in asm and "ldtilecfg" in asm, target
+    else:
+        assert "tdpbf16ps" not in asm and "%tmm" not in asm, f"{target} has no AMX, but its code uses tiles"
+    # f32 weights stay off the tiles on every target.
+    f32 = gpt.GPT.random(config(NANO), options=gpt.CompileOptions(threads=1, disk_cache=False, target_cpu=target))
+    assert "%tmm" not in disassemble(f32, tmp_path, pipeline_seq_len=64)
+
+
+def host_runs_amx():
+    return {"amx_bf16", "amx_tile", "avx512_bf16"} <= host_flags()
+
+
+def test_amx_bf16_prefill_matches_the_avx512_bf16_path():
+    """AMX's sums run in another order than vdpbf16ps's (16 x 32 products per tile step), on the
+    same bf16-rounded activations and weights: the logits of MID's exercising weights differ by
+    bf16's error, not more (measured: 2.4e-3 of max |logit| between the two, 3.8e-3 and 4.0e-3
+    from the f32 model)."""
+    if not host_runs_amx():
+        pytest.skip("runs AMX code: this CPU has no amx_bf16")
+    cfg = config(MID)
+    weights = exercising_weights(cfg)
+    ids = token_ids(cfg, 100)
+    amx = gpt.GPT.from_weights(
+        cfg, weights, gpt.CompileOptions(weights="bf16", disk_cache=False, target_cpu="sapphirerapids")
+    )
+    # Cooper Lake: AVX-512 BF16 and VNNI, no AMX.
+    avx512 = gpt.GPT.from_weights(
+        cfg, weights, gpt.CompileOptions(weights="bf16", disk_cache=False, target_cpu="cooperlake")
+    )
+    f32 = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(disk_cache=False)).forward(ids)
+    assert "amx.tdpbf16ps" in amx.ir("llvm", seq_len=128) and "amx." not in avx512.ir("llvm", seq_len=128)
+    logits = amx.forward(ids)
+    assert relative_error(logits, avx512.forward(ids)) < 1e-2
+    assert relative_error(logits, f32) < 1e-2
+    # Prefill (16 rows: 1 x 2 accumulator tiles; 32 rows: 2 x 2) then decode (one row:
+    # vdpbf16ps) agree with the AVX-512 path too.
+    for length in (12, 20):
+        amx_cache, avx512_cache = amx.new_cache(), avx512.new_cache()
+        prompt = ids[:length].tolist()
+        assert relative_error(amx.prefill(prompt, amx_cache), avx512.prefill(prompt, avx512_cache)) < 1e-2
+        step = int(ids[length])
+        assert relative_error(amx.decode(step, amx_cache), avx512.decode(step, avx512_cache)) < 1e-2
+
+
+def test_without_the_permission_for_tile_data_the_code_does_without_amx():
+    """Linux lets a process use AMX tiles only after arch_prctl(ARCH_REQ_XCOMP_PERM); where that
+    is refused (GPT_NO_AMX stands in for a refusal) the code compiled to run here has no AMX and
+    runs, instead of dying of SIGILL."""
+    if not host_runs_amx():
+        pytest.skip("needs a CPU with amx_bf16")
+    script = """
+import sys
+sys.path[:0] = sys.argv[1:]
+import gpt
+from shapes import NANO, config, token_ids
+options = gpt.CompileOptions(weights="bf16", disk_cache=False, target_cpu="sapphirerapids")
+model = gpt.GPT.random(config(NANO), options=options)
+assert "amx." not in model.ir("llvm", seq_len=64)
+print(model.forward(token_ids(config(NANO), 64)).shape)
+"""
+    env = dict(os.environ, GPT_NO_AMX="1")
+    done = subprocess.run(
+        [sys.executable, "-c", script, *sys.path], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert "(64, 256)" in done.stdout, done.stdout
