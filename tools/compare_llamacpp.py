@@ -1,0 +1,545 @@
+"""gpt side by side with llama.cpp on a real GGUF file: token ids, logits, greedy tokens, speed, memory.
+
+    PYTHONPATH=bazel-bin/python python3 tools/compare_llamacpp.py            # SmolLM2-135M Q4_1
+    PYTHONPATH=bazel-bin/python python3 tools/compare_llamacpp.py --no-speed # correctness only
+
+llama.cpp is llama-cpp-python, built from source for this CPU as requirements-peers.txt says; it
+runs the file as shipped (SmolLM2's Q4_1 layers through its q4_1 x q8_1 kernels, the Q8_0
+embedding), while gpt widens the file's Q4_1 tensors to float32 at load and computes in the
+--formats it is compiled for (f32, bf16, q8_0, q4_0: requantized from those float32 values).
+
+Correctness, in this process:
+- token ids of varied texts: gpt's `model.tokenizer.encode(text, add_special_tokens)` against
+  `Llama.tokenize(text, add_bos, special=True)`, with and without the BOS/EOS the file asks for;
+  the same texts with special-token markup read as plain text (llama.cpp's special=False; on gpt's
+  side the tokenizers library's `encode_special_tokens`, which gpt itself does not offer); and
+  `model.tokenizer.decode` against `Llama.detokenize`;
+- logits of every position, teacher-forced, for an English paragraph and for a chat prompt
+  followed by llama.cpp's own greedy continuation: top-1 agreement and KL(llama.cpp || gpt), and
+  both engines against a third opinion when torch and transformers are installed: transformers'
+  LlamaForCausalLM in float32 on the file as its own GGUF loader dequantizes it (the model the file
+  defines, with no activation quantization);
+- greedy decoding of --greedy-tokens tokens from a chat prompt (gpt's cached `generate` at
+  temperature 0, llama.cpp's argmax of its logits), EOS not stopping either: the common prefix.
+
+Speed and memory, each engine in a subprocess of its own (so that RSS is that engine's alone, and
+an engine's allocations do not slow the next): ppN (N prompt tokens through prefill into an empty
+cache of N) and tgN (N tokens decoded one at a time from an empty cache of N), as
+tools/gpt_bench.py and llama-bench run them (its runner classes), with fixed random tokens, after
+a warm-up run that compiles. Each engine runs once per round, --rounds rounds, the order rotated
+every round, so that the load of this shared machine falls on all of them alike; before each run
+the parent waits (up to --quiet-wait seconds) for the CPUs to be 90% idle. Each run times
+--repetitions repetitions of at least --min-seconds; the table gives the median and the best t/s
+over all of them (on a machine shared with other jobs, the best is the least disturbed).
+--llama-formats adds llama.cpp rows on the file converted by llama.cpp itself (llama-quantize's
+code, --allow-requantize) to gpt's formats, so that each format meets its own kernels.
+Memory, from /proc/self/status: VmRSS after loading, the same after glibc's malloc_trim (the part
+that is free heap memory kept from the load's temporaries), VmRSS after the tests, and VmHWM.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+import numpy as np
+from machine import describe_cpu
+
+TOOLS = os.path.dirname(os.path.abspath(__file__))
+
+TEXTS = {
+    "english": "The quick brown fox jumps over the lazy dog. It wasn't me, she said; they'd've known!",
+    "code": 'def fib(n):\n    """The n-th Fibonacci number."""\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n',
+    "digits": "Pi is 3.14159265358979, 2024-11-27, 1,234,567.89 USD, 0xDEADBEEF and 12345678901234567890.",
+    "whitespace": "  leading spaces\n\n\ttabs\t\tand   runs   \r\n trailing  ",
+    "unicode": "Café naïve façade — “quotes” 日本語のテキスト 한국어 Ελληνικά 🙂🚀 ü∑∂",
+    "chat markup": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n",
+    "specials mid-text": "before<|endoftext|>after <|im_start|> spaced <|im_end|>x",
+}
+
+PARAGRAPH = (
+    "The history of computing is a story of abstraction. Early programmers wrote machine code by hand, "
+    "flipping switches and punching cards, until assemblers gave names to instructions. Compilers then "
+    "translated whole languages into those instructions, and each new layer let people think about the "
+    "problem instead of the machine. Today a compiler for neural networks takes a graph of tensor "
+    "operations and turns it into loops that fit the caches and vector units of one particular processor. "
+    "Whether that beats a library of hand-written kernels is a question only measurements can answer."
+)
+
+CHAT = [{"role": "user", "content": "Explain in three sentences why the sky is blue."}]
+
+
+# -- subprocess side --------------------------------------------------------------------------
+
+
+def memory_kib():
+    """{'VmRSS': KiB, 'VmHWM': KiB} of this process."""
+    values = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(value.split()[0])
+    return values
+
+
+def import_bench(with_gpt):
+    """tools/gpt_bench.py, whose runners and timing loop these rows share. It imports gpt at the
+    top; the llama.cpp subprocess gets an empty stand-in module instead, since LlamaCppRunner does
+    not use gpt and importing gpt (libMLIR, LLVM) would add about 75 MB to llama.cpp's RSS."""
+    if not with_gpt:
+        sys.modules.setdefault("gpt", types.ModuleType("gpt"))
+    sys.path.insert(0, TOOLS)
+    import gpt_bench
+
+    return gpt_bench
+
+
+def worker(args):
+    """One engine's rows, printed as one JSON line."""
+    engine, _, weight_format = args.worker.partition(":")
+    bench = import_bench(with_gpt=engine == "gpt")
+    start = time.perf_counter()
+    if engine == "gpt":
+        import gpt
+
+        class GGUFRunner(bench.OursRunner):
+            def __init__(self, path, threads, weight_format):
+                options = gpt.CompileOptions(threads=threads, weights=weight_format)
+                self.model = gpt.GPT.from_gguf(path, options)
+
+        runner = GGUFRunner(args.path, args.threads, weight_format)
+        vocab = runner.model.config.vocab_size
+    else:
+        runner = bench.LlamaCppRunner(args.path, args.threads)
+        vocab = runner.llm.n_vocab()
+    load_seconds = time.perf_counter() - start
+    loaded = memory_kib()["VmRSS"]
+    # What the engine holds, apart from the free memory glibc keeps in its heap after the load's
+    # temporaries (gpt widens the file's tensors to float32 before packing them).
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    trimmed = memory_kib()["VmRSS"]
+    rates, warmup_seconds = {}, {}
+    for test in args.tests.split(","):
+        kind, count = test[:2], int(test[2:])
+        ids = np.random.default_rng(0).integers(0, vocab, size=count).tolist()
+        run = {"pp": runner.prompt, "tg": runner.generate}[kind]
+        start = time.perf_counter()
+        run(ids)  # warm-up: compiles
+        warmup_seconds[test] = time.perf_counter() - start
+        rates[test] = [bench.measure(run, ids, count, args.min_seconds) for _ in range(args.repetitions)]
+    memory = memory_kib()
+    print(
+        json.dumps(
+            dict(
+                rates=rates,
+                load_seconds=load_seconds,
+                warmup_seconds=warmup_seconds,
+                rss_loaded_kib=loaded,
+                rss_trimmed_kib=trimmed,
+                rss_after_kib=memory["VmRSS"],
+                hwm_kib=memory["VmHWM"],
+            )
+        ),
+        flush=True,
+    )
+
+
+# -- correctness ------------------------------------------------------------------------------
+
+
+def log_softmax(logits):
+    x = np.asarray(logits, np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def compare_logits(reference, ours):
+    """(top-1 agreement, mean KL(reference || ours), max KL) over the positions (rows) of two
+    [positions, vocab] logit arrays."""
+    log_p, log_q = log_softmax(reference), log_softmax(ours)
+    kl = (np.exp(log_p) * (log_p - log_q)).sum(-1)
+    agree = float((reference.argmax(-1) == ours.argmax(-1)).mean())
+    return agree, float(kl.mean()), float(kl.max())
+
+
+class LlamaCpp:
+    """llama.cpp's tokenizer, logits of every position, and greedy decoding, on one context."""
+
+    def __init__(self, path, threads, n_ctx=512):
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(
+            model_path=path,
+            n_ctx=n_ctx,
+            n_batch=512,
+            n_threads=threads,
+            n_threads_batch=threads,
+            flash_attn=True,  # as the speed rows (gpt_bench.LlamaCppRunner) run it
+            logits_all=True,
+            verbose=False,
+        )
+
+    def tokenize(self, text, add_bos, special):
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+
+    def detokenize(self, ids):
+        return self.llm.detokenize(ids).decode("utf-8", errors="replace")
+
+    def logits(self, ids):
+        self.llm.reset()
+        self.llm.eval(ids)
+        return np.array(self.llm.scores[: len(ids)], np.float32)
+
+    def greedy(self, ids, count):
+        """`count` tokens, each the argmax of the logits after the previous one (no sampler)."""
+        self.llm.reset()
+        self.llm.eval(ids)
+        out = []
+        for _ in range(count):
+            token = int(np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+            out.append(token)
+            self.llm.eval([token])
+        return out
+
+
+def tokenizer_rows(tokenizer, llama):
+    """Table rows, one per text, and whether every comparison agreed."""
+    from tokenizers import Tokenizer
+
+    # gpt parses special tokens in text always (llama.cpp's special=True); for llama.cpp's
+    # special=False, a copy of its tokenizers.Tokenizer with encode_special_tokens set.
+    plain = Tokenizer.from_str(tokenizer.backend.to_str())
+    plain.encode_special_tokens = True
+    rows, all_equal = [], True
+    for name, text in TEXTS.items():
+        ids = tokenizer.encode(text)
+        checks = [
+            ids == llama.tokenize(text, add_bos=True, special=True),
+            tokenizer.encode(text, add_special_tokens=False) == llama.tokenize(text, add_bos=False, special=True),
+            plain.encode(text, add_special_tokens=False).ids == llama.tokenize(text, add_bos=False, special=False),
+            tokenizer.decode(ids) == llama.detokenize(ids),
+        ]
+        all_equal = all_equal and all(checks)
+        marks = " | ".join("equal" if c else "**differ**" for c in checks)
+        rows.append(f"| {name} | {len(ids)} | {marks} |")
+    return rows, all_equal
+
+
+def pytorch_reference(path, threads):
+    """A function of ids giving the logits of every position from transformers' LlamaForCausalLM
+    in float32, its weights the GGUF file's tensors as transformers' own loader dequantizes them;
+    None when torch or transformers is not installed."""
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader's progress bar
+    try:
+        import torch
+        import transformers
+        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    transformers.utils.logging.set_verbosity_error()
+    hf_config = transformers.LlamaConfig(**load_gguf_checkpoint(path, return_tensors=False)["config"])
+    with torch.device("meta"):
+        skeleton = transformers.LlamaForCausalLM(hf_config)
+    tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=skeleton)["tensors"]
+    model = transformers.LlamaForCausalLM(hf_config).eval()
+    missing, _ = model.load_state_dict({k: torch.as_tensor(v) for k, v in tensors.items()}, strict=False)
+    if set(missing) - {"lm_head.weight"}:
+        raise RuntimeError(f"transformers' GGUF loader left out {sorted(missing)}")
+    model.tie_weights()
+
+    def logits(ids):
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+    return logits
+
+
+def correctness(args):
+    import gpt
+    from gpt import chat
+
+    llama = LlamaCpp(args.path, args.threads)
+    models = (
+        (fmt, gpt.GPT.from_gguf(args.path, gpt.CompileOptions(threads=args.threads, weights=fmt)))
+        for fmt in args.formats.split(",")
+    )  # one at a time
+    fmt, model = next(models)
+    tokenizer = model.tokenizer
+    print(f"### Token ids ({len(TEXTS)} texts; gpt against llama.cpp)\n")
+    print(
+        "| text | tokens | ids, BOS/EOS as the file says (special=True) | ids, none added | "
+        "ids, markup as plain text (special=False) | decode |"
+    )
+    print("|---|---|---|---|---|---|")
+    print("\n".join(tokenizer_rows(tokenizer, llama)[0]))
+
+    spec = chat.chat_spec(tokenizer)
+    rendered = spec.template.render(CHAT)
+    prompt = chat.prompt_ids(tokenizer, spec, rendered)
+    if prompt != llama.tokenize(rendered, add_bos=True, special=True):
+        raise SystemExit("the chat prompt's ids differ between gpt and llama.cpp")
+    continuation = llama.greedy(prompt, max(args.teacher_tokens, args.greedy_tokens))
+    expected = continuation[: args.greedy_tokens]
+    paragraph = tokenizer.encode(PARAGRAPH)
+    sequences = {
+        f"paragraph ({len(paragraph)} tokens)": paragraph,
+        f"chat prompt + llama.cpp's greedy continuation ({len(prompt)} + {len(continuation)} tokens)": (
+            prompt + continuation
+        ),
+    }
+    references = {name: llama.logits(ids) for name, ids in sequences.items()}
+    del llama
+    pytorch = pytorch_reference(args.path, args.threads)
+    exact, greedy_rows = None, []
+    if pytorch is not None:
+        exact = {name: pytorch(ids) for name, ids in sequences.items()}
+        ids = list(prompt)
+        for _ in range(args.greedy_tokens):  # uncached: a forward over the whole sequence per token
+            ids.append(int(pytorch(ids)[-1].argmax()))
+        greedy_rows.append(("PyTorch", "f32 (dequantized file)", ids[len(prompt) :]))
+        del pytorch
+
+    print("\n### Logits of every position, teacher-forced\n")
+    print(
+        "gpt's `forward` and llama.cpp's `logits_all` against llama.cpp's logits, and against PyTorch "
+        "(transformers' LlamaForCausalLM in float32 on the file's tensors dequantized by transformers' "
+        "own GGUF loader: the model as the file defines it, with no activation quantization)\n"
+    )
+    print(
+        "| engine | weights | sequence | top-1 = llama.cpp's | mean KL(llama.cpp ‖ engine) | max KL "
+        "| top-1 = PyTorch's | mean KL(PyTorch ‖ engine) | max KL |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+
+    def row(engine, fmt, name, logits):
+        cells = []
+        for reference in (references, exact):
+            if reference is None or reference is references and engine == "llama.cpp":
+                cells.append("— | — | —")
+            else:
+                agree, kl, kl_max = compare_logits(reference[name], logits)
+                cells.append(f"{agree:.1%} | {kl:.2e} | {kl_max:.2e}")
+        print(f"| {engine} | {fmt} | {name} | {' | '.join(cells)} |", flush=True)
+
+    for name in sequences:
+        row("llama.cpp", "as shipped", name, references[name])
+    while model is not None:
+        for name, ids in sequences.items():
+            row("gpt", fmt, name, model.forward(ids))
+        greedy_rows.append(("gpt", fmt, model.generate(prompt, args.greedy_tokens, temperature=0.0, stop_at_eos=False)))
+        del model
+        fmt, model = next(models, (None, None))
+
+    print(f"\n### Greedy decoding: {args.greedy_tokens} tokens from a chat prompt of {len(prompt)} tokens\n")
+    print(
+        f"Prompt {CHAT[0]['content']!r} in the file's chat template; EOS does not stop either engine. "
+        f"llama.cpp: {tokenizer.decode(expected)!r}\n"
+    )
+    print("| engine | weights | tokens equal to llama.cpp's (common prefix) | its text from the first difference |")
+    print("|---|---|---|---|")
+    for engine, fmt, ours in greedy_rows:
+        common = next((i for i, (a, b) in enumerate(zip(ours, expected, strict=False)) if a != b), len(expected))
+        diverged = "" if common == len(expected) else repr(tokenizer.decode(ours[common:]))
+        print(f"| {engine} | {fmt} | {common}/{len(expected)} | {diverged} |")
+    print()
+
+
+# -- speed ------------------------------------------------------------------------------------
+
+
+def run_worker(args, engine, path):
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        engine,
+        "--path",
+        path,
+        "--threads",
+        str(args.threads),
+        "--tests",
+        args.tests,
+        "--repetitions",
+        str(args.repetitions),
+        "--min-seconds",
+        str(args.min_seconds),
+    ]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cpu_idle(seconds):
+    """The fraction of this machine's CPU time that was idle over the next `seconds` (/proc/stat)."""
+
+    def times():
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return values[3] + values[4], sum(values)  # idle + iowait, all
+
+    idle0, total0 = times()
+    time.sleep(seconds)
+    idle1, total1 = times()
+    return (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_for_quiet(max_seconds, idle=0.9, window=2.0):
+    """Waits, up to `max_seconds`, for a `window` in which the CPUs are at least `idle` idle;
+    returns the idle fraction of the last window. The other jobs of a shared machine come and go:
+    an engine started while they run is measured against them."""
+    deadline = time.monotonic() + max_seconds
+    while True:
+        seen = cpu_idle(window)
+        if seen >= idle or time.monotonic() >= deadline:
+            return seen
+
+
+def mib(kib_values):
+    return f"{statistics.median(kib_values) / 1024:.0f}"
+
+
+# llama.cpp's file types for --llama-formats (llama_ftype), as llama-quantize names them.
+LLAMA_FTYPES = {
+    "f32": "LLAMA_FTYPE_ALL_F32",
+    "bf16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
+    "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
+}
+
+
+def requantize(path, fmt, directory):
+    """The GGUF file at `path` converted to `fmt` by llama.cpp's own llama_model_quantize, as
+    `llama-quantize --allow-requantize` does (its default choice of types for the tied embedding:
+    Q6_K under q4_0), written in `directory`."""
+    import llama_cpp
+
+    out = os.path.join(directory, f"{os.path.splitext(os.path.basename(path))[0]}-{fmt}.gguf")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, LLAMA_FTYPES[fmt])
+    params.allow_requantize = True
+    if llama_cpp.llama_model_quantize(path.encode(), out.encode(), ctypes.byref(params)) != 0:
+        raise RuntimeError(f"llama_model_quantize to {fmt} failed")
+    return out
+
+
+def speed(args, directory):
+    tests = args.tests.split(",")
+    engines = {f"gpt:{fmt}": args.path for fmt in args.formats.split(",")}
+    engines["llama.cpp:"] = args.path
+    for fmt in filter(None, args.llama_formats.split(",")):
+        engines[f"llama.cpp:{fmt}"] = requantize(args.path, fmt, directory)
+    order = list(engines)
+    results = {engine: [] for engine in order}
+    loads, idles = [], []
+    for round_index in range(args.rounds):
+        shift = round_index % len(order)
+        for engine in order[shift:] + order[:shift]:
+            idles.append(wait_for_quiet(args.quiet_wait))
+            loads.append(os.getloadavg()[0])
+            result = run_worker(args, engine, engines[engine])
+            results[engine].append(result)
+            rates = ", ".join(f"{t} {statistics.mean(result['rates'][t]):.1f}" for t in tests)
+            print(
+                f"round {round_index + 1} {engine.rstrip(':')}: {rates} t/s (CPUs {idles[-1]:.0%} idle before)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def rate(engine, test):
+        pooled = [rate for r in results[engine] for rate in r["rates"][test]]
+        return statistics.median(pooled), max(pooled)
+
+    print(
+        f"### Speed and memory ({args.threads} threads; t/s: median and best of {args.rounds} interleaved "
+        f"rounds x {args.repetitions} repetitions; before the runs, 1-minute load average {min(loads):.2f} "
+        f"to {max(loads):.2f} (median {statistics.median(loads):.2f}), CPUs idle {min(idles):.0%} to "
+        f"{max(idles):.0%} over 2 s)\n"
+    )
+    header = " | ".join(f"{t} t/s (best) | {t} / llama.cpp as shipped (best)" for t in tests)
+    print(
+        f"| backend | weights | {header} | load s | RSS loaded MiB | RSS loaded, trimmed MiB "
+        "| RSS after tests MiB | peak RSS MiB |"
+    )
+    print("|---|---|" + "---|---|" * len(tests) + "---|---|---|---|---|")
+    shipped = "llama.cpp:"
+    for engine in order:
+        backend, _, fmt = engine.partition(":")
+        cells = []
+        for test in tests:
+            (median, best), (peer_median, peer_best) = rate(engine, test), rate(shipped, test)
+            cells.append(f"{median:.1f} ({best:.1f}) | {median / peer_median:.2f}x ({best / peer_best:.2f}x)")
+        rows = results[engine]
+        load = statistics.median(r["load_seconds"] for r in rows)
+        if backend == "llama.cpp":
+            fmt = f"{fmt}, by llama_model_quantize" if fmt else "as shipped: Q4_1, Q8_0 embedding"
+        print(
+            f"| {'gpt-mlir-jit' if backend == 'gpt' else backend} | {fmt} | {' | '.join(cells)} | {load:.1f} "
+            f"| {mib([r['rss_loaded_kib'] for r in rows])} | {mib([r['rss_trimmed_kib'] for r in rows])} "
+            f"| {mib([r['rss_after_kib'] for r in rows])} | {mib([r['hwm_kib'] for r in rows])} |"
+        )
+    same = [f for f in args.formats.split(",") if f"llama.cpp:{f}" in engines]
+    if same:
+        print("\ngpt / llama.cpp in the same format (medians; llama.cpp's file converted from the shipped one):\n")
+        print("| weights | " + " | ".join(tests) + " |")
+        print("|---|" + "---|" * len(tests))
+        for fmt in same:
+            ratios = [rate(f"gpt:{fmt}", t)[0] / rate(f"llama.cpp:{fmt}", t)[0] for t in tests]
+            print(f"| {fmt} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+    print()
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2", help="an installed model's name (gpt.models) or a GGUF path")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--formats", default="f32,bf16,q8_0,q4_0", help="gpt's weight formats, comma-separated")
+    parser.add_argument("--tests", default="pp128,tg64", help="ppN or tgN, comma-separated")
+    parser.add_argument(
+        "--llama-formats",
+        default="",
+        help="also llama.cpp rows on the file converted by llama.cpp to these formats (f32, bf16, q8_0, q4_0)",
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--min-seconds", type=float, default=0.5)
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=120.0,
+        help="before each run, wait up to this many seconds for 2 s with the CPUs 90%% idle",
+    )
+    parser.add_argument("--teacher-tokens", type=int, default=64, help="llama.cpp greedy tokens to teacher-force")
+    parser.add_argument("--greedy-tokens", type=int, default=32)
+    parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--no-correctness", action="store_true")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # ENGINE:FORMAT, run by speed()
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args)
+    import llama_cpp
+
+    import gpt.models
+
+    args.path = gpt.models.resolve(args.model)
+    print("command: PYTHONPATH=bazel-bin/python python3 tools/compare_llamacpp.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
+    print(f"model: {args.path}")
+    system_info = llama_cpp.llama_print_system_info().decode().strip()
+    print(f"llama.cpp: llama-cpp-python {llama_cpp.__version__}; {system_info}\n")
+    if not args.no_correctness:
+        correctness(args)
+    if not args.no_speed:
+        with tempfile.TemporaryDirectory(prefix="compare_llamacpp-") as directory:
+            speed(args, directory)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
