@@ -18,7 +18,7 @@ import pytest
 import gpt
 import gpt_runtime
 from gpt import cuda_tools
-from gpt.weights import random_weights
+from perturbed_models import perturbed_model
 
 SIZES = {
     # One head of 32, a vocabulary under one 64-wide tile.
@@ -34,17 +34,7 @@ TOKENS = (1, 16)
 
 
 def model_for(size):
-    """Random weights with nonzero biases and norm scales away from 1, so a weight written as
-    another (or as zeros) shows."""
-    config = gpt.GPTConfig(**SIZES[size])
-    rng = np.random.default_rng(7)
-    weights = random_weights(config, seed=3)
-    for name, value in weights.items():
-        if name.endswith(".bias"):
-            weights[name] = rng.normal(0.0, 0.05, value.shape).astype(np.float32)
-        elif value.ndim == 1:
-            weights[name] = (1.0 + rng.normal(0.0, 0.2, value.shape)).astype(np.float32)
-    return gpt.GPT.from_weights(config, weights)
+    return perturbed_model(gpt.GPTConfig(**SIZES[size]), seed=3, perturbation_seed=7)
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import gpt
-from gpt import architectures, gpu_export
+from gpt import gpu_export
 from gpt.config import RopeScaling
-from gpt.weights import random_weights
 from gpt_runtime import emulator
 from gpu_interpreter import argument_arrays, parse_globals, run_launch
+from perturbed_models import perturbed_model
 
 SHAPES = {
     # A 80-position cache: the step programs split attention over 4 warps (forward, 12 keys: 1).
@@ -43,16 +43,7 @@ TOKENS = (1, 12)  # 12 rows: the tiled matmul (a partial 64-row tile), 1: the ma
 
 
 def model_for(shape):
-    config = gpt.GPTConfig(**SHAPES[shape])
-    weights = random_weights(config, seed=4)
-    rng = np.random.default_rng(9)
-    for name, value in weights.items():
-        if name.endswith(".bias"):
-            weights[name] = rng.normal(0.0, 0.05, value.shape).astype(np.float32)
-        elif value.ndim == 1:
-            weights[name] = (1.0 + rng.normal(0.0, 0.2, value.shape)).astype(np.float32)
-    hf = weights if config.architecture == "gpt2" else architectures.from_compiler(config, weights)
-    return gpt.GPT.from_weights(config, hf)
+    return perturbed_model(gpt.GPTConfig(**SHAPES[shape]), seed=4, perturbation_seed=9)
 
 
 def check_program(parts, memory, program, inputs):

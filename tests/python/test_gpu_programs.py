@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import gpt
-from gpt import architectures, gpu_export, models
+from gpt import gpu_export, models
 from gpt.config import RopeScaling
-from gpt.weights import random_weights
 from gpt_runtime import emulator
+from perturbed_models import perturbed_model
 
 SHAPES = {
     "one-head": dict(n_layer=1, n_head=1, n_embd=32, vocab_size=50, block_size=64),
@@ -54,15 +54,7 @@ def relative_error(got, want):
 
 
 def model_for(shape):
-    config = gpt.GPTConfig(**SHAPES[shape])
-    rng = np.random.default_rng(5)
-    weights = random_weights(config, seed=2)
-    for name, value in weights.items():  # nonzero biases and scales: a dropped epilogue shows
-        if name.endswith(".bias"):
-            weights[name] = rng.normal(0.0, 0.05, value.shape).astype(np.float32)
-        elif value.ndim == 1:
-            weights[name] = (1.0 + rng.normal(0.0, 0.2, value.shape)).astype(np.float32)
-    return gpt.GPT.from_weights(config, architectures.from_compiler(config, weights))
+    return perturbed_model(gpt.GPTConfig(**SHAPES[shape]), seed=2, perturbation_seed=5)
 
 
 @pytest.fixture(scope="module", params=list(SHAPES))
