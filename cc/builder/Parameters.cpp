@@ -88,6 +88,8 @@ const char *weightFormatName(WeightFormat format) {
     return "q8_0";
   case WeightFormat::Q4_0:
     return "q4_0";
+  case WeightFormat::Q4_1:
+    return "q4_1";
   }
   return "?";
 }
@@ -103,8 +105,11 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
     rowsPerElement = kernels::kBf16RowsPerWord;
   else if (format == WeightFormat::Q8_0)
     rowsPerElement = kernels::kQ8_0RowsPerWord;
-  else if (format == WeightFormat::Q4_0)
+  else if (format == WeightFormat::Q4_0 || format == WeightFormat::Q4_1)
     rowsPerElement = kernels::kQ4_0RowsPerWord;
+  // q4_1's scales hold a scale and a min per block.
+  if (isScales() && format == WeightFormat::Q4_1)
+    return {shape[1] / panelWidth, shape[0] / rowsPerElement, 2, panelWidth};
   return {shape[1] / panelWidth, shape[0] / rowsPerElement, panelWidth};
 }
 
@@ -165,10 +170,10 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
                      WeightLayout::TransposedPadded,
                      c.tiedHead ? names.tokenEmbedding : names.head};
   pack(head, WeightLayout::TransposedPaddedPanels);
-  // With q4_0 the tied embedding (which the token lookup also reads) is stored in q8_0, as
-  // llama.cpp keeps its output table at higher precision: 4-bit embeddings cost far more
+  // With q4_0 and q4_1 the tied embedding (which the token lookup also reads) is stored in q8_0,
+  // as llama.cpp keeps its output table at higher precision: 4-bit embeddings cost far more
   // accuracy than 4-bit layers (docs/PERFORMANCE.md).
-  if (head.format == WeightFormat::Q4_0) head.format = WeightFormat::Q8_0;
+  if (head.format == WeightFormat::Q4_0 || head.format == WeightFormat::Q4_1) head.format = WeightFormat::Q8_0;
   specs.push_back(std::move(head));
   addScales(specs);
   return specs;

@@ -66,14 +66,15 @@ enum class WeightFormat {
   BF16, ///< rounded to nearest even, 2 rows of K per word
   Q8_0, ///< int8 codes, 4 rows per word, one f16 scale per block of 32 along K (kernels/Quantization.h)
   Q4_0, ///< 4-bit codes, 8 rows per word, one f16 scale per block of 32 weights along K
+  Q4_1, ///< q4_0's codes, unsigned, with an f16 scale and an f16 min per block (w = code * scale + min)
 };
 
 /// True for the formats that store codes and per-block scales (two arguments per weight).
 inline bool isBlockQuantized(WeightFormat format) {
-  return format == WeightFormat::Q8_0 || format == WeightFormat::Q4_0;
+  return format == WeightFormat::Q8_0 || format == WeightFormat::Q4_0 || format == WeightFormat::Q4_1;
 }
 
-/// "f32", "bf16", "q8_0" or "q4_0".
+/// "f32", "bf16", "q8_0", "q4_0" or "q4_1".
 const char *weightFormatName(WeightFormat format);
 
 /// How a compiled program takes its matmul weights: packed in column panels (the vectorized
@@ -100,8 +101,8 @@ struct ParameterSpec {
   bool derived() const { return !source.empty(); }
   bool isScales() const { return !scalesOf.empty(); }
   /// The shape the compiled program takes: `shape`, or for a packed weight [N/P, K, P] (f32),
-  /// its i32 lane words [N/P, K/2, P] (bf16), [N/P, K/4, P] (q8_0) or [N/P, K/8, P] (q4_0), and
-  /// for scales [N/P, K/32, P].
+  /// its i32 lane words [N/P, K/2, P] (bf16), [N/P, K/4, P] (q8_0) or [N/P, K/8, P] (q4_0,
+  /// q4_1), and for scales [N/P, K/32, P] (q4_1: scale and min pairs, [N/P, K/32, 2, P]).
   std::vector<int64_t> argumentShape() const;
 };
 
@@ -114,7 +115,7 @@ struct ParameterSpec {
 /// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size, and
 /// bf16 an even n_embd (std::invalid_argument otherwise); the same of n_ff. Block-quantized
 /// formats with a tied head take no token embedding: their token lookup
-/// reads the LM head's copy (the embedding is stored once, in the format; q8_0 for q4_0).
+/// reads the LM head's copy (the embedding is stored once, in the format; q8_0 for q4_0 and q4_1).
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, const WeightStorage &storage);
 
 /// The parameters a user supplies (the non-derived ones), in parameterSpecs() order.

@@ -165,7 +165,9 @@ Value roundedCode(OpBuilder &b, Location l, Value x, Value inverse) {
 }
 
 /// Quantizes `lhs` [M, K]; `offset` is what the weight's unsigned codes add to each true code
-/// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums.
+/// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums. (q4_1
+/// passes 1: its codes are the true ones, and its compensation, the plain sum of the activation
+/// codes, is what each block's min multiplies.)
 QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, int64_t offset) {
   const int64_t block = PackedMatmulOp::kBlockSize, lanesPerBlock = block / 4;
   ArrayRef<int64_t> shape = rankedType(lhs).getShape();
@@ -228,11 +230,12 @@ QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, 
 /// result is then viewed (collapse_shape, no copy) as [M, N].
 ///
 /// A low-precision weight multiplies activations converted to its lanes (see the op): bf16
-/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (q8_0, q4_0)
+/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (q8_0, q4_0, q4_1)
 /// applies each block's scales once per block, as llama.cpp does, in two generics:
 /// - the block sums `partial[m, panel, block, column] = sum over the block of code_x * code_w`
 ///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`);
-/// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x`, the packed
+/// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x` (q4_1:
+///   `out += d_x * (d_w * partial + min_w * compensation)`), the packed
 ///   matmul proper (loops M, panel, column, block), which the schedule tiles like an f32 one and
 ///   into whose block loop it fuses the partial sums (transform.gpt.vectorize_block_matmul), so
 ///   that they live in registers and are never stored.
@@ -259,12 +262,15 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       panels = plainPanels(rewriter, loc, bf16Lanes(rewriter, loc, lhs), adaptor.getRhs(), init);
       break;
     case PackedWeightFormat::Q8_0:
-    case PackedWeightFormat::Q4_0: {
-      const bool q8 = op.getWeightFormat() == PackedWeightFormat::Q8_0;
-      QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : 8);
+    case PackedWeightFormat::Q4_0:
+    case PackedWeightFormat::Q4_1: {
+      const PackedWeightFormat format = op.getWeightFormat();
+      const bool q8 = format == PackedWeightFormat::Q8_0, withMins = format == PackedWeightFormat::Q4_1;
+      QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : withMins ? 1 : 8);
       Value partials = q8 ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
                           : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
-      panels = scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
+      panels = withMins ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
+                        : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
       break;
     }
     }
@@ -329,8 +335,8 @@ private:
                          });
   }
 
-  /// q4_0: a weight lane's low nibbles are unsigned codes for activation lane o of the block, its
-  /// high nibbles for lane o + 4 (the compensation takes 8 * sum(code_x) back out).
+  /// q4_0 and q4_1: a weight lane's low nibbles are unsigned codes for activation lane o of the
+  /// block, its high nibbles for lane o + 4 (q4_0's compensation takes 8 * sum(code_x) back out).
   static Value q4Partials(OpBuilder &b, Location loc, Value x, Value codes) {
     const int64_t lanesPerBlock = PackedMatmulOp::kBlockSize / 8;
     Value pairs = splitDim(b, loc, x, 2, {2, lanesPerBlock});
@@ -365,6 +371,32 @@ private:
                           Value sum = b.create<arith::SubFOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), args[3]);
                           Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[1]), args[2]);
                           return b.create<math::FmaOp>(l, sum, scale, args[4]);
+                        });
+  }
+
+  /// q4_1: [M, N/P, P] sums over blocks of d_x * (d_w * partial + min_w * sum(code_x)), the
+  /// scales [N/P, K/32, 2, P] read as two [N/P, K/32, P] views (loops m, panel, column, block).
+  static Value scaledBlocksWithMins(OpBuilder &b, Location loc, Value partials, Value scalesAndMins,
+                                    const QuantizedActivations &x, Value init) {
+    MLIRContext *ctx = b.getContext();
+    AffineExpr mDim, panel, column, blockDim;
+    bindDims(ctx, mDim, panel, column, blockDim);
+    AffineMap perRowBlock = AffineMap::get(4, 0, {mDim, blockDim}, ctx);
+    AffineMap perColumnBlock = AffineMap::get(4, 0, {panel, blockDim, column}, ctx);
+    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, blockDim, column}, ctx), perColumnBlock,
+                                        perColumnBlock, perRowBlock, perRowBlock};
+    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
+                                           IteratorType::reduction};
+    Value scales = sliceAt(b, loc, scalesAndMins, 2, 0), mins = sliceAt(b, loc, scalesAndMins, 2, 1);
+    return buildGeneric(b, loc, init, {partials, scales, mins, x.scales, x.compensations}, inputMaps,
+                        AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
+                        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                          Type f32 = b.getF32Type();
+                          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[1]), args[3]);
+                          Value minScale =
+                              b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), args[3]);
+                          Value withMin = b.create<math::FmaOp>(l, args[4], minScale, args[5]);
+                          return b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, withMin);
                         });
   }
 };

@@ -123,9 +123,13 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
   if (r && r.getRank() != 3)
     return emitError() << "rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got " << rhs;
   bool lanes = cast<ShapedType>(rhs).getElementType().isInteger(32);
-  if (!lanes && scales) return emitError() << "only an i32 (q8_0 or q4_0) weight takes scales, not " << rhs;
-  if (s && s.getRank() != 3)
-    return emitError() << "scales must be a rank-3 [N / P, K / " << blockSize << ", P] tensor, got " << scales;
+  if (!lanes && scales) return emitError() << "only an i32 (q8_0, q4_0 or q4_1) weight takes scales, not " << rhs;
+  if (s && s.getRank() != 3 && s.getRank() != 4)
+    return emitError() << "scales must be a rank-3 [N / P, K / " << blockSize
+                       << ", P] tensor, or (q4_1) rank-4 [N / P, K / " << blockSize
+                       << ", 2, P] scale and min pairs, got " << scales;
+  // q4_1's scales come in (scale, min) pairs.
+  const bool minima = s && s.getRank() == 4;
   if (!l || !r) return unranked(lhs);
   if (failed(checkRank(l, 2, "lhs", emitError))) return failure();
   int64_t k = l.getShape().back(), rows = r.getDimSize(1);
@@ -136,6 +140,9 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
   if (lanes && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows)) {
     // Weights per 32-bit lane: 2 (bf16), 4 (q8_0) or 8 (q4_0); the block formats carry scales.
     int64_t perLane = rows > 0 && k % rows == 0 ? k / rows : 0;
+    if (minima && perLane != 8)
+      return emitError() << "a q4_1 weight (scale and min pairs) for K = " << k << " must have " << k / 8
+                         << " rows (8 codes per lane), got " << rhs;
     if (scales && perLane != 4 && perLane != 8)
       return emitError() << "an i32 weight with scales for K = " << k << " must have " << k / 4 << " rows (q8_0, 4 "
                          << "codes per lane) or " << k / 8 << " rows (q4_0, 8 codes per lane), got " << rhs;
@@ -149,11 +156,16 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
   }
   if (s) {
     SmallVector<int64_t> expected = {panels, ShapedType::isDynamic(k) ? ShapedType::kDynamic : k / blockSize, width};
+    if (minima) expected.insert(expected.begin() + 2, 2);
     for (auto [got, want] : llvm::zip(s.getShape(), expected))
-      if (!dimsCompatible(got, want))
-        return emitError() << "scales must be [N / P, K / " << blockSize << ", P] = [" << expected[0] << ", "
-                           << expected[1] << ", " << expected[2] << "] (one per block of " << blockSize
+      if (!dimsCompatible(got, want)) {
+        std::string values;
+        llvm::raw_string_ostream os(values);
+        llvm::interleaveComma(expected, os);
+        return emitError() << "scales must be [N / P, K / " << blockSize << (minima ? ", 2, P] = [" : ", P] = [")
+                           << values << "] (" << (minima ? "a scale and a min" : "one") << " per block of " << blockSize
                            << " weights of a column), got " << scales;
+      }
   }
   FailureOr<int64_t> columns = multiplyDims(panels, width);
   if (failed(columns)) return overflowError(emitError, panels, width, rhs);

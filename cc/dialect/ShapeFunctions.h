@@ -26,8 +26,8 @@ FailureOr<TensorType> inferTransposeType(Type input, EmitErrorFn emitError);
 FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
 /// [..., M, K] x [N/P, rows, P] (a weight packed in column panels) -> [..., N]: f32 [N/P, K, P],
 /// or i32 lanes (kernels/LanePacking.h) [N/P, K/2, P] (bf16), [N/P, K/4, P] (q8_0) or
-/// [N/P, K/8, P] (q4_0). The block formats also take their scales [N/P, K/blockSize, P]; the
-/// others take none (`scales` null).
+/// [N/P, K/8, P] (q4_0, q4_1). The block formats also take their scales [N/P, K/blockSize, P]
+/// (q4_1: scale and min pairs [N/P, K/blockSize, 2, P]); the others take none (`scales` null).
 FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int64_t blockSize, EmitErrorFn emitError);
 /// Input shape; weight and bias must be rank-1 of the size of the input's last dim.
 FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError);

@@ -182,6 +182,8 @@ LogicalResult PackedMatmulOp::inferShapes() { return refineResult(*this, inferPa
 PackedWeightFormat PackedMatmulOp::getWeightFormat() {
   if (!getRhs().getType().getElementType().isInteger(32)) return PackedWeightFormat::F32;
   if (!getScales()) return PackedWeightFormat::BF16;
+  // q4_1's scales are (scale, min) pairs: [N / P, K / 32, 2, P].
+  if (cast<RankedTensorType>(getScales().getType()).getRank() == 4) return PackedWeightFormat::Q4_1;
   // Codes per lane: 4 (q8_0) or 8 (q4_0), from K and the weight's rows. Divided, not `4 * rows`,
   // which overflows for a dynamic (or huge) dim.
   int64_t k = cast<RankedTensorType>(getLhs().getType()).getShape().back();

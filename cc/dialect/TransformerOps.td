@@ -161,6 +161,10 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
       and scales as for q8_0. Byte `i` of lane `[p, 4 b + o, c]` holds `code(32 b + o + 8 i)` in
       its low nibble and `code(32 b + 4 + o + 8 i)` in its high one: the low nibbles line up with
       q8_0's lane `q = o` and the high nibbles with lane `q = o + 4`.
+    - `q4_1` (llama.cpp's, with a minimum): codes as for q4_0, `w = c * scale + min`, and
+      `scales` `[N / P, K / 32, 2, P] x f16` holding each block's scale (`[p, b, 0, c]`) and min
+      (`[p, b, 1, c]`). A block contributes `d_x * (d_w * sum(code_x * c) + min * sum(code_x))`,
+      as llama.cpp's q4_1 x q8_1 product does.
     Block formats quantize each row of the activations per block of 32 along K, as llama.cpp
     does: `d = max|x| / 127`, `code = round_even(x * min(1 / d, FLT_MAX))` (0 where `d = 0`;
     the cap keeps a block with max |x| below ~3.7e-37 finite); a block contributes
@@ -174,6 +178,8 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
         : (tensor<8x768xf32>, tensor<96x192x32xi32>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
     %r = transformer.packed_matmul %x, %c4, %d
         : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
+    %t = transformer.packed_matmul %x, %c4, %dm
+        : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x24x2x32xf16>) -> tensor<8x3072xf32>
     ```
   }];
   let arguments = (ins F32Tensor:$lhs, TensorOf<[F32, I32]>:$rhs, Optional<TensorOf<[F16]>>:$scales);
@@ -181,7 +187,7 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
   let assemblyFormat = "$lhs `,` $rhs (`,` $scales^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Weights per scale of the block formats (llama.cpp's QK8_0 and QK4_0).
+    /// Weights per scale of the block formats (llama.cpp's QK8_0, QK4_0 and QK4_1).
     static constexpr int64_t kBlockSize = 32;
     /// The weight's format, from the operand types and shapes (the verifier checks that they
     /// agree). Only asked of ranked operands (after shape inference).

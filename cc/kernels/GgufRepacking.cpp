@@ -1,4 +1,4 @@
-// llama.cpp's q8_0 / q4_0 blocks repacked into lane layouts (see GgufRepacking.h).
+// llama.cpp's q8_0 / q4_0 / q4_1 blocks repacked into lane layouts (see GgufRepacking.h).
 #include "cc/kernels/GgufRepacking.h"
 
 #include "cc/kernels/LanePacking.h"
@@ -36,13 +36,14 @@ void q4_0BlockWords(const uint8_t *bytes, uint32_t *words) {
   }
 }
 
-/// Repacks `n` rows of `k` weights in llama.cpp blocks of `blockBytes` bytes (an fp16 scale, then
-/// codes) into lane words [paddedN / w, K / 32 * wordsPerBlock, w] made by `blockWords`, and scales
-/// [paddedN / w, K / 32, w]. Columns n .. paddedN - 1 get zero scales and `padWord` words.
+/// Repacks `n` rows of `k` weights in llama.cpp blocks of `blockBytes` bytes (`halves` fp16
+/// header values: the scale, and for q4_1 the min; then codes) into lane words [paddedN / w,
+/// K / 32 * wordsPerBlock, w] made by `blockWords`, and the header values [paddedN / w, K / 32,
+/// halves, w]. Columns n .. paddedN - 1 get zero scales and mins and `padWord` words.
 template <typename BlockWords>
 void repackRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width,
-                int64_t blockBytes, int64_t wordsPerBlock, uint32_t padWord, BlockWords blockWords, uint32_t *codes,
-                uint16_t *scales) {
+                int64_t blockBytes, int64_t halves, int64_t wordsPerBlock, uint32_t padWord, BlockWords blockWords,
+                uint32_t *codes, uint16_t *scales) {
   if (k <= 0 || k % kQuantBlock != 0)
     throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
                                 " is not a positive multiple of the quantization block (32)");
@@ -57,14 +58,15 @@ void repackRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, i
     const int64_t panel = j / width, c = j % width;
     for (int64_t b = 0; b < perRow; ++b) {
       const uint8_t *block = j < n ? blocks + (j * perRow + b) * blockBytes : nullptr;
-      uint16_t scale = 0;
-      if (block) {
-        std::memcpy(&scale, block, sizeof scale);
-        blockWords(block + 2, words);
-      } else {
-        std::fill(words, words + wordsPerBlock, padWord);
+      for (int64_t h = 0; h < halves; ++h) {
+        uint16_t value = 0;
+        if (block) std::memcpy(&value, block + 2 * h, sizeof value);
+        scales[((panel * perRow + b) * halves + h) * width + c] = value;
       }
-      scales[(panel * perRow + b) * width + c] = scale;
+      if (block)
+        blockWords(block + 2 * halves, words);
+      else
+        std::fill(words, words + wordsPerBlock, padWord);
       for (int64_t w = 0; w < wordsPerBlock; ++w)
         codes[(panel * panelRows + b * wordsPerBlock + w) * width + c] = words[w];
     }
@@ -75,14 +77,21 @@ void repackRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, i
 
 void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales) {
-  repackRows("repackQ8_0Rows", blocks, k, n, paddedN, width, kQ8_0BlockBytes, kQ8_0WordsPerBlock, 0u, q8_0BlockWords,
+  repackRows("repackQ8_0Rows", blocks, k, n, paddedN, width, kQ8_0BlockBytes, 1, kQ8_0WordsPerBlock, 0u, q8_0BlockWords,
              codes, scales);
 }
 
 void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales) {
-  repackRows("repackQ4_0Rows", blocks, k, n, paddedN, width, kQ4_0BlockBytes, kQ4_0WordsPerBlock, kQ4_0ZeroWord,
+  repackRows("repackQ4_0Rows", blocks, k, n, paddedN, width, kQ4_0BlockBytes, 1, kQ4_0WordsPerBlock, kQ4_0ZeroWord,
              q4_0BlockWords, codes, scales);
+}
+
+void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales) {
+  // The codes are q4_0's nibbles, paired the same way; a zero scale and min make padding 0.
+  repackRows("repackQ4_1Rows", blocks, k, n, paddedN, width, kQ4_1BlockBytes, 2, kQ4_0WordsPerBlock, 0u, q4_0BlockWords,
+             codes, scales);
 }
 
 } // namespace gpt::kernels

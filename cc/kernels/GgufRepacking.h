@@ -1,4 +1,4 @@
-// Weights quantized by llama.cpp (GGUF q8_0 / q4_0 tensors) repacked, block by block, into the
+// Weights quantized by llama.cpp (GGUF q8_0 / q4_0 / q4_1 tensors) repacked, block by block, into the
 // lane layouts compiled code reads (LanePacking.h), without widening them to f32.
 #ifndef GPT_CC_KERNELS_GGUFREPACKING_H
 #define GPT_CC_KERNELS_GGUFREPACKING_H
@@ -13,6 +13,8 @@ namespace gpt::kernels {
 /// codes, byte i holding code i in its low nibble and code i + 16 in its high one (q4_0).
 constexpr int64_t kQ8_0BlockBytes = 2 + kQuantBlock;
 constexpr int64_t kQ4_0BlockBytes = 2 + kQuantBlock / 2;
+/// q4_1: an fp16 scale, an fp16 min, then q4_0's 16 bytes of codes.
+constexpr int64_t kQ4_1BlockBytes = 4 + kQuantBlock / 2;
 
 /// `blocks` holds `n` rows of `k` weights in llama.cpp blocks (torch's [out, in] layout: row j is
 /// column j of the [K, N] matmul weight), each row k / 32 blocks. Writes the codes in the q8_0
@@ -26,6 +28,10 @@ constexpr int64_t kQ4_0BlockBytes = 2 + kQuantBlock / 2;
 void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales);
 void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales);
+/// q4_1: codes as for q4_0, and each block's fp16 scale and min in `scales` [paddedN / width,
+/// K / 32, 2, width] (padding: zero scale and min, code 0).
+void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales);
 
 } // namespace gpt::kernels

@@ -54,17 +54,19 @@ int64_t q4_0LowRow(int64_t r, int64_t i) {
   return r / words * kQuantBlock + r % words + q8Lanes * i;
 }
 
-/// Calls `store(wordRow, column, word, scale)` for every word of a q8_0/q4_0 lane layout, with the
-/// f32 scale of its block.
+/// Calls `store(wordRow, column, word, scale, min)` for every word of a q8_0/q4_0/q4_1 lane
+/// layout, with the f32 scale of its block and (with `halves` = 2, q4_1's [.., 2, width] scales)
+/// its min, else 0.
 template <typename Store>
 void readQuantizedLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
-                        int64_t rowsPerWord, Store store) {
+                        int64_t rowsPerWord, int64_t halves, Store store) {
   const int64_t blocks = rows / kQuantBlock, panelRows = rows / rowsPerWord, wordsPerBlock = kQuantBlock / rowsPerWord;
   for (int64_t panel = 0; panel < cols / width; ++panel)
     for (int64_t r = 0; r < panelRows; ++r)
       for (int64_t c = 0; c < width; ++c) {
-        const float scale = fromFp16(scales[(panel * blocks + r / wordsPerBlock) * width + c]);
-        store(r, panel * width + c, lanes[(panel * panelRows + r) * width + c], scale);
+        const uint16_t *header = scales + (panel * blocks + r / wordsPerBlock) * halves * width + c;
+        const float scale = fromFp16(header[0]), min = halves == 2 ? fromFp16(header[width]) : 0.0f;
+        store(r, panel * width + c, lanes[(panel * panelRows + r) * width + c], scale, min);
       }
 }
 
@@ -122,8 +124,8 @@ void dequantizeBf16Lanes(const uint32_t *lanes, int64_t rows, int64_t cols, int6
 void dequantizeQ8_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
                          float *matrix) {
   checkLaneShape("dequantizeQ8_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
-  readQuantizedLanes(lanes, scales, rows, cols, width, kQ8_0RowsPerWord,
-                     [&](int64_t r, int64_t j, uint32_t word, float scale) {
+  readQuantizedLanes(lanes, scales, rows, cols, width, kQ8_0RowsPerWord, 1,
+                     [&](int64_t r, int64_t j, uint32_t word, float scale, float) {
                        for (int64_t i = 0; i < kQ8_0RowsPerWord; ++i)
                          matrix[q8_0Row(r, i) * cols + j] = static_cast<int8_t>(word >> (8 * i)) * scale;
                      });
@@ -132,14 +134,33 @@ void dequantizeQ8_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t 
 void dequantizeQ4_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
                          float *matrix) {
   checkLaneShape("dequantizeQ4_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
-  readQuantizedLanes(lanes, scales, rows, cols, width, kQ4_0RowsPerWord,
-                     [&](int64_t r, int64_t j, uint32_t word, float scale) {
+  readQuantizedLanes(lanes, scales, rows, cols, width, kQ4_0RowsPerWord, 1,
+                     [&](int64_t r, int64_t j, uint32_t word, float scale, float) {
                        for (int64_t i = 0; i < 4; ++i) {
                          const int low = static_cast<int>((word >> (8 * i)) & 0xFu);
                          const int high = static_cast<int>((word >> (8 * i + 4)) & 0xFu);
                          const int64_t row = q4_0LowRow(r, i);
                          matrix[row * cols + j] = static_cast<float>(low - 8) * scale;
                          matrix[(row + 4) * cols + j] = static_cast<float>(high - 8) * scale;
+                       }
+                     });
+}
+
+void dequantizeQ4_1Lanes(const uint32_t *lanes, const uint16_t *scalesAndMins, int64_t rows, int64_t cols,
+                         int64_t width, float *matrix) {
+  checkLaneShape("dequantizeQ4_1Lanes", rows, cols, width, kQuantBlock, "the quantization block");
+  readQuantizedLanes(lanes, scalesAndMins, rows, cols, width, kQ4_0RowsPerWord, 2,
+                     [&](int64_t r, int64_t j, uint32_t word, float scale, float min) {
+                       for (int64_t i = 0; i < 4; ++i) {
+                         const int low = static_cast<int>((word >> (8 * i)) & 0xFu);
+                         const int high = static_cast<int>((word >> (8 * i + 4)) & 0xFu);
+                         const int64_t row = q4_0LowRow(r, i);
+                         // Product and sum rounded apart (no contracted multiply-add), as
+                         // llama.cpp's and gguf's dequantizers compute them.
+                         const float lowProduct = static_cast<float>(low) * scale;
+                         const float highProduct = static_cast<float>(high) * scale;
+                         matrix[row * cols + j] = lowProduct + min;
+                         matrix[(row + 4) * cols + j] = highProduct + min;
                        }
                      });
 }

@@ -18,7 +18,9 @@
 // activations come from 4 contiguous runs of 8 (whole vectors, no gather). q4_0's low nibbles are
 // q8_0's lane q = o and its high nibbles lane q = o + 4: one mask, or one shift and one mask, of a
 // word gives a vpdpbusd operand. Byte i is bits 8 i .. 8 i + 7 (little-endian). The fp16 scales of
-// q8_0/q4_0 keep their panel layout [N/P, K/32, P] (PanelPacking.h's packPanels).
+// q8_0/q4_0 keep their panel layout [N/P, K/32, P] (PanelPacking.h's packPanels); q4_1 stores
+// q4_0's code lanes, and its scales and mins as [N/P, K/32, 2, P] (packPanels of a [K/32 * 2, N]
+// matrix of alternating scale and min rows).
 #ifndef GPT_CC_KERNELS_LANEPACKING_H
 #define GPT_CC_KERNELS_LANEPACKING_H
 
@@ -58,6 +60,10 @@ void dequantizeQ8_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t 
                          float *matrix);
 void dequantizeQ4_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
                          float *matrix);
+/// q4_1: the q4_0 lanes and each block's fp16 scale and min [cols / width, rows / 32, 2, width];
+/// each weight is code * scale + min in f32, as llama.cpp's dequantize_row_q4_1 computes it.
+void dequantizeQ4_1Lanes(const uint32_t *lanes, const uint16_t *scalesAndMins, int64_t rows, int64_t cols,
+                         int64_t width, float *matrix);
 
 } // namespace gpt::kernels
 

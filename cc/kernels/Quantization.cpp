@@ -1,4 +1,4 @@
-// Weight quantization to bf16, q8_0 and q4_0 (see Quantization.h).
+// Weight quantization to bf16, q8_0, q4_0 and q4_1 (see Quantization.h).
 #include "cc/kernels/Quantization.h"
 
 #include <algorithm>
@@ -105,6 +105,29 @@ void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *code
       scales[block * cols + n] = toFp16(d);
       for (int64_t k = first; k < first + kQuantBlock; ++k) {
         const float shifted = d == 0.0f ? 8.5f : matrix[k * cols + n] / d + 8.5f;
+        codes[k * cols + n] = static_cast<uint8_t>(std::min(15.0f, std::trunc(shifted)));
+      }
+    }
+  }
+}
+
+void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales) {
+  checkBlocks(rows, cols);
+  for (int64_t block = 0; block < rows / kQuantBlock; ++block) {
+    const int64_t first = block * kQuantBlock;
+    for (int64_t n = 0; n < cols; ++n) {
+      float lo = matrix[first * cols + n], hi = lo;
+      for (int64_t k = first; k < first + kQuantBlock; ++k) {
+        lo = std::min(lo, matrix[k * cols + n]);
+        hi = std::max(hi, matrix[k * cols + n]);
+      }
+      const float d = (hi - lo) / 15.0f, inverse = d == 0.0f ? 0.0f : 1.0f / d;
+      scales[(2 * block) * cols + n] = toFp16(d);
+      scales[(2 * block + 1) * cols + n] = toFp16(lo);
+      for (int64_t k = first; k < first + kQuantBlock; ++k) {
+        // Two statements, as llama.cpp writes them: no multiply-add contracted into one rounding.
+        const float scaled = (matrix[k * cols + n] - lo) * inverse;
+        const float shifted = scaled + 0.5f;
         codes[k * cols + n] = static_cast<uint8_t>(std::min(15.0f, std::trunc(shifted)));
       }
     }

@@ -1,5 +1,5 @@
-// Weight quantization done once, when a model's weights are bound: bf16, and llama.cpp's q8_0 and
-// q4_0 block formats, over blocks of 32 consecutive weights along the reduction dimension K.
+// Weight quantization done once, when a model's weights are bound: bf16, and llama.cpp's q8_0,
+// q4_0 and q4_1 block formats, over blocks of 32 consecutive weights along the reduction dimension K.
 #ifndef GPT_CC_KERNELS_QUANTIZATION_H
 #define GPT_CC_KERNELS_QUANTIZATION_H
 
@@ -7,7 +7,7 @@
 
 namespace gpt::kernels {
 
-/// Weights per quantization block (llama.cpp's QK8_0 and QK4_0).
+/// Weights per quantization block (llama.cpp's QK8_0, QK4_0 and QK4_1).
 constexpr int64_t kQuantBlock = 32;
 
 /// `value` rounded to the nearest bf16, ties to even (NaN stays a quiet NaN): the upper 16 bits.
@@ -30,6 +30,13 @@ void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes
 /// toFp16(d), and `codes[k][n]` = min(15, trunc(w / d + 8.5)) in [0, 15], 8 (zero) for an all-zero
 /// block; a weight dequantizes to (code - 8) * d.
 void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales);
+
+/// q4_1 of a row-major [K, N] matrix, blocks as for q8_0, as llama.cpp's quantize_row_q4_1_ref:
+/// per block, lo and hi = its smallest and largest weight, d = (hi - lo) / 15 (f32),
+/// `scales[2 b][n]` = toFp16(d), `scales[2 b + 1][n]` = toFp16(lo) (scales is [K / 32, 2, N]:
+/// each block's scale and min), and `codes[k][n]` = min(15, trunc((w - lo) / d + 0.5)) in
+/// [0, 15], 0 where d = 0; a weight dequantizes to code * d + lo.
+void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales);
 
 } // namespace gpt::kernels
 

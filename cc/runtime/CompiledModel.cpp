@@ -1,6 +1,8 @@
 // Building, compiling, caching and calling a GPT's entry points (see CompiledModel.h).
 #include "cc/runtime/CompiledModel.h"
 
+#include "cc/runtime/ReleaseMemory.h"
+
 #include "cc/Registration.h"
 #include "cc/TargetParameters.h"
 #include "cc/codegen/CodegenAttributes.h"
@@ -120,8 +122,13 @@ const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
 std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen,
                                                          int64_t logitsRows, const BatchShape *batch) {
   target_.checkRunsOnHost(); // before minutes of compiling code that could not run
-  mlir::OwningOpRef<mlir::ModuleOp> module = lowerEntryToLLVM(name, seqLen, cacheLen, logitsRows, batch);
-  return jit(*module, name);
+  std::unique_ptr<JitFunction> function;
+  {
+    mlir::OwningOpRef<mlir::ModuleOp> module = lowerEntryToLLVM(name, seqLen, cacheLen, logitsRows, batch);
+    function = jit(*module, name);
+  }
+  releaseFreedMemory(); // the modules of every stage, and LLVM's, are freed by now
+  return function;
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lowerEntryToLLVM(llvm::StringRef name, int64_t seqLen,
@@ -182,7 +189,7 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
   for (size_t i = 0; i < supplied_.size(); ++i) byName[supplied_[i].name] = weights[i];
   for (const auto &[name, weight] : quantized)
     if (!byName.count(name) || !isBlockQuantized(weight.format))
-      throw std::invalid_argument("'" + name + "' is no weight that can be given quantized (q8_0 or q4_0)");
+      throw std::invalid_argument("'" + name + "' is no weight that can be given quantized (q8_0, q4_0 or q4_1)");
   std::set<std::string> repacked;
   // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
@@ -210,19 +217,23 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       const QuantizedWeight &weight = given->second;
       const int64_t blocks = rows / kernels::kQuantBlock, width = spec.panelWidth;
       const int64_t columns = spec.derived() ? config_.vocabSize : cols;
-      const int64_t blockBytes =
-          weight.format == WeightFormat::Q8_0 ? kernels::kQ8_0BlockBytes : kernels::kQ4_0BlockBytes;
+      const bool q8 = weight.format == WeightFormat::Q8_0, withMins = weight.format == WeightFormat::Q4_1;
+      const int64_t blockBytes = q8         ? kernels::kQ8_0BlockBytes
+                                 : withMins ? kernels::kQ4_1BlockBytes
+                                            : kernels::kQ4_0BlockBytes;
       if (weight.bytes != columns * blocks * blockBytes)
         throw std::invalid_argument(key + ": " + std::to_string(weight.bytes) + " bytes of " +
                                     weightFormatName(weight.format) + " blocks, expected " +
                                     std::to_string(columns * blocks * blockBytes));
-      // Both formats' lanes are 32-bit words of 4 (q8_0) or 8 (q4_0) rows of one column.
-      const bool q8 = weight.format == WeightFormat::Q8_0;
+      // The lanes are 32-bit words of 4 (q8_0) or 8 (q4_0, q4_1) rows of one column; q4_1 has
+      // a min beside each scale.
       auto codes = kernels::allocateAlignedArray<uint32_t>(
           rows * cols / (q8 ? kernels::kQ8_0RowsPerWord : kernels::kQ4_0RowsPerWord));
-      auto scales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
+      auto scales = kernels::allocateAlignedArray<uint16_t>(blocks * cols * (withMins ? 2 : 1));
       if (q8)
         kernels::repackQ8_0Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
+      else if (withMins)
+        kernels::repackQ4_1Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
       else
         kernels::repackQ4_0Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
       descriptors.push_back(MemRefDescriptor::view(codes.get(), spec.argumentShape()));
@@ -252,8 +263,11 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       // Quantized on the [K, N] matrix (blocks run along K), then the codes packed into lanes
       // (LanePacking.h) and the scales into panels. The unpacked codes are a transient byte per
       // weight, freed before the next weight.
-      const int64_t blocks = rows / kernels::kQuantBlock, width = spec.panelWidth;
-      auto scales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
+      // q4_1's scales are [K/32, 2, N] (a scale row and a min row per block), packed like a
+      // matrix of twice the blocks into [N/P, K/32, 2, P].
+      const int64_t width = spec.panelWidth;
+      const int64_t scaleRows = rows / kernels::kQuantBlock * (spec.format == WeightFormat::Q4_1 ? 2 : 1);
+      auto scales = kernels::allocateAlignedArray<uint16_t>(scaleRows * cols);
       kernels::AlignedArray<uint32_t> lanes;
       if (spec.format == WeightFormat::Q8_0) {
         auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
@@ -262,13 +276,16 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
         kernels::packQ8_0Lanes(codes.get(), rows, cols, width, lanes.get());
       } else {
         auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols);
-        kernels::quantizeQ4_0(data, rows, cols, codes.get(), scales.get());
+        if (spec.format == WeightFormat::Q4_1)
+          kernels::quantizeQ4_1(data, rows, cols, codes.get(), scales.get());
+        else
+          kernels::quantizeQ4_0(data, rows, cols, codes.get(), scales.get());
         lanes = kernels::allocateAlignedArray<uint32_t>(rows * cols / kernels::kQ4_0RowsPerWord);
         kernels::packQ4_0Lanes(codes.get(), rows, cols, width, lanes.get());
       }
       argument = keep(std::move(lanes));
-      auto packedScales = kernels::allocateAlignedArray<uint16_t>(blocks * cols);
-      kernels::packPanels(scales.get(), blocks, cols, width, packedScales.get());
+      auto packedScales = kernels::allocateAlignedArray<uint16_t>(scaleRows * cols);
+      kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales.get());
       pendingScales = keep(std::move(packedScales));
     } else if (spec.format == WeightFormat::BF16) {
       // Rounded and packed into bf16 lanes in one pass, straight from the [K, N] matrix.
@@ -287,10 +304,13 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
     if (!repacked.count(name) && !byName.at(name))
       throw std::invalid_argument(name + " is given quantized in " + std::string(weightFormatName(weight.format)) +
                                   ", which this model does not store it in: give its float32 values");
-  std::lock_guard<std::mutex> lock(mutex);
-  weightDescriptors = std::move(descriptors);
-  weightData = std::move(data_);
-  ownedWeights = std::move(owned);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    weightDescriptors = std::move(descriptors);
+    weightData = std::move(data_);
+    ownedWeights = std::move(owned);
+  }
+  releaseFreedMemory(); // the layout temporaries, and any weights bound before these
 }
 
 namespace {
@@ -334,6 +354,10 @@ std::vector<float> CompiledModel::storedWeight(const std::string &name) const {
       break;
     case WeightFormat::Q4_0:
       kernels::dequantizeQ4_0Lanes(static_cast<const uint32_t *>(data),
+                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
+      break;
+    case WeightFormat::Q4_1:
+      kernels::dequantizeQ4_1Lanes(static_cast<const uint32_t *>(data),
                                    static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
       break;
     }

@@ -81,8 +81,8 @@ public:
   void setWeights(const std::vector<const float *> &weights);
 
   /// A matmul weight (or the tied embedding) given as llama.cpp quantized it, in a GGUF file:
-  /// `blocks` holds its rows in torch's [out, in] layout (`bytes` in all), each row a run of q8_0
-  /// or q4_0 blocks (kernels::repackQ8_0Rows).
+  /// `blocks` holds its rows in torch's [out, in] layout (`bytes` in all), each row a run of q8_0,
+  /// q4_0 or q4_1 blocks (kernels::repackQ8_0Rows).
   struct QuantizedWeight {
     WeightFormat format;
     const uint8_t *blocks;

@@ -35,6 +35,10 @@ def quantize_q8_0(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.int8], npt.NDAr
 def quantize_q4_0(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]:
     """q4_0 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale bits uint16 [K/32, N])."""
 
+def quantize_q4_1(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]:
+    """q4_1 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale and min bits uint16
+    [K/32, 2, N])."""
+
 def pack_bf16_lanes(matrix: npt.ArrayLike, width: _Int) -> npt.NDArray[np.uint32]:
     """bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j])
     << 16."""
@@ -55,6 +59,9 @@ def dequantize_q8_0_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.
 def dequantize_q4_0_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
     """The [K, N] f32 matrix of q4_0 lanes and their [N/width, K/32, width] fp16 scale bits."""
 
+def dequantize_q4_1_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
+    """The [K, N] f32 matrix of q4_1 lanes (q4_0's) and their [N/width, K/32, 2, width] fp16 scale and min bits."""
+
 def repack_q8_0_rows(
     blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
@@ -66,6 +73,12 @@ def repack_q4_0_rows(
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
     """llama.cpp q4_0 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], fp16
     scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them."""
+
+def repack_q4_1_rows(
+    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
+    """llama.cpp q4_1 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], fp16
+    scale and min bits uint16 [padded_n/width, K/32, 2, width]), as from_gguf repacks them."""
 
 def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np.float32]:
     """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM

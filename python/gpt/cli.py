@@ -22,6 +22,7 @@ from absl import app, flags
 from gpt import compiler, disk_cache, models
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.detokenizer import IncrementalDetokenizer
+from gpt.gguf_file import native_weights_format
 from gpt.model import GPT, GPU_STAGES, STAGES
 from gpt.tokenizer import tokenizer_for
 
@@ -49,8 +50,9 @@ flags.DEFINE_integer("threads", None, "threads (default: all cores)", lower_boun
 flags.DEFINE_enum(
     "weights",
     "f32",
-    WEIGHT_FORMATS,
-    "format of the matmul weights, as llama.cpp names them (bf16, q8_0, q4_0: fewer bytes to stream)",
+    ("auto", *WEIGHT_FORMATS),
+    "format of the matmul weights, as llama.cpp names them (bf16, q8_0, q4_0, q4_1: fewer bytes to stream); "
+    "auto: a GGUF file's own, as llama.cpp runs it (Q5 and k-quants: q8_0, F16: f32), f32 for anything else",
 )
 flags.DEFINE_enum(
     "stage", "linalg", STAGES + GPU_STAGES, "ir: the compiler stage to print (gpu, nvvm, ptx: --target's)"
@@ -103,7 +105,11 @@ flags.DEFINE_integer(
 
 
 def _options() -> CompileOptions:
-    return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads, weights=FLAGS.weights)
+    weights = FLAGS.weights
+    if weights == "auto":
+        path = _model_path()
+        weights = native_weights_format(path) if path.endswith(".gguf") else "f32"
+    return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads, weights=weights)
 
 
 def _model_path() -> str:

@@ -9,7 +9,7 @@ from gpt.masks import AttentionMask, Causal, SlidingWindow
 
 PIPELINES = ("baseline", "fused", "vectorized", "default")
 # Weight formats, named as llama.cpp names them.
-WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_0")
+WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_0", "q4_1")
 POS_EMBEDDINGS = ("learned", "rope")
 ROPE_LAYOUTS = ("half", "interleaved")
 # The most threads compiled code may use. OpenMP starts every thread of a parallel region, and
@@ -239,15 +239,16 @@ class CompileOptions:
     `weights` is the format matmul weights (and the LM head) are stored and
     streamed in, as llama.cpp names them: "f32"; "bf16" (each weight rounded to nearest even);
     "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,
-    one fp16 scale per block). Weights are converted once, at load, and multiplied with the CPU's
+    one fp16 scale per block); "q4_1" (4-bit codes, an fp16 scale and an fp16 min per block:
+    w = code * scale + min). Weights are converted once, at load, and multiplied with the CPU's
     dot-product instructions where it has them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the
-    activations a matmul reads to bf16, and q8_0/q4_0 quantize them per block of 32 to int8, as
+    activations a matmul reads to bf16, and q8_0/q4_0/q4_1 quantize them per block of 32 to int8, as
     llama.cpp does; accumulation is f32 (exact i32 within a block). On a CPU with AMX (Sapphire
     Rapids and later) bf16 prefill (16 or more rows, in multiples of 16) multiplies on AMX tiles
     (`tdpbf16ps`) instead, the same bf16 products summed in another order; the process asks Linux
     for the tiles' state once, and where that is refused, or `GPT_NO_AMX=1` is set, code that runs
     here is compiled without AMX. Low-precision formats need a
-    vectorized pipeline, q8_0/q4_0 an n_embd that is a multiple of 32, and bf16 an even n_embd.
+    vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
     `target_cpu` is the CPU compiled code is specialised for: "host" (this machine's CPU and
     features), an LLVM x86-64 CPU name ("haswell", "znver3", "alderlake", "skylake-avx512",
     "znver4", "sapphirerapids", ...) or "aarch64:<cpu>" ("aarch64:neoverse-v1",

@@ -36,7 +36,9 @@ from gpt.weights import expected_shapes, validate_weights
 
 ARCHITECTURE = "gpt2"
 # Formats save_gguf writes, named as llama.cpp names them; from_gguf reads tensors of these types.
-FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0")
+FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
+# The quantized formats whose blocks the compiled model keeps as they are (CompileOptions.weights).
+KEPT_QUANTIZED = ("q8_0", "q4_0", "q4_1")
 # The GGUF names of the model-level tensors and of block N's, with their HF GPT-2 names and
 # whether llama.cpp stores them transposed ([out, in] instead of Conv1D's [in, out]).
 _MODEL_TENSORS = (
@@ -83,7 +85,7 @@ def _types():
     import gguf
 
     t = gguf.GGMLQuantizationType
-    return {"f32": t.F32, "f16": t.F16, "bf16": t.BF16, "q8_0": t.Q8_0, "q4_0": t.Q4_0}
+    return {"f32": t.F32, "f16": t.F16, "bf16": t.BF16, "q8_0": t.Q8_0, "q4_0": t.Q4_0, "q4_1": t.Q4_1}
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -92,10 +94,38 @@ def _types():
 @dataclasses.dataclass(frozen=True)
 class QuantizedTensor:
     """A weight as llama.cpp quantized it: `blocks` (uint8) holds the GGUF tensor's rows, in
-    torch's [out, in] layout, each a run of q8_0 or q4_0 blocks (an fp16 scale, then the codes)."""
+    torch's [out, in] layout, each a run of q8_0, q4_0 or q4_1 blocks (an fp16 scale, q4_1's fp16
+    min, then the codes)."""
 
     format: str
     blocks: np.ndarray
+
+
+def native_weights_format(path) -> str:
+    """The CompileOptions.weights to run a GGUF file in as it is stored, as llama.cpp does: the type
+    of most of its layers' matmul weights (by element count) when the compiler keeps that format
+    (F32, BF16, Q8_0, Q4_0, Q4_1); F16 runs in f32 (the compiler has no f16 format), and Q5_0,
+    Q5_1 and the k-quants in q8_0, the kept format nearest above them in precision. "f32" for a
+    file it cannot read: loading it then raises the error that names the problem."""
+    import gguf
+
+    path = os.fspath(path)
+    try:
+        _check_layout(path)
+        tensors = gguf.GGUFReader(path).tensors
+    except Exception:
+        return "f32"
+    elements: dict[str, int] = {}
+    for tensor in tensors:
+        if tensor.name.startswith("blk.") and len(tensor.shape) == 2:
+            name = tensor.tensor_type.name.lower()
+            elements[name] = elements.get(name, 0) + int(tensor.n_elements)
+    if not elements:
+        return "f32"
+    stored = max(elements, key=elements.get)
+    if stored in KEPT_QUANTIZED or stored in ("f32", "bf16"):
+        return stored
+    return "f32" if stored == "f16" else "q8_0"
 
 
 def load_gguf(
@@ -109,7 +139,7 @@ def load_gguf(
     vocabulary size from token_embd's shape. Every tensor is dequantized to float32 with gguf's own
     gguf.quants.dequantize and put back in HF's layout. The tokenizer is built when the file
     carries GPT-2's (tokenizer.ggml.model "gpt2": byte-level BPE from tokenizer.ggml.tokens and
-    tokenizer.ggml.merges). With `keep_quantized` ("q8_0" or "q4_0"), the matmul weights stored in
+    tokenizer.ggml.merges). With `keep_quantized` ("q8_0", "q4_0" or "q4_1"), the matmul weights stored in
     that type (and, for q8_0, the token embedding) are returned as QuantizedTensor instead, their
     blocks copied out of the file as they are (after checking that every block's scale is finite).
 
@@ -203,12 +233,12 @@ def load_gguf(
         raise ModelFileError(f"{path}: unexpected tensor(s) for GPT-2: {', '.join(unexpected[:5])}")
     shapes = _gguf_shapes(config)
     weights = {}
-    kept_type = _types()[keep_quantized] if keep_quantized in ("q8_0", "q4_0") else None
+    kept_type = _types()[keep_quantized] if keep_quantized in KEPT_QUANTIZED else None
     for name, (hf_name, transposed) in names.items():
         tensor = tensors[name]
         # Matmul weights are stored transposed ([out, in], blocks along in = K); the embedding's
-        # rows [vocab, n_embd] are the LM head's columns, blocks along n_embd = K too. A q4_0
-        # model stores its embedding in q8_0, so a q4_0 one is dequantized.
+        # rows [vocab, n_embd] are the LM head's columns, blocks along n_embd = K too. A q4_0 or
+        # q4_1 model stores its embedding in q8_0, so a 4-bit one is dequantized.
         keep = tensor.tensor_type == kept_type and (
             transposed or (name == "token_embd.weight" and kept_type == _types()["q8_0"])
         )
@@ -317,8 +347,9 @@ def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
 
 # Byte offsets of the fp16 numbers inside one block of each kept-quantized format: the scale d
 # (and, in formats that have one, the min m) that multiply every code of the block. ggml's
-# block_q8_0 is {fp16 d; int8 qs[32]}, block_q4_0 {fp16 d; uint8 qs[16]}.
-_BLOCK_SCALES = {"q8_0": {"scale": 0}, "q4_0": {"scale": 0}}
+# block_q8_0 is {fp16 d; int8 qs[32]}, block_q4_0 {fp16 d; uint8 qs[16]}, block_q4_1
+# {fp16 d; fp16 m; uint8 qs[16]}.
+_BLOCK_SCALES = {"q8_0": {"scale": 0}, "q4_0": {"scale": 0}, "q4_1": {"scale": 0, "min": 2}}
 
 
 def _check_block_scales(name: str, blocks: np.ndarray, fmt: str, path: str) -> None:
@@ -691,8 +722,8 @@ def save_gguf(model_or_weights, config: GPTConfig | None, path, format: str = "f
     general.quantization_version).
 
     `model_or_weights`: a gpt.GPT (then `config` may be None) or a mapping of HF GPT-2 names to
-    arrays. `format`: "f32", "f16", "bf16", "q8_0" or "q4_0": the token embedding and the matmul
-    weights are converted with gguf.quants.quantize (ggml's reference quantizers; q4_0 for the
+    arrays. `format`: "f32", "f16", "bf16", "q8_0", "q4_0" or "q4_1": the token embedding and the
+    matmul weights are converted with gguf.quants.quantize (ggml's reference quantizers; q4_x for the
     token embedding too, as `llama-quantize --pure` does), the position embedding, LayerNorm
     parameters and biases stay F32. `tokenizer`: a gpt.HFTokenizer or tokenizers.Tokenizer of
     byte-level BPE (GPT-2's kind), written as tokenizer.ggml.* (model "gpt2", pre "gpt-2"); by
@@ -752,6 +783,7 @@ def save_gguf(model_or_weights, config: GPTConfig | None, path, format: str = "f
         "bf16": gguf.LlamaFileType.MOSTLY_BF16,
         "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
         "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+        "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
     }
     writer = gguf.GGUFWriter(os.fspath(path), arch=ARCHITECTURE)
     try:

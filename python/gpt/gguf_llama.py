@@ -20,9 +20,10 @@ tensor of per-frequency divisors; the RopeScaling that reproduces them exactly i
 
 Tensor types: F32, F16, BF16 and every type gguf.quants dequantizes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
 Q2_K to Q6_K, ...) are read into float32 at load; the compiled model then stores them in
-CompileOptions.weights' format. Q8_0 and Q4_0 matmul weights stay as the file's blocks when
-`keep_quantized` is their format (as for GPT-2, gguf_file.load_gguf). Keeping Q4_1 or a k-quant
-quantized would need its own dot-product kernels: it is widened at load instead."""
+CompileOptions.weights' format. Q8_0, Q4_0 and Q4_1 matmul weights stay as the file's blocks when
+`keep_quantized` is their format (as for GPT-2, gguf_file.load_gguf), and compute on the int8
+dot-product path. Keeping a Q5 or k-quant quantized would need its own dot-product kernels: it is
+widened at load instead."""
 
 import math
 import os
@@ -32,7 +33,16 @@ import numpy as np
 from gpt import architectures
 from gpt.config import GPTConfig, RopeScaling
 from gpt.errors import ModelFileError
-from gpt.gguf_file import QuantizedTensor, _check_block_scales, _check_layout, _check_ne, _dequantize, _Metadata, _types
+from gpt.gguf_file import (
+    KEPT_QUANTIZED,
+    QuantizedTensor,
+    _check_block_scales,
+    _check_layout,
+    _check_ne,
+    _dequantize,
+    _Metadata,
+    _types,
+)
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
 
@@ -43,7 +53,7 @@ _ROPE_FREQS = "rope_freqs.weight"
 
 def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUFTokenizer | None]:
     """Reads a `llama` or `qwen2` GGUF file: (GPTConfig, weights by HF name, tokenizer or None).
-    `keep_quantized` ("q8_0" or "q4_0"): matmul weights stored in that type (and, for q8_0, the
+    `keep_quantized` ("q8_0", "q4_0" or "q4_1"): matmul weights stored in that type (and, for q8_0, the
     token embedding) are returned as gguf_file.QuantizedTensor, their blocks as in the file (q/k
     rows of a `llama` file un-permuted). Raises FileNotFoundError for a missing file and
     gpt.ModelFileError naming the file and key or tensor for anything it cannot read."""
@@ -97,20 +107,19 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     if unexpected:
         raise ModelFileError(f"{path}: unexpected tensor(s) for {arch}: {', '.join(unexpected[:5])}")
 
-    kept_type = _types()[keep_quantized] if keep_quantized in ("q8_0", "q4_0") else None
-    q8_0 = _types()["q8_0"]
+    kept_type = _types()[keep_quantized] if keep_quantized in KEPT_QUANTIZED else None
     weights: dict[str, np.ndarray | QuantizedTensor] = {}
     for name, (hf_name, shape, matmul) in expected.items():
         tensor = tensors[name]
         heads = _permuted_heads(name, config) if arch == "llama" else None
-        keep = tensor.tensor_type == kept_type and (matmul or (name == "token_embd.weight" and kept_type == q8_0))
-        if keep:
+        keep_as = _kept_format(name, hf_name, tensor.tensor_type, matmul, config, kept_type, keep_quantized)
+        if keep_as:
             _check_ne(tensor, shape, path)
             blocks = np.array(tensor.data, dtype=np.uint8)
-            _check_block_scales(name, blocks, keep_quantized, path)
+            _check_block_scales(name, blocks, keep_as, path)
             # Rows are whole runs of blocks (blocks run along the input dimension): permuting rows
             # permutes blocks.
-            weights[hf_name] = QuantizedTensor(keep_quantized, unpermute_rows(blocks, heads) if heads else blocks)
+            weights[hf_name] = QuantizedTensor(keep_as, unpermute_rows(blocks, heads) if heads else blocks)
             continue
         array = _dequantize(tensor, shape, path)
         weights[hf_name] = np.ascontiguousarray(unpermute_rows(array, heads)) if heads else array
@@ -118,6 +127,20 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     tokenizer = read_tokenizer(meta, path, config.vocab_size)
     del tensors, reader  # closes the memory map: every array above is a copy
     return config, weights, tokenizer
+
+
+def _kept_format(name: str, hf_name: str, tensor_type, matmul: bool, config: GPTConfig, kept_type, keep_quantized):
+    """The format a tensor is kept in as the file's blocks, or None to widen it to float32. The
+    layers' matmul weights are kept in their own type when it is `keep_quantized`. A model whose
+    matmul weights are block-quantized stores its LM head in q8_0 (the 4-bit formats too, as
+    llama.cpp keeps its output table at higher precision), so a Q8_0 head is kept as it is: the
+    untied output.weight, or the tied token embedding (which the token lookup then reads too)."""
+    if kept_type is None:
+        return None
+    q8_0 = _types()["q8_0"]
+    if hf_name == "lm_head.weight" or (name == "token_embd.weight" and config.tied_head):
+        return "q8_0" if tensor_type == q8_0 else None
+    return keep_quantized if matmul and tensor_type == kept_type else None
 
 
 def _widen_partly_kept_groups(config: GPTConfig, weights: dict, expected: dict) -> None:

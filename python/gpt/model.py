@@ -13,7 +13,7 @@ from gpt import _gpt, architectures, hf_checkpoint
 from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
-from gpt.gguf_file import QuantizedTensor, load_gguf
+from gpt.gguf_file import KEPT_QUANTIZED, QuantizedTensor, load_gguf
 from gpt.resources import check_fits_in_memory
 from gpt.sampling import check_sampling_args, sample
 from gpt.tokenizer import HFTokenizer
@@ -172,23 +172,23 @@ class GPT:
         llama-quantize write it), read with the `gguf` package: architecture "gpt2" (an
         output.weight must equal token_embd.weight, GPT-2's tied head), or "llama" / "qwen2"
         (gpt/gguf_llama.py: grouped-query attention, tied or untied heads, llama.cpp's q/k
-        permutation undone). Tensor types F32, F16, BF16, Q8_0 and Q4_0, and the other types gguf
-        dequantizes (Q4_1, Q5_x, K-quants), widened at load; hyperparameters from the {arch}.*
+        permutation undone). Tensor types F32, F16, BF16, Q8_0, Q4_0 and Q4_1, and the other types
+        gguf dequantizes (Q5_x, K-quants), widened at load; hyperparameters from the {arch}.*
         metadata. `model.tokenizer` is the file's BPE vocabulary (tokenizer.ggml.model "gpt2",
         with llama.cpp's pre-tokenizer: gpt/gguf_tokenizer.py) when it carries one. Anything else
         raises gpt.ModelFileError (a ValueError) naming the file and the problem.
 
         Quantized tensors stay quantized when `options.weights` is their format: a q8_0 file's
-        matmul weights and token embedding (stored once, as the LM head), or a q4_0 file's matmul
-        weights, are repacked from the file's blocks into the compiled model's lane layouts, codes
+        matmul weights and token embedding (stored once, as the LM head), or a q4_0 or q4_1 file's
+        matmul weights, are repacked from the file's blocks into the compiled model's lane layouts, codes
         and fp16 scales as they are, with no float32 copy. Any other tensor is dequantized to float32
         (gguf.quants.dequantize) and converted at load like any weight; the formats' definitions
-        round-trip, so a bf16, q8_0 or q4_0 file loaded in its own format computes with exactly
-        the file's values either way (q4_0's embedding is q8_0 in the model, as llama.cpp keeps
+        round-trip, so a bf16, q8_0, q4_0 or q4_1 file loaded in its own format computes with exactly
+        the file's values either way (a 4-bit format's embedding is q8_0 in the model, as llama.cpp keeps
         it in higher precision).
         """
         options = options if options is not None else CompileOptions()
-        keep = options.weights if options.weights in ("q8_0", "q4_0") else None
+        keep = options.weights if options.weights in KEPT_QUANTIZED else None
         config, weights, tokenizer = load_gguf(path, keep_quantized=keep)
         quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
         floats = {name: w for name, w in weights.items() if name not in quantized}

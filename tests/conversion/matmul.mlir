@@ -173,3 +173,31 @@ func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: 
   %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
+
+// -----
+
+// q4_1: q4_0's partial sums over unsigned codes, with no offset to take out; the scales operand's
+// (scale, min) pairs are read as two views, and a block adds d_x * (d_w * partial + min * sum(code)):
+// the min term first, then the scaled partial sum.
+// CHECK-LABEL: func.func @packed_matmul_q4_1
+// CHECK-NOT: arith.constant 8.000000e+00 : f32
+// CHECK: %[[PARTIALS:.*]] = linalg.generic {{.*}}gpt.block_partials
+// CHECK: transformer.lane_dot_u8i8
+// CHECK: transformer.lane_dot_u8i8
+// CHECK: %[[D:.*]] = tensor.extract_slice %[[S:.*]][0, 0, 0, 0] [3, 2, 1, 32] [1, 1, 1, 1] : tensor<3x2x2x32xf16> to tensor<3x2x32xf16>
+// CHECK: %[[M:.*]] = tensor.extract_slice %[[S]][0, 0, 1, 0] [3, 2, 1, 32] [1, 1, 1, 1] : tensor<3x2x2x32xf16> to tensor<3x2x32xf16>
+// CHECK: linalg.generic
+// CHECK-SAME: ins(%[[PARTIALS]], %[[D]], %[[M]], %{{.*}}, %{{.*}} : tensor<8x3x2x32xi32>, tensor<3x2x32xf16>, tensor<3x2x32xf16>, tensor<8x2xf32>, tensor<8x2xf32>)
+// CHECK-SAME: gpt.packed_matmul
+// CHECK: ^bb0(%[[P:.*]]: i32, %[[DW:.*]]: f16, %[[MW:.*]]: f16, %[[DX:.*]]: f32, %[[SX:.*]]: f32, %[[OUT:.*]]: f32):
+// CHECK: %[[DWF:.*]] = arith.extf %[[DW]] : f16 to f32
+// CHECK: %[[SCALE:.*]] = arith.mulf %[[DWF]], %[[DX]] : f32
+// CHECK: %[[MWF:.*]] = arith.extf %[[MW]] : f16 to f32
+// CHECK: %[[MINSCALE:.*]] = arith.mulf %[[MWF]], %[[DX]] : f32
+// CHECK: %[[WITHMIN:.*]] = math.fma %[[SX]], %[[MINSCALE]], %[[OUT]] : f32
+// CHECK: %[[PF:.*]] = arith.sitofp %[[P]] : i32 to f32
+// CHECK: math.fma %[[PF]], %[[SCALE]], %[[WITHMIN]] : f32
+func.func @packed_matmul_q4_1(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: tensor<3x2x2x32xf16>) -> tensor<8x96xf32> {
+  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x2x32xf16>) -> tensor<8x96xf32>
+  return %0 : tensor<8x96xf32>
+}

@@ -439,7 +439,7 @@ func.func @packed_matmul_int8_weight(%a: tensor<4x8xf32>, %b: tensor<2x8x32xi8>)
 // -----
 
 func.func @packed_matmul_scales_on_f32_weight(%a: tensor<4x64xf32>, %b: tensor<2x64x32xf32>, %s: tensor<2x2x32xf16>) {
-  // expected-error @+1 {{only an i32 (q8_0 or q4_0) weight takes scales, not 'tensor<2x64x32xf32>'}}
+  // expected-error @+1 {{only an i32 (q8_0, q4_0 or q4_1) weight takes scales, not 'tensor<2x64x32xf32>'}}
   %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xf32>, tensor<2x2x32xf16>) -> tensor<*xf32>
   return
 }
@@ -473,6 +473,22 @@ func.func @packed_matmul_codes_rows(%a: tensor<4x64xf32>, %b: tensor<2x48x32xi32
 func.func @packed_matmul_scales_shape(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>, %s: tensor<2x4x32xf16>) {
   // expected-error @+1 {{scales must be [N / P, K / 32, P] = [2, 2, 32] (one per block of 32 weights of a column), got 'tensor<2x4x32xf16>'}}
   %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x4x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_q4_1_needs_4bit_codes(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>, %s: tensor<2x2x2x32xf16>) {
+  // expected-error @+1 {{a q4_1 weight (scale and min pairs) for K = 64 must have 8 rows (8 codes per lane), got 'tensor<2x16x32xi32>'}}
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x2x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_q4_1_pairs(%a: tensor<4x64xf32>, %b: tensor<2x8x32xi32>, %s: tensor<2x2x3x32xf16>) {
+  // expected-error @+1 {{scales must be [N / P, K / 32, 2, P] = [2, 2, 2, 32] (a scale and a min per block of 32 weights of a column), got 'tensor<2x2x3x32xf16>'}}
+  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x3x32xf16>) -> tensor<*xf32>
   return
 }
 

@@ -1,4 +1,4 @@
-"""bf16, q8_0 and q4_0 written from their definitions in numpy, apart from the C++ kernels."""
+"""bf16, q8_0, q4_0 and q4_1 written from their definitions in numpy, apart from the C++ kernels."""
 
 import numpy as np
 
@@ -52,6 +52,29 @@ def q4_0(matrix: np.ndarray):
         shifted = (blocks / d[:, None, :]).astype(np.float32) + np.float32(8.5)
         q = np.where(d[:, None, :] == 0, 8, np.minimum(15, np.trunc(shifted)))
     return q.astype(np.uint8).reshape(matrix.shape), d.astype(np.float16).view(np.uint16)
+
+
+def q4_1(matrix: np.ndarray):
+    """(codes uint8 [K, N], fp16 scale and min bits [K/32, 2, N]), llama.cpp's definition in
+    float32 arithmetic: lo, hi = the block's smallest and largest weight, d = (hi - lo) / 15,
+    q = min(15, trunc((w - lo) * (1 / d) + 0.5)), 0 where d = 0; the min stored is lo."""
+    blocks = _blocks(matrix)
+    lo, hi = blocks.min(axis=1), blocks.max(axis=1)
+    d = ((hi - lo) / np.float32(15)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    scaled = ((blocks - lo[:, None, :]).astype(np.float32) * inverse[:, None, :]).astype(np.float32)
+    q = np.minimum(15, np.trunc(scaled + np.float32(0.5)))
+    pairs = np.stack([d.astype(np.float16), lo.astype(np.float16)], axis=1).view(np.uint16)
+    return q.astype(np.uint8).reshape(matrix.shape), pairs
+
+
+def dequantize_q4_1(codes: np.ndarray, pair_bits: np.ndarray) -> np.ndarray:
+    """code * d + min per block ([K/32, 2, N] scale and min bits), in float64."""
+    k, n = codes.shape
+    pairs = pair_bits.view(np.float16).astype(np.float64)
+    d, m = pairs[:, 0, None, :], pairs[:, 1, None, :]
+    return (codes.astype(np.float64).reshape(k // BLOCK, BLOCK, n) * d + m).reshape(k, n)
 
 
 def dequantize(codes: np.ndarray, scale_bits: np.ndarray, offset: int = 0) -> np.ndarray:
@@ -108,6 +131,12 @@ def scale_panels(scales: np.ndarray, width: int = 32) -> np.ndarray:
     """fp16 scale bits [K/32, N] in their panels [N/width, K/32, width] (unchanged by the lanes)."""
     blocks, n = scales.shape
     return np.ascontiguousarray(scales.reshape(blocks, n // width, width).transpose(1, 0, 2))
+
+
+def pair_panels(pairs: np.ndarray, width: int = 32) -> np.ndarray:
+    """q4_1's scale and min bits [K/32, 2, N] in their panels [N/width, K/32, 2, width]."""
+    blocks, two, n = pairs.shape
+    return np.ascontiguousarray(pairs.reshape(blocks, two, n // width, width).transpose(2, 0, 1, 3))
 
 
 # -- Activations ---------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from shapes import RTOL, exercising_weights, relative_error
 CFG = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=96, block_size=32)
 IDS = [3, 17, 95, 0, 42, 42, 7, 60, 1, 88, 23]
 T = gguf.GGMLQuantizationType
-QTYPES = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0}
+QTYPES = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1}
 # HF GPT-2's Conv1D matmul weights, which llama.cpp stores transposed (torch Linear layout).
 MATMUL_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
@@ -450,7 +450,7 @@ def test_refuses_unreadable_files(tmp_path):
 
 def test_save_gguf_refusals(tmp_path, weights):
     with pytest.raises(ValueError, match="format must be one of"):
-        save_gguf(weights, CFG, tmp_path / "x.gguf", "q4_1")
+        save_gguf(weights, CFG, tmp_path / "x.gguf", "q5_0")
     rope = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=96, block_size=32, pos_embedding="rope")
     with pytest.raises(ValueError, match="pos_embedding='rope' cannot be written"):
         save_gguf(gpt.GPT.random(rope), None, tmp_path / "x.gguf")

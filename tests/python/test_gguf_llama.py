@@ -11,6 +11,7 @@ import pytest
 import torch
 import transformers
 
+import gpt
 from gpt import ModelFileError, architectures, gguf_llama
 from gpt import models as installed
 
@@ -299,7 +300,7 @@ def test_k_quants_are_read_by_dequantizing(tmp_path, qtype):
     np.testing.assert_array_equal(weights[name], expected.reshape(state[name].shape))
 
 
-@pytest.mark.parametrize("fmt, qtype", [("q8_0", T.Q8_0), ("q4_0", T.Q4_0)])
+@pytest.mark.parametrize("fmt, qtype", [("q8_0", T.Q8_0), ("q4_0", T.Q4_0), ("q4_1", T.Q4_1)])
 def test_kept_quantized_blocks_are_the_files_rows_in_hf_order(tmp_path, fmt, qtype):
     hf_config, state = hf_model("llama", tied=True)
     types = {name: qtype for name, value in state.items() if value.ndim == 2}
@@ -316,6 +317,25 @@ def test_kept_quantized_blocks_are_the_files_rows_in_hf_order(tmp_path, fmt, qty
             np.testing.assert_array_equal(gguf.quants.dequantize(value.blocks, qtype), floats[name], err_msg=name)
         else:
             np.testing.assert_array_equal(value, floats[name], err_msg=name)
+
+
+@pytest.mark.parametrize("fmt, qtype", [("q4_0", T.Q4_0), ("q4_1", T.Q4_1)])
+def test_a_4bit_files_q8_0_embedding_is_kept_as_the_q8_0_head(tmp_path, fmt, qtype):
+    """As SmolLM2's Q4_1 file: 4-bit layers and a Q8_0 tied embedding. The model stores its LM head
+    (the embedding) in q8_0, so both stay the file's blocks: no float32 copy of either; and the
+    compiled model computes with exactly the file's values."""
+    hf_config, state = hf_model("llama", tied=True)
+    types = {name: qtype for name, value in state.items() if value.ndim == 2}
+    types["model.embed_tokens.weight"] = T.Q8_0
+    path = write_file(tmp_path / "m.gguf", "llama", hf_config, state, types)
+    _, kept, _ = gguf_llama.load(path, keep_quantized=fmt)
+    _, floats, _ = gguf_llama.load(path)
+    embedding = kept["model.embed_tokens.weight"]
+    assert isinstance(embedding, gguf_llama.QuantizedTensor) and embedding.format == "q8_0"
+    assert kept["model.layers.1.mlp.down_proj.weight"].format == fmt
+    model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights=fmt, disk_cache=False))
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(value, floats[name], err_msg=name)
 
 
 def test_a_fused_weight_is_kept_quantized_whole_or_not_at_all(tmp_path):

@@ -258,6 +258,8 @@ def bf16_rounded(values):
 
 def dequantized(fmt, matrix):
     """A [K, N] weight quantized along K by the reference implementation, dequantized in f64."""
+    if fmt == "q4_1":
+        return ref.dequantize_q4_1(*ref.q4_1(matrix))
     quantize, offset = (ref.q8_0, 0) if fmt == "q8_0" else (ref.q4_0, 8)
     codes, scales = quantize(matrix)
     return ref.dequantize(codes, scales, offset=offset)
@@ -265,7 +267,7 @@ def dequantized(fmt, matrix):
 
 def low_precision_reference(theirs, fmt):
     """HF's model in float64 computing what a `fmt` model computes: every Linear's [out, in] weight
-    rounded (bf16) or quantized in blocks of 32 along `in` (q8_0, q4_0; the LM head in q8_0 as
+    rounded (bf16) or quantized in blocks of 32 along `in` (q8_0, q4_0, q4_1; the LM head in q8_0 as
     llama.cpp keeps it) by quant_reference.py, and every Linear's input rounded to bf16 or to int8
     per block of 32, as the dot-product instructions see it. Norms, rope, SwiGLU, attention and
     biases stay exact."""
@@ -278,14 +280,14 @@ def low_precision_reference(theirs, fmt):
             if not isinstance(module, torch.nn.Linear):
                 continue
             w = module.weight.numpy()
-            kind = "q8_0" if fmt == "q4_0" and name == "lm_head" else fmt
+            kind = "q8_0" if fmt in ("q4_0", "q4_1") and name == "lm_head" else fmt
             rounded = bf16_rounded(w) if fmt == "bf16" else dequantized(kind, w.T.astype(np.float32)).T
             module.weight.copy_(torch.from_numpy(np.ascontiguousarray(rounded)))
             module.register_forward_pre_hook(lambda _, args: (torch.from_numpy(into(args[0].numpy())),))
     return model
 
 
-@pytest.mark.parametrize("fmt, lengths", [("bf16", (1, 6)), ("q8_0", (1, 9)), ("q4_0", (1, 9))])
+@pytest.mark.parametrize("fmt, lengths", [("bf16", (1, 6)), ("q8_0", (1, 9)), ("q4_0", (1, 9)), ("q4_1", (1, 9))])
 def test_low_precision_weights_match_the_rounded_reference(fmt, lengths):
     theirs = hf_model("qwen2", seed=13)
     config = gpt.GPTConfig(

@@ -40,12 +40,18 @@ std::tuple<int64_t, int64_t, int64_t> laneShape(const Ints<uint32_t> &lanes, int
   return {lanes.shape(1) * rowsPerWord, lanes.shape(0) * lanes.shape(2), lanes.shape(2)};
 }
 
-/// Checks that fp16 scale bits are the [N/width, K/32, width] panels of lanes of a [K, N] weight.
-void checkScalePanels(const Ints<uint16_t> &scales, int64_t rows, int64_t cols, int64_t width) {
-  if (scales.ndim() != 3 || scales.shape(0) != cols / width || scales.shape(1) != rows / kernels::kQuantBlock ||
-      scales.shape(2) != width)
-    throw std::invalid_argument("scales must be [N/width, K/32, width] = [" + std::to_string(cols / width) + ", " +
-                                std::to_string(rows / kernels::kQuantBlock) + ", " + std::to_string(width) + "]");
+/// Checks that fp16 scale bits are the [N/width, K/32, width] panels of lanes of a [K, N] weight
+/// (with `pairs`, q4_1's scale and min pairs [N/width, K/32, 2, width]).
+void checkScalePanels(const Ints<uint16_t> &scales, int64_t rows, int64_t cols, int64_t width, bool pairs = false) {
+  const int64_t blocks = rows / kernels::kQuantBlock;
+  const bool ok = pairs ? scales.ndim() == 4 && scales.shape(0) == cols / width && scales.shape(1) == blocks &&
+                              scales.shape(2) == 2 && scales.shape(3) == width
+                        : scales.ndim() == 3 && scales.shape(0) == cols / width && scales.shape(1) == blocks &&
+                              scales.shape(2) == width;
+  if (!ok)
+    throw std::invalid_argument(std::string("scales must be [N/width, K/32, ") + (pairs ? "2, " : "") + "width] = [" +
+                                std::to_string(cols / width) + ", " + std::to_string(blocks) + ", " +
+                                (pairs ? "2, " : "") + std::to_string(width) + "]");
 }
 
 /// The lane layouts of kernels/LanePacking.h and kernels/GgufRepacking.h, for bit-exact tests.
@@ -83,10 +89,10 @@ void initLaneKernels(py::module_ &m) {
         return matrix;
       },
       py::arg("lanes"), "The [K, N] f32 matrix of bf16 lanes, as the model's state_dict() reads it back.");
-  auto dequantizeQuantized = [](auto dequantize, int64_t rowsPerWord) {
-    return [dequantize, rowsPerWord](Ints<uint32_t> lanes, Ints<uint16_t> scales) {
+  auto dequantizeQuantized = [](auto dequantize, int64_t rowsPerWord, bool pairs = false) {
+    return [dequantize, rowsPerWord, pairs](Ints<uint32_t> lanes, Ints<uint16_t> scales) {
       auto [rows, cols, width] = laneShape(lanes, rowsPerWord);
-      checkScalePanels(scales, rows, cols, width);
+      checkScalePanels(scales, rows, cols, width, pairs);
       py::array_t<float> matrix({rows, cols});
       dequantize(lanes.data(), scales.data(), rows, cols, width, matrix.mutable_data());
       return matrix;
@@ -98,7 +104,10 @@ void initLaneKernels(py::module_ &m) {
   m.def("dequantize_q4_0_lanes", dequantizeQuantized(kernels::dequantizeQ4_0Lanes, kernels::kQ4_0RowsPerWord),
         py::arg("lanes"), py::arg("scales"),
         "The [K, N] f32 matrix of q4_0 lanes and their [N/width, K/32, width] fp16 scale bits.");
-  auto repack = [](auto repackRows, int64_t blockBytes, int64_t rowsPerWord) {
+  m.def("dequantize_q4_1_lanes", dequantizeQuantized(kernels::dequantizeQ4_1Lanes, kernels::kQ4_0RowsPerWord, true),
+        py::arg("lanes"), py::arg("scales"),
+        "The [K, N] f32 matrix of q4_1 lanes (q4_0's) and their [N/width, K/32, 2, width] fp16 scale and min bits.");
+  auto repack = [](auto repackRows, int64_t blockBytes, int64_t rowsPerWord, bool pairs = false) {
     return [=](Ints<uint8_t> blocks, int64_t k, int64_t paddedN, int64_t width) {
       if (k <= 0 || k % kernels::kQuantBlock != 0 || blocks.size() % (k / kernels::kQuantBlock * blockBytes) != 0)
         throw std::invalid_argument("blocks must be whole rows of K = " + std::to_string(k) + " weights in blocks of " +
@@ -108,7 +117,9 @@ void initLaneKernels(py::module_ &m) {
         throw std::invalid_argument("padded_n " + std::to_string(paddedN) + " must be at least the " +
                                     std::to_string(n) + " rows and a multiple of the panel width");
       py::array_t<uint32_t> codes({paddedN / width, k / rowsPerWord, width});
-      py::array_t<uint16_t> scales({paddedN / width, k / kernels::kQuantBlock, width});
+      py::array_t<uint16_t> scales =
+          pairs ? py::array_t<uint16_t>({paddedN / width, k / kernels::kQuantBlock, int64_t{2}, width})
+                : py::array_t<uint16_t>({paddedN / width, k / kernels::kQuantBlock, width});
       repackRows(blocks.data(), k, n, paddedN, width, codes.mutable_data(), scales.mutable_data());
       return py::make_tuple(codes, scales);
     };
@@ -121,6 +132,11 @@ void initLaneKernels(py::module_ &m) {
         py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"),
         "llama.cpp q4_0 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], "
         "fp16 scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them.");
+  m.def("repack_q4_1_rows",
+        repack(kernels::repackQ4_1Rows, kernels::kQ4_1BlockBytes, kernels::kQ4_0RowsPerWord, /*pairs=*/true),
+        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"),
+        "llama.cpp q4_1 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], "
+        "fp16 scale and min bits uint16 [padded_n/width, K/32, 2, width]), as from_gguf repacks them.");
 }
 
 } // namespace
@@ -197,6 +213,18 @@ void initKernels(py::module_ &m) {
       },
       py::arg("matrix"),
       "q4_0 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale bits uint16 [K/32, N]).");
+  m.def(
+      "quantize_q4_1",
+      [blocks](Floats matrix) {
+        auto [rows, cols] = blocks(matrix);
+        py::array_t<uint8_t> codes({rows, cols});
+        py::array_t<uint16_t> scales({rows / kernels::kQuantBlock, int64_t{2}, cols});
+        kernels::quantizeQ4_1(matrix.data(), rows, cols, codes.mutable_data(), scales.mutable_data());
+        return py::make_tuple(codes, scales);
+      },
+      py::arg("matrix"),
+      "q4_1 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale and min bits uint16 "
+      "[K/32, 2, N]).");
   initLaneKernels(m);
 }
 

@@ -192,13 +192,15 @@ void initModel(py::module_ &m) {
              GPTConfig config = gptConfig(configObject);
              CompileOptions options = compileOptions(pipeline, threads, cacheDir, cacheMaxBytes, targetCpu);
              bool known = false;
-             for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0})
+             for (WeightFormat format :
+                  {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
                if (weights == weightFormatName(format)) {
                  options.weights = format;
                  known = true;
                }
              if (!known)
-               throw std::invalid_argument("unknown weight format '" + weights + "' (known: f32, bf16, q8_0, q4_0)");
+               throw std::invalid_argument("unknown weight format '" + weights +
+                                           "' (known: f32, bf16, q8_0, q4_0, q4_1)");
              return std::make_unique<CompiledModel>(config, options);
            }),
            py::arg("config"), py::arg("pipeline"), py::arg("threads"), py::arg("cache_dir") = "",
@@ -221,9 +223,11 @@ void initModel(py::module_ &m) {
               auto entry = value.cast<py::tuple>();
               std::string name = key.cast<std::string>(), format = entry[0].cast<std::string>();
               auto blocks = entry[1].cast<py::array_t<uint8_t, py::array::c_style>>();
-              WeightFormat parsed = format == "q8_0" ? WeightFormat::Q8_0 : WeightFormat::Q4_0;
-              if (format != "q8_0" && format != "q4_0")
-                throw std::invalid_argument(name + ": quantized weights are q8_0 or q4_0, got '" + format + "'");
+              WeightFormat parsed = WeightFormat::F32;
+              for (WeightFormat candidate : {WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
+                if (format == weightFormatName(candidate)) parsed = candidate;
+              if (parsed == WeightFormat::F32)
+                throw std::invalid_argument(name + ": quantized weights are q8_0, q4_0 or q4_1, got '" + format + "'");
               given[name] = {parsed, blocks.data(), static_cast<int64_t>(blocks.size())};
               blockArrays.push_back(blocks);
             }
