@@ -101,18 +101,34 @@ class QuantizedTensor:
     blocks: np.ndarray
 
 
+def open_reader(path: str):
+    """gguf.GGUFReader over `path`, parsing its header 3-4x faster: the reader slices its memory map
+    once per field part (about a million slices for a 49152-token vocabulary and its merges), and a
+    slice of an np.memmap pays for memmap's own __getitem__ and __array_finalize__ each time. Its
+    `data` is kept as a plain ndarray view of the same map instead: the same bytes, no copy, and the
+    map stays open as long as the reader or any tensor view of it lives."""
+    import gguf
+
+    class Reader(gguf.GGUFReader):
+        def __setattr__(self, name, value):
+            if name == "data" and isinstance(value, np.memmap):
+                value = value.view(np.ndarray)
+            super().__setattr__(name, value)
+
+    return Reader(path)
+
+
 def native_weights_format(path) -> str:
     """The CompileOptions.weights to run a GGUF file in as it is stored, as llama.cpp does: the type
     of most of its layers' matmul weights (by element count) when the compiler keeps that format
     (F32, BF16, Q8_0, Q4_0, Q4_1); F16 runs in f32 (the compiler has no f16 format), and Q5_0,
     Q5_1 and the k-quants in q8_0, the kept format nearest above them in precision. "f32" for a
     file it cannot read: loading it then raises the error that names the problem."""
-    import gguf
 
     path = os.fspath(path)
     try:
         _check_layout(path)
-        tensors = gguf.GGUFReader(path).tensors
+        tensors = open_reader(path).tensors
     except Exception:
         return "f32"
     elements: dict[str, int] = {}
@@ -150,14 +166,13 @@ def load_gguf(
     misshapen tensor, a tensor type gguf cannot dequantize, NaN or infinity in a tensor or a block
     scale, an output.weight unlike token_embd.weight (an untied LM head), hyperparameters this model
     cannot take, tokenizer data that does not make a tokenizer."""
-    import gguf
 
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such GGUF file: {path}")
     _check_layout(path)  # before GGUFReader, which trusts every count and length in the header
     try:
-        reader = gguf.GGUFReader(path)
+        reader = open_reader(path)
     except OSError:
         raise
     except Exception as e:  # what the layout check leaves to GGUFReader (it raises ValueError, KeyError ...)

@@ -42,6 +42,7 @@ from gpt.gguf_file import (
     _dequantize,
     _Metadata,
     _types,
+    open_reader,
 )
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
@@ -57,14 +58,13 @@ def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUF
     token embedding) are returned as gguf_file.QuantizedTensor, their blocks as in the file (q/k
     rows of a `llama` file un-permuted). Raises FileNotFoundError for a missing file and
     gpt.ModelFileError naming the file and key or tensor for anything it cannot read."""
-    import gguf
 
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such GGUF file: {path}")
     _check_layout(path)
     try:
-        reader = gguf.GGUFReader(path)
+        reader = open_reader(path)
     except OSError:
         raise
     except Exception as e:
