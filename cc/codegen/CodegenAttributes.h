@@ -48,10 +48,12 @@ constexpr llvm::StringLiteral kTarget = "gpt.target";
 /// i64 array, on a packed matmul computed inside its epilogue's tiles: how its loops are tiled
 /// there, 1 for each reduction loop (one K step at a time) and 0 for the parallel ones.
 constexpr llvm::StringLiteral kReductionStep = "gpt.reduction_step";
-/// On a bf16 packed matmul computed with AMX tiles instead of a register tile (targets with
-/// amx-bf16): i64 array [rows, columns, k words] of one block of accumulator tiles (rows and
-/// columns multiples of 16; the 16 x 16 f32 tiles stay in tile registers for `k words` 32-bit
-/// words of K, i.e. 2 x that many bf16 products each), and i64 pieces for threads (split by panel).
+/// On a bf16 or q8_0 packed matmul computed with AMX tiles instead of a register tile (targets
+/// with amx-bf16, amx-int8): i64 array [rows, columns, k words] of one block of accumulator tiles
+/// (rows and columns multiples of 16) and the 32-bit words of K between two trips of the
+/// accumulators through memory (bf16: the 16 x 16 f32 tiles stay in tile registers that long, 2
+/// products per word; q8_0: the f32 totals take that many words' blocks of 8 in one trip, the
+/// i32 tiles one block each), and i64 pieces for threads (split by panel).
 /// --gpt-lower-amx-matmuls applies it after bufferization.
 constexpr llvm::StringLiteral kAmxTile = "gpt.amx_tile";
 constexpr llvm::StringLiteral kAmxChunks = "gpt.amx_chunks";

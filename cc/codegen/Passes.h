@@ -15,6 +15,13 @@ namespace gpt::codegen {
 #define GEN_PASS_REGISTRATION
 #include "cc/codegen/Passes.h.inc"
 
+/// True for the block partial sums of a q8_0 packed matmul: a `gpt.block_partials` generic of one
+/// input of activation lanes and the weight lanes, whose body is `lane_dot_u8i8(acc, w xor
+/// 0x80808080, x)`, i.e. signed weight codes times signed activation codes, which AMX's tdpbssd
+/// multiplies as they lie in memory. --gpt-select-register-tiles marks the matmul that reads them
+/// for AMX on that condition, and --gpt-lower-amx-matmuls lowers the two ops together.
+bool isSignedInt8BlockPartials(mlir::Operation *op);
+
 } // namespace gpt::codegen
 
 #endif // GPT_CC_CODEGEN_PASSES_H

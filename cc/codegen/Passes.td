@@ -255,7 +255,13 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
       `gpt.amx_tile = [rows, columns, k words]` and `gpt.amx_chunks = k` instead of a register tile
       or an epilogue fusion: blocks of 32 (or 16) rows x one 32-wide panel in 16 x 16 f32 tiles,
       accumulated over up to 128 K words (8 tile steps) between trips through memory, the panels
-      split into k pieces for threads. `--gpt-lower-amx-matmuls` lowers it after bufferization.
+      split into k pieces for threads. Where it has `amx-int8`, likewise the scaled sum over
+      blocks of a q8_0 packed matmul whose block partial sums multiply signed codes by signed
+      codes (`lane_dot_u8i8` of `w xor 0x80808080`), with a multiple of 16 rows: blocks of 32 (or
+      16) rows x one panel of 16 x 16 i32 tiles, one block of K (8 words) per tile step,
+      `k words` = 8 x the blocks (up to 4) whose sums go through the f32 totals together; its
+      partial sums keep no tile and stay a plain generic. `--gpt-lower-amx-matmuls` lowers them
+      after bufferization.
 
     Before:
     ```mlir
@@ -276,7 +282,7 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
 }
 
 def LowerAmxMatmuls : Pass<"gpt-lower-amx-matmuls", "::mlir::func::FuncOp"> {
-  let summary = "Lower bf16 packed matmuls marked gpt.amx_tile, on buffers, to loops over AMX tiles";
+  let summary = "Lower bf16 and q8_0 packed matmuls marked gpt.amx_tile, on buffers, to loops over AMX tiles";
   let description = [{
     A `linalg.generic` carrying `gpt.amx_tile = [R, C, S]` and `gpt.amx_chunks = k` (from
     `--gpt-select-register-tiles`, on a target with `amx-bf16`), once bufferized: activation lanes
@@ -295,6 +301,45 @@ def LowerAmxMatmuls : Pass<"gpt-lower-amx-matmuls", "::mlir::func::FuncOp"> {
     `--convert-vector-to-llvm=enable-amx`; the code needs a CPU with AMX and, on Linux, the
     process's permission for tile data (the runtime asks for it, cc/runtime/JitTarget.cpp).
     An op it cannot lower (a buffer without static strides) is an error.
+
+    q8_0 (`amx-int8`): the marked op is the scaled sum over blocks of 32, reading block sums
+    [M, N/P, K/32, P] i32 that a `gpt.block_partials` generic computes from activation lanes
+    [M, K/32, 8] i32 and weight lanes [N/P, K/32, 8, P] i32; both ops become one loop nest, and
+    the block sums' buffer goes. The activation codes and the weight codes are signed bytes in the
+    same lane layout (4 K rows of one row or column per word), so a 16-row x 8-word block of the
+    activations (`vector<16x32xi8>`) and the block's 8 x 16-word rows of the weights
+    (`vector<8x64xi8>`) are tiles as they lie, and `amx.tile_muli` (no zext: `tdpbssd`) gives
+    the exact i32 sums without vpdpbusd's +128 offset and its compensation. Per block: (R/16) x
+    (C/16) accumulators loaded from a block of zeros (amx.tile_zero is Pure: CSE and LICM would
+    merge and hoist it), multiplied, stored to a stack buffer; vector code then adds
+    `float(sum) * (d_w * d_x)` to the block's f32 totals with `math.fma`, as the vector path
+    does, so the results are the same bits. The totals (a stack block, loaded once per S/8
+    blocks) start from zeros when the output is zero-filled (and the fill goes), else from the
+    output, and are written back to it at the end of K. Panels are taken 8 at a time per row
+    block, so the row block's activations stay in L1 across them.
+
+    Before (q8_0, M = 32, K = 256, N = 64; bodies abridged):
+    ```mlir
+    linalg.generic {...} ins(%x, %w : memref<32x8x8xi32>, memref<2x8x8x32xi32>) outs(%sums : memref<32x2x8x32xi32>)
+        attrs = {gpt.block_partials} { ... transformer.lane_dot_u8i8 ... }
+    linalg.generic {...} ins(%sums, %dw, %dx, %cx : memref<32x2x8x32xi32>, memref<2x8x32xf16>, memref<32x8xf32>, memref<32x8xf32>)
+        outs(%c : memref<32x2x32xf32>) attrs = {gpt.packed_matmul, gpt.amx_tile = [32, 32, 32], gpt.amx_chunks = 1 : i64} { ... }
+    ```
+    After (abridged):
+    ```mlir
+    scf.for %k = %c0 to %c8 step %c4 {
+      %x = amx.tile_load %a[%m, %k8] : memref<32x64xi32, strided<[64, 1]>> into vector<16x32xi8>
+      %w = amx.tile_load %b[%row, %c0] : memref<128x32xi32, strided<[32, 1]>> into vector<8x64xi8>
+      %z = amx.tile_load %zeros[%c0, %c0] : memref<16x64xi32> into vector<16x16xi32>
+      %s = amx.tile_muli %x, %w, %z : vector<16x32xi8>, vector<8x64xi8>, vector<16x16xi32>
+      amx.tile_store %sums[%r, %c0], %s : memref<128x48xi32>, vector<16x16xi32>
+      ...
+      scf.for %i = %c0 to %c32 step %c1 {
+        %t = vector.load %totals[%i, %c0] : memref<32x32xf32>, vector<16xf32>
+        %f = arith.sitofp %sum : vector<16xi32> to vector<16xf32>
+        %t1 = math.fma %f, %scale, %t : vector<16xf32>
+        ...
+    ```
 
     Before (M = 32, K = 256, N = 64):
     ```mlir
@@ -322,8 +367,10 @@ def LowerAmxMatmuls : Pass<"gpt-lower-amx-matmuls", "::mlir::func::FuncOp"> {
   let dependentDialects = [
     "::mlir::amx::AMXDialect",
     "::mlir::arith::ArithDialect",
+    "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect",
+    "::mlir::vector::VectorDialect",
   ];
 }
 

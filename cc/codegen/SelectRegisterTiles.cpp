@@ -182,6 +182,19 @@ std::optional<int64_t> rowReductionWidth(linalg::LinalgOp op) {
 /// Rows and 32-bit columns of an AMX tile register (16 x 64 bytes).
 constexpr int64_t kAmxTileSize = 16;
 
+/// Pieces for threads of an AMX matmul of `panels` panels and `loops` iterations (in 32-bit words
+/// of K): the largest count of target::kThreadChunkCounts not above `threads` that divides the
+/// panels, or 1 for a small op or one inside an scf.forall.
+int64_t amxChunks(linalg::LinalgOp op, ArrayRef<int64_t> loops, int64_t panels, int64_t threads) {
+  int64_t work = 1;
+  for (int64_t factor : loops)
+    if (llvm::MulOverflow(work, factor, work)) work = std::numeric_limits<int64_t>::max();
+  if (work < target::kMinParallelWork || op->getParentOfType<scf::ForallOp>()) return 1;
+  for (int64_t chunks : target::kThreadChunkCounts)
+    if (chunks <= threads && panels % chunks == 0) return chunks;
+  return 1;
+}
+
 /// The AMX block of a bf16 packed matmul with a multiple of 16 rows (prefill, not decode's one
 /// row) on a target with amx-bf16: 2 x 2 accumulator tiles of 16 x 16 f32 (1 x 2 for an odd
 /// multiple of 16 rows) over one 32-wide panel, fed by 2 (1) tiles of activation lanes and 2 of
@@ -210,15 +223,38 @@ std::optional<AmxTile> amxChoice(linalg::LinalgOp op, int64_t threads) {
   int64_t unroll = 8;
   while (steps % unroll != 0) unroll /= 2;
   tile.kWords = unroll * kAmxTileSize;
-  int64_t work = rows;
-  for (int64_t factor : {panels, width, kWords})
-    if (llvm::MulOverflow(work, factor, work)) work = std::numeric_limits<int64_t>::max();
-  if (work >= target::kMinParallelWork && !op->getParentOfType<scf::ForallOp>())
-    for (int64_t chunks : target::kThreadChunkCounts)
-      if (chunks <= threads && panels % chunks == 0) {
-        tile.chunks = chunks;
-        break;
-      }
+  tile.chunks = amxChunks(op, {rows, panels, width, kWords}, panels, threads);
+  return tile;
+}
+
+/// The AMX block of a q8_0 packed matmul (the scaled sum over blocks of 32 whose block partial
+/// sums are signed int8 codes times signed int8 codes, isSignedInt8BlockPartials) with a multiple
+/// of 16 rows, on a target with amx-int8: 2 x 2 (1 x 2) accumulator tiles of 16 x 16 i32 over one
+/// panel, each the sums of one block (8 words of K: `tdpbssd` on 16 x 32-byte tiles of activation
+/// codes and 8 x 64-byte tiles of weight codes, both in the lane layout in which they lie), fed by
+/// 2 (1) activation tiles and 2 weight tiles: all 8 tile registers. Every block's sums then go
+/// through memory, to be scaled by their block's d_w * d_x in vector code.
+std::optional<AmxTile> amxQ8Choice(linalg::LinalgOp op, int64_t threads) {
+  if (!isa<linalg::GenericOp>(op) || !isPackedMatmul(op) || op.getNumDpsInputs() != 4 || op.getNumDpsInits() != 1 ||
+      !isSignedInt8BlockPartials(op.getDpsInputs()[0].getDefiningOp()))
+    return std::nullopt;
+  // The partial sums [M, N/P, K/32, P].
+  auto partials = dyn_cast<RankedTensorType>(op.getDpsInputs()[0].getType());
+  if (!partials || !partials.hasStaticShape() || partials.getRank() != 4) return std::nullopt;
+  const int64_t rows = partials.getDimSize(0), panels = partials.getDimSize(1), blocks = partials.getDimSize(2),
+                width = partials.getDimSize(3);
+  if (rows < kAmxTileSize || rows % kAmxTileSize != 0 || (width != kAmxTileSize && width != 2 * kAmxTileSize))
+    return std::nullopt;
+  AmxTile tile;
+  tile.rows = rows % (2 * kAmxTileSize) == 0 ? 2 * kAmxTileSize : kAmxTileSize;
+  tile.columns = width;
+  // Up to 4 blocks' sums go through the output's totals together (one load and store of the
+  // totals per 4 blocks, not per block).
+  int64_t group = 4;
+  while (blocks % group != 0) group /= 2;
+  const int64_t blockWords = transformer::PackedMatmulOp::kBlockSize / 4;
+  tile.kWords = group * blockWords;
+  tile.chunks = amxChunks(op, {rows, panels, width, blocks, blockWords}, panels, threads);
   return tile;
 }
 
@@ -258,8 +294,10 @@ public:
       return signalPassFailure();
     }
     const SmallVector<TileChoice> table = tileTable(bits / 32, registers);
-    // bf16 prefill matmuls on AMX tiles where the target has them (only the module's target says so).
-    const bool amx = target && target->isX86() && target->has("amx-bf16");
+    // bf16 and q8_0 prefill matmuls on AMX tiles where the target has them (only the module's
+    // target says so).
+    const bool amxBf16 = target && target->isX86() && target->has("amx-bf16");
+    const bool amxInt8 = target && target->isX86() && target->has("amx-int8");
     getOperation().walk([&](linalg::LinalgOp op) {
       if (getEpilogueFusion(op)) return; // its packed matmul was fused into it
       // An op with an empty loop computes nothing: no tile (its loops run zero times).
@@ -268,11 +306,15 @@ public:
         setRowReductionTile(op, *width);
         return;
       }
-      if (amx)
-        if (std::optional<AmxTile> tile = amxChoice(op, threads)) {
-          setAmxTile(op, *tile); // no register tile: --gpt-lower-amx-matmuls lowers it after bufferization
-          return;
-        }
+      // No register tile: --gpt-lower-amx-matmuls lowers it after bufferization (a q8_0 matmul
+      // together with its block partial sums, which then stay a plain generic until then).
+      std::optional<AmxTile> amx;
+      if (amxBf16) amx = amxChoice(op, threads);
+      if (!amx && amxInt8) amx = amxQ8Choice(op, threads);
+      if (amx) {
+        setAmxTile(op, *amx);
+        return;
+      }
       if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
         markTile(op, *choice, parallelChunks(op, *choice, threads));
         return;

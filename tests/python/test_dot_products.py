@@ -34,7 +34,7 @@ TARGETS = {
     "alderlake": ("ymm", None, r"vpdpbusd\s+.*%ymm"),  # AVX-VNNI: the VEX vpdpbusd
     "skylake-avx512": ("zmm", None, r"vpmaddwd\s+.*%zmm"),  # AVX512-BW without VNNI
     "znver4": ("zmm", r"vdpbf16ps\s+.*%zmm", r"vpdpbusd\s+.*%zmm"),  # AVX512-VNNI and BF16
-    "sapphirerapids": ("zmm", r"tdpbf16ps\s+%tmm", r"vpdpbusd\s+.*%zmm"),  # and AMX: bf16 prefill on tiles
+    "sapphirerapids": ("zmm", r"tdpbf16ps\s+%tmm", r"tdpbssd\s+%tmm"),  # and AMX: bf16, q8_0 prefill on tiles
 }
 
 # The targets whose fallbacks run here against the host's code, with the host flags they need.
@@ -193,6 +193,28 @@ def test_bf16_prefill_uses_amx_tiles_only_where_the_target_has_them(target, tmp_
     assert "%tmm" not in disassemble(f32, tmp_path, pipeline_seq_len=64)
 
 
+# q8_0 prefill on AMX int8 tiles (tdpbssd: the signed weight codes by the signed activation
+# codes, a block of 32 per tile step) where the target has amx-int8; decode keeps vpdpbusd.
+AMX_INT8_TARGETS = {"sapphirerapids": True, "znver4": False, "skylake-avx512": False, "alderlake": False}
+
+
+@pytest.mark.parametrize("target", sorted(AMX_INT8_TARGETS))
+def test_q8_0_prefill_uses_amx_int8_tiles_only_where_the_target_has_them(target, tmp_path):
+    options = gpt.CompileOptions(weights="q8_0", threads=1, disk_cache=False, target_cpu=target)
+    model = gpt.GPT.random(config(NANO), options=options)
+    asm = disassemble(model, tmp_path, pipeline_seq_len=64)
+    if AMX_INT8_TARGETS[target]:
+        assert re.search(r"tdpbssd\s+%tmm\d, %tmm\d, %tmm\d", asm), f"{target}: no tdpbssd"
+        assert "tileloadd" in asm and "tilestored" in asm and "ldtilecfg" in asm, target
+    else:
+        assert "tdpb" not in asm and "%tmm" not in asm, f"{target} has no AMX, but its code uses tiles"
+    # 8 rows: fewer than a tile's 16, no tiles on any target; on an AMX one, vpdpbusd as before.
+    few_rows = disassemble(model, tmp_path, pipeline_seq_len=8)
+    assert "%tmm" not in few_rows
+    if AMX_INT8_TARGETS[target]:
+        assert re.search(r"vpdpbusd\s+.*%zmm", few_rows), target
+
+
 def host_runs_amx():
     return {"amx_bf16", "amx_tile", "avx512_bf16"} <= host_flags()
 
@@ -251,3 +273,35 @@ print(model.forward(token_ids(config(NANO), 64)).shape)
     )
     assert done.returncode == 0, done.stderr
     assert "(64, 256)" in done.stdout, done.stdout
+
+
+def host_runs_amx_int8():
+    return {"amx_int8", "amx_tile", "avx512_vnni"} <= host_flags()
+
+
+def test_amx_int8_q8_0_prefill_matches_the_avx512_vnni_path():
+    """tdpbssd's block sums are the same integers as vpdpbusd's (signed codes by signed codes,
+    against unsigned codes + 128 less 128 x the activation codes' sum), exact in f32, and each
+    block's sum is scaled and added with the same float operations in the same order: the logits
+    are the same bits (measured: max |difference| 0.0)."""
+    if not host_runs_amx_int8():
+        pytest.skip("runs AMX code: this CPU has no amx_int8")
+    cfg = config(MID)
+    weights = exercising_weights(cfg)
+    ids = token_ids(cfg, 100)
+    amx = gpt.GPT.from_weights(
+        cfg, weights, gpt.CompileOptions(weights="q8_0", disk_cache=False, target_cpu="sapphirerapids")
+    )
+    # Cooper Lake: AVX-512 VNNI, no AMX.
+    avx512 = gpt.GPT.from_weights(
+        cfg, weights, gpt.CompileOptions(weights="q8_0", disk_cache=False, target_cpu="cooperlake")
+    )
+    assert "amx.tdpbssd" in amx.ir("llvm", seq_len=128) and "amx." not in avx512.ir("llvm", seq_len=128)
+    np.testing.assert_array_equal(amx.forward(ids), avx512.forward(ids))
+    # Prefill (16 rows: 1 x 2 accumulator tiles; 32 rows: 2 x 2) then decode (one row).
+    for length in (16, 48):
+        amx_cache, avx512_cache = amx.new_cache(), avx512.new_cache()
+        prompt = ids[:length].tolist()
+        np.testing.assert_array_equal(amx.prefill(prompt, amx_cache), avx512.prefill(prompt, avx512_cache))
+        step = int(ids[length])
+        np.testing.assert_array_equal(amx.decode(step, amx_cache), avx512.decode(step, avx512_cache))
