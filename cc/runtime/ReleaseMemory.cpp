@@ -1,6 +1,8 @@
 // See ReleaseMemory.h.
 #include "cc/runtime/ReleaseMemory.h"
 
+#include <cstdlib> // defines __GLIBC__ where the C library is glibc
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif

@@ -84,6 +84,9 @@ def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np
     """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM
     head's tied embedding."""
 
+def release_freed_memory() -> None:
+    """Returns the C heap's free pages to the system (glibc's malloc_trim), after a load's temporaries die."""
+
 def supplied_parameters(config: GPTConfig) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape) of every weight a model of this gpt.GPTConfig takes, in order."""
 

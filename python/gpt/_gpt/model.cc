@@ -2,6 +2,7 @@
 #include "python/gpt/_gpt/bindings.h"
 
 #include "cc/runtime/CompiledModel.h"
+#include "cc/runtime/ReleaseMemory.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -185,6 +186,8 @@ GPTConfig gptConfig(const py::handle &config) {
 }
 
 void initModel(py::module_ &m) {
+  m.def("release_freed_memory", &releaseFreedMemory,
+        "Returns the C heap's free pages to the system (glibc's malloc_trim), after a load's temporaries die.");
   py::class_<CompiledModel>(m, "CompiledModel", py::dynamic_attr())
       .def(py::init([](const py::object &configObject, const std::string &pipeline, int threads,
                        const std::string &cacheDir, const std::string &weights, uint64_t cacheMaxBytes,
