@@ -1,6 +1,8 @@
 """The tokenizer a GGUF file carries (tokenizer.ggml.*), for byte-level BPE vocabularies
-(tokenizer.ggml.model "gpt2": GPT-2, Llama 3, SmolLM2, Qwen2), built with HF `tokenizers` so that
-its ids are llama.cpp's (src/llama-vocab.cpp, which this module follows rule by rule):
+(tokenizer.ggml.model "gpt2": GPT-2, Llama 3, SmolLM2, Qwen2) and SentencePiece ones (model
+"llama": Llama 2, TinyLlama, Mistral; _spm_model and _spm_text_rules), built with HF `tokenizers`
+so that its ids are llama.cpp's (src/llama-vocab.cpp, which this module follows rule by rule;
+for byte-level BPE:
 
 - Pre-tokenizer. llama.cpp picks its split regexes by tokenizer.ggml.pre and applies them in
   order, each one splitting every piece the previous ones left into its matches and the text
@@ -17,6 +19,7 @@ its ids are llama.cpp's (src/llama-vocab.cpp, which this module follows rule by 
 - BOS/EOS. tokenizer.ggml.add_bos_token (default: true for Llama 3's pre-tokenizer, as llama.cpp
   has it) adds BOS in front of `encode(text)`, as llama.cpp's tokenize(add_special=true) does;
   `encode(text, add_special_tokens=False)` adds nothing (a rendered chat template holds its own).
+  SentencePiece vocabularies add BOS by default, as llama.cpp does.)
 
 What llama.cpp does and this does not: its clean-up of spaces around punctuation when it
 detokenizes a whole sequence for some pre-tokenizers (not SmolLM2's, Llama 3's or Qwen2's); its
@@ -73,7 +76,9 @@ PRE_TOKENIZERS = {
 }
 
 # llama.cpp's token types (gguf.TokenType): NORMAL 1, UNKNOWN 2, CONTROL 3, USER_DEFINED 4, UNUSED 5, BYTE 6.
-_UNKNOWN, _CONTROL, _USER_DEFINED = 2, 3, 4
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED = 1, 2, 3, 4, 5
+# SentencePiece's space, U+2581 (llama_escape_whitespace).
+_SPM_SPACE = "\u2581"
 # Tokens llama.cpp ends generation at by their text (llama_vocab::impl::load, special_eog_ids),
 # besides the EOS, EOT and EOM ids the metadata names.
 _END_OF_GENERATION_TEXTS = frozenset(
@@ -143,29 +148,32 @@ class GGUFTokenizer(HFTokenizer):
 
 
 def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
-    """The tokenizer of a GGUF file whose metadata `meta` (gguf_file._Metadata) holds a byte-level
-    BPE vocabulary (tokenizer.ggml.model "gpt2"); None when it holds none ("none", "no_vocab" or
-    no tokenizer.ggml.model). Raises ModelFileError naming the key for another tokenizer model
-    (SentencePiece's "llama", ...), a pre-tokenizer not in PRE_TOKENIZERS, and tokenizer data
-    that does not make a tokenizer of `vocab_size` tokens."""
+    """The tokenizer of a GGUF file whose metadata `meta` (gguf_file._Metadata) holds a vocabulary:
+    byte-level BPE (tokenizer.ggml.model "gpt2") or SentencePiece's (model "llama": Llama 2,
+    TinyLlama, Mistral; see _spm_model); None when it holds none ("none", "no_vocab" or no
+    tokenizer.ggml.model). Raises ModelFileError naming the key for another tokenizer model, a
+    pre-tokenizer not in PRE_TOKENIZERS, and tokenizer data that does not make a tokenizer of
+    `vocab_size` tokens."""
     model = meta.get("tokenizer.ggml.model", str, required=False)
     if model in (None, "none", "no_vocab"):
         return None
-    if model != "gpt2":
+    if model not in ("gpt2", "llama"):
         raise ModelFileError(
-            f"{path}: tokenizer.ggml.model {model!r} is not supported (byte-level BPE, 'gpt2', only; "
-            "SentencePiece vocabularies such as 'llama' are not read)"
+            f"{path}: tokenizer.ggml.model {model!r} is not supported (byte-level BPE 'gpt2' and "
+            "SentencePiece 'llama' are read)"
         )
-    pre_name = meta.get("tokenizer.ggml.pre", str, required=False)
-    if pre_name not in PRE_TOKENIZERS:
-        known = ", ".join(repr(name) for name in PRE_TOKENIZERS if name is not None)
-        raise ModelFileError(f"{path}: tokenizer.ggml.pre {pre_name!r} is not supported (known: {known})")
-    pre = PRE_TOKENIZERS[pre_name]
-    tokens, merges, types, vocab = read_vocabulary(meta, path, vocab_size)
-    pairs = _merge_pairs(merges, vocab, path)
+    spm = model == "llama"
+    pre = None
+    if not spm:
+        pre_name = meta.get("tokenizer.ggml.pre", str, required=False)
+        if pre_name not in PRE_TOKENIZERS:
+            known = ", ".join(repr(name) for name in PRE_TOKENIZERS if name is not None)
+            raise ModelFileError(f"{path}: tokenizer.ggml.pre {pre_name!r} is not supported (known: {known})")
+        pre = PRE_TOKENIZERS[pre_name]
+    tokens, merges, types, vocab = read_vocabulary(meta, path, vocab_size, merges_required=not spm)
 
     special = {}
-    for key in ("bos", "eos", "eot", "eom"):
+    for key in ("bos", "eos", "eot", "eom", "unknown"):
         value = meta.get(f"tokenizer.ggml.{key}_token_id", int, required=False)
         if value is not None and not 0 <= value < vocab_size:
             raise ModelFileError(
@@ -173,7 +181,8 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
             )
         special[key] = value
     add_bos = meta.get("tokenizer.ggml.add_bos_token", bool, required=False)
-    add_bos = pre.add_bos if add_bos is None else add_bos
+    # llama.cpp's defaults: BOS for SentencePiece and Llama 3's pre-tokenizer.
+    add_bos = (spm or pre.add_bos) if add_bos is None else add_bos
     add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", bool, required=False))
     for flag, key in ((add_bos, "bos"), (add_eos, "eos")):
         if flag and special[key] is None:
@@ -184,20 +193,21 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
     end_ids.update(vocab[text] for text in _END_OF_GENERATION_TEXTS if text in vocab)
     template = meta.get("tokenizer.chat_template", str, required=False)
 
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import AddedToken, Tokenizer, processors
 
     types = types or [1] * len(tokens)
     # llama.cpp treats an end-of-generation token as a control token whatever its type says.
     control = [i for i, t in enumerate(types) if t in (_CONTROL, _UNKNOWN) or i in end_ids]
     user = [i for i, t in enumerate(types) if t == _USER_DEFINED and i not in end_ids]
+    kind = "SentencePiece" if spm else "BPE"
     try:
-        tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=pairs, ignore_merges=pre.ignore_merges))
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(split), behavior="isolated") for split in pre.splits]
-            + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
-        )
-        tokenizer.decoder = decoders.ByteLevel()
-        # normalized=False: matched against the text as it is (there is no normalizer anyway).
+        if spm:
+            tokenizer = Tokenizer(_spm_model(meta, path, tokens, types, vocab, special["unknown"]))
+            _spm_text_rules(tokenizer, meta)
+        else:
+            tokenizer = Tokenizer(_bpe_model(tokens, merges, vocab, pre, path))
+            _bpe_text_rules(tokenizer, pre)
+        # normalized=False: matched against the text as it is, before any normalizer.
         tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in control])
         tokenizer.add_tokens([AddedToken(tokens[i], special=False, normalized=False) for i in user])
         single, added = "$A", []
@@ -212,13 +222,15 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
                 single=single, special_tokens=list(dict.fromkeys(added))
             )
         # The byte-level decoder maps a non-ASCII character of a user-defined token to a byte.
-        raw_pieces = {i: tokens[i] for i in user if tokenizer.decode([i]) != tokens[i]}
+        raw_pieces = {} if spm else {i: tokens[i] for i in user if tokenizer.decode([i]) != tokens[i]}
+    except ModelFileError:
+        raise
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as e:  # noqa: B036 -- tokenizers' Rust panics are pyo3 PanicException, a BaseException
         raise ModelFileError(
-            f"{path}: tokenizer.ggml.tokens, tokenizer.ggml.merges and tokenizer.ggml.token_type do not make a "
-            f"BPE tokenizer: {type(e).__name__}: {e}"
+            f"{path}: tokenizer.ggml.tokens, tokenizer.ggml.{'scores' if spm else 'merges'} and "
+            f"tokenizer.ggml.token_type do not make a {kind} tokenizer: {type(e).__name__}: {e}"
         ) from None
     return GGUFTokenizer(
         tokenizer,
@@ -231,13 +243,82 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
     )
 
 
-def read_vocabulary(meta, path: str, vocab_size: int):
+def _bpe_model(tokens, merges, vocab, pre: PreTokenizer, path: str):
+    from tokenizers import models
+
+    return models.BPE(vocab=vocab, merges=_merge_pairs(merges, vocab, path), ignore_merges=pre.ignore_merges)
+
+
+def _bpe_text_rules(tokenizer, pre: PreTokenizer) -> None:
+    """llama.cpp's pre-tokenizer regexes, then GPT-2's byte-level alphabet both ways."""
+    from tokenizers import Regex, decoders, pre_tokenizers
+
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(split), behavior="isolated") for split in pre.splits]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+
+
+def _spm_model(meta, path: str, tokens, types, vocab, unknown):
+    """SentencePiece as llama.cpp runs it (llm_tokenizer_spm), as a tokenizers BPE: llama.cpp
+    starts from the text's UTF-8 characters and repeatedly merges the adjacent pair whose
+    concatenation is the token of highest tokenizer.ggml.scores score (leftmost first on a tie);
+    a character that is no token becomes its bytes' <0xXX> tokens. BPE with every split (a, b) of
+    every normal token ranked by that token's score, highest first, merges the same pairs in the
+    same order, and its byte fallback is the same. (Where two different pairs make tokens of equal
+    score, llama.cpp takes the leftmost pair and BPE the pair ranked first; real vocabularies give
+    each token its own score.)"""
+    from tokenizers import models
+
+    scores = meta.get("tokenizer.ggml.scores", list)
+    if len(scores) != len(tokens) or not all(isinstance(v, float) for v in scores):
+        raise ModelFileError(
+            f"{path}: tokenizer.ggml.scores must be {len(tokens)} floats, one per token (SentencePiece's piece scores)"
+        )
+    mergeable = [i for i, t in enumerate(types) if t in (_NORMAL, _USER_DEFINED, _UNUSED)]
+    candidates = []
+    for i in mergeable:
+        token = tokens[i]
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in vocab and right in vocab:
+                candidates.append((-scores[i], i, vocab[left], left, right))
+    candidates.sort()
+    merges = [(left, right) for _, _, _, left, right in candidates]
+    return models.BPE(
+        vocab=vocab,
+        merges=merges,
+        unk_token=tokens[unknown] if unknown is not None else None,
+        byte_fallback=True,
+        fuse_unk=True,
+    )
+
+
+def _spm_text_rules(tokenizer, meta) -> None:
+    """llama.cpp's SentencePiece text handling: with tokenizer.ggml.add_space_prefix (default true)
+    a space in front of each piece of text (the text's start, and after each special token), every
+    space as U+2581; decoding maps U+2581 back to a space, <0xXX> tokens to their bytes, and drops
+    the one leading space the prefix added."""
+    from tokenizers import decoders, normalizers
+
+    prefix = meta.get("tokenizer.ggml.add_space_prefix", bool, required=False)
+    prefix = True if prefix is None else prefix
+    steps = [normalizers.Prepend(_SPM_SPACE)] if prefix else []
+    tokenizer.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", _SPM_SPACE)])
+    decode = [decoders.Replace(_SPM_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if prefix:
+        decode.append(decoders.Strip(" ", 1, 0))
+    tokenizer.decoder = decoders.Sequence(decode)
+
+
+def read_vocabulary(meta, path: str, vocab_size: int, merges_required: bool = True):
     """tokenizer.ggml.tokens, .merges and .token_type (None when absent) of a GGUF file, each
     checked for its element type, and the token -> id map; raises ModelFileError naming the key
     for wrong types, a token count unlike `vocab_size`, a token_type array of another length or
     a repeated token. (The GPT-2 reader in gguf_file.py shares it.)"""
     tokens = meta.get("tokenizer.ggml.tokens", list)
-    merges = meta.get("tokenizer.ggml.merges", list)
+    merges = meta.get("tokenizer.ggml.merges", list, required=merges_required) or []
     types = meta.get("tokenizer.ggml.token_type", list, required=False)
     for key, values, kind in (
         ("tokenizer.ggml.tokens", tokens, str),

@@ -432,3 +432,35 @@ def test_files_it_cannot_read_are_refused_by_name(tmp_path, change, message):
     path = write_file(tmp_path / "bad.gguf", "llama", hf_config, state, **change)
     with pytest.raises(ModelFileError, match=message):
         gguf_llama.load(path)
+
+
+def test_a_llama_file_with_a_sentencepiece_vocabulary_has_its_tokenizer(tmp_path):
+    """As TinyLlama's or Mistral's files: tokenizer.ggml.model "llama" (SentencePiece, scored
+    pieces, <0xXX> byte tokens). from_gguf gives the model its tokenizer, with llama.cpp's ids
+    (spm_reference.py) and BOS added."""
+    from spm_reference import LlamaCppSPM
+
+    pieces = ["\u2581", "a", "b", "c", "\u2581a", "\u2581ab", "bc", "\u2581abc", "ab"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    scores = [0.0] * 259 + [-float(rank) for rank in range(len(pieces))]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    hf_config, state = hf_model("llama", tied=True)
+    hf_config.vocab_size = len(tokens)
+    state["model.embed_tokens.weight"] = np.random.default_rng(0).standard_normal((len(tokens), 64)).astype(np.float32)
+    state.pop("lm_head.weight", None)
+    meta = {
+        "tokenizer.ggml.model": ("string", "llama"),
+        "tokenizer.ggml.tokens": ("array", tokens),
+        "tokenizer.ggml.scores": ("array", scores),
+        "tokenizer.ggml.token_type": ("array", types),
+        "tokenizer.ggml.bos_token_id": ("uint32", 1),
+        "tokenizer.ggml.eos_token_id": ("uint32", 2),
+    }
+    path = write_file(tmp_path / "spm.gguf", "llama", hf_config, state, meta=meta)
+    model = gpt.GPT.from_gguf(path, gpt.CompileOptions(disk_cache=False))
+    reference = LlamaCppSPM(tokens, scores, types, bos_id=1)
+    for text in ["abc", "ab abc cab", "a☃b"]:
+        assert model.tokenizer.encode(text) == reference.encode(text), text
+        assert model.tokenizer.decode(model.tokenizer.encode(text)) == text
+    assert model.tokenizer.encode("abc") == [1, tokens.index("\u2581abc")]
+    assert model.end_of_generation == {2}

@@ -1,13 +1,16 @@
-"""The tokenizer a GGUF file carries (gpt.gguf_tokenizer), against llama.cpp's algorithm written
-out plainly (bpe_reference.py) and ids derived from the vocabulary by hand: SmolLM2's real
-vocabulary (pre-tokenizer "smollm") and small trained vocabularies in GGUF files written with
-gguf.GGUFWriter under each pre-tokenizer read (default, gpt-2, smollm, llama-bpe, qwen2)."""
+"""The tokenizer a GGUF file carries (gpt.gguf_tokenizer), against llama.cpp's algorithms written
+out plainly (bpe_reference.py, spm_reference.py) and ids derived from the vocabulary by hand:
+SmolLM2's real vocabulary (pre-tokenizer "smollm"), small trained byte-level BPE vocabularies in
+GGUF files written with gguf.GGUFWriter under each pre-tokenizer read (default, gpt-2, smollm,
+llama-bpe, qwen2), and a small SentencePiece vocabulary (model "llama": Llama 2, TinyLlama,
+Mistral) with byte fallback."""
 
 import gguf
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from bpe_reference import LlamaCppBPE
+from spm_reference import LlamaCppSPM
 from gpt import ModelFileError, gguf_file, gguf_tokenizer
 from gpt import models as installed
 from gpt.detokenizer import IncrementalDetokenizer
@@ -254,7 +257,8 @@ def test_a_file_without_a_vocabulary_has_no_tokenizer(tmp_path):
     "change, message",
     [
         (dict(pre="tekken"), "tokenizer.ggml.pre 'tekken' is not supported"),
-        (dict(model="llama"), "tokenizer.ggml.model 'llama' is not supported"),
+        (dict(model="rwkv"), "tokenizer.ggml.model 'rwkv' is not supported"),
+        (dict(model="llama"), "tokenizer.ggml.scores"),
         (dict(merges=["h zq"]), "tokenizer.ggml.merges entry 0 'h zq' needs 'zq'"),
         (dict(merges=["hello"]), "entry 0 'hello' is not two tokens"),
         (dict(vocab_size=5), "the tokenizer has"),
@@ -273,3 +277,81 @@ def test_bad_tokenizer_data_is_refused_by_name(tmp_path, vocabulary, change, mes
     path = write_vocabulary(tmp_path / "bad.gguf", tokens, merges, types, pre, **change)
     with pytest.raises(ModelFileError, match=message.replace("(", r"\(").replace("'", "'")):
         read(path, vocab_size)
+
+
+# -- SentencePiece (tokenizer.ggml.model "llama") ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spm_vocabulary():
+    """tokens, scores, token types as llama.cpp's converter writes a SentencePiece vocabulary:
+    <unk>, <s>, </s>, the 256 <0xXX> byte tokens, then pieces (with U+2581 for a space) scored by
+    rank, trained on CORPUS; a user-defined token last."""
+    trained = Tokenizer(models.BPE())
+    trained.pre_tokenizer = pre_tokenizers.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False)
+    trained.train_from_iterator(CORPUS * 20, trainer)
+    vocab = trained.get_vocab()
+    pieces = sorted(vocab, key=vocab.get)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces + ["<tool>"]
+    scores = [0.0] * 259 + [-float(rank) for rank in range(len(pieces))] + [0.0]
+    types = [T.UNKNOWN, T.CONTROL, T.CONTROL] + [T.BYTE] * 256 + [T.NORMAL] * len(pieces) + [T.USER_DEFINED]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_spm(path, tokens, scores, types, **keys):
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    if "add_space_prefix" in keys:
+        writer.add_add_space_prefix(keys.pop("add_space_prefix"))
+    if "add_bos" in keys:
+        writer.add_add_bos_token(keys.pop("add_bos"))
+    assert not keys
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file, writer.close):
+        step()
+    return str(path)
+
+
+SPM_TEXTS = TEXTS + CORPUS + ["<s>hi</s> there<tool> x", "<tool>", "hello<s>world", "ünïcødé ☃ 🚀"]
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+def test_sentencepiece_ids_equal_llama_cpps_algorithm(tmp_path, spm_vocabulary, prefix):
+    tokens, scores, types = spm_vocabulary
+    tokenizer = read(write_spm(tmp_path / "spm.gguf", tokens, scores, types, add_space_prefix=prefix), len(tokens))
+    reference = LlamaCppSPM(tokens, scores, types, bos_id=1, add_space_prefix=prefix)
+    for text in SPM_TEXTS:
+        assert tokenizer.encode(text) == reference.encode(text), text
+        assert tokenizer.encode(text, add_special_tokens=False) == reference.encode(text, add_special=False), text
+    assert tokenizer.add_bos and tokenizer.bos_token_id == 1 and tokenizer.end_of_generation == {2}
+
+
+def test_sentencepiece_merges_bytes_and_decoding_by_hand(tmp_path, spm_vocabulary):
+    tokens, scores, types = spm_vocabulary
+    vocab = {token: i for i, token in enumerate(tokens)}
+    tokenizer = read(write_spm(tmp_path / "spm.gguf", tokens, scores, types), len(tokens))
+    # A space in front, every space a U+2581; a word of the corpus is one piece.
+    word = next(t for t in tokens[259:] if t.startswith("\u2581") and len(t) > 4 and t[1:].isalpha())
+    assert tokenizer.encode(word[1:], add_special_tokens=False) == [vocab[word]]
+    # A character no piece holds falls back to its UTF-8 bytes.
+    assert tokenizer.encode("☃", add_special_tokens=False) == [vocab["\u2581"]] + [
+        vocab[f"<0x{b:02X}>"] for b in "☃".encode()
+    ]
+    # Decoding: spaces back, bytes fused into their character, the prefix's space dropped, <s> left out.
+    for text in ["hello world", "ünïcødé ☃ 🚀", "  two  spaces", "x\ny"]:
+        assert tokenizer.decode(tokenizer.encode(text)) == text
+    assert tokenizer.decode(tokenizer.encode("a<tool>b")) == "a<tool> b"  # as llama.cpp: b had its own prefix
+
+
+def test_a_sentencepiece_file_without_bos_by_default_or_scores(tmp_path, spm_vocabulary):
+    tokens, scores, types = spm_vocabulary
+    no_bos = read(write_spm(tmp_path / "nb.gguf", tokens, scores, types, add_bos=False), len(tokens))
+    assert no_bos.encode("hi")[0] != 1
+    with pytest.raises(ModelFileError, match="tokenizer.ggml.scores must be"):
+        read(write_spm(tmp_path / "short.gguf", tokens, scores[:-1], types), len(tokens))
