@@ -115,3 +115,20 @@ def test_the_cli_runs_a_gguf_file_in_its_own_format(tmp_path):
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(b"GGUF" + bytes(40))
     assert native_weights_format(garbage) == "f32"  # loading it raises the error that names the problem
+
+
+def test_a_nan_min_in_a_kept_block_is_refused_by_name(tmp_path):
+    """A kept Q4_1 block's min multiplies every activation sum of its block: one NaN would make
+    every logit NaN, so loading names the tensor, the block and the field instead."""
+    cfg = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=96, block_size=32)
+    path = tmp_path / "nan-min.gguf"
+    save_gguf(gpt.GPT.random(cfg, seed=2), None, path, "q4_1")
+    tensor = next(t for t in gguf.GGUFReader(path).tensors if t.name == "blk.0.ffn_down.weight")
+    data = bytearray(path.read_bytes())
+    at = int(tensor.data_offset) + 3 * 20 + 2  # block 3 of row 0, its min (after the fp16 scale)
+    data[at : at + 2] = np.array([np.nan], np.float16).tobytes()
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        gpt.ModelFileError, match=r"blk\.0\.ffn_down\.weight \(Q4_1\): block 3 of row 0 .* has fp16 min nan"
+    ):
+        gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="q4_1", disk_cache=False))
