@@ -1,5 +1,5 @@
 """The dot-product instructions of low-precision matmuls, chosen from the target CPU's features
-(not the host's): vdpbf16ps (bf16) with avx512_bf16, vpdpbusd (q8_0, q4_0) with avx512_vnni, and
+(not the host's): vdpbf16ps (bf16) with avx512_bf16, vpdpbusd (q8_0, q4_0, q4_1) with avx512_vnni, and
 for a CPU without them a fallback in plain integer and float arithmetic that computes the same.
 Every named target is checked by cross-compiling (`save_object` of a compile-only model), so an
 AVX2 host checks the AVX-512 code and the reverse; code is run only where the host can run it."""
@@ -20,6 +20,7 @@ INSTRUCTIONS = {
     "bf16": ("vdpbf16ps", "avx512_bf16"),
     "q8_0": ("vpdpbusd", "avx512_vnni"),
     "q4_0": ("vpdpbusd", "avx512_vnni"),
+    "q4_1": ("vpdpbusd", "avx512_vnni"),
 }
 INTRINSICS = {"vdpbf16ps": "llvm.x86.avx512bf16.dpbf16ps.512", "vpdpbusd": "llvm.x86.avx512.vpdpbusd.512"}
 
@@ -51,7 +52,7 @@ def host_flags():
     return set(line.split(":", 1)[1].split())
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0", "q4_1"])
 def test_host_code_uses_the_instruction_where_the_cpu_has_it(fmt, tmp_path):
     instruction, flag = INSTRUCTIONS[fmt]
     model = gpt.GPT.random(config(NANO), options=gpt.CompileOptions(weights=fmt, threads=1, disk_cache=False))
@@ -66,7 +67,7 @@ def test_host_code_uses_the_instruction_where_the_cpu_has_it(fmt, tmp_path):
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
-@pytest.mark.parametrize("fmt", ["f32", "bf16", "q8_0"])
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "q8_0", "q4_1"])
 def test_each_target_gets_the_instructions_it_has(target, fmt, tmp_path):
     """Cross-compiled for `target` (whatever the host): its vector width and dot products."""
     register, bf16_dot, int8_dot = TARGETS[target]
@@ -80,7 +81,10 @@ def test_each_target_gets_the_instructions_it_has(target, fmt, tmp_path):
     if fmt == "bf16":
         assert bf16_dot is None or re.search(bf16_dot, asm), f"{target}: no {bf16_dot}"
         assert bf16_dot is not None or "vdpbf16ps" not in asm, target
-    if fmt == "q8_0":
+    if fmt in ("q8_0", "q4_1"):
+        # 4-bit codes are unsigned (no signed x signed AMX form): q4_1 stays on vpdpbusd with AMX.
+        if fmt == "q4_1" and int8_dot.startswith("tdpbssd"):
+            int8_dot = r"vpdpbusd\s+.*%zmm"
         assert re.search(int8_dot, asm), f"{target}: no {int8_dot}"
         assert "vpmulld" not in asm, f"{target}: the int8 dot products fell back to 32-bit multiplies"
     if fmt == "f32":
@@ -113,7 +117,7 @@ def test_a_target_whose_features_the_host_lacks_is_compile_only():
 
 
 @pytest.mark.parametrize("target", sorted(FALLBACKS))
-@pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0", "q4_1"])
 def test_fallback_for_a_cpu_without_the_instruction_computes_the_same(fmt, target, tmp_path):
     if not FALLBACKS[target] | {INSTRUCTIONS[fmt][1]} <= host_flags():
         pytest.skip(f"runs {target} code against the host's {INSTRUCTIONS[fmt][1]} code; this CPU lacks one")
@@ -131,7 +135,7 @@ def test_fallback_for_a_cpu_without_the_instruction_computes_the_same(fmt, targe
     assert "vdpbf16ps" not in asm and "vcvtneps2bf16" not in asm
     assert ("vpdpbusd" in asm) == (fmt != "bf16" and target == "alderlake")  # only AVX-VNNI's ymm one
     assert re.search(r"vfmadd\d+ps\s+.*%" + TARGETS[target][0], asm)  # the target's own vector width
-    # The integer sums are exact either way, so q8_0 and q4_0 agree to the bit; vdpbf16ps adds
+    # The integer sums are exact either way, so the block formats agree to the bit; vdpbf16ps adds
     # its two exact products to the accumulator one rounding at a time, as the fallback's FMAs do.
     np.testing.assert_array_equal(fallback.forward(ids), host.forward(ids))
     cache = fallback.new_cache()
