@@ -6,7 +6,7 @@ and HF directories (config.json + model.safetensors) through gpt.weights.load_pr
     PYTHONPATH=bazel-bin/python python3 tools/fuzz_loaders.py --seconds 60 --seed 1 --out DIR
     PYTHONPATH=bazel-bin/python python3 tools/fuzz_loaders.py --replay tests/fuzz/loader_regressions
 
-Seeds are small valid files of a nano GPT-2: GGUF in f32, f16, bf16, q8_0 and q4_0 written by
+Seeds are small valid files of a nano GPT-2: GGUF in f32, f16, bf16, q8_0, q4_0 and q4_1 written by
 gpt.gguf_file.save_gguf with a byte-level BPE tokenizer, and HF directories in F32, F16 and BF16;
 the regression corpus joins them. Each input is a seed, or an earlier input that ran new code,
 parsed into its structure and given one to four mutations that know the format (GGUF counts,
@@ -408,7 +408,7 @@ def make_seeds(scratch: str) -> list[Input]:
         save_gguf(weights, config, path, fmt, tokenizer=tokenizers["short" if fmt in ("f16", "q4_0") else "long"])
         with open(path, "rb") as f:
             doc = parse_gguf(f.read())
-        keep = fmt if fmt in ("q8_0", "q4_0") else None
+        keep = fmt if fmt in ("q8_0", "q4_0", "q4_1") else None
         seeds.append(Input("gguf", doc, keep=keep, origin=f"seed {fmt}"))
     hf = dict(model_type="gpt2", n_layer=1, n_head=2, n_embd=32, vocab_size=260, n_positions=8)
     hf.update(activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True)
@@ -444,7 +444,7 @@ def read_regression(path: str) -> Input:
             return Input("hf", doc, origin=base)
         except Exception:
             return Input("hf", None, raw=(config, weights), origin=base)
-    keep = next((fmt for fmt in ("q8_0", "q4_0") if f".keep-{fmt}." in base), None)
+    keep = next((fmt for fmt in ("q8_0", "q4_0", "q4_1") if f".keep-{fmt}." in base), None)
     try:
         return Input("gguf", parse_gguf(raw), keep=keep, origin=base)
     except Exception:
@@ -705,7 +705,7 @@ def mutate_gguf(rng: random.Random, item: Input) -> str:
             items = (ARRAY, [items])
         doc.kvs.insert(rng.randrange(len(doc.kvs) + 1), [random_text(rng) or b"k", ARRAY, items])
         return "nested arrays"
-    item.keep = rng.choice((None, "q8_0", "q4_0"))
+    item.keep = rng.choice((None, "q8_0", "q4_0", "q4_1"))
     return f"kept {item.keep}"
 
 

@@ -384,14 +384,14 @@ def read_bandwidth(threads, gib=1.0, repetitions=5):
 
 MATMUL_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # Bytes per matmul weight as stored: q8_0 is 32 int8 codes + one fp16 scale per block of 32,
-# q4_0 16 bytes of 4-bit codes + one fp16 scale.
-BYTES_PER_WEIGHT = {"f32": 4, "bf16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32}
+# q4_0 16 bytes of 4-bit codes + one fp16 scale, q4_1 the same + an fp16 min.
+BYTES_PER_WEIGHT = {"f32": 4, "bf16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32}
 
 
 def head_format(weight_format):
     """The format of the LM head (the tied embedding, as a [n_embd, vocab] matmul weight): the
-    weights' own, but q8_0 for q4_0, as the compiled model keeps it."""
-    return "q8_0" if weight_format == "q4_0" else weight_format
+    weights' own, but q8_0 for the 4-bit formats, as the compiled model keeps it."""
+    return "q8_0" if weight_format in ("q4_0", "q4_1") else weight_format
 
 
 def decode_weight_bytes(cfg, weight_format="f32"):
@@ -412,13 +412,13 @@ def decode_weight_bytes(cfg, weight_format="f32"):
 
 def stored_bytes(weights, weight_format):
     """The parameters as our rows store them: matmul weights in the format; the tied embedding in
-    f32 for f32/bf16 (looked up in place; the LM head's copy is not counted) and, for q8_0/q4_0,
+    f32 for f32/bf16 (looked up in place; the LM head's copy is not counted) and, for the block formats,
     once, in head_format(); the rest in f32."""
     total = 0
     for name, value in weights.items():
         if name.endswith(MATMUL_WEIGHTS):
             total += value.size * BYTES_PER_WEIGHT[weight_format]
-        elif name == "transformer.wte.weight" and weight_format in ("q8_0", "q4_0"):
+        elif name == "transformer.wte.weight" and weight_format in ("q8_0", "q4_0", "q4_1"):
             total += value.size * BYTES_PER_WEIGHT[head_format(weight_format)]
         else:
             total += value.size * 4
@@ -444,7 +444,7 @@ def main(argv):
     parser.add_argument(
         "--weights",
         default="f32",
-        help="weight formats of this project's rows, comma-separated (f32, bf16, q8_0, q4_0)",
+        help="weight formats of this project's rows, comma-separated (f32, bf16, q8_0, q4_0, q4_1)",
     )
     parser.add_argument(
         "--torch-compile",
