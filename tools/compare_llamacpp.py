@@ -5,8 +5,9 @@
 
 llama.cpp is llama-cpp-python, built from source for this CPU as requirements-peers.txt says; it
 runs the file as shipped (SmolLM2's Q4_1 layers through its q4_1 x q8_1 kernels, the Q8_0
-embedding), while gpt widens the file's Q4_1 tensors to float32 at load and computes in the
---formats it is compiled for (f32, bf16, q8_0, q4_0: requantized from those float32 values).
+embedding); gpt computes in the --formats it is compiled for: q4_1 keeps the file's Q4_1 blocks
+(and its Q8_0 embedding) as they are; f32, bf16, q8_0 and q4_0 widen the Q4_1 tensors to float32
+at load and convert them from there.
 
 Correctness, in this process:
 - token ids of varied texts: gpt's `model.tokenizer.encode(text, add_special_tokens)` against
@@ -499,7 +500,7 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="an installed model's name (gpt.models) or a GGUF path")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--formats", default="f32,bf16,q8_0,q4_0", help="gpt's weight formats, comma-separated")
+    parser.add_argument("--formats", default="f32,bf16,q8_0,q4_0,q4_1", help="gpt's weight formats, comma-separated")
     parser.add_argument("--tests", default="pp128,tg64", help="ppN or tgN, comma-separated")
     parser.add_argument(
         "--llama-formats",
