@@ -158,6 +158,10 @@ class GPT:
         else:
             config, weights = load_pretrained(path)
         model = cls(config, weights, options, _copy_weights=False)
+        # What the model copied into its own layouts dies with `weights` (the arrays compiled code
+        # reads in place stay referenced by the model): its heap pages go back to the system.
+        del weights
+        _gpt.release_freed_memory()
         if llama_family:
             ids = hf_checkpoint.eos_token_ids(path)
             model._end_of_generation = frozenset(i for i in ids if i < config.vocab_size)
