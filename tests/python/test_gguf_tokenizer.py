@@ -10,10 +10,10 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from bpe_reference import LlamaCppBPE
-from spm_reference import LlamaCppSPM
 from gpt import ModelFileError, gguf_file, gguf_tokenizer
 from gpt import models as installed
 from gpt.detokenizer import IncrementalDetokenizer
+from spm_reference import LlamaCppSPM
 
 # Text of the kinds llama.cpp's tokenizer tests use (its test-tokenizer-0 inputs): whitespace
 # runs, contractions, digits, punctuation, accents, Cyrillic, Khmer, CJK, emoji, code.
