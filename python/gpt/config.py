@@ -245,7 +245,8 @@ class CompileOptions:
     activations a matmul reads to bf16, and q8_0/q4_0/q4_1 quantize them per block of 32 to int8, as
     llama.cpp does; accumulation is f32 (exact i32 within a block). On a CPU with AMX (Sapphire
     Rapids and later) bf16 prefill (16 or more rows, in multiples of 16) multiplies on AMX tiles
-    (`tdpbf16ps`) instead, the same bf16 products summed in another order; the process asks Linux
+    (`tdpbf16ps`) instead, the same bf16 products summed in another order, and q8_0 prefill sums
+    its blocks with `tdpbssd` (the same integers, so the same logits); the process asks Linux
     for the tiles' state once, and where that is refused, or `GPT_NO_AMX=1` is set, code that runs
     here is compiled without AMX. Low-precision formats need a
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
