@@ -124,18 +124,15 @@ def native_weights_format(path) -> str:
     (F32, BF16, Q8_0, Q4_0, Q4_1); F16 runs in f32 (the compiler has no f16 format), and Q5_0,
     Q5_1 and the k-quants in q8_0, the kept format nearest above them in precision. "f32" for a
     file it cannot read: loading it then raises the error that names the problem."""
-
-    path = os.fspath(path)
     try:
-        _check_layout(path)
-        tensors = open_reader(path).tensors
+        tensors = _check_layout(os.fspath(path))  # the header's tensor descriptions, no metadata parse
     except Exception:
         return "f32"
     elements: dict[str, int] = {}
     for tensor in tensors:
-        if tensor.name.startswith("blk.") and len(tensor.shape) == 2:
-            name = tensor.tensor_type.name.lower()
-            elements[name] = elements.get(name, 0) + int(tensor.n_elements)
+        if tensor.name.startswith("blk.") and len(tensor.ne) == 2:
+            name = tensor.type_name.lower()
+            elements[name] = elements.get(name, 0) + math.prod(tensor.ne)
     if not elements:
         return "f32"
     stored = max(elements, key=elements.get)
@@ -601,11 +598,11 @@ class _LayoutWalker:
         self.position = position
 
 
-def _check_layout(path: str) -> None:
+def _check_layout(path: str) -> "list[_TensorInfo]":
     """Walks the GGUF header of `path` (magic, version, counts, every metadata key and value, every
     tensor's name, dimensions, type and offset) and raises ModelFileError at the first count,
-    length, type, dimension or offset that does not fit the file, in GGUF's terms. Reads nothing
-    beyond the header, and no more of it than the file holds."""
+    length, type, dimension or offset that does not fit the file, in GGUF's terms; returns the
+    tensor descriptions. Reads nothing beyond the header, and no more of it than the file holds."""
     import gguf
 
     size = os.path.getsize(path)
@@ -708,6 +705,7 @@ def _check_layout(path: str) -> None:
                 f"token_embd.weight's {rows} rows ({_ARRAY_ELEMENTS_PER_TOKEN} per row, for tokenizer data, and "
                 f"{_ARRAY_ELEMENTS_SLACK} more)"
             )
+    return tensors
 
 
 def _bytes(n: int) -> str:

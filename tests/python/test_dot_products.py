@@ -223,6 +223,18 @@ def host_runs_amx():
     return {"amx_bf16", "amx_tile", "avx512_bf16"} <= host_flags()
 
 
+def amx_and_avx512_models(fmt):
+    """MID's exercising weights in `fmt`, compiled for Sapphire Rapids (AMX) and for Cooper Lake
+    (AVX-512 BF16 and VNNI, no AMX): (config, weights, 100 token ids, amx model, avx512 model)."""
+    cfg = config(MID)
+    weights = exercising_weights(cfg)
+    models = [
+        gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights=fmt, disk_cache=False, target_cpu=cpu))
+        for cpu in ("sapphirerapids", "cooperlake")
+    ]
+    return cfg, weights, token_ids(cfg, 100), *models
+
+
 def test_amx_bf16_prefill_matches_the_avx512_bf16_path():
     """AMX's sums run in another order than vdpbf16ps's (16 x 32 products per tile step), on the
     same bf16-rounded activations and weights: the logits of MID's exercising weights differ by
@@ -230,16 +242,7 @@ def test_amx_bf16_prefill_matches_the_avx512_bf16_path():
     from the f32 model)."""
     if not host_runs_amx():
         pytest.skip("runs AMX code: this CPU has no amx_bf16")
-    cfg = config(MID)
-    weights = exercising_weights(cfg)
-    ids = token_ids(cfg, 100)
-    amx = gpt.GPT.from_weights(
-        cfg, weights, gpt.CompileOptions(weights="bf16", disk_cache=False, target_cpu="sapphirerapids")
-    )
-    # Cooper Lake: AVX-512 BF16 and VNNI, no AMX.
-    avx512 = gpt.GPT.from_weights(
-        cfg, weights, gpt.CompileOptions(weights="bf16", disk_cache=False, target_cpu="cooperlake")
-    )
+    cfg, weights, ids, amx, avx512 = amx_and_avx512_models("bf16")
     f32 = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(disk_cache=False)).forward(ids)
     assert "amx.tdpbf16ps" in amx.ir("llvm", seq_len=128) and "amx." not in avx512.ir("llvm", seq_len=128)
     logits = amx.forward(ids)
@@ -290,16 +293,7 @@ def test_amx_int8_q8_0_prefill_matches_the_avx512_vnni_path():
     are the same bits (measured: max |difference| 0.0)."""
     if not host_runs_amx_int8():
         pytest.skip("runs AMX code: this CPU has no amx_int8")
-    cfg = config(MID)
-    weights = exercising_weights(cfg)
-    ids = token_ids(cfg, 100)
-    amx = gpt.GPT.from_weights(
-        cfg, weights, gpt.CompileOptions(weights="q8_0", disk_cache=False, target_cpu="sapphirerapids")
-    )
-    # Cooper Lake: AVX-512 VNNI, no AMX.
-    avx512 = gpt.GPT.from_weights(
-        cfg, weights, gpt.CompileOptions(weights="q8_0", disk_cache=False, target_cpu="cooperlake")
-    )
+    _, _, ids, amx, avx512 = amx_and_avx512_models("q8_0")
     assert "amx.tdpbssd" in amx.ir("llvm", seq_len=128) and "amx." not in avx512.ir("llvm", seq_len=128)
     np.testing.assert_array_equal(amx.forward(ids), avx512.forward(ids))
     # Prefill (16 rows: 1 x 2 accumulator tiles; 32 rows: 2 x 2) then decode (one row).
