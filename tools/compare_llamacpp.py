@@ -15,8 +15,10 @@ Correctness, in this process:
   the same texts with special-token markup read as plain text (llama.cpp's special=False; on gpt's
   side the tokenizers library's `encode_special_tokens`, which gpt itself does not offer); and
   `model.tokenizer.decode` against `Llama.detokenize`;
-- logits of every position, teacher-forced, for an English paragraph and for a chat prompt
-  followed by llama.cpp's own greedy continuation: top-1 agreement and KL(llama.cpp || gpt), and
+- logits teacher-forced over llama.cpp's own greedy continuations (--teacher-tokens each) of
+  several prompts: three chat prompts in the file's template and an English paragraph. Top-1
+  agreement and KL(llama.cpp || gpt) per continuation, pooled over all of them (issue 27's
+  measure), and over the paragraph's own human-written tokens, where the model is least sure; and
   both engines against a third opinion when torch and transformers are installed: transformers'
   LlamaForCausalLM in float32 on the file as its own GGUF loader dequantizes it (the model the file
   defines, with no activation quantization);
@@ -74,6 +76,12 @@ PARAGRAPH = (
 )
 
 CHAT = [{"role": "user", "content": "Explain in three sentences why the sky is blue."}]
+
+# More chat prompts whose greedy continuations are teacher-forced (with CHAT's and the paragraph's).
+MORE_CHATS = (
+    "Write a Python function that returns the largest of three numbers.",
+    "Give me three tips for a job interview.",
+)
 
 
 # -- subprocess side --------------------------------------------------------------------------
@@ -168,6 +176,16 @@ def compare_logits(reference, ours):
     kl = (np.exp(log_p) * (log_p - log_q)).sum(-1)
     agree = float((reference.argmax(-1) == ours.argmax(-1)).mean())
     return agree, float(kl.mean()), float(kl.max())
+
+
+class Sequence:
+    """A teacher-forced token sequence and the rows of its logits that are compared: those that
+    predict a continuation's tokens (prompt + continuation), or every row (a text on its own)."""
+
+    def __init__(self, name, prompt, continuation=()):
+        self.ids = list(prompt) + list(continuation)
+        self.rows = slice(len(prompt) - 1, len(self.ids) - 1) if continuation else slice(None)
+        self.name = name
 
 
 class LlamaCpp:
@@ -283,58 +301,78 @@ def correctness(args):
     print("\n".join(tokenizer_rows(tokenizer, llama)[0]))
 
     spec = chat.chat_spec(tokenizer)
-    rendered = spec.template.render(CHAT)
-    prompt = chat.prompt_ids(tokenizer, spec, rendered)
-    if prompt != llama.tokenize(rendered, add_bos=True, special=True):
-        raise SystemExit("the chat prompt's ids differ between gpt and llama.cpp")
+
+    def chat_prompt(question, llama=llama):
+        rendered = spec.template.render([{"role": "user", "content": question}])
+        ids = chat.prompt_ids(tokenizer, spec, rendered)
+        if ids != llama.tokenize(rendered, add_bos=True, special=True):
+            raise SystemExit(f"the chat prompt's ids differ between gpt and llama.cpp: {question!r}")
+        return ids
+
+    end_of_generation = frozenset(getattr(tokenizer, "end_of_generation", ()))
+
+    def until_end(tokens):
+        """The tokens up to and including the first end of generation: what follows it is no answer."""
+        ends = [i for i, token in enumerate(tokens) if token in end_of_generation]
+        return tokens[: ends[0] + 1] if ends else tokens
+
+    prompt = chat_prompt(CHAT[0]["content"])
     continuation = llama.greedy(prompt, max(args.teacher_tokens, args.greedy_tokens))
     expected = continuation[: args.greedy_tokens]
     paragraph = tokenizer.encode(PARAGRAPH)
-    sequences = {
-        f"paragraph ({len(paragraph)} tokens)": paragraph,
-        f"chat prompt + llama.cpp's greedy continuation ({len(prompt)} + {len(continuation)} tokens)": (
-            prompt + continuation
-        ),
-    }
-    references = {name: llama.logits(ids) for name, ids in sequences.items()}
+    continued = [Sequence(f"chat: {CHAT[0]['content']!r}", prompt, until_end(continuation[: args.teacher_tokens]))]
+    for question in MORE_CHATS:
+        ids = chat_prompt(question)
+        continued.append(Sequence(f"chat: {question!r}", ids, until_end(llama.greedy(ids, args.teacher_tokens))))
+    continued.append(
+        Sequence("the paragraph, continued", paragraph, until_end(llama.greedy(paragraph, args.teacher_tokens)))
+    )
+    sequences = [Sequence(f"the paragraph's own {len(paragraph)} tokens", paragraph), *continued]
+    references = {seq.name: llama.logits(seq.ids) for seq in sequences}
     del llama
     pytorch = pytorch_reference(args.path, args.threads)
     exact, greedy_rows = None, []
     if pytorch is not None:
-        exact = {name: pytorch(ids) for name, ids in sequences.items()}
+        exact = {seq.name: pytorch(seq.ids) for seq in sequences}
         ids = list(prompt)
         for _ in range(args.greedy_tokens):  # uncached: a forward over the whole sequence per token
             ids.append(int(pytorch(ids)[-1].argmax()))
         greedy_rows.append(("PyTorch", "f32 (dequantized file)", ids[len(prompt) :]))
         del pytorch
 
-    print("\n### Logits of every position, teacher-forced\n")
+    print(f"\n### Logits teacher-forced over llama.cpp's greedy continuations ({args.teacher_tokens} tokens each)\n")
     print(
         "gpt's `forward` and llama.cpp's `logits_all` against llama.cpp's logits, and against PyTorch "
         "(transformers' LlamaForCausalLM in float32 on the file's tensors dequantized by transformers' "
-        "own GGUF loader: the model as the file defines it, with no activation quantization)\n"
+        "own GGUF loader: the model as the file defines it, with no activation quantization). The "
+        "positions compared are those that predict a continuation's tokens; **all continuations** "
+        "pools them; the paragraph's own tokens are human-written text, every position compared.\n"
     )
     print(
-        "| engine | weights | sequence | top-1 = llama.cpp's | mean KL(llama.cpp ‖ engine) | max KL "
+        "| engine | weights | sequence | positions | top-1 = llama.cpp's | mean KL(llama.cpp ‖ engine) | max KL "
         "| top-1 = PyTorch's | mean KL(PyTorch ‖ engine) | max KL |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
 
-    def row(engine, fmt, name, logits):
-        cells = []
-        for reference in (references, exact):
-            if reference is None or reference is references and engine == "llama.cpp":
-                cells.append("— | — | —")
-            else:
-                agree, kl, kl_max = compare_logits(reference[name], logits)
-                cells.append(f"{agree:.1%} | {kl:.2e} | {kl_max:.2e}")
-        print(f"| {engine} | {fmt} | {name} | {' | '.join(cells)} |", flush=True)
+    def rows_of(logits_by_name, chosen):
+        return np.concatenate([logits_by_name[seq.name][seq.rows] for seq in chosen])
 
-    for name in sequences:
-        row("llama.cpp", "as shipped", name, references[name])
+    def row(engine, fmt, logits_by_name):
+        pooled = ("**all continuations**", continued)
+        for name, chosen in [(seq.name, [seq]) for seq in sequences] + [pooled]:
+            cells = []
+            for reference in (references, exact):
+                if reference is None or reference is references and engine == "llama.cpp":
+                    cells.append("— | — | —")
+                else:
+                    agree, kl, kl_max = compare_logits(rows_of(reference, chosen), rows_of(logits_by_name, chosen))
+                    cells.append(f"{agree:.1%} | {kl:.2e} | {kl_max:.2e}")
+            positions = len(rows_of(references, chosen))
+            print(f"| {engine} | {fmt} | {name} | {positions} | {' | '.join(cells)} |", flush=True)
+
+    row("llama.cpp", "as shipped", references)
     while model is not None:
-        for name, ids in sequences.items():
-            row("gpt", fmt, name, model.forward(ids))
+        row("gpt", fmt, {seq.name: model.forward(seq.ids) for seq in sequences})
         greedy_rows.append(("gpt", fmt, model.generate(prompt, args.greedy_tokens, temperature=0.0, stop_at_eos=False)))
         del model
         fmt, model = next(models, (None, None))
