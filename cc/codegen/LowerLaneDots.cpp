@@ -191,9 +191,9 @@ public:
 
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    // The module's gpt.target, when it has one, else the pass options.
-    bool bf16Dots = avx512bf16;
-    Int8Dots int8Dots{vnni, avxVnni, pmaddwdBits};
+    // The module's gpt.target; without one, plain arithmetic.
+    bool bf16Dots = false;
+    Int8Dots int8Dots;
     if (std::optional<TargetDescription> target = getTarget(getOperation())) {
       const bool x86 = target->isX86(); // the intrinsics are x86's; elsewhere plain arithmetic
       bf16Dots = x86 && target->has("avx512bf16");

@@ -42,6 +42,28 @@ def ApproximateVectorMath : Pass<"gpt-approximate-vector-math"> {
   ];
 }
 
+def SetTarget : Pass<"gpt-set-target", "::mlir::ModuleOp"> {
+  let summary = "Name the CPU code is generated for: write the module's gpt.target";
+  let description = [{
+    Writes the `gpt.target` dictionary that the CPU passes choose register tiles and instructions
+    by, from a CPU name as `CompileOptions(target_cpu=...)` takes it: an LLVM CPU of the host's
+    architecture (`haswell`, `znver3`, `alderlake`, `skylake-avx512`, `znver4`,
+    `sapphirerapids`, ...) or `aarch64:<cpu>`, with that CPU's own features. The JIT writes the
+    same attribute for the CPU it compiles for; this pass lets one FileCheck file run one input
+    for several CPUs, and `--gpt-pipeline="target-cpu=..."` compile for one.
+
+    ```mlir
+    // --gpt-set-target="cpu=haswell"
+    module attributes {gpt.target = {cpu = "haswell", features = ["avx2", "fma"],
+        triple = "x86_64-unknown-linux-gnu", vector_bits = 256 : i64, vector_registers = 16 : i64}}
+    ```
+  }];
+  let options = [
+    Option<"cpu", "cpu", "std::string", /*default=*/"",
+           "The CPU: an LLVM CPU name of the host's architecture, or aarch64:<cpu>">,
+  ];
+}
+
 def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
   let summary = "Lower transformer.lane_dot_* to the target's dot-product instructions or plain arithmetic";
   let description = [{
@@ -50,18 +72,19 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
     vector whose lane count is a multiple of 16, one call of the AVX-512 instruction where the
     target has it:
     - `lane_dot_bf16` with `avx512bf16`: `llvm.x86.avx512bf16.dpbf16ps.512` (`vdpbf16ps`);
-    - `lane_dot_u8i8` with `vnni`: `llvm.x86.avx512.vpdpbusd.512` (`vpdpbusd`).
-    Without AVX512-VNNI, `lane_dot_u8i8` takes the next best the target has: with `avx-vnni`
+    - `lane_dot_u8i8` with `avx512vnni`: `llvm.x86.avx512.vpdpbusd.512` (`vpdpbusd`).
+    Without AVX512-VNNI, `lane_dot_u8i8` takes the next best the target has: with `avxvnni`
     (Alder Lake and later without AVX-512) `llvm.x86.avx512.vpdpbusd.256` per 8 lanes (`{vex}
-    vpdpbusd` on ymm); with `pmaddwd-bits` (AVX2: 256, AVX512-BW: 512) the bytes widened to 16
-    bits by shifts and masks and two `vpmaddwd` per piece (exact, so bit-identical to vpdpbusd).
+    vpdpbusd` on ymm); with `avx512bw` (512 bits) or `avx2` (256) the bytes widened to 16 bits by
+    shifts and masks and two `vpmaddwd` per piece (exact, so bit-identical to vpdpbusd).
     Elsewhere (a CPU without any of them, a scalar or an odd-sized vector) they become the same
     arithmetic in integer and float ops: bf16 halves widened by shifts and masks and two FMAs
     (high pair first, as `vdpbf16ps` adds them); bytes extracted by shifts and four integer
-    multiply-adds. The JIT sets the options from the features of the CPU it compiles for.
+    multiply-adds. The target is the module's `gpt.target` (the JIT writes it; in a test,
+    `--gpt-set-target`); a module without one gets the plain arithmetic.
 
     ```mlir
-    // before, avx512bf16=true
+    // before, on a target with avx512bf16
     %r = transformer.lane_dot_bf16 %acc, %x, %w : vector<16xi32> -> vector<16xf32>
     // after
     %a = vector.bitcast %x : vector<16xi32> to vector<32xbf16>
@@ -70,16 +93,6 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
         : (vector<16xf32>, vector<32xbf16>, vector<32xbf16>) -> vector<16xf32>
     ```
   }];
-  let options = [
-    Option<"vnni", "vnni", "bool", /*default=*/"false",
-           "Emit vpdpbusd for lane_dot_u8i8 (the target has avx512vnni)">,
-    Option<"avx512bf16", "avx512bf16", "bool", /*default=*/"false",
-           "Emit vdpbf16ps for lane_dot_bf16 (the target has avx512bf16)">,
-    Option<"avxVnni", "avx-vnni", "bool", /*default=*/"false",
-           "Emit 256-bit vpdpbusd for lane_dot_u8i8 (AVX-VNNI, or AVX512-VNNI with VL), where vnni is off">,
-    Option<"pmaddwdBits", "pmaddwd-bits", "int64_t", /*default=*/"0",
-           "Without vpdpbusd: vpmaddwd on this many bits (512: AVX512-BW, 256: AVX2; 0: plain arithmetic)">,
-  ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
     "::mlir::LLVM::LLVMDialect",

@@ -53,14 +53,6 @@ constexpr std::pair<Stage, llvm::StringLiteral> kStageNames[] = {
 bool fuses(const PipelineOptions &options) { return options.level != PipelineLevel::Baseline; }
 bool vectorizes(const PipelineOptions &options) { return options.level == PipelineLevel::Vectorized; }
 
-std::unique_ptr<mlir::Pass> createLowerLaneDots(const PipelineOptions &options) {
-  codegen::LowerLaneDotsOptions dots;
-  dots.vnni = options.vnni;
-  dots.avx512bf16 = options.avx512bf16;
-  dots.avxVnni = options.avxVnni;
-  dots.pmaddwdBits = options.pmaddwdBits;
-  return codegen::createLowerLaneDots(dots);
-}
 } // namespace
 
 std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name) {
@@ -160,7 +152,7 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
 
 void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
   // After bufferization, which does not know the intrinsics' memory effects (none).
-  pm.addPass(createLowerLaneDots(options));
+  pm.addPass(codegen::createLowerLaneDots());
   // After buffer deallocation, which rejects memref.prefetch (it has no memory effects interface).
   pm.addPass(codegen::createPrefetchWeightPanels());
   pm.addPass(mlir::createCanonicalizerPass());
@@ -188,6 +180,11 @@ void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
 }
 
 void addPipelineUpTo(OpPassManager &pm, Stage last, const PipelineOptions &options) {
+  if (!options.targetCpu.empty()) {
+    codegen::SetTargetOptions target;
+    target.cpu = options.targetCpu;
+    pm.addPass(codegen::createSetTarget(target));
+  }
   addTransformerStage(pm);
   if (last == Stage::Transformer) return;
   addLinalgStage(pm, options);

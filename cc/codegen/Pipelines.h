@@ -46,16 +46,12 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
   Option<int64_t> threads{*this, "threads",
                           llvm::cl::desc("threads the compiled code may use (OpenMP when > 1; vectorized levels)"),
                           llvm::cl::init(1)};
-  // The dot-product instructions the target CPU has (--gpt-lower-lane-dots); without them,
-  // low-precision matmuls compute the same in plain arithmetic.
-  Option<bool> vnni{*this, "vnni", llvm::cl::desc("the target has avx512vnni (vpdpbusd)"), llvm::cl::init(false)};
-  Option<bool> avx512bf16{*this, "avx512bf16", llvm::cl::desc("the target has avx512bf16 (vdpbf16ps)"),
-                          llvm::cl::init(false)};
-  Option<bool> avxVnni{*this, "avx-vnni", llvm::cl::desc("the target has 256-bit vpdpbusd (AVX-VNNI)"),
-                       llvm::cl::init(false)};
-  Option<int64_t> pmaddwdBits{*this, "pmaddwd-bits",
-                              llvm::cl::desc("the target's vpmaddwd width (512: AVX512-BW, 256: AVX2, 0: none)"),
-                              llvm::cl::init(0)};
+  // The CPU to generate code for (--gpt-set-target), as CompileOptions(target_cpu) names it; empty:
+  // the module's own gpt.target (the JIT writes it), or none (no CPU-specific instructions).
+  Option<std::string> targetCpu{
+      *this, "target-cpu",
+      llvm::cl::desc("the CPU code is generated for: an LLVM CPU name of the host's architecture or aarch64:<cpu>"),
+      llvm::cl::init("")};
   // The target's register file, from which register tiles are sized (--gpt-select-register-tiles).
   Option<int64_t> vectorBits{*this, "vector-bits", llvm::cl::desc("bits of one vector register of the target"),
                              llvm::cl::init(512)};

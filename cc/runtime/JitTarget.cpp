@@ -1,10 +1,10 @@
 // The CPU code is compiled for (see JitTarget.h).
 #include "cc/runtime/JitTarget.h"
 
+#include "cc/codegen/TargetCpus.h"
+
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
-#include "llvm/MC/MCSubtargetInfo.h"
-#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
@@ -75,17 +75,6 @@ bool amxPermitted() {
   return permitted;
 }
 
-/// "aarch64:neoverse-v1" -> ("aarch64-unknown-linux-gnu", "neoverse-v1"); "znver3" -> (host, "znver3").
-std::pair<std::string, std::string> splitArchitecture(const std::string &name) {
-  const size_t colon = name.find(':');
-  if (colon == std::string::npos) return {llvm::sys::getProcessTriple(), name};
-  const std::string arch = name.substr(0, colon);
-  if (arch == "aarch64" || arch == "arm64") return {"aarch64-unknown-linux-gnu", name.substr(colon + 1)};
-  if (arch == "x86_64" || arch == "x86-64") return {"x86_64-pc-linux-gnu", name.substr(colon + 1)};
-  throw std::invalid_argument("target '" + name + "': unknown architecture '" + arch +
-                              "' (expected 'x86_64:<cpu>', 'aarch64:<cpu>' or a CPU name)");
-}
-
 } // namespace
 
 JitTarget::JitTarget(std::string triple, std::string cpu, std::map<std::string, bool> features)
@@ -114,20 +103,8 @@ JitTarget JitTarget::host() {
 
 JitTarget JitTarget::named(const std::string &name) {
   if (name == "host") return host();
-  initializeNativeTarget();
-  const auto [triple, cpu] = splitArchitecture(name);
-  std::string error;
-  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
-  if (!target) throw std::invalid_argument("no LLVM target for " + triple + ": " + error);
-  std::unique_ptr<llvm::MCSubtargetInfo> info(target->createMCSubtargetInfo(triple, cpu, ""));
-  if (cpu.empty() || !info || !info->isCPUStringValid(cpu))
-    throw std::invalid_argument("'" + cpu + "' is not a CPU LLVM knows for " + triple +
-                                " (try 'host', 'haswell', 'znver3', 'alderlake', 'skylake-avx512', 'znver4', "
-                                "'sapphirerapids' or 'aarch64:neoverse-v1')");
-  std::map<std::string, bool> features;
-  for (const llvm::SubtargetFeatureKV &feature : info->getAllProcessorFeatures())
-    features[feature.Key] = info->getFeatureBits().test(feature.Value);
-  return JitTarget(triple, cpu, std::move(features));
+  const auto [triple, cpu] = codegen::splitTargetName(name, llvm::sys::getProcessTriple());
+  return JitTarget(triple, cpu, codegen::cpuFeatures(triple, cpu));
 }
 
 bool JitTarget::has(llvm::StringRef feature) const {
@@ -135,27 +112,12 @@ bool JitTarget::has(llvm::StringRef feature) const {
   return found != features_.end() && found->second;
 }
 
-int64_t JitTarget::vectorBits() const {
-  if (!isX86()) return 128; // NEON (SVE's length is not known at compile time)
-  if (has("avx512f")) return 512;
-  return has("avx") ? 256 : 128;
-}
+int64_t JitTarget::vectorBits() const { return codegenTarget().vectorBits; }
 
-int64_t JitTarget::vectorRegisters() const { return !isX86() || has("avx512f") ? 32 : 16; }
+int64_t JitTarget::vectorRegisters() const { return codegenTarget().vectorRegisters; }
 
 codegen::TargetDescription JitTarget::codegenTarget() const {
-  // The features code generation chooses instructions by, where this target has them.
-  static const char *const kChosenBy[] = {"avx2",       "fma",        "avx512f", "avx512bw", "avx512vl",
-                                          "avx512vnni", "avx512bf16", "avxvnni", "amx-bf16", "amx-int8",
-                                          "neon",       "dotprod",    "bf16",    "i8mm",     "sve"};
-  codegen::TargetDescription target;
-  target.cpu = cpu_;
-  target.triple = triple_;
-  target.vectorBits = vectorBits();
-  target.vectorRegisters = vectorRegisters();
-  for (const char *feature : kChosenBy)
-    if (has(feature)) target.features.push_back(feature);
-  return target;
+  return codegen::describeTarget(triple_, cpu_, features_);
 }
 
 bool JitTarget::isX86() const { return llvm::Triple(triple_).isX86(); }

@@ -8,6 +8,9 @@
 // RUN: gpt-opt %s --pass-pipeline='builtin.module(gpt-transformer-stage,gpt-linalg-stage{level=baseline})' | FileCheck %s --check-prefix=UNFUSED
 // RUN: not gpt-opt %s --pass-pipeline='builtin.module(gpt-compile{level=O3})' 2>&1 | FileCheck %s --check-prefix=BADLEVEL
 // RUN: gpt-opt %s --pass-pipeline='builtin.module(gpt-compile{level=default threads=2})' | FileCheck %s --check-prefix=OPENMP
+// target-cpu names the CPU (--gpt-set-target first): its gpt.target stays on the module.
+// RUN: gpt-opt %s --pass-pipeline='builtin.module(gpt-compile{level=default target-cpu=haswell})' | FileCheck %s --check-prefix=HASWELL
+// HASWELL: module attributes {gpt.target = {cpu = "haswell", features = ["avx2", "fma"]
 
 // Two threads: the matmul's N halves run as an OpenMP worksharing loop with 2 threads.
 // OPENMP: omp.parallel num_threads(%{{.*}} : i32)

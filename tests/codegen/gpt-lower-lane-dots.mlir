@@ -1,11 +1,15 @@
 // --gpt-lower-lane-dots: lane dot products become vdpbf16ps / vpdpbusd, one call per 16 lanes of
-// each row, where the target has the instruction, and plain arithmetic where it does not.
-// RUN: gpt-opt %s --gpt-lower-lane-dots="vnni=true avx512bf16=true" | FileCheck %s --check-prefix=DOTS
+// each row, where the target (the module's gpt.target, named here by --gpt-set-target) has the
+// instruction, and plain arithmetic where it does not (no target, or a target without them).
+// Cooper Lake has AVX512-VNNI and AVX512-BF16, Cascade Lake AVX512-VNNI only, Alder Lake AVX-VNNI
+// and AVX2, Haswell AVX2, Skylake-AVX512 AVX512-BW.
+// RUN: gpt-opt %s --gpt-set-target="cpu=cooperlake" --gpt-lower-lane-dots | FileCheck %s --check-prefix=DOTS
 // RUN: gpt-opt %s --gpt-lower-lane-dots | FileCheck %s --check-prefix=PLAIN
-// RUN: gpt-opt %s --gpt-lower-lane-dots="vnni=true" | FileCheck %s --check-prefix=VNNI
-// RUN: gpt-opt %s --gpt-lower-lane-dots="avx-vnni=true pmaddwd-bits=256" | FileCheck %s --check-prefix=AVXVNNI
-// RUN: gpt-opt %s --gpt-lower-lane-dots="pmaddwd-bits=256" | FileCheck %s --check-prefix=AVX2
-// RUN: gpt-opt %s --gpt-lower-lane-dots="pmaddwd-bits=512" | FileCheck %s --check-prefix=AVX512BW
+// RUN: gpt-opt %s --gpt-set-target="cpu=aarch64:neoverse-v1" --gpt-lower-lane-dots | FileCheck %s --check-prefix=PLAIN
+// RUN: gpt-opt %s --gpt-set-target="cpu=cascadelake" --gpt-lower-lane-dots | FileCheck %s --check-prefix=VNNI
+// RUN: gpt-opt %s --gpt-set-target="cpu=alderlake" --gpt-lower-lane-dots | FileCheck %s --check-prefix=AVXVNNI
+// RUN: gpt-opt %s --gpt-set-target="cpu=haswell" --gpt-lower-lane-dots | FileCheck %s --check-prefix=AVX2
+// RUN: gpt-opt %s --gpt-set-target="cpu=skylake-avx512" --gpt-lower-lane-dots | FileCheck %s --check-prefix=AVX512BW
 
 // A bf16 tile of 2 rows x 32 lanes: 4 instructions, each on a row's 16-lane piece, its i32 lanes
 // reinterpreted as 32 bf16.
