@@ -32,7 +32,9 @@ llama.cpp's own (llama_model_size, llama_model_n_params). Under the table, once 
 largest difference of llama.cpp's logits on the f32 file from gpt's forward on the same tokens,
 relative to the largest logit: the rows compute one model (up to llama.cpp's fp16 GELU table).
 
-After the table, the decode floor: the weight bytes one decode step must read (every weight but
+After the table, f32 prefill's rate in GFLOP/s (matmuls and causal attention, prefill_flops)
+against numpy's OpenBLAS sgemm of GPT-2 small's MLP shape at T=128 (128x768x3072, float32) on as
+many threads, in a subprocess. Then the decode floor: the weight bytes one decode step must read (every weight but
 the embedding tables, of which it gathers one row) over the read bandwidth measured here with
 the same thread count (numpy sums of a 1 GiB array on that many threads), against the measured
 ms/token of tgN.
@@ -425,6 +427,52 @@ def stored_bytes(weights, weight_format):
     return int(total)
 
 
+def prefill_flops(cfg, tokens):
+    """Floating-point operations (2 per multiply-add) of a prefill of `tokens` tokens: per layer and
+    token the matmuls' 12 n_embd^2 multiply-adds (q/k/v 3, the projection 1, the MLP 4 + 4), the
+    causal attention's two products (n_embd per pair of a query and a key at or before it), and
+    the LM head on the last token only."""
+    d, layers = cfg.n_embd, cfg.n_layer
+    matmuls = tokens * layers * 12 * d * d
+    attention = layers * 2 * d * tokens * (tokens + 1) // 2
+    return 2 * (matmuls + attention + d * cfg.vocab_size)
+
+
+SGEMM_PROGRAM = """
+import sys, time
+import numpy as np
+m, k, n, seconds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+out = np.empty((m, n), np.float32)
+np.matmul(a, b, out=out)
+best, end = float("inf"), time.perf_counter() + seconds
+while time.perf_counter() < end:
+    start = time.perf_counter()
+    np.matmul(a, b, out=out)
+    best = min(best, time.perf_counter() - start)
+print(2 * m * k * n / best)
+"""
+
+
+def openblas_sgemm_rate(threads, m=128, k=768, n=3072, seconds=2.0):
+    """FLOP/s of numpy's OpenBLAS sgemm of [m, k] x [k, n] in float32 on `threads` threads, the
+    best of back-to-back calls for `seconds`: in a subprocess, since OpenBLAS reads
+    OPENBLAS_NUM_THREADS once, when it loads. The issue's reference for prefill: GPT-2 small's MLP
+    matmul at T=128."""
+    import subprocess
+
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    result = subprocess.run(
+        [sys.executable, "-c", SGEMM_PROGRAM, str(m), str(k), str(n), str(seconds)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(result.stdout)
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="nano,gpt2-small")
@@ -471,6 +519,7 @@ def main(argv):
     notes = []  # printed under the table
     peer_classes = peer_runners(peers, notes)
     decode_rates = {}  # (model, format, threads) -> our tgN tokens per second
+    prefill_rates = {}  # (model, threads, N) -> our f32 ppN tokens per second
     for name in args.models.split(","):
         cfg = gpt.GPTConfig(**MODELS[name])
         weights = gpt.weights.random_weights(cfg, seed=0)
@@ -513,6 +562,8 @@ def main(argv):
                         rates = [measure(run, ids, count, args.min_seconds) for _ in range(args.repetitions)]
                         if runner_class is OursRunner and kind == "tg":
                             decode_rates[name, fmt, threads] = statistics.mean(rates)
+                        if runner_class is OursRunner and kind == "pp" and fmt == "f32":
+                            prefill_rates[name, threads, count] = statistics.mean(rates)
                         print(
                             f"| {label} | {size} | {row_params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
                             f"| {stats(rates)} |",
@@ -530,6 +581,8 @@ def main(argv):
         print()
         for note in notes:
             print(note)
+    if prefill_rates:
+        print_prefill_against_sgemm(prefill_rates, thread_counts)
     if not decode_rates:
         return
     print()
@@ -550,6 +603,27 @@ def main(argv):
             print(
                 f"| {label} | {threads} | {weight_bytes / 1e6:.1f} MB | {bandwidth / 1e9:.1f} GB/s "
                 f"| {floor_ms:.3f} | {ours_ms:.3f} | {ours_ms / floor_ms:.2f}x |",
+                flush=True,
+            )
+
+
+def print_prefill_against_sgemm(prefill_rates, thread_counts):
+    """Our f32 prefill's FLOP rate (prefill_flops over the ppN time) against OpenBLAS's sgemm of
+    GPT-2 small's MLP shape at T=128 on as many threads, measured right after the table."""
+    print()
+    print(
+        "| model | threads | test | gpt-mlir-jit prefill GFLOP/s | OpenBLAS sgemm 128x768x3072 GFLOP/s "
+        "| prefill / sgemm |"
+    )
+    print("|---|---|---|---|---|---|")
+    for threads in thread_counts:
+        sgemm = openblas_sgemm_rate(threads)
+        for (name, rate_threads, count), rate in prefill_rates.items():
+            if rate_threads != threads:
+                continue
+            ours = prefill_flops(gpt.GPTConfig(**MODELS[name]), count) * rate / count
+            print(
+                f"| {name} | {threads} | pp{count} | {ours / 1e9:.1f} | {sgemm / 1e9:.1f} | {ours / sgemm:.2f}x |",
                 flush=True,
             )
 
