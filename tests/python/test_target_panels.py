@@ -14,8 +14,12 @@ import gpt
 from gpt import _gpt
 from reference import gpt2_logits
 from shapes import NANO, RTOL, exercising_weights, relative_error, token_ids
-from test_dot_products import host_flags
-from test_low_precision import bf16_reference, block_quantized_reference
+
+
+def host_flags():
+    with open("/proc/cpuinfo") as f:
+        return set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
+
 
 pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= host_flags(), reason="runs haswell code on this CPU")
 
@@ -42,20 +46,14 @@ def test_tile_parameters_come_from_the_register_file():
     assert {_gpt.tile_parameters(t)["smallest_bucket"] for t in ("haswell", "skylake-avx512", "host")} == {8}
 
 
-def expected_logits(fmt, weights, ids, cfg):
-    if fmt == "f32":
-        return gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding)
-    if fmt == "bf16":
-        return bf16_reference(weights, ids, cfg)
-    return block_quantized_reference(fmt, weights, ids, cfg)
-
-
 @pytest.mark.parametrize("fmt", ["f32", "q8_0", "q4_1", "bf16"])
 def test_haswell_panels_compute_what_the_host_computes(fmt):
     cfg = gpt.GPTConfig(**SHAPE)
     weights = exercising_weights(cfg)
     ids = token_ids(cfg, 13)
-    expected = expected_logits(fmt, weights, ids, cfg)
+    # f32 against the numpy reference; the low-precision formats against the host's model, which
+    # test_low_precision.py holds to the reference on rounded or dequantized weights.
+    expected = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding) if fmt == "f32" else None
     logits = {}
     for target in ("haswell", "host"):
         tiles = _gpt.tile_parameters(target)
@@ -70,7 +68,8 @@ def test_haswell_panels_compute_what_the_host_computes(fmt):
         assert re.search(rf"tensor<8x{padded}xf32>", ir), f"{target}: logits not padded to {padded}"
         logits[target] = model.forward(ids)
         assert logits[target].shape == (len(ids), cfg.vocab_size)
-        assert relative_error(logits[target], expected) < RTOL, target
+        if expected is not None:
+            assert relative_error(logits[target], expected) < RTOL, target
         # Decode reads the same panels one row at a time.
         cache = model.new_cache()
         model.prefill(ids[:12].tolist(), cache)
