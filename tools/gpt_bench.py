@@ -396,10 +396,10 @@ def head_format(weight_format):
     return "q8_0" if weight_format in ("q4_0", "q4_1") else weight_format
 
 
-def decode_weight_bytes(cfg, weight_format="f32"):
+def decode_weight_bytes(cfg, weight_format="f32", target_cpu="host"):
     """Bytes of weights one decode step reads: every weight but the embedding tables (it gathers
-    one row of each), plus the LM head, which reads the whole (tied) embedding, padded to a
-    multiple of 256 columns as the compiled program stores it. Matmul weights are in
+    one row of each), plus the LM head, which reads the whole (tied) embedding, padded to the
+    target's vocabulary multiple (gpt._gpt.tile_parameters) as the compiled program stores it. Matmul weights are in
     `weight_format`, the LM head in head_format(), the rest in f32."""
     shapes = gpt.weights.expected_shapes(cfg)
     gathered = ("transformer.wte.weight", "transformer.wpe.weight")
@@ -408,7 +408,8 @@ def decode_weight_bytes(cfg, weight_format="f32"):
     for name, shape in shapes.items():
         if name not in gathered:
             total += int(np.prod(shape)) * (matmul if name.endswith(MATMUL_WEIGHTS) else 4)
-    padded_vocab = (cfg.vocab_size + 255) // 256 * 256
+    multiple = gpt._gpt.tile_parameters(target_cpu)["vocab_multiple"]
+    padded_vocab = -(-cfg.vocab_size // multiple) * multiple
     return int(total + BYTES_PER_WEIGHT[head_format(weight_format)] * padded_vocab * cfg.n_embd)
 
 

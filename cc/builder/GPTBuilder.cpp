@@ -557,7 +557,7 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
   func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs);
   EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Forward, config, specs, seqLen, 0);
-  auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize()}, b.getF32Type());
+  auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   func::FuncOp fn = createFunction(b, loc, "forward", arguments.types, {logitsType}, /*entryPoint=*/true);
   b.setInsertionPointToStart(&fn.front());
   EntryValues in(fn, arguments.arguments, specs);
@@ -594,7 +594,7 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs, cacheLen);
   EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen);
   auto cacheType = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, b.getF32Type());
-  auto logitsType = RankedTensorType::get({1, config.paddedVocabSize()}, b.getF32Type());
+  auto logitsType = RankedTensorType::get({1, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   func::FuncOp fn = createCachedEntry(b, loc, "step", config, arguments, logitsType, cacheType);
   EntryValues in(fn, arguments.arguments, specs);
   // Only the last real token's logits are needed: its row goes through the final LayerNorm and
@@ -621,7 +621,7 @@ OwningOpRef<ModuleOp> buildBatchStep(MLIRContext &ctx, const GPTConfig &config, 
       entryFunctionArguments(b, EntryPoint::BatchStep, config, specs, shape.tokens, 0, &shape);
   auto poolType =
       RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()}, b.getF32Type());
-  auto logitsType = RankedTensorType::get({shape.batch, config.paddedVocabSize()}, b.getF32Type());
+  auto logitsType = RankedTensorType::get({shape.batch, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   func::FuncOp fn = createCachedEntry(b, loc, "batch_step", config, arguments, logitsType, poolType);
   EntryValues in(fn, arguments.arguments, specs);
   // Each sequence's last new token: its row goes through the final LayerNorm and the LM head.

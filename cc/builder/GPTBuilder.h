@@ -21,9 +21,9 @@ namespace gpt {
 
 /// `@forward(ids: tensor<Txi64>, positions: tensor<Txi64>, weights...) -> tensor<TxV'xf32>`: the
 /// arguments of entryArguments(EntryPoint::Forward, ...) with the logits as the result
-/// (V' = paddedVocabSize()), with weights as parameterSpecs(config, storage) describes them:
-/// logits for every position, calling a private `@gpt_block` once per layer. Function boundaries
-/// are typed; results inside are left unranked for shape inference.
+/// (V' = paddedVocabSize(storage.tiles)), with weights as parameterSpecs(config, storage)
+/// describes them: logits for every position, calling a private `@gpt_block` once per layer.
+/// Function boundaries are typed; results inside are left unranked for shape inference.
 mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
                                                const WeightStorage &storage);
 

@@ -75,10 +75,10 @@ struct GPTConfig {
   int64_t kvSize() const { return kvHeads() * headSize(); }
   int64_t ffSize() const { return nFf ? nFf : 4 * nEmbd; }
 
-  /// The vocabulary rounded up to a multiple of target::kVocabMultiple, so the LM head tiles and
-  /// splits across threads evenly; logits past vocabSize are padding.
-  int64_t paddedVocabSize() const {
-    return (vocabSize + target::kVocabMultiple - 1) / target::kVocabMultiple * target::kVocabMultiple;
+  /// The vocabulary rounded up to a multiple of the target's `tiles.vocabMultiple`, so the LM
+  /// head tiles and splits across threads evenly; logits past vocabSize are padding.
+  int64_t paddedVocabSize(const target::TileParameters &tiles) const {
+    return (vocabSize + tiles.vocabMultiple - 1) / tiles.vocabMultiple * tiles.vocabMultiple;
   }
 };
 

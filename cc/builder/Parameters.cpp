@@ -114,6 +114,8 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
 }
 
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorage &storage) {
+  if (storage.tiles.panelWidth <= 0 || storage.tiles.vocabMultiple <= 0)
+    throw std::invalid_argument("the weight storage has no tile parameters: target::tileParameters of the target");
   const int64_t d = c.nEmbd, ff = c.ffSize();
   // Every matmul's K is n_embd or n_ff.
   for (auto [k, what] : {std::pair<int64_t, const char *>{d, "n_embd"}, {ff, "n_ff"}}) {
@@ -130,9 +132,9 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   // weights take the storage's format.
   auto pack = [&](ParameterSpec &spec, WeightLayout packedLayout) {
     int64_t n = spec.shape[1];
-    if (!storage.packed || n % target::kPanelWidth != 0) return;
+    if (!storage.packed || n % storage.tiles.panelWidth != 0) return;
     spec.layout = packedLayout;
-    spec.panelWidth = target::kPanelWidth;
+    spec.panelWidth = storage.tiles.panelWidth;
     spec.format = storage.format;
   };
   // A block-quantized weight's scales follow it, made from the same source.
@@ -166,7 +168,7 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   // An untied head is a [V, D] weight the user supplies, laid out as the tied embedding would be.
   if (!c.tiedHead) specs.push_back({names.head, {c.vocabSize, d}});
   ParameterSpec head{"lm_head.weight_t",
-                     {d, c.paddedVocabSize()},
+                     {d, c.paddedVocabSize(storage.tiles)},
                      WeightLayout::TransposedPadded,
                      c.tiedHead ? names.tokenEmbedding : names.head};
   pack(head, WeightLayout::TransposedPaddedPanels);
@@ -181,7 +183,10 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
 
 std::vector<ParameterSpec> suppliedParameters(const GPTConfig &config) {
   std::vector<ParameterSpec> supplied;
-  for (ParameterSpec &spec : parameterSpecs(config, WeightStorage{}))
+  // Any target's tiles: they shape only the LM head's padded copy, which is derived, not supplied.
+  WeightStorage unpacked;
+  unpacked.tiles = target::tileParameters(/*vectorBits=*/512, /*vectorRegisters=*/32);
+  for (ParameterSpec &spec : parameterSpecs(config, unpacked))
     if (!spec.derived()) supplied.push_back(std::move(spec));
   return supplied;
 }

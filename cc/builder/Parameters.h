@@ -4,6 +4,8 @@
 #ifndef GPT_CC_BUILDER_PARAMETERS_H
 #define GPT_CC_BUILDER_PARAMETERS_H
 
+#include "cc/TargetParameters.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -78,10 +80,14 @@ inline bool isBlockQuantized(WeightFormat format) {
 const char *weightFormatName(WeightFormat format);
 
 /// How a compiled program takes its matmul weights: packed in column panels (the vectorized
-/// levels' register tiles read panels) and in which format (packed weights only).
+/// levels' register tiles read panels) and in which format (packed weights only), and the tile
+/// parameters of the target it is compiled for (target::tileParameters of its register file): the
+/// panels' width and the vocabulary's padding. The caller says which target; the builder knows
+/// none.
 struct WeightStorage {
   bool packed = false;
   WeightFormat format = WeightFormat::F32;
+  target::TileParameters tiles;
 };
 
 /// One weight argument of a compiled entry point.
@@ -109,8 +115,8 @@ struct ParameterSpec {
 /// The weights every entry point takes, in argument order after the per-call arguments: the
 /// user-supplied parameters (HF GPT-2's names, or the Llama family's of layerParameters()), and
 /// "lm_head.weight_t", the tied embedding (or with an untied head "lm_head.weight") laid out as the
-/// LM head's [D, paddedVocabSize()] matmul weight. With `storage.packed`, every matmul weight
-/// whose column count divides by target::kPanelWidth is packed into panels, in
+/// LM head's [D, paddedVocabSize(storage.tiles)] matmul weight. With `storage.packed`, every matmul weight
+/// whose column count divides by `storage.tiles.panelWidth` is packed into panels, in
 /// `storage.format`, followed by its scales when the format is block-quantized; every other
 /// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size, and
 /// bf16 an even n_embd (std::invalid_argument otherwise); the same of n_ff. Block-quantized

@@ -244,7 +244,9 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
     only reads attributes (through the `transform.gpt.*` ops) and `gpt-opt` shows what was chosen.
     Only static shapes that the tiles divide are marked: nothing unmarked is vectorized, so no
     partial tile exists. The attributes and their accessors are in cc/codegen/CodegenAttributes.h;
-    the sizes come from cc/TargetParameters.h.
+    the sizes come from cc/TargetParameters.h (tileParameters() of the module's `gpt.target`, else
+    of `vector-bits` and `vector-registers`). A packed matmul's columns are its weight's panel
+    width (the builder's, from the same parameters): the rows are sized for that width.
 
     - `gpt.register_tile`, from a table, largest tile first: packed matmuls (generics marked
       `gpt.packed_matmul`, loops M, panel, column, K) `[8, 1, 32, 1]` down to `[1, 1, 32, 1]`

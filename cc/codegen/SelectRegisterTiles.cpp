@@ -10,6 +10,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <limits>
@@ -33,39 +34,32 @@ struct TileChoice {
   int64_t splitDim;                 // the parallel loop split across threads
 };
 
-using target::kPanelWidth;
 using Kind = TileChoice::Kind;
 
-/// The tile table for a register file of `registers` vectors of `lanes` f32 each. Accumulators
-/// take at most half the registers; the rest hold the weight lanes and the broadcast activations
-/// (AVX-512's 32 zmm: 8 rows x 2 registers; AVX2's 16 ymm: 2 rows x 4 registers of a 32-wide
-/// panel, which spilled when the 8-row AVX-512 tile was used there).
-SmallVector<TileChoice> tileTable(int64_t lanes, int64_t registers) {
-  const int64_t accumulators = registers / 2;
-  // Rows of `width` columns that fit the accumulators: a power of two, at most 8, at least 1.
-  auto rowsFor = [&](int64_t width) {
-    int64_t rows = std::max<int64_t>(1, accumulators / std::max<int64_t>(1, width / lanes));
-    rows = std::min<int64_t>(llvm::bit_floor(static_cast<uint64_t>(rows)), target::kTileRows);
-    return rows;
-  };
-  const int64_t packedRows = rowsFor(kPanelWidth);
+/// The tile table for a target's register file (`tiles`) and packed weights in panels of
+/// `panelWidth` columns (the builder packs them in the target's panel width; IR from elsewhere may
+/// have another). Accumulators take at most half the registers; the rest hold the weight lanes and
+/// the broadcast activations (AVX-512's 32 zmm: 8 rows x 2 registers of a 32-wide panel; AVX2's
+/// 16 ymm: 4 rows x 2 registers of a 16-wide panel, or 2 rows x 4 registers of a 32-wide one).
+SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t panelWidth) {
+  const int64_t packedRows = tiles.rowsFor(panelWidth);
   SmallVector<TileChoice> table;
   // Matmuls against panel-packed weights (transformer.packed_matmul): `packedRows` rows x one
-  // panel of accumulators, the panel loop outermost so that one panel (K x kPanelWidth floats)
+  // panel of accumulators, the panel loop outermost so that one panel (K x panelWidth floats)
   // stays in cache across all of M; the weight panel is read from consecutive addresses. Then
   // halves of that, so that a batched step of 4 or 2 tokens takes all its rows in one tile (each
   // panel read once, the rows' multiply-adds overlapping), down to decode's one row.
   for (int64_t rows = packedRows; rows >= 1; rows /= 2)
-    table.push_back({Kind::PackedMatmul, {rows, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1});
+    table.push_back({Kind::PackedMatmul, {rows, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
   // Block-quantized packed matmuls keep two accumulators per output, the block's i32 sums and
   // the f32 total: half the rows, so that both fit with the weight lanes and the broadcast
   // activations.
-  if (packedRows >= 2) table.push_back({Kind::BlockPackedMatmul, {packedRows / 2, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1});
-  if (packedRows / 2 != 1) table.push_back({Kind::BlockPackedMatmul, {1, 1, kPanelWidth, 1}, {1, 0, 2, 3}, 1});
+  if (packedRows >= 2) table.push_back({Kind::BlockPackedMatmul, {packedRows / 2, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
+  if (packedRows / 2 != 1) table.push_back({Kind::BlockPackedMatmul, {1, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
   // Plain matmuls (attention's q . k^T per key block and p . v): as many rows of 32 columns as
   // fit, or one row (decode); narrower for attention's small heads and short blocks.
-  for (int64_t width : target::kMatmulTileWidths) table.push_back({Kind::Matmul, {rowsFor(width), width, 1}, {}, 1});
-  for (int64_t width : target::kMatmulTileWidths) table.push_back({Kind::Matmul, {1, width, 1}, {}, 1});
+  for (int64_t width : tiles.matmulTileWidths) table.push_back({Kind::Matmul, {tiles.rowsFor(width), width, 1}, {}, 1});
+  for (int64_t width : tiles.matmulTileWidths) table.push_back({Kind::Matmul, {1, width, 1}, {}, 1});
   // Batched matmuls (a transformer.matmul with a batch dim on both sides), split by batch.
   table.push_back({Kind::BatchMatmul, {1, 8, 8, 1}, {}, 0});
   table.push_back({Kind::BatchMatmul, {1, 1, 8, 1}, {}, 0});
@@ -101,9 +95,10 @@ bool tilesEvenly(linalg::LinalgOp op, ArrayRef<int64_t> tile) {
 }
 
 /// The number of contiguous pieces to split `op` into for `threads` threads: the largest of
-/// target::kThreadChunkCounts not above `threads` that leaves every piece a whole number of tiles
+/// tiles.threadChunkCounts not above `threads` that leaves every piece a whole number of tiles
 /// along the table's split dimension, or 1 for ops smaller than target::kMinParallelWork.
-int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t threads) {
+int64_t parallelChunks(const target::TileParameters &tiles, linalg::LinalgOp op, const TileChoice &choice,
+                       int64_t threads) {
   // Inside an scf.forall (the attention's loop over heads) the threads are already busy.
   if (op->getParentOfType<scf::ForallOp>()) return 1;
   // Saturating: the product of huge (legal) static dims must not wrap to a small one.
@@ -122,7 +117,7 @@ int64_t parallelChunks(linalg::LinalgOp op, const TileChoice &choice, int64_t th
   if (work < target::kMinParallelWork) return 1;
   auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
   int64_t extent = shape[choice.splitDim], unit = choice.tile[choice.splitDim];
-  for (int64_t chunks : target::kThreadChunkCounts)
+  for (int64_t chunks : tiles.threadChunkCounts)
     if (chunks <= threads && extent % (chunks * unit) == 0) return chunks;
   return 1;
 }
@@ -140,14 +135,14 @@ void markTile(linalg::LinalgOp op, const TileChoice &choice, int64_t chunks) {
 /// one vector of the largest of 32, 16, 8 lanes that divides the innermost dim, split across
 /// threads along dim 1 like matmuls. Vectorized, GELU's tanh and softmax's exp become
 /// polynomial approximations on whole vectors instead of one libm call per element.
-std::optional<TileChoice> elementwiseChoice(linalg::LinalgOp op) {
+std::optional<TileChoice> elementwiseChoice(const target::TileParameters &tiles, linalg::LinalgOp op) {
   if (!isa<linalg::GenericOp>(op) || isPackedMatmul(op) || op.getNumReductionLoops() != 0 || op.getNumDpsInits() != 1)
     return std::nullopt;
   auto result = dyn_cast<RankedTensorType>(op.getDpsInits()[0].getType());
   if (!result || !result.hasStaticShape() || result.getRank() < 2 || result.getRank() > 3) return std::nullopt;
   // A gather (tensor.extract in the body: the embedding lookup) does not vectorize as plain loads.
   if (!op->getRegion(0).getOps<tensor::ExtractOp>().empty()) return std::nullopt;
-  for (int64_t width : target::kElementwiseWidths) {
+  for (int64_t width : tiles.elementwiseWidths) {
     if (result.getShape().back() % width != 0) continue;
     SmallVector<int64_t> tile(result.getRank(), 1);
     tile.back() = width;
@@ -161,7 +156,7 @@ std::optional<TileChoice> elementwiseChoice(linalg::LinalgOp op) {
 /// attention's row max and sum): the largest of 32, 16, 8 lanes dividing the row length. The
 /// schedule keeps that many partial results in a vector across the row and reduces it once at
 /// the end of the row.
-std::optional<int64_t> rowReductionWidth(linalg::LinalgOp op) {
+std::optional<int64_t> rowReductionWidth(const target::TileParameters &tiles, linalg::LinalgOp op) {
   if (!isa<linalg::GenericOp>(op) || op.getNumLoops() != 2 || op.getNumReductionLoops() != 1 ||
       op.getIteratorTypesArray()[1] != utils::IteratorType::reduction || op.getNumDpsInits() != 1)
     return std::nullopt;
@@ -174,7 +169,7 @@ std::optional<int64_t> rowReductionWidth(linalg::LinalgOp op) {
   if (!combiner || !isa<arith::AddFOp, arith::MaximumFOp>(combiner) ||
       !llvm::is_contained(combiner->getOperands(), body.getArguments().back()))
     return std::nullopt;
-  for (int64_t width : target::kElementwiseWidths)
+  for (int64_t width : tiles.elementwiseWidths)
     if (ranges[1] % width == 0) return width;
   return std::nullopt;
 }
@@ -183,14 +178,15 @@ std::optional<int64_t> rowReductionWidth(linalg::LinalgOp op) {
 constexpr int64_t kAmxTileSize = 16;
 
 /// Pieces for threads of an AMX matmul of `panels` panels and `loops` iterations (in 32-bit words
-/// of K): the largest count of target::kThreadChunkCounts not above `threads` that divides the
+/// of K): the largest count of tiles.threadChunkCounts not above `threads` that divides the
 /// panels, or 1 for a small op or one inside an scf.forall.
-int64_t amxChunks(linalg::LinalgOp op, ArrayRef<int64_t> loops, int64_t panels, int64_t threads) {
+int64_t amxChunks(const target::TileParameters &tiles, linalg::LinalgOp op, ArrayRef<int64_t> loops, int64_t panels,
+                  int64_t threads) {
   int64_t work = 1;
   for (int64_t factor : loops)
     if (llvm::MulOverflow(work, factor, work)) work = std::numeric_limits<int64_t>::max();
   if (work < target::kMinParallelWork || op->getParentOfType<scf::ForallOp>()) return 1;
-  for (int64_t chunks : target::kThreadChunkCounts)
+  for (int64_t chunks : tiles.threadChunkCounts)
     if (chunks <= threads && panels % chunks == 0) return chunks;
   return 1;
 }
@@ -203,7 +199,7 @@ int64_t amxChunks(linalg::LinalgOp op, ArrayRef<int64_t> loops, int64_t panels, 
 /// pair the same rows. The accumulators stay in registers for up to 8 tile steps (128 K words),
 /// then go through the output: MLIR 19 cannot carry a tile in a loop's arguments. Threads split
 /// the panels, as a register tile's do.
-std::optional<AmxTile> amxChoice(linalg::LinalgOp op, int64_t threads) {
+std::optional<AmxTile> amxChoice(const target::TileParameters &tiles, linalg::LinalgOp op, int64_t threads) {
   if (!isa<linalg::GenericOp>(op) || !isPackedMatmul(op) || op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
       op->getRegion(0).getOps<transformer::LaneDotBf16Op>().empty())
     return std::nullopt;
@@ -223,7 +219,7 @@ std::optional<AmxTile> amxChoice(linalg::LinalgOp op, int64_t threads) {
   int64_t unroll = 8;
   while (steps % unroll != 0) unroll /= 2;
   tile.kWords = unroll * kAmxTileSize;
-  tile.chunks = amxChunks(op, {rows, panels, width, kWords}, panels, threads);
+  tile.chunks = amxChunks(tiles, op, {rows, panels, width, kWords}, panels, threads);
   return tile;
 }
 
@@ -234,7 +230,7 @@ std::optional<AmxTile> amxChoice(linalg::LinalgOp op, int64_t threads) {
 /// codes and 8 x 64-byte tiles of weight codes, both in the lane layout in which they lie), fed by
 /// 2 (1) activation tiles and 2 weight tiles: all 8 tile registers. Every block's sums then go
 /// through memory, to be scaled by their block's d_w * d_x in vector code.
-std::optional<AmxTile> amxQ8Choice(linalg::LinalgOp op, int64_t threads) {
+std::optional<AmxTile> amxQ8Choice(const target::TileParameters &tiles, linalg::LinalgOp op, int64_t threads) {
   if (!isa<linalg::GenericOp>(op) || !isPackedMatmul(op) || op.getNumDpsInputs() != 4 || op.getNumDpsInits() != 1 ||
       !isSignedInt8BlockPartials(op.getDpsInputs()[0].getDefiningOp()))
     return std::nullopt;
@@ -254,7 +250,7 @@ std::optional<AmxTile> amxQ8Choice(linalg::LinalgOp op, int64_t threads) {
   while (blocks % group != 0) group /= 2;
   const int64_t blockWords = transformer::PackedMatmulOp::kBlockSize / 4;
   tile.kWords = group * blockWords;
-  tile.chunks = amxChunks(op, {rows, panels, width, blocks, blockWords}, panels, threads);
+  tile.chunks = amxChunks(tiles, op, {rows, panels, width, blocks, blockWords}, panels, threads);
   return tile;
 }
 
@@ -293,7 +289,18 @@ public:
           << bits << ", vector-registers=" << registers << ")";
       return signalPassFailure();
     }
-    const SmallVector<TileChoice> table = tileTable(bits / 32, registers);
+    const target::TileParameters tiles = target::tileParameters(bits, registers);
+    // One table per panel width the module's packed weights have (the builder's: the target's).
+    llvm::SmallDenseMap<int64_t, SmallVector<TileChoice>, 2> tables;
+    auto tableFor = [&](linalg::LinalgOp op) -> const SmallVector<TileChoice> & {
+      int64_t panelWidth = tiles.panelWidth;
+      auto result = dyn_cast<RankedTensorType>(op.getDpsInits()[0].getType());
+      if (isPackedMatmul(op) && result && result.getRank() == 3 && !result.isDynamicDim(2))
+        panelWidth = result.getDimSize(2);
+      auto [it, inserted] = tables.try_emplace(panelWidth);
+      if (inserted) it->second = tileTable(tiles, panelWidth);
+      return it->second;
+    };
     // bf16 and q8_0 prefill matmuls on AMX tiles where the target has them (only the module's
     // target says so).
     const bool amxBf16 = target && target->isX86() && target->has("amx-bf16");
@@ -302,31 +309,31 @@ public:
       if (getEpilogueFusion(op)) return; // its packed matmul was fused into it
       // An op with an empty loop computes nothing: no tile (its loops run zero times).
       if (llvm::is_contained(op.getStaticLoopRanges(), 0)) return;
-      if (std::optional<int64_t> width = rowReductionWidth(op)) {
+      if (std::optional<int64_t> width = rowReductionWidth(tiles, op)) {
         setRowReductionTile(op, *width);
         return;
       }
       // No register tile: --gpt-lower-amx-matmuls lowers it after bufferization (a q8_0 matmul
       // together with its block partial sums, which then stay a plain generic until then).
       std::optional<AmxTile> amx;
-      if (amxBf16) amx = amxChoice(op, threads);
-      if (!amx && amxInt8) amx = amxQ8Choice(op, threads);
+      if (amxBf16) amx = amxChoice(tiles, op, threads);
+      if (!amx && amxInt8) amx = amxQ8Choice(tiles, op, threads);
       if (amx) {
         setAmxTile(op, *amx);
         return;
       }
-      if (std::optional<TileChoice> choice = elementwiseChoice(op)) {
-        markTile(op, *choice, parallelChunks(op, *choice, threads));
+      if (std::optional<TileChoice> choice = elementwiseChoice(tiles, op)) {
+        markTile(op, *choice, parallelChunks(tiles, op, *choice, threads));
         return;
       }
-      for (const TileChoice &choice : table) {
+      for (const TileChoice &choice : tableFor(op)) {
         if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
         // Epilogue fusion: the bias/GELU/residual generic after a packed matmul drives the
         // loops, and the schedule computes each matmul tile inside them, so the accumulator
         // goes through the epilogue in registers and is written once. The schedule handles 1
         // or 2 threads' pieces; other counts keep the two ops apart.
         linalg::GenericOp epilogue;
-        int64_t chunks = parallelChunks(op, choice, threads);
+        int64_t chunks = parallelChunks(tiles, op, choice, threads);
         if ((choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul) && chunks <= 2)
           if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
             // The epilogue's loops are the matmul's parallel ones: (M, panel, column).

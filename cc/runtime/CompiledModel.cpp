@@ -54,7 +54,7 @@ CompiledModel::~CompiledModel() = default;
 int64_t CompiledModel::bucketFor(int64_t seqLen) const {
   // Padding rows are keys too: under a mask that lets a query see later keys they would be seen.
   if (config_.attentionLooksAhead) return seqLen;
-  int64_t bucket = target::kSmallestBucket;
+  int64_t bucket = tiles().smallestBucket;
   while (bucket < seqLen) bucket *= 2;
   return std::min(bucket, std::max(config_.blockSize, seqLen));
 }
@@ -139,11 +139,11 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lowerEntryToLLVM(llvm::StringRe
   // argument, and (for the cached step) the caches updated where they are, not copied out.
   auto entry = module->lookupSymbol<mlir::func::FuncOp>(name);
   auto logitsType =
-      mlir::MemRefType::get({logitsRows, config_.paddedVocabSize()}, mlir::Float32Type::get(context.get()));
+      mlir::MemRefType::get({logitsRows, config_.paddedVocabSize(tiles())}, mlir::Float32Type::get(context.get()));
   if (!entry || entry.getNumResults() != 0 || entry.getNumArguments() == 0 ||
       entry.getArgumentTypes().back() != logitsType)
     throw CompileError("internal error: " + name.str() + " does not take its logits as a " +
-                       std::to_string(logitsRows) + "x" + std::to_string(config_.paddedVocabSize()) +
+                       std::to_string(logitsRows) + "x" + std::to_string(config_.paddedVocabSize(tiles())) +
                        " buffer in its last argument and return nothing");
   DiagnosticCapture diagnostics(*context);
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
@@ -373,7 +373,7 @@ std::vector<float> CompiledModel::storedWeight(const std::string &name) const {
 
 Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const CallArguments &call) {
   if (weightDescriptors.empty()) throw std::logic_error("CompiledModel: setWeights() was never called");
-  const int64_t cols = config_.paddedVocabSize();
+  const int64_t cols = config_.paddedVocabSize(tiles());
   kernels::AlignedFloats logits = kernels::allocateAligned(call.logitsRows * cols);
   MemRefDescriptor out = MemRefDescriptor::view(logits.get(), {call.logitsRows, cols});
   // Built before any pointer into them is taken: the vectors must not reallocate afterwards.

@@ -68,10 +68,14 @@ public:
   const std::vector<ParameterSpec> &parameters() const { return parameters_; }
   /// The weights a user supplies to setWeights(), in order (suppliedParameters()).
   const std::vector<ParameterSpec> &suppliedParameters() const { return supplied_; }
+  /// The tile parameters of the target (options().targetCpu): the panel width the weights are
+  /// packed in, the vocabulary's padding, the smallest bucket.
+  target::TileParameters tiles() const { return target_.tileParameters(); }
 
-  /// The sequence length `seqLen` tokens are padded to: the smallest power of two >= max(seqLen, 8),
-  /// at most block_size. A user with many prompt lengths compiles a handful of buckets, not one
-  /// program per length; causal attention makes the padding invisible to the real positions.
+  /// The sequence length `seqLen` tokens are padded to: the smallest power of two >= max(seqLen,
+  /// tiles().smallestBucket), at most block_size. A user with many prompt lengths compiles a
+  /// handful of buckets, not one program per length; causal attention makes the padding invisible
+  /// to the real positions.
   int64_t bucketFor(int64_t seqLen) const;
 
   /// Binds the weights every entry point reads: dense float32 arrays in `suppliedParameters()`
@@ -163,7 +167,7 @@ private:
   /// (`batch` set: the batched step of that shape.)
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen,
                                           const BatchShape *batch = nullptr);
-  WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights}; }
+  WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights, tiles()}; }
   /// Throw std::invalid_argument for a call forward() or step() refuses.
   void checkForward(int64_t count) const;
   void checkStep(int64_t count, int64_t offset, int64_t cacheLen) const;

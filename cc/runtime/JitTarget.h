@@ -5,6 +5,7 @@
 #ifndef GPT_CC_RUNTIME_JITTARGET_H
 #define GPT_CC_RUNTIME_JITTARGET_H
 
+#include "cc/TargetParameters.h"
 #include "cc/codegen/CodegenAttributes.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -41,6 +42,8 @@ public:
   /// 512, AVX2: 256, SSE and NEON: 128) and how many registers (AVX-512 and AArch64: 32, else 16).
   int64_t vectorBits() const;
   int64_t vectorRegisters() const;
+  /// The register tile, panel width and vocabulary padding code for this target is built with.
+  target::TileParameters tileParameters() const { return target::tileParameters(vectorBits(), vectorRegisters()); }
   /// The target as code generation sees it (the module's `gpt.target` attribute).
   codegen::TargetDescription codegenTarget() const;
   /// Whether this is an x86-64 target (else AArch64).

@@ -84,6 +84,9 @@ def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np
     """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM
     head's tied embedding."""
 
+def tile_parameters(target_cpu: str = "host") -> dict[str, int]:
+    """The tile parameters code for a target CPU is built with (panel_width, vocab_multiple, ...)."""
+
 def release_freed_memory() -> None:
     """Returns the C heap's free pages to the system (glibc's malloc_trim), after a load's temporaries die."""
 

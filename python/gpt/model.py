@@ -89,7 +89,7 @@ class GPT:
         if not isinstance(options, CompileOptions):
             raise TypeError(f"options must be a gpt.CompileOptions, got {type(options).__name__}")
         # Before the copies and the packed weights below are made.
-        check_fits_in_memory(config, options.weights)
+        check_fits_in_memory(config, options.weights, options.target_cpu)
         self._config = config
         self._options = options
         # The model reads some weights in place for its whole life: it keeps copies, unless the

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import resource
 
+from gpt import _gpt
 from gpt.config import GPTConfig
 
 # Bytes per matmul weight in each format (q8_0: 32 one-byte codes + an fp16 scale per block of
@@ -34,10 +35,11 @@ class MemoryEstimate:
         return self.weights_f32 + self.stored_weights + self.kv_cache + self.activations
 
 
-def estimate_memory(config: GPTConfig, weights: str = "f32") -> MemoryEstimate:
+def estimate_memory(config: GPTConfig, weights: str = "f32", target_cpu: str = "host") -> MemoryEstimate:
     """Computed from the shapes alone (nothing is allocated), as lower bounds of what a model needs."""
     layers, width, vocab, length = config.n_layer, config.n_embd, config.vocab_size, config.block_size
-    padded_vocab = -(-vocab // 256) * 256  # the LM head's columns (cc/builder GPTConfig)
+    multiple = _gpt.tile_parameters(target_cpu)["vocab_multiple"]
+    padded_vocab = -(-vocab // multiple) * multiple  # the LM head's columns (GPTConfig::paddedVocabSize)
     kv = config.n_kv_head * config.head_size  # the width of keys and values (grouped-query attention)
     up = 2 * config.n_ff if config.mlp == "swiglu" else config.n_ff  # SwiGLU's gate and up
     # q, k, v, projection, the MLP's up (and gate) and down.
@@ -83,9 +85,9 @@ def memory_limit() -> tuple[int, str]:
     return min(limits)
 
 
-def check_fits_in_memory(config: GPTConfig, weights: str = "f32") -> MemoryEstimate:
+def check_fits_in_memory(config: GPTConfig, weights: str = "f32", target_cpu: str = "host") -> MemoryEstimate:
     """Raises MemoryError, naming the sizes, when a model of `config` would not fit in memory."""
-    estimate = estimate_memory(config, weights)
+    estimate = estimate_memory(config, weights, target_cpu)
     limit, source = memory_limit()
     if estimate.total > limit:
         parts = ", ".join(

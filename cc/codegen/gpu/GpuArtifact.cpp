@@ -143,9 +143,9 @@ GpuArtifact compileGpuArtifact(const GPTConfig &config, const GpuTargetOptions &
   std::unique_ptr<mlir::MLIRContext> context = makeContext();
   ArtifactBuilder builder(config, options.bf16 ? ElementType::BF16 : ElementType::F32, cacheLength, maxTokens);
   for (int64_t tokens : options.tokens) {
-    mlir::OwningOpRef<mlir::ModuleOp> forward = buildForward(*context, config, tokens, WeightStorage{});
+    mlir::OwningOpRef<mlir::ModuleOp> forward = buildForward(*context, config, tokens, gpuWeightStorage());
     builder.addProgram(flatten(*context, *forward, "forward"), EntryPoint::Forward, tokens);
-    mlir::OwningOpRef<mlir::ModuleOp> step = buildStep(*context, config, tokens, cacheLength, WeightStorage{});
+    mlir::OwningOpRef<mlir::ModuleOp> step = buildStep(*context, config, tokens, cacheLength, gpuWeightStorage());
     builder.addProgram(flatten(*context, *step, "step"), EntryPoint::Step, tokens);
   }
 

@@ -86,7 +86,7 @@ struct ArtifactBuilder::ProgramState {
 
 ArtifactBuilder::ArtifactBuilder(const GPTConfig &config, ElementType weights, int64_t cacheLength, int64_t maxTokens)
     : config(config), weightElement(weights), cacheLength(cacheLength), maxTokens(maxTokens),
-      parameters(parameterSpecs(config, WeightStorage{})) {
+      parameters(parameterSpecs(config, gpuWeightStorage())) {
   auto add = [&](BufferSpec spec) {
     buffers_.push_back(std::move(spec));
     return static_cast<int64_t>(buffers_.size()) - 1;
@@ -98,7 +98,8 @@ ArtifactBuilder::ArtifactBuilder(const GPTConfig &config, ElementType weights, i
   }
   inputBuffer = add({"inputs", "input", inputBytes, "", {}, ""});
   scratchBuffer = add({"scratch", "scratch", 0, "", {}, ""});
-  logitsBuffer = add({"logits", "output", 4 * maxTokens * config.paddedVocabSize(), "", {}, ""});
+  logitsBuffer =
+      add({"logits", "output", 4 * maxTokens * config.paddedVocabSize(gpuWeightStorage().tiles), "", {}, ""});
   int64_t cacheBytes = 4 * config.kvHeads() * cacheLength * config.headSize();
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     std::string prefix = "cache." + std::to_string(layer);

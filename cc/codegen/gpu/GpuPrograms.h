@@ -28,6 +28,14 @@ class FuncOp;
 
 namespace gpt::gpu {
 
+/// How the GPU programs take their weights: unpacked f32, the vocabulary padded to a multiple of
+/// 256 as on AVX-512 (the artifact's buffers and weights file keep the layout they have always had).
+inline WeightStorage gpuWeightStorage() {
+  WeightStorage storage;
+  storage.tiles = target::kDefaultTileParameters;
+  return storage;
+}
+
 /// One device allocation of the artifact.
 struct BufferSpec {
   std::string name;

@@ -89,6 +89,21 @@ void initCompiler(py::module_ &m) {
   m.def("run_pipeline", &runPipeline, py::arg("ir"), py::arg("pipeline"), py::arg("verify_each") = true,
         py::call_guard<py::gil_scoped_release>(),
         "Parse MLIR text, run a textual pass pipeline over it and return the printed result.");
+  m.def(
+      "tile_parameters",
+      [](const std::string &targetCpu) {
+        const target::TileParameters tiles = JitTarget::named(targetCpu).tileParameters();
+        py::dict parameters;
+        parameters["vector_lanes"] = tiles.vectorLanes;
+        parameters["panel_width"] = tiles.panelWidth;
+        parameters["tile_rows"] = tiles.tileRows;
+        parameters["vocab_multiple"] = tiles.vocabMultiple;
+        parameters["smallest_bucket"] = tiles.smallestBucket;
+        return parameters;
+      },
+      py::arg("target_cpu") = "host",
+      "The tile parameters code for a target CPU (CompileOptions.target_cpu) is built with: vector_lanes, "
+      "panel_width, tile_rows, vocab_multiple, smallest_bucket.");
 }
 
 } // namespace gpt::python

@@ -43,7 +43,8 @@ class CompiledModule:
         self._options = options
         self._program = program
         pack = options.pipeline in ("vectorized", "default")
-        self._imported: ImportedFunction = Importer(program, pack_weights=pack, origins=origins).run()
+        tiles = _gpt.tile_parameters(options.target_cpu)
+        self._imported: ImportedFunction = Importer(program, pack_weights=pack, tiles=tiles, origins=origins).run()
         tensors = {**program.state_dict, **program.constants}
         # Module tensors are read in place where their layout is as given (zero-copy); packed or
         # transposed ones are laid out here, once. The arrays live as long as this object.
@@ -138,7 +139,8 @@ class CompiledModule:
         return pytree.tree_unflatten(outputs, self._out_spec)
 
 
-SMALLEST_BUCKET = 8  # cc/TargetParameters.h kSmallestBucket, as gpt.GPT.forward pads
+# The smallest sequence bucket, as gpt.GPT.forward pads: the same on every target.
+SMALLEST_BUCKET = _gpt.tile_parameters("host")["smallest_bucket"]
 
 
 class BucketedModule:

@@ -32,11 +32,6 @@ import torch
 
 from gpt.compiler import CompilerError
 
-PANEL_WIDTH = 32  # cc/TargetParameters.h kPanelWidth: packed_matmul's column panels
-# cc/TargetParameters.h kVocabMultiple: a weight whose columns need padding anyway (an LM head's
-# vocabulary) is padded as the builder pads the vocabulary, to whole panels for every thread chunk.
-PADDED_MULTIPLE = 256
-
 aten = torch.ops.aten
 
 
@@ -74,6 +69,7 @@ class Parameter:
     layout: str
     transpose: bool = False  # panels: the tensor is [N, K] (a linear weight)
     padded_columns: int = 0  # panels: N'
+    panel_width: int = 0  # panels: P, the target's (_gpt.tile_parameters)
 
     def materialize(self, tensor: torch.Tensor) -> np.ndarray:
         array = tensor.detach().numpy()
@@ -89,7 +85,7 @@ class Parameter:
             padded = np.zeros((k, self.padded_columns), np.float32)
             padded[:, :n] = matrix
             matrix = padded
-        return _gpt.pack_panels(np.ascontiguousarray(matrix), PANEL_WIDTH)
+        return _gpt.pack_panels(np.ascontiguousarray(matrix), self.panel_width)
 
 
 @dataclasses.dataclass
@@ -219,11 +215,16 @@ ADD = (aten.add.Tensor, aten.add.Scalar)
 
 
 class Importer:
-    def __init__(self, program: torch.export.ExportedProgram, pack_weights: bool, origins=None):
+    def __init__(self, program: torch.export.ExportedProgram, pack_weights: bool, tiles: dict[str, int], origins=None):
         self.program = program
         self.origins = origins
         self.graph = program.graph_module.graph
         self.pack_weights = pack_weights
+        # The target's packed_matmul column panels, and the multiple a weight whose columns need
+        # padding anyway (an LM head's vocabulary) is padded to, as the builder pads the vocabulary:
+        # whole panels for every thread chunk (_gpt.tile_parameters(target_cpu)).
+        self.panel_width = tiles["panel_width"]
+        self.padded_multiple = tiles["vocab_multiple"]
         signature = program.graph_signature
         self.parameter_of = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
         self.parameter_of.update(getattr(signature, "inputs_to_lifted_tensor_constants", {}))
@@ -295,7 +296,7 @@ class Importer:
                 shape = shape[::-1]
             elif layout == "panels":
                 k, n = shape[::-1] if spec.transpose else shape
-                shape = (spec.padded_columns // PANEL_WIDTH, k, PANEL_WIDTH)
+                shape = (spec.padded_columns // spec.panel_width, k, spec.panel_width)
             self.parameter_arguments[spec] = self.argument("parameter", shape, "f32", parameter=spec)
         return self.parameter_arguments[spec]
 
@@ -680,9 +681,11 @@ def _matmul_with_weight(imp: Importer, x: Value, weight, transposed: bool, n: in
     if imp.is_parameter(weight) and len(shape) == 2:
         target = imp.parameter_of[weight.name]
         if imp.pack_weights:
-            multiple = PANEL_WIDTH if n % PANEL_WIDTH == 0 else PADDED_MULTIPLE
+            multiple = imp.panel_width if n % imp.panel_width == 0 else imp.padded_multiple
             padded = -(-n // multiple) * multiple
-            w = imp.parameter(target, "panels", transpose=transposed, padded_columns=padded)
+            w = imp.parameter(
+                target, "panels", transpose=transposed, padded_columns=padded, panel_width=imp.panel_width
+            )
             y = imp.emit("transformer.packed_matmul", [x, w], (*rows, padded))
             if padded != n:
                 padded_value = y
