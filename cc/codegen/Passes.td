@@ -244,14 +244,14 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
     only reads attributes (through the `transform.gpt.*` ops) and `gpt-opt` shows what was chosen.
     Only static shapes that the tiles divide are marked: nothing unmarked is vectorized, so no
     partial tile exists. The attributes and their accessors are in cc/codegen/CodegenAttributes.h;
-    the sizes come from cc/TargetParameters.h (tileParameters() of the module's `gpt.target`, else
-    of `vector-bits` and `vector-registers`). A packed matmul's columns are its weight's panel
+    the sizes come from cc/TargetParameters.h (tileParameters() of the module's `gpt.target`, as
+    the JIT or `--gpt-set-target` writes it; without one, AVX-512's 32 registers of 512 bits). A packed matmul's columns are its weight's panel
     width (the builder's, from the same parameters): the rows are sized for that width.
 
     - `gpt.register_tile`, from a table, largest tile first: packed matmuls (generics marked
       `gpt.packed_matmul`, loops M, panel, column, K) `[8, 1, 32, 1]` down to `[1, 1, 32, 1]`
       (decode) for 32 registers of 512 bits, `[2, 1, 32, 1]` down for AVX2's 16 of 256 (the rows
-      whose accumulators fill half the register file, from `vector-bits` and `vector-registers`), with `gpt.tile_interchange = [1, 0, 2, 3]` (panel loop outermost);
+      whose accumulators fill half the register file), with `gpt.tile_interchange = [1, 0, 2, 3]` (panel loop outermost);
       `linalg.matmul` (attention's blocks among them) `[8, 32, 1]` down to `[1, 8, 1]`;
       `linalg.batch_matmul` `[1, 8, 8, 1]` or `[1, 1, 8, 1]`; elementwise generics (rank 2 or 3,
       no gather) one vector of 32, 16 or 8 lanes of their innermost dimension.
@@ -289,10 +289,6 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
   }];
   let options = [
     Option<"threads", "threads", "int64_t", /*default=*/"1", "Threads the compiled code may use">,
-    Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"512",
-           "Bits of one vector register of the target (AVX-512: 512, AVX2: 256, NEON: 128)">,
-    Option<"vectorRegisters", "vector-registers", "int64_t", /*default=*/"32",
-           "Vector registers of the target (AVX-512 and NEON: 32, AVX2: 16)">,
   ];
 }
 

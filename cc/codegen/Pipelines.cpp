@@ -97,8 +97,6 @@ void addVectorizedStage(OpPassManager &pm, const PipelineOptions &options) {
   if (!vectorizes(options)) return;
   codegen::SelectRegisterTilesOptions tiles;
   tiles.threads = options.threads;
-  tiles.vectorBits = options.vectorBits;
-  tiles.vectorRegisters = options.vectorRegisters;
   pm.addNestedPass<mlir::func::FuncOp>(codegen::createSelectRegisterTiles(tiles));
   pm.addPass(codegen::createApplySchedule());
   pm.addNestedPass<mlir::func::FuncOp>(codegen::createVerifyVectorized());

@@ -52,12 +52,8 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
       *this, "target-cpu",
       llvm::cl::desc("the CPU code is generated for: an LLVM CPU name of the host's architecture or aarch64:<cpu>"),
       llvm::cl::init("")};
-  // The target's register file, from which register tiles are sized (--gpt-select-register-tiles).
-  Option<int64_t> vectorBits{*this, "vector-bits", llvm::cl::desc("bits of one vector register of the target"),
-                             llvm::cl::init(512)};
-  Option<int64_t> vectorRegisters{*this, "vector-registers", llvm::cl::desc("vector registers of the target"),
-                                  llvm::cl::init(32)};
 };
+
 
 /// Stage "transformer": canonicalize, shape inference, canonicalize, attention layout.
 void addTransformerStage(mlir::OpPassManager &pm);

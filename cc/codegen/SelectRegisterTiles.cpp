@@ -277,16 +277,16 @@ public:
   using SelectRegisterTilesBase::SelectRegisterTilesBase;
 
   void runOnOperation() override {
-    // The module's gpt.target, when it has one, else the pass options.
-    int64_t bits = vectorBits, registers = vectorRegisters;
+    // The module's gpt.target, when it has one, else AVX-512's register file (the default tiles).
+    int64_t bits = 512, registers = 32;
     std::optional<TargetDescription> target = getTarget(getOperation());
     if (target) {
       bits = target->vectorBits;
       registers = target->vectorRegisters;
     }
     if (bits < 128 || bits % 32 != 0 || registers < 8) {
-      getOperation().emitError("gpt-select-register-tiles: unsupported register file (vector-bits=")
-          << bits << ", vector-registers=" << registers << ")";
+      getOperation().emitError("gpt-select-register-tiles: unsupported register file in gpt.target (vector_bits = ")
+          << bits << ", vector_registers = " << registers << ")";
       return signalPassFailure();
     }
     const target::TileParameters tiles = target::tileParameters(bits, registers);

@@ -3,9 +3,10 @@
 // of a 32-wide panel (2 registers a row), AVX2 (16 ymm) 2 rows (4 registers a row), and NEON
 // (32 q registers of 128 bits) 2 rows (8 registers a row).
 // RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles | FileCheck %s --check-prefix=AVX512
-// RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles="vector-bits=256 vector-registers=16" | FileCheck %s --check-prefix=AVX2
-// RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles="vector-bits=128 vector-registers=32" | FileCheck %s --check-prefix=NEON
-// RUN: not gpt-opt %s --split-input-file --gpt-select-register-tiles="vector-bits=96" 2>&1 | FileCheck %s --check-prefix=BAD
+// The target is the module's gpt.target (--gpt-set-target names a CPU; without one, AVX-512's).
+// RUN: gpt-opt %s --split-input-file --gpt-set-target="cpu=haswell" --gpt-select-register-tiles | FileCheck %s --check-prefix=AVX2
+// RUN: gpt-opt %s --split-input-file --gpt-set-target="cpu=aarch64:neoverse-v1" --gpt-select-register-tiles | FileCheck %s --check-prefix=NEON
+// RUN: gpt-opt %s --split-input-file --gpt-set-target="cpu=znver4" --gpt-select-register-tiles | FileCheck %s --check-prefix=AVX512
 
 #qA = affine_map<(m, p, j, k) -> (m, k)>
 #qB = affine_map<(m, p, j, k) -> (p, k, j)>
@@ -22,7 +23,6 @@
 // NEON: gpt.packed_matmul, gpt.register_tile = [2, 1, 32, 1]
 // NEON: linalg.matmul {gpt.register_tile = [2, 32, 1]}
 // NEON: linalg.matmul {gpt.register_tile = [4, 16, 1]}
-// BAD: error: gpt-select-register-tiles: unsupported register file (vector-bits=96, vector-registers=32)
 func.func @packed_prefill(%a: tensor<16x256xf32>, %w: tensor<6x256x32xf32>, %c: tensor<16x6x32xf32>,
                           %q: tensor<16x64xf32>, %k: tensor<64x96xf32>, %s: tensor<16x96xf32>,
                           %k2: tensor<64x48xf32>, %s2: tensor<16x48xf32>)
