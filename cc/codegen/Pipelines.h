@@ -54,7 +54,6 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
       llvm::cl::init("")};
 };
 
-
 /// Stage "transformer": canonicalize, shape inference, canonicalize, attention layout.
 void addTransformerStage(mlir::OpPassManager &pm);
 /// Stage "linalg": lowering to linalg on tensors, plus fusion from the `fused` level up.
