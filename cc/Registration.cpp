@@ -2,9 +2,10 @@
 // that includes MLIR's InitAll* headers: they are slow to compile, so nothing else should.
 #include "cc/Registration.h"
 
-#include "cc/codegen/Passes.h"
-#include "cc/codegen/Pipelines.h"
-#include "cc/codegen/TransformOps.h"
+#include "cc/codegen/common/Passes.h"
+#include "cc/codegen/common/TransformOps.h"
+#include "cc/codegen/cpu/Passes.h"
+#include "cc/codegen/cpu/Pipelines.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
 #include "cc/dialect/transforms/Passes.h"
@@ -31,7 +32,8 @@ void registerAllPasses() {
     mlir::registerAllPasses();
     mlir::transformer::registerTransformerTransformsPasses();
     conversion::registerConversionPasses();
-    codegen::registerCodegenPasses();
+    codegen::registerCodegenCommonPasses();
+    codegen::registerCodegenCpuPasses();
     gpt::registerPipelines();
   });
 }

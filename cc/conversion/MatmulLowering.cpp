@@ -1,5 +1,5 @@
 // Lowering of matmul (linalg.matmul / batch_matmul) and packed_matmul (a linalg.generic over panels).
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"

@@ -1,7 +1,7 @@
 // Compiling and calling an arbitrary transformer-dialect function (see CompiledFunction.h).
 #include "cc/runtime/CompiledFunction.h"
 
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 
 #include "cc/ParseInput.h"
 #include "cc/Registration.h"

@@ -4,7 +4,7 @@
 #ifndef GPT_CC_RUNTIME_COMPILEDFUNCTION_H
 #define GPT_CC_RUNTIME_COMPILEDFUNCTION_H
 
-#include "cc/codegen/Pipelines.h"
+#include "cc/codegen/cpu/Pipelines.h"
 #include "cc/runtime/CompiledModel.h"
 #include "cc/runtime/JitTarget.h"
 

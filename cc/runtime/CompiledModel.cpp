@@ -5,7 +5,7 @@
 
 #include "cc/Registration.h"
 #include "cc/TargetParameters.h"
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"

@@ -4,7 +4,7 @@
 #define GPT_CC_RUNTIME_COMPILEDMODEL_H
 
 #include "cc/builder/GPTBuilder.h"
-#include "cc/codegen/Pipelines.h"
+#include "cc/codegen/cpu/Pipelines.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/runtime/JitTarget.h"
 #include "cc/runtime/MemRefDescriptor.h"

@@ -1,7 +1,7 @@
 // The CPU code is compiled for (see JitTarget.h).
 #include "cc/runtime/JitTarget.h"
 
-#include "cc/codegen/TargetCpus.h"
+#include "cc/codegen/cpu/TargetCpus.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"

@@ -6,7 +6,7 @@
 #define GPT_CC_RUNTIME_JITTARGET_H
 
 #include "cc/TargetParameters.h"
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 
 #include "llvm/ADT/StringRef.h"
 

@@ -1,6 +1,6 @@
 // The vectorize_matmuls Transform-dialect schedule, run on its own from its file, and the same
 // schedule through --gpt-apply-schedule (the copy compiled into the binary).
-// RUN: gpt-opt %s --transform-preload-library=transform-library-paths=%S/../../cc/codegen/schedules/vectorize_matmuls.mlir --transform-interpreter | FileCheck %s
+// RUN: gpt-opt %s --transform-preload-library=transform-library-paths=%S/../../cc/codegen/cpu/schedules/vectorize_matmuls.mlir --transform-interpreter | FileCheck %s
 // RUN: gpt-opt %s --gpt-apply-schedule=schedule=vectorize_matmuls | FileCheck %s
 // RUN: not gpt-opt %s --gpt-apply-schedule=schedule=no_such_schedule 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 

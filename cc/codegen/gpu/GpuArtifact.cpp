@@ -3,7 +3,7 @@
 
 #include "cc/Registration.h"
 #include "cc/builder/GPTBuilder.h"
-#include "cc/codegen/Pipelines.h"
+#include "cc/codegen/common/Stages.h"
 #include "cc/codegen/gpu/GpuPrograms.h"
 #include "cc/runtime/DiagnosticCapture.h"
 
@@ -57,7 +57,7 @@ std::string print(mlir::Operation *op) {
 mlir::func::FuncOp flatten(mlir::MLIRContext &context, mlir::ModuleOp module, llvm::StringRef name) {
   DiagnosticCapture diagnostics(context);
   mlir::PassManager pm(&context, mlir::ModuleOp::getOperationName());
-  addPipelineUpTo(pm, Stage::Transformer, PipelineOptions{});
+  codegen::addTransformerStage(pm);
   if (mlir::failed(pm.run(module)))
     throw std::runtime_error(diagnostics.message("preparing " + name.str() + " for the CUDA target failed"));
   auto function = module.lookupSymbol<mlir::func::FuncOp>(name);

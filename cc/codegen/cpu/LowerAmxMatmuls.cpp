@@ -1,8 +1,8 @@
 // --gpt-lower-amx-matmuls: bf16 and q8_0 packed matmuls marked gpt.amx_tile, on buffers, to loops
 // over AMX tiles (see Passes.td).
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/AMX/AMXDialect.h"
@@ -19,7 +19,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_LOWERAMXMATMULS
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 

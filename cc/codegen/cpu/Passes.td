@@ -1,25 +1,9 @@
-// CPU code generation passes: from linalg on tensors to vectorized, threaded, allocation-free code.
-#ifndef GPT_CC_CODEGEN_PASSES_TD
-#define GPT_CC_CODEGEN_PASSES_TD
+// CPU code generation passes: from linalg on tensors to vectorized, threaded, allocation-free code
+// for the CPU the module's gpt.target names (the target-independent passes are in ../common).
+#ifndef GPT_CC_CODEGEN_CPU_PASSES_TD
+#define GPT_CC_CODEGEN_CPU_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
-
-def FuseElementwise : Pass<"gpt-fuse-elementwise"> {
-  let summary = "Fuse elementwise linalg ops, leaving packed matmuls whole";
-  let description = [{
-    Upstream's `--linalg-fuse-elementwise-ops` (a producer with one use is merged into its
-    consumer; reshapes are propagated by expanding loops) with one exception: a `linalg.generic`
-    marked `gpt.packed_matmul` (from `transformer.packed_matmul`) is never merged with a
-    neighbour and never reshaped. Upstream's pass would pull the LayerNorm before it into its
-    loop nest, recomputing the normalization once per weight panel, and would change the loop
-    structure that the register tiling matches.
-  }];
-  let dependentDialects = [
-    "::mlir::affine::AffineDialect",
-    "::mlir::linalg::LinalgDialect",
-    "::mlir::tensor::TensorDialect",
-  ];
-}
 
 def ApproximateVectorMath : Pass<"gpt-approximate-vector-math"> {
   let summary = "Replace math ops on vectors by polynomial approximations; relax maxima";
@@ -159,43 +143,6 @@ def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
   let dependentDialects = ["::mlir::memref::MemRefDialect"];
 }
 
-def ResultsToOutParams : Pass<"gpt-results-to-out-params", "::mlir::ModuleOp"> {
-  let summary = "Make every function write its memref results into buffers its caller passes";
-  let description = [{
-    Runs right after bufferization. Each memref a function returns becomes an extra argument at
-    the end of its argument list (upstream `promoteBufferResultsToOutParams`), and each call site
-    allocates that buffer and passes it. Where the returned buffer was allocated in the function,
-    the function writes into the caller's buffer directly, with no copy, even when it returns a
-    reshaped view of its allocation: the allocation is first given the returned shape, and the
-    shape it was allocated with becomes a view of it.
-
-    The point is allocation: a callee's result, allocated inside the callee, lives on the heap
-    because it outlives the call; the caller's buffer for it is a temporary of the caller, which
-    `--gpt-stack-allocate-temporaries` can put in its frame. The entry points' results are
-    buffers the runtime passes (the logits), so a compiled program returns nothing and hands no
-    ownership across the call.
-
-    Before:
-    ```mlir
-    func.func private @block(%x: memref<1x64xf32>) -> memref<1x64xf32> {
-      %0 = memref.alloc() : memref<1x2x32xf32>
-      ...
-      %1 = memref.collapse_shape %0 [[0], [1, 2]] : memref<1x2x32xf32> into memref<1x64xf32>
-      return %1 : memref<1x64xf32>
-    }
-    ```
-    After:
-    ```mlir
-    func.func private @block(%x: memref<1x64xf32>, %out: memref<1x64xf32>) {
-      %0 = memref.expand_shape %out [[0], [1, 2]] output_shape [1, 2, 32] : memref<1x64xf32> into memref<1x2x32xf32>
-      ...
-      return
-    }
-    ```
-  }];
-  let dependentDialects = ["::mlir::memref::MemRefDialect"];
-}
-
 def StackAllocateTemporaries : Pass<"gpt-stack-allocate-temporaries", "::mlir::func::FuncOp"> {
   let summary = "Turn a function's small temporary buffers into stack buffers in its frame";
   let description = [{
@@ -243,7 +190,7 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
     The decisions of the `vectorize_matmuls` schedule, written into the IR so that the schedule
     only reads attributes (through the `transform.gpt.*` ops) and `gpt-opt` shows what was chosen.
     Only static shapes that the tiles divide are marked: nothing unmarked is vectorized, so no
-    partial tile exists. The attributes and their accessors are in cc/codegen/CodegenAttributes.h;
+    partial tile exists. The attributes and their accessors are in cc/codegen/common/CodegenAttributes.h;
     the sizes come from cc/TargetParameters.h (tileParameters() of the module's `gpt.target`, as
     the JIT or `--gpt-set-target` writes it; without one, AVX-512's 32 registers of 512 bits). A packed matmul's columns are its weight's panel
     width (the builder's, from the same parameters): the rows are sized for that width.
@@ -388,14 +335,14 @@ def LowerAmxMatmuls : Pass<"gpt-lower-amx-matmuls", "::mlir::func::FuncOp"> {
 def ApplySchedule : Pass<"gpt-apply-schedule", "::mlir::ModuleOp"> {
   let summary = "Apply one of the Transform-dialect schedules built into the compiler";
   let description = [{
-    Runs the `__transform_main` sequence of a schedule from `cc/codegen/schedules/` (compiled into
+    Runs the `__transform_main` sequence of a schedule from `cc/codegen/cpu/schedules/` (compiled into
     the binary, so the Python package needs no file paths) on the module. The same file can be
     run on its own with
     `gpt-opt --transform-preload-library=transform-library-paths=<file> --transform-interpreter`.
   }];
   let options = [
     Option<"scheduleName", "schedule", "std::string", /*default=*/"\"vectorize_matmuls\"",
-           "Name of the schedule: the stem of its file in cc/codegen/schedules/">,
+           "Name of the schedule: the stem of its file in cc/codegen/cpu/schedules/">,
   ];
   let dependentDialects = [
     "::mlir::scf::SCFDialect",
@@ -419,4 +366,4 @@ def VerifyVectorized : Pass<"gpt-verify-vectorized", "::mlir::func::FuncOp"> {
   }];
 }
 
-#endif // GPT_CC_CODEGEN_PASSES_TD
+#endif // GPT_CC_CODEGEN_CPU_PASSES_TD

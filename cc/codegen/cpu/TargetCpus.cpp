@@ -1,5 +1,5 @@
 // Target CPUs by name (see TargetCpus.h).
-#include "cc/codegen/TargetCpus.h"
+#include "cc/codegen/cpu/TargetCpus.h"
 
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"

@@ -1,8 +1,8 @@
 // The `transform.gpt.*` ops: upstream tiling, reduction tiling and thread splitting, with their
 // sizes read from the gpt.* attributes of each payload op (see TransformOps.td).
-#include "cc/codegen/TransformOps.h"
+#include "cc/codegen/common/TransformOps.h"
 
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -17,7 +17,7 @@
 #include "mlir/Interfaces/TilingInterface.h"
 
 #define GET_OP_CLASSES
-#include "cc/codegen/TransformOps.cpp.inc"
+#include "cc/codegen/common/TransformOps.cpp.inc"
 
 namespace gpt::codegen {
 using namespace mlir;
@@ -28,7 +28,8 @@ namespace {
 /// instead of silently matching nothing.
 DiagnosedSilenceableFailure checkAttributeName(transform::TransformOpInterface op, StringRef name) {
   if (isCodegenAttribute(name)) return DiagnosedSilenceableFailure::success();
-  return op.emitDefiniteFailure() << "'" << name << "' is not a gpt codegen attribute (cc/codegen/CodegenAttributes.h)";
+  return op.emitDefiniteFailure() << "'" << name
+                                  << "' is not a gpt codegen attribute (cc/codegen/common/CodegenAttributes.h)";
 }
 
 class TransformExtension : public transform::TransformDialectExtension<TransformExtension> {
@@ -38,7 +39,7 @@ public:
   void init() {
     registerTransformOps<
 #define GET_OP_LIST
-#include "cc/codegen/TransformOps.cpp.inc"
+#include "cc/codegen/common/TransformOps.cpp.inc"
         >();
   }
 };

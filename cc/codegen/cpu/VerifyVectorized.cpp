@@ -1,8 +1,8 @@
 // --gpt-verify-vectorized: fails when an op marked for vectorization is still a linalg op after the
 // schedule, instead of letting it reach the LLVM lowering as scalar loops.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 
@@ -10,7 +10,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_VERIFYVECTORIZED
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 
@@ -21,7 +21,7 @@ public:
       for (StringRef marker : kVectorizedMarkers) {
         if (!op->hasAttr(marker)) continue;
         op->emitOpError() << "is marked '" << marker << "' but the schedule left it unvectorized: "
-                          << "cc/codegen/schedules/ has no block that applies this attribute to this op";
+                          << "cc/codegen/cpu/schedules/ has no block that applies this attribute to this op";
         return WalkResult::interrupt();
       }
       return WalkResult::advance();

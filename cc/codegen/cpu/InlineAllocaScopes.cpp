@@ -1,5 +1,5 @@
 // --gpt-inline-alloca-scopes: removes memref.alloca_scope regions that hold no stack allocation.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/PatternMatch.h"
@@ -8,7 +8,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_INLINEALLOCASCOPES
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 

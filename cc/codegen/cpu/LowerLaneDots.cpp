@@ -1,8 +1,8 @@
 // --gpt-lower-lane-dots: transformer.lane_dot_* to vdpbf16ps / vpdpbusd, or to plain arithmetic
 // on a CPU without them (see Passes.td).
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -19,7 +19,7 @@ using mlir::transformer::LaneDotBf16Op;
 using mlir::transformer::LaneDotU8I8Op;
 
 #define GEN_PASS_DEF_LOWERLANEDOTS
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 

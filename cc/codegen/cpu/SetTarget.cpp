@@ -1,9 +1,9 @@
 // --gpt-set-target: writes the module's gpt.target for a CPU named as CompileOptions(target_cpu)
 // names it.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
-#include "cc/codegen/CodegenAttributes.h"
-#include "cc/codegen/TargetCpus.h"
+#include "cc/codegen/common/CodegenAttributes.h"
+#include "cc/codegen/cpu/TargetCpus.h"
 
 #include "llvm/TargetParser/Host.h"
 
@@ -13,7 +13,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_SETTARGET
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // The `gpt.*` attributes through which code generation decisions travel in the IR: every name,
 // and a typed accessor for each. Passes and the Transform-dialect extension read and write them
 // only through this header; the schedule names them in its text.
-#ifndef GPT_CC_CODEGEN_CODEGENATTRIBUTES_H
-#define GPT_CC_CODEGEN_CODEGENATTRIBUTES_H
+#ifndef GPT_CC_CODEGEN_COMMON_CODEGENATTRIBUTES_H
+#define GPT_CC_CODEGEN_COMMON_CODEGENATTRIBUTES_H
 
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/ArrayRef.h"
@@ -129,4 +129,4 @@ void setAmxTile(mlir::Operation *op, const AmxTile &tile);
 
 } // namespace gpt::codegen
 
-#endif // GPT_CC_CODEGEN_CODEGENATTRIBUTES_H
+#endif // GPT_CC_CODEGEN_COMMON_CODEGENATTRIBUTES_H

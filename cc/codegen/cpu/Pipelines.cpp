@@ -1,10 +1,10 @@
 // Pipeline builders (see Pipelines.h). The order of the LLVM lowering passes follows
 // the order verified on MLIR 19: bufferization, then loops, then each dialect to LLVM.
-#include "cc/codegen/Pipelines.h"
+#include "cc/codegen/cpu/Pipelines.h"
 
-#include "cc/codegen/Passes.h"
-#include "cc/conversion/Passes.h"
-#include "cc/dialect/transforms/Passes.h"
+#include "cc/codegen/common/Passes.h"
+#include "cc/codegen/common/Stages.h"
+#include "cc/codegen/cpu/Passes.h"
 
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
@@ -75,23 +75,9 @@ std::vector<std::string> stageNames() {
   return names;
 }
 
-void addTransformerStage(OpPassManager &pm) {
-  pm.addPass(mlir::createCanonicalizerPass());
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerShapeInference());
-  pm.addPass(mlir::createCanonicalizerPass());
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerAttentionLayout());
-  pm.addNestedPass<mlir::func::FuncOp>(mlir::transformer::createTransformerClassifyAttentionTiles());
-}
+void addTransformerStage(OpPassManager &pm) { codegen::addTransformerStage(pm); }
 
-void addLinalgStage(OpPassManager &pm, const PipelineOptions &options) {
-  pm.addPass(conversion::createTransformerToLinalg());
-  if (fuses(options)) {
-    pm.addPass(codegen::createFuseElementwise());
-    pm.addPass(mlir::createCanonicalizerPass());
-    pm.addPass(mlir::createCSEPass());
-    pm.addPass(mlir::createLoopInvariantCodeMotionPass());
-  }
-}
+void addLinalgStage(OpPassManager &pm, const PipelineOptions &options) { codegen::addLinalgStage(pm, fuses(options)); }
 
 void addVectorizedStage(OpPassManager &pm, const PipelineOptions &options) {
   if (!vectorizes(options)) return;

@@ -1,7 +1,8 @@
-// CPU code generation passes: register tiles, the Transform-dialect schedules that apply them,
-// fusion, vector math, stack allocation and out-parameters.
-#ifndef GPT_CC_CODEGEN_PASSES_H
-#define GPT_CC_CODEGEN_PASSES_H
+// CPU code generation passes (Passes.td): the target CPU, register tiles and the Transform-dialect
+// schedule that applies them, AMX tiles, dot-product instructions, vector math, prefetches,
+// stack allocation.
+#ifndef GPT_CC_CODEGEN_CPU_PASSES_H
+#define GPT_CC_CODEGEN_CPU_PASSES_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -10,10 +11,10 @@
 namespace gpt::codegen {
 
 #define GEN_PASS_DECL
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 #define GEN_PASS_REGISTRATION
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 /// True for the block partial sums of a q8_0 packed matmul: a `gpt.block_partials` generic of one
 /// input of activation lanes and the weight lanes, whose body is `lane_dot_u8i8(acc, w xor
@@ -24,4 +25,4 @@ bool isSignedInt8BlockPartials(mlir::Operation *op);
 
 } // namespace gpt::codegen
 
-#endif // GPT_CC_CODEGEN_PASSES_H
+#endif // GPT_CC_CODEGEN_CPU_PASSES_H

@@ -1,5 +1,5 @@
 // --gpt-apply-schedule: runs a Transform-dialect schedule compiled into the binary.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Transform/IR/TransformDialect.h"
@@ -14,7 +14,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_APPLYSCHEDULE
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 
@@ -23,9 +23,9 @@ struct EmbeddedSchedule {
   const char *text;
 };
 
-// Generated from cc/codegen/schedules/*.mlir: {"<file stem>", "<file contents>"}.
+// Generated from cc/codegen/cpu/schedules/*.mlir: {"<file stem>", "<file contents>"}.
 const EmbeddedSchedule kSchedules[] = {
-#include "cc/codegen/Schedules.inc"
+#include "cc/codegen/cpu/Schedules.inc"
 };
 
 class ApplySchedulePass : public impl::ApplyScheduleBase<ApplySchedulePass> {

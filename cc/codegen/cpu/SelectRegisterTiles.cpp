@@ -1,8 +1,8 @@
 // --gpt-select-register-tiles: records the register tile of every matmul it can tile evenly.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
 #include "cc/TargetParameters.h"
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -19,7 +19,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_SELECTREGISTERTILES
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 

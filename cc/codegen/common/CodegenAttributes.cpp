@@ -1,5 +1,5 @@
 // Typed accessors of the `gpt.*` codegen attributes (see CodegenAttributes.h).
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"

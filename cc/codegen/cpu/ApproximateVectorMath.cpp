@@ -1,6 +1,6 @@
 // --gpt-approximate-vector-math: polynomial approximations of math ops on vectors, and maxima
 // that may ignore the sign of zero.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -12,7 +12,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_APPROXIMATEVECTORMATH
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 

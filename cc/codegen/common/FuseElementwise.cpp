@@ -1,7 +1,7 @@
 // --gpt-fuse-elementwise: linalg's elementwise fusion, except into or out of a packed matmul.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/common/Passes.h"
 
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -13,7 +13,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_FUSEELEMENTWISE
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/common/Passes.h.inc"
 
 namespace {
 

@@ -2,8 +2,8 @@
 // and vectorizes them as --gpt-select-register-tiles marked them, keeping each accumulator tile in
 // vector registers across the K loop. Only marked ops are touched: vectorizing whole untiled ops
 // would build huge vectors. The sizes are not written here: the `transform.gpt.*` ops
-// (cc/codegen/TransformOps.td) read each op's own `gpt.*` attributes (cc/codegen/CodegenAttributes.h),
-// so one block serves every tile shape of the table in cc/codegen/SelectRegisterTiles.cpp.
+// (cc/codegen/common/TransformOps.td) read each op's own `gpt.*` attributes (cc/codegen/common/CodegenAttributes.h),
+// so one block serves every tile shape of the table in cc/codegen/cpu/SelectRegisterTiles.cpp.
 module attributes {transform.with_named_sequence} {
   transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
     // Epilogue fusion: a packed matmul whose only user is an elementwise generic (its bias add,

@@ -1,6 +1,6 @@
 // The `transform.gpt.*` Transform-dialect extension ops (TransformOps.td) and their registration.
-#ifndef GPT_CC_CODEGEN_TRANSFORMOPS_H
-#define GPT_CC_CODEGEN_TRANSFORMOPS_H
+#ifndef GPT_CC_CODEGEN_COMMON_TRANSFORMOPS_H
+#define GPT_CC_CODEGEN_COMMON_TRANSFORMOPS_H
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/Dialect/Transform/IR/TransformDialect.h"
@@ -13,7 +13,7 @@ class DialectRegistry;
 } // namespace mlir
 
 #define GET_OP_CLASSES
-#include "cc/codegen/TransformOps.h.inc"
+#include "cc/codegen/common/TransformOps.h.inc"
 
 namespace gpt::codegen {
 
@@ -22,4 +22,4 @@ void registerTransformExtension(mlir::DialectRegistry &registry);
 
 } // namespace gpt::codegen
 
-#endif // GPT_CC_CODEGEN_TRANSFORMOPS_H
+#endif // GPT_CC_CODEGEN_COMMON_TRANSFORMOPS_H

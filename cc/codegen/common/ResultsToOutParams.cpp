@@ -1,6 +1,6 @@
 // --gpt-results-to-out-params: functions write their memref results into buffers that their
 // callers pass, with no copy where the function allocated the result itself.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/common/Passes.h"
 
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -11,7 +11,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_RESULTSTOOUTPARAMS
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/common/Passes.h.inc"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // --gpt-stack-allocate-temporaries: small temporaries of a function become stack buffers in its
 // frame, including those allocated on every iteration of a sequential loop.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -18,7 +18,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_STACKALLOCATETEMPORARIES
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 

@@ -1,10 +1,10 @@
 // Target CPUs by name, as LLVM knows them: the features of an x86-64 or AArch64 CPU and the
 // `gpt.target` description code generation reads. Shared by the JIT (JitTarget, which also checks
 // the host) and --gpt-set-target (which names a CPU in a test or a gpt-opt pipeline).
-#ifndef GPT_CC_CODEGEN_TARGETCPUS_H
-#define GPT_CC_CODEGEN_TARGETCPUS_H
+#ifndef GPT_CC_CODEGEN_CPU_TARGETCPUS_H
+#define GPT_CC_CODEGEN_CPU_TARGETCPUS_H
 
-#include "cc/codegen/CodegenAttributes.h"
+#include "cc/codegen/common/CodegenAttributes.h"
 
 #include <map>
 #include <string>
@@ -32,4 +32,4 @@ TargetDescription describeTarget(const std::string &triple, const std::string &c
 
 } // namespace gpt::codegen
 
-#endif // GPT_CC_CODEGEN_TARGETCPUS_H
+#endif // GPT_CC_CODEGEN_CPU_TARGETCPUS_H

@@ -21,7 +21,7 @@ def MatchAttributeOp : GptTransformOp<"match_attribute", [MemoryEffectsOpInterfa
     Returns a handle to the ops under `root` (in pre-order) that carry the attribute `name`,
     whatever its value: upstream `transform.structured.match` compares values, and a schedule
     that listed every value would repeat the tile table. `name` must be one of the attributes of
-    cc/codegen/CodegenAttributes.h.
+    cc/codegen/common/CodegenAttributes.h.
 
     ```mlir
     %tiled = transform.gpt.match_attribute "gpt.register_tile" in %root

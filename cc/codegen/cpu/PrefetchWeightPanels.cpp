@@ -1,6 +1,6 @@
 // --gpt-prefetch-weight-panels: a few-row packed matmul prefetches its next weight panel, one cache
 // line per K step, spread over its row tiles.
-#include "cc/codegen/Passes.h"
+#include "cc/codegen/cpu/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -15,7 +15,7 @@ namespace gpt::codegen {
 using namespace mlir;
 
 #define GEN_PASS_DEF_PREFETCHWEIGHTPANELS
-#include "cc/codegen/Passes.h.inc"
+#include "cc/codegen/cpu/Passes.h.inc"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Named pass pipelines from the transformer dialect to the LLVM dialect. The same builders serve
 // gpt-opt (registered as --gpt-* pipelines) and the Python package, so both run identical passes.
-#ifndef GPT_CC_PASSES_PIPELINES_H
-#define GPT_CC_PASSES_PIPELINES_H
+#ifndef GPT_CC_CODEGEN_CPU_PIPELINES_H
+#define GPT_CC_CODEGEN_CPU_PIPELINES_H
 
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Support/LogicalResult.h"
@@ -76,4 +76,4 @@ void registerPipelines();
 
 } // namespace gpt
 
-#endif // GPT_CC_PASSES_PIPELINES_H
+#endif // GPT_CC_CODEGEN_CPU_PIPELINES_H
