@@ -122,6 +122,7 @@ def worker(args):
             def __init__(self, path, threads, weight_format):
                 options = gpt.CompileOptions(threads=threads, weights=weight_format)
                 self.model = gpt.GPT.from_gguf(path, options)
+                self.caches = {}
 
         runner = GGUFRunner(args.path, args.threads, weight_format)
         vocab = runner.model.config.vocab_size
