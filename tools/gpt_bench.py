@@ -202,7 +202,7 @@ class OnnxRuntimeRunner:
             past = torch.zeros(self._past_shape(2))
             positions = torch.export.Dim("past", min=1, max=self.cfg.block_size - 1)
             torch.onnx.export(
-                Step(),
+                Step().eval(),
                 (torch.zeros(1, 1, dtype=torch.long), past, past),
                 path,
                 dynamo=True,
@@ -211,7 +211,7 @@ class OnnxRuntimeRunner:
             )
         else:
             torch.onnx.export(
-                Forward(),
+                Forward().eval(),
                 (torch.zeros(1, 8, dtype=torch.long),),
                 path,
                 dynamo=True,

@@ -1,7 +1,6 @@
 // Lowering of the paged KV pool's ops: transformer.paged_cache_write and
 // transformer.paged_attention, the cache write and attention of a batched step whose sequences'
 // keys and values live in the blocks of a shared pool, reached through per-sequence block tables.
-#include "cc/TargetParameters.h"
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/OnlineSoftmax.h"
 #include "cc/conversion/Passes.h"

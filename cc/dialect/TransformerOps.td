@@ -146,9 +146,11 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
 
     The weight's format follows from its operands. An `f32` weight multiplies f32 activations.
     The low-precision formats store the weights one 32-bit **lane** at a time: each `i32` holds
-    the weights of one column that one 32-bit lane of the CPU's dot-product instructions
-    multiplies (`vdpbf16ps`: 2 bf16 pairs; `vpdpbusd`: 4 byte pairs), and the activations are
-    converted to match at run time (see `transformer.lane_dot_bf16` and `lane_dot_u8i8`):
+    the weights of one column that one 32-bit lane of a dot product multiplies (2 bf16 pairs or 4
+    byte pairs: the unit of x86's `vdpbf16ps` and `vpdpbusd`, and of AArch64's `bfdot` and
+    `sdot`), and the activations are converted to match at run time (see
+    `transformer.lane_dot_bf16` and `lane_dot_u8i8`, whose meaning is their own arithmetic, not
+    one CPU's instruction):
     - `bf16`: `[N / P, K / 2, P] x i32`; lane `[p, r, c]` holds `bf16(w[r, j])` in its low half
       and `bf16(w[r + K / 2, j])` in its high half (`j = p * P + c`). The activations are rounded
       to bf16 (to nearest even) and the products accumulate in f32.
@@ -206,17 +208,18 @@ class Transformer_LaneDotOp<string mnemonic, Type accumulator, string meaning>
 
     Elementwise on scalars or vectors (a vector of lanes and its accumulators, of one shape), so
     that linalg's vectorizer widens it like any arith op; `--gpt-lower-lane-dots` then emits
-    the instruction on each 16-lane piece where the target has it, and the same arithmetic in
-    plain integer and float ops where it does not.
+    the instructions of the module's target (`gpt.target`) that compute it, and the same
+    arithmetic in plain integer and float ops where the target has none.
   }];
 }
 
 def Transformer_LaneDotBf16Op : Transformer_LaneDotOp<"lane_dot_bf16", F32, [{
-    One 32-bit lane of `vdpbf16ps`: `lhs` and `rhs` each hold two bf16 values (low half, high
-    half); the result is `accumulator + lhs.high * rhs.high + lhs.low * rhs.low`, each product
-    exact in f32 and added in that order. (`vdpbf16ps` also flushes subnormal inputs and results
-    to zero, which the plain-arithmetic lowering does not: the two agree wherever no subnormal
-    occurs.)
+    A dot product of two bf16 pairs into f32: `lhs` and `rhs` each hold two bf16 values (low
+    half, high half); the result is `accumulator + lhs.high * rhs.high + lhs.low * rhs.low`, each
+    product exact in f32 and added in that order. This is one 32-bit lane of x86's `vdpbf16ps`
+    (AVX512-BF16), which computes it where the target has it; that instruction also flushes
+    subnormal inputs and results to zero, which the plain-arithmetic lowering does not: the two
+    agree wherever no subnormal occurs.
 
     ```mlir
     %s = transformer.lane_dot_bf16 %acc, %x, %w : vector<32xi32> -> vector<32xf32>
@@ -226,8 +229,10 @@ def Transformer_LaneDotBf16Op : Transformer_LaneDotOp<"lane_dot_bf16", F32, [{
 }
 
 def Transformer_LaneDotU8I8Op : Transformer_LaneDotOp<"lane_dot_u8i8", I32, [{
-    One 32-bit lane of `vpdpbusd`: `lhs` holds four unsigned bytes and `rhs` four signed bytes;
-    the result is `accumulator + sum over i of lhs.byte(i) * rhs.byte(i)` in i32 (wrapping).
+    A dot product of four byte pairs into i32: `lhs` holds four unsigned bytes and `rhs` four
+    signed bytes; the result is `accumulator + sum over i of lhs.byte(i) * rhs.byte(i)` in i32
+    (wrapping). x86 computes it with `vpdpbusd` (AVX512-VNNI, AVX-VNNI) or exactly with two
+    `vpmaddwd` (AVX2, AVX512-BW); AArch64's `usdot` (i8mm) is the same lane.
 
     ```mlir
     %s = transformer.lane_dot_u8i8 %acc, %w, %x : vector<32xi32> -> vector<32xi32>
