@@ -4,8 +4,9 @@
 # Seeds come from the .mlir files under tests/ and tools/demo/ (tools/fuzz/make_seed_corpus.py):
 # GPT_FUZZ_SEEDS of them (default 40), round-robin over the files, smallest first, so that a bounded
 # run mutates for most of its time instead of replaying hundreds of whole models (0: every case); the
-# corpus the fuzzer grows is kept in $GPT_FUZZ_DIR/corpus between runs. Crashes, timeouts and
-# out-of-memory inputs land in $GPT_FUZZ_DIR/crashes, and the script exits non-zero if there are any.
+# corpus the fuzzer grows is kept in $GPT_FUZZ_DIR/corpus between runs. Crashes, timeouts (those
+# whose input is slow again on replay) and out-of-memory inputs land in $GPT_FUZZ_DIR/crashes, and
+# the script exits non-zero if there are any.
 # Each fixed crash goes, minimized (-minimize_crash=1), into tests/fuzz/regressions/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -47,6 +48,20 @@ ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" UBSAN_OPTIONS="print_stacktrace=
   "$work/corpus" "$work/seeds" 2>&1 | tee "$log" | grep -vE '^(#[0-9]+|[[:space:]]+NEW_FUNC)'
 status="${PIPESTATUS[0]}"
 set -e
+
+# A timeout is a finding when its input is slow again on its own: a 2-core machine busy with
+# something else can stretch one slow, finite input past -timeout under ASan (seen once in CI,
+# 11 s, not reproduced in three runs of the same seed). An input that finishes on replay is
+# kept aside in $work/slow and named, not counted; a hang times out again.
+mkdir -p "$work/slow"
+timeouts=$(find "$work/crashes" -type f -name 'timeout-*' -newer "$stamp")
+for input in $timeouts; do
+  if ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" "$fuzzer" -timeout=10 -rss_limit_mb=4096 -runs=1 "$input" >"$work/replay.log" 2>&1; then
+    mv "$input" "$work/slow/"
+    echo "fuzz: $(basename "$input") took over 10 s once but finished on replay: kept in $work/slow, not a finding"
+    status=0
+  fi
+done
 
 # libFuzzer's final statistics: whether the run mutated (new units) or only replayed its seeds.
 stat() { grep -oE "^stat::$1: *[0-9]+" "$log" | tail -1 | grep -oE '[0-9]+$' || echo "?"; }
