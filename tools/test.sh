@@ -70,7 +70,8 @@ if [[ "$quick" == 0 ]]; then
   if GPT_FUZZ_DIR="$fuzz_dir" GPT_FUZZ_SEED=1 bash tools/fuzz.sh "$FUZZ_SECONDS"; then
     passed=$((passed + 1))
   else
-    echo "fuzz: FAILED"
+    echo "fuzz: FAILED (its inputs are kept in $fuzz_dir/crashes for tools/fuzz.sh's reproduce line)"
+    keep_fuzz_dir=1
     failed=$((failed + 1))
     status=1
   fi
@@ -90,7 +91,7 @@ if [[ "$quick" == 0 ]]; then
   fi
 fi
 rm -f "$log"
-[[ -n "${fuzz_dir:-}" ]] && rm -rf "$fuzz_dir"
+if [[ -n "${fuzz_dir:-}" && -z "${keep_fuzz_dir:-}" ]]; then rm -rf "$fuzz_dir"; fi
 if [[ "$lint_status" != 0 ]]; then
   echo "lint: FAILED (bash tools/lint.sh lists the findings; bash tools/lint.sh --fix rewrites the files)"
   failed=$((failed + 1))
