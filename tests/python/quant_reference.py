@@ -84,6 +84,21 @@ def dequantize(codes: np.ndarray, scale_bits: np.ndarray, offset: int = 0) -> np
     return ((codes.astype(np.float64) - offset).reshape(k // BLOCK, BLOCK, n) * d[:, None, :]).reshape(k, n)
 
 
+def bf16_rounded(values: np.ndarray) -> np.ndarray:
+    """The float32 values of the bf16 nearest to each value."""
+    return (bf16_bits(values).astype(np.uint32) << 16).view(np.float32)
+
+
+def dequantized(fmt: str, matrix: np.ndarray) -> np.ndarray:
+    """A [K, N] matmul weight as a `fmt` model sees it ("q8_0", "q4_0" or "q4_1"): quantized in
+    blocks of 32 along K, then dequantized in float64."""
+    if fmt == "q4_1":
+        return dequantize_q4_1(*q4_1(matrix))
+    quantize, offset = {"q8_0": (q8_0, 0), "q4_0": (q4_0, 8)}[fmt]
+    codes, scales = quantize(matrix)
+    return dequantize(codes, scales, offset=offset)
+
+
 # -- Lane layouts --------------------------------------------------------------------------------
 # Each uint32 word holds weights of one column (column j = p * width + c of panel p) from the rows
 # of K that the activations of one lane come from: the two halves of K (bf16), or rows with stride

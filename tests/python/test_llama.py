@@ -252,19 +252,6 @@ def dataclass_replace(config, **changes):
 # -- low-precision weights -------------------------------------------------------------------
 
 
-def bf16_rounded(values):
-    return (ref.bf16_bits(values).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-
-
-def dequantized(fmt, matrix):
-    """A [K, N] weight quantized along K by the reference implementation, dequantized in f64."""
-    if fmt == "q4_1":
-        return ref.dequantize_q4_1(*ref.q4_1(matrix))
-    quantize, offset = (ref.q8_0, 0) if fmt == "q8_0" else (ref.q4_0, 8)
-    codes, scales = quantize(matrix)
-    return ref.dequantize(codes, scales, offset=offset)
-
-
 def low_precision_reference(theirs, fmt):
     """HF's model in float64 computing what a `fmt` model computes: every Linear's [out, in] weight
     rounded (bf16) or quantized in blocks of 32 along `in` (q8_0, q4_0, q4_1; the LM head in q8_0 as
@@ -281,7 +268,10 @@ def low_precision_reference(theirs, fmt):
                 continue
             w = module.weight.numpy()
             kind = "q8_0" if fmt in ("q4_0", "q4_1") and name == "lm_head" else fmt
-            rounded = bf16_rounded(w) if fmt == "bf16" else dequantized(kind, w.T.astype(np.float32)).T
+            if fmt == "bf16":
+                rounded = ref.bf16_rounded(w).astype(np.float64)
+            else:
+                rounded = ref.dequantized(kind, w.T.astype(np.float32)).T
             module.weight.copy_(torch.from_numpy(np.ascontiguousarray(rounded)))
             module.register_forward_pre_hook(lambda _, args: (torch.from_numpy(into(args[0].numpy())),))
     return model

@@ -21,57 +21,9 @@ import pytest
 
 import gpt
 import quant_reference as ref
+from low_precision_reference import MATMUL_WEIGHTS, bf16_reference, block_quantized_reference
 from reference import gpt2_logits
 from shapes import GPT2_SMALL, MID, NANO, RTOL, config, exercising_weights, relative_error, token_ids
-
-MATMUL_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-
-
-def bf16_rounded(values):
-    """The float32 values of the bf16 nearest to each value (the reference's rounding, not the kernel's)."""
-    return (ref.bf16_bits(values).astype(np.uint32) << 16).view(np.float32)
-
-
-def bf16_reference(weights, ids, cfg, activations=True):
-    """What a bf16 model computes: every matmul weight and the LM head rounded to bf16, and (with
-    `activations`) every matmul's input rows too, as vdpbf16ps multiplies bf16 by bf16; the
-    embedding lookup, biases and LayerNorm in f32."""
-    rounded = dict(weights)
-    for name in weights:
-        if name.endswith(MATMUL_WEIGHTS):
-            rounded[name] = bf16_rounded(weights[name])
-    head = bf16_rounded(weights["transformer.wte.weight"])
-    into = ref.bf16_activations if activations else None
-    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=head, matmul_input=into)
-
-
-def dequantized(fmt, matrix):
-    """A [K, N] matmul weight as the compiled model sees it: quantized in blocks of 32 along K by
-    the reference implementation, then dequantized in float64."""
-    if fmt == "q8_0":
-        codes, scales = ref.q8_0(matrix)
-        return ref.dequantize(codes, scales)
-    if fmt == "q4_1":
-        codes, pairs = ref.q4_1(matrix)
-        return ref.dequantize_q4_1(codes, pairs)
-    codes, scales = ref.q4_0(matrix)
-    return ref.dequantize(codes, scales, offset=8)
-
-
-def block_quantized_reference(fmt, weights, ids, cfg, activations=True):
-    """What a q8_0 / q4_0 / q4_1 model computes: every matmul weight dequantized; the tied embedding
-    stored once, as the LM head's [D, V] weight with blocks along D, in q8_0 for both formats,
-    and dequantized for the token lookup and the head alike; (with `activations`) every matmul's
-    input quantized to int8 in blocks of 32 along K, as vpdpbusd multiplies bytes by bytes;
-    position embeddings, biases and LayerNorm in f32."""
-    rounded = dict(weights)
-    for name in weights:
-        if name.endswith(MATMUL_WEIGHTS):
-            rounded[name] = dequantized(fmt, weights[name])
-    table = dequantized("q8_0", weights["transformer.wte.weight"].T).T
-    rounded["transformer.wte.weight"] = table
-    into = ref.int8_activations if activations else None
-    return gpt2_logits(rounded, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding, lm_head=table, matmul_input=into)
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "q8_0", "q4_0"])
@@ -187,11 +139,11 @@ def test_state_dict_is_what_the_model_computes_with(fmt):
             if fmt == "f32":
                 expected = value
             elif fmt == "bf16":
-                expected = bf16_rounded(value)
+                expected = ref.bf16_rounded(value)
             else:
-                expected = dequantized(fmt, value)
+                expected = ref.dequantized(fmt, value)
         elif name == "transformer.wte.weight" and fmt in ("q8_0", "q4_0", "q4_1"):
-            expected = dequantized("q8_0", value.T).T  # stored once, as the q8_0 LM head
+            expected = ref.dequantized("q8_0", value.T).T  # stored once, as the q8_0 LM head
         else:
             expected = value
         np.testing.assert_array_equal(state[name], expected.astype(np.float32), err_msg=name)

@@ -12,6 +12,7 @@ import pytest
 
 import gpt
 from gpt import _gpt
+from low_precision_reference import bf16_reference, block_quantized_reference
 from reference import gpt2_logits
 from shapes import NANO, RTOL, exercising_weights, relative_error, token_ids
 
@@ -51,9 +52,14 @@ def test_haswell_panels_compute_what_the_host_computes(fmt):
     cfg = gpt.GPTConfig(**SHAPE)
     weights = exercising_weights(cfg)
     ids = token_ids(cfg, 13)
-    # f32 against the numpy reference; the low-precision formats against the host's model, which
-    # test_low_precision.py holds to the reference on rounded or dequantized weights.
-    expected = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding) if fmt == "f32" else None
+    # Every format against the float64 numpy reference on the same rounded or dequantized weights
+    # and activations (low_precision_reference.py), for each target's panels.
+    if fmt == "f32":
+        expected = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding)
+    elif fmt == "bf16":
+        expected = bf16_reference(weights, ids, cfg)
+    else:
+        expected = block_quantized_reference(fmt, weights, ids, cfg)
     logits = {}
     for target in ("haswell", "host"):
         tiles = _gpt.tile_parameters(target)
@@ -68,8 +74,7 @@ def test_haswell_panels_compute_what_the_host_computes(fmt):
         assert re.search(rf"tensor<8x{padded}xf32>", ir), f"{target}: logits not padded to {padded}"
         logits[target] = model.forward(ids)
         assert logits[target].shape == (len(ids), cfg.vocab_size)
-        if expected is not None:
-            assert relative_error(logits[target], expected) < RTOL, target
+        assert relative_error(logits[target], expected) < RTOL, target
         # Decode reads the same panels one row at a time.
         cache = model.new_cache()
         model.prefill(ids[:12].tolist(), cache)
