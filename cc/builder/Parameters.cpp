@@ -185,7 +185,7 @@ std::vector<ParameterSpec> suppliedParameters(const GPTConfig &config) {
   std::vector<ParameterSpec> supplied;
   // Any target's tiles: they shape only the LM head's padded copy, which is derived, not supplied.
   WeightStorage unpacked;
-  unpacked.tiles = target::tileParameters(/*vectorBits=*/512, /*vectorRegisters=*/32);
+  unpacked.tiles = target::kDefaultTileParameters;
   for (ParameterSpec &spec : parameterSpecs(config, unpacked))
     if (!spec.derived()) supplied.push_back(std::move(spec));
   return supplied;

@@ -82,19 +82,22 @@ JitTarget::JitTarget(std::string triple, std::string cpu, std::map<std::string, 
   const llvm::Triple target(triple_), process(llvm::sys::getProcessTriple());
   if (target.getArch() != process.getArch()) {
     unavailable_.push_back("the " + target.getArchName().str() + " architecture");
-    return;
+  } else {
+    const std::map<std::string, bool> host = hostFeatures();
+    for (const auto &[feature, enabled] : features_) {
+      auto found = host.find(feature);
+      // Only instruction-set features the host reports are compared (tuning flags are not).
+      if (enabled && found != host.end() && !found->second && !isSystemFeature(feature))
+        unavailable_.push_back(feature);
+    }
+    // Code that runs here uses AMX only with the process's permission; without it, the CPU's code
+    // without AMX (compile-only code keeps it: it never runs here).
+    if (unavailable_.empty() && has("amx-tile") && !amxPermitted())
+      for (auto &[feature, enabled] : features_)
+        if (llvm::StringRef(feature).starts_with("amx-")) enabled = false;
   }
-  const std::map<std::string, bool> host = hostFeatures();
-  for (const auto &[feature, enabled] : features_) {
-    auto found = host.find(feature);
-    // Only instruction-set features the host reports are compared (tuning flags are not).
-    if (enabled && found != host.end() && !found->second && !isSystemFeature(feature)) unavailable_.push_back(feature);
-  }
-  // Code that runs here uses AMX only with the process's permission; without it, the CPU's code
-  // without AMX (compile-only code keeps it: it never runs here).
-  if (unavailable_.empty() && has("amx-tile") && !amxPermitted())
-    for (auto &[feature, enabled] : features_)
-      if (llvm::StringRef(feature).starts_with("amx-")) enabled = false;
+  // Described once: the runtime asks for the tile parameters on every call.
+  codegen_ = codegen::describeTarget(triple_, cpu_, features_);
 }
 
 JitTarget JitTarget::host() {
@@ -110,14 +113,6 @@ JitTarget JitTarget::named(const std::string &name) {
 bool JitTarget::has(llvm::StringRef feature) const {
   auto found = features_.find(feature.str());
   return found != features_.end() && found->second;
-}
-
-int64_t JitTarget::vectorBits() const { return codegenTarget().vectorBits; }
-
-int64_t JitTarget::vectorRegisters() const { return codegenTarget().vectorRegisters; }
-
-codegen::TargetDescription JitTarget::codegenTarget() const {
-  return codegen::describeTarget(triple_, cpu_, features_);
 }
 
 bool JitTarget::isX86() const { return llvm::Triple(triple_).isX86(); }

@@ -40,12 +40,12 @@ public:
   bool has(llvm::StringRef feature) const;
   /// The vector register file code for this target is tiled for: bits per register (AVX-512:
   /// 512, AVX2: 256, SSE and NEON: 128) and how many registers (AVX-512 and AArch64: 32, else 16).
-  int64_t vectorBits() const;
-  int64_t vectorRegisters() const;
+  int64_t vectorBits() const { return codegen_.vectorBits; }
+  int64_t vectorRegisters() const { return codegen_.vectorRegisters; }
   /// The register tile, panel width and vocabulary padding code for this target is built with.
   target::TileParameters tileParameters() const { return target::tileParameters(vectorBits(), vectorRegisters()); }
   /// The target as code generation sees it (the module's `gpt.target` attribute).
-  codegen::TargetDescription codegenTarget() const;
+  const codegen::TargetDescription &codegenTarget() const { return codegen_; }
   /// Whether this is an x86-64 target (else AArch64).
   bool isX86() const;
   /// The target triple, e.g. "x86_64-pc-linux-gnu" or "aarch64-unknown-linux-gnu".
@@ -69,6 +69,7 @@ private:
   std::map<std::string, bool> features_; // every feature LLVM knows for the target, on or off
   // What keeps the host from running the code: a different architecture, or features it lacks.
   std::vector<std::string> unavailable_;
+  codegen::TargetDescription codegen_; // codegen::describeTarget of the above
 };
 
 } // namespace gpt
