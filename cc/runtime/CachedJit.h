@@ -7,6 +7,9 @@
 #include "cc/runtime/JitTarget.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
@@ -21,13 +24,23 @@ struct DiskCacheSettings {
   uint64_t maxBytes;
 };
 
-/// JIT-compiles `name` of `module` (in the LLVM dialect) for `target`, or loads its object from
-/// the disk cache, keyed by the SHA-256 of the compiler version, the target, the name and the
-/// module's text; a compiled object is stored there (best effort). Sets `*loaded` to whether the
-/// object came from the cache. Throws CompileError (CompiledModel.h) for an unusable cache
-/// directory, std::runtime_error when the JIT fails.
-std::unique_ptr<JitFunction> jitThroughDiskCache(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
-                                                 const DiskCacheSettings &cache, bool *loaded);
+/// The module the pass pipeline starts from, as text (what a disk-cache key is computed from).
+std::string sourceText(mlir::ModuleOp module);
+
+/// Compiles entry point `name` for `target`, or loads it from the disk cache.
+///
+/// The key is computed before anything is lowered, as ccache's direct mode hashes a compiler's
+/// inputs: the SHA-256 of this compiler build (compilerIdentity()), the target's description,
+/// `name` and `source`, the rest of what determines the program (the pipeline's options and the
+/// text of the module the pipeline starts from). A hit loads the object without running the
+/// MLIR pipeline or LLVM; a miss calls `lowerToLLVM()` for the module in the LLVM dialect,
+/// compiles it and stores the object (best effort). Sets `*loaded` to whether the object came
+/// from the cache. Throws CompileError (CompiledModel.h) for an unusable cache directory,
+/// std::runtime_error when the JIT fails.
+std::unique_ptr<JitFunction> jitThroughDiskCache(llvm::ArrayRef<std::string> source, llvm::StringRef name,
+                                                 const JitTarget &target, const DiskCacheSettings &cache,
+                                                 llvm::function_ref<mlir::OwningOpRef<mlir::ModuleOp>()> lowerToLLVM,
+                                                 bool *loaded);
 
 } // namespace gpt
 

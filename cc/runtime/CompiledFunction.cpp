@@ -97,6 +97,22 @@ void CompiledFunction::compile() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (function_) return;
   auto start = std::chrono::steady_clock::now();
+  // The imported module and the pipeline's options key the disk cache; a hit skips the pipeline.
+  const std::vector<std::string> source = {"pipeline level " + std::to_string(static_cast<int>(options_.level)) +
+                                               " threads " + std::to_string(std::max(1, options_.threads)),
+                                           text_};
+  try {
+    function_ = jitThroughDiskCache(
+        source, name_, target_, {options_.cacheDir, options_.cacheMaxBytes}, [&] { return lowerToLLVM(); }, &loaded_);
+  } catch (const CompileError &) {
+    throw;
+  } catch (const std::runtime_error &error) {
+    throw CompileError(error.what());
+  }
+  compileSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> CompiledFunction::lowerToLLVM() {
   mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::Bufferized);
   // The calling convention call() relies on: the arguments as given, then one out-param per
   // result, each a dense buffer of the signature's shape; nothing returned.
@@ -118,14 +134,7 @@ void CompiledFunction::compile() {
   setPipelineOptions(pipeline);
   addLLVMStage(pm, pipeline);
   if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering '" + name_ + "' to LLVM failed"));
-  try {
-    function_ = jitThroughDiskCache(*module, name_, target_, {options_.cacheDir, options_.cacheMaxBytes}, &loaded_);
-  } catch (const CompileError &) {
-    throw;
-  } catch (const std::runtime_error &error) {
-    throw CompileError(error.what());
-  }
-  compileSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return module;
 }
 
 bool CompiledFunction::isCompiled() const {

@@ -58,6 +58,8 @@ public:
 private:
   /// The module parsed from the constructor's text, lowered through `stage`.
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage);
+  /// The module lowered to the LLVM dialect, checked to follow call()'s convention.
+  mlir::OwningOpRef<mlir::ModuleOp> lowerToLLVM();
   /// The options' level and threads, and the target's dot-product instructions.
   void setPipelineOptions(PipelineOptions &pipeline) const;
 

@@ -59,29 +59,47 @@ int64_t CompiledModel::bucketFor(int64_t seqLen) const {
   return std::min(bucket, std::max(config_.blockSize, seqLen));
 }
 
-mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen,
-                                                       const BatchShape *batch) {
+mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::build(int64_t seqLen, int64_t cacheLen, const BatchShape *batch) {
   DiagnosticCapture diagnostics(*context);
-  mlir::OwningOpRef<mlir::ModuleOp> module;
-  if (batch)
-    module = buildBatchStep(*context, config_, *batch, weightStorage());
-  else if (cacheLen > 0)
-    module = buildStep(*context, config_, seqLen, cacheLen, weightStorage());
-  else
-    module = buildForward(*context, config_, seqLen, weightStorage());
-  mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
-  PipelineOptions pipeline;
+  if (batch) return buildBatchStep(*context, config_, *batch, weightStorage());
+  if (cacheLen > 0) return buildStep(*context, config_, seqLen, cacheLen, weightStorage());
+  return buildForward(*context, config_, seqLen, weightStorage());
+}
+
+void CompiledModel::setPipelineOptions(PipelineOptions &pipeline) const {
   pipeline.level = options_.level;
   pipeline.threads = std::max(1, options_.threads);
+}
+
+std::string CompiledModel::pipelineDescription() const {
+  return "pipeline level " + std::to_string(static_cast<int>(options_.level)) + " threads " +
+         std::to_string(std::max(1, options_.threads));
+}
+
+void CompiledModel::runPipeline(mlir::ModuleOp module, Stage stage, const std::string &what) {
+  DiagnosticCapture diagnostics(*context);
+  mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
+  PipelineOptions pipeline;
+  setPipelineOptions(pipeline);
   // The target the passes choose tiles and instructions for.
-  codegen::setTarget(*module, target_.codegenTarget());
+  codegen::setTarget(module, target_.codegenTarget());
   addPipelineUpTo(pm, stage, pipeline);
-  if (mlir::failed(pm.run(*module))) {
-    std::string what = batch          ? "the batched step for " + std::to_string(batch->tokens) + " tokens"
-                       : cacheLen > 0 ? "the cached step for " + std::to_string(seqLen) + " tokens"
-                                      : "forward for " + std::to_string(seqLen) + " tokens";
-    throw CompileError(diagnostics.message("compiling " + what + " failed"));
-  }
+  if (mlir::failed(pm.run(module))) throw CompileError(diagnostics.message("compiling " + what + " failed"));
+}
+
+namespace {
+/// What an entry point of these shapes is, for error messages.
+std::string describeEntry(int64_t seqLen, int64_t cacheLen, const BatchShape *batch) {
+  return batch          ? "the batched step for " + std::to_string(batch->tokens) + " tokens"
+         : cacheLen > 0 ? "the cached step for " + std::to_string(seqLen) + " tokens"
+                        : "forward for " + std::to_string(seqLen) + " tokens";
+}
+} // namespace
+
+mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen,
+                                                       const BatchShape *batch) {
+  mlir::OwningOpRef<mlir::ModuleOp> module = build(seqLen, cacheLen, batch);
+  runPipeline(*module, stage, describeEntry(seqLen, cacheLen, batch));
   return module;
 }
 
@@ -124,20 +142,31 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, i
   target_.checkRunsOnHost(); // before minutes of compiling code that could not run
   std::unique_ptr<JitFunction> function;
   {
-    mlir::OwningOpRef<mlir::ModuleOp> module = lowerEntryToLLVM(name, seqLen, cacheLen, logitsRows, batch);
-    function = jit(*module, name);
+    // The builder's module (milliseconds) keys the disk cache; a hit skips the pipeline.
+    mlir::OwningOpRef<mlir::ModuleOp> module = build(seqLen, cacheLen, batch);
+    const std::string what = describeEntry(seqLen, cacheLen, batch);
+    const std::vector<std::string> source = {pipelineDescription(), "logits rows " + std::to_string(logitsRows),
+                                             sourceText(*module)};
+    bool loaded = false;
+    function = jitThroughDiskCache(
+        source, name, target_, {options_.cacheDir, options_.cacheMaxBytes},
+        [&] {
+          lowerEntryToLLVM(*module, name, what, logitsRows);
+          return std::move(module);
+        },
+        &loaded);
+    if (loaded) ++diskHits;
   }
   releaseFreedMemory(); // the modules of every stage, and LLVM's, are freed by now
   return function;
 }
 
-mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lowerEntryToLLVM(llvm::StringRef name, int64_t seqLen,
-                                                                  int64_t cacheLen, int64_t logitsRows,
-                                                                  const BatchShape *batch) {
-  mlir::OwningOpRef<mlir::ModuleOp> module = lower(Stage::Bufferized, seqLen, cacheLen, batch);
+void CompiledModel::lowerEntryToLLVM(mlir::ModuleOp module, llvm::StringRef name, const std::string &what,
+                                     int64_t logitsRows) {
+  runPipeline(module, Stage::Bufferized, what);
   // The calling convention run() relies on: nothing returned, the logits written into the last
   // argument, and (for the cached step) the caches updated where they are, not copied out.
-  auto entry = module->lookupSymbol<mlir::func::FuncOp>(name);
+  auto entry = module.lookupSymbol<mlir::func::FuncOp>(name);
   auto logitsType =
       mlir::MemRefType::get({logitsRows, config_.paddedVocabSize(tiles())}, mlir::Float32Type::get(context.get()));
   if (!entry || entry.getNumResults() != 0 || entry.getNumArguments() == 0 ||
@@ -148,20 +177,10 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lowerEntryToLLVM(llvm::StringRe
   DiagnosticCapture diagnostics(*context);
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
-  pipeline.level = options_.level;
-  pipeline.threads = std::max(1, options_.threads);
+  setPipelineOptions(pipeline);
   addLLVMStage(pm, pipeline);
-  if (mlir::failed(pm.run(*module)))
+  if (mlir::failed(pm.run(module)))
     throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));
-  return module;
-}
-
-std::unique_ptr<JitFunction> CompiledModel::jit(mlir::ModuleOp module, llvm::StringRef name) {
-  bool loaded = false;
-  std::unique_ptr<JitFunction> function =
-      jitThroughDiskCache(module, name, target_, {options_.cacheDir, options_.cacheMaxBytes}, &loaded);
-  if (loaded) ++diskHits;
-  return function;
 }
 
 double CompiledModel::totalCompileSeconds() const {
@@ -580,7 +599,8 @@ void CompiledModel::dumpForwardObject(int64_t seqLen, const std::string &path) {
   if (!target_.runsOnHost()) { // compile-only: the object is written, never linked or run
     std::lock_guard<std::mutex> lock(mutex);
     const int64_t bucket = bucketFor(seqLen);
-    mlir::OwningOpRef<mlir::ModuleOp> module = lowerEntryToLLVM("forward", bucket, 0, bucket);
+    mlir::OwningOpRef<mlir::ModuleOp> module = build(bucket, 0, nullptr);
+    lowerEntryToLLVM(*module, "forward", describeEntry(bucket, 0, nullptr), bucket);
     JitFunction::writeObject(*module, "forward", target_, path);
     return;
   }

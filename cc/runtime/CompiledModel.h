@@ -37,8 +37,9 @@ struct CompileOptions {
   PipelineLevel level = PipelineLevel::Vectorized;
   int threads = 0; ///< 0: all cores
   /// Directory of the on-disk object cache shared by processes; empty: no disk cache. Entries are
-  /// keyed by the SHA-256 of the program's LLVM-dialect IR (which encodes shapes and options),
-  /// the host CPU and features, and the compiler version.
+  /// keyed by the SHA-256 of this compiler build, the target CPU and features, the pipeline's
+  /// options and the builder's module (which encodes the configuration, shapes and weight
+  /// layouts): see CachedJit.h.
   std::string cacheDir;
   /// The disk cache's size cap: least recently used entries are evicted beyond it.
   uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;
@@ -163,10 +164,17 @@ public:
   double totalCompileSeconds() const;
 
 private:
-  /// Builds the module of an entry point and runs the pipeline up to `stage` on it.
-  /// (`batch` set: the batched step of that shape.)
+  /// The builder's module of an entry point (`batch` set: the batched step of that shape), which
+  /// the pipeline starts from.
+  mlir::OwningOpRef<mlir::ModuleOp> build(int64_t seqLen, int64_t cacheLen, const BatchShape *batch);
+  /// Runs the pipeline up to `stage` on `module` (`what` names it in errors).
+  void runPipeline(mlir::ModuleOp module, Stage stage, const std::string &what);
+  /// build(), then runPipeline() up to `stage`.
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen,
                                           const BatchShape *batch = nullptr);
+  void setPipelineOptions(PipelineOptions &pipeline) const;
+  /// The pipeline's options as text, for the disk cache's key.
+  std::string pipelineDescription() const;
   WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights, tiles()}; }
   /// Throw std::invalid_argument for a call forward() or step() refuses.
   void checkForward(int64_t count) const;
@@ -176,15 +184,14 @@ private:
   int64_t stepRows(int64_t count, int64_t offset, int64_t cacheLen) const;
   const JitFunction &forwardFor(int64_t bucket);
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
-  /// Lowers entry point `name` ("forward", or "step" when cacheLen > 0), checks that it writes
-  /// [logitsRows, padded vocab] logits into its last argument and returns nothing, and compiles it.
-  /// The entry point lowered to the LLVM dialect (what compileEntry JIT-compiles).
-  mlir::OwningOpRef<mlir::ModuleOp> lowerEntryToLLVM(llvm::StringRef name, int64_t seqLen, int64_t cacheLen,
-                                                     int64_t logitsRows, const BatchShape *batch = nullptr);
+  /// Builds entry point `name` ("forward", "step" when cacheLen > 0, or "batch_step"), compiles it
+  /// or loads it from the disk cache (CachedJit.h).
   std::unique_ptr<JitFunction> compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen, int64_t logitsRows,
                                             const BatchShape *batch = nullptr);
-  /// JIT-compiles an LLVM-dialect module, or loads it from the disk cache, storing it there.
-  std::unique_ptr<JitFunction> jit(mlir::ModuleOp module, llvm::StringRef name);
+  /// Lowers the builder's `module` of entry point `name` to the LLVM dialect, in place, checking
+  /// on the way that the entry writes [logitsRows, padded vocab] logits into its last argument
+  /// and returns nothing (what run() relies on).
+  void lowerEntryToLLVM(mlir::ModuleOp module, llvm::StringRef name, const std::string &what, int64_t logitsRows);
   /// The per-call arguments of an entry point (see EntryPoints.h); forward leaves the step's empty.
   struct CallArguments {
     const int64_t *ids, *positions;

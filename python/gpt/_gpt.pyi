@@ -95,6 +95,9 @@ def supplied_parameters(config: GPTConfig) -> list[tuple[str, tuple[int, ...]]]:
 
 DEFAULT_CACHE_MAX_BYTES: int
 
+def compiler_identity() -> str:
+    """This build of the compiler as the disk cache's keys name it."""
+
 def disk_cache_entries(directory: str) -> list[tuple[str, int, float]]:
     """(path, bytes, last used as seconds since the epoch) of every entry, most recent first."""
 

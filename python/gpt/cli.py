@@ -244,6 +244,8 @@ def cache() -> None:
         print(f"{entry.bytes / 2**20:9.2f} MiB  {used}  {os.path.basename(entry.path)}")
     total = sum(entry.bytes for entry in listed)
     print(f"{len(listed)} entries, {total / 2**20:.2f} MiB in {directory}")
+    # Entries of other builds are never loaded; they age out as the least recently used.
+    print(f"this compiler: {disk_cache.compiler_identity() or 'unidentified (nothing is cached)'}")
 
 
 def chat() -> None:

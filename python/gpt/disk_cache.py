@@ -24,6 +24,14 @@ def default_directory() -> str:
     return CompileOptions().resolved_cache_dir()
 
 
+def compiler_identity() -> str:
+    """This build of the compiler as every entry's key names it ('build-id:<hex>', the extension's
+    GNU build id): a program is only loaded by the build that compiled it, which finds it from the
+    builder's module without running the pass pipeline. Empty when the build cannot be told apart
+    from others; models then compile every program."""
+    return _gpt.compiler_identity()
+
+
 def entries(directory: str | os.PathLike | None = None) -> list[CacheEntry]:
     """The cache's entries, most recently used first (none when the directory does not exist)."""
     path = os.path.expanduser(os.fspath(directory)) if directory is not None else default_directory()

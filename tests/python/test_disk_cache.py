@@ -1,7 +1,9 @@
 """The on-disk object cache: a second model (as a second process would) loads compiled code
 instead of compiling it, gets identical results, and survives a damaged cache."""
 
+import dataclasses
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -89,6 +91,49 @@ def test_keys_separate_options_and_disk_cache_can_be_off(tmp_path):
     off = tmp_path / "off"
     gpt.GPT.from_weights(CFG, WEIGHTS, gpt.CompileOptions(cache_dir=str(off), disk_cache=False)).forward(ids)
     assert not off.exists()
+
+
+def test_keys_separate_configurations_of_the_same_shapes(tmp_path):
+    """The key is the builder's module, not only the shapes: a model whose configuration differs
+    in one constant (the LayerNorm epsilon) must not load the other's program."""
+    ids = token_ids(CFG, 5)
+    wide_eps = dataclasses.replace(CFG, layer_norm_eps=0.5)
+    expected = gpt.GPT.from_weights(wide_eps, WEIGHTS, gpt.CompileOptions(disk_cache=False)).forward(ids)
+    model(tmp_path).forward(ids)
+    other = gpt.GPT.from_weights(wide_eps, WEIGHTS, gpt.CompileOptions(cache_dir=str(tmp_path)))
+    np.testing.assert_array_equal(other.forward(ids), expected)
+    assert other.disk_cache_hits() == 0 and len(os.listdir(tmp_path)) == 2
+    assert not np.allclose(expected, model(tmp_path).forward(ids), atol=1e-3)  # the constant matters
+
+
+def gnu_build_id(path):
+    """The GNU build id of an ELF64 little-endian file, read from its section headers' notes
+    (independently of the compiler's own reader, which walks the loaded program headers)."""
+    data = open(path, "rb").read()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    for index in range(shnum):
+        kind, _, _, offset, size = struct.unpack_from("<IQQQQ", data, shoff + index * shentsize + 4)
+        if kind != 7:  # SHT_NOTE
+            continue
+        position = offset
+        while position + 12 <= offset + size:
+            namesz, descsz, note_type = struct.unpack_from("<III", data, position)
+            name_at = position + 12
+            desc_at = name_at + (namesz + 3) // 4 * 4
+            if note_type == 3 and data[name_at : name_at + namesz] == b"GNU\0":
+                return data[desc_at : desc_at + descsz].hex()
+            position = desc_at + (descsz + 3) // 4 * 4
+    return None
+
+
+def test_keys_name_the_compilers_build():
+    """A program is loaded only by the build that compiled it: the key carries the extension's
+    GNU build id, which changes with any change of its code."""
+    build_id = gnu_build_id(gpt._gpt.__file__)
+    assert build_id and len(build_id) >= 32
+    assert gpt.disk_cache.compiler_identity() == f"build-id:{build_id}"
 
 
 def entry_after_one_forward(cache_dir, ids):

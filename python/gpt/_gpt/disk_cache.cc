@@ -1,6 +1,7 @@
 // The on-disk compile cache (cc/runtime/ObjectCache.h), for `python -m gpt cache` and tests.
 #include "python/gpt/_gpt/bindings.h"
 
+#include "cc/runtime/CompilerIdentity.h"
 #include "cc/runtime/ObjectCache.h"
 
 #include <pybind11/stl.h>
@@ -11,6 +12,10 @@ namespace gpt::python {
 
 void initDiskCache(py::module_ &m) {
   m.attr("DEFAULT_CACHE_MAX_BYTES") = kDefaultCacheMaxBytes;
+  m.def(
+      "compiler_identity", [] { return compilerIdentity(); },
+      "This build of the compiler as the disk cache's keys name it: 'build-id:<hex>' (the extension's GNU "
+      "build id), or 'file:<path>:<bytes>:<mtime>'; empty when neither is known (nothing is cached then).");
   m.def(
       "disk_cache_entries",
       [](const std::string &directory) {
