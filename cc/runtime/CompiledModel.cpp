@@ -39,12 +39,11 @@ CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &opti
   forwardArguments_ = entryArguments(EntryPoint::Forward, config, parameters_.size());
   stepArguments_ = entryArguments(EntryPoint::Step, config, parameters_.size());
   batchStepArguments_ = entryArguments(EntryPoint::BatchStep, config, parameters_.size());
-  // Schedules run upstream passes by name (transform.apply_registered_pass).
-  registerAllPasses();
+  // The dialects are registered, not loaded: the builder loads the few it uses, and a program the
+  // disk cache holds needs nothing more (prepareForPasses() loads the rest for a pipeline).
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   context = std::make_unique<mlir::MLIRContext>(registry);
-  context->loadAllAvailableDialects();
   // A failure on a whole model would otherwise print the entire module into the message.
   context->printOpOnDiagnostic(false);
 }
@@ -76,7 +75,17 @@ std::string CompiledModel::pipelineDescription() const {
          std::to_string(std::max(1, options_.threads));
 }
 
+void CompiledModel::prepareForPasses() {
+  if (passesPrepared) return;
+  // Schedules run upstream passes by name (transform.apply_registered_pass), and the passes create
+  // ops of dialects no input module mentions.
+  registerAllPasses();
+  context->loadAllAvailableDialects();
+  passesPrepared = true;
+}
+
 void CompiledModel::runPipeline(mlir::ModuleOp module, Stage stage, const std::string &what) {
+  prepareForPasses();
   DiagnosticCapture diagnostics(*context);
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
