@@ -220,7 +220,7 @@ private:
   std::vector<std::unique_ptr<void, kernels::FreeDeleter>> ownedWeights; // the laid-out copies they point into
   std::unique_ptr<mlir::MLIRContext> context;
   bool passesPrepared = false; // prepareForPasses() ran
-  mutable std::mutex mutex; // guards the context and the caches
+  mutable std::mutex mutex;    // guards the context and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;
   std::map<int64_t, double> compileSeconds;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;

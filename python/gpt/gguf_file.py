@@ -1,8 +1,10 @@
 """GGUF, llama.cpp's model file format, for GPT-2: `load_gguf` reads a file for GPT.from_gguf,
 `save_gguf` writes one as llama.cpp's converter (convert_hf_to_gguf.py, architecture "gpt2") and
-`llama-quantize --pure` write them, so that llama.cpp can run the same weights. Both go through
-the `gguf` package (llama.cpp's own Python library): GGUFReader and GGUFWriter for the container,
-gguf.quants for the block formats.
+`llama-quantize --pure` write them, so that llama.cpp can run the same weights. Writing goes
+through the `gguf` package (llama.cpp's own Python library): GGUFWriter for the container,
+gguf.quants for the block formats. Reading goes through GgufFile: the walk that checks a header
+against the file, which also records where each value lies, and views of the file's memory map;
+it gives what gguf's GGUFReader gives (tested against it) without parsing every value up front.
 
 Names and layout. The model takes HF GPT-2 parameter names; llama.cpp's converter renames them
 (transformer.h.N.attn.c_attn.weight -> blk.N.attn_qkv.weight, ...; `tensor_names`) and transposes
@@ -23,7 +25,7 @@ import mmap
 import os
 import struct
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -101,21 +103,128 @@ class QuantizedTensor:
     blocks: np.ndarray
 
 
-def open_reader(path: str):
-    """gguf.GGUFReader over `path`, parsing its header 3-4x faster: the reader slices its memory map
-    once per field part (about a million slices for a 49152-token vocabulary and its merges), and a
-    slice of an np.memmap pays for memmap's own __getitem__ and __array_finalize__ each time. Its
-    `data` is kept as a plain ndarray view of the same map instead: the same bytes, no copy, and the
-    map stays open as long as the reader or any tensor view of it lives."""
+@dataclasses.dataclass(frozen=True)
+class GgufTensor:
+    """A tensor of a GgufFile, described as gguf.GGUFReader describes it. `shape` is ggml's ne
+    (fastest-varying first); `data` is a read-only view of the file's memory map: the values of an
+    F32, F16, F64 or integer tensor in numpy order (ne reversed), and for every other type the raw
+    blocks, [rows..., bytes per row] (gguf.quants.quant_shape_to_byte_shape)."""
+
+    name: str
+    tensor_type: Any  # gguf.GGMLQuantizationType
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+
+# Tensor types whose data is viewed as values rather than bytes, as GGUFReader views them.
+_ELEMENT_TYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "F64": np.float64,
+    "I8": np.int8,
+    "I16": np.int16,
+    "I32": np.int32,
+    "I64": np.int64,
+}
+# Metadata value types with a numpy dtype (GGUF is little-endian; bool is one byte).
+_VALUE_DTYPES = {
+    0: "<u1",
+    1: "<i1",
+    2: "<u2",
+    3: "<i2",
+    4: "<u4",
+    5: "<i4",
+    6: "<f4",
+    7: "?",
+    10: "<u8",
+    11: "<i8",
+    12: "<f8",
+}
+
+
+class GgufFile:
+    """A GGUF file opened for loading: what gguf.GGUFReader gives (`get_field(key).contents()`,
+    `tensors`), from the walk that checks the header against the file (_check_layout's): metadata
+    values are parsed when asked for, tensors are views of one read-only memory map, which stays
+    open while the file or any tensor's data lives. GGUFReader parses every value up front, with
+    numpy views per element: 0.68 s of SmolLM2's 0.9 s load went to its 98,000 vocabulary and merge
+    strings, of which the walk takes 0.03 s. Raises ModelFileError for a header the walk refuses."""
+
+    byte_order = "I"  # the walk refuses big-endian files
+
+    def __init__(self, path: str):
+        size = _checked_size(path)
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            header = _walk_header(path, self._map, size)
+        except BaseException:
+            self._map.close()
+            raise
+        self._fields = header.fields
+        whole = np.frombuffer(self._map, dtype=np.uint8)
+        self.tensors = [_tensor_view(whole, info, header.data_start) for info in header.tensors]
+
+    def get_field(self, key: str) -> "_Field | None":
+        entry = self._fields.get(key)
+        return None if entry is None else _Field(self._map, *entry)
+
+
+class _Field:
+    """A metadata value of a GgufFile, parsed by contents() as GGUFReader's ReaderField.contents()
+    gives it: an int, float, bool or str, or a list of them (nested arrays flattened).
+    A string that is not UTF-8 raises UnicodeDecodeError."""
+
+    def __init__(self, data, value_type: int, position: int):
+        self._data, self._type, self._position = data, value_type, position
+
+    def contents(self):
+        return _read_value(self._data, self._type, self._position)[0]
+
+
+def _read_value(data, value_type: int, position: int):
+    """(the value of `value_type` at `position` of `data`, the position after it), in a header the
+    walk has checked: every length and count fits the file."""
+    if value_type in _VALUE_DTYPES:
+        dtype = np.dtype(_VALUE_DTYPES[value_type])
+        return np.frombuffer(data, dtype, 1, position).tolist()[0], position + dtype.itemsize
+    if value_type == _STRING:
+        (length,) = struct.unpack_from("<Q", data, position)
+        position += _MIN_STRING
+        return str(data[position : position + length], "utf-8"), position + length
+    element_type, count = struct.unpack_from("<IQ", data, position)
+    position += _MIN_ARRAY
+    if element_type in _VALUE_DTYPES:
+        dtype = np.dtype(_VALUE_DTYPES[element_type])
+        return np.frombuffer(data, dtype, count, position).tolist(), position + count * dtype.itemsize
+    values = []
+    if element_type == _STRING:  # a vocabulary: the loop is kept lean
+        unpack = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            (length,) = unpack(data, position)
+            position += _MIN_STRING
+            values.append(str(data[position : position + length], "utf-8"))
+            position += length
+        return values, position
+    for _ in range(count):  # arrays of arrays: their elements, flattened (no key this loader reads nests)
+        value, position = _read_value(data, element_type, position)
+        values.extend(value)
+    return values, position
+
+
+def _tensor_view(whole: np.ndarray, info: "_TensorInfo", data_start: int) -> GgufTensor:
     import gguf
 
-    class Reader(gguf.GGUFReader):
-        def __setattr__(self, name, value):
-            if name == "data" and isinstance(value, np.memmap):
-                value = value.view(np.ndarray)
-            super().__setattr__(name, value)
-
-    return Reader(path)
+    tensor_type = gguf.GGMLQuantizationType[info.type_name]
+    start = data_start + info.offset
+    raw = whole[start : start + info.nbytes]
+    dims = tuple(reversed(info.ne))
+    element = _ELEMENT_TYPES.get(info.type_name)
+    if element is not None:
+        data = raw.view(element).reshape(dims)
+    else:
+        data = raw.reshape(gguf.quants.quant_shape_to_byte_shape(dims, tensor_type))
+    return GgufTensor(info.name, tensor_type, info.ne, data)
 
 
 def native_weights_format(path) -> str:
@@ -167,16 +276,7 @@ def load_gguf(
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such GGUF file: {path}")
-    _check_layout(path)  # before GGUFReader, which trusts every count and length in the header
-    try:
-        reader = open_reader(path)
-    except OSError:
-        raise
-    except Exception as e:  # what the layout check leaves to GGUFReader (it raises ValueError, KeyError ...)
-        raise ModelFileError(f"{path} is not a readable GGUF file: {type(e).__name__}: {e}") from None
-    if reader.byte_order != "I":
-        raise ModelFileError(f"{path}: a GGUF file of the other byte order is not supported")
-
+    reader = GgufFile(path)  # checks every count and length in the header against the file
     meta = _Metadata(reader, path)
     architecture = meta.get("general.architecture", str)
     if architecture in ("llama", "qwen2"):  # the Llama family: gpt/gguf_llama.py (which imports this module)
@@ -284,7 +384,8 @@ def load_gguf(
 
 
 class _Metadata:
-    """Typed access to a GGUFReader's key-value metadata, with errors naming the file and key."""
+    """Typed access to the key-value metadata of a GgufFile (or a gguf.GGUFReader), with errors
+    naming the file and key."""
 
     def __init__(self, reader, path: str):
         self._reader = reader
@@ -308,7 +409,9 @@ class _Metadata:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ModelFileError(f"{self._path}: metadata key {key} is {value!r}, expected {kind.__name__}")
+            shown = repr(value)
+            shown = shown if len(shown) <= 200 else f"{shown[:200]}... ({len(shown)} characters)"
+            raise ModelFileError(f"{self._path}: metadata key {key} is {shown}, expected {kind.__name__}")
         return value
 
 
@@ -447,10 +550,10 @@ def _gguf_token_types() -> tuple[int, int]:
 # -- the header check ---------------------------------------------------------------------------
 # gguf's GGUFReader believes every count and length in a header: it loops over a declared array
 # length (an array of 2^50 u32 in a 46-byte file runs for ever, growing memory), and reports a
-# corrupt header as numpy's IndexError. _check_layout walks the same header first, checking each
-# count, length, type, dimension and offset against the bytes left in the file (as llama.cpp's
-# ggml/src/gguf.cpp reads it, with its limits), so that GGUFReader only gets a header whose work is
-# bounded by the file; what GGUFReader does with a sound header is left to it.
+# corrupt header as numpy's IndexError. The walk below checks each count, length, type, dimension
+# and offset against the bytes left in the file (as llama.cpp's ggml/src/gguf.cpp reads it, with
+# its limits), and records where each metadata value and tensor lies, so that GgufFile reads only
+# a header whose work is bounded by the file.
 
 _GGUF_MAGIC = b"GGUF"
 _GGUF_VERSIONS = (2, 3)  # what GGUFReader and llama.cpp read (version 1 had 32-bit counts)
@@ -482,8 +585,8 @@ _MAX_STRING_BYTES = 1 << 30
 _INT64_MAX = (1 << 63) - 1
 # Arrays of arrays: llama.cpp refuses them, gguf flattens them; a few levels are read.
 _MAX_ARRAY_DEPTH = 4
-# Metadata array elements in a whole file. GGUFReader makes numpy views per element, about 1 KB
-# and 10 us each (measured with gguf 0.19), so the count bounds its memory and time. Tokenizer
+# Metadata array elements in a whole file: the count bounds the walk's time and a reader's memory
+# (gguf's GGUFReader makes numpy views per element, about 1 KB and 10 us each). Tokenizer
 # arrays are per token (tokens, token types, scores) or fewer (merges: GPT-2's 50,000 for 50,257
 # tokens; Llama 3's 280,147 for 128,256), so a file gets 4 per row of token_embd.weight and some
 # slack, and never more than 2^20 (Gemma 3's 262,144 tokens, types and scores are 786,432).
@@ -603,109 +706,123 @@ def _check_layout(path: str) -> "list[_TensorInfo]":
     tensor's name, dimensions, type and offset) and raises ModelFileError at the first count,
     length, type, dimension or offset that does not fit the file, in GGUF's terms; returns the
     tensor descriptions. Reads nothing beyond the header, and no more of it than the file holds."""
-    import gguf
+    size = _checked_size(path)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return _walk_header(path, data, size).tensors
 
+
+def _checked_size(path: str) -> int:
     size = os.path.getsize(path)
     if size < 4:
         raise ModelFileError(f"{path} is not a readable GGUF file: {size} bytes, too short for GGUF's magic")
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        walker = _LayoutWalker(path, data, size)
-        if data[:4] != _GGUF_MAGIC:
-            walker.fail(f"it starts with {data[:4]!r}, not GGUF's magic {_GGUF_MAGIC!r}")
-        walker.position = 4
-        version = walker.number("<I", "the version")
-        if version & 0xFFFF == 0:
-            walker.fail(f"version {version:#x}: a file of the other byte order (big-endian), which is not supported")
-        if version not in _GGUF_VERSIONS:
-            walker.fail(f"version {version}; versions {_GGUF_VERSIONS[0]} and {_GGUF_VERSIONS[1]} are read")
-        n_tensors = walker.number("<Q", "the tensor count")
-        n_kv = walker.number("<Q", "the metadata key count")
-        walker.need(n_kv * _MIN_KV, f"{_count(n_kv)} metadata keys", at_least=True, plural=True)
+    return size
 
-        alignment = gguf.GGUF_DEFAULT_ALIGNMENT
-        keys = set()
-        for i in range(n_kv):
-            key = walker.text(f"metadata key {i}'s name")
-            if not key:
-                walker.fail(f"metadata key {i} has an empty name")
-            if key in keys:
-                walker.fail(f"metadata key {key!r} appears twice")
-            keys.add(key)
-            value_type = walker.number("<I", f"metadata key {key!r}'s type")
-            start = walker.position
-            walker.value(value_type, f"metadata key {key!r}")
-            if key == "general.alignment":
-                if value_type != _U32:
-                    walker.fail(f"metadata key 'general.alignment' has type id {value_type}, expected u32 ({_U32})")
-                (alignment,) = struct.unpack_from("<I", data, start)
-                if alignment == 0 or alignment & (alignment - 1):
-                    walker.fail(f"metadata key 'general.alignment' is {alignment}, expected a power of 2")
 
-        walker.need(
-            n_tensors * _MIN_TENSOR_INFO, f"{_count(n_tensors)} tensor descriptions", at_least=True, plural=True
-        )
-        tensors = []
-        names = set()
-        for i in range(n_tensors):
-            name = walker.text(f"tensor {i}'s name")
-            if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
-                walker.fail(f"tensor {i}'s name {name[:80]!r} is longer than GGUF's {_MAX_NAME_BYTES} bytes")
-            if name in names:
-                walker.fail(f"tensor {name!r} appears twice")
-            names.add(name)
-            n_dims = walker.number("<I", f"tensor {name!r}'s dimension count")
-            if n_dims > _MAX_DIMS:
-                walker.fail(f"tensor {name!r} has {n_dims} dimensions, GGUF allows at most {_MAX_DIMS}")
-            ne = tuple(walker.number("<Q", f"tensor {name!r}'s dimension {d}") for d in range(n_dims))
-            if any(n > _INT64_MAX for n in ne):
-                walker.fail(f"tensor {name!r} has dimensions {list(ne)}: ggml's are int64, so these are negative")
-            elements = math.prod(ne)
-            if elements > _INT64_MAX:
-                walker.fail(f"tensor {name!r} has dimensions {list(ne)}, {elements} elements: more than int64 counts")
-            type_id = walker.number("<I", f"tensor {name!r}'s type")
-            try:
-                qtype = gguf.GGMLQuantizationType(type_id)
-            except ValueError:
-                walker.fail(f"tensor {name!r} has type id {type_id}, which is not a ggml type gguf reads")
-            block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-            row = ne[0] if ne else 1
-            if row % block:
-                walker.fail(
-                    f"tensor {name!r} of type {qtype.name} has rows of {row} values, not a multiple of its "
-                    f"block of {block}"
-                )
-            offset = walker.number("<Q", f"tensor {name!r}'s offset")
-            tensors.append(_TensorInfo(name, ne, qtype.name, offset, elements // block * block_bytes))
+@dataclasses.dataclass(frozen=True)
+class _Header:
+    tensors: "list[_TensorInfo]"
+    fields: dict[str, tuple[int, int]]  # metadata key -> (value type, file offset of its value)
+    data_start: int  # file offset of the tensor data
 
-        # Tensor data starts at the next multiple of the alignment, the tensors in order, each
-        # padded to the alignment (llama.cpp's rule: "tensor has offset X, expected Y").
-        data_start = -(-walker.position // alignment) * alignment
-        expected = 0
-        for tensor in tensors:
-            if tensor.offset != expected:
-                walker.fail(
-                    f"tensor {tensor.name!r} is at offset {tensor.offset} of the data, expected {expected} (tensors "
-                    f"lie in order, each padded to the alignment of {alignment} bytes)"
-                )
-            end = data_start + tensor.offset + tensor.nbytes
-            if end > size:
-                walker.fail(
-                    f"tensor {tensor.name!r} ({tensor.type_name}, ne {list(tensor.ne)}) needs {_bytes(tensor.nbytes)} "
-                    f"from file offset {data_start + tensor.offset}, past the end of the file ({size} bytes)"
-                )
-            expected += -(-tensor.nbytes // alignment) * alignment
 
-        # GGUFReader's work on metadata arrays, bounded by the vocabulary the file really holds.
-        embedding = next((t for t in tensors if t.name == "token_embd.weight"), None)
-        rows = embedding.ne[1] if embedding is not None and len(embedding.ne) == 2 else 0
-        allowed = _ARRAY_ELEMENTS_PER_TOKEN * rows + _ARRAY_ELEMENTS_SLACK
-        if walker.array_elements > allowed:
+def _walk_header(path: str, data, size: int) -> _Header:
+    """_check_layout's walk over the header in `data` (a map of the whole file)."""
+    import gguf
+
+    walker = _LayoutWalker(path, data, size)
+    if data[:4] != _GGUF_MAGIC:
+        walker.fail(f"it starts with {data[:4]!r}, not GGUF's magic {_GGUF_MAGIC!r}")
+    walker.position = 4
+    version = walker.number("<I", "the version")
+    if version & 0xFFFF == 0:
+        walker.fail(f"version {version:#x}: a file of the other byte order (big-endian), which is not supported")
+    if version not in _GGUF_VERSIONS:
+        walker.fail(f"version {version}; versions {_GGUF_VERSIONS[0]} and {_GGUF_VERSIONS[1]} are read")
+    n_tensors = walker.number("<Q", "the tensor count")
+    n_kv = walker.number("<Q", "the metadata key count")
+    walker.need(n_kv * _MIN_KV, f"{_count(n_kv)} metadata keys", at_least=True, plural=True)
+
+    alignment = gguf.GGUF_DEFAULT_ALIGNMENT
+    fields: dict[str, tuple[int, int]] = {}
+    for i in range(n_kv):
+        key = walker.text(f"metadata key {i}'s name")
+        if not key:
+            walker.fail(f"metadata key {i} has an empty name")
+        if key in fields:
+            walker.fail(f"metadata key {key!r} appears twice")
+        value_type = walker.number("<I", f"metadata key {key!r}'s type")
+        start = walker.position
+        fields[key] = (value_type, start)
+        walker.value(value_type, f"metadata key {key!r}")
+        if key == "general.alignment":
+            if value_type != _U32:
+                walker.fail(f"metadata key 'general.alignment' has type id {value_type}, expected u32 ({_U32})")
+            (alignment,) = struct.unpack_from("<I", data, start)
+            if alignment == 0 or alignment & (alignment - 1):
+                walker.fail(f"metadata key 'general.alignment' is {alignment}, expected a power of 2")
+
+    walker.need(n_tensors * _MIN_TENSOR_INFO, f"{_count(n_tensors)} tensor descriptions", at_least=True, plural=True)
+    tensors = []
+    names = set()
+    for i in range(n_tensors):
+        name = walker.text(f"tensor {i}'s name")
+        if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+            walker.fail(f"tensor {i}'s name {name[:80]!r} is longer than GGUF's {_MAX_NAME_BYTES} bytes")
+        if name in names:
+            walker.fail(f"tensor {name!r} appears twice")
+        names.add(name)
+        n_dims = walker.number("<I", f"tensor {name!r}'s dimension count")
+        if n_dims > _MAX_DIMS:
+            walker.fail(f"tensor {name!r} has {n_dims} dimensions, GGUF allows at most {_MAX_DIMS}")
+        ne = tuple(walker.number("<Q", f"tensor {name!r}'s dimension {d}") for d in range(n_dims))
+        if any(n > _INT64_MAX for n in ne):
+            walker.fail(f"tensor {name!r} has dimensions {list(ne)}: ggml's are int64, so these are negative")
+        elements = math.prod(ne)
+        if elements > _INT64_MAX:
+            walker.fail(f"tensor {name!r} has dimensions {list(ne)}, {elements} elements: more than int64 counts")
+        type_id = walker.number("<I", f"tensor {name!r}'s type")
+        try:
+            qtype = gguf.GGMLQuantizationType(type_id)
+        except ValueError:
+            walker.fail(f"tensor {name!r} has type id {type_id}, which is not a ggml type gguf reads")
+        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        row = ne[0] if ne else 1
+        if row % block:
             walker.fail(
-                f"its metadata arrays hold {walker.array_elements} elements, more than the {allowed} read for "
-                f"token_embd.weight's {rows} rows ({_ARRAY_ELEMENTS_PER_TOKEN} per row, for tokenizer data, and "
-                f"{_ARRAY_ELEMENTS_SLACK} more)"
+                f"tensor {name!r} of type {qtype.name} has rows of {row} values, not a multiple of its block of {block}"
             )
-    return tensors
+        offset = walker.number("<Q", f"tensor {name!r}'s offset")
+        tensors.append(_TensorInfo(name, ne, qtype.name, offset, elements // block * block_bytes))
+
+    # Tensor data starts at the next multiple of the alignment, the tensors in order, each
+    # padded to the alignment (llama.cpp's rule: "tensor has offset X, expected Y").
+    data_start = -(-walker.position // alignment) * alignment
+    expected = 0
+    for tensor in tensors:
+        if tensor.offset != expected:
+            walker.fail(
+                f"tensor {tensor.name!r} is at offset {tensor.offset} of the data, expected {expected} (tensors "
+                f"lie in order, each padded to the alignment of {alignment} bytes)"
+            )
+        end = data_start + tensor.offset + tensor.nbytes
+        if end > size:
+            walker.fail(
+                f"tensor {tensor.name!r} ({tensor.type_name}, ne {list(tensor.ne)}) needs {_bytes(tensor.nbytes)} "
+                f"from file offset {data_start + tensor.offset}, past the end of the file ({size} bytes)"
+            )
+        expected += -(-tensor.nbytes // alignment) * alignment
+
+    # The work of reading metadata arrays, bounded by the vocabulary the file really holds.
+    embedding = next((t for t in tensors if t.name == "token_embd.weight"), None)
+    rows = embedding.ne[1] if embedding is not None and len(embedding.ne) == 2 else 0
+    allowed = _ARRAY_ELEMENTS_PER_TOKEN * rows + _ARRAY_ELEMENTS_SLACK
+    if walker.array_elements > allowed:
+        walker.fail(
+            f"its metadata arrays hold {walker.array_elements} elements, more than the {allowed} read for "
+            f"token_embd.weight's {rows} rows ({_ARRAY_ELEMENTS_PER_TOKEN} per row, for tokenizer data, and "
+            f"{_ARRAY_ELEMENTS_SLACK} more)"
+        )
+    return _Header(tensors, fields, data_start)
 
 
 def _bytes(n: int) -> str:

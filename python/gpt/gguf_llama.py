@@ -35,14 +35,13 @@ from gpt.config import GPTConfig, RopeScaling
 from gpt.errors import ModelFileError
 from gpt.gguf_file import (
     KEPT_QUANTIZED,
+    GgufFile,
     QuantizedTensor,
     _check_block_scales,
-    _check_layout,
     _check_ne,
     _dequantize,
     _Metadata,
     _types,
-    open_reader,
 )
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
@@ -62,15 +61,7 @@ def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUF
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such GGUF file: {path}")
-    _check_layout(path)
-    try:
-        reader = open_reader(path)
-    except OSError:
-        raise
-    except Exception as e:
-        raise ModelFileError(f"{path} is not a readable GGUF file: {type(e).__name__}: {e}") from None
-    if reader.byte_order != "I":
-        raise ModelFileError(f"{path}: a GGUF file of the other byte order is not supported")
+    reader = GgufFile(path)  # checks every count and length in the header against the file
     meta = _Metadata(reader, path)
     architecture = meta.get("general.architecture", str)
     if architecture not in ARCHITECTURES:

@@ -17,7 +17,7 @@ import gpt
 import quant_reference as ref
 from checkpoints import hf_config, rewrite
 from gpt import _gpt
-from gpt.gguf_file import FORMATS, save_gguf
+from gpt.gguf_file import FORMATS, GgufFile, save_gguf
 from reference import gpt2_logits
 from shapes import RTOL, exercising_weights, relative_error
 
@@ -596,3 +596,33 @@ def test_a_header_that_asks_for_more_memory_than_there_is_is_refused_before_load
     rewrite(f32_file, tmp_path / "huge.gguf", set_keys={"gpt2.context_length": (2**30, gguf.GGUFValueType.UINT32)})
     with pytest.raises(MemoryError, match=r"block_size=1073741824.* needs about [0-9.]+ GiB .* this process can use"):
         gpt.GPT.from_gguf(str(tmp_path / "huge.gguf"))
+
+
+def assert_reads_like_gguf(path):
+    """gpt's GgufFile against gguf's own GGUFReader (the independent reference): every metadata
+    value, and every tensor's type, shape and data (the same dtype and numpy shape)."""
+    ours, theirs = GgufFile(str(path)), gguf.GGUFReader(path)
+    for key, field in theirs.fields.items():
+        if key.startswith("GGUF."):  # the reader's own pseudo-fields for the header counts
+            continue
+        assert ours.get_field(key) is not None and ours.get_field(key).contents() == field.contents(), key
+    assert ours.get_field("no.such.key") is None
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    for mine, reference in zip(ours.tensors, theirs.tensors):
+        assert mine.tensor_type == reference.tensor_type and list(mine.shape) == reference.shape.tolist()
+        assert mine.data.dtype == reference.data.dtype and mine.data.shape == reference.data.shape, mine.name
+        np.testing.assert_array_equal(mine.data, reference.data)
+        assert not mine.data.flags.writeable
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_loaders_reader_reads_what_gguf_reads(tmp_path, weights, fmt):
+    path = tmp_path / f"model-{fmt}.gguf"
+    save_gguf(weights, CFG, path, fmt)
+    assert_reads_like_gguf(path)
+
+
+def test_the_loaders_reader_reads_the_real_model_as_gguf_does():
+    from gpt import models
+
+    assert_reads_like_gguf(models.find("smollm2"))  # a tokenizer's 98,000 strings, Q4_1 and Q8_0
