@@ -173,7 +173,7 @@ class GPT:
     @classmethod
     def from_gguf(cls, path: str, options: CompileOptions | None = None) -> "GPT":
         """A GGUF file (llama.cpp's format, as llama.cpp's convert_hf_to_gguf.py and
-        llama-quantize write it), read with the `gguf` package: architecture "gpt2" (an
+        llama-quantize write it), read by gpt.gguf_file.GgufFile: architecture "gpt2" (an
         output.weight must equal token_embd.weight, GPT-2's tied head), or "llama" / "qwen2"
         (gpt/gguf_llama.py: grouped-query attention, tied or untied heads, llama.cpp's q/k
         permutation undone). Tensor types F32, F16, BF16, Q8_0, Q4_0 and Q4_1, and the other types
