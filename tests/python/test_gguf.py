@@ -608,7 +608,7 @@ def assert_reads_like_gguf(path):
         assert ours.get_field(key) is not None and ours.get_field(key).contents() == field.contents(), key
     assert ours.get_field("no.such.key") is None
     assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
-    for mine, reference in zip(ours.tensors, theirs.tensors):
+    for mine, reference in zip(ours.tensors, theirs.tensors, strict=True):
         assert mine.tensor_type == reference.tensor_type and list(mine.shape) == reference.shape.tolist()
         assert mine.data.dtype == reference.data.dtype and mine.data.shape == reference.data.shape, mine.name
         np.testing.assert_array_equal(mine.data, reference.data)

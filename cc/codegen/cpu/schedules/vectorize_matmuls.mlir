@@ -116,11 +116,14 @@ module attributes {transform.with_named_sequence} {
     %hoisted = transform.apply_registered_pass "loop-invariant-subset-hoisting" to %funcs
         : (!transform.any_op) -> !transform.any_op
     transform.apply_cse to %hoisted : !transform.any_op
+    // No split_transfer_full_partial: the tiles above leave every transfer in bounds (the LLVM IR
+    // of 77 programs, every format, level, thread count and entry point, was identical without
+    // it), and on an out-of-bounds transfer of one row of a rank-2 memref MLIR 19's pattern never
+    // converges (tests/fuzz/regressions/schedule_split_transfer_never_converges.mlir).
     transform.apply_patterns to %hoisted {
       transform.apply_patterns.vector.lower_contraction lowering_strategy = outerproduct
       transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = innerreduction
-      transform.apply_patterns.vector.split_transfer_full_partial split_transfer_strategy = "linalg-copy"
       transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
       transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
       transform.apply_patterns.vector.lower_shape_cast
