@@ -37,7 +37,8 @@ over all of them (on a machine shared with other jobs, the best is the least dis
 --llama-formats adds llama.cpp rows on the file converted by llama.cpp itself (llama-quantize's
 code, --allow-requantize) to gpt's formats, so that each format meets its own kernels.
 Memory, from /proc/self/status: VmRSS after loading, the same after glibc's malloc_trim (the part
-that is free heap memory kept from the load's temporaries), VmRSS after the tests, and VmHWM.
+that is free heap memory kept from the load's temporaries), VmRSS after the tests, how much of it
+is libLLVM's and libMLIR's mapped code and data (/proc/self/smaps), and VmHWM.
 """
 
 import argparse
@@ -98,6 +99,21 @@ def memory_kib():
     return values
 
 
+def compiler_libraries_kib():
+    """Resident KiB of this process's mappings of libLLVM and libMLIR: the compiler's share of RSS,
+    which a process serving cached programs carries only because the extension links them."""
+    total, counting = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if fields and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header line
+                path = fields[5] if len(fields) > 5 else ""
+                counting = "libLLVM" in path or "libMLIR" in path
+            elif counting and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
 def import_bench(with_gpt):
     """tools/gpt_bench.py, whose runners and timing loop these rows share. It imports gpt at the
     top; the llama.cpp subprocess gets an empty stand-in module instead, since LlamaCppRunner does
@@ -155,6 +171,7 @@ def worker(args):
                 rss_trimmed_kib=trimmed,
                 rss_after_kib=memory["VmRSS"],
                 hwm_kib=memory["VmHWM"],
+                compiler_libraries_kib=compiler_libraries_kib(),
             )
         ),
         flush=True,
@@ -505,9 +522,9 @@ def speed(args, directory):
     header = " | ".join(f"{t} t/s (best) | {t} / llama.cpp as shipped (best)" for t in tests)
     print(
         f"| backend | weights | {header} | load s | RSS loaded MiB | RSS loaded, trimmed MiB "
-        "| RSS after tests MiB | peak RSS MiB |"
+        "| RSS after tests MiB | of which libLLVM + libMLIR MiB | peak RSS MiB |"
     )
-    print("|---|---|" + "---|---|" * len(tests) + "---|---|---|---|---|")
+    print("|---|---|" + "---|---|" * len(tests) + "---|---|---|---|---|---|")
     shipped = "llama.cpp:"
     for engine in order:
         backend, _, fmt = engine.partition(":")
@@ -522,7 +539,8 @@ def speed(args, directory):
         print(
             f"| {'gpt-mlir-jit' if backend == 'gpt' else backend} | {fmt} | {' | '.join(cells)} | {load:.1f} "
             f"| {mib([r['rss_loaded_kib'] for r in rows])} | {mib([r['rss_trimmed_kib'] for r in rows])} "
-            f"| {mib([r['rss_after_kib'] for r in rows])} | {mib([r['hwm_kib'] for r in rows])} |"
+            f"| {mib([r['rss_after_kib'] for r in rows])} | {mib([r['compiler_libraries_kib'] for r in rows])} "
+            f"| {mib([r['hwm_kib'] for r in rows])} |"
         )
     same = [f for f in args.formats.split(",") if f"llama.cpp:{f}" in engines]
     if same:
