@@ -9,6 +9,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <array>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -41,9 +42,14 @@ std::unique_ptr<JitFunction> compile(llvm::StringRef name, const JitTarget &targ
 } // namespace
 
 std::string sourceText(mlir::ModuleOp module) {
+  // Every constant printed whole, whatever printing options a tool set: a key that elided a mask's
+  // data would give two masks one entry.
+  mlir::OpPrintingFlags flags;
+  flags.elideLargeElementsAttrs(std::numeric_limits<int64_t>::max());
+  flags.elideLargeResourceString(std::numeric_limits<int64_t>::max());
   std::string text;
   llvm::raw_string_ostream os(text);
-  module.print(os);
+  module.print(os, flags);
   return text;
 }
 

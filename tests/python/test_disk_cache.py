@@ -106,6 +106,22 @@ def test_keys_separate_configurations_of_the_same_shapes(tmp_path):
     assert not np.allclose(expected, model(tmp_path).forward(ids), atol=1e-3)  # the constant matters
 
 
+def test_keys_separate_masks_given_as_data(tmp_path):
+    """A mask given as data is a constant of the forward program: two layouts of packed documents
+    with the same shapes must not share an entry (the key prints the builder's module whole)."""
+    ids = token_ids(CFG, 20)
+    half = CFG.block_size // 2
+    configs = [
+        dataclasses.replace(CFG, attention_mask=gpt.masks.Document([0] * split + [1] * (CFG.block_size - split)))
+        for split in (half, 5)
+    ]
+    expected = gpt.GPT.from_weights(configs[1], WEIGHTS, gpt.CompileOptions(disk_cache=False)).forward(ids)
+    gpt.GPT.from_weights(configs[0], WEIGHTS, gpt.CompileOptions(cache_dir=str(tmp_path))).forward(ids)
+    other = gpt.GPT.from_weights(configs[1], WEIGHTS, gpt.CompileOptions(cache_dir=str(tmp_path)))
+    np.testing.assert_array_equal(other.forward(ids), expected)
+    assert other.disk_cache_hits() == 0 and len(os.listdir(tmp_path)) == 2
+
+
 def gnu_build_id(path):
     """The GNU build id of an ELF64 little-endian file, read from its section headers' notes
     (independently of the compiler's own reader, which walks the loaded program headers)."""
