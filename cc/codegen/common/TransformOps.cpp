@@ -362,12 +362,14 @@ DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRe
                                                           transform::TransformState &state) {
   SmallVector<Operation *> rest;
   for (Operation *target : state.getPayloadOps(getTarget())) {
+    // Taken now: a rewrite that fails halfway may already have replaced (and freed) the target.
+    const Location targetLoc = target->getLoc();
     auto tile = dyn_cast<linalg::GenericOp>(target);
     tensor::ExtractSliceOp slice = tile ? partialsSliceOf(rewriter, tile) : nullptr;
     if (!slice && tile && accumulatesWithLaneDot(tile)) {
       if (failed(vectorizeFlattened(rewriter, tile))) {
         DiagnosedSilenceableFailure diag = emitSilenceableError() << "could not vectorize the lane dot products";
-        diag.attachNote(target->getLoc()) << "target";
+        diag.attachNote(targetLoc) << "target";
         return diag;
       }
       continue;
@@ -385,7 +387,7 @@ DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRe
     if (problem.empty() && failed(unrollFully(lanes))) problem = "could not unroll the partial sums' lane loop";
     if (!problem.empty()) {
       DiagnosedSilenceableFailure diag = emitSilenceableError() << problem;
-      diag.attachNote(target->getLoc()) << "target";
+      diag.attachNote(targetLoc) << "target";
       return diag;
     }
   }
