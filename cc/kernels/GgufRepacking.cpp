@@ -94,4 +94,62 @@ void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN
              codes, scales);
 }
 
+namespace {
+
+/// Calls `widen(block, header, out)` for each of the n * k / 32 blocks of `blocks`, with the
+/// block's fp16 header values (scale, and q4_1's min) as floats and its 32 outputs.
+template <typename Widen>
+void dequantizeRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t blockBytes, int64_t halves,
+                    float *out, Widen widen) {
+  if (k <= 0 || k % kQuantBlock != 0 || n < 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of the quantization block (32)");
+  const int64_t count = n * (k / kQuantBlock);
+  for (int64_t b = 0; b < count; ++b) {
+    const uint8_t *block = blocks + b * blockBytes;
+    float header[2] = {0.0f, 0.0f};
+    for (int64_t h = 0; h < halves; ++h) {
+      uint16_t bits;
+      std::memcpy(&bits, block + 2 * h, sizeof bits);
+      header[h] = fromFp16(bits);
+    }
+    widen(block + 2 * halves, header, out + b * kQuantBlock);
+  }
+}
+
+} // namespace
+
+void dequantizeQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out) {
+  dequantizeRows("dequantizeQ8_0Rows", blocks, k, n, kQ8_0BlockBytes, 1, out,
+                 [](const uint8_t *codes, const float *header, float *values) {
+                   for (int64_t i = 0; i < kQuantBlock; ++i)
+                     values[i] = static_cast<float>(static_cast<int8_t>(codes[i])) * header[0];
+                 });
+}
+
+void dequantizeQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out) {
+  // Byte m holds code m in its low nibble and code m + 16 in its high one.
+  dequantizeRows("dequantizeQ4_0Rows", blocks, k, n, kQ4_0BlockBytes, 1, out,
+                 [](const uint8_t *bytes, const float *header, float *values) {
+                   for (int64_t m = 0; m < kQuantBlock / 2; ++m) {
+                     values[m] = static_cast<float>(static_cast<int>(bytes[m] & 0xFu) - 8) * header[0];
+                     values[m + 16] = static_cast<float>(static_cast<int>(bytes[m] >> 4) - 8) * header[0];
+                   }
+                 });
+}
+
+void dequantizeQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out) {
+  dequantizeRows("dequantizeQ4_1Rows", blocks, k, n, kQ4_1BlockBytes, 2, out,
+                 [](const uint8_t *bytes, const float *header, float *values) {
+                   for (int64_t m = 0; m < kQuantBlock / 2; ++m) {
+                     // Product and sum rounded apart (no contracted multiply-add), as llama.cpp's
+                     // and gguf's dequantizers compute them.
+                     const float low = static_cast<float>(bytes[m] & 0xFu) * header[0];
+                     const float high = static_cast<float>(bytes[m] >> 4) * header[0];
+                     values[m] = low + header[1];
+                     values[m + 16] = high + header[1];
+                   }
+                 });
+}
+
 } // namespace gpt::kernels

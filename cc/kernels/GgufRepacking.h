@@ -34,6 +34,14 @@ void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN
 void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales);
 
+/// `blocks` (`n` rows of `k` weights in llama.cpp blocks, as above) widened to f32 `out` [n, k],
+/// exactly as llama.cpp's and gguf's dequantizers compute them: q8_0 d * q, q4_0 d * (q - 8),
+/// q4_1 d * q + m with the product and the sum rounded apart. How a model that stores f32 reads
+/// a quantized GGUF file. K must be a positive multiple of 32 (std::invalid_argument otherwise).
+void dequantizeQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
+void dequantizeQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
+void dequantizeQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
+
 } // namespace gpt::kernels
 
 #endif // GPT_CC_KERNELS_GGUFREPACKING_H

@@ -74,6 +74,15 @@ def repack_q4_0_rows(
     """llama.cpp q4_0 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], fp16
     scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them."""
 
+def dequantize_q8_0_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
+    """llama.cpp q8_0 blocks [..., K/32*34] as float32 [..., K], as gguf.quants dequantizes them."""
+
+def dequantize_q4_0_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
+    """llama.cpp q4_0 blocks [..., K/32*18] as float32 [..., K], as gguf.quants dequantizes them."""
+
+def dequantize_q4_1_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
+    """llama.cpp q4_1 blocks [..., K/32*20] as float32 [..., K], as gguf.quants dequantizes them."""
+
 def repack_q4_1_rows(
     blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:

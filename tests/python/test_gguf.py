@@ -626,3 +626,24 @@ def test_the_loaders_reader_reads_the_real_model_as_gguf_does():
     from gpt import models
 
     assert_reads_like_gguf(models.find("smollm2"))  # a tokenizer's 98,000 strings, Q4_1 and Q8_0
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_1"])
+def test_the_kernels_widen_blocks_as_gguf_does(fmt):
+    """The compiler's row dequantizers (how an f32 model reads a quantized file) against gguf's own
+    numpy dequantizer, bit for bit: random codes under fp16 scales and mins of every magnitude
+    (subnormal, negative, zero, the largest finite), in a [2, 3, K] batch of rows."""
+    qtype = QTYPES[fmt]
+    block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(7)
+    blocks = rng.integers(0, 256, size=(2, 3, 4 * block_bytes), dtype=np.uint8)
+    halves = np.array([0x0001, 0x8001, 0x0000, 0x7BFF, 0xFBFF, 0x3C00, 0x2E66, 0xB400], dtype=np.uint16)
+    header = 4 if fmt == "q4_1" else 2
+    for row in blocks.reshape(-1, 4, block_bytes):
+        row[:, :header] = rng.choice(halves, size=(4, header // 2)).view(np.uint8).reshape(4, header)
+    expected = gguf.quants.dequantize(blocks, qtype)
+    actual = getattr(_gpt, f"dequantize_{fmt}_rows")(blocks)
+    assert actual.shape == expected.shape == (2, 3, 4 * block) and actual.dtype == np.float32
+    np.testing.assert_array_equal(actual.view(np.uint32), expected.astype(np.float32).view(np.uint32))
+    with pytest.raises(ValueError, match="whole blocks"):
+        getattr(_gpt, f"dequantize_{fmt}_rows")(blocks[..., :-1].copy())

@@ -13,6 +13,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -137,6 +138,33 @@ void initLaneKernels(py::module_ &m) {
         py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"),
         "llama.cpp q4_1 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], "
         "fp16 scale and min bits uint16 [padded_n/width, K/32, 2, width]), as from_gguf repacks them.");
+  // llama.cpp blocks [..., row bytes] widened to float32 [..., K].
+  auto dequantizeRows = [](auto dequantize, int64_t blockBytes) {
+    return [=](Ints<uint8_t> blocks) {
+      if (blocks.ndim() < 1 || blocks.shape(blocks.ndim() - 1) % blockBytes != 0)
+        throw std::invalid_argument("blocks must be rows of whole blocks of " + std::to_string(blockBytes) +
+                                    " bytes in their last dimension");
+      const int64_t k = blocks.shape(blocks.ndim() - 1) / blockBytes * kernels::kQuantBlock;
+      const int64_t n = k ? blocks.size() / (k / kernels::kQuantBlock * blockBytes) : 0;
+      std::vector<py::ssize_t> shape(blocks.shape(), blocks.shape() + blocks.ndim());
+      shape.back() = k;
+      py::array_t<float> values(shape);
+      if (k > 0) {
+        py::gil_scoped_release unlocked; // tens of MB: other Python threads may run meanwhile
+        dequantize(blocks.data(), k, n, values.mutable_data());
+      }
+      return values;
+    };
+  };
+  m.def("dequantize_q8_0_rows", dequantizeRows(kernels::dequantizeQ8_0Rows, kernels::kQ8_0BlockBytes),
+        py::arg("blocks"),
+        "llama.cpp q8_0 blocks [..., K/32*34] as float32 [..., K], as gguf.quants dequantizes them.");
+  m.def("dequantize_q4_0_rows", dequantizeRows(kernels::dequantizeQ4_0Rows, kernels::kQ4_0BlockBytes),
+        py::arg("blocks"),
+        "llama.cpp q4_0 blocks [..., K/32*18] as float32 [..., K], as gguf.quants dequantizes them.");
+  m.def("dequantize_q4_1_rows", dequantizeRows(kernels::dequantizeQ4_1Rows, kernels::kQ4_1BlockBytes),
+        py::arg("blocks"),
+        "llama.cpp q4_1 blocks [..., K/32*20] as float32 [..., K], as gguf.quants dequantizes them.");
 }
 
 } // namespace
