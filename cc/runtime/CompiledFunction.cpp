@@ -60,11 +60,6 @@ CompiledFunction::CompiledFunction(const std::string &ir, const std::string &nam
 
 CompiledFunction::~CompiledFunction() = default;
 
-void CompiledFunction::setPipelineOptions(PipelineOptions &pipeline) const {
-  pipeline.level = options_.level;
-  pipeline.threads = std::max(1, options_.threads);
-}
-
 mlir::OwningOpRef<mlir::ModuleOp> CompiledFunction::lower(Stage stage) {
   DiagnosticCapture diagnostics(*context_);
   mlir::OwningOpRef<mlir::ModuleOp> module = parseModuleText(text_, context_.get(), "imported");
@@ -77,7 +72,7 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledFunction::lower(Stage stage) {
   codegen::setTarget(*module, target_.codegenTarget());
   mlir::PassManager pm(context_.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
-  setPipelineOptions(pipeline);
+  setPipelineOptions(pipeline, options_);
   addPipelineUpTo(pm, stage, pipeline);
   if (mlir::failed(pm.run(*module)))
     throw CompileError(diagnostics.message("compiling the imported function '" + name_ + "' failed"));
@@ -98,9 +93,7 @@ void CompiledFunction::compile() {
   if (function_) return;
   auto start = std::chrono::steady_clock::now();
   // The imported module and the pipeline's options key the disk cache; a hit skips the pipeline.
-  const std::vector<std::string> source = {"pipeline level " + std::to_string(static_cast<int>(options_.level)) +
-                                               " threads " + std::to_string(std::max(1, options_.threads)),
-                                           text_};
+  const std::vector<std::string> source = {pipelineKey(options_), text_};
   try {
     function_ = jitThroughDiskCache(
         source, name_, target_, {options_.cacheDir, options_.cacheMaxBytes}, [&] { return lowerToLLVM(); }, &loaded_);
@@ -131,7 +124,7 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledFunction::lowerToLLVM() {
   DiagnosticCapture diagnostics(*context_);
   mlir::PassManager pm(context_.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
-  setPipelineOptions(pipeline);
+  setPipelineOptions(pipeline, options_);
   addLLVMStage(pm, pipeline);
   if (mlir::failed(pm.run(*module))) throw CompileError(diagnostics.message("lowering '" + name_ + "' to LLVM failed"));
   return module;

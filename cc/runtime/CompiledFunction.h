@@ -60,8 +60,6 @@ private:
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage);
   /// The module lowered to the LLVM dialect, checked to follow call()'s convention.
   mlir::OwningOpRef<mlir::ModuleOp> lowerToLLVM();
-  /// The options' level and threads, and the target's dot-product instructions.
-  void setPipelineOptions(PipelineOptions &pipeline) const;
 
   std::string text_, name_;
   CompileOptions options_;

@@ -65,14 +65,18 @@ mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::build(int64_t seqLen, int64_t c
   return buildForward(*context, config_, seqLen, weightStorage());
 }
 
-void CompiledModel::setPipelineOptions(PipelineOptions &pipeline) const {
-  pipeline.level = options_.level;
-  pipeline.threads = std::max(1, options_.threads);
+void setPipelineOptions(PipelineOptions &pipeline, const CompileOptions &options) {
+  pipeline.level = options.level;
+  pipeline.threads = std::max(1, options.threads);
 }
 
-std::string CompiledModel::pipelineDescription() const {
-  return "pipeline level " + std::to_string(static_cast<int>(options_.level)) + " threads " +
-         std::to_string(std::max(1, options_.threads));
+std::string pipelineKey(const CompileOptions &options) {
+  PipelineOptions pipeline;
+  setPipelineOptions(pipeline, options);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  pipeline.print(os);
+  return text;
 }
 
 void CompiledModel::prepareForPasses() {
@@ -89,7 +93,7 @@ void CompiledModel::runPipeline(mlir::ModuleOp module, Stage stage, const std::s
   DiagnosticCapture diagnostics(*context);
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
-  setPipelineOptions(pipeline);
+  setPipelineOptions(pipeline, options_);
   // The target the passes choose tiles and instructions for.
   codegen::setTarget(module, target_.codegenTarget());
   addPipelineUpTo(pm, stage, pipeline);
@@ -154,7 +158,7 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, i
     // The builder's module (milliseconds) keys the disk cache; a hit skips the pipeline.
     mlir::OwningOpRef<mlir::ModuleOp> module = build(seqLen, cacheLen, batch);
     const std::string what = describeEntry(seqLen, cacheLen, batch);
-    const std::vector<std::string> source = {pipelineDescription(), "logits rows " + std::to_string(logitsRows),
+    const std::vector<std::string> source = {pipelineKey(options_), "logits rows " + std::to_string(logitsRows),
                                              sourceText(*module)};
     bool loaded = false;
     function = jitThroughDiskCache(
@@ -186,7 +190,7 @@ void CompiledModel::lowerEntryToLLVM(mlir::ModuleOp module, llvm::StringRef name
   DiagnosticCapture diagnostics(*context);
   mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
   PipelineOptions pipeline;
-  setPipelineOptions(pipeline);
+  setPipelineOptions(pipeline, options_);
   addLLVMStage(pm, pipeline);
   if (mlir::failed(pm.run(module)))
     throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));

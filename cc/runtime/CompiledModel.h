@@ -50,6 +50,13 @@ struct CompileOptions {
   std::string targetCpu = "host";
 };
 
+/// The pipeline options of programs compiled with `options` (its level and threads): what
+/// CompiledModel and CompiledFunction both run.
+void setPipelineOptions(PipelineOptions &pipeline, const CompileOptions &options);
+/// Those pipeline options as the pass pipeline prints them, every option included: part of each
+/// program's disk-cache key (CachedJit.h).
+std::string pipelineKey(const CompileOptions &options);
+
 /// Logits written by compiled code: `rows x cols` floats at `data`, in a 64-byte aligned buffer
 /// the runtime allocated for the call; the caller owns it and releases it with free(data).
 struct Logits {
@@ -176,9 +183,6 @@ private:
   /// build(), then runPipeline() up to `stage`.
   mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen,
                                           const BatchShape *batch = nullptr);
-  void setPipelineOptions(PipelineOptions &pipeline) const;
-  /// The pipeline's options as text, for the disk cache's key.
-  std::string pipelineDescription() const;
   WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights, tiles()}; }
   /// Throw std::invalid_argument for a call forward() or step() refuses.
   void checkForward(int64_t count) const;
