@@ -14,6 +14,8 @@ APT_PACKAGES=(
   "llvm-19-dev=${LLVM_VERSION}"
   "llvm-19-tools=${LLVM_VERSION}"
   "clang-19=${LLVM_VERSION}"
+  # LLVM's linker: compiled programs are linked into shared objects (cc/runtime/SharedObject.h).
+  "lld-19=${LLVM_VERSION}"
   "clang-format-19=${LLVM_VERSION}"
   "libomp-19-dev=${LLVM_VERSION}"
   # libFuzzer and the sanitizer runtimes of clang-19, for the compiler fuzzer (tools/fuzz.sh).

@@ -6,10 +6,8 @@
 #include "cc/runtime/ObjectCache.h"
 
 #include "llvm/Support/SHA256.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <array>
-#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -17,7 +15,7 @@ namespace gpt {
 
 namespace {
 // Part of every disk-cache key, beside the build's identity: bump when what a key covers changes.
-constexpr const char *kKeyVersion = "gpt-jit-3 llvm-19.1.7";
+constexpr const char *kKeyVersion = "gpt-jit-4 llvm-19.1.7 shared-object";
 
 std::string keyOf(llvm::ArrayRef<std::string> source, llvm::StringRef name, const JitTarget &target) {
   const std::string host = target.description(); // named: the parts below are views
@@ -34,24 +32,7 @@ std::string keyOf(llvm::ArrayRef<std::string> source, llvm::StringRef name, cons
   return std::string(digest.begin(), digest.end());
 }
 
-std::unique_ptr<JitFunction> compile(llvm::StringRef name, const JitTarget &target,
-                                     llvm::function_ref<mlir::OwningOpRef<mlir::ModuleOp>()> lowerToLLVM) {
-  mlir::OwningOpRef<mlir::ModuleOp> module = lowerToLLVM();
-  return std::make_unique<JitFunction>(*module, name, target);
-}
 } // namespace
-
-std::string sourceText(mlir::ModuleOp module) {
-  // Every constant printed whole, whatever printing options a tool set: a key that elided a mask's
-  // data would give two masks one entry.
-  mlir::OpPrintingFlags flags;
-  flags.elideLargeElementsAttrs(std::numeric_limits<int64_t>::max());
-  flags.elideLargeResourceString(std::numeric_limits<int64_t>::max());
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  module.print(os, flags);
-  return text;
-}
 
 std::unique_ptr<JitFunction> jitThroughDiskCache(llvm::ArrayRef<std::string> source, llvm::StringRef name,
                                                  const JitTarget &target, const DiskCacheSettings &settings,
@@ -59,8 +40,18 @@ std::unique_ptr<JitFunction> jitThroughDiskCache(llvm::ArrayRef<std::string> sou
                                                  bool *loaded) {
   *loaded = false;
   target.checkRunsOnHost(); // also before a load: another machine may have written the cache
+  auto compile = [&] {
+    mlir::OwningOpRef<mlir::ModuleOp> module = lowerToLLVM();
+    return JitFunction::compile(*module, name, target);
+  };
+  auto loadFromMemory = [&](std::string sharedObject) {
+    std::string error;
+    std::unique_ptr<JitFunction> function = JitFunction::load(std::move(sharedObject), name, -1, &error);
+    if (!function) throw std::runtime_error("loading the compiled " + name.str() + " failed: " + error);
+    return function;
+  };
   // Without an identity for this build, a program of another build could be taken for its own.
-  if (settings.directory.empty() || compilerIdentity().empty()) return compile(name, target, lowerToLLVM);
+  if (settings.directory.empty() || compilerIdentity().empty()) return loadFromMemory(compile());
   const std::string key = keyOf(source, name, target);
   ObjectCache cache(settings.directory, settings.maxBytes);
   try {
@@ -68,18 +59,26 @@ std::unique_ptr<JitFunction> jitThroughDiskCache(llvm::ArrayRef<std::string> sou
   } catch (const std::runtime_error &error) {
     throw CompileError(error.what());
   }
-  if (std::optional<std::string> object = cache.read(key))
-    if (std::unique_ptr<JitFunction> function = JitFunction::load(*object, name)) {
-      *loaded = true;
-      return function;
-    }
-  std::unique_ptr<JitFunction> function = compile(name, target, lowerToLLVM);
+  // The entry's own file is loaded, so that perf and debuggers name the program by it.
+  auto loadFromCache = [&]() -> std::unique_ptr<JitFunction> {
+    int fd = -1;
+    std::optional<std::string> sharedObject = cache.read(key, &fd);
+    return sharedObject ? JitFunction::load(std::move(*sharedObject), name, fd) : nullptr;
+  };
+  if (std::unique_ptr<JitFunction> function = loadFromCache()) {
+    *loaded = true;
+    return function;
+  }
+  std::string sharedObject = compile();
   // Best effort: a cache that cannot be written (a full disk) costs speed, never correctness.
+  bool stored = false;
   try {
-    cache.write(key, function->objectBytes());
+    stored = cache.write(key, sharedObject);
   } catch (const std::exception &) {
   }
-  return function;
+  if (stored)
+    if (std::unique_ptr<JitFunction> function = loadFromCache()) return function;
+  return loadFromMemory(std::move(sharedObject));
 }
 
 } // namespace gpt

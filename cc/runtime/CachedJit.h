@@ -24,18 +24,15 @@ struct DiskCacheSettings {
   uint64_t maxBytes;
 };
 
-/// The module the pass pipeline starts from, as text (what a disk-cache key is computed from).
-std::string sourceText(mlir::ModuleOp module);
-
 /// Compiles entry point `name` for `target`, or loads it from the disk cache.
 ///
 /// The key is computed before anything is lowered, as ccache's direct mode hashes a compiler's
 /// inputs: the SHA-256 of this compiler build (compilerIdentity()), the target's description,
 /// `name` and `source`, the rest of what determines the program (the pipeline's options and the
-/// text of the module the pipeline starts from). A hit loads the object without running the
-/// MLIR pipeline or LLVM; a miss calls `lowerToLLVM()` for the module in the LLVM dialect,
-/// compiles it and stores the object (best effort). Sets `*loaded` to whether the object came
-/// from the cache. Throws CompileError (CompiledModel.h) for an unusable cache directory,
+/// builder's inputs, or the text of the module the pipeline starts from). A hit loads the shared
+/// object without running the MLIR pipeline or LLVM; a miss calls `lowerToLLVM()` for the module
+/// in the LLVM dialect, compiles and links it, and stores it (best effort). Sets `*loaded` to
+/// whether the program came from the cache. Throws CompileError (CompiledModel.h) for an unusable cache directory,
 /// std::runtime_error when the JIT fails.
 std::unique_ptr<JitFunction> jitThroughDiskCache(llvm::ArrayRef<std::string> source, llvm::StringRef name,
                                                  const JitTarget &target, const DiskCacheSettings &cache,

@@ -5,6 +5,7 @@
 
 #include "cc/Registration.h"
 #include "cc/TargetParameters.h"
+#include "cc/builder/BuildFingerprint.h"
 #include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
@@ -153,23 +154,19 @@ const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
 std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen,
                                                          int64_t logitsRows, const BatchShape *batch) {
   target_.checkRunsOnHost(); // before minutes of compiling code that could not run
-  std::unique_ptr<JitFunction> function;
-  {
-    // The builder's module (milliseconds) keys the disk cache; a hit skips the pipeline.
-    mlir::OwningOpRef<mlir::ModuleOp> module = build(seqLen, cacheLen, batch);
-    const std::string what = describeEntry(seqLen, cacheLen, batch);
-    const std::vector<std::string> source = {pipelineKey(options_), "logits rows " + std::to_string(logitsRows),
-                                             sourceText(*module)};
-    bool loaded = false;
-    function = jitThroughDiskCache(
-        source, name, target_, {options_.cacheDir, options_.cacheMaxBytes},
-        [&] {
-          lowerEntryToLLVM(*module, name, what, logitsRows);
-          return std::move(module);
-        },
-        &loaded);
-    if (loaded) ++diskHits;
-  }
+  // The builder's inputs key the disk cache: a hit builds no module and runs no pipeline.
+  const std::vector<std::string> source = {pipelineKey(options_), "logits rows " + std::to_string(logitsRows),
+                                           buildFingerprint(config_, weightStorage(), seqLen, cacheLen, batch)};
+  bool loaded = false;
+  std::unique_ptr<JitFunction> function = jitThroughDiskCache(
+      source, name, target_, {options_.cacheDir, options_.cacheMaxBytes},
+      [&] {
+        mlir::OwningOpRef<mlir::ModuleOp> module = build(seqLen, cacheLen, batch);
+        lowerEntryToLLVM(*module, name, describeEntry(seqLen, cacheLen, batch), logitsRows);
+        return module;
+      },
+      &loaded);
+  if (loaded) ++diskHits;
   releaseFreedMemory(); // the modules of every stage, and LLVM's, are freed by now
   return function;
 }

@@ -38,8 +38,8 @@ struct CompileOptions {
   int threads = 0; ///< 0: all cores
   /// Directory of the on-disk object cache shared by processes; empty: no disk cache. Entries are
   /// keyed by the SHA-256 of this compiler build, the target CPU and features, the pipeline's
-  /// options and the builder's module (which encodes the configuration, shapes and weight
-  /// layouts): see CachedJit.h.
+  /// options and the builder's inputs (the configuration, shapes and weight layouts,
+  /// BuildFingerprint.h): see CachedJit.h.
   std::string cacheDir;
   /// The disk cache's size cap: least recently used entries are evicted beyond it.
   uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;

@@ -1,13 +1,13 @@
 // Compilation for the host CPU (see JitFunction.h): MLIR's LLVM dialect is translated to LLVM IR,
-// optimized and compiled to an object file in memory, which ORC then links. Compiled and cached
-// programs take the same linking path, and no file is written on the way: MLIR's ExecutionEngine
-// can only hand out its object through a file, and opening one registers LLVM's signal handlers
-// (and an alternate signal stack) on whichever thread compiles.
+// optimized and compiled to an object file in memory, which lld links into a shared object that
+// dlopen loads (SharedObject.h). Compiled and cached programs are loaded the same way. MLIR's
+// ExecutionEngine is not used: it can only hand out its object through a file, and opening one
+// registers LLVM's signal handlers (and an alternate signal stack) on whichever thread compiles.
 #include "cc/runtime/JitFunction.h"
 
 #include "cc/runtime/ObjectCache.h"
+#include "cc/runtime/SharedObject.h"
 
-#include "mlir/ExecutionEngine/CRunnerUtils.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Target/LLVMIR/Dialect/AMX/AMXToLLVMIRTranslation.h"
@@ -15,30 +15,17 @@
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
-#include "llvm/ExecutionEngine/JITEventListener.h"
-#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
-#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
-#include "llvm/ExecutionEngine/Orc/LLJIT.h"
-#include "llvm/ExecutionEngine/Orc/Mangling.h"
-#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
-#include "llvm/ExecutionEngine/SectionMemoryManager.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/Error.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
-#include "llvm/TargetParser/Host.h"
-#include "llvm/TargetParser/SubtargetFeature.h"
 #include "llvm/Transforms/IPO/AlwaysInliner.h"
 #include "llvm/Transforms/IPO/GlobalDCE.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -149,74 +136,42 @@ std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const J
   return std::string(object.begin(), object.end());
 }
 
-/// An LLJIT that resolves what compiled code calls: the process (libc, libm), the OpenMP runtime
-/// and memrefCopy (memref.copy of strided views lowers to a call of the runner-utils function).
-/// With GPT_PERF_JITDUMP set it links through RuntimeDyld with perf's listener, which writes the
-/// jit-<pid>.dump files `perf inject --jit` reads (only on request: they would pile up).
-llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> createJit() {
-  llvm::orc::LLJITBuilder builder;
-  if (std::getenv("GPT_PERF_JITDUMP"))
-    builder.setObjectLinkingLayerCreator([](llvm::orc::ExecutionSession &session, const llvm::Triple &) {
-      auto layer = std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
-          session, []() { return std::make_unique<llvm::SectionMemoryManager>(); });
-      if (llvm::JITEventListener *perf = llvm::JITEventListener::createPerfJITEventListener())
-        layer->registerJITEventListener(*perf);
-      return layer;
-    });
-  auto jit = builder.create();
-  if (!jit) return jit.takeError();
-  llvm::orc::JITDylib &dylib = (*jit)->getMainJITDylib();
-  char prefix = (*jit)->getDataLayout().getGlobalPrefix();
-  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix);
-  if (!process) return process.takeError();
-  auto openmp = llvm::orc::DynamicLibrarySearchGenerator::Load(GPT_LIBOMP_PATH, prefix);
-  if (!openmp) return openmp.takeError();
-  dylib.addGenerator(std::move(*process));
-  dylib.addGenerator(std::move(*openmp));
-  llvm::orc::MangleAndInterner interner((*jit)->getExecutionSession(), (*jit)->getDataLayout());
-  llvm::orc::SymbolMap symbols;
-  symbols[interner("memrefCopy")] = {llvm::orc::ExecutorAddr::fromPtr(&memrefCopy), llvm::JITSymbolFlags::Exported};
-  if (llvm::Error error = dylib.define(llvm::orc::absoluteSymbols(std::move(symbols)))) return std::move(error);
-  return jit;
-}
-
 } // namespace
-
-llvm::Error JitFunction::link(llvm::StringRef name) {
-  initializeNativeTarget();
-  auto jit = createJit();
-  if (!jit) return jit.takeError();
-  if (llvm::Error error = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, "gpt-jit-object")))
-    return error;
-  auto address = (*jit)->lookup(packedEntryName(name));
-  if (!address) return address.takeError();
-  packed = address->toPtr<void (*)(void **)>();
-  jit_ = std::move(*jit);
-  return llvm::Error::success();
-}
 
 JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
   target.checkRunsOnHost();
-  object = compileToObject(module, name, target);
-  if (llvm::Error error = link(name)) throw std::runtime_error("JIT linking failed: " + describe(std::move(error)));
+  sharedObject_ = compile(module, name, target);
+  std::string error;
+  program = LoadedProgram::fromBytes(sharedObject_, ("gpt-" + name).str(), &error);
+  if (!program) throw std::runtime_error("loading the compiled " + name.str() + " failed: " + error);
+  packed = reinterpret_cast<void (*)(void **)>(program->symbol(packedEntryName(name)));
+  if (!packed) throw std::runtime_error("the compiled program exports no " + packedEntryName(name));
 }
 
 JitFunction::JitFunction() = default;
 JitFunction::~JitFunction() = default;
 
-std::unique_ptr<JitFunction> JitFunction::load(const std::string &object, llvm::StringRef name) {
-  std::unique_ptr<JitFunction> function(new JitFunction());
-  function->object = object;
-  if (llvm::Error error = function->link(name)) {
-    llvm::consumeError(std::move(error));
-    return nullptr;
-  }
-  return function;
+std::string JitFunction::compile(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
+  return linkSharedObject(compileToObject(module, name, target));
 }
 
-std::string JitFunction::objectBytes() const { return object; }
+std::unique_ptr<JitFunction> JitFunction::load(std::string sharedObject, llvm::StringRef name, int fd,
+                                               std::string *error) {
+  std::string reason;
+  std::unique_ptr<JitFunction> function(new JitFunction());
+  function->sharedObject_ = std::move(sharedObject);
+  function->program = fd >= 0 ? LoadedProgram::fromFile(fd, &reason)
+                              : LoadedProgram::fromBytes(function->sharedObject_, ("gpt-" + name).str(), &reason);
+  if (function->program) {
+    function->packed = reinterpret_cast<void (*)(void **)>(function->program->symbol(packedEntryName(name)));
+    if (!function->packed) reason = "it exports no " + packedEntryName(name);
+  }
+  if (function->packed) return function;
+  if (error) *error = reason;
+  return nullptr;
+}
 
-void JitFunction::dumpObject(const std::string &path) const { writeFileChecked(path, objectBytes()); }
+void JitFunction::dumpObject(const std::string &path) const { writeFileChecked(path, sharedObject_); }
 
 void JitFunction::writeObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
                               const std::string &path) {

@@ -1,4 +1,5 @@
-// A function compiled from an LLVM-dialect module for the host CPU and linked by ORC.
+// A function compiled from an LLVM-dialect module for the host CPU: LLVM compiles it to an object,
+// lld links that into a shared object, and the process loads it with dlopen (SharedObject.h).
 #ifndef GPT_CC_RUNTIME_JITFUNCTION_H
 #define GPT_CC_RUNTIME_JITFUNCTION_H
 
@@ -6,14 +7,9 @@
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
-#include "llvm/Support/Error.h"
 
 #include <memory>
 #include <string>
-
-namespace llvm::orc {
-class LLJIT;
-} // namespace llvm::orc
 
 namespace mlir {
 class ModuleOp;
@@ -21,42 +17,49 @@ class ModuleOp;
 
 namespace gpt {
 
+class LoadedProgram;
+
 class JitFunction {
 public:
-  /// JIT-compiles `module` (already in the LLVM dialect) for `target` (the host CPU and its
-  /// features, unless a test names another CPU), with LLVM IR optimization level 2 and codegen
-  /// level Aggressive, and resolves `name`'s C interface wrapper `_mlir_ciface_<name>`. Throws
-  /// std::runtime_error with LLVM's message on failure.
+  /// compile(), then loads the shared object from memory. Throws std::runtime_error with LLVM's
+  /// or the linker's message on failure.
   JitFunction(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target = JitTarget::host());
   ~JitFunction();
 
-  /// Loads object code that objectBytes() returned, in this or an earlier process, with plain ORC
-  /// (no MLIR, no LLVM optimization or codegen). Returns nullptr when it cannot be loaded.
-  static std::unique_ptr<JitFunction> load(const std::string &object, llvm::StringRef name);
+  /// Compiles `module` (already in the LLVM dialect) for `target` (the host CPU and its
+  /// features, unless a test names another CPU), with LLVM IR optimization level 2 and codegen
+  /// level Aggressive, and links it into a shared object whose one exported function is `name`'s
+  /// packed entry point. Returns the shared object's bytes; loads nothing.
+  static std::string compile(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target);
+
+  /// Loads `sharedObject`, which compile() returned in this or an earlier process, with dlopen
+  /// (no MLIR, no LLVM): from the open file `fd` when it is not -1 (the function takes it, and
+  /// perf then names the program by that file), else from memory. Returns nullptr, with the
+  /// reason in `*error` when it is given, when it cannot be loaded.
+  static std::unique_ptr<JitFunction> load(std::string sharedObject, llvm::StringRef name, int fd = -1,
+                                           std::string *error = nullptr);
 
   /// Calls `_mlir_ciface_<name>(args...)` of a function that returns nothing: one pointer per
   /// argument, each to a memref descriptor, except at the positions listed in
   /// `scalarArguments`, where the pointer is to an int64_t passed by value (an index argument).
   void call(llvm::ArrayRef<void *> arguments, llvm::ArrayRef<size_t> scalarArguments = {}) const;
 
-  /// The machine code compiled (or loaded), as an ELF relocatable object file's bytes.
-  std::string objectBytes() const;
+  /// The machine code that runs: the shared object's bytes (an ELF file `llvm-objdump -d` reads).
+  const std::string &sharedObject() const { return sharedObject_; }
 
-  /// Writes objectBytes() to `path`; throws std::runtime_error naming the path and the reason
+  /// Writes sharedObject() to `path`; throws std::runtime_error naming the path and the reason
   /// when it cannot (a missing directory, a full disk).
   void dumpObject(const std::string &path) const;
 
-  /// Compiles `module` for `target` into an object file at `path` without linking it: how code for
-  /// a target the host cannot run (JitTarget::runsOnHost) is inspected.
+  /// Compiles `module` for `target` into a relocatable object file at `path`, neither linked nor
+  /// loaded: how code for a target the host cannot run (JitTarget::runsOnHost) is inspected.
   static void writeObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
                           const std::string &path);
 
 private:
   JitFunction();
-  /// Links `object` into a JIT of its own and resolves `name`'s packed entry point.
-  llvm::Error link(llvm::StringRef name);
-  std::string object; // compiled here or loaded: what runs
-  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  std::string sharedObject_; // compiled here or loaded: what runs
+  std::unique_ptr<LoadedProgram> program;
   void (*packed)(void **) = nullptr;
 };
 

@@ -145,6 +145,9 @@ std::unique_ptr<llvm::TargetMachine> JitTarget::createTargetMachine() const {
   }
   builder.addFeatures(subtarget.getFeatures());
   builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  // Position-independent, small code model: what a shared object needs (SharedObject.h).
+  builder.setRelocationModel(llvm::Reloc::PIC_);
+  builder.setCodeModel(llvm::CodeModel::Small);
   auto machine = builder.createTargetMachine();
   if (!machine)
     throw std::runtime_error("cannot create a TargetMachine for " + cpu_ + ": " + llvm::toString(machine.takeError()));

@@ -59,7 +59,8 @@ public:
   /// The triple, CPU and enabled features: part of every on-disk cache key, since the code is
   /// specialised for them.
   std::string description() const;
-  /// A TargetMachine that compiles for this target (optimization level Aggressive).
+  /// A TargetMachine that compiles for this target (optimization level Aggressive), position
+  /// independent for a shared object.
   std::unique_ptr<llvm::TargetMachine> createTargetMachine() const;
 
 private:

@@ -20,11 +20,12 @@
 namespace gpt {
 namespace {
 
-// An entry: kMagic, the key (a SHA-256 digest of the program), the object's SHA-256, the
-// object's size (8 bytes, little endian), then the object. Bump the magic when the layout changes.
-constexpr llvm::StringLiteral kMagic = "GPTJIT1\n";
+// An entry: the program's shared object, so that the dynamic loader maps it from the entry's own
+// file, then a trailer it ignores: the key (a SHA-256 digest of the program), the shared object's
+// SHA-256, its size (8 bytes, little endian) and kMagic. Bump the magic when the layout changes.
+constexpr llvm::StringLiteral kMagic = "GPTJIT2\n";
 constexpr size_t kDigestBytes = 32;
-constexpr size_t kHeaderBytes = kMagic.size() + 2 * kDigestBytes + 8;
+constexpr size_t kTrailerBytes = 2 * kDigestBytes + 8 + kMagic.size();
 // Far above any program's object code (a few MB); bounds what a damaged entry makes us read.
 constexpr int64_t kMaxEntryBytes = int64_t(256) << 20;
 constexpr llvm::StringLiteral kEntrySuffix = ".gptjit";
@@ -77,12 +78,12 @@ void ObjectCache::checkDirectory() const {
   }
 }
 
-std::optional<std::string> ObjectCache::read(llvm::StringRef key) const {
+std::optional<std::string> ObjectCache::read(llvm::StringRef key, int *openFile) const {
   const std::string path = pathFor(key);
   struct stat status;
   // lstat, O_NOFOLLOW and O_NONBLOCK: a symlink, a FIFO or a device at the path is never opened.
   if (::lstat(path.c_str(), &status) != 0 || !S_ISREG(status.st_mode)) return std::nullopt;
-  if (status.st_size <= static_cast<off_t>(kHeaderBytes) || status.st_size > kMaxEntryBytes) return std::nullopt;
+  if (status.st_size <= static_cast<off_t>(kTrailerBytes) || status.st_size > kMaxEntryBytes) return std::nullopt;
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   std::string entry(static_cast<size_t>(status.st_size), '\0');
@@ -93,18 +94,19 @@ std::optional<std::string> ObjectCache::read(llvm::StringRef key) const {
     if (got <= 0) break;
     filled += static_cast<size_t>(got);
   }
-  ::close(fd);
-  if (filled != entry.size()) return std::nullopt; // truncated while we read it
   llvm::StringRef bytes(entry);
-  if (!bytes.starts_with(kMagic)) return std::nullopt;
-  llvm::StringRef keyDigest = bytes.substr(kMagic.size(), kDigestBytes);
-  llvm::StringRef objectDigest = bytes.substr(kMagic.size() + kDigestBytes, kDigestBytes);
-  uint64_t size = fromLittleEndian(bytes.substr(kMagic.size() + 2 * kDigestBytes, 8));
-  llvm::StringRef object = bytes.drop_front(kHeaderBytes);
-  if (keyDigest != key || size != object.size() || objectDigest != sha256(object)) return std::nullopt;
+  llvm::StringRef trailer = bytes.take_back(kTrailerBytes);
+  llvm::StringRef program = bytes.drop_back(kTrailerBytes);
+  bool valid = filled == entry.size() && trailer.ends_with(kMagic) && trailer.substr(0, kDigestBytes) == key &&
+               fromLittleEndian(trailer.substr(2 * kDigestBytes, 8)) == program.size() &&
+               trailer.substr(kDigestBytes, kDigestBytes) == sha256(program);
+  if (!valid || !openFile) ::close(fd);
+  if (!valid) return std::nullopt;
+  if (openFile) *openFile = fd;
   // A load is a use: eviction goes by modification time, least recent first.
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
-  return object.str();
+  entry.resize(program.size());
+  return entry;
 }
 
 bool ObjectCache::write(llvm::StringRef key, llvm::StringRef object) const {
@@ -117,8 +119,8 @@ bool ObjectCache::write(llvm::StringRef key, llvm::StringRef object) const {
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return false;
   if (key.size() != kDigestBytes) return false;
-  std::string header = kMagic.str() + key.str() + sha256(object) + littleEndian(object.size());
-  bool ok = writeAll(fd, header) && writeAll(fd, object) && ::fsync(fd) == 0;
+  std::string trailer = key.str() + sha256(object) + littleEndian(object.size()) + kMagic.str();
+  bool ok = writeAll(fd, object) && writeAll(fd, trailer) && ::fsync(fd) == 0;
   ok = ::close(fd) == 0 && ok;
   // rename is atomic: a reader sees the old entry, or none, or the whole new one.
   ok = ok && ::rename(temporary.c_str(), path.c_str()) == 0;

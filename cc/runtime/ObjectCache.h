@@ -1,7 +1,8 @@
-// The on-disk compile cache: each entry carries its key and a checksum of its object code, is
-// written atomically with owner-only permissions, and is read only from a regular file in a
-// directory that no other user can write (loading an object runs its code). The cache is bounded:
-// after each write the least recently used entries are removed until it fits its size cap.
+// The on-disk compile cache: each entry is a program's shared object followed by its key and a
+// checksum, so that the dynamic loader maps the entry itself. Entries are written atomically with
+// owner-only permissions, and read only from a regular file in a directory that no other user can
+// write (loading a program runs its code). The cache is bounded: after each write the least
+// recently used entries are removed until it fits its size cap.
 #ifndef GPT_CC_RUNTIME_OBJECTCACHE_H
 #define GPT_CC_RUNTIME_OBJECTCACHE_H
 
@@ -15,7 +16,7 @@
 namespace gpt {
 
 /// The cap of a cache whose user did not choose one: room for about a hundred GPT-2 small
-/// programs (a few MB of object code each).
+/// programs (a few MB of machine code each).
 constexpr uint64_t kDefaultCacheMaxBytes = uint64_t(512) << 20;
 
 class ObjectCache {
@@ -38,11 +39,12 @@ public:
   /// owner may write into it: code placed there would be loaded and run.
   void checkDirectory() const;
 
-  /// The object stored under `key` (a 32-byte digest of the program, which the entry records and
-  /// names the file by), or nullopt when there is no entry
-  /// or it fails a check: not a regular file (a FIFO, a symlink), too short or too large, another
-  /// key's entry, or object bytes whose checksum does not match.
-  std::optional<std::string> read(llvm::StringRef key) const;
+  /// The program stored under `key` (a 32-byte digest of the program, which the entry records and
+  /// names the file by), or nullopt when there is no entry or it fails a check: not a regular
+  /// file (a FIFO, a symlink), too short or too large, another key's entry, or bytes whose
+  /// checksum does not match. With `openFile`, a found entry's file is left open there, read
+  /// only, for the caller to load from and close: the very file that was checked.
+  std::optional<std::string> read(llvm::StringRef key, int *openFile = nullptr) const;
 
   /// Stores `object` under `key`: written to a private temporary file, flushed to disk, then
   /// renamed over the entry; then evicts to the size cap (never the entry just written).

@@ -27,7 +27,7 @@ def default_directory() -> str:
 def compiler_identity() -> str:
     """This build of the compiler as every entry's key names it ('build-id:<hex>', the extension's
     GNU build id): a program is only loaded by the build that compiled it, which finds it from the
-    builder's module without running the pass pipeline. Empty when the build cannot be told apart
+    builder's inputs without building a module or running the pass pipeline. Empty when the build cannot be told apart
     from others; models then compile every program."""
     return _gpt.compiler_identity()
 

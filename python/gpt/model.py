@@ -519,8 +519,9 @@ class GPT:
         return gpu_export.export(self, path, target, tokens, weights, write_weights, cache_len)
 
     def save_object(self, path: str, seq_len: int | None = None) -> None:
-        """Writes the machine code the JIT produced for forward(seq_len tokens) to `path` (an ELF
-        object file; `llvm-objdump -d` shows it)."""
+        """Writes the machine code compiled for forward(seq_len tokens) to `path`: the ELF shared
+        object that runs, or for a compile-only target the relocatable object (`llvm-objdump -d`
+        shows either)."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         seq_len = self._compiled.bucket_for(1) if seq_len is None else self._check_length(seq_len)

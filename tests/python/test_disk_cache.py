@@ -2,6 +2,7 @@
 instead of compiling it, gets identical results, and survives a damaged cache."""
 
 import dataclasses
+import gc
 import os
 import struct
 import subprocess
@@ -14,10 +15,15 @@ import pytest
 import gpt
 from shapes import NANO, config, exercising_weights, token_ids
 
-MAGIC = b"GPTJIT1\n"
-HEADER = len(MAGIC) + 32 + 32 + 8  # magic, key digest, object digest, object size
+MAGIC = b"GPTJIT2\n"
+TRAILER = 32 + 32 + 8 + len(MAGIC)  # after the shared object: key digest, its digest, its size, magic
 CFG = config(NANO)
 WEIGHTS = exercising_weights(CFG)
+
+
+def is_entry(data):
+    """An entry as the cache writes it: a shared object the dynamic loader maps, then the trailer."""
+    return data[:4] == b"\x7fELF" and data[16] == 3 and data[-len(MAGIC) :] == MAGIC  # e_type ET_DYN
 
 
 def model(cache_dir, **options):
@@ -42,6 +48,24 @@ def test_second_model_loads_instead_of_compiling(tmp_path):
     np.testing.assert_array_equal(second.decode(7, cache), expected_decode)
     assert second.disk_cache_hits() == 3
     assert sorted(os.listdir(tmp_path)) == files
+
+
+def test_programs_loaded_after_a_shared_entry_is_dropped_are_their_own(tmp_path):
+    """Two models load one entry, which the dynamic loader maps once. After the first model dies the
+    second still runs it, and a program loaded later (here from memory, with another epsilon) is
+    never mistaken for it: the name the loader knows a program by stays taken while it is loaded."""
+    ids = token_ids(CFG, 5)
+    other_config = dataclasses.replace(CFG, layer_norm_eps=0.5)
+    reference = gpt.GPT.from_weights(other_config, WEIGHTS, gpt.CompileOptions(disk_cache=False)).forward(ids)
+    first, second = model(tmp_path), model(tmp_path)
+    expected = first.forward(ids)
+    np.testing.assert_array_equal(second.forward(ids), expected)
+    assert second.disk_cache_hits() == 1
+    del first
+    gc.collect()
+    later = gpt.GPT.from_weights(other_config, WEIGHTS, gpt.CompileOptions(disk_cache=False))
+    np.testing.assert_array_equal(later.forward(ids), reference)
+    np.testing.assert_array_equal(second.forward(ids), expected)
 
 
 def test_another_process_loads_it(tmp_path):
@@ -78,7 +102,7 @@ def test_damaged_entry_is_recompiled(tmp_path):
     again = model(tmp_path)
     np.testing.assert_array_equal(again.forward(ids), expected)
     assert again.disk_cache_hits() == 0
-    assert (tmp_path / entry).read_bytes()[:8] == MAGIC  # rewritten
+    assert is_entry((tmp_path / entry).read_bytes())  # rewritten
 
 
 def test_keys_separate_options_and_disk_cache_can_be_off(tmp_path):
@@ -94,7 +118,7 @@ def test_keys_separate_options_and_disk_cache_can_be_off(tmp_path):
 
 
 def test_keys_separate_configurations_of_the_same_shapes(tmp_path):
-    """The key is the builder's module, not only the shapes: a model whose configuration differs
+    """The key is every input of the builder, not only the shapes: a model whose configuration differs
     in one constant (the LayerNorm epsilon) must not load the other's program."""
     ids = token_ids(CFG, 5)
     wide_eps = dataclasses.replace(CFG, layer_norm_eps=0.5)
@@ -108,7 +132,7 @@ def test_keys_separate_configurations_of_the_same_shapes(tmp_path):
 
 def test_keys_separate_masks_given_as_data(tmp_path):
     """A mask given as data is a constant of the forward program: two layouts of packed documents
-    with the same shapes must not share an entry (the key prints the builder's module whole)."""
+    with the same shapes must not share an entry (the key writes the mask's bytes whole)."""
     ids = token_ids(CFG, 20)
     half = CFG.block_size // 2
     configs = [
@@ -169,7 +193,7 @@ def test_flipped_bits_in_the_object_are_detected(tmp_path):
     entry, expected = entry_after_one_forward(tmp_path, ids)
     data = bytearray(entry.read_bytes())
     rng = np.random.default_rng(0)
-    for position in rng.integers(HEADER, len(data), size=8):  # a still-linkable ELF, other code
+    for position in rng.integers(64, len(data) - TRAILER, size=8):  # past the ELF header: other code
         data[position] ^= 1 << int(rng.integers(0, 8))
     entry.write_bytes(bytes(data))
     assert_recompiled(tmp_path, ids, expected)
@@ -188,7 +212,7 @@ def test_truncated_and_empty_entries_are_recompiled(tmp_path):
     ids = token_ids(CFG, 5)
     entry, expected = entry_after_one_forward(tmp_path, ids)
     whole = entry.read_bytes()
-    for damaged in (whole[: len(whole) // 2], whole[:HEADER], b""):
+    for damaged in (whole[: len(whole) // 2], whole[-TRAILER:], whole[:-TRAILER], b""):
         entry.write_bytes(damaged)
         assert_recompiled(tmp_path, ids, expected)
 
@@ -199,7 +223,7 @@ def test_fifo_and_symlink_at_the_path_are_not_opened(tmp_path):
     entry.unlink()
     os.mkfifo(entry)  # opening it for reading would block forever
     assert_recompiled(tmp_path, ids, expected)
-    assert entry.is_file() and entry.read_bytes()[:8] == MAGIC  # replaced by a real entry
+    assert entry.is_file() and is_entry(entry.read_bytes())  # replaced by a real entry
     entry.unlink()
     entry.symlink_to("/dev/zero")  # reading it would never end
     assert_recompiled(tmp_path, ids, expected)
