@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 fix=0
 [[ "${1:-}" == "--fix" ]] && fix=1
 cpp_files=()
-while IFS= read -r f; do cpp_files+=("$f"); done < <(git ls-files -- '*.cpp' '*.cc' '*.h')
+while IFS= read -r f; do cpp_files+=("$f"); done < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.cc' '*.h')
 
 echo "lint: ruff check + format over python/, tools/, tests/ ($(python3 -m ruff --version)); clang-format over ${#cpp_files[@]} C++ files ($(clang-format-19 --version | grep -o 'version [0-9.]*'))"
 status=0

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <map>
 #include <mutex>
-#include <fcntl.h>
 #include <spawn.h>
 #include <stdexcept>
 #include <sys/mman.h>
@@ -113,20 +113,31 @@ std::string linkSharedObject(std::string_view object) {
   // -z now: every symbol is bound when the program is loaded, so a missing one is a load error
   // rather than a crash in the middle of a call. The runtime path finds libomp, which the
   // process has not loaded before the first program needs it.
-  const std::vector<std::string> argv = {
-      GPT_CLANG_PATH, "-shared", "-fuse-ld=lld", "-nostartfiles", "-Wl,-z,now", "-Wl,-z,relro",
-      "-Wl,--enable-new-dtags", "-Wl,-rpath," GPT_LLVM_LIBDIR, "-o", output, input, GPT_LIBOMP_PATH,
-      GPT_C_RUNNER_UTILS_PATH, "-lm"};
+  const std::vector<std::string> argv = {GPT_CLANG_PATH,
+                                         "-shared",
+                                         "-fuse-ld=lld",
+                                         "-nostartfiles",
+                                         "-Wl,-z,now",
+                                         "-Wl,-z,relro",
+                                         "-Wl,--enable-new-dtags",
+                                         "-Wl,-rpath," GPT_LLVM_LIBDIR,
+                                         "-o",
+                                         output,
+                                         input,
+                                         GPT_LIBOMP_PATH,
+                                         GPT_C_RUNNER_UTILS_PATH,
+                                         "-lm"};
   int status = run(argv, log);
   if (status != 0) {
     std::string messages = readFile(log);
     if (messages.size() > 4000) messages = messages.substr(0, 4000) + "...";
-    throw std::runtime_error("linking a compiled program into a shared object failed (" +
-                             (status < 0 ? std::string("the linker did not run") : "exit status " + std::to_string(status)) +
-                             "): " + messages);
+    throw std::runtime_error(
+        "linking a compiled program into a shared object failed (" +
+        (status < 0 ? std::string("the linker did not run") : "exit status " + std::to_string(status)) +
+        "): " + messages);
   }
   std::string shared = readFile(output);
-  if (shared.size() < 4 || shared.compare(0, 4, "\x7f" "ELF") != 0)
+  if (shared.compare(0, 4, "\177ELF") != 0) // octal: "\x7fELF" would read as one hex escape
     throw std::runtime_error("the linker wrote no shared object at " + output);
   return shared;
 }

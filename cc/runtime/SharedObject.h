@@ -26,8 +26,7 @@ public:
   /// lives). Returns nullptr, with the loader's reason in `*error`, when it cannot.
   static std::unique_ptr<LoadedProgram> fromFile(int fd, std::string *error);
   /// Loads the shared object `bytes` from an anonymous memory file named `name`.
-  static std::unique_ptr<LoadedProgram> fromBytes(std::string_view bytes, const std::string &name,
-                                                  std::string *error);
+  static std::unique_ptr<LoadedProgram> fromBytes(std::string_view bytes, const std::string &name, std::string *error);
   ~LoadedProgram();
   LoadedProgram(const LoadedProgram &) = delete;
   LoadedProgram &operator=(const LoadedProgram &) = delete;
