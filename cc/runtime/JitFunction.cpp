@@ -138,16 +138,6 @@ std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const J
 
 } // namespace
 
-JitFunction::JitFunction(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
-  target.checkRunsOnHost();
-  sharedObject_ = compile(module, name, target);
-  std::string error;
-  program = LoadedProgram::fromBytes(sharedObject_, ("gpt-" + name).str(), &error);
-  if (!program) throw std::runtime_error("loading the compiled " + name.str() + " failed: " + error);
-  packed = reinterpret_cast<void (*)(void **)>(program->symbol(packedEntryName(name)));
-  if (!packed) throw std::runtime_error("the compiled program exports no " + packedEntryName(name));
-}
-
 JitFunction::JitFunction() = default;
 JitFunction::~JitFunction() = default;
 

@@ -21,9 +21,6 @@ class LoadedProgram;
 
 class JitFunction {
 public:
-  /// compile(), then loads the shared object from memory. Throws std::runtime_error with LLVM's
-  /// or the linker's message on failure.
-  JitFunction(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target = JitTarget::host());
   ~JitFunction();
 
   /// Compiles `module` (already in the LLVM dialect) for `target` (the host CPU and its
