@@ -13,7 +13,7 @@ def _llvm_configure_impl(repository_ctx):
     prefix = repository_ctx.execute([llvm_config, "--prefix"]).stdout.strip()
     for sub in ["include", "lib", "bin", "build"]:
         repository_ctx.symlink(prefix + "/" + sub, sub)
-    for required in ["lib/libMLIR.so", "lib/libLLVM.so", "bin/mlir-tblgen", "bin/FileCheck", "include/mlir/IR/OpBase.td", "build/utils/lit/lit.py", "lib/libomp.so", "bin/clang", "bin/ld.lld"]:
+    for required in ["lib/libMLIR.so", "lib/libLLVM.so", "bin/mlir-tblgen", "bin/FileCheck", "include/mlir/IR/OpBase.td", "build/utils/lit/lit.py", "lib/libomp.so", "bin/clang", "bin/ld.lld", "lib/libLLVMSupport.a", "lib/libLLVMTargetParser.a"]:
         if not repository_ctx.path(required).exists:
             fail("%s/%s is missing: install libmlir-19-dev, mlir-19-tools, llvm-19-tools, libomp-19-dev, clang-19 and lld-19 (tools/setup.sh)." % (prefix, required))
     # The rpath lets binaries and the Python extension find libMLIR.so at run time without LD_LIBRARY_PATH.

@@ -3,7 +3,7 @@
 // until it is written out (and the sizes updated).
 #include "cc/builder/BuildFingerprint.h"
 
-#include "cc/builder/GPTBuilder.h"
+#include "cc/builder/EntryPoints.h"
 
 #include <cstring>
 #include <sstream>

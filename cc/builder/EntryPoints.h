@@ -10,6 +10,12 @@ namespace gpt {
 
 struct GPTConfig;
 
+/// The shape a batched step is compiled for: `tokens` new tokens of `batch` sequences, block
+/// tables `tableWidth` blocks wide, per-layer pools of `poolBlocks` blocks of `blockSize` positions.
+struct BatchShape {
+  int64_t tokens, batch, tableWidth, poolBlocks, blockSize;
+};
+
 enum class EntryPoint {
   Forward,   ///< `@forward`: logits of every position, no cache
   Step,      ///< `@step`: prefill or decode against per-layer KV caches

@@ -37,12 +37,6 @@ mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPT
 mlir::OwningOpRef<mlir::ModuleOp> buildStep(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
                                             int64_t cacheLen, const WeightStorage &storage);
 
-/// The shape a batched step is compiled for: `tokens` new tokens of `batch` sequences, block
-/// tables `tableWidth` blocks wide, per-layer pools of `poolBlocks` blocks of `blockSize` positions.
-struct BatchShape {
-  int64_t tokens, batch, tableWidth, poolBlocks, blockSize;
-};
-
 /// The batched step behind serving, the arguments of entryArguments(EntryPoint::BatchStep, ...)
 /// with the logits and the updated pools as results:
 /// `@batch_step(ids, positions, sequences, slots: [T], tables: [B, M], last: [B], k_0, v_0, ...:

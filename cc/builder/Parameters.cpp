@@ -3,16 +3,12 @@
 
 #include "cc/TargetParameters.h"
 #include "cc/builder/GPTConfig.h"
-#include "cc/dialect/TransformerDialect.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/Quantization.h"
 
 #include <stdexcept>
 
 namespace gpt {
-
-// The block the runtime quantizes in is the one the IR's formats are defined with.
-static_assert(kernels::kQuantBlock == mlir::transformer::PackedMatmulOp::kBlockSize);
 
 std::vector<LayerParameter> layerParameters(const GPTConfig &c) {
   using W = LayerWeight;

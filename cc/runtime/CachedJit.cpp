@@ -1,7 +1,7 @@
 // JIT compilation through the on-disk object cache (see CachedJit.h).
 #include "cc/runtime/CachedJit.h"
 
-#include "cc/runtime/CompiledModel.h"
+#include "cc/runtime/CompileOptions.h"
 #include "cc/runtime/CompilerIdentity.h"
 #include "cc/runtime/ObjectCache.h"
 
@@ -15,7 +15,7 @@ namespace gpt {
 
 namespace {
 // Part of every disk-cache key, beside the build's identity: bump when what a key covers changes.
-constexpr const char *kKeyVersion = "gpt-jit-4 llvm-19.1.7 shared-object";
+constexpr const char *kKeyVersion = "gpt-jit-5 llvm-19.1.7 shared-object";
 
 std::string keyOf(llvm::ArrayRef<std::string> source, llvm::StringRef name, const JitTarget &target) {
   const std::string host = target.description(); // named: the parts below are views
@@ -36,14 +36,9 @@ std::string keyOf(llvm::ArrayRef<std::string> source, llvm::StringRef name, cons
 
 std::unique_ptr<JitFunction> jitThroughDiskCache(llvm::ArrayRef<std::string> source, llvm::StringRef name,
                                                  const JitTarget &target, const DiskCacheSettings &settings,
-                                                 llvm::function_ref<mlir::OwningOpRef<mlir::ModuleOp>()> lowerToLLVM,
-                                                 bool *loaded) {
+                                                 llvm::function_ref<std::string()> compile, bool *loaded) {
   *loaded = false;
   target.checkRunsOnHost(); // also before a load: another machine may have written the cache
-  auto compile = [&] {
-    mlir::OwningOpRef<mlir::ModuleOp> module = lowerToLLVM();
-    return JitFunction::compile(*module, name, target);
-  };
   auto loadFromMemory = [&](std::string sharedObject) {
     std::string error;
     std::unique_ptr<JitFunction> function = JitFunction::load(std::move(sharedObject), name, -1, &error);

@@ -6,8 +6,6 @@
 #include "cc/runtime/JitFunction.h"
 #include "cc/runtime/JitTarget.h"
 
-#include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
@@ -30,14 +28,13 @@ struct DiskCacheSettings {
 /// inputs: the SHA-256 of this compiler build (compilerIdentity()), the target's description,
 /// `name` and `source`, the rest of what determines the program (the pipeline's options and the
 /// builder's inputs, or the text of the module the pipeline starts from). A hit loads the shared
-/// object without running the MLIR pipeline or LLVM; a miss calls `lowerToLLVM()` for the module
-/// in the LLVM dialect, compiles and links it, and stores it (best effort). Sets `*loaded` to
+/// object without loading the compiler; a miss calls `compile()` for the shared object (the
+/// compiler library's work, ProgramCompiler.h) and stores it (best effort). Sets `*loaded` to
 /// whether the program came from the cache. Throws CompileError (CompiledModel.h) for an unusable cache directory,
 /// std::runtime_error when the JIT fails.
 std::unique_ptr<JitFunction> jitThroughDiskCache(llvm::ArrayRef<std::string> source, llvm::StringRef name,
                                                  const JitTarget &target, const DiskCacheSettings &cache,
-                                                 llvm::function_ref<mlir::OwningOpRef<mlir::ModuleOp>()> lowerToLLVM,
-                                                 bool *loaded);
+                                                 llvm::function_ref<std::string()> compile, bool *loaded);
 
 } // namespace gpt
 

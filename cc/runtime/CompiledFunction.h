@@ -4,9 +4,10 @@
 #ifndef GPT_CC_RUNTIME_COMPILEDFUNCTION_H
 #define GPT_CC_RUNTIME_COMPILEDFUNCTION_H
 
-#include "cc/codegen/cpu/Pipelines.h"
-#include "cc/runtime/CompiledModel.h"
+#include "cc/codegen/cpu/PipelineLevels.h"
+#include "cc/runtime/CompileOptions.h"
 #include "cc/runtime/JitTarget.h"
+#include "cc/runtime/ProgramCompiler.h"
 
 #include <cstdint>
 #include <memory>
@@ -14,19 +15,9 @@
 #include <string>
 #include <vector>
 
-namespace mlir {
-class MLIRContext;
-} // namespace mlir
-
 namespace gpt {
 
 class JitFunction;
-
-/// The static type of an argument or result: its shape and element type ("f32", "i64", ...).
-struct TensorSignature {
-  std::vector<int64_t> shape;
-  std::string elementType;
-};
 
 class CompiledFunction {
 public:
@@ -56,17 +47,12 @@ public:
   void call(const std::vector<void *> &buffers);
 
 private:
-  /// The module parsed from the constructor's text, lowered through `stage`.
-  mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage);
-  /// The module lowered to the LLVM dialect, checked to follow call()'s convention.
-  mlir::OwningOpRef<mlir::ModuleOp> lowerToLLVM();
-
   std::string text_, name_;
   CompileOptions options_;
   JitTarget target_;
   std::vector<TensorSignature> arguments_, results_;
-  std::unique_ptr<mlir::MLIRContext> context_;
-  mutable std::mutex mutex_; // guards the context and the compiled function
+  std::unique_ptr<FunctionCompiler> compiler_; // the parsed module (the compiler library)
+  mutable std::mutex mutex_;                   // guards the compiler and the compiled function
   std::unique_ptr<JitFunction> function_;
   double compileSeconds_ = 0;
   bool loaded_ = false;

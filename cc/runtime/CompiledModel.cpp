@@ -1,27 +1,18 @@
 // Building, compiling, caching and calling a GPT's entry points (see CompiledModel.h).
 #include "cc/runtime/CompiledModel.h"
 
-#include "cc/runtime/ReleaseMemory.h"
-
-#include "cc/Registration.h"
 #include "cc/TargetParameters.h"
 #include "cc/builder/BuildFingerprint.h"
-#include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/Quantization.h"
 #include "cc/runtime/CachedJit.h"
-#include "cc/runtime/DiagnosticCapture.h"
 #include "cc/runtime/JitFunction.h"
 #include "cc/runtime/MemRefDescriptor.h"
 #include "cc/runtime/ObjectCache.h"
-
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/DialectRegistry.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
+#include "cc/runtime/ProgramCompiler.h"
+#include "cc/runtime/ReleaseMemory.h"
 
 #include <chrono>
 #include <set>
@@ -30,7 +21,7 @@
 namespace gpt {
 
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
-    : config_(config), options_(options), target_(JitTarget::named(options.targetCpu)) {
+    : config_(config), options_(options), target_(resolveTarget(options.targetCpu)) {
   if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
   if (options.weights != WeightFormat::F32 && !packsWeights(options.level))
     throw std::invalid_argument("low-precision weights need a vectorized pipeline (\"vectorized\" or \"default\"): "
@@ -40,13 +31,6 @@ CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &opti
   forwardArguments_ = entryArguments(EntryPoint::Forward, config, parameters_.size());
   stepArguments_ = entryArguments(EntryPoint::Step, config, parameters_.size());
   batchStepArguments_ = entryArguments(EntryPoint::BatchStep, config, parameters_.size());
-  // The dialects are registered, not loaded: the builder loads the few it uses, and a program the
-  // disk cache holds needs nothing more (prepareForPasses() loads the rest for a pipeline).
-  mlir::DialectRegistry registry;
-  registerAllDialects(registry);
-  context = std::make_unique<mlir::MLIRContext>(registry);
-  // A failure on a whole model would otherwise print the entire module into the message.
-  context->printOpOnDiagnostic(false);
 }
 
 CompiledModel::~CompiledModel() = default;
@@ -59,71 +43,26 @@ int64_t CompiledModel::bucketFor(int64_t seqLen) const {
   return std::min(bucket, std::max(config_.blockSize, seqLen));
 }
 
-mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::build(int64_t seqLen, int64_t cacheLen, const BatchShape *batch) {
-  DiagnosticCapture diagnostics(*context);
-  if (batch) return buildBatchStep(*context, config_, *batch, weightStorage());
-  if (cacheLen > 0) return buildStep(*context, config_, seqLen, cacheLen, weightStorage());
-  return buildForward(*context, config_, seqLen, weightStorage());
-}
-
-void setPipelineOptions(PipelineOptions &pipeline, const CompileOptions &options) {
-  pipeline.level = options.level;
-  pipeline.threads = std::max(1, options.threads);
-}
-
 std::string pipelineKey(const CompileOptions &options) {
-  PipelineOptions pipeline;
-  setPipelineOptions(pipeline, options);
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  pipeline.print(os);
-  return text;
+  return std::string("level=") + pipelineLevelName(options.level) +
+         " threads=" + std::to_string(pipelineThreads(options));
 }
 
-void CompiledModel::prepareForPasses() {
-  if (passesPrepared) return;
-  // Schedules run upstream passes by name (transform.apply_registered_pass), and the passes create
-  // ops of dialects no input module mentions.
-  registerAllPasses();
-  context->loadAllAvailableDialects();
-  passesPrepared = true;
-}
-
-void CompiledModel::runPipeline(mlir::ModuleOp module, Stage stage, const std::string &what) {
-  prepareForPasses();
-  DiagnosticCapture diagnostics(*context);
-  mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
-  PipelineOptions pipeline;
-  setPipelineOptions(pipeline, options_);
-  // The target the passes choose tiles and instructions for.
-  codegen::setTarget(module, target_.codegenTarget());
-  addPipelineUpTo(pm, stage, pipeline);
-  if (mlir::failed(pm.run(module))) throw CompileError(diagnostics.message("compiling " + what + " failed"));
+ModelCompiler &CompiledModel::compiler() {
+  if (!compiler_) compiler_ = programCompiler().compileModel(config_, weightStorage(), options_, target_);
+  return *compiler_;
 }
 
 namespace {
-/// What an entry point of these shapes is, for error messages.
-std::string describeEntry(int64_t seqLen, int64_t cacheLen, const BatchShape *batch) {
-  return batch          ? "the batched step for " + std::to_string(batch->tokens) + " tokens"
-         : cacheLen > 0 ? "the cached step for " + std::to_string(seqLen) + " tokens"
-                        : "forward for " + std::to_string(seqLen) + " tokens";
+/// The request for forward (cacheLen == 0) or the cached step of `seqLen` tokens.
+EntryRequest entryFor(int64_t seqLen, int64_t cacheLen) {
+  return cacheLen > 0 ? EntryRequest{"step", seqLen, cacheLen, 1} : EntryRequest{"forward", seqLen, 0, seqLen};
 }
 } // namespace
 
-mlir::OwningOpRef<mlir::ModuleOp> CompiledModel::lower(Stage stage, int64_t seqLen, int64_t cacheLen,
-                                                       const BatchShape *batch) {
-  mlir::OwningOpRef<mlir::ModuleOp> module = build(seqLen, cacheLen, batch);
-  runPipeline(*module, stage, describeEntry(seqLen, cacheLen, batch));
-  return module;
-}
-
 std::string CompiledModel::ir(Stage stage, int64_t seqLen, int64_t cacheLen) {
   std::lock_guard<std::mutex> lock(mutex);
-  mlir::OwningOpRef<mlir::ModuleOp> module = lower(stage, seqLen, cacheLen);
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  module->print(os);
-  return text;
+  return compiler().ir(entryFor(seqLen, cacheLen), stage);
 }
 
 namespace {
@@ -136,7 +75,7 @@ const JitFunction &CompiledModel::forwardFor(int64_t bucket) {
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = forwardCache.find(bucket); it != forwardCache.end()) return *it->second;
   auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<JitFunction> function = compileEntry("forward", bucket, 0, bucket);
+  std::unique_ptr<JitFunction> function = compileEntry(entryFor(bucket, 0));
   compileSeconds[bucket] = secondsSince(start);
   return *(forwardCache[bucket] = std::move(function));
 }
@@ -146,51 +85,25 @@ const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
   auto key = std::make_pair(seqLen, cacheLen);
   if (auto it = stepCache.find(key); it != stepCache.end()) return *it->second;
   auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<JitFunction> function = compileEntry("step", seqLen, cacheLen, 1);
+  std::unique_ptr<JitFunction> function = compileEntry(entryFor(seqLen, cacheLen));
   stepCompileSeconds[key] = secondsSince(start);
   return *(stepCache[key] = std::move(function));
 }
 
-std::unique_ptr<JitFunction> CompiledModel::compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen,
-                                                         int64_t logitsRows, const BatchShape *batch) {
+std::unique_ptr<JitFunction> CompiledModel::compileEntry(const EntryRequest &entry) {
   target_.checkRunsOnHost(); // before minutes of compiling code that could not run
-  // The builder's inputs key the disk cache: a hit builds no module and runs no pipeline.
-  const std::vector<std::string> source = {pipelineKey(options_), "logits rows " + std::to_string(logitsRows),
-                                           buildFingerprint(config_, weightStorage(), seqLen, cacheLen, batch)};
+  // The builder's inputs key the disk cache: a hit loads no compiler, builds no module and runs no
+  // pipeline.
+  const std::vector<std::string> source = {
+      pipelineKey(options_), "logits rows " + std::to_string(entry.logitsRows),
+      buildFingerprint(config_, weightStorage(), entry.seqLen, entry.cacheLen, entry.batch)};
   bool loaded = false;
   std::unique_ptr<JitFunction> function = jitThroughDiskCache(
-      source, name, target_, {options_.cacheDir, options_.cacheMaxBytes},
-      [&] {
-        mlir::OwningOpRef<mlir::ModuleOp> module = build(seqLen, cacheLen, batch);
-        lowerEntryToLLVM(*module, name, describeEntry(seqLen, cacheLen, batch), logitsRows);
-        return module;
-      },
-      &loaded);
+      source, entry.name, target_, {options_.cacheDir, options_.cacheMaxBytes},
+      [&] { return compiler().compile(entry); }, &loaded);
   if (loaded) ++diskHits;
   releaseFreedMemory(); // the modules of every stage, and LLVM's, are freed by now
   return function;
-}
-
-void CompiledModel::lowerEntryToLLVM(mlir::ModuleOp module, llvm::StringRef name, const std::string &what,
-                                     int64_t logitsRows) {
-  runPipeline(module, Stage::Bufferized, what);
-  // The calling convention run() relies on: nothing returned, the logits written into the last
-  // argument, and (for the cached step) the caches updated where they are, not copied out.
-  auto entry = module.lookupSymbol<mlir::func::FuncOp>(name);
-  auto logitsType =
-      mlir::MemRefType::get({logitsRows, config_.paddedVocabSize(tiles())}, mlir::Float32Type::get(context.get()));
-  if (!entry || entry.getNumResults() != 0 || entry.getNumArguments() == 0 ||
-      entry.getArgumentTypes().back() != logitsType)
-    throw CompileError("internal error: " + name.str() + " does not take its logits as a " +
-                       std::to_string(logitsRows) + "x" + std::to_string(config_.paddedVocabSize(tiles())) +
-                       " buffer in its last argument and return nothing");
-  DiagnosticCapture diagnostics(*context);
-  mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
-  PipelineOptions pipeline;
-  setPipelineOptions(pipeline, options_);
-  addLLVMStage(pm, pipeline);
-  if (mlir::failed(pm.run(module)))
-    throw CompileError(diagnostics.message("lowering " + name.str() + " to LLVM failed"));
 }
 
 double CompiledModel::totalCompileSeconds() const {
@@ -555,7 +468,8 @@ Logits CompiledModel::batchStep(const BatchStepCall &call) {
     auto it = batchStepCache.find(batchKey(shape));
     if (it == batchStepCache.end()) {
       auto start = std::chrono::steady_clock::now();
-      std::unique_ptr<JitFunction> compiled = compileEntry("batch_step", shape.tokens, 0, shape.batch, &shape);
+      std::unique_ptr<JitFunction> compiled =
+          compileEntry(EntryRequest{"batch_step", shape.tokens, 0, shape.batch, &shape});
       batchStepCompileSeconds[batchKey(shape)] = secondsSince(start);
       it = batchStepCache.emplace(batchKey(shape), std::move(compiled)).first;
     }
@@ -576,11 +490,7 @@ Logits CompiledModel::batchStep(const BatchStepCall &call) {
 
 std::string CompiledModel::batchStepIr(Stage stage, const BatchShape &shape) {
   std::lock_guard<std::mutex> lock(mutex);
-  mlir::OwningOpRef<mlir::ModuleOp> module = lower(stage, shape.tokens, 0, &shape);
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  module->print(os);
-  return text;
+  return compiler().ir(EntryRequest{"batch_step", shape.tokens, 0, shape.batch, &shape}, stage);
 }
 
 std::map<std::vector<int64_t>, double> CompiledModel::compiledBatchSteps() const {
@@ -608,10 +518,7 @@ void CompiledModel::dumpForwardObject(int64_t seqLen, const std::string &path) {
   if (seqLen < 1 || seqLen > config_.blockSize) throw std::invalid_argument("sequence length outside [1, block_size]");
   if (!target_.runsOnHost()) { // compile-only: the object is written, never linked or run
     std::lock_guard<std::mutex> lock(mutex);
-    const int64_t bucket = bucketFor(seqLen);
-    mlir::OwningOpRef<mlir::ModuleOp> module = build(bucket, 0, nullptr);
-    lowerEntryToLLVM(*module, "forward", describeEntry(bucket, 0, nullptr), bucket);
-    JitFunction::writeObject(*module, "forward", target_, path);
+    compiler().writeObject(entryFor(bucketFor(seqLen), 0), path);
     return;
   }
   const JitFunction &function = forwardFor(bucketFor(seqLen));

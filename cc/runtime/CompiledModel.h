@@ -1,17 +1,18 @@
-// A GPT compiled for the host CPU: builds each entry point for a sequence-length bucket, runs the
-// pass pipeline, JIT-compiles it once and caches it for the life of the model.
+// A GPT compiled for the host CPU: compiles each entry point for a sequence-length bucket once (or
+// loads it from the disk cache) and keeps it for the life of the model; binds the weights and calls
+// the programs. The compiler library builds and compiles them (ProgramCompiler.h), loaded on the
+// first disk-cache miss.
 #ifndef GPT_CC_RUNTIME_COMPILEDMODEL_H
 #define GPT_CC_RUNTIME_COMPILEDMODEL_H
 
-#include "cc/builder/GPTBuilder.h"
-#include "cc/codegen/cpu/Pipelines.h"
+#include "cc/builder/EntryPoints.h"
+#include "cc/builder/GPTConfig.h"
+#include "cc/builder/Parameters.h"
+#include "cc/codegen/cpu/PipelineLevels.h"
 #include "cc/kernels/PanelPacking.h"
+#include "cc/runtime/CompileOptions.h"
 #include "cc/runtime/JitTarget.h"
 #include "cc/runtime/MemRefDescriptor.h"
-#include "cc/runtime/ObjectCache.h"
-
-#include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/OwningOpRef.h"
 
 #include <cstdint>
 #include <map>
@@ -20,42 +21,11 @@
 #include <string>
 #include <vector>
 
-namespace mlir {
-class MLIRContext;
-} // namespace mlir
-
 namespace gpt {
 
 class JitFunction;
-
-/// Thrown when a pipeline or the JIT fails; carries MLIR's diagnostics.
-struct CompileError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-struct CompileOptions {
-  PipelineLevel level = PipelineLevel::Vectorized;
-  int threads = 0; ///< 0: all cores
-  /// Directory of the on-disk object cache shared by processes; empty: no disk cache. Entries are
-  /// keyed by the SHA-256 of this compiler build, the target CPU and features, the pipeline's
-  /// options and the builder's inputs (the configuration, shapes and weight layouts,
-  /// BuildFingerprint.h): see CachedJit.h.
-  std::string cacheDir;
-  /// The disk cache's size cap: least recently used entries are evicted beyond it.
-  uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;
-  /// The format matmul weights are stored and streamed in (packed weights of vectorized levels).
-  WeightFormat weights = WeightFormat::F32;
-  /// The CPU compiled code targets: "host" (its CPU and features), or a named CPU, restricted to
-  /// the features the host has, to exercise another CPU's code paths (JitTarget::named).
-  std::string targetCpu = "host";
-};
-
-/// The pipeline options of programs compiled with `options` (its level and threads): what
-/// CompiledModel and CompiledFunction both run.
-void setPipelineOptions(PipelineOptions &pipeline, const CompileOptions &options);
-/// Those pipeline options as the pass pipeline prints them, every option included: part of each
-/// program's disk-cache key (CachedJit.h).
-std::string pipelineKey(const CompileOptions &options);
+class ModelCompiler;
+struct EntryRequest;
 
 /// Logits written by compiled code: `rows x cols` floats at `data`, in a 64-byte aligned buffer
 /// the runtime allocated for the call; the caller owns it and releases it with free(data).
@@ -171,18 +141,9 @@ public:
   double totalCompileSeconds() const;
 
 private:
-  /// The builder's module of an entry point (`batch` set: the batched step of that shape), which
-  /// the pipeline starts from.
-  mlir::OwningOpRef<mlir::ModuleOp> build(int64_t seqLen, int64_t cacheLen, const BatchShape *batch);
-  /// Registers the passes and loads every dialect into the context, once, before the first
-  /// pipeline: a model whose programs all come from the disk cache never pays for them (about
-  /// 25 MB of resident memory).
-  void prepareForPasses();
-  /// Runs the pipeline up to `stage` on `module` (`what` names it in errors).
-  void runPipeline(mlir::ModuleOp module, Stage stage, const std::string &what);
-  /// build(), then runPipeline() up to `stage`.
-  mlir::OwningOpRef<mlir::ModuleOp> lower(Stage stage, int64_t seqLen, int64_t cacheLen,
-                                          const BatchShape *batch = nullptr);
+  /// The compiler of this model's entry points, made on first use (loading the compiler library);
+  /// the caller holds `mutex`.
+  ModelCompiler &compiler();
   WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights, tiles()}; }
   /// Throw std::invalid_argument for a call forward() or step() refuses.
   void checkForward(int64_t count) const;
@@ -192,14 +153,9 @@ private:
   int64_t stepRows(int64_t count, int64_t offset, int64_t cacheLen) const;
   const JitFunction &forwardFor(int64_t bucket);
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
-  /// Builds entry point `name` ("forward", "step" when cacheLen > 0, or "batch_step"), compiles it
-  /// or loads it from the disk cache (CachedJit.h).
-  std::unique_ptr<JitFunction> compileEntry(llvm::StringRef name, int64_t seqLen, int64_t cacheLen, int64_t logitsRows,
-                                            const BatchShape *batch = nullptr);
-  /// Lowers the builder's `module` of entry point `name` to the LLVM dialect, in place, checking
-  /// on the way that the entry writes [logitsRows, padded vocab] logits into its last argument
-  /// and returns nothing (what run() relies on).
-  void lowerEntryToLLVM(mlir::ModuleOp module, llvm::StringRef name, const std::string &what, int64_t logitsRows);
+  /// Compiles entry point `entry` or loads it from the disk cache (CachedJit.h); the caller holds
+  /// `mutex`.
+  std::unique_ptr<JitFunction> compileEntry(const EntryRequest &entry);
   /// The per-call arguments of an entry point (see EntryPoints.h); forward leaves the step's empty.
   struct CallArguments {
     const int64_t *ids, *positions;
@@ -222,9 +178,8 @@ private:
   std::vector<MemRefDescriptor> weightDescriptors;                                   // set once by setWeights
   std::vector<const void *> weightData;                                  // each one's data, for storedWeight
   std::vector<std::unique_ptr<void, kernels::FreeDeleter>> ownedWeights; // the laid-out copies they point into
-  std::unique_ptr<mlir::MLIRContext> context;
-  bool passesPrepared = false; // prepareForPasses() ran
-  mutable std::mutex mutex;    // guards the context and the caches
+  std::unique_ptr<ModelCompiler> compiler_;                              // compiler(), once made
+  mutable std::mutex mutex;                                              // guards the compiler and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;
   std::map<int64_t, double> compileSeconds;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;

@@ -1,12 +1,17 @@
-// See CompilerIdentity.h: the build id is read from the PT_NOTE segments of the loaded binary
-// whose segments contain this very function, as the dynamic loader mapped them.
+// See CompilerIdentity.h: the runtime's build id is read from the PT_NOTE segments of the loaded
+// binary whose segments contain this very function, as the dynamic loader mapped them; the
+// compiler library's from its file, which a warm process never loads.
 #include "cc/runtime/CompilerIdentity.h"
+
+#include "cc/runtime/ProgramCompiler.h"
 
 #include <cstdint>
 #include <cstring>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace gpt {
 namespace {
@@ -61,7 +66,42 @@ int visitBinary(struct dl_phdr_info *info, size_t, void *data) {
   return 1;
 }
 
+std::string identifyRuntime();
+
+/// Reads `bytes` at `offset` of `fd` into `out`; false when the file is shorter.
+bool readAt(int fd, uint64_t offset, size_t bytes, void *out) {
+  return ::pread(fd, out, bytes, static_cast<off_t>(offset)) == static_cast<ssize_t>(bytes);
+}
+
+/// The GNU build id of the ELF file at `path`, read from its PT_NOTE segments without loading it;
+/// empty when it has none or cannot be read.
+std::string buildIdOfFile(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string id;
+  ElfW(Ehdr) header;
+  if (readAt(fd, 0, sizeof header, &header) && std::memcmp(header.e_ident, ELFMAG, SELFMAG) == 0)
+    for (size_t i = 0; i < header.e_phnum && id.empty(); ++i) {
+      ElfW(Phdr) segment;
+      if (!readAt(fd, header.e_phoff + i * sizeof segment, sizeof segment, &segment)) break;
+      std::string notes(segment.p_filesz, '\0');
+      if (segment.p_type == PT_NOTE && segment.p_filesz < (1 << 16) &&
+          readAt(fd, segment.p_offset, notes.size(), notes.data()))
+        id = buildIdIn(notes.data(), notes.size());
+    }
+  ::close(fd);
+  return id;
+}
+
+/// This binary (the runtime: how programs are called) and the compiler library (what they are).
 std::string identify() {
+  const std::string runtime = identifyRuntime();
+  const std::string compiler = buildIdOfFile(programCompilerPath());
+  if (runtime.empty() || compiler.empty()) return ""; // nothing that tells builds apart: no disk cache
+  return runtime + " compiler-build-id:" + compiler;
+}
+
+std::string identifyRuntime() {
   Search search{reinterpret_cast<uintptr_t>(&compilerIdentity), ""};
   dl_iterate_phdr(visitBinary, &search);
   if (!search.buildId.empty()) return "build-id:" + search.buildId;

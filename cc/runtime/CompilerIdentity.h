@@ -8,10 +8,12 @@
 
 namespace gpt {
 
-/// "build-id:<hex>", the GNU build id of the binary this code is linked into (the linker hashes
-/// the whole binary into it, so any change of code gives another); for a binary linked without
-/// one, "file:<path>:<bytes>:<modification time>"; empty when neither can be found (then nothing
-/// is cached on disk). Computed once per process.
+/// "build-id:<hex> compiler-build-id:<hex>": the GNU build ids of the binary this code is linked
+/// into (the runtime, which calls programs) and of the compiler library (which makes them; read
+/// from its file, not loaded). The linker hashes a whole binary into its id, so any change of
+/// code gives another. A runtime linked without one is named "file:<path>:<bytes>:<modification
+/// time>"; empty when neither can be found (then nothing is cached on disk). Computed once per
+/// process.
 const std::string &compilerIdentity();
 
 } // namespace gpt

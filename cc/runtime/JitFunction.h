@@ -1,19 +1,14 @@
-// A function compiled from an LLVM-dialect module for the host CPU: LLVM compiles it to an object,
-// lld links that into a shared object, and the process loads it with dlopen (SharedObject.h).
+// A compiled program loaded with dlopen (SharedObject.h) and called through its packed entry point.
+// The compiler library makes the shared object (cc/compiler/MachineCode.h); loading and calling it
+// needs neither MLIR nor LLVM.
 #ifndef GPT_CC_RUNTIME_JITFUNCTION_H
 #define GPT_CC_RUNTIME_JITFUNCTION_H
-
-#include "cc/runtime/JitTarget.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <memory>
 #include <string>
-
-namespace mlir {
-class ModuleOp;
-} // namespace mlir
 
 namespace gpt {
 
@@ -23,13 +18,7 @@ class JitFunction {
 public:
   ~JitFunction();
 
-  /// Compiles `module` (already in the LLVM dialect) for `target` (the host CPU and its
-  /// features, unless a test names another CPU), with LLVM IR optimization level 2 and codegen
-  /// level Aggressive, and links it into a shared object whose one exported function is `name`'s
-  /// packed entry point. Returns the shared object's bytes; loads nothing.
-  static std::string compile(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target);
-
-  /// Loads `sharedObject`, which compile() returned in this or an earlier process, with dlopen
+  /// Loads `sharedObject`, which the compiler made in this or an earlier process, with dlopen
   /// (no MLIR, no LLVM): from the open file `fd` when it is not -1 (the function takes it, and
   /// perf then names the program by that file), else from memory. Returns nullptr, with the
   /// reason in `*error` when it is given, when it cannot be loaded.
@@ -47,11 +36,6 @@ public:
   /// Writes sharedObject() to `path`; throws std::runtime_error naming the path and the reason
   /// when it cannot (a missing directory, a full disk).
   void dumpObject(const std::string &path) const;
-
-  /// Compiles `module` for `target` into a relocatable object file at `path`, neither linked nor
-  /// loaded: how code for a target the host cannot run (JitTarget::runsOnHost) is inspected.
-  static void writeObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
-                          const std::string &path);
 
 private:
   JitFunction();

@@ -1,14 +1,8 @@
 // The CPU code is compiled for (see JitTarget.h).
 #include "cc/runtime/JitTarget.h"
 
-#include "cc/codegen/cpu/TargetCpus.h"
-
 #include "llvm/ADT/StringSet.h"
-#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
-#include "llvm/Support/TargetSelect.h"
-#include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
-#include "llvm/TargetParser/SubtargetFeature.h"
 #include "llvm/TargetParser/Triple.h"
 
 #include <cstdlib>
@@ -22,26 +16,7 @@
 
 namespace gpt {
 
-void initializeNativeTarget() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-    // Cross-compiling (an AArch64 object on an x86 host) needs the other targets too.
-    llvm::InitializeAllTargetInfos();
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
-  });
-}
-
 namespace {
-
-std::map<std::string, bool> hostFeatures() {
-  std::map<std::string, bool> features;
-  for (const auto &[feature, enabled] : llvm::sys::getHostCPUFeatures()) features[feature.str()] = enabled;
-  return features;
-}
 
 /// Features of a named CPU that no code this project generates uses (system and privileged
 /// instructions): a virtual machine often hides them (pku, for one), and their absence must not
@@ -77,6 +52,14 @@ bool amxPermitted() {
 
 } // namespace
 
+std::map<std::string, bool> JitTarget::hostFeatures() {
+  std::map<std::string, bool> features;
+  for (const auto &[feature, enabled] : llvm::sys::getHostCPUFeatures()) features[feature.str()] = enabled;
+  return features;
+}
+
+std::string JitTarget::processTriple() { return llvm::sys::getProcessTriple(); }
+
 JitTarget::JitTarget(std::string triple, std::string cpu, std::map<std::string, bool> features)
     : triple_(std::move(triple)), cpu_(std::move(cpu)), features_(std::move(features)) {
   const llvm::Triple target(triple_), process(llvm::sys::getProcessTriple());
@@ -104,12 +87,6 @@ JitTarget JitTarget::host() {
   return JitTarget(llvm::sys::getProcessTriple(), llvm::sys::getHostCPUName().str(), hostFeatures());
 }
 
-JitTarget JitTarget::named(const std::string &name) {
-  if (name == "host") return host();
-  const auto [triple, cpu] = codegen::splitTargetName(name, llvm::sys::getProcessTriple());
-  return JitTarget(triple, cpu, codegen::cpuFeatures(triple, cpu));
-}
-
 bool JitTarget::has(llvm::StringRef feature) const {
   auto found = features_.find(feature.str());
   return found != features_.end() && found->second;
@@ -130,28 +107,6 @@ std::string JitTarget::description() const {
   std::string text = triple_ + " " + cpu_;
   for (const auto &[feature, enabled] : features_) text += (enabled ? " +" : " -") + feature; // sorted: a map
   return text;
-}
-
-std::unique_ptr<llvm::TargetMachine> JitTarget::createTargetMachine() const {
-  initializeNativeTarget();
-  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(triple_)};
-  builder.setCPU(cpu_);
-  // Code that runs here leaves out the system features the host hides (isSystemFeature).
-  const std::map<std::string, bool> host = runsOnHost() ? hostFeatures() : std::map<std::string, bool>{};
-  llvm::SubtargetFeatures subtarget;
-  for (const auto &[feature, enabled] : features_) {
-    auto found = host.find(feature);
-    subtarget.AddFeature(feature, enabled && (found == host.end() || found->second));
-  }
-  builder.addFeatures(subtarget.getFeatures());
-  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  // Position-independent, small code model: what a shared object needs (SharedObject.h).
-  builder.setRelocationModel(llvm::Reloc::PIC_);
-  builder.setCodeModel(llvm::CodeModel::Small);
-  auto machine = builder.createTargetMachine();
-  if (!machine)
-    throw std::runtime_error("cannot create a TargetMachine for " + cpu_ + ": " + llvm::toString(machine.takeError()));
-  return std::move(*machine);
 }
 
 } // namespace gpt

@@ -1,12 +1,14 @@
 // The CPU code is compiled for: the host, or a named CPU (x86-64 or AArch64) with that CPU's own
 // features, whatever the host has. Code for a target the host can run is JIT-compiled and run;
 // code for any other target is compile-only (its IR, its object file), and running it is refused
-// with an error naming what the host lacks.
+// with an error naming what the host lacks. Plain data over LLVM's host detection, which the
+// runtime links statically: describing the host loads no compiler (ProgramCompiler.h resolves
+// named CPUs, whose features only LLVM's target registry knows).
 #ifndef GPT_CC_RUNTIME_JITTARGET_H
 #define GPT_CC_RUNTIME_JITTARGET_H
 
 #include "cc/TargetParameters.h"
-#include "cc/codegen/common/CodegenAttributes.h"
+#include "cc/codegen/common/TargetDescription.h"
 
 #include "llvm/ADT/StringRef.h"
 
@@ -16,25 +18,19 @@
 #include <string>
 #include <vector>
 
-namespace llvm {
-class TargetMachine;
-} // namespace llvm
-
 namespace gpt {
-
-/// Initializes LLVM's native target once per process (and, for cross-compiling, every target the
-/// LLVM build has).
-void initializeNativeTarget();
 
 class JitTarget {
 public:
   /// The host CPU, with the features it reports.
   static JitTarget host();
-  /// "host"; an LLVM CPU name of the host's architecture ("haswell", "znver3", "skylake-avx512",
-  /// "znver4", "sapphirerapids", ...); or "<arch>:<cpu>" for another architecture
-  /// ("aarch64:neoverse-v1", "aarch64:apple-m1"). A named CPU has its own features (those LLVM
-  /// gives it), not the host's. Throws std::invalid_argument when LLVM does not know the name.
-  static JitTarget named(const std::string &name);
+  /// A target of `triple` and `cpu` with `features` (every feature LLVM knows for the triple, on
+  /// or off), checked against the host.
+  JitTarget(std::string triple, std::string cpu, std::map<std::string, bool> features);
+  /// The features the host CPU reports, as LLVM names them.
+  static std::map<std::string, bool> hostFeatures();
+  /// The triple of this process.
+  static std::string processTriple();
 
   /// Whether code for this target may use `feature` (an LLVM feature name, e.g. "avx512vnni").
   bool has(llvm::StringRef feature) const;
@@ -59,12 +55,10 @@ public:
   /// The triple, CPU and enabled features: part of every on-disk cache key, since the code is
   /// specialised for them.
   std::string description() const;
-  /// A TargetMachine that compiles for this target (optimization level Aggressive), position
-  /// independent for a shared object.
-  std::unique_ptr<llvm::TargetMachine> createTargetMachine() const;
+  /// Every feature LLVM knows for the triple, on or off.
+  const std::map<std::string, bool> &features() const { return features_; }
 
 private:
-  JitTarget(std::string triple, std::string cpu, std::map<std::string, bool> features);
   std::string triple_;
   std::string cpu_;
   std::map<std::string, bool> features_; // every feature LLVM knows for the target, on or off

@@ -1,6 +1,8 @@
 // The on-disk compile cache (see ObjectCache.h).
 #include "cc/runtime/ObjectCache.h"
 
+#include "cc/runtime/Files.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/SHA256.h"
@@ -48,16 +50,6 @@ uint64_t fromLittleEndian(llvm::StringRef bytes) {
   uint64_t value = 0;
   for (int i = 7; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(bytes[i]);
   return value;
-}
-
-bool writeAll(int fd, llvm::StringRef bytes) {
-  while (!bytes.empty()) {
-    ssize_t written = ::write(fd, bytes.data(), bytes.size());
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    bytes = bytes.drop_front(static_cast<size_t>(written));
-  }
-  return true;
 }
 
 } // namespace
@@ -187,21 +179,6 @@ void ObjectCache::evict(const std::string &keep) const {
     ::unlink(it->path.c_str());
     total -= it->bytes;
   }
-}
-
-void writeFileChecked(const std::string &path, llvm::StringRef bytes, unsigned mode) {
-  auto fail = [&](const char *what) {
-    throw std::runtime_error("cannot " + std::string(what) + " " + path + ": " + std::strerror(errno));
-  };
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) fail("create");
-  if (!writeAll(fd, bytes)) {
-    int error = errno;
-    ::close(fd);
-    errno = error;
-    fail("write");
-  }
-  if (::close(fd) != 0) fail("write");
 }
 
 } // namespace gpt

@@ -6,6 +6,8 @@
 #ifndef GPT_CC_RUNTIME_OBJECTCACHE_H
 #define GPT_CC_RUNTIME_OBJECTCACHE_H
 
+#include "cc/runtime/CompileOptions.h"
+
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
@@ -14,10 +16,6 @@
 #include <vector>
 
 namespace gpt {
-
-/// The cap of a cache whose user did not choose one: room for about a hundred GPT-2 small
-/// programs (a few MB of machine code each).
-constexpr uint64_t kDefaultCacheMaxBytes = uint64_t(512) << 20;
 
 class ObjectCache {
 public:
@@ -69,11 +67,6 @@ private:
   std::string directory;
   uint64_t maxBytes;
 };
-
-/// Writes `bytes` to `path` (created with `mode`), checking every step; throws
-/// std::runtime_error naming the path and the system's reason on failure (a full disk, a missing
-/// directory, /dev/full).
-void writeFileChecked(const std::string &path, llvm::StringRef bytes, unsigned mode = 0644);
 
 } // namespace gpt
 

@@ -1,7 +1,7 @@
-// Compiled programs as shared objects: an object file that LLVM compiled is linked by LLVM's linker
-// (lld, through the clang driver) into a shared object, which the process loads with dlopen, as
-// TVM's and IREE's system-library outputs are. Loading one needs neither LLVM nor MLIR: a program
-// from the disk cache costs a dlopen, and perf reads its symbols from the file it was mapped from.
+// Compiled programs as shared objects, loaded with dlopen as TVM's and IREE's system-library
+// outputs are (the compiler links them: cc/compiler/ProgramLinker.h). Loading one needs neither
+// LLVM nor MLIR: a program from the disk cache costs a dlopen, and perf reads its symbols from the
+// file it was mapped from.
 #ifndef GPT_CC_RUNTIME_SHAREDOBJECT_H
 #define GPT_CC_RUNTIME_SHAREDOBJECT_H
 
@@ -10,13 +10,6 @@
 #include <string_view>
 
 namespace gpt {
-
-/// Links `object`, an ELF relocatable object compiled position-independent (JitTarget's
-/// TargetMachine), into a shared object whose dependencies are what compiled code calls: the
-/// OpenMP runtime, MLIR's C runner utilities (memrefCopy) and libm. Returns its bytes. Throws
-/// std::runtime_error with the linker's messages when linking fails, and naming the linker when
-/// it is missing (tools/setup.sh installs it).
-std::string linkSharedObject(std::string_view object);
 
 /// A shared object loaded with dlopen (RTLD_NOW, RTLD_LOCAL), unloaded with dlclose when this dies.
 class LoadedProgram {

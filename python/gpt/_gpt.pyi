@@ -107,6 +107,9 @@ DEFAULT_CACHE_MAX_BYTES: int
 def compiler_identity() -> str:
     """This build of the compiler as the disk cache's keys name it."""
 
+def compiler_loaded() -> bool:
+    """Whether this process has loaded the compiler library (_gpt_compiler.so)."""
+
 def disk_cache_entries(directory: str) -> list[tuple[str, int, float]]:
     """(path, bytes, last used as seconds since the epoch) of every entry, most recent first."""
 

@@ -51,10 +51,6 @@ bool isCodegenAttribute(StringRef name) {
                             name);
 }
 
-bool TargetDescription::has(StringRef feature) const { return llvm::is_contained(features, feature); }
-
-bool TargetDescription::isX86() const { return StringRef(triple).starts_with("x86_64"); }
-
 std::optional<TargetDescription> getTarget(Operation *op) {
   DictionaryAttr dictionary;
   for (Operation *at = op; at; at = at->getParentOp())

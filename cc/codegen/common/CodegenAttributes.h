@@ -4,6 +4,8 @@
 #ifndef GPT_CC_CODEGEN_COMMON_CODEGENATTRIBUTES_H
 #define GPT_CC_CODEGEN_COMMON_CODEGENATTRIBUTES_H
 
+#include "cc/codegen/common/TargetDescription.h"
+
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -66,17 +68,6 @@ constexpr llvm::StringLiteral kVectorizedMarkers[] = {attr::kRegisterTile, attr:
 /// True when `name` is one of the attributes above: a Transform-dialect script that names
 /// another one has a typo.
 bool isCodegenAttribute(llvm::StringRef name);
-
-/// What code generation knows of the target CPU (the `gpt.target` attribute).
-struct TargetDescription {
-  std::string cpu;
-  std::string triple;
-  int64_t vectorBits = 512;
-  int64_t vectorRegisters = 32;
-  llvm::SmallVector<std::string> features; // the enabled features code generation chooses by
-  bool has(llvm::StringRef feature) const;
-  bool isX86() const;
-};
 
 /// The `gpt.target` of the outermost module around `op` (or `op` itself), if it has one.
 std::optional<TargetDescription> getTarget(mlir::Operation *op);

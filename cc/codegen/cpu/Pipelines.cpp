@@ -39,41 +39,10 @@ namespace gpt {
 using mlir::OpPassManager;
 
 namespace {
-constexpr std::pair<PipelineLevel, llvm::StringLiteral> kLevelNames[] = {
-    {PipelineLevel::Baseline, "baseline"},
-    {PipelineLevel::Fused, "fused"},
-    {PipelineLevel::Vectorized, "vectorized"},
-    {PipelineLevel::Vectorized, "default"}, // the fastest correct level
-};
-constexpr std::pair<Stage, llvm::StringLiteral> kStageNames[] = {
-    {Stage::Transformer, "transformer"}, {Stage::Linalg, "linalg"}, {Stage::Vectorized, "vectorized"},
-    {Stage::Bufferized, "bufferized"},   {Stage::LLVM, "llvm"},
-};
-
 bool fuses(const PipelineOptions &options) { return options.level != PipelineLevel::Baseline; }
 bool vectorizes(const PipelineOptions &options) { return options.level == PipelineLevel::Vectorized; }
 
 } // namespace
-
-std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name) {
-  for (auto [level, levelName] : kLevelNames)
-    if (name == levelName) return level;
-  return std::nullopt;
-}
-
-bool packsWeights(PipelineLevel level) { return level == PipelineLevel::Vectorized; }
-
-std::optional<Stage> parseStage(llvm::StringRef name) {
-  for (auto [stage, stageName] : kStageNames)
-    if (name == stageName) return stage;
-  return std::nullopt;
-}
-
-std::vector<std::string> stageNames() {
-  std::vector<std::string> names;
-  for (auto [stage, name] : kStageNames) names.push_back(name.str());
-  return names;
-}
 
 void addTransformerStage(OpPassManager &pm) { codegen::addTransformerStage(pm); }
 

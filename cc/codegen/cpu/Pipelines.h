@@ -3,6 +3,8 @@
 #ifndef GPT_CC_CODEGEN_CPU_PIPELINES_H
 #define GPT_CC_CODEGEN_CPU_PIPELINES_H
 
+#include "cc/codegen/cpu/PipelineLevels.h"
+
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Support/LogicalResult.h"
 #include "llvm/ADT/StringRef.h"
@@ -16,25 +18,6 @@ class OpPassManager;
 } // namespace mlir
 
 namespace gpt {
-
-/// How much optimization the pipeline applies; each level adds to the one before it.
-enum class PipelineLevel {
-  Baseline,   ///< transformer -> linalg -> scalar loops: the unoptimized reference point
-  Fused,      ///< + elementwise fusion, canonicalize/CSE, loop-invariant code motion
-  Vectorized, ///< + Transform-dialect tile-and-vectorize schedules
-};
-
-/// The level a name selects: "baseline", "fused", "vectorized", or "default", the fastest correct
-/// level (currently "vectorized").
-std::optional<PipelineLevel> parsePipelineLevel(llvm::StringRef name);
-/// Whether programs of this level take their matmul weights packed in column panels (the
-/// layout the vectorizing schedule's register tiles read); lower levels take them as given.
-bool packsWeights(PipelineLevel level);
-
-/// The stages a model goes through, in order. `model.ir(stage)` prints the IR after one of them.
-enum class Stage { Transformer, Linalg, Vectorized, Bufferized, LLVM };
-std::optional<Stage> parseStage(llvm::StringRef name);
-std::vector<std::string> stageNames();
 
 struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
   Option<PipelineLevel> level{

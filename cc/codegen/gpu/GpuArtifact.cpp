@@ -1,11 +1,11 @@
 // The CUDA target's driver: build, form programs, lower kernels to PTX, write the manifest.
 #include "cc/codegen/gpu/GpuArtifact.h"
 
+#include "cc/DiagnosticCapture.h"
 #include "cc/Registration.h"
 #include "cc/builder/GPTBuilder.h"
 #include "cc/codegen/common/Stages.h"
 #include "cc/codegen/gpu/GpuPrograms.h"
-#include "cc/runtime/DiagnosticCapture.h"
 
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"

@@ -1,8 +1,8 @@
-// The CUDA target: compiles a model's entry points into a GPU artifact's parts (cc/codegen/gpu).
+// The CUDA target: compiles a model's entry points into a GPU artifact's parts (cc/codegen/gpu, in
+// the compiler library).
 #include "bindings.h"
 
-#include "cc/builder/GPTConfig.h"
-#include "cc/codegen/gpu/GpuArtifact.h"
+#include "cc/runtime/ProgramCompiler.h"
 
 #include <pybind11/stl.h>
 
@@ -25,7 +25,7 @@ void initGpu(py::module_ &m) {
         gpu::GpuArtifact artifact;
         {
           py::gil_scoped_release release;
-          artifact = gpu::compileGpuArtifact(config, options);
+          artifact = programCompiler().compileGpuArtifact(config, options);
         }
         py::dict parts;
         parts["manifest"] = artifact.manifest;

@@ -1,7 +1,7 @@
 // Collects the diagnostics of an MLIRContext as text, so failures become exceptions that carry
 // MLIR's messages and locations instead of lines printed to stderr.
-#ifndef GPT_CC_RUNTIME_DIAGNOSTICCAPTURE_H
-#define GPT_CC_RUNTIME_DIAGNOSTICCAPTURE_H
+#ifndef GPT_CC_DIAGNOSTICCAPTURE_H
+#define GPT_CC_DIAGNOSTICCAPTURE_H
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -46,4 +46,4 @@ private:
 
 } // namespace gpt
 
-#endif // GPT_CC_RUNTIME_DIAGNOSTICCAPTURE_H
+#endif // GPT_CC_DIAGNOSTICCAPTURE_H

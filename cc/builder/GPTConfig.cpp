@@ -1,0 +1,51 @@
+// Validating a GPT's configuration (see GPTConfig.h).
+#include "cc/builder/GPTConfig.h"
+
+#include "cc/builder/MaskSyntax.h"
+
+#include <cmath>
+
+namespace gpt {
+
+std::string GPTConfig::validate() const {
+  auto positive = [](int64_t v) { return v > 0; };
+  if (!positive(nLayer) || !positive(nHead) || !positive(nEmbd) || !positive(vocabSize) || !positive(blockSize))
+    return "n_layer, n_head, n_embd, vocab_size and block_size must all be positive";
+  if (nEmbd % nHead != 0)
+    return "n_embd (" + std::to_string(nEmbd) + ") must be divisible by n_head (" + std::to_string(nHead) + ")";
+  if (nKvHead < 0 || nHead % kvHeads() != 0)
+    return "n_kv_head (" + std::to_string(nKvHead) + ") must divide n_head (" + std::to_string(nHead) + ")";
+  if (nFf < 0) return "n_ff must be positive (or 0 for 4 n_embd), got " + std::to_string(nFf);
+  if (rope && (nEmbd / nHead) % 2 != 0)
+    return "rope needs an even head size, got n_embd / n_head = " + std::to_string(nEmbd / nHead);
+  if (!(layerNormEps > 0.0f) || !std::isfinite(layerNormEps)) return "layer_norm_eps must be a positive finite number";
+  if (!(ropeBase > 1.0f) || !std::isfinite(ropeBase)) return "rope_base must be a finite number > 1";
+  if (ropeScaling.factor != 0.0f &&
+      (!(ropeScaling.factor > 0.0f) || !std::isfinite(ropeScaling.factor) || !(ropeScaling.lowFreqFactor > 0.0f) ||
+       !(ropeScaling.highFreqFactor > ropeScaling.lowFreqFactor) || !std::isfinite(ropeScaling.highFreqFactor) ||
+       ropeScaling.originalMaxPositions <= 0))
+    return "rope_scaling needs factor, low_freq_factor > 0, high_freq_factor > low_freq_factor and "
+           "original_max_position_embeddings > 0";
+  if (names == ParameterNames::Gpt2 && (norm != NormKind::Layer || mlp != MlpKind::Gelu))
+    return "GPT-2's parameter names are for LayerNorm and the GELU MLP";
+  if (norm == NormKind::Rms && bias) return "RMSNorm has no bias: a model with biases on every layer uses LayerNorm";
+  if (attentionWindow < 0)
+    return "attention_window must be >= 1 (or 0 for none), got " + std::to_string(attentionWindow);
+  if (!attentionMask.empty()) {
+    if (attentionWindow > 0) return "attention_mask and attention_window exclude each other";
+    if (int64_t(attentionMask.size()) != blockSize * blockSize)
+      return "attention_mask must be [block_size, block_size] = [" + std::to_string(blockSize) + ", " +
+             std::to_string(blockSize) + "], got " + std::to_string(attentionMask.size()) + " elements";
+    for (int64_t i = 0; i < blockSize; ++i)
+      if (!attentionMask[i * blockSize + i])
+        return "attention_mask must let every query see its own key; query " + std::to_string(i) + " does not";
+  }
+  if (!attentionMaskExpression.empty()) {
+    if (attentionWindow > 0 || !attentionMask.empty())
+      return "attention_mask_expression excludes attention_window and attention_mask: give one";
+    if (std::string problem = checkMaskExpression(attentionMaskExpression); !problem.empty()) return problem;
+  }
+  return "";
+}
+
+} // namespace gpt

@@ -1,0 +1,176 @@
+// Machine code for a target (see MachineCode.h).
+#include "cc/compiler/MachineCode.h"
+
+#include "cc/compiler/ProgramLinker.h"
+#include "cc/runtime/ProgramCompiler.h"
+
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Target/LLVMIR/Dialect/AMX/AMXToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+#include "llvm/Transforms/IPO/AlwaysInliner.h"
+#include "llvm/Transforms/IPO/GlobalDCE.h"
+
+#include <mutex>
+#include <stdexcept>
+
+namespace gpt {
+
+void initializeNativeTarget() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    // Cross-compiling (an AArch64 object on an x86 host) needs the other targets too.
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+}
+
+std::unique_ptr<llvm::TargetMachine> createTargetMachine(const JitTarget &target) {
+  initializeNativeTarget();
+  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(target.triple())};
+  builder.setCPU(target.cpu());
+  // Code that runs here leaves out the system features the host hides (JitTarget's isSystemFeature).
+  const std::map<std::string, bool> host =
+      target.runsOnHost() ? JitTarget::hostFeatures() : std::map<std::string, bool>{};
+  llvm::SubtargetFeatures subtarget;
+  for (const auto &[feature, enabled] : target.features()) {
+    auto found = host.find(feature);
+    subtarget.AddFeature(feature, enabled && (found == host.end() || found->second));
+  }
+  builder.addFeatures(subtarget.getFeatures());
+  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  // Position-independent, small code model: what a shared object needs (SharedObject.h).
+  builder.setRelocationModel(llvm::Reloc::PIC_);
+  builder.setCodeModel(llvm::CodeModel::Small);
+  auto machine = builder.createTargetMachine();
+  if (!machine)
+    throw std::runtime_error("cannot create a TargetMachine for " + target.cpu() + ": " +
+                             llvm::toString(machine.takeError()));
+  return std::move(*machine);
+}
+
+namespace {
+
+std::string describe(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+/// Makes the packed wrapper `entry` (`_mlir__mlir_ciface_<name>(void **)`) the module's only
+/// external function, with the C interface wrapper `_mlir_ciface_<name>` and the entry point
+/// `<name>` inlined into it.
+///
+/// The entry point takes every weight (and KV cache) of every layer: in the LLVM calling
+/// convention each memref is 5 or more scalars, so at 24 layers the C interface wrapper calls it
+/// with 1,874 arguments, 1,868 of them stored to the stack. SelectionDAG's store combining is
+/// quadratic in the stores of one call sequence (98% of llc's time at 24 layers was X86 DAG->DAG
+/// instruction selection of `_mlir_ciface_forward`), and IPSCCP and CalledValuePropagation slow
+/// down on such signatures too, so compile time grew with the square of n_layer. Inlined, the
+/// wrappers' loads feed the per-layer calls of the block function directly: one call per layer,
+/// each with one layer's arguments. Internal linkage lets GlobalDCE drop what nothing calls.
+void keepOnlyEntry(llvm::Module &module, llvm::StringRef name, llvm::StringRef entry) {
+  for (llvm::Function &function : module)
+    if (!function.isDeclaration() && function.getName() != entry)
+      function.setLinkage(llvm::GlobalValue::InternalLinkage);
+  for (const std::string &wrapped : {name.str(), "_mlir_ciface_" + name.str()})
+    if (llvm::Function *function = module.getFunction(wrapped)) {
+      function->removeFnAttr(llvm::Attribute::NoInline);
+      function->addFnAttr(llvm::Attribute::AlwaysInline);
+    }
+}
+
+/// LLVM's O2 module pipeline without its loop unroller, after inlining the wrappers of `name` into
+/// `entry` (see keepOnlyEntry). MLIR has already unrolled what matters (each vector.outerproduct
+/// is a whole register tile); LLVM's full unrolling of the remaining constant-trip-count loops
+/// turned the 4-layer/256-wide model's 16-token cached step from 4.9 k into 51 k instructions, and
+/// machine scheduling of those blocks took 16-26 s (0.3 s without).
+llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine, llvm::StringRef name,
+                           llvm::StringRef entry) {
+  keepOnlyEntry(*module, name, entry);
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopUnrolling = false;
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager cgsccs;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PassBuilder builder(machine, tuning);
+  builder.registerModuleAnalyses(modules);
+  builder.registerCGSCCAnalyses(cgsccs);
+  builder.registerFunctionAnalyses(functions);
+  builder.registerLoopAnalyses(loops);
+  builder.crossRegisterProxies(loops, functions, cgsccs, modules);
+  // Before the O2 pipeline, whose interprocedural passes (IPSCCP, CalledValuePropagation) would
+  // otherwise meet the wrappers' thousands of arguments.
+  llvm::ModulePassManager passes;
+  passes.addPass(llvm::AlwaysInlinerPass(/*InsertLifetimeIntrinsics=*/false));
+  passes.addPass(llvm::GlobalDCEPass());
+  passes.addPass(builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2));
+  passes.run(*module, modules);
+  return llvm::Error::success();
+}
+
+/// Adds `_mlir_<function>(void **arguments)`, which loads each argument of `function` from the
+/// pointer at its position and calls it: one entry that takes any signature (the wrapper MLIR's
+/// ExecutionEngine adds to every function, here for the entry point only).
+void addPackedWrapper(llvm::Module &module, llvm::Function &function) {
+  llvm::IRBuilder<> builder(module.getContext());
+  auto *type = llvm::FunctionType::get(builder.getVoidTy(), builder.getPtrTy(), /*isVarArg=*/false);
+  auto *wrapper =
+      llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage, "_mlir_" + function.getName(), module);
+  builder.SetInsertPoint(llvm::BasicBlock::Create(module.getContext(), "entry", wrapper));
+  llvm::SmallVector<llvm::Value *> arguments;
+  for (llvm::Argument &argument : function.args()) {
+    llvm::Value *slot =
+        builder.CreateGEP(builder.getPtrTy(), wrapper->getArg(0), builder.getInt64(argument.getArgNo()));
+    arguments.push_back(builder.CreateLoad(argument.getType(), builder.CreateLoad(builder.getPtrTy(), slot)));
+  }
+  builder.CreateCall(&function, arguments);
+  builder.CreateRetVoid();
+}
+
+} // namespace
+
+std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
+  mlir::registerAMXDialectTranslation(*module.getContext()); // the intrinsics of AMX tile code
+  mlir::registerBuiltinDialectTranslation(*module.getContext());
+  mlir::registerLLVMDialectTranslation(*module.getContext());
+  mlir::registerOpenMPDialectTranslation(*module.getContext());
+  std::unique_ptr<llvm::TargetMachine> machine = createTargetMachine(target);
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, context, "gpt");
+  if (!llvmModule) throw std::runtime_error("translating " + name.str() + " to LLVM IR failed");
+  mlir::ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), machine.get());
+  llvm::Function *entry = llvmModule->getFunction(("_mlir_ciface_" + name).str());
+  if (!entry || entry->isDeclaration())
+    throw std::runtime_error("compiled module has no entry point _mlir_ciface_" + name.str());
+  addPackedWrapper(*llvmModule, *entry);
+  if (llvm::Error error = optimizeModule(llvmModule.get(), machine.get(), name, packedEntryName(name.str())))
+    throw std::runtime_error("optimizing " + name.str() + " failed: " + describe(std::move(error)));
+  llvm::SmallVector<char, 0> object;
+  llvm::raw_svector_ostream stream(object);
+  llvm::legacy::PassManager codegen;
+  if (machine->addPassesToEmitFile(codegen, stream, nullptr, llvm::CodeGenFileType::ObjectFile))
+    throw std::runtime_error("the target's TargetMachine cannot emit object files");
+  codegen.run(*llvmModule);
+  return std::string(object.begin(), object.end());
+}
+
+std::string compileToSharedObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
+  return linkSharedObject(compileToObject(module, name, target));
+}
+
+} // namespace gpt

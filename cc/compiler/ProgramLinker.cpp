@@ -1,0 +1,103 @@
+// Linking compiled programs (see ProgramLinker.h).
+#include "cc/compiler/ProgramLinker.h"
+
+#include "cc/runtime/Files.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdexcept>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+extern char **environ;
+
+namespace gpt {
+namespace {
+
+/// A private directory for one link, removed with what is in it.
+class TemporaryDirectory {
+public:
+  TemporaryDirectory() {
+    const char *base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/gpt-link-XXXXXX";
+    if (!::mkdtemp(pattern.data()))
+      throw std::runtime_error("cannot create a directory to link a compiled program in (" + pattern +
+                               "): " + std::strerror(errno));
+    path = pattern;
+  }
+  ~TemporaryDirectory() {
+    for (const char *name : {"/program.o", "/program.so", "/linker.log"}) ::unlink((path + name).c_str());
+    ::rmdir(path.c_str());
+  }
+  std::string path;
+};
+
+/// Runs `argv` with its standard error (and output) in `log`; returns its exit status, -1 when it
+/// could not be started or did not exit.
+int run(const std::vector<std::string> &argv, const std::string &log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char *> arguments;
+  for (const std::string &argument : argv) arguments.push_back(const_cast<char *>(argument.c_str()));
+  arguments.push_back(nullptr);
+  pid_t pid = 0;
+  int spawned = ::posix_spawn(&pid, arguments[0], &actions, nullptr, arguments.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+} // namespace
+
+std::string linkSharedObject(std::string_view object) {
+  if (::access(GPT_CLANG_PATH, X_OK) != 0)
+    throw std::runtime_error(std::string("cannot link a compiled program: the linker driver ") + GPT_CLANG_PATH +
+                             " is missing (tools/setup.sh installs clang-19 and lld-19)");
+  TemporaryDirectory directory;
+  const std::string input = directory.path + "/program.o", output = directory.path + "/program.so",
+                    log = directory.path + "/linker.log";
+  int fd = ::open(input.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  bool written = fd >= 0 && writeAll(fd, object);
+  if (fd >= 0) written = ::close(fd) == 0 && written;
+  if (!written) throw std::runtime_error("cannot write " + input + ": " + std::strerror(errno));
+  // -z now: every symbol is bound when the program is loaded, so a missing one is a load error
+  // rather than a crash in the middle of a call. The runtime path finds libomp, which the
+  // process has not loaded before the first program needs it.
+  const std::vector<std::string> argv = {GPT_CLANG_PATH,
+                                         "-shared",
+                                         "-fuse-ld=lld",
+                                         "-nostartfiles",
+                                         "-Wl,-z,now",
+                                         "-Wl,-z,relro",
+                                         "-Wl,--enable-new-dtags",
+                                         "-Wl,-rpath," GPT_LLVM_LIBDIR,
+                                         "-o",
+                                         output,
+                                         input,
+                                         GPT_LIBOMP_PATH,
+                                         "-lm"};
+  int status = run(argv, log);
+  if (status != 0) {
+    std::string messages = readFile(log);
+    if (messages.size() > 4000) messages = messages.substr(0, 4000) + "...";
+    throw std::runtime_error(
+        "linking a compiled program into a shared object failed (" +
+        (status < 0 ? std::string("the linker did not run") : "exit status " + std::to_string(status)) +
+        "): " + messages);
+  }
+  std::string shared = readFile(output);
+  if (shared.compare(0, 4, "\177ELF") != 0) // octal: "\x7fELF" would read as one hex escape
+    throw std::runtime_error("the linker wrote no shared object at " + output);
+  return shared;
+}
+
+} // namespace gpt
