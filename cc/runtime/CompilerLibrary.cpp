@@ -4,6 +4,7 @@
 #include "cc/runtime/Files.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
 
@@ -40,8 +41,11 @@ ProgramCompiler &programCompiler() {
 bool programCompilerLoaded() { return loaded.load() != nullptr; }
 
 JitTarget resolveTarget(const std::string &name) {
-  if (name == "host") return JitTarget::host();
-  const auto [triple, cpu] = codegen::splitTargetName(name, JitTarget::processTriple());
+  const char *standIn = std::getenv("GPT_TARGET_CPU");
+  const bool host = name == "host" && (!standIn || !*standIn || std::string(standIn) == "host");
+  if (host) return JitTarget::host();
+  const std::string named = name == "host" ? standIn : name;
+  const auto [triple, cpu] = codegen::splitTargetName(named, JitTarget::processTriple());
   return JitTarget(triple, cpu, programCompiler().cpuFeatures(triple, cpu));
 }
 

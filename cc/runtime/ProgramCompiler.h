@@ -117,7 +117,9 @@ std::string programCompilerPath();
 /// architecture ("haswell", "znver3", "skylake-avx512", "znver4", "sapphirerapids", ...); or
 /// "<arch>:<cpu>" for another architecture ("aarch64:neoverse-v1", "aarch64:apple-m1"). A named CPU
 /// has its own features (those LLVM gives it, through the compiler library), not the host's.
-/// Throws std::invalid_argument when LLVM does not know the name.
+/// Where the environment sets GPT_TARGET_CPU to a CPU name, "host" means that CPU: how this
+/// machine runs the code another machine kind would get (an AVX-512 host testing AVX2 code). Throws
+/// std::invalid_argument when LLVM does not know the name.
 JitTarget resolveTarget(const std::string &name);
 
 } // namespace gpt

@@ -93,6 +93,9 @@ def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np
     """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM
     head's tied embedding."""
 
+def target_description(target_cpu: str = "host") -> dict[str, object]:
+    """cpu, triple, vector_bits, vector_registers, features (those choosing instructions) and runs_here of a target."""
+
 def tile_parameters(target_cpu: str = "host") -> dict[str, int]:
     """The tile parameters code for a target CPU is built with (panel_width, vocab_multiple, ...)."""
 

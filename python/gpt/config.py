@@ -256,7 +256,9 @@ class CompileOptions:
     "aarch64:apple-m1"). A named CPU's code uses that CPU's own features, whatever this machine
     has: where this machine has them all, the model runs here; otherwise it is compile-only
     (`model.ir(...)`, `model.save_object(...)`), and running it raises ValueError naming what
-    this machine lacks."""
+    this machine lacks. Where the environment sets `GPT_TARGET_CPU` to a CPU name, "host" means
+    that CPU: a machine runs the code another machine kind would get (an AVX-512 host testing the
+    AVX2 code of `GPT_TARGET_CPU=haswell`); `gpt._gpt.target_description()` shows what "host" is."""
 
     pipeline: str = "default"
     threads: int | None = None

@@ -1,12 +1,16 @@
-"""The machine code the JIT produced for a model, disassembled, and what the host CPU supports."""
+"""The machine code the JIT produced for a model, disassembled, and what the code for the host may
+use."""
 
 import os
 import subprocess
 
+from gpt import _gpt
 
-def host_has_avx512f():
-    with open("/proc/cpuinfo") as f:
-        return " avx512f" in f.read()
+
+def host_code_may_use(feature):
+    """Whether code compiled for target_cpu="host" may use `feature` (LLVM's name: "avx512f",
+    "avx512bf16", "avx512vnni"): the host's CPU, or the one GPT_TARGET_CPU names instead."""
+    return feature in _gpt.target_description("host")["features"]
 
 
 def objdump():

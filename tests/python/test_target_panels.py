@@ -5,7 +5,11 @@ cross-compiled for haswell (AVX2, which this host runs: 2 x 32 tiles) must compu
 host's model (AVX-512 here: 8 x 32) and the numpy reference compute, in every weight format, with
 the panels its target's parameters name in its IR."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -110,3 +114,37 @@ def test_frontend_packs_weights_in_the_target_panels():
         compiled = gpt.compile_module(linear, (x,), options=options)
         assert f"tensor<{columns // panel}x64x{panel}xf32>" in compiled.ir("imported"), target
         np.testing.assert_allclose(compiled(x).detach().numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gpt_target_cpu_makes_host_mean_that_cpu(tmp_path):
+    """GPT_TARGET_CPU=haswell: "host" is Haswell in that process (how an AVX-512 machine runs the
+    code an AVX2 machine gets), its logits those of target_cpu="haswell" here, to the bit."""
+    cfg = gpt.GPTConfig(**SHAPE)
+    ids = token_ids(cfg, 13)
+    np.save(tmp_path / "ids.npy", ids)
+    script = f"""
+import json, numpy as np, gpt
+from gpt import _gpt
+cfg = gpt.GPTConfig(**{SHAPE!r})
+model = gpt.GPT.random(cfg, seed=3, options=gpt.CompileOptions(threads=1, disk_cache=False))
+np.save({str(tmp_path / "logits.npy")!r}, model.forward(np.load({str(tmp_path / "ids.npy")!r})))
+print(json.dumps([_gpt.target_description(), _gpt.tile_parameters()]))
+"""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+    child = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=package, GPT_TARGET_CPU="haswell"),
+    )
+    assert child.returncode == 0, child.stderr
+    description, tiles = json.loads(child.stdout)
+    assert (description["cpu"], description["vector_bits"], description["features"]) == (
+        "haswell",
+        256,
+        ["avx2", "fma"],
+    )
+    assert tiles == _gpt.tile_parameters("haswell")
+    haswell = gpt.GPT.random(cfg, seed=3, options=gpt.CompileOptions(threads=1, disk_cache=False, target_cpu="haswell"))
+    np.testing.assert_array_equal(np.load(tmp_path / "logits.npy"), haswell.forward(ids))

@@ -4,7 +4,10 @@
 
 #include "cc/runtime/ProgramCompiler.h"
 
+#include <pybind11/stl.h>
+
 #include <string>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -21,6 +24,24 @@ void initCompiler(py::module_ &m) {
       },
       py::arg("ir"), py::arg("pipeline"), py::arg("verify_each") = true, py::call_guard<py::gil_scoped_release>(),
       "Parse MLIR text, run a textual pass pipeline over it and return the printed result.");
+  m.def(
+      "target_description",
+      [](const std::string &targetCpu) {
+        const JitTarget target = resolveTarget(targetCpu);
+        const codegen::TargetDescription &description = target.codegenTarget();
+        py::dict out;
+        out["cpu"] = description.cpu;
+        out["triple"] = description.triple;
+        out["vector_bits"] = description.vectorBits;
+        out["vector_registers"] = description.vectorRegisters;
+        out["features"] = py::cast(std::vector<std::string>(description.features.begin(), description.features.end()));
+        out["runs_here"] = target.runsOnHost();
+        return out;
+      },
+      py::arg("target_cpu") = "host",
+      "The CPU code for a target (CompileOptions.target_cpu) is generated for, as code generation sees it: cpu, "
+      "triple, vector_bits, vector_registers, the features that choose instructions (LLVM's names: avx512bf16, "
+      "avxvnni, amx-int8, ...) and whether this machine runs it. 'host' is GPT_TARGET_CPU where that is set.");
   m.def(
       "tile_parameters",
       [](const std::string &targetCpu) {
