@@ -9,11 +9,24 @@
 #include <memory>
 #include <string>
 
+namespace mlir {
+class ModuleOp;
+} // namespace mlir
+
 namespace gpt {
 
 /// The pipeline options of programs compiled with `options` (its level and threads): what both
 /// compilers run, and what pipelineKey() (CompileOptions.h) names in the disk cache's keys.
 void setPipelineOptions(PipelineOptions &pipeline, const CompileOptions &options);
+
+/// Runs the pipeline of `options` on `module` through `stage`, for `target` (written into the
+/// module as its `gpt.target`). Throws CompileError with `failure` and MLIR's diagnostics.
+void runPipelineUpTo(mlir::ModuleOp module, Stage stage, const CompileOptions &options, const JitTarget &target,
+                     const std::string &failure);
+
+/// Runs the "llvm" stage of `options`'s pipeline on a bufferized `module`. Throws CompileError with
+/// `failure` and MLIR's diagnostics.
+void runLLVMStage(mlir::ModuleOp module, const CompileOptions &options, const std::string &failure);
 
 /// A model's entry points: GPTBuilder.h's modules, the pass pipeline and MachineCode.h.
 std::unique_ptr<ModelCompiler> newModelCompiler(const GPTConfig &config, const WeightStorage &storage,

@@ -4,13 +4,11 @@
 #include "cc/DiagnosticCapture.h"
 #include "cc/ParseInput.h"
 #include "cc/Registration.h"
-#include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/compiler/MachineCode.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <stdexcept>
@@ -81,14 +79,7 @@ private:
     if (!function) throw std::invalid_argument("the module has no func.func named '" + name + "'");
     // Called through its C interface wrapper, _mlir_ciface_<name>.
     function->setAttr("llvm.emit_c_interface", mlir::UnitAttr::get(context.get()));
-    // The target the passes choose tiles and instructions for.
-    codegen::setTarget(*module, target.codegenTarget());
-    mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
-    PipelineOptions pipeline;
-    setPipelineOptions(pipeline, options);
-    addPipelineUpTo(pm, stage, pipeline);
-    if (mlir::failed(pm.run(*module)))
-      throw CompileError(diagnostics.message("compiling the imported function '" + name + "' failed"));
+    runPipelineUpTo(*module, stage, options, target, "compiling the imported function '" + name + "' failed");
     return module;
   }
 
@@ -109,13 +100,7 @@ private:
     if (!conforms)
       throw CompileError("internal error: the bufferized '" + name +
                          "' does not take its arguments then its results as dense buffers and return nothing");
-    DiagnosticCapture diagnostics(*context);
-    mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
-    PipelineOptions pipeline;
-    setPipelineOptions(pipeline, options);
-    addLLVMStage(pm, pipeline);
-    if (mlir::failed(pm.run(*module)))
-      throw CompileError(diagnostics.message("lowering '" + name + "' to LLVM failed"));
+    runLLVMStage(*module, options, "lowering '" + name + "' to LLVM failed");
     return module;
   }
 

@@ -4,7 +4,6 @@
 #include "cc/DiagnosticCapture.h"
 #include "cc/Registration.h"
 #include "cc/builder/GPTBuilder.h"
-#include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/compiler/MachineCode.h"
 #include "cc/runtime/Files.h"
 
@@ -12,15 +11,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace gpt {
-
-void setPipelineOptions(PipelineOptions &pipeline, const CompileOptions &options) {
-  pipeline.level = options.level;
-  pipeline.threads = pipelineThreads(options);
-}
 
 namespace {
 
@@ -86,14 +79,7 @@ private:
   /// Runs the pipeline up to `stage` on `module` (`what` names it in errors).
   void runPipeline(mlir::ModuleOp module, Stage stage, const std::string &what) {
     prepareForPasses();
-    DiagnosticCapture diagnostics(*context);
-    mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
-    PipelineOptions pipeline;
-    setPipelineOptions(pipeline, options);
-    // The target the passes choose tiles and instructions for.
-    codegen::setTarget(module, target.codegenTarget());
-    addPipelineUpTo(pm, stage, pipeline);
-    if (mlir::failed(pm.run(module))) throw CompileError(diagnostics.message("compiling " + what + " failed"));
+    runPipelineUpTo(module, stage, options, target, "compiling " + what + " failed");
   }
 
   /// The entry point lowered to the LLVM dialect, checked on the way to write [logitsRows, padded
@@ -112,13 +98,7 @@ private:
       throw CompileError("internal error: " + entry.name + " does not take its logits as a " +
                          std::to_string(entry.logitsRows) + "x" + std::to_string(vocab) +
                          " buffer in its last argument and return nothing");
-    DiagnosticCapture diagnostics(*context);
-    mlir::PassManager pm(context.get(), mlir::ModuleOp::getOperationName());
-    PipelineOptions pipeline;
-    setPipelineOptions(pipeline, options);
-    addLLVMStage(pm, pipeline);
-    if (mlir::failed(pm.run(*module)))
-      throw CompileError(diagnostics.message("lowering " + entry.name + " to LLVM failed"));
+    runLLVMStage(*module, options, "lowering " + entry.name + " to LLVM failed");
     return module;
   }
 
