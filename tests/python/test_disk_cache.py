@@ -93,7 +93,10 @@ print(m.disk_cache_hits(), gpt._gpt.compiler_loaded(), "libMLIR" in mapped, "lib
         env=dict(os.environ, PYTHONPATH=package),
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["1", "False", "False", "False"]
+    # Under GPT_TARGET_CPU=<cpu> "host" is a named CPU, whose features only LLVM's target registry
+    # (in the compiler library) knows: the programs still come from the cache.
+    compiler = str(os.environ.get("GPT_TARGET_CPU", "") not in ("", "host"))
+    assert result.stdout.split() == ["1", compiler, compiler, compiler]
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
 
 
