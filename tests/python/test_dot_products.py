@@ -64,6 +64,11 @@ def test_host_code_uses_the_instruction_where_the_cpu_has_it(fmt, tmp_path):
     if host_code_may_use(feature):
         assert INTRINSICS[instruction] in llvm
         assert re.search(instruction + r"\s+.*%zmm", asm), f"no zmm {instruction} although the host has {feature}"
+    elif fmt != "bf16" and host_code_may_use("avxvnni"):
+        # AVX-VNNI without AVX-512 (Alder Lake and later): the VEX form, on ymm registers.
+        assert INTRINSICS[instruction] not in llvm
+        assert re.search(instruction + r"\s+.*%ymm", asm), f"no ymm {instruction} although the host has avxvnni"
+        assert not re.search(instruction + r"\s+.*%zmm", asm)
     else:
         assert INTRINSICS[instruction] not in llvm and instruction not in asm
 
