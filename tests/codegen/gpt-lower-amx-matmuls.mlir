@@ -13,7 +13,7 @@
 // SELECT-LABEL: module attributes {gpt.target = {cpu = "sapphirerapids"
 // SELECT: gpt.amx_chunks = 2 : i64, gpt.amx_tile = [32, 32, 128], gpt.packed_matmul
 // SELECT-NOT: gpt.register_tile
-// SELECT: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1]
+// SELECT: gpt.packed_matmul, gpt.register_tile = [1, 2, 32, 1]
 // TILES-LABEL: func.func @prefill_and_decode
 // TILES: memref.reinterpret_cast {{.*}} to offset: [0], sizes: [32, 512], strides: [512, 1]
 // TILES: memref.reinterpret_cast {{.*}} to offset: [0], sizes: [4096, 32], strides: [32, 1]

@@ -80,15 +80,17 @@ func.func @threads(%a: tensor<64x64xf32>, %b: tensor<64x96xf32>, %c: tensor<64x9
 // -----
 
 // Packed matmuls (generics marked gpt.packed_matmul, loops M, panel, column, K): 8 rows x one
-// 32-wide panel, or one row for decode; threads split the panels (6 panels: 2 pieces on 2
-// threads, still 2 on 4 threads since 6 is not a multiple of 4). An unmarked generic with the
-// same loops is not a packed matmul and is left alone. (K = 2048 makes each worth splitting.)
+// 32-wide panel, or one row over two panels for decode; threads split the panels (6 panels: 2
+// pieces on 2 threads, still 2 on 4 threads since 6 is not a multiple of 4). Decode on 2 threads
+// keeps one panel per tile: 6 panels are 3 pairs, which do not split in two. An unmarked generic
+// with the same loops is not a packed matmul and is left alone. (K = 2048 makes each worth
+// splitting.)
 #pA = affine_map<(m, p, j, k) -> (m, k)>
 #pB = affine_map<(m, p, j, k) -> (p, k, j)>
 #pC = affine_map<(m, p, j, k) -> (m, p, j)>
 // CHECK-LABEL: func.func @packed
 // CHECK: gpt.packed_matmul, gpt.register_tile = [8, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
-// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 2, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
 // CHECK-NOT: gpt.register_tile
 // CHECK: return
 // THREADS2-LABEL: func.func @packed

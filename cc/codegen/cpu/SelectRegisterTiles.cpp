@@ -49,8 +49,14 @@ SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t p
   // stays in cache across all of M; the weight panel is read from consecutive addresses. Then
   // halves of that, so that a batched step of 4 or 2 tokens takes all its rows in one tile (each
   // panel read once, the rows' multiply-adds overlapping), down to decode's one row.
-  for (int64_t rows = packedRows; rows >= 1; rows /= 2)
+  for (int64_t rows = packedRows; rows > 1; rows /= 2)
     table.push_back({Kind::PackedMatmul, {rows, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
+  // Decode's one row over two panels at once: twice the independent accumulators (4 FMA chains on
+  // AVX-512 instead of 2, each output still summed in K order, so the same bits), which keeps
+  // more of the weight stream in flight (f32 and bf16 decode 5-19% faster; docs/PERFORMANCE.md).
+  // Then one panel, where the panels do not pair up.
+  table.push_back({Kind::PackedMatmul, {1, 2, panelWidth, 1}, {1, 0, 2, 3}, 1});
+  table.push_back({Kind::PackedMatmul, {1, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
   // Block-quantized packed matmuls keep two accumulators per output, the block's i32 sums and
   // the f32 total: half the rows, so that both fit with the weight lanes and the broadcast
   // activations.
@@ -334,6 +340,13 @@ public:
         // or 2 threads' pieces; other counts keep the two ops apart.
         linalg::GenericOp epilogue;
         int64_t chunks = parallelChunks(tiles, op, choice, threads);
+        // Two panels per tile, but not at the cost of threads: where the panels do not split into
+        // whole pairs per thread, one panel per tile.
+        if (choice.kind == Kind::PackedMatmul && choice.tile[1] > 1) {
+          TileChoice onePanel = choice;
+          onePanel.tile[1] = 1;
+          if (chunks < parallelChunks(tiles, op, onePanel, threads)) continue;
+        }
         if ((choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul) && chunks <= 2)
           if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
             // The epilogue's loops are the matmul's parallel ones: (M, panel, column).
