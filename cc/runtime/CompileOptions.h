@@ -33,8 +33,8 @@ struct CompileOptions {
   uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;
   /// The format matmul weights are stored and streamed in (packed weights of vectorized levels).
   WeightFormat weights = WeightFormat::F32;
-  /// The CPU compiled code targets: "host" (its CPU and features), or a named CPU, restricted to
-  /// the features the host has, to exercise another CPU's code paths (JitTarget::named).
+  /// The CPU compiled code targets: "host" (its CPU and features), or a named CPU with that CPU's
+  /// own features, compile-only where the host lacks one (resolveTarget, ProgramCompiler.h).
   std::string targetCpu = "host";
 };
 
