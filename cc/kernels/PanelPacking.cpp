@@ -1,41 +1,21 @@
 // Weight repacking into column panels (see PanelPacking.h).
 #include "cc/kernels/PanelPacking.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
-#include <string_view>
 
 namespace gpt::kernels {
 
-namespace {
-/// False when `GPT_HUGE_PAGES=0`: to measure what huge pages bring, or to keep weights in small pages.
-bool hugePagesWanted() {
-  const char *setting = std::getenv("GPT_HUGE_PAGES");
-  return !(setting && std::string_view(setting) == "0");
-}
-} // namespace
-
 void *allocateAlignedBytes(size_t bytes) {
   constexpr size_t kCacheLine = 64;
-  // Weights of 2 MiB and more start on a 2 MiB boundary, and their whole 2 MiB ranges are offered
-  // to transparent huge pages: streaming hundreds of megabytes per decode step through 4 KiB
-  // pages costs a TLB miss every 64 cache lines (`tools/bench_batch.py --pages small,huge` compares).
-  // The tail past the last whole range stays in small pages, so no memory is wasted on it.
-  constexpr size_t kHugePage = size_t(2) << 20;
-  const size_t alignment = bytes >= kHugePage && hugePagesWanted() ? kHugePage : kCacheLine;
-  // aligned_alloc wants a size that is a multiple of the alignment (untouched, the rounding costs
-  // address space, not memory).
-  size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
-  void *data = std::aligned_alloc(alignment, rounded);
+  // aligned_alloc wants a size that is a multiple of the alignment. (A model's own copies of its
+  // weights live in runtime/WeightArena.h, in huge pages; these buffers are the layout steps'
+  // temporaries and the logits.)
+  size_t rounded = (std::max<size_t>(bytes, 1) + kCacheLine - 1) / kCacheLine * kCacheLine;
+  void *data = std::aligned_alloc(kCacheLine, rounded);
   if (!data) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  // Advice only: where huge pages are off or unavailable, the range keeps small pages.
-  if (alignment == kHugePage) madvise(data, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
-#endif
   return data;
 }
 

@@ -120,6 +120,31 @@ int64_t CompiledModel::diskCacheHits() const {
   return diskHits;
 }
 
+namespace {
+/// True when compiled code reads `spec`'s array as the user supplied it.
+bool readsInPlace(const ParameterSpec &spec) {
+  return !spec.derived() && spec.layout == WeightLayout::AsGiven && spec.format == WeightFormat::F32;
+}
+
+/// The bytes of a laid-out argument: its argument shape of f32 values or 32-bit lane words, or
+/// of f16 scales.
+size_t argumentBytes(const ParameterSpec &spec) {
+  size_t bytes = spec.isScales() ? sizeof(uint16_t) : sizeof(uint32_t);
+  for (int64_t extent : spec.argumentShape()) bytes *= static_cast<size_t>(extent);
+  return bytes;
+}
+
+/// The bytes of the model's own copies of its weights (every argument not read in place), each
+/// from a cache line, as the arena hands them out.
+size_t laidOutBytes(const std::vector<ParameterSpec> &parameters) {
+  size_t total = 0;
+  for (const ParameterSpec &spec : parameters)
+    if (!readsInPlace(spec))
+      total += (argumentBytes(spec) + WeightArena::kAlignment - 1) / WeightArena::kAlignment * WeightArena::kAlignment;
+  return total;
+}
+} // namespace
+
 void CompiledModel::setWeights(const std::vector<const float *> &weights) { setWeights(weights, {}); }
 
 void CompiledModel::setWeights(const std::vector<const float *> &weights,
@@ -136,7 +161,9 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
   // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
   std::vector<const void *> data_;
-  std::vector<std::unique_ptr<void, kernels::FreeDeleter>> owned;
+  // The laid-out copies go into one block of memory (WeightArena.h); the steps before the last
+  // layout of a weight write temporaries.
+  auto arena = std::make_unique<WeightArena>(laidOutBytes(parameters_));
   // A block-quantized weight's scales are made with its codes and bound by the spec after it.
   void *pendingScales = nullptr;
   for (const ParameterSpec &spec : parameters_) {
@@ -147,12 +174,6 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
     }
     const std::string &key = spec.derived() ? spec.source : spec.name;
     const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
-    // Keeps a buffer the compiled code reads and returns its address.
-    auto keep = [&](auto array) {
-      void *address = array.get();
-      owned.emplace_back(array.release());
-      return address;
-    };
     if (auto given = quantized.find(key);
         given != quantized.end() && spec.panelWidth && given->second.format == spec.format) {
       // Repacked as llama.cpp quantized it: rows of the [out, in] tensor are the weight's columns.
@@ -169,18 +190,18 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
                                     std::to_string(columns * blocks * blockBytes));
       // The lanes are 32-bit words of 4 (q8_0) or 8 (q4_0, q4_1) rows of one column; q4_1 has
       // a min beside each scale.
-      auto codes = kernels::allocateAlignedArray<uint32_t>(
-          rows * cols / (q8 ? kernels::kQ8_0RowsPerWord : kernels::kQ4_0RowsPerWord));
-      auto scales = kernels::allocateAlignedArray<uint16_t>(blocks * cols * (withMins ? 2 : 1));
+      auto *codes =
+          arena->allocateArray<uint32_t>(rows * cols / (q8 ? kernels::kQ8_0RowsPerWord : kernels::kQ4_0RowsPerWord));
+      auto *scales = arena->allocateArray<uint16_t>(blocks * cols * (withMins ? 2 : 1));
       if (q8)
-        kernels::repackQ8_0Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
+        kernels::repackQ8_0Rows(weight.blocks, rows, columns, cols, width, codes, scales);
       else if (withMins)
-        kernels::repackQ4_1Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
+        kernels::repackQ4_1Rows(weight.blocks, rows, columns, cols, width, codes, scales);
       else
-        kernels::repackQ4_0Rows(weight.blocks, rows, columns, cols, width, codes.get(), scales.get());
-      descriptors.push_back(MemRefDescriptor::view(codes.get(), spec.argumentShape()));
-      data_.push_back(keep(std::move(codes)));
-      pendingScales = keep(std::move(scales));
+        kernels::repackQ4_0Rows(weight.blocks, rows, columns, cols, width, codes, scales);
+      descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
+      data_.push_back(codes);
+      pendingScales = scales;
       repacked.insert(key);
       continue;
     }
@@ -188,18 +209,21 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
     if (!data)
       throw std::invalid_argument(key + " is given quantized, but the model stores it in " +
                                   weightFormatName(spec.format) + ": give its float32 values too");
-    // Each layout step reads `data` into a new f32 buffer, which becomes `data`.
-    kernels::AlignedFloats laidOut;
-    auto relayout = [&](auto write) {
-      kernels::AlignedFloats next = kernels::allocateAligned(rows * cols);
-      write(next.get());
-      laidOut = std::move(next);
-      data = laidOut.get();
-    };
-    if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels)
-      // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
-      relayout([&](float *out) { kernels::transposePadded(data, config_.vocabSize, rows, cols, out); });
     const bool panels = spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels;
+    const bool f32 = spec.format == WeightFormat::F32;
+    kernels::AlignedFloats transposed; // a temporary, unless it is the argument itself
+    if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels) {
+      // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
+      float *out = nullptr;
+      if (f32 && !panels) {
+        out = arena->allocateArray<float>(rows * cols);
+      } else {
+        transposed = kernels::allocateAligned(rows * cols);
+        out = transposed.get();
+      }
+      kernels::transposePadded(data, config_.vocabSize, rows, cols, out);
+      data = out;
+    }
     const void *argument = data;
     if (isBlockQuantized(spec.format)) {
       // Quantized on the [K, N] matrix (blocks run along K), then the codes packed into lanes
@@ -210,34 +234,34 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       const int64_t width = spec.panelWidth;
       const int64_t scaleRows = rows / kernels::kQuantBlock * (spec.format == WeightFormat::Q4_1 ? 2 : 1);
       auto scales = kernels::allocateAlignedArray<uint16_t>(scaleRows * cols);
-      kernels::AlignedArray<uint32_t> lanes;
+      uint32_t *lanes = nullptr;
       if (spec.format == WeightFormat::Q8_0) {
         auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
         kernels::quantizeQ8_0(data, rows, cols, codes.get(), scales.get());
-        lanes = kernels::allocateAlignedArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
-        kernels::packQ8_0Lanes(codes.get(), rows, cols, width, lanes.get());
+        lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
+        kernels::packQ8_0Lanes(codes.get(), rows, cols, width, lanes);
       } else {
         auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols);
         if (spec.format == WeightFormat::Q4_1)
           kernels::quantizeQ4_1(data, rows, cols, codes.get(), scales.get());
         else
           kernels::quantizeQ4_0(data, rows, cols, codes.get(), scales.get());
-        lanes = kernels::allocateAlignedArray<uint32_t>(rows * cols / kernels::kQ4_0RowsPerWord);
-        kernels::packQ4_0Lanes(codes.get(), rows, cols, width, lanes.get());
+        lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ4_0RowsPerWord);
+        kernels::packQ4_0Lanes(codes.get(), rows, cols, width, lanes);
       }
-      argument = keep(std::move(lanes));
-      auto packedScales = kernels::allocateAlignedArray<uint16_t>(scaleRows * cols);
-      kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales.get());
-      pendingScales = keep(std::move(packedScales));
+      argument = lanes;
+      auto *packedScales = arena->allocateArray<uint16_t>(scaleRows * cols);
+      kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales);
+      pendingScales = packedScales;
     } else if (spec.format == WeightFormat::BF16) {
       // Rounded and packed into bf16 lanes in one pass, straight from the [K, N] matrix.
-      auto lanes = kernels::allocateAlignedArray<uint32_t>(rows * cols / kernels::kBf16RowsPerWord);
-      kernels::packBf16Lanes(data, rows, cols, spec.panelWidth, lanes.get());
-      argument = keep(std::move(lanes));
-    } else {
-      if (panels) relayout([&](float *out) { kernels::packPanels(data, rows, cols, spec.panelWidth, out); });
-      argument = data;
-      if (laidOut) argument = keep(std::move(laidOut));
+      auto *lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kBf16RowsPerWord);
+      kernels::packBf16Lanes(data, rows, cols, spec.panelWidth, lanes);
+      argument = lanes;
+    } else if (panels) {
+      float *packed = arena->allocateArray<float>(rows * cols);
+      kernels::packPanels(data, rows, cols, spec.panelWidth, packed);
+      argument = packed;
     }
     descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));
     data_.push_back(argument);
@@ -250,17 +274,24 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
     std::lock_guard<std::mutex> lock(mutex);
     weightDescriptors = std::move(descriptors);
     weightData = std::move(data_);
-    ownedWeights = std::move(owned);
+    weightArena = std::move(arena);
   }
   releaseFreedMemory(); // the layout temporaries, and any weights bound before these
 }
 
-namespace {
-/// True when compiled code reads `spec`'s array as the user supplied it.
-bool readsInPlace(const ParameterSpec &spec) {
-  return !spec.derived() && spec.layout == WeightLayout::AsGiven && spec.format == WeightFormat::F32;
+std::vector<CompiledModel::StoredArgument> CompiledModel::storedArguments() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<StoredArgument> stored;
+  for (size_t i = 0; i < weightData.size(); ++i)
+    if (!readsInPlace(parameters_[i]))
+      stored.push_back({parameters_[i].name, weightData[i], argumentBytes(parameters_[i])});
+  return stored;
 }
-} // namespace
+
+std::vector<std::pair<const void *, size_t>> CompiledModel::weightBlocks() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return weightArena ? weightArena->blocks() : std::vector<std::pair<const void *, size_t>>{};
+}
 
 std::vector<std::string> CompiledModel::borrowedParameters() const {
   std::vector<std::string> names;

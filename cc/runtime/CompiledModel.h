@@ -9,10 +9,10 @@
 #include "cc/builder/GPTConfig.h"
 #include "cc/builder/Parameters.h"
 #include "cc/codegen/cpu/PipelineLevels.h"
-#include "cc/kernels/PanelPacking.h"
 #include "cc/runtime/CompileOptions.h"
 #include "cc/runtime/JitTarget.h"
 #include "cc/runtime/MemRefDescriptor.h"
+#include "cc/runtime/WeightArena.h"
 
 #include <cstdint>
 #include <map>
@@ -86,6 +86,17 @@ public:
   /// code * scale, rounded once to f32) for a low-precision format. For a parameter that is not
   /// borrowed, after setWeights(); throws std::invalid_argument otherwise.
   std::vector<float> storedWeight(const std::string &name) const;
+
+  /// Where the model's own storage lies, after setWeights(): each argument that is not read in
+  /// place (by argument name: packed weights, their scales, the LM head) as its address and bytes,
+  /// and the blocks of memory they were laid out in (WeightArena::blocks()).
+  struct StoredArgument {
+    std::string name;
+    const void *address;
+    size_t bytes;
+  };
+  std::vector<StoredArgument> storedArguments() const;
+  std::vector<std::pair<const void *, size_t>> weightBlocks() const;
 
   /// Logits [bucket, padded vocab] of `ids` (1 <= count <= block_size) padded to its bucket.
   /// Compiles on the first call per bucket.
@@ -176,10 +187,10 @@ private:
   std::vector<ParameterSpec> parameters_, supplied_;
   std::vector<EntryArgument> forwardArguments_, stepArguments_, batchStepArguments_; // entryArguments(), made once
   std::vector<MemRefDescriptor> weightDescriptors;                                   // set once by setWeights
-  std::vector<const void *> weightData;                                  // each one's data, for storedWeight
-  std::vector<std::unique_ptr<void, kernels::FreeDeleter>> ownedWeights; // the laid-out copies they point into
-  std::unique_ptr<ModelCompiler> compiler_;                              // compiler(), once made
-  mutable std::mutex mutex;                                              // guards the compiler and the caches
+  std::vector<const void *> weightData;     // each one's data, for storedWeight
+  std::unique_ptr<WeightArena> weightArena; // the laid-out copies they point into
+  std::unique_ptr<ModelCompiler> compiler_; // compiler(), once made
+  mutable std::mutex mutex;                 // guards the compiler and the caches
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;
   std::map<int64_t, double> compileSeconds;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;

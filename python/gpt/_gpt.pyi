@@ -152,6 +152,12 @@ class CompiledModel:
     def stored_weight(self, name: str) -> npt.NDArray[np.float32]:
         """The values the model computes with for a weight that is not borrowed: unpacked and dequantized."""
 
+    def stored_arguments(self) -> list[tuple[str, int, int]]:
+        """(name, address, bytes) of each argument compiled code reads from the model's own storage."""
+
+    def weight_blocks(self) -> list[tuple[int, int]]:
+        """(address, bytes) of the blocks of memory the stored arguments were laid out in."""
+
     def forward(self, ids: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding."""
 

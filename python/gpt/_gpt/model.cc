@@ -262,6 +262,25 @@ void initModel(py::module_ &m) {
           },
           py::arg("name"),
           "The values the model computes with for a weight that is not borrowed: unpacked and dequantized.")
+      .def(
+          "stored_arguments",
+          [](const CompiledModel &model) {
+            py::list stored;
+            for (const CompiledModel::StoredArgument &argument : model.storedArguments())
+              stored.append(
+                  py::make_tuple(argument.name, reinterpret_cast<uintptr_t>(argument.address), argument.bytes));
+            return stored;
+          },
+          "(name, address, bytes) of each argument compiled code reads from the model's own storage.")
+      .def(
+          "weight_blocks",
+          [](const CompiledModel &model) {
+            py::list blocks;
+            for (auto [address, bytes] : model.weightBlocks())
+              blocks.append(py::make_tuple(reinterpret_cast<uintptr_t>(address), bytes));
+            return blocks;
+          },
+          "(address, bytes) of the blocks of memory the stored arguments were laid out in.")
       .def("forward", &forward, py::arg("ids"),
            "Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding.")
       .def("step", &step, py::arg("ids"), py::arg("offset"), py::arg("cache_len"), py::arg("keys"), py::arg("values"),

@@ -1,0 +1,76 @@
+// See WeightArena.h.
+#include "cc/runtime/WeightArena.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <string_view>
+
+namespace gpt {
+
+namespace {
+/// False when `GPT_HUGE_PAGES=0`: to measure what huge pages bring, or to keep weights in small pages.
+bool hugePagesWanted() {
+  const char *setting = std::getenv("GPT_HUGE_PAGES");
+  return !(setting && std::string_view(setting) == "0");
+}
+
+size_t roundUp(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+} // namespace
+
+WeightArena::WeightArena(size_t expectedBytes) {
+  if (expectedBytes > 0) mapBlock(expectedBytes);
+}
+
+WeightArena::~WeightArena() {
+  for (const Block &block : blocks_) munmap(block.start, block.mapped);
+}
+
+void WeightArena::mapBlock(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const bool huge = bytes >= kHugePage && hugePagesWanted();
+  const size_t alignment = huge ? kHugePage : page;
+  const size_t length = roundUp(bytes, alignment);
+  // mmap promises only page alignment: map one alignment more and unmap the ends around the
+  // aligned range.
+  const size_t slack = alignment > page ? alignment : 0;
+  void *mapped = mmap(nullptr, length + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  char *raw = static_cast<char *>(mapped);
+  char *start = reinterpret_cast<char *>(roundUp(reinterpret_cast<uintptr_t>(raw), alignment));
+  if (start > raw) munmap(raw, start - raw);
+  if (char *end = start + length; raw + length + slack > end) munmap(end, raw + length + slack - end);
+#ifdef MADV_HUGEPAGE
+  // Advice only: where huge pages are off or unavailable, the block keeps small pages. The block's
+  // last 2 MiB range is advised too: its unused part costs at most one partly filled huge page,
+  // where per-weight tails in small pages cost the whole model's speed.
+  if (huge) madvise(start, length, MADV_HUGEPAGE);
+#endif
+  blocks_.push_back(Block{start, length, 0});
+}
+
+void *WeightArena::allocate(size_t bytes) {
+  const size_t rounded = roundUp(std::max<size_t>(bytes, 1), kAlignment);
+  if (blocks_.empty() || blocks_.back().mapped - blocks_.back().used < rounded) mapBlock(rounded);
+  Block &block = blocks_.back();
+  void *address = block.start + block.used;
+  block.used += rounded;
+  return address;
+}
+
+std::vector<std::pair<const void *, size_t>> WeightArena::blocks() const {
+  std::vector<std::pair<const void *, size_t>> result;
+  for (const Block &block : blocks_) result.emplace_back(block.start, block.mapped);
+  return result;
+}
+
+size_t WeightArena::usedBytes() const {
+  size_t used = 0;
+  for (const Block &block : blocks_) used += block.used;
+  return used;
+}
+
+} // namespace gpt
