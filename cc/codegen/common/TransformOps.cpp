@@ -192,6 +192,78 @@ DiagnosedSilenceableFailure GetEpilogueMatmulOp::apply(transform::TransformRewri
 }
 
 //===----------------------------------------------------------------------===//
+// BlockKOp
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Tiles `op` by `sizes` (0: untiled) with scf.for loops; returns the tiled op.
+FailureOr<Operation *> tileWithLoops(RewriterBase &rewriter, Operation *op, ArrayRef<int64_t> sizes) {
+  auto tileable = dyn_cast<TilingInterface>(op);
+  if (!tileable) return failure();
+  scf::SCFTilingOptions options;
+  options.setTileSizes(getAsIndexOpFoldResult(rewriter.getContext(), sizes));
+  rewriter.setInsertionPoint(op);
+  FailureOr<scf::SCFTilingResult> result = scf::tileUsingSCF(rewriter, tileable, options);
+  if (failed(result) || result->tiledOps.size() != 1) return failure();
+  rewriter.replaceOp(op, result->replacements);
+  return result->tiledOps.front();
+}
+
+/// Sizes that tile the first loop of a `rank`-loop op by `rows` and nothing else.
+SmallVector<int64_t> rowTile(int64_t rank, int64_t rows) {
+  SmallVector<int64_t> sizes(rank, 0);
+  sizes.front() = rows;
+  return sizes;
+}
+} // namespace
+
+DiagnosedSilenceableFailure BlockKOp::apply(transform::TransformRewriter &rewriter,
+                                            transform::TransformResults &results, transform::TransformState &state) {
+  auto matmuls = llvm::to_vector(state.getPayloadOps(getMatmul()));
+  auto fills = llvm::to_vector(state.getPayloadOps(getFill()));
+  auto tiles = llvm::to_vector(state.getPayloadOps(getTile()));
+  if (matmuls.size() != fills.size() || matmuls.size() != tiles.size())
+    return emitDefiniteFailure() << "expected as many fills and epilogue tiles as matmuls";
+  SmallVector<Operation *> matmulRows, fillRows, tileRows;
+  for (auto [matmul, fill, tile] : llvm::zip_equal(matmuls, fills, tiles)) {
+    std::optional<KBlock> block = getKBlock(matmul);
+    auto linalgMatmul = dyn_cast<linalg::LinalgOp>(matmul);
+    if (!block || !linalgMatmul) {
+      matmulRows.push_back(matmul);
+      fillRows.push_back(fill);
+      tileRows.push_back(tile);
+      continue;
+    }
+    // The matmul's loops are (M, panel, column, K): K by the step, then, inside, M by the rows.
+    const int64_t loops = linalgMatmul.getNumLoops();
+    SmallVector<int64_t> kStep(loops, 0);
+    kStep.back() = block->kStep;
+    // The fill and the epilogue's tile: their first loop (M) by the rows.
+    auto tileRowsOf = [&](Operation *op) -> FailureOr<Operation *> {
+      auto linalgOp = dyn_cast<linalg::LinalgOp>(op);
+      if (!linalgOp) return failure();
+      return tileWithLoops(rewriter, op, rowTile(linalgOp.getNumLoops(), block->rows));
+    };
+    FailureOr<Operation *> rows = failure();
+    if (FailureOr<Operation *> stepped = tileWithLoops(rewriter, matmul, kStep); succeeded(stepped))
+      rows = tileWithLoops(rewriter, *stepped, rowTile(loops, block->rows));
+    FailureOr<Operation *> filled = tileRowsOf(fill), epilogue = tileRowsOf(tile);
+    if (failed(rows) || failed(filled) || failed(epilogue)) {
+      DiagnosedSilenceableFailure diag = emitSilenceableError() << "could not tile the blocks of K";
+      diag.attachNote(matmul->getLoc()) << "matmul";
+      return diag;
+    }
+    matmulRows.push_back(*rows);
+    fillRows.push_back(*filled);
+    tileRows.push_back(*epilogue);
+  }
+  results.set(cast<OpResult>(getMatmulRows()), matmulRows);
+  results.set(cast<OpResult>(getFillRows()), fillRows);
+  results.set(cast<OpResult>(getTileRows()), tileRows);
+  return DiagnosedSilenceableFailure::success();
+}
+
+//===----------------------------------------------------------------------===//
 // VectorizeBlockMatmulOp
 //===----------------------------------------------------------------------===//
 
