@@ -22,24 +22,6 @@ constexpr int64_t kMaxTileRows = 8;
 /// threading runtime, not of the register file: the same on every target.
 constexpr int64_t kMinParallelWork = int64_t(1) << 18;
 
-/// Blocks of K for packed matmuls whose register tiles have few rows (AVX2's 2 x 32), with several
-/// such tiles (prefill). A tile of R rows reads 4 / R bytes of its panel per multiply-add; at
-/// 2 rows, walking a whole panel from L2 for every tile is bound by L2's bandwidth. In blocks,
-/// each step of K reads kKBlockBytes of the panel, which every tile of a block of rows then
-/// reuses from L1: half the smallest L1 data cache of the x86 CPUs this project targets (Zen 3's
-/// 32 KiB; Intel's since Ice Lake have 48). A C model of GPT-2's matmuls on AVX2 2 x 32 tiles ran
-/// 1.25x to 1.39x faster so; on AVX-512's 8 x 32 tiles, no faster (docs/PERFORMANCE.md).
-constexpr int64_t kKBlockBytes = int64_t(16) << 10;
-/// Tiles of fewer rows than this walk K in blocks...
-constexpr int64_t kKBlockBelowRows = 4;
-/// ... when a block holds at least this many of them. Up to 4 tiles walk whole panels, which
-/// --gpt-prefetch-weight-panels prefetches (its max-tiles): a small batch streams its weights
-/// from memory, where the next panel's prefetch is what counts.
-constexpr int64_t kKBlockMinTiles = 8;
-/// The most rows in one such block: its accumulators go through a buffer of this many rows of a
-/// panel between steps (8 KiB for a 32-wide f32 panel), on the stack.
-constexpr int64_t kKBlockMaxRows = 64;
-
 /// The sizes code generation and the builder take for one register file.
 struct TileParameters {
   /// f32 lanes of one vector register (AVX-512: 16, AVX2: 8, NEON: 4).

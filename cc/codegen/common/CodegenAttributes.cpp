@@ -46,7 +46,7 @@ void setInterchange(Operation *op, ArrayRef<int64_t> interchange) {
 bool isCodegenAttribute(StringRef name) {
   return llvm::is_contained({attr::kPackedMatmul, attr::kRegisterTile, attr::kTileInterchange, attr::kParallelChunks,
                              attr::kRowReductionTile, attr::kEpilogueTile, attr::kEpilogueOperand,
-                             attr::kEpilogueChunks, attr::kReductionStep, attr::kKBlock, attr::kBlockPartials,
+                             attr::kEpilogueChunks, attr::kReductionStep, attr::kBlockPartials,
                              attr::kQuantizesActivations, attr::kAmxTile, attr::kAmxChunks},
                             name);
 }
@@ -126,14 +126,6 @@ void setEpilogueFusion(Operation *op, const EpilogueFusion &fusion) {
 }
 
 void setReductionStep(Operation *op, ArrayRef<int64_t> sizes) { setI64Array(op, attr::kReductionStep, sizes); }
-
-std::optional<KBlock> getKBlock(Operation *op) {
-  std::optional<SmallVector<int64_t>> block = getI64Array(op, attr::kKBlock);
-  if (!block || block->size() != 2) return std::nullopt;
-  return KBlock{(*block)[0], (*block)[1]};
-}
-
-void setKBlock(Operation *op, const KBlock &block) { setI64Array(op, attr::kKBlock, {block.kStep, block.rows}); }
 
 std::optional<AmxTile> getAmxTile(Operation *op) {
   std::optional<SmallVector<int64_t>> block = getI64Array(op, attr::kAmxTile);

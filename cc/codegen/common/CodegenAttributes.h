@@ -50,12 +50,6 @@ constexpr llvm::StringLiteral kTarget = "gpt.target";
 /// i64 array, on a packed matmul computed inside its epilogue's tiles: how its loops are tiled
 /// there, 1 for each reduction loop (one K step at a time) and 0 for the parallel ones.
 constexpr llvm::StringLiteral kReductionStep = "gpt.reduction_step";
-/// i64 array [K step, rows], on a packed matmul computed inside its epilogue's tiles in blocks of
-/// K: the epilogue's tile covers a block of rows, and the matmul walks K in steps of `K step`
-/// loop iterations, each step running every register tile of `rows` rows of the block, so the
-/// step's slice of the weight panel is read from L1 by all of them (its accumulators go through
-/// the block's buffer between steps). Without it, each register tile walks all of K.
-constexpr llvm::StringLiteral kKBlock = "gpt.k_block";
 /// On a bf16 or q8_0 packed matmul computed with AMX tiles instead of a register tile (targets
 /// with amx-bf16, amx-int8): i64 array [rows, columns, k words] of one block of accumulator tiles
 /// (rows and columns multiples of 16) and the 32-bit words of K between two trips of the
@@ -93,12 +87,6 @@ struct AmxTile {
   int64_t chunks = 1; // pieces for threads, split by panel
 };
 
-/// A packed matmul's blocks of K inside its epilogue's tiles (see attr::kKBlock).
-struct KBlock {
-  int64_t kStep = 0; // loop iterations of K per step
-  int64_t rows = 0;  // rows of each register tile within the epilogue's block of rows
-};
-
 /// An elementwise generic that computes a packed matmul inside its own tiles.
 struct EpilogueFusion {
   LoopTile tile;
@@ -126,9 +114,6 @@ void setRowReductionTile(mlir::Operation *op, int64_t lanes);
 std::optional<EpilogueFusion> getEpilogueFusion(mlir::Operation *op);
 void setReductionStep(mlir::Operation *op, llvm::ArrayRef<int64_t> sizes);
 void setEpilogueFusion(mlir::Operation *op, const EpilogueFusion &fusion);
-
-std::optional<KBlock> getKBlock(mlir::Operation *op);
-void setKBlock(mlir::Operation *op, const KBlock &block);
 
 std::optional<AmxTile> getAmxTile(mlir::Operation *op);
 void setAmxTile(mlir::Operation *op, const AmxTile &tile);

@@ -110,30 +110,6 @@ def GetEpilogueMatmulOp : GptTransformOp<"get_epilogue_matmul", [MemoryEffectsOp
   let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
 }
 
-def BlockKOp : GptTransformOp<"block_k", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
-  let summary = "Walk a fused packed matmul's K in blocks, each over every register tile of its rows";
-  let description = [{
-    For a packed matmul fused into its epilogue's tile (`matmul`, with its zero `fill` and the
-    epilogue's `tile`, all over one block of rows) that carries `gpt.k_block = [k step, rows]`:
-    tiles the matmul's K loop by `k step` and, inside that loop, its rows by `rows`; and tiles the
-    fill and the epilogue's tile by `rows`. Returns the row tiles of the three, which the schedule
-    then tiles and vectorizes as it does unblocked ones. Each K step's slice of the weight panel
-    is then read by every register tile of the block while it is in L1, instead of every tile
-    walking the whole panel from L2. Targets without the attribute are returned as they are.
-
-    ```mlir
-    %matmulRows, %fillRows, %tileRows = transform.gpt.block_k %matmul, %fill, %tile
-        : (!transform.any_op, !transform.any_op, !transform.any_op)
-        -> (!transform.any_op, !transform.any_op, !transform.any_op)
-    ```
-  }];
-  let arguments = (ins TransformHandleTypeInterface:$matmul, TransformHandleTypeInterface:$fill,
-                       TransformHandleTypeInterface:$tile);
-  let results = (outs TransformHandleTypeInterface:$matmulRows, TransformHandleTypeInterface:$fillRows,
-                      TransformHandleTypeInterface:$tileRows);
-  let assemblyFormat = "$matmul `,` $fill `,` $tile attr-dict `:` functional-type(operands, results)";
-}
-
 def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
   let summary = "Vectorize the tiles of low-precision packed matmuls, with their partial sums; return the other targets";
   let description = [{

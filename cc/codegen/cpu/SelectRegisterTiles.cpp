@@ -278,29 +278,6 @@ std::optional<unsigned> epilogueOperand(linalg::LinalgOp matmul, linalg::Generic
   return std::nullopt;
 }
 
-/// Blocks of K for a packed matmul (not block-quantized) fused into its epilogue with register
-/// tiles of `rows` rows, fewer than target::kKBlockBelowRows (see attr::kKBlock): the epilogue's
-/// block of rows (the most of target::kKBlockMaxRows, halving, that divides M and holds
-/// target::kKBlockMinTiles tiles or more) and the K step that reads target::kKBlockBytes of a
-/// panel. None where the tiles are taller, M holds too few of them, or K is one step or does not
-/// divide into them.
-std::optional<std::pair<int64_t, KBlock>> kBlockFor(linalg::LinalgOp op, int64_t rows) {
-  if (rows >= target::kKBlockBelowRows) return std::nullopt;
-  SmallVector<int64_t> ranges = op.getStaticLoopRanges(); // (M, panel, column, K)
-  auto weights = dyn_cast<RankedTensorType>(op.getDpsInputs()[1].getType());
-  if (ranges.size() != 4 || llvm::any_of(ranges, ShapedType::isDynamic) || !weights ||
-      !weights.getElementType().isIntOrFloat())
-    return std::nullopt;
-  const int64_t m = ranges[0], width = ranges[2], k = ranges[3];
-  const int64_t rowBytes = width * weights.getElementType().getIntOrFloatBitWidth() / 8;
-  const int64_t kStep = target::kKBlockBytes / std::max<int64_t>(rowBytes, 1);
-  if (kStep < 1 || k <= kStep || k % kStep != 0) return std::nullopt;
-  int64_t blockRows = target::kKBlockMaxRows;
-  while (blockRows >= target::kKBlockMinTiles * rows && (m % blockRows != 0 || blockRows % rows != 0)) blockRows /= 2;
-  if (blockRows < target::kKBlockMinTiles * rows) return std::nullopt;
-  return std::make_pair(blockRows, KBlock{kStep, rows});
-}
-
 class SelectRegisterTilesPass : public impl::SelectRegisterTilesBase<SelectRegisterTilesPass> {
 public:
   using SelectRegisterTilesBase::SelectRegisterTilesBase;
@@ -376,13 +353,6 @@ public:
             int64_t parallel = op.getNumParallelLoops();
             LoopTile tile{SmallVector<int64_t>(ArrayRef<int64_t>(choice.tile).take_front(parallel)),
                           SmallVector<int64_t>(ArrayRef<int64_t>(choice.interchange).take_front(parallel))};
-            // Several register tiles of rows: the epilogue takes a block of them, and the matmul
-            // walks K in steps over all of them.
-            if (choice.kind == Kind::PackedMatmul)
-              if (auto block = kBlockFor(op, choice.tile[0])) {
-                tile.sizes[0] = block->first;
-                setKBlock(op, block->second);
-              }
             setEpilogueFusion(epilogue, EpilogueFusion{tile, *operand, chunks});
             SmallVector<int64_t> step(parallel, 0);
             step.append(op.getNumReductionLoops(), 1);

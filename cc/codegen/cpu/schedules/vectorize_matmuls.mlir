@@ -12,10 +12,7 @@ module attributes {transform.with_named_sequence} {
     // outermost), the matmul and its zero fill are fused into each tile and the matmul is tiled
     // along K, one step at a time. After vectorization the accumulator goes straight from the K loop through the
     // epilogue's arithmetic and is written once. The matmul's K loop (block and index in block, for
-    // a block-quantized weight) steps by `gpt.reduction_step`. A matmul marked `gpt.k_block` is
-    // fused over a block of rows instead and walks K in steps, each step over every register tile
-    // of the block (transform.gpt.block_k), so that the step's slice of the panel stays in L1;
-    // its accumulators go through the block's buffer between steps. One thread:
+    // a block-quantized weight) steps by `gpt.reduction_step`. One thread:
     %epilogues = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_chunks = 1} in %root
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %epilogues : !transform.any_op {
@@ -30,15 +27,12 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fill into %rows2
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %blockedMatmul, %blockedFill, %blockedTile = transform.gpt.block_k %fusedMatmul, %fusedFill, %tile
-          : (!transform.any_op, !transform.any_op, !transform.any_op)
-          -> (!transform.any_op, !transform.any_op, !transform.any_op)
-      %matmulTile, %k = transform.gpt.tile_by_attribute %blockedMatmul "gpt.reduction_step"
+      %matmulTile, %k = transform.gpt.tile_by_attribute %fusedMatmul "gpt.reduction_step"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %plainMatmulTile = transform.gpt.vectorize_block_matmul %matmulTile : (!transform.any_op) -> !transform.any_op
-      transform.structured.vectorize %blockedFill : !transform.any_op
+      transform.structured.vectorize %fusedFill : !transform.any_op
       transform.structured.vectorize %plainMatmulTile : !transform.any_op
-      transform.structured.vectorize %blockedTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
     }
     // Two threads: the generic is first split into two pieces along the panels (an scf.forall),
     // with the matmul and its fill fused into each piece, then tiled as above.
@@ -62,15 +56,12 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fillChunk into %rows2
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %blockedMatmul, %blockedFill, %blockedTile = transform.gpt.block_k %fusedMatmul, %fusedFill, %tile
-          : (!transform.any_op, !transform.any_op, !transform.any_op)
-          -> (!transform.any_op, !transform.any_op, !transform.any_op)
-      %matmulTile, %k = transform.gpt.tile_by_attribute %blockedMatmul "gpt.reduction_step"
+      %matmulTile, %k = transform.gpt.tile_by_attribute %fusedMatmul "gpt.reduction_step"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %plainMatmulTile = transform.gpt.vectorize_block_matmul %matmulTile : (!transform.any_op) -> !transform.any_op
-      transform.structured.vectorize %blockedFill : !transform.any_op
+      transform.structured.vectorize %fusedFill : !transform.any_op
       transform.structured.vectorize %plainMatmulTile : !transform.any_op
-      transform.structured.vectorize %blockedTile : !transform.any_op
+      transform.structured.vectorize %tile : !transform.any_op
     }
     // Threads: ops marked `gpt.parallel_chunks` (pieces per loop: matmul N, packed matmul panels,
     // elementwise dim 1, batch matmul heads) are split into that many contiguous pieces, one
