@@ -9,9 +9,35 @@
 #include <new>
 #include <string_view>
 
+// Under AddressSanitizer the block is poisoned but for what is handed out, and each allocation
+// is followed by a poisoned red zone: a layout kernel that writes past its weight is reported
+// instead of silently overwriting the next one, as it would be with separate heap allocations.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GPT_WEIGHT_ARENA_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define GPT_WEIGHT_ARENA_ASAN 1
+#endif
+#ifdef GPT_WEIGHT_ARENA_ASAN
+#include <sanitizer/asan_interface.h>
+#define GPT_POISON(address, bytes) ASAN_POISON_MEMORY_REGION(address, bytes)
+#define GPT_UNPOISON(address, bytes) ASAN_UNPOISON_MEMORY_REGION(address, bytes)
+#else
+#define GPT_POISON(address, bytes) ((void)(address), (void)(bytes))
+#define GPT_UNPOISON(address, bytes) ((void)(address), (void)(bytes))
+#endif
+
 namespace gpt {
 
 namespace {
+#ifdef GPT_WEIGHT_ARENA_ASAN
+constexpr size_t kRedZone = WeightArena::kAlignment;
+#else
+constexpr size_t kRedZone = 0;
+#endif
+
 /// False when `GPT_HUGE_PAGES=0`: to measure what huge pages bring, or to keep weights in small pages.
 bool hugePagesWanted() {
   const char *setting = std::getenv("GPT_HUGE_PAGES");
@@ -26,7 +52,10 @@ WeightArena::WeightArena(size_t expectedBytes) {
 }
 
 WeightArena::~WeightArena() {
-  for (const Block &block : blocks_) munmap(block.start, block.mapped);
+  for (const Block &block : blocks_) {
+    GPT_UNPOISON(block.start, block.mapped); // a later mapping of these addresses starts clean
+    munmap(block.start, block.mapped);
+  }
 }
 
 void WeightArena::mapBlock(size_t bytes) {
@@ -49,15 +78,17 @@ void WeightArena::mapBlock(size_t bytes) {
   // where per-weight tails in small pages cost the whole model's speed.
   if (huge) madvise(start, length, MADV_HUGEPAGE);
 #endif
+  GPT_POISON(start, length);
   blocks_.push_back(Block{start, length, 0});
 }
 
 void *WeightArena::allocate(size_t bytes) {
-  const size_t rounded = roundUp(std::max<size_t>(bytes, 1), kAlignment);
+  const size_t rounded = roundUp(std::max<size_t>(bytes, 1) + kRedZone, kAlignment);
   if (blocks_.empty() || blocks_.back().mapped - blocks_.back().used < rounded) mapBlock(rounded);
   Block &block = blocks_.back();
   void *address = block.start + block.used;
   block.used += rounded;
+  GPT_UNPOISON(address, bytes);
   return address;
 }
 
