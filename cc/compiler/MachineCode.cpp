@@ -144,7 +144,7 @@ void addPackedWrapper(llvm::Module &module, llvm::Function &function) {
 
 } // namespace
 
-std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
+std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target, int64_t vectorBits) {
   mlir::registerAMXDialectTranslation(*module.getContext()); // the intrinsics of AMX tile code
   mlir::registerBuiltinDialectTranslation(*module.getContext());
   mlir::registerLLVMDialectTranslation(*module.getContext());
@@ -158,6 +158,14 @@ std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const J
   if (!entry || entry->isDeclaration())
     throw std::runtime_error("compiled module has no entry point _mlir_ciface_" + name.str());
   addPackedWrapper(*llvmModule, *entry);
+  if (vectorBits > 0 && target.isX86())
+    for (llvm::Function &function : *llvmModule)
+      if (!function.isDeclaration()) {
+        // Both: the X86 backend keeps 512-bit registers legal unless the function neither
+        // prefers nor requires them.
+        function.addFnAttr("prefer-vector-width", std::to_string(vectorBits));
+        function.addFnAttr("min-legal-vector-width", std::to_string(vectorBits));
+      }
   if (llvm::Error error = optimizeModule(llvmModule.get(), machine.get(), name, packedEntryName(name.str())))
     throw std::runtime_error("optimizing " + name.str() + " failed: " + describe(std::move(error)));
   llvm::SmallVector<char, 0> object;
@@ -169,8 +177,9 @@ std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const J
   return std::string(object.begin(), object.end());
 }
 
-std::string compileToSharedObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target) {
-  return linkSharedObject(compileToObject(module, name, target));
+std::string compileToSharedObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
+                                  int64_t vectorBits) {
+  return linkSharedObject(compileToObject(module, name, target, vectorBits));
 }
 
 } // namespace gpt

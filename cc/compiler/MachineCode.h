@@ -33,11 +33,17 @@ std::unique_ptr<llvm::TargetMachine> createTargetMachine(const JitTarget &target
 
 /// Compiles `module` (already in the LLVM dialect) for `target` with LLVM IR optimization level 2
 /// and codegen level Aggressive into a relocatable object whose one exported function is
-/// `name`'s packed entry point (packedEntryName).
-std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target);
+/// `name`'s packed entry point (packedEntryName). With `vectorBits` (x86 only), no instruction
+/// uses registers wider than that many bits: wider vector operations are split, as LLVM splits
+/// them for a function with "prefer-vector-width" and "min-legal-vector-width" of that width.
+/// The program must use no intrinsic of a wider register (the lane dots' vdpbf16ps and vpdpbusd
+/// on zmm cannot be split: LLVM then scalarizes without bound).
+std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
+                            int64_t vectorBits = 0);
 
 /// compileToObject(), linked into a shared object (ProgramLinker.h): its bytes.
-std::string compileToSharedObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target);
+std::string compileToSharedObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
+                                  int64_t vectorBits = 0);
 
 } // namespace gpt
 

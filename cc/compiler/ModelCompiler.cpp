@@ -40,7 +40,7 @@ public:
 
   std::string compile(const EntryRequest &entry) override {
     mlir::OwningOpRef<mlir::ModuleOp> module = lowerToLLVM(entry);
-    return compileToSharedObject(*module, entry.name, target);
+    return compileToSharedObject(*module, entry.name, target, vectorBitsFor(entry));
   }
 
   std::string ir(const EntryRequest &entry, Stage stage) override {
@@ -54,10 +54,22 @@ public:
 
   void writeObject(const EntryRequest &entry, const std::string &path) override {
     mlir::OwningOpRef<mlir::ModuleOp> module = lowerToLLVM(entry);
-    writeFileChecked(path, compileToObject(*module, entry.name, target));
+    writeFileChecked(path, compileToObject(*module, entry.name, target, vectorBitsFor(entry)));
   }
 
 private:
+  /// Decode (the cached step of one token) of float32 weights on an AVX-512 target runs in
+  /// 256-bit registers. It streams every weight once, and on an Intel Xeon with AVX-512 the
+  /// same loops stream them 1.16x to 1.19x faster on ymm than on zmm (docs/PERFORMANCE.md,
+  /// "Decode in 256-bit registers"); the logits are the same bits. Every other program keeps
+  /// the target's width: prefill and forward are bound by the FMA units, which zmm doubles, and
+  /// the low-precision formats' lane-dot intrinsics exist only on the target's widest registers
+  /// here. 0: the target's own width.
+  int64_t vectorBitsFor(const EntryRequest &entry) const {
+    const bool decode = !entry.batch && entry.cacheLen > 0 && entry.seqLen == 1;
+    return decode && storage.format == WeightFormat::F32 && target.isX86() && target.vectorBits() > 256 ? 256 : 0;
+  }
+
   /// The builder's module of the entry point, which the pipeline starts from.
   mlir::OwningOpRef<mlir::ModuleOp> build(const EntryRequest &entry) {
     DiagnosticCapture diagnostics(*context);
