@@ -8,6 +8,8 @@
 //   /tmp/decode_matvecs matvecs whole    # weights wholly in 2 MiB-advised ranges (WeightArena.h)
 //   /tmp/decode_matvecs matvecs tails    # each matrix's tail past its last 2 MiB in small pages
 //   /tmp/decode_matvecs sum whole        # the plain sum: the most memory gives
+//   gcc -O3 -march=native -fopenmp -DYMM tools/c_models/decode_matvecs.c -o /tmp/decode_matvecs_ymm
+//   /tmp/decode_matvecs_ymm matvecs whole  # the matvecs in 256-bit registers
 //
 // Prints the median and best of 30 passes over all 48 matrices, on 2 threads (OMP_NUM_THREADS).
 // Needs AVX-512F.
@@ -39,9 +41,21 @@ static float *allocate(size_t count, int tails) {
   return data;
 }
 
-// y[p*32 .. p*32+64) = x . panels p and p+1: four independent accumulators, summed along K.
+// y[p*32 .. p*32+64) = x . panels p and p+1, summed along K: four zmm accumulators, or with
+// -DYMM eight ymm ones (the same loop in 256-bit registers, as decode of float32 weights is
+// compiled for AVX-512 targets: ModelCompiler.cpp).
 static void twoPanels(const Matrix *m, int p) {
   const float *a = m->panels + (size_t)p * m->rows * kPanel, *b = a + (size_t)m->rows * kPanel;
+#ifdef YMM
+  __m256 c[8];
+  for (int j = 0; j < 8; ++j) c[j] = _mm256_setzero_ps();
+  for (int k = 0; k < m->rows; ++k) {
+    __m256 xk = _mm256_set1_ps(x[k]);
+    for (int j = 0; j < 4; ++j) c[j] = _mm256_fmadd_ps(_mm256_load_ps(a + k * kPanel + 8 * j), xk, c[j]);
+    for (int j = 0; j < 4; ++j) c[4 + j] = _mm256_fmadd_ps(_mm256_load_ps(b + k * kPanel + 8 * j), xk, c[4 + j]);
+  }
+  for (int j = 0; j < 8; ++j) _mm256_store_ps(y + p * kPanel + 8 * j, c[j]);
+#else
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
   for (int k = 0; k < m->rows; ++k) {
     __m512 xk = _mm512_set1_ps(x[k]);
@@ -54,6 +68,7 @@ static void twoPanels(const Matrix *m, int p) {
   _mm512_store_ps(y + p * kPanel + 16, c1);
   _mm512_store_ps(y + p * kPanel + 32, c2);
   _mm512_store_ps(y + p * kPanel + 48, c3);
+#endif
 }
 
 static double seconds(void) {
