@@ -60,7 +60,7 @@ public:
 private:
   /// Decode (the cached step of one token) of float32 weights on an AVX-512 target runs in
   /// 256-bit registers. It streams every weight once, and on an Intel Xeon with AVX-512 the
-  /// same loops stream them 1.16x to 1.19x faster on ymm than on zmm (docs/PERFORMANCE.md,
+  /// same programs decode 1.15x to 1.17x faster on ymm than on zmm (docs/PERFORMANCE.md,
   /// "Decode in 256-bit registers"); the logits are the same bits. Every other program keeps
   /// the target's width: prefill and forward are bound by the FMA units, which zmm doubles, and
   /// the low-precision formats' lane-dot intrinsics exist only on the target's widest registers

@@ -134,13 +134,12 @@ size_t argumentBytes(const ParameterSpec &spec) {
   return bytes;
 }
 
-/// The bytes of the model's own copies of its weights (every argument not read in place), each
-/// from a cache line, as the arena hands them out.
+/// The bytes of the model's own copies of its weights (every argument not read in place), as the
+/// arena hands them out.
 size_t laidOutBytes(const std::vector<ParameterSpec> &parameters) {
   size_t total = 0;
   for (const ParameterSpec &spec : parameters)
-    if (!readsInPlace(spec))
-      total += (argumentBytes(spec) + WeightArena::kAlignment - 1) / WeightArena::kAlignment * WeightArena::kAlignment;
+    if (!readsInPlace(spec)) total += WeightArena::footprint(argumentBytes(spec));
   return total;
 }
 } // namespace

@@ -82,8 +82,10 @@ void WeightArena::mapBlock(size_t bytes) {
   blocks_.push_back(Block{start, length, 0});
 }
 
+size_t WeightArena::footprint(size_t bytes) { return roundUp(std::max<size_t>(bytes, 1) + kRedZone, kAlignment); }
+
 void *WeightArena::allocate(size_t bytes) {
-  const size_t rounded = roundUp(std::max<size_t>(bytes, 1) + kRedZone, kAlignment);
+  const size_t rounded = footprint(bytes);
   if (blocks_.empty() || blocks_.back().mapped - blocks_.back().used < rounded) mapBlock(rounded);
   Block &block = blocks_.back();
   void *address = block.start + block.used;

@@ -30,6 +30,10 @@ public:
   WeightArena(const WeightArena &) = delete;
   WeightArena &operator=(const WeightArena &) = delete;
 
+  /// The bytes allocate(`bytes`) takes from a block: rounded up to kAlignment (and, under
+  /// AddressSanitizer, with a red zone). The sum of these is the `expectedBytes` that fits.
+  static size_t footprint(size_t bytes);
+
   /// `bytes` uninitialized bytes aligned to kAlignment, valid until the arena is destroyed.
   /// Throws std::bad_alloc when the memory cannot be mapped.
   void *allocate(size_t bytes);
