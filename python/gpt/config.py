@@ -10,6 +10,8 @@ from gpt.masks import AttentionMask, Causal, SlidingWindow
 PIPELINES = ("baseline", "fused", "vectorized", "default")
 # Weight formats, named as llama.cpp names them.
 WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_0", "q4_1")
+# Formats the KV cache's keys and values are stored in (llama.cpp's -ctk/-ctv).
+KV_CACHE_FORMATS = ("f32", "bf16", "f16", "q8_0")
 POS_EMBEDDINGS = ("learned", "rope")
 ROPE_LAYOUTS = ("half", "interleaved")
 # The most threads compiled code may use. OpenMP starts every thread of a parallel region, and
@@ -250,6 +252,8 @@ class CompileOptions:
     for the tiles' state once, and where that is refused, or `GPT_NO_AMX=1` is set, code that runs
     here is compiled without AMX. Low-precision formats need a
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
+    `kv_cache` is the format the KV cache stores keys and values in ("f32"; "bf16" and "f16" halve it;
+    "q8_0" int8 codes with an fp16 scale per block of 32), as llama.cpp's -ctk/-ctv.
     `target_cpu` is the CPU compiled code is specialised for: "host" (this machine's CPU and
     features), an LLVM x86-64 CPU name ("haswell", "znver3", "alderlake", "skylake-avx512",
     "znver4", "sapphirerapids", ...) or "aarch64:<cpu>" ("aarch64:neoverse-v1",
@@ -267,6 +271,7 @@ class CompileOptions:
     weights: str = "f32"
     cache_max_bytes: int | None = None
     target_cpu: str = "host"
+    kv_cache: str = "f32"
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -296,6 +301,8 @@ class CompileOptions:
             raise ValueError(f"CompileOptions.target_cpu must be 'host' or a CPU name, got {self.target_cpu!r}")
         if self.weights not in WEIGHT_FORMATS:
             raise ValueError(f"CompileOptions.weights must be one of {WEIGHT_FORMATS}, got {self.weights!r}")
+        if self.kv_cache not in KV_CACHE_FORMATS:
+            raise ValueError(f"CompileOptions.kv_cache must be one of {KV_CACHE_FORMATS}, got {self.kv_cache!r}")
         if self.weights != "f32" and self.pipeline in ("baseline", "fused"):
             raise ValueError(
                 f"CompileOptions.weights={self.weights!r} needs a vectorized pipeline ('vectorized' or 'default'), "
