@@ -5,14 +5,23 @@ artifact and the GPU.
                                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device D]
                                  [--no-eos] [--no-graphs]
   python -m gpt_runtime info ARTIFACT [--device D]
+
+An error (a bad artifact, no GPU, a bad argument) is one line on stderr, `gpt_runtime: error: ...`,
+and exit status 2; --debug shows its traceback as well.
 """
 
 import argparse
 import sys
 import time
+import traceback
 
 from . import load, load_manifest
 from .errors import ArtifactError, CudaError, IncompatibleDeviceError, NoDeviceError
+
+# What a user can cause and fix (the artifact, the machine, the arguments): one line. Anything else
+# is a bug of gpt_runtime's, still one line, saying so, with the traceback behind --debug.
+USER_ERRORS = (ArtifactError, NoDeviceError, IncompatibleDeviceError, CudaError, ValueError, TypeError, OSError)
+ERROR_STATUS = 2
 
 
 def _ids(text: str) -> list[int]:
@@ -24,8 +33,12 @@ def _ids(text: str) -> list[int]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gpt_runtime", description=__doc__.split("\n\n")[0])
+    # --debug before or after the command; SUPPRESS, so that the command's copy does not reset it.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show an error's traceback")
+    parser.add_argument("--debug", action="store_true", help="show an error's traceback")
     commands = parser.add_subparsers(dest="command", required=True)
-    generate = commands.add_parser("generate", help="continue a prompt")
+    generate = commands.add_parser("generate", help="continue a prompt", parents=[debug])
     generate.add_argument("artifact", help="the artifact directory (manifest.json, PTX, weights)")
     prompt = generate.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="text to continue (needs the artifact's tokenizer.json)")
@@ -38,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--device", type=int, default=0, help="GPU ordinal")
     generate.add_argument("--no-eos", action="store_true", help="do not stop at the end-of-sequence token")
     generate.add_argument("--no-graphs", action="store_true", help="launch each kernel instead of CUDA graphs")
-    info = commands.add_parser("info", help="the artifact's programs, and the GPU and driver")
+    info = commands.add_parser("info", help="the artifact's programs, and the GPU and driver", parents=[debug])
     info.add_argument("artifact")
     info.add_argument("--device", type=int, default=0)
     return parser
@@ -51,15 +64,15 @@ def _generate(args) -> None:
     tokenizer = model.tokenizer
     if args.prompt is not None:
         if tokenizer is None:
-            raise SystemExit(f"error: {args.artifact} has no tokenizer.json: give the prompt as --ids")
+            raise ValueError(f"{args.artifact} has no tokenizer.json: give the prompt as --ids")
         prompt = tokenizer.encode(args.prompt).ids
         if not prompt:
-            raise SystemExit("error: --prompt must not be empty")
+            raise ValueError("--prompt must not be empty")
     else:
         prompt = args.ids
     room = model.max_len - len(prompt)
     if room < 0:
-        raise SystemExit(f"error: the prompt is {len(prompt)} tokens, more than the model's cache ({model.max_len})")
+        raise ValueError(f"the prompt is {len(prompt)} tokens, more than the model's cache ({model.max_len})")
     tokens = model.generate(
         prompt,
         max_new_tokens=min(args.max_new_tokens, room),
@@ -99,13 +112,27 @@ def _info(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(argv)  # a usage error exits 2 with argparse's own line
     try:
         (_generate if args.command == "generate" else _info)(args)
-    except (ArtifactError, NoDeviceError, IncompatibleDeviceError, CudaError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        if args.debug:
+            traceback.print_exc()
+        print(error_line(error), file=sys.stderr)
+        return ERROR_STATUS
     return 0
+
+
+def error_line(error: Exception) -> str:
+    """`gpt_runtime: error: <message>`, the message's further lines (a CudaError's ptxas log)
+    indented under it."""
+    message = str(error) or type(error).__name__
+    if not isinstance(error, USER_ERRORS):
+        message = f"internal error: {type(error).__name__}: {message} (--debug shows the traceback)"
+    first, *rest = message.splitlines() or [""]
+    return "\n".join([f"gpt_runtime: error: {first}"] + [f"  {line}" for line in rest])
 
 
 if __name__ == "__main__":

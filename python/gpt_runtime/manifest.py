@@ -1,6 +1,9 @@
 """Reads an artifact's manifest.json: the fields against manifest.schema.json, then what refers to
 what (buffer indices and roles, inputs and logits inside their buffers, kernels in the PTX, files
-on disk), all before any driver call, so that a bad artifact fails the same way on every machine."""
+on disk), all before any driver call, so that a bad artifact fails the same way on every machine.
+An artifact may come from a stranger: every size, count and launch dimension is bounded by what the
+format, CUDA and the largest GPU allow, and files are read through artifact_files (regular files
+inside the directory, each with a size bound)."""
 
 import dataclasses
 import functools
@@ -9,6 +12,7 @@ import os
 import re
 from typing import Any
 
+from .artifact_files import open_regular, parse_json, read_bytes, resolve_inside
 from .compat import parse_chip, required_driver_version
 from .errors import ArtifactError
 from .schema import SchemaViolation, Validator
@@ -16,14 +20,53 @@ from .schema import SchemaViolation, Validator
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifest.schema.json")
-# A manifest lists a few hundred launches per program: far below this. The bound keeps a hostile
-# file from making json.load take the machine's memory.
-MAX_MANIFEST_BYTES = 64 * 2**20
+# A manifest lists a few hundred launches per program (GPT-2 small exported for 8 buckets: 0.9 MB):
+# far below this. The bound keeps a hostile file from making json.loads take the machine's memory.
+MAX_MANIFEST_BYTES = 16 * 2**20
+# GPT-2 small's PTX is about 1 MB, and a module grows with its kernels, not the model's size.
+MAX_PTX_BYTES = 64 * 2**20
+# A HF tokenizer.json: GPT-2's is 1.4 MB, the largest vocabularies' (Gemma's 262k tokens) 33 MB.
+MAX_TOKENIZER_BYTES = 256 * 2**20
 I64 = 8
 F32 = 4
+# Every buffer, and all of them together: more memory than any GPU has (the largest, B300, has
+# 288 GB), so that a larger number can only be a broken or hostile manifest. manifest.schema.json's
+# $defs/bytes holds the same bound for each buffer.
+MAX_BUFFER_BYTES = 2**40
 # CUDA's limits on a launch's shape (every GPU since compute capability 3.0).
 MAX_BLOCK_THREADS = 1024
+MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
+# A kernel's parameters: 4 KiB, or 32,764 bytes for PTX 8.1 (CUDA 12.1) and later on sm_70 and later.
+MAX_PARAMETER_BYTES = 4096
+MAX_PARAMETER_BYTES_LARGE = 32764
+# Dynamic shared memory a block may have, by the artifact's chip: the CUDA Programming Guide's
+# "maximum amount of shared memory per thread block". Without an opt-in a kernel gets 48 KiB
+# (driver.DEFAULT_SHARED_BYTES); the runtime opts in (cuFuncSetAttribute) for each kernel launched
+# with more, so the bound is the opt-in one. A chip's own limit, not the largest of any GPU that
+# could run its PTX: a launch past it would fail on the GPU the artifact was made for.
+KIB = 1024
+OPT_IN_SHARED_BYTES = {
+    (7, 0): 96 * KIB,
+    (7, 2): 96 * KIB,
+    (7, 5): 64 * KIB,
+    (8, 0): 163 * KIB,
+    (8, 6): 99 * KIB,
+    (8, 7): 163 * KIB,
+    (8, 9): 99 * KIB,
+    (9, 0): 227 * KIB,
+    (10, 0): 227 * KIB,
+    (10, 3): 227 * KIB,
+    (12, 0): 99 * KIB,
+    (12, 1): 99 * KIB,
+}
+# Before Volta a block had 48 KiB and no opt-in; a chip newer than the table gets the most any
+# GPU has given a block so far (sm_90's and sm_100's 227 KiB).
+PRE_VOLTA_SHARED_BYTES = 48 * KIB
+MOST_SHARED_BYTES = 227 * KIB
+# The host mirrors the span of a program's inputs in one buffer (program._InputSegment); the
+# exporter lays them out back to back, each aligned. Room for alignment past the inputs' own bytes:
+INPUT_SLACK_BYTES = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +147,7 @@ def load_manifest(directory: str) -> Manifest:
     if not os.path.isdir(directory):
         raise ArtifactError(f"{directory}: not a directory (an artifact is a directory with {MANIFEST})")
     path = os.path.join(directory, MANIFEST)
-    raw = _read_json(path)
+    raw = _read_json(directory)
     # The format and version first: a newer format's manifest would break the schema in ways that
     # hide the real problem.
     if isinstance(raw, dict):
@@ -124,24 +167,23 @@ def load_manifest(directory: str) -> Manifest:
     return manifest
 
 
-def _read_json(path: str) -> Any:
+def _read_json(directory: str) -> Any:
+    path = os.path.join(directory, MANIFEST)
     try:
-        size = os.path.getsize(path)
-        if size > MAX_MANIFEST_BYTES:
-            raise ArtifactError(f"{path}: {size} bytes, more than a manifest can be ({MAX_MANIFEST_BYTES})")
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        data = read_bytes(resolve_inside(directory, MANIFEST), MAX_MANIFEST_BYTES, "manifest")
     except FileNotFoundError:
         raise ArtifactError(f"{path}: missing (an artifact directory holds {MANIFEST})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ArtifactError(f"{path}: not readable as JSON: {error}") from None
+    return parse_json(data, path, "manifest")
 
 
 def _file(directory: str, name: str, field: str) -> str:
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        raise ArtifactError(f"{os.path.join(directory, MANIFEST)}: {field} names {name!r}, which is missing")
-    return path
+    """The path of `name` (the manifest's `field`), a regular file inside the artifact."""
+    try:
+        fd, _ = open_regular(resolve_inside(directory, name, field), None, field)
+    except FileNotFoundError:
+        raise ArtifactError(f"{os.path.join(directory, MANIFEST)}: {field} names {name!r}, which is missing") from None
+    os.close(fd)
+    return os.path.join(directory, name)
 
 
 def _place(raw: dict) -> Place:
@@ -152,9 +194,8 @@ def _build(directory: str, raw: dict) -> Manifest:
     target = raw["target"]
     module = _file(directory, target["module"], "target.module")
     try:
-        with open(module, encoding="ascii") as f:  # PTX is ASCII text
-            ptx = f.read()
-    except (OSError, UnicodeDecodeError) as error:
+        ptx = read_bytes(module, MAX_PTX_BYTES, "PTX module").decode("ascii")  # PTX is ASCII text
+    except UnicodeDecodeError as error:
         raise ArtifactError(f"{module}: not readable as PTX text: {error}") from None
     buffers = tuple(
         Buffer(i, b["name"], b["role"], b["bytes"], b.get("dtype"), tuple(b["shape"]) if "shape" in b else None)
@@ -216,6 +257,7 @@ def _check_references(m: Manifest, path: str) -> None:
         if buffer.name in names:
             fail(f"buffers[{buffer.index}] and buffers[{names[buffer.name]}] are both named {buffer.name!r}")
         names[buffer.name] = buffer.index
+    _check_sizes(m, fail)
 
     def buffer(index: int, field: str, role: str | None = None) -> Buffer:
         if index >= len(m.buffers):
@@ -225,9 +267,7 @@ def _check_references(m: Manifest, path: str) -> None:
             fail(f"{field} is buffer {index} ({found.name!r}), whose role is {found.role!r}, not {role!r}")
         return found
 
-    for layer, (key, value) in enumerate(m.cache_layers):
-        buffer(key, f"cache.layers[{layer}].key", "cache")
-        buffer(value, f"cache.layers[{layer}].value", "cache")
+    _check_cache(m, buffer, fail)
     for eos in m.eos_token_ids:
         if eos >= m.vocab_size:
             fail(f"end-of-generation token {eos} (eos_token_id[s]) is not below vocab_size {m.vocab_size}")
@@ -242,6 +282,8 @@ def _check_references(m: Manifest, path: str) -> None:
         seen[program.entry, program.tokens] = i
         if program.entry == "step" and m.cache_length is None:
             fail(f"{where} is a step program, but the manifest has no cache")
+        if program.entry == "step" and program.tokens > m.cache_length:
+            fail(f"{where}.tokens: a step program of {program.tokens} tokens, more than cache.length {m.cache_length}")
         if program.entry == "forward" and program.tokens > m.config["block_size"]:
             fail(
                 f"{where} is a forward program of {program.tokens} tokens, more than block_size "
@@ -251,13 +293,93 @@ def _check_references(m: Manifest, path: str) -> None:
         _check_logits(program, m.vocab_size, where, buffer, fail)
         for j, launch in enumerate(program.launches):
             _check_launch(m, entries, program, launch, f"{where}.launches[{j}]", buffer, fail)
+    _check_input_buffers(m, fail)
+
+
+def _check_sizes(m: Manifest, fail) -> None:
+    """Buffers against the largest GPU (the schema bounds each; their sum here) and weight buffers
+    against the weights file, before anything is allocated from these numbers."""
+    total = sum(buffer.bytes for buffer in m.buffers)
+    if total > MAX_BUFFER_BYTES:
+        fail(
+            f"buffers: {total} bytes in all, more than any GPU has ({MAX_BUFFER_BYTES}; the largest, B300, has 288 GB)"
+        )
+    weights = [buffer for buffer in m.buffers if buffer.role == "weight"]
+    file_bytes = os.path.getsize(m.weights_path)
+    # The file holds every weight's bytes after its 8-byte header length (weights.check_weights
+    # then matches each to its tensor).
+    for buffer in weights:
+        if buffer.bytes > file_bytes:
+            fail(
+                f"buffers[{buffer.index}].bytes: weight buffer {buffer.name!r} has {buffer.bytes} bytes, more "
+                f"than the whole weights file ({file_bytes} bytes)"
+            )
+    weight_bytes = sum(buffer.bytes for buffer in weights)
+    if weight_bytes > file_bytes:
+        fail(f"buffers: the weight buffers have {weight_bytes} bytes, more than the weights file ({file_bytes} bytes)")
+
+
+def _check_cache(m: Manifest, buffer, fail) -> None:
+    """Every layer's key and value buffer is a cache buffer of its own, holding whole float32 rows
+    of cache.length positions (the exporter writes 4 x heads x length x head size bytes)."""
+    used = {}
+    for layer, pair in enumerate(m.cache_layers):
+        for field, index in zip(("key", "value"), pair, strict=True):
+            where = f"cache.layers[{layer}].{field}"
+            found = buffer(index, where, "cache")
+            if index in used:
+                fail(f"{where} is buffer {index}, which {used[index]} is too")
+            used[index] = where
+            if found.bytes % (F32 * m.cache_length):
+                fail(
+                    f"{where}: buffer {index} ({found.name!r}) has {found.bytes} bytes, not a whole number of "
+                    f"float32 rows of cache.length {m.cache_length} positions ({F32 * m.cache_length} bytes a row)"
+                )
+
+
+def _check_input_buffers(m: Manifest, fail) -> None:
+    """An input buffer holds only what the host writes (docs/GPU.md), and the host keeps a copy of
+    the span of it that a program writes (program._InputSegment): a buffer larger than its largest
+    program's inputs, with room for alignment, would have the host allocate for nothing (terabytes,
+    from a few numbers in the manifest)."""
+    needed: dict[int, int] = {}
+    for program in m.programs:
+        own: dict[int, int] = {}
+        for name, place in program.inputs.items():
+            size = I64 * (program.tokens if name in ("token_ids", "positions") else 1)
+            own[place.buffer] = own.get(place.buffer, 0) + size
+        for index, size in own.items():
+            needed[index] = max(needed.get(index, 0), size)
+    for buffer in m.buffers:
+        if buffer.role == "input" and buffer.bytes > needed.get(buffer.index, 0) + INPUT_SLACK_BYTES:
+            fail(
+                f"buffers[{buffer.index}].bytes: input buffer {buffer.name!r} has {buffer.bytes} bytes, but the "
+                f"largest program's inputs in it have {needed.get(buffer.index, 0)} (with {INPUT_SLACK_BYTES} "
+                "more allowed for alignment)"
+            )
+
+
+def max_shared_bytes(chip: str) -> int:
+    """The dynamic shared memory one block may have on `chip` (OPT_IN_SHARED_BYTES)."""
+    major, minor, _ = parse_chip(chip)
+    if (major, minor) in OPT_IN_SHARED_BYTES:
+        return OPT_IN_SHARED_BYTES[major, minor]
+    return PRE_VOLTA_SHARED_BYTES if major < 7 else MOST_SHARED_BYTES
+
+
+def max_parameter_bytes(chip: str, ptx_version: str) -> int:
+    major, _, _ = parse_chip(chip)
+    version = tuple(int(part) for part in ptx_version.split("."))
+    return MAX_PARAMETER_BYTES_LARGE if major >= 7 and version >= (8, 1) else MAX_PARAMETER_BYTES
 
 
 def _check_ptx_header(m: Manifest, fail) -> None:
     """The module's .version and .target must be the manifest's: a mismatch would make the
     driver and device checks judge the wrong numbers."""
-    version = re.search(r"^\s*\.version\s+([0-9]+\.[0-9]+)", m.ptx, re.MULTILINE)
-    target = re.search(r"^\s*\.target\s+([A-Za-z0-9_]+)", m.ptx, re.MULTILINE)
+    # [ \t]*, not \s*: \s crosses lines, and every line start of a run of blank lines would
+    # rescan the rest of the run (quadratic in a hostile module's size).
+    version = re.search(r"^[ \t]*\.version[ \t]+([0-9]+\.[0-9]+)", m.ptx, re.MULTILINE)
+    target = re.search(r"^[ \t]*\.target[ \t]+([A-Za-z0-9_]+)", m.ptx, re.MULTILINE)
     if version is None or target is None:
         fail("target.module: the PTX module has no .version or .target directive")
     if version.group(1) != m.ptx_version:
@@ -303,17 +425,28 @@ def _check_logits(program: Program, vocab_size: int, where: str, buffer, fail) -
         )
 
 
+_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][A-Za-z0-9_$]*)\s*\(")
+_PARAMETER_KIND = re.compile(r"\.[usbf](8|16|32|64)\b")
+_PARAMETER_COUNT = re.compile(r"\[(\d{1,9})\]\s*$")
+
+
 def _entries(ptx: str) -> dict[str, list[int]]:
     """Each .entry of the PTX and the byte size of each of its parameters, or -1 where the
-    declaration is not one this reader understands."""
-    entries = {}
-    for match in re.finditer(r"\.entry\s+([A-Za-z_$%][A-Za-z0-9_$]*)\s*\(([^)]*)\)", ptx):
+    declaration is not one this reader understands. One pass over the text: a parameter list is
+    read up to its ")" with str.find, and the scan resumes after it (a regex that looked for the
+    ")" from every ".entry" would rescan the module's rest each time one has none)."""
+    entries, position = {}, 0
+    while (match := _ENTRY.search(ptx, position)) is not None:
+        close = ptx.find(")", match.end())
+        if close < 0:
+            break  # no ")" after this one: no later .entry has a parameter list either
         sizes = []
-        for declaration in filter(str.strip, match.group(2).split(",")):
-            kind = re.search(r"\.[usbf](8|16|32|64)\b", declaration)
-            count = re.search(r"\[(\d+)\]\s*$", declaration)
+        for declaration in filter(str.strip, ptx[match.end() : close].split(",")):
+            kind = _PARAMETER_KIND.search(declaration)
+            count = _PARAMETER_COUNT.search(declaration)
             sizes.append(-1 if kind is None else int(kind.group(1)) // 8 * (int(count.group(1)) if count else 1))
         entries[match.group(1)] = sizes
+        position = close + 1
     return entries
 
 
@@ -321,6 +454,16 @@ def _check_launch(m: Manifest, entries, program: Program, launch: Launch, where:
     parameters = entries.get(launch.kernel)
     if parameters is None:
         fail(f"{where}: kernel {launch.kernel!r} is not an .entry of the PTX module")
+    parameter_bytes = max_parameter_bytes(m.chip, m.ptx_version)
+    for what, count in (
+        (f"{where}.args: {len(launch.args)} arguments", len(launch.args)),
+        (f"{where}: kernel {launch.kernel!r} declares {len(parameters)} parameters in the PTX, so", len(parameters)),
+    ):
+        if 8 * count > parameter_bytes:
+            fail(
+                f"{what} of 8 bytes, more than the {parameter_bytes} bytes of parameters a kernel of PTX "
+                f"{m.ptx_version} for {m.chip} can take"
+            )
     # Every argument is 8 bytes (a pointer or an i64): another count or size would have the
     # kernel read its parameters from the wrong places.
     if len(parameters) != len(launch.args) or any(size != 8 for size in parameters):
@@ -331,9 +474,16 @@ def _check_launch(m: Manifest, entries, program: Program, launch: Launch, where:
     threads = launch.block[0] * launch.block[1] * launch.block[2]
     if threads > MAX_BLOCK_THREADS:
         fail(f"{where}: a block of {threads} threads, more than CUDA's {MAX_BLOCK_THREADS}")
-    for axis, (size, limit) in enumerate(zip(launch.grid, MAX_GRID, strict=True)):
-        if size > limit:
-            fail(f"{where}: grid[{axis}] = {size}, more than CUDA's {limit}")
+    for name, dims, limits in (("block", launch.block, MAX_BLOCK), ("grid", launch.grid, MAX_GRID)):
+        for axis, (size, limit) in enumerate(zip(dims, limits, strict=True)):
+            if size > limit:
+                fail(f"{where}.{name}[{axis}] = {size}, more than CUDA's {limit}")
+    shared = max_shared_bytes(m.chip)
+    if launch.shared_bytes > shared:
+        fail(
+            f"{where}.shared_bytes = {launch.shared_bytes}, more than the {shared} bytes of shared memory a "
+            f"block can have on {m.chip} (with the opt-in past 48 KiB that the runtime makes)"
+        )
     for k, arg in enumerate(launch.args):
         if isinstance(arg, Place):
             found = buffer(arg.buffer, f"{where}.args[{k}]")

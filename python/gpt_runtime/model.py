@@ -11,9 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from .artifact_files import read_bytes
 from .cache import Cache
 from .device import Device
-from .manifest import Manifest, Program, load_manifest
+from .errors import ArtifactError
+from .manifest import MAX_TOKENIZER_BYTES, Manifest, Program, load_manifest
 from .program import BoundProgram, graphs_default
 from .sampling import check_sampling_args, sample
 from .weights import WeightsFile, check_weights, read_header
@@ -152,10 +154,21 @@ class Model:
     def tokenizer(self):
         """The artifact's tokenizer.json as a `tokenizers.Tokenizer` (that package is needed only
         here), or None when the artifact has none."""
-        if self._tokenizer is None and self._manifest.tokenizer_path is not None:
+        path = self._manifest.tokenizer_path
+        if self._tokenizer is None and path is not None:
             from tokenizers import Tokenizer
 
-            self._tokenizer = Tokenizer.from_file(self._manifest.tokenizer_path)
+            # Read here, bounded, as a regular file (load checked it lies inside the artifact),
+            # rather than by Tokenizer.from_file, which would open whatever the path is by then.
+            text = read_bytes(path, MAX_TOKENIZER_BYTES, "tokenizer.json")
+            try:
+                self._tokenizer = Tokenizer.from_str(text.decode("utf-8"))
+            except UnicodeDecodeError as error:
+                raise ArtifactError(f"{path}: not UTF-8 text (byte {error.start})") from None
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as error:  # noqa: B036 -- tokenizers' Rust panics are pyo3 PanicException, a BaseException
+                raise ArtifactError(f"{path}: not a tokenizer the tokenizers package reads: {error}") from None
         return self._tokenizer
 
     @property

@@ -1,20 +1,25 @@
 """weights.safetensors, read without the safetensors package: an 8-byte little-endian header length,
 a JSON header {name: {dtype, shape, data_offsets}}, then the raw bytes. Read by hand because numpy
-has no bfloat16 (safetensors' numpy API refuses BF16 tensors), and the runtime only copies bytes."""
+has no bfloat16 (safetensors' numpy API refuses BF16 tensors), and the runtime only copies bytes.
+The file may come from a stranger: it is opened only as a regular file, its header is bounded in
+size and nesting, and its tensors must tile the data exactly, as the safetensors reference requires."""
 
 import dataclasses
-import json
 import math
 import mmap
 import os
 
 import numpy as np
 
+from .artifact_files import open_regular, parse_json
 from .errors import ArtifactError
 from .manifest import Manifest
 
-# The header of a file this size holds millions of tensors: far more than any model has.
-MAX_HEADER_BYTES = 100 * 2**20
+# The header names each tensor in about 100 bytes: this bound is 160,000 tensors, far more than
+# any model has, and keeps a hostile header from making json.loads take the machine's memory.
+MAX_HEADER_BYTES = 16 * 2**20
+# Far more dimensions than any tensor has (safetensors itself sets no bound).
+MAX_RANK = 64
 ITEM_BYTES = {
     "BOOL": 1,
     "U8": 1,
@@ -70,25 +75,52 @@ def read_header(path: str) -> dict[str, TensorEntry]:
     """Every tensor's dtype, shape and place in the file, checked against the file's size; raises
     ArtifactError naming the file and the tensor."""
     try:
-        file_size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        fd, file_size = open_regular(path, None, "weights file")
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: not a readable safetensors file: missing") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
             prefix = f.read(8)
             if len(prefix) < 8:
                 raise ArtifactError(f"{path}: {file_size} bytes, too short for a safetensors header")
             length = int.from_bytes(prefix, "little")
-            if length > MAX_HEADER_BYTES or 8 + length > file_size:
+            if length > MAX_HEADER_BYTES:
+                raise ArtifactError(
+                    f"{path}: header length {length}, more than a safetensors header can have ({MAX_HEADER_BYTES})"
+                )
+            if 8 + length > file_size:
                 raise ArtifactError(f"{path}: header length {length} does not fit in the file ({file_size} bytes)")
-            header = json.loads(f.read(length).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            text = f.read(length)
+    except OSError as error:
         raise ArtifactError(f"{path}: not a readable safetensors file: {error}") from None
+    header = parse_json(text, path, "safetensors header", "not a readable safetensors file")
     if not isinstance(header, dict):
         raise ArtifactError(f"{path}: the safetensors header is not a JSON object")
     data_start, data_size = 8 + length, file_size - 8 - length
-    return {
+    tensors = {
         name: _entry(path, name, value, data_start, data_size)
         for name, value in header.items()
         if name != "__metadata__"
     }
+    _check_tiling(path, tensors, data_start, data_size)
+    return tensors
+
+
+def _check_tiling(path: str, tensors: dict[str, "TensorEntry"], data_start: int, data_size: int) -> None:
+    """The tensors cover the data bytes exactly, one after another (the safetensors reference
+    refuses gaps, overlaps and unclaimed bytes): so the file is no larger than what it declares."""
+    end = data_start
+    for name, entry in sorted(tensors.items(), key=lambda item: (item[1].start, item[1].end)):
+        if entry.start != end:
+            raise ArtifactError(
+                f"{path}: tensor {name!r} starts at data byte {entry.start - data_start}, but the tensors before "
+                f"it end at {end - data_start} (the tensors must tile the data, without gaps or overlaps)"
+            )
+        end = entry.end
+    if end != data_start + data_size:
+        raise ArtifactError(
+            f"{path}: the tensors declare {end - data_start} data bytes, but the file has {data_size} after its header"
+        )
 
 
 def _entry(path: str, name: str, value, data_start: int, data_size: int) -> TensorEntry:
@@ -109,6 +141,9 @@ def _entry(path: str, name: str, value, data_start: int, data_size: int) -> Tens
         or not 0 <= offsets[0] <= offsets[1] <= data_size
     ):
         raise bad(f"data_offsets {offsets!r} are not a range inside the file's {data_size} data bytes")
+    if len(shape) > MAX_RANK or any(d >= 2**63 for d in shape):
+        # So that the product below stays a few thousand bits, whatever the header says.
+        raise bad(f"a shape of {len(shape)} dimensions, or a size of 2^63 or more, is not a tensor's shape")
     expected = math.prod(shape) * ITEM_BYTES[dtype]
     if offsets[1] - offsets[0] != expected:
         raise bad(f"{offsets[1] - offsets[0]} bytes, but a {dtype} tensor of shape {shape} has {expected}")
@@ -149,9 +184,17 @@ class WeightsFile:
     def __init__(self, path: str, tensors: dict[str, TensorEntry] | None = None):
         self.path = path
         self.tensors = read_header(path) if tensors is None else tensors
-        with open(path, "rb") as f:
+        self._map = None
+        fd, size = open_regular(path, None, "weights file")
+        try:
             # mmap refuses an empty file; a file of only a header has no bytes to view.
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(path) else None
+            if size:
+                self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        if self.tensors and (self._map is None or max(entry.end for entry in self.tensors.values()) > len(self._map)):
+            self.close()
+            raise ArtifactError(f"{path}: shorter than its header says (the file changed after it was read)")
 
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes, as uint8, a read-only view of the file: drop it before close()."""
