@@ -20,12 +20,14 @@ from .schema import SchemaViolation, Validator
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifest.schema.json")
-# A manifest lists a few hundred launches per program (GPT-2 small exported for 8 buckets: 0.9 MB):
-# far below this. The bound keeps a hostile file from making json.loads take the machine's memory.
-MAX_MANIFEST_BYTES = 16 * 2**20
-# GPT-2 small's PTX is about 1 MB, and a module grows with its kernels, not the model's size.
+# GPT-2 small exported for 8 token buckets has a 1.2 MB manifest and a 0.5 MB PTX module
+# (measured on the build at 1cd8787: `model.export(d, tokens=(1, 2, 4, ..., 128), write_weights=False)`).
+# A manifest grows with layers x buckets: 96 layers and 32 buckets, by that figure, about 37 MB; hence this
+# bound rather than a few MB; it still keeps a hostile file from making json.loads take the
+# machine's memory. The PTX grows with kernel shapes (buckets), not with layers.
+MAX_MANIFEST_BYTES = 64 * 2**20
 MAX_PTX_BYTES = 64 * 2**20
-# A HF tokenizer.json: GPT-2's is 1.4 MB, the largest vocabularies' (Gemma's 262k tokens) 33 MB.
+# A HF tokenizer.json: GPT-2's is 1.4 MB, the largest vocabularies' (Gemma 3's 262k tokens) about 33 MB.
 MAX_TOKENIZER_BYTES = 256 * 2**20
 I64 = 8
 F32 = 4
@@ -297,26 +299,14 @@ def _check_references(m: Manifest, path: str) -> None:
 
 
 def _check_sizes(m: Manifest, fail) -> None:
-    """Buffers against the largest GPU (the schema bounds each; their sum here) and weight buffers
-    against the weights file, before anything is allocated from these numbers."""
+    """All buffers together against the largest GPU (the schema bounds each one), before anything
+    is allocated from these numbers. Weight buffers are held to the weights file by
+    weights.check_weights: each is its tensor's bytes, and the tensors tile the file."""
     total = sum(buffer.bytes for buffer in m.buffers)
     if total > MAX_BUFFER_BYTES:
         fail(
             f"buffers: {total} bytes in all, more than any GPU has ({MAX_BUFFER_BYTES}; the largest, B300, has 288 GB)"
         )
-    weights = [buffer for buffer in m.buffers if buffer.role == "weight"]
-    file_bytes = os.path.getsize(m.weights_path)
-    # The file holds every weight's bytes after its 8-byte header length (weights.check_weights
-    # then matches each to its tensor).
-    for buffer in weights:
-        if buffer.bytes > file_bytes:
-            fail(
-                f"buffers[{buffer.index}].bytes: weight buffer {buffer.name!r} has {buffer.bytes} bytes, more "
-                f"than the whole weights file ({file_bytes} bytes)"
-            )
-    weight_bytes = sum(buffer.bytes for buffer in weights)
-    if weight_bytes > file_bytes:
-        fail(f"buffers: the weight buffers have {weight_bytes} bytes, more than the weights file ({file_bytes} bytes)")
 
 
 def _check_cache(m: Manifest, buffer, fail) -> None:

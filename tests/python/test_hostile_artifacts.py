@@ -75,10 +75,6 @@ BOUNDS = {
         lambda m: [_set(f"buffers.{i}.bytes", 2**39)(m) for i in (7, 8)],
         "buffers: 1099511629318 bytes in all, more than any GPU has",
     ),
-    "a weight buffer larger than the weights file": (
-        _set("buffers.0.bytes", 10**6),
-        "buffers[0].bytes: weight buffer 'shift' has 1000000 bytes, more than the whole weights file",
-    ),
     "an input buffer of 2^39 bytes": (
         _set("buffers.2.bytes", 2**39),
         "buffers[2].bytes: input buffer 'inputs' has 549755813888 bytes, but the largest program's inputs in it "
