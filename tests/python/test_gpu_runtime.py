@@ -638,6 +638,7 @@ def test_cli_generates_from_ids_and_from_a_prompt(artifact, fake):
 
 def test_cli_reports_errors_in_one_line(artifact, tmp_path):
     result = run_cli("generate", artifact, "--ids", "1", library=NO_LIBRARY)
-    assert result.returncode == 1 and result.stderr.startswith("error: no NVIDIA driver")
+    assert result.returncode == 2 and result.stderr.startswith("gpt_runtime: error: no NVIDIA driver")
+    assert "Traceback" not in result.stderr
     result = run_cli("info", str(tmp_path), library=NO_LIBRARY)
-    assert result.returncode == 1 and "manifest.json: missing" in result.stderr
+    assert result.returncode == 2 and "manifest.json: missing" in result.stderr
