@@ -47,6 +47,12 @@ flags.DEFINE_bool("cache", True, "use the KV cache (--nocache recomputes every s
 flags.DEFINE_bool("stream", True, "print tokens as they are generated")
 flags.DEFINE_enum("pipeline", "default", PIPELINES, "compiler pipeline level")
 flags.DEFINE_integer("threads", None, "threads (default: all cores)", lower_bound=1)
+flags.DEFINE_integer(
+    "ctx",
+    None,
+    "--model's context: the positions it serves, at most the file's (default: the file's, up to 4096; llama.cpp's -c)",
+    lower_bound=1,
+)
 flags.DEFINE_enum(
     "weights",
     "f32",
@@ -120,8 +126,8 @@ def _model_path() -> str:
 def _load_model() -> GPT:
     path = _model_path()
     if path.endswith(".gguf"):
-        return GPT.from_gguf(path, options=_options())
-    return GPT.from_pretrained(path, options=_options())
+        return GPT.from_gguf(path, options=_options(), context=FLAGS.ctx)
+    return GPT.from_pretrained(path, options=_options(), context=FLAGS.ctx)
 
 
 def generate() -> None:

@@ -333,7 +333,10 @@ def load_gguf(
         )
     except ValueError as e:
         raise ModelFileError(f"{path}: {e}") from None
-    check_fits_in_memory(config)  # before dequantizing for a header that asks too much
+    # Before dequantizing for a header that asks too much: the weights this load holds (the cache is
+    # checked by the model, at the context it is asked for).
+    kept = keep_quantized in KEPT_QUANTIZED
+    check_fits_in_memory(config, keep_quantized if kept else "f32", kept_quantized=kept, loading=True)
 
     names = tensor_names(n_layer)
     missing = [name for name in names if name not in tensors]

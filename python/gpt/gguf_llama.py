@@ -78,7 +78,10 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     arch = architecture
     tensors = {tensor.name: tensor for tensor in reader.tensors}
     config = _config(meta, tensors, path, arch)
-    check_fits_in_memory(config)  # before dequantizing for a header that asks too much
+    # Before dequantizing for a header that asks too much: the weights this load holds (the cache is
+    # checked by the model, at the context it is asked for).
+    kept = keep_quantized in KEPT_QUANTIZED
+    check_fits_in_memory(config, keep_quantized if kept else "f32", kept_quantized=kept, loading=True)
 
     # GGUF name -> (HF name, numpy shape) of every parameter this config takes.
     expected = {

@@ -52,6 +52,40 @@ def _compiler_weights(config: GPTConfig, weights: Mapping[str, np.ndarray]) -> d
     return architectures.to_compiler(config, weights)
 
 
+# The context a model file is served at unless the caller asks for another: llama.cpp's default -c.
+# A file's own context can be far longer (131072 for Llama 3.1) than a machine holds a cache for.
+DEFAULT_CONTEXT = 4096
+
+
+def file_context(config: GPTConfig, context: int | None) -> int:
+    """The context a model file's model serves: `context` when given (checked by with_context), else
+    the file's own, up to DEFAULT_CONTEXT."""
+    return context if context is not None else min(config.block_size, DEFAULT_CONTEXT)
+
+
+def with_context(
+    config: GPTConfig, weights: Mapping[str, np.ndarray], context: int
+) -> tuple[GPTConfig, Mapping[str, np.ndarray]]:
+    """(config, weights) of a model serving `context` positions of config.block_size: the config's
+    block_size is `context`, and a learned position table keeps its first `context` rows (a view)."""
+    if isinstance(context, bool) or not isinstance(context, (int, np.integer)) or not 1 <= context <= config.block_size:
+        raise ValueError(
+            f"context must be an int in [1, {config.block_size}] (the model's block_size), got {context!r}"
+        )
+    context = int(context)
+    if context == config.block_size:
+        return config, weights
+    try:
+        config = dataclasses.replace(config, block_size=context)
+    except ValueError as e:  # an attention mask laid out for the whole block_size
+        raise ValueError(f"context={context}: {e}") from None
+    table = weights.get("transformer.wpe.weight") if isinstance(weights, Mapping) else None
+    if config.pos_embedding == "learned" and isinstance(table, np.ndarray) and table.ndim == 2:
+        weights = dict(weights)
+        weights["transformer.wpe.weight"] = table[:context].copy()  # not a view that holds the whole table
+    return config, weights
+
+
 @dataclasses.dataclass(frozen=True)
 class GenerationStats:
     """Token counts and timings of one generate() run. The seconds exclude compilation, which
@@ -80,16 +114,29 @@ class GPT:
         weights: Mapping[str, np.ndarray],
         options: CompileOptions | None = None,
         *,
+        context: int | None = None,
         _copy_weights: bool = True,
         _quantized: Mapping[str, tuple[str, np.ndarray]] | None = None,
     ):
+        """`context`: the positions the model serves, at most config.block_size (default: all of
+        them); the model's config.block_size is then `context`, so its caches, its memory estimate and
+        the longest generation are sized by it, as llama.cpp's -c sizes them."""
         if not isinstance(config, GPTConfig):
             raise TypeError(f"config must be a gpt.GPTConfig, got {type(config).__name__}")
         options = options if options is not None else CompileOptions()
         if not isinstance(options, CompileOptions):
             raise TypeError(f"options must be a gpt.CompileOptions, got {type(options).__name__}")
+        if options.kv_cache == "q8_0":
+            raise ValueError(
+                "CompileOptions.kv_cache='q8_0' is not supported by the CPU compiler yet; "
+                "use 'f16' or 'bf16' for a KV cache of half the bytes"
+            )
+        if context is not None:
+            config, weights = with_context(config, weights, context)
         # Before the copies and the packed weights below are made.
-        check_fits_in_memory(config, options.weights, options.target_cpu)
+        check_fits_in_memory(
+            config, options.weights, options.target_cpu, kv_cache=options.kv_cache, kept_quantized=bool(_quantized)
+        )
         self._config = config
         self._options = options
         # The model reads some weights in place for its whole life: it keeps copies, unless the
@@ -144,20 +191,21 @@ class GPT:
         return cls(config, weights, options)
 
     @classmethod
-    def from_pretrained(cls, path: str, options: CompileOptions | None = None) -> "GPT":
+    def from_pretrained(cls, path: str, options: CompileOptions | None = None, *, context: int | None = None) -> "GPT":
         """A HF checkpoint directory: GPT-2 (config.json and model.safetensors), or a
         LlamaForCausalLM / Qwen2ForCausalLM (config.json's model_type llama or qwen2; one
         model.safetensors or the shards of model.safetensors.index.json; a tied or untied head;
         Llama 3 rope scaling). Tensors F32, F16, BF16 or F64 (F16 and BF16 widen to float32
         exactly); no network access. `model.tokenizer` is the directory's tokenizer.json when
-        there is one."""
+        there is one. `context` (default: config.json's, up to DEFAULT_CONTEXT) is the positions the
+        model serves, at most the checkpoint's (see GPT's constructor)."""
         # A Llama-family directory (config.json's model_type llama or qwen2) goes to its loader.
         llama_family = hf_checkpoint.architecture_of(hf_checkpoint.model_type(path)) is not None
         if llama_family:
             config, weights = hf_checkpoint.load_pretrained(path)
         else:
             config, weights = load_pretrained(path)
-        model = cls(config, weights, options, _copy_weights=False)
+        model = cls(config, weights, options, context=file_context(config, context), _copy_weights=False)
         # What the model copied into its own layouts dies with `weights` (the arrays compiled code
         # reads in place stay referenced by the model): its heap pages go back to the system.
         del weights
@@ -171,7 +219,7 @@ class GPT:
         return model
 
     @classmethod
-    def from_gguf(cls, path: str, options: CompileOptions | None = None) -> "GPT":
+    def from_gguf(cls, path: str, options: CompileOptions | None = None, *, context: int | None = None) -> "GPT":
         """A GGUF file (llama.cpp's format, as llama.cpp's convert_hf_to_gguf.py and
         llama-quantize write it), read by gpt.gguf_file.GgufFile: architecture "gpt2" (an
         output.weight must equal token_embd.weight, GPT-2's tied head), or "llama" / "qwen2"
@@ -190,6 +238,9 @@ class GPT:
         round-trip, so a bf16, q8_0, q4_0 or q4_1 file loaded in its own format computes with exactly
         the file's values either way (a 4-bit format's embedding is q8_0 in the model, as llama.cpp keeps
         it in higher precision).
+
+        `context` (default: the file's context_length, up to DEFAULT_CONTEXT) is the positions the model
+        serves, at most the file's (see GPT's constructor).
         """
         options = options if options is not None else CompileOptions()
         keep = options.weights if options.weights in KEPT_QUANTIZED else None
@@ -200,7 +251,9 @@ class GPT:
             quantized = architectures.to_compiler_quantized(config, quantized)
             floats = architectures.to_compiler(config, floats, consume=True)
         del weights
-        model = cls(config, floats, options, _copy_weights=False, _quantized=quantized)
+        model = cls(
+            config, floats, options, context=file_context(config, context), _copy_weights=False, _quantized=quantized
+        )
         model._tokenizer = tokenizer
         model._end_of_generation = frozenset(getattr(tokenizer, "end_of_generation", ()))
         # The file's blocks and float32 tensors, copied into the model's own layouts, die here:

@@ -18,25 +18,39 @@ from gpt.config import GPTConfig
 _BYTES_PER_WEIGHT = {"f32": 4.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32}
 # The LM head's format: 4-bit models keep their tied embedding in q8_0.
 _HEAD_FORMAT = {"f32": "f32", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q8_0", "q4_1": "q8_0"}
+# Bytes per cached key or value in each KV cache format (CompileOptions.kv_cache; q8_0 as weights).
+_BYTES_PER_CACHED_VALUE = {"f32": 4.0, "bf16": 2.0, "f16": 2.0, "q8_0": 34 / 32}
 _GIB = 2**30
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes a model of a configuration holds once built and running at full length."""
+    """Bytes a model of a configuration holds once built, with a cache of its whole context filled by
+    one prefill. Attention is computed in tiles (online softmax, cc/conversion/OnlineSoftmax.h), so
+    no [T, T] score matrix is ever held, and prefill computes the LM head for its last position only."""
 
-    weights_f32: int  # every parameter as the float32 arrays a loader or initialiser makes
-    stored_weights: int  # the compiled model's own copies: packed matmul weights and LM head
-    kv_cache: int  # one cache of block_size positions
-    activations: int  # forward over block_size tokens: logits, attention scores, hidden states
+    weights_f32: int  # the float32 arrays a loader or initialiser hands over (none for kept blocks)
+    stored_weights: int  # the compiled model's own copies (packed matmul weights, LM head), and kept blocks
+    kv_cache: int  # one cache of block_size positions, in the cache's format
+    activations: int  # a prefill of block_size tokens: hidden states, q/k/v, the MLP's widest tensor
 
     @property
     def total(self) -> int:
         return self.weights_f32 + self.stored_weights + self.kv_cache + self.activations
 
 
-def estimate_memory(config: GPTConfig, weights: str = "f32", target_cpu: str = "host") -> MemoryEstimate:
-    """Computed from the shapes alone (nothing is allocated), as lower bounds of what a model needs."""
+def estimate_memory(
+    config: GPTConfig,
+    weights: str = "f32",
+    target_cpu: str = "host",
+    *,
+    kv_cache: str = "f32",
+    kept_quantized: bool = False,
+) -> MemoryEstimate:
+    """Computed from the shapes alone (nothing is allocated), as lower bounds of what a model needs.
+    `kept_quantized`: the matmul weights (and a q8_0 embedding) arrive as a file's own blocks, which
+    the model repacks with no float32 copy (GPT.from_gguf in the file's format), so they are counted
+    once, in their format, instead of as float32 arrays beside the model's copy."""
     layers, width, vocab, length = config.n_layer, config.n_embd, config.vocab_size, config.block_size
     multiple = _gpt.tile_parameters(target_cpu)["vocab_multiple"]
     padded_vocab = -(-vocab // multiple) * multiple  # the LM head's columns (GPTConfig::paddedVocabSize)
@@ -44,17 +58,31 @@ def estimate_memory(config: GPTConfig, weights: str = "f32", target_cpu: str = "
     up = 2 * config.n_ff if config.mlp == "swiglu" else config.n_ff  # SwiGLU's gate and up
     # q, k, v, projection, the MLP's up (and gate) and down.
     matmul = (width * (width + 2 * kv) + width * width + width * up + config.n_ff * width) * layers
-    other = 13 * width * layers + vocab * width + 2 * width
+    embedding = vocab * width
+    other = 13 * width * layers + 2 * width
     if config.pos_embedding == "learned":
         other += length * width
     if not config.tied_head:
         other += vocab * width
-    stored = matmul * _BYTES_PER_WEIGHT[weights] + width * padded_vocab * _BYTES_PER_WEIGHT[_HEAD_FORMAT[weights]]
+    head = width * padded_vocab * _BYTES_PER_WEIGHT[_HEAD_FORMAT[weights]]
+    stored = matmul * _BYTES_PER_WEIGHT[weights] + head
+    if kept_quantized:
+        # The blocks are held while they are repacked; a q8_0 embedding is kept as the head, any
+        # other is widened to float32 (and so counted there).
+        given_f32 = other + (0 if weights == "q8_0" else embedding)
+        held_blocks = matmul * _BYTES_PER_WEIGHT[weights] + (
+            embedding * _BYTES_PER_WEIGHT["q8_0"] if weights == "q8_0" else 0
+        )
+    else:
+        given_f32, held_blocks = matmul + embedding + other, 0
+    # Live at once in a prefill's layer: the residual stream and its normalized copy, q, k and v,
+    # the attention output, and the MLP's up (and gate) activations; one row of logits.
+    activations = length * (4 * width + 2 * kv + up) + padded_vocab
     return MemoryEstimate(
-        weights_f32=4 * (matmul + other),
-        stored_weights=int(stored),
-        kv_cache=4 * 2 * layers * length * kv,
-        activations=4 * (length * padded_vocab + config.n_head * length * length + 16 * length * width),
+        weights_f32=4 * given_f32,
+        stored_weights=int(stored + held_blocks),
+        kv_cache=int(2 * layers * length * kv * _BYTES_PER_CACHED_VALUE[kv_cache]),
+        activations=4 * activations,
     )
 
 
@@ -85,18 +113,36 @@ def memory_limit() -> tuple[int, str]:
     return min(limits)
 
 
-def check_fits_in_memory(config: GPTConfig, weights: str = "f32", target_cpu: str = "host") -> MemoryEstimate:
-    """Raises MemoryError, naming the sizes, when a model of `config` would not fit in memory."""
-    estimate = estimate_memory(config, weights, target_cpu)
+def check_fits_in_memory(
+    config: GPTConfig,
+    weights: str = "f32",
+    target_cpu: str = "host",
+    *,
+    kv_cache: str = "f32",
+    kept_quantized: bool = False,
+    loading: bool = False,
+) -> MemoryEstimate:
+    """Raises MemoryError, naming the sizes, when a model of `config` would not fit in memory (see
+    estimate_memory for the arguments). The message says how to ask for less: a shorter context,
+    a smaller cache format, fewer bytes per weight. `loading`: a loader's check before it reads a
+    file's tensors, of the weights alone, since the context the model will serve (and so its cache)
+    is the caller's choice, checked when the model is built (GPT(..., context=N))."""
+    estimate = estimate_memory(config, weights, target_cpu, kv_cache=kv_cache, kept_quantized=kept_quantized)
+    if loading:
+        estimate = dataclasses.replace(estimate, kv_cache=0, activations=0)
     limit, source = memory_limit()
     if estimate.total > limit:
-        parts = ", ".join(
-            f"{name.replace('_', ' ')} {getattr(estimate, name) / _GIB:.2f}"
-            for name in ("weights_f32", "stored_weights", "kv_cache", "activations")
-        )
+        labels = {
+            "weights_f32": "weights f32",
+            "stored_weights": "stored weights",
+            "kv_cache": f"kv cache ({kv_cache})",
+        }
+        labels["activations"] = "activations"
+        parts = ", ".join(f"{label} {getattr(estimate, name) / _GIB:.2f}" for name, label in labels.items())
         raise MemoryError(
-            f"{config} with {weights} weights needs about {estimate.total / _GIB:.2f} GiB ({parts} GiB), "
-            f"more than the {limit / _GIB:.2f} GiB this process can use ({source})"
+            f"{config} with {weights} weights needs about {estimate.total / _GIB:.2f} GiB ({parts} GiB), more "
+            f"than the {limit / _GIB:.2f} GiB this process can use ({source}); a shorter context (context=N, "
+            f"--ctx N), a smaller KV cache format (kv_cache) or quantized weights need less"
         )
     return estimate
 

@@ -150,7 +150,7 @@ def load_pretrained(path: str):
         )
     except ValueError as e:
         raise ModelFileError(f"{config_path}: {e}") from None
-    check_fits_in_memory(config)  # before reading tensors for a config.json that asks too much
+    check_fits_in_memory(config, loading=True)  # before reading tensors for a config.json that asks too much
     tensors = _read_safetensors(weights_path)
     # Checkpoints saved from GPT2Model (not GPT2LMHeadModel) lack the "transformer." prefix.
     if not any(name.startswith("transformer.") for name in tensors):
