@@ -587,6 +587,8 @@ _VALUE_TYPES = {
     12: ("f64", 8),
 }
 _STRING, _ARRAY, _U32 = 8, 9, 4
+# The vocabulary's key, whose strings the walk bounds (_LayoutWalker.strings).
+_TOKENS = "tokenizer.ggml.tokens"
 # The fewest bytes a string and an array take (its length; its type and length).
 _MIN_STRING, _MIN_ARRAY = 8, 12
 # Fewest bytes of a metadata entry (key length, a 1-byte key, type, 1-byte value) and of a tensor
@@ -699,9 +701,15 @@ class _LayoutWalker:
             self.fail(f"{what} has type id {value_type}, which is not a GGUF value type (0 to 12)")
 
     def strings(self, count: int, what: str) -> None:
-        """Skips an array of `count` strings (a vocabulary: the loop is kept lean)."""
+        """Skips an array of `count` strings (a vocabulary: the loop is kept lean). The vocabulary,
+        tokenizer.ggml.tokens, is held to gguf_tokenizer's bounds on a token's and the whole
+        vocabulary's bytes here, before any of its strings is decoded (read_vocabulary checks
+        them again for any reader)."""
         data, size, position = self.data, self.size, self.position
         unpack = struct.Struct("<Q").unpack_from
+        vocabulary = what == f"metadata key {_TOKENS!r}"
+        longest = MAX_TOKEN_BYTES if vocabulary else _MAX_STRING_BYTES
+        start = position
         for i in range(count):
             if size - position < _MIN_STRING:
                 self.position = position
@@ -711,7 +719,12 @@ class _LayoutWalker:
             if length > size - position:
                 self.position = position
                 self.need(length, f"{what}[{i}]: a string of {_count(length)} bytes")
+            if length > longest:
+                raise ModelFileError(token_too_long(self.path, i, length))
             position += length
+            # Text bytes (the 8-byte lengths left out), checked as the walk goes: the token that passes is named.
+            if vocabulary and position - start - _MIN_STRING * (i + 1) > MAX_VOCABULARY_BYTES:
+                raise ModelFileError(vocabulary_too_large(self.path, i))
         self.position = position
 
 
@@ -830,6 +843,12 @@ def _walk_header(path: str, data, size: int) -> _Header:
     embedding = next((t for t in tensors if t.name == "token_embd.weight"), None)
     rows = embedding.ne[1] if embedding is not None and len(embedding.ne) == 2 else 0
     allowed = _ARRAY_ELEMENTS_PER_TOKEN * rows + _ARRAY_ELEMENTS_SLACK
+    if walker.array_elements > allowed and embedding is None:
+        # Every model this loader reads has the tensor: its absence, not the arrays, is the problem.
+        raise ModelFileError(
+            f"{path}: tensor token_embd.weight is missing (its rows bound the metadata arrays, which hold "
+            f"{walker.array_elements} elements; {allowed} are read without it)"
+        )
     if walker.array_elements > allowed:
         walker.fail(
             f"its metadata arrays hold {walker.array_elements} elements, more than the {allowed} read for "

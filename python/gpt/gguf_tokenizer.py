@@ -268,7 +268,8 @@ def _spm_model(meta, path: str, tokens, types, vocab, unknown):
     every normal token ranked by that token's score, highest first, merges the same pairs in the
     same order, and its byte fallback is the same. (Where two different pairs make tokens of equal
     score, llama.cpp takes the leftmost pair and BPE the pair ranked first; real vocabularies give
-    each token its own score.)"""
+    each token its own score.) The splits are found in time linear in the vocabulary's size
+    (_spm_merges)."""
     from tokenizers import models
 
     scores = meta.get("tokenizer.ggml.scores", list)
@@ -276,23 +277,125 @@ def _spm_model(meta, path: str, tokens, types, vocab, unknown):
         raise ModelFileError(
             f"{path}: tokenizer.ggml.scores must be {len(tokens)} floats, one per token (SentencePiece's piece scores)"
         )
-    mergeable = [i for i, t in enumerate(types) if t in (_NORMAL, _USER_DEFINED, _UNUSED)]
-    candidates = []
-    for i in mergeable:
-        token = tokens[i]
-        for cut in range(1, len(token)):
-            left, right = token[:cut], token[cut:]
-            if left in vocab and right in vocab:
-                candidates.append((-scores[i], i, vocab[left], left, right))
-    candidates.sort()
-    merges = [(left, right) for _, _, _, left, right in candidates]
+    nan = next((i for i, v in enumerate(scores) if v != v), None)
+    if nan is not None:  # NaN orders nothing: llama.cpp's merge queue would compare it arbitrarily
+        raise ModelFileError(f"{path}: tokenizer.ggml.scores[{nan}] (token {tokens[nan][:40]!r}) is NaN")
     return models.BPE(
         vocab=vocab,
-        merges=merges,
+        merges=_spm_merges(tokens, scores, types, path),
         unk_token=tokens[unknown] if unknown is not None else None,
         byte_fallback=True,
         fuse_unk=True,
     )
+
+
+# The splits of SentencePiece tokens are found by hashing every prefix and suffix of every token
+# (a polynomial hash in uint64 arithmetic, which numpy wraps modulo 2^64: no division anywhere)
+# and looking the keys up among the whole tokens' keys: time linear in the vocabulary's
+# characters, where slicing each token at each cut is quadratic (10 tokens of 1,000,000
+# characters did not convert in 150 s). Every split found is checked against the strings
+# themselves, so a collision (which a hostile file can make, modulo 2^64) costs time, bounded
+# below, never a wrong merge.
+_HASH_BASE = 0x9E3779B97F4A7C15  # odd, so that it has an inverse modulo 2^64
+# Tokens are hashed in runs of about this many characters (the numpy temporaries' size).
+_HASH_CHUNK = 1 << 20
+# What the splits may add, against the vocabulary's characters: the merges' text (each merge is
+# passed to tokenizers as its two strings) at most this many times the vocabulary's characters,
+# plus some slack. A vocabulary trained by BPE has a few splits per token (1.7 characters of
+# merges per vocabulary character for 32,000 pieces trained on Python's sources); a family like
+# "a", "aa", "aaa", ... has a split at every cut of every token, merges cubic in its length, and
+# is refused.
+_MERGE_TEXT_PER_CHARACTER = 16
+_MERGE_TEXT_SLACK = 1 << 20
+
+
+def _spm_merges(tokens, scores, types, path: str) -> list[tuple[str, str]]:
+    """Every split (left, right) of every normal, user-defined or unused token where both halves
+    are tokens, ranked by the token's score (highest first), then the token's id, then the left
+    half's id (what sorting (-score, id, left id) gave). Raises ModelFileError naming
+    tokenizer.ggml.tokens when the merges' text would pass the bound above."""
+    import numpy as np
+
+    count = len(tokens)
+    if count == 0:
+        return []
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=count)
+    # A token type is any u32/i64 the file holds: compared in Python, not as int64.
+    kinds = frozenset((_NORMAL, _USER_DEFINED, _UNUSED))
+    mergeable = np.fromiter((t in kinds for t in types), dtype=bool, count=count) & (lengths >= 2)
+    longest = int(lengths.max())
+    power = np.ones(longest + 1, dtype=np.uint64)
+    inverse = np.ones(longest + 1, dtype=np.uint64)
+    step, mask = pow(_HASH_BASE, -1, 1 << 64), (1 << 64) - 1
+    for k in range(1, longest + 1):
+        power[k] = int(power[k - 1]) * _HASH_BASE & mask
+        inverse[k] = int(inverse[k - 1]) * step & mask
+    ends = np.cumsum(lengths)
+    runs = []  # (first token, end token) runs of about _HASH_CHUNK characters
+    first = 0
+    while first < count:
+        last = max(int(np.searchsorted(ends, ends[first] - lengths[first] + _HASH_CHUNK, "right")), first + 1)
+        runs.append((first, last))
+        first = last
+
+    def sums(first: int, last: int):
+        """(the run's prefix sums: entry i hashes its characters before i, each weighted by
+        base^(its offset in its token), the tokens' starts in it, each character's token)."""
+        run = lengths[first:last]
+        codes = np.frombuffer("".join(tokens[first:last]).encode("utf-32-le"), dtype="<u4").astype(np.uint64)
+        codes += 1  # so that "\x00" weighs something: "b" and "b\x00" hash apart
+        starts = np.concatenate(([0], np.cumsum(run)))
+        owner = np.repeat(np.arange(last - first), run)
+        offset = np.arange(len(codes)) - starts[owner]
+        weighted = np.cumsum(codes * power[offset], dtype=np.uint64)
+        return np.concatenate((np.zeros(1, dtype=np.uint64), weighted)), starts, owner
+
+    keys = []
+    for first, last in runs:
+        total, starts, _ = sums(first, last)
+        keys.append(total[starts[1:]] - total[starts[:-1]])
+    keys = np.concatenate(keys)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+
+    def lookup(wanted):
+        """Token ids whose key is `wanted`, -1 where none is."""
+        at = np.minimum(np.searchsorted(sorted_keys, wanted), count - 1)
+        return np.where(sorted_keys[at] == wanted, order[at], -1)
+
+    found = []
+    text = 0
+    bound = _MERGE_TEXT_PER_CHARACTER * int(ends[-1]) + _MERGE_TEXT_SLACK
+    for first, last in runs:
+        total, starts, owner = sums(first, last)
+        # The cuts: every character of a mergeable token but its first.
+        cut = np.flatnonzero(mergeable[first:last][owner] & (np.arange(len(owner)) > starts[owner]))
+        start = starts[owner[cut]]
+        left = lookup(total[cut] - total[start])
+        hit = left >= 0
+        cut, start, left = cut[hit], start[hit], left[hit]
+        offset = cut - start
+        end = start + lengths[owner[cut] + first]
+        right = lookup((total[end] - total[cut]) * inverse[offset])
+        token = owner[cut] + first
+        same = (right >= 0) & (lengths[left] == offset) & (lengths[np.maximum(right, 0)] == lengths[token] - offset)
+        token, left, right = token[same], left[same], right[same]
+        text += int(lengths[token].sum())
+        if text > bound:
+            raise ModelFileError(
+                f"{path}: tokenizer.ggml.tokens: the SentencePiece tokens up to token {int(token[-1])} split into "
+                f"pairs of tokens whose text passes {bound} characters ({_MERGE_TEXT_PER_CHARACTER} per character "
+                f"of the vocabulary and {_MERGE_TEXT_SLACK} more): a vocabulary of nested repeats, not a trained one"
+            )
+        found.append((token, left, right))
+    token, left, right = (np.concatenate(parts) for parts in zip(*found, strict=True))
+    rank = np.lexsort((left, token, -np.asarray(scores, dtype=np.float64)[token]))
+    merges = []
+    for i, a, b in zip(token[rank].tolist(), left[rank].tolist(), right[rank].tolist(), strict=True):
+        whole, head, tail = tokens[i], tokens[a], tokens[b]
+        if whole.startswith(head) and whole.endswith(tail):  # a hash collision is no merge
+            merges.append((head, tail))
+    return merges
 
 
 def _spm_text_rules(tokenizer, meta) -> None:
@@ -312,11 +415,28 @@ def _spm_text_rules(tokenizer, meta) -> None:
     tokenizer.decoder = decoders.Sequence(decode)
 
 
+# Bounds on a vocabulary's text, in UTF-8 bytes. The longest tokens of the vocabularies llama.cpp
+# reads are well under 1 KiB (runs of spaces, "=" or "-" in code-trained ones: 128 to 256 bytes);
+# 4 KiB is generous and still bounds what per-token work costs. The whole vocabulary: Llama 3's
+# 128,256 tokens hold under 1 MiB, Gemma 3's 262,144 about 2.5 MiB; 16 MiB is 6 times the largest.
+MAX_TOKEN_BYTES = 4096
+MAX_VOCABULARY_BYTES = 16 << 20
+# Tokens matched whole in the text (control, user-defined, unknown: tokenizers' added tokens) cost
+# far more: tokenizers builds an Aho-Corasick automaton over them (AddedVocabulary's split tries),
+# which peaks at about 78 bytes of memory per byte of their text and keeps 16 (40 MB of control
+# tokens took 3.77 GB with the BPE model and Python's copies). Real vocabularies hold a few KiB
+# of them (Llama 3's 256 reserved tokens: 6 KiB; Gemma 3's 6,000 <unusedN> and markup tokens:
+# under 100 KiB); 1 MiB bounds the automaton near 80 MB.
+MAX_MATCHED_WHOLE_BYTES = 1 << 20
+
+
 def read_vocabulary(meta, path: str, vocab_size: int, merges_required: bool = True):
     """tokenizer.ggml.tokens, .merges and .token_type (None when absent) of a GGUF file, each
     checked for its element type, and the token -> id map; raises ModelFileError naming the key
-    for wrong types, a token count unlike `vocab_size`, a token_type array of another length or
-    a repeated token. (The GPT-2 reader in gguf_file.py shares it.)"""
+    for wrong types, a token count unlike `vocab_size`, a token_type array of another length, a
+    repeated token, and, naming the token's index, a token longer than MAX_TOKEN_BYTES or a
+    vocabulary past MAX_VOCABULARY_BYTES (or its matched-whole tokens past MAX_MATCHED_WHOLE_BYTES).
+    (The GPT-2 reader in gguf_file.py shares it.)"""
     tokens = meta.get("tokenizer.ggml.tokens", list)
     merges = meta.get("tokenizer.ggml.merges", list, required=merges_required) or []
     types = meta.get("tokenizer.ggml.token_type", list, required=False)
@@ -327,15 +447,65 @@ def read_vocabulary(meta, path: str, vocab_size: int, merges_required: bool = Tr
     ):
         wrong = next((v for v in values if not isinstance(v, kind) or isinstance(v, bool)), None)
         if wrong is not None:
-            raise ModelFileError(f"{path}: {key} holds {wrong!r}, expected an array of {kind.__name__}")
+            shown = repr(wrong) if len(repr(wrong)) <= 200 else f"{repr(wrong)[:200]}..."
+            raise ModelFileError(f"{path}: {key} holds {shown}, expected an array of {kind.__name__}")
     if len(tokens) != vocab_size:
         raise ModelFileError(f"{path}: the tokenizer has {len(tokens)} tokens, the model a vocabulary of {vocab_size}")
     if types is not None and len(types) != len(tokens):
         raise ModelFileError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+    _check_vocabulary_size(tokens, types, path)
     vocab = {token: i for i, token in enumerate(tokens)}
     if len(vocab) != len(tokens):
         raise ModelFileError(f"{path}: tokenizer.ggml.tokens repeats a token")
     return tokens, merges, types, vocab
+
+
+def _check_vocabulary_size(tokens: list[str], types: list[int] | None, path: str) -> None:
+    """The bounds above. A token's UTF-8 bytes are at least its characters and at most four times
+    as many, so only tokens and totals near a bound are encoded to count them."""
+    lengths = list(map(len, tokens))
+    if max(lengths, default=0) * 4 > MAX_TOKEN_BYTES:
+        for i, token in enumerate(tokens):
+            if lengths[i] * 4 > MAX_TOKEN_BYTES and (size := _utf8_bytes(token)) > MAX_TOKEN_BYTES:
+                raise ModelFileError(token_too_long(path, i, size))
+    matched_whole = (_CONTROL, _USER_DEFINED, _UNKNOWN)
+    for whole_only, bound, chosen in (
+        (False, MAX_VOCABULARY_BYTES, range(len(tokens))),
+        (True, MAX_MATCHED_WHOLE_BYTES, [i for i, t in enumerate(types or ()) if t in matched_whole]),
+    ):
+        if sum(lengths[i] for i in chosen) * 4 <= bound:
+            continue
+        total = 0
+        for i in chosen:
+            total += _utf8_bytes(tokens[i])
+            if total > bound:
+                raise ModelFileError(vocabulary_too_large(path, i, whole_only))
+
+
+def token_too_long(path: str, index: int, size: int) -> str:
+    """The message for tokenizer.ggml.tokens[index] of `size` bytes, past MAX_TOKEN_BYTES."""
+    return (
+        f"{path}: tokenizer.ggml.tokens[{index}] is {size} bytes long, more than the {MAX_TOKEN_BYTES} a token may "
+        "be (the longest tokens of real vocabularies are a few hundred bytes)"
+    )
+
+
+def vocabulary_too_large(path: str, index: int, matched_whole: bool = False) -> str:
+    """The message for a vocabulary whose tokens pass their bound at tokenizer.ggml.tokens[index]."""
+    if matched_whole:
+        return (
+            f"{path}: tokenizer.ggml.tokens: the control, user-defined and unknown tokens (tokenizer.ggml.token_type "
+            f"3, 4 and 2, matched whole in the text) pass {MAX_MATCHED_WHOLE_BYTES} bytes at token {index}; real "
+            "vocabularies hold a few KiB of them"
+        )
+    return (
+        f"{path}: tokenizer.ggml.tokens passes {MAX_VOCABULARY_BYTES} bytes at token {index}, more than this loader "
+        "reads (the largest real vocabularies hold about 3 MiB)"
+    )
+
+
+def _utf8_bytes(token: str) -> int:
+    return len(token.encode("utf-8", "surrogatepass"))
 
 
 def _merge_pairs(merges: list[str], vocab: dict[str, int], path: str) -> list[tuple[str, str]]:

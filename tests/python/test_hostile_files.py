@@ -173,9 +173,18 @@ def test_huge_string_lengths_and_counts_are_refused_at_once(tmp_path):
 
 def test_metadata_arrays_beyond_what_the_vocabulary_needs_are_refused(tmp_path):
     """Bytes that are really there still cost gguf's reader about 1 KB and 10 us per element:
-    without a token embedding, 32768 elements are read, not 40000."""
-    path = write(tmp_path, gguf_bytes([kv("abcd", V.ARRAY, array(V.UINT8, 40000, bytes(40000)))]))
-    refused_in_child(path, "metadata arrays hold 40000 elements, more than the 32768 read")
+    for a token embedding of 1 row, 4 + 32768 elements are read, not 40000."""
+    arrays = [kv("abcd", V.ARRAY, array(V.UINT8, 40000, bytes(40000)))]
+    path = write(tmp_path, gguf_bytes(arrays, [tensor_info("token_embd.weight", [8, 1])], F32_DATA))
+    refused_in_child(path, "metadata arrays hold 40000 elements, more than the 32772 read for token_embd.weight's 1")
+
+
+def test_a_file_without_token_embd_says_so_not_that_its_arrays_are_too_long(tmp_path):
+    """A real vocabulary (here 40000 tokens) in a file without token_embd.weight: the message was
+    about metadata-array limits, as the tensor's rows bound them."""
+    tokens = b"".join(string(f"t{i}") for i in range(40000))
+    path = write(tmp_path, gguf_bytes([kv("tokenizer.ggml.tokens", V.ARRAY, array(V.STRING, 40000, tokens))]))
+    refused(path, "tensor token_embd.weight is missing")
 
 
 # -- header corruption, in GGUF's terms rather than numpy's -----------------------------------
