@@ -464,18 +464,30 @@ while time.perf_counter() < end:
     start = time.perf_counter()
     np.matmul(a, b, out=out)
     best = min(best, time.perf_counter() - start)
-print(2 * m * k * n / best)
+try:  # which OpenBLAS kernel ran (its "core": Haswell, SkylakeX, Zen, ...)
+    from threadpoolctl import threadpool_info
+
+    kernels = [f"{i['internal_api']} {i.get('version')} {i.get('architecture')}" for i in threadpool_info()]
+    kernel = ", ".join(kernels) or "no BLAS found"
+except ImportError:
+    kernel = "unknown (pip install threadpoolctl, requirements-peers.txt)"
+print(2 * m * k * n / best, kernel, sep="\t")
 """
 
 
 def openblas_sgemm_rate(threads, m=128, k=768, n=3072, seconds=2.0):
-    """FLOP/s of numpy's OpenBLAS sgemm of [m, k] x [k, n] in float32 on `threads` threads, the
-    best of back-to-back calls for `seconds`: in a subprocess, since OpenBLAS reads
-    OPENBLAS_NUM_THREADS once, when it loads. The issue's reference for prefill: GPT-2 small's MLP
-    matmul at T=128."""
+    """(FLOP/s, the kernel that ran) of numpy's OpenBLAS sgemm of [m, k] x [k, n] in float32 on
+    `threads` threads, the best of back-to-back calls for `seconds`: in a subprocess, since OpenBLAS
+    reads OPENBLAS_NUM_THREADS once, when it loads. The issue's reference for prefill: GPT-2 small's
+    MLP matmul at T=128. Some machines of this kind set OPENBLAS_CORETYPE=Haswell (and
+    OPENBLAS_L2_SIZE) for old OpenBLAS builds, which holds a current numpy's OpenBLAS to its AVX2
+    kernel on an AVX-512 CPU; the reference is the library at its best on this CPU, so this
+    subprocess (only it: never tests or CI) drops both, and the kernel it chose is printed."""
     import subprocess
 
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    for forced in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(forced, None)
     result = subprocess.run(
         [sys.executable, "-c", SGEMM_PROGRAM, str(m), str(k), str(n), str(seconds)],
         env=env,
@@ -483,7 +495,8 @@ def openblas_sgemm_rate(threads, m=128, k=768, n=3072, seconds=2.0):
         capture_output=True,
         text=True,
     )
-    return float(result.stdout)
+    rate, kernel = result.stdout.strip().split("\t")
+    return float(rate), kernel
 
 
 def main(argv):
@@ -629,8 +642,10 @@ def print_prefill_against_sgemm(prefill_rates, thread_counts):
         "| prefill / sgemm |"
     )
     print("|---|---|---|---|---|---|")
+    kernels = set()
     for threads in thread_counts:
-        sgemm = openblas_sgemm_rate(threads)
+        sgemm, kernel = openblas_sgemm_rate(threads)
+        kernels.add(kernel)
         for (name, rate_threads, count), rate in prefill_rates.items():
             if rate_threads != threads:
                 continue
@@ -639,6 +654,7 @@ def print_prefill_against_sgemm(prefill_rates, thread_counts):
                 f"| {name} | {threads} | pp{count} | {ours / 1e9:.1f} | {sgemm / 1e9:.1f} | {ours / sgemm:.2f}x |",
                 flush=True,
             )
+    print(f"\nOpenBLAS sgemm ran: {'; '.join(sorted(kernels))} (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for it)")
 
 
 if __name__ == "__main__":
