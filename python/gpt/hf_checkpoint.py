@@ -7,9 +7,10 @@ import os
 
 import numpy as np
 
-from gpt import architectures
+from gpt import architectures, model_files
 from gpt.config import GPTConfig, RopeScaling
 from gpt.errors import ModelFileError
+from gpt.model_files import json_kind, short
 from gpt.resources import check_fits_in_memory
 from gpt.weights import _config_value, _read_config_json, _read_safetensors
 
@@ -26,9 +27,11 @@ _ROPE_TYPES = ("default", "llama3")
 
 
 def model_type(path: str) -> str | None:
-    """config.json's model_type of a checkpoint directory (None when it has none or no config.json)."""
+    """config.json's model_type of a checkpoint directory (None when it has none or no config.json;
+    gpt.ModelFileError for a config.json that gpt.model_files refuses: a link out of the directory,
+    a FIFO, not a JSON object)."""
     config_path = os.path.join(path, "config.json")
-    if not os.path.isfile(config_path):
+    if not os.path.isdir(path) or not model_files.present(path, "config.json"):
         return None
     value = _read_config_json(config_path).get("model_type")
     return value if isinstance(value, str) else None
@@ -45,13 +48,21 @@ def architecture_of(model_type_name: str | None) -> architectures.Architecture |
 def eos_token_ids(path: str) -> frozenset[int]:
     """The eos_token_id of a checkpoint directory's generation_config.json and config.json, both
     (an int or a list of ints each; transformers' generate stops at either), read as config.json
-    is (gpt.ModelFileError for a file that is not a JSON object). Other values are ignored."""
+    is (gpt.ModelFileError for a file that is not a JSON object, or an eos_token_id that is neither
+    null, an integer nor a list of integers). Negative ids are ignored (some savers write -1)."""
     ids = set()
     for name in ("generation_config.json", "config.json"):
         file = os.path.join(path, name)
-        value = _read_config_json(file).get("eos_token_id") if os.path.isfile(file) else None
+        value = _read_config_json(file).get("eos_token_id") if model_files.present(path, name) else None
         for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            if item is None and not isinstance(value, list):
+                continue
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise ModelFileError(
+                    f"{file}: eos_token_id is {json_kind(value)} {short(value)}, expected an integer or a list of "
+                    f"integers"
+                )
+            if item >= 0:
                 ids.add(item)
     return frozenset(ids)
 
@@ -64,14 +75,22 @@ def load_pretrained(path: str) -> tuple[GPTConfig, dict[str, np.ndarray]]:
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no such model directory: {path}")
     config_path = os.path.join(path, "config.json")
-    if not os.path.isfile(config_path):
+    if not model_files.present(path, "config.json"):
         raise FileNotFoundError(f"{path} is not a HF checkpoint: config.json is missing")
     hf = _read_config_json(config_path)
     config = _config(hf, config_path)
-    check_fits_in_memory(config)  # before reading tensors for a config.json that asks too much
-    tensors = {}
+    check_fits_in_memory(config, loading=True)  # before reading tensors for a config.json that asks too much
+    tensors, source = {}, {}
     for file in _safetensors_files(path):
-        tensors.update(_read_safetensors(file))
+        for name, tensor in _read_safetensors(file).items():
+            if name in source:
+                raise ModelFileError(f"{file}: tensor {name} is also in {source[name]} (a tensor is in one shard)")
+            # Here, where the file is known: the model's own check names the compiler's fused parameter.
+            with np.errstate(over="ignore"):  # an F64 value beyond float32's range: inf, refused
+                finite = bool(np.isfinite(tensor.astype(np.float32, copy=False)).all())
+            if not finite:
+                raise ModelFileError(f"{file}: tensor {name} contains NaN or infinity (as float32)")
+            tensors[name], source[name] = tensor, file
     where = os.path.join(path, "model.safetensors")
     if config.tied_head:
         # A tied checkpoint may still carry the head (older savers wrote it): it must be the table.
@@ -105,10 +124,11 @@ def _config(hf: dict, path: str) -> GPTConfig:
     name = _config_value(hf, path, "model_type", str)
     spec = architecture_of(name)
     if spec is None:
-        raise ModelFileError(f"{path}: model_type {name!r} is not a Llama-family model (llama, qwen2)")
+        raise ModelFileError(f"{path}: model_type {short(name)} is not a Llama-family model (llama, qwen2)")
     for option, implemented in _IMPLEMENTED.items():
-        if option in hf and hf[option] not in implemented:
-            raise ModelFileError(f"{path}: {option}={hf[option]!r} is not supported (only {implemented[0]!r})")
+        # Of the implemented type too: 0 is not False, 1.0 not 1.
+        if option in hf and not any(type(hf[option]) is type(v) and hf[option] == v for v in implemented):
+            raise ModelFileError(f"{path}: {option}={short(hf[option])} is not supported (only {implemented[0]!r})")
     sizes = {
         key: _config_value(hf, path, hf_key, int)
         for key, hf_key in (
@@ -132,7 +152,7 @@ def _config(hf: dict, path: str) -> GPTConfig:
     block_size = _config_value(hf, path, "max_position_embeddings", int, 2048)
     tied = hf.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
-        raise ModelFileError(f"{path}: tie_word_embeddings is {tied!r}, expected a boolean")
+        raise ModelFileError(f"{path}: tie_word_embeddings is {json_kind(tied)} {short(tied)}, expected a boolean")
     base, scaling = _rope(hf, path)
     try:
         return GPTConfig(
@@ -151,18 +171,28 @@ def _config(hf: dict, path: str) -> GPTConfig:
 
 def _rope(hf: dict, path: str) -> tuple[float, RopeScaling | None]:
     """(rope_theta, Llama 3 scaling or None) from transformers 5's `rope_parameters` or the older
-    `rope_theta` and `rope_scaling` keys."""
-    parameters = hf.get("rope_parameters")
+    `rope_theta` and `rope_scaling` keys (null: absent). Each a JSON object, or gpt.ModelFileError
+    naming the key."""
+    key = "rope_parameters"
+    parameters = hf.get(key)
     if parameters is None:
-        parameters = dict(hf.get("rope_scaling") or {})
+        key = "rope_scaling"
+        scaling = hf.get(key)
+        if scaling is not None and not isinstance(scaling, dict):
+            raise ModelFileError(f"{path}: rope_scaling is {json_kind(scaling)} {short(scaling)}, expected an object")
+        parameters = dict(scaling or {})
         if "rope_theta" in hf:
             parameters["rope_theta"] = hf["rope_theta"]
     if not isinstance(parameters, dict):
-        raise ModelFileError(f"{path}: rope_parameters is {parameters!r}, expected an object")
+        raise ModelFileError(
+            f"{path}: rope_parameters is {json_kind(parameters)} {short(parameters)}, expected an object"
+        )
     base = _config_value(parameters, path, "rope_theta", float, 10000.0)
     rope_type = parameters.get("rope_type", parameters.get("type", "default"))
+    if not isinstance(rope_type, str):
+        raise ModelFileError(f"{path}: {key}.rope_type is {json_kind(rope_type)} {short(rope_type)}, expected a string")
     if rope_type not in _ROPE_TYPES:
-        raise ModelFileError(f"{path}: rope type {rope_type!r} is not supported (only {', '.join(_ROPE_TYPES)})")
+        raise ModelFileError(f"{path}: rope type {short(rope_type)} is not supported (only {', '.join(_ROPE_TYPES)})")
     if rope_type == "default":
         return base, None
     try:
@@ -180,10 +210,10 @@ def _rope(hf: dict, path: str) -> tuple[float, RopeScaling | None]:
 def _safetensors_files(path: str) -> list[str]:
     """model.safetensors, or the shards model.safetensors.index.json lists (in order, each once)."""
     single = os.path.join(path, "model.safetensors")
-    if os.path.isfile(single):
+    if model_files.present(path, "model.safetensors"):
         return [single]
     index_path = os.path.join(path, "model.safetensors.index.json")
-    if not os.path.isfile(index_path):
+    if not model_files.present(path, "model.safetensors.index.json"):
         raise FileNotFoundError(f"{path} has neither model.safetensors nor model.safetensors.index.json")
     index = _read_config_json(index_path)
     weight_map = index.get("weight_map")
@@ -191,10 +221,10 @@ def _safetensors_files(path: str) -> list[str]:
         raise ModelFileError(f"{index_path}: weight_map must be an object of tensor name to file name")
     files = []
     for name in dict.fromkeys(weight_map.values()):
-        if os.path.basename(name) != name:
-            raise ModelFileError(f"{index_path}: shard {name!r} is not a file name in the checkpoint's directory")
+        if os.path.basename(name) != name or name in ("", ".", "..") or "\0" in name:
+            raise ModelFileError(f"{index_path}: shard {short(name)} is not a file name in the checkpoint's directory")
         file = os.path.join(path, name)
-        if not os.path.isfile(file):
+        if not model_files.present(path, name):
             raise FileNotFoundError(f"{index_path} lists {name}, which is missing")
         files.append(file)
     return files

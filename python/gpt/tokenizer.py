@@ -2,6 +2,9 @@
 
 import os
 
+from gpt import model_files
+from gpt.errors import ModelFileError
+
 
 class ByteTokenizer:
     """UTF-8 bytes as token ids 0..255 (the embedded model's vocabulary)."""
@@ -17,8 +20,13 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """A HF `tokenizers` tokenizer: a tokenizer.json as shipped with GPT-2 checkpoints (a path), or
-    a `tokenizers.Tokenizer` (GPT.from_gguf builds one from a GGUF file's vocabulary)."""
+    """A HF `tokenizers` tokenizer: a tokenizer.json as shipped with HF checkpoints (a path), or
+    a `tokenizers.Tokenizer` (GPT.from_gguf builds one from a GGUF file's vocabulary).
+
+    A tokenizer.json is a file from a stranger, read as gpt.model_files reads one: a regular file
+    inside its directory (a link out of it, a FIFO or a device is refused), at most
+    model_files.MAX_CONFIG_BYTES, UTF-8. gpt.ModelFileError names the file otherwise, and for a
+    file that `tokenizers` cannot read; FileNotFoundError when there is none."""
 
     def __init__(self, source):
         from tokenizers import Tokenizer
@@ -26,10 +34,12 @@ class HFTokenizer:
         if isinstance(source, Tokenizer):
             self._tokenizer = source
         else:
+            path = os.fspath(source)
+            text = model_files.read_text(os.path.dirname(path) or ".", os.path.basename(path))
             try:
-                self._tokenizer = Tokenizer.from_file(os.fspath(source))
+                self._tokenizer = Tokenizer.from_str(text)
             except Exception as e:  # tokenizers raises a bare Exception for a malformed file
-                raise ValueError(f"{source} is not a readable tokenizer.json: {e}") from None
+                raise ModelFileError(f"{path} is not a readable tokenizer.json: {e}") from None
         self.vocab_size = self._tokenizer.get_vocab_size()
 
     @property
@@ -45,11 +55,10 @@ class HFTokenizer:
 
 
 def tokenizer_for(model_dir: str | None, vocab_size: int):
-    """The directory's tokenizer.json when there is one, else bytes for a vocab-256 model."""
-    if model_dir is not None:
-        path = os.path.join(model_dir, "tokenizer.json")
-        if os.path.isfile(path):
-            return HFTokenizer(path)
+    """The directory's tokenizer.json when there is one (HFTokenizer refuses one that is not a
+    regular file inside it), else bytes for a vocab-256 model."""
+    if model_dir is not None and os.path.isdir(model_dir) and model_files.present(model_dir, "tokenizer.json"):
+        return HFTokenizer(os.path.join(model_dir, "tokenizer.json"))
     if vocab_size == 256:
         return ByteTokenizer()
     raise ValueError(

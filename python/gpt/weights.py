@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from gpt import _gpt
+from gpt import _gpt, architectures, model_files
 from gpt.config import GPTConfig
 from gpt.errors import ModelFileError
 from gpt.resources import check_fits_in_memory
@@ -117,7 +117,7 @@ def load_pretrained(path: str):
     config_path = os.path.join(path, "config.json")
     weights_path = os.path.join(path, "model.safetensors")
     for required in (config_path, weights_path):
-        if not os.path.isfile(required):
+        if not model_files.present(path, os.path.basename(required)):
             raise FileNotFoundError(f"{path} is not a GPT-2 checkpoint: {os.path.basename(required)} is missing")
     hf = _read_config_json(config_path)
     activation = _config_value(hf, config_path, "activation_function", str, "gelu_new")
@@ -125,11 +125,18 @@ def load_pretrained(path: str):
         raise ModelFileError(f"{config_path}: activation_function {activation!r} is not supported (tanh GELU only)")
     model_type = _config_value(hf, config_path, "model_type", str, "gpt2")
     if model_type != "gpt2":
-        raise ModelFileError(f"{config_path}: model_type {model_type!r} is not supported (GPT-2 only)")
-    # Options that change what the model computes: refused unless at the value implemented here.
+        # from_pretrained sends the Llama family's model types to gpt.hf_checkpoint: any other is unknown.
+        supported = ", ".join(t for spec in architectures.ARCHITECTURES.values() for t in spec.hf_model_types)
+        raise ModelFileError(
+            f"{config_path}: model_type {_short(model_type)} is not supported (supported model types: {supported})"
+        )
+    # Options that change what the model computes: refused unless at the value implemented here
+    # (of its type too: 1 is not True).
     for option, implemented in _IMPLEMENTED_OPTIONS.items():
-        if option in hf and hf[option] != implemented:
-            raise ModelFileError(f"{config_path}: {option}={hf[option]!r} is not supported (only {implemented!r})")
+        if option in hf and (type(hf[option]) is not type(implemented) or hf[option] != implemented):
+            raise ModelFileError(
+                f"{config_path}: {option}={_short(hf[option])} is not supported (only {implemented!r})"
+            )
     block_size = _config_value(hf, config_path, "n_positions", int, None)
     if block_size is None:
         block_size = _config_value(hf, config_path, "n_ctx", int, 1024)
@@ -168,26 +175,10 @@ def load_pretrained(path: str):
 
 
 def _read_config_json(path: str) -> dict:
-    """config.json as a dict, read defensively: bounded in size, UTF-8, JSON, an object. Every
-    failure is a ModelFileError naming the file (json's own errors do not)."""
-    size = os.path.getsize(path)
-    if size > _CONFIG_JSON_MAX_BYTES:
-        raise ModelFileError(f"{path} is {size} bytes, more than the {_CONFIG_JSON_MAX_BYTES} a config.json may have")
-    with open(path, "rb") as f:
-        raw = f.read(_CONFIG_JSON_MAX_BYTES + 1)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ModelFileError(f"{path} is not UTF-8 text: byte {e.start} is {raw[e.start : e.start + 1]!r}") from None
-    try:
-        hf = json.loads(text)
-    except RecursionError:
-        raise ModelFileError(f"{path} nests JSON arrays or objects too deeply to read") from None
-    except ValueError as e:  # json.JSONDecodeError, or an integer of more digits than int() converts
-        raise ModelFileError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(hf, dict):
-        raise ModelFileError(f"{path} holds {_json_kind(hf)}, expected a JSON object of GPT-2's settings")
-    return hf
+    """config.json (or another JSON file of a model directory) as a dict, read as a file from a
+    stranger (gpt.model_files): a regular file inside its directory, bounded in size, UTF-8, JSON,
+    an object. Every failure is a ModelFileError naming the file (json's own errors do not)."""
+    return model_files.read_json_object(os.path.dirname(path), os.path.basename(path), _CONFIG_JSON_MAX_BYTES)
 
 
 _REQUIRED = object()
@@ -215,34 +206,24 @@ def _config_value(hf: dict, path: str, key: str, kind: type, default=_REQUIRED):
     return value
 
 
-def _json_kind(value) -> str:
-    kinds = {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "an array",
-        dict: "an object",
-    }
-    return "null" if value is None else kinds.get(type(value), type(value).__name__)
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+_json_kind = model_files.json_kind
+_short = model_files.short
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     """Every tensor of a safetensors file as float32 (F16 and BF16 widened exactly; F64 is
     rounded later, as from_weights rounds float64 arrays), with errors that name the file and the
     tensor. The safetensors library reads the header and the numpy-representable tensors; numpy
-    has no bfloat16, so BF16 tensors are read from their byte range in the file (_bf16_tensor)."""
+    has no bfloat16, so BF16 tensors are read from their byte range in the file (_bf16_tensor).
+    The file is a stranger's: a regular file inside its model directory (a link out of it, a
+    FIFO or a device is refused: gpt.model_files), opened by its real path; messages name `path`."""
     from safetensors import SafetensorError, safe_open
 
-    header = _safetensors_header(path)  # its length and JSON checked before safe_open reads it
+    real = model_files.regular_file_inside(os.path.dirname(path), os.path.basename(path))
+    header = _safetensors_header(path, real)  # its length and JSON checked before safe_open reads it
     tensors = {}
     try:
-        with safe_open(path, framework="numpy") as f:
+        with safe_open(real, framework="numpy") as f:
             for name in f.keys():
                 dtype = f.get_slice(name).get_dtype()
                 if dtype not in _SAFETENSORS_DTYPES:
@@ -251,7 +232,7 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
                         f"this loader reads (supported: {', '.join(_SAFETENSORS_DTYPES)})"
                     )
                 if dtype == "BF16":
-                    tensors[name] = _bf16_tensor(path, header, name, f.get_slice(name).get_shape())
+                    tensors[name] = _bf16_tensor(path, real, header, name, f.get_slice(name).get_shape())
                 elif dtype == "F16":
                     tensors[name] = f.get_tensor(name).astype(np.float32)  # exact
                 else:
@@ -261,21 +242,22 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     return tensors
 
 
-def _safetensors_header(path: str) -> tuple[dict, int]:
+def _safetensors_header(path: str, real: str) -> tuple[dict, int]:
     """(the JSON header, the offset of the data buffer) of a safetensors file. The documented
     layout: an 8-byte little-endian header length N, N bytes of JSON giving each tensor's dtype,
     shape and `data_offsets` [begin, end) relative to the data buffer that follows, little-endian
     data. Checked here as far as its length, its JSON and its kind go (never reading more than
     the file holds); safe_open validates the entries (offsets inside the file, sizes matching
-    shapes) before any tensor is read."""
+    shapes) before any tensor is read. `real` is the file's checked real path, which is opened;
+    messages name `path`."""
 
     def refuse(problem: str) -> NoReturn:
         raise ModelFileError(f"{path} is not a readable safetensors file: {problem}")
 
-    size = os.path.getsize(path)
+    size = os.path.getsize(real)
     if size < 8:
         refuse(f"{size} bytes, too short for the 8-byte header length")
-    with open(path, "rb") as f:
+    with open(real, "rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
         if header_len > min(size - 8, _SAFETENSORS_MAX_HEADER_BYTES):
             refuse(
@@ -294,7 +276,7 @@ def _safetensors_header(path: str) -> tuple[dict, int]:
     return header, 8 + header_len
 
 
-def _bf16_tensor(path: str, header: tuple[dict, int], name: str, shape) -> np.ndarray:
+def _bf16_tensor(path: str, real: str, header: tuple[dict, int], name: str, shape) -> np.ndarray:
     """A BF16 tensor of a safetensors file as float32: each value's 16 bits become the high half
     of a float32, which is exact (numpy has no bfloat16, so safe_open cannot return it)."""
     entries, data_start = header
@@ -305,7 +287,7 @@ def _bf16_tensor(path: str, header: tuple[dict, int], name: str, shape) -> np.nd
     count = int(np.prod(shape, dtype=np.int64))
     if end - begin != 2 * count:
         raise ModelFileError(f"{path}: tensor {name} has {end - begin} bytes for {count} BF16 values")
-    with open(path, "rb") as f:
+    with open(real, "rb") as f:
         f.seek(data_start + begin)
         bits = np.fromfile(f, dtype="<u2", count=count)
     if bits.size != count:

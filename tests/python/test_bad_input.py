@@ -70,7 +70,9 @@ def namespace(tmp_path_factory):
         claimer.join()
         return cache
 
-    def checkpoint(config=None, without=None, dtype=None, truncated=False):
+    def checkpoint(config=None, without=None, dtype=None, truncated=False, linked_out=None, fifo=None):
+        """A nano GPT-2 directory; `linked_out`: that file a link to a copy outside the directory;
+        `fifo`: that file a FIFO (which nothing ever writes)."""
         directory = scratch / f"checkpoint{next(made)}"
         directory.mkdir()
         hf = hf_config(cfg)
@@ -89,6 +91,43 @@ def namespace(tmp_path_factory):
             (directory / "model.safetensors").write_bytes(data[: len(data) // 2])
         if without:
             (directory / without).unlink()
+        if linked_out:
+            outside = scratch / f"outside{next(made)}"
+            (directory / linked_out).rename(outside)
+            (directory / linked_out).symlink_to(outside)
+        if fifo:
+            (directory / fifo).unlink()
+            os.mkfifo(directory / fifo)
+        return str(directory)
+
+    def llama_checkpoint(config=None, nan=None):
+        """A nano Llama directory (config.json's keys changed as `config` says; None drops one),
+        with NaN in the tensor `nan`."""
+        directory = scratch / f"llama{next(made)}"
+        directory.mkdir()
+        llama = GPTConfig(
+            n_layer=1, n_head=4, n_kv_head=2, n_embd=32, n_ff=48, vocab_size=64, block_size=16, architecture="llama"
+        )
+        hf = dict(
+            model_type="llama",
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            intermediate_size=48,
+            vocab_size=64,
+            max_position_embeddings=16,
+        )
+        for key, value in (config or {}).items():
+            if value is None:
+                hf.pop(key, None)
+            else:
+                hf[key] = value
+        (directory / "config.json").write_text(json.dumps(hf))
+        tensors = {name: np.full(shape, 0.01, np.float32) for name, shape in gpt.architectures.hf_shapes(llama).items()}
+        if nan:
+            tensors[nan].flat[0] = np.nan
+        save_file(tensors, str(directory / "model.safetensors"))
         return str(directory)
 
     def gguf(architecture="gpt2", truncated=False, context_length=None):
@@ -131,6 +170,7 @@ def namespace(tmp_path_factory):
         world_writable_directory=world_writable_directory,
         cache_in_use_by_another_thread=cache_in_use_by_another_thread,
         checkpoint=checkpoint,
+        llama_checkpoint=llama_checkpoint,
         gguf=gguf,
         regression=regression,
     )
