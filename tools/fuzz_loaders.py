@@ -1,28 +1,47 @@
 #!/usr/bin/env python3
-"""A structure-aware fuzzer for the model-file loaders: GGUF files (every tensor type the project
-reads, kept quantized or dequantized, with GPT-2 tokenizer data) through gpt.gguf_file.load_gguf,
-and HF directories (config.json + model.safetensors) through gpt.weights.load_pretrained.
+"""A structure-aware fuzzer for the loaders of files from strangers: GGUF files (GPT-2's, every
+tensor type the project reads, kept quantized or dequantized, with their tokenizer data; a Llama's
+with a SentencePiece vocabulary and a chat template) through gpt.gguf_file.load_gguf; HF
+directories (config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+chat_template.jinja, generation_config.json, any of them a symbolic link or a FIFO) through
+gpt.weights.load_pretrained or gpt.hf_checkpoint.load_pretrained and gpt.chat.chat_spec; chat
+templates through gpt.chat.ChatTemplate; GPU artifacts (manifest.json, the PTX module, the
+weights) through gpt_runtime.load.
 
     PYTHONPATH=bazel-bin/python python3 tools/fuzz_loaders.py --seconds 60 --seed 1 --out DIR
     PYTHONPATH=bazel-bin/python python3 tools/fuzz_loaders.py --replay tests/fuzz/loader_regressions
 
-Seeds are small valid files of a nano GPT-2: GGUF in f32, f16, bf16, q8_0, q4_0 and q4_1 written by
-gpt.gguf_file.save_gguf with a byte-level BPE tokenizer, and HF directories in F32, F16 and BF16;
-the regression corpus joins them. Each input is a seed, or an earlier input that ran new code,
-parsed into its structure and given one to four mutations that know the format (GGUF counts,
-lengths, value types, dimensions, tensor types and offsets, metadata values, tensor bytes and fp16
-block scales, tokenizer tokens, merges and token types; config.json values and syntax;
-safetensors header entries and length), then written back. A worker process loads it under an
-address-space limit (RLIMIT_AS) and a time limit, recording which pairs of consecutive lines of
-the loaders ran (sys.settrace); an input that runs a new pair joins the corpus ("new inputs").
+Seeds are small valid inputs: a nano GPT-2 as GGUF in f32, f16, bf16, q8_0, q4_0 and q4_1 written
+by gpt.gguf_file.save_gguf with a byte-level BPE tokenizer, and as HF directories in F32, F16 and
+BF16 with a ChatML template; a nano Llama GGUF with a SentencePiece vocabulary and Llama 2's
+template; a nano Llama HF directory (rope_scaling, chat_template.jinja); ChatML, Llama 2's and
+Llama 3's templates; the toy GPU artifact of tests/python/toy_artifact.py (when the checkout has
+it). The regression corpus joins them. Each input is a seed, or an earlier input that ran new
+code, of a kind chosen at random (each kind gets its share of the time), parsed into its
+structure and given one to four mutations that know the format: GGUF counts, lengths, value
+types, dimensions, tensor types and offsets, metadata values, tensor bytes and fp16 block scales,
+tokens, merges, token types, SentencePiece scores, long tokens; config.json values (rope_scaling
+of every JSON type) and syntax, tokenizer_config.json's template and tokens, deep nesting, bytes
+that are not UTF-8; safetensors header entries and length; links out of the directory and to
+devices (/dev/zero, /dev/urandom), FIFOs; templates from a grammar of jinja2 constructs (loops,
+ranges nested, nested ifs, arithmetic with ** and *, string multiplication, filters,
+strftime_now, raise_exception, attribute access and sandbox escapes, deep nesting, tags left
+open); manifest values at any path (sizes, counts, dimensions, names and places), the PTX
+module's and the weights' bytes. A worker process loads it under an address-space limit
+(RLIMIT_AS) and a time limit, recording which pairs of consecutive lines of the loaders ran
+(sys.settrace); an input that runs a new pair joins the corpus ("new inputs").
 
-Loading stops before compiling: the loader, gpt.weights.validate_weights and, for a file that
-loads, the GPT constructor (which binds and repacks the weights but compiles nothing) and its
-tokenizer on a sample text. An input may load, or be refused with a ValueError (the documented
-refusal: gpt.ModelFileError, a ValueError) or the MemoryError that names what a configuration
-needs. Anything else is a finding: another exception, a time-out (a hang), the worker killed by a
-signal (a crash) or a MemoryError from memory over the limit. Findings are minimized into
-OUT/findings/ (one file each); once fixed, they belong in tests/fuzz/loader_regressions/, which
+Loading stops before compiling: the loader, gpt.weights.validate_weights and, for a model that
+loads, the GPT constructor (which binds and repacks the weights but compiles nothing), its
+tokenizer on a sample text and, when it has a chat template, a first chat turn rendered (within
+the prompt bound of its context) and tokenized; gpt_runtime.load up to the driver, which the
+worker has none of (NoDeviceError then means every check passed). An input may load, or be
+refused with a documented error: a ValueError (gpt.ModelFileError, ChatTemplateError,
+gpt_runtime.ArtifactError), FileNotFoundError, or the MemoryError that names what a configuration
+needs. Anything else is a finding: another exception, a time-out (a hang), the worker killed by
+a signal (a crash) or a MemoryError from memory over the limit. Findings are minimized into
+OUT/findings/ (one file each: NAME.gguf, NAME.hf.tar.gz, NAME.jinja or NAME.artifact.tar.gz);
+once fixed, they belong in tests/fuzz/loader_regressions/, which
 tests/python/test_hostile_files.py replays. Exits 1 on any finding."""
 
 import argparse
@@ -46,6 +65,8 @@ import time
 # -- formats ------------------------------------------------------------------------------------
 
 GGUF_MAGIC = b"GGUF"
+# The checkout this file is in (through links: Bazel's runfiles link to it).
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 # GGUF metadata value types: id -> struct format (strings and arrays have none).
 SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "B", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
@@ -84,6 +105,21 @@ KNOWN_KEYS = (
     "tokenizer.ggml.tokens",
     "tokenizer.ggml.merges",
     "tokenizer.ggml.token_type",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.add_space_prefix",
+    "tokenizer.chat_template",
+    "llama.block_count",
+    "llama.context_length",
+    "llama.embedding_length",
+    "llama.feed_forward_length",
+    "llama.attention.head_count",
+    "llama.attention.head_count_kv",
+    "llama.attention.layer_norm_rms_epsilon",
+    "llama.rope.freq_base",
+    "llama.vocab_size",
 )
 INTERESTING_INTS = (
     0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 255, 256, 257, 1023, 1024, 4096,
@@ -107,6 +143,143 @@ INTERESTING_FLOATS = (
 # fp16 bit patterns for block scales: NaN, +-inf, the largest, the smallest subnormal, -0, 1.
 INTERESTING_HALVES = (0x7E00, 0x7C01, 0x7C00, 0xFC00, 0x7BFF, 0x0001, 0x8000, 0x3C00)
 SAMPLE_TEXT = "Hello, world! héllo wörld ✓ 日本 \x00\t\n<|endoftext|> 1234"
+# The conversation every chat template renders (transformers' apply_chat_template's variables).
+MESSAGES = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hello <|im_end|> ünï 日本"},
+    {"role": "assistant", "content": "Hi."},
+    {"role": "user", "content": "2 + 2?"},
+]
+# A rendered prompt's characters, at most, in the fuzzer (a server allows its body limit).
+TEMPLATE_MAX_CHARS = 1 << 16
+
+# -- chat templates: real ones, and a grammar of jinja2 constructs ------------------------------
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+LLAMA2_CHAT = (
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
+    "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' ' + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+LLAMA3_CHAT = (
+    "{{- bos_token }}{%- set date_string = strftime_now('%d %b %Y') %}{{- '<|start_header_id|>system"
+    "<|end_header_id|>\\n\\nToday Date: ' + date_string + '<|eot_id|>' }}{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+    "'<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant"
+    "<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+REAL_TEMPLATES = {"chatml": CHATML, "llama2": LLAMA2_CHAT, "llama3": LLAMA3_CHAT}
+
+
+def template_expression(rng: random.Random, depth: int = 0) -> str:
+    """A jinja2 expression: the variables a chat template gets, literals, arithmetic (** and * of
+    numbers and strings), comparisons, filters, tests, calls (range, strftime_now,
+    raise_exception, namespace, string methods) and attribute access, sandbox escapes included."""
+    if depth > 3 or rng.random() < 0.3:
+        return rng.choice(
+            (
+                "messages", "message", "message.role", "message['content']", "messages[0].content", "messages[-1]",
+                "loop.index", "loop.length", "bos_token", "eos_token", "add_generation_prompt", "ns.n", "x", "none",
+                "true", "'a'", "'%Y'", "'<|im_end|>'", "''", "[1, 2, 3]", "{'a': 1}", "1.5", "-1",
+                str(rng.choice(INTERESTING_INTS)), str(rng.choice((2, 9, 10, 99, 1000, 100000, 10**9))),
+                "messages.__class__", "message.__init__", "''.__class__.__mro__", "cycler", "joiner()", "lipsum(3)",
+                "range.__globals__", "messages.append", "self", "config", "request", "undefined_name",
+            )
+        )  # fmt: skip
+    a, b = template_expression(rng, depth + 1), template_expression(rng, depth + 1)
+    n = str(rng.choice((0, 1, 2, 3, 9, 99, 10**4, 10**5, 10**9, 2**31)))
+    return rng.choice(
+        (
+            f"{a} ** {b}", f"{a} * {b}", f"{a} + {b}", f"{a} - {b}", f"{a} / {b}", f"{a} // {b}", f"{a} % {b}",
+            f"{a} ~ {b}", f"{a} == {b}", f"{a} in {b}", f"{a} and {b}", f"not {a}", f"({a})", f"{a}[{b}]",
+            f"{a}.{rng.choice(('role', 'content', 'split', 'strip', 'upper', 'items', 'keys', 'format', 'mro'))}",
+            f"'a' * {n}", f"'%Y' * {n}", f"{n} ** {n} ** {n}", f"range({n})", f"range({a})", f"strftime_now({a})",
+            f"strftime_now('%Y' * {n})", f"raise_exception({a})", f"namespace(n={a})", f"{a}.split({b})",
+            f"{a} if {b} else {n}", f"[{a}] * {n}", f"{a}|{rng.choice(TEMPLATE_FILTERS)}",
+            f"{a}|{rng.choice(TEMPLATE_FILTERS)}|{rng.choice(TEMPLATE_FILTERS)}",
+            f"{a} is {rng.choice(TEMPLATE_TESTS)}",
+            "(" * int(rng.choice((2, 50, 3000))) + "1" + ")" * int(rng.choice((2, 50, 3000))),
+        )
+    )  # fmt: skip
+
+
+TEMPLATE_FILTERS = (
+    "length", "upper", "lower", "trim", "tojson", "string", "int", "float", "list", "first", "last", "reverse",
+    "sort", "unique", "join(', ')", "replace('a', 'bb')", "default('x')", "indent(100000)", "center(100000)",
+    "wordwrap(1)", "batch(3)", "map(attribute='role')", "selectattr('role', 'equalto', 'user')", "items",
+    "format(1, 2)", "truncate(3)", "safe", "escape", "attr('__class__')", "max", "min", "sum", "abs", "round",
+    "dictsort", "groupby('role')", "slice(3)", "title", "capitalize", "wordcount", "urlencode", "xmlattr",
+)  # fmt: skip
+TEMPLATE_TESTS = ("defined", "none", "string", "mapping", "iterable", "number", "divisibleby(0)", "sameas(1)")
+
+
+def template_statement(rng: random.Random, depth: int = 0) -> str:
+    """One jinja2 construct: output, if/elif/else, for (over messages, ranges and nested
+    ranges), set, namespaces, macros, filter and raw blocks, loop controls, deep nesting, tags
+    that do not close, include/extends/import (no loader), comments and plain text."""
+    e = template_expression(rng)
+    body = template_statement(rng, depth + 1) if depth < 3 and rng.random() < 0.6 else rng.choice(("x", "{{ e }}"))
+    body = body.replace("{{ e }}", "{{ " + template_expression(rng, 2) + " }}")
+    n = rng.choice((2, 3, 100, 1000, 10**5))
+    deep = rng.choice((2, 30, 500, 5000))
+    return rng.choice(
+        (
+            "{{ " + e + " }}", "{{- " + e + " -}}", f"{{% if {e} %}}{body}{{% endif %}}",
+            f"{{% if {e} %}}{body}{{% elif {template_expression(rng)} %}}x{{% else %}}{body}{{% endif %}}",
+            f"{{% for message in messages %}}{body}{{% endfor %}}", f"{{% for x in {e} %}}{body}{{% endfor %}}",
+            f"{{% for i in range({n}) %}}{{% for j in range({n}) %}}{body}{{% endfor %}}{{% endfor %}}",
+            f"{{% set x = {e} %}}", f"{{% set ns = namespace(n=0) %}}{{% set ns.n = {e} %}}",
+            f"{{% macro m(a) %}}{body}{{{{ m(a) }}}}{{% endmacro %}}{{{{ m({e}) }}}}",
+            f"{{% filter upper %}}{body}{{% endfilter %}}", "{% raw %}{{ x }}{% endraw %}",
+            f"{{% for x in messages %}}{{% if {e} %}}{{% break %}}{{% endif %}}{{% continue %}}{{% endfor %}}",
+            "{% if true %}" * deep + "x" + "{% endif %}" * deep, "{% for x in [1] %}" * 40 + "x" + "{% endfor %}" * 40,
+            f"{{% if {e} %}}", "{% endfor %}", "{{ ", "{% include 'other.jinja' %}", "{% extends 'base' %}",
+            "{% import 'x' as y %}", "{# a comment #}", "<|im_start|>", "\n", f"{{% set x = {e} %}}{{{{ x * {n} }}}}",
+            f"{{{{ messages|map(attribute='content')|join({e}) }}}}",
+            f"{{% for k, v in {e}|items %}}{{{{ k }}}}{{% endfor %}}",
+        )
+    )  # fmt: skip
+
+
+def mutate_template(rng: random.Random, item: "Input") -> str:
+    """A construct inserted, dropped, repeated, replaced or wrapped in a block; or a real template
+    spliced in."""
+    pieces = item.doc.pieces
+    choice = rng.randrange(7)
+    if choice <= 1 or not pieces:
+        pieces.insert(rng.randrange(len(pieces) + 1), template_statement(rng))
+        return "construct inserted"
+    i = rng.randrange(len(pieces))
+    if choice == 2:
+        del pieces[i]
+        return "construct dropped"
+    if choice == 3:
+        pieces.insert(i, pieces[i] * rng.choice((1, 2, 10)))
+        return "construct repeated"
+    if choice == 4:
+        pieces[i] = template_statement(rng)
+        return "construct replaced"
+    if choice == 5:
+        opening, closing = rng.choice(
+            (
+                (f"{{% if {template_expression(rng)} %}}", "{% endif %}"),
+                ("{% for message in messages %}", "{% endfor %}"),
+                (f"{{% for i in range({rng.choice((1, 3, 10**4))}) %}}", "{% endfor %}"),
+                ("{% filter upper %}", "{% endfilter %}"),
+            )
+        )
+        pieces[i] = opening + pieces[i] + closing
+        return "construct wrapped"
+    pieces.insert(i, rng.choice(list(REAL_TEMPLATES.values())))
+    return "real template spliced"
 
 
 def scalar_bytes(value_type: int, value) -> bytes:
@@ -290,6 +463,44 @@ class HFDoc:
     data: bytes
     config_raw: bytes | None = None
     header_raw: bytes | None = None  # written instead of the JSON of `header`
+    extra: dict = dataclasses.field(default_factory=dict)  # other files: tokenizer_config.json, ...
+    links: dict = dataclasses.field(default_factory=dict)  # name -> symbolic link target
+    fifos: list = dataclasses.field(default_factory=list)  # names made FIFOs
+
+
+@dataclasses.dataclass
+class TemplateDoc:
+    """A chat template as the pieces of jinja2 source it was generated from (one construct each)."""
+
+    pieces: list
+
+
+@dataclasses.dataclass
+class ArtifactDoc:
+    """A GPU artifact (gpt_runtime): manifest.json's value (or its raw bytes), the PTX module and
+    the weights' safetensors bytes, under the names the manifest gives them."""
+
+    manifest: object
+    ptx: bytes
+    weights: bytes
+    manifest_raw: bytes | None = None
+    links: dict = dataclasses.field(default_factory=dict)
+    fifos: list = dataclasses.field(default_factory=list)
+
+    def files(self) -> dict[str, bytes]:
+        manifest = self.manifest_raw if self.manifest_raw is not None else json.dumps(self.manifest).encode()
+        target = self.manifest.get("target") if isinstance(self.manifest, dict) else None
+        module = target.get("module") if isinstance(target, dict) else None
+        module = module if isinstance(module, str) and _plain_name(module) else "kernels.sm_80.ptx"
+        weights = self.manifest.get("weights") if isinstance(self.manifest, dict) else None
+        weights = weights.get("file") if isinstance(weights, dict) else None
+        weights = weights if isinstance(weights, str) and _plain_name(weights) else "weights.safetensors"
+        return {"manifest.json": manifest, module: self.ptx, weights: self.weights}
+
+
+def _plain_name(name: str) -> bool:
+    """A name the fuzzer may create inside the input's directory (the loaders get the others)."""
+    return 0 < len(name) < 100 and "/" not in name and "\x00" not in name and name not in (".", "..")
 
 
 def emit_hf(doc: HFDoc) -> tuple[bytes, bytes]:
@@ -312,7 +523,7 @@ class Input:
     structure (`doc`) or raw bytes (`raw`, a regression file that does not parse), plus mutations
     of the written bytes (`patches`), applied in order."""
 
-    kind: str  # "gguf" or "hf"
+    kind: str  # "gguf", "hf", "template" or "artifact"
     doc: object
     raw: object = None  # bytes (gguf) or (config, safetensors) bytes (hf) when doc is None
     keep: str | None = None
@@ -320,13 +531,30 @@ class Input:
     origin: str = ""
 
     def files(self) -> dict[str, bytes]:
-        """File name -> bytes: {"model.gguf"} or {"config.json", "model.safetensors"}."""
+        """File name -> bytes: {"model.gguf"}, {"config.json", "model.safetensors", ...},
+        {"chat_template.jinja"} or {"manifest.json", the PTX module, the weights}."""
         if self.kind == "gguf":
             data, fields, _ = emit_gguf(self.doc) if self.doc is not None else (self.raw, [], [])
             return {"model.gguf": apply_patches(data, fields, self.patches, "model.gguf")}
-        config, weights = emit_hf(self.doc) if self.doc is not None else self.raw
-        files = {"config.json": config, "model.safetensors": weights}
+        if self.kind == "template":
+            text = "".join(self.doc.pieces).encode("utf-8", "surrogatepass") if self.doc is not None else self.raw
+            return {"chat_template.jinja": apply_patches(text, [], self.patches, "chat_template.jinja")}
+        if self.kind == "artifact":
+            files = self.doc.files() if self.doc is not None else dict(self.raw[0])
+        elif self.doc is not None:
+            config, weights = emit_hf(self.doc)
+            files = {"config.json": config, "model.safetensors": weights, **self.doc.extra}
+        else:
+            files = dict(self.raw[0])
         return {name: apply_patches(data, [], self.patches, name) for name, data in files.items()}
+
+    def special(self) -> tuple[dict, list]:
+        """(name -> symbolic link target, names of FIFOs): made in place of files of those names."""
+        if self.doc is not None and self.kind in ("hf", "artifact"):
+            return self.doc.links, self.doc.fifos
+        if self.doc is None and self.kind in ("hf", "artifact"):
+            return self.raw[1], self.raw[2]
+        return {}, []
 
 
 def apply_patches(data: bytes, fields: list, patches: list, name: str) -> bytes:
@@ -355,13 +583,29 @@ def apply_patches(data: bytes, fields: list, patches: list, name: str) -> bytes:
 
 
 def write_input(item: Input, directory: str) -> str:
-    """Writes the input's files into `directory` (emptied first); the path the loader takes."""
+    """Writes the input's files, links and FIFOs into `directory` (emptied first); the path the
+    loader takes. A link's target is written as it is: an absolute path, a name in the directory,
+    "../outside" (the file OUTSIDE beside the directory, which exists) or one that does not exist."""
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
+    with open(os.path.join(os.path.dirname(directory), "outside"), "wb") as f:
+        f.write(b'{"secret": "outside the model directory"}')
+    links, fifos = item.special()
     for name, data in item.files().items():
-        with open(os.path.join(directory, name), "wb") as f:
-            f.write(data)
-    return os.path.join(directory, "model.gguf") if item.kind == "gguf" else directory
+        if _plain_name(name) and name not in links and name not in fifos:
+            with open(os.path.join(directory, name), "wb") as f:
+                f.write(data)
+    for name, target in links.items():
+        if _plain_name(name):
+            os.symlink(target, os.path.join(directory, name))
+    for name in fifos:
+        if _plain_name(name) and name not in links:
+            os.mkfifo(os.path.join(directory, name))
+    if item.kind == "gguf":
+        return os.path.join(directory, "model.gguf")
+    if item.kind == "template":
+        return os.path.join(directory, "chat_template.jinja")
+    return directory
 
 
 # -- seeds --------------------------------------------------------------------------------------
@@ -388,10 +632,12 @@ def make_seeds(scratch: str) -> list[Input]:
     import numpy as np
 
     import gpt
+    from gpt import architectures
     from gpt.gguf_file import FORMATS, save_gguf
     from gpt.weights import random_weights
 
-    config = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=260, block_size=8)
+    # 64 positions: the prompt bound of a chat (16 characters a position) holds MESSAGES.
+    config = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=260, block_size=64)
     weights = random_weights(config, seed=1)
     # Non-zero biases and LayerNorm parameters, so that every tensor's bytes carry information.
     rng = np.random.default_rng(1)
@@ -410,40 +656,158 @@ def make_seeds(scratch: str) -> list[Input]:
             doc = parse_gguf(f.read())
         keep = fmt if fmt in ("q8_0", "q4_0", "q4_1") else None
         seeds.append(Input("gguf", doc, keep=keep, origin=f"seed {fmt}"))
-    hf = dict(model_type="gpt2", n_layer=1, n_head=2, n_embd=32, vocab_size=260, n_positions=8)
+    seeds.append(Input("gguf", parse_gguf(llama_gguf(scratch)), origin="seed llama spm"))
+    hf = dict(model_type="gpt2", n_layer=1, n_head=2, n_embd=32, vocab_size=260, n_positions=64)
     hf.update(activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True)
+    # A directory a chat can use: tokenizer.json, tokenizer_config.json with the template and EOS.
+    tokenizer_json = tokenizers["long"].to_str().encode()
+    tokenizer_config = {"chat_template": CHATML, "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+    extra = {"tokenizer.json": tokenizer_json, "tokenizer_config.json": json.dumps(tokenizer_config).encode()}
     for dtype in ("F32", "F16", "BF16"):
-        header, chunks, offset = {}, [], 0
-        for name, value in weights.items():
-            if dtype == "F32":
-                data = value.astype("<f4").tobytes()
-            elif dtype == "F16":
-                data = value.astype("<f2").tobytes()
-            else:
-                data = (value.astype("<f4").view("<u4") >> 16).astype("<u2").tobytes()
-            header[name] = {"dtype": dtype, "shape": list(value.shape), "data_offsets": [offset, offset + len(data)]}
-            chunks.append(data)
-            offset += len(data)
-        seeds.append(Input("hf", HFDoc(dict(hf), header, b"".join(chunks)), origin=f"seed hf {dtype}"))
+        header, data = safetensors_bytes(weights, dtype)
+        seeds.append(Input("hf", HFDoc(dict(hf), header, data, extra=dict(extra)), origin=f"seed hf {dtype}"))
+    # A Llama directory: rope_scaling, generation_config.json, the template in chat_template.jinja.
+    llama = gpt.GPTConfig(
+        architecture="llama", n_layer=1, n_head=2, n_kv_head=1, n_embd=32, vocab_size=260, block_size=64, n_ff=64
+    )
+    hf_llama = dict(model_type="llama", num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    hf_llama.update(hidden_size=32, intermediate_size=64, vocab_size=260, max_position_embeddings=64)
+    hf_llama.update(rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True, rope_scaling=None)
+    header, data = safetensors_bytes(architectures.from_compiler(llama, random_weights(llama, seed=2)), "F32")
+    llama_extra = {
+        "tokenizer.json": tokenizer_json,
+        "tokenizer_config.json": json.dumps({"eos_token": {"content": "<|endoftext|>"}}).encode(),
+        "chat_template.jinja": LLAMA3_CHAT.encode(),
+        "generation_config.json": b'{"eos_token_id": [0, 259]}',
+    }
+    seeds.append(Input("hf", HFDoc(hf_llama, header, data, extra=llama_extra), origin="seed hf llama"))
+    rng = random.Random(0)
+    for name, source in REAL_TEMPLATES.items():
+        seeds.append(Input("template", TemplateDoc([source]), origin=f"seed template {name}"))
+    seeds.append(Input("template", TemplateDoc([CHATML, template_statement(rng)]), origin="seed template generated"))
+    artifact = toy_artifact_seed(scratch)
+    if artifact is not None:
+        seeds.append(Input("artifact", artifact, origin="seed artifact"))
     return seeds
+
+
+def safetensors_bytes(weights: dict, dtype: str) -> tuple[dict, bytes]:
+    """(header, data) of float32 `weights` stored as F32, F16 or BF16."""
+    header, chunks, offset = {}, [], 0
+    for name, value in weights.items():
+        if dtype == "F32":
+            data = value.astype("<f4").tobytes()
+        elif dtype == "F16":
+            data = value.astype("<f2").tobytes()
+        else:
+            data = (value.astype("<f4").view("<u4") >> 16).astype("<u2").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(value.shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    return header, b"".join(chunks)
+
+
+def llama_gguf(scratch: str) -> bytes:
+    """A nano Llama GGUF (1 layer, n_embd 32) with a SentencePiece vocabulary (tokenizer.ggml.model
+    "llama": <unk>, <s>, </s>, the 256 byte tokens, pieces that merge, a user-defined token) and
+    a chat template, as llama.cpp's converter writes TinyLlama's or Mistral's."""
+    import gguf
+    import numpy as np
+
+    import gpt
+    from gpt import architectures
+
+    pieces = ["\u2581", "a", "b", "c", "h", "e", "l", "o", "\u2581a", "\u2581ab", "bc", "\u2581abc", "ab", "he"]
+    pieces += ["ll", "hell", "hello", "\u2581hello", "<tool>"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [2, 3, 3] + [6] * 256 + [1] * (len(pieces) - 1) + [4]
+    config = gpt.GPTConfig(
+        architecture="llama", n_layer=1, n_head=2, n_embd=32, vocab_size=len(tokens), block_size=64, n_ff=64
+    )
+    path = os.path.join(scratch, "seed-llama.gguf")
+    writer = gguf.GGUFWriter(path, arch="llama")
+    for key, value in (("block_count", 1), ("context_length", 64), ("embedding_length", 32)):
+        writer.add_uint32(f"llama.{key}", value)
+    writer.add_uint32("llama.feed_forward_length", 64)
+    writer.add_uint32("llama.attention.head_count", 2)
+    writer.add_uint32("llama.attention.head_count_kv", 2)
+    writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(pieces))])
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_chat_template(LLAMA2_CHAT)
+    rng = np.random.default_rng(0)
+    for parameter, layer in architectures.parameters(config):
+        name = parameter.gguf.replace("{i}", str(layer)) if layer is not None else parameter.gguf
+        values = rng.standard_normal(architectures.gguf_shape(parameter, config)).astype(np.float32) * 0.02
+        writer.add_tensor(name, values)
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file, writer.close):
+        step()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def toy_artifact_seed(scratch: str) -> "ArtifactDoc | None":
+    """The toy GPU artifact of tests/python/toy_artifact.py (a manifest around toy_kernels.ptx,
+    which the runtime's checks accept), or None when this checkout has no tests directory."""
+    for root in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), REPOSITORY):
+        helper = os.path.join(root, "tests", "python", "toy_artifact.py")
+        if os.path.isfile(helper) and os.path.isfile(os.path.join(root, "tests", "python", "toy_kernels.ptx")):
+            break
+    else:
+        return None
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("toy_artifact", helper)
+    toy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(toy)
+    directory = toy.write_artifact(os.path.join(scratch, "seed-artifact"))
+    files = {}
+    for name in ("manifest.json", "kernels.sm_80.ptx", "weights.safetensors"):
+        with open(os.path.join(directory, name), "rb") as f:
+            files[name] = f.read()
+    return ArtifactDoc(json.loads(files["manifest.json"]), files["kernels.sm_80.ptx"], files["weights.safetensors"])
 
 
 def read_regression(path: str) -> Input:
     """A file of the regression corpus as an input: NAME.gguf (NAME.keep-q8_0.gguf: loaded with
-    that format kept quantized) or NAME.hf.tar.gz (config.json and model.safetensors)."""
+    that format kept quantized), NAME.hf.tar.gz (a HF directory: config.json, model.safetensors
+    and any other files, links and FIFOs), NAME.jinja (a chat template) or NAME.artifact.tar.gz
+    (a GPU artifact: manifest.json, its PTX module and weights, links and FIFOs)."""
     base = os.path.basename(path)
     with open(path, "rb") as f:
         raw = f.read()
-    if base.endswith(".hf.tar.gz"):
+    if base.endswith(".jinja"):
+        return Input("template", None, raw=raw, origin=base)
+    if base.endswith((".hf.tar.gz", ".artifact.tar.gz")):
+        files, links, fifos = {}, {}, []
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
-            config = tar.extractfile("config.json").read()
-            weights = tar.extractfile("model.safetensors").read()
+            for member in tar.getmembers():
+                if member.issym():
+                    links[member.name] = member.linkname
+                elif member.isfifo():
+                    fifos.append(member.name)
+                elif member.isfile():
+                    files[member.name] = tar.extractfile(member).read()
+        kind = "hf" if base.endswith(".hf.tar.gz") else "artifact"
         try:
-            header, data = parse_safetensors(weights)
-            doc = HFDoc(None, header, data, config_raw=config)
-            return Input("hf", doc, origin=base)
+            if kind == "hf":
+                header, data = parse_safetensors(files["model.safetensors"])
+                extra = {k: v for k, v in files.items() if k not in ("config.json", "model.safetensors")}
+                doc = HFDoc(None, header, data, config_raw=files["config.json"], extra=extra, links=links, fifos=fifos)
+            else:
+                doc = ArtifactDoc(json.loads(files["manifest.json"]), b"", b"", files["manifest.json"], links, fifos)
+                names = list(doc.files())
+                doc.ptx, doc.weights = files[names[1]], files[names[2]]
+                if set(names) != set(files):
+                    raise ValueError("files the manifest does not name")
+            return Input(kind, doc, origin=base)
         except Exception:
-            return Input("hf", None, raw=(config, weights), origin=base)
+            return Input(kind, None, raw=(files, links, fifos), origin=base)
     keep = next((fmt for fmt in ("q8_0", "q4_0", "q4_1") if f".keep-{fmt}." in base), None)
     try:
         return Input("gguf", parse_gguf(raw), keep=keep, origin=base)
@@ -451,28 +815,39 @@ def read_regression(path: str) -> Input:
         return Input("gguf", None, raw=raw, keep=keep, origin=base)
 
 
+REGRESSION_SUFFIXES = (".gguf", ".hf.tar.gz", ".jinja", ".artifact.tar.gz")
+
+
 def regression_files(directory: str) -> list[str]:
     if not os.path.isdir(directory):
         return []
-    return sorted(
-        os.path.join(directory, name) for name in os.listdir(directory) if name.endswith((".gguf", ".hf.tar.gz"))
-    )
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory) if name.endswith(REGRESSION_SUFFIXES))
 
 
 def save_finding(item: Input, path_stem: str) -> str:
     """Writes an input as one regression-corpus file; returns its path."""
     files = item.files()
-    if item.kind == "gguf":
-        path = path_stem + (f".keep-{item.keep}" if item.keep else "") + ".gguf"
-        with open(path, "wb") as f:
-            f.write(files["model.gguf"])
-        return path
-    path = path_stem + ".hf.tar.gz"
+    if item.kind in ("gguf", "template"):
+        suffix = ".jinja" if item.kind == "template" else (f".keep-{item.keep}" if item.keep else "") + ".gguf"
+        with open(path_stem + suffix, "wb") as f:
+            f.write(next(iter(files.values())))
+        return path_stem + suffix
+    path = path_stem + (".hf.tar.gz" if item.kind == "hf" else ".artifact.tar.gz")
+    links, fifos = item.special()
     with tarfile.open(path, "w:gz") as tar:
         for name, data in files.items():
+            if name not in links and name not in fifos:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        for name, target in links.items():
             info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+        for name in fifos:
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.FIFOTYPE
+            tar.addfile(info)
     return path
 
 
@@ -711,6 +1086,28 @@ def mutate_gguf(rng: random.Random, item: Input) -> str:
 
 def mutate_tokenizer(rng: random.Random, doc: GGUFDoc) -> str:
     tokens = token_strings(doc)
+    if rng.random() < 0.2:  # SentencePiece scores, long tokens, a generated chat template
+        choice = rng.randrange(3)
+        if choice == 0:
+            kv = find_kv(doc, b"tokenizer.ggml.scores")
+            if kv is not None and isinstance(kv[2], tuple) and kv[2][1]:
+                items = list(kv[2][1])
+                items[rng.randrange(len(items))] = rng.choice(INTERESTING_FLOATS)
+                kv[2] = (kv[2][0], items)
+            return "tokenizer scores"
+        if choice == 1:
+            kv = find_kv(doc, b"tokenizer.ggml.tokens")
+            if kv is not None and isinstance(kv[2], tuple) and kv[2][1]:
+                items = list(kv[2][1])
+                i = rng.randrange(len(items))
+                items[i] = (items[i] if isinstance(items[i], bytes) else b"x") * rng.choice((100, 1000, 5000))
+                kv[2] = (kv[2][0], items)
+            return "long token"
+        kv = find_kv(doc, b"tokenizer.chat_template")
+        if kv is None:
+            doc.kvs.append(kv := [b"tokenizer.chat_template", STRING, b""])
+        kv[1], kv[2] = STRING, (CHATML + template_statement(rng)).encode()
+        return "chat template"
     key = rng.choice((b"tokenizer.ggml.tokens", b"tokenizer.ggml.merges", b"tokenizer.ggml.token_type"))
     kv = find_kv(doc, key)
     if kv is None or not isinstance(kv[2], tuple):
@@ -739,8 +1136,174 @@ def mutate_tokenizer(rng: random.Random, doc: GGUFDoc) -> str:
     return f"tokenizer {key!r}"
 
 
+# Where a link in a model directory or artifact may point: out of it, at devices that never end,
+# at a file inside, nowhere.
+LINK_TARGETS = ("/etc/passwd", "/dev/zero", "/dev/urandom", "/proc/self/environ", "../outside", "/", "config.json")
+LINK_TARGETS += ("manifest.json", "missing.json", "/nonexistent/x", ".")
+HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+HF_FILES += ("generation_config.json",)
+
+
+def json_value(rng: random.Random, depth: int = 0):
+    """A JSON value of any kind, nested now and then, deeply at times."""
+    choice = rng.randrange(9)
+    if choice == 0 and depth < 3:
+        return {rng.choice(("content", "template", "name", "a", "")): json_value(rng, depth + 1)}
+    if choice == 1 and depth < 3:
+        return [json_value(rng, depth + 1) for _ in range(rng.choice((0, 1, 2)))]
+    if choice == 2:
+        value = 1
+        for _ in range(rng.choice((10, 100, 300))):  # deeper nesting is written as text (syntax mutations)
+            value = [value]
+        return value
+    return rng.choice(
+        (None, True, False, 0, -1, 2**31, 2**62, 2**64, 10**30, 1.5, float("inf"), "", "x", "<|endoftext|>", "\x00")
+    )
+
+
+def mutate_directory_files(rng: random.Random, doc) -> str:
+    """A file of a model directory or artifact made a link or a FIFO, or a link or FIFO dropped."""
+    names = list(doc.files() if isinstance(doc, ArtifactDoc) else HF_FILES)
+    if isinstance(doc, ArtifactDoc):
+        names.append("tokenizer.json")
+    name = rng.choice(names)
+    choice = rng.randrange(4)
+    if choice <= 1:
+        doc.links[name] = rng.choice(LINK_TARGETS)
+        return f"{name} a link"
+    if choice == 2:
+        if name not in doc.fifos:
+            doc.fifos.append(name)
+        return f"{name} a FIFO"
+    doc.links.pop(name, None)
+    if name in doc.fifos:
+        doc.fifos.remove(name)
+    return f"{name} a file again"
+
+
+def mutate_hf_files(rng: random.Random, doc: HFDoc) -> str:
+    """tokenizer_config.json (the chat template, bos and eos tokens, added tokens: values of any
+    type, invalid syntax, deep nesting, not UTF-8), chat_template.jinja, generation_config.json,
+    tokenizer.json, rope_scaling; links and FIFOs."""
+    choice = rng.randrange(8)
+    if choice <= 1:
+        try:
+            value = json.loads(doc.extra.get("tokenizer_config.json", b"{}"))
+        except (ValueError, RecursionError):
+            value = {}
+        value = value if isinstance(value, dict) else {}
+        key = rng.choice(("chat_template", "bos_token", "eos_token", "added_tokens_decoder", "chat_template"))
+        if key == "chat_template" and rng.random() < 0.7:
+            source = rng.choice(list(REAL_TEMPLATES.values())) + template_statement(rng)
+            value[key] = source if rng.random() < 0.7 else [{"name": "default", "template": source}, json_value(rng)]
+        else:
+            value[key] = json_value(rng)
+        doc.extra["tokenizer_config.json"] = json.dumps(value).encode()
+        return f"tokenizer_config.json {key}"
+    if choice == 2:
+        name = rng.choice(("tokenizer_config.json", "generation_config.json", "tokenizer.json"))
+        text = doc.extra.get(name, b"{}")
+        doc.extra[name] = rng.choice(
+            (
+                b"[" * 100000 + b"]" * 100000,
+                b'{"chat_template": "\xff\xfe"}',
+                text[: rng.randrange(len(text) + 1)],
+                b"\xef\xbb\xbf" + text,
+                b"null",
+                b'{"eos_token": ' * 2000 + b"1" + b"}" * 2000,
+            )
+        )
+        return f"{name} syntax"
+    if choice == 3:
+        doc.extra["chat_template.jinja"] = "".join(template_statement(rng) for _ in range(rng.randint(1, 3))).encode()
+        return "chat_template.jinja"
+    if choice == 4:
+        doc.extra["generation_config.json"] = json.dumps({"eos_token_id": json_value(rng)}).encode()
+        return "generation_config.json"
+    if choice == 5 and isinstance(doc.config, dict):
+        doc.config[rng.choice(("rope_scaling", "rope_parameters", "rope_theta"))] = rng.choice(
+            (
+                json_value(rng),
+                {"rope_type": "llama3", "factor": json_value(rng), "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+                {"rope_type": rng.choice(("llama3", "linear", "yarn", 3)), "original_max_position_embeddings": 8},
+            )
+        )
+        doc.config_raw = None
+        return "rope scaling"
+    return mutate_directory_files(rng, doc)
+
+
+def mutate_artifact(rng: random.Random, item: Input) -> str:
+    """A manifest value (sizes, counts, dimensions, names, places: any JSON at any path), a key
+    dropped, manifest.json's syntax, the PTX module's or the weights' bytes; links and FIFOs."""
+    doc: ArtifactDoc = item.doc
+    choice = rng.randrange(10)
+    if choice <= 4 and isinstance(doc.manifest, (dict, list)):
+        paths = []
+
+        def walk(value, path):
+            paths.append(path)
+            if isinstance(value, dict):
+                for key, inner in value.items():
+                    walk(inner, (*path, key))
+            elif isinstance(value, list):
+                for i, inner in enumerate(value):
+                    walk(inner, (*path, i))
+
+        walk(doc.manifest, ())
+        path = rng.choice(paths[1:] or paths)
+        if not path:
+            return "manifest unchanged"
+        parent = doc.manifest
+        for step in path[:-1]:
+            parent = parent[step]
+        current = parent[path[-1]]
+        if choice == 4 and isinstance(parent, dict):
+            del parent[path[-1]]
+            doc.manifest_raw = None
+            return f"manifest {path[-1]} dropped"
+        if isinstance(current, int) and not isinstance(current, bool) and rng.random() < 0.7:
+            parent[path[-1]] = rng.choice((interesting_int(rng, current), -current - 1, 2**40, 2**62, 2**64, 1.5))
+        elif isinstance(current, str) and rng.random() < 0.5:
+            parent[path[-1]] = rng.choice(("../outside", "/etc/passwd", "", "x" * 5000, current + "x", "\x00"))
+        elif isinstance(current, list) and current and rng.random() < 0.5:
+            current.append(copy.deepcopy(current[rng.randrange(len(current))]))
+        else:
+            parent[path[-1]] = json_value(rng)
+        doc.manifest_raw = None
+        return f"manifest {'.'.join(map(str, path))[:60]}"
+    if choice == 5:
+        text = json.dumps(doc.manifest).encode() if doc.manifest_raw is None else doc.manifest_raw
+        doc.manifest_raw = rng.choice(
+            (b"[" * 100000 + b"]" * 100000, text[: rng.randrange(len(text) + 1)], b"\xff" + text, b"{}", text * 2)
+        )
+        return "manifest.json syntax"
+    if choice == 6 and doc.ptx:
+        data = bytearray(doc.ptx)
+        operation = rng.randrange(3)
+        if operation == 0:
+            data[rng.randrange(len(data))] = rng.getrandbits(8)
+        elif operation == 1:
+            del data[rng.randrange(len(data)) :]
+        else:
+            data = data.replace(b".entry", rng.choice((b".entry", b".func", b".entry .entry", b"")), 1)
+        doc.ptx = bytes(data)
+        return "PTX bytes"
+    if choice == 7 and doc.weights:
+        header, data = parse_safetensors(doc.weights)
+        name = rng.choice(list(header)) if header else None
+        if name is not None and isinstance(header[name], dict):
+            header[name][rng.choice(("dtype", "shape", "data_offsets"))] = json_value(rng)
+        text = json.dumps(header).encode()
+        doc.weights = struct.pack("<Q", len(text)) + text + data
+        return "weights header"
+    return mutate_directory_files(rng, doc)
+
+
 def mutate_hf(rng: random.Random, item: Input) -> str:
     doc: HFDoc = item.doc
+    if rng.random() < 0.4:
+        return mutate_hf_files(rng, doc)
     choice = rng.randrange(12)
     if choice <= 2:  # a config value
         if not isinstance(doc.config, dict):
@@ -849,7 +1412,7 @@ def mutate_hf(rng: random.Random, item: Input) -> str:
 def mutate_raw(rng: random.Random, item: Input) -> str:
     """A mutation of the written bytes: a header field set to an interesting value, bytes
     overwritten, inserted or deleted, the file cut."""
-    name = "model.gguf" if item.kind == "gguf" else rng.choice(("config.json", "model.safetensors"))
+    name = rng.choice(list(item.files()))
     size = len(item.files()[name])
     choice = rng.randrange(6)
     if choice <= 1 and item.kind == "gguf":
@@ -883,9 +1446,10 @@ def mutate_raw(rng: random.Random, item: Input) -> str:
 
 def mutate(rng: random.Random, parent: Input) -> Input:
     child = copy.deepcopy(parent)
+    structural = {"gguf": mutate_gguf, "hf": mutate_hf, "template": mutate_template, "artifact": mutate_artifact}
     for _ in range(rng.choice((1, 1, 2, 3, 4))):
         if child.doc is not None and rng.random() < 0.8:
-            (mutate_gguf if child.kind == "gguf" else mutate_hf)(rng, child)
+            structural[child.kind](rng, child)
         else:
             mutate_raw(rng, child)
     child.origin = parent.origin
@@ -896,6 +1460,12 @@ def mutate(rng: random.Random, parent: Input) -> Input:
 
 # Source files whose executed line pairs are the coverage signal.
 TRACED = ("gpt/gguf_file.py", "gpt/weights.py", "gpt/config.py", "gpt/resources.py", "gpt/tokenizer.py")
+TRACED += ("gpt/gguf_llama.py", "gpt/gguf_tokenizer.py", "gpt/hf_checkpoint.py", "gpt/model_files.py", "gpt/chat.py")
+TRACED += ("gpt/template_sandbox.py", "gpt_runtime/manifest.py", "gpt_runtime/weights.py", "gpt_runtime/schema.py")
+TRACED += ("gpt_runtime/artifact_files.py", "gpt_runtime/model.py")
+# The driver library the worker's gpt_runtime opens: none, so that loading an artifact stops at
+# NoDeviceError once every check before the driver has passed (and never touches a real GPU).
+NO_DRIVER = "/nonexistent/libcuda-for-fuzzing.so.1"
 TRACED_GGUF = ("gguf/gguf_reader.py", "gguf/quants.py")
 
 
@@ -910,9 +1480,18 @@ def worker_main(memory_headroom: int) -> None:
     import tokenizers  # noqa: F401
 
     import gpt
+    import gpt_runtime
+    from gpt import architectures, chat, hf_checkpoint
     from gpt.gguf_file import QuantizedTensor, load_gguf
     from gpt.model import GPT
+    from gpt.tokenizer import tokenizer_for
     from gpt.weights import load_pretrained, validate_weights
+
+    def render(tokenizer, block_size: int, **where) -> None:
+        """A chat's first turn: the template rendered within the prompt bound, then tokenized."""
+        spec = chat.chat_spec(tokenizer, **where)
+        text = spec.template.render(MESSAGES, max_chars=chat.max_prompt_chars(block_size, TEMPLATE_MAX_CHARS))
+        chat.prompt_ids(tokenizer, spec, text)
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # What a finding may take: the address space now (the extension, LLVM, numpy) plus the headroom.
@@ -953,6 +1532,9 @@ def worker_main(memory_headroom: int) -> None:
                 config, weights, tokenizer = load_gguf(request["path"], keep_quantized=request["keep"])
                 quantized = {n: (w.format, w.blocks) for n, w in weights.items() if isinstance(w, QuantizedTensor)}
                 floats = {n: w for n, w in weights.items() if n not in quantized}
+                if config.spec.compiler_names != "gpt2":  # as GPT.from_gguf: HF names -> the compiler's
+                    quantized = architectures.to_compiler_quantized(config, quantized)
+                    floats = architectures.to_compiler(config, floats, consume=True)
                 validate_weights(config, floats, copy=False, given_quantized=quantized)
                 # An oracle for what loads: kept blocks dequantize (by gguf, not the loader) to finite values.
                 for name, (fmt, blocks) in quantized.items():
@@ -966,12 +1548,31 @@ def worker_main(memory_headroom: int) -> None:
                 if tokenizer is not None:
                     ids = tokenizer.encode(SAMPLE_TEXT)
                     tokenizer.decode([*ids, 0, config.vocab_size - 1])
-            else:
-                config, tensors = load_pretrained(request["path"])
+                    if getattr(tokenizer, "chat_template", None) is not None:
+                        render(tokenizer, config.block_size, model_path=request["path"])
+            elif request["kind"] == "hf":
+                # As GPT.from_pretrained: a Llama-family directory goes to gpt.hf_checkpoint.
+                if hf_checkpoint.architecture_of(hf_checkpoint.model_type(request["path"])) is not None:
+                    config, tensors = hf_checkpoint.load_pretrained(request["path"])
+                else:
+                    config, tensors = load_pretrained(request["path"])
                 options = gpt.CompileOptions(disk_cache=False, threads=1)
                 GPT(config, validate_weights(config, tensors, copy=False), options, _copy_weights=False)
+                tokenizer = tokenizer_for(request["path"], config.vocab_size)
+                tokenizer.decode(tokenizer.encode(SAMPLE_TEXT))
+                render(tokenizer, config.block_size, model_dir=request["path"])
+            elif request["kind"] == "template":
+                with open(request["path"], "rb") as f:
+                    source = f.read().decode("utf-8", "replace")  # a file's text, as the loaders decode it
+                template = chat.ChatTemplate(source, bos_token="<s>", eos_token="</s>", origin=request["path"])
+                template.render(MESSAGES, max_chars=TEMPLATE_MAX_CHARS)
+            else:
+                try:
+                    gpt_runtime.load(request["path"])
+                except gpt_runtime.NoDeviceError:
+                    pass  # every check before the driver passed: the artifact "loads"
             outcome = {"outcome": "loaded"}
-        except ValueError as e:  # gpt.ModelFileError or another ValueError: a refusal
+        except (ValueError, FileNotFoundError) as e:  # ModelFileError, ChatTemplateError, ArtifactError...
             outcome = {"outcome": "refused", "type": type(e).__name__, "message": str(e)}
         except MemoryError as e:
             if "this process can use" in str(e):  # gpt.resources: the documented refusal
@@ -1018,7 +1619,7 @@ class Worker:
         self.buffer = b""
 
     def start(self) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1", RUST_BACKTRACE="0")
+        env = dict(os.environ, OMP_NUM_THREADS="1", RUST_BACKTRACE="0", GPT_RUNTIME_LIBCUDA=NO_DRIVER)
         command = [
             sys.executable,
             os.path.abspath(__file__),
@@ -1131,6 +1732,8 @@ def minimize(worker: Worker, item: Input, expected: str, scratch: str, timeout: 
     if best.kind == "gguf" and best.doc is not None:
         best = shrink(best, lambda candidate: candidate.doc.tensors)
         best = shrink(best, lambda candidate: candidate.doc.kvs)
+    if best.kind == "template" and best.doc is not None:
+        best = shrink(best, lambda candidate: candidate.doc.pieces)
     if best.kind == "hf" and best.doc is not None:
         for empty in ({"header": {}, "data": b"", "header_raw": None}, {"config": {}, "config_raw": None}):
             candidate = copy.deepcopy(best)
@@ -1143,6 +1746,7 @@ def minimize(worker: Worker, item: Input, expected: str, scratch: str, timeout: 
 
 def run_campaign(args) -> int:
     rng = random.Random(args.seed)
+    sys.setrecursionlimit(20000)  # deepcopy and json.dumps of nested inputs, here (not in the worker)
     out = os.path.abspath(args.out)
     os.makedirs(os.path.join(out, "findings"), exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="fuzz-loaders-", dir=out)
@@ -1154,6 +1758,7 @@ def run_campaign(args) -> int:
     edges = set()
     worker = Worker(args.memory_headroom)
     outcomes = {"loaded": 0, "refused": 0, "finding": 0}
+    by_kind = {}  # input kind -> executions
     messages = set()
     refusals = {}  # exception type -> count
     broken_seeds = []
@@ -1171,12 +1776,15 @@ def run_campaign(args) -> int:
             if queue:
                 item, mutated = queue.pop(0)
             else:
-                parent = rng.choice(corpus)
+                # A kind first, then a parent of that kind: each surface gets its share of the time.
+                kind = rng.choice(sorted({entry.kind for entry in corpus}))
+                parent = rng.choice([entry for entry in corpus if entry.kind == kind])
                 item, mutated = mutate(rng, parent), True
             path = write_input(item, os.path.join(scratch, "input"))
             result = worker.run(item.kind, path, item.keep, args.timeout)
             executions += 1
             outcomes[result["outcome"]] += 1
+            by_kind[item.kind] = by_kind.get(item.kind, 0) + 1
             if not mutated and item.origin.startswith("seed") and result["outcome"] != "loaded":
                 # A generated seed must load: mutations of a refused file test little.
                 print(f"loader fuzz: {item.origin} does not load: {result.get('type')}: {result.get('message')}")
@@ -1221,6 +1829,7 @@ def run_campaign(args) -> int:
         "corpus": len(corpus),
         "edges": len(edges),
         "outcomes": outcomes,
+        "executions_by_kind": by_kind,
         "distinct_refusals": len(messages),
         "refusals_by_type": refusals,
         "findings": sorted(findings.values()),
@@ -1257,8 +1866,9 @@ def _status(executions, started, corpus, new_inputs, edges, outcomes, findings) 
 
 def run_replay(args) -> int:
     """Runs every regression file (or the files named) through the worker; prints one JSON line
-    each (file, outcome, exception type, seconds) and exits 1 unless each was refused with
-    gpt.ModelFileError."""
+    each (file, outcome, exception type, seconds) and exits 1 unless each was refused with one of
+    the documented errors (gpt.ModelFileError, ChatTemplateError, gpt_runtime.ArtifactError: a
+    ValueError; FileNotFoundError)."""
     paths = []
     for target in args.replay:
         paths += regression_files(target) if os.path.isdir(target) else [target]
@@ -1279,7 +1889,7 @@ def run_replay(args) -> int:
                 "seconds": round(time.monotonic() - started, 3),
             }
             print(json.dumps(record), flush=True)
-            if result.get("type") != "ModelFileError":
+            if result["outcome"] != "refused":
                 status = 1
     finally:
         worker.stop()
