@@ -10,7 +10,9 @@ nesting bound. Every refusal is a gpt.ModelFileError naming the file.
 One link that leaves the directory is followed: the Hugging Face hub cache's. A directory that
 `huggingface_hub.snapshot_download` returns, `.../models--org--name/snapshots/<revision>`, holds
 links to `../../blobs/<hash>`, the same repository's content-addressed files; refusing them would
-refuse every downloaded model. A link anywhere else out of the directory is refused.
+refuse every downloaded model. And the package's own models (the embedded byte-level GPT in
+gpt/data) are as trusted as its code: Bazel lays the package out as a tree of links into the
+source tree. A link anywhere else out of the directory is refused.
 
 Large tensor files (safetensors) are mapped by their own reader (gpt.weights), after
 regular_file_inside has checked them; this module reads whole the files a loader reads whole.
@@ -26,6 +28,19 @@ from gpt.errors import ModelFileError
 # A config or tokenizer_config.json is kilobytes; the largest real ones (with a chat template and
 # thousands of added tokens) are a few MB; the largest tokenizer.json, Gemma 3's, is 33 MB.
 MAX_CONFIG_BYTES = 64 * 2**20
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _in_package(directory: str) -> bool:
+    """Whether `directory` is inside this package (by its path as given, or as resolved)."""
+    return any(
+        os.path.commonpath([package, path]) == package
+        for package, path in (
+            (_PACKAGE, os.path.abspath(directory)),
+            (os.path.realpath(_PACKAGE), os.path.realpath(directory)),
+        )
+    )
 
 
 def _allowed_roots(directory: str) -> list[str]:
@@ -50,8 +65,12 @@ def resolve_inside(directory: str, name: str) -> str:
     if "\0" in path:
         raise ModelFileError(f"{path!r}: a file name with a NUL character; refused")
     real = os.path.realpath(path)
-    if not any(os.path.commonpath([root, real]) == root for root in _allowed_roots(directory)):
-        raise ModelFileError(f"{path}: leads outside the model directory {directory} (to {real}); refused")
+    inside = any(os.path.commonpath([root, real]) == root for root in _allowed_roots(directory))
+    if not inside and not _in_package(directory):
+        raise ModelFileError(
+            f"{path}: leads outside the model directory {directory} (to {real}); refused: a model's files are "
+            f"read from inside its directory (copy the file in)"
+        )
     if not os.path.exists(real):
         raise FileNotFoundError(f"no such file: {path}")
     return real
