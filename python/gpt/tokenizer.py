@@ -38,7 +38,11 @@ class HFTokenizer:
             text = model_files.read_text(os.path.dirname(path) or ".", os.path.basename(path))
             try:
                 self._tokenizer = Tokenizer.from_str(text)
-            except Exception as e:  # tokenizers raises a bare Exception for a malformed file
+            except (KeyboardInterrupt, SystemExit, GeneratorExit):
+                raise
+            # tokenizers raises a bare Exception for a malformed file, and a Rust panic as pyo3's
+            # PanicException, a BaseException.
+            except BaseException as e:  # noqa: B036
                 raise ModelFileError(f"{path} is not a readable tokenizer.json: {e}") from None
         self.vocab_size = self._tokenizer.get_vocab_size()
 
