@@ -31,7 +31,8 @@ enum class ArgumentKind {
   Sequences,   ///< [T] i64 (batch step): the sequence (block-table row) of each token
   CacheSlots,  ///< [T] i64 (batch step): where each token's key and value go, block * S + row; < 0: nowhere
   BlockTables, ///< [B, M] i64 (batch step): each sequence's blocks in the pool, in position order
-  KeyCache,    ///< [H, cacheLen, head size] f32 (step), updated in place; `index` is the layer.
+  KeyCache,    ///< [H, cacheLen, head size] (step) of the KV cache format's elements (f32, f16, or
+               ///< bf16 as 16 bits: WeightStorage::kvCache), updated in place; `index` is the layer.
                ///< Batch step: the layer's pool [blocks, H, S, head size]
   ValueCache,  ///< as KeyCache
   Weight,      ///< parameterSpecs()[index], read-only

@@ -30,6 +30,23 @@ namespace {
 
 using W = LayerWeight;
 
+/// The element type of a KV cache of `format`: what its tensors hold, and what the runtime's
+/// arrays hold (bf16 as uint16 bits).
+Type kvCacheElementType(OpBuilder &b, KvCacheFormat format) {
+  switch (format) {
+  case KvCacheFormat::BF16:
+    return b.getBF16Type();
+  case KvCacheFormat::F16:
+    return b.getF16Type();
+  case KvCacheFormat::F32:
+    break;
+  }
+  return b.getF32Type();
+}
+
+/// An unranked tensor of `like`'s element type: a cache write's result before shape inference.
+Type unrankedLike(Value like) { return UnrankedTensorType::get(cast<TensorType>(like.getType()).getElementType()); }
+
 /// A matmul weight and, for a block-quantized one, its scales (null otherwise).
 struct MatmulWeight {
   Value weight, scales;
@@ -111,8 +128,9 @@ public:
     }
     float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
     if (paged) {
-      paged->key = b.create<PagedCacheWriteOp>(loc, unranked(), k, paged->key, paged->slots);
-      paged->value = b.create<PagedCacheWriteOp>(loc, unranked(), v, paged->value, paged->slots);
+      // The pools keep their element type (the KV cache's format): the write rounds to it.
+      paged->key = b.create<PagedCacheWriteOp>(loc, unrankedLike(paged->key), k, paged->key, paged->slots);
+      paged->value = b.create<PagedCacheWriteOp>(loc, unrankedLike(paged->value), v, paged->value, paged->slots);
       IntegerAttr window = config.attentionWindow > 0 ? b.getI64IntegerAttr(config.attentionWindow) : nullptr;
       Value a = b.create<PagedAttentionOp>(loc, unranked(), q, paged->key, paged->value, paged->tables,
                                            paged->sequences, positions, b.getF32FloatAttr(scale), window);
@@ -136,8 +154,10 @@ public:
         slot = b.create<arith::RemUIOp>(loc, offset, b.create<arith::ConstantIndexOp>(loc, slots));
         offset = b.create<arith::MinUIOp>(loc, offset, b.create<arith::ConstantIndexOp>(loc, slots - rows));
       }
-      cache->key = k = b.create<CacheUpdateOp>(loc, unranked(), k, cache->key, slot);
-      cache->value = v = b.create<CacheUpdateOp>(loc, unranked(), v, cache->value, slot);
+      // The caches keep their element type (the KV cache's format): the update rounds to it, and
+      // attention reads the rounded keys and values back, the new tokens' own among them.
+      cache->key = k = b.create<CacheUpdateOp>(loc, unrankedLike(cache->key), k, cache->key, slot);
+      cache->value = v = b.create<CacheUpdateOp>(loc, unrankedLike(cache->value), v, cache->value, slot);
     }
     auto attention = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
     if (config.attentionWindow > 0) attention.setWindowAttr(b.getI64IntegerAttr(config.attentionWindow));
@@ -247,12 +267,15 @@ func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef
 /// unrolling n_layer copies: compile time does not grow with depth.
 ///
 /// With `cacheLen` > 0 the block also takes `offset: index` and this layer's key and value caches
-/// `[H, cacheLen, d]`, and returns them updated: `(x, positions, offset, k, v, weights) -> (x, k, v)`.
+/// `[H, cacheLen, d]` of `kvCache`'s elements, and returns them updated:
+/// `(x, positions, offset, k, v, weights) -> (x, k, v)`.
 func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int64_t seqLen,
-                        ArrayRef<ParameterSpec> layerSpecs, int64_t cacheLen = 0) {
+                        ArrayRef<ParameterSpec> layerSpecs, int64_t cacheLen = 0,
+                        KvCacheFormat kvCache = KvCacheFormat::F32) {
   Type f32 = b.getF32Type();
   auto activations = RankedTensorType::get({seqLen, config.nEmbd}, f32);
-  auto cacheType = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, f32);
+  auto cacheType =
+      RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, kvCacheElementType(b, kvCache));
   bool cached = cacheLen > 0;
   SmallVector<Type> argTypes = {activations, RankedTensorType::get({seqLen}, b.getI64Type())};
   SmallVector<Type> resultTypes = {activations};
@@ -293,11 +316,12 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
 /// weights) -> (x, k, v)`: one transformer layer of the batched step, writing the new tokens' keys
 /// and values into this layer's pools (in place) and attending through the block tables.
 func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BatchShape &shape,
-                             ArrayRef<ParameterSpec> layerSpecs) {
+                             ArrayRef<ParameterSpec> layerSpecs, KvCacheFormat kvCache) {
   Type f32 = b.getF32Type(), i64 = b.getI64Type();
   auto activations = RankedTensorType::get({shape.tokens, config.nEmbd}, f32);
   auto perToken = RankedTensorType::get({shape.tokens}, i64);
-  auto poolType = RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()}, f32);
+  auto poolType = RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()},
+                                        kvCacheElementType(b, kvCache));
   SmallVector<Type> argTypes = {
       activations, perToken, perToken, perToken, RankedTensorType::get({shape.batch, shape.tableWidth}, i64),
       poolType,    poolType};
@@ -343,11 +367,11 @@ struct EntryFunctionArguments {
 
 EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, const GPTConfig &config,
                                               ArrayRef<ParameterSpec> specs, int64_t seqLen, int64_t cacheLen,
-                                              const BatchShape *batch = nullptr) {
-  Type f32 = b.getF32Type(), i64 = b.getI64Type();
+                                              KvCacheFormat kvCache, const BatchShape *batch = nullptr) {
+  Type i64 = b.getI64Type(), element = kvCacheElementType(b, kvCache);
   auto cacheType =
-      batch ? RankedTensorType::get({batch->poolBlocks, config.kvHeads(), batch->blockSize, config.headSize()}, f32)
-            : RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, f32);
+      batch ? RankedTensorType::get({batch->poolBlocks, config.kvHeads(), batch->blockSize, config.headSize()}, element)
+            : RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, element);
   EntryFunctionArguments result;
   for (const EntryArgument &argument : entryArguments(entry, config, specs.size())) {
     Type type;
@@ -519,7 +543,8 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
   std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
   func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs);
-  EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Forward, config, specs, seqLen, 0);
+  EntryFunctionArguments arguments =
+      entryFunctionArguments(b, EntryPoint::Forward, config, specs, seqLen, 0, storage.kvCache);
   auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   func::FuncOp fn = createFunction(b, loc, "forward", arguments.types, {logitsType}, /*entryPoint=*/true);
   b.setInsertionPointToStart(&fn.front());
@@ -554,9 +579,11 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
   std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs, cacheLen);
-  EntryFunctionArguments arguments = entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen);
-  auto cacheType = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, b.getF32Type());
+  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs, cacheLen, storage.kvCache);
+  EntryFunctionArguments arguments =
+      entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen, storage.kvCache);
+  auto cacheType = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()},
+                                         kvCacheElementType(b, storage.kvCache));
   auto logitsType = RankedTensorType::get({1, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   func::FuncOp fn = createCachedEntry(b, loc, "step", config, arguments, logitsType, cacheType);
   EntryValues in(fn, arguments.arguments, specs);
@@ -579,11 +606,11 @@ OwningOpRef<ModuleOp> buildBatchStep(MLIRContext &ctx, const GPTConfig &config, 
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
   std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
-  func::FuncOp block = buildPagedBlock(b, loc, config, shape, layerSpecs);
+  func::FuncOp block = buildPagedBlock(b, loc, config, shape, layerSpecs, storage.kvCache);
   EntryFunctionArguments arguments =
-      entryFunctionArguments(b, EntryPoint::BatchStep, config, specs, shape.tokens, 0, &shape);
-  auto poolType =
-      RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()}, b.getF32Type());
+      entryFunctionArguments(b, EntryPoint::BatchStep, config, specs, shape.tokens, 0, storage.kvCache, &shape);
+  auto poolType = RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()},
+                                        kvCacheElementType(b, storage.kvCache));
   auto logitsType = RankedTensorType::get({shape.batch, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   func::FuncOp fn = createCachedEntry(b, loc, "batch_step", config, arguments, logitsType, poolType);
   EntryValues in(fn, arguments.arguments, specs);

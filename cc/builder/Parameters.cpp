@@ -90,6 +90,18 @@ const char *weightFormatName(WeightFormat format) {
   return "?";
 }
 
+const char *kvCacheFormatName(KvCacheFormat format) {
+  switch (format) {
+  case KvCacheFormat::F32:
+    return "f32";
+  case KvCacheFormat::BF16:
+    return "bf16";
+  case KvCacheFormat::F16:
+    return "f16";
+  }
+  return "?";
+}
+
 std::vector<int64_t> ParameterSpec::argumentShape() const {
   if (panelWidth == 0) return shape;
   // The rows of K one element of the argument holds: a scale per block; a 32-bit lane word of 2

@@ -79,15 +79,33 @@ inline bool isBlockQuantized(WeightFormat format) {
 /// "f32", "bf16", "q8_0", "q4_0" or "q4_1".
 const char *weightFormatName(WeightFormat format);
 
+/// The format a KV cache stores keys and values in (llama.cpp's -ctk/-ctv names). Compiled code
+/// rounds each new key and value to it once, when it is written, and widens what it reads back to
+/// f32: scores, softmax and the weighted sum of values are computed in f32 whatever the format.
+enum class KvCacheFormat {
+  F32,
+  BF16, ///< rounded to nearest even (kernels::toBf16), stored as the upper 16 bits of the f32
+  F16,  ///< IEEE half, rounded to nearest even (LLVM's fptrunc)
+};
+
+/// "f32", "bf16" or "f16".
+const char *kvCacheFormatName(KvCacheFormat format);
+
+/// Bytes one key or value element takes in a cache of `format`.
+inline int64_t kvCacheElementBytes(KvCacheFormat format) { return format == KvCacheFormat::F32 ? 4 : 2; }
+
 /// How a compiled program takes its matmul weights: packed in column panels (the vectorized
 /// levels' register tiles read panels) and in which format (packed weights only), and the tile
 /// parameters of the target it is compiled for (target::tileParameters of its register file): the
 /// panels' width and the vocabulary's padding. The caller says which target; the builder knows
-/// none.
+/// none. `kvCache` is the format of the KV caches the cached entry points take (their argument
+/// types): with the weights' storage it is what the builder reads besides the configuration and
+/// shapes.
 struct WeightStorage {
   bool packed = false;
   WeightFormat format = WeightFormat::F32;
   target::TileParameters tiles;
+  KvCacheFormat kvCache = KvCacheFormat::F32;
 };
 
 /// One weight argument of a compiled entry point.

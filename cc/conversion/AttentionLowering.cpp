@@ -70,10 +70,11 @@ struct HeadRows {
   int64_t rows() const { return rankedType(tensor).getDimSize(tokenMajor ? 0 : 1); }
   int64_t cols() const { return rankedType(tensor).getDimSize(2); }
 
-  /// Rows row .. row + rows - 1 of head `head`, as a [rows, cols] tensor.
+  /// Rows row .. row + rows - 1 of head `head`, as a [rows, cols] tensor of the operand's element
+  /// type (a half-width KV cache's keys and values are widened where they are read).
   Value slice(OpBuilder &b, Location loc, Value head, Value row, int64_t rows) const {
     HeadRegion region(b, tokenMajor, head, 1, row, rows, cols());
-    auto type = RankedTensorType::get({rows, cols()}, b.getF32Type());
+    auto type = RankedTensorType::get({rows, cols()}, rankedType(tensor).getElementType());
     return b.create<tensor::ExtractSliceOp>(loc, type, tensor, region.offsets, region.sizes, region.strides);
   }
 };
@@ -407,16 +408,19 @@ private:
       auto f32 = b.getF32Type();
       Value qRow = b.create<tensor::CollapseShapeOp>(loc, RankedTensorType::get({headDim}, f32), qBlock,
                                                      SmallVector<ReassociationIndices>{{0, 1}});
+      // A half-width cache's keys are widened to f32 as the reduction reads them.
       Value dots = buildRowReduction(
           b, loc, {bk, headDim}, {kBlock, qRow}, {id2, AffineMap::get(2, 0, getAffineDimExpr(1, ctx))}, 0.0,
           [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-            return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
+            Value key = widenToF32(nb, l, a[0]);
+            return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, key, a[1]));
           });
       // Read as [1, bk] through the consumer's indexing map: an expand_shape here would be
       // propagated into the reduction, which would then not look like a row reduction.
       return {dots, AffineMap::get(2, 0, getAffineDimExpr(1, ctx))};
     }
-    Value product = b.create<linalg::MatmulOp>(loc, ValueRange{qBlock, transpose(b, loc, kBlock, {1, 0})},
+    // (A half-width cache's keys are widened to f32 in the same copy.)
+    Value product = b.create<linalg::MatmulOp>(loc, ValueRange{qBlock, widenedTile(b, loc, kBlock, /*transposed=*/true)},
                                                ValueRange{filled(b, loc, {bq, bk})})
                         .getResult(0);
     return {product, id2};

@@ -4,6 +4,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/TypeUtilities.h"
 
 namespace gpt::conversion {
 using namespace mlir;
@@ -87,6 +88,67 @@ Value transpose(OpBuilder &b, Location loc, Value input, ArrayRef<int64_t> permu
   ArrayRef<int64_t> in = rankedType(input).getShape();
   SmallVector<int64_t> shape = llvm::map_to_vector(permutation, [&](int64_t p) { return in[p]; });
   return b.create<linalg::TransposeOp>(loc, input, emptyTensor(b, loc, shape), permutation).getResult()[0];
+}
+
+namespace {
+/// An integer constant of `type`'s shape (a splat for a vector type).
+Value integerConstant(OpBuilder &b, Location loc, Type type, int64_t value) {
+  auto vector = dyn_cast<VectorType>(type);
+  Type element = vector ? vector.getElementType() : type;
+  TypedAttr scalar = b.getIntegerAttr(element, value);
+  if (!vector) return b.create<arith::ConstantOp>(loc, scalar);
+  return b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(vector, scalar));
+}
+
+/// `like`'s shape (scalar or vector) with element type `element`.
+Type withElement(Type like, Type element) {
+  if (auto vector = dyn_cast<VectorType>(like)) return vector.clone(element);
+  return element;
+}
+} // namespace
+
+Value roundToElement(OpBuilder &b, Location loc, Value value, Type element) {
+  Type type = value.getType();
+  if (element.isF32()) return value;
+  if (!element.isBF16()) return b.create<arith::TruncFOp>(loc, withElement(type, element), value);
+  Type i32 = withElement(type, b.getI32Type()), i16 = withElement(type, b.getI16Type());
+  Value bits = b.create<arith::BitcastOp>(loc, i32, value);
+  Value sixteen = integerConstant(b, loc, i32, 16);
+  Value high = b.create<arith::ShRUIOp>(loc, bits, sixteen);
+  // Adding 0x7fff plus the lowest kept bit carries into the kept bits exactly when the dropped
+  // half is above one half ulp, or equal to it with an odd kept part: round half to even.
+  Value lowestKept = b.create<arith::AndIOp>(loc, high, integerConstant(b, loc, i32, 1));
+  Value bias = b.create<arith::AddIOp>(loc, lowestKept, integerConstant(b, loc, i32, 0x7fff));
+  Value rounded = b.create<arith::ShRUIOp>(loc, b.create<arith::AddIOp>(loc, bits, bias), sixteen);
+  // A NaN keeps its sign and top mantissa bits, made quiet (the carry could turn it into inf).
+  Value magnitude = b.create<arith::AndIOp>(loc, bits, integerConstant(b, loc, i32, 0x7fffffff));
+  Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, magnitude,
+                                        integerConstant(b, loc, i32, 0x7f800000));
+  Value quietNan = b.create<arith::OrIOp>(loc, high, integerConstant(b, loc, i32, 0x40));
+  Value chosen = b.create<arith::SelectOp>(loc, isNan, quietNan, rounded);
+  Value narrow = b.create<arith::TruncIOp>(loc, i16, chosen);
+  return b.create<arith::BitcastOp>(loc, withElement(type, element), narrow);
+}
+
+Value widenToF32(OpBuilder &b, Location loc, Value value) {
+  Type type = value.getType();
+  if (getElementTypeOrSelf(type).isF32()) return value;
+  return b.create<arith::ExtFOp>(loc, withElement(type, b.getF32Type()), value);
+}
+
+Value widenedTile(OpBuilder &b, Location loc, Value tile, bool transposed) {
+  RankedTensorType type = rankedType(tile);
+  if (type.getElementType().isF32()) return transposed ? transpose(b, loc, tile, {1, 0}) : tile;
+  MLIRContext *ctx = b.getContext();
+  SmallVector<int64_t> shape(type.getShape());
+  AffineMap id = AffineMap::getMultiDimIdentityMap(2, ctx), read = id;
+  if (transposed) {
+    std::swap(shape[0], shape[1]);
+    read = AffineMap::getPermutationMap(ArrayRef<unsigned>{1, 0}, ctx);
+  }
+  return buildGeneric(b, loc, emptyTensor(b, loc, shape), {tile}, {read}, id,
+                      SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
+                      [](OpBuilder &nb, Location l, ValueRange a) { return widenToF32(nb, l, a[0]); });
 }
 
 } // namespace gpt::conversion

@@ -1,5 +1,6 @@
 // Builders shared by the transformer-to-linalg patterns: constants, empty and filled tensors,
-// indexing maps, linalg.generic shapes (elementwise, row reduction), reshapes and transposes.
+// indexing maps, linalg.generic shapes (elementwise, row reduction), reshapes and transposes, and
+// the rounding and widening of a half-width KV cache's elements.
 #ifndef GPT_CC_CONVERSION_LOWERINGUTILS_H
 #define GPT_CC_CONVERSION_LOWERINGUTILS_H
 
@@ -60,6 +61,19 @@ mlir::Value collapse(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v, int6
 
 /// `input` transposed by `permutation` into a new tensor (a linalg.transpose).
 mlir::Value transpose(mlir::OpBuilder &b, mlir::Location loc, mlir::Value input, llvm::ArrayRef<int64_t> permutation);
+
+/// `value` (an f32 scalar or vector) rounded to nearest even in `element`, the element type of a
+/// KV cache: itself for f32, an arith.truncf for f16, and for bf16 the integer rounding of
+/// kernels::toBf16 (the upper 16 bits after adding 0x7fff plus the lowest kept bit; NaN stays a
+/// quiet NaN), which needs no libcall on targets without avx512bf16. Same shape, `element` typed.
+mlir::Value roundToElement(mlir::OpBuilder &b, mlir::Location loc, mlir::Value value, mlir::Type element);
+
+/// `value`, a scalar or vector of f32, f16 or bf16, widened to f32 (exactly).
+mlir::Value widenToF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value value);
+
+/// `tile`, a rank-2 tensor of a KV cache's elements, as f32: itself when it is f32, else an
+/// elementwise generic widening it; `transposed` also swaps its dims (a linalg.transpose for f32).
+mlir::Value widenedTile(mlir::OpBuilder &b, mlir::Location loc, mlir::Value tile, bool transposed = false);
 
 } // namespace gpt::conversion
 

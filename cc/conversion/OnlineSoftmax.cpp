@@ -62,7 +62,9 @@ SmallVector<Value> onlineSoftmaxUpdate(OpBuilder &b, Location loc, Value masked,
                               [](OpBuilder &nb, Location l, ValueRange a) -> Value {
                                 return nb.create<arith::AddFOp>(l, nb.create<arith::MulFOp>(l, a[2], a[0]), a[1]);
                               });
-  Value update = b.create<linalg::MatmulOp>(loc, ValueRange{probs, values}, ValueRange{filled(b, loc, {bq, valueSize})})
+  // A half-width cache's values are widened to f32 once per block: p . v accumulates in f32.
+  Value update = b.create<linalg::MatmulOp>(loc, ValueRange{probs, widenedTile(b, loc, values)},
+                                            ValueRange{filled(b, loc, {bq, valueSize})})
                      .getResult(0);
   // acc' = c acc + p . v, over acc.
   Value newAcc = buildGeneric(b, loc, acc, {correction, update}, {row2, id2}, id2, parallel2,

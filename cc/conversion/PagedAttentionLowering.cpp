@@ -38,10 +38,11 @@ SmallVector<OpFoldResult> sizesOf(OpBuilder &b, ArrayRef<int64_t> sizes) {
   return llvm::map_to_vector(sizes, [&](int64_t size) -> OpFoldResult { return b.getIndexAttr(size); });
 }
 
-/// Row `row` (positions 0 .. S-1 of one head) of block `block` of a [N, H, S, d] pool: [S, d].
+/// Row `row` (positions 0 .. S-1 of one head) of block `block` of a [N, H, S, d] pool: [S, d], in
+/// the pool's element type.
 Value blockRows(OpBuilder &b, Location loc, Value pool, Value block, Value head) {
   ArrayRef<int64_t> shape = rankedType(pool).getShape();
-  auto type = RankedTensorType::get({shape[2], shape[3]}, b.getF32Type());
+  auto type = RankedTensorType::get({shape[2], shape[3]}, rankedType(pool).getElementType());
   SmallVector<OpFoldResult> offsets = {block, head, b.getIndexAttr(0), b.getIndexAttr(0)};
   return b.create<tensor::ExtractSliceOp>(loc, type, pool, offsets, sizesOf(b, {1, 1, shape[2], shape[3]}),
                                           sizesOf(b, {1, 1, 1, 1}));
@@ -49,6 +50,7 @@ Value blockRows(OpBuilder &b, Location loc, Value pool, Value block, Value head)
 
 // Token by token: a token with a slot s >= 0 has its [H, d] row written at block s / S,
 // position s % S of the pool (in place after bufferization); a negative slot (padding) is skipped.
+// A half-width pool (f16, bf16) takes each row rounded to its format.
 struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(PagedCacheWriteOp op, OpAdaptor adaptor,
@@ -58,6 +60,7 @@ struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
     ArrayRef<int64_t> shape = rankedType(update).getShape(); // [H, T, d]
     const int64_t heads = shape[0], tokens = shape[1], headDim = shape[2];
     const int64_t blockSize = rankedType(adaptor.getPool()).getDimSize(2);
+    const Type element = rankedType(adaptor.getPool()).getElementType();
     auto rowType = VectorType::get({headDim}, rewriter.getF32Type());
     auto loop = rewriter.create<scf::ForOp>(
         loc, indexConstant(rewriter, loc, 0), indexConstant(rewriter, loc, tokens), indexConstant(rewriter, loc, 1),
@@ -83,6 +86,7 @@ struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
                       Value zero = indexConstant(hb, loc, 0);
                       Value lanes = hb.create<vector::TransferReadOp>(
                           loc, rowType, update, ValueRange{head, token, zero}, ArrayRef<bool>{true});
+                      lanes = roundToElement(hb, loc, lanes, element);
                       Value written =
                           hb.create<vector::TransferWriteOp>(loc, lanes, pool[0], ValueRange{block, head, row, zero},
                                                              ArrayRef<bool>{true})
@@ -271,9 +275,11 @@ private:
     // consumer's map (an expand_shape would be propagated into the reduction, which would then
     // not look like a row reduction).
     AffineMap byKey = AffineMap::get(2, 0, getAffineDimExpr(1, ctx));
+    // A half-width pool's keys are widened to f32 as the reduction reads them.
     Value dots = buildRowReduction(b, loc, {blockSize, headDim}, {keys, q}, {id(2), byKey}, 0.0,
                                    [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-                                     return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, a[0], a[1]));
+                                     Value key = widenToF32(nb, l, a[0]);
+                                     return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, key, a[1]));
                                    });
     auto visibleKey = [&](OpBuilder &nb, Location l, ValueRange) -> Value {
       Value key = nb.create<linalg::IndexOp>(l, 1);

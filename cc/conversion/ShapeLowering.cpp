@@ -148,17 +148,27 @@ struct PackedEmbeddingLowering : OpConversionPattern<PackedEmbeddingOp> {
 };
 
 // update -> cache[:, offset : offset + T, :], as one insert_slice (in place after bufferization).
+// A half-width cache (f16, bf16) takes the update rounded to its format first, elementwise.
 struct CacheUpdateLowering : OpConversionPattern<CacheUpdateOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(CacheUpdateOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     ArrayRef<int64_t> update = rankedType(adaptor.getUpdate()).getShape();
+    Value rows = adaptor.getUpdate();
+    Type element = rankedType(adaptor.getCache()).getElementType();
+    if (!element.isF32()) {
+      Location loc = op.getLoc();
+      Value empty = rewriter.create<tensor::EmptyOp>(loc, update, element);
+      AffineMap id = AffineMap::getMultiDimIdentityMap(update.size(), rewriter.getContext());
+      rows = buildGeneric(rewriter, loc, empty, {rows}, {id}, id,
+                          SmallVector<utils::IteratorType>(update.size(), utils::IteratorType::parallel),
+                          [&](OpBuilder &nb, Location l, ValueRange a) { return roundToElement(nb, l, a[0], element); });
+    }
     SmallVector<OpFoldResult> offsets = {rewriter.getIndexAttr(0), adaptor.getOffset(), rewriter.getIndexAttr(0)};
     SmallVector<OpFoldResult> sizes =
         llvm::map_to_vector(update, [&](int64_t d) -> OpFoldResult { return rewriter.getIndexAttr(d); });
     SmallVector<OpFoldResult> strides(3, rewriter.getIndexAttr(1));
-    rewriter.replaceOpWithNewOp<tensor::InsertSliceOp>(op, adaptor.getUpdate(), adaptor.getCache(), offsets, sizes,
-                                                       strides);
+    rewriter.replaceOpWithNewOp<tensor::InsertSliceOp>(op, rows, adaptor.getCache(), offsets, sizes, strides);
     return success();
   }
 };

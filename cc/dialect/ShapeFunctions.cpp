@@ -17,6 +17,14 @@ TensorType unranked(Type like) { return UnrankedTensorType::get(f32(like.getCont
 
 TensorType ranked(ArrayRef<int64_t> shape, Type like) { return RankedTensorType::get(shape, f32(like.getContext())); }
 
+/// A tensor of `shape` (unranked: none) with the element type of `cache`, a tensor: the result of
+/// a write into a KV cache, which keeps the cache's format.
+TensorType likeCache(std::optional<ArrayRef<int64_t>> shape, Type cache) {
+  Type element = cast<TensorType>(cache).getElementType();
+  if (!shape) return UnrankedTensorType::get(element);
+  return RankedTensorType::get(*shape, element);
+}
+
 bool dimsCompatible(int64_t a, int64_t b) { return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b; }
 
 LogicalResult checkRank(RankedTensorType type, int64_t minRank, StringRef what, EmitErrorFn emitError) {
@@ -370,13 +378,13 @@ FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn 
   for (auto [name, t, type] : {std::tuple<StringRef, RankedTensorType, Type>{"update", u, update}, {"cache", c, cache}})
     if (t && t.getRank() != 3)
       return emitError() << name << " must be a rank-3 [heads, tokens, head_dim] tensor, got " << type;
-  if (!u || !c) return unranked(cache);
+  if (!u || !c) return likeCache(std::nullopt, cache);
   if (!dimsCompatible(u.getDimSize(0), c.getDimSize(0)) || !dimsCompatible(u.getDimSize(2), c.getDimSize(2)))
     return emitError() << "update " << update << " and cache " << cache << " must agree on heads and head_dim";
   if (!ShapedType::isDynamic(u.getDimSize(1)) && !ShapedType::isDynamic(c.getDimSize(1)) &&
       u.getDimSize(1) > c.getDimSize(1))
     return emitError() << "update " << update << " has more tokens than cache " << cache << " can hold";
-  return ranked(c.getShape(), cache);
+  return likeCache(c.getShape(), cache);
 }
 
 namespace {
@@ -395,12 +403,12 @@ FailureOr<TensorType> inferPagedCacheWriteType(Type update, Type pool, Type slot
   FailureOr<RankedTensorType> p = rankedOf("pool", pool, 4, "[blocks, heads, block_size, head_dim]", emitError);
   FailureOr<RankedTensorType> s = rankedOf("slots", slots, 1, "[tokens]", emitError);
   if (failed(u) || failed(p) || failed(s)) return failure();
-  if (!*u || !*p) return unranked(pool);
+  if (!*u || !*p) return likeCache(std::nullopt, pool);
   if (!dimsCompatible(u->getDimSize(0), p->getDimSize(1)) || !dimsCompatible(u->getDimSize(2), p->getDimSize(3)))
     return emitError() << "update " << update << " and pool " << pool << " must agree on heads and head_dim";
   if (*s && !dimsCompatible(s->getDimSize(0), u->getDimSize(1)))
     return emitError() << "slots " << slots << " must give one slot per token of update " << update;
-  return ranked(p->getShape(), pool);
+  return likeCache(p->getShape(), pool);
 }
 
 FailureOr<TensorType> inferPagedAttentionType(Type query, Type keyPool, Type valuePool, Type blockTables,
@@ -433,6 +441,12 @@ FailureOr<TensorType> inferPagedAttentionType(Type query, Type keyPool, Type val
 }
 
 LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErrorFn emitError) {
+  // A KV cache's write returns the cache's format: a result of another element type would
+  // reinterpret its bits.
+  auto declaredTensor = dyn_cast<TensorType>(declared);
+  if (declaredTensor && declaredTensor.getElementType() != inferred.getElementType())
+    return emitError() << "result type " << declared << " does not have the element type "
+                       << inferred.getElementType() << " implied by the operands";
   auto d = dyn_cast<RankedTensorType>(declared);
   auto i = dyn_cast<RankedTensorType>(inferred);
   if (!d || !i) return success();

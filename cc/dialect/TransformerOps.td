@@ -7,6 +7,10 @@ include "cc/dialect/ShapeInferenceInterface.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
+// Keys and values as a KV cache stores them: f32, or a half-width format (f16, bf16) that
+// attention widens to f32 as it reads them.
+def Transformer_KvCacheTensor : TensorOf<[F32, F16, BF16]>;
+
 //===----------------------------------------------------------------------===//
 // Constants
 //===----------------------------------------------------------------------===//
@@ -463,6 +467,8 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
     `Hkv < H` is grouped-query attention: `Hkv` must divide `H`, and each key/value head serves
     `H / Hkv` consecutive query heads (a KV cache then holds `Hkv` heads).
     Keys past every query's position (an unfilled cache) are never read into the result.
+    `k` and `v` may be f16 or bf16 (a half-width KV cache): they are widened to f32 as they are
+    read, and scores, softmax and the weighted sum are computed in f32.
     With `window = W` (W >= 1) the mask is a sliding window: query `i` sees only the keys
     `query_offset + i - W < j <= query_offset + i`, its own position and the W - 1 before it.
 
@@ -513,7 +519,7 @@ def Transformer_CausalAttentionOp : Transformer_Op<"causal_attention",
     } {scale = 0.25 : f32} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$query, F32Tensor:$key, F32Tensor:$value,
+  let arguments = (ins F32Tensor:$query, Transformer_KvCacheTensor:$key, Transformer_KvCacheTensor:$value,
                        Optional<Index>:$query_offset, Optional<TensorOf<[I1]>>:$mask, F32Attr:$scale,
                        UnitAttr:$query_token_major, UnitAttr:$key_token_major,
                        UnitAttr:$value_token_major, UnitAttr:$result_token_major,
@@ -549,14 +555,17 @@ def Transformer_CacheUpdateOp : Transformer_Op<"cache_update",
     `cache : [H, M, d]` (M = the cache's capacity), `update : [H, T, d]`: the result is `cache`
     with rows `offset .. offset + T - 1` replaced by `update`. `offset + T <= M` is the caller's
     precondition (the runtime checks it before calling compiled code). When the cache is a
-    writable function argument, bufferization performs the update in place.
+    writable function argument, bufferization performs the update in place. A cache of f16 or
+    bf16 (a half-width KV cache) stores each update rounded to nearest even; the result has the
+    cache's type.
 
     ```mlir
     %k2 = transformer.cache_update %k into %cache[%pos] : tensor<4x1x16xf32>, tensor<4x64x16xf32> -> tensor<4x64x16xf32>
+    %h2 = transformer.cache_update %k into %half[%pos] : tensor<4x1x16xf32>, tensor<4x64x16xf16> -> tensor<4x64x16xf16>
     ```
   }];
-  let arguments = (ins F32Tensor:$update, F32Tensor:$cache, Index:$offset);
-  let results = (outs F32Tensor:$output);
+  let arguments = (ins F32Tensor:$update, Transformer_KvCacheTensor:$cache, Index:$offset);
+  let results = (outs Transformer_KvCacheTensor:$output);
   let assemblyFormat = [{
     $update `into` $cache `[` $offset `]` attr-dict `:` type($update) `,` type($cache) `->` type($output)
   }];
@@ -572,15 +581,16 @@ def Transformer_PagedCacheWriteOp : Transformer_Op<"paged_cache_write",
     block `slots[t] / S`, position `slots[t] % S` of every head. A negative slot writes nothing
     (a padding token). The result is the pool with those rows replaced; slots are distinct and
     inside the pool (the runtime checks both before calling compiled code). When the pool is a
-    writable function argument, bufferization performs the writes in place.
+    writable function argument, bufferization performs the writes in place. A pool of f16 or
+    bf16 stores each row rounded to nearest even; the result has the pool's type.
 
     ```mlir
     %k2 = transformer.paged_cache_write %k into %pool[%slots]
         : tensor<4x3x16xf32>, tensor<32x4x16x16xf32>, tensor<3xi64> -> tensor<32x4x16x16xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$update, F32Tensor:$pool, TensorOf<[I64]>:$slots);
-  let results = (outs F32Tensor:$output);
+  let arguments = (ins F32Tensor:$update, Transformer_KvCacheTensor:$pool, TensorOf<[I64]>:$slots);
+  let results = (outs Transformer_KvCacheTensor:$output);
   let assemblyFormat = [{
     $update `into` $pool `[` $slots `]` attr-dict `:` type($update) `,` type($pool) `,` type($slots) `->` type($output)
   }];
@@ -602,7 +612,8 @@ def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
     block those positions need is listed and inside the pool. With `window = W` (W >= 1) the
     attention is a sliding window, as `causal_attention`'s: token `t` sees only positions
     `positions[t] - W + 1 .. positions[t]`, and blocks wholly before them are not read (nor need
-    they be listed correctly: the table's entries there are ignored).
+    they be listed correctly: the table's entries there are ignored). Pools of f16 or bf16 are
+    widened to f32 as they are read.
 
     ```mlir
     %a = transformer.paged_attention %q, %kp, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32}
@@ -610,7 +621,7 @@ def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
           tensor<3xi64> -> tensor<4x3x16xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$query, F32Tensor:$key_pool, F32Tensor:$value_pool,
+  let arguments = (ins F32Tensor:$query, Transformer_KvCacheTensor:$key_pool, Transformer_KvCacheTensor:$value_pool,
                        TensorOf<[I64]>:$block_tables, TensorOf<[I64]>:$sequences,
                        TensorOf<[I64]>:$positions, F32Attr:$scale, OptionalAttr<I64Attr>:$window);
   let results = (outs F32Tensor:$output);

@@ -1,5 +1,5 @@
-// How a model or function is compiled (pipeline level, threads, disk cache, weight format, target
-// CPU) and the error compiling reports: shared by the runtime and the compiler library.
+// How a model or function is compiled (pipeline level, threads, disk cache, weight and KV cache
+// formats, target CPU) and the error compiling reports: shared by the runtime and the compiler library.
 #ifndef GPT_CC_RUNTIME_COMPILEOPTIONS_H
 #define GPT_CC_RUNTIME_COMPILEOPTIONS_H
 
@@ -33,6 +33,9 @@ struct CompileOptions {
   uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;
   /// The format matmul weights are stored and streamed in (packed weights of vectorized levels).
   WeightFormat weights = WeightFormat::F32;
+  /// The format the KV caches of the cached entry points (step, batch step) store keys and values
+  /// in: the type of their cache arguments (Parameters.h).
+  KvCacheFormat kvCache = KvCacheFormat::F32;
   /// The CPU compiled code targets: "host" (its CPU and features), or a named CPU with that CPU's
   /// own features, compile-only where the host lacks one (resolveTarget, ProgramCompiler.h).
   std::string targetCpu = "host";

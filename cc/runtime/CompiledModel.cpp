@@ -463,7 +463,7 @@ void CompiledModel::compileFor(int64_t count, int64_t offset, int64_t cacheLen) 
 }
 
 Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,
-                           const std::vector<float *> &keys, const std::vector<float *> &values) {
+                           const std::vector<void *> &keys, const std::vector<void *> &values) {
   if (keys.size() != static_cast<size_t>(config_.nLayer) || values.size() != keys.size())
     throw std::invalid_argument("expected one key and one value cache per layer");
   checkStep(count, offset, cacheLen);
@@ -538,7 +538,7 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
   std::vector<int64_t> paddedIds(bucket, 0), positions(bucket), last = {count - 1};
   std::copy(ids, ids + count, paddedIds.begin());
   for (int64_t i = 0; i < bucket; ++i) positions[i] = i;
-  static const std::vector<float *> kNoCaches;
+  static const std::vector<void *> kNoCaches;
   CallArguments call{paddedIds.data(),     positions.data(), bucket, last.data(), 0, 0, kNoCaches, kNoCaches,
                      /*logitsRows=*/bucket};
   return run(function, EntryPoint::Forward, call);

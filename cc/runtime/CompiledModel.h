@@ -104,22 +104,23 @@ public:
 
   /// One cached step (prefill or decode): `count` tokens at positions offset .. offset+count-1,
   /// their keys/values written into the per-layer caches `keys[l]`, `values[l]` (dense
-  /// [n_head, cacheLen, head_size] float arrays, updated in place), attention over the cache.
+  /// [n_kv_head, cacheLen, head_size] arrays of options().kvCache's elements, updated in place),
+  /// attention over the cache.
   /// Returns the logits [1, padded vocab] of the last of the `count` tokens. Tokens are padded to
   /// their bucket when the padded rows still fit in the cache (else compiled for exactly `count`).
   /// Throws std::invalid_argument, before touching the caches, when they would overflow.
-  Logits step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen, const std::vector<float *> &keys,
-              const std::vector<float *> &values);
+  Logits step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen, const std::vector<void *> &keys,
+              const std::vector<void *> &values);
 
   /// One batched step over paged KV pools (GPTBuilder.h, buildBatchStep): the arrays are already
   /// padded to `shape` (ids, positions, sequences, slots: [tokens]; tables: [batch, tableWidth];
-  /// last: [batch]; keys[l], values[l]: [poolBlocks, n_head, blockSize, head_size], updated in
-  /// place). The caller has checked every index. Returns the logits [batch, padded vocab].
+  /// last: [batch]; keys[l], values[l]: [poolBlocks, n_kv_head, blockSize, head_size] of
+  /// options().kvCache's elements, updated in place). The caller has checked every index. Returns the logits [batch, padded vocab].
   /// Compiles on the first call per shape.
   struct BatchStepCall {
     BatchShape shape;
     const int64_t *ids, *positions, *sequences, *slots, *tables, *last;
-    const std::vector<float *> &keys, &values;
+    const std::vector<void *> &keys, &values;
   };
   Logits batchStep(const BatchStepCall &call);
   /// The batched step's program for `shape` after `stage`, as text.
@@ -155,7 +156,9 @@ private:
   /// The compiler of this model's entry points, made on first use (loading the compiler library);
   /// the caller holds `mutex`.
   ModelCompiler &compiler();
-  WeightStorage weightStorage() const { return {packsWeights(options_.level), options_.weights, tiles()}; }
+  WeightStorage weightStorage() const {
+    return {packsWeights(options_.level), options_.weights, tiles(), options_.kvCache};
+  }
   /// Throw std::invalid_argument for a call forward() or step() refuses.
   void checkForward(int64_t count) const;
   void checkStep(int64_t count, int64_t offset, int64_t cacheLen) const;
@@ -173,7 +176,7 @@ private:
     int64_t rows;
     const int64_t *last;
     int64_t offset, cacheLen;
-    const std::vector<float *> &keys, &values;
+    const std::vector<void *> &keys, &values;
     int64_t logitsRows;
     const BatchStepCall *batch = nullptr; ///< the batched step's own arguments
   };

@@ -134,8 +134,12 @@ class CompiledModel:
         weights: str = "f32",
         cache_max_bytes: _Int = ...,
         target_cpu: str = "host",
+        kv_cache: str = "f32",
     ) -> None:
         """A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights)."""
+    def kv_cache_dtype(self) -> np.dtype[Any]:
+        """The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, or uint16
+        (bf16's bits)."""
     def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every weight set_weights() takes, in its order."""
 
@@ -166,11 +170,11 @@ class CompiledModel:
         ids: npt.ArrayLike,
         offset: _Int,
         cache_len: _Int,
-        keys: list[npt.NDArray[np.float32]],
-        values: list[npt.NDArray[np.float32]],
+        keys: list[npt.NDArray[Any]],
+        values: list[npt.NDArray[Any]],
     ) -> npt.NDArray[np.float32]:
         """Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and
-        whose keys/values are written into the per-layer caches in place."""
+        whose keys/values are written into the per-layer caches in place (arrays of kv_cache_dtype())."""
 
     def batch_step(
         self,
@@ -181,8 +185,8 @@ class CompiledModel:
         tables: npt.ArrayLike,
         last: npt.ArrayLike,
         block_size: _Int,
-        keys: list[npt.NDArray[np.float32]],
-        values: list[npt.NDArray[np.float32]],
+        keys: list[npt.NDArray[Any]],
+        values: list[npt.NDArray[Any]],
     ) -> npt.NDArray[np.float32]:
         """Batched step over paged KV pools (padded, checked arrays): logits [len(last), padded vocab]."""
     def batch_step_ir(

@@ -14,10 +14,12 @@ from .claim import Claim
 class KVBlockPool:
     """Keys and values of `num_blocks` blocks of `block_size` positions for every layer.
 
-    Made by `model.new_block_pool()`; belongs to that model. `keys` and `values` are float32
-    [n_layer, num_blocks, n_kv_head, block_size, head_size], zero-initialised, written in place by
-    `model.step_batch`. One step at a time: a step (or copy_block) while another thread's step on
-    the same pool runs raises RuntimeError instead of interleaving their writes.
+    Made by `model.new_block_pool()`; belongs to that model. `keys` and `values` are
+    [n_layer, num_blocks, n_kv_head, block_size, head_size] arrays in the model's
+    `CompileOptions.kv_cache` format (float32, float16, or uint16 holding bf16's bits),
+    zero-initialised, written in place by `model.step_batch`. One step at a time: a step (or
+    copy_block) while another thread's step on the same pool runs raises RuntimeError instead of
+    interleaving their writes.
     """
 
     def __init__(self, model, num_blocks: int, block_size: int):
@@ -28,8 +30,9 @@ class KVBlockPool:
         shape = (cfg.n_layer, num_blocks, cfg.n_kv_head, block_size, cfg.head_size)
         # Zeros, not empty: rows past a sequence's last position are masked out of attention,
         # but 0 * NaN would not be 0.
-        self._keys = np.zeros(shape, np.float32)
-        self._values = np.zeros(shape, np.float32)
+        dtype = model._compiled.kv_cache_dtype()
+        self._keys = np.zeros(shape, dtype)
+        self._values = np.zeros(shape, dtype)
         self._key_views = [self._keys[layer] for layer in range(cfg.n_layer)]
         self._value_views = [self._values[layer] for layer in range(cfg.n_layer)]
         self._claim = Claim("this KVBlockPool is in use by another call (another thread?)")

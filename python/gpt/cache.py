@@ -16,6 +16,10 @@ class KVCache:
     A model with `attention_window=W` keeps min(W, max_len) slots per layer (`cache.slots`). When
     that is W the cache rolls: position p lives at slot p % W, and positions go on past `max_len`
     up to block_size (learned positions) or without end (rotary).
+
+    The buffers hold keys and values in the model's `CompileOptions.kv_cache` format (`cache.dtype`):
+    float32, float16 ("f16"), or uint16 holding bf16's bits ("bf16"); compiled code rounds each new
+    key and value to it and computes attention in float32.
     """
 
     def __init__(self, model, max_len: int):
@@ -31,9 +35,11 @@ class KVCache:
             self._limit = None if cfg.pos_embedding == "rope" else cfg.block_size
         shape = (cfg.n_layer, cfg.n_kv_head, self._slots, cfg.head_size)
         # Zeros, not empty: positions past len(cache) are masked out of attention, and a masked
-        # probability (exactly 0) times a finite value stays 0, where 0 * NaN would not.
-        self._keys = np.zeros(shape, np.float32)
-        self._values = np.zeros(shape, np.float32)
+        # probability (exactly 0) times a finite value stays 0, where 0 * NaN would not. (Zero
+        # bits are 0.0 in every format.)
+        dtype = model._compiled.kv_cache_dtype()
+        self._keys = np.zeros(shape, dtype)
+        self._values = np.zeros(shape, dtype)
         self._key_views = [self._keys[layer] for layer in range(cfg.n_layer)]
         self._value_views = [self._values[layer] for layer in range(cfg.n_layer)]
         self._length = 0
@@ -42,6 +48,16 @@ class KVCache:
     @property
     def model(self):
         return self._model
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The buffers' dtype: float32, float16, or uint16 (bf16's bits), as CompileOptions.kv_cache says."""
+        return self._keys.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the key and value buffers hold together."""
+        return self._keys.nbytes + self._values.nbytes
 
     @property
     def max_len(self) -> int:

@@ -153,6 +153,7 @@ class GPT:
             weights=options.weights,
             cache_max_bytes=options.resolved_cache_max_bytes(),
             target_cpu=options.target_cpu,
+            kv_cache=options.kv_cache,
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
         self._compiled.set_weights(arguments, quantized)

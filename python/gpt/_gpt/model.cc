@@ -68,30 +68,49 @@ py::array wrapLogits(const Logits &logits) {
                             owner);
 }
 
-/// The data of per-layer cache (or pool) buffers, each of `shape`.
-std::vector<float *> bufferPointers(const py::list &caches, const std::vector<int64_t> &shape) {
-  std::vector<float *> pointers;
+/// The numpy dtype of a KV cache of `format`'s elements: bf16 is held as its 16 bits.
+py::dtype kvCacheDtype(KvCacheFormat format) {
+  switch (format) {
+  case KvCacheFormat::BF16:
+    return py::dtype::of<uint16_t>();
+  case KvCacheFormat::F16:
+    return py::dtype("float16");
+  case KvCacheFormat::F32:
+    break;
+  }
+  return py::dtype::of<float>();
+}
+
+/// The data of a model's per-layer cache (or pool) buffers, each of `shape` and of the dtype of
+/// its KV cache format (kvCacheDtype): compiled code reads and writes them as that type.
+std::vector<void *> bufferPointers(const CompiledModel &model, const py::list &caches,
+                                   const std::vector<int64_t> &shape) {
+  const KvCacheFormat format = model.options().kvCache;
+  const py::dtype dtype = kvCacheDtype(format);
+  std::vector<void *> pointers;
   for (const py::handle &item : caches) {
     py::array array = item.cast<py::array>();
-    if (!py::isinstance<FloatArray>(array) || !(array.flags() & py::array::c_style) || !array.writeable())
-      throw std::invalid_argument("KV cache buffers must be writable C-contiguous float32 arrays");
+    if (!array.dtype().is(dtype) || !(array.flags() & py::array::c_style) || !array.writeable())
+      throw std::invalid_argument(std::string("KV cache buffers of a kv_cache='") + kvCacheFormatName(format) +
+                                  "' model must be writable C-contiguous " + py::str(dtype).cast<std::string>() +
+                                  " arrays, got " + py::str(array.dtype()).cast<std::string>());
     if (std::vector<int64_t>(array.shape(), array.shape() + array.ndim()) != shape)
       throw std::invalid_argument("KV cache buffer has the wrong shape");
-    pointers.push_back(static_cast<float *>(array.mutable_data()));
+    pointers.push_back(array.mutable_data());
   }
   return pointers;
 }
 
-std::vector<float *> cachePointers(const CompiledModel &model, const py::list &caches, int64_t cacheLen) {
+std::vector<void *> cachePointers(const CompiledModel &model, const py::list &caches, int64_t cacheLen) {
   const GPTConfig &c = model.config();
-  return bufferPointers(caches, {c.kvHeads(), cacheLen, c.headSize()});
+  return bufferPointers(model, caches, {c.kvHeads(), cacheLen, c.headSize()});
 }
 
 py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
                int64_t offset, int64_t cacheLen, const py::list &keys, const py::list &values) {
   if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
-  std::vector<float *> keyPtrs = cachePointers(model, keys, cacheLen),
-                       valuePtrs = cachePointers(model, values, cacheLen);
+  std::vector<void *> keyPtrs = cachePointers(model, keys, cacheLen),
+                      valuePtrs = cachePointers(model, values, cacheLen);
   Logits logits;
   {
     py::gil_scoped_release release;
@@ -118,7 +137,8 @@ py::array batchStep(CompiledModel &model, IdArray ids, IdArray positions, IdArra
   const GPTConfig &c = model.config();
   const int64_t poolBlocks = keys[0].cast<py::array>().shape(0);
   std::vector<int64_t> poolShape = {poolBlocks, c.kvHeads(), blockSize, c.headSize()};
-  std::vector<float *> keyPtrs = bufferPointers(keys, poolShape), valuePtrs = bufferPointers(values, poolShape);
+  std::vector<void *> keyPtrs = bufferPointers(model, keys, poolShape),
+                     valuePtrs = bufferPointers(model, values, poolShape);
   BatchShape shape{tokens, tables.shape(0), tables.shape(1), poolBlocks, blockSize};
   CompiledModel::BatchStepCall call{shape,         ids.data(),  positions.data(), sequences.data(), slots.data(),
                                     tables.data(), last.data(), keyPtrs,          valuePtrs};
@@ -191,7 +211,7 @@ void initModel(py::module_ &m) {
   py::class_<CompiledModel>(m, "CompiledModel", py::dynamic_attr())
       .def(py::init([](const py::object &configObject, const std::string &pipeline, int threads,
                        const std::string &cacheDir, const std::string &weights, uint64_t cacheMaxBytes,
-                       const std::string &targetCpu) {
+                       const std::string &targetCpu, const std::string &kvCache) {
              GPTConfig config = gptConfig(configObject);
              CompileOptions options = compileOptions(pipeline, threads, cacheDir, cacheMaxBytes, targetCpu);
              bool known = false;
@@ -204,11 +224,22 @@ void initModel(py::module_ &m) {
              if (!known)
                throw std::invalid_argument("unknown weight format '" + weights +
                                            "' (known: f32, bf16, q8_0, q4_0, q4_1)");
+             known = false;
+             for (KvCacheFormat format : {KvCacheFormat::F32, KvCacheFormat::BF16, KvCacheFormat::F16})
+               if (kvCache == kvCacheFormatName(format)) {
+                 options.kvCache = format;
+                 known = true;
+               }
+             if (kvCache == "q8_0")
+               throw std::invalid_argument("CompileOptions.kv_cache='q8_0' is not supported by the CPU compiler yet; "
+                                           "use 'f16' or 'bf16' for a KV cache of half the bytes");
+             if (!known)
+               throw std::invalid_argument("unknown KV cache format '" + kvCache + "' (known: f32, bf16, f16)");
              return std::make_unique<CompiledModel>(config, options);
            }),
            py::arg("config"), py::arg("pipeline"), py::arg("threads"), py::arg("cache_dir") = "",
            py::arg("weights") = "f32", py::arg("cache_max_bytes") = kDefaultCacheMaxBytes,
-           py::arg("target_cpu") = "host",
+           py::arg("target_cpu") = "host", py::arg("kv_cache") = "f32",
            "A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights).")
       .def(
           "supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
@@ -247,6 +278,10 @@ void initModel(py::module_ &m) {
           "Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads "
           "in place (borrowed_parameters()) alive. `quantized`: {name: (format, uint8 llama.cpp blocks)} for "
           "weights given as a GGUF file stores them (their entry in `weights` may be None).")
+      .def(
+          "kv_cache_dtype", [](const CompiledModel &model) { return kvCacheDtype(model.options().kvCache); },
+          "The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, or uint16 "
+          "(bf16's bits).")
       .def("borrowed_parameters", &CompiledModel::borrowedParameters,
            "Names of the supplied weights compiled code reads in place; the others were copied (packed, converted).")
       .def(
@@ -285,7 +320,7 @@ void initModel(py::module_ &m) {
            "Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding.")
       .def("step", &step, py::arg("ids"), py::arg("offset"), py::arg("cache_len"), py::arg("keys"), py::arg("values"),
            "Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and "
-           "whose keys/values are written into the per-layer caches in place.")
+           "whose keys/values are written into the per-layer caches in place (arrays of kv_cache_dtype()).")
       .def("is_compiled_for", &CompiledModel::isCompiledFor, py::arg("count"), py::arg("offset"), py::arg("cache_len"),
            "Whether forward(count tokens) (cache_len 0) or the step at offset against cache_len is compiled.")
       .def("compile_for", &CompiledModel::compileFor, py::arg("count"), py::arg("offset"), py::arg("cache_len"),

@@ -1,0 +1,283 @@
+"""KV caches in half-width formats (CompileOptions(kv_cache="f16" | "bf16")) against an independent
+float64 numpy GPT whose keys and values are rounded to the format, for a GPT-2 shape (learned
+positions) and a Llama shape (rope, grouped-query attention): prefill and decode logits, the paged
+batched step against the contiguous cache, a long greedy generation against the f32 cache, the
+arrays' dtype and bytes, the disk cache keeping the formats apart, and the refusals."""
+
+import numpy as np
+import pytest
+
+import gpt
+import quant_reference as ref
+from reference import gelu_tanh, layer_norm, rotate_half_rope
+from shapes import exercising_weights, token_ids
+
+HALF_FORMATS = ("f16", "bf16")
+# Float32 compute against the float64 reference with the same rounded keys and values: measured
+# at 1.4e-7 to 2.9e-7 of the logits' range on both shapes. Rounding the cache at all moves the
+# logits by more: the reference without it is 1.9e-5 (f16) and 1.4e-4 (bf16) away (see
+# test_the_reference_tells_the_formats_apart).
+RTOL = 2e-6
+
+GPT2_SHAPE = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
+LLAMA_SHAPE = dict(
+    architecture="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=64, n_ff=96, vocab_size=300, block_size=128
+)
+SHAPES = {"gpt2": GPT2_SHAPE, "llama": LLAMA_SHAPE}
+
+
+def rounded_to(kv_cache, values):
+    """`values` (float64) as a `kv_cache` cache stores them: rounded once from float32 (what the
+    compiled code computes) to the format, to nearest even."""
+    single = np.asarray(values, np.float32)
+    if kv_cache == "f16":
+        return single.astype(np.float16).astype(np.float64)
+    if kv_cache == "bf16":
+        return ref.bf16_rounded(single).astype(np.float64)
+    return single.astype(np.float64)
+
+
+def attention(q, k, v):
+    """Causal attention, q [H, T, d] over k, v [Hkv, T, d] (each kv head serving H / Hkv query heads)."""
+    group = q.shape[0] // k.shape[0]
+    k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)
+    t = q.shape[1]
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    scores = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], scores, -np.inf)
+    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+
+def rms_norm(x, weight, eps):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * weight
+
+
+def reference_logits(cfg, weights, ids, kv_cache):
+    """Logits [T, vocab] in float64 of a GPT-2 (HF names, Conv1D [in, out] weights) or Llama (HF
+    names, [out, in] weights) model whose keys (after rotary embedding) and values pass through
+    a `kv_cache` cache: rounded to its format before attention reads them, as written."""
+    w = {name: np.asarray(value, np.float64) for name, value in weights.items()}
+    ids = np.asarray(ids)
+    t, d, heads, kv_heads = len(ids), cfg.n_embd, cfg.n_head, cfg.n_kv_head
+    hs = d // heads
+    positions = np.arange(t)
+
+    def split(x, count):
+        return x.reshape(t, count, hs).transpose(1, 0, 2)
+
+    if cfg.architecture == "llama":
+        x = w["model.embed_tokens.weight"][ids]
+        for i in range(cfg.n_layer):
+            p = f"model.layers.{i}."
+            h = rms_norm(x, w[p + "input_layernorm.weight"], cfg.layer_norm_eps)
+            q = split(h @ w[p + "self_attn.q_proj.weight"].T, heads)
+            k = split(h @ w[p + "self_attn.k_proj.weight"].T, kv_heads)
+            v = split(h @ w[p + "self_attn.v_proj.weight"].T, kv_heads)
+            q, k = rotate_half_rope(q, positions, cfg.rope_base), rotate_half_rope(k, positions, cfg.rope_base)
+            a = attention(q, rounded_to(kv_cache, k), rounded_to(kv_cache, v)).transpose(1, 0, 2).reshape(t, d)
+            x = x + a @ w[p + "self_attn.o_proj.weight"].T
+            h = rms_norm(x, w[p + "post_attention_layernorm.weight"], cfg.layer_norm_eps)
+            gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+        x = rms_norm(x, w["model.norm.weight"], cfg.layer_norm_eps)
+        head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
+        return x @ head.T
+    x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][positions]
+    for i in range(cfg.n_layer):
+        p = f"transformer.h.{i}."
+        h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"], cfg.layer_norm_eps)
+        qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
+        q, k, v = (split(qkv[:, j * d : (j + 1) * d], heads) for j in range(3))
+        a = attention(q, rounded_to(kv_cache, k), rounded_to(kv_cache, v)).transpose(1, 0, 2).reshape(t, d)
+        x = x + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], cfg.layer_norm_eps)
+        h = gelu_tanh(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+        x = x + h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+    x = layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], cfg.layer_norm_eps)
+    return x @ w["transformer.wte.weight"].T
+
+
+def shape_weights(name, seed=0):
+    cfg = gpt.GPTConfig(**SHAPES[name])
+    # (A Llama model's state_dict gives its HF names; random_weights the compiler's fused ones.)
+    weights = exercising_weights(cfg, seed) if name == "gpt2" else gpt.GPT.random(cfg, seed).state_dict()
+    if name == "llama":
+        # Perturbed norm scales: unit scales would hide a norm bug.
+        rng = np.random.default_rng(seed + 7)
+        for key, value in weights.items():
+            if key.endswith("norm.weight"):
+                weights[key] = (1.0 + rng.standard_normal(value.shape) * 0.1).astype(np.float32)
+    return cfg, weights
+
+
+def options(kv_cache, **more):
+    return gpt.CompileOptions(kv_cache=kv_cache, disk_cache=False, **more)
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def shape(request):
+    cfg, weights = shape_weights(request.param)
+    ids = token_ids(cfg, 19, seed=3)
+    return request.param, cfg, weights, ids
+
+
+def cached_logits(model, ids, prompt):
+    """Logits of every position from `prompt` on: a prefill of ids[:prompt], then one decode per token."""
+    cache = model.new_cache(64)
+    rows = [model.prefill(ids[:prompt], cache)]
+    rows += [model.decode(int(token), cache) for token in ids[prompt:]]
+    return np.array(rows), cache
+
+
+def relative(actual, expected):
+    return float(np.abs(np.asarray(actual, np.float64) - expected).max() / np.abs(expected).max())
+
+
+@pytest.mark.parametrize("kv_cache", HALF_FORMATS)
+def test_prefill_and_decode_match_the_reference_with_rounded_keys_and_values(shape, kv_cache):
+    name, cfg, weights, ids = shape
+    model = gpt.GPT.from_weights(cfg, weights, options(kv_cache))
+    prompt = 13
+    logits, cache = cached_logits(model, ids, prompt)
+    expected = reference_logits(cfg, weights, ids, kv_cache)[prompt - 1 :]
+    assert relative(logits, expected) <= RTOL, (name, kv_cache)
+    # The cache holds the format's values, not float32 ones.
+    assert cache.dtype == {"f16": np.float16, "bf16": np.uint16}[kv_cache]
+
+
+@pytest.mark.parametrize("kv_cache", HALF_FORMATS)
+def test_the_reference_tells_the_formats_apart(shape, kv_cache):
+    """The tolerance above is tight enough to see the rounding: the reference without it (an f32
+    cache) is further from the half-width model than RTOL, for every shape and format."""
+    name, cfg, weights, ids = shape
+    model = gpt.GPT.from_weights(cfg, weights, options(kv_cache))
+    logits, _ = cached_logits(model, ids, 13)
+    unrounded = reference_logits(cfg, weights, ids, "f32")[12:]
+    assert relative(logits, unrounded) > 3 * RTOL, (name, kv_cache)
+
+
+def test_an_f32_cache_is_unchanged(shape):
+    name, cfg, weights, ids = shape
+    model = gpt.GPT.from_weights(cfg, weights, options("f32"))
+    logits, cache = cached_logits(model, ids, 13)
+    assert cache.dtype == np.float32
+    assert relative(logits, reference_logits(cfg, weights, ids, "f32")[12:]) <= RTOL
+
+
+@pytest.mark.parametrize("kv_cache", HALF_FORMATS)
+def test_paged_batched_step_equals_the_contiguous_cache(shape, kv_cache):
+    """Two sequences through the paged pool, a prompt each then decode steps together, against each
+    sequence's prefill and decode over a contiguous cache of the same format."""
+    name, cfg, weights, ids = shape
+    model = gpt.GPT.from_weights(cfg, weights, options(kv_cache))
+    first, second = [int(t) for t in ids[:11]], [int(t) for t in token_ids(cfg, 6, seed=9)]
+    follow = [int(t) for t in token_ids(cfg, 4, seed=10)]
+    expected = []
+    for prompt in (first, second):
+        logits, _ = cached_logits(model, prompt + follow, len(prompt))
+        expected.append(logits)
+    pool = model.new_block_pool(num_blocks=8, block_size=4)
+    assert pool.keys.dtype == {"f16": np.float16, "bf16": np.uint16}[kv_cache]
+    tables = np.array([[0, 1, 2, 3], [4, 5, 6, 7]])
+    got = [[], []]
+    step = model.step_batch(pool, first + second, [len(first), len(second)], [0, 0], tables)
+    for b in range(2):
+        got[b].append(step[b])
+    for i, token in enumerate(follow):
+        step = model.step_batch(pool, [token, token], [1, 1], [len(first) + i, len(second) + i], tables)
+        for b in range(2):
+            got[b].append(step[b])
+    for b in range(2):
+        np.testing.assert_allclose(np.array(got[b]), expected[b], rtol=0, atol=2e-5 * np.abs(expected[b]).max())
+
+
+def test_half_width_caches_hold_half_the_bytes(shape):
+    name, cfg, weights, _ = shape
+    models = {fmt: gpt.GPT.from_weights(cfg, weights, options(fmt)) for fmt in ("f32",) + HALF_FORMATS}
+    full = models["f32"].new_cache(128)
+    full_pool = models["f32"].new_block_pool(16, 8)
+    assert full.nbytes == 2 * cfg.n_layer * cfg.n_kv_head * 128 * cfg.head_size * 4
+    for fmt in HALF_FORMATS:
+        cache, pool = models[fmt].new_cache(128), models[fmt].new_block_pool(16, 8)
+        assert cache.nbytes * 2 == full.nbytes, fmt
+        assert (pool.keys.nbytes + pool.values.nbytes) * 2 == full_pool.keys.nbytes + full_pool.values.nbytes
+
+
+LONG_SHAPE = dict(architecture="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, n_ff=256, vocab_size=512)
+
+
+@pytest.fixture(scope="module")
+def long_generation():
+    """A Llama-shaped model (rope, GQA) generating 320 greedy tokens with an f32 cache: its config,
+    weights, the prompt and the f32 run's tokens and logits."""
+    cfg = gpt.GPTConfig(**LONG_SHAPE, block_size=512)
+    weights = gpt.GPT.random(cfg, 5).state_dict()
+    model = gpt.GPT.from_weights(cfg, weights, options("f32"))
+    prompt = [int(t) for t in token_ids(cfg, 16, seed=4)]
+    cache = model.new_cache(512)
+    logits = [model.prefill(prompt, cache)]
+    tokens = []
+    for _ in range(320):
+        tokens.append(int(np.argmax(logits[-1])))
+        logits.append(model.decode(tokens[-1], cache))
+    return cfg, weights, prompt, tokens, np.array(logits)
+
+
+@pytest.mark.parametrize("kv_cache", HALF_FORMATS)
+def test_a_long_generation_stays_close_to_the_f32_cache(long_generation, kv_cache, record_property):
+    """The f32 run's tokens fed to a half-width cache (the same sequence, so each position's logits
+    compare): the largest logit difference stays small against the logits' own range, and greedy
+    decoding of the half-width cache picks the f32 cache's token at nearly every position."""
+    cfg, weights, prompt, tokens, expected = long_generation
+    model = gpt.GPT.from_weights(cfg, weights, options(kv_cache))
+    cache = model.new_cache(512)
+    logits = [model.prefill(prompt, cache)]
+    for token in tokens:
+        logits.append(model.decode(token, cache))
+    logits = np.array(logits)
+    difference = float(np.abs(logits - expected).max())
+    spread = float(np.abs(expected).max())
+    agreement = float(np.mean(np.argmax(logits, axis=1) == np.argmax(expected, axis=1)))
+    record_property("max_abs_logit_difference", difference)
+    record_property("greedy_agreement", agreement)
+    print(
+        f"kv_cache={kv_cache}: max |logit - f32| {difference:.3g} (max |logit| {spread:.3g}), "
+        f"greedy agreement {agreement:.4f} over {len(logits)} positions"
+    )
+    assert difference > 0  # the format is in use
+    # Measured: 6e-5 (f16) and 4e-4 (bf16) of the logits' range over 321 positions, every greedy
+    # token the same. The bounds leave 50x: f16 keeps 11 bits of mantissa, bf16 8.
+    assert difference <= {"f16": 3e-3, "bf16": 2e-2}[kv_cache] * spread
+    assert agreement >= 0.95
+
+
+def test_the_disk_cache_keeps_formats_apart(tmp_path):
+    """A program compiled for an f32 cache is not served for an f16 one (and back): the second model
+    compiles its own, and computes with its own format."""
+    cfg, weights = shape_weights("gpt2")
+    ids = token_ids(cfg, 19, seed=3)
+    results = {}
+    for fmt in ("f32", "f16", "f32"):
+        model = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(kv_cache=fmt, cache_dir=str(tmp_path)))
+        logits, _ = cached_logits(model, ids, 13)
+        results.setdefault(fmt, []).append((model.disk_cache_hits(), logits))
+    (f32_hits, f32_logits), (again_hits, again_logits) = results["f32"]
+    f16_hits, f16_logits = results["f16"][0]
+    assert f32_hits == 0 and f16_hits == 0 and again_hits > 0
+    np.testing.assert_array_equal(again_logits, f32_logits)
+    assert relative(f16_logits, reference_logits(cfg, weights, ids, "f16")[12:]) <= RTOL
+
+
+def test_step_refuses_arrays_of_another_format():
+    cfg, weights = shape_weights("gpt2")
+    model = gpt.GPT.from_weights(cfg, weights, options("f16"))
+    shape = (cfg.n_kv_head, 16, cfg.head_size)
+    wrong = [np.zeros(shape, np.float32) for _ in range(cfg.n_layer)]
+    with pytest.raises(ValueError, match="kv_cache='f16'.*float16 arrays, got float32"):
+        model._compiled.step(np.array([1]), 0, 16, wrong, wrong)
+
+
+def test_q8_0_is_refused_by_name():
+    cfg, weights = shape_weights("gpt2")
+    with pytest.raises(ValueError, match="kv_cache='q8_0' is not supported"):
+        gpt.GPT.from_weights(cfg, weights, options("q8_0"))
