@@ -75,8 +75,9 @@ if [[ "$quick" == 0 ]]; then
     failed=$((failed + 1))
     status=1
   fi
-  # The model-file loaders (GGUF, safetensors, config.json): structure-aware mutations of small
-  # valid files, each loaded in a worker under time and address-space limits; GPT_CI_LOADER_FUZZ_SECONDS.
+  # The loaders of files from strangers (GGUF, HF directories, chat templates, GPU artifacts):
+  # structure-aware mutations of small valid inputs, each loaded in a worker under time and
+  # address-space limits; GPT_CI_LOADER_FUZZ_SECONDS.
   loader_fuzz_seconds="${GPT_CI_LOADER_FUZZ_SECONDS:-30}"
   echo "test: fuzzing the model-file loaders for ${loader_fuzz_seconds} s (tools/fuzz_loaders.py, seed 1)"
   loader_fuzz_dir="$(mktemp -d)"
