@@ -252,8 +252,11 @@ class CompileOptions:
     for the tiles' state once, and where that is refused, or `GPT_NO_AMX=1` is set, code that runs
     here is compiled without AMX. Low-precision formats need a
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
-    `kv_cache` is the format the KV cache stores keys and values in ("f32"; "bf16" and "f16" halve it;
-    "q8_0" int8 codes with an fp16 scale per block of 32), as llama.cpp's -ctk/-ctv.
+    `kv_cache` is the format the KV cache stores keys and values in, as llama.cpp's -ctk/-ctv: "f32";
+    "f16" or "bf16", half the bytes (each new key and value rounded to nearest even when it is
+    written; attention widens them back and computes in f32; `model.new_cache()` then holds float16,
+    or uint16 arrays of bf16's bits); "q8_0" (int8 codes with an fp16 scale per block of 32) is
+    refused by the CPU compiler for now. GPU artifacts (`model.export`) keep f32 caches whatever it says.
     `target_cpu` is the CPU compiled code is specialised for: "host" (this machine's CPU and
     features), an LLVM x86-64 CPU name ("haswell", "znver3", "alderlake", "skylake-avx512",
     "znver4", "sapphirerapids", ...) or "aarch64:<cpu>" ("aarch64:neoverse-v1",
