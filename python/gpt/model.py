@@ -9,7 +9,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from gpt import _gpt, architectures, hf_checkpoint
+from gpt import _gpt, architectures, hf_checkpoint, model_files
 from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
@@ -214,9 +214,10 @@ class GPT:
         if llama_family:
             ids = hf_checkpoint.eos_token_ids(path)
             model._end_of_generation = frozenset(i for i in ids if i < config.vocab_size)
-        tokenizer_json = os.path.join(path, "tokenizer.json")
-        if os.path.isfile(tokenizer_json):
-            model._tokenizer = HFTokenizer(tokenizer_json)
+        # Present in any form (a FIFO, a dangling link), it is read, so that what may not be read is
+        # refused by name rather than passed over as if the directory had no tokenizer.
+        if model_files.present(path, "tokenizer.json"):
+            model._tokenizer = HFTokenizer(os.path.join(path, "tokenizer.json"))
         return model
 
     @classmethod

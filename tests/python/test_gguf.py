@@ -578,9 +578,9 @@ def test_generate_with_a_gguf_file(tmp_path):
 
     save_gguf(exercising_weights(CFG), CFG, tmp_path / "bare.gguf")  # vocabulary 96, no tokenizer
     bare = run_cli("generate", "--model", str(tmp_path / "bare.gguf"))
-    assert bare.returncode == 1 and "no tokenizer" in bare.stderr
+    assert bare.returncode == 2 and "no tokenizer" in bare.stderr
     missing = run_cli("generate", "--model", str(tmp_path / "nope.gguf"))
-    assert missing.returncode == 1 and "no such GGUF file" in missing.stderr
+    assert missing.returncode == 2 and "no such GGUF file" in missing.stderr
 
 
 def test_save_gguf_leaves_the_callers_arrays_writable(tmp_path, weights):
