@@ -568,7 +568,11 @@ class GPT:
         `target` ("cuda:sm_80" .. "cuda:sm_90"), forward and step programs for each count in
         `tokens` (longer inputs are padded up or split), KV caches of `cache_len` positions
         (default block_size), weights in "f32" or "bf16" (matmul weights; the rest stay f32).
-        `write_weights=False` writes no weights file (the caller supplies it)."""
+        `write_weights=False` writes no weights file (the caller supplies it). The files are
+        written beside `path` and renamed into place: `path` must be new, an empty directory, or
+        an artifact an export wrote (replaced whole); a link at `path` is never followed. A path
+        refused, or a file system failure (read-only, full), raises gpu_export.ExportError, an
+        OSError naming the path, and leaves `path` as it was."""
         from gpt import gpu_export
 
         return gpu_export.export(self, path, target, tokens, weights, write_weights, cache_len)
