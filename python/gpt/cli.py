@@ -10,16 +10,21 @@ Commands:
              user turn, each answer is streamed; the conversation stays in the KV cache
   export     compile --model for an NVIDIA GPU (--target cuda:sm_90) into the directory --out, which
              gpt_runtime runs with only the CUDA driver (docs/GPU.md)
+
+An input error (a bad flag, path, model file or IR) prints one line, `gpt: error: <message>`, on
+stderr and exits with status 2, as argparse-based tools (python -m gpt_runtime) do; --debug adds
+the traceback.
 """
 
 import datetime
 import os
 import sys
 import time
+import traceback
 
 from absl import app, flags
 
-from gpt import compiler, disk_cache, models
+from gpt import compiler, disk_cache, gpu_export, models
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.detokenizer import IncrementalDetokenizer
 from gpt.gguf_file import native_weights_format
@@ -64,7 +69,9 @@ flags.DEFINE_enum(
     "stage", "linalg", STAGES + GPU_STAGES, "ir: the compiler stage to print (gpu, nvvm, ptx: --target's)"
 )
 flags.DEFINE_string("target", "cuda:sm_90", "export, and ir's GPU stages: the GPU (cuda:sm_80 .. cuda:sm_90)")
-flags.DEFINE_string("out", None, "export: the artifact directory to write")
+flags.DEFINE_string(
+    "out", None, "export: the artifact directory to write (new, empty, or an artifact to replace; never a link)"
+)
 flags.DEFINE_enum("gpu_weights", "f32", ["f32", "bf16"], "export: the matmul weights' dtype on the GPU")
 flags.DEFINE_list(
     "tokens", ["1", "128"], "export: the token counts programs are built for (longer prompts run in chunks)"
@@ -81,6 +88,7 @@ flags.DEFINE_enum("pos_embedding", "learned", ["learned", "rope"], "ir without -
 flags.DEFINE_integer("attention_window", None, "ir without --model: sliding-window attention", lower_bound=1)
 flags.DEFINE_bool("list", False, "cache: list the entries, most recently used first")
 flags.DEFINE_bool("clear", False, "cache: remove every entry")
+flags.DEFINE_bool("debug", False, "on an error, print the Python traceback before the one-line message")
 flags.DEFINE_string("cache_dir", None, "cache: the directory (default $GPT_CACHE_DIR, else ~/.cache/gpt/jit)")
 flags.DEFINE_string("host", "127.0.0.1", "serve: the address to listen on")
 flags.DEFINE_integer("port", 8000, "serve: the TCP port to listen on", lower_bound=0, upper_bound=65535)
@@ -205,6 +213,7 @@ def export() -> None:
         tokens = [int(t) for t in FLAGS.tokens]
     except ValueError as e:
         raise app.UsageError(f"--tokens must be integers, got {FLAGS.tokens}") from e
+    gpu_export.check_target(FLAGS.out)  # a bad --out fails now, not after loading and compiling
     model = _load_model()
     start = time.perf_counter()
     path = model.export(FLAGS.out, FLAGS.target, tokens, FLAGS.gpu_weights, cache_len=FLAGS.cache_len)
@@ -322,19 +331,71 @@ COMMANDS = {
 }
 
 
-def main(argv):
-    if len(argv) < 2 or argv[1] not in COMMANDS:
-        raise app.UsageError("expected a command: " + ", ".join(COMMANDS))
-    command, arity = COMMANDS[argv[1]]
-    if len(argv) - 2 != arity:
-        raise app.UsageError(f"{argv[1]} takes {arity} positional argument(s), got {argv[2:]}")
+# What a user's input can cause, reported as one line: bad flags and arguments (UsageError),
+# values and model files (ValueError, ModelFileError among them), user paths (OSError: missing,
+# unreadable, read-only, full; gpu_export.ExportError), a model too large (MemoryError from the
+# memory estimate) and bad IR (CompilerError). Any other exception is a bug in gpt: it is left to
+# propagate, and its traceback is what a bug report needs.
+INPUT_ERRORS = (app.UsageError, ValueError, OSError, MemoryError, compiler.CompilerError)
+EXIT_INPUT_ERROR = 2  # argparse's status for a usage error, which python -m gpt_runtime exits with
+
+
+def error_line(error: BaseException) -> str:
+    """`gpt: error: <message>` on one line. An OSError from the standard library ("[Errno 2] No such
+    file or directory: 'x'") becomes "x: No such file or directory" (or loses only its "[Errno N]"
+    when it names no file); gpt's own messages are kept."""
+    if isinstance(error, OSError) and error.strerror and isinstance(error.filename, str):
+        message = f"{error.filename}: {error.strerror}"
+    elif isinstance(error, OSError) and error.strerror and error.errno is not None:
+        message = error.strerror  # a socket's "[Errno 98] ..." without the number
+    else:
+        message = str(error) or type(error).__name__
+    if isinstance(error, MemoryError) and not str(error):
+        message = "out of memory"
+    # A compiler diagnostic spans lines ("failed to parse the input IR:\n  loc(...): error: ..."):
+    # a line ending in ":" runs on into the next, others are separated by "; ".
+    line = ""
+    for part in (part.strip() for part in message.splitlines()):
+        if part:
+            line += ("" if not line else " " if line.endswith(":") else "; ") + part
+    return "gpt: error: " + line
+
+
+def _report(error: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(error)
+    print(error_line(error), file=sys.stderr, flush=True)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with its errors ("FATAL Flags parsing error: ...", exit 1) reported as
+    the commands' errors are: one line, exit 2. FLAGS.debug is not parsed yet here: --debug is
+    looked for in argv."""
     try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        _report(e, debug="--debug" in argv)
+        sys.exit(EXIT_INPUT_ERROR)
+
+
+def main(argv):
+    try:
+        if len(argv) < 2 or argv[1] not in COMMANDS:
+            raise app.UsageError(
+                "expected a command: " + ", ".join(COMMANDS) + " (python -m gpt --help shows them and their flags)"
+            )
+        command, arity = COMMANDS[argv[1]]
+        if len(argv) - 2 != arity:
+            raise app.UsageError(f"{argv[1]} takes {arity} positional argument(s), got {argv[2:]}")
         command(*argv[2:])
-    except (ValueError, FileNotFoundError, compiler.CompilerError) as e:
-        print(f"gpt: error: {e}", file=sys.stderr)
-        return 1
+    except INPUT_ERRORS as e:
+        _report(e, FLAGS.debug)
+        return EXIT_INPUT_ERROR
+    except KeyboardInterrupt:  # Ctrl-C is the user stopping the command, not an error to explain
+        print(file=sys.stderr)
+        return 130
     return 0
 
 
 def run():
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

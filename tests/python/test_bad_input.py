@@ -200,6 +200,9 @@ def test_bad_input(entry, outcome, message, namespace):
         assert outcome == f"exit {result.returncode}", result.stderr
         assert message in result.stdout + result.stderr
         assert "Traceback" not in result.stderr
+        if command[1:3] == ["-m", "gpt"]:  # its input errors are one line (python/gpt/cli.py)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("gpt: error: "), result.stderr
         return
     expected = namespace[outcome] if outcome in namespace else getattr(builtins, outcome)
     with pytest.raises(BaseException) as raised:

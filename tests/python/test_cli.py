@@ -76,7 +76,7 @@ def test_bad_flags_are_reported():
     no_command = run_cli()
     assert no_command.returncode != 0 and "expected a command" in no_command.stderr
     missing = run_cli("generate", "--model", "/nonexistent/dir")
-    assert missing.returncode == 1 and "no such model directory: /nonexistent/dir" in missing.stderr
+    assert missing.returncode == 2 and "no such model directory: /nonexistent/dir" in missing.stderr
     bad_stage = run_cli("ir", "--stage", "asm")
     assert bad_stage.returncode != 0 and "stage" in bad_stage.stderr
 
@@ -122,7 +122,7 @@ def test_stages_of_deeply_nested_input_is_an_error_not_a_crash(tmp_path):
     deep = tmp_path / "deep.mlir"
     deep.write_text("module {\n" * 8000 + "}\n" * 8000)
     result = run_cli("stages", str(deep))
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     assert "gpt: error: failed to parse the input IR" in result.stderr
     assert "nests brackets more than 1000 levels deep" in result.stderr
 
@@ -133,12 +133,63 @@ def test_cache_refuses_a_cache_dir_that_is_a_file_or_missing(tmp_path):
     a_file.write_text("")
     for flag in ("--list", "--clear"):
         missing = run_cli("cache", flag, "--cache_dir", str(tmp_path / "missing"))
-        assert missing.returncode == 1 and f"--cache_dir {tmp_path / 'missing'} does not exist" in missing.stderr
+        assert missing.returncode == 2 and f"--cache_dir {tmp_path / 'missing'} does not exist" in missing.stderr
         not_a_dir = run_cli("cache", flag, "--cache_dir", str(a_file))
-        assert not_a_dir.returncode == 1 and f"--cache_dir {a_file} is not a directory" in not_a_dir.stderr
+        assert not_a_dir.returncode == 2 and f"--cache_dir {a_file} is not a directory" in not_a_dir.stderr
     assert a_file.exists() and not (tmp_path / "missing").exists()
     empty = run_cli("cache", "--list", "--cache_dir", str(tmp_path))
     assert empty.returncode == 0 and f"0 entries, 0.00 MiB in {tmp_path}" in empty.stdout
     # Entries are keyed by this build: the listing says which one.
     assert f"this compiler: {gpt.disk_cache.compiler_identity()}" in empty.stdout
     assert gpt.disk_cache.compiler_identity().startswith("build-id:")
+
+
+def assert_one_error_line(result, *words):
+    """An input error: exit status 2 and one line on stderr, `gpt: error: ...`, no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("gpt: error: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_input_errors_are_one_line_and_exit_2(tmp_path):
+    # Flag errors were absl's two lines ("FATAL Flags parsing error: ...") and a bad command printed
+    # the whole usage, both with status 1; an --out that is a file or a link printed a traceback.
+    assert_one_error_line(run_cli("generate", "--temprature", "1"), "temprature")
+    assert_one_error_line(run_cli("generate", "--temperature", "-1"), "flag --temperature=-1")
+    assert_one_error_line(run_cli("ir", "--stage", "asm"), "--stage")
+    assert_one_error_line(run_cli(), "expected a command: generate, ir, stages, cache")
+    assert_one_error_line(run_cli("stages"), "stages takes 1 positional argument(s)")
+    assert_one_error_line(run_cli("stages", "/no/such.mlir"), "cannot read /no/such.mlir")
+    a_file = tmp_path / "file"
+    a_file.write_text("kept")
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    assert_one_error_line(run_cli("export", "--out", str(a_file)), f"cannot export to {a_file}: it is a file")
+    assert_one_error_line(
+        run_cli("export", "--out", str(a_file / "artifact")), f"cannot export to {a_file / 'artifact'}: {a_file} is"
+    )
+    assert_one_error_line(run_cli("export", "--out", str(dangling)), f"cannot export to {dangling}: it is a symbolic")
+    assert a_file.read_text() == "kept" and not (tmp_path / "nowhere").exists()
+
+
+def test_export_checks_out_before_loading_the_model(tmp_path):
+    """A bad --out is named before --model is read (or minutes spent compiling it)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").symlink_to(tmp_path / "victim")
+    (tmp_path / "victim").write_text("kept")
+    result = run_cli("export", "--model", "/no/such/dir", "--out", str(out))
+    assert_one_error_line(result, f"cannot export to {out}: it is a directory whose manifest.json is a symbolic link")
+    assert (tmp_path / "victim").read_text() == "kept"
+
+
+def test_debug_adds_the_traceback():
+    result = run_cli("generate", "--model", "/no/such/dir", "--debug")
+    assert result.returncode == 2
+    assert "Traceback (most recent call last)" in result.stderr and "FileNotFoundError" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "gpt: error: no such model directory: /no/such/dir"
+    flag = run_cli("generate", "--temprature", "1", "--debug")
+    assert flag.returncode == 2 and "Traceback" in flag.stderr
+    assert flag.stderr.strip().splitlines()[-1].startswith("gpt: error: Unknown command line flag 'temprature'")
