@@ -109,7 +109,10 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
         keep_as = _kept_format(name, hf_name, tensor.tensor_type, matmul, config, kept_type, keep_quantized)
         if keep_as:
             _check_ne(tensor, shape, path)
-            blocks = np.array(tensor.data, dtype=np.uint8)
+            # A read-only view of the file's memory map, not a copy: the compiled model repacks the
+            # blocks from the page cache into its own layout (tensors fused from parts are
+            # concatenated first, and llama.cpp's q/k permutation is undone, in copies of their own).
+            blocks = tensor.data
             _check_block_scales(name, blocks, keep_as, path)
             # Rows are whole runs of blocks (blocks run along the input dimension): permuting rows
             # permutes blocks.
@@ -119,7 +122,8 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
         weights[hf_name] = np.ascontiguousarray(unpermute_rows(array, heads)) if heads else array
     _widen_partly_kept_groups(config, weights, expected)
     tokenizer = read_tokenizer(meta, path, config.vocab_size)
-    del tensors, reader  # closes the memory map: every array above is a copy
+    # The memory map closes once the kept blocks' views die, after the model has repacked them.
+    del tensors, reader
     return config, weights, tokenizer
 
 
