@@ -32,7 +32,13 @@ import numpy as np
 from gpt import _gpt
 from gpt.config import GPTConfig
 from gpt.errors import ModelFileError
-from gpt.gguf_tokenizer import read_vocabulary
+from gpt.gguf_tokenizer import (
+    MAX_TOKEN_BYTES,
+    MAX_VOCABULARY_BYTES,
+    read_vocabulary,
+    token_too_long,
+    vocabulary_too_large,
+)
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import expected_shapes, validate_weights
