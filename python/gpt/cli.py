@@ -66,6 +66,12 @@ flags.DEFINE_enum(
     "auto: a GGUF file's own, as llama.cpp runs it (Q5 and k-quants: q8_0, F16: f32), f32 for anything else",
 )
 flags.DEFINE_enum(
+    "kv_cache",
+    "f32",
+    ("f32", "f16", "bf16"),
+    "the KV cache's format (llama.cpp's -ctk/-ctv): f16 and bf16 halve its memory, rounding keys and values",
+)
+flags.DEFINE_enum(
     "stage", "linalg", STAGES + GPU_STAGES, "ir: the compiler stage to print (gpu, nvvm, ptx: --target's)"
 )
 flags.DEFINE_string("target", "cuda:sm_90", "export, and ir's GPU stages: the GPU (cuda:sm_80 .. cuda:sm_90)")
@@ -123,7 +129,7 @@ def _options() -> CompileOptions:
     if weights == "auto":
         path = _model_path()
         weights = native_weights_format(path) if path.endswith(".gguf") else "f32"
-    return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads, weights=weights)
+    return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads, weights=weights, kv_cache=FLAGS.kv_cache)
 
 
 def _model_path() -> str:
