@@ -122,6 +122,12 @@ flags.DEFINE_integer(
     "serve: open connections at most (past it the longest idle one is closed, or the new one gets 503)",
     lower_bound=1,
 )
+flags.DEFINE_integer(
+    "admission_bytes",
+    512 * 2**20,
+    "serve: memory that requests being parsed and tokenized may take together (then they wait, or get 503)",
+    lower_bound=1,
+)
 
 
 def _options() -> CompileOptions:
@@ -320,6 +326,7 @@ def serve() -> None:
         timeout_body=FLAGS.timeout_body,
         timeout_keep_alive=FLAGS.timeout_keep_alive,
         max_connections=FLAGS.max_connections,
+        admission_bytes=FLAGS.admission_bytes,
     )
     path = _model_path()  # a HF directory's chat template is in its tokenizer_config.json
     model_dir = path if os.path.isdir(path) else None

@@ -12,12 +12,16 @@ connections, lets running requests finish, then stops the engine.
 No client can stall it: a request's body is bounded (413) and must arrive in time (408); a
 connection must send its request head within a deadline, and beyond `max_connections` the oldest
 idle one makes room (GuardedHttpProtocol); parsing, validation, tokenization and submission run in
-worker threads, so /health answers while a maximal prompt is being tokenized; and every error,
+worker threads, so /health answers while a maximal prompt is being tokenized (through the
+tokenizer's GIL-releasing batch call: text_encoder); a prompt longer than the model's context
+could hold is refused before it is tokenized (token_reach); the requests being admitted share a
+memory budget (AdmissionBudget: the rest wait their turn, or get 503); and every error,
 whatever the body holds, is answered in one shape, `{"error": {"message", "type", "param",
 "code"}}`, on a connection that stays open unless the body was left unread.
 """
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import http
@@ -28,6 +32,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 import numpy as np
@@ -55,6 +60,18 @@ MAX_MESSAGES = 1024
 # h11's default is 16 KiB, nginx's 4 x 8 KiB buffers).
 MAX_HEAD_BYTES = 64 * 1024
 
+# A request that does not fit ServerLimits.admission_bytes waits this long for its turn, then gets
+# 503 with Retry-After (as on a full queue).
+ADMISSION_WAIT_SECONDS = 10.0
+# The peak memory of admitting a request (admission_cost): per byte of its body (the body itself,
+# pydantic_core's parse and the validated request: a 2 MiB list of token ids is a million Python
+# ints) and per character of the prompt it tokenizes (HF tokenizers' pre-tokenized pieces with
+# their byte alignments, and the BPE words). Measured in docs/SERVING.md ("Memory").
+ADMISSION_BYTES_PER_BODY_BYTE = 32
+ADMISSION_BYTES_PER_PROMPT_CHAR = 160
+# An admission whose estimated cost reaches this hands what it freed back to the system (trim_heap).
+TRIM_AFTER_BYTES = 16 * 2**20
+
 logger = logging.getLogger("uvicorn.error")  # where uvicorn logs its own errors, so they show alike
 
 
@@ -76,9 +93,15 @@ class ServerLimits:
     # Open connections at most: past it, the connection waiting longest for a request is closed to
     # make room, and a new one is refused with 503 when every open one has a request in flight.
     max_connections: int = 1024
+    # Memory that the requests being admitted (parsed, validated, rendered, tokenized) may take
+    # together, by their estimated peak (admission_cost): a request that does not fit waits its
+    # turn, up to ADMISSION_WAIT_SECONDS, then gets 503. A maximal (2 MiB) text prompt is estimated
+    # at 384 MiB, so 512 MiB tokenizes one at a time (its peak is 289 MB with SmolLM2's tokenizer),
+    # beside smaller requests: a SmolLM2 chat is estimated at 10 MiB (its 65,536 characters at most).
+    admission_bytes: int = 512 * 2**20
 
     def __post_init__(self):
-        for name in ("max_body_bytes", "max_connections"):
+        for name in ("max_body_bytes", "max_connections", "admission_bytes"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise TypeError(f"{name} must be an int, got {getattr(self, name)!r}")
         for field in dataclasses.fields(self):
@@ -219,6 +242,211 @@ def _token_array(ids: list[int]) -> np.ndarray:
     if not len(ids):
         return np.zeros(0, np.int64)
     return np.concatenate([np.asarray(ids[i : i + step], dtype=np.int64) for i in range(0, len(ids), step)])
+
+
+def text_encoder(tokenizer) -> Callable[[str], list[int]]:
+    """`tokenizer.encode`, or a function that gives the same ids through its `tokenizers` backend's
+    `encode_batch_fast` when the backend agrees with `encode` on probe texts (special tokens, BOS,
+    spaces, non-ASCII; a wrapper that adds tokens of its own keeps its `encode`). The fast batch
+    call keeps no offsets and lets other threads run while it encodes: during a 1.9 MB SmolLM2
+    prompt /health answered within 21-60 ms, where through `encode` it waited 5.9 s (in a plain
+    thread, `encode` and `encode_batch` leave the GIL to others at most every 200 ms or so, the
+    fast call every 35 ms; freeing `encode`'s result alone holds it 80 ms), and over 1.9 MB of
+    text it peaks at 249 MB more where `encode` peaks at 349 MB more."""
+    backend = getattr(tokenizer, "backend", None)
+    batch = getattr(backend, "encode_batch_fast", None)
+    if batch is None:
+        return tokenizer.encode
+
+    def encode(text: str) -> list[int]:
+        return batch([text])[0].ids
+
+    try:
+        agrees = all(encode(text) == list(tokenizer.encode(text)) for text in _probe_texts(tokenizer, backend))
+    except Exception:  # noqa: BLE001 -- any failure to compare means: keep tokenizer.encode
+        agrees = False
+    return encode if agrees else tokenizer.encode
+
+
+def _probe_texts(tokenizer, backend) -> list[str]:
+    """Texts on which `text_encoder` compares the backend with `tokenizer.encode`."""
+    texts = ["", "Hello, world!", "  two spaces,\ta tab\r\n", "naïve café, 日本語 😀", "3.14159 * 2**10 = x"]
+    specials = [getattr(tokenizer, name, "") for name in ("bos_token", "eos_token")]
+    with contextlib.suppress(Exception):
+        added = backend.get_added_tokens_decoder()
+        specials += [added[i].content for i in sorted(added)[:64]]
+    texts += [f"{special}user\nHi!{special}" for special in dict.fromkeys(specials) if special]
+    return texts
+
+
+# Normalizers that never make text shorter, and pre-tokenizers that keep every character (Split's
+# "Removed", Whitespace and BERT's pre-tokenizer drop some): through these, a token's own length
+# bounds the characters of text it stands for.
+_LENGTHENING_NORMALIZERS = {"Sequence", "Prepend", "Replace", "Lowercase", "NFD"}
+_KEEPING_PRE_TOKENIZERS = {"Sequence", "ByteLevel", "Split", "Digits", "Metaspace", "Punctuation", "UnicodeScripts"}
+# Bytes that UTF-8 text never holds: a vocabulary needs no token for them.
+_NOT_IN_UTF8 = frozenset({0xC0, 0xC1, *range(0xF5, 0x100)})
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenReach:
+    """What a tokenizer's token can stand for: at most `chars` characters of text, not counting the
+    `dropped` characters, which make no token at all (control bytes missing from a byte-level
+    vocabulary: SmolLM2's has no token for "\x04", so a million of them are no token)."""
+
+    chars: int
+    dropped: str = ""
+
+    def counted(self, text: str) -> int:
+        """The characters of `text` that some token must stand for."""
+        return len(text) - sum(text.count(c) for c in self.dropped)
+
+
+def token_reach(tokenizer) -> TokenReach | None:
+    """How much text one token of `tokenizer` can stand for, where its kind proves a bound: bytes
+    (one character), or a `tokenizers` BPE whose every character is some token (its byte-level
+    alphabet, or byte fallback; byte-level bytes without a token are `dropped` when they are whole
+    characters) through normalizers and pre-tokenizers that drop nothing (the longest token's
+    length). None where a character could vanish unaccounted or merge into one unknown token
+    (fuse_unk), so that no length of text is provably too many tokens."""
+    from gpt.tokenizer import ByteTokenizer
+
+    if isinstance(tokenizer, ByteTokenizer):
+        return TokenReach(1)  # a character is at least one byte
+    backend = getattr(tokenizer, "backend", None)
+    model = getattr(backend, "model", None)
+    if type(model).__name__ != "BPE":
+        return None
+    try:
+        normalizer = json.loads(backend.normalizer.__getstate__()) if backend.normalizer is not None else None
+        pre_tokenizer = json.loads(backend.pre_tokenizer.__getstate__()) if backend.pre_tokenizer is not None else None
+        vocab = backend.get_vocab(with_added_tokens=True)
+    except Exception:  # noqa: BLE001 -- a backend this does not understand proves nothing
+        return None
+    normalizers, pre_tokenizers = _steps(normalizer, "normalizers"), _steps(pre_tokenizer, "pretokenizers")
+    if not vocab or not all(step.get("type") in _LENGTHENING_NORMALIZERS for step in normalizers):
+        return None
+    for step in normalizers:  # a Replace that shortens text, or matches a regex, may shorten it
+        pattern = step.get("pattern", {})
+        if step["type"] == "Replace" and not len(pattern.get("String") or "") <= len(step.get("content", "")):
+            return None
+    for step in pre_tokenizers:
+        if step.get("type") not in _KEEPING_PRE_TOKENIZERS or step.get("behavior") == "Removed":
+            return None
+    longest = max(len(token) for token in vocab)
+    if any(step["type"] == "ByteLevel" for step in pre_tokenizers):
+        missing = {b for b, c in _byte_level_alphabet().items() if c not in vocab} - _NOT_IN_UTF8
+        # A character with one byte left makes a token of it; one with none left is dropped whole,
+        # which only an ASCII character can be while every continuation byte has its token.
+        if not missing & set(range(0x80, 0xC0)):
+            return TokenReach(longest, "".join(chr(b) for b in sorted(missing) if b < 0x80))
+    if model.byte_fallback and all(f"<0x{b:02X}>" in vocab for b in set(range(256)) - _NOT_IN_UTF8):
+        return TokenReach(longest)
+    if model.unk_token in vocab and not model.fuse_unk:
+        return TokenReach(longest)
+    return None
+
+
+def _byte_level_alphabet() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: the character that stands for each byte (printable Latin-1
+    bytes for themselves, the others for U+0100 on, in order)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+
+
+def _steps(spec: dict | None, key: str) -> list[dict]:
+    """A tokenizers normalizer's or pre-tokenizer's JSON as its list of steps, Sequences flattened."""
+    if spec is None:
+        return []
+    if spec.get("type") == "Sequence":
+        return [step for inner in spec.get(key, []) for step in _steps(inner, key)]
+    return [spec]
+
+
+class AdmissionBudget:
+    """Bytes of memory that the requests being admitted may take together (ServerLimits.
+    admission_bytes). Requests are let in in arrival order: one that does not fit waits, as do
+    those after it (so that small requests cannot starve a large one), up to a deadline. One whose
+    cost alone passes the budget is let in when nothing else is admitted. Thread-safe, so that
+    one budget serves every event loop that serves the app (as EventRelay's are, one per loop)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.in_use = 0
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+
+    async def acquire(self, cost: int, timeout: float) -> int | None:
+        """Waits for `cost` bytes (at most the whole budget) and returns the bytes taken, for
+        release(); None when they did not come within `timeout` seconds."""
+        cost = min(cost, self.total)
+        with self._lock:
+            if not self._waiting and self.in_use + cost <= self.total:
+                self.in_use += cost
+                return cost
+            let_in = asyncio.get_running_loop().create_future()
+            waiter = (cost, let_in)
+            self._waiting.append(waiter)
+        try:
+            # Not wait_for: it would return a result that came as its caller was cancelled.
+            async with asyncio.timeout(timeout):
+                await let_in
+        except TimeoutError:
+            if let_in.done() and not let_in.cancelled():  # let in as the time ran out
+                return cost
+            return None  # a grant that comes later finds its future cancelled and gives the bytes back
+        except BaseException:
+            if let_in.done() and not let_in.cancelled():  # let in as the caller was cancelled
+                self.release(cost)
+            raise
+        finally:
+            with self._lock:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(waiter)
+                self._let_in()  # those behind a waiter that gave up may fit
+        return cost
+
+    def release(self, cost: int) -> None:
+        with self._lock:
+            self.in_use -= cost
+            self._let_in()
+
+    def _let_in(self) -> None:
+        """Grants waiters from the front while they fit (the lock held); each future is resolved on
+        its own loop."""
+        while self._waiting and self.in_use + self._waiting[0][0] <= self.total:
+            cost, future = self._waiting.popleft()
+            if not future.done():
+                self.in_use += cost
+                future.get_loop().call_soon_threadsafe(self._resolve, future, cost)
+
+    def _resolve(self, future: asyncio.Future, cost: int) -> None:
+        if future.done():  # its waiter gave up (cancelled, or out of time) after the grant
+            self.release(cost)
+        else:
+            future.set_result(None)
+
+
+_malloc_trim = None  # glibc's, found on first use (False: there is none)
+
+
+def trim_heap() -> None:
+    """Returns the memory that this process has freed to the system (glibc's malloc_trim; nothing
+    elsewhere). glibc keeps what a thread frees in that thread's own arena: each worker thread that
+    tokenized a long prompt would otherwise hold the peak of that prompt (140 bytes a character)
+    for good, so that the server's resident memory only grew, six workers' worth."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _malloc_trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)  # ctypes releases the GIL for the call
 
 
 def _error_body(status: int, message: str, param: str | None = None, code=None, kind=None) -> dict:
@@ -422,6 +650,39 @@ def create_app(
             no_chat = f"the model {model_name!r} has no chat template (a base model): use /v1/completions"
         except ValueError as e:
             no_chat = f"the model {model_name!r} cannot chat: {e}"
+    # The longest completion prompt tokenized, checked before tokenizing: the body limit in
+    # characters, or the characters that the model's context provably holds (block_size tokens of
+    # the tokenizer's longest: token_reach), whichever is less. (A chat's rendered prompt has
+    # gpt.chat's bound, chat.max_prompt_chars, applied while it renders: chat_prompt.)
+    block_size = engine.model.config.block_size
+    reach = token_reach(tokenizer) if tokenizer is not None else None
+    max_prompt_chars = min(limits.max_body_bytes, block_size * reach.chars) if reach else limits.max_body_bytes
+
+    def prompt_too_long(prompt: str) -> str | None:
+        """What is wrong with a prompt of this many characters, if anything."""
+        if len(prompt) <= max_prompt_chars or reach is None or (counted := reach.counted(prompt)) <= max_prompt_chars:
+            return None
+        return (
+            f"prompt is {counted} characters, more than the model's context can hold: block_size={block_size} "
+            f"tokens of at most {reach.chars} characters each ({max_prompt_chars} characters)"
+        )
+
+    encode_text = text_encoder(tokenizer) if tokenizer is not None else None
+    budget = AdmissionBudget(limits.admission_bytes)
+
+    def admission_cost(body_bytes: int, kind: type[BaseModel]) -> int:
+        """The estimated peak memory of admitting a request: its body's, and its prompt's
+        tokenizing: a completion's text is at most the body long (characters its tokenizer drops
+        are not refused before tokenizing), a chat's rendered conversation at most
+        chat.max_prompt_chars whatever the body (a template may repeat a message)."""
+        if tokenizer is None:
+            prompt_chars = 0
+        elif kind is ChatCompletionRequest:
+            prompt_chars = chat.max_prompt_chars(block_size, limits.max_body_bytes)
+        else:
+            prompt_chars = body_bytes
+        return ADMISSION_BYTES_PER_BODY_BYTE * body_bytes + ADMISSION_BYTES_PER_PROMPT_CHAR * prompt_chars
+
     # An id past the vocabulary (a config.json's, say) can never be sampled, so cannot end anything.
     vocab_size = engine.model.config.vocab_size
     chat_end_ids = frozenset(i for i in (chat_spec.end_ids if chat_spec else frozenset()) | eos if i < vocab_size)
@@ -455,8 +716,10 @@ def create_app(
         if isinstance(body.prompt, str):
             if tokenizer is None:
                 return _error(400, "this model has no tokenizer: send the prompt as token ids", "prompt")
+            if too_long := prompt_too_long(body.prompt):
+                return _error(400, too_long, "prompt")
             try:
-                ids = tokenizer.encode(body.prompt)
+                ids = encode_text(body.prompt)
             except ValueError as e:  # UnicodeError included
                 return _error(400, f"prompt cannot be tokenized: {e}", "prompt")
             if not len(ids):
@@ -529,6 +792,13 @@ def create_app(
             return _error(400, message, param)
         return body, handle, len(prompt)
 
+    def admit_and_trim(raw: bytes, on_event, kind: type[BaseModel], cost: int):
+        """admit(), then, for a large request, what it freed handed back to the system."""
+        admitted = admit(raw, on_event, kind)
+        if cost >= TRIM_AFTER_BYTES:
+            trim_heap()
+        return admitted
+
     # The body is parsed in a worker thread (FastAPI would parse it on the event loop), so the
     # schemas are given to the OpenAPI document by hand, the ones they refer to (ChatMessage) among
     # its components.
@@ -554,7 +824,21 @@ def create_app(
         loop = asyncio.get_running_loop()
         relay = relays.get(loop) or relays.setdefault(loop, EventRelay(loop))
         events: asyncio.Queue = asyncio.Queue()
-        admitted = await asyncio.to_thread(admit, await request.body(), lambda event: relay.post(events, event), kind)
+        raw = await request.body()
+        cost = await budget.acquire(admission_cost(len(raw), kind), ADMISSION_WAIT_SECONDS)
+        if cost is None:
+            message = (
+                f"the server is busy admitting other requests (admission_bytes={limits.admission_bytes} of memory "
+                f"in use): try again"
+            )
+            return _error(503, message, None, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        # The budget comes back when the worker is done, even if this handler is cancelled before.
+        work = asyncio.ensure_future(
+            asyncio.to_thread(admit_and_trim, raw, lambda event: relay.post(events, event), kind, cost)
+        )
+        work.add_done_callback(lambda _: budget.release(cost))
+        del raw
+        admitted = await work
         if isinstance(admitted, Response):
             return admitted
         body, handle, prompt_tokens = admitted
