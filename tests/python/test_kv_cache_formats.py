@@ -216,7 +216,12 @@ def test_paged_batched_step_equals_the_contiguous_cache(shape, kv_cache):
         for b in range(2):
             got[b].append(step[b])
     for b in range(2):
-        np.testing.assert_allclose(np.array(got[b]), expected[b], rtol=0, atol=2e-5 * np.abs(expected[b]).max())
+        difference = relative(got[b], expected[b].astype(np.float64))
+        print(f"{name} {kv_cache} sequence {b}: paged vs contiguous {difference:.2g}")
+        # The two programs compute the same keys and values in another order (a batch of tokens,
+        # a bucketed prefill): the tolerance of the reference comparison, which allows for one
+        # of them to round to the neighbouring value.
+        assert difference <= RTOL[kv_cache], (name, kv_cache, b)
 
 
 def test_half_width_caches_hold_half_the_bytes(shape):
