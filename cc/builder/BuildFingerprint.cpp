@@ -53,7 +53,8 @@ std::string buildFingerprint(const GPTConfig &config, const WeightStorage &stora
   out << "packed=" << storage.packed << "\nformat=" << static_cast<int>(storage.format)
       << "\nvector_lanes=" << tiles.vectorLanes << "\naccumulator_registers=" << tiles.accumulatorRegisters
       << "\npanel_width=" << tiles.panelWidth << "\ntile_rows=" << tiles.tileRows
-      << "\nvocab_multiple=" << tiles.vocabMultiple << "\nsmallest_bucket=" << tiles.smallestBucket << "\nkv_cache=" << kvCacheFormatName(storage.kvCache) << '\n';
+      << "\nvocab_multiple=" << tiles.vocabMultiple << "\nsmallest_bucket=" << tiles.smallestBucket
+      << "\nkv_cache=" << kvCacheFormatName(storage.kvCache) << '\n';
   writeArray(out, "thread_chunk_counts", tiles.threadChunkCounts);
   writeArray(out, "elementwise_widths", tiles.elementwiseWidths);
   writeArray(out, "matmul_tile_widths", tiles.matmulTileWidths);

@@ -582,8 +582,8 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs, cacheLen, storage.kvCache);
   EntryFunctionArguments arguments =
       entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen, storage.kvCache);
-  auto cacheType = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()},
-                                         kvCacheElementType(b, storage.kvCache));
+  auto cacheType =
+      RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, kvCacheElementType(b, storage.kvCache));
   auto logitsType = RankedTensorType::get({1, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   func::FuncOp fn = createCachedEntry(b, loc, "step", config, arguments, logitsType, cacheType);
   EntryValues in(fn, arguments.arguments, specs);

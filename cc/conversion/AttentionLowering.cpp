@@ -409,20 +409,21 @@ private:
       Value qRow = b.create<tensor::CollapseShapeOp>(loc, RankedTensorType::get({headDim}, f32), qBlock,
                                                      SmallVector<ReassociationIndices>{{0, 1}});
       // A half-width cache's keys are widened to f32 as the reduction reads them.
-      Value dots = buildRowReduction(
-          b, loc, {bk, headDim}, {kBlock, qRow}, {id2, AffineMap::get(2, 0, getAffineDimExpr(1, ctx))}, 0.0,
-          [](OpBuilder &nb, Location l, ValueRange a) -> Value {
-            Value key = widenToF32(nb, l, a[0]);
-            return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, key, a[1]));
-          });
+      Value dots = buildRowReduction(b, loc, {bk, headDim}, {kBlock, qRow},
+                                     {id2, AffineMap::get(2, 0, getAffineDimExpr(1, ctx))}, 0.0,
+                                     [](OpBuilder &nb, Location l, ValueRange a) -> Value {
+                                       Value key = widenToF32(nb, l, a[0]);
+                                       return nb.create<arith::AddFOp>(l, a[2], nb.create<arith::MulFOp>(l, key, a[1]));
+                                     });
       // Read as [1, bk] through the consumer's indexing map: an expand_shape here would be
       // propagated into the reduction, which would then not look like a row reduction.
       return {dots, AffineMap::get(2, 0, getAffineDimExpr(1, ctx))};
     }
     // (A half-width cache's keys are widened to f32 in the same copy.)
-    Value product = b.create<linalg::MatmulOp>(loc, ValueRange{qBlock, widenedTile(b, loc, kBlock, /*transposed=*/true)},
-                                               ValueRange{filled(b, loc, {bq, bk})})
-                        .getResult(0);
+    Value product =
+        b.create<linalg::MatmulOp>(loc, ValueRange{qBlock, widenedTile(b, loc, kBlock, /*transposed=*/true)},
+                                   ValueRange{filled(b, loc, {bq, bk})})
+            .getResult(0);
     return {product, id2};
   }
 

@@ -122,8 +122,8 @@ Value roundToElement(OpBuilder &b, Location loc, Value value, Type element) {
   Value rounded = b.create<arith::ShRUIOp>(loc, b.create<arith::AddIOp>(loc, bits, bias), sixteen);
   // A NaN keeps its sign and top mantissa bits, made quiet (the carry could turn it into inf).
   Value magnitude = b.create<arith::AndIOp>(loc, bits, integerConstant(b, loc, i32, 0x7fffffff));
-  Value isNan = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, magnitude,
-                                        integerConstant(b, loc, i32, 0x7f800000));
+  Value isNan =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ugt, magnitude, integerConstant(b, loc, i32, 0x7f800000));
   Value quietNan = b.create<arith::OrIOp>(loc, high, integerConstant(b, loc, i32, 0x40));
   Value chosen = b.create<arith::SelectOp>(loc, isNan, quietNan, rounded);
   Value narrow = b.create<arith::TruncIOp>(loc, i16, chosen);

@@ -21,9 +21,10 @@ llvm::SmallVector<mlir::Value> initialSoftmaxState(mlir::OpBuilder &b, mlir::Loc
 /// One key block's step over `state` (m, l, acc): `masked` [bq, bk] holds the scaled scores, -inf
 /// where a key is hidden, and `values` [bk, dv] the block's values. With m' = max(m, rowmax(s)),
 /// p = exp(s - m') and c = exp(m - m') (0 while m is -inf): l' = c l + rowsum(p) and
-/// acc' = c acc + p . v. Values of a half-width KV cache (f16, bf16) are widened to f32 first. `visibleKey` (partial tiles only; null for full ones) forces p to exactly
-/// 0 for hidden keys, never exp of -inf - -inf. Updates the state in place (each result's
-/// destination is its loop-carried tensor), so its buffers carry over from block to block.
+/// acc' = c acc + p . v. Values of a half-width KV cache (f16, bf16) are widened to f32 first.
+/// `visibleKey` (partial tiles only; null for full ones) forces p to exactly 0 for hidden keys,
+/// never exp of -inf - -inf. Updates the state in place (each result's destination is its
+/// loop-carried tensor), so its buffers carry over from block to block.
 llvm::SmallVector<mlir::Value> onlineSoftmaxUpdate(mlir::OpBuilder &b, mlir::Location loc, mlir::Value masked,
                                                    mlir::Value values, mlir::ValueRange state,
                                                    KeyVisibility visibleKey);

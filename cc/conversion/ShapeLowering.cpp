@@ -160,9 +160,10 @@ struct CacheUpdateLowering : OpConversionPattern<CacheUpdateOp> {
       Location loc = op.getLoc();
       Value empty = rewriter.create<tensor::EmptyOp>(loc, update, element);
       AffineMap id = AffineMap::getMultiDimIdentityMap(update.size(), rewriter.getContext());
-      rows = buildGeneric(rewriter, loc, empty, {rows}, {id}, id,
-                          SmallVector<utils::IteratorType>(update.size(), utils::IteratorType::parallel),
-                          [&](OpBuilder &nb, Location l, ValueRange a) { return roundToElement(nb, l, a[0], element); });
+      rows =
+          buildGeneric(rewriter, loc, empty, {rows}, {id}, id,
+                       SmallVector<utils::IteratorType>(update.size(), utils::IteratorType::parallel),
+                       [&](OpBuilder &nb, Location l, ValueRange a) { return roundToElement(nb, l, a[0], element); });
     }
     SmallVector<OpFoldResult> offsets = {rewriter.getIndexAttr(0), adaptor.getOffset(), rewriter.getIndexAttr(0)};
     SmallVector<OpFoldResult> sizes =

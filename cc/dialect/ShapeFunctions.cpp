@@ -445,8 +445,8 @@ LogicalResult verifyCompatibleResult(Type declared, TensorType inferred, EmitErr
   // reinterpret its bits.
   auto declaredTensor = dyn_cast<TensorType>(declared);
   if (declaredTensor && declaredTensor.getElementType() != inferred.getElementType())
-    return emitError() << "result type " << declared << " does not have the element type "
-                       << inferred.getElementType() << " implied by the operands";
+    return emitError() << "result type " << declared << " does not have the element type " << inferred.getElementType()
+                       << " implied by the operands";
   auto d = dyn_cast<RankedTensorType>(declared);
   auto i = dyn_cast<RankedTensorType>(inferred);
   if (!d || !i) return success();

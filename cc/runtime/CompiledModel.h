@@ -115,8 +115,8 @@ public:
   /// One batched step over paged KV pools (GPTBuilder.h, buildBatchStep): the arrays are already
   /// padded to `shape` (ids, positions, sequences, slots: [tokens]; tables: [batch, tableWidth];
   /// last: [batch]; keys[l], values[l]: [poolBlocks, n_kv_head, blockSize, head_size] of
-  /// options().kvCache's elements, updated in place). The caller has checked every index. Returns the logits [batch, padded vocab].
-  /// Compiles on the first call per shape.
+  /// options().kvCache's elements, updated in place). The caller has checked every index. Returns the logits [batch,
+  /// padded vocab]. Compiles on the first call per shape.
   struct BatchStepCall {
     BatchShape shape;
     const int64_t *ids, *positions, *sequences, *slots, *tables, *last;

@@ -138,7 +138,7 @@ py::array batchStep(CompiledModel &model, IdArray ids, IdArray positions, IdArra
   const int64_t poolBlocks = keys[0].cast<py::array>().shape(0);
   std::vector<int64_t> poolShape = {poolBlocks, c.kvHeads(), blockSize, c.headSize()};
   std::vector<void *> keyPtrs = bufferPointers(model, keys, poolShape),
-                     valuePtrs = bufferPointers(model, values, poolShape);
+                      valuePtrs = bufferPointers(model, values, poolShape);
   BatchShape shape{tokens, tables.shape(0), tables.shape(1), poolBlocks, blockSize};
   CompiledModel::BatchStepCall call{shape,         ids.data(),  positions.data(), sequences.data(), slots.data(),
                                     tables.data(), last.data(), keyPtrs,          valuePtrs};
