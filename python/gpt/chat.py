@@ -1,12 +1,14 @@
 """Chat: a model's chat template, rendered with jinja2 as transformers renders it, and a
 conversation kept in one KV cache turn after turn (`python -m gpt chat`).
 
-Templates. `ChatTemplate(source)` compiles a template (GGUF's tokenizer.chat_template, HF's
-tokenizer_config.json "chat_template" or chat_template.jinja) in jinja2's immutable sandbox with
-transformers' settings (trim_blocks, lstrip_blocks, loop controls; `raise_exception`,
+Templates. `ChatTemplate(source, origin=...)` compiles a template (GGUF's tokenizer.chat_template,
+HF's tokenizer_config.json "chat_template" or chat_template.jinja) in jinja2's immutable sandbox
+with transformers' settings (trim_blocks, lstrip_blocks, loop controls; `raise_exception`,
 `strftime_now` and a `tojson` that keeps non-ASCII and HTML characters as they are) and renders
 `messages`, `add_generation_prompt`, `bos_token` and `eos_token` as transformers'
-apply_chat_template does.
+apply_chat_template does. A template is a program from a stranger's file, so it is compiled and
+rendered in a worker process with a time, memory and output budget (gpt.template_sandbox); every
+failure is a ChatTemplateError naming the template's file and key.
 
 Conversation. `Chat.send(text)` renders the whole conversation with the new user message and a
 generation prompt, and prefills only the text past what the cache already holds (the earlier
@@ -18,8 +20,6 @@ makes the cache start again from the whole conversation: correct, but that turn 
 (`last_turn.reprefilled` says so)."""
 
 import dataclasses
-import datetime
-import json
 import os
 import sys
 import time
@@ -28,9 +28,21 @@ from typing import TextIO
 
 import numpy as np
 
-from gpt import hf_checkpoint
+from gpt import hf_checkpoint, model_files, template_sandbox
 from gpt.detokenizer import IncrementalDetokenizer
 from gpt.sampling import check_sampling_args, sample
+from gpt.template_sandbox import ChatTemplateError, RenderTooLong
+
+# chat_template.jinja, at most (real ones are a few KB; the template itself is bounded by
+# template_sandbox.MAX_TEMPLATE_CHARS).
+MAX_TEMPLATE_FILE_BYTES = 4 * template_sandbox.MAX_TEMPLATE_CHARS
+
+
+# A rendered prompt's characters, at most, per token of the model's context. Text averages 3-5
+# characters a token; a prompt of more than 16 a token that still fits the context is all but
+# impossible, so a render past it is stopped before the tokenizer spends seconds and gigabytes on
+# a prompt the model would refuse anyway.
+MAX_CHARS_PER_TOKEN = 16
 
 
 class ConversationFull(ValueError):
@@ -42,58 +54,69 @@ class NoChatTemplate(ValueError):
 
 
 class ChatTemplate:
-    """A chat template (jinja2 source), compiled once; render() it per conversation."""
+    """A chat template (jinja2 source from `origin`, a file and key that messages name), compiled
+    once and rendered per conversation, both in a worker process with time, memory and output
+    budgets (gpt.template_sandbox: a template is a stranger's program). Every failure is a
+    ChatTemplateError (a ValueError) naming `origin`."""
 
-    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = ""):
-        import jinja2
-        import jinja2.ext
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        if not isinstance(source, str) or not source.strip():
-            raise ValueError("a chat template must be a non-empty string of jinja2 source")
-
-        def raise_exception(message):
-            raise jinja2.exceptions.TemplateError(message)
-
-        def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-            return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-        def strftime_now(format):
-            return datetime.datetime.now().strftime(format)
-
-        environment = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
-        )
-        environment.filters["tojson"] = tojson
-        environment.globals["raise_exception"] = raise_exception
-        environment.globals["strftime_now"] = strftime_now
-        try:
-            self._template = environment.from_string(source)
-        except jinja2.exceptions.TemplateSyntaxError as e:
-            raise ValueError(f"the chat template does not compile: {e} (line {e.lineno})") from None
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        origin: str = "<string>",
+        render_seconds: float = template_sandbox.RENDER_SECONDS,
+    ):
+        if not isinstance(origin, str):
+            raise TypeError(f"origin must be a str naming where the template came from, got {origin!r}")
+        self._template = template_sandbox.SandboxedTemplate(source, origin)
         self.source = source
+        self.origin = origin
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.render_seconds = render_seconds
 
-    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True, **variables) -> str:
+    def render(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        add_generation_prompt: bool = True,
+        *,
+        max_chars: int | None = None,
+        **variables,
+    ) -> str:
         """The prompt text of `messages` ({"role": ..., "content": ...} dicts), ending with the
         assistant's generation prompt when `add_generation_prompt`. Extra `variables` reach the
-        template as they do through transformers' apply_chat_template kwargs."""
-        import jinja2
-
+        template as they do through transformers' apply_chat_template kwargs. The text has at most
+        `max_chars` characters (template_sandbox.DEFAULT_MAX_CHARS when None; RenderTooLong past
+        it), and is rendered within self.render_seconds plus time in proportion to the input."""
         for i, message in enumerate(messages):
             if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
                 raise ValueError(f"message {i} must be a mapping with a 'role' string, got {message!r}")
-        try:
-            return self._template.render(
-                messages=[dict(m) for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-                **variables,
+        if max_chars is None:
+            max_chars = template_sandbox.DEFAULT_MAX_CHARS
+        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+            raise ValueError(f"max_chars must be a positive int, got {max_chars!r}")
+        context = dict(
+            messages=[dict(m) for m in messages],
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+            **variables,
+        )
+        text = self._template.render(context, max_chars=max_chars, seconds=self.render_seconds)
+        if not text:
+            raise ChatTemplateError(
+                f"{self.origin}: the chat template rendered nothing for these {len(messages)} messages"
             )
-        except jinja2.exceptions.TemplateError as e:
-            raise ValueError(f"the chat template failed: {type(e).__name__}: {e}") from None
+        return text
+
+
+def max_prompt_chars(block_size: int, max_body_bytes: int | None = None) -> int:
+    """The most characters a rendered conversation may have for a model of `block_size` tokens:
+    MAX_CHARS_PER_TOKEN a token, and no more than `max_body_bytes` (a server's body limit) when given."""
+    limit = MAX_CHARS_PER_TOKEN * block_size
+    return limit if max_body_bytes is None else min(limit, max_body_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,36 +130,38 @@ class ChatSpec:
     bos_id: int | None = None
 
 
-def chat_spec(tokenizer, model_dir: str | None = None) -> ChatSpec:
+def chat_spec(tokenizer, model_dir: str | None = None, *, model_path: str | None = None) -> ChatSpec:
     """The ChatSpec of a model's tokenizer: a GGUF file's (gpt.gguf_tokenizer.GGUFTokenizer:
     tokenizer.chat_template, its end-of-generation ids, add_bos), or for a HF directory its
     tokenizer_config.json ("chat_template", "bos_token", "eos_token"), chat_template.jinja and the
     eos_token_id of generation_config.json and config.json. Raises NoChatTemplate (a ValueError)
     when there is no template: such a model is a base model to `generate` with, not to chat with;
-    ValueError for a template that does not compile or a directory with no end-of-generation token."""
+    ChatTemplateError for a template that does not compile (naming its file and key: `model_path`
+    names the GGUF file), gpt.ModelFileError for a directory's file that cannot be read (a link
+    out of the directory, a FIFO, a key of the wrong type), ValueError for a directory with no
+    end-of-generation token."""
     source = getattr(tokenizer, "chat_template", None)
     if source is not None:
         end_ids = frozenset(getattr(tokenizer, "end_of_generation", ()))
         bos_id = tokenizer.bos_token_id if getattr(tokenizer, "add_bos", False) else None
-        template = ChatTemplate(source, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token)
+        path = model_path or getattr(tokenizer, "path", None)
+        origin = f"{path} (tokenizer.chat_template)" if path else "the GGUF file's tokenizer.chat_template"
+        template = ChatTemplate(source, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token, origin=origin)
         return ChatSpec(template, end_ids, bos_id)
     if model_dir is None or not os.path.isdir(model_dir):
         raise NoChatTemplate(
             "the model has no chat template (tokenizer.chat_template): use `generate` for a base model"
         )
-    config = _read_json(os.path.join(model_dir, "tokenizer_config.json"))
-    source = config.get("chat_template")
-    if isinstance(source, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
-        source = next((t.get("template") for t in source if isinstance(t, dict) and t.get("name") == "default"), None)
-    jinja_file = os.path.join(model_dir, "chat_template.jinja")
-    if source is None and os.path.isfile(jinja_file):
-        with open(jinja_file, encoding="utf-8") as f:
-            source = f.read()
-    if not isinstance(source, str):
+    config = model_files.read_tokenizer_config(model_dir)
+    source, origin = config.chat_template, f"{os.path.join(model_dir, 'tokenizer_config.json')} (chat_template)"
+    if source is None and model_files.present(model_dir, "chat_template.jinja"):
+        source = model_files.read_text(model_dir, "chat_template.jinja", MAX_TEMPLATE_FILE_BYTES)
+        origin = os.path.join(model_dir, "chat_template.jinja")
+    if source is None:
         raise NoChatTemplate(
             f"{model_dir} has no chat template (tokenizer_config.json, chat_template.jinja): use `generate`"
         )
-    bos, eos = (_token_text(config.get(key)) for key in ("bos_token", "eos_token"))
+    bos, eos = config.bos_token or "", config.eos_token or ""
     end_ids = set(hf_checkpoint.eos_token_ids(model_dir))
     backend = getattr(tokenizer, "backend", None)
     if eos and backend is not None and backend.token_to_id(eos) is not None:
@@ -145,14 +170,19 @@ def chat_spec(tokenizer, model_dir: str | None = None) -> ChatSpec:
         raise ValueError(
             f"{model_dir}: no end-of-generation token (eos_token_id, eos_token), so an answer would never end"
         )
-    return ChatSpec(ChatTemplate(source, bos_token=bos, eos_token=eos), frozenset(end_ids))
+    return ChatSpec(ChatTemplate(source, bos_token=bos, eos_token=eos, origin=origin), frozenset(end_ids))
 
 
 def encode_rendered(tokenizer, text: str) -> list[int]:
     """Tokens of template output: special tokens parsed, no BOS/EOS added (the template has its own)."""
     backend = getattr(tokenizer, "backend", None)
     if backend is not None:
-        return backend.encode(text, add_special_tokens=False).ids
+        # The batch calls release the GIL while they run (encode holds it: 1.7 s without a pause
+        # over a 2 MB SmolLM2 prompt, where encode_batch pauses at most 52 ms), so a server's event
+        # loop goes on answering while a long prompt is tokenized; the ids are encode's. The fast
+        # one (tokenizers >= 0.21) also keeps no offsets.
+        batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+        return batch([text], add_special_tokens=False)[0].ids
     return tokenizer.encode(text)
 
 
@@ -163,24 +193,6 @@ def prompt_ids(tokenizer, spec: ChatSpec, rendered: str) -> list[int]:
     if spec.bos_id is not None and ids[:1] != [spec.bos_id]:
         ids = [spec.bos_id] + ids
     return ids
-
-
-def _read_json(path: str) -> dict:
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        try:
-            value = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from None
-    return value if isinstance(value, dict) else {}
-
-
-def _token_text(value) -> str:
-    """A tokenizer_config.json special token: a string or an AddedToken dict {"content": ...}."""
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +258,15 @@ class Chat:
         if not isinstance(text, str):
             raise TypeError(f"a message must be a str, got {type(text).__name__}")
         messages = self._messages + [{"role": "user", "content": text}]
-        rendered = self._spec.template.render(messages, add_generation_prompt=True)
+        block_size = self._model.config.block_size
+        try:
+            rendered = self._spec.template.render(
+                messages, add_generation_prompt=True, max_chars=max_prompt_chars(block_size)
+            )
+        except RenderTooLong as e:
+            raise ConversationFull(
+                f"{e}, {MAX_CHARS_PER_TOKEN} a token of the context of {block_size}: reset it"
+            ) from None
         new_ids, reprefilled = self._new_tokens(rendered)
         if len(self._ids) + len(new_ids) + 1 > self._model.config.block_size:
             raise ConversationFull(

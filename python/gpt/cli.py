@@ -286,7 +286,7 @@ def chat() -> None:
     path = _model_path()
     directory = path if os.path.isdir(path) else None
     tokenizer = model.tokenizer or tokenizer_for(directory, model.config.vocab_size)
-    spec = chat_module.chat_spec(tokenizer, directory)
+    spec = chat_module.chat_spec(tokenizer, directory, model_path=path)
     chat_module.run(
         model,
         tokenizer,

@@ -735,10 +735,13 @@ def create_app(
         if body.max_tokens is not None and body.max_completion_tokens is not None:
             return _error(400, "give max_tokens or max_completion_tokens, not both", "max_completion_tokens")
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        # The rendered prompt is bounded like a body: the body limit, or the context in tokens
+        # (chat.MAX_CHARS_PER_TOKEN a token), whichever comes first, before it is tokenized.
+        max_chars = chat.max_prompt_chars(engine.model.config.block_size, limits.max_body_bytes)
         try:
-            rendered = chat_spec.template.render(messages, add_generation_prompt=True)
+            rendered = chat_spec.template.render(messages, add_generation_prompt=True, max_chars=max_chars)
             ids = chat.prompt_ids(tokenizer, chat_spec, rendered)
-        except ValueError as e:  # the template's raise_exception (roles out of order, ...), tokenizing
+        except ValueError as e:  # chat.ChatTemplateError (naming the template: failed, overran), tokenizing
             return _error(400, f"messages: {e}", "messages")
         max_tokens = body.max_tokens if body.max_tokens is not None else body.max_completion_tokens
         if max_tokens is None:  # the rest of the context (past it, the engine names the prompt's length)
