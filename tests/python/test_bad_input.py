@@ -18,6 +18,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import gpt
+import gpt.chat
 from checkpoints import hf_config, rewrite
 from gpt import GPT, CompileOptions, CompilerError, GPTConfig, ModelFileError, run_pipeline  # noqa: F401 (the table)
 from gpt.gguf_file import save_gguf
@@ -173,6 +174,7 @@ def namespace(tmp_path_factory):
         llama_checkpoint=llama_checkpoint,
         gguf=gguf,
         regression=regression,
+        ChatTemplateError=gpt.chat.ChatTemplateError,
     )
 
 
