@@ -26,7 +26,8 @@ enum class EntryPoint {
 enum class ArgumentKind {
   TokenIds,    ///< [T] i64, padded to the bucket
   Positions,   ///< [T] i64, each token's position
-  LastRow,     ///< [rows] i64 (step: 1, batch step: one per sequence): the rows whose logits are returned
+  LastRow,     ///< [rows] i64 (step: 1, or every token's for speculative verification; batch step: one
+               ///< per sequence): the rows whose logits are returned
   CacheOffset, ///< index, passed by value (step): the first token's position in the cache
   Sequences,   ///< [T] i64 (batch step): the sequence (block-table row) of each token
   CacheSlots,  ///< [T] i64 (batch step): where each token's key and value go, block * S + row; < 0: nowhere

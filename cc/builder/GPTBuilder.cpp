@@ -367,7 +367,8 @@ struct EntryFunctionArguments {
 
 EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, const GPTConfig &config,
                                               ArrayRef<ParameterSpec> specs, int64_t seqLen, int64_t cacheLen,
-                                              KvCacheFormat kvCache, const BatchShape *batch = nullptr) {
+                                              KvCacheFormat kvCache, const BatchShape *batch = nullptr,
+                                              int64_t stepLogitsRows = 1) {
   Type i64 = b.getI64Type(), element = kvCacheElementType(b, kvCache);
   auto cacheType =
       batch ? RankedTensorType::get({batch->poolBlocks, config.kvHeads(), batch->blockSize, config.headSize()}, element)
@@ -383,7 +384,7 @@ EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, co
       type = RankedTensorType::get({seqLen}, i64);
       break;
     case ArgumentKind::LastRow:
-      type = RankedTensorType::get({batch ? batch->batch : 1}, i64);
+      type = RankedTensorType::get({batch ? batch->batch : stepLogitsRows}, i64);
       break;
     case ArgumentKind::BlockTables:
       type = RankedTensorType::get({batch->batch, batch->tableWidth}, i64);
@@ -569,7 +570,10 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
 }
 
 OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, int64_t cacheLen,
-                                const WeightStorage &storage) {
+                                const WeightStorage &storage, int64_t logitsRows) {
+  if (logitsRows < 1 || logitsRows > seqLen)
+    throw std::invalid_argument("a step of " + std::to_string(seqLen) + " tokens returns between 1 and " +
+                                std::to_string(seqLen) + " rows of logits, not " + std::to_string(logitsRows));
   ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
                   tensor::TensorDialect>();
   OpBuilder b(&ctx);
@@ -581,14 +585,15 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
   func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs, cacheLen, storage.kvCache);
   EntryFunctionArguments arguments =
-      entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen, storage.kvCache);
+      entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen, storage.kvCache,
+                             /*batch=*/nullptr, logitsRows);
   auto cacheType =
       RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, kvCacheElementType(b, storage.kvCache));
-  auto logitsType = RankedTensorType::get({1, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
+  auto logitsType = RankedTensorType::get({logitsRows, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   func::FuncOp fn = createCachedEntry(b, loc, "step", config, arguments, logitsType, cacheType);
   EntryValues in(fn, arguments.arguments, specs);
-  // Only the last real token's logits are needed: its row goes through the final LayerNorm and
-  // the LM head.
+  // Only the rows `last` names go through the final LayerNorm and the LM head: prefill and decode
+  // need the last real token's; speculative verification every drafted position's.
   buildCachedEntryBody(b, loc, config, in, block, layerSpecs, logitsType, [&](int64_t layer) {
     return SmallVector<Value>{in.positions, in.offset, in.keys[layer], in.values[layer]};
   });

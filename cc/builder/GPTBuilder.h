@@ -29,13 +29,16 @@ mlir::OwningOpRef<mlir::ModuleOp> buildForward(mlir::MLIRContext &ctx, const GPT
 
 /// The cached entry point behind prefill and decode, the arguments of
 /// entryArguments(EntryPoint::Step, ...) with the logits and the updated caches as results:
-/// `@step(ids: [T], positions: [T], last: [1] i64, offset: index, k_0, v_0, ..., k_{L-1}, v_{L-1}:
-///        [H, cacheLen, d], weights...) -> (logits [1, V'], the updated caches)`.
+/// `@step(ids: [T], positions: [T], last: [R] i64, offset: index, k_0, v_0, ..., k_{L-1}, v_{L-1}:
+///        [H, cacheLen, d], weights...) -> (logits [R, V'], the updated caches)`.
 /// The T tokens sit at positions offset .. offset + T - 1; their keys and values are written into
-/// the caches (in place after bufferization), attention runs over the cache, and only row `last`
-/// goes through the LM head. Decode is T = 1; prefill is T = the (bucketed) prompt length.
+/// the caches (in place after bufferization), attention runs over the cache, and only the R =
+/// `logitsRows` rows `last` names go through the LM head. Decode is T = 1; prefill is T = the
+/// (bucketed) prompt length, R = 1; speculative verification is R = T, the logits of every
+/// drafted position from one pass over the weights. Throws std::invalid_argument unless
+/// 1 <= R <= T.
 mlir::OwningOpRef<mlir::ModuleOp> buildStep(mlir::MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
-                                            int64_t cacheLen, const WeightStorage &storage);
+                                            int64_t cacheLen, const WeightStorage &storage, int64_t logitsRows = 1);
 
 /// The batched step behind serving, the arguments of entryArguments(EntryPoint::BatchStep, ...)
 /// with the logits and the updated pools as results:

@@ -20,7 +20,8 @@ namespace {
 /// What an entry point of these shapes is, for error messages.
 std::string describeEntry(const EntryRequest &entry) {
   return entry.batch          ? "the batched step for " + std::to_string(entry.batch->tokens) + " tokens"
-         : entry.cacheLen > 0 ? "the cached step for " + std::to_string(entry.seqLen) + " tokens"
+         : entry.cacheLen > 0 ? "the cached step for " + std::to_string(entry.seqLen) + " tokens" +
+                                    (entry.logitsRows > 1 ? " (logits of every one)" : "")
                               : "forward for " + std::to_string(entry.seqLen) + " tokens";
 }
 
@@ -74,7 +75,7 @@ private:
   mlir::OwningOpRef<mlir::ModuleOp> build(const EntryRequest &entry) {
     DiagnosticCapture diagnostics(*context);
     if (entry.batch) return buildBatchStep(*context, config, *entry.batch, storage);
-    if (entry.cacheLen > 0) return buildStep(*context, config, entry.seqLen, entry.cacheLen, storage);
+    if (entry.cacheLen > 0) return buildStep(*context, config, entry.seqLen, entry.cacheLen, storage, entry.logitsRows);
     return buildForward(*context, config, entry.seqLen, storage);
   }
 

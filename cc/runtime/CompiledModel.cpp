@@ -15,6 +15,7 @@
 #include "cc/runtime/ReleaseMemory.h"
 
 #include <chrono>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 
@@ -60,9 +61,11 @@ EntryRequest entryFor(int64_t seqLen, int64_t cacheLen) {
 }
 } // namespace
 
-std::string CompiledModel::ir(Stage stage, int64_t seqLen, int64_t cacheLen) {
+std::string CompiledModel::ir(Stage stage, int64_t seqLen, int64_t cacheLen, bool everyRow) {
+  EntryRequest request = entryFor(seqLen, cacheLen);
+  if (everyRow && cacheLen > 0) request.logitsRows = seqLen;
   std::lock_guard<std::mutex> lock(mutex);
-  return compiler().ir(entryFor(seqLen, cacheLen), stage);
+  return compiler().ir(request, stage);
 }
 
 namespace {
@@ -80,14 +83,17 @@ const JitFunction &CompiledModel::forwardFor(int64_t bucket) {
   return *(forwardCache[bucket] = std::move(function));
 }
 
-const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen) {
+const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen, bool everyRow) {
   std::lock_guard<std::mutex> lock(mutex);
   auto key = std::make_pair(seqLen, cacheLen);
-  if (auto it = stepCache.find(key); it != stepCache.end()) return *it->second;
+  auto &cache = everyRow ? everyRowStepCache : stepCache;
+  if (auto it = cache.find(key); it != cache.end()) return *it->second;
   auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<JitFunction> function = compileEntry(entryFor(seqLen, cacheLen));
-  stepCompileSeconds[key] = secondsSince(start);
-  return *(stepCache[key] = std::move(function));
+  EntryRequest request = entryFor(seqLen, cacheLen);
+  if (everyRow) request.logitsRows = seqLen;
+  std::unique_ptr<JitFunction> function = compileEntry(request);
+  (everyRow ? everyRowStepCompileSeconds : stepCompileSeconds)[key] = secondsSince(start);
+  return *(cache[key] = std::move(function));
 }
 
 std::unique_ptr<JitFunction> CompiledModel::compileEntry(const EntryRequest &entry) {
@@ -111,6 +117,7 @@ double CompiledModel::totalCompileSeconds() const {
   double total = 0;
   for (const auto &[bucket, seconds] : compileSeconds) total += seconds;
   for (const auto &[key, seconds] : stepCompileSeconds) total += seconds;
+  for (const auto &[key, seconds] : everyRowStepCompileSeconds) total += seconds;
   for (const auto &[key, seconds] : batchStepCompileSeconds) total += seconds;
   return total;
 }
@@ -350,7 +357,7 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
   MemRefDescriptor out = MemRefDescriptor::view(logits.get(), {call.logitsRows, cols});
   // Built before any pointer into them is taken: the vectors must not reallocate afterwards.
   const BatchStepCall *batch = call.batch;
-  const int64_t lastRows = batch ? batch->shape.batch : 1;
+  const int64_t lastRows = batch ? batch->shape.batch : entry == EntryPoint::Step ? call.logitsRows : 1;
   std::vector<MemRefDescriptor> descriptors = {MemRefDescriptor::view(call.ids, {call.rows}),
                                                MemRefDescriptor::view(call.positions, {call.rows}),
                                                MemRefDescriptor::view(call.last, {lastRows})};
@@ -417,13 +424,13 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
   return Logits{logits.release(), call.logitsRows, cols};
 }
 
-void CompiledModel::checkStep(int64_t count, int64_t offset, int64_t cacheLen) const {
+void CompiledModel::checkStep(int64_t count, int64_t offset, int64_t cacheLen, bool everyRow) const {
   if (cacheLen < 1 || cacheLen > config_.blockSize)
     throw std::invalid_argument("cache length " + std::to_string(cacheLen) + " is outside [1, block_size]");
   // A windowed model's cache of exactly W slots rolls (position p at slot p % W, GPTBuilder.cpp):
   // past its end it takes one token at a time, which overwrites the one position that just left
   // the window; learned positions still end at block_size.
-  bool rolls = config_.attentionWindow > 0 && cacheLen == config_.attentionWindow && count == 1 &&
+  bool rolls = !everyRow && config_.attentionWindow > 0 && cacheLen == config_.attentionWindow && count == 1 &&
                (config_.rope || offset < config_.blockSize);
   if (count < 1 || offset < 0 || (offset + count > cacheLen && !rolls))
     throw std::invalid_argument(std::to_string(count) + " tokens at position " + std::to_string(offset) +
@@ -442,41 +449,54 @@ void CompiledModel::checkForward(int64_t count) const {
                                 " is outside [1, block_size=" + std::to_string(config_.blockSize) + "]");
 }
 
-bool CompiledModel::isCompiledFor(int64_t count, int64_t offset, int64_t cacheLen) const {
+bool CompiledModel::isCompiledFor(int64_t count, int64_t offset, int64_t cacheLen, bool everyRow) const {
   if (cacheLen == 0)
     checkForward(count);
   else
-    checkStep(count, offset, cacheLen);
+    checkStep(count, offset, cacheLen, everyRow);
   std::lock_guard<std::mutex> lock(mutex);
+  if (everyRow && cacheLen > 0) return everyRowStepCache.count({count, cacheLen}) > 0;
   return cacheLen == 0 ? forwardCache.count(bucketFor(count)) > 0
                        : stepCache.count({stepRows(count, offset, cacheLen), cacheLen}) > 0;
 }
 
-void CompiledModel::compileFor(int64_t count, int64_t offset, int64_t cacheLen) {
+void CompiledModel::compileFor(int64_t count, int64_t offset, int64_t cacheLen, bool everyRow) {
   if (cacheLen == 0) {
     checkForward(count);
     forwardFor(bucketFor(count));
   } else {
-    checkStep(count, offset, cacheLen);
-    stepFor(stepRows(count, offset, cacheLen), cacheLen);
+    checkStep(count, offset, cacheLen, everyRow);
+    stepFor(everyRow ? count : stepRows(count, offset, cacheLen), cacheLen, everyRow);
   }
 }
 
 Logits CompiledModel::step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen,
-                           const std::vector<void *> &keys, const std::vector<void *> &values) {
+                           const std::vector<void *> &keys, const std::vector<void *> &values, bool everyRow) {
   if (keys.size() != static_cast<size_t>(config_.nLayer) || values.size() != keys.size())
     throw std::invalid_argument("expected one key and one value cache per layer");
-  checkStep(count, offset, cacheLen);
-  const int64_t rows = stepRows(count, offset, cacheLen);
-  const JitFunction &function = stepFor(rows, cacheLen);
+  checkStep(count, offset, cacheLen, everyRow);
+  // Every row's logits: the tokens are not padded, so that each row is one of theirs.
+  const int64_t rows = everyRow ? count : stepRows(count, offset, cacheLen);
+  const JitFunction &function = stepFor(rows, cacheLen, everyRow);
 
   std::vector<int64_t> paddedIds(rows, 0), positions(rows), last = {count - 1};
+  if (everyRow) {
+    last.resize(rows);
+    std::iota(last.begin(), last.end(), 0);
+  }
   std::copy(ids, ids + count, paddedIds.begin());
   // Rotary positions have no table to stay inside: a rolling cache's positions pass block_size.
   for (int64_t i = 0; i < rows; ++i)
     positions[i] = config_.rope ? offset + i : std::min(offset + i, config_.blockSize - 1);
-  CallArguments call{paddedIds.data(), positions.data(), rows, last.data(), offset, cacheLen, keys, values,
-                     /*logitsRows=*/1};
+  CallArguments call{paddedIds.data(),
+                     positions.data(),
+                     rows,
+                     last.data(),
+                     offset,
+                     cacheLen,
+                     keys,
+                     values,
+                     /*logitsRows=*/everyRow ? rows : 1};
   return run(function, EntryPoint::Step, call);
 }
 

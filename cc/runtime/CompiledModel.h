@@ -109,8 +109,11 @@ public:
   /// Returns the logits [1, padded vocab] of the last of the `count` tokens. Tokens are padded to
   /// their bucket when the padded rows still fit in the cache (else compiled for exactly `count`).
   /// Throws std::invalid_argument, before touching the caches, when they would overflow.
+  /// With `everyRow` (speculative verification) the `count` tokens are not padded and the logits
+  /// are [count, padded vocab], one row per token, from one pass over the weights; such a step
+  /// never rolls a windowed cache (its tokens must fit unwrapped).
   Logits step(const int64_t *ids, int64_t count, int64_t offset, int64_t cacheLen, const std::vector<void *> &keys,
-              const std::vector<void *> &values);
+              const std::vector<void *> &values, bool everyRow = false);
 
   /// One batched step over paged KV pools (GPTBuilder.h, buildBatchStep): the arrays are already
   /// padded to `shape` (ids, positions, sequences, slots: [tokens]; tables: [batch, tableWidth];
@@ -132,12 +135,13 @@ public:
   /// `offset`, `cacheLen`) runs is compiled already; compileFor() compiles it now if not. The
   /// Python layer compiles on a thread of its own through these, so that Ctrl-C is not held up
   /// by a compile. Both throw std::invalid_argument for arguments the call itself would refuse.
-  bool isCompiledFor(int64_t count, int64_t offset, int64_t cacheLen) const;
-  void compileFor(int64_t count, int64_t offset, int64_t cacheLen);
+  bool isCompiledFor(int64_t count, int64_t offset, int64_t cacheLen, bool everyRow = false) const;
+  void compileFor(int64_t count, int64_t offset, int64_t cacheLen, bool everyRow = false);
 
   /// The program of an entry point after `stage`, as text: forward for `seqLen` tokens, or
   /// (cacheLen > 0) the cached step for `seqLen` tokens against a cache of `cacheLen` positions.
-  std::string ir(Stage stage, int64_t seqLen, int64_t cacheLen = 0);
+  /// `everyRow`: the step that returns every token's logits (speculative verification).
+  std::string ir(Stage stage, int64_t seqLen, int64_t cacheLen = 0, bool everyRow = false);
 
   /// Writes the machine code of the forward program for `seqLen` tokens (compiling it if needed)
   /// to `path`, an ELF object file: what the JIT runs, for inspection with objdump.
@@ -161,12 +165,12 @@ private:
   }
   /// Throw std::invalid_argument for a call forward() or step() refuses.
   void checkForward(int64_t count) const;
-  void checkStep(int64_t count, int64_t offset, int64_t cacheLen) const;
+  void checkStep(int64_t count, int64_t offset, int64_t cacheLen, bool everyRow = false) const;
   /// The rows the step program for `count` tokens at `offset` is compiled for: 1 for decode, else
   /// the bucket when its padded rows fit in the cache, else `count`.
   int64_t stepRows(int64_t count, int64_t offset, int64_t cacheLen) const;
   const JitFunction &forwardFor(int64_t bucket);
-  const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen);
+  const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen, bool everyRow = false);
   /// Compiles entry point `entry` or loads it from the disk cache (CachedJit.h); the caller holds
   /// `mutex`.
   std::unique_ptr<JitFunction> compileEntry(const EntryRequest &entry);
@@ -198,6 +202,9 @@ private:
   std::map<int64_t, double> compileSeconds;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;
   std::map<std::pair<int64_t, int64_t>, double> stepCompileSeconds;
+  // The every-row steps of speculative verification, by (tokens, cache length).
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> everyRowStepCache;
+  std::map<std::pair<int64_t, int64_t>, double> everyRowStepCompileSeconds;
   std::map<std::vector<int64_t>, std::unique_ptr<JitFunction>> batchStepCache; // by batchKey()
   std::map<std::vector<int64_t>, double> batchStepCompileSeconds;
   int64_t diskHits = 0;

@@ -172,8 +172,10 @@ class CompiledModel:
         cache_len: _Int,
         keys: list[npt.NDArray[Any]],
         values: list[npt.NDArray[Any]],
+        every_row: bool = False,
     ) -> npt.NDArray[np.float32]:
-        """Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and
+        """Cached step: logits [1, padded vocab] of the last of `ids` (every_row: [len(ids), padded vocab], one
+        row per token, for speculative verification), which sit at positions offset.. and
         whose keys/values are written into the per-layer caches in place (arrays of kv_cache_dtype())."""
 
     def batch_step(
@@ -196,11 +198,11 @@ class CompiledModel:
     def compiled_batch_steps(self) -> dict[tuple[int, ...], float]:
         """{(tokens, batch, table width, pool blocks, block size): seconds} for every batched step compiled."""
 
-    def is_compiled_for(self, count: _Int, offset: _Int, cache_len: _Int) -> bool:
+    def is_compiled_for(self, count: _Int, offset: _Int, cache_len: _Int, every_row: bool = False) -> bool:
         """Whether forward(count tokens) (cache_len 0) or the step at offset against cache_len is compiled."""
-    def compile_for(self, count: _Int, offset: _Int, cache_len: _Int) -> None:
+    def compile_for(self, count: _Int, offset: _Int, cache_len: _Int, every_row: bool = False) -> None:
         """Compiles the program is_compiled_for() names, if it is not yet."""
-    def ir(self, stage: str, seq_len: _Int, cache_len: _Int = 0) -> str:
+    def ir(self, stage: str, seq_len: _Int, cache_len: _Int = 0, every_row: bool = False) -> str:
         """The program for seq_len tokens after `stage` (one of STAGES); the cached step when cache_len > 0."""
 
     def dump_forward_object(self, seq_len: _Int, path: str) -> None:

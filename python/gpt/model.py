@@ -16,6 +16,8 @@ from gpt.config import CompileOptions, GPTConfig
 from gpt.gguf_file import KEPT_QUANTIZED, QuantizedTensor, load_gguf
 from gpt.resources import check_fits_in_memory
 from gpt.sampling import check_sampling_args, sample
+from gpt.speculative import check_draft_tokens, speculative_tokens
+from gpt.speculative import drafter_for as speculative_drafter
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import load_pretrained, random_weights, validate_weights
 
@@ -97,6 +99,9 @@ class GenerationStats:
     prompt_seconds: float
     generate_seconds: float
     compile_seconds: float
+    # Speculative decoding (generate(speculative=...)): tokens drafted, and those of them accepted.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 class GPT:
@@ -353,6 +358,12 @@ class GPT:
             raise ValueError(f"token id {int(token)} is out of range [0, vocab_size={self._config.vocab_size})")
         return self._step(np.array([token], dtype=np.int64), cache)
 
+    def verify(self, ids: Sequence[int], cache: KVCache) -> np.ndarray:
+        """prefill() that returns the logits [len(ids), vocab_size] of every one of `ids`, from one
+        pass over the weights: how a speculative draft is checked. A windowed model's cache must
+        hold the tokens without wrapping around."""
+        return self._verify(self._check_ids(ids), cache)
+
     def new_block_pool(self, num_blocks: int, block_size: int = 16) -> KVBlockPool:
         """An empty paged KV cache of `num_blocks` blocks of `block_size` positions per layer, for
         `step_batch` (see KVBlockPool)."""
@@ -410,6 +421,8 @@ class GPT:
         stream: Literal[False] = ...,
         *,
         stop_at_eos: bool = ...,
+        speculative: "str | GPT | None" = ...,
+        draft_tokens: int | None = ...,
     ) -> list[int]: ...
 
     @overload
@@ -426,6 +439,8 @@ class GPT:
         *,
         stream: Literal[True],
         stop_at_eos: bool = ...,
+        speculative: "str | GPT | None" = ...,
+        draft_tokens: int | None = ...,
     ) -> Iterator[int]: ...
 
     @overload
@@ -442,6 +457,8 @@ class GPT:
         stream: bool = ...,
         *,
         stop_at_eos: bool = ...,
+        speculative: "str | GPT | None" = ...,
+        draft_tokens: int | None = ...,
     ) -> list[int] | Iterator[int]: ...
 
     def generate(
@@ -457,6 +474,8 @@ class GPT:
         stream: bool = False,
         *,
         stop_at_eos: bool = True,
+        speculative: "str | GPT | None" = None,
+        draft_tokens: int | None = None,
     ) -> list[int] | Iterator[int]:
         """Continues `ids` by up to `max_new_tokens` tokens and returns the new ones (not the prompt);
         an iterator over the same tokens when `stream=True`. temperature 0 is greedy; otherwise
@@ -465,7 +484,15 @@ class GPT:
         is not returned, and so does one of the model's `end_of_generation` tokens (its EOS, or an
         end of turn such as <|im_end|>) unless `stop_at_eos=False`. `use_cache=False` recomputes
         the whole sequence every step (the reference the cache is measured against). Arguments are
-        checked before anything runs."""
+        checked before anything runs.
+
+        `speculative="ngram"` (prompt lookup: the tokens that followed the text's last n-gram where
+        it occurred before) or a draft `gpt.GPT` with the same vocabulary drafts up to
+        `draft_tokens` tokens (default 4), which one cached step of this model verifies together
+        (gpt/speculative.py); fewer are drafted while drafts are rejected. Greedy decoding gives the
+        tokens plain decoding gives; sampling keeps its distribution (the standard accept/reject
+        rule), though not the same draws for a seed. Stops, EOS, max_new_tokens and stream behave
+        as without it."""
         prompt = self._check_ids(ids)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -486,6 +513,14 @@ class GPT:
             raise TypeError(f"stop_at_eos must be a bool, got {type(stop_at_eos).__name__}")
         if stop_at_eos:
             stop_ids |= self._end_of_generation
+        drafter = None
+        if speculative is not None:
+            if not use_cache:
+                raise ValueError("speculative decoding verifies drafts against the KV cache: use_cache must be True")
+            drafter = speculative_drafter(speculative, self)
+            draft_tokens = check_draft_tokens(draft_tokens)
+        elif draft_tokens is not None:
+            raise ValueError("draft_tokens is given without speculative='ngram' or a draft model")
         tokens = self._generate(
             prompt,
             int(max_new_tokens),
@@ -495,6 +530,8 @@ class GPT:
             np.random.default_rng(seed),
             use_cache,
             stop_ids,
+            drafter,
+            draft_tokens,
         )
         return tokens if stream else list(tokens)
 
@@ -527,6 +564,8 @@ class GPT:
         "vectorized", "bufferized", "llvm". `entry="forward"` (for `seq_len` tokens, default the
         smallest bucket) or `entry="step"`, the cached prefill/decode step (default one token,
         i.e. decode) against a cache of `cache_len` positions (default block_size), or
+        `entry="verify"`, the step that returns every token's logits (`seq_len` default 2: one
+        drafted token and the one before it; speculative decoding), or
         `entry="batch_step"`, the batched step over a paged KV pool (`seq_len` tokens of as many
         sequences, default 8). The GPU stages "gpu", "nvvm" and "ptx" show the kernels of every
         entry point for `target` (default "cuda:sm_90"; see GPT.export)."""
@@ -541,18 +580,18 @@ class GPT:
         if entry == "forward":
             seq_len = self._compiled.bucket_for(1) if seq_len is None else self._check_length(seq_len)
             return self._compiled.ir(stage, seq_len)
-        if entry == "step":
+        if entry in ("step", "verify"):
             cache_len = self._config.block_size if cache_len is None else self._check_length(cache_len)
-            seq_len = 1 if seq_len is None else self._check_length(seq_len)
+            seq_len = (1 if entry == "step" else 2) if seq_len is None else self._check_length(seq_len)
             if seq_len > cache_len:
                 raise ValueError(f"seq_len {seq_len} does not fit in cache_len {cache_len}")
-            return self._compiled.ir(stage, seq_len, cache_len)
+            return self._compiled.ir(stage, seq_len, cache_len, every_row=entry == "verify")
         if entry == "batch_step":
             # A batch of `seq_len` tokens (default 8) of as many sequences, tables 4 blocks wide, a
             # pool of 64 blocks of 16 positions: the shapes only change the program's sizes.
             tokens = 8 if seq_len is None else self._check_length(seq_len)
             return self._compiled.batch_step_ir(stage, tokens, tokens, 4, 64, 16)
-        raise ValueError(f"unknown entry point {entry!r}; expected 'forward', 'step' or 'batch_step'")
+        raise ValueError(f"unknown entry point {entry!r}; expected 'forward', 'step', 'verify' or 'batch_step'")
 
     def export(
         self,
@@ -631,21 +670,41 @@ class GPT:
             self._compile_interruptibly(len(ids), len(cache), cache.max_len)
         return cache._run(self._compiled.step, ids)[0, : self._config.vocab_size]
 
-    def _compile_interruptibly(self, count: int, offset: int, cache_len: int) -> None:
+    def _verify(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a gpt.KVCache, got {type(cache).__name__}")
+        if cache.model is not self:
+            raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
+        if self._config.attention_mask is not None:
+            self._config.attention_mask.check_prefill(len(cache), len(ids))
+        if cache.rolling and len(cache) + len(ids) > cache.slots:
+            raise ValueError(
+                f"verify: {len(ids)} tokens at position {len(cache)} would wrap around the rolling cache of "
+                f"{cache.slots} slots (attention_window); verify tokens while they fit, then decode"
+            )
+        if len(cache) + len(ids) <= cache.max_len:  # else _run raises, naming the full cache
+            self._compile_interruptibly(len(ids), len(cache), cache.slots, every_row=True)
+
+        def every_row(ids, offset, slots, keys, values):
+            return self._compiled.step(ids, offset, slots, keys, values, every_row=True)
+
+        return cache._run(every_row, ids)[:, : self._config.vocab_size]
+
+    def _compile_interruptibly(self, count: int, offset: int, cache_len: int, every_row: bool = False) -> None:
         """Compiles the program of a call (forward: cache_len 0) on a thread of its own, if it is
         not compiled yet, and waits for it: Ctrl-C interrupts the wait at once, where a compile
         running on this thread would hold it back to the end (seconds for a large model). An
         interrupted compile goes on in the background and keeps its program (in the model and on
         disk), so the model stays whole and the next call finds it, or waits for it; a process
         that ends meanwhile finishes it first (a second Ctrl-C stops that wait)."""
-        if self._compiled.is_compiled_for(count, offset, cache_len):
+        if self._compiled.is_compiled_for(count, offset, cache_len, every_row):
             return
         failure: list[BaseException] = []
         done = threading.Event()
 
         def compile_program() -> None:
             try:
-                self._compiled.compile_for(count, offset, cache_len)
+                self._compiled.compile_for(count, offset, cache_len, every_row)
             except BaseException as error:  # raised again on the caller's thread
                 failure.append(error)
             finally:
@@ -668,9 +727,17 @@ class GPT:
             length *= 2
         return min(length, self._config.block_size)
 
-    def _generate(self, ids, max_new_tokens, temperature, top_k, top_p, rng, use_cache, stop_ids):
+    def _generate(
+        self, ids, max_new_tokens, temperature, top_k, top_p, rng, use_cache, stop_ids, drafter=None, draft_tokens=None
+    ):
         stats = self._generation = dict(
-            prompt_tokens=len(ids), generated_tokens=0, prompt_seconds=0.0, generate_seconds=0.0, compile_seconds=0.0
+            prompt_tokens=len(ids),
+            generated_tokens=0,
+            prompt_seconds=0.0,
+            generate_seconds=0.0,
+            compile_seconds=0.0,
+            drafted_tokens=0,
+            accepted_tokens=0,
         )
         if max_new_tokens == 0:
             return
@@ -684,6 +751,24 @@ class GPT:
             stats[key] += time.perf_counter() - start - compiling
             return result
 
+        if drafter is not None:
+            cache = self.new_cache(self._generation_cache_len(min(len(ids) + max_new_tokens, self._config.block_size)))
+            yield from speculative_tokens(
+                self,
+                ids,
+                max_new_tokens,
+                temperature,
+                top_k,
+                top_p,
+                rng,
+                stop_ids,
+                drafter,
+                draft_tokens,
+                cache,
+                timed,
+                stats,
+            )
+            return
         if use_cache:
             cache = self.new_cache(self._generation_cache_len(min(len(ids) + max_new_tokens, self._config.block_size)))
             logits = timed("prompt_seconds", self.prefill, ids, cache)

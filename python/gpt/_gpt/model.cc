@@ -107,14 +107,14 @@ std::vector<void *> cachePointers(const CompiledModel &model, const py::list &ca
 }
 
 py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
-               int64_t offset, int64_t cacheLen, const py::list &keys, const py::list &values) {
+               int64_t offset, int64_t cacheLen, const py::list &keys, const py::list &values, bool everyRow) {
   if (ids.ndim() != 1) throw std::invalid_argument("ids must be a 1-D sequence of token ids");
   std::vector<void *> keyPtrs = cachePointers(model, keys, cacheLen),
                       valuePtrs = cachePointers(model, values, cacheLen);
   Logits logits;
   {
     py::gil_scoped_release release;
-    logits = model.step(ids.data(), ids.shape(0), offset, cacheLen, keyPtrs, valuePtrs);
+    logits = model.step(ids.data(), ids.shape(0), offset, cacheLen, keyPtrs, valuePtrs, everyRow);
   }
   return wrapLogits(logits);
 }
@@ -319,21 +319,25 @@ void initModel(py::module_ &m) {
       .def("forward", &forward, py::arg("ids"),
            "Logits [bucket_for(len(ids)), padded vocab]: rows past len(ids) and columns past vocab_size are padding.")
       .def("step", &step, py::arg("ids"), py::arg("offset"), py::arg("cache_len"), py::arg("keys"), py::arg("values"),
-           "Cached step: logits [1, padded vocab] of the last of `ids`, which sit at positions offset.. and "
+           py::arg("every_row") = false,
+           "Cached step: logits [1, padded vocab] of the last of `ids` (every_row: [len(ids), padded vocab], one "
+           "row per token, for speculative verification), which sit at positions offset.. and "
            "whose keys/values are written into the per-layer caches in place (arrays of kv_cache_dtype()).")
       .def("is_compiled_for", &CompiledModel::isCompiledFor, py::arg("count"), py::arg("offset"), py::arg("cache_len"),
+           py::arg("every_row") = false,
            "Whether forward(count tokens) (cache_len 0) or the step at offset against cache_len is compiled.")
       .def("compile_for", &CompiledModel::compileFor, py::arg("count"), py::arg("offset"), py::arg("cache_len"),
-           py::call_guard<py::gil_scoped_release>(), "Compiles the program is_compiled_for() names, if it is not yet.")
+           py::arg("every_row") = false, py::call_guard<py::gil_scoped_release>(),
+           "Compiles the program is_compiled_for() names, if it is not yet.")
       .def(
           "ir",
-          [](CompiledModel &model, const std::string &stage, int64_t seqLen, int64_t cacheLen) {
+          [](CompiledModel &model, const std::string &stage, int64_t seqLen, int64_t cacheLen, bool everyRow) {
             std::optional<Stage> parsed = parseStage(stage);
             if (!parsed) throw std::invalid_argument("unknown stage '" + stage + "'");
             py::gil_scoped_release release;
-            return model.ir(*parsed, seqLen, cacheLen);
+            return model.ir(*parsed, seqLen, cacheLen, everyRow);
           },
-          py::arg("stage"), py::arg("seq_len"), py::arg("cache_len") = 0)
+          py::arg("stage"), py::arg("seq_len"), py::arg("cache_len") = 0, py::arg("every_row") = false)
       .def("batch_step", &batchStep, py::arg("ids"), py::arg("positions"), py::arg("sequences"), py::arg("slots"),
            py::arg("tables"), py::arg("last"), py::arg("block_size"), py::arg("keys"), py::arg("values"),
            "Batched step over paged KV pools (padded, checked arrays): logits [len(last), padded vocab].")
