@@ -2,11 +2,13 @@
 #include "cc/kernels/GgufRepacking.h"
 
 #include "cc/kernels/LanePacking.h"
+#include "cc/kernels/ParallelFor.h"
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gpt::kernels {
 namespace {
@@ -26,13 +28,14 @@ void q8_0BlockWords(const uint8_t *codes, uint32_t *words) {
 }
 
 /// One q4_0 block's 16 bytes as its 4 lane words. llama.cpp's byte m holds code m (low nibble)
-/// and code m + 16 (high); byte i of word o must hold codes o + 8 i (low) and o + 4 + 8 i (high).
+/// and code m + 16 (high); byte i of word o must hold codes o + 8 i (low) and o + 4 + 8 i (high):
+/// bytes o, o + 4, o + 8 and o + 12 hold all eight, low nibbles for i = 0, 1 and high ones for
+/// i = 2, 3.
 void q4_0BlockWords(const uint8_t *bytes, uint32_t *words) {
-  auto code = [&](int64_t m) -> uint32_t { return m < 16 ? bytes[m] & 0xFu : bytes[m - 16] >> 4; };
   for (int64_t o = 0; o < kQ4_0WordsPerBlock; ++o) {
-    uint32_t word = 0;
-    for (int64_t i = 0; i < 4; ++i) word |= (code(o + 8 * i) | code(o + 4 + 8 * i) << 4) << (8 * i);
-    words[o] = word;
+    const uint32_t a = bytes[o], b = bytes[o + 4], c = bytes[o + 8], d = bytes[o + 12];
+    words[o] = ((a & 0xFu) | (b & 0xFu) << 4) | ((c & 0xFu) | (d & 0xFu) << 4) << 8 | ((a >> 4) | (b & 0xF0u)) << 16 |
+               ((c >> 4) | (d & 0xF0u)) << 24;
   }
 }
 
@@ -41,57 +44,85 @@ void q4_0BlockWords(const uint8_t *bytes, uint32_t *words) {
 /// K / 32 * wordsPerBlock, w] made by `blockWords`, and the header values [paddedN / w, K / 32,
 /// halves, w]. Columns n .. paddedN - 1 get zero scales and mins and `padWord` words.
 template <typename BlockWords>
-void repackRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width,
+void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,
                 int64_t blockBytes, int64_t halves, int64_t wordsPerBlock, uint32_t padWord, BlockWords blockWords,
-                uint32_t *codes, uint16_t *scales) {
+                uint32_t *codes, uint16_t *scales, int64_t threads) {
   if (k <= 0 || k % kQuantBlock != 0)
     throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
                                 " is not a positive multiple of the quantization block (32)");
-  if (n < 0 || paddedN < n || width <= 0 || paddedN % width != 0)
+  int64_t n = 0;
+  for (const BlockRows &part : parts) {
+    if (part.rows < 0)
+      throw std::invalid_argument(std::string(what) + ": a part of " + std::to_string(part.rows) + " rows");
+    n += part.rows;
+  }
+  if (paddedN < n || width <= 0 || paddedN % width != 0)
     throw std::invalid_argument(std::string(what) + ": the padded column count " + std::to_string(paddedN) +
                                 " must be at least " + std::to_string(n) + " and a multiple of the panel width " +
                                 std::to_string(width));
   const int64_t perRow = k / kQuantBlock, panelRows = perRow * wordsPerBlock;
-  uint32_t words[kQ8_0WordsPerBlock];
   static_assert(kQ8_0WordsPerBlock >= kQ4_0WordsPerBlock);
-  for (int64_t j = 0; j < paddedN; ++j) {
-    const int64_t panel = j / width, c = j % width;
-    for (int64_t b = 0; b < perRow; ++b) {
-      const uint8_t *block = j < n ? blocks + (j * perRow + b) * blockBytes : nullptr;
-      for (int64_t h = 0; h < halves; ++h) {
-        uint16_t value = 0;
-        if (block) std::memcpy(&value, block + 2 * h, sizeof value);
-        scales[((panel * perRow + b) * halves + h) * width + c] = value;
+  // Panels are independent: each thread writes whole panels, front to back.
+  parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
+    uint32_t words[kQ8_0WordsPerBlock];
+    size_t part = 0;
+    int64_t partStart = 0; // the first row of part `part`
+    for (int64_t j = firstPanel * width; j < endPanel * width; ++j) {
+      const int64_t panel = j / width, c = j % width;
+      while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
+      const uint8_t *row = part < parts.size() ? parts[part].blocks + (j - partStart) * perRow * blockBytes : nullptr;
+      for (int64_t b = 0; b < perRow; ++b) {
+        const uint8_t *block = row ? row + b * blockBytes : nullptr;
+        for (int64_t h = 0; h < halves; ++h) {
+          uint16_t value = 0;
+          if (block) std::memcpy(&value, block + 2 * h, sizeof value);
+          scales[((panel * perRow + b) * halves + h) * width + c] = value;
+        }
+        if (block)
+          blockWords(block + 2 * halves, words);
+        else
+          std::fill(words, words + wordsPerBlock, padWord);
+        for (int64_t w = 0; w < wordsPerBlock; ++w)
+          codes[(panel * panelRows + b * wordsPerBlock + w) * width + c] = words[w];
       }
-      if (block)
-        blockWords(block + 2 * halves, words);
-      else
-        std::fill(words, words + wordsPerBlock, padWord);
-      for (int64_t w = 0; w < wordsPerBlock; ++w)
-        codes[(panel * panelRows + b * wordsPerBlock + w) * width + c] = words[w];
     }
-  }
+  });
 }
 
 } // namespace
 
 void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
-                    uint16_t *scales) {
-  repackRows("repackQ8_0Rows", blocks, k, n, paddedN, width, kQ8_0BlockBytes, 1, kQ8_0WordsPerBlock, 0u, q8_0BlockWords,
-             codes, scales);
+                    uint16_t *scales, int64_t threads) {
+  repackQ8_0Rows(std::vector<BlockRows>{{blocks, n}}, k, paddedN, width, codes, scales, threads);
+}
+
+void repackQ8_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads) {
+  repackRows("repackQ8_0Rows", parts, k, paddedN, width, kQ8_0BlockBytes, 1, kQ8_0WordsPerBlock, 0u, q8_0BlockWords,
+             codes, scales, threads);
 }
 
 void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
-                    uint16_t *scales) {
-  repackRows("repackQ4_0Rows", blocks, k, n, paddedN, width, kQ4_0BlockBytes, 1, kQ4_0WordsPerBlock, kQ4_0ZeroWord,
-             q4_0BlockWords, codes, scales);
+                    uint16_t *scales, int64_t threads) {
+  repackQ4_0Rows(std::vector<BlockRows>{{blocks, n}}, k, paddedN, width, codes, scales, threads);
+}
+
+void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads) {
+  repackRows("repackQ4_0Rows", parts, k, paddedN, width, kQ4_0BlockBytes, 1, kQ4_0WordsPerBlock, kQ4_0ZeroWord,
+             q4_0BlockWords, codes, scales, threads);
 }
 
 void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
-                    uint16_t *scales) {
+                    uint16_t *scales, int64_t threads) {
+  repackQ4_1Rows(std::vector<BlockRows>{{blocks, n}}, k, paddedN, width, codes, scales, threads);
+}
+
+void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads) {
   // The codes are q4_0's nibbles, paired the same way; a zero scale and min make padding 0.
-  repackRows("repackQ4_1Rows", blocks, k, n, paddedN, width, kQ4_1BlockBytes, 2, kQ4_0WordsPerBlock, 0u, q4_0BlockWords,
-             codes, scales);
+  repackRows("repackQ4_1Rows", parts, k, paddedN, width, kQ4_1BlockBytes, 2, kQ4_0WordsPerBlock, 0u, q4_0BlockWords,
+             codes, scales, threads);
 }
 
 namespace {
@@ -150,6 +181,134 @@ void dequantizeQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out)
                      values[m + 16] = high + header[1];
                    }
                  });
+}
+
+namespace {
+
+/// Calls `widen(block, out)` for each of the n * k / `values` blocks of `blockBytes` bytes, `out`
+/// being the block's `values` outputs; rows are split over `threads`.
+template <typename Widen>
+void dequantizeBlocks(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t values, int64_t blockBytes,
+                      float *out, int64_t threads, Widen widen) {
+  if (k <= 0 || k % values != 0 || n < 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of the block (" + std::to_string(values) + ")");
+  const int64_t perRow = k / values;
+  parallelFor(n, threads, [&](int64_t firstRow, int64_t endRow) {
+    for (int64_t b = firstRow * perRow; b < endRow * perRow; ++b) widen(blocks + b * blockBytes, out + b * values);
+  });
+}
+
+float halfAt(const uint8_t *bytes) {
+  uint16_t bits;
+  std::memcpy(&bits, bytes, sizeof bits);
+  return fromFp16(bits);
+}
+
+/// q4_K's and q5_K's eight 6-bit sub-block scales and mins from their 12 bytes: bytes 0-3 hold
+/// scales 0-3 (low 6 bits), 4-7 mins 0-3, 8-11 the low 4 bits of scales (mins) 4-7 in their low
+/// (high) nibbles, whose top 2 bits are the top bits of bytes 0-3 (4-7).
+void scalesAndMins(const uint8_t *packed, float *scales, float *mins) {
+  for (int64_t s = 0; s < 4; ++s) {
+    scales[s] = static_cast<float>(packed[s] & 0x3F);
+    mins[s] = static_cast<float>(packed[s + 4] & 0x3F);
+    scales[s + 4] = static_cast<float>((packed[s + 8] & 0x0F) | ((packed[s] >> 2) & 0x30));
+    mins[s + 4] = static_cast<float>((packed[s + 8] >> 4) | ((packed[s + 4] >> 2) & 0x30));
+  }
+}
+
+/// Weight i of a q5_0/q5_1 block: low nibble of byte i (i < 16) or high nibble of byte i - 16,
+/// with bit i of qh as its fifth bit.
+uint32_t fiveBitCode(const uint8_t *nibbles, uint32_t highBits, int64_t i) {
+  const uint32_t low = i < 16 ? nibbles[i] & 0x0Fu : nibbles[i - 16] >> 4;
+  return low | ((highBits >> i) & 1u) << 4;
+}
+
+} // namespace
+
+void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ5_0Rows", blocks, k, n, kQuantBlock, kQ5_0BlockBytes, out, threads,
+                   [](const uint8_t *block, float *values) {
+                     const float d = halfAt(block);
+                     uint32_t highBits;
+                     std::memcpy(&highBits, block + 2, sizeof highBits);
+                     for (int64_t i = 0; i < kQuantBlock; ++i)
+                       values[i] = d * static_cast<float>(static_cast<int>(fiveBitCode(block + 6, highBits, i)) - 16);
+                   });
+}
+
+void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ5_1Rows", blocks, k, n, kQuantBlock, kQ5_1BlockBytes, out, threads,
+                   [](const uint8_t *block, float *values) {
+                     const float d = halfAt(block), m = halfAt(block + 2);
+                     uint32_t highBits;
+                     std::memcpy(&highBits, block + 4, sizeof highBits);
+                     for (int64_t i = 0; i < kQuantBlock; ++i) {
+                       // Product and sum rounded apart, as gguf's numpy computes them.
+                       const float product = d * static_cast<float>(fiveBitCode(block + 8, highBits, i));
+                       values[i] = product + m;
+                     }
+                   });
+}
+
+namespace {
+/// q4_K and q5_K: sub-block s (32 weights) takes the nibbles of bytes 32 (s / 2) .. + 31 of
+/// `nibbles`, low ones for even s, high ones for odd s; q5_K adds bit s of highs[i] as the fifth bit
+/// (`highs` null for q4_K). Each weight is (d * scale) * q - (dmin * min).
+void dequantizeKBlock(const uint8_t *block, const uint8_t *highs, const uint8_t *nibbles, float *values) {
+  const float d = halfAt(block), dmin = halfAt(block + 2);
+  float scales[8], mins[8];
+  scalesAndMins(block + 4, scales, mins);
+  for (int64_t s = 0; s < 8; ++s) {
+    const float scale = d * scales[s], min = dmin * mins[s];
+    const uint8_t *bytes = nibbles + 32 * (s / 2);
+    const int shift = 4 * (s % 2);
+    for (int64_t i = 0; i < 32; ++i) {
+      uint32_t q = (bytes[i] >> shift) & 0x0Fu;
+      if (highs) q |= ((highs[i] >> s) & 1u) << 4;
+      const float product = scale * static_cast<float>(q);
+      values[32 * s + i] = product - min;
+    }
+  }
+}
+} // namespace
+
+void dequantizeQ4_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ4_KRows", blocks, k, n, kSuperBlock, kQ4_KBlockBytes, out, threads,
+                   [](const uint8_t *block, float *values) { dequantizeKBlock(block, nullptr, block + 16, values); });
+}
+
+void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks(
+      "dequantizeQ5_KRows", blocks, k, n, kSuperBlock, kQ5_KBlockBytes, out, threads,
+      [](const uint8_t *block, float *values) { dequantizeKBlock(block, block + 16, block + 16 + 32, values); });
+}
+
+void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  // The super-block's halves g of 128 weights, each four runs s of 32: weight i of run s takes the
+  // low (s < 2) or high nibble of low[64 g + 32 (s % 2) + i] and bits 2 s, 2 s + 1 of
+  // high[32 g + i] above it; q - 32 times the f32 product of d and the int8 scale of its 16
+  // weights. Runs of 16 with one scale each, so the loops vectorize.
+  dequantizeBlocks("dequantizeQ6_KRows", blocks, k, n, kSuperBlock, kQ6_KBlockBytes, out, threads,
+                   [](const uint8_t *block, float *values) {
+                     const uint8_t *low = block, *high = block + kSuperBlock / 2;
+                     const auto *scales = reinterpret_cast<const int8_t *>(block + kSuperBlock / 2 + kSuperBlock / 4);
+                     const float d = halfAt(block + kSuperBlock / 2 + kSuperBlock / 4 + kSuperBlock / 16);
+                     for (int64_t g = 0; g < 2; ++g)
+                       for (int64_t s = 0; s < 4; ++s)
+                         for (int64_t half = 0; half < 2; ++half) {
+                           const float scale = d * static_cast<float>(scales[8 * g + 2 * s + half]);
+                           const uint8_t *lows = low + 64 * g + 32 * (s % 2) + 16 * half;
+                           const uint8_t *highs = high + 32 * g + 16 * half;
+                           float *run = values + 128 * g + 32 * s + 16 * half;
+                           for (int64_t i = 0; i < 16; ++i) {
+                             const int q = static_cast<int>(((lows[i] >> (4 * (s / 2))) & 0x0F) |
+                                                            ((highs[i] >> (2 * s)) & 0x03) << 4) -
+                                           32;
+                             run[i] = scale * static_cast<float>(q);
+                           }
+                         }
+                   });
 }
 
 } // namespace gpt::kernels

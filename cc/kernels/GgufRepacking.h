@@ -6,6 +6,7 @@
 #include "cc/kernels/Quantization.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace gpt::kernels {
 
@@ -25,14 +26,29 @@ constexpr int64_t kQ4_1BlockBytes = 4 + kQuantBlock / 2;
 /// change (q4_0: the nibbles are re-paired, llama.cpp's i with i + 16 becoming the lanes' i with
 /// i + 4 within each octet). K must be a positive multiple of 32 and paddedN a multiple of
 /// `width`, at least n (std::invalid_argument otherwise).
+/// The panels are split over `threads` threads (ParallelFor.h); the result does not depend on it.
 void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
-                    uint16_t *scales);
+                    uint16_t *scales, int64_t threads = 1);
 void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
-                    uint16_t *scales);
+                    uint16_t *scales, int64_t threads = 1);
 /// q4_1: codes as for q4_0, and each block's fp16 scale and min in `scales` [paddedN / width,
 /// K / 32, 2, width] (padding: zero scale and min, code 0).
 void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
-                    uint16_t *scales);
+                    uint16_t *scales, int64_t threads = 1);
+
+/// Consecutive rows of one matrix held apart: a fused weight's parts (the rows of q, k and v, or
+/// of gate and up), each still in the file's memory, so that fusing them copies nothing.
+struct BlockRows {
+  const uint8_t *blocks;
+  int64_t rows;
+};
+/// The repacking above of the matrix whose rows are the parts' rows in order (n = their sum).
+void repackQ8_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads = 1);
+void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads = 1);
+void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads = 1);
 
 /// `blocks` (`n` rows of `k` weights in llama.cpp blocks, as above) widened to f32 `out` [n, k],
 /// exactly as llama.cpp's and gguf's dequantizers compute them: q8_0 d * q, q4_0 d * (q - 8),
@@ -41,6 +57,29 @@ void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN
 void dequantizeQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
 void dequantizeQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
 void dequantizeQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
+
+/// Bytes of the other blocks llama.cpp's quantizers write (Q4_K_M files hold Q4_K, Q6_K and Q5_0
+/// tensors): q5_0 {fp16 d; uint32 qh; 16 bytes of low nibbles}, q5_1 {fp16 d, m; qh; nibbles},
+/// and the super-blocks of 256 weights q4_K {fp16 d, dmin; 12 bytes of 6-bit scales and mins;
+/// 128 bytes of nibbles}, q5_K (q4_K's, then 32 bytes of high bits before the nibbles) and q6_K
+/// {128 bytes of low nibbles; 64 of 2-bit highs; 16 int8 scales; fp16 d}.
+constexpr int64_t kQ5_0BlockBytes = 2 + 4 + kQuantBlock / 2;
+constexpr int64_t kQ5_1BlockBytes = 4 + 4 + kQuantBlock / 2;
+constexpr int64_t kSuperBlock = 256;
+constexpr int64_t kQ4_KBlockBytes = 4 + 12 + kSuperBlock / 2;
+constexpr int64_t kQ5_KBlockBytes = 4 + 12 + kSuperBlock / 8 + kSuperBlock / 2;
+constexpr int64_t kQ6_KBlockBytes = kSuperBlock / 2 + kSuperBlock / 4 + kSuperBlock / 16 + 2;
+
+/// These blocks widened to f32 `out` [n, k], bit for bit as gguf.quants (and llama.cpp's
+/// dequantize_row_*) compute them: products of f32 scale and code, and the min subtracted (or
+/// added) in a second rounding. K must be a positive multiple of 32 (q5_0, q5_1) or 256 (the
+/// K-quants), std::invalid_argument otherwise; the rows are split over `threads` threads. How a
+/// file's Q6_K token embedding becomes the table the model looks tokens up in.
+void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
+void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
+void dequantizeQ4_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
+void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
+void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 
 } // namespace gpt::kernels
 

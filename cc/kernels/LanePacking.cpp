@@ -1,6 +1,7 @@
 // Matmul weights packed into, and read back from, lane layouts (see LanePacking.h).
 #include "cc/kernels/LanePacking.h"
 
+#include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
 
 #include <cstring>
@@ -23,15 +24,20 @@ void checkLaneShape(const char *what, int64_t rows, int64_t cols, int64_t width,
 
 /// Calls `word(panelRow, column)` for every word of a lane layout with `rowsPerWord` rows of K
 /// per word and stores what it returns, panel by panel: the words are written front to back and
-/// each panel row reads `rowsPerWord` runs of `width` consecutive source elements.
+/// each panel row reads `rowsPerWord` runs of `width` consecutive source elements; panels are
+/// split over `threads` threads.
 template <typename MakeWord>
-void writeLanes(int64_t rows, int64_t cols, int64_t width, int64_t rowsPerWord, uint32_t *packed, MakeWord word) {
+void writeLanes(int64_t rows, int64_t cols, int64_t width, int64_t rowsPerWord, uint32_t *packed, int64_t threads,
+                MakeWord word) {
   const int64_t panelRows = rows / rowsPerWord;
-  for (int64_t panel = 0; panel < cols / width; ++panel)
-    for (int64_t r = 0; r < panelRows; ++r) {
-      uint32_t *out = packed + (panel * panelRows + r) * width;
-      for (int64_t c = 0; c < width; ++c) out[c] = word(r, panel * width + c);
-    }
+  // Panels are independent: each thread writes whole ones.
+  parallelFor(cols / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
+    for (int64_t panel = firstPanel; panel < endPanel; ++panel)
+      for (int64_t r = 0; r < panelRows; ++r) {
+        uint32_t *out = packed + (panel * panelRows + r) * width;
+        for (int64_t c = 0; c < width; ++c) out[c] = word(r, panel * width + c);
+      }
+  });
 }
 
 float floatOf(uint32_t bits) {
@@ -72,18 +78,18 @@ void readQuantizedLanes(const uint32_t *lanes, const uint16_t *scales, int64_t r
 
 } // namespace
 
-void packBf16Lanes(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *packed) {
+void packBf16Lanes(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *packed, int64_t threads) {
   checkLaneShape("packBf16Lanes", rows, cols, width, kBf16RowsPerWord, "bf16 lanes pair the two halves of K");
   const int64_t half = rows / 2;
-  writeLanes(rows, cols, width, kBf16RowsPerWord, packed, [&](int64_t r, int64_t j) {
+  writeLanes(rows, cols, width, kBf16RowsPerWord, packed, threads, [&](int64_t r, int64_t j) {
     return static_cast<uint32_t>(toBf16(matrix[r * cols + j])) |
            static_cast<uint32_t>(toBf16(matrix[(r + half) * cols + j])) << 16;
   });
 }
 
-void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed) {
+void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed, int64_t threads) {
   checkLaneShape("packQ8_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
-  writeLanes(rows, cols, width, kQ8_0RowsPerWord, packed, [&](int64_t r, int64_t j) {
+  writeLanes(rows, cols, width, kQ8_0RowsPerWord, packed, threads, [&](int64_t r, int64_t j) {
     uint32_t word = 0;
     for (int64_t i = 0; i < kQ8_0RowsPerWord; ++i)
       word |= static_cast<uint32_t>(static_cast<uint8_t>(codes[q8_0Row(r, i) * cols + j])) << (8 * i);
@@ -91,14 +97,14 @@ void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t widt
   });
 }
 
-void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed) {
+void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed, int64_t threads) {
   checkLaneShape("packQ4_0Lanes", rows, cols, width, kQuantBlock, "the quantization block");
   for (int64_t i = 0; i < rows * cols; ++i)
     if (codes[i] > 15)
       throw std::invalid_argument("packQ4_0Lanes: code " + std::to_string(codes[i]) + " at row " +
                                   std::to_string(i / cols) + ", column " + std::to_string(i % cols) +
                                   " is not a 4-bit code");
-  writeLanes(rows, cols, width, kQ4_0RowsPerWord, packed, [&](int64_t r, int64_t j) {
+  writeLanes(rows, cols, width, kQ4_0RowsPerWord, packed, threads, [&](int64_t r, int64_t j) {
     uint32_t word = 0;
     for (int64_t i = 0; i < 4; ++i) {
       const int64_t low = q4_0LowRow(r, i);

@@ -37,20 +37,26 @@ constexpr int64_t kQ4_0RowsPerWord = 8;
 /// scale. Padding columns (past the real N) hold it.
 constexpr uint32_t kQ4_0ZeroWord = 0x88888888u;
 
+/// The three packings split their panels over `threads` threads (ParallelFor.h); the result does
+/// not depend on it.
+///
 /// bf16 lanes of a row-major [rows, cols] f32 matrix, each value rounded to nearest even
 /// (toBf16). `rows` must be even and `cols` a multiple of `width` (std::invalid_argument
 /// otherwise). `packed` holds cols / width * rows / 2 * width words.
-void packBf16Lanes(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *packed);
+void packBf16Lanes(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *packed,
+                   int64_t threads = 1);
 
 /// q8_0 lanes of a row-major [rows, cols] matrix of int8 codes (quantizeQ8_0's), each code as its
 /// two's-complement byte. `rows` must be a multiple of the quantization block (32) and `cols` of
 /// `width`. `packed` holds cols / width * rows / 4 * width words.
-void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed);
+void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed,
+                   int64_t threads = 1);
 
 /// q4_0 lanes of a row-major [rows, cols] matrix of codes in [0, 15] (quantizeQ4_0's; a larger
 /// code is std::invalid_argument). `rows` must be a multiple of 32 and `cols` of `width`.
 /// `packed` holds cols / width * rows / 8 * width words.
-void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed);
+void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed,
+                   int64_t threads = 1);
 
 /// The [rows, cols] f32 matrix a compiled program computes with, from the lane layouts above and
 /// (q8_0, q4_0) fp16 scale bits in panels [cols / width, rows / 32, width]. Exact: each weight is

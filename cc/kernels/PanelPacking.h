@@ -31,10 +31,12 @@ inline AlignedFloats allocateAligned(int64_t count) { return allocateAlignedArra
 /// Writes `packed[j / width][k][j % width] = matrix[k][j]` for a row-major [rows, cols] `matrix`
 /// (`cols` a multiple of `width`): each panel of `width` columns becomes one contiguous
 /// [rows, width] block, so a register tile of those columns walks memory front to back.
-void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed);
+/// Panels are split over `threads` threads (ParallelFor.h), here and in transposePadded.
+void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed, int64_t threads = 1);
 /// The same for the f16 scale bits of a block-quantized weight ([K/32, N] into [N/P, K/32, P]);
 /// its codes go into lane layouts instead (LanePacking.h).
-void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t width, uint16_t *packed);
+void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t width, uint16_t *packed,
+                int64_t threads = 1);
 
 /// The inverse of packPanels: `matrix[k][j] = packed[j / width][k][j % width]`.
 void unpackPanels(const float *packed, int64_t rows, int64_t cols, int64_t width, float *matrix);
@@ -42,7 +44,8 @@ void unpackPanels(const float *packed, int64_t rows, int64_t cols, int64_t width
 /// Writes `out[c][r] = matrix[r][c]` for a row-major [rows, cols] `matrix` into a [cols,
 /// paddedRows] `out` (paddedRows >= rows), with zeros in columns rows .. paddedRows - 1: the tied
 /// embedding [V, D] as the LM head's [D, V'] matmul weight.
-void transposePadded(const float *matrix, int64_t rows, int64_t cols, int64_t paddedRows, float *out);
+void transposePadded(const float *matrix, int64_t rows, int64_t cols, int64_t paddedRows, float *out,
+                     int64_t threads = 1);
 
 } // namespace gpt::kernels
 

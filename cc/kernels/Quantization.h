@@ -23,20 +23,32 @@ void quantizeBf16(const float *values, int64_t count, uint16_t *out);
 /// d = max|w| / 127 (f32), `scales[b][n]` = toFp16(d), and `codes[k][n]` = round(w / d) (half
 /// away from zero) in [-127, 127], 0 for an all-zero block. K must be a multiple of kQuantBlock
 /// (std::invalid_argument otherwise).
-void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes, uint16_t *scales);
+/// The blocks are split over `threads` threads (ParallelFor.h) in these three; the result does not
+/// depend on it.
+void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes, uint16_t *scales,
+                  int64_t threads = 1);
+
+/// The same q8_0 of a row-major [n, k] matrix whose ROWS hold the blocks (each row k / 32 blocks
+/// of 32 consecutive weights), written as llama.cpp's blocks: per block the fp16 scale, then the
+/// 32 int8 codes (34 bytes, GgufRepacking.h's kQ8_0BlockBytes), rows split over `threads`. Bit for
+/// bit what quantizeQ8_0 gives the transposed [k, n] matrix: how the tied embedding [V, D] becomes
+/// the q8_0 LM head [D, V] without a transposed float32 copy.
+void quantizeQ8_0Rows(const float *matrix, int64_t n, int64_t k, uint8_t *blocks, int64_t threads = 1);
 
 /// q4_0 of a row-major [K, N] matrix, blocks as for q8_0: per block, m = the weight of largest
 /// magnitude with its sign (the first one on a tie), d = m / -8 (f32), `scales[b][n]` =
 /// toFp16(d), and `codes[k][n]` = min(15, trunc(w / d + 8.5)) in [0, 15], 8 (zero) for an all-zero
 /// block; a weight dequantizes to (code - 8) * d.
-void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales);
+void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
+                  int64_t threads = 1);
 
 /// q4_1 of a row-major [K, N] matrix, blocks as for q8_0, as llama.cpp's quantize_row_q4_1_ref:
 /// per block, lo and hi = its smallest and largest weight, d = (hi - lo) / 15 (f32),
 /// `scales[2 b][n]` = toFp16(d), `scales[2 b + 1][n]` = toFp16(lo) (scales is [K / 32, 2, N]:
 /// each block's scale and min), and `codes[k][n]` = min(15, trunc((w - lo) / d + 0.5)) in
 /// [0, 15], 0 where d = 0; a weight dequantizes to code * d + lo.
-void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales);
+void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
+                  int64_t threads = 1);
 
 } // namespace gpt::kernels
 

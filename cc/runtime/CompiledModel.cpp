@@ -6,6 +6,7 @@
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
+#include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
 #include "cc/runtime/CachedJit.h"
 #include "cc/runtime/JitFunction.h"
@@ -170,6 +171,9 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
   // The laid-out copies go into one block of memory (WeightArena.h); the steps before the last
   // layout of a weight write temporaries.
   auto arena = std::make_unique<WeightArena>(laidOutBytes(parameters_));
+  // The layout kernels split each weight over the model's threads: a 1.7B model's load is
+  // mostly this work and the first touch of the arena's pages, which the kernel zeroes.
+  const int64_t threads = kernels::loadThreads(options_.threads);
   // A block-quantized weight's scales are made with its codes and bound by the spec after it.
   void *pendingScales = nullptr;
   for (const ParameterSpec &spec : parameters_) {
@@ -190,21 +194,32 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       const int64_t blockBytes = q8         ? kernels::kQ8_0BlockBytes
                                  : withMins ? kernels::kQ4_1BlockBytes
                                             : kernels::kQ4_0BlockBytes;
-      if (weight.bytes != columns * blocks * blockBytes)
-        throw std::invalid_argument(key + ": " + std::to_string(weight.bytes) + " bytes of " +
+      const int64_t rowBytes = blocks * blockBytes;
+      std::vector<kernels::BlockRows> parts;
+      int64_t bytes = 0;
+      for (const QuantizedPart &part : weight.parts) {
+        if (part.bytes < 0 || part.bytes % rowBytes != 0)
+          throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " +
+                                      weightFormatName(weight.format) + " blocks is not whole rows of " +
+                                      std::to_string(rowBytes) + " bytes");
+        parts.push_back({part.blocks, part.bytes / rowBytes});
+        bytes += part.bytes;
+      }
+      if (bytes != columns * rowBytes)
+        throw std::invalid_argument(key + ": " + std::to_string(bytes) + " bytes of " +
                                     weightFormatName(weight.format) + " blocks, expected " +
-                                    std::to_string(columns * blocks * blockBytes));
+                                    std::to_string(columns * rowBytes));
       // The lanes are 32-bit words of 4 (q8_0) or 8 (q4_0, q4_1) rows of one column; q4_1 has
       // a min beside each scale.
       auto *codes =
           arena->allocateArray<uint32_t>(rows * cols / (q8 ? kernels::kQ8_0RowsPerWord : kernels::kQ4_0RowsPerWord));
       auto *scales = arena->allocateArray<uint16_t>(blocks * cols * (withMins ? 2 : 1));
       if (q8)
-        kernels::repackQ8_0Rows(weight.blocks, rows, columns, cols, width, codes, scales);
+        kernels::repackQ8_0Rows(parts, rows, cols, width, codes, scales, threads);
       else if (withMins)
-        kernels::repackQ4_1Rows(weight.blocks, rows, columns, cols, width, codes, scales);
+        kernels::repackQ4_1Rows(parts, rows, cols, width, codes, scales, threads);
       else
-        kernels::repackQ4_0Rows(weight.blocks, rows, columns, cols, width, codes, scales);
+        kernels::repackQ4_0Rows(parts, rows, cols, width, codes, scales, threads);
       descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
       data_.push_back(codes);
       pendingScales = scales;
@@ -215,6 +230,23 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
     if (!data)
       throw std::invalid_argument(key + " is given quantized, but the model stores it in " +
                                   weightFormatName(spec.format) + ": give its float32 values too");
+    if (spec.layout == WeightLayout::TransposedPaddedPanels && spec.format == WeightFormat::Q8_0) {
+      // The LM head from the [V, D] table: each of its rows is a column of the head, its blocks
+      // run along the row, so it is quantized row by row into llama.cpp's q8_0 blocks and repacked
+      // as a GGUF file's would be: the bits quantizeQ8_0 gives the transposed [D, V'] matrix
+      // (padding columns included), without that float32 copy.
+      const int64_t vocab = config_.vocabSize, width = spec.panelWidth;
+      auto blocks =
+          kernels::allocateAlignedArray<uint8_t>(vocab * (rows / kernels::kQuantBlock) * kernels::kQ8_0BlockBytes);
+      kernels::quantizeQ8_0Rows(data, vocab, rows, blocks.get(), threads);
+      auto *codes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
+      auto *scales = arena->allocateArray<uint16_t>(rows / kernels::kQuantBlock * cols);
+      kernels::repackQ8_0Rows(blocks.get(), rows, vocab, cols, width, codes, scales, threads);
+      descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
+      data_.push_back(codes);
+      pendingScales = scales;
+      continue;
+    }
     const bool panels = spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels;
     const bool f32 = spec.format == WeightFormat::F32;
     kernels::AlignedFloats transposed; // a temporary, unless it is the argument itself
@@ -227,7 +259,7 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
         transposed = kernels::allocateAligned(rows * cols);
         out = transposed.get();
       }
-      kernels::transposePadded(data, config_.vocabSize, rows, cols, out);
+      kernels::transposePadded(data, config_.vocabSize, rows, cols, out, threads);
       data = out;
     }
     const void *argument = data;
@@ -243,30 +275,30 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       uint32_t *lanes = nullptr;
       if (spec.format == WeightFormat::Q8_0) {
         auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
-        kernels::quantizeQ8_0(data, rows, cols, codes.get(), scales.get());
+        kernels::quantizeQ8_0(data, rows, cols, codes.get(), scales.get(), threads);
         lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
-        kernels::packQ8_0Lanes(codes.get(), rows, cols, width, lanes);
+        kernels::packQ8_0Lanes(codes.get(), rows, cols, width, lanes, threads);
       } else {
         auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols);
         if (spec.format == WeightFormat::Q4_1)
-          kernels::quantizeQ4_1(data, rows, cols, codes.get(), scales.get());
+          kernels::quantizeQ4_1(data, rows, cols, codes.get(), scales.get(), threads);
         else
-          kernels::quantizeQ4_0(data, rows, cols, codes.get(), scales.get());
+          kernels::quantizeQ4_0(data, rows, cols, codes.get(), scales.get(), threads);
         lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ4_0RowsPerWord);
-        kernels::packQ4_0Lanes(codes.get(), rows, cols, width, lanes);
+        kernels::packQ4_0Lanes(codes.get(), rows, cols, width, lanes, threads);
       }
       argument = lanes;
       auto *packedScales = arena->allocateArray<uint16_t>(scaleRows * cols);
-      kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales);
+      kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales, threads);
       pendingScales = packedScales;
     } else if (spec.format == WeightFormat::BF16) {
       // Rounded and packed into bf16 lanes in one pass, straight from the [K, N] matrix.
       auto *lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kBf16RowsPerWord);
-      kernels::packBf16Lanes(data, rows, cols, spec.panelWidth, lanes);
+      kernels::packBf16Lanes(data, rows, cols, spec.panelWidth, lanes, threads);
       argument = lanes;
     } else if (panels) {
       float *packed = arena->allocateArray<float>(rows * cols);
-      kernels::packPanels(data, rows, cols, spec.panelWidth, packed);
+      kernels::packPanels(data, rows, cols, spec.panelWidth, packed, threads);
       argument = packed;
     }
     descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));

@@ -63,12 +63,16 @@ public:
   void setWeights(const std::vector<const float *> &weights);
 
   /// A matmul weight (or the tied embedding) given as llama.cpp quantized it, in a GGUF file:
-  /// `blocks` holds its rows in torch's [out, in] layout (`bytes` in all), each row a run of q8_0,
-  /// q4_0 or q4_1 blocks (kernels::repackQ8_0Rows).
-  struct QuantizedWeight {
-    WeightFormat format;
+  /// its rows in torch's [out, in] layout, each row a run of q8_0, q4_0 or q4_1 blocks
+  /// (kernels::repackQ8_0Rows), held in one or more parts of consecutive rows: a fused weight's
+  /// parts (q, k and v) as the file stores them, never concatenated into a copy.
+  struct QuantizedPart {
     const uint8_t *blocks;
     int64_t bytes;
+  };
+  struct QuantizedWeight {
+    WeightFormat format;
+    std::vector<QuantizedPart> parts;
   };
   /// setWeights() where some weights come quantized, by name: such a weight's pointer may be
   /// null. When the model stores it in that very format its codes and scales are repacked as

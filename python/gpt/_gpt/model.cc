@@ -256,14 +256,23 @@ void initModel(py::module_ &m) {
             for (auto [key, value] : quantized) {
               auto entry = value.cast<py::tuple>();
               std::string name = key.cast<std::string>(), format = entry[0].cast<std::string>();
-              auto blocks = entry[1].cast<py::array_t<uint8_t, py::array::c_style>>();
+              // One array of blocks, or a list of them: a fused weight's parts, rows in order.
+              std::vector<py::array_t<uint8_t, py::array::c_style>> parts;
+              if (py::isinstance<py::list>(entry[1]) || py::isinstance<py::tuple>(entry[1]))
+                for (py::handle part : entry[1]) parts.push_back(part.cast<py::array_t<uint8_t, py::array::c_style>>());
+              else
+                parts.push_back(entry[1].cast<py::array_t<uint8_t, py::array::c_style>>());
               WeightFormat parsed = WeightFormat::F32;
               for (WeightFormat candidate : {WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
                 if (format == weightFormatName(candidate)) parsed = candidate;
               if (parsed == WeightFormat::F32)
                 throw std::invalid_argument(name + ": quantized weights are q8_0, q4_0 or q4_1, got '" + format + "'");
-              given[name] = {parsed, blocks.data(), static_cast<int64_t>(blocks.size())};
-              blockArrays.push_back(blocks);
+              CompiledModel::QuantizedWeight &weight = given[name];
+              weight.format = parsed;
+              for (const auto &part : parts) {
+                weight.parts.push_back({part.data(), static_cast<int64_t>(part.size())});
+                blockArrays.push_back(part);
+              }
             }
             model.setWeights(weightPointers(model, weights, given), given);
             // Compiled code reads the borrowed arrays in place: the model keeps them (and only
@@ -277,7 +286,8 @@ void initModel(py::module_ &m) {
           py::arg("weights"), py::arg("quantized") = py::dict(),
           "Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads "
           "in place (borrowed_parameters()) alive. `quantized`: {name: (format, uint8 llama.cpp blocks)} for "
-          "weights given as a GGUF file stores them (their entry in `weights` may be None).")
+          "weights given as a GGUF file stores them (their entry in `weights` may be None); the blocks may be a "
+          "list of arrays, the parts of a fused weight, rows in order.")
       .def(
           "kv_cache_dtype", [](const CompiledModel &model) { return kvCacheDtype(model.options().kvCache); },
           "The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, or uint16 "
