@@ -1,0 +1,275 @@
+"""Speculative decoding (generate(speculative=...)): the every-row verification step, KV rollback,
+greedy equal to plain decoding, the sampled distribution kept, stops and bad input."""
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+import gpt
+from gpt import speculative
+from gpt.sampling import allowed_probabilities
+from shapes import MID, NANO, RTOL, config, exercising_weights, relative_error
+
+
+def model_of(shape=NANO, pos_embedding="learned", **changes):
+    cfg = dataclasses.replace(config(shape, pos_embedding), **changes)
+    if cfg.spec.compiler_names != "gpt2":  # exercising_weights has GPT-2's names
+        return gpt.GPT.random(cfg)
+    return gpt.GPT.from_weights(cfg, exercising_weights(cfg))
+
+
+@pytest.fixture(scope="module")
+def nano():
+    return model_of()
+
+
+def repeating_prompt(vocab, period=12, copies=3, seed=3):
+    """Text that repeats a span: prompt lookup drafts the span, and the model (whose greedy
+    continuation of a repeated span tends to repeat it) accepts some of them."""
+    return [int(t) for t in np.tile(np.random.default_rng(seed).integers(0, vocab, period), copies)]
+
+
+# -- the verification step ------------------------------------------------------------------------
+
+
+def test_verify_returns_every_positions_logits_and_fills_the_cache(nano):
+    prompt = np.random.default_rng(1).integers(0, 256, 20)
+    drafted = np.random.default_rng(2).integers(0, 256, 5)
+    cache = nano.new_cache(64)
+    nano.prefill(prompt, cache)
+    rows = nano.verify(drafted, cache)
+    assert rows.shape == (5, 256) and len(cache) == 25
+    reference = nano.forward(np.concatenate([prompt, drafted]))[20:]
+    assert relative_error(rows, reference) <= RTOL
+    # The keys and values were written: decoding on from there matches the uncached forward.
+    following = nano.decode(7, cache)
+    assert relative_error(following, nano.forward(np.concatenate([prompt, drafted, [7]]))[-1]) <= RTOL
+
+
+def test_rewinding_the_cache_forgets_the_rejected_positions(nano):
+    prompt = np.random.default_rng(4).integers(0, 256, 10)
+    cache = nano.new_cache(64)
+    nano.prefill(prompt, cache)
+    nano.verify([1, 2, 3, 4], cache)
+    speculative.rewind(cache, 11)  # keep the first drafted token only
+    logits = nano.verify([9, 8], cache)
+    reference = nano.forward(np.concatenate([prompt, [1, 9, 8]]))[-2:]
+    assert len(cache) == 13 and relative_error(logits, reference) <= RTOL
+    with pytest.raises(ValueError, match="cannot rewind a KV cache of 13 positions to 14"):
+        speculative.rewind(cache, 14)
+
+
+def test_the_verify_entry_returns_one_logits_row_per_token(nano):
+    def step_signature(ir):
+        header = next(line for line in ir.splitlines() if "func.func @step(" in line)
+        results = re.search(r"-> \((tensor<[^,]*)", header).group(1)
+        last = re.findall(r"%arg2: (tensor<\w+>)", header)[0]  # ids, positions, last
+        return last, results
+
+    assert step_signature(nano.ir("transformer", entry="verify", seq_len=3, cache_len=64)) == (
+        "tensor<3xi64>",
+        "tensor<3x256xf32>",
+    )
+    assert step_signature(nano.ir("transformer", entry="step", seq_len=3, cache_len=64)) == (
+        "tensor<1xi64>",
+        "tensor<1x256xf32>",
+    )
+
+
+def test_verify_refuses_to_wrap_a_rolling_cache():
+    model = model_of(attention_window=16)
+    cache = model.new_cache(64)
+    assert cache.rolling and cache.slots == 16
+    model.prefill(np.arange(14), cache)
+    with pytest.raises(ValueError, match="would wrap around the rolling cache of 16 slots"):
+        model.verify([1, 2, 3], cache)
+    assert len(cache) == 14
+
+
+# -- greedy is exactly greedy -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape, pos_embedding, changes",
+    [
+        (NANO, "learned", {}),
+        (NANO, "rope", {}),
+        (MID, "learned", {}),
+        (NANO, "rope", dict(architecture="llama", n_kv_head=2)),
+    ],
+    ids=["nano", "nano-rope", "mid", "llama-gqa"],
+)
+def test_greedy_speculation_gives_the_tokens_of_plain_decoding(shape, pos_embedding, changes):
+    model = model_of(shape, pos_embedding, **changes)
+    vocab = model.config.vocab_size
+    prompts = [
+        repeating_prompt(vocab, period=12, copies=3, seed=3),
+        repeating_prompt(vocab, period=5, copies=6, seed=4),
+        [int(t) for t in np.random.default_rng(5).integers(0, vocab, 17)],  # copies nothing
+        [3],
+    ]
+    accepted = 0
+    for prompt in prompts:
+        plain = model.generate(prompt, 48)
+        for draft_tokens in (1, 4, 7):
+            assert model.generate(prompt, 48, speculative="ngram", draft_tokens=draft_tokens) == plain
+            accepted += model.last_generation.accepted_tokens
+    assert accepted > 0  # drafts were verified and kept, not only rejected
+
+
+def test_greedy_with_a_draft_model_gives_the_tokens_of_plain_decoding():
+    target = model_of()
+    same = gpt.GPT.from_weights(target.config, exercising_weights(target.config))
+    other = gpt.GPT.random(target.config, seed=7)
+    prompt = repeating_prompt(256)
+    plain = target.generate(prompt, 40)
+    assert target.generate(prompt, 40, speculative=same, draft_tokens=4) == plain
+    # A draft model with the target's weights drafts what the target would say.
+    assert target.last_generation.accepted_tokens >= 30
+    assert target.generate(prompt, 40, speculative=other, draft_tokens=3) == plain
+
+
+# -- sampling keeps the target distribution ---------------------------------------------------------
+
+
+def test_the_accept_reject_rule_draws_from_the_target_distribution():
+    logits = np.log(np.array([0.05, 0.4, 0.3, 0.15, 0.1]))
+    rng = np.random.default_rng(0)
+    draws = 20000
+    for drafted in (0, 1, 4):
+        counts = np.bincount(
+            [speculative.accepts(logits, drafted, 1.0, None, None, rng)[1] for _ in range(draws)], minlength=5
+        )
+        expected = np.exp(logits) * draws
+        assert scipy_stats.chisquare(counts, expected).pvalue > 1e-4, (drafted, counts, expected)
+
+
+def test_speculative_sampling_keeps_the_models_distribution_of_the_next_tokens():
+    """Over many seeds, the pair of the first two new tokens follows the model's own distribution:
+    the second is drafted (prompt lookup: what followed the first in the prompt) and chosen by the
+    accept/reject rule. Accepting every draft, or drawing a rejected draft's replacement from the
+    whole distribution instead of the residual, fails the chi-square test by far."""
+    cfg = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=8, block_size=64)
+    weights = exercising_weights(cfg)
+    weights["transformer.wte.weight"] = weights["transformer.wte.weight"] * 5  # skewed, not uniform
+    model = gpt.GPT.from_weights(cfg, weights)
+    prompt = list(range(8)) * 2  # every token occurred: each first token is followed by a draft
+    temperature = 1.5
+
+    def probabilities(ids):
+        return allowed_probabilities(model.forward(ids)[-1], temperature)
+
+    first = probabilities(prompt)
+    expected = first[:, None] * np.array([probabilities(prompt + [t]) for t in range(8)])
+    runs = 6000
+    counts = np.zeros((8, 8))
+    drafted = 0
+    for seed in range(runs):
+        tokens = model.generate(prompt, 2, temperature=temperature, seed=seed, speculative="ngram", draft_tokens=2)
+        counts[tokens[0], tokens[1]] += 1
+        drafted += model.last_generation.drafted_tokens
+    assert drafted == runs  # every second token went through the accept/reject rule
+    expected = expected.ravel() * runs
+    observed = counts.ravel()
+    rare = expected < 5  # pooled, as the chi-square approximation needs
+    if rare.any():
+        observed = np.append(observed[~rare], observed[rare].sum())
+        expected = np.append(expected[~rare], expected[rare].sum())
+    result = scipy_stats.chisquare(observed, expected)
+    assert result.pvalue > 1e-4, (observed, expected)
+
+
+def test_the_same_seed_gives_the_same_speculative_sample(nano):
+    prompt = repeating_prompt(256)
+    first = nano.generate(prompt, 30, temperature=0.8, top_k=20, seed=11, speculative="ngram")
+    assert nano.generate(prompt, 30, temperature=0.8, top_k=20, seed=11, speculative="ngram") == first
+
+
+# -- stops, EOS, max_new_tokens, stream -------------------------------------------------------------
+
+
+def test_stops_max_new_tokens_and_stream_behave_as_without_speculation(nano):
+    prompt = repeating_prompt(256, period=6, copies=5, seed=8)
+    plain = nano.generate(prompt, 40)
+    for count in (1, 2, 3, 5, 17):
+        assert nano.generate(prompt, count, speculative="ngram", draft_tokens=6) == plain[:count]
+    # A stop token inside a drafted run: generation ends before it, and it is not returned.
+    for stop in {plain[5], plain[20], plain[-1]}:
+        expected = nano.generate(prompt, 40, stop=[stop])
+        assert nano.generate(prompt, 40, stop=[stop], speculative="ngram", draft_tokens=6) == expected
+        streamed = list(nano.generate(prompt, 40, stop=[stop], stream=True, speculative="ngram", draft_tokens=6))
+        assert streamed == expected
+        assert nano.last_generation.generated_tokens == len(expected)
+
+
+def test_a_windowed_model_speculates_until_its_cache_rolls_then_decodes():
+    model = model_of(attention_window=16)
+    prompt = repeating_prompt(256, period=4, copies=3, seed=9)
+    plain = model.generate(prompt, 40)
+    assert model.generate(prompt, 40, speculative="ngram", draft_tokens=3) == plain
+
+
+def test_drafts_shrink_to_plain_decoding_when_they_are_rejected():
+    length = speculative.AdaptiveDraftLength(8)
+    assert length.next() == 8
+    length.update(8, 0)
+    assert length.next() == 4
+    for _ in range(3):
+        length.update(length.next(), 0)
+    # Down to 0: plain decoding for a backoff that doubles with every failed try.
+    waits = []
+    for _ in range(4):
+        wait = 0
+        while (k := length.next()) == 0:
+            wait += 1
+        waits.append(wait)
+        length.update(k, 0)
+    assert waits == [2, 4, 8, 16]
+    while length.next() == 0:  # the last backoff; then a try that is accepted doubles the length
+        pass
+    length.update(1, 1)
+    assert length.next() == 2
+
+
+# -- the drafters ----------------------------------------------------------------------------------
+
+
+def test_prompt_lookup_proposes_what_followed_the_longest_recent_match():
+    drafter = speculative.NgramDrafter()
+    text = [5, 6, 7, 8, 9, 1, 6, 7, 2, 3, 5, 6, 7]
+    # The 3-gram 5 6 7 occurred at the start: what followed it there.
+    assert drafter.propose(text, 3) == [8, 9, 1]
+    # 1-gram fallback: the most recent earlier 3 is followed by 5.
+    assert drafter.propose(text + [4, 3], 2) == [5, 6]
+    assert drafter.propose(text + [4, 3, 42], 2) == []
+    assert speculative.NgramDrafter().propose([1, 2, 1], 4) == [2, 1]
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(speculative="medusa"), ValueError, "speculative must be 'ngram' or a gpt.GPT draft model, got 'medusa'"),
+        (dict(speculative=3), TypeError, "speculative must be 'ngram' or a gpt.GPT draft model, got int"),
+        (dict(speculative="ngram", draft_tokens=0), ValueError, r"draft_tokens must be an int in \[1, 64\], got 0"),
+        (dict(speculative="ngram", draft_tokens=2.5), ValueError, r"draft_tokens must be an int in \[1, 64\]"),
+        (dict(draft_tokens=4), ValueError, "draft_tokens is given without speculative"),
+        (dict(speculative="ngram", use_cache=False), ValueError, "use_cache must be True"),
+    ],
+)
+def test_bad_speculative_arguments_are_refused_before_anything_runs(nano, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        nano.generate([1, 2, 3], 5, **kwargs)
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(nano):
+    other = gpt.GPT.random(gpt.GPTConfig(**{**NANO, "vocab_size": 300}))
+    with pytest.raises(ValueError, match="draft model's vocab_size 300 differs from the target's 256"):
+        nano.generate([1, 2, 3], 5, speculative=other)
+    with pytest.raises(ValueError, match="must be another model"):
+        nano.generate([1, 2, 3], 5, speculative=nano)
