@@ -62,28 +62,36 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
                                 std::to_string(width));
   const int64_t perRow = k / kQuantBlock, panelRows = perRow * wordsPerBlock;
   static_assert(kQ8_0WordsPerBlock >= kQ4_0WordsPerBlock);
-  // Panels are independent: each thread writes whole panels, front to back.
+  // Panels are independent: each thread writes whole panels. Within a panel, block by block
+  // across its columns: each word row of the panel is written front to back, and the columns'
+  // next blocks sit beside the ones just read.
   parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
     uint32_t words[kQ8_0WordsPerBlock];
+    std::vector<const uint8_t *> rows(width); // each column's row of blocks; null for padding
     size_t part = 0;
     int64_t partStart = 0; // the first row of part `part`
-    for (int64_t j = firstPanel * width; j < endPanel * width; ++j) {
-      const int64_t panel = j / width, c = j % width;
-      while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
-      const uint8_t *row = part < parts.size() ? parts[part].blocks + (j - partStart) * perRow * blockBytes : nullptr;
+    for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t j = panel * width + c;
+        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
+        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * perRow * blockBytes : nullptr;
+      }
       for (int64_t b = 0; b < perRow; ++b) {
-        const uint8_t *block = row ? row + b * blockBytes : nullptr;
-        for (int64_t h = 0; h < halves; ++h) {
-          uint16_t value = 0;
-          if (block) std::memcpy(&value, block + 2 * h, sizeof value);
-          scales[((panel * perRow + b) * halves + h) * width + c] = value;
+        uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
+        uint32_t *codeRows = codes + (panel * panelRows + b * wordsPerBlock) * width;
+        for (int64_t c = 0; c < width; ++c) {
+          const uint8_t *block = rows[c] ? rows[c] + b * blockBytes : nullptr;
+          for (int64_t h = 0; h < halves; ++h) {
+            uint16_t value = 0;
+            if (block) std::memcpy(&value, block + 2 * h, sizeof value);
+            scaleRow[h * width + c] = value;
+          }
+          if (block)
+            blockWords(block + 2 * halves, words);
+          else
+            std::fill(words, words + wordsPerBlock, padWord);
+          for (int64_t w = 0; w < wordsPerBlock; ++w) codeRows[w * width + c] = words[w];
         }
-        if (block)
-          blockWords(block + 2 * halves, words);
-        else
-          std::fill(words, words + wordsPerBlock, padWord);
-        for (int64_t w = 0; w < wordsPerBlock; ++w)
-          codes[(panel * panelRows + b * wordsPerBlock + w) * width + c] = words[w];
       }
     }
   });

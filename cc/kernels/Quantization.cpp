@@ -76,27 +76,25 @@ void quantizeBf16(const float *values, int64_t count, uint16_t *out) {
 }
 
 namespace {
-/// std::round(v) (half away from zero) of a v in [-127.5, 127.5], as an int8: truncated by one
-/// conversion instruction and corrected by the exact remainder, where std::round is a libm call
-/// on baseline x86-64 (a third of the tied LM head's quantization time).
-int8_t roundHalfAway(float v) {
-  int truncated = static_cast<int>(v);
-  const float remainder = v - static_cast<float>(truncated); // exact: |remainder| < 1
-  if (remainder >= 0.5f)
-    ++truncated;
-  else if (remainder <= -0.5f)
-    --truncated;
-  return static_cast<int8_t>(truncated);
-}
-
-/// q8_0 of the block of 32 weights w[i * stride]: stores code i with store(i, code) and returns
-/// the fp16 bits of its scale. One definition for the matrix and the row layouts, so both give
-/// the same bits.
-template <typename Store> uint16_t quantizeBlockQ8_0(const float *w, int64_t stride, Store store) {
+/// q8_0 of the block of 32 weights w[i * stride]: writes its codes to `codes` and returns the fp16
+/// bits of its scale. One definition for the matrix and the row layouts, so both give the same
+/// bits. A code is std::round(w / d) (half away from zero; |w / d| <= 127): truncated by one
+/// conversion and corrected by the exact remainder, with no branch and no libm call, so the loop
+/// vectorizes (a third of the time of the tied LM head's quantization with std::round).
+uint16_t quantizeBlockQ8_0(const float *w, int64_t stride, int8_t *codes) {
   float amax = 0.0f;
   for (int64_t i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(w[i * stride]));
   const float d = amax / 127.0f;
-  for (int64_t i = 0; i < kQuantBlock; ++i) store(i, d == 0.0f ? int8_t{0} : roundHalfAway(w[i * stride] / d));
+  if (d == 0.0f) {
+    std::fill(codes, codes + kQuantBlock, int8_t{0});
+  } else {
+    for (int64_t i = 0; i < kQuantBlock; ++i) {
+      const float v = w[i * stride] / d;
+      const int truncated = static_cast<int>(v);
+      const float remainder = v - static_cast<float>(truncated); // exact: |remainder| < 1
+      codes[i] = static_cast<int8_t>(truncated + (remainder >= 0.5f) - (remainder <= -0.5f));
+    }
+  }
   return toFp16(d);
 }
 } // namespace
@@ -104,11 +102,13 @@ template <typename Store> uint16_t quantizeBlockQ8_0(const float *w, int64_t str
 void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes, uint16_t *scales, int64_t threads) {
   checkBlocks(rows, cols);
   parallelFor(rows / kQuantBlock, threads, [&](int64_t firstBlock, int64_t endBlock) {
-    for (int64_t block = firstBlock; block < endBlock; ++block) {
-      const int64_t first = block * kQuantBlock;
-      for (int64_t n = 0; n < cols; ++n)
-        scales[block * cols + n] = quantizeBlockQ8_0(
-            matrix + first * cols + n, cols, [&](int64_t i, int8_t code) { codes[(first + i) * cols + n] = code; });
+    int8_t block[kQuantBlock];
+    for (int64_t b = firstBlock; b < endBlock; ++b) {
+      const int64_t first = b * kQuantBlock;
+      for (int64_t n = 0; n < cols; ++n) {
+        scales[b * cols + n] = quantizeBlockQ8_0(matrix + first * cols + n, cols, block);
+        for (int64_t i = 0; i < kQuantBlock; ++i) codes[(first + i) * cols + n] = block[i];
+      }
     }
   });
 }
@@ -119,11 +119,12 @@ void quantizeQ8_0Rows(const float *matrix, int64_t n, int64_t k, uint8_t *blocks
                                 " is not a multiple of the quantization block (" + std::to_string(kQuantBlock) + ")");
   const int64_t perRow = k / kQuantBlock, blockBytes = 2 + kQuantBlock;
   parallelFor(n, threads, [&](int64_t firstRow, int64_t endRow) {
+    int8_t codes[kQuantBlock];
     for (int64_t b = firstRow * perRow; b < endRow * perRow; ++b) {
       uint8_t *block = blocks + b * blockBytes;
-      const uint16_t scale = quantizeBlockQ8_0(
-          matrix + b * kQuantBlock, 1, [&](int64_t i, int8_t code) { block[2 + i] = static_cast<uint8_t>(code); });
+      const uint16_t scale = quantizeBlockQ8_0(matrix + b * kQuantBlock, 1, codes);
       std::memcpy(block, &scale, sizeof scale);
+      std::memcpy(block + 2, codes, sizeof codes);
     }
   });
 }
