@@ -50,6 +50,17 @@ flags.DEFINE_float("top_p", None, "nucleus sampling probability mass", lower_bou
 flags.DEFINE_integer("seed", None, "random seed (same seed, same text)")
 flags.DEFINE_bool("cache", True, "use the KV cache (--nocache recomputes every step)")
 flags.DEFINE_bool("stream", True, "print tokens as they are generated")
+flags.DEFINE_string(
+    "speculative",
+    None,
+    "generate: speculative decoding, 'ngram' (prompt lookup: drafts what followed the text's last n-gram "
+    "where it occurred before) or a draft model (a file, directory or installed name) with the same tokenizer",
+)
+flags.DEFINE_integer(
+    "draft_tokens", None, "generate --speculative: tokens drafted per verification at most (default 4)", lower_bound=1
+)
+# The issue and llama.cpp spell it with a dash; absl flags here use underscores, so both are accepted.
+flags.DEFINE_alias("draft-tokens", "draft_tokens")
 flags.DEFINE_enum("pipeline", "default", PIPELINES, "compiler pipeline level")
 flags.DEFINE_integer("threads", None, "threads (default: all cores)", lower_bound=1)
 flags.DEFINE_integer(
@@ -87,7 +98,12 @@ flags.DEFINE_list(
     "tokens", ["1", "128"], "export: the token counts programs are built for (longer prompts run in chunks)"
 )
 flags.DEFINE_integer("cache_len", None, "export: positions per KV cache (default: block_size)", lower_bound=1)
-flags.DEFINE_enum("entry", "forward", ["forward", "step"], "ir: forward, or the cached prefill/decode step")
+flags.DEFINE_enum(
+    "entry",
+    "forward",
+    ["forward", "step", "verify"],
+    "ir: forward, the cached prefill/decode step, or the step that returns every token's logits (speculative)",
+)
 flags.DEFINE_integer("seq_len", None, "ir: number of tokens the program is compiled for", lower_bound=1)
 flags.DEFINE_integer("n_layer", None, "ir without --model: a random model of this shape")
 flags.DEFINE_integer("n_head", 4, "ir without --model")
@@ -147,8 +163,8 @@ def _model_path() -> str:
     return models.resolve(FLAGS.model) if FLAGS.model else EMBEDDED_MODEL
 
 
-def _load_model() -> GPT:
-    path = _model_path()
+def _load_model(path: str | None = None) -> GPT:
+    path = path or _model_path()
     if path.endswith(".gguf"):
         return GPT.from_gguf(path, options=_options(), context=FLAGS.ctx)
     return GPT.from_pretrained(path, options=_options(), context=FLAGS.ctx)
@@ -168,6 +184,9 @@ def generate() -> None:
             f"--prompt is {len(prompt)} tokens, longer than the model's block_size={model.config.block_size}"
         )
     max_new = min(FLAGS.max_new_tokens, room)
+    speculative = FLAGS.speculative
+    if speculative is not None and speculative != "ngram":
+        speculative = _load_model(models.resolve(speculative))  # a draft model
     tokens = model.generate(
         prompt,
         max_new_tokens=max_new,
@@ -179,6 +198,8 @@ def generate() -> None:
         # A GGUF tokenizer knows its end-of-generation tokens (EOS, <|im_end|>, ...): stop there.
         stop=getattr(tokenizer, "end_of_generation", None),
         stream=True,
+        speculative=speculative,
+        draft_tokens=FLAGS.draft_tokens,
     )
     start = time.perf_counter()
     out = []
@@ -202,6 +223,12 @@ def generate() -> None:
         f"[gpt] prompt: {stats.prompt_tokens} tokens, {prompt_rate:.1f} tok/s | generated: "
         f"{stats.generated_tokens} tokens, {decode_rate:.1f} tok/s | compile: {stats.compile_seconds:.2f} s | "
         f"total {total:.2f} s | pipeline {FLAGS.pipeline}, cache {'on' if FLAGS.cache else 'off'}"
+        + (
+            f" | speculative {FLAGS.speculative}: {speculation.accepted_tokens} of {speculation.drafted_tokens} "
+            "drafted accepted"
+            if (speculation := model.last_speculation) is not None
+            else ""
+        )
     )
 
 

@@ -16,7 +16,7 @@ from gpt.config import CompileOptions, GPTConfig
 from gpt.gguf_file import KEPT_QUANTIZED, QuantizedTensor, load_gguf
 from gpt.resources import check_fits_in_memory
 from gpt.sampling import check_sampling_args, sample
-from gpt.speculative import check_draft_tokens, speculative_tokens
+from gpt.speculative import SpeculationStats, check_draft_tokens, speculative_tokens
 from gpt.speculative import drafter_for as speculative_drafter
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import load_pretrained, random_weights, validate_weights
@@ -99,9 +99,6 @@ class GenerationStats:
     prompt_seconds: float
     generate_seconds: float
     compile_seconds: float
-    # Speculative decoding (generate(speculative=...)): tokens drafted, and those of them accepted.
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
 
 
 class GPT:
@@ -171,6 +168,8 @@ class GPT:
         self._weights = {name: value for name, value in self._weights.items() if name in borrowed}
         # The counters of the generate() run in progress or last run; None before the first.
         self._generation: dict[str, Any] | None = None
+        # The speculation counters of that run (SpeculationStats); None when it did not speculate.
+        self._speculation: dict[str, int] | None = None
         # The checkpoint's tokenizer (from_pretrained, from_gguf), when it has one.
         self._tokenizer: HFTokenizer | None = None
         # The ids generate() stops at by default (see end_of_generation; from_pretrained, from_gguf).
@@ -547,6 +546,13 @@ class GPT:
         return self._end_of_generation
 
     @property
+    def last_speculation(self) -> SpeculationStats | None:
+        """What speculative decoding did in the last generate() run (so far, while a stream is being
+        consumed): tokens drafted, accepted and verification steps; None before the first run and
+        after a run without `speculative`."""
+        return None if self._speculation is None else SpeculationStats(**self._speculation)
+
+    @property
     def last_generation(self) -> GenerationStats | None:
         """Token counts and timings of the last generate() run (so far, while a stream is being
         consumed); None before the first generate()."""
@@ -736,9 +742,8 @@ class GPT:
             prompt_seconds=0.0,
             generate_seconds=0.0,
             compile_seconds=0.0,
-            drafted_tokens=0,
-            accepted_tokens=0,
         )
+        self._speculation = None if drafter is None else dict(drafted_tokens=0, accepted_tokens=0, verify_steps=0)
         if max_new_tokens == 0:
             return
 
@@ -767,6 +772,7 @@ class GPT:
                 cache,
                 timed,
                 stats,
+                self._speculation,
             )
             return
         if use_cache:

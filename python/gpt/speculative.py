@@ -1,6 +1,7 @@
 """Speculative decoding for one sequence: drafters (prompt lookup, a draft model) and the loop that
 verifies their drafts in one cached step of the target model and rolls the rejected suffix back."""
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -20,6 +21,17 @@ DEFAULT_DRAFT_TOKENS = 4
 # many tokens at first, doubling with every consecutive failure up to the cap. A try on text that
 # copies nothing costs one verification of two rows, so the cap keeps that under 1% of the steps.
 FIRST_BACKOFF, MAX_BACKOFF = 2, 128
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculationStats:
+    """What speculation did in one generate() run (GPT.last_speculation): tokens drafted, those of
+    them accepted (each one a token that cost no decode step of its own), and the verification
+    steps that checked them."""
+
+    drafted_tokens: int
+    accepted_tokens: int
+    verify_steps: int
 
 
 class NgramDrafter:
@@ -204,6 +216,7 @@ def speculative_tokens(
     cache: KVCache,
     timed: Callable,
     stats: dict,
+    speculation: dict,
 ) -> Iterator[int]:
     """generate()'s loop with speculation: the same tokens, stops and counts as plain decoding
     (greedy: the same tokens; sampled: the same distribution), drafts verified `draft_tokens` at a
@@ -234,7 +247,8 @@ def speculative_tokens(
             logits = timed("generate_seconds", model.decode, token, cache)
             continue
         rows = timed("generate_seconds", model._verify, np.asarray([token] + draft, dtype=np.int64), cache)
-        stats["drafted_tokens"] += len(draft)
+        speculation["drafted_tokens"] += len(draft)
+        speculation["verify_steps"] += 1
         accepted = 0
         for i, proposed in enumerate(draft):
             ok, drawn = accepts(rows[i, :vocab], proposed, temperature, top_k, top_p, rng)
@@ -245,7 +259,7 @@ def speculative_tokens(
             if proposed in stop_ids:
                 return
             stats["generated_tokens"] += 1
-            stats["accepted_tokens"] += 1
+            speculation["accepted_tokens"] += 1
             produced += 1
             yield proposed
             if produced == max_new_tokens:

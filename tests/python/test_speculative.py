@@ -2,7 +2,10 @@
 greedy equal to plain decoding, the sampled distribution kept, stops and bad input."""
 
 import dataclasses
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -116,7 +119,7 @@ def test_greedy_speculation_gives_the_tokens_of_plain_decoding(shape, pos_embedd
         plain = model.generate(prompt, 48)
         for draft_tokens in (1, 4, 7):
             assert model.generate(prompt, 48, speculative="ngram", draft_tokens=draft_tokens) == plain
-            accepted += model.last_generation.accepted_tokens
+            accepted += model.last_speculation.accepted_tokens
     assert accepted > 0  # drafts were verified and kept, not only rejected
 
 
@@ -128,7 +131,7 @@ def test_greedy_with_a_draft_model_gives_the_tokens_of_plain_decoding():
     plain = target.generate(prompt, 40)
     assert target.generate(prompt, 40, speculative=same, draft_tokens=4) == plain
     # A draft model with the target's weights drafts what the target would say.
-    assert target.last_generation.accepted_tokens >= 30
+    assert target.last_speculation.accepted_tokens >= 30
     assert target.generate(prompt, 40, speculative=other, draft_tokens=3) == plain
 
 
@@ -170,7 +173,7 @@ def test_speculative_sampling_keeps_the_models_distribution_of_the_next_tokens()
     for seed in range(runs):
         tokens = model.generate(prompt, 2, temperature=temperature, seed=seed, speculative="ngram", draft_tokens=2)
         counts[tokens[0], tokens[1]] += 1
-        drafted += model.last_generation.drafted_tokens
+        drafted += model.last_speculation.drafted_tokens
     assert drafted == runs  # every second token went through the accept/reject rule
     expected = expected.ravel() * runs
     observed = counts.ravel()
@@ -273,3 +276,33 @@ def test_a_draft_model_of_another_vocabulary_is_refused(nano):
         nano.generate([1, 2, 3], 5, speculative=other)
     with pytest.raises(ValueError, match="must be another model"):
         nano.generate([1, 2, 3], 5, speculative=nano)
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def run_cli(*args):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    return subprocess.run([sys.executable, "-m", "gpt", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_the_cli_speculates_with_either_spelling_of_draft_tokens_and_prints_the_same_text():
+    prompt = "the cat sat on the mat. " * 3 + "the cat"
+    common = ("generate", "--prompt", prompt, "--temperature", "0", "--max_new_tokens", "40", "--nostream")
+    plain = run_cli(*common)
+    assert plain.returncode == 0, plain.stderr
+    for spelling in ("--draft-tokens", "--draft_tokens"):
+        result = run_cli(*common, "--speculative", "ngram", spelling, "3")
+        assert result.returncode == 0, result.stderr
+        text, timing = result.stdout.rstrip("\n").rsplit("\n", 1)
+        assert text == plain.stdout.rstrip("\n").rsplit("\n", 1)[0]
+        assert re.search(r"\| speculative ngram: \d+ of \d+ drafted accepted$", timing), timing
+
+
+def test_the_cli_refuses_speculation_without_the_cache_in_one_line():
+    result = run_cli("generate", "--speculative", "ngram", "--nocache", "--max_new_tokens", "4")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "gpt: error: speculative decoding verifies drafts against the KV cache: use_cache must be True"
+    )
