@@ -1,0 +1,137 @@
+"""Speculative decoding benchmark: greedy tokens/s of plain decoding vs prompt lookup, same output.
+
+    bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/bench_speculative.py \
+        --models embedded,smollm2 --new-tokens 128 --draft-tokens 4
+
+For each model and task (input-grounded: repeating a paragraph with one word changed, editing a
+function, answering with quotes from a passage; and free text), generates --new-tokens tokens
+greedily with and without `speculative="ngram"`, checks that the tokens are identical, and reports
+decode tokens/s (new tokens after the first over the decode seconds: prefill and compilation
+excluded; a warm-up run compiles every program first), the speedup, and how many drafted tokens
+were accepted. A model with a chat template (SmolLM2-135M-Instruct) gets the tasks as a user turn.
+Times are medians over --repeats runs.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+from machine import describe_cpu
+
+import gpt
+from gpt import chat, models
+from gpt.gguf_file import native_weights_format
+from gpt.tokenizer import tokenizer_for
+
+EMBEDDED_MODEL = os.path.join(os.path.dirname(os.path.abspath(gpt.__file__)), "data", "byte-gpt")
+
+PARAGRAPH = (
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, "
+    "polished the great lens and wrote the weather in a leather book. Ships passed far out at sea, "
+    "and none of their sailors ever knew his name, but each of them saw his light."
+)
+FUNCTION = '''def moving_average(values, window):
+    """The mean of each run of `window` consecutive values."""
+    if window <= 0:
+        raise ValueError("window must be positive")
+    totals = []
+    running = 0.0
+    for index, value in enumerate(values):
+        running += value
+        if index >= window:
+            running -= values[index - window]
+        if index >= window - 1:
+            totals.append(running / window)
+    return totals
+'''
+PASSAGE = (
+    "The committee met on Tuesday. It decided that the bridge would close for repairs from the first "
+    "of March until the end of May, and that a ferry would run every twenty minutes in the meantime. "
+    "Residents may park for free at the north terminal while the bridge is closed."
+)
+TASKS = {
+    "repeat": (
+        "Repeat this paragraph word for word, but write 'lamp' instead of 'light':\n\n" + PARAGRAPH,
+        PARAGRAPH[:40],
+    ),
+    "edit": ("Rename the variable `running` to `window_sum` in this function:\n\n" + FUNCTION, "def moving_average("),
+    "quote": (
+        PASSAGE + "\n\nQuote the sentences of the passage that say when the bridge closes and what replaces it.",
+        '"It decided',
+    ),
+    "free": ("Write a short story about a fox who learns to sail.", "Once upon a time"),
+}
+
+
+def load(name: str, threads: int | None):
+    path = EMBEDDED_MODEL if name == "embedded" else models.resolve(name)
+    if path.endswith(".gguf"):
+        options = gpt.CompileOptions(weights=native_weights_format(path), threads=threads)
+        return gpt.GPT.from_gguf(path, options), path
+    return gpt.GPT.from_pretrained(path, gpt.CompileOptions(threads=threads)), path
+
+
+def prompt_ids(model, path: str, instruction: str, answer_start: str) -> list[int]:
+    """The task as a user turn with the answer begun (a chat model), or as plain text."""
+    tokenizer = model.tokenizer or tokenizer_for(path, model.config.vocab_size)
+    try:
+        spec = chat.chat_spec(tokenizer, path if os.path.isdir(path) else None, model_path=path)
+    except chat.NoChatTemplate:
+        return tokenizer.encode(instruction + "\n\n" + answer_start)
+    rendered = spec.template.render([{"role": "user", "content": instruction}]) + answer_start
+    return chat.prompt_ids(tokenizer, spec, rendered)
+
+
+def decode_rate(model, prompt, new_tokens, repeats, **kwargs):
+    """(median decode tokens/s, tokens, the last run's speculation stats) after a warm-up run."""
+    tokens = model.generate(prompt, new_tokens, stop_at_eos=False, **kwargs)  # compiles what it needs
+    rates = []
+    for _ in range(repeats):
+        again = model.generate(prompt, new_tokens, stop_at_eos=False, **kwargs)
+        assert again == tokens, "greedy generation is not deterministic"
+        stats = model.last_generation
+        rates.append((stats.generated_tokens - 1) / stats.generate_seconds)
+    return statistics.median(rates), tokens, model.last_speculation
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="embedded,smollm2", help="embedded, smollm2, or paths")
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--draft-tokens", default="4", help="comma-separated draft lengths")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="default: all cores")
+    args = parser.parse_args(argv)
+    print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_speculative.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
+    print()
+    print(
+        "| model | task | prompt tokens | draft tokens | plain tok/s | speculative tok/s | speedup "
+        "| accepted / drafted | verify steps | same tokens |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name in args.models.split(","):
+        model, path = load(name, args.threads)
+        for task in args.tasks.split(","):
+            prompt = prompt_ids(model, path, *TASKS[task])
+            new_tokens = min(args.new_tokens, model.config.block_size - len(prompt))
+            if new_tokens < 16:
+                print(f"| {name} | {task} | {len(prompt)} | (the prompt leaves under 16 of block_size's positions) |")
+                continue
+            plain_rate, plain, _ = decode_rate(model, prompt, new_tokens, args.repeats)
+            for draft_tokens in (int(k) for k in args.draft_tokens.split(",")):
+                rate, tokens, spec = decode_rate(
+                    model, prompt, new_tokens, args.repeats, speculative="ngram", draft_tokens=draft_tokens
+                )
+                print(
+                    f"| {name} | {task} | {len(prompt)} | {draft_tokens} | {plain_rate:.1f} | {rate:.1f} "
+                    f"| {rate / plain_rate:.2f}x | {spec.accepted_tokens} / {spec.drafted_tokens} "
+                    f"| {spec.verify_steps} | {'yes' if tokens == plain else 'NO'} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
