@@ -453,6 +453,29 @@ _ROW_DEQUANTIZERS = {
     "Q5_K": "dequantize_q5_k_rows",
     "Q6_K": "dequantize_q6_k_rows",
 }
+# Byte offsets of each of those blocks' fp16 fields (scales d, dmin and mins m). Their codes are
+# bounded integers, so the values are finite exactly when these are (the largest, 65504 * 127 *
+# 32, is far from float32's limit): checking them reads a few bytes per block instead of the
+# whole float32 result (400 MB for SmolLM2-1.7B's embedding) and its boolean mask.
+_FP16_FIELDS = {
+    "Q8_0": (0,),
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q5_1": (0, 2),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+}
+
+
+def _fp16_fields_finite(blocks: np.ndarray, type_name: str) -> bool:
+    """Whether every fp16 field of these rows of blocks (uint8 [..., row bytes]) is finite."""
+    import gguf
+
+    block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]][1]
+    rows = blocks.reshape(-1, block_bytes)
+    return all(bool(np.isfinite(rows[:, o : o + 2].view("<f2")).all()) for o in _FP16_FIELDS[type_name])
 
 
 def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
@@ -467,7 +490,10 @@ def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
         # The compiler's own kernel (cc/kernels/GgufRepacking.cpp): gguf's values, bit for bit
         # (test_gguf, test_kquant_dequantize), without gguf.quants' numpy temporaries (SmolLM2's
         # tensors in f32, this function with its finiteness check: 1.0 -> 0.28 s).
-        values = getattr(_gpt, kernel)(np.asarray(tensor.data, dtype=np.uint8))
+        blocks = np.asarray(tensor.data, dtype=np.uint8)
+        values = getattr(_gpt, kernel)(blocks)
+        if _fp16_fields_finite(blocks, tensor.tensor_type.name):
+            return values.reshape(shape)
     else:
         # Any type gguf can dequantize: beyond the formats the compiler stores, the k-quants and
         # others llama-quantize writes (a q4_0 GPT-2 from llama-quantize has a Q6_K token_embd).
