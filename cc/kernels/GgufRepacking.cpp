@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -131,6 +132,33 @@ void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
   // The codes are q4_0's nibbles, paired the same way; a zero scale and min make padding 0.
   repackRows("repackQ4_1Rows", parts, k, paddedN, width, kQ4_1BlockBytes, 2, kQ4_0WordsPerBlock, 0u, q4_0BlockWords,
              codes, scales, threads);
+}
+
+void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                             uint16_t *scales, int64_t threads) {
+  if (k <= 0 || k % kQuantBlock != 0)
+    throw std::invalid_argument("quantizeRowsToQ8_0Lanes: K = " + std::to_string(k) +
+                                " is not a positive multiple of the quantization block (32)");
+  if (n < 0 || paddedN < n || width <= 0 || paddedN % width != 0)
+    throw std::invalid_argument("quantizeRowsToQ8_0Lanes: the padded column count " + std::to_string(paddedN) +
+                                " must be at least " + std::to_string(n) + " and a multiple of the panel width " +
+                                std::to_string(width));
+  const int64_t rowBytes = k / kQuantBlock * kQ8_0BlockBytes, panels = paddedN / width;
+  // Chunks of panels whose blocks take about 4 MiB: cache-sized, and many chunks per thread.
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{4} << 20) / (rowBytes * width));
+  parallelFor((panels + chunk - 1) / chunk, threads, [&](int64_t firstChunk, int64_t endChunk) {
+    std::unique_ptr<uint8_t[]> blocks(new uint8_t[chunk * width * rowBytes]); // written before read: no zero fill
+    for (int64_t c = firstChunk; c < endChunk; ++c) {
+      const int64_t firstPanel = c * chunk, endPanel = std::min(panels, firstPanel + chunk);
+      const int64_t firstRow = firstPanel * width,
+                    rows = std::max<int64_t>(0, std::min(n, endPanel * width) - firstRow);
+      quantizeQ8_0Rows(matrix + firstRow * k, rows, k, blocks.get());
+      // Panels are independent: these are written at their own offsets.
+      repackQ8_0Rows(blocks.get(), k, rows, (endPanel - firstPanel) * width, width,
+                     codes + firstPanel * (k / kQ8_0RowsPerWord) * width,
+                     scales + firstPanel * (k / kQuantBlock) * width);
+    }
+  });
 }
 
 namespace {

@@ -50,6 +50,12 @@ void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
 void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads = 1);
 
+/// repackQ8_0Rows of quantizeQ8_0Rows(matrix [n, k]), the same bits, made a few panels at a time
+/// in a buffer of each thread's own (a few MB), not in one temporary of all n rows' blocks: how the
+/// q8_0 LM head is laid out from the [V, D] embedding table.
+void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                             uint16_t *scales, int64_t threads = 1);
+
 /// `blocks` (`n` rows of `k` weights in llama.cpp blocks, as above) widened to f32 `out` [n, k],
 /// exactly as llama.cpp's and gguf's dequantizers compute them: q8_0 d * q, q4_0 d * (q - 8),
 /// q4_1 d * q + m with the product and the sum rounded apart. How a model that stores f32 reads

@@ -233,15 +233,11 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
     if (spec.layout == WeightLayout::TransposedPaddedPanels && spec.format == WeightFormat::Q8_0) {
       // The LM head from the [V, D] table: each of its rows is a column of the head, its blocks
       // run along the row, so it is quantized row by row into llama.cpp's q8_0 blocks and repacked
-      // as a GGUF file's would be: the bits quantizeQ8_0 gives the transposed [D, V'] matrix
-      // (padding columns included), without that float32 copy.
-      const int64_t vocab = config_.vocabSize, width = spec.panelWidth;
-      auto blocks =
-          kernels::allocateAlignedArray<uint8_t>(vocab * (rows / kernels::kQuantBlock) * kernels::kQ8_0BlockBytes);
-      kernels::quantizeQ8_0Rows(data, vocab, rows, blocks.get(), threads);
+      // as a GGUF file's would be, a few panels at a time: the bits quantizeQ8_0 gives the
+      // transposed [D, V'] matrix (padding columns included), without that float32 copy.
       auto *codes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
       auto *scales = arena->allocateArray<uint16_t>(rows / kernels::kQuantBlock * cols);
-      kernels::repackQ8_0Rows(blocks.get(), rows, vocab, cols, width, codes, scales, threads);
+      kernels::quantizeRowsToQ8_0Lanes(data, config_.vocabSize, rows, cols, spec.panelWidth, codes, scales, threads);
       descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
       data_.push_back(codes);
       pendingScales = scales;
