@@ -220,7 +220,8 @@ def speculative_tokens(
 ) -> Iterator[int]:
     """generate()'s loop with speculation: the same tokens, stops and counts as plain decoding
     (greedy: the same tokens; sampled: the same distribution), drafts verified `draft_tokens` at a
-    time (adaptively fewer) in one step of the target that returns every position's logits."""
+    time (adaptively fewer; rounded to an even count, see below) in one step of the target that
+    returns every position's logits."""
     vocab = model.config.vocab_size
     logits = timed("prompt_seconds", model.prefill, prompt, cache)
     tokens = [int(t) for t in prompt]
@@ -240,9 +241,19 @@ def speculative_tokens(
         tokens.append(token)
         offset = len(cache)  # where `token` goes
         # Drafts never run past max_new_tokens, nor past the cache (a rolling cache: never wrapped).
-        room = min(max_new_tokens - produced, (cache.slots if cache.rolling else cache.max_len) - offset - 1)
-        want = min(length.next(), room)
+        room = (cache.slots if cache.rolling else cache.max_len) - offset - 1
+        want = min(length.next(), max_new_tokens - produced, room)
         draft = drafter.propose(tokens, want) if want > 0 else []
+        if len(draft) % 2:
+            # An odd number of rows: a matmul of an odd row count runs decode's one-row register
+            # tiles (cc/codegen/cpu/SelectRegisterTiles.cpp halves the rows down to 1), so every
+            # row's logits, keys and values are decode's to the bit, and greedy speculation gives
+            # plain decoding's tokens exactly; an even count takes 2-, 4- or 8-row tiles, whose
+            # sums round differently (up to 0.4 in a q4_1 logit). A filler guess makes the rows odd.
+            if len(draft) < room:
+                draft.append(draft[-1])
+            else:
+                draft.pop()
         if not draft:
             logits = timed("generate_seconds", model.decode, token, cache)
             continue

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 import gpt
-from gpt import speculative
+from gpt import chat, models, speculative
 from gpt.sampling import allowed_probabilities
 from shapes import MID, NANO, RTOL, config, exercising_weights, relative_error
 
@@ -50,6 +50,23 @@ def test_verify_returns_every_positions_logits_and_fills_the_cache(nano):
     # The keys and values were written: decoding on from there matches the uncached forward.
     following = nano.decode(7, cache)
     assert relative_error(following, nano.forward(np.concatenate([prompt, drafted, [7]]))[-1]) <= RTOL
+
+
+@pytest.mark.parametrize("weights", ["f32", "q8_0"])
+def test_an_odd_number_of_verified_rows_computes_decodes_bits(weights):
+    """What greedy speculation's exactness rests on: a step of an odd row count runs decode's
+    one-row register tiles, so each row's logits (and keys and values) are decode's bits."""
+    cfg = config(MID)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg), gpt.CompileOptions(weights=weights))
+    prompt = np.random.default_rng(1).integers(0, cfg.vocab_size, 30)
+    drafted = [int(t) for t in np.random.default_rng(2).integers(0, cfg.vocab_size, 7)]
+    cache = model.new_cache(64)
+    model.prefill(prompt, cache)
+    decoded = np.array([model.decode(t, cache) for t in drafted])
+    for rows in (3, 5, 7):
+        cache = model.new_cache(64)
+        model.prefill(prompt, cache)
+        np.testing.assert_array_equal(model.verify(drafted[:rows], cache), decoded[:rows])
 
 
 def test_rewinding_the_cache_forgets_the_rejected_positions(nano):
@@ -135,6 +152,25 @@ def test_greedy_with_a_draft_model_gives_the_tokens_of_plain_decoding():
     assert target.generate(prompt, 40, speculative=other, draft_tokens=3) == plain
 
 
+def test_greedy_speculation_with_smollm2_in_q4_1_gives_the_tokens_of_plain_decoding():
+    """A real model in a 4-bit format, where an even number of verified rows would round
+    differently from decode (by up to 0.4 in a logit) and change a near-tie's argmax."""
+    path = models.find("smollm2")
+    model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="q4_1"), context=512)
+    paragraph = (
+        "The lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, "
+        "polished the great lens and wrote the weather in a leather book. Ships passed far out at sea, "
+        "and none of their sailors ever knew his name, but each of them saw his light."
+    )
+    spec = chat.chat_spec(model.tokenizer, model_path=path)
+    request = "Repeat this paragraph word for word, but write 'lamp' instead of 'light':\n\n" + paragraph
+    rendered = spec.template.render([{"role": "user", "content": request}]) + paragraph[:40]
+    prompt = chat.prompt_ids(model.tokenizer, spec, rendered)
+    plain = model.generate(prompt, 100, stop_at_eos=False)
+    assert model.generate(prompt, 100, stop_at_eos=False, speculative="ngram", draft_tokens=4) == plain
+    assert model.last_speculation.accepted_tokens >= 20
+
+
 # -- sampling keeps the target distribution ---------------------------------------------------------
 
 
@@ -169,12 +205,12 @@ def test_speculative_sampling_keeps_the_models_distribution_of_the_next_tokens()
     expected = first[:, None] * np.array([probabilities(prompt + [t]) for t in range(8)])
     runs = 6000
     counts = np.zeros((8, 8))
-    drafted = 0
+    verified = 0
     for seed in range(runs):
         tokens = model.generate(prompt, 2, temperature=temperature, seed=seed, speculative="ngram", draft_tokens=2)
         counts[tokens[0], tokens[1]] += 1
-        drafted += model.last_speculation.drafted_tokens
-    assert drafted == runs  # every second token went through the accept/reject rule
+        verified += model.last_speculation.verify_steps
+    assert verified == runs  # every second token went through the accept/reject rule
     expected = expected.ravel() * runs
     observed = counts.ravel()
     rare = expected < 5  # pooled, as the chi-square approximation needs
