@@ -4,6 +4,10 @@
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/ParallelFor.h"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -20,12 +24,24 @@ constexpr int64_t kQ4_0WordsPerBlock = kQuantBlock / kQ4_0RowsPerWord;
 
 /// One q8_0 block's 32 codes as its 8 lane words: byte i of word q is code q + 8 i.
 void q8_0BlockWords(const uint8_t *codes, uint32_t *words) {
+#ifdef __SSE2__
+  // A 4 x 8 byte transpose in four unpacks (SSE2 is every x86-64's): interleaving the runs
+  // 0-7 with 8-15 and 16-23 with 24-31 by bytes, then those by 16-bit pairs, puts codes q, q + 8,
+  // q + 16, q + 24 side by side (the byte loop took 3 times the q4_0 repacking's time).
+  const __m128i low = _mm_loadu_si128(reinterpret_cast<const __m128i *>(codes));
+  const __m128i high = _mm_loadu_si128(reinterpret_cast<const __m128i *>(codes + 16));
+  const __m128i pairsLow = _mm_unpacklo_epi8(low, _mm_srli_si128(low, 8));    // c0 c8 c1 c9 ...
+  const __m128i pairsHigh = _mm_unpacklo_epi8(high, _mm_srli_si128(high, 8)); // c16 c24 c17 c25 ...
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(words), _mm_unpacklo_epi16(pairsLow, pairsHigh));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(words + 4), _mm_unpackhi_epi16(pairsLow, pairsHigh));
+#else
   for (int64_t q = 0; q < kQ8_0WordsPerBlock; ++q) {
     uint32_t word = 0;
     for (int64_t i = 0; i < kQ8_0RowsPerWord; ++i)
       word |= static_cast<uint32_t>(codes[q + kQ8_0WordsPerBlock * i]) << (8 * i);
     words[q] = word;
   }
+#endif
 }
 
 /// One q4_0 block's 16 bytes as its 4 lane words. llama.cpp's byte m holds code m (low nibble)
