@@ -97,7 +97,7 @@ def test_the_limit_itself_runs_and_gives_one_threads_logits():
     np.testing.assert_allclose(most.forward(ids), one.forward(ids), rtol=1e-5, atol=1e-5)
 
 
-def test_the_cli_refuses_too_many_threads_with_exit_1_not_an_abort():
+def test_the_cli_refuses_too_many_threads_with_exit_2_not_an_abort():
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__))))
     start = time.perf_counter()
     result = subprocess.run(
@@ -107,6 +107,6 @@ def test_the_cli_refuses_too_many_threads_with_exit_1_not_an_abort():
         env=env,
         timeout=120,
     )
-    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])  # an abort is -6 (SIGABRT)
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])  # an abort is -6 (SIGABRT)
     assert "is more than MAX_THREADS=" in result.stderr
     assert time.perf_counter() - start < 60  # refused before any model is compiled
