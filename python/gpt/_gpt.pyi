@@ -1,5 +1,6 @@
 """Type stub of gpt._gpt, the pybind11 extension built from python/gpt/_gpt/*.cc."""
 
+from collections.abc import Mapping, Sequence
 from typing import Any, SupportsFloat, SupportsIndex, SupportsInt
 
 import numpy as np
@@ -39,14 +40,14 @@ def quantize_q4_1(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDA
     """q4_1 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale and min bits uint16
     [K/32, 2, N])."""
 
-def pack_bf16_lanes(matrix: npt.ArrayLike, width: _Int) -> npt.NDArray[np.uint32]:
+def pack_bf16_lanes(matrix: npt.ArrayLike, width: _Int, threads: _Int = 1) -> npt.NDArray[np.uint32]:
     """bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j])
     << 16."""
 
-def pack_q8_0_lanes(codes: npt.NDArray[np.int8], width: _Int) -> npt.NDArray[np.uint32]:
+def pack_q8_0_lanes(codes: npt.NDArray[np.int8], width: _Int, threads: _Int = 1) -> npt.NDArray[np.uint32]:
     """q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of word 8b + q is row 32b + q + 8i."""
 
-def pack_q4_0_lanes(codes: npt.NDArray[np.uint8], width: _Int) -> npt.NDArray[np.uint32]:
+def pack_q4_0_lanes(codes: npt.NDArray[np.uint8], width: _Int, threads: _Int = 1) -> npt.NDArray[np.uint32]:
     """q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of word 4b + o is row
     32b + o + 8i | row 32b + 4 + o + 8i << 4."""
 
@@ -63,13 +64,13 @@ def dequantize_q4_1_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.
     """The [K, N] f32 matrix of q4_1 lanes (q4_0's) and their [N/width, K/32, 2, width] fp16 scale and min bits."""
 
 def repack_q8_0_rows(
-    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int
+    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
     """llama.cpp q8_0 blocks (rows of K weights, [out, in]) as (q8_0 lanes uint32 [padded_n/width, K/4, width], fp16
     scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them."""
 
 def repack_q4_0_rows(
-    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int
+    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
     """llama.cpp q4_0 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], fp16
     scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them."""
@@ -83,8 +84,28 @@ def dequantize_q4_0_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float3
 def dequantize_q4_1_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
     """llama.cpp q4_1 blocks [..., K/32*20] as float32 [..., K], as gguf.quants dequantizes them."""
 
+def dequantize_q5_0_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
+    """llama.cpp q5_0 blocks [..., K/32*22] as float32 [..., K], bit for bit as gguf.quants
+    dequantizes them, on `threads` threads (0: every core)."""
+
+def dequantize_q5_1_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
+    """llama.cpp q5_1 blocks [..., K/32*24] as float32 [..., K], bit for bit as gguf.quants
+    dequantizes them, on `threads` threads (0: every core)."""
+
+def dequantize_q4_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
+    """llama.cpp q4_k blocks [..., K/256*144] as float32 [..., K], bit for bit as gguf.quants
+    dequantizes them, on `threads` threads (0: every core)."""
+
+def dequantize_q5_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
+    """llama.cpp q5_k blocks [..., K/256*176] as float32 [..., K], bit for bit as gguf.quants
+    dequantizes them, on `threads` threads (0: every core)."""
+
+def dequantize_q6_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
+    """llama.cpp q6_k blocks [..., K/256*210] as float32 [..., K], bit for bit as gguf.quants
+    dequantizes them, on `threads` threads (0: every core)."""
+
 def repack_q4_1_rows(
-    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int
+    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
     """llama.cpp q4_1 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], fp16
     scale and min bits uint16 [padded_n/width, K/32, 2, width]), as from_gguf repacks them."""
@@ -146,9 +167,15 @@ class CompiledModel:
     def bucket_for(self, seq_len: _Int) -> int:
         """The padded sequence length that seq_len tokens are compiled for."""
 
-    def set_weights(self, weights: list[npt.NDArray[np.float32]]) -> None:
+    def set_weights(
+        self,
+        weights: list[npt.NDArray[np.float32] | None],
+        quantized: Mapping[str, tuple[str, npt.NDArray[np.uint8] | Sequence[npt.NDArray[np.uint8]]]],
+    ) -> None:
         """Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads
-        in place (borrowed_parameters()) alive."""
+        in place (borrowed_parameters()) alive. `quantized`: {name: (format "q8_0" | "q4_0" | "q4_1",
+        llama.cpp blocks [out rows, bytes per row], or a list of them: a fused weight's parts, rows in
+        order)} for weights repacked from a file's blocks, given as None in `weights`."""
 
     def borrowed_parameters(self) -> list[str]:
         """Names of the supplied weights compiled code reads in place; the others were copied (packed, converted)."""
@@ -241,3 +268,9 @@ class CompiledFunction:
     def compile_seconds(self) -> float: ...
     def loaded_from_disk_cache(self) -> bool: ...
     def call(self, arguments: list[npt.NDArray[Any]], results: list[npt.NDArray[Any]]) -> None: ...
+
+def compile_gpu_artifact(
+    config: Any, chip: str, tokens: Sequence[_Int], cache_length: _Int, bf16: bool, libdevice: str
+) -> dict[str, str]:
+    """A gpt.GPTConfig's entry points compiled for an NVIDIA GPU: {'manifest': JSON text (docs/GPU.md, without
+    the config), 'ptx': the PTX module, 'gpu': the kernels before lowering, 'nvvm': after NVVM conversion}."""

@@ -254,7 +254,7 @@ class GPT:
         quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
         floats = {name: w for name, w in weights.items() if name not in quantized}
         if config.spec.compiler_names != "gpt2":  # HF names -> the compiler's fused parameters
-            quantized = architectures.to_compiler_quantized(config, quantized)
+            quantized = architectures.to_compiler_quantized(config, quantized, concatenate=False)
             floats = architectures.to_compiler(config, floats, consume=True)
         del weights
         model = cls(
