@@ -4,18 +4,20 @@
         --models embedded,smollm2 --new-tokens 128 --draft-tokens 4
 
 For each model and task (input-grounded: repeating a paragraph with one word changed, editing a
-function, answering with quotes from a passage; and free text), generates --new-tokens tokens
-greedily with and without `speculative="ngram"`, checks that the tokens are identical, and reports
-decode tokens/s (new tokens after the first over the decode seconds: prefill and compilation
-excluded; a warm-up run compiles every program first), the speedup, and how many drafted tokens
-were accepted. A model with a chat template (SmolLM2-135M-Instruct) gets the tasks as a user turn.
-Times are medians over --repeats runs.
+function, answering with quotes from a passage; and free text), generates up to --new-tokens
+tokens greedily (ending at the model's end of turn) with and without `speculative="ngram"`,
+checks that the tokens are identical, and reports decode tokens/s (new tokens after the first
+over generate()'s wall time less its prefill: drafting and accepting count, compilation does
+not; a warm-up run compiles every program first), the speedup, and how many drafted tokens were
+accepted. A model with a chat template (SmolLM2-135M-Instruct) gets the tasks as a user turn.
+Rates are medians over --repeats runs, the variants taking turns within each.
 """
 
 import argparse
 import os
 import statistics
 import sys
+import time
 
 from machine import describe_cpu
 
@@ -83,16 +85,25 @@ def prompt_ids(model, path: str, instruction: str, answer_start: str) -> list[in
     return chat.prompt_ids(tokenizer, spec, rendered)
 
 
-def decode_rate(model, prompt, new_tokens, repeats, **kwargs):
-    """(median decode tokens/s, tokens, the last run's speculation stats) after a warm-up run."""
-    tokens = model.generate(prompt, new_tokens, stop_at_eos=False, **kwargs)  # compiles what it needs
-    rates = []
+def decode_rates(model, prompt, new_tokens, repeats, variants):
+    """{variant: (median decode tokens/s, tokens, the last run's speculation stats)} for each
+    variant's generate() kwargs, after a warm-up run of each (which compiles what it needs). The
+    variants take turns within each repeat, so that a load that comes and goes on a shared machine
+    falls on all of them alike."""
+    tokens = {name: model.generate(prompt, new_tokens, **kwargs) for name, kwargs in variants.items()}
+    rates = {name: [] for name in variants}
+    speculation = {}
     for _ in range(repeats):
-        again = model.generate(prompt, new_tokens, stop_at_eos=False, **kwargs)
-        assert again == tokens, "greedy generation is not deterministic"
-        stats = model.last_generation
-        rates.append((stats.generated_tokens - 1) / stats.generate_seconds)
-    return statistics.median(rates), tokens, model.last_speculation
+        for name, kwargs in variants.items():
+            start = time.perf_counter()
+            again = model.generate(prompt, new_tokens, **kwargs)
+            wall = time.perf_counter() - start
+            assert again == tokens[name], "greedy generation is not deterministic"
+            # Wall time, so that drafting and the accept loop count; less the prefill (and any compile).
+            stats = model.last_generation
+            rates[name].append((stats.generated_tokens - 1) / (wall - stats.prompt_seconds - stats.compile_seconds))
+            speculation[name] = model.last_speculation
+    return {name: (statistics.median(rates[name]), tokens[name], speculation[name]) for name in variants}
 
 
 def main(argv):
@@ -120,11 +131,12 @@ def main(argv):
             if new_tokens < 16:
                 print(f"| {name} | {task} | {len(prompt)} | (the prompt leaves under 16 of block_size's positions) |")
                 continue
-            plain_rate, plain, _ = decode_rate(model, prompt, new_tokens, args.repeats)
+            variants = {"plain": {}}
             for draft_tokens in (int(k) for k in args.draft_tokens.split(",")):
-                rate, tokens, spec = decode_rate(
-                    model, prompt, new_tokens, args.repeats, speculative="ngram", draft_tokens=draft_tokens
-                )
+                variants[draft_tokens] = dict(speculative="ngram", draft_tokens=draft_tokens)
+            results = decode_rates(model, prompt, new_tokens, args.repeats, variants)
+            plain_rate, plain, _ = results.pop("plain")
+            for draft_tokens, (rate, tokens, spec) in results.items():
                 print(
                     f"| {name} | {task} | {len(prompt)} | {draft_tokens} | {plain_rate:.1f} | {rate:.1f} "
                     f"| {rate / plain_rate:.2f}x | {spec.accepted_tokens} / {spec.drafted_tokens} "

@@ -13,6 +13,10 @@ from gpt.sampling import allowed_probabilities, sample
 # 2 by default) and llama.cpp's ngram speculation (3) look back this far; longer matches add
 # little on copied text and cost a lookup per length.
 MAX_NGRAM = 3
+# The shortest: a single token recurs all over free text (" the", ","), and what followed it once
+# rarely follows it again, so 1-gram drafts are mostly rejected verification rows (measured with
+# SmolLM2 on free text: 1 of 28 drafted tokens accepted); two tokens in a row are evidence of a copy.
+MIN_NGRAM = 2
 # Draft tokens per verification when the caller does not say: HF's prompt_lookup_num_tokens is 10,
 # llama.cpp's --draft-max 16; on a CPU the verification step's rows are not free (they are matmul
 # rows, where decode is a matrix-vector product), so fewer.
@@ -35,13 +39,14 @@ class SpeculationStats:
 
 
 class NgramDrafter:
-    """Prompt lookup: the last n tokens (n from MAX_NGRAM down to 1) found earlier in the prompt or
+    """Prompt lookup: the last n tokens (n from MAX_NGRAM down to MIN_NGRAM) found earlier in the prompt or
     the text so far, and the tokens that followed there proposed as the draft. The most recent
     earlier occurrence wins: in text being copied it is the one the copy follows. The index of
     n-grams grows with the sequence, so a lookup costs O(MAX_NGRAM), not a scan."""
 
-    def __init__(self, max_ngram: int = MAX_NGRAM):
+    def __init__(self, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM):
         self._max_ngram = max_ngram
+        self._min_ngram = min_ngram
         # n-gram -> the position just past its most recent occurrence (where its continuation starts).
         self._ends: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # n-grams ending before this position are in _ends
@@ -54,15 +59,15 @@ class NgramDrafter:
             return []
         known = len(self._tokens)
         if len(tokens) < known or (known and (tokens[0] != self._tokens[0] or tokens[known - 1] != self._tokens[-1])):
-            self.__init__(self._max_ngram)  # another sequence: start over
+            self.__init__(self._max_ngram, self._min_ngram)  # another sequence: start over
         self._tokens.extend(int(t) for t in tokens[len(self._tokens) :])
         seq = self._tokens
         # Index every n-gram that ends before the last position: the suffix itself is what is looked up.
         for end in range(max(self._indexed, 1), len(seq)):
-            for n in range(1, min(self._max_ngram, end) + 1):
+            for n in range(self._min_ngram, min(self._max_ngram, end) + 1):
                 self._ends[tuple(seq[end - n : end])] = end
         self._indexed = max(self._indexed, len(seq))
-        for n in range(min(self._max_ngram, len(seq)), 0, -1):
+        for n in range(min(self._max_ngram, len(seq)), self._min_ngram - 1, -1):
             start = self._ends.get(tuple(seq[len(seq) - n :]))
             if start is not None:
                 return seq[start : start + count]

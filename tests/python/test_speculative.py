@@ -195,7 +195,9 @@ def test_speculative_sampling_keeps_the_models_distribution_of_the_next_tokens()
     weights = exercising_weights(cfg)
     weights["transformer.wte.weight"] = weights["transformer.wte.weight"] * 5  # skewed, not uniform
     model = gpt.GPT.from_weights(cfg, weights)
-    prompt = list(range(8)) * 2  # every token occurred: each first token is followed by a draft
+    # "7 x" occurred for every x: whatever the first new token, its 2-gram with the prompt's last
+    # token has a continuation to draft.
+    prompt = [t for x in range(8) for t in (7, x)]
     temperature = 1.5
 
     def probabilities(ids):
@@ -281,10 +283,12 @@ def test_prompt_lookup_proposes_what_followed_the_longest_recent_match():
     text = [5, 6, 7, 8, 9, 1, 6, 7, 2, 3, 5, 6, 7]
     # The 3-gram 5 6 7 occurred at the start: what followed it there.
     assert drafter.propose(text, 3) == [8, 9, 1]
-    # 1-gram fallback: the most recent earlier 3 is followed by 5.
-    assert drafter.propose(text + [4, 3], 2) == [5, 6]
-    assert drafter.propose(text + [4, 3, 42], 2) == []
-    assert speculative.NgramDrafter().propose([1, 2, 1], 4) == [2, 1]
+    # No earlier 4 6 7: the most recent earlier 6 7 was followed by 4.
+    assert drafter.propose(text + [4, 6, 7], 2) == [4, 6]
+    # A lone token (3) matches nothing by default: single tokens recur all over free text.
+    assert drafter.propose(text + [4, 6, 7, 9, 3], 2) == []
+    assert speculative.NgramDrafter(min_ngram=1).propose(text + [4, 3], 2) == [5, 6]
+    assert speculative.NgramDrafter().propose([1, 2, 1, 2], 4) == [1, 2]
 
 
 # -- bad input -------------------------------------------------------------------------------------
