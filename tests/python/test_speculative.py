@@ -255,24 +255,25 @@ def test_a_windowed_model_speculates_until_its_cache_rolls_then_decodes():
 
 def test_drafts_shrink_to_plain_decoding_when_they_are_rejected():
     length = speculative.AdaptiveDraftLength(8)
-    assert length.next() == 8
-    length.update(8, 0)
-    assert length.next() == 4
-    for _ in range(3):
-        length.update(length.next(), 0)
-    # Down to 0: plain decoding for a backoff that doubles with every failed try.
+    assert length.next() == 2
+    length.update(2, 2)
+    length.update(4, 4)
+    assert length.next() == 8  # doubled while whole drafts were accepted
+    length.update(8, 3)
+    assert length.next() == 4  # what was accepted, rounded up to even
+    length.update(4, 0)
+    assert length.next() == 2
+    # Below 2: plain decoding for a backoff that doubles with every failed try.
     waits = []
     for _ in range(4):
+        length.update(length.next(), 0)
         wait = 0
-        while (k := length.next()) == 0:
+        while length.next() == 0:
             wait += 1
         waits.append(wait)
-        length.update(k, 0)
     assert waits == [2, 4, 8, 16]
-    while length.next() == 0:  # the last backoff; then a try that is accepted doubles the length
-        pass
-    length.update(1, 1)
-    assert length.next() == 2
+    length.update(2, 2)  # a try that is accepted doubles the length and resets the backoff
+    assert length.next() == 4
 
 
 # -- the drafters ----------------------------------------------------------------------------------
