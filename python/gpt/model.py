@@ -653,13 +653,17 @@ class GPT:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _step(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
+    def _check_step(self, ids: np.ndarray, cache: KVCache) -> None:
+        """Refuses a cache of another kind or model, and tokens the attention mask cannot prefill there."""
         if not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a gpt.KVCache, got {type(cache).__name__}")
         if cache.model is not self:
             raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
         if self._config.attention_mask is not None:
             self._config.attention_mask.check_prefill(len(cache), len(ids))
+
+    def _step(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
+        self._check_step(ids, cache)
         if cache.rolling:
             # A rolling cache takes a long prompt in chunks (KVCache.chunks); positions are
             # checked for the whole of it first, so a bad call changes nothing.
@@ -677,12 +681,7 @@ class GPT:
         return cache._run(self._compiled.step, ids)[0, : self._config.vocab_size]
 
     def _verify(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a gpt.KVCache, got {type(cache).__name__}")
-        if cache.model is not self:
-            raise ValueError("this KVCache belongs to another model; make one with model.new_cache()")
-        if self._config.attention_mask is not None:
-            self._config.attention_mask.check_prefill(len(cache), len(ids))
+        self._check_step(ids, cache)
         if cache.rolling and len(cache) + len(ids) > cache.slots:
             raise ValueError(
                 f"verify: {len(ids)} tokens at position {len(cache)} would wrap around the rolling cache of "
