@@ -1,6 +1,6 @@
-"""Runs every row of the README's bad-input table: each input must raise the exception (or exit
-with the status) the table shows, with a message that contains the table's text. The table is
-the documentation; this test keeps it true."""
+"""Runs every row of the bad-input table (docs/BAD_INPUT.md): each input must raise the exception
+(or exit with the status) the table shows, with a message that contains the table's text. The
+table is the documentation; this test keeps it true."""
 
 import builtins
 import dataclasses
@@ -23,13 +23,13 @@ from checkpoints import hf_config, rewrite
 from gpt import GPT, CompileOptions, CompilerError, GPTConfig, ModelFileError, run_pipeline  # noqa: F401 (the table)
 from gpt.gguf_file import save_gguf
 
-README = "README.md"  # in the runfiles, beside tools/gpt-opt
+TABLE_PAGE = os.path.join("docs", "BAD_INPUT.md")  # in the runfiles, beside tools/gpt-opt
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
 BEGIN, END = "<!-- bad-input-table: begin", "<!-- bad-input-table: end"
 
 
 def table_rows():
-    with open(README, encoding="utf-8") as f:
+    with open(TABLE_PAGE, encoding="utf-8") as f:
         text = f.read()
     body = text[text.index(BEGIN) : text.index(END)].splitlines()[3:]  # after the marker and the header
     rows = []
@@ -45,7 +45,7 @@ ROWS = table_rows()
 
 @pytest.fixture(scope="module")
 def namespace(tmp_path_factory):
-    """The names the table's inputs use (the README's paragraph above the table explains them)."""
+    """The names the table's inputs use (the paragraph above the table in docs/BAD_INPUT.md explains them)."""
     cfg = GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
     options = CompileOptions(disk_cache=False)
     model, other = GPT.random(cfg, options=options), GPT.random(cfg, seed=1, options=options)
