@@ -93,7 +93,13 @@ flags.DEFINE_string("target", "cuda:sm_90", "export, and ir's GPU stages: the GP
 flags.DEFINE_string(
     "out", None, "export: the artifact directory to write (new, empty, or an artifact to replace; never a link)"
 )
-flags.DEFINE_enum("gpu_weights", "f32", ["f32", "bf16"], "export: the matmul weights' dtype on the GPU")
+flags.DEFINE_enum(
+    "gpu_weights",
+    "f32",
+    ["f32", "bf16", "none", "none:f32", "none:bf16"],
+    "export: the matmul weights' dtype on the GPU; none[:f32|:bf16]: write no weights, the runtime reads them "
+    "from the model file at load (python -m gpt_runtime ... --model FILE)",
+)
 flags.DEFINE_list(
     "tokens", ["1", "128"], "export: the token counts programs are built for (longer prompts run in chunks)"
 )

@@ -3,7 +3,9 @@ that `gpt_runtime` runs with only the CUDA driver.
 
 The compiler (cc/codegen/gpu) forms the programs and emits the PTX; this module adds what only
 the Python side knows (the config, the end-of-generation ids, the tokenizer) and writes the
-weights in the layouts and dtypes the manifest names."""
+weights in the layouts and dtypes the manifest names, or, for weights "none:f32" / "none:bf16",
+no weights but the recipe that makes each weight buffer from a GGUF file or a HF directory at load
+(format version 2: gpt_runtime.load(ARTIFACT, model=PATH), docs/GPU.md)."""
 
 import dataclasses
 import errno
@@ -23,6 +25,12 @@ ARTIFACT_TOKENIZER = "tokenizer.json"
 ARTIFACT_MANIFEST = "manifest.json"
 ARTIFACT_FORMAT = "gpt.gpu-artifact"  # the manifest's "format" (cc/codegen/gpu/GpuArtifact.cpp)
 _WEIGHT_FORMATS = ("f32", "bf16")
+# export's `weights` for an artifact of programs alone: the weights come from the model file at load.
+_NO_WEIGHTS = "none"
+# The manifest's format version: 1 holds its weights; 2 names the model file's tensors instead, which
+# a version-1 runtime refuses by the version number rather than failing on a missing weights file.
+FORMAT_WITH_WEIGHTS = 1
+FORMAT_WITHOUT_WEIGHTS = 2
 # An exported manifest is a few hundred KiB at most (GPT-2 small: about 60 KiB); a larger file
 # at the target is not one this module wrote, and is not read whole to find that out.
 _MANIFEST_MAX_BYTES = 16 * 2**20
@@ -110,11 +118,163 @@ def describe_hf_sources(manifest: dict, config) -> None:
             buffer["hf"] = {"names": names, "transpose": linear, "axis": 1 if linear else 0}
 
 
+def parse_weights(weights: str) -> tuple[str, bool]:
+    """(the dtype the kernels read, whether the artifact holds the weights) of export's `weights`:
+    "f32" or "bf16" (written into the artifact), or "none", "none:f32" or "none:bf16" (no weights:
+    read from the model file at load, in that dtype; "none" is "none:f32")."""
+    if weights in _WEIGHT_FORMATS:
+        return weights, True
+    if isinstance(weights, str) and weights.partition(":")[0] == _NO_WEIGHTS:
+        dtype = weights.partition(":")[2] or "f32"
+        if dtype in _WEIGHT_FORMATS:
+            return dtype, False
+    expected = ", ".join(repr(w) for w in (*_WEIGHT_FORMATS, "none", "none:f32", "none:bf16"))
+    raise ValueError(f"unknown GPU weight format {weights!r}; expected one of {expected}")
+
+
+def _expand(pattern: str, layer: int | None) -> str:
+    return pattern if layer is None else pattern.replace("{i}", str(layer))
+
+
+def _gguf_recipes_possible(config) -> str | None:
+    """None when a GGUF file (llama.cpp's converter's names and layouts) can hold this model's
+    weights, else why not."""
+    if config.spec.compiler_names == "gpt2" and config.pos_embedding != "learned":
+        return "GGUF's gpt2 architecture has learned positions"
+    if config.spec.compiler_names != "gpt2" and config.rope_layout != "half" and config.spec.gguf_rope_layout == "half":
+        return f"a {config.architecture} GGUF file stores q/k rows for rotate-half rope, not interleaved"
+    return None
+
+
+def describe_gguf_sources(manifest: dict, config) -> None:
+    """Gives each weight buffer `gguf`: how to make its tensor from a GGUF file of llama.cpp's
+    converter, as `hf` does from a HF checkpoint: each named tensor in its numpy shape (ne
+    reversed), its rows un-permuted within `permute_heads[k]` heads where that is not null (llama.cpp
+    permutes a `llama` file's q/k rows for its interleaved rope; gguf_llama.unpermute_rows), then
+    stored = concatenate([t.T if transpose else t ...], axis). Needs describe_hf_sources first."""
+    groups: dict[str, list] = {}
+    for parameter, layer in architectures.parameters(config):
+        groups.setdefault(_expand(parameter.compiler, layer), []).append((parameter, layer))
+    # A `llama` file's q/k rows are permuted from HF's rotate-half order; a model computing rope on
+    # interleaved pairs reads them as stored.
+    permuted = config.spec.gguf_rope_layout == "interleaved" and config.rope_layout == "half"
+    heads = {".attn_q.weight": config.n_head, ".attn_q.bias": config.n_head}
+    heads.update({".attn_k.weight": config.n_kv_head, ".attn_k.bias": config.n_kv_head})
+    for buffer in manifest["buffers"]:
+        if buffer["role"] != "weight":
+            continue
+        parts = groups[buffer["name"]]
+        names = [_expand(p.gguf, i) for p, i in parts]
+        (transposed,) = {p.gguf_transposed for p, _ in parts}  # GGUF stores a group's parts alike
+        recipe = buffer["hf"]
+        buffer["gguf"] = {
+            "names": names,
+            # A GGUF tensor is the HF one, transposed where gguf_transposed says (GPT-2's Conv1D).
+            "transpose": recipe["transpose"] != transposed,
+            "axis": recipe["axis"],
+            "permute_heads": [
+                next((n for suffix, n in heads.items() if name.endswith(suffix)), None) if permuted else None
+                for name in names
+            ],
+        }
+
+
+def _check(key, value, default=None) -> dict:
+    entry = {"key": key, "value": value}
+    if default is not None:
+        entry["default"] = default
+    return entry
+
+
+def describe_model_source(config) -> dict:
+    """What a model file must say to be this artifact's model, beyond its tensors' shapes (which
+    the recipes and the buffers' shapes hold): GGUF metadata keys and HF config.json keys, each
+    `value` ("default" when the file may leave it out), the tensors a file may have that the
+    artifact does not read (`optional`, HF: by name suffix), and GGUF tensors whose values matter
+    (Llama 3's rope_freqs.weight)."""
+    arch = config.architecture
+    eps = float(config.layer_norm_eps)
+    if config.spec.compiler_names == "gpt2":
+        gguf = {
+            "checks": [
+                _check("general.architecture", "gpt2"),
+                _check("gpt2.block_count", config.n_layer),
+                _check("gpt2.embedding_length", config.n_embd),
+                _check("gpt2.attention.head_count", config.n_head),
+                _check("gpt2.attention.layer_norm_epsilon", eps),
+            ],
+            # Older converters wrote a copy of the tied head.
+            "optional": ["output.weight"],
+        }
+        hf = {
+            "checks": [
+                _check("model_type", "gpt2", "gpt2"),
+                _check("n_layer", config.n_layer),
+                _check("n_head", config.n_head),
+                _check("n_embd", config.n_embd),
+                _check("layer_norm_epsilon", eps, 1e-5),
+            ],
+            "optional": ["lm_head.weight", ".attn.bias", ".attn.masked_bias"],
+            # A checkpoint saved from GPT2Model (not GPT2LMHeadModel) names its tensors without it.
+            "prefix": "transformer.",
+        }
+    else:
+        scaling = config.rope_scaling
+        gguf = {
+            "checks": [
+                _check("general.architecture", arch),
+                _check(f"{arch}.block_count", config.n_layer),
+                _check(f"{arch}.embedding_length", config.n_embd),
+                _check(f"{arch}.feed_forward_length", config.n_ff),
+                _check(f"{arch}.attention.head_count", config.n_head),
+                _check(f"{arch}.attention.head_count_kv", config.n_kv_head, config.n_head),
+                _check(f"{arch}.attention.layer_norm_rms_epsilon", eps),
+                _check(f"{arch}.rope.freq_base", float(config.rope_base), 10000.0),
+                _check(f"{arch}.rope.dimension_count", config.head_size, config.head_size),
+            ],
+            "optional": [],
+        }
+        if scaling is not None:
+            from gpt import gguf_llama
+
+            gguf["values"] = {"rope_freqs.weight": gguf_llama.llama3_rope_factors(config, scaling).tolist()}
+        rope_type = ["rope_parameters.rope_type", "rope_scaling.rope_type", "rope_scaling.type"]
+        hf = {
+            "checks": [
+                _check("model_type", arch),
+                _check("num_hidden_layers", config.n_layer),
+                _check("hidden_size", config.n_embd),
+                _check("intermediate_size", config.n_ff),
+                _check("num_attention_heads", config.n_head),
+                _check("num_key_value_heads", config.n_kv_head, config.n_head),
+                _check("rms_norm_eps", eps, 1e-6),
+                _check(["rope_parameters.rope_theta", "rope_theta"], float(config.rope_base), 10000.0),
+                _check(rope_type, "default" if scaling is None else "llama3", "default"),
+                _check("tie_word_embeddings", config.tied_head, False),
+            ],
+            "optional": ["rotary_emb.inv_freq"] + (["lm_head.weight"] if config.tied_head else []),
+        }
+        if scaling is not None:
+            for field, key in (
+                ("factor", "factor"),
+                ("low_freq_factor", "low_freq_factor"),
+                ("high_freq_factor", "high_freq_factor"),
+                ("original_max_position_embeddings", "original_max_position_embeddings"),
+            ):
+                keys = [f"rope_parameters.{key}", f"rope_scaling.{key}"]
+                hf["checks"].append(_check(keys, getattr(scaling, field)))
+    source = {"architecture": arch, "hf": hf}
+    if _gguf_recipes_possible(config) is None:
+        source["gguf"] = gguf
+    return source
+
+
 def compile_artifact(model, target: str = "cuda:sm_90", tokens=(1, 128), weights: str = "f32", cache_len=None) -> dict:
-    """The compiler's parts for `model` (see _gpt.compile_gpu_artifact) and the full manifest."""
+    """The compiler's parts for `model` (see _gpt.compile_gpu_artifact) and the full manifest.
+    `weights` "none:f32" / "none:bf16" ("none": f32) makes a version-2 manifest, whose weights come
+    from a model file at load (parse_weights)."""
     chip = parse_target(target)
-    if weights not in _WEIGHT_FORMATS:
-        raise ValueError(f"unknown GPU weight format {weights!r}; expected one of {_WEIGHT_FORMATS}")
+    dtype, holds_weights = parse_weights(weights)
     config = model.config
     tokens = sorted({int(t) for t in tokens})
     if not tokens or tokens[0] < 1 or tokens[-1] > config.block_size:
@@ -122,15 +282,20 @@ def compile_artifact(model, target: str = "cuda:sm_90", tokens=(1, 128), weights
     cache_len = config.block_size if cache_len is None else int(cache_len)
     if not tokens[-1] <= cache_len <= config.block_size:
         raise ValueError(f"cache_len must lie in {tokens[-1]}..{config.block_size}, got {cache_len}")
-    parts = _gpt.compile_gpu_artifact(config, chip, tokens, cache_len, weights == "bf16", cuda_tools.libdevice_path())
+    parts = _gpt.compile_gpu_artifact(config, chip, tokens, cache_len, dtype == "bf16", cuda_tools.libdevice_path())
     manifest = json.loads(parts["manifest"])
     manifest["config"] = dataclasses.asdict(config)
     manifest["vocab_size"] = config.vocab_size
     eos = sorted(model.end_of_generation)
     manifest["eos_token_id"] = eos[0] if eos else None
     manifest["eos_token_ids"] = eos
-    manifest["weights"] = {"file": ARTIFACT_WEIGHTS, "dtype": weights}
+    manifest["weights"] = {"file": ARTIFACT_WEIGHTS, "dtype": dtype}
     describe_hf_sources(manifest, config)
+    if not holds_weights:
+        manifest["version"] = FORMAT_WITHOUT_WEIGHTS
+        manifest["weights"] = {"file": None, "dtype": dtype, "source": describe_model_source(config)}
+        if "gguf" in manifest["weights"]["source"]:
+            describe_gguf_sources(manifest, config)
     manifest["tokenizer"] = ARTIFACT_TOKENIZER if model.tokenizer is not None else None
     parts["manifest"] = manifest
     return parts
@@ -238,7 +403,7 @@ def _write_artifact(staging: str, destination: str, model, parts: dict, write_we
     the file by its place in `destination` (the temporary name means nothing to the user)."""
     manifest = parts["manifest"]
     files = [(manifest["target"]["module"], lambda path: _write_text(path, parts["ptx"]))]
-    if write_weights:
+    if write_weights and manifest["weights"]["file"] is not None:
         tensors = stored_weights(manifest, model._compiler_weights())  # a ValueError stays one
         files.append((ARTIFACT_WEIGHTS, lambda path: write_safetensors(path, tensors)))
     if model.tokenizer is not None:

@@ -12,10 +12,13 @@ Example:
     nxt = model.decode(int(last.argmax()), cache)
     ids = model.generate([1, 2, 3], max_new_tokens=20, temperature=0.8, top_k=40, seed=7)
     print(model.last_generation)                 # token counts and seconds
+
+    # An artifact exported with `--gpu_weights none` (no weights file) takes them from the model file:
+    model = gpt_runtime.load("smollm2.sm_90", model="SmolLM2-135M-Instruct-Q8_0.gguf")  # or a HF directory
 """
 
 from .cache import Cache
-from .errors import ArtifactError, CudaError, IncompatibleDeviceError, NoDeviceError
+from .errors import ArtifactError, CudaError, IncompatibleDeviceError, ModelFileError, NoDeviceError
 from .manifest import Manifest, load_manifest
 from .model import GenerationStats, Model, load
 
@@ -27,6 +30,7 @@ __all__ = [
     "IncompatibleDeviceError",
     "Manifest",
     "Model",
+    "ModelFileError",
     "NoDeviceError",
     "load",
     "load_manifest",

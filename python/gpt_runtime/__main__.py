@@ -3,8 +3,11 @@ artifact and the GPU.
 
   python -m gpt_runtime generate ARTIFACT --prompt TEXT | --ids 1,2,3 [--max-new-tokens N]
                                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device D]
-                                 [--no-eos] [--no-graphs]
-  python -m gpt_runtime info ARTIFACT [--device D]
+                                 [--no-eos] [--no-graphs] [--model FILE.gguf|HF_DIR]
+  python -m gpt_runtime info ARTIFACT [--device D] [--model FILE.gguf|HF_DIR]
+
+--model: the weights of an artifact exported without them (`python -m gpt export --gpu_weights none`),
+read from the GGUF file or HF directory and checked against the artifact.
 
 An error (a bad artifact, no GPU, a bad argument) is one line on stderr, `gpt_runtime: error: ...`,
 and exit status 2; --debug shows its traceback as well.
@@ -16,11 +19,21 @@ import time
 import traceback
 
 from . import load, load_manifest
-from .errors import ArtifactError, CudaError, IncompatibleDeviceError, NoDeviceError
+from .errors import ArtifactError, CudaError, IncompatibleDeviceError, ModelFileError, NoDeviceError
 
 # What a user can cause and fix (the artifact, the machine, the arguments): one line. Anything else
 # is a bug of gpt_runtime's, still one line, saying so, with the traceback behind --debug.
-USER_ERRORS = (ArtifactError, NoDeviceError, IncompatibleDeviceError, CudaError, ValueError, TypeError, OSError)
+USER_ERRORS = (
+    ArtifactError,
+    ModelFileError,
+    NoDeviceError,
+    IncompatibleDeviceError,
+    CudaError,
+    ValueError,
+    TypeError,
+    OSError,
+)
+MODEL_HELP = "the GGUF file or HF directory of an artifact exported without weights (--gpu_weights none)"
 ERROR_STATUS = 2
 
 
@@ -51,20 +64,22 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--device", type=int, default=0, help="GPU ordinal")
     generate.add_argument("--no-eos", action="store_true", help="do not stop at the end-of-sequence token")
     generate.add_argument("--no-graphs", action="store_true", help="launch each kernel instead of CUDA graphs")
+    generate.add_argument("--model", default=None, help=MODEL_HELP)
     info = commands.add_parser("info", help="the artifact's programs, and the GPU and driver", parents=[debug])
     info.add_argument("artifact")
     info.add_argument("--device", type=int, default=0)
+    info.add_argument("--model", default=None, help=MODEL_HELP)
     return parser
 
 
 def _generate(args) -> None:
     start = time.perf_counter()
-    model = load(args.artifact, device=args.device, graphs=not args.no_graphs)
+    model = load(args.artifact, device=args.device, graphs=not args.no_graphs, model=args.model)
     load_seconds = time.perf_counter() - start
     tokenizer = model.tokenizer
     if args.prompt is not None:
         if tokenizer is None:
-            raise ValueError(f"{args.artifact} has no tokenizer.json: give the prompt as --ids")
+            raise ValueError(f"{args.artifact} has no tokenizer.json (nor has --model): give the prompt as --ids")
         prompt = tokenizer.encode(args.prompt).ids
         if not prompt:
             raise ValueError("--prompt must not be empty")
@@ -104,7 +119,7 @@ def _info(args) -> None:
     print("buffers:", ", ".join(f"{role} {size / 2**20:.1f} MiB" for role, size in total.items()))
     for program in manifest.programs:
         print(f"program {program.entry}[{program.tokens}]: {len(program.launches)} launches")
-    model = load(args.artifact, device=args.device)
+    model = load(args.artifact, device=args.device, model=args.model)
     print(
         f"GPU {args.device}: {model.device_name}, compute capability {model.compute_capability}, "
         f"driver {model.driver_version}, PTX JIT {model.jit_seconds:.2f} s"

@@ -6,7 +6,8 @@ An artifact is copied from another machine, so a symbolic link in it may lead an
 /etc/shadow, whose text an error message would then quote; to /dev/zero, which never ends), and
 manifest.json may be a FIFO that blocks a plain open() forever. python/gpt/model_files.py does the
 same for model directories; gpt_runtime never imports gpt, so this is its own, in ArtifactError's
-terms."""
+terms. A model file given for an artifact's weights (gpt_runtime/model_weights.py) is read by the
+same rules, its refusals a ModelFileError (the `error` argument)."""
 
 import json
 import os
@@ -37,10 +38,12 @@ def resolve_inside(directory: str, name: str, field: str | None = None) -> str:
     return path
 
 
-def open_regular(path: str, max_bytes: int | None, what: str) -> tuple[int, int]:
+def open_regular(
+    path: str, max_bytes: int | None, what: str, error: type[Exception] = ArtifactError
+) -> tuple[int, int]:
     """A descriptor open for reading on `path`, which must be a regular file of at most
     `max_bytes` bytes (no bound with None), and its size. The caller closes the descriptor.
-    ArtifactError naming the file otherwise; FileNotFoundError when it is missing."""
+    ArtifactError (or `error`) naming the file otherwise; FileNotFoundError when it is missing."""
     # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below refuses it. It changes
     # nothing for a regular file.
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -48,24 +51,24 @@ def open_regular(path: str, max_bytes: int | None, what: str) -> tuple[int, int]
         fd = os.open(path, flags)
     except FileNotFoundError:
         raise
-    except OSError as error:
-        raise ArtifactError(f"{path}: cannot be opened: {error.strerror}") from None
+    except OSError as failure:
+        raise error(f"{path}: cannot be opened: {failure.strerror}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ArtifactError(f"{path}: not a regular file (a FIFO, a device or a directory); refused")
+            raise error(f"{path}: not a regular file (a FIFO, a device or a directory); refused")
         if max_bytes is not None and info.st_size > max_bytes:
-            raise ArtifactError(f"{path}: {info.st_size} bytes, more than a {what} can have ({max_bytes})")
+            raise error(f"{path}: {info.st_size} bytes, more than a {what} can have ({max_bytes})")
         return fd, info.st_size
     except BaseException:
         os.close(fd)
         raise
 
 
-def read_bytes(path: str, max_bytes: int, what: str) -> bytes:
+def read_bytes(path: str, max_bytes: int, what: str, error: type[Exception] = ArtifactError) -> bytes:
     """The bytes of the regular file `path`, at most `max_bytes` of them (a file that grows while
     it is read is refused as well)."""
-    fd, _ = open_regular(path, max_bytes, what)
+    fd, _ = open_regular(path, max_bytes, what, error)
     try:
         chunks, total = [], 0
         while True:
@@ -75,27 +78,29 @@ def read_bytes(path: str, max_bytes: int, what: str) -> bytes:
             chunks.append(chunk)
             total += len(chunk)
             if total > max_bytes:
-                raise ArtifactError(f"{path}: more than the {max_bytes} bytes a {what} can have")
-    except OSError as error:
-        raise ArtifactError(f"{path}: cannot be read: {error.strerror}") from None
+                raise error(f"{path}: more than the {max_bytes} bytes a {what} can have")
+    except OSError as failure:
+        raise error(f"{path}: cannot be read: {failure.strerror}") from None
     finally:
         os.close(fd)
 
 
-def parse_json(data: bytes, path: str, what: str, unreadable: str = "not readable as JSON") -> Any:
+def parse_json(
+    data: bytes, path: str, what: str, unreadable: str = "not readable as JSON", error: type[Exception] = ArtifactError
+) -> Any:
     """`data` (UTF-8 JSON) parsed, nesting at most MAX_JSON_DEPTH levels; a syntax error is
     reported as `unreadable`."""
     try:
         value = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise ArtifactError(f"{path}: the {what} is not UTF-8 text (byte {error.start})") from None
+    except UnicodeDecodeError as failure:
+        raise error(f"{path}: the {what} is not UTF-8 text (byte {failure.start})") from None
     except RecursionError:
-        raise ArtifactError(f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as error:  # JSONDecodeError, and an integer of more than 4300 digits
-        raise ArtifactError(f"{path}: {unreadable}: {error}") from None
+        raise error(f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as failure:  # JSONDecodeError, and an integer of more than 4300 digits
+        raise error(f"{path}: {unreadable}: {failure}") from None
     where = too_deep(value, MAX_JSON_DEPTH)
     if where is not None:
-        raise ArtifactError(f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels (at {where})")
+        raise error(f"{path}: the {what} nests deeper than {MAX_JSON_DEPTH} levels (at {where})")
     return value
 
 

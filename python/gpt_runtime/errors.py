@@ -28,3 +28,10 @@ class CudaError(RuntimeError):
         self.name = name
         message = f"{call} failed: {name} ({code}): {description}"
         super().__init__(message + (f"\n{detail}" if detail else ""))
+
+
+class ModelFileError(ValueError):
+    """The model file given for an artifact's weights (load(..., model=PATH), --model) cannot be
+    read, or does not match the artifact: a tensor missing or of another shape, a config or metadata
+    value unlike the one the artifact was compiled for. The message names the file and the tensor
+    or key, with what the artifact expects and what the file has. A ValueError, like ArtifactError."""

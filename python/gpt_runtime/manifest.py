@@ -17,7 +17,13 @@ from .compat import parse_chip, required_driver_version
 from .errors import ArtifactError
 from .schema import SchemaViolation, Validator
 
+# Version 1 holds its weights (weights.file); version 2 holds none and names, for each weight buffer,
+# the tensors of a GGUF file or HF directory that make it (weights.source, buffers[].gguf and .hf),
+# read at load from the model file given (model_weights.py). A runtime that reads only version 1
+# refuses a version-2 artifact by its version, not by a missing weights file.
 FORMAT_VERSION = 1
+FORMAT_WITHOUT_WEIGHTS = 2
+FORMAT_VERSIONS = (FORMAT_VERSION, FORMAT_WITHOUT_WEIGHTS)
 MANIFEST = "manifest.json"
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifest.schema.json")
 # GPT-2 small exported for 8 token buckets has a 1.2 MB manifest and a 0.5 MB PTX module
@@ -79,6 +85,10 @@ class Buffer:
     bytes: int
     dtype: str | None  # weights: the buffer's own dtype, else the file's
     shape: tuple[int, ...] | None
+    # A weight's recipes from a model file's tensors (docs/GPU.md): {"names", "transpose", "axis"}
+    # for a HF checkpoint, and with "permute_heads" for a GGUF file; None where the manifest has none.
+    hf: dict | None = None
+    gguf: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +134,7 @@ class Manifest:
     config: dict[str, Any]
     eos_token_id: int | None
     eos_token_ids: tuple[int, ...]  # every end-of-generation token, eos_token_id among them
-    weights_path: str
+    weights_path: str | None  # None: no weights file (format version 2), a model file gives them
     weights_dtype: str
     tokenizer_path: str | None
     vocab_size: int
@@ -132,6 +142,9 @@ class Manifest:
     cache_length: int | None  # None: no KV cache (forward only)
     cache_layers: tuple[tuple[int, int], ...]  # (key buffer, value buffer) per layer
     programs: tuple[Program, ...]
+    format_version: int = FORMAT_VERSION
+    # Version 2: what a model file must say to be the artifact's model (weights.source).
+    weights_source: dict | None = None
 
     def programs_of(self, entry: str) -> list[Program]:
         """The programs of one entry point, smallest bucket first."""
@@ -155,10 +168,24 @@ def load_manifest(directory: str) -> Manifest:
     if isinstance(raw, dict):
         if raw.get("format") != "gpt.gpu-artifact":
             raise ArtifactError(f"{path}: format is {raw.get('format')!r}, expected 'gpt.gpu-artifact'")
-        if raw.get("version") != FORMAT_VERSION or isinstance(raw.get("version"), bool):
+        version = raw.get("version")
+        if version not in FORMAT_VERSIONS or isinstance(version, bool):
             raise ArtifactError(
-                f"{path}: format version {raw.get('version')!r} is not supported (this gpt_runtime reads "
-                f"version {FORMAT_VERSION}): use the gpt_runtime of the gpt that exported it"
+                f"{path}: format version {version!r} is not supported (this gpt_runtime reads versions "
+                f"{', '.join(map(str, FORMAT_VERSIONS))}): use the gpt_runtime of the gpt that exported it"
+            )
+        weights = raw.get("weights")
+        file = weights.get("file", "") if isinstance(weights, dict) else ""
+        if version == FORMAT_WITHOUT_WEIGHTS and file is not None:
+            raise ArtifactError(
+                f"{path}: format version 2 is not supported with a weights file (weights.file is {file!r}): "
+                "version 2 is an artifact without weights (weights.file null), which takes them from a model "
+                "file at load; an artifact with its weights is version 1"
+            )
+        if version == FORMAT_VERSION and file is None:
+            raise ArtifactError(
+                f"{path}: weights.file is null, which format version 1 does not allow (an artifact without "
+                "weights, exported with --gpu_weights none, is version 2)"
             )
     try:
         _validator().validate(raw)
@@ -200,7 +227,16 @@ def _build(directory: str, raw: dict) -> Manifest:
     except UnicodeDecodeError as error:
         raise ArtifactError(f"{module}: not readable as PTX text: {error}") from None
     buffers = tuple(
-        Buffer(i, b["name"], b["role"], b["bytes"], b.get("dtype"), tuple(b["shape"]) if "shape" in b else None)
+        Buffer(
+            i,
+            b["name"],
+            b["role"],
+            b["bytes"],
+            b.get("dtype"),
+            tuple(b["shape"]) if "shape" in b else None,
+            b.get("hf"),
+            b.get("gguf"),
+        )
         for i, b in enumerate(raw["buffers"])
     )
     programs = tuple(
@@ -223,6 +259,7 @@ def _build(directory: str, raw: dict) -> Manifest:
         for p in raw["programs"]
     )
     cache = raw["cache"]
+    weights_file = raw["weights"]["file"]
     return Manifest(
         directory=directory,
         chip=target["chip"],
@@ -233,7 +270,7 @@ def _build(directory: str, raw: dict) -> Manifest:
         eos_token_ids=tuple(
             dict.fromkeys(([] if raw["eos_token_id"] is None else [raw["eos_token_id"]]) + raw.get("eos_token_ids", []))
         ),
-        weights_path=_file(directory, raw["weights"]["file"], "weights.file"),
+        weights_path=None if weights_file is None else _file(directory, weights_file, "weights.file"),
         weights_dtype=raw["weights"]["dtype"],
         tokenizer_path=None if raw["tokenizer"] is None else _file(directory, raw["tokenizer"], "tokenizer"),
         vocab_size=raw["vocab_size"],
@@ -241,6 +278,8 @@ def _build(directory: str, raw: dict) -> Manifest:
         cache_length=None if cache is None else cache["length"],
         cache_layers=() if cache is None else tuple((layer["key"], layer["value"]) for layer in cache["layers"]),
         programs=programs,
+        format_version=raw["version"],
+        weights_source=raw["weights"].get("source"),
     )
 
 
@@ -296,6 +335,42 @@ def _check_references(m: Manifest, path: str) -> None:
         for j, launch in enumerate(program.launches):
             _check_launch(m, entries, program, launch, f"{where}.launches[{j}]", buffer, fail)
     _check_input_buffers(m, fail)
+    if m.weights_path is None:
+        _check_weight_recipes(m, fail)
+
+
+# Bytes per element of a weight buffer's dtype.
+WEIGHT_ITEM_BYTES = {"f32": 4, "bf16": 2}
+
+
+def _check_weight_recipes(m: Manifest, fail) -> None:
+    """An artifact without weights (format version 2) has no weights file to hold its weight
+    buffers to: each states its shape, whose elements in its dtype are its bytes, and its recipes
+    are whole (a GGUF recipe's permute_heads has one entry per tensor)."""
+    if m.weights_source is None:
+        fail("weights.source is missing: an artifact without a weights file says which model file gives them")
+    for buffer in m.buffers:
+        if buffer.role != "weight":
+            continue
+        where = f"buffers[{buffer.index}]"
+        if buffer.shape is None:
+            fail(f"{where} ({buffer.name!r}): a weight buffer of an artifact without weights needs its shape")
+        dtype = buffer.dtype or m.weights_dtype
+        size = WEIGHT_ITEM_BYTES[dtype]
+        for dim in buffer.shape:
+            size *= dim
+        if size != buffer.bytes:
+            fail(
+                f"{where}.bytes: weight buffer {buffer.name!r} has {buffer.bytes} bytes, but {dtype} of shape "
+                f"{list(buffer.shape)} is {size}"
+            )
+        if buffer.hf is None and buffer.gguf is None:
+            fail(f"{where} ({buffer.name!r}): a weight buffer of an artifact without weights needs a recipe (hf, gguf)")
+        if buffer.gguf is not None and len(buffer.gguf["permute_heads"]) != len(buffer.gguf["names"]):
+            fail(
+                f"{where}.gguf: {len(buffer.gguf['permute_heads'])} permute_heads entries for "
+                f"{len(buffer.gguf['names'])} names"
+            )
 
 
 def _check_sizes(m: Manifest, fail) -> None:

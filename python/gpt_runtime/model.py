@@ -3,6 +3,7 @@ new_cache, prefill, decode, generate, last_generation) over the manifest's progr
 
 import contextlib
 import dataclasses
+import os
 import threading
 import time
 import weakref
@@ -14,8 +15,9 @@ import numpy as np
 from .artifact_files import read_bytes
 from .cache import Cache
 from .device import Device
-from .errors import ArtifactError
+from .errors import ArtifactError, ModelFileError
 from .manifest import MAX_TOKENIZER_BYTES, Manifest, Program, load_manifest
+from .model_weights import ModelWeights, model_file_inside
 from .program import BoundProgram, graphs_default
 from .sampling import check_sampling_args, sample
 from .weights import WeightsFile, check_weights, read_header
@@ -49,29 +51,51 @@ class GenerationStats:
         return self.generate_seconds / steps if steps > 0 else float("nan")
 
 
-def load(directory: str, device: int = 0, graphs: bool | None = None) -> "Model":
+def load(directory: str, device: int = 0, graphs: bool | None = None, model: str | None = None) -> "Model":
     """The artifact in `directory` (docs/GPU.md) on GPU `device`. The manifest and the weights'
     header are checked first (ArtifactError), then the driver and the GPU (NoDeviceError,
     IncompatibleDeviceError). `graphs=False` (or GPT_RUNTIME_GRAPHS=0) launches each kernel
-    on every run instead of replaying CUDA graphs: for debugging."""
+    on every run instead of replaying CUDA graphs: for debugging.
+
+    `model`: for an artifact without weights (exported with `--gpu_weights none`), the GGUF file or
+    HF checkpoint directory they are read from, checked against the manifest before the driver
+    (ModelFileError naming the tensor or key). An artifact with its own weights refuses a `model`
+    (ValueError): its weights are the ones its programs were checked with."""
     manifest = load_manifest(directory)
-    tensors = read_header(manifest.weights_path)
-    check_weights(manifest, tensors)
-    return Model(manifest, tensors, device, graphs_default() if graphs is None else bool(graphs))
+    if manifest.weights_path is not None:
+        if model is not None:
+            raise ValueError(
+                f"{directory} holds its own weights ({os.path.basename(manifest.weights_path)}); a model file "
+                "(model=, --model) is only for an artifact exported without them (--gpu_weights none)"
+            )
+        tensors = read_header(manifest.weights_path)
+        check_weights(manifest, tensors)
+        weights = WeightsFile(manifest.weights_path, tensors)
+    else:
+        if model is None:
+            raise ValueError(
+                f"{directory} holds no weights (exported with --gpu_weights none): give the model file they are "
+                "read from, load(..., model=FILE.gguf or HF_DIR) or --model"
+            )
+        weights = ModelWeights(manifest, model)
+    try:
+        return Model(manifest, weights, device, graphs_default() if graphs is None else bool(graphs))
+    finally:
+        weights.close()
 
 
 class Model:
     """Made by gpt_runtime.load. One call at a time runs on the GPU (the programs share their
     input, scratch and output buffers); calls from several threads wait for each other."""
 
-    def __init__(self, manifest: Manifest, tensors, ordinal: int, graphs: bool):
+    def __init__(self, manifest: Manifest, weights: "WeightsFile | ModelWeights", ordinal: int, graphs: bool):
         self._manifest = manifest
         self._graphs = graphs
         self._lock = threading.Lock()
         self._device = device = Device(manifest, ordinal)
         self._finalizer = weakref.finalize(self, _close_quietly, device)
         try:
-            self._pointers = self._allocate_and_upload(tensors)
+            self._pointers = self._allocate_and_upload(weights)
         except BaseException:
             self.close()
             raise
@@ -87,24 +111,32 @@ class Model:
         self._generation: dict[str, Any] | None = None
         self._generation_cache: Cache | None = None
         self._tokenizer = None
+        # The artifact's tokenizer.json, else a HF model directory's (the one the weights came from).
+        self._tokenizer_path, self._tokenizer_error = manifest.tokenizer_path, ArtifactError
+        if self._tokenizer_path is None and isinstance(weights, ModelWeights) and os.path.isdir(weights.path):
+            self._tokenizer_path = model_file_inside(weights.path, "tokenizer.json")
+            self._tokenizer_error = ModelFileError
         self._captured = 0.0  # seconds spent capturing graphs, over the model's life
 
-    def _allocate_and_upload(self, tensors) -> list[int | None]:
-        """Every buffer but the caches (new_cache allocates those), the weights copied in."""
+    def _allocate_and_upload(self, weights) -> list[int | None]:
+        """Every buffer but the caches (new_cache allocates those), the weights copied in (from the
+        artifact's weights file, or made one at a time from the model file)."""
         device, pointers = self._device, []
-        with WeightsFile(self._manifest.weights_path, tensors) as weights:
-            for buffer in self._manifest.buffers:
-                if buffer.role == "cache":
-                    pointers.append(None)
-                    continue
-                pointer = device.alloc(buffer.bytes, f"for {buffer.role} buffer {buffer.name!r}")
-                pointers.append(pointer)
-                if buffer.role == "weight":
-                    data = weights.raw(buffer.name)
-                    device.driver.copy_to_device_async(pointer, data.ctypes.data, data.nbytes, device.stream)
-                    del data
-            # Before the mapping closes: an async copy from pageable memory may still read it.
-            device.driver.synchronize(device.stream)
+        made = isinstance(weights, ModelWeights)
+        for buffer in self._manifest.buffers:
+            if buffer.role == "cache":
+                pointers.append(None)
+                continue
+            pointer = device.alloc(buffer.bytes, f"for {buffer.role} buffer {buffer.name!r}")
+            pointers.append(pointer)
+            if buffer.role == "weight":
+                data = weights.raw(buffer.name)
+                device.driver.copy_to_device_async(pointer, data.ctypes.data, data.nbytes, device.stream)
+                if made:  # an array made for this copy: it must outlive the copy, and nothing else holds it
+                    device.driver.synchronize(device.stream)
+                del data
+        # Before the mapping closes: an async copy from pageable memory may still read it.
+        device.driver.synchronize(device.stream)
         return pointers
 
     # -- properties -------------------------------------------------------------------------------
@@ -153,22 +185,24 @@ class Model:
     @property
     def tokenizer(self):
         """The artifact's tokenizer.json as a `tokenizers.Tokenizer` (that package is needed only
-        here), or None when the artifact has none."""
-        path = self._manifest.tokenizer_path
+        here); for an artifact without one whose weights came from a HF directory, that directory's
+        tokenizer.json; else None."""
+        path, error_type = self._tokenizer_path, self._tokenizer_error
         if self._tokenizer is None and path is not None:
             from tokenizers import Tokenizer
 
-            # Read here, bounded, as a regular file (load checked it lies inside the artifact),
-            # rather than by Tokenizer.from_file, which would open whatever the path is by then.
-            text = read_bytes(path, MAX_TOKENIZER_BYTES, "tokenizer.json")
+            # Read here, bounded, as a regular file (load checked it lies inside the artifact or the
+            # model directory), rather than by Tokenizer.from_file, which would open whatever the
+            # path is by then.
+            text = read_bytes(path, MAX_TOKENIZER_BYTES, "tokenizer.json", error_type)
             try:
                 self._tokenizer = Tokenizer.from_str(text.decode("utf-8"))
             except UnicodeDecodeError as error:
-                raise ArtifactError(f"{path}: not UTF-8 text (byte {error.start})") from None
+                raise error_type(f"{path}: not UTF-8 text (byte {error.start})") from None
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as error:  # noqa: B036 -- tokenizers' Rust panics are pyo3 PanicException, a BaseException
-                raise ArtifactError(f"{path}: not a tokenizer the tokenizers package reads: {error}") from None
+                raise error_type(f"{path}: not a tokenizer the tokenizers package reads: {error}") from None
         return self._tokenizer
 
     @property
