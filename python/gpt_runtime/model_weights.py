@@ -379,8 +379,11 @@ def _same(found, expected) -> bool:
     if isinstance(expected, bool) or isinstance(found, bool):
         return found is expected or (isinstance(found, (bool, np.bool_)) and bool(found) == expected)
     if isinstance(expected, (int, float)) and isinstance(found, (int, float)):
-        with np.errstate(over="ignore"):
-            return bool(np.float32(found) == np.float32(expected))
+        try:
+            with np.errstate(over="ignore"):
+                return bool(np.float32(found) == np.float32(expected))
+        except OverflowError:  # an integer past float's range (JSON allows 4300 digits): not the value
+            return False
     return found == expected
 
 
@@ -530,6 +533,8 @@ class ModelWeights:
         heads_of = recipe.get("permute_heads") or [None] * len(recipe["names"])
         for part_name, heads in zip(recipe["names"], heads_of, strict=True):
             part = self._model.array(part_name)
+            if not np.isfinite(part).all():  # as gpt's loaders refuse them: the logits would all be NaN
+                self._fail(f"tensor {part_name!r} contains NaN or infinity (as float32)")
             if heads is not None:
                 part = unpermute_rows(part, heads)
             parts.append(part.T if recipe["transpose"] else part)

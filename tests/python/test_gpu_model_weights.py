@@ -409,6 +409,14 @@ def test_a_model_file_unlike_the_artifacts_model_is_refused_by_name_before_the_d
     assert message in str(error.value)
 
 
+def test_a_tensor_of_nan_is_refused_by_name(tmp_path, on_fake, gpt2_without):
+    path = gpt2_gguf(tmp_path / "m.gguf")
+    bad = np.full((64,), np.nan, np.float32)
+    rewrite(path, tmp_path / "nan.gguf", replace={"blk.0.attn_norm.weight": (bad, T.F32)})
+    with pytest.raises(ModelFileError, match=r"nan.gguf: tensor 'blk.0.attn_norm.weight' contains NaN or infinity"):
+        load(gpt2_without, model=str(tmp_path / "nan.gguf"))
+
+
 def test_a_hf_config_unlike_the_artifacts_is_refused_by_key(tmp_path, monkeypatch):
     config = gpt.GPTConfig(**LLAMA)
     model = random_model(config, 3)
