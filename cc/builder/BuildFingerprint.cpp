@@ -14,7 +14,7 @@ namespace {
 static_assert(sizeof(void *) != 8 || sizeof(GPTConfig) == 184, "a GPTConfig field changed: write it out below");
 static_assert(sizeof(RopeScaling) == 24, "a RopeScaling field changed: write it out below");
 static_assert(sizeof(target::TileParameters) == 120, "a TileParameters field changed: write it out below");
-static_assert(sizeof(WeightStorage) == 136, "a WeightStorage field changed: write it out below");
+static_assert(sizeof(WeightStorage) == 184, "a WeightStorage field changed: write it out below");
 static_assert(sizeof(BatchShape) == 40, "a BatchShape field changed: write it out below");
 
 /// A float by its bits: two epsilons that print alike are still two keys.
@@ -55,6 +55,8 @@ std::string buildFingerprint(const GPTConfig &config, const WeightStorage &stora
       << "\npanel_width=" << tiles.panelWidth << "\ntile_rows=" << tiles.tileRows
       << "\nvocab_multiple=" << tiles.vocabMultiple << "\nsmallest_bucket=" << tiles.smallestBucket
       << "\nkv_cache=" << kvCacheFormatName(storage.kvCache) << '\n';
+  for (const auto &[name, format] : storage.formatOverrides)
+    out << "format_of=" << name.size() << ':' << name << '=' << static_cast<int>(format) << '\n';
   writeArray(out, "thread_chunk_counts", tiles.threadChunkCounts);
   writeArray(out, "elementwise_widths", tiles.elementwiseWidths);
   writeArray(out, "matmul_tile_widths", tiles.matmulTileWidths);

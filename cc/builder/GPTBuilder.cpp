@@ -14,6 +14,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -270,7 +271,7 @@ func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef
 /// `[H, cacheLen, d]` of `kvCache`'s elements, and returns them updated:
 /// `(x, positions, offset, k, v, weights) -> (x, k, v)`.
 func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int64_t seqLen,
-                        ArrayRef<ParameterSpec> layerSpecs, int64_t cacheLen = 0,
+                        ArrayRef<ParameterSpec> layerSpecs, StringRef suffix, int64_t cacheLen = 0,
                         KvCacheFormat kvCache = KvCacheFormat::F32) {
   Type f32 = b.getF32Type();
   auto activations = RankedTensorType::get({seqLen, config.nEmbd}, f32);
@@ -287,8 +288,8 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
   for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(weightType(b, spec));
   SmallVector<unsigned> caches; // updated in place
   if (cached) caches = {3u, 4u};
-  func::FuncOp fn = createFunction(b, loc, cached ? "gpt_block_cached" : "gpt_block", argTypes, resultTypes,
-                                   /*entryPoint=*/false, caches);
+  func::FuncOp fn = createFunction(b, loc, ((cached ? "gpt_block_cached" : "gpt_block") + suffix).str(), argTypes,
+                                   resultTypes, /*entryPoint=*/false, caches);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.front());
   GraphBuilder g(b, loc, config);
@@ -316,7 +317,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int
 /// weights) -> (x, k, v)`: one transformer layer of the batched step, writing the new tokens' keys
 /// and values into this layer's pools (in place) and attending through the block tables.
 func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BatchShape &shape,
-                             ArrayRef<ParameterSpec> layerSpecs, KvCacheFormat kvCache) {
+                             ArrayRef<ParameterSpec> layerSpecs, StringRef suffix, KvCacheFormat kvCache) {
   Type f32 = b.getF32Type(), i64 = b.getI64Type();
   auto activations = RankedTensorType::get({shape.tokens, config.nEmbd}, f32);
   auto perToken = RankedTensorType::get({shape.tokens}, i64);
@@ -328,8 +329,8 @@ func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config
   SmallVector<Type> resultTypes = {activations, poolType, poolType};
   const int64_t firstWeight = argTypes.size();
   for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(weightType(b, spec));
-  func::FuncOp fn = createFunction(b, loc, "gpt_block_paged", argTypes, resultTypes, /*entryPoint=*/false,
-                                   /*updatedInPlace=*/{5u, 6u});
+  func::FuncOp fn = createFunction(b, loc, ("gpt_block_paged" + suffix).str(), argTypes, resultTypes,
+                                   /*entryPoint=*/false, /*updatedInPlace=*/{5u, 6u});
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.front());
   GraphBuilder g(b, loc, config);
@@ -349,15 +350,43 @@ func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config
   return fn;
 }
 
-/// Layer 0's specs: every layer has the same shapes and layouts.
-std::vector<ParameterSpec> layerParameterSpecs(const GPTConfig &config, const WeightStorage &storage) {
-  std::vector<ParameterSpec> specs = parameterSpecs(config, storage), layer;
-  const std::string prefix = layerPrefix(config, 0);
-  for (const LayerParameter &p : layerParameters(config))
-    for (const ParameterSpec &spec : specs)
-      if (spec.name == prefix + p.name || spec.scalesOf == prefix + p.name) layer.push_back(spec);
-  return layer;
-}
+/// The layers' weight specs, named as layer 0's (the block function's arguments): every layer has
+/// the same shapes and layouts, but a quantization mix stores some layers' weights in other
+/// formats (WeightStorage::formatOverrides). Layers alike share one block function; each distinct
+/// list of formats is a variant with a block of its own.
+struct LayerVariants {
+  std::vector<std::vector<ParameterSpec>> variants; ///< variant 0 is layer 0's
+  std::vector<size_t> ofLayer;                      ///< each layer's variant
+
+  LayerVariants(const GPTConfig &config, const WeightStorage &storage) {
+    const std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
+    const std::string first = layerPrefix(config, 0);
+    for (int64_t i = 0; i < config.nLayer; ++i) {
+      const std::string prefix = layerPrefix(config, i);
+      auto asFirstLayer = [&](std::string name) { return name.empty() ? name : first + name.substr(prefix.size()); };
+      std::vector<ParameterSpec> layer;
+      for (const LayerParameter &p : layerParameters(config))
+        for (const ParameterSpec &spec : specs)
+          if (spec.name == prefix + p.name || spec.scalesOf == prefix + p.name) {
+            ParameterSpec renamed = spec;
+            renamed.name = asFirstLayer(spec.name);
+            renamed.scalesOf = asFirstLayer(spec.scalesOf);
+            renamed.source = asFirstLayer(spec.source);
+            layer.push_back(std::move(renamed));
+          }
+      auto sameFormats = [&](const std::vector<ParameterSpec> &variant) {
+        return std::equal(variant.begin(), variant.end(), layer.begin(), layer.end(),
+                          [](const ParameterSpec &a, const ParameterSpec &b) { return a.format == b.format; });
+      };
+      auto found = std::find_if(variants.begin(), variants.end(), sameFormats);
+      ofLayer.push_back(found - variants.begin());
+      if (found == variants.end()) variants.push_back(std::move(layer));
+    }
+  }
+
+  /// The block functions' name suffixes: none for variant 0 (every layer's, without a mix).
+  static std::string suffix(size_t variant) { return variant ? "_" + std::to_string(variant) : ""; }
+};
 
 /// The arguments of `entry` as function arguments, typed: every one but the Logits result.
 struct EntryFunctionArguments {
@@ -501,20 +530,21 @@ func::FuncOp createCachedEntry(OpBuilder &b, Location loc, StringRef name, const
 /// value caches), then the rows `in.last` (an embedding lookup into the activations) through the
 /// final LayerNorm and the LM head. Returns the logits and the updated caches.
 void buildCachedEntryBody(OpBuilder &b, Location loc, const GPTConfig &config, const EntryValues &in,
-                          func::FuncOp block, ArrayRef<ParameterSpec> layerSpecs, RankedTensorType logitsType,
+                          ArrayRef<func::FuncOp> blocks, const LayerVariants &layers, RankedTensorType logitsType,
                           llvm::function_ref<SmallVector<Value>(int64_t layer)> blockInputs) {
   GraphBuilder g(b, loc, config);
   const ModelParameterNames &names = modelParameterNames(config);
   Value x = in.tokenEmbedding(b, loc, config, in.ids);
   if (!config.rope)
     x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at(names.positionEmbedding), in.positions));
-  x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
+  x = b.create<tensor::CastOp>(loc, func::FuncOp(blocks.front()).getArgumentTypes()[0], x);
   SmallVector<Value> keys, values;
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
+    const size_t variant = layers.ofLayer[layer];
     SmallVector<Value> operands = {x};
     operands.append(blockInputs(layer));
-    operands.append(layerOperands(config, in.weights, layerSpecs, layer));
-    auto call = b.create<func::CallOp>(loc, block, operands);
+    operands.append(layerOperands(config, in.weights, layers.variants[variant], layer));
+    auto call = b.create<func::CallOp>(loc, blocks[variant], operands);
     x = call.getResult(0);
     keys.push_back(call.getResult(1));
     values.push_back(call.getResult(2));
@@ -542,8 +572,10 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   b.setInsertionPointToEnd(module->getBody());
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs);
+  const LayerVariants layers(config, storage);
+  SmallVector<func::FuncOp> blocks;
+  for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
+    blocks.push_back(buildBlock(b, loc, config, seqLen, layerSpecs, LayerVariants::suffix(variant)));
   EntryFunctionArguments arguments =
       entryFunctionArguments(b, EntryPoint::Forward, config, specs, seqLen, 0, storage.kvCache);
   auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
@@ -557,11 +589,12 @@ OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, in
   if (!config.rope)
     x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at(names.positionEmbedding), in.positions));
   // The call's operand types must match the block's signature.
-  x = b.create<tensor::CastOp>(loc, block.getArgumentTypes()[0], x);
+  x = b.create<tensor::CastOp>(loc, blocks.front().getArgumentTypes()[0], x);
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
+    const size_t variant = layers.ofLayer[layer];
     SmallVector<Value> operands = {x, in.positions};
-    operands.append(layerOperands(config, in.weights, layerSpecs, layer));
-    x = b.create<func::CallOp>(loc, block, operands).getResult(0);
+    operands.append(layerOperands(config, in.weights, layers.variants[variant], layer));
+    x = b.create<func::CallOp>(loc, blocks[variant], operands).getResult(0);
   }
   x = g.norm(x, in.weights.at(names.finalNormWeight), in.finalNormBias(names));
   Value logits = g.matmul(x, in.head());
@@ -582,8 +615,11 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   b.setInsertionPointToEnd(module->getBody());
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
-  func::FuncOp block = buildBlock(b, loc, config, seqLen, layerSpecs, cacheLen, storage.kvCache);
+  const LayerVariants layers(config, storage);
+  SmallVector<func::FuncOp> blocks;
+  for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
+    blocks.push_back(
+        buildBlock(b, loc, config, seqLen, layerSpecs, LayerVariants::suffix(variant), cacheLen, storage.kvCache));
   EntryFunctionArguments arguments =
       entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen, storage.kvCache,
                              /*batch=*/nullptr, logitsRows);
@@ -594,7 +630,7 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   EntryValues in(fn, arguments.arguments, specs);
   // Only the rows `last` names go through the final LayerNorm and the LM head: prefill and decode
   // need the last real token's; speculative verification every drafted position's.
-  buildCachedEntryBody(b, loc, config, in, block, layerSpecs, logitsType, [&](int64_t layer) {
+  buildCachedEntryBody(b, loc, config, in, blocks, layers, logitsType, [&](int64_t layer) {
     return SmallVector<Value>{in.positions, in.offset, in.keys[layer], in.values[layer]};
   });
   return module;
@@ -610,8 +646,11 @@ OwningOpRef<ModuleOp> buildBatchStep(MLIRContext &ctx, const GPTConfig &config, 
   b.setInsertionPointToEnd(module->getBody());
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  std::vector<ParameterSpec> layerSpecs = layerParameterSpecs(config, storage);
-  func::FuncOp block = buildPagedBlock(b, loc, config, shape, layerSpecs, storage.kvCache);
+  const LayerVariants layers(config, storage);
+  SmallVector<func::FuncOp> blocks;
+  for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
+    blocks.push_back(
+        buildPagedBlock(b, loc, config, shape, layerSpecs, LayerVariants::suffix(variant), storage.kvCache));
   EntryFunctionArguments arguments =
       entryFunctionArguments(b, EntryPoint::BatchStep, config, specs, shape.tokens, 0, storage.kvCache, &shape);
   auto poolType = RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()},
@@ -620,7 +659,7 @@ OwningOpRef<ModuleOp> buildBatchStep(MLIRContext &ctx, const GPTConfig &config, 
   func::FuncOp fn = createCachedEntry(b, loc, "batch_step", config, arguments, logitsType, poolType);
   EntryValues in(fn, arguments.arguments, specs);
   // Each sequence's last new token: its row goes through the final LayerNorm and the LM head.
-  buildCachedEntryBody(b, loc, config, in, block, layerSpecs, logitsType, [&](int64_t layer) {
+  buildCachedEntryBody(b, loc, config, in, blocks, layers, logitsType, [&](int64_t layer) {
     return SmallVector<Value>{in.positions, in.sequences, in.slots, in.tables, in.keys[layer], in.values[layer]};
   });
   return module;

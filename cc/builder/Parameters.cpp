@@ -6,6 +6,7 @@
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/Quantization.h"
 
+#include <set>
 #include <stdexcept>
 
 namespace gpt {
@@ -125,25 +126,29 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   if (storage.tiles.panelWidth <= 0 || storage.tiles.vocabMultiple <= 0)
     throw std::invalid_argument("the weight storage has no tile parameters: target::tileParameters of the target");
   const int64_t d = c.nEmbd, ff = c.ffSize();
+  std::vector<WeightFormat> formats = {storage.format};
+  for (const auto &[name, format] : storage.formatOverrides) formats.push_back(format);
   // Every matmul's K is n_embd or n_ff.
-  for (auto [k, what] : {std::pair<int64_t, const char *>{d, "n_embd"}, {ff, "n_ff"}}) {
-    if (storage.packed && isBlockQuantized(storage.format) && k % kernels::kQuantBlock != 0)
-      throw std::invalid_argument(std::string(weightFormatName(storage.format)) + " weights need " + what + " (" +
-                                  std::to_string(k) + ") to be a multiple of " + std::to_string(kernels::kQuantBlock) +
-                                  ", the quantization block");
-    // bf16 lanes pair row r of K with row r + K/2.
-    if (storage.packed && storage.format == WeightFormat::BF16 && k % kernels::kBf16RowsPerWord != 0)
-      throw std::invalid_argument(std::string("bf16 weights need an even ") + what + " (" + std::to_string(k) +
-                                  "): their lanes pair the two halves of K");
+  for (WeightFormat format : formats) {
+    for (auto [k, what] : {std::pair<int64_t, const char *>{d, "n_embd"}, {ff, "n_ff"}}) {
+      if (storage.packed && isBlockQuantized(format) && k % kernels::kQuantBlock != 0)
+        throw std::invalid_argument(std::string(weightFormatName(format)) + " weights need " + what + " (" +
+                                    std::to_string(k) + ") to be a multiple of " +
+                                    std::to_string(kernels::kQuantBlock) + ", the quantization block");
+      // bf16 lanes pair row r of K with row r + K/2.
+      if (storage.packed && format == WeightFormat::BF16 && k % kernels::kBf16RowsPerWord != 0)
+        throw std::invalid_argument(std::string("bf16 weights need an even ") + what + " (" + std::to_string(k) +
+                                    "): their lanes pair the two halves of K");
+    }
   }
   // A matmul's [K, N] weight is packed into panels when asked and N divides into them; packed
-  // weights take the storage's format.
+  // weights take the storage's format, or their own (formatOverrides).
   auto pack = [&](ParameterSpec &spec, WeightLayout packedLayout) {
     int64_t n = spec.shape[1];
     if (!storage.packed || n % storage.tiles.panelWidth != 0) return;
     spec.layout = packedLayout;
     spec.panelWidth = storage.tiles.panelWidth;
-    spec.format = storage.format;
+    spec.format = storage.formatOf(spec.name);
   };
   // A block-quantized weight's scales follow it, made from the same source.
   auto addScales = [](std::vector<ParameterSpec> &specs) {
@@ -186,6 +191,14 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   if (head.format == WeightFormat::Q4_0 || head.format == WeightFormat::Q4_1) head.format = WeightFormat::Q8_0;
   specs.push_back(std::move(head));
   addScales(specs);
+  // An override names a layer's matmul weight: a typo would otherwise be a format silently ignored.
+  std::set<std::string> matmulWeights;
+  for (int64_t i = 0; i < c.nLayer; ++i)
+    for (const LayerParameter &p : layer)
+      if (p.isMatmulWeight) matmulWeights.insert(layerPrefix(c, i) + p.name);
+  for (const auto &[name, format] : storage.formatOverrides)
+    if (!matmulWeights.count(name))
+      throw std::invalid_argument("a weight format is given for '" + name + "', which is no layer's matmul weight");
   return specs;
 }
 

@@ -7,6 +7,7 @@
 #include "cc/TargetParameters.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,17 @@ struct WeightStorage {
   WeightFormat format = WeightFormat::F32;
   target::TileParameters tiles;
   KvCacheFormat kvCache = KvCacheFormat::F32;
+  /// Packed matmul weights stored in another format than `format`, by parameter name: llama.cpp's
+  /// quantization mixes give some tensors more bits (a Q4_K_M file's attn_v and ffn_down of some
+  /// layers, kept in q8_0 beside the others' q4_1). Layers whose weights differ in format get a
+  /// block function each (GPTBuilder).
+  std::map<std::string, WeightFormat> formatOverrides;
+
+  /// The format the packed matmul weight `name` is stored in.
+  WeightFormat formatOf(const std::string &name) const {
+    auto found = formatOverrides.find(name);
+    return found == formatOverrides.end() ? format : found->second;
+  }
 };
 
 /// One weight argument of a compiled entry point.

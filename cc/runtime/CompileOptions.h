@@ -7,6 +7,7 @@
 #include "cc/codegen/cpu/PipelineLevels.h"
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +34,9 @@ struct CompileOptions {
   uint64_t cacheMaxBytes = kDefaultCacheMaxBytes;
   /// The format matmul weights are stored and streamed in (packed weights of vectorized levels).
   WeightFormat weights = WeightFormat::F32;
+  /// Layer matmul weights stored in another format than `weights`, by parameter name
+  /// (WeightStorage::formatOverrides): a GGUF file's mix of formats, each tensor in its own.
+  std::map<std::string, WeightFormat> weightFormats;
   /// The format the KV caches of the cached entry points (step, batch step) store keys and values
   /// in: the type of their cache arguments (Parameters.h).
   KvCacheFormat kvCache = KvCacheFormat::F32;

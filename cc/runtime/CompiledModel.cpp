@@ -15,6 +15,7 @@
 #include "cc/runtime/ProgramCompiler.h"
 #include "cc/runtime/ReleaseMemory.h"
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <set>
@@ -25,7 +26,11 @@ namespace gpt {
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
     : config_(config), options_(options), target_(resolveTarget(options.targetCpu)) {
   if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
-  if (options.weights != WeightFormat::F32 && !packsWeights(options.level))
+  const bool lowPrecision =
+      options.weights != WeightFormat::F32 ||
+      std::any_of(options.weightFormats.begin(), options.weightFormats.end(),
+                  [](const auto &entry) { return entry.second != WeightFormat::F32; });
+  if (lowPrecision && !packsWeights(options.level))
     throw std::invalid_argument("low-precision weights need a vectorized pipeline (\"vectorized\" or \"default\"): "
                                 "lower levels take their matmul weights unpacked, in f32");
   parameters_ = parameterSpecs(config, weightStorage());

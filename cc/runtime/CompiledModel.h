@@ -165,7 +165,7 @@ private:
   /// the caller holds `mutex`.
   ModelCompiler &compiler();
   WeightStorage weightStorage() const {
-    return {packsWeights(options_.level), options_.weights, tiles(), options_.kvCache};
+    return {packsWeights(options_.level), options_.weights, tiles(), options_.kvCache, options_.weightFormats};
   }
   /// Throw std::invalid_argument for a call forward() or step() refuses.
   void checkForward(int64_t count) const;

@@ -104,6 +104,15 @@ def dequantize_q6_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> np
     """llama.cpp q6_k blocks [..., K/256*210] as float32 [..., K], bit for bit as gguf.quants
     dequantizes them, on `threads` threads (0: every core)."""
 
+def transcode_q4_k_to_q4_1(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.uint8]:
+    """llama.cpp q4_K super-blocks [..., K/256*144] as q4_1 blocks [..., K/32*20]: the file's codes,
+    and each sub-block's scale and min rounded once to fp16, on `threads` threads (0: every core)."""
+
+def requantize_to_q8_0(type: str, blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.uint8]:
+    """Rows of GGUF `type` blocks (q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k) as q8_0 blocks
+    [..., K/32*34]: q4_0 and q5_0 exactly, the others widened a row at a time and quantized as the
+    model quantizes q8_0, on `threads` threads (0: every core)."""
+
 def repack_q4_1_rows(
     blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
@@ -156,8 +165,10 @@ class CompiledModel:
         cache_max_bytes: _Int = ...,
         target_cpu: str = "host",
         kv_cache: str = "f32",
+        weight_formats: Mapping[str, str] = ...,
     ) -> None:
-        """A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights)."""
+        """A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights);
+        `weight_formats` stores the named layer matmul weights in other formats than `weights`."""
     def kv_cache_dtype(self) -> np.dtype[Any]:
         """The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, or uint16
         (bf16's bits)."""

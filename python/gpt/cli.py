@@ -27,7 +27,6 @@ from absl import app, flags
 from gpt import compiler, disk_cache, gpu_export, models
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.detokenizer import IncrementalDetokenizer
-from gpt.gguf_file import native_weights_format
 from gpt.model import GPT, GPU_STAGES, STAGES
 from gpt.tokenizer import tokenizer_for
 
@@ -71,10 +70,11 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_enum(
     "weights",
-    "f32",
+    "auto",
     ("auto", *WEIGHT_FORMATS),
     "format of the matmul weights, as llama.cpp names them (bf16, q8_0, q4_0, q4_1: fewer bytes to stream); "
-    "auto: a GGUF file's own, as llama.cpp runs it (Q5 and k-quants: q8_0, F16: f32), f32 for anything else",
+    "auto: each tensor of a GGUF file in the format nearest its own, as llama.cpp runs it (Q4_K: q4_1; "
+    "Q5, Q6_K: q8_0; F16: f32), f32 for anything else",
 )
 # f16 by default, as llama.cpp's commands store their cache: half the memory of f32, logits within
 # 1.4e-4 of an f32 cache's over 320 greedy tokens (test_kv_cache_formats). The Python API keeps f32 by
@@ -156,11 +156,16 @@ flags.DEFINE_integer(
 )
 
 
+# The command main() runs ("generate", "export", ...).
+_running = ""
+
+
 def _options() -> CompileOptions:
     weights = FLAGS.weights
-    if weights == "auto":
-        path = _model_path()
-        weights = native_weights_format(path) if path.endswith(".gguf") else "f32"
+    # from_gguf resolves "auto" tensor by tensor (CompileOptions.weight_formats); a GPU export takes
+    # the file's values in f32 (its --gpu_weights says the GPU's format).
+    if weights == "auto" and (not _model_path().endswith(".gguf") or _running == "export"):
+        weights = "f32"
     return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads, weights=weights, kv_cache=FLAGS.kv_cache)
 
 
@@ -435,6 +440,8 @@ def main(argv):
                 "expected a command: " + ", ".join(COMMANDS) + " (python -m gpt --help shows them and their flags)"
             )
         command, arity = COMMANDS[argv[1]]
+        global _running
+        _running = argv[1]
         if len(argv) - 2 != arity:
             raise app.UsageError(f"{argv[1]} takes {arity} positional argument(s), got {argv[2:]}")
         command(*argv[2:])

@@ -3,6 +3,7 @@
 import dataclasses
 import math
 import os
+from collections.abc import Mapping
 
 from gpt import architectures
 from gpt.masks import AttentionMask, Causal, SlidingWindow
@@ -252,6 +253,11 @@ class CompileOptions:
     for the tiles' state once, and where that is refused, or `GPT_NO_AMX=1` is set, code that runs
     here is compiled without AMX. Low-precision formats need a
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
+    `weights="auto"` (GPT.from_gguf) keeps each matmul weight of a GGUF file in the format nearest its
+    own type, as llama.cpp computes each tensor in its own (gpt.kept_formats: a Q4_K_M file's q4_K
+    tensors as q4_1, its q6_K and q5_0 ones as q8_0); the model's options then say what it chose:
+    `weights` the format most weights are in, and `weight_formats` the others, as {compiler
+    parameter name: format} (also settable by hand); any other model takes "auto" as "f32".
     `kv_cache` is the format the KV cache stores keys and values in, as llama.cpp's -ctk/-ctv: "f32";
     "f16" or "bf16", half the bytes (each new key and value rounded to nearest even when it is
     written; attention widens them back and computes in f32; `model.new_cache()` then holds float16,
@@ -275,6 +281,7 @@ class CompileOptions:
     cache_max_bytes: int | None = None
     target_cpu: str = "host"
     kv_cache: str = "f32"
+    weight_formats: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -302,15 +309,36 @@ class CompileOptions:
             )
         if not isinstance(self.target_cpu, str) or not self.target_cpu:
             raise ValueError(f"CompileOptions.target_cpu must be 'host' or a CPU name, got {self.target_cpu!r}")
-        if self.weights not in WEIGHT_FORMATS:
-            raise ValueError(f"CompileOptions.weights must be one of {WEIGHT_FORMATS}, got {self.weights!r}")
+        if self.weights not in (*WEIGHT_FORMATS, "auto"):
+            raise ValueError(f"CompileOptions.weights must be one of {(*WEIGHT_FORMATS, 'auto')}, got {self.weights!r}")
+        self._normalize_weight_formats()
         if self.kv_cache not in KV_CACHE_FORMATS:
             raise ValueError(f"CompileOptions.kv_cache must be one of {KV_CACHE_FORMATS}, got {self.kv_cache!r}")
-        if self.weights != "f32" and self.pipeline in ("baseline", "fused"):
+        low_precision = self.weights != "f32" or any(fmt != "f32" for _, fmt in self.weight_formats)
+        if low_precision and self.pipeline in ("baseline", "fused"):
             raise ValueError(
                 f"CompileOptions.weights={self.weights!r} needs a vectorized pipeline ('vectorized' or 'default'), "
                 f"got pipeline={self.pipeline!r}"
             )
+
+    def _normalize_weight_formats(self) -> None:
+        """`weight_formats` as sorted (name, format) pairs: the options stay hashable and compare
+        equal whatever order the mapping had."""
+        given = self.weight_formats
+        pairs = list(given.items()) if isinstance(given, Mapping) else given
+        try:
+            pairs = [(name, fmt) for name, fmt in pairs]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"CompileOptions.weight_formats must map parameter names to formats, got {given!r}"
+            ) from None
+        for name, fmt in pairs:
+            if not isinstance(name, str) or fmt not in WEIGHT_FORMATS:
+                raise ValueError(
+                    f"CompileOptions.weight_formats maps parameter names to one of {WEIGHT_FORMATS}, "
+                    f"got {name!r}: {fmt!r}"
+                )
+        object.__setattr__(self, "weight_formats", tuple(sorted(dict(pairs).items())))
 
     def resolved_threads(self) -> int:
         return self.threads or os.cpu_count() or 1

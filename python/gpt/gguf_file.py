@@ -39,6 +39,7 @@ from gpt.gguf_tokenizer import (
     token_too_long,
     vocabulary_too_large,
 )
+from gpt.kept_formats import KEPT_QUANTIZED  # the formats kept as blocks (CompileOptions.weights)
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import expected_shapes, validate_weights
@@ -46,8 +47,6 @@ from gpt.weights import expected_shapes, validate_weights
 ARCHITECTURE = "gpt2"
 # Formats save_gguf writes, named as llama.cpp names them; from_gguf reads tensors of these types.
 FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
-# The quantized formats whose blocks the compiled model keeps as they are (CompileOptions.weights).
-KEPT_QUANTIZED = ("q8_0", "q4_0", "q4_1")
 # The GGUF names of the model-level tensors and of block N's, with their HF GPT-2 names and
 # whether llama.cpp stores them transposed ([out, in] instead of Conv1D's [in, out]).
 _MODEL_TENSORS = (
@@ -294,6 +293,8 @@ def load_gguf(
         raise ModelFileError(
             f"{path}: general.architecture {architecture!r} is not supported ('gpt2', 'llama' and 'qwen2' are read)"
         )
+    if keep_quantized == "auto":  # GPT-2 keeps one format: the one most of its layers are stored in
+        keep_quantized = native_weights_format(path)
     n_layer = meta.get("gpt2.block_count", int)
     n_ctx = meta.get("gpt2.context_length", int)
     n_embd = meta.get("gpt2.embedding_length", int)

@@ -20,28 +20,26 @@ tensor of per-frequency divisors; the RopeScaling that reproduces them exactly i
 
 Tensor types: F32, F16, BF16 and every type gguf.quants dequantizes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
 Q2_K to Q6_K, ...) are read into float32 at load; the compiled model then stores them in
-CompileOptions.weights' format. Q8_0, Q4_0 and Q4_1 matmul weights stay as the file's blocks when
-`keep_quantized` is their format (as for GPT-2, gguf_file.load_gguf), and compute on the int8
-dot-product path. Keeping a Q5 or k-quant quantized would need its own dot-product kernels: it is
-widened at load instead."""
+CompileOptions.weights' format. Matmul weights whose blocks convert to `keep_quantized`'s format
+without widening (gpt.kept_formats: their own, q4_K as q4_1, every block type as q8_0) are kept as
+blocks and compute on the int8 dot-product path; with keep_quantized="auto" each is kept in the
+format nearest its own (a Q4_K_M file: q4_1 and q8_0 side by side)."""
 
 import math
 import os
 
 import numpy as np
 
-from gpt import architectures
+from gpt import architectures, kept_formats
 from gpt.config import GPTConfig, RopeScaling
 from gpt.errors import ModelFileError
 from gpt.gguf_file import (
-    KEPT_QUANTIZED,
     GgufFile,
     QuantizedTensor,
     _check_block_scales,
     _check_ne,
     _dequantize,
     _Metadata,
-    _types,
 )
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
@@ -53,10 +51,12 @@ _ROPE_FREQS = "rope_freqs.weight"
 
 def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUFTokenizer | None]:
     """Reads a `llama` or `qwen2` GGUF file: (GPTConfig, weights by HF name, tokenizer or None).
-    `keep_quantized` ("q8_0", "q4_0" or "q4_1"): matmul weights stored in that type (and, for q8_0, the
-    token embedding) are returned as gguf_file.QuantizedTensor, their blocks as in the file (q/k
-    rows of a `llama` file un-permuted). Raises FileNotFoundError for a missing file and
-    gpt.ModelFileError naming the file and key or tensor for anything it cannot read."""
+    `keep_quantized` ("q8_0", "q4_0", "q4_1" or "auto"): matmul weights whose blocks convert to that
+    format (or with "auto" each to the one nearest its type; gpt.kept_formats), and with a
+    block-quantized format the LM head's table in q8_0, are returned as gguf_file.QuantizedTensor,
+    their blocks as in the file or converted (q/k rows of a `llama` file un-permuted). Raises
+    FileNotFoundError for a missing file and gpt.ModelFileError naming the file and key or tensor
+    for anything it cannot read."""
 
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -78,17 +78,18 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     arch = architecture
     tensors = {tensor.name: tensor for tensor in reader.tensors}
     config = _config(meta, tensors, path, arch)
+    # The format each matmul weight is kept in, by GGUF name (the others are widened).
+    plan = _kept_formats(config, tensors, keep_quantized)
     # Before dequantizing for a header that asks too much: the weights this load holds (the cache is
     # checked by the model, at the context it is asked for).
-    kept = keep_quantized in KEPT_QUANTIZED
-    check_fits_in_memory(config, keep_quantized if kept else "f32", kept_quantized=kept, loading=True)
+    stored = _stored_format(plan, tensors, keep_quantized)
+    check_fits_in_memory(config, stored, kept_quantized=bool(plan), loading=True)
 
     # GGUF name -> (HF name, numpy shape) of every parameter this config takes.
     expected = {
         p.gguf.replace("{i}", str(i)) if i is not None else p.gguf: (
             p.hf.replace("{i}", str(i)) if i is not None else p.hf,
             architectures.gguf_shape(p, config),
-            p.linear or p.hf == "lm_head.weight",
         )
         for p, i in architectures.parameters(config)
     }
@@ -101,18 +102,21 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     if unexpected:
         raise ModelFileError(f"{path}: unexpected tensor(s) for {arch}: {', '.join(unexpected[:5])}")
 
-    kept_type = _types()[keep_quantized] if keep_quantized in KEPT_QUANTIZED else None
     weights: dict[str, np.ndarray | QuantizedTensor] = {}
-    for name, (hf_name, shape, matmul) in expected.items():
+    for name, (hf_name, shape) in expected.items():
         tensor = tensors[name]
         heads = _permuted_heads(name, config) if arch == "llama" else None
-        keep_as = _kept_format(name, hf_name, tensor.tensor_type, matmul, config, kept_type, keep_quantized)
+        keep_as = plan.get(name) or _kept_head_format(name, hf_name, tensor.tensor_type.name, config, stored)
         if keep_as:
             _check_ne(tensor, shape, path)
-            # A read-only view of the file's memory map, not a copy: the compiled model repacks the
-            # blocks from the page cache into its own layout (tensors fused from parts are
-            # concatenated first, and llama.cpp's q/k permutation is undone, in copies of their own).
-            blocks = tensor.data
+            # A read-only view of the file's memory map when the file's type is the format, not a
+            # copy: the compiled model repacks the blocks from the page cache into its own layout
+            # (tensors fused from parts are concatenated first, and llama.cpp's q/k permutation is
+            # undone, in copies of their own). Other types are converted, a row at a time.
+            try:
+                blocks = kept_formats.convert_blocks(tensor.data, tensor.tensor_type.name, keep_as)
+            except ValueError as error:
+                raise ModelFileError(f"{path}: tensor {name} ({tensor.tensor_type.name}): {error}") from None
             _check_block_scales(name, blocks, keep_as, path)
             # Rows are whole runs of blocks (blocks run along the input dimension): permuting rows
             # permutes blocks.
@@ -120,46 +124,55 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
             continue
         array = _dequantize(tensor, shape, path)
         weights[hf_name] = np.ascontiguousarray(unpermute_rows(array, heads)) if heads else array
-    _widen_partly_kept_groups(config, weights, expected)
     tokenizer = read_tokenizer(meta, path, config.vocab_size)
     # The memory map closes once the kept blocks' views die, after the model has repacked them.
     del tensors, reader
     return config, weights, tokenizer
 
 
-def _kept_format(name: str, hf_name: str, tensor_type, matmul: bool, config: GPTConfig, kept_type, keep_quantized):
-    """The format a tensor is kept in as the file's blocks, or None to widen it to float32. The
-    layers' matmul weights are kept in their own type when it is `keep_quantized`. A model whose
-    matmul weights are block-quantized stores its LM head in q8_0 (the 4-bit formats too, as
-    llama.cpp keeps its output table at higher precision), so a Q8_0 head is kept as it is: the
-    untied output.weight, or the tied token embedding (which the token lookup then reads too)."""
-    if kept_type is None:
-        return None
-    q8_0 = _types()["q8_0"]
-    if hf_name == "lm_head.weight" or (name == "token_embd.weight" and config.tied_head):
-        return "q8_0" if tensor_type == q8_0 else None
-    return keep_quantized if matmul and tensor_type == kept_type else None
-
-
-def _widen_partly_kept_groups(config: GPTConfig, weights: dict, expected: dict) -> None:
-    """The compiler fuses q, k and v (and gate and up) into one weight, which is quantized only as a
-    whole: when a file keeps some parts in the kept format and not the others (llama-quantize's
-    mixes give attn_v more bits), the kept parts are widened to float32 like the rest."""
-    import gguf
-
-    shapes = {hf: shape for hf, shape, _ in expected.values()}
+def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) -> dict[str, str]:
+    """GGUF name -> the format the layers' matmul weights are kept in as blocks (the others are
+    widened): per compiler weight, since q, k and v (and gate and up) are fused into one weight of
+    one format (kept_formats.group_format)."""
     groups: dict[str, list[str]] = {}
     for p, i in architectures.parameters(config):
-        layer = (lambda pattern: pattern) if i is None else (lambda pattern, i=i: pattern.replace("{i}", str(i)))
-        groups.setdefault(layer(p.compiler), []).append(layer(p.hf))
+        if p.linear:
+            expand = (lambda pattern: pattern) if i is None else (lambda pattern, i=i: pattern.replace("{i}", str(i)))
+            groups.setdefault(expand(p.compiler), []).append(expand(p.gguf))
+    plan: dict[str, str] = {}
     for names in groups.values():
-        kept = [weights[name] for name in names if isinstance(weights[name], QuantizedTensor)]
-        if kept and len(kept) < len(names):
-            for name in names:
-                value = weights[name]
-                if isinstance(value, QuantizedTensor):
-                    qtype = _types()[value.format]
-                    weights[name] = gguf.quants.dequantize(value.blocks, qtype).reshape(shapes[name])
+        if any(name not in tensors for name in names):
+            continue  # refused by name below
+        fmt = kept_formats.group_format((tensors[name].tensor_type.name for name in names), keep_quantized)
+        if fmt:
+            plan.update(dict.fromkeys(names, fmt))
+    return plan
+
+
+def _stored_format(plan: dict[str, str], tensors: dict, keep_quantized: str | None) -> str:
+    """The format most of the matmul weights are stored in (by element count): what the memory
+    estimate and the LM head's format go by."""
+    if keep_quantized != "auto":
+        return keep_quantized if keep_quantized in kept_formats.KEPT_QUANTIZED else "f32"
+    if not plan:
+        return "f32"
+    elements: dict[str, int] = {}
+    for name, fmt in plan.items():
+        elements[fmt] = elements.get(fmt, 0) + math.prod(int(n) for n in tensors[name].shape)
+    return max(elements, key=elements.get)
+
+
+def _kept_head_format(name: str, hf_name: str, type_name: str, config: GPTConfig, stored: str) -> str | None:
+    """The LM head's table: a model whose matmul weights are block-quantized stores it in q8_0 (the
+    4-bit formats too, as llama.cpp keeps its output table at higher precision), so the file's
+    blocks are kept when they convert to q8_0 (Q8_0 as it is; Q6_K, the type llama.cpp's
+    quantizer gives it, a row at a time, with no float32 table): the untied output.weight, or the
+    tied token embedding (which the token lookup then reads too)."""
+    if stored not in kept_formats.KEPT_QUANTIZED:
+        return None
+    if hf_name == "lm_head.weight" or (name == "token_embd.weight" and config.tied_head):
+        return "q8_0" if kept_formats.convertible(type_name, "q8_0") else None
+    return None
 
 
 def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:

@@ -9,11 +9,11 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from gpt import _gpt, architectures, hf_checkpoint, model_files
+from gpt import _gpt, architectures, hf_checkpoint, kept_formats, model_files
 from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
-from gpt.gguf_file import KEPT_QUANTIZED, QuantizedTensor, load_gguf
+from gpt.gguf_file import KEPT_QUANTIZED, QuantizedTensor, load_gguf, native_weights_format
 from gpt.resources import check_fits_in_memory
 from gpt.sampling import check_sampling_args, sample
 from gpt.speculative import SpeculationStats, check_draft_tokens, speculative_tokens
@@ -101,6 +101,25 @@ class GenerationStats:
     compile_seconds: float
 
 
+def _native_options(options: CompileOptions, config: GPTConfig, quantized: Mapping, path) -> CompileOptions:
+    """CompileOptions(weights="auto") made concrete for a GGUF file loaded with its matmul weights kept
+    in their nearest formats (`quantized`: {compiler name: (format, blocks)}): `weights` the format
+    most of them are in (by weight count), `weight_formats` each one in another. Matmul weights the
+    load widened (a float tensor among quantized ones) are stored in q8_0 there, not in 4 bits.
+    A file with no block-quantized matmul weight runs in its own float format (f32 or bf16)."""
+    matmuls = [name for name, (_, linear) in architectures.hf_parts(config).items() if linear]
+    layer_formats = {name: quantized[name][0] for name in matmuls if name in quantized}
+    if not layer_formats:
+        return dataclasses.replace(options, weights=native_weights_format(path), weight_formats=())
+    counts: dict[str, int] = {}
+    for name, fmt in layer_formats.items():
+        counts[fmt] = counts.get(fmt, 0) + kept_formats.elements(quantized[name][1], fmt)
+    base = max(counts, key=counts.get)
+    widened = {name: "q8_0" for name in matmuls if name not in quantized and base != "q8_0"}
+    others = {name: fmt for name, fmt in layer_formats.items() if fmt != base}
+    return dataclasses.replace(options, weights=base, weight_formats={**others, **widened})
+
+
 class GPT:
     """Construct with GPT.random, GPT.from_weights, GPT.from_pretrained or GPT.from_gguf.
 
@@ -133,6 +152,8 @@ class GPT:
                 "CompileOptions.kv_cache='q8_0' is not supported by the CPU compiler yet; "
                 "use 'f16' or 'bf16' for a KV cache of half the bytes"
             )
+        if options.weights == "auto":  # a GGUF file's own formats (from_gguf); f32 for anything else
+            options = dataclasses.replace(options, weights="f32")
         if context is not None:
             config, weights = with_context(config, weights, context)
         # Before the copies and the packed weights below are made.
@@ -156,6 +177,7 @@ class GPT:
             cache_max_bytes=options.resolved_cache_max_bytes(),
             target_cpu=options.target_cpu,
             kv_cache=options.kv_cache,
+            weight_formats=dict(options.weight_formats),
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
         self._compiled.set_weights(arguments, quantized)
@@ -236,26 +258,32 @@ class GPT:
         with llama.cpp's pre-tokenizer: gpt/gguf_tokenizer.py) when it carries one. Anything else
         raises gpt.ModelFileError (a ValueError) naming the file and the problem.
 
-        Quantized tensors stay quantized when `options.weights` is their format: a q8_0 file's
-        matmul weights and token embedding (stored once, as the LM head), or a q4_0 or q4_1 file's
-        matmul weights, are repacked from the file's blocks into the compiled model's lane layouts, codes
-        and fp16 scales as they are, with no float32 copy. Any other tensor is dequantized to float32
-        (gguf.quants.dequantize) and converted at load like any weight; the formats' definitions
-        round-trip, so a bf16, q8_0, q4_0 or q4_1 file loaded in its own format computes with exactly
-        the file's values either way (a 4-bit format's embedding is q8_0 in the model, as llama.cpp keeps
-        it in higher precision).
+        Quantized tensors stay quantized when their blocks convert to `options.weights`' format
+        without fewer bits (gpt.kept_formats): a q8_0, q4_0 or q4_1 file's matmul weights, and the
+        LM head's table (stored once, in q8_0), are repacked from the file's blocks into the compiled
+        model's lane layouts, codes and fp16 scales as they are, with no float32 copy; q4_K blocks
+        become q4_1 (their sub-block scales rounded once to fp16), and every block type becomes q8_0
+        (q4_0 and q5_0 exactly). `options.weights="auto"` keeps each matmul weight in the format
+        nearest its own type (a Q4_K_M file: q4_1, and q8_0 where it has Q6_K or Q5_0), the way
+        llama.cpp computes each tensor in its own; the model's `options` then name the formats.
+        Any other tensor is dequantized to float32 and converted at load like any weight; the
+        formats' definitions round-trip, so a bf16, q8_0, q4_0 or q4_1 file loaded in its own format
+        computes with exactly the file's values either way.
 
         `context` (default: the file's context_length, up to DEFAULT_CONTEXT) is the positions the model
         serves, at most the file's (see GPT's constructor).
         """
         options = options if options is not None else CompileOptions()
-        keep = options.weights if options.weights in KEPT_QUANTIZED else None
+        auto = options.weights == "auto"
+        keep = options.weights if auto or options.weights in KEPT_QUANTIZED else None
         config, weights, tokenizer = load_gguf(path, keep_quantized=keep)
         quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
         floats = {name: w for name, w in weights.items() if name not in quantized}
         if config.spec.compiler_names != "gpt2":  # HF names -> the compiler's fused parameters
             quantized = architectures.to_compiler_quantized(config, quantized, concatenate=False)
             floats = architectures.to_compiler(config, floats, consume=True)
+        if auto:
+            options = _native_options(options, config, quantized, path)
         del weights
         model = cls(
             config, floats, options, context=file_context(config, context), _copy_weights=False, _quantized=quantized

@@ -67,12 +67,12 @@ def estimate_memory(
     head = width * padded_vocab * _BYTES_PER_WEIGHT[_HEAD_FORMAT[weights]]
     stored = matmul * _BYTES_PER_WEIGHT[weights] + head
     if kept_quantized:
-        # The blocks are held while they are repacked; a q8_0 embedding is kept as the head, any
-        # other is widened to float32 (and so counted there).
-        given_f32 = other + (0 if weights == "q8_0" else embedding)
-        held_blocks = matmul * _BYTES_PER_WEIGHT[weights] + (
-            embedding * _BYTES_PER_WEIGHT["q8_0"] if weights == "q8_0" else 0
-        )
+        # The blocks are held while they are repacked. The LM head's table (the tied embedding, or
+        # the untied output weight) is kept as q8_0 blocks (gpt.kept_formats converts a Q6_K one a
+        # row at a time), with no float32 copy; an untied model's token lookup reads a float32 table.
+        untied_head = 0 if config.tied_head else vocab * width
+        given_f32 = other - untied_head + (0 if config.tied_head else embedding)
+        held_blocks = matmul * _BYTES_PER_WEIGHT[weights] + embedding * _BYTES_PER_WEIGHT["q8_0"]
     else:
         given_f32, held_blocks = matmul + embedding + other, 0
     # Live at once in a prefill's layer: the residual stream and its normalized copy, q, k and v,

@@ -38,9 +38,9 @@ LLAMA_3_1_8B = gpt.GPTConfig(
 def test_a_kept_quantized_1p7b_model_is_estimated_at_what_its_load_holds():
     kept = estimate_memory(SMOLLM2_1_7B, "q4_0", kept_quantized=True)
     widened = estimate_memory(SMOLLM2_1_7B, "q4_0")
-    # No float32 copy of the matmul weights: the q4_0 embedding is widened (49152 x 2048 floats), the
-    # norms are float32, and that is all.
-    assert kept.weights_f32 == 4 * (49152 * 2048 + 13 * 2048 * 24 + 2 * 2048)
+    # No float32 copy of the matmul weights nor of the embedding (kept as the q8_0 head's blocks):
+    # the norms are float32, and that is all.
+    assert kept.weights_f32 == 4 * (13 * 2048 * 24 + 2 * 2048)
     assert widened.weights_f32 > 6 * GIB > 10 * kept.weights_f32
     # 1.6e9 matmul weights in q4_0 (18 bytes per 32) held once as the file's blocks, once repacked.
     matmul = 24 * (4 * 2048 * 2048 + 3 * 2048 * 8192)

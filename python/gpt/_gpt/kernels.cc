@@ -1,6 +1,7 @@
 // Bindings of the hand-written kernels, so tests can check them against numpy.
 #include "python/gpt/_gpt/bindings.h"
 
+#include "cc/kernels/BlockTranscoding.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
@@ -213,6 +214,49 @@ void initLaneKernels(py::module_ &m) {
   for (const auto &[name, dequantize, blockValues, blockBytes, doc] : others)
     m.def(name, dequantizeOtherRows(dequantize, blockValues, blockBytes), py::arg("blocks"), py::arg("threads") = 0,
           doc);
+
+  // Rows of those formats rewritten as blocks of a format the compiler keeps (BlockTranscoding.h):
+  // how a Q4_K_M file loads in its own precision, with no float32 copy of a tensor.
+  auto transcodeRows = [](const std::string &type, Ints<uint8_t> blocks, int64_t outValues, int64_t outBytes,
+                          auto transcode) {
+    const kernels::BlockShape in = kernels::blockShape(type);
+    if (blocks.ndim() < 1 || blocks.shape(blocks.ndim() - 1) % in.bytes != 0)
+      throw std::invalid_argument(type + " blocks must be rows of whole blocks of " + std::to_string(in.bytes) +
+                                  " bytes in their last dimension");
+    const int64_t k = blocks.shape(blocks.ndim() - 1) / in.bytes * in.values;
+    const int64_t n = k ? blocks.size() / (k / in.values * in.bytes) : 0;
+    std::vector<py::ssize_t> shape(blocks.shape(), blocks.shape() + blocks.ndim());
+    shape.back() = k / outValues * outBytes;
+    py::array_t<uint8_t> out(shape);
+    if (k > 0) {
+      py::gil_scoped_release unlocked;
+      transcode(blocks.data(), k, n, out.mutable_data());
+    }
+    return out;
+  };
+  m.def(
+      "transcode_q4_k_to_q4_1",
+      [transcodeRows](Ints<uint8_t> blocks, int64_t threads) {
+        return transcodeRows("q4_k", blocks, kernels::kQuantBlock, kernels::kQ4_1BlockBytes,
+                             [&](const uint8_t *in, int64_t k, int64_t n, uint8_t *out) {
+                               kernels::transcodeQ4_KToQ4_1Rows(in, k, n, out, kernels::loadThreads(threads));
+                             });
+      },
+      py::arg("blocks"), py::arg("threads") = 0,
+      "llama.cpp q4_K super-blocks [..., K/256*144] as q4_1 blocks [..., K/32*20]: the file's codes, and each "
+      "sub-block's scale and min rounded once to fp16, on `threads` threads (0: every core).");
+  m.def(
+      "requantize_to_q8_0",
+      [transcodeRows](const std::string &type, Ints<uint8_t> blocks, int64_t threads) {
+        return transcodeRows(type, blocks, kernels::kQuantBlock, kernels::kQ8_0BlockBytes,
+                             [&](const uint8_t *in, int64_t k, int64_t n, uint8_t *out) {
+                               kernels::requantizeRowsToQ8_0(type, in, k, n, out, kernels::loadThreads(threads));
+                             });
+      },
+      py::arg("type"), py::arg("blocks"), py::arg("threads") = 0,
+      "Rows of GGUF `type` blocks (q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k) as q8_0 blocks [..., K/32*34]: q4_0 "
+      "and q5_0 exactly (their scales and codes), the others widened a row at a time and quantized as the model "
+      "quantizes q8_0, on `threads` threads (0: every core).");
 }
 
 } // namespace

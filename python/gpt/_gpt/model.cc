@@ -211,20 +211,19 @@ void initModel(py::module_ &m) {
   py::class_<CompiledModel>(m, "CompiledModel", py::dynamic_attr())
       .def(py::init([](const py::object &configObject, const std::string &pipeline, int threads,
                        const std::string &cacheDir, const std::string &weights, uint64_t cacheMaxBytes,
-                       const std::string &targetCpu, const std::string &kvCache) {
+                       const std::string &targetCpu, const std::string &kvCache,
+                       const std::map<std::string, std::string> &weightFormats) {
              GPTConfig config = gptConfig(configObject);
              CompileOptions options = compileOptions(pipeline, threads, cacheDir, cacheMaxBytes, targetCpu);
+             auto parseFormat = [](const std::string &name) {
+               for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0,
+                                           WeightFormat::Q4_0, WeightFormat::Q4_1})
+                 if (name == weightFormatName(format)) return format;
+               throw std::invalid_argument("unknown weight format '" + name + "' (known: f32, bf16, q8_0, q4_0, q4_1)");
+             };
+             options.weights = parseFormat(weights);
+             for (const auto &[parameter, format] : weightFormats) options.weightFormats[parameter] = parseFormat(format);
              bool known = false;
-             for (WeightFormat format :
-                  {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
-               if (weights == weightFormatName(format)) {
-                 options.weights = format;
-                 known = true;
-               }
-             if (!known)
-               throw std::invalid_argument("unknown weight format '" + weights +
-                                           "' (known: f32, bf16, q8_0, q4_0, q4_1)");
-             known = false;
              for (KvCacheFormat format : {KvCacheFormat::F32, KvCacheFormat::BF16, KvCacheFormat::F16})
                if (kvCache == kvCacheFormatName(format)) {
                  options.kvCache = format;
@@ -240,7 +239,9 @@ void initModel(py::module_ &m) {
            py::arg("config"), py::arg("pipeline"), py::arg("threads"), py::arg("cache_dir") = "",
            py::arg("weights") = "f32", py::arg("cache_max_bytes") = kDefaultCacheMaxBytes,
            py::arg("target_cpu") = "host", py::arg("kv_cache") = "f32",
-           "A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights).")
+           py::arg("weight_formats") = std::map<std::string, std::string>(),
+           "A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights); "
+           "`weight_formats` stores the named layer matmul weights in other formats than `weights`.")
       .def(
           "supplied_parameters", [](const CompiledModel &model) { return namesAndShapes(model.suppliedParameters()); },
           "(name, shape) of every weight set_weights() takes, in its order.")

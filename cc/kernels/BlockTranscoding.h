@@ -1,0 +1,42 @@
+// A GGUF file's blocks of formats the compiler does not store (llama.cpp's K-quants, q5_0, q5_1)
+// rewritten as blocks of a format it does (q4_1, q8_0), without a float32 copy of the tensor:
+// how a Q4_K_M file loads in its own precision.
+#ifndef GPT_CC_KERNELS_BLOCKTRANSCODING_H
+#define GPT_CC_KERNELS_BLOCKTRANSCODING_H
+
+#include <cstdint>
+#include <string>
+
+namespace gpt::kernels {
+
+/// `n` rows of `k` weights in q4_K super-blocks (GgufRepacking.h) as llama.cpp q4_1 blocks
+/// (`out`: n * k / 32 blocks of kQ4_1BlockBytes). A q4_K sub-block of 32 weights is q4_1 already:
+/// its weights are (d * scale) * q - dmin * min with 4-bit codes q, so its codes are kept and its
+/// q4_1 scale and min are the fp16 roundings of d * scale and -(dmin * min). Those products of an
+/// fp16 and a 6-bit integer need up to 17 significant bits, so each is rounded once, by at most
+/// 2^-12 of itself; the codes, which carry the quantization error, are the file's. K must be a
+/// positive multiple of 256; a product beyond fp16's range throws std::invalid_argument (no
+/// weights are that large). Rows are split over `threads`.
+void transcodeQ4_KToQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out, int64_t threads = 1);
+
+/// `n` rows of `k` weights of GGUF type `type` ("q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k" or
+/// "q6_k") as llama.cpp q8_0 blocks (`out`: n * k / 32 blocks of kQ8_0BlockBytes). q4_0 and q5_0
+/// blocks are q8_0 blocks with narrower codes: their scale and codes (q - 8, q - 16) are kept, bit
+/// for bit. The others have a min or sub-block scales that q8_0 cannot hold: each row is widened to
+/// float32 exactly as llama.cpp dequantizes it, in a buffer of one row, and quantized as
+/// quantizeQ8_0Rows does (an error of at most half a step of 1/127 of the block's largest weight).
+/// std::invalid_argument for another type or a K that is no multiple of the type's block.
+void requantizeRowsToQ8_0(const std::string &type, const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out,
+                          int64_t threads = 1);
+
+/// The weights and bytes of one block of `type` (the types of requantizeRowsToQ8_0, and "q8_0");
+/// std::invalid_argument for another type.
+struct BlockShape {
+  int64_t values;
+  int64_t bytes;
+};
+BlockShape blockShape(const std::string &type);
+
+} // namespace gpt::kernels
+
+#endif // GPT_CC_KERNELS_BLOCKTRANSCODING_H

@@ -1,0 +1,230 @@
+"""A GGUF file's K-quant, q5 and q6 tensors kept in the compiler's formats without a float32 copy
+(gpt.kept_formats, cc/kernels/BlockTranscoding.cpp), each matmul weight in its own format
+(CompileOptions.weight_formats): a Q4_K_M file runs as q4_1 and q8_0 side by side, as llama.cpp runs
+it in Q4_K and Q6_K. The transcoding is checked against llama.cpp's block layouts written out here
+in numpy, and the values against gguf.quants' dequantizers."""
+
+import importlib.util
+import os
+
+import gguf
+import numpy as np
+import pytest
+
+import gpt
+from gpt import _gpt, kept_formats
+
+T = gguf.GGMLQuantizationType
+spec = importlib.util.spec_from_file_location("make_gguf", os.path.join("tools", "make_gguf.py"))
+make_gguf = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(make_gguf)
+
+
+def random_blocks(qtype, rows: int, k: int, seed: int, scale: float = 0.01) -> np.ndarray:
+    """Rows of random blocks of `qtype`: every code and sub-block scale bit pattern, the fp16
+    fields (d, dmin, m) random normal times `scale` (zero and a subnormal among them)."""
+    values, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(seed)
+    count = rows * (k // values)
+    blocks = rng.integers(0, 256, size=(count, block_bytes), dtype=np.uint8)
+    fields = {
+        T.Q4_K: (0, 2),
+        T.Q5_K: (0, 2),
+        T.Q6_K: (208,),
+        T.Q5_0: (0,),
+        T.Q5_1: (0, 2),
+        T.Q4_0: (0,),
+        T.Q4_1: (0, 2),
+    }
+    for offset in fields[qtype]:
+        halves = (rng.standard_normal(count) * scale).astype(np.float16)
+        halves[:2] = np.array([0.0, 6e-8], np.float16)[: len(halves[:2])]
+        blocks[:, offset : offset + 2] = halves.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(rows, -1)
+
+
+def q4_k_as_q4_1_reference(blocks: np.ndarray) -> np.ndarray:
+    """llama.cpp's q4_K super-block (ggml-common.h block_q4_K: fp16 d, dmin; 12 bytes of 6-bit
+    scales and mins, get_scale_min_k4; 128 bytes of nibbles, 64 weights per 32 bytes, low nibbles
+    first) as eight q4_1 blocks (fp16 d, m; byte j: weight j low, weight j + 16 high), written out
+    apart from the compiler's kernel."""
+    rows = blocks.shape[0]
+    sb = blocks.reshape(-1, 144)
+    d = sb[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)
+    dmin = sb[:, 2:4].copy().view(np.float16)[:, 0].astype(np.float32)
+    q = sb[:, 4:16].astype(np.int32)
+    scales, mins = np.zeros((len(sb), 8), np.int32), np.zeros((len(sb), 8), np.int32)
+    for j in range(8):
+        if j < 4:
+            scales[:, j], mins[:, j] = q[:, j] & 63, q[:, j + 4] & 63
+        else:
+            scales[:, j] = (q[:, j + 4] & 0xF) | ((q[:, j - 4] >> 6) << 4)
+            mins[:, j] = (q[:, j + 4] >> 4) | ((q[:, j] >> 6) << 4)
+    nibbles = sb[:, 16:].reshape(-1, 4, 32)
+    out = np.zeros((len(sb), 8, 20), np.uint8)
+    for j in range(8):
+        codes = (nibbles[:, j // 2] >> (4 * (j % 2))) & 0xF  # the 32 codes of sub-block j, in order
+        out[:, j, 0:2] = (d * scales[:, j]).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        out[:, j, 2:4] = (-(dmin * mins[:, j])).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        out[:, j, 4:] = codes[:, :16] | (codes[:, 16:] << 4)
+    return out.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_q4_k_becomes_q4_1_with_the_files_codes_and_its_products_rounded_once(threads):
+    blocks = random_blocks(T.Q4_K, rows=23, k=512, seed=3)
+    ours = _gpt.transcode_q4_k_to_q4_1(blocks, threads=threads)
+    np.testing.assert_array_equal(ours, q4_k_as_q4_1_reference(blocks))
+    # The values: gguf's own dequantizers of the two, apart by the fp16 rounding of d * scale and
+    # dmin * min alone (at most 2^-11 of each, times a 4-bit code).
+    theirs = gguf.quants.dequantize(blocks, T.Q4_K)
+    kept = gguf.quants.dequantize(ours, T.Q4_1)
+    bound = 2.0**-11 * (15 * np.abs(theirs).max() + np.abs(theirs).max()) + 1e-12
+    assert np.abs(kept - theirs).max() <= bound
+    assert np.abs(kept - theirs).max() > 0  # the scales were rounded: this is no byte copy
+
+
+def test_a_q4_k_product_beyond_fp16_is_refused():
+    blocks = random_blocks(T.Q4_K, rows=1, k=256, seed=4)
+    blocks[0, 0:2] = np.array([60000.0], np.float16).view(np.uint8)  # d * scale over 65504
+    blocks[0, 4] = 63  # sub-block 0's scale
+    with pytest.raises(ValueError, match="beyond fp16's range"):
+        _gpt.transcode_q4_k_to_q4_1(blocks)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q5_0], ids=lambda t: t.name)
+def test_q4_0_and_q5_0_become_q8_0_exactly(qtype):
+    blocks = random_blocks(qtype, rows=11, k=160, seed=5)
+    ours = _gpt.requantize_to_q8_0(qtype.name.lower(), blocks)
+    np.testing.assert_array_equal(gguf.quants.dequantize(ours, T.Q8_0), gguf.quants.dequantize(blocks, qtype))
+    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    np.testing.assert_array_equal(ours.reshape(-1, 34)[:, :2], blocks.reshape(-1, block_bytes)[:, :2])  # d kept
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_the_others_become_q8_0_within_half_a_step(qtype):
+    k = 512
+    blocks = random_blocks(qtype, rows=9, k=k, seed=int(qtype))
+    ours = _gpt.requantize_to_q8_0(qtype.name.lower(), blocks, threads=2)
+    assert ours.shape == (9, k // 32 * 34)
+    theirs = gguf.quants.dequantize(blocks, qtype).reshape(-1, 32)
+    kept = gguf.quants.dequantize(ours, T.Q8_0).reshape(-1, 32)
+    step = np.abs(theirs).max(axis=1, keepdims=True) / 127
+    # Half a step, the fp16 rounding of the step times the largest code, and for blocks of tiny
+    # weights (the random fields include fp16 subnormals) fp16's own resolution of the step.
+    assert (np.abs(kept - theirs) <= 0.5 * step + 2.0**-11 * 127 * step + 2.0**-24 * 128).all()
+    # As the model quantizes q8_0 (its own quantizer, along K, on the widened rows): the same bits.
+    codes, scales = _gpt.quantize_q8_0(np.ascontiguousarray(theirs.reshape(9, k).T))
+    blocks_out = ours.reshape(9, k // 32, 34)
+    np.testing.assert_array_equal(blocks_out[..., :2].copy().view(np.uint16)[..., 0], scales.T)
+    np.testing.assert_array_equal(blocks_out[..., 2:].copy().view(np.int8).reshape(9, k), codes.T)
+
+
+def test_non_finite_values_are_refused_not_requantized():
+    blocks = random_blocks(T.Q6_K, rows=2, k=256, seed=6)
+    blocks[1, 208:210] = np.array([np.inf], np.float16).view(np.uint8)
+    with pytest.raises(ValueError, match="row 1 holds NaN or infinity"):
+        _gpt.requantize_to_q8_0("q6_k", blocks)
+    with pytest.raises(ValueError, match="no block type 'q3_k'"):
+        _gpt.requantize_to_q8_0("q3_k", blocks)
+
+
+def test_a_fused_weight_takes_the_most_precise_of_its_parts_formats():
+    assert kept_formats.group_format(["Q4_K", "Q4_K", "Q6_K"], "auto") == "q8_0"
+    assert kept_formats.group_format(["Q4_K", "Q4_K", "Q4_K"], "auto") == "q4_1"
+    assert kept_formats.group_format(["Q4_0", "Q4_K"], "auto") == "q4_1"
+    assert kept_formats.group_format(["Q4_0", "Q4_0"], "auto") == "q4_0"
+    assert kept_formats.group_format(["Q4_K", "F16"], "auto") is None  # widened, then stored in q8_0
+    # An explicit format keeps what converts to it without fewer bits, and widens the rest.
+    assert kept_formats.group_format(["Q4_K", "Q6_K"], "q8_0") == "q8_0"
+    assert kept_formats.group_format(["Q4_K", "Q4_0"], "q4_1") == "q4_1"
+    assert kept_formats.group_format(["Q4_K", "Q6_K"], "q4_1") is None
+    assert kept_formats.group_format(["Q4_K"], "q4_0") is None
+
+
+# A shape whose rows tile Q4_K's 256-weight super-blocks (SmolLM2-135M's 576 do not: llama.cpp's
+# quantizer writes Q5_0 there), with 8 layers so that some get Q6_K's extra bits and some do not.
+SHAPE = make_gguf.Shape(8, 256, 4, 2, 512, 320, 256, 10000.0, True, None)
+
+
+@pytest.fixture(scope="module")
+def q4_k_m_file(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("kquant") / "tiny.q4_k_m.gguf")
+    counts = make_gguf.write(path, SHAPE, "q4_k_m")
+    assert counts.get("Q4_K") and counts.get("Q6_K"), counts
+    return path
+
+
+def test_a_q4_k_m_file_runs_in_q4_1_and_q8_0_side_by_side(q4_k_m_file):
+    model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
+    options = model.options
+    assert options.weights == "q4_1"
+    formats = dict(options.weight_formats)
+    # make_gguf gives layers 0, 3, 6 and 7 Q6_K attn_v and ffn_down (llama.cpp's use_more_bits):
+    # their fused q/k/v and their down projection are q8_0; every other matmul weight is q4_1.
+    more_bits = [i for i in range(8) if i < 1 or i >= 7 or (i - 1) % 3 == 2]
+    expected = {}
+    for i in more_bits:
+        expected[f"model.layers.{i}.self_attn.qkv_proj.weight"] = "q8_0"
+        expected[f"model.layers.{i}.mlp.down_proj.weight"] = "q8_0"
+    assert formats == expected
+    # Two block functions: the layers with more bits and the others.
+    ir = model.ir("transformer", 4)
+    assert "func.func private @gpt_block(" in ir and "func.func private @gpt_block_1(" in ir
+    assert "@gpt_block_2(" not in ir
+
+    # The weights the model computes with are the file's (gguf's dequantizer), up to the fp16
+    # rounding of q4_K's sub-block scales (q4_1) and half a q8_0 step (q6_K).
+    reader = gguf.GGUFReader(q4_k_m_file)
+    files = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
+    state = model.state_dict()
+    for i in range(8):
+        for ours, theirs in (
+            (state[f"model.layers.{i}.self_attn.v_proj.weight"], files[f"blk.{i}.attn_v.weight"]),
+            (state[f"model.layers.{i}.mlp.up_proj.weight"], files[f"blk.{i}.ffn_up.weight"]),
+        ):
+            scale = np.abs(theirs).max()
+            assert np.abs(ours - theirs).max() <= scale / 127, i
+
+    # Logits against the file's values in float32: the int8 activations of the dot-product path
+    # move them as llama.cpp's q8_K activations do; the ranking of the likeliest tokens holds.
+    reference = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="f32", disk_cache=False))
+    ids = [5, 17, 2, 200, 33, 8, 91, 4]
+    ours, theirs = model.forward(ids), reference.forward(ids)
+    # Measured: 0.029 apart at most where the logits spread 0.31, as the all-q8_0 model is (0.030).
+    spread = theirs.std()
+    assert np.abs(ours - theirs).max() < 0.25 * spread
+    assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
+
+
+def test_an_explicit_format_keeps_what_converts_to_it(q4_k_m_file):
+    model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="q8_0", disk_cache=False))
+    assert model.options.weights == "q8_0" and model.options.weight_formats == ()
+    auto = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
+    # The q8_0 layers of the auto model are the same bits as the all-q8_0 model's.
+    ours, theirs = auto.state_dict(), model.state_dict()
+    name = "model.layers.0.mlp.down_proj.weight"  # a Q6_K tensor: q8_0 in both
+    np.testing.assert_array_equal(ours[name], theirs[name])
+
+
+def test_weight_formats_name_layer_matmul_weights_only():
+    cfg = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=96, block_size=32)
+    with pytest.raises(ValueError, match="'transformer.h.0.ln_1.weight', which is no layer's matmul weight"):
+        gpt.GPT.random(
+            cfg, options=gpt.CompileOptions(weights="q4_0", weight_formats={"transformer.h.0.ln_1.weight": "q8_0"})
+        )
+    with pytest.raises(ValueError, match="weight_formats maps parameter names to one of"):
+        gpt.CompileOptions(weight_formats={"transformer.h.0.mlp.c_fc.weight": "q3_k"})
+    # By hand: layer 1's MLP in q8_0, the rest in q4_0; the logits are those of the same weights
+    # given to a model that quantizes them itself the same way (an independent q8_0 / q4_0 mix
+    # built from from_weights of the dequantized values would round again, so compare with the
+    # formats' own round trip instead: state_dict is what the model computes with).
+    options = gpt.CompileOptions(weights="q4_0", weight_formats={"transformer.h.1.mlp.c_fc.weight": "q8_0"})
+    model = gpt.GPT.random(cfg, seed=3, options=options)
+    assert dict(model.options.weight_formats) == {"transformer.h.1.mlp.c_fc.weight": "q8_0"}
+    random = gpt.GPT.random(cfg, seed=3, options=gpt.CompileOptions(weights="q4_0"))
+    q8 = gpt.GPT.random(cfg, seed=3, options=gpt.CompileOptions(weights="q8_0"))
+    name = "transformer.h.1.mlp.c_fc.weight"
+    np.testing.assert_array_equal(model.state_dict()[name], q8.state_dict()[name])
+    other = "transformer.h.0.mlp.c_fc.weight"
+    np.testing.assert_array_equal(model.state_dict()[other], random.state_dict()[other])
