@@ -31,6 +31,7 @@ import numpy as np
 from gpt import hf_checkpoint, model_files, template_sandbox
 from gpt.detokenizer import IncrementalDetokenizer
 from gpt.sampling import check_sampling_args, sample
+from gpt.structured_output import json_schema_grammar
 from gpt.template_sandbox import ChatTemplateError, RenderTooLong
 
 # chat_template.jinja, at most (real ones are a few KB; the template itself is bounded by
@@ -225,6 +226,7 @@ class Chat:
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
+        json_schema: dict | bool | None = None,
     ):
         check_sampling_args(temperature, top_k, top_p)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -235,6 +237,12 @@ class Chat:
         self._max_new_tokens = max_new_tokens
         self._sampling = (float(temperature), top_k, top_p)
         self._rng = np.random.default_rng(seed)
+        # Every answer follows this JSON schema (gpt.structured_output), ending when its JSON is complete.
+        self._grammar = None
+        if json_schema is not None and json_schema is not False:
+            self._grammar = json_schema_grammar(
+                tokenizer, json_schema, vocab_size=model.config.vocab_size, end_ids=spec.end_ids
+            )
         self._system = system
         self.last_turn: TurnStats | None = None
         self.reset()
@@ -315,16 +323,20 @@ class Chat:
         answer: list[int] = []
         in_cache = 0  # answer tokens run through the model (the last one sampled is not, yet)
         end = None
+        constraint = self._grammar.start() if self._grammar is not None else None
         try:
             for step in range(max_new):
+                if constraint is not None:
+                    logits = constraint.mask(logits)
                 token = sample(logits, temperature, top_k, top_p, self._rng)
                 if token in end_ids:
                     end = token
                     break
                 answer.append(token)
+                complete = constraint is not None and constraint.advance(token)
                 if piece := detokenizer.add(token):
                     yield piece
-                if step + 1 == max_new:
+                if step + 1 == max_new or complete:
                     break
                 logits = model.decode(token, self._cache)
                 self._ids.append(token)
@@ -370,13 +382,15 @@ def run(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,
+    json_schema: dict | bool | None = None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
     """`python -m gpt chat`: each line of `stdin` is a user message; each answer is streamed to
     `stdout` and ends with a newline; a timing line per turn goes to `stderr`. Returns the number
-    of turns. A prompt ("> ") is shown when stdin is a terminal."""
+    of turns. A prompt ("> ") is shown when stdin is a terminal. `json_schema`: every answer is
+    JSON that it accepts (Chat)."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     chat = Chat(
         model,
@@ -388,6 +402,7 @@ def run(
         top_k=top_k,
         top_p=top_p,
         seed=seed,
+        json_schema=json_schema,
     )
     interactive = stdin.isatty()
     turns = 0

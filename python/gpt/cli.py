@@ -17,6 +17,7 @@ the traceback.
 """
 
 import datetime
+import json
 import os
 import sys
 import time
@@ -60,6 +61,13 @@ flags.DEFINE_integer(
 )
 # The issue and llama.cpp spell it with a dash; absl flags here use underscores, so both are accepted.
 flags.DEFINE_alias("draft-tokens", "draft_tokens")
+flags.DEFINE_string(
+    "json_schema",
+    None,
+    "generate, chat: a JSON schema file (a JSON object) the output must follow, decoded under its grammar "
+    "(gpt.structured_output; llama.cpp's --json-schema); true in the file: any JSON object",
+)
+flags.DEFINE_alias("json-schema", "json_schema")
 flags.DEFINE_enum("pipeline", "default", PIPELINES, "compiler pipeline level")
 flags.DEFINE_integer("threads", None, "threads (default: all cores)", lower_bound=1)
 flags.DEFINE_integer(
@@ -211,6 +219,7 @@ def generate() -> None:
         stream=True,
         speculative=speculative,
         draft_tokens=FLAGS.draft_tokens,
+        json_schema=_json_schema(),
     )
     start = time.perf_counter()
     out = []
@@ -336,7 +345,30 @@ def chat() -> None:
         top_k=FLAGS.top_k or None,
         top_p=FLAGS.top_p,
         seed=FLAGS.seed,
+        json_schema=_json_schema(),
     )
+
+
+def _json_schema():
+    """--json-schema's file read as JSON (None without the flag); structured_output checks the schema."""
+    from gpt.structured_output import MAX_SCHEMA_CHARS
+
+    if FLAGS.json_schema is None:
+        return None
+    with open(FLAGS.json_schema, "rb") as f:
+        data = f.read(4 * MAX_SCHEMA_CHARS + 1)  # a bound on the bytes read; the schema's own comes later
+    if len(data) > 4 * MAX_SCHEMA_CHARS:
+        raise ValueError(f"--json-schema {FLAGS.json_schema} is longer than {4 * MAX_SCHEMA_CHARS} bytes")
+    try:
+        schema = json.loads(data)
+    except ValueError as e:  # UnicodeDecodeError included
+        raise ValueError(f"--json-schema {FLAGS.json_schema} is not JSON: {e}") from None
+    if not isinstance(schema, dict) and schema is not True:
+        raise ValueError(
+            f"--json-schema {FLAGS.json_schema} must hold a JSON schema (a JSON object) or true, "
+            f"got {type(schema).__name__}"
+        )
+    return schema
 
 
 def serve() -> None:

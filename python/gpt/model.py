@@ -18,7 +18,8 @@ from gpt.resources import check_fits_in_memory
 from gpt.sampling import check_sampling_args, sample
 from gpt.speculative import SpeculationStats, check_draft_tokens, speculative_tokens
 from gpt.speculative import drafter_for as speculative_drafter
-from gpt.tokenizer import HFTokenizer
+from gpt.structured_output import json_schema_grammar
+from gpt.tokenizer import ByteTokenizer, HFTokenizer
 from gpt.weights import load_pretrained, random_weights, validate_weights
 
 
@@ -450,6 +451,7 @@ class GPT:
         stop_at_eos: bool = ...,
         speculative: "str | GPT | None" = ...,
         draft_tokens: int | None = ...,
+        json_schema: dict | bool | None = ...,
     ) -> list[int]: ...
 
     @overload
@@ -468,6 +470,7 @@ class GPT:
         stop_at_eos: bool = ...,
         speculative: "str | GPT | None" = ...,
         draft_tokens: int | None = ...,
+        json_schema: dict | bool | None = ...,
     ) -> Iterator[int]: ...
 
     @overload
@@ -486,6 +489,7 @@ class GPT:
         stop_at_eos: bool = ...,
         speculative: "str | GPT | None" = ...,
         draft_tokens: int | None = ...,
+        json_schema: dict | bool | None = ...,
     ) -> list[int] | Iterator[int]: ...
 
     def generate(
@@ -503,6 +507,7 @@ class GPT:
         stop_at_eos: bool = True,
         speculative: "str | GPT | None" = None,
         draft_tokens: int | None = None,
+        json_schema: dict | bool | None = None,
     ) -> list[int] | Iterator[int]:
         """Continues `ids` by up to `max_new_tokens` tokens and returns the new ones (not the prompt);
         an iterator over the same tokens when `stream=True`. temperature 0 is greedy; otherwise
@@ -519,7 +524,14 @@ class GPT:
         (gpt/speculative.py); fewer are drafted while drafts are rejected. Greedy decoding gives the
         tokens plain decoding gives; sampling keeps its distribution (the standard accept/reject
         rule), though not the same draws for a seed. Stops, EOS, max_new_tokens and stream behave
-        as without it."""
+        as without it.
+
+        `json_schema` (a JSON schema dict, or True for any JSON object) constrains the tokens to
+        JSON text that the schema accepts (gpt/structured_output.py: the logits of every other
+        token are -inf before sampling), and generation ends when that text is complete; the text
+        is cut short only by max_new_tokens. It needs the model's tokenizer, and does not combine
+        with `speculative`. ValueError names a schema that is not a JSON object, too large, or
+        refused by the grammar library."""
         prompt = self._check_ids(ids)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -548,6 +560,9 @@ class GPT:
             draft_tokens = check_draft_tokens(draft_tokens)
         elif draft_tokens is not None:
             raise ValueError("draft_tokens is given without speculative='ngram' or a draft model")
+        constraint = None
+        if json_schema is not None and json_schema is not False:
+            constraint = self._json_constraint(json_schema, stop_ids, speculative)
         tokens = self._generate(
             prompt,
             int(max_new_tokens),
@@ -559,8 +574,25 @@ class GPT:
             stop_ids,
             drafter,
             draft_tokens,
+            constraint,
         )
         return tokens if stream else list(tokens)
+
+    def _json_constraint(self, json_schema, stop_ids: frozenset[int], speculative):
+        """generate()'s constraint for `json_schema`, its grammar ending at `stop_ids`."""
+        if speculative is not None:
+            # Drafts would need the grammar's mask at every drafted position, and a rollback of the
+            # grammar with the KV cache: not built, so refused rather than left unconstrained.
+            raise ValueError("json_schema and speculative cannot be combined: give one of them")
+        tokenizer = self._tokenizer
+        if tokenizer is None and self._config.vocab_size == 256:
+            tokenizer = ByteTokenizer()
+        if tokenizer is None:
+            raise ValueError(
+                "json_schema needs the model's tokenizer (to know each token's text), and this model has none"
+            )
+        grammar = json_schema_grammar(tokenizer, json_schema, vocab_size=self._config.vocab_size, end_ids=stop_ids)
+        return grammar.start()
 
     @property
     def end_of_generation(self) -> frozenset[int]:
@@ -761,7 +793,18 @@ class GPT:
         return min(length, self._config.block_size)
 
     def _generate(
-        self, ids, max_new_tokens, temperature, top_k, top_p, rng, use_cache, stop_ids, drafter=None, draft_tokens=None
+        self,
+        ids,
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        rng,
+        use_cache,
+        stop_ids,
+        drafter=None,
+        draft_tokens=None,
+        constraint=None,
     ):
         stats = self._generation = dict(
             prompt_tokens=len(ids),
@@ -809,12 +852,15 @@ class GPT:
             sequence = list(ids)
             logits = timed("prompt_seconds", lambda: self.forward(sequence)[-1])
         for step in range(max_new_tokens):
+            if constraint is not None:  # the mask's time counts as decoding's
+                logits = timed("generate_seconds", constraint.mask, logits)
             token = sample(logits, temperature, top_k, top_p, rng)
-            if token in stop_ids:
+            if token in stop_ids or (constraint is not None and token in constraint.end_ids):
                 return
             stats["generated_tokens"] += 1
+            complete = constraint is not None and constraint.advance(token)
             yield token
-            if step + 1 == max_new_tokens:
+            if step + 1 == max_new_tokens or complete:
                 return
             if use_cache:
                 logits = timed("generate_seconds", self.decode, token, cache)
