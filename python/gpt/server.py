@@ -44,7 +44,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Fiel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpt import chat
-from gpt.engine import MAX_STOP_STRING_LENGTH, Engine, QueueFullError, prometheus_text
+from gpt.engine import MAX_CHOICES, MAX_STOP_STRING_LENGTH, Engine, QueueFullError, prometheus_text
+from gpt.logprobs import (
+    MAX_COMPLETION_LOGPROBS,
+    MAX_TOP_LOGPROBS,
+    TokenStrings,
+    chat_content,
+    completion_logprobs,
+    text_offsets,
+)
 
 # Seconds a client refused on a full queue is told to wait.
 RETRY_AFTER_SECONDS = 1
@@ -167,7 +175,8 @@ _Stop = (
     ]
     | None
 )
-_N = Annotated[int, Field(ge=1, le=1)]
+# Choices per request: the engine's MAX_CHOICES (16), forked from one prefill of the prompt.
+_N = Annotated[int, Field(ge=1, le=MAX_CHOICES)]
 
 
 class CompletionRequest(BaseModel):
@@ -196,6 +205,10 @@ class CompletionRequest(BaseModel):
     stream: bool = False
     n: _N = 1
     user: str | None = None
+    # The most likely alternatives listed with each token's logprob (0 to 5, as OpenAI's).
+    logprobs: Annotated[int, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None
+    # The prompt's text before the completion's, with its tokens' logprobs when `logprobs` is given.
+    echo: bool = False
 
 
 class ChatMessage(BaseModel):
@@ -226,6 +239,10 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     n: _N = 1
     user: str | None = None
+    logprobs: bool | None = None
+    # The most likely alternatives listed with each token's logprob (0 to 20, as OpenAI's); needs
+    # `logprobs: true`.
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
 
 
 def _parse_request(raw: bytes, kind: type[BaseModel]) -> BaseModel:
@@ -552,59 +569,125 @@ class LastResort:
             await _send_error(send, 500, f"internal error: {type(e).__name__}")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Answering:
+    """What a request asks of its answer's shape: `n` choices; each token's logprobs entry
+    (`logprobs`, written with `strings`); completions' `echo` of the prompt (its text, and its
+    tokens for their logprobs)."""
+
+    n: int = 1
+    logprobs: bool = False
+    strings: TokenStrings | None = None
+    echo: str | None = None
+    prompt: tuple[int, ...] = ()
+
+
 class _CompletionShape:
-    """OpenAI's text_completion objects, each choice with its `token_ids` too."""
+    """OpenAI's text_completion objects, each choice with its `token_ids` too (the completion's)."""
 
     prefix = "cmpl"
 
-    def __init__(self, completion_id: str, created: int, model: str):
+    def __init__(self, completion_id: str, created: int, model: str, answering: _Answering):
         self._head = {"id": completion_id, "object": "text_completion", "created": created, "model": model}
+        self._answering = answering
+        self._lengths = [0] * answering.n  # characters of each choice's text streamed so far
 
     @staticmethod
-    def _choice(text, finish_reason, token_ids):
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "token_ids": token_ids}
+    def _choice(index, text, finish_reason, token_ids, logprobs=None):
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+        return choice | {"token_ids": token_ids}
+
+    def _chunk(self, *choice) -> dict:
+        return self._head | {"choices": [self._choice(*choice)]}
+
+    def _prompt_logprobs(self, entries) -> dict:
+        prompt, strings = list(self._answering.prompt), self._answering.strings
+        return completion_logprobs(prompt, list(entries), text_offsets(strings.tokenizer, prompt), strings)
 
     def opening(self) -> list[dict]:
-        return []
+        """The echoed prompt's text first, when it has no logprobs to wait for."""
+        echo = self._answering.echo
+        if echo is None or self._answering.logprobs:
+            return []
+        self._lengths = [len(echo)] * self._answering.n
+        return [self._chunk(index, echo, None, []) for index in range(self._answering.n)]
 
     def chunks(self, event) -> list[dict]:
-        """One chunk per event (text "" while a character or a possible stop string is open)."""
+        """One chunk per event (text "" while a character or a possible stop string is open); the
+        echoed prompt's text with its logprobs when they come (`prompt_logprobs`)."""
+        index, answering = event.index, self._answering
+        if event.prompt_logprobs is not None:
+            self._lengths[index] = len(answering.echo or "")
+            return [self._chunk(index, answering.echo or "", None, [], self._prompt_logprobs(event.prompt_logprobs))]
         tokens = [event.token] if event.token is not None else []
-        return [self._head | {"choices": [self._choice(event.text, event.finish_reason, tokens)]}]
+        logprobs = None
+        if answering.logprobs:
+            entries = [event.logprob] if event.logprob is not None else []
+            logprobs = completion_logprobs(tokens, entries, [self._lengths[index]] * len(tokens), answering.strings)
+        self._lengths[index] += len(event.text)
+        return [self._chunk(index, event.text, event.finish_reason, tokens, logprobs)]
 
-    def whole(self, handle) -> dict:
-        return self._head | {"choices": [self._choice(handle.text, handle.finish_reason, handle.tokens)]}
+    def whole(self, handles) -> dict:
+        answering, choices = self._answering, []
+        echo = answering.echo or ""
+        for handle in handles:
+            logprobs = None
+            if answering.logprobs:
+                offsets = [len(echo) + offset for offset in handle.text_offsets]
+                logprobs = completion_logprobs(handle.tokens, handle.logprobs, offsets, answering.strings)
+                if handle.prompt_logprobs is not None:
+                    logprobs = {
+                        key: value + logprobs[key]
+                        for key, value in self._prompt_logprobs(handle.prompt_logprobs).items()
+                    }
+            text = echo + handle.text
+            choices.append(self._choice(handle.index, text, handle.finish_reason, handle.tokens, logprobs))
+        return self._head | {"choices": choices}
 
 
 class _ChatShape:
-    """OpenAI's chat.completion object, and its stream of chat.completion.chunk deltas: the role
-    first, then each piece of text, then an empty delta with the finish reason."""
+    """OpenAI's chat.completion object, and its stream of chat.completion.chunk deltas: for each
+    choice, the role first, then each piece of text (with its tokens' logprobs when asked), then
+    an empty delta with the finish reason."""
 
     prefix = "chatcmpl"
 
-    def __init__(self, completion_id: str, created: int, model: str):
+    def __init__(self, completion_id: str, created: int, model: str, answering: _Answering):
         self._id, self._created, self._model = completion_id, created, model
+        self._answering = answering
 
-    def _object(self, kind: str, choice: dict) -> dict:
-        return {"id": self._id, "object": kind, "created": self._created, "model": self._model, "choices": [choice]}
+    def _object(self, kind: str, choices: list[dict]) -> dict:
+        return {"id": self._id, "object": kind, "created": self._created, "model": self._model, "choices": choices}
 
-    def _chunk(self, delta: dict, finish_reason=None) -> dict:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return self._object("chat.completion.chunk", choice)
+    def _chunk(self, index: int, delta: dict, finish_reason=None, logprobs=None) -> dict:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        return self._object("chat.completion.chunk", [choice])
 
     def opening(self) -> list[dict]:
-        return [self._chunk({"role": "assistant", "content": ""})]
+        return [self._chunk(index, {"role": "assistant", "content": ""}) for index in range(self._answering.n)]
 
     def chunks(self, event) -> list[dict]:
-        out = [self._chunk({"content": event.text})] if event.text else []
+        out = []
+        if self._answering.logprobs and event.logprob is not None:
+            content = chat_content([event.logprob], self._answering.strings)
+            out.append(self._chunk(event.index, {"content": event.text}, logprobs={"content": content}))
+        elif event.text:
+            out.append(self._chunk(event.index, {"content": event.text}))
         if event.finish_reason is not None:
-            out.append(self._chunk({}, event.finish_reason))
+            out.append(self._chunk(event.index, {}, event.finish_reason))
         return out
 
-    def whole(self, handle) -> dict:
-        message = {"role": "assistant", "content": handle.text}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": handle.finish_reason}
-        return self._object("chat.completion", choice)
+    def whole(self, handles) -> dict:
+        choices = []
+        for handle in handles:
+            message = {"role": "assistant", "content": handle.text}
+            logprobs = None
+            if self._answering.logprobs:
+                logprobs = {"content": chat_content(handle.logprobs, self._answering.strings)}
+            choices.append(
+                {"index": handle.index, "message": message, "logprobs": logprobs, "finish_reason": handle.finish_reason}
+            )
+        return self._object("chat.completion", choices)
 
 
 def create_app(
@@ -668,6 +751,7 @@ def create_app(
         )
 
     encode_text = text_encoder(tokenizer) if tokenizer is not None else None
+    token_strings = TokenStrings(tokenizer)  # the text and bytes of tokens in logprobs, cached
     budget = AdmissionBudget(limits.admission_bytes)
 
     def admission_cost(body_bytes: int, kind: type[BaseModel]) -> int:
@@ -765,26 +849,46 @@ def create_app(
             message = f"the model {body.model!r} does not exist: this server serves {model_name!r} (GET /v1/models)"
             return _error(404, message, "model", code="model_not_found")
         is_chat = isinstance(body, ChatCompletionRequest)
+        if is_chat and body.top_logprobs is not None and not body.logprobs:
+            return _error(400, "top_logprobs needs logprobs: true", "top_logprobs")
         prepared = chat_prompt(body) if is_chat else completion_prompt(body)
         if isinstance(prepared, Response):
             return prepared
         ids, max_tokens, stop_ids = prepared
         prompt = _token_array(ids)
+        # Alternatives per token's logprobs entry (None: no logprobs); an echoed prompt's tokens
+        # are scored too (the engine's prompt_logprobs).
+        logprobs = ((body.top_logprobs or 0) if body.logprobs else None) if is_chat else body.logprobs
+        echo = None
+        if not is_chat and body.echo:
+            echo = body.prompt if isinstance(body.prompt, str) else tokenizer.decode(ids) if tokenizer else ""
+        prompt_logprobs = logprobs if echo is not None else None
+        answering = _Answering(
+            body.n,
+            logprobs is not None,
+            token_strings if logprobs is not None else None,
+            echo,
+            tuple(prompt.tolist()) if prompt_logprobs is not None else (),
+        )
         del ids, prepared
         # The request's own ids (or messages) are freed here.
         body = body.model_copy(update={"messages": []} if is_chat else {"prompt": []})
+        sampling = dict(
+            temperature=body.temperature,
+            top_k=body.top_k,
+            top_p=body.top_p if body.top_p < 1.0 else None,
+            seed=body.seed,
+            stop=stop_ids,
+            stop_strings=body.stop,
+            on_event=on_event,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
+        )
         try:
-            handle = engine.submit(
-                prompt,
-                max_tokens,
-                temperature=body.temperature,
-                top_k=body.top_k,
-                top_p=body.top_p if body.top_p < 1.0 else None,
-                seed=body.seed,
-                stop=stop_ids,
-                stop_strings=body.stop,
-                on_event=on_event,
-            )
+            if body.n == 1:
+                handles = [engine.submit(prompt, max_tokens, **sampling)]
+            else:  # n choices from one prefill of the prompt
+                handles = engine.submit_choices(prompt, body.n, max_tokens, **sampling)
         except QueueFullError as e:
             return _error(503, str(e), None, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
         except (ValueError, TypeError) as e:
@@ -793,7 +897,7 @@ def create_app(
             if is_chat and param == "prompt":  # the prompt is the rendered conversation
                 param, message = "messages", f"messages, rendered with the chat template: {message}"
             return _error(400, message, param)
-        return body, handle, len(prompt)
+        return body, handles, len(prompt), answering
 
     def admit_and_trim(raw: bytes, on_event, kind: type[BaseModel], cost: int):
         """admit(), then, for a large request, what it freed handed back to the system."""
@@ -844,8 +948,8 @@ def create_app(
         admitted = await work
         if isinstance(admitted, Response):
             return admitted
-        body, handle, prompt_tokens = admitted
-        answer = shape(f"{shape.prefix}-{uuid.uuid4().hex}", int(time.time()), model_name)
+        body, handles, prompt_tokens, answering = admitted
+        answer = shape(f"{shape.prefix}-{uuid.uuid4().hex}", int(time.time()), model_name, answering)
 
         if body.stream:
 
@@ -853,15 +957,16 @@ def create_app(
                 try:
                     for chunk in answer.opening():
                         yield f"data: {json.dumps(chunk)}\n\n"
-                    while True:
+                    running = len(handles)  # choices not finished yet, each ending with one event
+                    while running:
                         event = await events.get()
                         for chunk in answer.chunks(event):
                             yield f"data: {json.dumps(chunk)}\n\n"
-                        if event.finish_reason is not None:
-                            yield "data: [DONE]\n\n"
-                            return
+                        running -= event.finish_reason is not None
+                    yield "data: [DONE]\n\n"
                 finally:
-                    handle.cancel()  # a no-op once it has finished; frees a disconnected client's blocks
+                    for handle in handles:  # a no-op once it has finished; frees a disconnected client's blocks
+                        handle.cancel()
 
             return StreamingResponse(
                 stream(),
@@ -870,22 +975,24 @@ def create_app(
             )
 
         next_check = loop.time() + DISCONNECT_POLL_SECONDS
-        while not handle.done:
+        while not all(handle.done for handle in handles):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(events.get(), DISCONNECT_POLL_SECONDS)
             if loop.time() >= next_check:
                 next_check = loop.time() + DISCONNECT_POLL_SECONDS
                 if await request.is_disconnected():
-                    handle.cancel()
+                    for handle in handles:
+                        handle.cancel()
                     return _error(499, "client disconnected")
-        if handle.finish_reason == "error":
-            return _error(500, handle.error)
+        if failed := next((handle for handle in handles if handle.finish_reason == "error"), None):
+            return _error(500, failed.error)
+        completion_tokens = sum(len(handle.tokens) for handle in handles)
         usage = {
             "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(handle.tokens),
-            "total_tokens": prompt_tokens + len(handle.tokens),
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
         }
-        return answer.whole(handle) | {"usage": usage}
+        return answer.whole(handles) | {"usage": usage}
 
     @app.post("/v1/completions", openapi_extra=request_body(CompletionRequest))
     async def completions(request: Request, response: Response):

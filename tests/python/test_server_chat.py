@@ -227,9 +227,9 @@ def test_stop_strings_cut_the_answer(checkpoint, url, model):
         (dict(messages=QUESTION, max_tokens=-1), 422, "max_tokens"),
         (dict(messages=QUESTION, max_completion_tokens=2.0), 422, "max_completion_tokens"),
         (dict(messages=QUESTION, top_p=0), 422, "top_p"),
-        (dict(messages=QUESTION, n=2), 422, "n"),
+        (dict(messages=QUESTION, n=17), 422, "n"),
         (dict(messages=QUESTION, stop=["a"] * 5), 422, "stop"),
-        (dict(messages=QUESTION, logprobs=True), 422, "logprobs"),
+        (dict(messages=QUESTION, logprobs=1), 422, "logprobs"),
         (dict(messages=QUESTION, prompt="hi"), 422, "prompt"),
         (dict(messages=QUESTION, max_tokens=2, max_completion_tokens=2), 400, "max_completion_tokens"),
         (dict(messages=QUESTION, max_tokens=CONTEXT), 400, "messages"),  # with the conversation, past the context

@@ -362,7 +362,7 @@ MALFORMED = [
     (b'{"prompt": "hi", "temperature": "0.5"}', 422, "temperature"),
     (b'{"prompt": "hi", "seed": "1"}', 422, "seed"),
     (b'{"prompt": "hi", "top_k": 2.5}', 422, "top_k"),
-    (b'{"prompt": "hi", "n": 2}', 422, "n"),
+    (b'{"prompt": "hi", "n": 17}', 422, "n"),
     (b'{"prompt": [1, true]}', 422, "prompt"),
     (b'{"prompt": []}', 422, "prompt"),
     (b'{"prompt": [[1]]}', 422, "prompt"),

@@ -33,8 +33,29 @@ from gpt.engine.requests import (
 )
 from gpt.engine.scheduler import Scheduler, Sequence
 from gpt.engine.window import most_blocks_needed
+from gpt.logprobs import MAX_TOP_LOGPROBS, prompt_logprobs, token_logprob
 from gpt.sampling import check_sampling_args, sample
 from gpt.tokenizer import tokenizer_for
+
+# Choices of one request at most (submit_choices' `n`; the server's bound too).
+MAX_CHOICES = 16
+
+
+def _logprob_count(name: str, value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"{name} must be None or an int in [0, {MAX_TOP_LOGPROBS}], got {value!r}")
+    return int(value)
+
+
+def choice_seed(seed: int | None, index: int):
+    """The seed of choice `index` of a request seeded with `seed`: the seed itself for the first
+    (so one choice draws what GPT.generate draws with that seed), and one derived from (seed,
+    index) for the others, so that a seeded request with n choices is reproducible whole."""
+    if seed is None or index == 0:
+        return seed
+    return np.random.SeedSequence([int(seed), index])
 
 
 def _positive_int(name: str, value) -> int:
@@ -95,6 +116,8 @@ class Engine:
         self._sequences: dict[RequestHandle, Sequence] = {}
         self._texts: dict[RequestHandle, TextTracker] = {}
         self._rngs: dict[RequestHandle, np.random.Generator] = {}
+        # Requests whose prompt is scored (prompt_logprobs) before they are scheduled, oldest first.
+        self._scoring: collections.deque[Sequence] = collections.deque()
         self._accepting = True
         self._stopping = False
         self._counters = collections.Counter()
@@ -137,15 +160,61 @@ class Engine:
         stop_strings=None,
         keep_logits: bool = False,
         on_event=None,
+        logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
     ) -> RequestHandle:
         """Queues a request and returns its handle. `prompt`: token ids; sampling as
         `GPT.generate` takes it (the same seed gives the same tokens); `stop`: token ids that end
         the request unreturned; `stop_strings`: texts that end it, cut from its text (at most
         MAX_STOP_STRINGS of at most MAX_STOP_STRING_LENGTH characters). `on_event`
-        is called on the engine's thread with every Event (keep it short). Raises ValueError or
-        TypeError naming a bad argument or a request that can never fit the pool (with an attention
-        window, only one token's window must fit, however long the request), QueueFullError when
-        the queue is full."""
+        is called on the engine's thread with every Event (keep it short). `logprobs`: each token's
+        Event carries its gpt.logprobs.TokenLogprob with that many alternatives (0 to
+        MAX_TOP_LOGPROBS); `prompt_logprobs`: the prompt's tokens are scored too, in an Event before
+        the first token (see _score). Raises ValueError or TypeError naming a bad argument or a
+        request that can never fit the pool (with an attention window, only one token's window must
+        fit, however long the request), QueueFullError when the queue is full."""
+        return self.submit_choices(
+            prompt,
+            1,
+            max_tokens,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            stop,
+            stop_strings,
+            keep_logits,
+            on_event,
+            logprobs,
+            prompt_logprobs,
+        )[0]
+
+    def submit_choices(
+        self,
+        prompt,
+        n: int,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop=None,
+        stop_strings=None,
+        keep_logits: bool = False,
+        on_event=None,
+        logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
+    ) -> list[RequestHandle]:
+        """submit() for `n` choices (1 to MAX_CHOICES) of one prompt: a handle each, whose Events
+        carry its `index`. The prompt runs once; the other choices then fork from the first,
+        sharing its blocks (Scheduler.fork), and each draws its own tokens, choice i with the
+        seed choice_seed(seed, i). Greedy choices are all the same."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_CHOICES:
+            raise ValueError(f"n must be an int in [1, {MAX_CHOICES}] (MAX_CHOICES), got {n!r}")
+        logprobs = _logprob_count("logprobs", logprobs)
+        prompt_logprobs = _logprob_count("prompt_logprobs", prompt_logprobs)
+        if prompt_logprobs is not None and not callable(getattr(self._model, "forward", None)):
+            raise ValueError("prompt_logprobs needs the model's forward(), and this model has none")
         prompt = self._check_ids(prompt, "prompt")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
@@ -171,29 +240,35 @@ class Engine:
                 f"{len(prompt)} prompt tokens + max_tokens={max_tokens} need {needed} blocks "
                 f"of {self._block_size}{at_once}, more than the pool's {self._num_blocks}"
             )
-        params = SamplingParams(int(max_tokens), float(temperature), top_k, top_p, seed, stop_ids, stop_strings)
-        handle = RequestHandle(prompt, params, on_event, keep_logits, self.cancel)
+        params = SamplingParams(
+            int(max_tokens), float(temperature), top_k, top_p, seed, stop_ids, stop_strings, logprobs, prompt_logprobs
+        )
+        handles = [RequestHandle(prompt, params, on_event, keep_logits, self.cancel, index) for index in range(n)]
         with self._lock:
             if not self._accepting:
                 raise QueueFullError("the engine is shutting down and takes no new requests")
-            if len(self._scheduler.waiting) >= self._max_queue:
+            waiting = len(self._scheduler.waiting) + len(self._scoring)
+            if waiting >= self._max_queue:
                 self._counters["rejected"] += 1
-                raise QueueFullError(
-                    f"{len(self._scheduler.waiting)} requests are waiting (max_queue={self._max_queue})"
-                )
-            seq = Sequence(handle, self._block_size)
-            self._sequences[handle] = seq
-            self._texts[handle] = TextTracker(self._tokenizer, stop_strings)
-            self._rngs[handle] = np.random.default_rng(seed)
-            self._counters["submitted"] += 1
+                raise QueueFullError(f"{waiting} requests are waiting (max_queue={self._max_queue})")
+            seqs = [Sequence(handle, self._block_size) for handle in handles]
+            for index, (handle, seq) in enumerate(zip(handles, seqs, strict=True)):
+                self._sequences[handle] = seq
+                self._texts[handle] = TextTracker(self._tokenizer, stop_strings)
+                self._rngs[handle] = np.random.default_rng(choice_seed(seed, index))
+            first = seqs[0]
+            first.forks = seqs[1:]
+            self._counters["submitted"] += n
             self._counters["prompt_tokens"] += len(prompt)
-            if max_tokens == 0:
-                self._end(seq, "length")
+            if prompt_logprobs is not None:
+                self._scoring.append(first)  # then to the scheduler, or ended (max_tokens 0): _score
+            elif max_tokens == 0:
+                self._end(first, "length")  # and its forks
                 self._deliver()
             else:
-                self._scheduler.waiting.append(seq)
+                self._scheduler.waiting.append(first)
             self._lock.notify_all()
-        return handle
+        return handles
 
     def generate(self, prompt, max_tokens: int = 16, **kwargs) -> list[int]:
         """submit() and wait for the tokens."""
@@ -273,6 +348,8 @@ class Engine:
         return run_deferring_interrupts(self._step)
 
     def _step(self) -> bool:
+        if self._scoring and self._score():
+            return True
         with self._lock:
             self._deliver()  # what an interrupted delivery left
             saved = self._begin()
@@ -293,6 +370,15 @@ class Engine:
             # run outside the lock, holding up no submit, cancel or metrics.
             rngs = [self._rngs[seq.handle] for seq, _ in plan.work]
             trackers = [self._texts[seq.handle] for seq, _ in plan.work]
+            # The other choices of a request whose prompt completes now: they fork from it, each
+            # drawing its first token from the same logits (Scheduler.fork).
+            forks = {
+                seq: [
+                    (c, self._rngs[c.handle], self._texts[c.handle]) for c in seq.forks if c.handle in self._sequences
+                ]
+                for seq, count in plan.work
+                if seq.forks and seq.pending == count
+            }
         # A decode runs the one token sampled last; everything else is prompt (or recompute).
         decodes = sum(1 for seq, count in plan.work if count == 1 and seq.pending == 1 and seq.generated)
         prefill_tokens = sum(count for _, count in plan.work) - decodes
@@ -321,11 +407,13 @@ class Engine:
         undo = []  # how to put back the RNG and text states that _outcome changes
         committed = False
         try:
-            outcomes = [
-                self._outcome(seq, logits[row], rngs[row], trackers[row], undo)
-                for row, (seq, count) in enumerate(plan.work)
-                if seq.pending == count  # its last pending token ran: the next one is sampled
-            ]
+            outcomes = []
+            for row, (seq, count) in enumerate(plan.work):
+                if seq.pending != count:  # its last pending token has not run: nothing to sample yet
+                    continue
+                outcomes.append(self._outcome(seq, logits[row], rngs[row], trackers[row], undo))
+                for child, rng, tracker in forks.get(seq, ()):
+                    outcomes.append(self._outcome(child, logits[row], rng, tracker, undo))
             with self._lock:
                 saved = self._begin()
                 try:
@@ -333,6 +421,8 @@ class Engine:
                     self._counters["prefill_tokens"] += prefill_tokens
                     for seq, count in plan.work:
                         self._scheduler.after_step(seq, count)
+                    for seq, children in forks.items():
+                        self._scheduler.fork(seq, [child for child, _, _ in children])
                     for outcome in outcomes:
                         self._apply(*outcome)
                     self._recent_tokens.append((time.monotonic(), len(outcomes)))
@@ -353,9 +443,16 @@ class Engine:
         while True:
             with self._lock:
                 scheduler = self._scheduler
-                while not (scheduler.waiting or scheduler.running or self._cancelled or self._stopping or self._outbox):
+                while not (
+                    scheduler.waiting
+                    or scheduler.running
+                    or self._scoring
+                    or self._cancelled
+                    or self._stopping
+                    or self._outbox
+                ):
                     self._lock.wait()
-                if self._stopping and not (self._scheduler.waiting or self._scheduler.running):
+                if self._stopping and not (self._scheduler.waiting or self._scheduler.running or self._scoring):
                     self._deliver()
                     return
             try:
@@ -372,7 +469,8 @@ class Engine:
         try:
             with self._lock:
                 for seq in list(self._sequences.values()):
-                    self._end(seq, "error", message)
+                    if seq.handle in self._sequences:  # not ended with the choice it was to fork from
+                        self._end(seq, "error", message)
                 self._deliver()
                 self._lock.notify_all()
         except BaseException:  # see above
@@ -382,7 +480,7 @@ class Engine:
         """The next token of `seq` and what it does to the request, computed without changing the
         engine (only the RNG and the text tracker advance, with their old states added to `undo`):
         (seq, token or None for a stop token, its text, the rest of the text when the request
-        ends, the finish reason or None, the logits to keep or None)."""
+        ends, the finish reason or None, the logits to keep or None, the token's logprob entry or None)."""
         handle, params = seq.handle, seq.handle.params
         kept = np.array(logits, copy=True) if handle.logits is not None else None
         if params.temperature > 0:  # greedy sampling does not touch the RNG
@@ -391,19 +489,23 @@ class Engine:
         token = sample(logits, params.temperature, params.top_k, params.top_p, rng)
         undo.append(functools.partial(tracker.restore, tracker.save()))
         if token in params.stop_ids:
-            return seq, None, "", tracker.flush(), "stop", kept
+            return seq, None, "", tracker.flush(), "stop", kept, None
+        # Only for a request that asks: a log-softmax over the vocabulary per token.
+        entry = None
+        if params.logprobs is not None:
+            entry = token_logprob(logits, params.temperature, token, params.logprobs)
         text, stopped = tracker.add(token)
         reason = "stop" if stopped else "length" if seq.generated + 1 == params.max_tokens else None
-        return seq, token, text, tracker.flush() if reason else "", reason, kept
+        return seq, token, text, tracker.flush() if reason else "", reason, kept, entry
 
-    def _apply(self, seq: Sequence, token, text: str, rest: str, reason, logits) -> None:
+    def _apply(self, seq: Sequence, token, text: str, rest: str, reason, logits, entry) -> None:
         """Commits an _outcome (in a transaction)."""
         if token is None:
             self._end(seq, reason, rest=rest, logits=logits)
             return
         seq.append(token)
         self._counters["generated_tokens"] += 1
-        self._outbox.append((seq.handle, Event(token, text), logits))
+        self._outbox.append((seq.handle, Event(token, text, index=seq.handle.index, logprob=entry), logits))
         if reason is not None:
             self._end(seq, reason, rest=rest)
 
@@ -420,7 +522,53 @@ class Engine:
             rest = tracker.flush() if reason != "error" else ""
         self._cancelled.discard(handle)
         self._counters["cancelled" if reason == "cancelled" else "finished"] += 1
-        self._outbox.append((handle, Event(None, rest, reason, error), logits))
+        self._outbox.append((handle, Event(None, rest, reason, error, index=handle.index), logits))
+        for child in seq.forks:  # choices not forked from it yet end with it (cancelled, failed, scored only)
+            if child.handle in self._sequences:
+                self._end(child, reason, error)
+
+    def _score(self) -> bool:
+        """Scores the prompt of the oldest request that asked (prompt_logprobs) and hands it on: to
+        the scheduler, or to its end when it asked for no tokens (max_tokens 0: a prompt scored
+        for its perplexity, as evaluation harnesses ask). The logprobs of every prompt position
+        come from the model's forward() over the prompt (the full-logits entry point: step_batch
+        returns the last position's logits only), run here on the engine's thread like every
+        call into the model. False when no request waits to be scored."""
+        with self._lock:
+            self._deliver()
+            while self._scoring and self._scoring[0].handle not in self._sequences:
+                self._scoring.popleft()  # ended (cancelled) while it waited
+            if not self._scoring:
+                return False
+            seq = self._scoring[0]
+        params, error = seq.handle.params, None
+        try:
+            logits = self._model.forward(seq.handle.prompt)
+            entries = tuple(prompt_logprobs(logits, seq.handle.prompt, params.temperature, params.prompt_logprobs))
+        except Exception as e:  # a prompt the forward entry refuses fails its request, not the engine
+            error = f"{type(e).__name__}: {e}"
+        with self._lock:
+            saved = self._begin()
+            try:
+                if error is not None:
+                    self._end(seq, "error", error)
+                else:
+                    for choice in (seq, *seq.forks):
+                        if choice.handle in self._sequences:
+                            event = Event(None, "", index=choice.handle.index, prompt_logprobs=entries)
+                            self._outbox.append((choice.handle, event, None))
+                    if params.max_tokens == 0:
+                        self._end(seq, "length")
+                    else:
+                        self._scheduler.waiting.append(seq)
+                self._scoring.popleft()  # last: a rollback leaves it to be scored again
+            except BaseException:
+                self._rollback(saved)
+                raise
+            self._commit()
+            self._deliver()
+            self._lock.notify_all()
+        return True
 
     # -- transactions: each change of state in a step is one -------------------------------------
 

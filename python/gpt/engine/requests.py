@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from gpt.detokenizer import IncrementalDetokenizer
+from gpt.logprobs import TokenLogprob
 
 _request_ids = itertools.count(1)
 
@@ -55,12 +56,18 @@ class QueueFullError(RuntimeError):
 class Event:
     """What a request produced: a new token (with the text it completes, which may be "" while a
     multi-byte character or a possible stop string is still open), or its end (`finish_reason`:
-    "length", "stop", "cancelled" or "error", with `error` saying why for the last)."""
+    "length", "stop", "cancelled" or "error", with `error` saying why for the last). `index`: the
+    choice it belongs to (Engine.submit_choices); `logprob`: the new token's entry when the request
+    asked for logprobs; `prompt_logprobs`: the prompt tokens' entries (the first None), in an event
+    of their own before any token, when it asked for them."""
 
     token: int | None
     text: str
     finish_reason: str | None = None
     error: str | None = None
+    index: int = 0
+    logprob: TokenLogprob | None = None
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,18 +79,28 @@ class SamplingParams:
     seed: int | None
     stop_ids: frozenset[int]
     stop_strings: tuple[str, ...]
+    # Alternatives per token's logprob entry (None: no logprobs), and per prompt token's (None: the
+    # prompt is not scored).
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
 
 class RequestHandle:
     """The caller's side of a submitted request: iterate it for tokens (blocking), or read
     `result()`; `cancel()` ends it at the next step boundary. Thread-safe."""
 
-    def __init__(self, prompt: list[int], params: SamplingParams, on_event, keep_logits: bool, cancel):
+    def __init__(self, prompt: list[int], params: SamplingParams, on_event, keep_logits: bool, cancel, index: int = 0):
         self.id = f"req-{next(_request_ids)}"
         self.prompt = prompt
         self.params = params
+        self.index = index  # the choice this is, of those submitted together (Engine.submit_choices)
         self.tokens: list[int] = []
         self.text = ""
+        # With params.logprobs: each token's entry, and where its text starts in `text`.
+        self.logprobs: list[TokenLogprob] | None = [] if params.logprobs is not None else None
+        self.text_offsets: list[int] | None = [] if params.logprobs is not None else None
+        # With params.prompt_logprobs: the prompt tokens' entries (the first None), once scored.
+        self.prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None
         # The logits each token was sampled from, when asked for (tests compare them).
@@ -137,6 +154,11 @@ class RequestHandle:
             return
         if event.token is not None:
             self.tokens.append(event.token)
+            if self.logprobs is not None and event.logprob is not None:
+                self.logprobs.append(event.logprob)
+                self.text_offsets.append(len(self.text))
+        if event.prompt_logprobs is not None:
+            self.prompt_logprobs = event.prompt_logprobs
         if logits is not None and self.logits is not None:
             self.logits.append(logits)
         self.text += event.text

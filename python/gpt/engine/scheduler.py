@@ -41,6 +41,9 @@ class Sequence:
         self.hashes = block_hashes(self.tokens, block_size)  # of every full block of tokens
         self.registered = 0  # leading full blocks that the prefix cache knows
         self.admitted_at = -1
+        # The other choices of its request (n > 1), waiting for this one's prompt: forked from it
+        # (Scheduler.fork) when its prompt has run, sharing its blocks; empty once they are.
+        self.forks: list[Sequence] = []
 
     @property
     def pending(self) -> int:
@@ -62,10 +65,11 @@ class Sequence:
             self.dropped,
             self.registered,
             self.admitted_at,
+            list(self.forks),
         )
 
     def restore(self, state: tuple) -> None:
-        tokens, hashes, self.computed, self.table, self.dropped, self.registered, self.admitted_at = state
+        tokens, hashes, self.computed, self.table, self.dropped, self.registered, self.admitted_at, self.forks = state
         del self.tokens[tokens:], self.hashes[hashes:]
 
     def append(self, token: int) -> None:
@@ -180,6 +184,23 @@ class Scheduler:
         seq.dropped = 0
         seq.computed = 0
         seq.registered = 0
+
+    def fork(self, parent: Sequence, children: list[Sequence]) -> None:
+        """Starts `children` (new sequences of the same prompt) where `parent` is, its prompt run and
+        nothing sampled yet: each holds the parent's blocks too, and the first token that one of
+        them writes into a shared block copies it first (_reserve's copy-on-write). So n choices
+        of a request cost one prefill and the prompt's blocks once."""
+        for child in children:
+            if self._saved is not None:  # a rollback forgets the fork
+                self._touched.append((child, child.save()))
+            child.table = list(parent.table)
+            child.dropped, child.computed, child.registered = parent.dropped, parent.computed, parent.registered
+            for block in child.table[child.dropped :]:
+                self.blocks.acquire(block)
+            self._admissions += 1
+            child.admitted_at = self._admissions
+            self.running.append(child)
+        parent.forks = []
 
     def finish(self, seq: Sequence) -> None:
         if seq in self.running:
