@@ -23,6 +23,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import gpt
 from gpt.cli import EMBEDDED_MODEL
 from gpt.engine import Engine
+from gpt.engine.engine import choice_seed
 from gpt.server import create_app
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
@@ -276,6 +277,42 @@ def test_the_same_seed_gives_the_same_text_and_another_seed_other_text(byte_app)
     assert texts(5, n=3) == texts(5, n=3)
     assert texts(5, n=3)[0] == texts(5)[0]  # choice 0 draws with the seed itself, choice i with (seed, i)
     assert texts(5) != texts(6)
+
+
+def test_engine_choices_through_preemption_are_generates_with_their_seeds(byte_model):
+    """n choices in a pool that holds one at a time: forked, copied on write, preempted and
+    recomputed, each still draws exactly what model.generate draws with its seed."""
+    prompt = list(b"Forked here")  # 11 tokens: the prompt ends inside a block of 4
+    engine = Engine(byte_model, num_blocks=7, block_size=4, start=False)
+    handles = engine.submit_choices(prompt, 4, 12, temperature=1.0, seed=7)
+    while engine.step():
+        pass
+    for index, handle in enumerate(handles):
+        assert handle.index == index and handle.finish_reason == "length"
+        want = byte_model.generate(prompt, 12, temperature=1.0, seed=choice_seed(7, index), stop_at_eos=False)
+        assert handle.tokens == want, index
+    metrics = engine.metrics()
+    assert metrics.preemptions > 0 and metrics.blocks_copied > 0  # the paths this test is about ran
+    assert metrics.blocks_in_use == 0
+
+
+def test_engine_choices_cancelled_before_and_after_the_fork(byte_model):
+    engine = Engine(byte_model, start=False)
+    first = engine.submit_choices(list(b"abc"), 3, 4)
+    first[1].cancel()  # before the fork: the others go on without it
+    second = engine.submit_choices(list(b"xyz"), 3, 4, prompt_logprobs=0)
+    second[0].cancel()  # the choice the others fork from: they end with it
+    while engine.step():
+        pass
+    assert [h.finish_reason for h in first] == ["length", "cancelled", "length"]
+    assert [len(h.tokens) for h in first] == [4, 0, 4]
+    assert [h.finish_reason for h in second] == ["cancelled"] * 3
+    scored = engine.submit_choices(list(b"xyz"), 2, 0, prompt_logprobs=1)  # scored, nothing generated
+    while engine.step():
+        pass
+    assert [h.finish_reason for h in scored] == ["length", "length"]
+    assert all(h.prompt_logprobs[0] is None and len(h.prompt_logprobs) == 3 for h in scored)
+    assert engine.metrics().blocks_in_use == 0
 
 
 # -- chat ---------------------------------------------------------------------------------------------
