@@ -33,17 +33,26 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pydantic_core
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpt import chat
+from gpt import chat, structured_output, tool_calls
 from gpt.engine import MAX_CHOICES, MAX_STOP_STRING_LENGTH, Engine, QueueFullError, prometheus_text
 from gpt.logprobs import (
     MAX_COMPLETION_LOGPROBS,
@@ -53,6 +62,7 @@ from gpt.logprobs import (
     completion_logprobs,
     text_offsets,
 )
+from gpt.tool_calls import MAX_TOOLS
 
 # Seconds a client refused on a full queue is told to wait.
 RETRY_AFTER_SECONDS = 1
@@ -157,7 +167,7 @@ def _one_or_many(value):
 
 
 # Tags of the unions below: validation errors carry them in their location, messages do not.
-_UNION_TAGS = ("text", "token_ids")
+_UNION_TAGS = ("text", "token_ids", *(f"type={kind}" for kind in ("text", "json_object", "json_schema")))
 
 
 # The sampling fields both endpoints take, alike.
@@ -177,6 +187,89 @@ _Stop = (
 )
 # Choices per request: the engine's MAX_CHOICES (16), forked from one prefill of the prompt.
 _N = Annotated[int, Field(ge=1, le=MAX_CHOICES)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class _TextFormat(_Strict):
+    type: Literal["text"]
+
+
+class _JsonObjectFormat(_Strict):
+    type: Literal["json_object"]
+
+
+class JsonSchemaSpec(_Strict):
+    """`response_format.json_schema`: the schema the answer is decoded under (gpt.structured_output),
+    strict or not (decoding follows it either way)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: str | None = None
+    schema_: Annotated[dict[str, Any], Field(alias="schema")]
+    strict: bool | None = None
+
+
+class _JsonSchemaFormat(_Strict):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+def _format_kind(value) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else None
+    return f"type={kind}" if kind in ("text", "json_object", "json_schema") else None
+
+
+# `response_format`, OpenAI's: plain text, any JSON object, or JSON that a schema accepts. Tagged
+# "type=..." so that an error's location (_invalid) drops the tag, not a field of the same name.
+_ResponseFormat = (
+    Annotated[
+        Annotated[_TextFormat, Tag("type=text")]
+        | Annotated[_JsonObjectFormat, Tag("type=json_object")]
+        | Annotated[_JsonSchemaFormat, Tag("type=json_schema")],
+        Discriminator(
+            _format_kind,
+            custom_error_type="response_format_type",
+            custom_error_message='response_format.type must be "text", "json_object" or "json_schema"',
+        ),
+    ]
+    | None
+)
+
+
+class FunctionSpec(_Strict):
+    """A tool's function: its name, what it does and its arguments' JSON schema (`parameters`)."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolSpec(_Strict):
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class _FunctionName(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: _FunctionName
+
+
+class ToolCallFunction(_Strict):
+    name: str
+    arguments: str  # JSON text, as OpenAI's API carries it
+
+
+class MessageToolCall(_Strict):
+    id: str
+    type: Literal["function"]
+    function: ToolCallFunction
 
 
 class CompletionRequest(BaseModel):
@@ -209,15 +302,29 @@ class CompletionRequest(BaseModel):
     logprobs: Annotated[int, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None
     # The prompt's text before the completion's, with its tokens' logprobs when `logprobs` is given.
     echo: bool = False
+    response_format: _ResponseFormat = None
 
 
 class ChatMessage(BaseModel):
-    """One message of a conversation: text content only (no content parts, names or tool calls)."""
+    """One message of a conversation: its text content (no content parts or names), an assistant's
+    `tool_calls` (its content may then be null), or a tool's answer to the call `tool_call_id`."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    role: Literal["system", "user", "assistant"]
-    content: str
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: Annotated[list[MessageToolCall], Field(max_length=MAX_TOOLS)] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_of_its_role(self):
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs its content (a string)")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError(f"tool_calls are an assistant's, not a {self.role} message's")
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise ValueError("a tool message, and only a tool message, has the tool_call_id it answers")
+        return self
 
 
 class ChatCompletionRequest(BaseModel):
@@ -243,6 +350,22 @@ class ChatCompletionRequest(BaseModel):
     # The most likely alternatives listed with each token's logprob (0 to 20, as OpenAI's); needs
     # `logprobs: true`.
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    response_format: _ResponseFormat = None
+    # Functions the model may call (rendered by the chat template), and whether it must: "auto"
+    # when there are tools, a call to one forced by "required" or by its name (gpt.tool_calls).
+    tools: Annotated[list[ToolSpec], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+
+def tool_choice_of(body: ChatCompletionRequest):
+    """A chat request's tool_choice as gpt.tool_calls takes it: "none", "auto", "required" or
+    {"type": "function", "function": {"name": ...}}; OpenAI's default is "auto" with tools, "none"
+    without."""
+    choice = body.tool_choice
+    if choice is None:
+        return "auto" if body.tools else "none"
+    return choice.model_dump() if isinstance(choice, NamedToolChoice) else choice
 
 
 def _parse_request(raw: bytes, kind: type[BaseModel]) -> BaseModel:
@@ -580,6 +703,9 @@ class _Answering:
     strings: TokenStrings | None = None
     echo: str | None = None
     prompt: tuple[int, ...] = ()
+    # A chat with tools: its tool_choice (gpt.tool_calls), the answer's calls parsed out of its text.
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool = True
 
 
 class _CompletionShape:
@@ -655,6 +781,30 @@ class _ChatShape:
     def __init__(self, completion_id: str, created: int, model: str, answering: _Answering):
         self._id, self._created, self._model = completion_id, created, model
         self._answering = answering
+        # With tools, each choice's text passes through a parser that holds back what may be a call.
+        self._tool_streams = None
+        if answering.tool_choice is not None:
+            forced = answering.tool_choice if answering.tool_choice not in ("auto", "none") else None
+            self._tool_streams = [tool_calls.ToolCallStream(forced) for _ in range(answering.n)]
+
+    def _calls(self, calls: list, finish_reason):
+        """The calls to answer with (the first only without parallel_tool_calls), and the finish
+        reason: "tool_calls" when there are any."""
+        calls = calls if self._answering.parallel_tool_calls else calls[:1]
+        return calls, "tool_calls" if calls and finish_reason in ("stop", "length") else finish_reason
+
+    def _tool_text(self, event):
+        """(the content to send, the finish reason, the calls) of an event: with tools, the text
+        held back while it may be a call, and the calls parsed out of it at the end."""
+        if self._tool_streams is None:
+            return event.text, event.finish_reason, []
+        stream = self._tool_streams[event.index]
+        text = stream.feed(event.text)
+        if event.finish_reason is None:
+            return text, None, []
+        rest, calls = stream.finish()
+        calls, finish_reason = self._calls(calls, event.finish_reason)
+        return text + rest, finish_reason, calls
 
     def _object(self, kind: str, choices: list[dict]) -> dict:
         return {"id": self._id, "object": kind, "created": self._created, "model": self._model, "choices": choices}
@@ -668,24 +818,34 @@ class _ChatShape:
 
     def chunks(self, event) -> list[dict]:
         out = []
+        text, finish_reason, calls = self._tool_text(event)
         if self._answering.logprobs and event.logprob is not None:
             content = chat_content([event.logprob], self._answering.strings)
-            out.append(self._chunk(event.index, {"content": event.text}, logprobs={"content": content}))
-        elif event.text:
-            out.append(self._chunk(event.index, {"content": event.text}))
-        if event.finish_reason is not None:
-            out.append(self._chunk(event.index, {}, event.finish_reason))
+            out.append(self._chunk(event.index, {"content": text}, logprobs={"content": content}))
+        elif text:
+            out.append(self._chunk(event.index, {"content": text}))
+        if calls:
+            out.append(self._chunk(event.index, {"tool_calls": [call.openai(i) for i, call in enumerate(calls)]}))
+        if finish_reason is not None:
+            out.append(self._chunk(event.index, {}, finish_reason))
         return out
 
     def whole(self, handles) -> dict:
         choices = []
         for handle in handles:
             message = {"role": "assistant", "content": handle.text}
+            finish_reason = handle.finish_reason
+            if self._answering.tool_choice is not None:
+                content, calls = tool_calls.answer(handle.text, self._answering.tool_choice)
+                calls, finish_reason = self._calls(calls, finish_reason)
+                message = {"role": "assistant", "content": content if calls else handle.text}
+                if calls:
+                    message["tool_calls"] = [call.openai() for call in calls]
             logprobs = None
             if self._answering.logprobs:
                 logprobs = {"content": chat_content(handle.logprobs, self._answering.strings)}
             choices.append(
-                {"index": handle.index, "message": message, "logprobs": logprobs, "finish_reason": handle.finish_reason}
+                {"index": handle.index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
             )
         return self._object("chat.completion", choices)
 
@@ -818,12 +978,24 @@ def create_app(
             return _error(400, no_chat, "messages")
         if body.max_tokens is not None and body.max_completion_tokens is not None:
             return _error(400, "give max_tokens or max_completion_tokens, not both", "max_completion_tokens")
-        messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        messages = tool_calls.template_messages([m.model_dump(exclude_none=True) for m in body.messages])
+        tools = [tool.model_dump(exclude_none=True) for tool in body.tools or ()]
+        try:
+            tool_calls.check_choice(tools, tool_choice_of(body))
+        except ValueError as e:  # the message starts with the field: tools or tool_choice
+            return _error(400, str(e), str(e).split(":")[0])
+        # The template renders the tools as transformers' apply_chat_template(tools=...) has it
+        # render them; "none" leaves them out, so that the model cannot call what it cannot see.
+        tools_variable = {"tools": tools} if tools and body.tool_choice != "none" else {}
+        if tools_variable and "tools" not in chat_spec.template.source:
+            return _error(400, f"tools: the chat template ({chat_spec.template.origin}) does not render tools", "tools")
         # The rendered prompt is bounded like a body: the body limit, or the context in tokens
         # (chat.MAX_CHARS_PER_TOKEN a token), whichever comes first, before it is tokenized.
         max_chars = chat.max_prompt_chars(engine.model.config.block_size, limits.max_body_bytes)
         try:
-            rendered = chat_spec.template.render(messages, add_generation_prompt=True, max_chars=max_chars)
+            rendered = chat_spec.template.render(
+                messages, add_generation_prompt=True, max_chars=max_chars, **tools_variable
+            )
             ids = chat.prompt_ids(tokenizer, chat_spec, rendered)
         except ValueError as e:  # chat.ChatTemplateError (naming the template: failed, overran), tokenizing
             return _error(400, f"messages: {e}", "messages")
@@ -831,6 +1003,36 @@ def create_app(
         if max_tokens is None:  # the rest of the context (past it, the engine names the prompt's length)
             max_tokens = max(engine.model.config.block_size - len(ids), 1)
         return ids, max_tokens, chat_end_ids
+
+    def output_grammar(body, end_ids: frozenset[int]):
+        """The grammar a request's answer is decoded under (gpt.structured_output): its
+        response_format's JSON, or the call its tool_choice forces (gpt.tool_calls.forced_schema);
+        None for free text; or the error response."""
+        response_format = body.response_format
+        forced = None
+        if isinstance(body, ChatCompletionRequest) and body.tools and tool_choice_of(body) not in ("none", "auto"):
+            tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
+            forced = tool_calls.forced_schema(tools, tool_choice_of(body), body.parallel_tool_calls is not False)
+        if forced is not None and not isinstance(response_format, (_TextFormat, type(None))):
+            message = "response_format and a tool_choice that forces a call both constrain the answer: give one"
+            return _error(400, message, "response_format")
+        if forced is not None:
+            param, name, schema = "tools", "tools: the forced call's parameters", forced
+        elif isinstance(response_format, _JsonObjectFormat):
+            param, name, schema = "response_format", "response_format", True
+        elif isinstance(response_format, _JsonSchemaFormat):
+            param, name = "response_format", "response_format.json_schema.schema"
+            schema = response_format.json_schema.schema_
+        else:
+            return None
+        if tokenizer is None:
+            return _error(400, f"{param} needs the model's tokenizer, and this model has none", param)
+        try:
+            return structured_output.json_schema_grammar(
+                tokenizer, schema, vocab_size=vocab_size, end_ids=end_ids, name=name
+            )
+        except ValueError as e:
+            return _error(400, str(e), param)
 
     def admit(raw: bytes, on_event, kind: type[BaseModel]):
         """Parses and validates a request of `kind`, makes its prompt's tokens and submits it to the
@@ -870,6 +1072,12 @@ def create_app(
             echo,
             tuple(prompt.tolist()) if prompt_logprobs is not None else (),
         )
+        grammar = output_grammar(body, stop_ids)
+        if isinstance(grammar, Response):
+            return grammar
+        if is_chat and body.tools and tool_choice_of(body) != "none":  # the answer may call them (gpt.tool_calls)
+            calls = dict(tool_choice=tool_choice_of(body), parallel_tool_calls=body.parallel_tool_calls is not False)
+            answering = dataclasses.replace(answering, **calls)
         del ids, prepared
         # The request's own ids (or messages) are freed here.
         body = body.model_copy(update={"messages": []} if is_chat else {"prompt": []})
@@ -883,6 +1091,7 @@ def create_app(
             on_event=on_event,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
+            grammar=grammar,
         )
         try:
             if body.n == 1:

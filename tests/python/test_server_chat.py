@@ -306,4 +306,5 @@ def test_a_template_that_refuses_the_conversation_is_a_400_naming_messages(model
         document = client.get("/openapi.json").json()
         schema = document["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]
         assert schema["schema"]["properties"]["messages"]["items"] == {"$ref": "#/components/schemas/ChatMessage"}
-        assert set(document["components"]["schemas"]["ChatMessage"]["properties"]) == {"role", "content"}
+        properties = {"role", "content", "tool_calls", "tool_call_id"}
+        assert set(document["components"]["schemas"]["ChatMessage"]["properties"]) == properties

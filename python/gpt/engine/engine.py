@@ -35,6 +35,7 @@ from gpt.engine.scheduler import Scheduler, Sequence
 from gpt.engine.window import most_blocks_needed
 from gpt.logprobs import MAX_TOP_LOGPROBS, prompt_logprobs, token_logprob
 from gpt.sampling import check_sampling_args, sample
+from gpt.structured_output import Grammar, StructuredOutputError
 from gpt.tokenizer import tokenizer_for
 
 # Choices of one request at most (submit_choices' `n`; the server's bound too).
@@ -162,6 +163,7 @@ class Engine:
         on_event=None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        grammar=None,
     ) -> RequestHandle:
         """Queues a request and returns its handle. `prompt`: token ids; sampling as
         `GPT.generate` takes it (the same seed gives the same tokens); `stop`: token ids that end
@@ -170,7 +172,10 @@ class Engine:
         is called on the engine's thread with every Event (keep it short). `logprobs`: each token's
         Event carries its gpt.logprobs.TokenLogprob with that many alternatives (0 to
         MAX_TOP_LOGPROBS); `prompt_logprobs`: the prompt's tokens are scored too, in an Event before
-        the first token (see _score). Raises ValueError or TypeError naming a bad argument or a
+        the first token (see _score). `grammar`: a gpt.structured_output.Grammar (a JSON schema
+        compiled for this model's tokenizer) that the tokens must follow: the logits of every other
+        token are -inf when sampling, and the request ends ("stop") when the JSON is complete.
+        Raises ValueError or TypeError naming a bad argument or a
         request that can never fit the pool (with an attention window, only one token's window must
         fit, however long the request), QueueFullError when the queue is full."""
         return self.submit_choices(
@@ -187,6 +192,7 @@ class Engine:
             on_event,
             logprobs,
             prompt_logprobs,
+            grammar=grammar,
         )[0]
 
     def submit_choices(
@@ -204,17 +210,26 @@ class Engine:
         on_event=None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        grammar=None,
     ) -> list[RequestHandle]:
         """submit() for `n` choices (1 to MAX_CHOICES) of one prompt: a handle each, whose Events
         carry its `index`. The prompt runs once; the other choices then fork from the first,
         sharing its blocks (Scheduler.fork), and each draws its own tokens, choice i with the
-        seed choice_seed(seed, i). Greedy choices are all the same."""
+        seed choice_seed(seed, i). Greedy choices are all the same. Each choice follows `grammar`
+        with a state of its own."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_CHOICES:
             raise ValueError(f"n must be an int in [1, {MAX_CHOICES}] (MAX_CHOICES), got {n!r}")
         logprobs = _logprob_count("logprobs", logprobs)
         prompt_logprobs = _logprob_count("prompt_logprobs", prompt_logprobs)
         if prompt_logprobs is not None and not callable(getattr(self._model, "forward", None)):
             raise ValueError("prompt_logprobs needs the model's forward(), and this model has none")
+        if grammar is not None and not isinstance(grammar, Grammar):
+            raise TypeError(f"grammar must be a gpt.structured_output.Grammar, got {type(grammar).__name__}")
+        if grammar is not None and grammar.vocab_size != self._config.vocab_size:
+            raise ValueError(
+                f"grammar was compiled for a vocabulary of {grammar.vocab_size} tokens, the model has "
+                f"{self._config.vocab_size}"
+            )
         prompt = self._check_ids(prompt, "prompt")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
@@ -256,6 +271,7 @@ class Engine:
                 self._sequences[handle] = seq
                 self._texts[handle] = TextTracker(self._tokenizer, stop_strings)
                 self._rngs[handle] = np.random.default_rng(choice_seed(seed, index))
+                seq.constraint = grammar.start() if grammar is not None else None
             first = seqs[0]
             first.forks = seqs[1:]
             self._counters["submitted"] += n
@@ -486,22 +502,32 @@ class Engine:
         if params.temperature > 0:  # greedy sampling does not touch the RNG
             bit_generator = rng.bit_generator
             undo.append(functools.partial(setattr, bit_generator, "state", bit_generator.state))
-        token = sample(logits, params.temperature, params.top_k, params.top_p, rng)
+        constraint, allowed_logits = seq.constraint, logits
+        if constraint is not None:  # a grammar's mask applies to sampling (logprobs are the model's own)
+            try:
+                allowed_logits = constraint.mask(logits)
+            except StructuredOutputError as e:  # ends this request; the text is the error (_apply)
+                return seq, None, str(e), "", "error", kept, None
+        token = sample(allowed_logits, params.temperature, params.top_k, params.top_p, rng)
         undo.append(functools.partial(tracker.restore, tracker.save()))
-        if token in params.stop_ids:
+        if token in params.stop_ids or (constraint is not None and token in constraint.end_ids):
             return seq, None, "", tracker.flush(), "stop", kept, None
+        complete = False
+        if constraint is not None:
+            complete = constraint.advance(token)  # the JSON is complete: the request ends with it
+            undo.append(constraint.rollback)
         # Only for a request that asks: a log-softmax over the vocabulary per token.
         entry = None
         if params.logprobs is not None:
             entry = token_logprob(logits, params.temperature, token, params.logprobs)
         text, stopped = tracker.add(token)
-        reason = "stop" if stopped else "length" if seq.generated + 1 == params.max_tokens else None
+        reason = "stop" if stopped or complete else "length" if seq.generated + 1 == params.max_tokens else None
         return seq, token, text, tracker.flush() if reason else "", reason, kept, entry
 
     def _apply(self, seq: Sequence, token, text: str, rest: str, reason, logits, entry) -> None:
         """Commits an _outcome (in a transaction)."""
-        if token is None:
-            self._end(seq, reason, rest=rest, logits=logits)
+        if token is None:  # an outcome that fails its request has the error as its text
+            self._end(seq, reason, text if reason == "error" else None, rest=rest, logits=logits)
             return
         seq.append(token)
         self._counters["generated_tokens"] += 1

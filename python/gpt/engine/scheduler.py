@@ -41,6 +41,8 @@ class Sequence:
         self.hashes = block_hashes(self.tokens, block_size)  # of every full block of tokens
         self.registered = 0  # leading full blocks that the prefix cache knows
         self.admitted_at = -1
+        # The JSON grammar's state (gpt.structured_output.JsonConstraint) when its tokens follow one.
+        self.constraint = None
         # The other choices of its request (n > 1), waiting for this one's prompt: forked from it
         # (Scheduler.fork) when its prompt has run, sharing its blocks; empty once they are.
         self.forks: list[Sequence] = []
