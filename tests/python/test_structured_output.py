@@ -649,3 +649,39 @@ def test_cli_generate_json_schema_file(tmp_path):
         result = run("--json-schema", str(schema))
         assert result.returncode == 2 and result.stderr.startswith("gpt: error: "), result.stderr
         assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_openai_client_sends_response_format_and_tools(client):
+    """The `openai` client (pinned) speaks these fields as its users write them: a pydantic-made
+    json_schema response format, streamed and not, and a named tool choice, parsed into its objects."""
+    import openai
+
+    api = openai.OpenAI(base_url=str(client.base_url) + "/v1", api_key="none", http_client=client, max_retries=0)
+    response_format = {"type": "json_schema", "json_schema": {"name": "order", "schema": ORDER, "strict": True}}
+    completion = api.chat.completions.create(
+        model="qwen-like", messages=QUESTION, temperature=1.0, seed=4, response_format=response_format
+    )
+    assert completion.choices[0].finish_reason == "stop" and valid(completion.choices[0].message.content, ORDER)
+    stream = api.chat.completions.create(
+        model="qwen-like", messages=QUESTION, temperature=1.0, seed=4, response_format=response_format, stream=True
+    )
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == completion.choices[0].message.content
+    text = api.completions.create(
+        model="qwen-like", prompt="Order: ", max_tokens=1000, seed=2, extra_body={"response_format": response_format}
+    )
+    assert valid(text.choices[0].text, ORDER)
+    completion = api.chat.completions.create(
+        model="qwen-like",
+        messages=QUESTION,
+        tools=[WEATHER, TIME],
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        seed=1,
+    )
+    [call] = completion.choices[0].message.tool_calls
+    assert completion.choices[0].finish_reason == "tool_calls" and call.function.name == "get_time"
+    jsonschema.validate(json.loads(call.function.arguments), TIME["function"]["parameters"])
+    # The call goes back in the conversation, with the tool's answer, as the client sends it.
+    follow_up = QUESTION + [completion.choices[0].message.model_dump(exclude_none=True)]
+    follow_up.append({"role": "tool", "tool_call_id": call.id, "content": "12:00"})
+    answer = api.chat.completions.create(model="qwen-like", messages=follow_up, tools=[WEATHER, TIME], max_tokens=4)
+    assert answer.usage.prompt_tokens > completion.usage.prompt_tokens
