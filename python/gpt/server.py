@@ -167,7 +167,13 @@ def _one_or_many(value):
 
 
 # Tags of the unions below: validation errors carry them in their location, messages do not.
-_UNION_TAGS = ("text", "token_ids", *(f"type={kind}" for kind in ("text", "json_object", "json_schema")))
+_UNION_TAGS = (
+    "text",
+    "token_ids",
+    *(f"type={kind}" for kind in ("text", "json_object", "json_schema")),
+    "choice=mode",
+    "choice=function",
+)
 
 
 # The sampling fields both endpoints take, alike.
@@ -231,7 +237,7 @@ _ResponseFormat = (
         Discriminator(
             _format_kind,
             custom_error_type="response_format_type",
-            custom_error_message='response_format.type must be "text", "json_object" or "json_schema"',
+            custom_error_message='type must be "text", "json_object" or "json_schema"',
         ),
     ]
     | None
@@ -259,6 +265,26 @@ class _FunctionName(_Strict):
 class NamedToolChoice(_Strict):
     type: Literal["function"]
     function: _FunctionName
+
+
+def _tool_choice_kind(value) -> str | None:
+    return "choice=mode" if isinstance(value, str) else "choice=function" if isinstance(value, dict) else None
+
+
+# `tool_choice`: a mode, or the function to call. Tagged so that an error's location reads
+# "tool_choice", not the union member's name (_invalid drops the tags).
+_ToolChoice = (
+    Annotated[
+        Annotated[Literal["none", "auto", "required"], Tag("choice=mode")]
+        | Annotated[NamedToolChoice, Tag("choice=function")],
+        Discriminator(
+            _tool_choice_kind,
+            custom_error_type="tool_choice_type",
+            custom_error_message='must be "none", "auto", "required" or {"type": "function", "function": {"name"}}',
+        ),
+    ]
+    | None
+)
 
 
 class ToolCallFunction(_Strict):
@@ -354,7 +380,7 @@ class ChatCompletionRequest(BaseModel):
     # Functions the model may call (rendered by the chat template), and whether it must: "auto"
     # when there are tools, a call to one forced by "required" or by its name (gpt.tool_calls).
     tools: Annotated[list[ToolSpec], Field(max_length=MAX_TOOLS)] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: _ToolChoice = None
     parallel_tool_calls: bool | None = None
 
 

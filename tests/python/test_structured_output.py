@@ -586,6 +586,21 @@ def test_refused_tools_name_the_field(client, fields, param, fragment):
     assert response.json()["error"]["param"] == param and fragment in response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    "fields, param, fragment",
+    [
+        (dict(tool_choice="maybe"), "tool_choice", "tool_choice: Input should be 'none', 'auto' or 'required'"),
+        (dict(tool_choice=3), "tool_choice", 'tool_choice: must be "none", "auto", "required" or {"type": "function"'),
+        (dict(tools=[{"type": "function", "function": {"name": "a b"}}]), "tools", "tools.0.function.name"),
+        (dict(tools=[WEATHER] * 129), "tools", "tools: List should have at most 128 items"),
+    ],
+)
+def test_malformed_tool_fields_are_422_naming_the_field(client, fields, param, fragment):
+    response = client.post("/v1/chat/completions", json=dict(messages=QUESTION) | fields)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["param"] == param and fragment in response.json()["error"]["message"]
+
+
 def test_tools_need_a_template_that_renders_them(tmp_path, model, directory):
     """SmolLM2's ChatML template has no tools: a request with tools is refused, not answered blind."""
     plain = tmp_path / "plain"
