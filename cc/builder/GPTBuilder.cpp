@@ -18,6 +18,7 @@
 #include <cmath>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace gpt {
 
@@ -63,6 +64,53 @@ struct LayerWeights {
   MatmulWeight matmul(LayerWeight weight) const { return weights.at(weight); }
 };
 
+/// The model-level weights: the embeddings (null where the model has none: the token table of
+/// a block-quantized model, which reads the head's copy; the position table of a rope model),
+/// the final norm and the LM head.
+struct ModelWeights {
+  Value tokenEmbedding, positionEmbedding, finalNormWeight, finalNormBias;
+  MatmulWeight head;
+};
+
+/// What a layer's attention reads besides its activations, and where its keys and values go:
+/// nowhere (None: forward, attention over the tokens themselves), a cache (step: written at
+/// `offset`, attended over whole) or paged pools (batch step: written at `slots`, attended
+/// through the block tables). A block function takes them as its arguments after x, in
+/// operands() order, and returns the updated caches after x.
+struct AttentionInputs {
+  enum class Kind { None, Cache, Paged };
+  Kind kind = Kind::None;
+  int64_t tokens = 0;             ///< T, the rows of the activations
+  Value positions;                ///< [T] i64
+  Value offset;                   ///< Cache: the first token's position (index)
+  Value sequences, slots, tables; ///< Paged (EntryPoints.h)
+  /// Cache: this layer's [H, C, d] caches; Paged: its pools [N, H, S, d]. Attention replaces them
+  /// by the updated ones.
+  Value key, value;
+
+  SmallVector<Value> operands() const {
+    switch (kind) {
+    case Kind::Cache:
+      return {positions, offset, key, value};
+    case Kind::Paged:
+      return {positions, sequences, slots, tables, key, value};
+    case Kind::None:
+      break;
+    }
+    return {positions};
+  }
+
+  /// The inputs of `kind` from a block function's arguments after x (operands() order).
+  static AttentionInputs fromArguments(Kind kind, int64_t tokens, ValueRange args) {
+    AttentionInputs in{kind, tokens, args[0]};
+    if (kind == Kind::Cache) std::tie(in.offset, in.key, in.value) = std::make_tuple(args[1], args[2], args[3]);
+    if (kind == Kind::Paged)
+      std::tie(in.sequences, in.slots, in.tables, in.key, in.value) =
+          std::make_tuple(args[1], args[2], args[3], args[4], args[5]);
+    return in;
+  }
+};
+
 /// Emits transformer ops with unranked results; shape inference gives them their types.
 class GraphBuilder {
 public:
@@ -106,70 +154,70 @@ public:
     return b.create<RopeOp>(loc, unranked(), x, positions, b.getF32FloatAttr(config.ropeBase), interleaved, scaling);
   }
 
-  /// Pre-LayerNorm causal self-attention: the residual branch, not yet added to x. With a KV
-  /// cache (`cache` set), the new keys and values are written at `offset` and the queries attend
-  /// over the cache; `cache->key`/`value` are replaced by the updated caches.
-  struct Cache {
-    Value key, value, offset;
-  };
-  /// A layer's paged KV pools and how the batch's tokens reach them (EntryPoints.h).
-  struct PagedCache {
-    Value key, value, tables, sequences, slots;
-  };
-  Value attention(Value x, const LayerWeights &w, Value positions, Cache *cache = nullptr,
-                  PagedCache *paged = nullptr) {
-    Value qkv = linear(norm(x, w[W::AttnNormWeight], w[W::AttnNormBias]), w.matmul(W::QkvWeight), w[W::QkvBias]);
+  /// Causal self-attention of the normed activations `h`: the residual branch, not yet added
+  /// to x. Keys and values go where `in` says (AttentionInputs), whose caches are replaced by
+  /// the updated ones.
+  Value attention(Value h, const LayerWeights &w, AttentionInputs &in) {
+    Value qkv = linear(h, w.matmul(W::QkvWeight), w[W::QkvBias]);
     // q, then k and v of n_kv_head heads each (grouped-query attention: fewer than q's).
-    const int64_t d = config.nEmbd, kv = config.kvSize();
+    const int64_t d = config.qSize(), kv = config.kvSize();
     Value q = heads(qkv, 0, config.nHead), k = heads(qkv, d, config.kvHeads()),
           v = heads(qkv, d + kv, config.kvHeads());
     if (config.rope) {
-      q = rope(q, positions);
-      k = rope(k, positions);
+      q = rope(q, in.positions);
+      k = rope(k, in.positions);
     }
-    float scale = 1.0f / std::sqrt(static_cast<float>(config.nEmbd / config.nHead));
-    if (paged) {
-      // The pools keep their element type (the KV cache's format): the write rounds to it.
-      paged->key = b.create<PagedCacheWriteOp>(loc, unrankedLike(paged->key), k, paged->key, paged->slots);
-      paged->value = b.create<PagedCacheWriteOp>(loc, unrankedLike(paged->value), v, paged->value, paged->slots);
-      IntegerAttr window = config.attentionWindow > 0 ? b.getI64IntegerAttr(config.attentionWindow) : nullptr;
-      Value a = b.create<PagedAttentionOp>(loc, unranked(), q, paged->key, paged->value, paged->tables,
-                                           paged->sequences, positions, b.getF32FloatAttr(scale), window);
-      return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnOutWeight), w[W::AttnOutBias]);
-    }
+    float scale = 1.0f / std::sqrt(static_cast<float>(config.headSize()));
+    Value a = in.kind == AttentionInputs::Kind::Paged ? pagedAttention(q, k, v, in, scale)
+                                                      : causalAttention(q, k, v, in, scale);
+    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnOutWeight), w[W::AttnOutBias]);
+  }
+
+  /// Attention through the block tables, the new keys and values written into the pools first.
+  Value pagedAttention(Value q, Value k, Value v, AttentionInputs &in, float scale) {
+    // The pools keep their element type (the KV cache's format): the write rounds to it.
+    in.key = b.create<PagedCacheWriteOp>(loc, unrankedLike(in.key), k, in.key, in.slots);
+    in.value = b.create<PagedCacheWriteOp>(loc, unrankedLike(in.value), v, in.value, in.slots);
+    IntegerAttr window = config.attentionWindow > 0 ? b.getI64IntegerAttr(config.attentionWindow) : nullptr;
+    return b.create<PagedAttentionOp>(loc, unranked(), q, in.key, in.value, in.tables, in.sequences, in.positions,
+                                      b.getF32FloatAttr(scale), window);
+  }
+
+  /// Attention over the tokens themselves, or (Kind::Cache) over the cache they are written into.
+  Value causalAttention(Value q, Value k, Value v, AttentionInputs &in, float scale) {
+    const bool cached = in.kind == AttentionInputs::Kind::Cache;
     Value offset;
-    int64_t slots = cache ? cast<RankedTensorType>(cache->key.getType()).getDimSize(1) : 0;
-    if (cache && config.attentionWindow == 1 && slots == 1) {
+    int64_t slots = cached ? cast<RankedTensorType>(in.key.getType()).getDimSize(1) : 0;
+    if (cached && config.attentionWindow == 1 && slots == 1) {
       // A window of 1: each query sees its own key alone, and no step reads the cache (which
       // stays as it is: a whole-cache update at the constant slot 0 would fold to a new tensor
       // that no longer aliases the caller's buffer).
       offset = b.create<arith::ConstantIndexOp>(loc, 0);
-    } else if (cache) {
-      Value slot = offset = cache->offset;
+    } else if (cached) {
+      Value slot = offset = in.offset;
       if (config.attentionWindow > 0) {
         // A rolling cache of C <= W slots: position p lives at slot p % C. The caller writes
         // either T tokens that fit unwrapped (offset + T <= C: slots are positions) or one token
         // past C, whose query then sees every slot: each holds one of the W - 1 positions before
         // it (softmax does not care in what order). Query offset min(offset, C - T) says both.
-        int64_t rows = cast<RankedTensorType>(x.getType()).getDimSize(0);
+        const int64_t rows = in.tokens;
         slot = b.create<arith::RemUIOp>(loc, offset, b.create<arith::ConstantIndexOp>(loc, slots));
         offset = b.create<arith::MinUIOp>(loc, offset, b.create<arith::ConstantIndexOp>(loc, slots - rows));
       }
       // The caches keep their element type (the KV cache's format): the update rounds to it, and
       // attention reads the rounded keys and values back, the new tokens' own among them.
-      cache->key = k = b.create<CacheUpdateOp>(loc, unrankedLike(cache->key), k, cache->key, slot);
-      cache->value = v = b.create<CacheUpdateOp>(loc, unrankedLike(cache->value), v, cache->value, slot);
+      in.key = k = b.create<CacheUpdateOp>(loc, unrankedLike(in.key), k, in.key, slot);
+      in.value = v = b.create<CacheUpdateOp>(loc, unrankedLike(in.value), v, in.value, slot);
     }
     auto attention = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
     if (config.attentionWindow > 0) attention.setWindowAttr(b.getI64IntegerAttr(config.attentionWindow));
     if (!config.attentionMask.empty()) {
-      if (cache) throw std::invalid_argument("a model with an attention_mask compiles forward only, no cached step");
-      attention.getMaskMutable().assign(maskConstant(cast<RankedTensorType>(x.getType()).getDimSize(0)));
+      if (cached) throw std::invalid_argument("a model with an attention_mask compiles forward only, no cached step");
+      attention.getMaskMutable().assign(maskConstant(in.tokens));
     }
     if (!config.attentionMaskExpression.empty())
       buildMaskExpression(b, loc, attention.getMaskExpression(), config.attentionMaskExpression);
-    Value a = attention;
-    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnOutWeight), w[W::AttnOutBias]);
+    return attention.getResult();
   }
 
   /// The top-left [tokens, tokens] corner of config.attentionMask, as an i1 constant.
@@ -182,10 +230,10 @@ public:
     return b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(type, ArrayRef<bool>(bits)));
   }
 
-  /// The MLP residual branch: down(gelu(up(norm(x)))) (GPT-2's c_fc, c_proj), or
-  /// down(swiglu(gate(h), up(h))) with h = norm(x), gate and up one fused matmul [d, 2 ff].
-  Value mlp(Value x, const LayerWeights &w) {
-    Value h = linear(norm(x, w[W::MlpNormWeight], w[W::MlpNormBias]), w.matmul(W::MlpUpWeight), w[W::MlpUpBias]);
+  /// The MLP residual branch of the normed activations `h`: down(gelu(up(h))) (GPT-2's c_fc,
+  /// c_proj), or down(swiglu(gate(h), up(h))), gate and up one fused matmul [d, 2 ff].
+  Value mlp(Value h, const LayerWeights &w) {
+    h = linear(h, w.matmul(W::MlpUpWeight), w[W::MlpUpBias]);
     if (config.mlp == MlpKind::SwiGlu) {
       const int64_t ff = config.ffSize();
       Value gate = b.create<SliceOp>(loc, unranked(), h, b.getI64IntegerAttr(0), b.getI64IntegerAttr(ff));
@@ -197,11 +245,38 @@ public:
     return linear(h, w.matmul(W::MlpDownWeight), w[W::MlpDownBias]);
   }
 
+  /// The token embeddings of `ids`, plus the learned positions' where the model has them.
+  Value embed(const ModelWeights &w, Value ids, Value positions) {
+    // A block-quantized model stores the tied table once, as the LM head's weight.
+    Value x = w.tokenEmbedding ? Value(b.create<EmbeddingOp>(loc, unranked(), w.tokenEmbedding, ids))
+                               : Value(b.create<PackedEmbeddingOp>(loc, unranked(), w.head.weight, w.head.scales, ids));
+    if (w.positionEmbedding) x = add(x, b.create<EmbeddingOp>(loc, unranked(), w.positionEmbedding, positions));
+    return x;
+  }
+
+  /// The logits of the rows `rows` of x (all of them where `rows` is null): the final norm and
+  /// the LM head.
+  Value head(const ModelWeights &w, Value x, Value rows) {
+    if (rows) x = b.create<EmbeddingOp>(loc, unranked(), x, rows);
+    return matmul(norm(x, w.finalNormWeight, w.finalNormBias), w.head);
+  }
+
+  /// `value` cast to `type`: the declared types of function boundaries, which keep the
+  /// builder's output valid before shape inference (the casts fold away once the types agree).
+  Value castTo(Value value, Type type) { return b.create<tensor::CastOp>(loc, type, value); }
+
 private:
   OpBuilder &b;
   Location loc;
   const GPTConfig &config;
 };
+
+/// One transformer layer, the recipe of every block function: pre-norm attention and MLP, each
+/// added to the residual stream.
+Value transformerLayer(GraphBuilder &g, Value x, const LayerWeights &w, AttentionInputs &in) {
+  x = g.add(x, g.attention(g.norm(x, w[W::AttnNormWeight], w[W::AttnNormBias]), w, in));
+  return g.add(x, g.mlp(g.norm(x, w[W::MlpNormWeight], w[W::MlpNormBias]), w));
+}
 
 } // namespace
 
@@ -263,90 +338,78 @@ func::FuncOp createFunction(OpBuilder &b, Location loc, StringRef name, ArrayRef
   return fn;
 }
 
-/// `@gpt_block(x: [T, D], positions: [T], 12 layer weights) -> [T, D]`: one transformer layer.
-/// Every layer has the same shapes, so the model calls one compiled copy n_layer times instead of
-/// unrolling n_layer copies: compile time does not grow with depth.
-///
-/// With `cacheLen` > 0 the block also takes `offset: index` and this layer's key and value caches
-/// `[H, cacheLen, d]` of `kvCache`'s elements, and returns them updated:
-/// `(x, positions, offset, k, v, weights) -> (x, k, v)`.
-func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, int64_t seqLen,
-                        ArrayRef<ParameterSpec> layerSpecs, StringRef suffix, int64_t cacheLen = 0,
-                        KvCacheFormat kvCache = KvCacheFormat::F32) {
-  Type f32 = b.getF32Type();
-  auto activations = RankedTensorType::get({seqLen, config.nEmbd}, f32);
-  auto cacheType =
-      RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, kvCacheElementType(b, kvCache));
-  bool cached = cacheLen > 0;
-  SmallVector<Type> argTypes = {activations, RankedTensorType::get({seqLen}, b.getI64Type())};
-  SmallVector<Type> resultTypes = {activations};
-  if (cached) {
-    argTypes.append({b.getIndexType(), cacheType, cacheType});
-    resultTypes.append({cacheType, cacheType});
-  }
-  int64_t firstWeight = argTypes.size();
-  for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(weightType(b, spec));
-  SmallVector<unsigned> caches; // updated in place
-  if (cached) caches = {3u, 4u};
-  func::FuncOp fn = createFunction(b, loc, ((cached ? "gpt_block_cached" : "gpt_block") + suffix).str(), argTypes,
-                                   resultTypes, /*entryPoint=*/false, caches);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(&fn.front());
-  GraphBuilder g(b, loc, config);
-  Value x = fn.getArgument(0), positions = fn.getArgument(1);
-  std::map<std::string, Value> byName;
-  for (auto [spec, argument] : llvm::zip(layerSpecs, fn.getArguments().drop_front(firstWeight)))
-    byName[spec.name] = argument;
-  LayerWeights w = layerWeights(config, byName, 0);
-  GraphBuilder::Cache cache;
-  if (cached) cache = {fn.getArgument(3), fn.getArgument(4), fn.getArgument(2)};
-  x = g.add(x, g.attention(x, w, positions, cached ? &cache : nullptr));
-  x = g.add(x, g.mlp(x, w));
-  // Casts to the declared types keep the builder's output valid before shape inference; they
-  // fold away once the types agree.
-  SmallVector<Value> results = {b.create<tensor::CastOp>(loc, activations, x)};
-  if (cached) {
-    results.push_back(b.create<tensor::CastOp>(loc, cacheType, cache.key));
-    results.push_back(b.create<tensor::CastOp>(loc, cacheType, cache.value));
-  }
-  b.create<func::ReturnOp>(loc, results);
-  return fn;
-}
+/// The signature of a block function besides its weights: the activations it takes and
+/// returns, what its attention reads (AttentionInputs, by kind), and the caches it returns.
+struct BlockSignature {
+  AttentionInputs::Kind kind;
+  RankedTensorType activations, cache;
+  SmallVector<Type> inputs; ///< AttentionInputs::operands()' types
 
-/// `@gpt_block_paged(x: [T, D], positions, sequences, slots: [T], tables: [B, M], k, v: [N, H, S, d],
-/// weights) -> (x, k, v)`: one transformer layer of the batched step, writing the new tokens' keys
-/// and values into this layer's pools (in place) and attending through the block tables.
-func::FuncOp buildPagedBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BatchShape &shape,
-                             ArrayRef<ParameterSpec> layerSpecs, StringRef suffix, KvCacheFormat kvCache) {
-  Type f32 = b.getF32Type(), i64 = b.getI64Type();
-  auto activations = RankedTensorType::get({shape.tokens, config.nEmbd}, f32);
-  auto perToken = RankedTensorType::get({shape.tokens}, i64);
-  auto poolType = RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()},
-                                        kvCacheElementType(b, kvCache));
-  SmallVector<Type> argTypes = {
-      activations, perToken, perToken, perToken, RankedTensorType::get({shape.batch, shape.tableWidth}, i64),
-      poolType,    poolType};
-  SmallVector<Type> resultTypes = {activations, poolType, poolType};
+  BlockSignature(OpBuilder &b, const GPTConfig &config, EntryPoint entry, int64_t tokens, int64_t cacheLen,
+                 const BatchShape *batch, KvCacheFormat kvCache) {
+    Type i64 = b.getI64Type(), element = kvCacheElementType(b, kvCache);
+    auto perToken = RankedTensorType::get({tokens}, i64);
+    activations = RankedTensorType::get({tokens, config.nEmbd}, b.getF32Type());
+    inputs = {perToken};
+    switch (entry) {
+    case EntryPoint::Forward:
+      kind = AttentionInputs::Kind::None;
+      break;
+    case EntryPoint::Step:
+      kind = AttentionInputs::Kind::Cache;
+      cache = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, element);
+      inputs.append({b.getIndexType(), cache, cache});
+      break;
+    case EntryPoint::BatchStep:
+      kind = AttentionInputs::Kind::Paged;
+      cache =
+          RankedTensorType::get({batch->poolBlocks, config.kvHeads(), batch->blockSize, config.headSize()}, element);
+      inputs.append({perToken, perToken, RankedTensorType::get({batch->batch, batch->tableWidth}, i64), cache, cache});
+      break;
+    }
+  }
+
+  bool cached() const { return kind != AttentionInputs::Kind::None; }
+  StringRef name() const {
+    return kind == AttentionInputs::Kind::Cache   ? "gpt_block_cached"
+           : kind == AttentionInputs::Kind::Paged ? "gpt_block_paged"
+                                                  : "gpt_block";
+  }
+};
+
+/// One transformer layer as a private function (transformerLayer): `@gpt_block(x: [T, D],
+/// positions: [T], layer weights) -> [T, D]`; with a cache `@gpt_block_cached(x, positions,
+/// offset: index, k, v: [H, cacheLen, d], weights) -> (x, k, v)`; with paged pools
+/// `@gpt_block_paged(x, positions, sequences, slots: [T], tables: [B, M], k, v: [N, H, S, d],
+/// weights) -> (x, k, v)`, the caches updated in place. Every layer has the same shapes, so the
+/// model calls one compiled copy n_layer times instead of unrolling n_layer copies: compile time
+/// does not grow with depth.
+func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BlockSignature &signature,
+                        ArrayRef<ParameterSpec> layerSpecs, StringRef suffix) {
+  SmallVector<Type> argTypes = {signature.activations};
+  argTypes.append(signature.inputs);
+  SmallVector<Type> resultTypes = {signature.activations};
+  SmallVector<unsigned> caches; // updated in place: the last two inputs
+  if (signature.cached()) {
+    resultTypes.append({signature.cache, signature.cache});
+    caches = {unsigned(argTypes.size() - 2), unsigned(argTypes.size() - 1)};
+  }
   const int64_t firstWeight = argTypes.size();
   for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(weightType(b, spec));
-  func::FuncOp fn = createFunction(b, loc, ("gpt_block_paged" + suffix).str(), argTypes, resultTypes,
-                                   /*entryPoint=*/false, /*updatedInPlace=*/{5u, 6u});
+  func::FuncOp fn = createFunction(b, loc, (signature.name() + suffix).str(), argTypes, resultTypes,
+                                   /*entryPoint=*/false, caches);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.front());
   GraphBuilder g(b, loc, config);
-  Value x = fn.getArgument(0), positions = fn.getArgument(1);
   std::map<std::string, Value> byName;
   for (auto [spec, argument] : llvm::zip(layerSpecs, fn.getArguments().drop_front(firstWeight)))
     byName[spec.name] = argument;
-  LayerWeights w = layerWeights(config, byName, 0);
-  GraphBuilder::PagedCache pools = {fn.getArgument(5), fn.getArgument(6), fn.getArgument(4), fn.getArgument(2),
-                                    fn.getArgument(3)};
-  x = g.add(x, g.attention(x, w, positions, /*cache=*/nullptr, &pools));
-  x = g.add(x, g.mlp(x, w));
-  Value out = b.create<tensor::CastOp>(loc, activations, x);
-  Value keys = b.create<tensor::CastOp>(loc, poolType, pools.key);
-  Value values = b.create<tensor::CastOp>(loc, poolType, pools.value);
-  b.create<func::ReturnOp>(loc, ValueRange{out, keys, values});
+  AttentionInputs in = AttentionInputs::fromArguments(signature.kind, signature.activations.getDimSize(0),
+                                                      fn.getArguments().slice(1, signature.inputs.size()));
+  Value x = transformerLayer(g, fn.getArgument(0), layerWeights(config, byName, 0), in);
+  SmallVector<Value> results = {g.castTo(x, signature.activations)};
+  if (signature.cached()) results.append({g.castTo(in.key, signature.cache), g.castTo(in.value, signature.cache)});
+  b.create<func::ReturnOp>(loc, results);
   return fn;
 }
 
@@ -444,26 +507,28 @@ struct EntryValues {
   SmallVector<Value> keys, values;
   std::map<std::string, Value> weights;
 
-  /// The token embeddings of `ids`: looked up in the f32 table, or, for a block-quantized model,
-  /// in the LM head's weight, which stores the tied table once.
-  Value tokenEmbedding(OpBuilder &b, Location loc, const GPTConfig &config, Value ids) const {
-    Type result = UnrankedTensorType::get(b.getF32Type());
-    auto table = weights.find(modelParameterNames(config).tokenEmbedding);
-    if (table != weights.end()) return b.create<EmbeddingOp>(loc, result, table->second, ids);
-    MatmulWeight head = this->head();
-    return b.create<PackedEmbeddingOp>(loc, result, head.weight, head.scales, ids);
+  /// The model-level weights; the token table is absent from a block-quantized model, whose
+  /// lookup reads the LM head's copy.
+  ModelWeights modelWeights(const GPTConfig &config) const {
+    const ModelParameterNames &names = modelParameterNames(config);
+    auto find = [&](const std::string &name) {
+      auto found = weights.find(name);
+      return found == weights.end() ? Value() : found->second;
+    };
+    ModelWeights w{find(names.tokenEmbedding),
+                   Value(),
+                   weights.at(names.finalNormWeight),
+                   find(names.finalNormBias),
+                   {weights.at("lm_head.weight_t"), find("lm_head.weight_t.scales")}};
+    if (!config.rope) w.positionEmbedding = weights.at(names.positionEmbedding);
+    return w;
   }
 
-  /// The final norm's bias, null when the architecture has none.
-  Value finalNormBias(const ModelParameterNames &names) const {
-    auto bias = weights.find(names.finalNormBias);
-    return bias == weights.end() ? Value() : bias->second;
-  }
-
-  /// The LM head's weight, and its scales when block-quantized.
-  MatmulWeight head() const {
-    auto scales = weights.find("lm_head.weight_t.scales");
-    return {weights.at("lm_head.weight_t"), scales == weights.end() ? Value() : scales->second};
+  /// Layer `layer`'s AttentionInputs of `kind`.
+  AttentionInputs attentionInputs(AttentionInputs::Kind kind, int64_t tokens, int64_t layer) const {
+    AttentionInputs in{kind, tokens, positions, offset, sequences, slots, tables};
+    if (kind != AttentionInputs::Kind::None) std::tie(in.key, in.value) = std::make_pair(keys[layer], values[layer]);
+    return in;
   }
 
   EntryValues(func::FuncOp fn, ArrayRef<EntryArgument> arguments, ArrayRef<ParameterSpec> specs) {
@@ -506,100 +571,76 @@ struct EntryValues {
   }
 };
 
-} // namespace
+/// What one entry point's module is built for.
+struct EntryShape {
+  EntryPoint entry;
+  int64_t tokens;         ///< T, the new tokens of a call
+  int64_t cacheLen = 0;   ///< the step's cache length
+  int64_t logitsRows = 0; ///< the rows of logits returned
+  const BatchShape *batch = nullptr;
+};
 
-namespace {
+/// The module of one entry point: a block function per layer variant, and the public entry,
+/// which embeds the tokens (embed), calls the layers' blocks in order, and computes the logits
+/// of the rows it returns (head): every row for forward; with caches, the rows `last` names, and
+/// every layer's updated key and value caches after the logits.
+OwningOpRef<ModuleOp> buildEntryModule(MLIRContext &ctx, const GPTConfig &config, const WeightStorage &storage,
+                                       const EntryShape &shape) {
+  ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
+                  tensor::TensorDialect>();
+  const char *name = shape.entry == EntryPoint::Forward ? "forward"
+                     : shape.entry == EntryPoint::Step  ? "step"
+                                                        : "batch_step";
+  OpBuilder b(&ctx);
+  Location loc = NameLoc::get(b.getStringAttr(std::string("gpt.") + name));
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
 
-/// The public function of a cached entry point (step, batch step): its arguments, and as results
-/// the logits and every layer's key and value caches (`cacheType`), which it updates in place.
-func::FuncOp createCachedEntry(OpBuilder &b, Location loc, StringRef name, const GPTConfig &config,
-                               const EntryFunctionArguments &arguments, RankedTensorType logitsType,
-                               RankedTensorType cacheType) {
+  std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
+  const LayerVariants layers(config, storage);
+  const BlockSignature signature(b, config, shape.entry, shape.tokens, shape.cacheLen, shape.batch, storage.kvCache);
+  SmallVector<func::FuncOp> blocks;
+  for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
+    blocks.push_back(buildBlock(b, loc, config, signature, layerSpecs, LayerVariants::suffix(variant)));
+  EntryFunctionArguments arguments = entryFunctionArguments(b, shape.entry, config, specs, shape.tokens, shape.cacheLen,
+                                                            storage.kvCache, shape.batch, shape.logitsRows);
+  auto logitsType = RankedTensorType::get({shape.logitsRows, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
   SmallVector<Type> resultTypes = {logitsType};
-  resultTypes.append(2 * config.nLayer, cacheType);
+  if (signature.cached()) resultTypes.append(2 * config.nLayer, signature.cache);
   SmallVector<unsigned> caches; // updated in place
   for (auto [i, argument] : llvm::enumerate(arguments.arguments))
     if (argument.kind == ArgumentKind::KeyCache || argument.kind == ArgumentKind::ValueCache) caches.push_back(i);
   func::FuncOp fn = createFunction(b, loc, name, arguments.types, resultTypes, /*entryPoint=*/true, caches);
   b.setInsertionPointToStart(&fn.front());
-  return fn;
-}
+  EntryValues in(fn, arguments.arguments, specs);
 
-/// The body of a cached entry point: the embeddings, one call of `block` per layer (x, then
-/// `blockInputs(layer)`, then the layer's weights; it returns x and the layer's updated key and
-/// value caches), then the rows `in.last` (an embedding lookup into the activations) through the
-/// final LayerNorm and the LM head. Returns the logits and the updated caches.
-void buildCachedEntryBody(OpBuilder &b, Location loc, const GPTConfig &config, const EntryValues &in,
-                          ArrayRef<func::FuncOp> blocks, const LayerVariants &layers, RankedTensorType logitsType,
-                          llvm::function_ref<SmallVector<Value>(int64_t layer)> blockInputs) {
   GraphBuilder g(b, loc, config);
-  const ModelParameterNames &names = modelParameterNames(config);
-  Value x = in.tokenEmbedding(b, loc, config, in.ids);
-  if (!config.rope)
-    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at(names.positionEmbedding), in.positions));
-  x = b.create<tensor::CastOp>(loc, func::FuncOp(blocks.front()).getArgumentTypes()[0], x);
-  SmallVector<Value> keys, values;
+  const ModelWeights weights = in.modelWeights(config);
+  Value x = g.castTo(g.embed(weights, in.ids, in.positions), signature.activations);
+  SmallVector<Value> updatedCaches;
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
     const size_t variant = layers.ofLayer[layer];
     SmallVector<Value> operands = {x};
-    operands.append(blockInputs(layer));
+    operands.append(in.attentionInputs(signature.kind, shape.tokens, layer).operands());
     operands.append(layerOperands(config, in.weights, layers.variants[variant], layer));
     auto call = b.create<func::CallOp>(loc, blocks[variant], operands);
     x = call.getResult(0);
-    keys.push_back(call.getResult(1));
-    values.push_back(call.getResult(2));
+    updatedCaches.append(call.getResults().begin() + 1, call.getResults().end());
   }
-  x = b.create<EmbeddingOp>(loc, g.unranked(), x, in.last);
-  x = g.norm(x, in.weights.at(names.finalNormWeight), in.finalNormBias(names));
-  Value logits = g.matmul(x, in.head());
-  SmallVector<Value> results = {b.create<tensor::CastOp>(loc, logitsType, logits)};
-  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    results.push_back(keys[layer]);
-    results.push_back(values[layer]);
-  }
+  // With caches, only the rows `last` names go through the final norm and the LM head: prefill
+  // and decode need the last real token's; speculative verification every drafted position's;
+  // the batch step each sequence's last new token's.
+  SmallVector<Value> results = {g.castTo(g.head(weights, x, in.last), logitsType)};
+  results.append(updatedCaches);
   b.create<func::ReturnOp>(loc, results);
+  return module;
 }
 
 } // namespace
 
 OwningOpRef<ModuleOp> buildForward(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen,
                                    const WeightStorage &storage) {
-  ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
-                  tensor::TensorDialect>();
-  OpBuilder b(&ctx);
-  Location loc = NameLoc::get(b.getStringAttr("gpt.forward"));
-  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  b.setInsertionPointToEnd(module->getBody());
-
-  std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  const LayerVariants layers(config, storage);
-  SmallVector<func::FuncOp> blocks;
-  for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
-    blocks.push_back(buildBlock(b, loc, config, seqLen, layerSpecs, LayerVariants::suffix(variant)));
-  EntryFunctionArguments arguments =
-      entryFunctionArguments(b, EntryPoint::Forward, config, specs, seqLen, 0, storage.kvCache);
-  auto logitsType = RankedTensorType::get({seqLen, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
-  func::FuncOp fn = createFunction(b, loc, "forward", arguments.types, {logitsType}, /*entryPoint=*/true);
-  b.setInsertionPointToStart(&fn.front());
-  EntryValues in(fn, arguments.arguments, specs);
-
-  GraphBuilder g(b, loc, config);
-  const ModelParameterNames &names = modelParameterNames(config);
-  Value x = in.tokenEmbedding(b, loc, config, in.ids);
-  if (!config.rope)
-    x = g.add(x, b.create<EmbeddingOp>(loc, g.unranked(), in.weights.at(names.positionEmbedding), in.positions));
-  // The call's operand types must match the block's signature.
-  x = b.create<tensor::CastOp>(loc, blocks.front().getArgumentTypes()[0], x);
-  for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    const size_t variant = layers.ofLayer[layer];
-    SmallVector<Value> operands = {x, in.positions};
-    operands.append(layerOperands(config, in.weights, layers.variants[variant], layer));
-    x = b.create<func::CallOp>(loc, blocks[variant], operands).getResult(0);
-  }
-  x = g.norm(x, in.weights.at(names.finalNormWeight), in.finalNormBias(names));
-  Value logits = g.matmul(x, in.head());
-  b.create<func::ReturnOp>(loc, b.create<tensor::CastOp>(loc, logitsType, logits).getResult());
-  return module;
+  return buildEntryModule(ctx, config, storage, {EntryPoint::Forward, seqLen, 0, seqLen});
 }
 
 OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64_t seqLen, int64_t cacheLen,
@@ -607,62 +648,12 @@ OwningOpRef<ModuleOp> buildStep(MLIRContext &ctx, const GPTConfig &config, int64
   if (logitsRows < 1 || logitsRows > seqLen)
     throw std::invalid_argument("a step of " + std::to_string(seqLen) + " tokens returns between 1 and " +
                                 std::to_string(seqLen) + " rows of logits, not " + std::to_string(logitsRows));
-  ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
-                  tensor::TensorDialect>();
-  OpBuilder b(&ctx);
-  Location loc = NameLoc::get(b.getStringAttr("gpt.step"));
-  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  b.setInsertionPointToEnd(module->getBody());
-
-  std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  const LayerVariants layers(config, storage);
-  SmallVector<func::FuncOp> blocks;
-  for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
-    blocks.push_back(
-        buildBlock(b, loc, config, seqLen, layerSpecs, LayerVariants::suffix(variant), cacheLen, storage.kvCache));
-  EntryFunctionArguments arguments =
-      entryFunctionArguments(b, EntryPoint::Step, config, specs, seqLen, cacheLen, storage.kvCache,
-                             /*batch=*/nullptr, logitsRows);
-  auto cacheType =
-      RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, kvCacheElementType(b, storage.kvCache));
-  auto logitsType = RankedTensorType::get({logitsRows, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
-  func::FuncOp fn = createCachedEntry(b, loc, "step", config, arguments, logitsType, cacheType);
-  EntryValues in(fn, arguments.arguments, specs);
-  // Only the rows `last` names go through the final LayerNorm and the LM head: prefill and decode
-  // need the last real token's; speculative verification every drafted position's.
-  buildCachedEntryBody(b, loc, config, in, blocks, layers, logitsType, [&](int64_t layer) {
-    return SmallVector<Value>{in.positions, in.offset, in.keys[layer], in.values[layer]};
-  });
-  return module;
+  return buildEntryModule(ctx, config, storage, {EntryPoint::Step, seqLen, cacheLen, logitsRows});
 }
 
 OwningOpRef<ModuleOp> buildBatchStep(MLIRContext &ctx, const GPTConfig &config, const BatchShape &shape,
                                      const WeightStorage &storage) {
-  ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
-                  tensor::TensorDialect>();
-  OpBuilder b(&ctx);
-  Location loc = NameLoc::get(b.getStringAttr("gpt.batch_step"));
-  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  b.setInsertionPointToEnd(module->getBody());
-
-  std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  const LayerVariants layers(config, storage);
-  SmallVector<func::FuncOp> blocks;
-  for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
-    blocks.push_back(
-        buildPagedBlock(b, loc, config, shape, layerSpecs, LayerVariants::suffix(variant), storage.kvCache));
-  EntryFunctionArguments arguments =
-      entryFunctionArguments(b, EntryPoint::BatchStep, config, specs, shape.tokens, 0, storage.kvCache, &shape);
-  auto poolType = RankedTensorType::get({shape.poolBlocks, config.kvHeads(), shape.blockSize, config.headSize()},
-                                        kvCacheElementType(b, storage.kvCache));
-  auto logitsType = RankedTensorType::get({shape.batch, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
-  func::FuncOp fn = createCachedEntry(b, loc, "batch_step", config, arguments, logitsType, poolType);
-  EntryValues in(fn, arguments.arguments, specs);
-  // Each sequence's last new token: its row goes through the final LayerNorm and the LM head.
-  buildCachedEntryBody(b, loc, config, in, blocks, layers, logitsType, [&](int64_t layer) {
-    return SmallVector<Value>{in.positions, in.sequences, in.slots, in.tables, in.keys[layer], in.values[layer]};
-  });
-  return module;
+  return buildEntryModule(ctx, config, storage, {EntryPoint::BatchStep, shape.tokens, 0, shape.batch, &shape});
 }
 
 } // namespace gpt

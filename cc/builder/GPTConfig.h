@@ -70,6 +70,8 @@ struct GPTConfig {
   std::string validate() const;
 
   int64_t headSize() const { return nEmbd / nHead; }
+  /// The width of the queries: nHead heads of headSize().
+  int64_t qSize() const { return nHead * headSize(); }
   int64_t kvHeads() const { return nKvHead ? nKvHead : nHead; }
   /// The width of keys and values: kvHeads() heads of headSize().
   int64_t kvSize() const { return kvHeads() * headSize(); }
