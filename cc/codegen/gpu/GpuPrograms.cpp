@@ -1,17 +1,23 @@
 // Dispatch formation for the CUDA target (see GpuPrograms.h).
+//
+// A program is formed in two walks, as IREE forms dispatch regions around a root op: planFusion
+// (GpuFusion.h) first decides which ops own a kernel and which are computed inside another's (a matmul's bias,
+// GELU and residual; the two embeddings of an add), then ProgramFormation forms every op that is
+// not fused, one function per op kind, chosen by a type switch.
 #include "cc/codegen/gpu/GpuPrograms.h"
 
+#include "cc/codegen/gpu/GpuFusion.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinTypes.h"
-#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 namespace gpt::gpu {
@@ -23,6 +29,27 @@ constexpr int64_t kAlignment = 256; ///< of every scratch and input region, in b
 /// them one by one, which bounds a long-context decode step by the walk, not by bandwidth.
 constexpr int64_t kAttentionWarpsFrom = 64;
 
+/// The entry arguments (EntryPoints.h) that the runtime writes into the input buffer, in the
+/// buffer's order: their names in the manifest's `inputs`, and whether they hold an i64 per token
+/// (else one i64). Every other kind is a cache, a weight or the logits.
+struct InputSlot {
+  ArgumentKind kind;
+  const char *name;
+  bool perToken;
+};
+constexpr InputSlot kInputSlots[] = {
+    {ArgumentKind::TokenIds, "token_ids", true},
+    {ArgumentKind::Positions, "positions", true},
+    {ArgumentKind::LastRow, "last_row", false},
+    {ArgumentKind::CacheOffset, "cache_offset", false},
+};
+
+const InputSlot *inputSlot(ArgumentKind kind) {
+  for (const InputSlot &slot : kInputSlots)
+    if (slot.kind == kind) return &slot;
+  return nullptr;
+}
+
 int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 int64_t product(const std::vector<int64_t> &shape) {
@@ -30,23 +57,17 @@ int64_t product(const std::vector<int64_t> &shape) {
 }
 
 std::vector<int64_t> shapeOf(mlir::Value value) {
-  auto type = mlir::dyn_cast<mlir::RankedTensorType>(value.getType());
-  if (!type || !type.hasStaticShape()) {
+  std::optional<std::vector<int64_t>> shape = staticShape(value);
+  if (!shape) {
     std::string text;
     llvm::raw_string_ostream os(text);
     os << value.getType();
     throw std::invalid_argument("the CUDA target needs static shapes, got a value of type " + text);
   }
-  return std::vector<int64_t>(type.getShape().begin(), type.getShape().end());
+  return *shape;
 }
 
 std::string opName(mlir::Operation *op) { return op->getName().getStringRef().str(); }
-
-mlir::Operation *soleUser(mlir::Value value) { return value.hasOneUse() ? *value.getUsers().begin() : nullptr; }
-
-mlir::Value otherOperand(mlir::Operation *binary, mlir::Value value) {
-  return binary->getOperand(0) == value ? binary->getOperand(1) : binary->getOperand(0);
-}
 
 std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &sizes) {
   std::vector<int64_t> strides(sizes.size(), 1);
@@ -74,12 +95,49 @@ struct ArtifactBuilder::View {
   }
 };
 
-/// The state of one program while its ops are formed into launches.
-struct ArtifactBuilder::ProgramState {
+/// Forms one program: binds the entry point's arguments to buffers, then forms its ops in order
+/// into launches, each intermediate placed in the scratch buffer.
+class ArtifactBuilder::ProgramFormation {
+public:
+  ProgramFormation(ArtifactBuilder &artifact, EntryPoint entry, int64_t tokens) : artifact(artifact) {
+    spec.entry = entry == EntryPoint::Forward ? "forward" : "step";
+    spec.tokens = tokens;
+  }
+
+  /// Binds the entry arguments (in entryArguments() order) and plans the fusions.
+  void bindArguments(mlir::Block &body, const std::vector<EntryArgument> &arguments);
+  /// Forms the ops of `block` in order.
+  void formBlock(mlir::Block &block);
+  /// The program, once its body is formed.
+  ProgramSpec finish();
+
+private:
+  View argumentView(const EntryArgument &what, mlir::Value arg, unsigned position);
+  View viewOf(mlir::Value value) const;
+  View bound(mlir::Value value, bool matmulOperand);
+  View allocate(mlir::Value value, const std::vector<int64_t> &sizes);
+  void launch(const std::string &family, KernelSource source, std::vector<PointerArg> args);
+  static void requireRowMajor(const View &view, const char *what);
+
+  void formOp(mlir::Operation &op);
+  void formCall(mlir::func::CallOp call);
+  void formEmbedding(transformer::EmbeddingOp embedding);
+  void formAdd(transformer::AddOp add);
+  void formMatmul(transformer::MatmulOp matmul);
+  void formLayerNorm(transformer::LayerNormOp norm);
+  void formRmsNorm(transformer::RmsNormOp norm);
+  void formSlice(transformer::SliceOp slice);
+  void formSplitHeads(transformer::SplitHeadsOp split);
+  void formMergeHeads(transformer::MergeHeadsOp merge);
+  void formRope(transformer::RopeOp rotary);
+  void formSwiglu(transformer::SwigluOp gated);
+  void formCacheUpdate(transformer::CacheUpdateOp update);
+  void formAttention(transformer::CausalAttentionOp attention);
+
+  ArtifactBuilder &artifact;
   ProgramSpec spec;
+  FusionPlan plan;
   llvm::DenseMap<mlir::Value, View> values;
-  llvm::DenseSet<mlir::Operation *> fused;    ///< ops computed inside another op's kernel
-  llvm::DenseSet<mlir::Operation *> deferred; ///< embeddings gathered together at their add
   mlir::Value logits;
   int64_t scratchTop = 0;
 };
@@ -92,9 +150,9 @@ ArtifactBuilder::ArtifactBuilder(const GPTConfig &config, ElementType weights, i
     return static_cast<int64_t>(buffers_.size()) - 1;
   };
   int64_t inputBytes = 0;
-  for (const char *name : {"token_ids", "positions", "last_row", "cache_offset"}) {
-    inputOffsets[name] = inputBytes;
-    inputBytes += alignUp(std::string(name) == "token_ids" || std::string(name) == "positions" ? 8 * maxTokens : 8);
+  for (const InputSlot &slot : kInputSlots) {
+    inputOffsets[slot.name] = inputBytes;
+    inputBytes += alignUp(slot.perToken ? 8 * maxTokens : 8);
   }
   inputBuffer = add({"inputs", "input", inputBytes, "", {}, ""});
   scratchBuffer = add({"scratch", "scratch", 0, "", {}, ""});
@@ -153,385 +211,351 @@ std::string ArtifactBuilder::kernelName(const std::string &family, const KernelS
 }
 
 void ArtifactBuilder::addProgram(mlir::func::FuncOp function, EntryPoint entry, int64_t tokens) {
-  ProgramState state;
-  state.spec.entry = entry == EntryPoint::Forward ? "forward" : "step";
-  state.spec.tokens = tokens;
-  auto input = [&](const char *name) { return PointerArg{inputBuffer, inputOffsets.at(name)}; };
-  state.spec.inputs["token_ids"] = input("token_ids");
-  state.spec.inputs["positions"] = input("positions");
-  if (entry == EntryPoint::Step) {
-    state.spec.inputs["last_row"] = input("last_row");
-    state.spec.inputs["cache_offset"] = input("cache_offset");
-  }
-
-  // The weights matmuls read (directly, or through a derived parameter) are stored in the
-  // artifact's low-precision type; tables that share their storage are read in it too.
   mlir::Block &body = function.getBody().front();
   std::vector<EntryArgument> arguments = entryArguments(entry, config, static_cast<int64_t>(parameters.size()));
   if (arguments.size() != body.getNumArguments() + 1)
     throw std::invalid_argument("the entry point has " + std::to_string(body.getNumArguments()) +
                                 " arguments, its calling convention " + std::to_string(arguments.size() - 1));
-  // Weights reach the layers' matmuls through calls: follow each call's operands into its callee.
-  std::function<void(mlir::Block &, const llvm::DenseMap<mlir::Value, const ParameterSpec *> &)> findMatrices =
-      [&](mlir::Block &block, const llvm::DenseMap<mlir::Value, const ParameterSpec *> &weights) {
-        for (mlir::Operation &op : block) {
-          if (auto matmul = mlir::dyn_cast<transformer::MatmulOp>(op)) {
-            if (const ParameterSpec *spec = weights.lookup(matmul.getRhs()))
-              matrixNames.insert(spec->derived() ? spec->source : spec->name);
-          } else if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op)) {
-            auto callee = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::func::FuncOp>(call, call.getCalleeAttr());
-            if (!callee || callee.getBody().empty()) continue;
-            llvm::DenseMap<mlir::Value, const ParameterSpec *> inner;
-            for (auto [arg, operand] : llvm::zip(callee.getArguments(), call.getOperands()))
-              if (const ParameterSpec *spec = weights.lookup(operand)) inner[arg] = spec;
-            findMatrices(callee.getBody().front(), inner);
-          }
-        }
-      };
-  llvm::DenseMap<mlir::Value, const ParameterSpec *> entryWeights;
+  ProgramFormation program(*this, entry, tokens);
+  program.bindArguments(body, arguments);
+  program.formBlock(body);
+  programs_.push_back(program.finish());
+}
+
+void ArtifactBuilder::ProgramFormation::bindArguments(mlir::Block &body, const std::vector<EntryArgument> &arguments) {
+  // The weights matmuls read (directly, or through a derived parameter) are stored in the
+  // artifact's low-precision type; tables that share their storage are read in it too. Weights
+  // reach the layers' matmuls through calls: the walk follows each call's operands into its callee.
+  WeightValues entryWeights;
   for (unsigned i = 0; i < body.getNumArguments(); ++i)
-    if (arguments[i].kind == ArgumentKind::Weight) entryWeights[body.getArgument(i)] = &parameters[arguments[i].index];
-  findMatrices(body, entryWeights);
+    if (arguments[i].kind == ArgumentKind::Weight)
+      entryWeights[body.getArgument(i)] = &artifact.parameters[arguments[i].index];
+  planFusion(body, entryWeights, plan, artifact.matrixNames);
 
-  for (unsigned i = 0; i < body.getNumArguments(); ++i) {
-    mlir::Value arg = body.getArgument(i);
-    const EntryArgument &what = arguments[i];
-    View view;
-    switch (what.kind) {
-    case ArgumentKind::TokenIds:
-    case ArgumentKind::Positions:
-    case ArgumentKind::LastRow:
-    case ArgumentKind::CacheOffset: {
-      const char *name = what.kind == ArgumentKind::TokenIds    ? "token_ids"
-                         : what.kind == ArgumentKind::Positions ? "positions"
-                         : what.kind == ArgumentKind::LastRow   ? "last_row"
-                                                                : "cache_offset";
-      view.buffer = inputBuffer;
-      view.elementBytes = 8;
-      view.offset = inputOffsets.at(name) / 8;
-      view.sizes = what.kind == ArgumentKind::CacheOffset ? std::vector<int64_t>{1} : shapeOf(arg);
-      view.strides = {1};
-      break;
-    }
-    case ArgumentKind::KeyCache:
-    case ArgumentKind::ValueCache:
-      view.buffer = cacheBuffers_.at(what.index)[what.kind == ArgumentKind::KeyCache ? 0 : 1];
-      view.sizes = shapeOf(arg);
-      view.strides = contiguousStrides(view.sizes);
-      break;
-    case ArgumentKind::Weight:
-      view.weight = &parameters.at(what.index);
-      view.sizes = shapeOf(arg);
-      view.strides = contiguousStrides(view.sizes);
-      break;
-    default:
-      throw std::invalid_argument("the CUDA target cannot take the entry point's argument " + std::to_string(i));
-    }
-    state.values[arg] = view;
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    values[body.getArgument(i)] = argumentView(arguments[i], body.getArgument(i), i);
+  logits = body.getTerminator()->getOperand(0);
+}
+
+ArtifactBuilder::View ArtifactBuilder::ProgramFormation::argumentView(const EntryArgument &what, mlir::Value arg,
+                                                                      unsigned position) {
+  View view;
+  if (const InputSlot *slot = inputSlot(what.kind)) {
+    int64_t offset = artifact.inputOffsets.at(slot->name);
+    spec.inputs[slot->name] = PointerArg{artifact.inputBuffer, offset};
+    view.buffer = artifact.inputBuffer;
+    view.elementBytes = 8;
+    view.offset = offset / 8;
+    // The cache offset is an index passed by value: one i64 in the input buffer.
+    view.sizes = what.kind == ArgumentKind::CacheOffset ? std::vector<int64_t>{1} : shapeOf(arg);
+    view.strides = {1};
+    return view;
   }
-  mlir::Operation *terminator = body.getTerminator();
-  state.logits = terminator->getOperand(0);
-
-  // By value: inserting into `values` may move its entries.
-  auto viewOf = [&](mlir::Value value) -> View {
-    auto found = state.values.find(value);
-    if (found == state.values.end()) throw std::invalid_argument("the CUDA target met a value it did not form");
-    return found->second;
-  };
-  // A table or vector weight bound as stored; activations pass through.
-  auto bound = [&](mlir::Value value, bool matmulOperand) -> View {
-    View view = viewOf(value);
-    if (view.weight) {
-      view.buffer = weightBuffer(*view.weight, matmulOperand);
-      const BufferSpec &buffer = buffers_[view.buffer];
-      view.element = buffer.dtype == "bf16" ? ElementType::BF16 : ElementType::F32;
-      view.elementBytes = buffer.dtype == "bf16" ? 2 : 4;
-      view.sizes = buffer.shape;
-      view.strides = contiguousStrides(view.sizes);
-      view.weight = nullptr;
-    }
+  switch (what.kind) {
+  case ArgumentKind::KeyCache:
+  case ArgumentKind::ValueCache:
+    view.buffer = artifact.cacheBuffers_.at(what.index)[what.kind == ArgumentKind::KeyCache ? 0 : 1];
+    view.sizes = shapeOf(arg);
+    view.strides = contiguousStrides(view.sizes);
     return view;
-  };
-  auto allocate = [&](mlir::Value value, std::vector<int64_t> sizes) -> View {
-    View view;
-    view.sizes = sizes;
-    view.strides = contiguousStrides(sizes);
-    if (value == state.logits) {
-      view.buffer = logitsBuffer;
-    } else {
-      view.buffer = scratchBuffer;
-      view.offset = state.scratchTop / 4;
-      state.scratchTop += alignUp(4 * product(sizes));
-      buffers_[scratchBuffer].bytes = std::max(buffers_[scratchBuffer].bytes, state.scratchTop);
-    }
-    state.values[value] = view;
+  case ArgumentKind::Weight:
+    view.weight = &artifact.parameters.at(what.index);
+    view.sizes = shapeOf(arg);
+    view.strides = contiguousStrides(view.sizes);
     return view;
-  };
-  auto launch = [&](const std::string &family, KernelSource source, std::vector<PointerArg> args) {
-    std::string name = kernelName(family, source);
-    state.spec.launches.push_back({name, source.grid, source.block, std::move(args), std::move(source.op)});
-  };
-  auto requireRowMajor = [&](const View &view, const char *what) {
-    if (view.rank() != 2 || view.strides[1] != 1)
-      throw std::invalid_argument(std::string("the CUDA target needs ") + what + " as rows with unit stride");
-  };
+  default:
+    throw std::invalid_argument("the CUDA target cannot take the entry point's argument " + std::to_string(position));
+  }
+}
 
-  // Forms the ops of `block` in order; a call forms its callee's body with the callee's
-  // arguments bound to the call's operands (each layer's block, once per layer).
-  std::function<void(mlir::Block &)> formBlock = [&](mlir::Block &block) {
-    for (mlir::Operation &op : block) {
-      if (state.fused.contains(&op) || mlir::isa<mlir::func::ReturnOp>(op)) continue;
-
-      if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op)) {
-        auto callee = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::func::FuncOp>(call, call.getCalleeAttr());
-        if (!callee || callee.getBody().getBlocks().size() != 1)
-          throw std::invalid_argument("the CUDA target cannot form the call to " + call.getCallee().str());
-        mlir::Block &calleeBody = callee.getBody().front();
-        for (auto [arg, operand] : llvm::zip(calleeBody.getArguments(), call.getOperands()))
-          state.values[arg] = viewOf(operand);
-        formBlock(calleeBody);
-        for (auto [result, returned] : llvm::zip(call.getResults(), calleeBody.getTerminator()->getOperands()))
-          state.values[result] = viewOf(returned);
-        continue;
-      }
-
-      if (auto embedding = mlir::dyn_cast<transformer::EmbeddingOp>(op)) {
-        // GPT-2's token + position embeddings: one gather of both rows at their add.
-        if (mlir::Operation *user = soleUser(embedding.getResult()); user && mlir::isa<transformer::AddOp>(user)) {
-          auto other = otherOperand(user, embedding.getResult()).getDefiningOp<transformer::EmbeddingOp>();
-          if (other && other->hasOneUse() && other != embedding) {
-            state.deferred.insert(&op);
-            continue;
-          }
-        }
-        View table = bound(embedding.getTable(), false);
-        requireRowMajor(table, "an embedding table");
-        View ids = viewOf(embedding.getIds());
-        std::vector<int64_t> shape = shapeOf(embedding.getResult());
-        View out = allocate(embedding.getResult(), shape);
-        GatherRows g{shape[0], shape[1], table.sizes[0], table.strides[0], table.element};
-        launch("gather", gatherRows(g), {table.pointer(), ids.pointer(), out.pointer()});
-        continue;
-      }
-
-      if (auto add = mlir::dyn_cast<transformer::AddOp>(op)) {
-        auto lhs = add.getLhs().getDefiningOp<transformer::EmbeddingOp>();
-        auto rhs = add.getRhs().getDefiningOp<transformer::EmbeddingOp>();
-        if (lhs && rhs && state.deferred.contains(lhs) && state.deferred.contains(rhs)) {
-          View first = bound(lhs.getTable(), false), second = bound(rhs.getTable(), false);
-          // The kernel's first table may be low precision, its second is f32.
-          if (second.element != ElementType::F32) {
-            std::swap(first, second);
-            std::swap(lhs, rhs);
-          }
-          if (second.element != ElementType::F32)
-            throw std::invalid_argument("the CUDA target gathers one low-precision table at a time");
-          requireRowMajor(first, "an embedding table");
-          requireRowMajor(second, "an embedding table");
-          std::vector<int64_t> shape = shapeOf(add.getResult());
-          View out = allocate(add.getResult(), shape);
-          GatherRows g{shape[0],        shape[1],        first.sizes[0],   first.strides[0], first.element,
-                       /*second=*/true, second.sizes[0], second.strides[0]};
-          launch("gather", gatherRows(g),
-                 {first.pointer(), viewOf(lhs.getIds()).pointer(), second.pointer(), viewOf(rhs.getIds()).pointer(),
-                  out.pointer()});
-          continue;
-        }
-        throw std::invalid_argument("the CUDA target cannot lower a transformer.add that follows no matmul yet");
-      }
-
-      if (auto matmul = mlir::dyn_cast<transformer::MatmulOp>(op)) {
-        View a = bound(matmul.getLhs(), false);
-        requireRowMajor(a, "a matmul's left operand");
-        View rhs = viewOf(matmul.getRhs());
-        if (!rhs.weight) throw std::invalid_argument("the CUDA target multiplies activations by weights only");
-        const ParameterSpec spec = *rhs.weight;
-        View b = bound(matmul.getRhs(), true); // [N or V, K]
-        std::vector<int64_t> shape = shapeOf(matmul.getResult());
-        int64_t rows = shape[0], columns = shape[1], depth = a.sizes[1];
-        Matmul m{rows, columns, spec.derived() ? b.sizes[0] : columns, depth, a.strides[0], b.element, {}};
-        if (a.pointer().offset % 16 || a.strides[0] % 4)
-          throw std::invalid_argument("the CUDA target needs a matmul's rows 16-byte aligned");
-        // The epilogue: + bias, GELU, + residual, each the sole user of what came before.
-        mlir::Value result = matmul.getResult();
-        std::vector<PointerArg> extra;
-        PointerArg biasArg, residualArg;
-        if (auto add = mlir::dyn_cast_or_null<transformer::AddOp>(soleUser(result))) {
-          mlir::Value other = otherOperand(add, result);
-          View candidate = viewOf(other);
-          if (candidate.weight && candidate.sizes == std::vector<int64_t>{columns}) {
-            m.epilogue.bias = true;
-            biasArg = bound(other, false).pointer();
-            state.fused.insert(add);
-            result = add.getResult();
-          }
-        }
-        if (auto gelu = mlir::dyn_cast_or_null<transformer::GeluOp>(soleUser(result))) {
-          m.epilogue.gelu = true;
-          state.fused.insert(gelu);
-          result = gelu.getResult();
-        }
-        if (auto add = mlir::dyn_cast_or_null<transformer::AddOp>(soleUser(result))) {
-          mlir::Value other = otherOperand(add, result);
-          mlir::Operation *definer = other.getDefiningOp();
-          bool earlier = !definer || definer->isBeforeInBlock(matmul);
-          if (earlier && state.values.count(other) && !viewOf(other).weight && shapeOf(other) == shape) {
-            View residual = viewOf(other);
-            if (residual.strides[1] == 1) {
-              m.epilogue.residual = true;
-              m.epilogue.residualStride = residual.strides[0];
-              residualArg = residual.pointer();
-              state.fused.insert(add);
-              result = add.getResult();
-            }
-          }
-        }
-        if (m.validColumns != m.columns && (m.epilogue.bias || m.epilogue.gelu || m.epilogue.residual))
-          throw std::invalid_argument("the CUDA target fuses no epilogue into a padded matmul");
-        View out = allocate(result, shape);
-        std::vector<PointerArg> args{a.pointer(), b.pointer()};
-        if (m.epilogue.bias) args.push_back(biasArg);
-        if (m.epilogue.residual) args.push_back(residualArg);
-        args.push_back(out.pointer());
-        if (rows <= kMatvecMaxRows)
-          launch("matvec", matvec(m), args);
-        else
-          launch("matmul", tiledMatmul(m), args);
-        continue;
-      }
-
-      if (auto norm = mlir::dyn_cast<transformer::LayerNormOp>(op)) {
-        View in = bound(norm.getInput(), false);
-        requireRowMajor(in, "a normalized input");
-        View weight = bound(norm.getWeight(), false), bias = bound(norm.getBias(), false);
-        View out = allocate(norm.getResult(), in.sizes);
-        NormRows n{in.sizes[0], in.sizes[1], in.strides[0],
-                   static_cast<float>(norm.getEpsilonAttr().getValueAsDouble()), /*rms=*/false};
-        launch("layer_norm", normRows(n), {in.pointer(), weight.pointer(), bias.pointer(), out.pointer()});
-        continue;
-      }
-      if (auto norm = mlir::dyn_cast<transformer::RmsNormOp>(op)) {
-        View in = bound(norm.getInput(), false);
-        requireRowMajor(in, "a normalized input");
-        View weight = bound(norm.getWeight(), false);
-        View out = allocate(norm.getResult(), in.sizes);
-        NormRows n{in.sizes[0], in.sizes[1], in.strides[0],
-                   static_cast<float>(norm.getEpsilonAttr().getValueAsDouble()), /*rms=*/true};
-        launch("rms_norm", normRows(n), {in.pointer(), weight.pointer(), out.pointer()});
-        continue;
-      }
-
-      if (auto slice = mlir::dyn_cast<transformer::SliceOp>(op)) {
-        View view = bound(slice.getInput(), false);
-        view.offset += static_cast<int64_t>(slice.getOffset()) * view.strides.back();
-        view.sizes.back() = static_cast<int64_t>(slice.getSize());
-        state.values[slice.getResult()] = view;
-        continue;
-      }
-      if (auto split = mlir::dyn_cast<transformer::SplitHeadsOp>(op)) {
-        View in = bound(split.getInput(), false);
-        requireRowMajor(in, "split_heads' input");
-        int64_t heads = static_cast<int64_t>(split.getNumHeads()), size = in.sizes[1] / heads;
-        View view = in;
-        if (split.getTokenMajor()) {
-          view.sizes = {in.sizes[0], heads, size};
-          view.strides = {in.strides[0], size, 1};
-        } else {
-          view.sizes = {heads, in.sizes[0], size};
-          view.strides = {size, in.strides[0], 1};
-        }
-        state.values[split.getResult()] = view;
-        continue;
-      }
-      if (auto merge = mlir::dyn_cast<transformer::MergeHeadsOp>(op)) {
-        View in = viewOf(merge.getInput());
-        std::array<int64_t, 2> strides = in.tokenAndHeadStrides(merge.getTokenMajor());
-        int64_t tokens = merge.getTokenMajor() ? in.sizes[0] : in.sizes[1];
-        int64_t heads = merge.getTokenMajor() ? in.sizes[1] : in.sizes[0];
-        if (strides[1] != in.sizes[2] || in.strides[2] != 1)
-          throw std::invalid_argument("the CUDA target merges heads that lie side by side only");
-        View view = in;
-        view.sizes = {tokens, heads * in.sizes[2]};
-        view.strides = {strides[0], 1};
-        state.values[merge.getResult()] = view;
-        continue;
-      }
-
-      if (auto rotary = mlir::dyn_cast<transformer::RopeOp>(op)) {
-        View in = viewOf(rotary.getInput()); // [H, T, d]
-        View positions = viewOf(rotary.getPositions());
-        std::vector<int64_t> shape = shapeOf(rotary.getResult());
-        View out = allocate(rotary.getResult(), shape);
-        std::vector<double> theta;
-        for (double t : rotary.getFrequencies(shape[2])) theta.push_back(t);
-        Rope r{shape[0], shape[1], shape[2], rotary.getInterleaved(), in.tokenAndHeadStrides(false), theta};
-        launch("rope", rope(r), {in.pointer(), positions.pointer(), out.pointer()});
-        continue;
-      }
-      if (auto gated = mlir::dyn_cast<transformer::SwigluOp>(op)) {
-        View gate = viewOf(gated.getGate()), up = viewOf(gated.getUp());
-        requireRowMajor(gate, "swiglu's gate");
-        requireRowMajor(up, "swiglu's up");
-        std::vector<int64_t> shape = shapeOf(gated.getResult());
-        View out = allocate(gated.getResult(), shape);
-        Swiglu g{shape[0], shape[1], gate.strides[0], up.strides[0]};
-        launch("swiglu", swiglu(g), {gate.pointer(), up.pointer(), out.pointer()});
-        continue;
-      }
-
-      if (auto update = mlir::dyn_cast<transformer::CacheUpdateOp>(op)) {
-        View source = viewOf(update.getUpdate()); // [H, T, d]
-        View cache = viewOf(update.getCache());
-        if (cache.buffer < 0 || buffers_[cache.buffer].role != "cache")
-          throw std::invalid_argument("the CUDA target updates the entry point's caches only");
-        CacheWrite c{source.sizes[1], source.sizes[0], source.sizes[2], cacheLength, source.tokenAndHeadStrides(false)};
-        launch("cache_write", cacheWrite(c), {source.pointer(), viewOf(update.getOffset()).pointer(), cache.pointer()});
-        state.values[update.getResult()] = cache;
-        continue;
-      }
-
-      if (auto attention = mlir::dyn_cast<transformer::CausalAttentionOp>(op)) {
-        if (attention.getMask() || attention.getWindow() || !attention.getMaskExpression().empty())
-          throw std::invalid_argument("the CUDA target lowers plain causal attention only (no mask or window yet)");
-        View q = viewOf(attention.getQuery()), k = viewOf(attention.getKey()), v = viewOf(attention.getValue());
-        bool qt = attention.getQueryTokenMajor(), kt = attention.getKeyTokenMajor(),
-             vt = attention.getValueTokenMajor();
-        int64_t tokens = qt ? q.sizes[0] : q.sizes[1], heads = qt ? q.sizes[1] : q.sizes[0];
-        int64_t keys = kt ? k.sizes[0] : k.sizes[1], kvHeads = kt ? k.sizes[1] : k.sizes[0];
-        int64_t headSize = q.sizes[2];
-        bool resultTokenMajor = attention.getResultTokenMajor();
-        View out = allocate(attention.getResult(), shapeOf(attention.getResult()));
-        Attention a{tokens,
-                    heads,
-                    kvHeads,
-                    headSize,
-                    keys,
-                    static_cast<float>(attention.getScaleAttr().getValueAsDouble()),
-                    /*offsetFromMemory=*/static_cast<bool>(attention.getQueryOffset()),
-                    q.tokenAndHeadStrides(qt),
-                    k.tokenAndHeadStrides(kt),
-                    v.tokenAndHeadStrides(vt),
-                    out.tokenAndHeadStrides(resultTokenMajor),
-                    /*warps=*/keys >= kAttentionWarpsFrom ? 4 : 1};
-        std::vector<PointerArg> args{q.pointer(), k.pointer(), v.pointer()};
-        if (attention.getQueryOffset()) args.push_back(viewOf(attention.getQueryOffset()).pointer());
-        args.push_back(out.pointer());
-        launch("attention", gpu::attention(a), args);
-        continue;
-      }
-
-      throw std::invalid_argument("the CUDA target cannot lower " + opName(&op) + " yet");
-    }
-  };
-  formBlock(body);
-
-  View logits = viewOf(state.logits);
-  if (logits.buffer != logitsBuffer)
+ProgramSpec ArtifactBuilder::ProgramFormation::finish() {
+  View result = viewOf(logits);
+  if (result.buffer != artifact.logitsBuffer)
     throw std::invalid_argument("the CUDA target expects the LM head to write the logits");
-  state.spec.logits = logits.pointer();
-  state.spec.logitsRows = logits.sizes[0];
-  state.spec.logitsRowStride = logits.strides[0];
-  programs_.push_back(std::move(state.spec));
+  spec.logits = result.pointer();
+  spec.logitsRows = result.sizes[0];
+  spec.logitsRowStride = result.strides[0];
+  return std::move(spec);
+}
+
+// By value: inserting into `values` may move its entries.
+ArtifactBuilder::View ArtifactBuilder::ProgramFormation::viewOf(mlir::Value value) const {
+  auto found = values.find(value);
+  if (found == values.end()) throw std::invalid_argument("the CUDA target met a value it did not form");
+  return found->second;
+}
+
+/// A table or vector weight bound as stored; activations pass through.
+ArtifactBuilder::View ArtifactBuilder::ProgramFormation::bound(mlir::Value value, bool matmulOperand) {
+  View view = viewOf(value);
+  if (view.weight) {
+    view.buffer = artifact.weightBuffer(*view.weight, matmulOperand);
+    const BufferSpec &buffer = artifact.buffers_[view.buffer];
+    view.element = buffer.dtype == "bf16" ? ElementType::BF16 : ElementType::F32;
+    view.elementBytes = buffer.dtype == "bf16" ? 2 : 4;
+    view.sizes = buffer.shape;
+    view.strides = contiguousStrides(view.sizes);
+    view.weight = nullptr;
+  }
+  return view;
+}
+
+/// A contiguous place for `value`: the logits buffer for the program's result, else the next
+/// free region of the scratch buffer.
+ArtifactBuilder::View ArtifactBuilder::ProgramFormation::allocate(mlir::Value value,
+                                                                  const std::vector<int64_t> &sizes) {
+  View view;
+  view.sizes = sizes;
+  view.strides = contiguousStrides(sizes);
+  if (value == logits) {
+    view.buffer = artifact.logitsBuffer;
+  } else {
+    BufferSpec &scratch = artifact.buffers_[artifact.scratchBuffer];
+    view.buffer = artifact.scratchBuffer;
+    view.offset = scratchTop / 4;
+    scratchTop += alignUp(4 * product(sizes));
+    scratch.bytes = std::max(scratch.bytes, scratchTop);
+  }
+  values[value] = view;
+  return view;
+}
+
+void ArtifactBuilder::ProgramFormation::launch(const std::string &family, KernelSource source,
+                                               std::vector<PointerArg> args) {
+  std::string name = artifact.kernelName(family, source);
+  spec.launches.push_back({name, source.grid, source.block, std::move(args), std::move(source.op)});
+}
+
+void ArtifactBuilder::ProgramFormation::requireRowMajor(const View &view, const char *what) {
+  if (view.rank() != 2 || view.strides[1] != 1)
+    throw std::invalid_argument(std::string("the CUDA target needs ") + what + " as rows with unit stride");
+}
+
+void ArtifactBuilder::ProgramFormation::formBlock(mlir::Block &block) {
+  for (mlir::Operation &op : block)
+    if (!plan.fused.contains(&op)) formOp(op);
+}
+
+void ArtifactBuilder::ProgramFormation::formOp(mlir::Operation &op) {
+  llvm::TypeSwitch<mlir::Operation *>(&op)
+      .Case([](mlir::func::ReturnOp) {})
+      .Case([&](mlir::func::CallOp call) { formCall(call); })
+      .Case([&](transformer::EmbeddingOp embedding) { formEmbedding(embedding); })
+      .Case([&](transformer::AddOp add) { formAdd(add); })
+      .Case([&](transformer::MatmulOp matmul) { formMatmul(matmul); })
+      .Case([&](transformer::LayerNormOp norm) { formLayerNorm(norm); })
+      .Case([&](transformer::RmsNormOp norm) { formRmsNorm(norm); })
+      .Case([&](transformer::SliceOp slice) { formSlice(slice); })
+      .Case([&](transformer::SplitHeadsOp split) { formSplitHeads(split); })
+      .Case([&](transformer::MergeHeadsOp merge) { formMergeHeads(merge); })
+      .Case([&](transformer::RopeOp rotary) { formRope(rotary); })
+      .Case([&](transformer::SwigluOp gated) { formSwiglu(gated); })
+      .Case([&](transformer::CacheUpdateOp update) { formCacheUpdate(update); })
+      .Case([&](transformer::CausalAttentionOp attention) { formAttention(attention); })
+      .Default([](mlir::Operation *other) {
+        throw std::invalid_argument("the CUDA target cannot lower " + opName(other) + " yet");
+      });
+}
+
+/// A call forms its callee's body with the callee's arguments bound to the call's operands (each
+/// layer's block, once per layer).
+void ArtifactBuilder::ProgramFormation::formCall(mlir::func::CallOp call) {
+  mlir::func::FuncOp callee = calleeOf(call);
+  if (!callee || callee.getBody().getBlocks().size() != 1)
+    throw std::invalid_argument("the CUDA target cannot form the call to " + call.getCallee().str());
+  mlir::Block &calleeBody = callee.getBody().front();
+  for (auto [arg, operand] : llvm::zip(calleeBody.getArguments(), call.getOperands())) values[arg] = viewOf(operand);
+  formBlock(calleeBody);
+  for (auto [result, returned] : llvm::zip(call.getResults(), calleeBody.getTerminator()->getOperands()))
+    values[result] = viewOf(returned);
+}
+
+void ArtifactBuilder::ProgramFormation::formEmbedding(transformer::EmbeddingOp embedding) {
+  View table = bound(embedding.getTable(), false);
+  requireRowMajor(table, "an embedding table");
+  View ids = viewOf(embedding.getIds());
+  std::vector<int64_t> shape = shapeOf(embedding.getResult());
+  View out = allocate(embedding.getResult(), shape);
+  GatherRows g{shape[0], shape[1], table.sizes[0], table.strides[0], table.element};
+  launch("gather", gatherRows(g), {table.pointer(), ids.pointer(), out.pointer()});
+}
+
+/// An add that no matmul took into its epilogue: GPT-2's token + position embeddings, gathered
+/// together.
+void ArtifactBuilder::ProgramFormation::formAdd(transformer::AddOp add) {
+  if (!plan.embeddingPairs.contains(add))
+    throw std::invalid_argument("the CUDA target cannot lower a transformer.add that follows no matmul yet");
+  auto lhs = add.getLhs().getDefiningOp<transformer::EmbeddingOp>();
+  auto rhs = add.getRhs().getDefiningOp<transformer::EmbeddingOp>();
+  View first = bound(lhs.getTable(), false), second = bound(rhs.getTable(), false);
+  // The kernel's first table may be low precision, its second is f32.
+  if (second.element != ElementType::F32) {
+    std::swap(first, second);
+    std::swap(lhs, rhs);
+  }
+  if (second.element != ElementType::F32)
+    throw std::invalid_argument("the CUDA target gathers one low-precision table at a time");
+  requireRowMajor(first, "an embedding table");
+  requireRowMajor(second, "an embedding table");
+  std::vector<int64_t> shape = shapeOf(add.getResult());
+  View out = allocate(add.getResult(), shape);
+  GatherRows g{shape[0],        shape[1],        first.sizes[0],   first.strides[0], first.element,
+               /*second=*/true, second.sizes[0], second.strides[0]};
+  launch("gather", gatherRows(g),
+         {first.pointer(), viewOf(lhs.getIds()).pointer(), second.pointer(), viewOf(rhs.getIds()).pointer(),
+          out.pointer()});
+}
+
+void ArtifactBuilder::ProgramFormation::formMatmul(transformer::MatmulOp matmul) {
+  View a = bound(matmul.getLhs(), false);
+  requireRowMajor(a, "a matmul's left operand");
+  View rhs = viewOf(matmul.getRhs());
+  if (!rhs.weight) throw std::invalid_argument("the CUDA target multiplies activations by weights only");
+  const ParameterSpec weight = *rhs.weight;
+  View b = bound(matmul.getRhs(), true); // [N or V, K]
+  std::vector<int64_t> shape = shapeOf(matmul.getResult());
+  int64_t rows = shape[0], columns = shape[1], depth = a.sizes[1];
+  Matmul m{rows, columns, weight.derived() ? b.sizes[0] : columns, depth, a.strides[0], b.element, {}};
+  if (a.pointer().offset % 16 || a.strides[0] % 4)
+    throw std::invalid_argument("the CUDA target needs a matmul's rows 16-byte aligned");
+  const MatmulEpilogueOps &epilogue = plan.epilogues.at(matmul);
+  m.epilogue.bias = static_cast<bool>(epilogue.bias);
+  m.epilogue.gelu = epilogue.gelu;
+  m.epilogue.residual = static_cast<bool>(epilogue.residual);
+  std::vector<PointerArg> args{a.pointer(), b.pointer()};
+  if (epilogue.bias) args.push_back(bound(epilogue.bias, false).pointer());
+  if (epilogue.residual) {
+    View residual = viewOf(epilogue.residual);
+    if (residual.strides[1] != 1)
+      throw std::invalid_argument("the CUDA target fuses a residual with unit column stride only");
+    m.epilogue.residualStride = residual.strides[0];
+    args.push_back(residual.pointer());
+  }
+  if (m.validColumns != m.columns && (m.epilogue.bias || m.epilogue.gelu || m.epilogue.residual))
+    throw std::invalid_argument("the CUDA target fuses no epilogue into a padded matmul");
+  View out = allocate(epilogue.result, shape);
+  args.push_back(out.pointer());
+  if (rows <= kMatvecMaxRows)
+    launch("matvec", matvec(m), args);
+  else
+    launch("matmul", tiledMatmul(m), args);
+}
+
+void ArtifactBuilder::ProgramFormation::formLayerNorm(transformer::LayerNormOp norm) {
+  View in = bound(norm.getInput(), false);
+  requireRowMajor(in, "a normalized input");
+  View weight = bound(norm.getWeight(), false), bias = bound(norm.getBias(), false);
+  View out = allocate(norm.getResult(), in.sizes);
+  NormRows n{in.sizes[0], in.sizes[1], in.strides[0], static_cast<float>(norm.getEpsilonAttr().getValueAsDouble()),
+             /*rms=*/false};
+  launch("layer_norm", normRows(n), {in.pointer(), weight.pointer(), bias.pointer(), out.pointer()});
+}
+
+void ArtifactBuilder::ProgramFormation::formRmsNorm(transformer::RmsNormOp norm) {
+  View in = bound(norm.getInput(), false);
+  requireRowMajor(in, "a normalized input");
+  View weight = bound(norm.getWeight(), false);
+  View out = allocate(norm.getResult(), in.sizes);
+  NormRows n{in.sizes[0], in.sizes[1], in.strides[0], static_cast<float>(norm.getEpsilonAttr().getValueAsDouble()),
+             /*rms=*/true};
+  launch("rms_norm", normRows(n), {in.pointer(), weight.pointer(), out.pointer()});
+}
+
+// Slices and head splits and merges launch nothing: their result is a strided view of their input.
+
+void ArtifactBuilder::ProgramFormation::formSlice(transformer::SliceOp slice) {
+  View view = bound(slice.getInput(), false);
+  view.offset += static_cast<int64_t>(slice.getOffset()) * view.strides.back();
+  view.sizes.back() = static_cast<int64_t>(slice.getSize());
+  values[slice.getResult()] = view;
+}
+
+void ArtifactBuilder::ProgramFormation::formSplitHeads(transformer::SplitHeadsOp split) {
+  View in = bound(split.getInput(), false);
+  requireRowMajor(in, "split_heads' input");
+  int64_t heads = static_cast<int64_t>(split.getNumHeads()), size = in.sizes[1] / heads;
+  View view = in;
+  if (split.getTokenMajor()) {
+    view.sizes = {in.sizes[0], heads, size};
+    view.strides = {in.strides[0], size, 1};
+  } else {
+    view.sizes = {heads, in.sizes[0], size};
+    view.strides = {size, in.strides[0], 1};
+  }
+  values[split.getResult()] = view;
+}
+
+void ArtifactBuilder::ProgramFormation::formMergeHeads(transformer::MergeHeadsOp merge) {
+  View in = viewOf(merge.getInput());
+  std::array<int64_t, 2> strides = in.tokenAndHeadStrides(merge.getTokenMajor());
+  int64_t tokens = merge.getTokenMajor() ? in.sizes[0] : in.sizes[1];
+  int64_t heads = merge.getTokenMajor() ? in.sizes[1] : in.sizes[0];
+  if (strides[1] != in.sizes[2] || in.strides[2] != 1)
+    throw std::invalid_argument("the CUDA target merges heads that lie side by side only");
+  View view = in;
+  view.sizes = {tokens, heads * in.sizes[2]};
+  view.strides = {strides[0], 1};
+  values[merge.getResult()] = view;
+}
+
+void ArtifactBuilder::ProgramFormation::formRope(transformer::RopeOp rotary) {
+  View in = viewOf(rotary.getInput()); // [H, T, d]
+  View positions = viewOf(rotary.getPositions());
+  std::vector<int64_t> shape = shapeOf(rotary.getResult());
+  View out = allocate(rotary.getResult(), shape);
+  std::vector<double> theta;
+  for (double t : rotary.getFrequencies(shape[2])) theta.push_back(t);
+  Rope r{shape[0], shape[1], shape[2], rotary.getInterleaved(), in.tokenAndHeadStrides(false), theta};
+  launch("rope", rope(r), {in.pointer(), positions.pointer(), out.pointer()});
+}
+
+void ArtifactBuilder::ProgramFormation::formSwiglu(transformer::SwigluOp gated) {
+  View gate = viewOf(gated.getGate()), up = viewOf(gated.getUp());
+  requireRowMajor(gate, "swiglu's gate");
+  requireRowMajor(up, "swiglu's up");
+  std::vector<int64_t> shape = shapeOf(gated.getResult());
+  View out = allocate(gated.getResult(), shape);
+  Swiglu g{shape[0], shape[1], gate.strides[0], up.strides[0]};
+  launch("swiglu", swiglu(g), {gate.pointer(), up.pointer(), out.pointer()});
+}
+
+void ArtifactBuilder::ProgramFormation::formCacheUpdate(transformer::CacheUpdateOp update) {
+  View source = viewOf(update.getUpdate()); // [H, T, d]
+  View cache = viewOf(update.getCache());
+  if (cache.buffer < 0 || artifact.buffers_[cache.buffer].role != "cache")
+    throw std::invalid_argument("the CUDA target updates the entry point's caches only");
+  CacheWrite c{source.sizes[1], source.sizes[0], source.sizes[2], artifact.cacheLength,
+               source.tokenAndHeadStrides(false)};
+  launch("cache_write", cacheWrite(c), {source.pointer(), viewOf(update.getOffset()).pointer(), cache.pointer()});
+  values[update.getResult()] = cache;
+}
+
+void ArtifactBuilder::ProgramFormation::formAttention(transformer::CausalAttentionOp attention) {
+  if (attention.getMask() || attention.getWindow() || !attention.getMaskExpression().empty())
+    throw std::invalid_argument("the CUDA target lowers plain causal attention only (no mask or window yet)");
+  View q = viewOf(attention.getQuery()), k = viewOf(attention.getKey()), v = viewOf(attention.getValue());
+  bool qt = attention.getQueryTokenMajor(), kt = attention.getKeyTokenMajor(), vt = attention.getValueTokenMajor();
+  int64_t tokens = qt ? q.sizes[0] : q.sizes[1], heads = qt ? q.sizes[1] : q.sizes[0];
+  int64_t keys = kt ? k.sizes[0] : k.sizes[1], kvHeads = kt ? k.sizes[1] : k.sizes[0];
+  int64_t headSize = q.sizes[2];
+  bool resultTokenMajor = attention.getResultTokenMajor();
+  View out = allocate(attention.getResult(), shapeOf(attention.getResult()));
+  Attention a{tokens,
+              heads,
+              kvHeads,
+              headSize,
+              keys,
+              static_cast<float>(attention.getScaleAttr().getValueAsDouble()),
+              /*offsetFromMemory=*/static_cast<bool>(attention.getQueryOffset()),
+              q.tokenAndHeadStrides(qt),
+              k.tokenAndHeadStrides(kt),
+              v.tokenAndHeadStrides(vt),
+              out.tokenAndHeadStrides(resultTokenMajor),
+              /*warps=*/keys >= kAttentionWarpsFrom ? 4 : 1};
+  std::vector<PointerArg> args{q.pointer(), k.pointer(), v.pointer()};
+  if (attention.getQueryOffset()) args.push_back(viewOf(attention.getQueryOffset()).pointer());
+  args.push_back(out.pointer());
+  launch("attention", gpu::attention(a), args);
 }
 
 } // namespace gpt::gpu

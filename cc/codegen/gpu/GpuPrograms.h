@@ -89,7 +89,7 @@ public:
 
 private:
   struct View;
-  struct ProgramState;
+  class ProgramFormation;
   int64_t weightBuffer(const ParameterSpec &spec, bool matmulOperand);
   std::string kernelName(const std::string &family, const KernelSource &source);
 
