@@ -5,6 +5,8 @@
 // backend sees constant trip counts and addresses; the dispatch formation (GpuPrograms.h) picks
 // the family and the sizes from the transformer-dialect op it lowers. Arguments are bare device
 // pointers (the runtime passes buffer + offset), the launch geometry comes with the source.
+// The generators are defined by family: GpuKernelsRows.cpp (gather, norms, SwiGLU),
+// GpuKernelsMatmul.cpp and GpuKernelsAttention.cpp (attention, rope, the cache write).
 #ifndef GPT_CC_CODEGEN_GPU_GPUKERNELS_H
 #define GPT_CC_CODEGEN_GPU_GPUKERNELS_H
 
