@@ -61,15 +61,6 @@ uint16_t halfBitsAt(const uint8_t *bytes) {
   return bits;
 }
 
-/// fp16 bits of `value`, which must be finite in fp16 (a scale or min of `what`).
-uint16_t finiteHalf(float value, const char *what) {
-  const uint16_t bits = toFp16(value);
-  if ((bits & 0x7C00u) == 0x7C00u)
-    throw std::invalid_argument(std::string(what) + ": a sub-block scale or min (" + std::to_string(value) +
-                                ") is beyond fp16's range");
-  return bits;
-}
-
 /// A q8_0 block from a block of 32 codes `codes[i] + offset` (offset -8 for q4_0, -16 for q5_0)
 /// under the fp16 scale `scaleBits`.
 void writeQ8_0Block(uint16_t scaleBits, const uint8_t *codes, int offset, uint8_t *out) {
@@ -87,29 +78,10 @@ BlockShape blockShape(const std::string &type) {
 
 void transcodeQ4_KToQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out, int64_t threads) {
   blockType("q4_k", k, "transcodeQ4_KToQ4_1Rows");
-  const int64_t perRow = k / kSuperBlock;
-  parallelFor(n, threads, [&](int64_t firstRow, int64_t endRow) {
-    for (int64_t b = firstRow * perRow; b < endRow * perRow; ++b) {
-      const uint8_t *block = blocks + b * kQ4_KBlockBytes;
-      const float d = fromFp16(halfBitsAt(block)), dmin = fromFp16(halfBitsAt(block + 2));
-      // The six-bit scales and mins of the eight sub-blocks (GgufRepacking.cpp's scalesAndMins).
-      const uint8_t *packed = block + 4, *nibbles = block + 16;
-      uint8_t *sub = out + b * (kSuperBlock / kQuantBlock) * kQ4_1BlockBytes;
-      for (int64_t s = 0; s < 8; ++s, sub += kQ4_1BlockBytes) {
-        const int scale = s < 4 ? packed[s] & 0x3F : (packed[s + 4] & 0x0F) | ((packed[s - 4] >> 2) & 0x30);
-        const int min = s < 4 ? packed[s + 4] & 0x3F : (packed[s + 4] >> 4) | ((packed[s] >> 2) & 0x30);
-        const uint16_t scaleBits = finiteHalf(d * static_cast<float>(scale), "transcodeQ4_KToQ4_1Rows");
-        const uint16_t minBits = finiteHalf(-(dmin * static_cast<float>(min)), "transcodeQ4_KToQ4_1Rows");
-        std::memcpy(sub, &scaleBits, sizeof scaleBits);
-        std::memcpy(sub + 2, &minBits, sizeof minBits);
-        // Sub-block s's 32 codes are the low (even s) or high (odd s) nibbles of 32 bytes; q4_1's
-        // byte m holds code m low and code m + 16 high.
-        const uint8_t *bytes = nibbles + 32 * (s / 2);
-        const int shift = 4 * static_cast<int>(s % 2);
-        for (int64_t m = 0; m < kQuantBlock / 2; ++m)
-          sub[4 + m] = static_cast<uint8_t>(((bytes[m] >> shift) & 0x0F) | (((bytes[m + 16] >> shift) & 0x0F) << 4));
-      }
-    }
+  constexpr int64_t perSuperBlock = kSuperBlock / kQuantBlock;
+  parallelFor(n * (k / kSuperBlock), threads, [&](int64_t first, int64_t end) {
+    for (int64_t b = first; b < end; ++b)
+      q4_KAsQ4_1(blocks + b * kQ4_KBlockBytes, out + b * perSuperBlock * kQ4_1BlockBytes);
   });
 }
 

@@ -56,13 +56,39 @@ void q4_0BlockWords(const uint8_t *bytes, uint32_t *words) {
   }
 }
 
-/// Repacks `n` rows of `k` weights in llama.cpp blocks of `blockBytes` bytes (`halves` fp16
-/// header values: the scale, and for q4_1 the min; then codes) into lane words [paddedN / w,
-/// K / 32 * wordsPerBlock, w] made by `blockWords`, and the header values [paddedN / w, K / 32,
-/// halves, w]. Columns n .. paddedN - 1 get zero scales and mins and `padWord` words.
-template <typename BlockWords>
+/// The blocks of 32 weights of a row as they are in the file: block b at b * blockBytes.
+/// A source of blocks hands out block b of column c's row; each thread works on its own copy, made
+/// for panels of `width` columns.
+struct InPlaceBlocks {
+  int64_t blockBytes;
+  int64_t rowBytes(int64_t k) const { return k / kQuantBlock * blockBytes; }
+  void forPanels(int64_t) {}
+  const uint8_t *operator()(const uint8_t *row, int64_t b, int64_t) { return row + b * blockBytes; }
+};
+
+/// A row of q4_K super-blocks read as q4_1 blocks of 32: when block b starts a super-block, the
+/// column's eight sub-blocks are made at once (one unpacking of its scales, one widening of d and
+/// dmin) into the column's slot, and handed out from there.
+struct Q4_KAsQ4_1Blocks {
+  static constexpr int64_t kPerSuperBlock = kSuperBlock / kQuantBlock;
+  std::vector<uint8_t> slots; // [width][8 q4_1 blocks]
+  int64_t rowBytes(int64_t k) const { return k / kSuperBlock * kQ4_KBlockBytes; }
+  void forPanels(int64_t width) { slots.assign(width * kPerSuperBlock * kQ4_1BlockBytes, 0); }
+  const uint8_t *operator()(const uint8_t *row, int64_t b, int64_t c) {
+    uint8_t *slot = slots.data() + c * kPerSuperBlock * kQ4_1BlockBytes;
+    if (b % kPerSuperBlock == 0) q4_KAsQ4_1(row + b / kPerSuperBlock * kQ4_KBlockBytes, slot);
+    return slot + b % kPerSuperBlock * kQ4_1BlockBytes;
+  }
+};
+
+/// Repacks `n` rows of `k` weights in llama.cpp blocks (`halves` fp16 header values: the scale,
+/// and for q4_1 the min; then codes), block b of a row given by `source(row, b, scratch)`, into
+/// lane words [paddedN / w, K / 32 * wordsPerBlock, w] made by `blockWords`, and the header
+/// values [paddedN / w, K / 32, halves, w]. Columns n .. paddedN - 1 get zero scales and mins
+/// and `padWord` words.
+template <typename BlockWords, typename Source>
 void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,
-                int64_t blockBytes, int64_t halves, int64_t wordsPerBlock, uint32_t padWord, BlockWords blockWords,
+                Source source, int64_t halves, int64_t wordsPerBlock, uint32_t padWord, BlockWords blockWords,
                 uint32_t *codes, uint16_t *scales, int64_t threads) {
   if (k <= 0 || k % kQuantBlock != 0)
     throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
@@ -82,8 +108,11 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
   // Panels are independent: each thread writes whole panels. Within a panel, block by block
   // across its columns: each word row of the panel is written front to back, and the columns'
   // next blocks sit beside the ones just read.
+  const int64_t rowBytes = source.rowBytes(k);
   parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
     uint32_t words[kQ8_0WordsPerBlock];
+    Source blocksOf = source; // this thread's
+    blocksOf.forPanels(width);
     std::vector<const uint8_t *> rows(width); // each column's row of blocks; null for padding
     size_t part = 0;
     int64_t partStart = 0; // the first row of part `part`
@@ -91,13 +120,13 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
       for (int64_t c = 0; c < width; ++c) {
         const int64_t j = panel * width + c;
         while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
-        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * perRow * blockBytes : nullptr;
+        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * rowBytes : nullptr;
       }
       for (int64_t b = 0; b < perRow; ++b) {
         uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
         uint32_t *codeRows = codes + (panel * panelRows + b * wordsPerBlock) * width;
         for (int64_t c = 0; c < width; ++c) {
-          const uint8_t *block = rows[c] ? rows[c] + b * blockBytes : nullptr;
+          const uint8_t *block = rows[c] ? blocksOf(rows[c], b, c) : nullptr;
           for (int64_t h = 0; h < halves; ++h) {
             uint16_t value = 0;
             if (block) std::memcpy(&value, block + 2 * h, sizeof value);
@@ -123,8 +152,8 @@ void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN
 
 void repackQ8_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackRows("repackQ8_0Rows", parts, k, paddedN, width, kQ8_0BlockBytes, 1, kQ8_0WordsPerBlock, 0u, q8_0BlockWords,
-             codes, scales, threads);
+  repackRows("repackQ8_0Rows", parts, k, paddedN, width, InPlaceBlocks{kQ8_0BlockBytes}, 1, kQ8_0WordsPerBlock, 0u,
+             q8_0BlockWords, codes, scales, threads);
 }
 
 void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
@@ -134,8 +163,8 @@ void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN
 
 void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackRows("repackQ4_0Rows", parts, k, paddedN, width, kQ4_0BlockBytes, 1, kQ4_0WordsPerBlock, kQ4_0ZeroWord,
-             q4_0BlockWords, codes, scales, threads);
+  repackRows("repackQ4_0Rows", parts, k, paddedN, width, InPlaceBlocks{kQ4_0BlockBytes}, 1, kQ4_0WordsPerBlock,
+             kQ4_0ZeroWord, q4_0BlockWords, codes, scales, threads);
 }
 
 void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
@@ -146,8 +175,42 @@ void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN
 void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
   // The codes are q4_0's nibbles, paired the same way; a zero scale and min make padding 0.
-  repackRows("repackQ4_1Rows", parts, k, paddedN, width, kQ4_1BlockBytes, 2, kQ4_0WordsPerBlock, 0u, q4_0BlockWords,
-             codes, scales, threads);
+  repackRows("repackQ4_1Rows", parts, k, paddedN, width, InPlaceBlocks{kQ4_1BlockBytes}, 2, kQ4_0WordsPerBlock, 0u,
+             q4_0BlockWords, codes, scales, threads);
+}
+
+void repackQ4_KRowsAsQ4_1(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,
+                          uint32_t *codes, uint16_t *scales, int64_t threads) {
+  if (k <= 0 || k % kSuperBlock != 0)
+    throw std::invalid_argument("repackQ4_KRowsAsQ4_1: K = " + std::to_string(k) +
+                                " is not a positive multiple of q4_K's super-block (256)");
+  repackRows("repackQ4_KRowsAsQ4_1", parts, k, paddedN, width, Q4_KAsQ4_1Blocks{}, 2, kQ4_0WordsPerBlock, 0u,
+             q4_0BlockWords, codes, scales, threads);
+}
+
+void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out) {
+  uint16_t bits[2];
+  std::memcpy(bits, superBlock, sizeof bits);
+  const float d = fromFp16(bits[0]), dmin = fromFp16(bits[1]);
+  // The six-bit scale and min of sub-block s: bytes 0-3 hold scales 0-3 (low 6 bits), 4-7 mins
+  // 0-3, 8-11 the low 4 bits of scales (mins) 4-7 in their low (high) nibbles, whose top 2 bits
+  // are the top bits of bytes 0-3 (4-7).
+  const uint8_t *packed = superBlock + 4;
+  for (int64_t s = 0; s < kSuperBlock / kQuantBlock; ++s, out += kQ4_1BlockBytes) {
+    const int scale = s < 4 ? packed[s] & 0x3F : (packed[s + 4] & 0x0F) | ((packed[s - 4] >> 2) & 0x30);
+    const int min = s < 4 ? packed[s + 4] & 0x3F : (packed[s + 4] >> 4) | ((packed[s] >> 2) & 0x30);
+    const uint16_t header[2] = {toFp16(d * static_cast<float>(scale)), toFp16(-(dmin * static_cast<float>(min)))};
+    if (((header[0] & 0x7C00u) == 0x7C00u) | ((header[1] & 0x7C00u) == 0x7C00u))
+      throw std::invalid_argument("a q4_K sub-block's scale or min (d or dmin times a 6-bit integer) is beyond "
+                                  "fp16's range, or not finite");
+    std::memcpy(out, header, sizeof header);
+    // Sub-block s's 32 codes are the low (even s) or high (odd s) nibbles of 32 bytes; q4_1's
+    // byte m holds code m low and code m + 16 high.
+    const uint8_t *bytes = superBlock + 16 + 32 * (s / 2);
+    const int shift = 4 * static_cast<int>(s % 2);
+    for (int64_t m = 0; m < kQuantBlock / 2; ++m)
+      out[4 + m] = static_cast<uint8_t>(((bytes[m] >> shift) & 0x0F) | (((bytes[m + 16] >> shift) & 0x0F) << 4));
+  }
 }
 
 void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,

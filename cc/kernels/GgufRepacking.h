@@ -76,6 +76,19 @@ constexpr int64_t kQ4_KBlockBytes = 4 + 12 + kSuperBlock / 2;
 constexpr int64_t kQ5_KBlockBytes = 4 + 12 + kSuperBlock / 8 + kSuperBlock / 2;
 constexpr int64_t kQ6_KBlockBytes = kSuperBlock / 2 + kSuperBlock / 4 + kSuperBlock / 16 + 2;
 
+/// q4_K super-blocks repacked as q4_1 (repackQ4_1Rows' layout), super-block by super-block as
+/// q4_KAsQ4_1 makes them: the file's codes, each sub-block's scale and min rounded once to fp16,
+/// with no copy of the tensor in q4_1 blocks. K must be a positive multiple of 256.
+void repackQ4_KRowsAsQ4_1(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,
+                          uint32_t *codes, uint16_t *scales, int64_t threads = 1);
+
+/// A q4_K super-block (256 weights) as eight q4_1 blocks (8 * kQ4_1BlockBytes at `out`). Sub-block
+/// s's weights are (d * scale_s) * q - dmin * min_s with 4-bit codes q: a q4_1 block already, whose
+/// fp16 scale and min are those products, each rounded once (they need up to 17 significant bits:
+/// at most 2^-12 of themselves apart); its codes are the file's. std::invalid_argument when a
+/// product is beyond fp16's range or not finite (no weights are that large).
+void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out);
+
 /// These blocks widened to f32 `out` [n, k], bit for bit as gguf.quants (and llama.cpp's
 /// dequantize_row_*) compute them: products of f32 scale and code, and the min subtracted (or
 /// added) in a second rounding. K must be a positive multiple of 32 (q5_0, q5_1) or 256 (the

@@ -56,16 +56,20 @@ uint16_t toFp16(float value) {
 }
 
 float fromFp16(uint16_t bits) {
+  // By the bits, with no libm call (a load converts one or two scales per block of 32 weights):
+  // a normal half's exponent is rebiased (15 -> 127) and its mantissa widened; a subnormal is its
+  // mantissa times 2^-24, exactly; infinity and NaN keep their mantissa.
   const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu;
-  float magnitude;
-  if (exponent == 0)
-    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-  else if (exponent == 31)
-    magnitude = mantissa ? NAN : INFINITY;
-  else
-    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
-  uint32_t out = bitsOf(magnitude) | sign;
+  const uint32_t magnitudeBits = bits & 0x7fffu;
+  uint32_t out;
+  if (magnitudeBits >= 0x7c00u) {
+    out = 0x7f800000u | (magnitudeBits & 0x3ffu) << 13;
+  } else if (magnitudeBits >= 0x0400u) {
+    out = (magnitudeBits + ((127u - 15u) << 10)) << 13;
+  } else {
+    out = bitsOf(static_cast<float>(magnitudeBits) * 0x1p-24f);
+  }
+  out |= sign;
   float result;
   std::memcpy(&result, &out, sizeof result);
   return result;

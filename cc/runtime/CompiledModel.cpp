@@ -199,20 +199,25 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       const int64_t blockBytes = q8         ? kernels::kQ8_0BlockBytes
                                  : withMins ? kernels::kQ4_1BlockBytes
                                             : kernels::kQ4_0BlockBytes;
-      const int64_t rowBytes = blocks * blockBytes;
+      if (weight.q4_K && (weight.format != WeightFormat::Q4_1 || rows % kernels::kSuperBlock != 0))
+        throw std::invalid_argument(key + ": q4_K blocks are repacked as q4_1 weights whose K is a multiple of " +
+                                    std::to_string(kernels::kSuperBlock));
+      const int64_t rowBytes =
+          weight.q4_K ? rows / kernels::kSuperBlock * kernels::kQ4_KBlockBytes : blocks * blockBytes;
       std::vector<kernels::BlockRows> parts;
       int64_t bytes = 0;
       for (const QuantizedPart &part : weight.parts) {
         if (part.bytes < 0 || part.bytes % rowBytes != 0)
           throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " +
-                                      weightFormatName(weight.format) + " blocks is not whole rows of " +
+                                      (weight.q4_K ? "q4_K" : weightFormatName(weight.format)) +
+                                    " blocks is not whole rows of " +
                                       std::to_string(rowBytes) + " bytes");
         parts.push_back({part.blocks, part.bytes / rowBytes});
         bytes += part.bytes;
       }
       if (bytes != columns * rowBytes)
         throw std::invalid_argument(key + ": " + std::to_string(bytes) + " bytes of " +
-                                    weightFormatName(weight.format) + " blocks, expected " +
+                                    (weight.q4_K ? "q4_K" : weightFormatName(weight.format)) + " blocks, expected " +
                                     std::to_string(columns * rowBytes));
       // The lanes are 32-bit words of 4 (q8_0) or 8 (q4_0, q4_1) rows of one column; q4_1 has
       // a min beside each scale.
@@ -221,6 +226,12 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       auto *scales = arena->allocateArray<uint16_t>(blocks * cols * (withMins ? 2 : 1));
       if (q8)
         kernels::repackQ8_0Rows(parts, rows, cols, width, codes, scales, threads);
+      else if (weight.q4_K)
+        try {
+          kernels::repackQ4_KRowsAsQ4_1(parts, rows, cols, width, codes, scales, threads);
+        } catch (const std::invalid_argument &error) {
+          throw std::invalid_argument(key + ": " + error.what()); // which weight's blocks
+        }
       else if (withMins)
         kernels::repackQ4_1Rows(parts, rows, cols, width, codes, scales, threads);
       else

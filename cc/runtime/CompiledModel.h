@@ -73,6 +73,9 @@ public:
   struct QuantizedWeight {
     WeightFormat format;
     std::vector<QuantizedPart> parts;
+    /// The blocks are q4_K super-blocks for a q4_1 weight (kernels::repackQ4_KRowsAsQ4_1):
+    /// repacked sub-block by sub-block with no q4_1 copy of the tensor.
+    bool q4_K = false;
   };
   /// setWeights() where some weights come quantized, by name: such a weight's pointer may be
   /// null. When the model stores it in that very format its codes and scales are repacked as

@@ -39,6 +39,7 @@ from gpt.gguf_file import (
     _check_block_scales,
     _check_ne,
     _dequantize,
+    _fp16_fields_finite,
     _Metadata,
 )
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
@@ -113,11 +114,18 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
             # copy: the compiled model repacks the blocks from the page cache into its own layout
             # (tensors fused from parts are concatenated first, and llama.cpp's q/k permutation is
             # undone, in copies of their own). Other types are converted, a row at a time.
-            try:
-                blocks = kept_formats.convert_blocks(tensor.data, tensor.tensor_type.name, keep_as)
-            except ValueError as error:
-                raise ModelFileError(f"{path}: tensor {name} ({tensor.tensor_type.name}): {error}") from None
-            _check_block_scales(name, blocks, keep_as, path)
+            if keep_as in kept_formats.REPACKED_AS:  # the file's blocks, repacked by the model
+                blocks = tensor.data
+                if not _fp16_fields_finite(blocks, tensor.tensor_type.name):
+                    raise ModelFileError(
+                        f"{path}: tensor {name} ({tensor.tensor_type.name}) has a NaN or infinite scale"
+                    )
+            else:
+                try:
+                    blocks = kept_formats.convert_blocks(tensor.data, tensor.tensor_type.name, keep_as)
+                except ValueError as error:
+                    raise ModelFileError(f"{path}: tensor {name} ({tensor.tensor_type.name}): {error}") from None
+                _check_block_scales(name, blocks, keep_as, path)
             # Rows are whole runs of blocks (blocks run along the input dimension): permuting rows
             # permutes blocks.
             weights[hf_name] = QuantizedTensor(keep_as, unpermute_rows(blocks, heads) if heads else blocks)
@@ -131,9 +139,10 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
 
 
 def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) -> dict[str, str]:
-    """GGUF name -> the format the layers' matmul weights are kept in as blocks (the others are
-    widened): per compiler weight, since q, k and v (and gate and up) are fused into one weight of
-    one format (kept_formats.group_format)."""
+    """GGUF name -> the format the layers' matmul weights are given to the model in as blocks (the
+    others are widened): per compiler weight, since q, k and v (and gate and up) are fused into one
+    weight of one format (kept_formats.given_format: "q4_k" for q4_K blocks the model repacks as
+    q4_1 itself)."""
     groups: dict[str, list[str]] = {}
     for p, i in architectures.parameters(config):
         if p.linear:
@@ -143,7 +152,7 @@ def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) 
     for names in groups.values():
         if any(name not in tensors for name in names):
             continue  # refused by name below
-        fmt = kept_formats.group_format((tensors[name].tensor_type.name for name in names), keep_quantized)
+        fmt = kept_formats.given_format((tensors[name].tensor_type.name for name in names), keep_quantized)
         if fmt:
             plan.update(dict.fromkeys(names, fmt))
     return plan
@@ -158,7 +167,8 @@ def _stored_format(plan: dict[str, str], tensors: dict, keep_quantized: str | No
         return "f32"
     elements: dict[str, int] = {}
     for name, fmt in plan.items():
-        elements[fmt] = elements.get(fmt, 0) + math.prod(int(n) for n in tensors[name].shape)
+        stored = kept_formats.stored_format(fmt)
+        elements[stored] = elements.get(stored, 0) + math.prod(int(n) for n in tensors[name].shape)
     return max(elements, key=elements.get)
 
 

@@ -24,6 +24,12 @@ _PRECISION = ("q4_0", "q4_1", "q8_0")
 # Bytes of one block of 32 weights in each kept format (llama.cpp's layouts).
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
 
+# Blocks the compiled model repacks into a kept format itself, sub-block by sub-block, with no copy
+# of the tensor in that format (CompiledModel.set_weights' "q4_k"): their type -> the format.
+REPACKED_AS = {"q4_k": "q4_1"}
+# Bytes and weights of one such block.
+_REPACKED_BLOCK = {"q4_k": (144, 256)}
+
 # A GGUF tensor type (gguf.GGMLQuantizationType's name) -> the kept format nearest above it in
 # precision: its own, q4_1 for q4_K, q8_0 for the 5- and 6-bit types. Float types are not here:
 # they are widened, and quantized by the compiled model into its format.
@@ -49,6 +55,19 @@ _CONVERTIBLE = {
 def convertible(type_name: str, target: str) -> bool:
     """Whether blocks of GGUF type `type_name` convert to kept format `target` without widening."""
     return type_name in _CONVERTIBLE.get(target, ())
+
+
+def given_format(type_names: Iterable[str], requested: str | None) -> str | None:
+    """group_format, or "q4_k" when the weight is kept in q4_1 and every part is q4_K: its blocks are
+    then given to the compiled model as the file stores them, and repacked there."""
+    types = list(type_names)
+    fmt = group_format(types, requested)
+    return "q4_k" if fmt == "q4_1" and types and all(t == "Q4_K" for t in types) else fmt
+
+
+def stored_format(given: str) -> str:
+    """The kept format blocks given in `given` (a kept format, or a REPACKED_AS type) are stored in."""
+    return REPACKED_AS.get(given, given)
 
 
 def group_format(type_names: Iterable[str], requested: str | None) -> str | None:
@@ -97,6 +116,8 @@ def _q4_0_as_q4_1(blocks: np.ndarray) -> np.ndarray:
 
 
 def elements(blocks: np.ndarray | list[np.ndarray], fmt: str) -> int:
-    """The weights these rows of `fmt` blocks hold (one array, or a fused weight's parts)."""
+    """The weights these rows of `fmt` blocks hold (one array, or a fused weight's parts; `fmt` a
+    kept format or a REPACKED_AS type)."""
     parts = blocks if isinstance(blocks, list) else [blocks]
-    return sum(int(part.nbytes) for part in parts) // BLOCK_BYTES[fmt] * 32
+    block_bytes, block_values = _REPACKED_BLOCK.get(fmt, (BLOCK_BYTES.get(fmt, 1), 32))
+    return sum(int(part.nbytes) for part in parts) // block_bytes * block_values

@@ -109,12 +109,13 @@ def _native_options(options: CompileOptions, config: GPTConfig, quantized: Mappi
     load widened (a float tensor among quantized ones) are stored in q8_0 there, not in 4 bits.
     A file with no block-quantized matmul weight runs in its own float format (f32 or bf16)."""
     matmuls = [name for name, (_, linear) in architectures.hf_parts(config).items() if linear]
-    layer_formats = {name: quantized[name][0] for name in matmuls if name in quantized}
-    if not layer_formats:
+    given = {name: quantized[name][0] for name in matmuls if name in quantized}
+    if not given:
         return dataclasses.replace(options, weights=native_weights_format(path), weight_formats=())
+    layer_formats = {name: kept_formats.stored_format(fmt) for name, fmt in given.items()}
     counts: dict[str, int] = {}
     for name, fmt in layer_formats.items():
-        counts[fmt] = counts.get(fmt, 0) + kept_formats.elements(quantized[name][1], fmt)
+        counts[fmt] = counts.get(fmt, 0) + kept_formats.elements(quantized[name][1], given[name])
     base = max(counts, key=counts.get)
     widened = {name: "q8_0" for name in matmuls if name not in quantized and base != "q8_0"}
     others = {name: fmt for name, fmt in layer_formats.items() if fmt != base}

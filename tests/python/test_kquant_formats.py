@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gpt
-from gpt import _gpt, kept_formats
+from gpt import _gpt, gguf_llama, kept_formats
 
 T = gguf.GGMLQuantizationType
 spec = importlib.util.spec_from_file_location("make_gguf", os.path.join("tools", "make_gguf.py"))
@@ -172,6 +172,16 @@ def test_a_q4_k_m_file_runs_in_q4_1_and_q8_0_side_by_side(q4_k_m_file):
     ir = model.ir("transformer", 4)
     assert "func.func private @gpt_block(" in ir and "func.func private @gpt_block_1(" in ir
     assert "@gpt_block_2(" not in ir
+
+    # A q4_K weight is given to the model as the file's own blocks (no q4_1 copy of the tensor)
+    # and repacked sub-block by sub-block: the values are those of the q4_1 blocks written out in
+    # numpy above, exactly.
+    _, kept, _ = gguf_llama.load(q4_k_m_file, keep_quantized="auto")
+    up = kept["model.layers.1.mlp.up_proj.weight"]
+    assert up.format == "q4_k" and up.blocks.shape == (512, 256 // 256 * 144)
+    raw = next(t for t in gguf.GGUFReader(q4_k_m_file).tensors if t.name == "blk.1.ffn_up.weight").data
+    expected = gguf.quants.dequantize(q4_k_as_q4_1_reference(np.asarray(raw)), T.Q4_1)
+    np.testing.assert_array_equal(model.state_dict()["model.layers.1.mlp.up_proj.weight"], expected)
 
     # The weights the model computes with are the file's (gguf's dequantizer), up to the fp16
     # rounding of q4_K's sub-block scales (q4_1) and half a q8_0 step (q6_K).

@@ -263,13 +263,16 @@ void initModel(py::module_ &m) {
                 for (py::handle part : entry[1]) parts.push_back(part.cast<py::array_t<uint8_t, py::array::c_style>>());
               else
                 parts.push_back(entry[1].cast<py::array_t<uint8_t, py::array::c_style>>());
-              WeightFormat parsed = WeightFormat::F32;
+              // "q4_k": a GGUF file's q4_K super-blocks, which the model repacks as q4_1.
+              const bool q4_K = format == "q4_k";
+              WeightFormat parsed = q4_K ? WeightFormat::Q4_1 : WeightFormat::F32;
               for (WeightFormat candidate : {WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
                 if (format == weightFormatName(candidate)) parsed = candidate;
               if (parsed == WeightFormat::F32)
-                throw std::invalid_argument(name + ": quantized weights are q8_0, q4_0 or q4_1, got '" + format + "'");
+                throw std::invalid_argument(name + ": quantized weights are q8_0, q4_0, q4_1 or q4_k, got '" + format + "'");
               CompiledModel::QuantizedWeight &weight = given[name];
               weight.format = parsed;
+              weight.q4_K = q4_K;
               for (const auto &part : parts) {
                 weight.parts.push_back({part.data(), static_cast<int64_t>(part.size())});
                 blockArrays.push_back(part);
@@ -287,7 +290,8 @@ void initModel(py::module_ &m) {
           py::arg("weights"), py::arg("quantized") = py::dict(),
           "Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads "
           "in place (borrowed_parameters()) alive. `quantized`: {name: (format, uint8 llama.cpp blocks)} for "
-          "weights given as a GGUF file stores them (their entry in `weights` may be None); the blocks may be a "
+          "weights given as a GGUF file stores them (format q8_0, q4_0, q4_1, or q4_k: q4_K blocks stored as q4_1; "
+          "their entry in `weights` may be None); the blocks may be a "
           "list of arrays, the parts of a fused weight, rows in order.")
       .def(
           "kv_cache_dtype", [](const CompiledModel &model) { return kvCacheDtype(model.options().kvCache); },
