@@ -11,7 +11,8 @@
 namespace gpt {
 namespace {
 
-static_assert(sizeof(void *) != 8 || sizeof(GPTConfig) == 184, "a GPTConfig field changed: write it out below");
+static_assert(sizeof(void *) != 8 || sizeof(GPTConfig) == 544, "a GPTConfig field changed: write it out below");
+static_assert(sizeof(ParameterNames) == 11 * sizeof(std::string), "a ParameterNames field changed: write it out below");
 static_assert(sizeof(RopeScaling) == 24, "a RopeScaling field changed: write it out below");
 static_assert(sizeof(target::TileParameters) == 120, "a TileParameters field changed: write it out below");
 static_assert(sizeof(WeightStorage) == 184, "a WeightStorage field changed: write it out below");
@@ -22,6 +23,15 @@ uint32_t bitsOf(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
   return bits;
+}
+
+/// The parameter names, each with its length (no name can end another's field).
+std::string names(const ParameterNames &n) {
+  std::ostringstream out;
+  for (const std::string *name : {&n.layerPrefix, &n.attnNorm, &n.qkv, &n.attnOut, &n.mlpNorm, &n.mlpUp, &n.mlpDown,
+                                  &n.tokenEmbedding, &n.positionEmbedding, &n.finalNorm, &n.head})
+    out << name->size() << ':' << *name << ',';
+  return out.str();
 }
 
 template <typename Array> void writeArray(std::ostringstream &out, const char *name, const Array &values) {
@@ -43,12 +53,13 @@ std::string buildFingerprint(const GPTConfig &config, const WeightStorage &stora
             static_cast<std::streamsize>(config.attentionMask.size()));
   out << "\nattention_mask_expression=" << config.attentionMaskExpression.size() << ':'
       << config.attentionMaskExpression << "\nattention_looks_ahead=" << config.attentionLooksAhead
-      << "\nnames=" << static_cast<int>(config.names) << "\nnorm=" << static_cast<int>(config.norm)
+      << "\nnames=" << names(config.names) << "\nnorm=" << static_cast<int>(config.norm)
       << "\nmlp=" << static_cast<int>(config.mlp) << "\nn_kv_head=" << config.nKvHead << "\nn_ff=" << config.nFf
       << "\nbias=" << config.bias << "\nqkv_bias=" << config.qkvBias << "\ntied_head=" << config.tiedHead
       << "\nrope_base=" << bitsOf(config.ropeBase) << "\nrope_layout=" << static_cast<int>(config.ropeLayout)
       << "\nrope_scaling=" << bitsOf(config.ropeScaling.factor) << ',' << bitsOf(config.ropeScaling.lowFreqFactor)
-      << ',' << bitsOf(config.ropeScaling.highFreqFactor) << ',' << config.ropeScaling.originalMaxPositions << '\n';
+      << ',' << bitsOf(config.ropeScaling.highFreqFactor) << ',' << config.ropeScaling.originalMaxPositions
+      << "\nhead_dim=" << config.headDim << '\n';
   const target::TileParameters &tiles = storage.tiles;
   out << "packed=" << storage.packed << "\nformat=" << static_cast<int>(storage.format)
       << "\nvector_lanes=" << tiles.vectorLanes << "\naccumulator_registers=" << tiles.accumulatorRegisters

@@ -510,7 +510,7 @@ struct EntryValues {
   /// The model-level weights; the token table is absent from a block-quantized model, whose
   /// lookup reads the LM head's copy.
   ModelWeights modelWeights(const GPTConfig &config) const {
-    const ModelParameterNames &names = modelParameterNames(config);
+    const ModelParameterNames names = modelParameterNames(config);
     auto find = [&](const std::string &name) {
       auto found = weights.find(name);
       return found == weights.end() ? Value() : found->second;

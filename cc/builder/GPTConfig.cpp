@@ -6,6 +6,22 @@
 #include <cmath>
 
 namespace gpt {
+namespace {
+
+/// What is wrong with `names`, or an empty string.
+std::string checkNames(const ParameterNames &names) {
+  const std::string &prefix = names.layerPrefix;
+  const size_t layer = prefix.find("{i}");
+  if (layer == std::string::npos || prefix.find("{i}", layer + 1) != std::string::npos)
+    return "the parameter names' layer prefix must hold \"{i}\" once, got \"" + prefix + "\"";
+  for (const std::string *part :
+       {&names.attnNorm, &names.qkv, &names.attnOut, &names.mlpNorm, &names.mlpUp, &names.mlpDown,
+        &names.tokenEmbedding, &names.positionEmbedding, &names.finalNorm, &names.head})
+    if (part->empty()) return "the architecture's parameter names are incomplete: one of them is empty";
+  return "";
+}
+
+} // namespace
 
 std::string GPTConfig::validate() const {
   auto positive = [](int64_t v) { return v > 0; };
@@ -16,8 +32,11 @@ std::string GPTConfig::validate() const {
   if (nKvHead < 0 || nHead % kvHeads() != 0)
     return "n_kv_head (" + std::to_string(nKvHead) + ") must divide n_head (" + std::to_string(nHead) + ")";
   if (nFf < 0) return "n_ff must be positive (or 0 for 4 n_embd), got " + std::to_string(nFf);
-  if (rope && (nEmbd / nHead) % 2 != 0)
-    return "rope needs an even head size, got n_embd / n_head = " + std::to_string(nEmbd / nHead);
+  if (headDim != 0 && headDim != nEmbd / nHead)
+    return "head_dim (" + std::to_string(headDim) + ") other than n_embd / n_head (" + std::to_string(nEmbd / nHead) +
+           ") is not supported yet";
+  if (rope && headSize() % 2 != 0)
+    return "rope needs an even head size, got n_embd / n_head = " + std::to_string(headSize());
   if (!(layerNormEps > 0.0f) || !std::isfinite(layerNormEps)) return "layer_norm_eps must be a positive finite number";
   if (!(ropeBase > 1.0f) || !std::isfinite(ropeBase)) return "rope_base must be a finite number > 1";
   if (ropeScaling.factor != 0.0f &&
@@ -26,8 +45,7 @@ std::string GPTConfig::validate() const {
        ropeScaling.originalMaxPositions <= 0))
     return "rope_scaling needs factor, low_freq_factor > 0, high_freq_factor > low_freq_factor and "
            "original_max_position_embeddings > 0";
-  if (names == ParameterNames::Gpt2 && (norm != NormKind::Layer || mlp != MlpKind::Gelu))
-    return "GPT-2's parameter names are for LayerNorm and the GELU MLP";
+  if (std::string problem = checkNames(names); !problem.empty()) return problem;
   if (norm == NormKind::Rms && bias) return "RMSNorm has no bias: a model with biases on every layer uses LayerNorm";
   if (attentionWindow < 0)
     return "attention_window must be >= 1 (or 0 for none), got " + std::to_string(attentionWindow);

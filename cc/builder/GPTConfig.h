@@ -10,9 +10,16 @@
 
 namespace gpt {
 
-/// The compiler's parameter names (Parameters.cpp): GPT-2's HF names, or Llama's (vLLM's fused
-/// qkv_proj and gate_up_proj), which python/gpt/architectures.py maps HF checkpoints onto.
-enum class ParameterNames { Gpt2, Llama };
+/// The compiler's parameter names, as the architecture names them (python/gpt/architectures.py's
+/// CompilerNames, the one table of them, passed through the binding): a layer's weights are
+/// `layerPrefix` (with "{i}" for the layer) + a part + ".weight" or ".bias", the model's a part +
+/// ".weight" (".bias"). E.g. GPT-2's "transformer.h.{i}." + "attn.c_attn", Llama's
+/// "model.layers.{i}." + "self_attn.qkv_proj" (vLLM's fused q/k/v, and gate_up_proj).
+struct ParameterNames {
+  std::string layerPrefix;
+  std::string attnNorm, qkv, attnOut, mlpNorm, mlpUp, mlpDown;
+  std::string tokenEmbedding, positionEmbedding, finalNorm, head;
+};
 /// LayerNorm (weight and bias) or RMSNorm (weight only).
 enum class NormKind { Layer, Rms };
 /// GPT-2's up, tanh GELU, down; or SwiGLU's down(silu(gate) * up), gate and up one fused matmul.
@@ -54,7 +61,7 @@ struct GPTConfig {
   bool attentionLooksAhead = false;
 
   // The architecture's pieces (python/gpt/architectures.py); the defaults are GPT-2's.
-  ParameterNames names = ParameterNames::Gpt2;
+  ParameterNames names; ///< no default: every architecture's come from its spec
   NormKind norm = NormKind::Layer;
   MlpKind mlp = MlpKind::Gelu;
   int64_t nKvHead = 0;  ///< key/value heads, dividing nHead (grouped-query attention); 0: nHead
@@ -65,11 +72,15 @@ struct GPTConfig {
   float ropeBase = 10000.0f;
   RopeLayout ropeLayout = RopeLayout::Half;
   RopeScaling ropeScaling;
+  /// The width of an attention head; 0: nEmbd / nHead. validate() refuses any other value for
+  /// now: the layer recipe sizes q and the output projection by qSize(), but the attention
+  /// lowering and the runtimes have not been checked with heads apart from n_embd / n_head.
+  int64_t headDim = 0;
 
   /// An empty string when the configuration is usable, else what is wrong with it.
   std::string validate() const;
 
-  int64_t headSize() const { return nEmbd / nHead; }
+  int64_t headSize() const { return headDim ? headDim : nEmbd / nHead; }
   /// The width of the queries: nHead heads of headSize().
   int64_t qSize() const { return nHead * headSize(); }
   int64_t kvHeads() const { return nKvHead ? nKvHead : nHead; }

@@ -13,34 +13,17 @@ namespace gpt {
 
 std::vector<LayerParameter> layerParameters(const GPTConfig &c) {
   using W = LayerWeight;
-  const int64_t d = c.nEmbd, ff = c.ffSize(), qkv = d + 2 * c.kvSize();
-  std::vector<LayerParameter> table;
-  if (c.names == ParameterNames::Gpt2) {
-    table = {
-        {W::AttnNormWeight, "ln_1.weight", {d}, false},         {W::AttnNormBias, "ln_1.bias", {d}, false},
-        {W::QkvWeight, "attn.c_attn.weight", {d, qkv}, true},   {W::QkvBias, "attn.c_attn.bias", {qkv}, false},
-        {W::AttnOutWeight, "attn.c_proj.weight", {d, d}, true}, {W::AttnOutBias, "attn.c_proj.bias", {d}, false},
-        {W::MlpNormWeight, "ln_2.weight", {d}, false},          {W::MlpNormBias, "ln_2.bias", {d}, false},
-        {W::MlpUpWeight, "mlp.c_fc.weight", {d, ff}, true},     {W::MlpUpBias, "mlp.c_fc.bias", {ff}, false},
-        {W::MlpDownWeight, "mlp.c_proj.weight", {ff, d}, true}, {W::MlpDownBias, "mlp.c_proj.bias", {d}, false},
-    };
-  } else {
-    const int64_t up = c.mlp == MlpKind::SwiGlu ? 2 * ff : ff;
-    table = {
-        {W::AttnNormWeight, "input_layernorm.weight", {d}, false},
-        {W::AttnNormBias, "input_layernorm.bias", {d}, false},
-        {W::QkvWeight, "self_attn.qkv_proj.weight", {d, qkv}, true},
-        {W::QkvBias, "self_attn.qkv_proj.bias", {qkv}, false},
-        {W::AttnOutWeight, "self_attn.o_proj.weight", {d, d}, true},
-        {W::AttnOutBias, "self_attn.o_proj.bias", {d}, false},
-        {W::MlpNormWeight, "post_attention_layernorm.weight", {d}, false},
-        {W::MlpNormBias, "post_attention_layernorm.bias", {d}, false},
-        {W::MlpUpWeight, "mlp.gate_up_proj.weight", {d, up}, true},
-        {W::MlpUpBias, "mlp.gate_up_proj.bias", {up}, false},
-        {W::MlpDownWeight, "mlp.down_proj.weight", {ff, d}, true},
-        {W::MlpDownBias, "mlp.down_proj.bias", {d}, false},
-    };
-  }
+  const ParameterNames &n = c.names;
+  const int64_t d = c.nEmbd, q = c.qSize(), ff = c.ffSize(), qkv = q + 2 * c.kvSize();
+  const int64_t up = c.mlp == MlpKind::SwiGlu ? 2 * ff : ff;
+  std::vector<LayerParameter> table = {
+      {W::AttnNormWeight, n.attnNorm + ".weight", {d}, false},  {W::AttnNormBias, n.attnNorm + ".bias", {d}, false},
+      {W::QkvWeight, n.qkv + ".weight", {d, qkv}, true},        {W::QkvBias, n.qkv + ".bias", {qkv}, false},
+      {W::AttnOutWeight, n.attnOut + ".weight", {q, d}, true},  {W::AttnOutBias, n.attnOut + ".bias", {d}, false},
+      {W::MlpNormWeight, n.mlpNorm + ".weight", {d}, false},    {W::MlpNormBias, n.mlpNorm + ".bias", {d}, false},
+      {W::MlpUpWeight, n.mlpUp + ".weight", {d, up}, true},     {W::MlpUpBias, n.mlpUp + ".bias", {up}, false},
+      {W::MlpDownWeight, n.mlpDown + ".weight", {ff, d}, true}, {W::MlpDownBias, n.mlpDown + ".bias", {d}, false},
+  };
   // RMSNorm has no bias; the biases of linears follow the architecture.
   auto present = [&](W weight) {
     switch (weight) {
@@ -64,15 +47,14 @@ std::vector<LayerParameter> layerParameters(const GPTConfig &c) {
 }
 
 std::string layerPrefix(const GPTConfig &config, int64_t layer) {
-  return (config.names == ParameterNames::Gpt2 ? "transformer.h." : "model.layers.") + std::to_string(layer) + ".";
+  std::string prefix = config.names.layerPrefix;
+  return prefix.replace(prefix.find("{i}"), 3, std::to_string(layer));
 }
 
-const ModelParameterNames &modelParameterNames(const GPTConfig &config) {
-  static const ModelParameterNames gpt2 = {"transformer.wte.weight", "transformer.wpe.weight",
-                                           "transformer.ln_f.weight", "transformer.ln_f.bias", "lm_head.weight"};
-  static const ModelParameterNames llama = {"model.embed_tokens.weight", "model.embed_positions.weight",
-                                            "model.norm.weight", "model.norm.bias", "lm_head.weight"};
-  return config.names == ParameterNames::Gpt2 ? gpt2 : llama;
+ModelParameterNames modelParameterNames(const GPTConfig &config) {
+  const ParameterNames &n = config.names;
+  return {n.tokenEmbedding + ".weight", n.positionEmbedding + ".weight", n.finalNorm + ".weight", n.finalNorm + ".bias",
+          n.head + ".weight"};
 }
 
 const char *weightFormatName(WeightFormat format) {
@@ -160,7 +142,7 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     if (scales.source.empty()) scales.source = weight.name;
     specs.push_back(std::move(scales));
   };
-  const ModelParameterNames &names = modelParameterNames(c);
+  const ModelParameterNames names = modelParameterNames(c);
   // A block-quantized model stores the tied embedding once, as the LM head's weight, and its
   // lookup reads that (transformer.packed_embedding): the f32 table is no argument.
   const bool embeddingInHead = c.tiedHead && storage.packed && isBlockQuantized(storage.format);

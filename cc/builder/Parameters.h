@@ -21,9 +21,9 @@ struct GPTConfig;
 enum class LayerWeight {
   AttnNormWeight, ///< GPT-2 ln_1, Llama input_layernorm
   AttnNormBias,
-  QkvWeight, ///< [d, d + 2 kv]: q, k and v fused
+  QkvWeight, ///< [d, q + 2 kv]: q, k and v fused (q = n_head heads, kv = n_kv_head heads)
   QkvBias,
-  AttnOutWeight, ///< [d, d]
+  AttnOutWeight, ///< [q, d]
   AttnOutBias,
   MlpNormWeight, ///< GPT-2 ln_2, Llama post_attention_layernorm
   MlpNormBias,
@@ -44,14 +44,15 @@ struct LayerParameter {
 /// the architecture).
 std::vector<LayerParameter> layerParameters(const GPTConfig &config);
 
-/// The prefix of layer `layer`'s parameter names: "transformer.h.<i>." or "model.layers.<i>.".
+/// The prefix of layer `layer`'s parameter names: the architecture's, e.g. "transformer.h.<i>." or
+/// "model.layers.<i>." (GPTConfig::names).
 std::string layerPrefix(const GPTConfig &config, int64_t layer);
 
 /// The model-level parameters' names in `config`'s naming.
 struct ModelParameterNames {
-  const char *tokenEmbedding, *positionEmbedding, *finalNormWeight, *finalNormBias, *head;
+  std::string tokenEmbedding, positionEmbedding, finalNormWeight, finalNormBias, head;
 };
-const ModelParameterNames &modelParameterNames(const GPTConfig &config);
+ModelParameterNames modelParameterNames(const GPTConfig &config);
 
 /// How the runtime lays a parameter out for compiled code, once, when the weights are bound.
 enum class WeightLayout {
@@ -122,7 +123,7 @@ struct WeightStorage {
 
 /// One weight argument of a compiled entry point.
 struct ParameterSpec {
-  std::string name;           ///< e.g. "transformer.h.0.attn.c_attn.weight" (Parameters.cpp's names)
+  std::string name;           ///< e.g. "transformer.h.0.attn.c_attn.weight" (GPTConfig::names)
   std::vector<int64_t> shape; ///< the logical shape the program computes with ([K, N] for a matmul)
   WeightLayout layout = WeightLayout::AsGiven;
   /// The user-supplied parameter this one is made from (only for TransposedPadded*): the
@@ -143,7 +144,7 @@ struct ParameterSpec {
 };
 
 /// The weights every entry point takes, in argument order after the per-call arguments: the
-/// user-supplied parameters (HF GPT-2's names, or the Llama family's of layerParameters()), and
+/// user-supplied parameters (named as the architecture's GPTConfig::names say), and
 /// "lm_head.weight_t", the tied embedding (or with an untied head "lm_head.weight") laid out as the
 /// LM head's [D, paddedVocabSize(storage.tiles)] matmul weight. With `storage.packed`, every matmul weight
 /// whose column count divides by `storage.tiles.panelWidth` is packed into panels, in

@@ -7,7 +7,8 @@ combination of the spec's pieces (cc/builder/GPTBuilder.cpp composes norm, MLP a
 GPTConfig's fields (gpt.GPTConfig; every default is GPT-2's, so existing callers are unchanged):
 
     n_layer, n_head, n_embd, vocab_size, block_size   # as before
-    architecture: str = "gpt2"            # "gpt2" | "llama" | "qwen2": a key of ARCHITECTURES
+    architecture: str = "gpt2"            # "gpt2" | "llama" | "qwen2" | "phi3": a key of ARCHITECTURES
+    head_dim: int | None = None           # None: n_embd / n_head (the only width supported yet)
     pos_embedding: str | None = None      # "learned" | "rope"; None: the architecture's positions
     layer_norm_eps: float = 1e-5          # the eps of every norm (LayerNorm or RMSNorm)
     n_kv_head: int | None = None          # grouped-query attention; None: n_head (divides n_head)
@@ -72,6 +73,64 @@ class Parameter:
 
 
 @dataclasses.dataclass(frozen=True)
+class CompilerNames:
+    """The compiler's parameter names, the one table of them: the binding hands them to the C++
+    config (cc/builder/GPTConfig.h ParameterNames), whose parameter table (Parameters.cpp) names
+    a layer's weights `layer` + part + ".weight" / ".bias" and the model's part + ".weight" /
+    ".bias"; the Parameter rows below name their compiler parameter with `names(part)`."""
+
+    layer: str  # with "{i}" for the layer
+    attn_norm: str
+    qkv: str  # q, k and v fused, [d, q + 2 kv]
+    attn_out: str
+    mlp_norm: str
+    mlp_up: str  # GELU's up, or SwiGLU's gate and up fused, [d, 2 ff]
+    mlp_down: str
+    token_embedding: str
+    position_embedding: str
+    final_norm: str
+    head: str
+
+    def __call__(self, part: str, kind: str = "weight") -> str:
+        """The compiler's name of `part`'s weight (or bias, kind="bias"), with "{i}" for a layer's."""
+        name = f"{getattr(self, part)}.{kind}"
+        return name if part in _MODEL_PARTS else self.layer + name
+
+
+_MODEL_PARTS = ("token_embedding", "position_embedding", "final_norm", "head")
+
+# GPT-2's parameters are HF's GPT2LMHeadModel's, taken as they are.
+GPT2_NAMES = CompilerNames(
+    layer="transformer.h.{i}.",
+    attn_norm="ln_1",
+    qkv="attn.c_attn",
+    attn_out="attn.c_proj",
+    mlp_norm="ln_2",
+    mlp_up="mlp.c_fc",
+    mlp_down="mlp.c_proj",
+    token_embedding="transformer.wte",
+    position_embedding="transformer.wpe",
+    final_norm="transformer.ln_f",
+    head="lm_head",
+)
+# The Llama family's: HF's LlamaForCausalLM names, q/k/v and gate/up fused as vLLM's qkv_proj and
+# gate_up_proj (Phi-3's own checkpoints store them so).
+LLAMA_NAMES = CompilerNames(
+    layer="model.layers.{i}.",
+    attn_norm="input_layernorm",
+    qkv="self_attn.qkv_proj",
+    attn_out="self_attn.o_proj",
+    mlp_norm="post_attention_layernorm",
+    mlp_up="mlp.gate_up_proj",
+    mlp_down="mlp.down_proj",
+    token_embedding="model.embed_tokens",
+    position_embedding="model.embed_positions",
+    final_norm="model.norm",
+    head="lm_head",
+)
+
+
+@dataclasses.dataclass(frozen=True)
 class Architecture:
     """What a model family computes, and the parameters it takes.
 
@@ -83,7 +142,8 @@ class Architecture:
       permutes a `llama` file's q/k rows into interleaved pairs (its rope mode NORM), and leaves
       `qwen2`'s in HF's rotate-half order (mode NEOX).
     hf_model_types / hf_architectures: config.json's `model_type` and `architectures` it reads.
-    compiler_names: the compiler's parameter table (cc/builder/Parameters.cpp) it is built with."""
+    compiler: the compiler's parameter names (CompilerNames) it is built with.
+    gguf_architecture: general.architecture of its GGUF files (llama.cpp's name)."""
 
     name: str
     norm: str
@@ -95,8 +155,21 @@ class Architecture:
     gguf_rope_layout: str
     hf_model_types: tuple[str, ...]
     hf_architectures: tuple[str, ...]
-    compiler_names: str
+    compiler: CompilerNames
     parameters: tuple[Parameter, ...]
+    gguf_architecture: str
+
+    @property
+    def compiler_names(self) -> str:
+        """ "gpt2" for GPT-2's compiler names, "llama" for the Llama family's: which GGUF recipes
+        gpt.gpu_export writes."""
+        return "gpt2" if self.compiler == GPT2_NAMES else "llama"
+
+    @property
+    def converts(self) -> bool:
+        """Whether HF weights become the compiler's parameters by a conversion (Linear weights
+        transposed, parts fused: to_compiler), not as they are (GPT-2's)."""
+        return any(p.linear or p.part is not None or p.hf != p.compiler for p in self.parameters)
 
 
 def _d(c: GPTConfig) -> int:
@@ -119,101 +192,59 @@ def _qkv_bias(c: GPTConfig) -> bool:
     return c.qkv_bias
 
 
+def _same(hf: str, gguf: str, shape: Shape, **kwargs) -> Parameter:
+    """A parameter the compiler takes by its HF name (GPT-2's, and the norms of every family)."""
+    return Parameter(hf, gguf, shape, hf, **kwargs)
+
+
+_G = GPT2_NAMES
 # GPT-2: HF's GPT2LMHeadModel names (Conv1D weights [in, out], which the compiler takes as they
 # are) and llama.cpp's `gpt2` GGUF names (those weights stored [out, in]). q, k and v come fused
 # in c_attn: with grouped-query attention it is [d, d + 2 kv].
 _GPT2 = (
-    Parameter("transformer.wte.weight", "token_embd.weight", lambda c: (c.vocab_size, _d(c)), "transformer.wte.weight"),
-    Parameter(
-        "transformer.wpe.weight",
-        "position_embd.weight",
-        lambda c: (c.block_size, _d(c)),
-        "transformer.wpe.weight",
-        present=_learned,
-    ),
-    Parameter(
-        "transformer.h.{i}.ln_1.weight", "blk.{i}.attn_norm.weight", lambda c: (_d(c),), "transformer.h.{i}.ln_1.weight"
-    ),
-    Parameter(
-        "transformer.h.{i}.ln_1.bias", "blk.{i}.attn_norm.bias", lambda c: (_d(c),), "transformer.h.{i}.ln_1.bias"
-    ),
-    Parameter(
-        "transformer.h.{i}.attn.c_attn.weight",
-        "blk.{i}.attn_qkv.weight",
-        lambda c: (_d(c), _d(c) + 2 * _kv(c)),
-        "transformer.h.{i}.attn.c_attn.weight",
-        gguf_transposed=True,
-    ),
-    Parameter(
-        "transformer.h.{i}.attn.c_attn.bias",
-        "blk.{i}.attn_qkv.bias",
-        lambda c: (_d(c) + 2 * _kv(c),),
-        "transformer.h.{i}.attn.c_attn.bias",
-    ),
-    Parameter(
-        "transformer.h.{i}.attn.c_proj.weight",
-        "blk.{i}.attn_output.weight",
-        lambda c: (_d(c), _d(c)),
-        "transformer.h.{i}.attn.c_proj.weight",
-        gguf_transposed=True,
-    ),
-    Parameter(
-        "transformer.h.{i}.attn.c_proj.bias",
-        "blk.{i}.attn_output.bias",
-        lambda c: (_d(c),),
-        "transformer.h.{i}.attn.c_proj.bias",
-    ),
-    Parameter(
-        "transformer.h.{i}.ln_2.weight", "blk.{i}.ffn_norm.weight", lambda c: (_d(c),), "transformer.h.{i}.ln_2.weight"
-    ),
-    Parameter(
-        "transformer.h.{i}.ln_2.bias", "blk.{i}.ffn_norm.bias", lambda c: (_d(c),), "transformer.h.{i}.ln_2.bias"
-    ),
-    Parameter(
-        "transformer.h.{i}.mlp.c_fc.weight",
-        "blk.{i}.ffn_up.weight",
-        lambda c: (_d(c), c.n_ff),
-        "transformer.h.{i}.mlp.c_fc.weight",
-        gguf_transposed=True,
-    ),
-    Parameter(
-        "transformer.h.{i}.mlp.c_fc.bias", "blk.{i}.ffn_up.bias", lambda c: (c.n_ff,), "transformer.h.{i}.mlp.c_fc.bias"
-    ),
-    Parameter(
-        "transformer.h.{i}.mlp.c_proj.weight",
-        "blk.{i}.ffn_down.weight",
-        lambda c: (c.n_ff, _d(c)),
-        "transformer.h.{i}.mlp.c_proj.weight",
-        gguf_transposed=True,
-    ),
-    Parameter(
-        "transformer.h.{i}.mlp.c_proj.bias",
-        "blk.{i}.ffn_down.bias",
-        lambda c: (_d(c),),
-        "transformer.h.{i}.mlp.c_proj.bias",
-    ),
-    Parameter("transformer.ln_f.weight", "output_norm.weight", lambda c: (_d(c),), "transformer.ln_f.weight"),
-    Parameter("transformer.ln_f.bias", "output_norm.bias", lambda c: (_d(c),), "transformer.ln_f.bias"),
-    Parameter("lm_head.weight", "output.weight", lambda c: (c.vocab_size, _d(c)), "lm_head.weight", present=_untied),
+    _same(_G("token_embedding"), "token_embd.weight", lambda c: (c.vocab_size, _d(c))),
+    _same(_G("position_embedding"), "position_embd.weight", lambda c: (c.block_size, _d(c)), present=_learned),
+    _same(_G("attn_norm"), "blk.{i}.attn_norm.weight", lambda c: (_d(c),)),
+    _same(_G("attn_norm", "bias"), "blk.{i}.attn_norm.bias", lambda c: (_d(c),)),
+    _same(_G("qkv"), "blk.{i}.attn_qkv.weight", lambda c: (_d(c), _d(c) + 2 * _kv(c)), gguf_transposed=True),
+    _same(_G("qkv", "bias"), "blk.{i}.attn_qkv.bias", lambda c: (_d(c) + 2 * _kv(c),)),
+    _same(_G("attn_out"), "blk.{i}.attn_output.weight", lambda c: (_d(c), _d(c)), gguf_transposed=True),
+    _same(_G("attn_out", "bias"), "blk.{i}.attn_output.bias", lambda c: (_d(c),)),
+    _same(_G("mlp_norm"), "blk.{i}.ffn_norm.weight", lambda c: (_d(c),)),
+    _same(_G("mlp_norm", "bias"), "blk.{i}.ffn_norm.bias", lambda c: (_d(c),)),
+    _same(_G("mlp_up"), "blk.{i}.ffn_up.weight", lambda c: (_d(c), c.n_ff), gguf_transposed=True),
+    _same(_G("mlp_up", "bias"), "blk.{i}.ffn_up.bias", lambda c: (c.n_ff,)),
+    _same(_G("mlp_down"), "blk.{i}.ffn_down.weight", lambda c: (c.n_ff, _d(c)), gguf_transposed=True),
+    _same(_G("mlp_down", "bias"), "blk.{i}.ffn_down.bias", lambda c: (_d(c),)),
+    _same(_G("final_norm"), "output_norm.weight", lambda c: (_d(c),)),
+    _same(_G("final_norm", "bias"), "output_norm.bias", lambda c: (_d(c),)),
+    _same(_G("head"), "output.weight", lambda c: (c.vocab_size, _d(c)), present=_untied),
 )
 
-# Llama (and Qwen2, which adds q/k/v biases): HF's LlamaForCausalLM names, Linear weights
-# [out, in]; llama.cpp's `llama` / `qwen2` GGUF names, stored [out, in] as well. The compiler
-# fuses q, k and v into one [d, d + 2 kv] matmul and gate and up into one [d, 2 n_ff] (vLLM's
-# qkv_proj and gate_up_proj), so that each runs as one matmul over the activations.
-_QKV = "model.layers.{i}.self_attn.qkv_proj.weight"
-_QKV_BIAS = "model.layers.{i}.self_attn.qkv_proj.bias"
-_GATE_UP = "model.layers.{i}.mlp.gate_up_proj.weight"
+_L = LLAMA_NAMES
+# The Llama family's parameters that every member has as Llama does: embedding, norms, output
+# projection, down projection, head (HF Linear weights [out, in]; GGUF stores them [out, in] too).
+_LLAMA_EMBEDDING = _same(_L("token_embedding"), "token_embd.weight", lambda c: (c.vocab_size, _d(c)))
+_LLAMA_ATTN_NORM = _same(_L("attn_norm"), "blk.{i}.attn_norm.weight", lambda c: (_d(c),))
+_LLAMA_ATTN_OUT = Parameter(
+    _L("attn_out"), "blk.{i}.attn_output.weight", lambda c: (_d(c), _d(c)), _L("attn_out"), linear=True
+)
+_LLAMA_MLP_NORM = _same(_L("mlp_norm"), "blk.{i}.ffn_norm.weight", lambda c: (_d(c),))
+_LLAMA_MLP_DOWN = Parameter(
+    _L("mlp_down"), "blk.{i}.ffn_down.weight", lambda c: (_d(c), c.n_ff), _L("mlp_down"), linear=True
+)
+_LLAMA_TAIL = (
+    _same(_L("final_norm"), "output_norm.weight", lambda c: (_d(c),)),
+    _same(_L("head"), "output.weight", lambda c: (c.vocab_size, _d(c)), present=_untied),
+)
+
+# Llama (and Qwen2, which adds q/k/v biases): HF's LlamaForCausalLM names; llama.cpp's `llama` /
+# `qwen2` GGUF names. The compiler fuses q, k and v into one [d, d + 2 kv] matmul and gate and up
+# into one [d, 2 n_ff], so that each runs as one matmul over the activations.
+_QKV, _QKV_BIAS, _GATE_UP = _L("qkv"), _L("qkv", "bias"), _L("mlp_up")
 _LLAMA = (
-    Parameter(
-        "model.embed_tokens.weight", "token_embd.weight", lambda c: (c.vocab_size, _d(c)), "model.embed_tokens.weight"
-    ),
-    Parameter(
-        "model.layers.{i}.input_layernorm.weight",
-        "blk.{i}.attn_norm.weight",
-        lambda c: (_d(c),),
-        "model.layers.{i}.input_layernorm.weight",
-    ),
+    _LLAMA_EMBEDDING,
+    _LLAMA_ATTN_NORM,
     Parameter(
         "model.layers.{i}.self_attn.q_proj.weight", "blk.{i}.attn_q.weight", lambda c: (_d(c), _d(c)), _QKV, 0, True
     ),
@@ -247,34 +278,31 @@ _LLAMA = (
         2,
         present=_qkv_bias,
     ),
-    Parameter(
-        "model.layers.{i}.self_attn.o_proj.weight",
-        "blk.{i}.attn_output.weight",
-        lambda c: (_d(c), _d(c)),
-        "model.layers.{i}.self_attn.o_proj.weight",
-        linear=True,
-    ),
-    Parameter(
-        "model.layers.{i}.post_attention_layernorm.weight",
-        "blk.{i}.ffn_norm.weight",
-        lambda c: (_d(c),),
-        "model.layers.{i}.post_attention_layernorm.weight",
-    ),
+    _LLAMA_ATTN_OUT,
+    _LLAMA_MLP_NORM,
     Parameter(
         "model.layers.{i}.mlp.gate_proj.weight", "blk.{i}.ffn_gate.weight", lambda c: (c.n_ff, _d(c)), _GATE_UP, 0, True
     ),
     Parameter(
         "model.layers.{i}.mlp.up_proj.weight", "blk.{i}.ffn_up.weight", lambda c: (c.n_ff, _d(c)), _GATE_UP, 1, True
     ),
-    Parameter(
-        "model.layers.{i}.mlp.down_proj.weight",
-        "blk.{i}.ffn_down.weight",
-        lambda c: (_d(c), c.n_ff),
-        "model.layers.{i}.mlp.down_proj.weight",
-        linear=True,
-    ),
-    Parameter("model.norm.weight", "output_norm.weight", lambda c: (_d(c),), "model.norm.weight"),
-    Parameter("lm_head.weight", "output.weight", lambda c: (c.vocab_size, _d(c)), "lm_head.weight", present=_untied),
+    _LLAMA_MLP_DOWN,
+    *_LLAMA_TAIL,
+)
+
+# Phi-3 (Phi3ForCausalLM): Llama's computation, its checkpoints already fused as the compiler
+# fuses them: qkv_proj [q + 2 kv, d] (q, then k, then v) and gate_up_proj [2 n_ff, d] (gate, then
+# up), transposed whole. llama.cpp's `phi3` GGUF files keep them fused too: attn_qkv, and ffn_up
+# holding gate and up (convert_hf_to_gguf.py, Phi3MiniModel), in HF's rotate-half order.
+_PHI3 = (
+    _LLAMA_EMBEDDING,
+    _LLAMA_ATTN_NORM,
+    Parameter(_QKV, "blk.{i}.attn_qkv.weight", lambda c: (_d(c) + 2 * _kv(c), _d(c)), _QKV, linear=True),
+    _LLAMA_ATTN_OUT,
+    _LLAMA_MLP_NORM,
+    Parameter(_GATE_UP, "blk.{i}.ffn_up.weight", lambda c: (2 * c.n_ff, _d(c)), _GATE_UP, linear=True),
+    _LLAMA_MLP_DOWN,
+    *_LLAMA_TAIL,
 )
 
 _LLAMA_SPEC = Architecture(
@@ -288,8 +316,9 @@ _LLAMA_SPEC = Architecture(
     gguf_rope_layout="interleaved",
     hf_model_types=("llama",),
     hf_architectures=("LlamaForCausalLM",),
-    compiler_names="llama",
+    compiler=LLAMA_NAMES,
     parameters=_LLAMA,
+    gguf_architecture="llama",
 )
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -304,8 +333,9 @@ ARCHITECTURES: dict[str, Architecture] = {
         gguf_rope_layout="half",
         hf_model_types=("gpt2",),
         hf_architectures=("GPT2LMHeadModel",),
-        compiler_names="gpt2",
+        compiler=GPT2_NAMES,
         parameters=_GPT2,
+        gguf_architecture="gpt2",
     ),
     "llama": _LLAMA_SPEC,
     # Llama with q/k/v biases; llama.cpp's converter leaves qwen2's q/k rows unpermuted.
@@ -316,6 +346,16 @@ ARCHITECTURES: dict[str, Architecture] = {
         gguf_rope_layout="half",
         hf_model_types=("qwen2",),
         hf_architectures=("Qwen2ForCausalLM",),
+        gguf_architecture="qwen2",
+    ),
+    "phi3": dataclasses.replace(
+        _LLAMA_SPEC,
+        name="phi3",
+        gguf_rope_layout="half",
+        hf_model_types=("phi3",),
+        hf_architectures=("Phi3ForCausalLM",),
+        parameters=_PHI3,
+        gguf_architecture="phi3",
     ),
 }
 

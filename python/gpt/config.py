@@ -64,7 +64,7 @@ class GPTConfig:
     """Shape of a GPT (nanoGPT's names). `pos_embedding="rope"` replaces the learned position
     table with rotary embedding on q and k (GPT-NeoX rotate-half, base 10000, unless rope_base,
     rope_layout, rope_scaling say otherwise).
-    `architecture` picks the model family (gpt.architectures: "gpt2", "llama", "qwen2"): its
+    `architecture` picks the model family (gpt.architectures: "gpt2", "llama", "qwen2", "phi3"): its
     norm, MLP, biases, default positions and parameter names; `n_kv_head` < n_head is
     grouped-query attention (each key/value head serves n_head / n_kv_head query heads, and the
     KV cache holds n_kv_head heads), `n_ff` the MLP's width (default 4 n_embd), `tied_head=False`
@@ -97,6 +97,10 @@ class GPTConfig:
     rope_base: float = 10000.0
     rope_layout: str = "half"
     rope_scaling: RopeScaling | None = None
+    # The width of an attention head; None: n_embd / n_head, the only width supported yet (a
+    # config that names another is refused, naming the field). Left None when not given, so that
+    # dataclasses.replace with another n_embd or n_head keeps meaning n_embd / n_head.
+    head_dim: int | None = None
 
     def __post_init__(self):
         spec = architectures.get(self.architecture)
@@ -114,6 +118,14 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{name}={value} is larger than {MAX_DIMENSION}")
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        head_dim = self.head_dim
+        if head_dim is not None and (isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0):
+            raise ValueError(f"GPTConfig.head_dim must be None or a positive int, got {head_dim!r}")
+        if head_dim is not None and head_dim != self.n_embd // self.n_head:
+            raise ValueError(
+                f"GPTConfig.head_dim={head_dim} is not supported: only n_embd / n_head = "
+                f"{self.n_embd // self.n_head} is (heads of another width are not compiled yet)"
+            )
         if self.pos_embedding not in POS_EMBEDDINGS:
             raise ValueError(f"GPTConfig.pos_embedding must be one of {POS_EMBEDDINGS}, got {self.pos_embedding!r}")
         if self.n_head % self.n_kv_head:

@@ -260,7 +260,7 @@ def load_gguf(
     path, keep_quantized: str | None = None
 ) -> tuple[GPTConfig, dict[str, np.ndarray | QuantizedTensor], HFTokenizer | None]:
     """Reads a GPT-2 GGUF file into (GPTConfig, float32 weights by HF name, tokenizer or None).
-    A `llama` or `qwen2` file is read by gpt.gguf_llama.read instead (HF Llama/Qwen2 names).
+    A `llama`, `qwen2` or `phi3` file is read by gpt.gguf_llama.read instead (HF names).
 
     Hyperparameters come from the metadata (gpt2.block_count, gpt2.context_length,
     gpt2.embedding_length, gpt2.attention.head_count, gpt2.attention.layer_norm_epsilon), the
@@ -285,7 +285,7 @@ def load_gguf(
     reader = GgufFile(path)  # checks every count and length in the header against the file
     meta = _Metadata(reader, path)
     architecture = meta.get("general.architecture", str)
-    if architecture in ("llama", "qwen2"):  # the Llama family: gpt/gguf_llama.py (which imports this module)
+    if architecture in ("llama", "qwen2", "phi3"):  # the Llama family: gpt/gguf_llama.py (which imports this module)
         from gpt import gguf_llama
 
         return gguf_llama.read(reader, meta, path, architecture, keep_quantized)

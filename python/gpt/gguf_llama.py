@@ -1,11 +1,13 @@
 """GGUF files of the Llama family for GPT.from_gguf: llama.cpp's `llama` architecture (Llama 2 and
-3, SmolLM2, TinyLlama, Mistral) and `qwen2` (Qwen2 and 2.5, DeepSeek-R1-Distill-Qwen), read into
-a GPTConfig, weights by HF name (LlamaForCausalLM's and Qwen2ForCausalLM's, in HF's layouts:
+3, SmolLM2, TinyLlama, Mistral), `qwen2` (Qwen2 and 2.5, DeepSeek-R1-Distill-Qwen) and `phi3`
+(Phi-3 mini: attn_qkv and ffn_up hold q/k/v and gate/up fused), read into a GPTConfig, weights by
+HF name (LlamaForCausalLM's, Qwen2ForCausalLM's and Phi3ForCausalLM's, in HF's layouts:
 gpt.architectures' tables) and the file's tokenizer (gpt.gguf_tokenizer).
 
 Hyperparameters: {arch}.block_count, .context_length, .embedding_length, .feed_forward_length,
 .attention.head_count, .attention.head_count_kv (grouped-query attention), .attention.
-layer_norm_rms_epsilon, .rope.freq_base, .rope.scaling.type; the vocabulary size is
+layer_norm_rms_epsilon, .attention.sliding_window (phi3: attention_window), .rope.freq_base,
+.rope.scaling.type; the vocabulary size is
 token_embd.weight's row count (and must be the token list's). A file without output.weight ties
 the LM head to the token embedding, as llama.cpp does.
 
@@ -45,9 +47,13 @@ from gpt.gguf_file import (
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
 
-ARCHITECTURES = ("llama", "qwen2")
+ARCHITECTURES = ("llama", "qwen2", "phi3")
 # llama.cpp's per-frequency rope divisors (Llama 3's scaling), [head_size / 2] float32.
 _ROPE_FREQS = "rope_freqs.weight"
+# The architectures whose {arch}.attention.sliding_window is attention_window.
+_WINDOWED = ("phi3",)
+# Phi-3's longrope (su) scaling, as llama.cpp's converter writes it (Phi-3 128k): not implemented.
+_LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
 def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUFTokenizer | None]:
@@ -94,6 +100,9 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
         )
         for p, i in architectures.parameters(config)
     }
+    longrope = [name for name in _LONGROPE if name in tensors]
+    if longrope:
+        raise ModelFileError(f"{path}: tensor {longrope[0]} is longrope (su) rope scaling, which is not supported")
     missing = [name for name in expected if name not in tensors]
     if missing:
         raise ModelFileError(
@@ -107,7 +116,7 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     for name, (hf_name, shape) in expected.items():
         tensor = tensors[name]
         heads = _permuted_heads(name, config) if arch == "llama" else None
-        keep_as = plan.get(name) or _kept_head_format(name, hf_name, tensor.tensor_type.name, config, stored)
+        keep_as = plan.get(name) or _kept_head_format(name, tensor.tensor_type.name, config, stored)
         if keep_as:
             _check_ne(tensor, shape, path)
             # A read-only view of the file's memory map when the file's type is the format, not a
@@ -172,15 +181,16 @@ def _stored_format(plan: dict[str, str], tensors: dict, keep_quantized: str | No
     return max(elements, key=elements.get)
 
 
-def _kept_head_format(name: str, hf_name: str, type_name: str, config: GPTConfig, stored: str) -> str | None:
+def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str) -> str | None:
     """The LM head's table: a model whose matmul weights are block-quantized stores it in q8_0 (the
     4-bit formats too, as llama.cpp keeps its output table at higher precision), so the file's
     blocks are kept when they convert to q8_0 (Q8_0 as it is; Q6_K, the type llama.cpp's
-    quantizer gives it, a row at a time, with no float32 table): the untied output.weight, or the
-    tied token embedding (which the token lookup then reads too)."""
+    quantizer gives it, a row at a time, with no float32 table): the tied token embedding, which
+    the token lookup then reads too. An untied output.weight is widened: the compiled model takes it
+    as a float32 argument besides its q8_0 copy (Parameters.cpp), so blocks alone cannot bind it."""
     if stored not in kept_formats.KEPT_QUANTIZED:
         return None
-    if hf_name == "lm_head.weight" or (name == "token_embd.weight" and config.tied_head):
+    if name == "token_embd.weight" and config.tied_head:
         return "q8_0" if kept_formats.convertible(type_name, "q8_0") else None
     return None
 
@@ -212,6 +222,9 @@ def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
     n_kv_head = meta.get(f"{arch}.attention.head_count_kv", int, required=False, per_layer=True)
     eps = meta.get(f"{arch}.attention.layer_norm_rms_epsilon", float)
     rope_base = meta.get(f"{arch}.rope.freq_base", float, required=False)
+    # llama.cpp applies a file's sliding window for phi3 only (the key a qwen2 or Mistral file may
+    # carry is its HF config's, which their models do not use).
+    window = meta.get(f"{arch}.attention.sliding_window", int, required=False) if arch in _WINDOWED else None
     if isinstance(n_head, int) and n_head > 0 and isinstance(n_embd, int) and n_embd % n_head == 0:
         head_size = n_embd // n_head
         # Keys that would change the computation when they differ from what the config implies.
@@ -254,6 +267,7 @@ def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
         n_ff=n_ff,
         tied_head="output.weight" not in tensors,
         rope_layout="half",  # q/k are un-permuted at load (module docstring)
+        attention_window=window or None,  # 0: none, as llama.cpp reads it
     )
     if rope_base is not None:
         with np.errstate(over="ignore"):  # a float64 beyond float32's range: inf, which GPTConfig refuses

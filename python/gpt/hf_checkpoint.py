@@ -1,4 +1,4 @@
-"""HF checkpoints of the Llama family (LlamaForCausalLM, Qwen2ForCausalLM): config.json and
+"""HF checkpoints of the Llama family (LlamaForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM): config.json and
 safetensors (one file, or shards listed in model.safetensors.index.json) into a GPTConfig and
 the compiler's weights. GPT-2 directories stay with gpt.weights.load_pretrained."""
 
@@ -22,6 +22,9 @@ _IMPLEMENTED = {
     "pretraining_tp": (1,),
     "use_sliding_window": (False,),  # Qwen2's per-layer windows
 }
+# Where config.json's sliding_window is the model's attention window (Qwen2's is unused unless
+# use_sliding_window, which is refused above).
+_WINDOWED = ("phi3",)
 # HF rope types: "default" (plain theta_i) and Llama 3's scaling.
 _ROPE_TYPES = ("default", "llama3")
 
@@ -68,7 +71,7 @@ def eos_token_ids(path: str) -> frozenset[int]:
 
 
 def load_pretrained(path: str) -> tuple[GPTConfig, dict[str, np.ndarray]]:
-    """Reads a HF Llama or Qwen2 directory into (GPTConfig, the compiler's weights): tensors in any
+    """Reads a HF Llama, Qwen2 or Phi-3 directory into (GPTConfig, the compiler's weights): tensors in any
     float dtype (F32, F16, BF16, F64), a tied head (tie_word_embeddings) or an untied lm_head.
     Raises FileNotFoundError for a missing directory or file, MemoryError for a config that would
     not fit in memory, and gpt.ModelFileError naming the file and the key or tensor otherwise."""
@@ -124,7 +127,10 @@ def _config(hf: dict, path: str) -> GPTConfig:
     name = _config_value(hf, path, "model_type", str)
     spec = architecture_of(name)
     if spec is None:
-        raise ModelFileError(f"{path}: model_type {short(name)} is not a Llama-family model (llama, qwen2)")
+        known = ", ".join(
+            t for a in architectures.ARCHITECTURES.values() if a.compiler_names != "gpt2" for t in a.hf_model_types
+        )
+        raise ModelFileError(f"{path}: model_type {short(name)} is not a Llama-family model ({known})")
     for option, implemented in _IMPLEMENTED.items():
         # Of the implemented type too: 0 is not False, 1.0 not 1.
         if option in hf and not any(type(hf[option]) is type(v) and hf[option] == v for v in implemented):
@@ -154,6 +160,7 @@ def _config(hf: dict, path: str) -> GPTConfig:
     if not isinstance(tied, bool):
         raise ModelFileError(f"{path}: tie_word_embeddings is {json_kind(tied)} {short(tied)}, expected a boolean")
     base, scaling = _rope(hf, path)
+    window = _config_value(hf, path, "sliding_window", int, None) if spec.name in _WINDOWED else None
     try:
         return GPTConfig(
             **sizes,
@@ -164,6 +171,7 @@ def _config(hf: dict, path: str) -> GPTConfig:
             tied_head=tied,
             rope_base=base,
             rope_scaling=scaling,
+            attention_window=window,
         )
     except ValueError as e:
         raise ModelFileError(f"{path}: {e}") from None
@@ -188,6 +196,10 @@ def _rope(hf: dict, path: str) -> tuple[float, RopeScaling | None]:
             f"{path}: rope_parameters is {json_kind(parameters)} {short(parameters)}, expected an object"
         )
     base = _config_value(parameters, path, "rope_theta", float, 10000.0)
+    # Rotation of part of each head (Phi-3 configs carry the key, at 1.0): not implemented.
+    partial = parameters.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
+    if partial not in (None, 1, 1.0) or isinstance(partial, bool):
+        raise ModelFileError(f"{path}: partial_rotary_factor={short(partial)} is not supported (only 1.0)")
     rope_type = parameters.get("rope_type", parameters.get("type", "default"))
     if not isinstance(rope_type, str):
         raise ModelFileError(f"{path}: {key}.rope_type is {json_kind(rope_type)} {short(rope_type)}, expected a string")

@@ -215,7 +215,7 @@ class GPT:
         """Weights by the architecture's HF parameter names, in HF's layouts (gpt/architectures.py
         lists them: `architectures.hf_shapes(config)`): GPT-2's Conv1D weights are [in, out]
         (c_attn.weight is [n_embd, 3 n_embd]); the Llama family's Linear weights [out, in]."""
-        if isinstance(config, GPTConfig) and config.spec.compiler_names != "gpt2":
+        if isinstance(config, GPTConfig) and config.spec.converts:
             weights = _compiler_weights(config, weights)
         return cls(config, weights, options)
 
@@ -281,7 +281,7 @@ class GPT:
         config, weights, tokenizer = load_gguf(path, keep_quantized=keep)
         quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
         floats = {name: w for name, w in weights.items() if name not in quantized}
-        if config.spec.compiler_names != "gpt2":  # HF names -> the compiler's fused parameters
+        if config.spec.converts:  # HF names -> the compiler's fused parameters
             quantized = architectures.to_compiler_quantized(config, quantized, concatenate=False)
             floats = architectures.to_compiler(config, floats, consume=True)
         if auto:
@@ -323,7 +323,7 @@ class GPT:
         rounding or quantization in the other formats. (The Llama family's fused q/k/v and
         gate/up weights are split and transposed back to HF's [out, in].)"""
         views = self._compiler_weights()
-        if self._config.spec.compiler_names == "gpt2":
+        if not self._config.spec.converts:  # GPT-2: HF's own names and layouts
             return views
         hf = architectures.from_compiler(self._config, views)
         for value in hf.values():

@@ -186,8 +186,20 @@ GPTConfig gptConfig(const py::handle &config) {
   c.attentionMask.assign(maskBytes.begin(), maskBytes.end());
   c.attentionMaskExpression = mask[1].cast<std::string>();
   c.attentionLooksAhead = mask[2].cast<bool>();
-  py::object spec = get("spec");
-  c.names = spec.attr("compiler_names").cast<std::string>() == "gpt2" ? ParameterNames::Gpt2 : ParameterNames::Llama;
+  // The compiler's parameter names, as the architecture's spec gives them (architectures.CompilerNames).
+  py::object names = get("spec").attr("compiler");
+  auto name = [&](const char *part) { return names.attr(part).cast<std::string>(); };
+  c.names = {name("layer"),
+             name("attn_norm"),
+             name("qkv"),
+             name("attn_out"),
+             name("mlp_norm"),
+             name("mlp_up"),
+             name("mlp_down"),
+             name("token_embedding"),
+             name("position_embedding"),
+             name("final_norm"),
+             name("head")};
   c.norm = get("norm").cast<std::string>() == "rms" ? NormKind::Rms : NormKind::Layer;
   c.mlp = get("mlp").cast<std::string>() == "swiglu" ? MlpKind::SwiGlu : MlpKind::Gelu;
   c.nKvHead = get("n_kv_head").cast<int64_t>();
@@ -201,6 +213,7 @@ GPTConfig gptConfig(const py::handle &config) {
     c.ropeScaling = {scaling.attr("factor").cast<float>(), scaling.attr("low_freq_factor").cast<float>(),
                      scaling.attr("high_freq_factor").cast<float>(),
                      scaling.attr("original_max_position_embeddings").cast<int64_t>()};
+  if (py::object headDim = get("head_dim"); !headDim.is_none()) c.headDim = headDim.cast<int64_t>();
   if (std::string problem = c.validate(); !problem.empty()) throw std::invalid_argument(problem);
   return c;
 }
