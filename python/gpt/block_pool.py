@@ -83,6 +83,17 @@ def _bucket(n: int) -> int:
     return size
 
 
+def _odd_bucket(n: int) -> int:
+    """An odd token count >= n: n itself rounded up to odd up to 7 (the rows of one sequence's
+    short draft), then one less than a power of two, so that a few programs serve every mix. A
+    matmul of an odd row count runs decode's one-row register tiles
+    (cc/codegen/cpu/SelectRegisterTiles.cpp halves the rows down to a divisor), so every row's
+    logits, keys and values are a lone decode's to the bit."""
+    if n <= 7:
+        return n | 1
+    return _bucket(n + 1) - 1
+
+
 def _int_array(name: str, value, ndim: int) -> np.ndarray:
     array = np.asarray(value)
     if array.ndim != ndim:
@@ -96,9 +107,11 @@ class BatchStepArguments:
     """The checked, padded arrays of one batched step (GPT.step_batch's contract), ready for the
     compiled program: tokens padded to a power of two (padding tokens write nowhere: slot -1),
     sequences to a power of two (padding rows read block 0 and are dropped), tables to a power of
-    two wide. Raises ValueError / TypeError naming the first problem."""
+    two wide. With `odd_tokens`, tokens and sequences are padded to odd counts instead
+    (_odd_bucket: the rows of a speculative verification computed as decode computes them). Raises ValueError /
+    TypeError naming the first problem."""
 
-    def __init__(self, config, pool: KVBlockPool, ids, counts, starts, block_tables):
+    def __init__(self, config, pool: KVBlockPool, ids, counts, starts, block_tables, odd_tokens: bool = False):
         ids = _int_array("ids", ids, 1)
         counts = _int_array("counts", counts, 1)
         starts = _int_array("starts", starts, 1)
@@ -149,7 +162,9 @@ class BatchStepArguments:
                 "two new tokens would write the same KV slot (sequences sharing a block both write into it)"
             )
         self.batch = batch
-        tokens, width, rows = _bucket(len(ids)), _bucket(int(needed.max())), _bucket(batch)
+        # Odd rows for the LM head's matmul too: it runs over the `rows` sequences' last tokens.
+        bucket = _odd_bucket if odd_tokens else _bucket
+        tokens, width, rows = bucket(len(ids)), _bucket(int(needed.max())), bucket(batch)
         pad = tokens - len(ids)
         self.ids = np.concatenate([ids, np.zeros(pad, np.int64)])
         self.positions = np.concatenate([positions, np.zeros(pad, np.int64)])
@@ -160,3 +175,30 @@ class BatchStepArguments:
             self.tables[b, : needed[b]] = tables[b, : needed[b]]
         self.last = np.zeros(rows, np.int64)
         self.last[:batch] = np.cumsum(counts) - 1
+
+
+def step_batch_exact_rows(model, pool: KVBlockPool, ids, counts, starts, block_tables) -> np.ndarray:
+    """`model.step_batch` with its tokens padded to an odd count (_odd_bucket), so that each token's
+    row (logits, keys and values) has the bits a lone decode of it would have: how the serving
+    engine verifies speculative drafts without changing greedy tokens. A model with no compiled
+    program of its own (a stand-in that implements the paged contract in numpy) runs its own
+    step_batch."""
+    compiled = getattr(model, "_compiled", None)
+    if compiled is None:
+        return model.step_batch(pool, ids, counts, starts, block_tables)
+    if not isinstance(pool, KVBlockPool) or pool.model is not model:
+        raise ValueError("this KVBlockPool belongs to another model; make one with model.new_block_pool()")
+    args = BatchStepArguments(model.config, pool, ids, counts, starts, block_tables, odd_tokens=True)
+    logits = pool._claim.run(
+        compiled.batch_step,
+        args.ids,
+        args.positions,
+        args.sequences,
+        args.slots,
+        args.tables,
+        args.last,
+        pool.block_size,
+        pool._key_views,
+        pool._value_views,
+    )
+    return logits[: args.batch, : model.config.vocab_size]

@@ -53,11 +53,15 @@ flags.DEFINE_bool("stream", True, "print tokens as they are generated")
 flags.DEFINE_string(
     "speculative",
     None,
-    "generate: speculative decoding, 'ngram' (prompt lookup: drafts what followed the text's last n-gram "
-    "where it occurred before) or a draft model (a file, directory or installed name) with the same tokenizer",
+    "generate, serve: speculative decoding, 'ngram' (prompt lookup: drafts what followed the text's last n-gram "
+    "where it occurred before) or, for generate, a draft model (a file, directory or installed name) with the "
+    "same tokenizer",
 )
 flags.DEFINE_integer(
-    "draft_tokens", None, "generate --speculative: tokens drafted per verification at most (default 4)", lower_bound=1
+    "draft_tokens",
+    None,
+    "generate, serve --speculative: tokens drafted per verification at most (default 4, at most 64)",
+    lower_bound=1,
 )
 # The issue and llama.cpp spell it with a dash; absl flags here use underscores, so both are accepted.
 flags.DEFINE_alias("draft-tokens", "draft_tokens")
@@ -375,6 +379,13 @@ def serve() -> None:
     from gpt import server
     from gpt.engine import Engine
 
+    if FLAGS.speculative not in (None, "ngram"):  # refused before the model loads
+        raise app.UsageError(
+            f"serve --speculative takes 'ngram' (prompt lookup), got {FLAGS.speculative!r}; "
+            "a draft model speculates in generate only"
+        )
+    if FLAGS.draft_tokens is not None and FLAGS.speculative is None:
+        raise app.UsageError("serve --draft-tokens needs --speculative ngram")
     model = _load_model()
     tokenizer = model.tokenizer
     if tokenizer is None:
@@ -391,6 +402,9 @@ def serve() -> None:
         max_running=FLAGS.max_running,
         max_queue=FLAGS.max_queue,
         tokenizer=tokenizer,
+        # The engine drafts by prompt lookup only: Engine refuses a draft model, naming it.
+        speculative=FLAGS.speculative,
+        draft_tokens=FLAGS.draft_tokens,
     )
     name = os.path.basename(os.path.normpath(FLAGS.model or EMBEDDED_MODEL))
     print(f"[gpt] serving {name} on http://{FLAGS.host}:{FLAGS.port}", flush=True)

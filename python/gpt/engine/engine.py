@@ -11,6 +11,18 @@ far longer than the pool runs as long as one token's window fits it.
 
 A step is atomic with respect to any exception, KeyboardInterrupt included: its effects all land
 or none do (see step()).
+
+Speculative decoding (`speculative="ngram"`): before each step, every decoding sequence may get
+a draft of k tokens from prompt lookup (gpt/speculative.py's NgramDrafter, k adapted per sequence
+by AdaptiveDraftLength). The batched step then runs its pending token and the draft as k + 1
+rows, each given to the compiled step as a sequence of its own (count 1, the same block table,
+consecutive positions): the step returns the logits of each sequence's last token, so this is how
+every drafted row's logits come back from the existing batched entry, with no entry of its own.
+Such a step pads its rows to an odd count (block_pool.step_batch_exact_rows), where every row's
+bits are a lone decode's, so greedy tokens are those of plain decoding. The rows are accepted in
+order by the standard rule (speculative.accepts); the rejected rows' keys and values stay in
+their slots, past the sequence's length, to be written over, and blocks holding only them go back
+(Scheduler.after_step).
 """
 
 import collections
@@ -20,6 +32,7 @@ import time
 
 import numpy as np
 
+from gpt.block_pool import step_batch_exact_rows
 from gpt.claim import run_deferring_interrupts
 from gpt.engine.blocks import BlockManager
 from gpt.engine.metrics import EngineMetrics
@@ -35,6 +48,7 @@ from gpt.engine.scheduler import Scheduler, Sequence
 from gpt.engine.window import most_blocks_needed
 from gpt.logprobs import MAX_TOP_LOGPROBS, prompt_logprobs, token_logprob
 from gpt.sampling import check_sampling_args, sample
+from gpt.speculative import AdaptiveDraftLength, NgramDrafter, accepts, check_draft_tokens
 from gpt.structured_output import Grammar, StructuredOutputError
 from gpt.tokenizer import tokenizer_for
 
@@ -75,6 +89,11 @@ class Engine:
     max_batch_tokens: new tokens per step at most (decodes first, then prompt chunks).
     max_running: sequences in a step at most. max_queue: requests waiting for admission at most;
     submit raises QueueFullError beyond it.
+    speculative: None, or "ngram" for speculative decoding by prompt lookup with up to
+    `draft_tokens` (default 4, at most 64) drafted tokens per sequence and step (see the module's
+    docstring). Greedy requests get the tokens they get without it; sampled ones the same
+    distribution, not the same draws for a seed. A request with a grammar, or with choices still
+    to fork from it, decodes plainly. A draft model (as generate() takes) is not served here.
     """
 
     def __init__(
@@ -87,9 +106,27 @@ class Engine:
         max_queue: int = 256,
         tokenizer=None,
         start: bool = True,
+        speculative: str | None = None,
+        draft_tokens: int | None = None,
     ):
         self._model = model
         self._config = model.config
+        if speculative is not None:
+            if hasattr(speculative, "generate"):  # a gpt.GPT, as generate() takes for a draft model
+                raise ValueError(
+                    "speculative: the engine drafts by prompt lookup ('ngram') only and serves no draft "
+                    "model; model.generate(speculative=draft_model) runs one"
+                )
+            if not isinstance(speculative, str):
+                raise TypeError(f"speculative must be None or 'ngram', got {type(speculative).__name__}")
+            if speculative != "ngram":
+                raise ValueError(f"speculative must be None or 'ngram' (prompt lookup), got {speculative!r}")
+            draft_tokens = check_draft_tokens(draft_tokens)
+        elif draft_tokens is not None:
+            raise ValueError("draft_tokens is given without speculative='ngram'")
+        self._speculative = speculative
+        self._draft_tokens = draft_tokens
+        self._new_drafter = NgramDrafter  # a sequence's drafter (the tests swap in drafters of their own)
         block_size = _positive_int("block_size", block_size)
         if num_blocks is None:
             num_blocks = 4 * -(-self._config.block_size // block_size)
@@ -146,6 +183,15 @@ class Engine:
     @property
     def num_blocks(self) -> int:
         return self._num_blocks
+
+    @property
+    def speculative(self) -> str | None:
+        return self._speculative
+
+    @property
+    def draft_tokens(self) -> int | None:
+        """Tokens drafted per sequence and step at most (None without speculation)."""
+        return self._draft_tokens
 
     # -- the caller's side ----------------------------------------------------------------------
 
@@ -324,6 +370,9 @@ class Engine:
                 requests_cancelled=c["cancelled"],
                 requests_rejected=c["rejected"],
                 tokens_per_second=recent / window if window > 0 else 0.0,
+                drafted_tokens=c["drafted_tokens"],
+                accepted_tokens=c["accepted_tokens"],
+                verify_steps=c["verify_steps"],
             )
 
     def shutdown(self, drain: bool = True, timeout: float | None = None) -> None:
@@ -371,6 +420,7 @@ class Engine:
             saved = self._begin()
             try:
                 self._apply_cancellations()
+                self._propose_drafts()
                 plan = self._scheduler.schedule()
                 self._counters["prefix_hit_tokens"] += plan.prefix_hit_tokens
                 self._counters["admitted_tokens"] += plan.admitted_tokens
@@ -395,18 +445,38 @@ class Engine:
                 for seq, count in plan.work
                 if seq.forks and seq.pending == count
             }
-        # A decode runs the one token sampled last; everything else is prompt (or recompute).
-        decodes = sum(1 for seq, count in plan.work if count == 1 and seq.pending == 1 and seq.generated)
-        prefill_tokens = sum(count for _, count in plan.work) - decodes
-        ids = np.concatenate([seq.tokens[seq.computed : seq.computed + count] for seq, count in plan.work])
-        counts = np.array([count for _, count in plan.work], np.int64)
-        starts = np.array([seq.computed for seq, _ in plan.work], np.int64)
-        width = max(len(seq.table) for seq, _ in plan.work)
-        tables = np.zeros((len(plan.work), width), np.int64)
-        for row, (seq, _) in enumerate(plan.work):
-            tables[row, : len(seq.table)] = seq.table
+        # A decode runs the one token sampled last, and a speculating one its draft after it (rows
+        # past the pending tokens); everything else is prompt (or recompute).
+        drafted = {seq: seq.draft[: count - seq.pending] for seq, count in plan.work if count > seq.pending}
+        decodes = sum(1 for seq, count in plan.work if seq.pending == 1 and seq.generated)
+        prefill_tokens = sum(count for _, count in plan.work) - decodes - sum(map(len, drafted.values()))
+        # A speculating sequence runs as one entry per row, so that every row's logits come back;
+        # first_rows[i]: where work item i's rows start in the logits.
+        ids, counts, starts, tables, first_rows = [], [], [], [], []
+        for seq, count in plan.work:
+            first_rows.append(len(counts))
+            pending = seq.tokens[seq.computed : seq.computed + min(count, seq.pending)]
+            if seq in drafted:
+                rows = pending + drafted[seq]
+                ids += rows
+                counts += [1] * len(rows)
+                starts += range(seq.computed, seq.computed + len(rows))
+                tables += [seq.table] * len(rows)
+            else:
+                ids += pending
+                counts.append(count)
+                starts.append(seq.computed)
+                tables.append(seq.table)
+        width = max(len(table) for table in tables)
+        table_array = np.zeros((len(tables), width), np.int64)
+        for row, table in enumerate(tables):
+            table_array[row, : len(table)] = table
+        arrays = (np.array(ids, np.int64), np.array(counts, np.int64), np.array(starts, np.int64), table_array)
         try:
-            logits = self._model.step_batch(self._pool, ids.astype(np.int64), counts, starts, tables)
+            if drafted:
+                logits = step_batch_exact_rows(self._model, self._pool, *arrays)
+            else:
+                logits = self._model.step_batch(self._pool, *arrays)
         except Exception as error:  # a failed step fails its requests, not the engine
             with self._lock:
                 saved = self._begin()
@@ -424,10 +494,18 @@ class Engine:
         committed = False
         try:
             outcomes = []
-            for row, (seq, count) in enumerate(plan.work):
+            accepted = {}  # speculating sequence -> how many of its drafted tokens were accepted
+            for index, (seq, count) in enumerate(plan.work):
+                row = first_rows[index]
+                if seq in drafted:
+                    accepted[seq], verified = self._verify(
+                        seq, drafted[seq], logits[row:], rngs[index], trackers[index], undo
+                    )
+                    outcomes += verified
+                    continue
                 if seq.pending != count:  # its last pending token has not run: nothing to sample yet
                     continue
-                outcomes.append(self._outcome(seq, logits[row], rngs[row], trackers[row], undo))
+                outcomes.append(self._outcome(seq, logits[row], rngs[index], trackers[index], undo))
                 for child, rng, tracker in forks.get(seq, ()):
                     outcomes.append(self._outcome(child, logits[row], rng, tracker, undo))
             with self._lock:
@@ -436,7 +514,13 @@ class Engine:
                     self._counters["steps"] += 1
                     self._counters["prefill_tokens"] += prefill_tokens
                     for seq, count in plan.work:
-                        self._scheduler.after_step(seq, count)
+                        # A speculating sequence keeps the positions of its pending token and of
+                        # the drafted tokens accepted; the rest of its rows are forgotten.
+                        self._scheduler.after_step(seq, 1 + accepted[seq] if seq in drafted else count)
+                    for seq, draft in drafted.items():
+                        self._counters["drafted_tokens"] += len(draft)
+                        self._counters["accepted_tokens"] += accepted[seq]
+                        self._counters["verify_steps"] += 1
                     for seq, children in forks.items():
                         self._scheduler.fork(seq, [child for child, _, _ in children])
                     for outcome in outcomes:
@@ -492,11 +576,60 @@ class Engine:
         except BaseException:  # see above
             pass
 
-    def _outcome(self, seq: Sequence, logits: np.ndarray, rng, tracker: TextTracker, undo: list) -> tuple:
+    def _propose_drafts(self) -> None:
+        """Drafts the next tokens of every decoding sequence (speculative decoding; lock held): at
+        most draft_tokens, as many as its AdaptiveDraftLength says, never past its max_tokens. The
+        scheduler may cut a draft short (budget, free blocks)."""
+        for seq in self._scheduler.running:
+            seq.draft = []
+            if self._speculative is None or seq.pending != 1 or not seq.generated:
+                continue
+            if seq.forks or seq.constraint is not None:  # decode plainly (see the class docstring)
+                continue
+            if seq.drafter is None:
+                seq.drafter, seq.draft_length = self._new_drafter(), AdaptiveDraftLength(self._draft_tokens)
+            # A draft of every token still to come, all accepted, ends the request without a bonus row.
+            want = min(seq.draft_length.next(), seq.handle.params.max_tokens - seq.generated)
+            if want > 0:
+                seq.draft = seq.drafter.propose(seq.tokens, want)
+
+    def _verify(self, seq: Sequence, draft: list[int], rows: np.ndarray, rng, tracker: TextTracker, undo: list):
+        """The outcomes of a speculating sequence's rows (`rows[i]`: the logits after its pending
+        token and draft[:i]): draft[i] accepted or replaced by the standard rule, in order, up to
+        the first rejection (its replacement the last outcome), the request's end, or the row after
+        the whole draft (a token of its own). Returns (drafted tokens accepted, the outcomes); the
+        adaptive draft length learns from it."""
+        outcomes, taken = [], 0
+        for i in range(len(draft) + 1):
+            proposed = draft[i] if i < len(draft) else None
+            outcome = self._outcome(seq, rows[i], rng, tracker, undo, proposed, produced=i)
+            outcomes.append(outcome)
+            token, reason = outcome[1], outcome[4]
+            if proposed is None or token != proposed:
+                break
+            taken += 1
+            if reason is not None:
+                break
+        seq.draft_length.update(len(draft), taken)
+        return taken, outcomes
+
+    def _outcome(
+        self,
+        seq: Sequence,
+        logits: np.ndarray,
+        rng,
+        tracker: TextTracker,
+        undo: list,
+        proposed: int | None = None,
+        produced: int = 0,
+    ) -> tuple:
         """The next token of `seq` and what it does to the request, computed without changing the
         engine (only the RNG and the text tracker advance, with their old states added to `undo`):
         (seq, token or None for a stop token, its text, the rest of the text when the request
-        ends, the finish reason or None, the logits to keep or None, the token's logprob entry or None)."""
+        ends, the finish reason or None, the logits to keep or None, the token's logprob entry or None).
+        `proposed`: a drafted token, kept with the probability the standard accept/reject rule
+        gives it (greedy: when it is the argmax), else replaced by a draw from what remains.
+        `produced`: tokens of this step's earlier outcomes for `seq` (speculative rows)."""
         handle, params = seq.handle, seq.handle.params
         kept = np.array(logits, copy=True) if handle.logits is not None else None
         if params.temperature > 0:  # greedy sampling does not touch the RNG
@@ -508,7 +641,10 @@ class Engine:
                 allowed_logits = constraint.mask(logits)
             except StructuredOutputError as e:  # ends this request; the text is the error (_apply)
                 return seq, None, str(e), "", "error", kept, None
-        token = sample(allowed_logits, params.temperature, params.top_k, params.top_p, rng)
+        if proposed is None:
+            token = sample(allowed_logits, params.temperature, params.top_k, params.top_p, rng)
+        else:
+            _, token = accepts(allowed_logits, proposed, params.temperature, params.top_k, params.top_p, rng)
         undo.append(functools.partial(tracker.restore, tracker.save()))
         if token in params.stop_ids or (constraint is not None and token in constraint.end_ids):
             return seq, None, "", tracker.flush(), "stop", kept, None
@@ -521,7 +657,9 @@ class Engine:
         if params.logprobs is not None:
             entry = token_logprob(logits, params.temperature, token, params.logprobs)
         text, stopped = tracker.add(token)
-        reason = "stop" if stopped or complete else "length" if seq.generated + 1 == params.max_tokens else None
+        reason = (
+            "stop" if stopped or complete else "length" if seq.generated + produced + 1 == params.max_tokens else None
+        )
         return seq, token, text, tracker.flush() if reason else "", reason, kept, entry
 
     def _apply(self, seq: Sequence, token, text: str, rest: str, reason, logits, entry) -> None:

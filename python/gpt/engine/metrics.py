@@ -23,10 +23,19 @@ class EngineMetrics:
     requests_cancelled: int
     requests_rejected: int
     tokens_per_second: float  # generated tokens over the last 10 seconds
+    # Speculative decoding (Engine(speculative="ngram")): tokens drafted, those of them accepted
+    # (each a token that cost no step of its own), and the sequences' verifications that checked them.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_steps: int = 0
 
     @property
     def prefix_hit_rate(self) -> float:
         return self.prefix_hit_tokens / self.admitted_tokens if self.admitted_tokens else 0.0
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
 # name, help, type, and how to read it from EngineMetrics.
@@ -63,6 +72,24 @@ _EXPOSED = (
     ),
     ("gpt_requests_cancelled_total", "Requests cancelled.", "counter", lambda m: m.requests_cancelled),
     ("gpt_requests_rejected_total", "Requests refused on a full queue.", "counter", lambda m: m.requests_rejected),
+    (
+        "gpt_speculative_drafted_tokens_total",
+        "Tokens drafted by speculative decoding.",
+        "counter",
+        lambda m: m.drafted_tokens,
+    ),
+    (
+        "gpt_speculative_accepted_tokens_total",
+        "Drafted tokens accepted.",
+        "counter",
+        lambda m: m.accepted_tokens,
+    ),
+    (
+        "gpt_speculative_verify_steps_total",
+        "Drafts verified (a sequence's rows in a step).",
+        "counter",
+        lambda m: m.verify_steps,
+    ),
     (
         "gpt_generation_tokens_per_second",
         "Generated tokens per second, last 10 s.",

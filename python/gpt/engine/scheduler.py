@@ -46,6 +46,13 @@ class Sequence:
         # The other choices of its request (n > 1), waiting for this one's prompt: forked from it
         # (Scheduler.fork) when its prompt has run, sharing its blocks; empty once they are.
         self.forks: list[Sequence] = []
+        # Speculative decoding (Engine(speculative=...)): the drafter and its adaptive length, made
+        # when the sequence first decodes, and the tokens drafted for the next step, which run
+        # after its pending token, each its own row of logits (Engine._step), and are proposed
+        # anew before every step.
+        self.drafter = None
+        self.draft_length = None
+        self.draft: list[int] = []
 
     @property
     def pending(self) -> int:
@@ -172,7 +179,13 @@ class Scheduler:
                 break
             if seq not in self.running:  # preempted for an older sequence meanwhile
                 continue
-            count = self._chunk(seq, min(seq.pending, budget))
+            count = self._chunk(seq, min(seq.pending + len(seq.draft), budget))
+            if count > seq.pending:
+                # A draft only uses blocks that are free: it is cut shorter, never the cause of a
+                # preemption (the pending token alone is reserved as without speculation).
+                while count > seq.pending and self._blocks_needed(seq, count) > self.blocks.available:
+                    count -= 1
+            del seq.draft[max(count - seq.pending, 0) :]
             if self._reserve_or_preempt(seq, count, plan):
                 plan.work.append((seq, count))
         self._admit(plan, self.max_batch_tokens - sum(count for _, count in plan.work))
@@ -213,7 +226,9 @@ class Scheduler:
 
     def after_step(self, seq: Sequence, count: int) -> None:
         """Records that `count` more positions of `seq` are in the pool; their full blocks join the
-        prefix cache. With a window, the blocks that no later token can see are given back."""
+        prefix cache. With a window, the blocks that no later token can see are given back. A
+        speculative step ran more positions than `count` (the pending token, then its draft):
+        those of the rejected draft tokens are forgotten here, their blocks given back."""
         seq.computed += count
         full = min(seq.computed // self.block_size, len(seq.hashes))
         size = self.block_size
@@ -222,6 +237,13 @@ class Scheduler:
             tokens = tuple(seq.tokens[index * size : (index + 1) * size])
             self.blocks.register(seq.table[index], seq.hashes[index], parent, tokens)
         seq.registered = max(seq.registered, full)
+        # The blocks past the last computed position held only a rejected draft's keys and values
+        # (speculative decoding): they go back. Rows past `computed` in the block kept are written
+        # over by the next step, and attention never reads past a token's own position.
+        kept = max(-(-seq.computed // self.block_size), seq.dropped)
+        for block in seq.table[kept:]:
+            self.blocks.release(block)
+        del seq.table[kept:]
         # After registering: a full block leaving the window still names its prefix, so it waits
         # in the prefix cache's LRU list (when no other sequence holds it) instead of being wiped.
         self._release_out_of_window(seq)

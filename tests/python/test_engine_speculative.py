@@ -1,0 +1,264 @@
+"""gpt.engine.Engine(speculative="ngram"): drafts verified as rows of the batched step give plain
+decoding's greedy tokens (and logits, bit for bit), keep the sampled distribution, roll rejected
+rows back in the paged KV cache, and give every block back however a request ends.
+
+The oracle for greedy is the same engine without speculation (and model.generate for the tokens).
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+import gpt
+from gpt.engine import Engine
+from gpt.engine.metrics import parse_prometheus_text, prometheus_text
+from gpt.sampling import allowed_probabilities
+
+CONFIG = gpt.GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
+POOL = dict(num_blocks=48, block_size=8)
+
+
+@pytest.fixture(scope="module", params=["f32", "q8_0"])
+def model(request):
+    return gpt.GPT.random(CONFIG, seed=3, options=gpt.CompileOptions(weights=request.param))
+
+
+@pytest.fixture(scope="module")
+def varied(model):
+    """A model of the same format whose greedy text does not repeat one token (an untied head):
+    its drafts' wrong tokens change what follows."""
+    config = gpt.GPTConfig(**{**CONFIG.__dict__, "tied_head": False})
+    return gpt.GPT.random(config, seed=3, options=model.options)
+
+
+def copying_prompt(seed):
+    """A span said three times: prompt lookup drafts its continuation."""
+    return [int(t) for t in np.tile(np.random.default_rng(seed).integers(0, CONFIG.vocab_size, 12), 3)]
+
+
+def free_prompt(seed, length=30):
+    return [int(t) for t in np.random.default_rng(100 + seed).integers(0, CONFIG.vocab_size, length)]
+
+
+def run(engine, requests, **submit):
+    """Submits (prompt, max_tokens) requests together and steps the engine until they are done."""
+    handles = [engine.submit(prompt, max_tokens, keep_logits=True, **submit) for prompt, max_tokens in requests]
+    for _ in range(2000):
+        if not engine.step():
+            break
+    assert all(handle.done for handle in handles)
+    return handles
+
+
+def assert_every_block_is_back(engine):
+    metrics = engine.metrics()
+    assert metrics.blocks_in_use == 0 and metrics.running == 0 and metrics.waiting == 0
+    assert engine._blocks.available == engine.num_blocks
+
+
+class ErringOracle:
+    """A drafter that knows each request's greedy continuation and gets every third token of it
+    wrong: drafts are accepted in part, rejected at their first token, or whole, and cross blocks."""
+
+    def __init__(self, continuations):
+        self._continuations = continuations  # prompt tuple -> greedy tokens
+
+    def __call__(self):  # Engine._new_drafter: one drafter per sequence
+        return self
+
+    def propose(self, tokens, count):
+        for prompt, continuation in self._continuations.items():
+            if tuple(tokens[: len(prompt)]) == prompt:
+                done = len(tokens) - len(prompt)
+                draft = continuation[done : done + count]
+                return [(t + 1) % CONFIG.vocab_size if (done + i) % 3 == 2 else t for i, t in enumerate(draft)]
+        raise AssertionError("a sequence of no known request")
+
+
+# -- greedy: the tokens of plain decoding ----------------------------------------------------------
+
+
+def test_greedy_speculation_gives_plain_decodings_tokens_and_logits_bit_for_bit(model):
+    for prompt in (copying_prompt(1), free_prompt(1)):
+        (plain,) = run(Engine(model, **POOL, start=False), [(prompt, 40)])
+        engine = Engine(model, **POOL, start=False, speculative="ngram", draft_tokens=4)
+        (fast,) = run(engine, [(prompt, 40)])
+        assert fast.tokens == plain.tokens == model.generate(prompt, 40)
+        assert all(np.array_equal(a, b) for a, b in zip(fast.logits, plain.logits, strict=True))
+        metrics = engine.metrics()
+        assert metrics.generated_tokens == 40 and fast.finish_reason == "length"
+        # Accepted drafts are tokens that cost no step of their own.
+        assert metrics.accepted_tokens > 0 and metrics.steps < 40
+        assert_every_block_is_back(engine)
+
+
+def test_concurrent_requests_each_give_their_plain_tokens(model):
+    requests = [(copying_prompt(i), 30) for i in range(3)] + [(free_prompt(i, 5 + 15 * i), 24) for i in range(3)]
+    plain = run(Engine(model, **POOL, start=False), requests)
+    # A pool too small for all six at once: sequences with drafts are preempted and recomputed too.
+    engine = Engine(model, num_blocks=24, block_size=8, start=False, speculative="ngram", draft_tokens=6)
+    fast = run(engine, requests)
+    for i, (a, b) in enumerate(zip(fast, plain, strict=True)):
+        assert a.tokens == b.tokens == model.generate(requests[i][0], requests[i][1]), f"request {i}"
+    metrics = engine.metrics()
+    assert metrics.accepted_tokens > 0 and metrics.preemptions > 0
+    assert_every_block_is_back(engine)
+
+
+def test_rejected_drafts_are_rolled_back_in_the_paged_cache(varied):
+    """Drafts of up to 8 tokens over blocks of 4 positions, wrong at every third token: the keys
+    and values of rejected rows are written over and their blocks given back, so every later logit
+    is plain decoding's to the bit."""
+    prompts = [free_prompt(7), copying_prompt(7)]
+    plain = run(Engine(varied, num_blocks=64, block_size=4, start=False), [(p, 30) for p in prompts])
+    engine = Engine(varied, num_blocks=64, block_size=4, start=False, speculative="ngram", draft_tokens=8)
+    engine._new_drafter = ErringOracle({tuple(p): h.tokens for p, h in zip(prompts, plain, strict=True)})
+    fast = run(engine, [(p, 30) for p in prompts])
+    for a, b in zip(fast, plain, strict=True):
+        assert a.tokens == b.tokens
+        assert all(np.array_equal(x, y) for x, y in zip(a.logits, b.logits, strict=True))
+    metrics = engine.metrics()
+    assert 0 < metrics.accepted_tokens < metrics.drafted_tokens
+    assert_every_block_is_back(engine)
+
+
+def test_a_request_ending_inside_a_draft_or_cancelled_between_drafts_frees_its_blocks(varied):
+    prompt = free_prompt(3)
+    (plain,) = run(Engine(varied, **POOL, start=False), [(prompt, 30)])
+    stop = plain.tokens[10]
+    oracle = ErringOracle({tuple(prompt): plain.tokens})
+    # A stop token accepted inside a draft ends the request there.
+    engine = Engine(varied, **POOL, start=False, speculative="ngram", draft_tokens=8)
+    engine._new_drafter = oracle
+    (stopped,) = run(engine, [(prompt, 30)], stop=[stop])
+    assert stopped.tokens == plain.tokens[: plain.tokens.index(stop)] and stopped.finish_reason == "stop"
+    assert engine.metrics().accepted_tokens > 0
+    assert_every_block_is_back(engine)
+    # Cancelled at the step after a verification; the other request goes on unchanged.
+    engine = Engine(varied, **POOL, start=False, speculative="ngram", draft_tokens=8)
+    other = copying_prompt(3)
+    (other_plain,) = run(Engine(varied, **POOL, start=False), [(other, 30)])
+    engine._new_drafter = ErringOracle({tuple(prompt): plain.tokens, tuple(other): other_plain.tokens})
+    victim = engine.submit(prompt, 30)
+    survivor = engine.submit(other, 30)
+    while engine.metrics().accepted_tokens == 0:
+        assert engine.step()
+    assert engine._blocks.in_use > 0
+    victim.cancel()
+    while engine.step():
+        pass
+    assert victim.finish_reason == "cancelled" and len(victim.tokens) < 30
+    assert victim.tokens == plain.tokens[: len(victim.tokens)]
+    assert survivor.tokens == other_plain.tokens
+    assert_every_block_is_back(engine)
+
+
+def test_the_counters_reach_the_prometheus_text(model):
+    engine = Engine(model, **POOL, start=False, speculative="ngram")
+    run(engine, [(copying_prompt(5), 20)])
+    metrics = engine.metrics()
+    values = parse_prometheus_text(prometheus_text(metrics))
+    assert values["gpt_speculative_drafted_tokens_total"] == metrics.drafted_tokens > 0
+    assert values["gpt_speculative_accepted_tokens_total"] == metrics.accepted_tokens > 0
+    assert values["gpt_speculative_verify_steps_total"] == metrics.verify_steps > 0
+
+
+# -- sampling: the target distribution ------------------------------------------------------------
+
+
+def test_sampled_tokens_keep_the_models_distribution():
+    """1200 seeded requests of 3 tokens, each drafted by a drafter that always proposes token 3:
+    the second and third tokens' frequencies match the model's own probabilities (computed
+    exactly over every first and second token) by a chi-square test."""
+    tiny = gpt.GPT.random(gpt.GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=8, block_size=32), seed=5)
+    prompt = [1, 2, 3, 4]
+
+    def probabilities(tokens):
+        return allowed_probabilities(tiny.forward(prompt + tokens)[-1], 1.0, None, None)
+
+    first = probabilities([])
+    second = np.zeros(8)
+    third = np.zeros(8)
+    for a in range(8):
+        after_a = probabilities([a])
+        second += first[a] * after_a
+        for b in range(8):
+            third += first[a] * after_a[b] * probabilities([a, b])
+
+    class Threes:
+        def propose(self, tokens, count):
+            return [3] * count
+
+    requests = 1200
+    engine = Engine(
+        tiny, num_blocks=80, block_size=16, max_running=64, max_queue=requests, start=False, speculative="ngram"
+    )
+    engine._new_drafter = Threes
+    handles = [engine.submit(prompt, 3, temperature=1.0, seed=seed) for seed in range(requests)]
+    while engine.step():
+        pass
+    metrics = engine.metrics()
+    assert 0 < metrics.accepted_tokens < metrics.drafted_tokens
+    for position, expected in ((1, second), (2, third)):
+        observed = np.bincount([h.tokens[position] for h in handles], minlength=8)
+        _, p_value = scipy_stats.chisquare(observed, expected * requests)
+        assert p_value > 1e-3, f"token {position}: {observed} against {np.round(expected * requests)}"
+
+
+# -- bad input --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (
+            dict(speculative="medusa"),
+            ValueError,
+            r"speculative must be None or 'ngram' \(prompt lookup\), got 'medusa'",
+        ),
+        (dict(speculative=3), TypeError, "speculative must be None or 'ngram', got int"),
+        (dict(speculative="ngram", draft_tokens=0), ValueError, r"draft_tokens must be an int in \[1, 64\], got 0"),
+        (dict(speculative="ngram", draft_tokens=65), ValueError, r"draft_tokens must be an int in \[1, 64\], got 65"),
+        (dict(draft_tokens=4), ValueError, "draft_tokens is given without speculative='ngram'"),
+    ],
+)
+def test_bad_speculative_arguments_are_refused(kwargs, error, message):
+    tiny = gpt.GPT.random(CONFIG, seed=3)
+    with pytest.raises(error, match=message):
+        Engine(tiny, start=False, **kwargs)
+
+
+def test_a_draft_model_is_refused_with_where_to_run_one():
+    tiny = gpt.GPT.random(CONFIG, seed=3)
+    with pytest.raises(ValueError, match=r"serves no draft model; model.generate\(speculative=draft_model\)"):
+        Engine(tiny, start=False, speculative=gpt.GPT.random(CONFIG, seed=4))
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--speculative", "draft.gguf"],
+            "serve --speculative takes 'ngram' (prompt lookup), got 'draft.gguf'; "
+            "a draft model speculates in generate only",
+        ),
+        (["--draft-tokens", "4"], "serve --draft-tokens needs --speculative ngram"),
+        (["--speculative", "ngram", "--draft-tokens", "0"], "flag --draft_tokens=0: 0 is not a positive integer"),
+    ],
+)
+def test_serve_refuses_bad_speculation_flags_in_one_line(flags, message):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpt", "serve", "--port", "1", *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"gpt: error: {message}"
