@@ -70,6 +70,8 @@ struct LayerWeights {
 struct ModelWeights {
   Value tokenEmbedding, positionEmbedding, finalNormWeight, finalNormBias;
   MatmulWeight head;
+  /// A block-quantized untied model's q8_0 copy of its token table, laid out as the head's.
+  MatmulWeight packedEmbedding;
 };
 
 /// What a layer's attention reads besides its activations, and where its keys and values go:
@@ -247,9 +249,11 @@ public:
 
   /// The token embeddings of `ids`, plus the learned positions' where the model has them.
   Value embed(const ModelWeights &w, Value ids, Value positions) {
-    // A block-quantized model stores the tied table once, as the LM head's weight.
+    // A block-quantized model looks tokens up in a packed q8_0 table: its own (untied), or the LM
+    // head's weight, which stores the tied table once.
+    const MatmulWeight &packed = w.packedEmbedding.weight ? w.packedEmbedding : w.head;
     Value x = w.tokenEmbedding ? Value(b.create<EmbeddingOp>(loc, unranked(), w.tokenEmbedding, ids))
-                               : Value(b.create<PackedEmbeddingOp>(loc, unranked(), w.head.weight, w.head.scales, ids));
+                               : Value(b.create<PackedEmbeddingOp>(loc, unranked(), packed.weight, packed.scales, ids));
     if (w.positionEmbedding) x = add(x, b.create<EmbeddingOp>(loc, unranked(), w.positionEmbedding, positions));
     return x;
   }
@@ -508,7 +512,7 @@ struct EntryValues {
   std::map<std::string, Value> weights;
 
   /// The model-level weights; the token table is absent from a block-quantized model, whose
-  /// lookup reads the LM head's copy.
+  /// lookup reads a packed copy (its own, or the tied LM head's).
   ModelWeights modelWeights(const GPTConfig &config) const {
     const ModelParameterNames names = modelParameterNames(config);
     auto find = [&](const std::string &name) {
@@ -519,7 +523,8 @@ struct EntryValues {
                    Value(),
                    weights.at(names.finalNormWeight),
                    find(names.finalNormBias),
-                   {weights.at("lm_head.weight_t"), find("lm_head.weight_t.scales")}};
+                   {weights.at("lm_head.weight_t"), find("lm_head.weight_t.scales")},
+                   {find(names.tokenEmbedding + "_t"), find(names.tokenEmbedding + "_t.scales")}};
     if (!config.rope) w.positionEmbedding = weights.at(names.positionEmbedding);
     return w;
   }

@@ -143,11 +143,29 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     specs.push_back(std::move(scales));
   };
   const ModelParameterNames names = modelParameterNames(c);
-  // A block-quantized model stores the tied embedding once, as the LM head's weight, and its
-  // lookup reads that (transformer.packed_embedding): the f32 table is no argument.
-  const bool embeddingInHead = c.tiedHead && storage.packed && isBlockQuantized(storage.format);
+  // A block-quantized model keeps its [V, D] tables (the token embedding, and an untied head) only
+  // as q8_0 copies laid out like the LM head's [D, V'] weight: a tied embedding once, as the head,
+  // whose copy the token lookup reads (transformer.packed_embedding); an untied model's embedding
+  // as a copy of its own for the lookup. No f32 table is an argument (an untied Llama 3.1 8B's two
+  // would hold 4.2 GB).
+  const bool quantizedTables = storage.packed && isBlockQuantized(storage.format);
+  // The [D, V'] copy of the [V, D] table `source`, packed and in q8_0 for a block-quantized model.
+  auto transposedTable = [&](const std::string &name, const std::string &source) {
+    ParameterSpec table{name, {d, c.paddedVocabSize(storage.tiles)}, WeightLayout::TransposedPadded, source};
+    pack(table, WeightLayout::TransposedPaddedPanels);
+    // With q4_0 and q4_1 the tables are stored in q8_0, as llama.cpp keeps its output table at
+    // higher precision: 4-bit embeddings cost far more accuracy than 4-bit layers
+    // (docs/PERFORMANCE.md).
+    if (table.format == WeightFormat::Q4_0 || table.format == WeightFormat::Q4_1) table.format = WeightFormat::Q8_0;
+    return table;
+  };
   std::vector<ParameterSpec> specs;
-  if (!embeddingInHead) specs.push_back({names.tokenEmbedding, {c.vocabSize, d}});
+  if (!quantizedTables) {
+    specs.push_back({names.tokenEmbedding, {c.vocabSize, d}});
+  } else if (!c.tiedHead) {
+    specs.push_back(transposedTable(names.tokenEmbedding + "_t", names.tokenEmbedding));
+    addScales(specs);
+  }
   if (!c.rope) specs.push_back({names.positionEmbedding, {c.blockSize, d}});
   const std::vector<LayerParameter> layer = layerParameters(c);
   for (int64_t i = 0; i < c.nLayer; ++i) {
@@ -160,18 +178,10 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   }
   specs.push_back({names.finalNormWeight, {d}});
   if (c.norm == NormKind::Layer && c.bias) specs.push_back({names.finalNormBias, {d}});
-  // An untied head is a [V, D] weight the user supplies, laid out as the tied embedding would be.
-  if (!c.tiedHead) specs.push_back({names.head, {c.vocabSize, d}});
-  ParameterSpec head{"lm_head.weight_t",
-                     {d, c.paddedVocabSize(storage.tiles)},
-                     WeightLayout::TransposedPadded,
-                     c.tiedHead ? names.tokenEmbedding : names.head};
-  pack(head, WeightLayout::TransposedPaddedPanels);
-  // With q4_0 and q4_1 the tied embedding (which the token lookup also reads) is stored in q8_0,
-  // as llama.cpp keeps its output table at higher precision: 4-bit embeddings cost far more
-  // accuracy than 4-bit layers (docs/PERFORMANCE.md).
-  if (head.format == WeightFormat::Q4_0 || head.format == WeightFormat::Q4_1) head.format = WeightFormat::Q8_0;
-  specs.push_back(std::move(head));
+  // An untied head is a [V, D] weight the user supplies, laid out as the tied embedding would be
+  // (kept as given, too, unless the model is block-quantized).
+  if (!c.tiedHead && !quantizedTables) specs.push_back({names.head, {c.vocabSize, d}});
+  specs.push_back(transposedTable("lm_head.weight_t", c.tiedHead ? names.tokenEmbedding : names.head));
   addScales(specs);
   // An override names a layer's matmul weight: a typo would otherwise be a format silently ignored.
   std::set<std::string> matmulWeights;

@@ -151,8 +151,10 @@ struct ParameterSpec {
 /// `storage.format`, followed by its scales when the format is block-quantized; every other
 /// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size, and
 /// bf16 an even n_embd (std::invalid_argument otherwise); the same of n_ff. Block-quantized
-/// formats with a tied head take no token embedding: their token lookup
-/// reads the LM head's copy (the embedding is stored once, in the format; q8_0 for q4_0 and q4_1).
+/// formats take no [V, D] table as given: with a tied head the token lookup reads the LM head's
+/// copy (the embedding is stored once, in the format; q8_0 for q4_0 and q4_1); with an untied
+/// one the embedding has a copy of its own laid out as the head's ("<token embedding>_t", first
+/// among the weights), and the head is read only to make "lm_head.weight_t".
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, const WeightStorage &storage);
 
 /// The parameters a user supplies (the non-derived ones), in parameterSpecs() order.

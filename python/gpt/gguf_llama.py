@@ -182,15 +182,14 @@ def _stored_format(plan: dict[str, str], tensors: dict, keep_quantized: str | No
 
 
 def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str) -> str | None:
-    """The LM head's table: a model whose matmul weights are block-quantized stores it in q8_0 (the
-    4-bit formats too, as llama.cpp keeps its output table at higher precision), so the file's
-    blocks are kept when they convert to q8_0 (Q8_0 as it is; Q6_K, the type llama.cpp's
-    quantizer gives it, a row at a time, with no float32 table): the tied token embedding, which
-    the token lookup then reads too. An untied output.weight is widened: the compiled model takes it
-    as a float32 argument besides its q8_0 copy (Parameters.cpp), so blocks alone cannot bind it."""
+    """The [V, D] tables: a model whose matmul weights are block-quantized stores the LM head and
+    the token table the lookup reads in q8_0 (the 4-bit formats too, as llama.cpp keeps its output
+    table at higher precision; Parameters.cpp), so the file's blocks are kept when they convert to
+    q8_0 (Q8_0 as it is; Q6_K or Q4_K, the types llama.cpp's quantizer gives them, a row at a time,
+    with no float32 table): the token embedding, and an untied output.weight."""
     if stored not in kept_formats.KEPT_QUANTIZED:
         return None
-    if name == "token_embd.weight" and config.tied_head:
+    if name == "token_embd.weight" or (name == "output.weight" and not config.tied_head):
         return "q8_0" if kept_formats.convertible(type_name, "q8_0") else None
     return None
 

@@ -65,14 +65,16 @@ def estimate_memory(
     if not config.tied_head:
         other += vocab * width
     head = width * padded_vocab * _BYTES_PER_WEIGHT[_HEAD_FORMAT[weights]]
-    stored = matmul * _BYTES_PER_WEIGHT[weights] + head
+    # A block-quantized untied model stores a q8_0 copy of its token table beside the head's.
+    copies = 2 if not config.tied_head and weights in ("q8_0", "q4_0", "q4_1") else 1
+    stored = matmul * _BYTES_PER_WEIGHT[weights] + copies * head
     if kept_quantized:
-        # The blocks are held while they are repacked. The LM head's table (the tied embedding, or
-        # the untied output weight) is kept as q8_0 blocks (gpt.kept_formats converts a Q6_K one a
-        # row at a time), with no float32 copy; an untied model's token lookup reads a float32 table.
-        untied_head = 0 if config.tied_head else vocab * width
-        given_f32 = other - untied_head + (0 if config.tied_head else embedding)
-        held_blocks = matmul * _BYTES_PER_WEIGHT[weights] + embedding * _BYTES_PER_WEIGHT["q8_0"]
+        # The blocks are held while they are repacked. The [V, D] tables (the embedding, and an
+        # untied head) are kept as q8_0 blocks (gpt.kept_formats converts Q6_K ones a row at a
+        # time), with no float32 copy.
+        tables = 1 if config.tied_head else 2
+        given_f32 = other - (tables - 1) * vocab * width
+        held_blocks = matmul * _BYTES_PER_WEIGHT[weights] + tables * embedding * _BYTES_PER_WEIGHT["q8_0"]
     else:
         given_f32, held_blocks = matmul + embedding + other, 0
     # Live at once in a prefill's layer: the residual stream and its normalized copy, q, k and v,

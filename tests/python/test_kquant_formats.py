@@ -238,3 +238,32 @@ def test_weight_formats_name_layer_matmul_weights_only():
     np.testing.assert_array_equal(model.state_dict()[name], q8.state_dict()[name])
     other = "transformer.h.0.mlp.c_fc.weight"
     np.testing.assert_array_equal(model.state_dict()[other], random.state_dict()[other])
+
+
+@pytest.mark.parametrize("fmt, weights", [("q4_k_m", "auto"), ("q8_0", "q8_0")])
+def test_an_untied_file_keeps_both_tables_as_q8_0_blocks(tmp_path, fmt, weights):
+    """Llama 3.1 8B's shape: an untied output matrix (Q6_K in a Q4_K_M file) beside the token table.
+    Both are kept as q8_0 copies (the lookup reads its own), with no float32 table the model holds
+    (two would be 4.2 GB at 8B); before, the untied head given as blocks was refused."""
+    path = str(tmp_path / f"untied.{fmt}.gguf")
+    make_gguf.write(path, make_gguf.dataclasses.replace(SHAPE, n_layer=2, tied=False), fmt)
+    model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights=weights, disk_cache=False))
+    borrowed = set(model._compiled.borrowed_parameters())
+    assert "model.embed_tokens.weight" not in borrowed and "lm_head.weight" not in borrowed
+    reader = gguf.GGUFReader(path)
+    files = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
+    state = model.state_dict()
+    for ours, name in (
+        (state["model.embed_tokens.weight"], "token_embd.weight"),
+        (state["lm_head.weight"], "output.weight"),
+    ):
+        theirs = files[name]
+        step = np.abs(theirs).reshape(-1, 32).max(axis=1) / 127
+        error = np.abs(ours - theirs).reshape(-1, 32).max(axis=1)
+        # Half a step, the fp16 rounding of the step (subnormal for the smallest blocks) times 127.
+        assert (error <= 0.5 * step + 2.0**-11 * 127 * step + 2.0**-24 * 128).all(), name
+    # The lookup reads the q8_0 table: the first layer sees the token's q8_0 row.
+    reference = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32", disk_cache=False))
+    ids = [3, 1, 4, 1, 5]
+    ours, theirs = model.forward(ids), reference.forward(ids)
+    assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
