@@ -563,14 +563,14 @@ def test_requests_past_the_admission_budget_wait_their_turn_then_get_503(monkeyp
     """With admission_bytes=1 one request is admitted at a time: a second waits while the first is
     being tokenized, /health answering meanwhile, and gets 503 with Retry-After when its wait ends;
     once the first is done, the next is admitted."""
-    from gpt import server
+    from gpt.serving import ServerLimits, routes
 
-    monkeypatch.setattr(server, "ADMISSION_WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(routes, "ADMISSION_WAIT_SECONDS", 0.5)
     engine = RefusingEngine()
     engine.tokenizer.gate = threading.Event()
 
     async def run():
-        async with in_process(engine, server.ServerLimits(admission_bytes=1)) as client:
+        async with in_process(engine, ServerLimits(admission_bytes=1)) as client:
             first = asyncio.ensure_future(client.post("/v1/completions", json={"prompt": "first"}))
             while not engine.tokenizer.encoded:  # the first is being tokenized
                 await asyncio.sleep(0.01)
