@@ -6,7 +6,7 @@ an array over threads ([P] or [P, 4] for vector<4>), divergent control flow runs
 (scf.if both ways, scf.for until no thread is left), `gpu.shuffle xor` permutes within warps,
 workgroup memory is one array per block, and `gpu.barrier` needs nothing more (lockstep already
 orders every store before every later load). It reads the subset of MLIR the kernel generators
-write (cc/codegen/gpu/GpuKernels.cpp) and refuses anything else by name, so a kernel that uses a
+write (cc/codegen/gpu/GpuKernels*.cpp) and refuses anything else by name, so a kernel that uses a
 new op fails here loudly rather than silently.
 
 What it does not model: the PTX backend (contraction into fma, approximate math), alignment, and

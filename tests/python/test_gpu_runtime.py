@@ -208,7 +208,7 @@ def _delete(path: str):
 
 STEP = 2  # programs[2] is the 1-token step program
 BAD_MANIFESTS = {
-    "a newer format version": (_set("version", 2), "format version 2 is not supported"),
+    "a newer format version": (_set("version", 3), "format version 3 is not supported"),
     "another format": (_set("format", "onnx"), "format is 'onnx', expected 'gpt.gpu-artifact'"),
     "a buffer index out of range": (
         _set("programs.0.inputs.token_ids.buffer", 99),

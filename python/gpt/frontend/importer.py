@@ -1,7 +1,7 @@
 """Importing a torch.export ATen graph into a transformer-dialect func.func (text).
 
 One function per ATen op family emits IR; `SUPPORTED_OPS` maps each ATen op to them and to the
-dialect ops they produce (the README's coverage table and CompilerError read it). The graph is
+dialect ops they produce (docs/FRONTEND.md's coverage table and CompilerError read it). The graph is
 emitted as written: attention written out by hand becomes transformer.matmul / mul / where /
 softmax, and canonicalization recovers transformer.causal_attention from it (an analysis of the
 mask's construction, cc/dialect/RecoverAttention.cpp), as it folds the written-out tanh GELU
@@ -116,7 +116,7 @@ class ImportedFunction:
 @dataclasses.dataclass(frozen=True)
 class OpSupport:
     emit: Callable
-    dialect: str  # what it becomes, for the README table
+    dialect: str  # what it becomes, for docs/FRONTEND.md's table
 
 
 class Unsupported(Exception):
