@@ -26,10 +26,9 @@ namespace gpt {
 CompiledModel::CompiledModel(const GPTConfig &config, const CompileOptions &options)
     : config_(config), options_(options), target_(resolveTarget(options.targetCpu)) {
   if (std::string problem = config.validate(); !problem.empty()) throw std::invalid_argument(problem);
-  const bool lowPrecision =
-      options.weights != WeightFormat::F32 ||
-      std::any_of(options.weightFormats.begin(), options.weightFormats.end(),
-                  [](const auto &entry) { return entry.second != WeightFormat::F32; });
+  const bool lowPrecision = options.weights != WeightFormat::F32 ||
+                            std::any_of(options.weightFormats.begin(), options.weightFormats.end(),
+                                        [](const auto &entry) { return entry.second != WeightFormat::F32; });
   if (lowPrecision && !packsWeights(options.level))
     throw std::invalid_argument("low-precision weights need a vectorized pipeline (\"vectorized\" or \"default\"): "
                                 "lower levels take their matmul weights unpacked, in f32");
@@ -210,8 +209,7 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
         if (part.bytes < 0 || part.bytes % rowBytes != 0)
           throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " +
                                       (weight.q4_K ? "q4_K" : weightFormatName(weight.format)) +
-                                    " blocks is not whole rows of " +
-                                      std::to_string(rowBytes) + " bytes");
+                                      " blocks is not whole rows of " + std::to_string(rowBytes) + " bytes");
         parts.push_back({part.blocks, part.bytes / rowBytes});
         bytes += part.bytes;
       }

@@ -229,13 +229,14 @@ void initModel(py::module_ &m) {
              GPTConfig config = gptConfig(configObject);
              CompileOptions options = compileOptions(pipeline, threads, cacheDir, cacheMaxBytes, targetCpu);
              auto parseFormat = [](const std::string &name) {
-               for (WeightFormat format : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0,
-                                           WeightFormat::Q4_0, WeightFormat::Q4_1})
+               for (WeightFormat format :
+                    {WeightFormat::F32, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
                  if (name == weightFormatName(format)) return format;
                throw std::invalid_argument("unknown weight format '" + name + "' (known: f32, bf16, q8_0, q4_0, q4_1)");
              };
              options.weights = parseFormat(weights);
-             for (const auto &[parameter, format] : weightFormats) options.weightFormats[parameter] = parseFormat(format);
+             for (const auto &[parameter, format] : weightFormats)
+               options.weightFormats[parameter] = parseFormat(format);
              bool known = false;
              for (KvCacheFormat format : {KvCacheFormat::F32, KvCacheFormat::BF16, KvCacheFormat::F16})
                if (kvCache == kvCacheFormatName(format)) {
@@ -282,7 +283,8 @@ void initModel(py::module_ &m) {
               for (WeightFormat candidate : {WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
                 if (format == weightFormatName(candidate)) parsed = candidate;
               if (parsed == WeightFormat::F32)
-                throw std::invalid_argument(name + ": quantized weights are q8_0, q4_0, q4_1 or q4_k, got '" + format + "'");
+                throw std::invalid_argument(name + ": quantized weights are q8_0, q4_0, q4_1 or q4_k, got '" + format +
+                                            "'");
               CompiledModel::QuantizedWeight &weight = given[name];
               weight.format = parsed;
               weight.q4_K = q4_K;
