@@ -37,14 +37,32 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from gpt.config import GPTConfig
 
-Shape = Callable[["GPTConfig"], tuple]
+class ModelConfig(Protocol):
+    """What this module reads of a gpt.GPTConfig. Duck-typed: gpt/config.py imports this module
+    (GPTConfig.spec is one of its Architectures), so this one imports nothing of gpt's."""
+
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_kv_head: int
+    head_size: int
+    vocab_size: int
+    block_size: int
+    pos_embedding: str
+    tied_head: bool
+    norm: str
+    mlp: str
+    bias: bool
+    qkv_bias: bool
+    spec: Architecture
+
+
+Shape = Callable[[ModelConfig], tuple]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +83,7 @@ class Parameter:
     part: int | None = None
     linear: bool = False
     gguf_transposed: bool = False
-    present: Callable[[GPTConfig], bool] = lambda config: True
+    present: Callable[[ModelConfig], bool] = lambda config: True
 
     @property
     def per_layer(self) -> bool:
@@ -172,23 +190,23 @@ class Architecture:
         return any(p.linear or p.part is not None or p.hf != p.compiler for p in self.parameters)
 
 
-def _d(c: GPTConfig) -> int:
+def _d(c: ModelConfig) -> int:
     return c.n_embd
 
 
-def _kv(c: GPTConfig) -> int:
+def _kv(c: ModelConfig) -> int:
     return c.n_kv_head * c.head_size
 
 
-def _untied(c: GPTConfig) -> bool:
+def _untied(c: ModelConfig) -> bool:
     return not c.tied_head
 
 
-def _learned(c: GPTConfig) -> bool:
+def _learned(c: ModelConfig) -> bool:
     return c.pos_embedding == "learned"
 
 
-def _qkv_bias(c: GPTConfig) -> bool:
+def _qkv_bias(c: ModelConfig) -> bool:
     return c.qkv_bias
 
 
@@ -371,7 +389,7 @@ def _expand(pattern: str, layer: int | None) -> str:
     return pattern if layer is None else pattern.replace("{i}", str(layer))
 
 
-def parameters(config: GPTConfig) -> list[tuple[Parameter, int | None]]:
+def parameters(config: ModelConfig) -> list[tuple[Parameter, int | None]]:
     """(parameter, layer) for every HF parameter a model of `config` takes, in table order
     (layer-major within the per-layer parameters); layer is None for model-level ones."""
     head, per_layer, tail = [], [], []
@@ -385,24 +403,24 @@ def parameters(config: GPTConfig) -> list[tuple[Parameter, int | None]]:
     return head + layers + tail
 
 
-def hf_shapes(config: GPTConfig) -> dict[str, tuple]:
+def hf_shapes(config: ModelConfig) -> dict[str, tuple]:
     """HF name -> HF shape of every parameter a model of `config` takes (what from_weights and
     from_pretrained expect)."""
     return {_expand(p.hf, i): tuple(p.shape(config)) for p, i in parameters(config)}
 
 
-def gguf_names(config: GPTConfig) -> dict[str, str]:
+def gguf_names(config: ModelConfig) -> dict[str, str]:
     """GGUF tensor name -> HF name, for every parameter of `config`."""
     return {_expand(p.gguf, i): _expand(p.hf, i) for p, i in parameters(config)}
 
 
-def gguf_shape(parameter: Parameter, config: GPTConfig) -> tuple:
+def gguf_shape(parameter: Parameter, config: ModelConfig) -> tuple:
     """The numpy shape of `parameter`'s GGUF tensor (its ne reversed)."""
     shape = tuple(parameter.shape(config))
     return shape[::-1] if parameter.gguf_transposed else shape
 
 
-def _groups(config: GPTConfig) -> dict[str, list[tuple[Parameter, int | None, str]]]:
+def _groups(config: ModelConfig) -> dict[str, list[tuple[Parameter, int | None, str]]]:
     """Compiler name -> its HF parts (parameter, layer, HF name) in part order."""
     groups: dict[str, list] = {}
     for p, i in parameters(config):
@@ -410,13 +428,13 @@ def _groups(config: GPTConfig) -> dict[str, list[tuple[Parameter, int | None, st
     return groups
 
 
-def hf_parts(config: GPTConfig) -> dict[str, tuple[list[str], bool]]:
+def hf_parts(config: ModelConfig) -> dict[str, tuple[list[str], bool]]:
     """Compiler name -> (its HF parameters in concatenation order, whether they are Linear [out, in]
     weights that the compiler takes transposed)."""
     return {name: ([hf for _, _, hf in parts], parts[0][0].linear) for name, parts in _groups(config).items()}
 
 
-def to_compiler(config: GPTConfig, weights: Mapping[str, np.ndarray], *, consume: bool = False) -> dict[str, object]:
+def to_compiler(config: ModelConfig, weights: Mapping[str, np.ndarray], *, consume: bool = False) -> dict[str, object]:
     """HF-named weights (HF layouts) -> the compiler's parameters: Linear weights transposed to
     [in, out], fused parts concatenated along the output dimension. Names that are not parameters
     of `config` pass through unchanged (the caller's validation refuses or ignores them); a
@@ -455,7 +473,7 @@ def to_compiler(config: GPTConfig, weights: Mapping[str, np.ndarray], *, consume
 
 
 def to_compiler_quantized(
-    config: GPTConfig, blocks: Mapping[str, tuple[str, np.ndarray]], *, concatenate: bool = True
+    config: ModelConfig, blocks: Mapping[str, tuple[str, np.ndarray]], *, concatenate: bool = True
 ) -> dict[str, tuple[str, np.ndarray | list[np.ndarray]]]:
     """HF-named quantized weights {name: (format, uint8 blocks [out rows, bytes per row])}, as a
     GGUF file stores them (rows of the [out, in] weight, blocks along in = K), -> the compiler's
@@ -490,7 +508,7 @@ def to_compiler_quantized(
     return out
 
 
-def from_compiler(config: GPTConfig, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def from_compiler(config: ModelConfig, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The inverse of to_compiler: compiler parameters -> HF names and layouts (fused weights
     split, [in, out] transposed back to [out, in]). Names that are no compiler parameter of
     `config` are left out."""

@@ -35,7 +35,7 @@ import numpy as np
 from gpt import architectures, kept_formats
 from gpt.config import GPTConfig, RopeScaling
 from gpt.errors import ModelFileError
-from gpt.gguf_file import (
+from gpt.gguf.container import (
     GgufFile,
     QuantizedTensor,
     _check_block_scales,

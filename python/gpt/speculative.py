@@ -79,9 +79,9 @@ class DraftModelDrafter:
     follows the accepted text: what it drafted and the target rejected is rolled back."""
 
     def __init__(self, draft, target):
-        from gpt.model import GPT
-
-        if not isinstance(draft, GPT):
+        # The target is a gpt.GPT (GPT.generate passes itself); its class stands for gpt.model's,
+        # which imports this module.
+        if not isinstance(draft, type(target)):
             raise TypeError(f"speculative must be 'ngram' or a gpt.GPT draft model, got {type(draft).__name__}")
         if draft is target:
             raise ValueError("speculative: the draft model must be another model than the one generating")

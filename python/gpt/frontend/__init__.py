@@ -301,4 +301,4 @@ def compile_module(
     return BucketedModule(module, program, input_vals, sequence_inputs, sequence_outputs, int(upper), options)
 
 
-register_backend()
+register_backend(compile_module)

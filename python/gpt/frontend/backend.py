@@ -58,11 +58,9 @@ class _LiftedGraph(torch.nn.Module):
         return self.graph(*arguments)
 
 
-def gpt_backend(graph: torch.fx.GraphModule, example_inputs, options: dict | None = None):
-    """Dynamo backend: returns the compiled graph, or the graph itself (eager) when it uses an
-    op, dtype or shape the importer does not support."""
-    from gpt.frontend import compile_module
-
+def gpt_backend(graph: torch.fx.GraphModule, example_inputs, options: dict | None = None, *, compile_module):
+    """Dynamo backend: returns the graph compiled by `compile_module` (gpt.compile_module), or the
+    graph itself (eager) when it uses an op, dtype or shape the importer does not support."""
     options = dict(options or {})
     strict = options.pop("strict", False)
     known = {f.name for f in dataclasses.fields(CompileOptions)}
@@ -91,9 +89,13 @@ def gpt_backend(graph: torch.fx.GraphModule, example_inputs, options: dict | Non
     return run
 
 
-def register_backend() -> None:
-    """Registers "gpt" in Dynamo's backend registry (once)."""
+def register_backend(compile_module) -> None:
+    """Registers "gpt" in Dynamo's backend registry (once), compiling with `compile_module`: passed
+    in by gpt/frontend/__init__.py, which defines it and imports this module."""
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
+    def gpt(graph: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+        return gpt_backend(graph, example_inputs, options, compile_module=compile_module)
+
     if BACKEND_NAME not in _COMPILER_FNS:
-        register_backend(compiler_fn=gpt_backend, name=BACKEND_NAME)
+        register_backend(compiler_fn=gpt, name=BACKEND_NAME)
