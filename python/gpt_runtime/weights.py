@@ -130,7 +130,7 @@ def _entry(path: str, name: str, value, data_start: int, data_size: int) -> Tens
     if not isinstance(value, dict):
         raise bad("its header entry is not an object")
     dtype, shape, offsets = value.get("dtype"), value.get("shape"), value.get("data_offsets")
-    if dtype not in ITEM_BYTES:
+    if not isinstance(dtype, str) or dtype not in ITEM_BYTES:  # a list or object is no key to look up
         raise bad(f"unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise bad(f"shape {shape!r} is not a list of sizes")

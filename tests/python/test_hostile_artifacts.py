@@ -239,6 +239,15 @@ def _header_file(tmp_path, header: bytes, data: bytes = b"") -> str:
     return str(path)
 
 
+def test_a_dtype_of_any_json_type_is_an_artifact_error(tmp_path):
+    """The loader fuzzer's finding: a dtype that is an object or a list was looked up in a dict and
+    raised TypeError (unhashable) instead of naming the tensor."""
+    for dtype in ({}, [], None, 3, "Q4"):
+        header = json.dumps({"w": {"dtype": dtype, "shape": [2], "data_offsets": [0, 2]}}).encode()
+        with pytest.raises(ArtifactError, match=r"tensor 'w': unknown dtype"):
+            read_header(_header_file(tmp_path, header, b"\0\0"))
+
+
 # -- nesting, long numbers, and scanning time -------------------------------------------------------
 
 
