@@ -188,31 +188,6 @@ void repackQ4_KRowsAsQ4_1(const std::vector<BlockRows> &parts, int64_t k, int64_
              q4_0BlockWords, codes, scales, threads);
 }
 
-void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out) {
-  uint16_t bits[2];
-  std::memcpy(bits, superBlock, sizeof bits);
-  const float d = fromFp16(bits[0]), dmin = fromFp16(bits[1]);
-  // The six-bit scale and min of sub-block s: bytes 0-3 hold scales 0-3 (low 6 bits), 4-7 mins
-  // 0-3, 8-11 the low 4 bits of scales (mins) 4-7 in their low (high) nibbles, whose top 2 bits
-  // are the top bits of bytes 0-3 (4-7).
-  const uint8_t *packed = superBlock + 4;
-  for (int64_t s = 0; s < kSuperBlock / kQuantBlock; ++s, out += kQ4_1BlockBytes) {
-    const int scale = s < 4 ? packed[s] & 0x3F : (packed[s + 4] & 0x0F) | ((packed[s - 4] >> 2) & 0x30);
-    const int min = s < 4 ? packed[s + 4] & 0x3F : (packed[s + 4] >> 4) | ((packed[s] >> 2) & 0x30);
-    const uint16_t header[2] = {toFp16(d * static_cast<float>(scale)), toFp16(-(dmin * static_cast<float>(min)))};
-    if (((header[0] & 0x7C00u) == 0x7C00u) | ((header[1] & 0x7C00u) == 0x7C00u))
-      throw std::invalid_argument("a q4_K sub-block's scale or min (d or dmin times a 6-bit integer) is beyond "
-                                  "fp16's range, or not finite");
-    std::memcpy(out, header, sizeof header);
-    // Sub-block s's 32 codes are the low (even s) or high (odd s) nibbles of 32 bytes; q4_1's
-    // byte m holds code m low and code m + 16 high.
-    const uint8_t *bytes = superBlock + 16 + 32 * (s / 2);
-    const int shift = 4 * static_cast<int>(s % 2);
-    for (int64_t m = 0; m < kQuantBlock / 2; ++m)
-      out[4 + m] = static_cast<uint8_t>(((bytes[m] >> shift) & 0x0F) | (((bytes[m + 16] >> shift) & 0x0F) << 4));
-  }
-}
-
 void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                              uint16_t *scales, int64_t threads) {
   if (k <= 0 || k % kQuantBlock != 0)
@@ -340,6 +315,25 @@ uint32_t fiveBitCode(const uint8_t *nibbles, uint32_t highBits, int64_t i) {
 }
 
 } // namespace
+
+void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out) {
+  const float d = halfAt(superBlock), dmin = halfAt(superBlock + 2);
+  float scales[8], mins[8];
+  scalesAndMins(superBlock + 4, scales, mins);
+  for (int64_t s = 0; s < kSuperBlock / kQuantBlock; ++s, out += kQ4_1BlockBytes) {
+    const uint16_t header[2] = {toFp16(d * scales[s]), toFp16(-(dmin * mins[s]))};
+    if (((header[0] & 0x7C00u) == 0x7C00u) | ((header[1] & 0x7C00u) == 0x7C00u))
+      throw std::invalid_argument("a q4_K sub-block's scale or min (d or dmin times a 6-bit integer) is beyond "
+                                  "fp16's range, or not finite");
+    std::memcpy(out, header, sizeof header);
+    // Sub-block s's 32 codes are the low (even s) or high (odd s) nibbles of 32 bytes; q4_1's
+    // byte m holds code m low and code m + 16 high.
+    const uint8_t *bytes = superBlock + 16 + 32 * (s / 2);
+    const int shift = 4 * static_cast<int>(s % 2);
+    for (int64_t m = 0; m < kQuantBlock / 2; ++m)
+      out[4 + m] = static_cast<uint8_t>(((bytes[m] >> shift) & 0x0F) | (((bytes[m + 16] >> shift) & 0x0F) << 4));
+  }
+}
 
 void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
   dequantizeBlocks("dequantizeQ5_0Rows", blocks, k, n, kQuantBlock, kQ5_0BlockBytes, out, threads,

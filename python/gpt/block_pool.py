@@ -183,22 +183,6 @@ def step_batch_exact_rows(model, pool: KVBlockPool, ids, counts, starts, block_t
     engine verifies speculative drafts without changing greedy tokens. A model with no compiled
     program of its own (a stand-in that implements the paged contract in numpy) runs its own
     step_batch."""
-    compiled = getattr(model, "_compiled", None)
-    if compiled is None:
+    if getattr(model, "_compiled", None) is None:
         return model.step_batch(pool, ids, counts, starts, block_tables)
-    if not isinstance(pool, KVBlockPool) or pool.model is not model:
-        raise ValueError("this KVBlockPool belongs to another model; make one with model.new_block_pool()")
-    args = BatchStepArguments(model.config, pool, ids, counts, starts, block_tables, odd_tokens=True)
-    logits = pool._claim.run(
-        compiled.batch_step,
-        args.ids,
-        args.positions,
-        args.sequences,
-        args.slots,
-        args.tables,
-        args.last,
-        pool.block_size,
-        pool._key_views,
-        pool._value_views,
-    )
-    return logits[: args.batch, : model.config.vocab_size]
+    return model._step_batch(pool, ids, counts, starts, block_tables, odd_tokens=True)

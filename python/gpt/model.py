@@ -417,11 +417,16 @@ class GPT:
         sequence's positions up to its own, and all matmuls run over the T tokens together.
         Returns the logits [B, vocab_size] of each sequence's last new token. Bad arguments raise
         ValueError / TypeError before anything runs (the pool is unchanged)."""
+        return self._step_batch(pool, ids, counts, starts, block_tables, odd_tokens=False)
+
+    def _step_batch(self, pool, ids, counts, starts, block_tables, *, odd_tokens: bool) -> np.ndarray:
+        """step_batch; with `odd_tokens` the tokens padded to an odd count, so that each row has a
+        lone decode's bits (block_pool.step_batch_exact_rows, the engine's speculative steps)."""
         if not isinstance(pool, KVBlockPool):
             raise TypeError(f"pool must be a gpt.KVBlockPool, got {type(pool).__name__}")
         if pool.model is not self:
             raise ValueError("this KVBlockPool belongs to another model; make one with model.new_block_pool()")
-        args = BatchStepArguments(self._config, pool, ids, counts, starts, block_tables)
+        args = BatchStepArguments(self._config, pool, ids, counts, starts, block_tables, odd_tokens=odd_tokens)
         logits = pool._claim.run(
             self._compiled.batch_step,
             args.ids,

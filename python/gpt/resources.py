@@ -12,10 +12,10 @@ import resource
 
 from gpt import _gpt
 from gpt.config import GPTConfig
+from gpt.kept_formats import BLOCK_BYTES
 
-# Bytes per matmul weight in each format (q8_0: 32 one-byte codes + an fp16 scale per block of
-# 32; q4_0: 32 four-bit codes + the scale; q4_1: the codes, the scale and an fp16 min).
-_BYTES_PER_WEIGHT = {"f32": 4.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32}
+# Bytes per matmul weight in each format (the block formats' bytes per block of 32: kept_formats).
+_BYTES_PER_WEIGHT = {"f32": 4.0, "bf16": 2.0, **{fmt: size / 32 for fmt, size in BLOCK_BYTES.items()}}
 # The LM head's format: 4-bit models keep their tied embedding in q8_0.
 _HEAD_FORMAT = {"f32": "f32", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q8_0", "q4_1": "q8_0"}
 # Bytes per cached key or value in each KV cache format (CompileOptions.kv_cache; q8_0 as weights).

@@ -23,40 +23,7 @@ The code is the package gpt.serving (docs/SERVING.md, "Code layout"); this modul
 that `gpt serve`, gpt.serve_ray, tools and tests import from it.
 """
 
-from gpt.serving import (
-    MAX_HEAD_BYTES,
-    AdmissionBudget,
-    BoundedBody,
-    ChatCompletionRequest,
-    ChatMessage,
-    CompletionRequest,
-    EventRelay,
-    LastResort,
-    ServerLimits,
-    TokenReach,
-    create_app,
-    guarded_protocol,
-    serve,
-    text_encoder,
-    token_reach,
-    trim_heap,
-)
+from gpt import serving
+from gpt.serving import *  # noqa: F403 (the names gpt.serving exports, listed there once)
 
-__all__ = [
-    "MAX_HEAD_BYTES",
-    "AdmissionBudget",
-    "BoundedBody",
-    "ChatCompletionRequest",
-    "ChatMessage",
-    "CompletionRequest",
-    "EventRelay",
-    "LastResort",
-    "ServerLimits",
-    "TokenReach",
-    "create_app",
-    "guarded_protocol",
-    "serve",
-    "text_encoder",
-    "token_reach",
-    "trim_heap",
-]
+__all__ = serving.__all__
