@@ -1,0 +1,280 @@
+// Binding a model's weights: laying out, quantizing and repacking what the user or a GGUF file
+// gives into the compiled model's own storage, and reading it back (see CompiledModel.h).
+#include "cc/runtime/CompiledModel.h"
+
+#include "cc/kernels/GgufRepacking.h"
+#include "cc/kernels/LanePacking.h"
+#include "cc/kernels/PanelPacking.h"
+#include "cc/kernels/ParallelFor.h"
+#include "cc/kernels/Quantization.h"
+#include "cc/runtime/MemRefDescriptor.h"
+#include "cc/runtime/ReleaseMemory.h"
+#include "cc/runtime/WeightArena.h"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+namespace gpt {
+
+namespace {
+/// True when compiled code reads `spec`'s array as the user supplied it.
+bool readsInPlace(const ParameterSpec &spec) {
+  return !spec.derived() && spec.layout == WeightLayout::AsGiven && spec.format == WeightFormat::F32;
+}
+
+/// The bytes of a laid-out argument: its argument shape of f32 values or 32-bit lane words, or
+/// of f16 scales.
+size_t argumentBytes(const ParameterSpec &spec) {
+  size_t bytes = spec.isScales() ? sizeof(uint16_t) : sizeof(uint32_t);
+  for (int64_t extent : spec.argumentShape()) bytes *= static_cast<size_t>(extent);
+  return bytes;
+}
+
+/// The bytes of the model's own copies of its weights (every argument not read in place), as the
+/// arena hands them out.
+size_t laidOutBytes(const std::vector<ParameterSpec> &parameters) {
+  size_t total = 0;
+  for (const ParameterSpec &spec : parameters)
+    if (!readsInPlace(spec)) total += WeightArena::footprint(argumentBytes(spec));
+  return total;
+}
+} // namespace
+
+void CompiledModel::setWeights(const std::vector<const float *> &weights) { setWeights(weights, {}); }
+
+void CompiledModel::setWeights(const std::vector<const float *> &weights,
+                               const std::map<std::string, QuantizedWeight> &quantized) {
+  if (weights.size() != supplied_.size())
+    throw std::invalid_argument("expected " + std::to_string(supplied_.size()) + " weights, got " +
+                                std::to_string(weights.size()));
+  std::map<std::string, const float *> byName;
+  for (size_t i = 0; i < supplied_.size(); ++i) byName[supplied_[i].name] = weights[i];
+  for (const auto &[name, weight] : quantized)
+    if (!byName.count(name) || !isBlockQuantized(weight.format))
+      throw std::invalid_argument("'" + name + "' is no weight that can be given quantized (q8_0, q4_0 or q4_1)");
+  std::set<std::string> repacked;
+  // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
+  std::vector<MemRefDescriptor> descriptors;
+  std::vector<const void *> data_;
+  // The laid-out copies go into one block of memory (WeightArena.h); the steps before the last
+  // layout of a weight write temporaries.
+  auto arena = std::make_unique<WeightArena>(laidOutBytes(parameters_));
+  // The layout kernels split each weight over the model's threads: a 1.7B model's load is
+  // mostly this work and the first touch of the arena's pages, which the kernel zeroes.
+  const int64_t threads = kernels::loadThreads(options_.threads);
+  // A block-quantized weight's scales are made with its codes and bound by the spec after it.
+  void *pendingScales = nullptr;
+  for (const ParameterSpec &spec : parameters_) {
+    if (spec.isScales()) {
+      descriptors.push_back(MemRefDescriptor::view(pendingScales, spec.argumentShape()));
+      data_.push_back(pendingScales);
+      continue;
+    }
+    const std::string &key = spec.derived() ? spec.source : spec.name;
+    const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
+    if (auto given = quantized.find(key);
+        given != quantized.end() && spec.panelWidth && given->second.format == spec.format) {
+      // Repacked as llama.cpp quantized it: rows of the [out, in] tensor are the weight's columns.
+      const QuantizedWeight &weight = given->second;
+      const int64_t blocks = rows / kernels::kQuantBlock, width = spec.panelWidth;
+      const int64_t columns = spec.derived() ? config_.vocabSize : cols;
+      const bool q8 = weight.format == WeightFormat::Q8_0, withMins = weight.format == WeightFormat::Q4_1;
+      const int64_t blockBytes = q8         ? kernels::kQ8_0BlockBytes
+                                 : withMins ? kernels::kQ4_1BlockBytes
+                                            : kernels::kQ4_0BlockBytes;
+      if (weight.q4_K && (weight.format != WeightFormat::Q4_1 || rows % kernels::kSuperBlock != 0))
+        throw std::invalid_argument(key + ": q4_K blocks are repacked as q4_1 weights whose K is a multiple of " +
+                                    std::to_string(kernels::kSuperBlock));
+      const int64_t rowBytes =
+          weight.q4_K ? rows / kernels::kSuperBlock * kernels::kQ4_KBlockBytes : blocks * blockBytes;
+      std::vector<kernels::BlockRows> parts;
+      int64_t bytes = 0;
+      for (const QuantizedPart &part : weight.parts) {
+        if (part.bytes < 0 || part.bytes % rowBytes != 0)
+          throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " +
+                                      (weight.q4_K ? "q4_K" : weightFormatName(weight.format)) +
+                                      " blocks is not whole rows of " + std::to_string(rowBytes) + " bytes");
+        parts.push_back({part.blocks, part.bytes / rowBytes});
+        bytes += part.bytes;
+      }
+      if (bytes != columns * rowBytes)
+        throw std::invalid_argument(key + ": " + std::to_string(bytes) + " bytes of " +
+                                    (weight.q4_K ? "q4_K" : weightFormatName(weight.format)) + " blocks, expected " +
+                                    std::to_string(columns * rowBytes));
+      // The lanes are 32-bit words of 4 (q8_0) or 8 (q4_0, q4_1) rows of one column; q4_1 has
+      // a min beside each scale.
+      auto *codes =
+          arena->allocateArray<uint32_t>(rows * cols / (q8 ? kernels::kQ8_0RowsPerWord : kernels::kQ4_0RowsPerWord));
+      auto *scales = arena->allocateArray<uint16_t>(blocks * cols * (withMins ? 2 : 1));
+      if (q8)
+        kernels::repackQ8_0Rows(parts, rows, cols, width, codes, scales, threads);
+      else if (weight.q4_K)
+        try {
+          kernels::repackQ4_KRowsAsQ4_1(parts, rows, cols, width, codes, scales, threads);
+        } catch (const std::invalid_argument &error) {
+          throw std::invalid_argument(key + ": " + error.what()); // which weight's blocks
+        }
+      else if (withMins)
+        kernels::repackQ4_1Rows(parts, rows, cols, width, codes, scales, threads);
+      else
+        kernels::repackQ4_0Rows(parts, rows, cols, width, codes, scales, threads);
+      descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
+      data_.push_back(codes);
+      pendingScales = scales;
+      repacked.insert(key);
+      continue;
+    }
+    const float *data = byName.at(key);
+    if (!data)
+      throw std::invalid_argument(key + " is given quantized, but the model stores it in " +
+                                  weightFormatName(spec.format) + ": give its float32 values too");
+    if (spec.layout == WeightLayout::TransposedPaddedPanels && spec.format == WeightFormat::Q8_0) {
+      // The LM head from the [V, D] table: each of its rows is a column of the head, its blocks
+      // run along the row, so it is quantized row by row into llama.cpp's q8_0 blocks and repacked
+      // as a GGUF file's would be, a few panels at a time: the bits quantizeQ8_0 gives the
+      // transposed [D, V'] matrix (padding columns included), without that float32 copy.
+      auto *codes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
+      auto *scales = arena->allocateArray<uint16_t>(rows / kernels::kQuantBlock * cols);
+      kernels::quantizeRowsToQ8_0Lanes(data, config_.vocabSize, rows, cols, spec.panelWidth, codes, scales, threads);
+      descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
+      data_.push_back(codes);
+      pendingScales = scales;
+      continue;
+    }
+    const bool panels = spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels;
+    const bool f32 = spec.format == WeightFormat::F32;
+    kernels::AlignedFloats transposed; // a temporary, unless it is the argument itself
+    if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels) {
+      // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
+      float *out = nullptr;
+      if (f32 && !panels) {
+        out = arena->allocateArray<float>(rows * cols);
+      } else {
+        transposed = kernels::allocateAligned(rows * cols);
+        out = transposed.get();
+      }
+      kernels::transposePadded(data, config_.vocabSize, rows, cols, out, threads);
+      data = out;
+    }
+    const void *argument = data;
+    if (isBlockQuantized(spec.format)) {
+      // Quantized on the [K, N] matrix (blocks run along K), then the codes packed into lanes
+      // (LanePacking.h) and the scales into panels. The unpacked codes are a transient byte per
+      // weight, freed before the next weight.
+      // q4_1's scales are [K/32, 2, N] (a scale row and a min row per block), packed like a
+      // matrix of twice the blocks into [N/P, K/32, 2, P].
+      const int64_t width = spec.panelWidth;
+      const int64_t scaleRows = rows / kernels::kQuantBlock * (spec.format == WeightFormat::Q4_1 ? 2 : 1);
+      auto scales = kernels::allocateAlignedArray<uint16_t>(scaleRows * cols);
+      uint32_t *lanes = nullptr;
+      if (spec.format == WeightFormat::Q8_0) {
+        auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
+        kernels::quantizeQ8_0(data, rows, cols, codes.get(), scales.get(), threads);
+        lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
+        kernels::packQ8_0Lanes(codes.get(), rows, cols, width, lanes, threads);
+      } else {
+        auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols);
+        if (spec.format == WeightFormat::Q4_1)
+          kernels::quantizeQ4_1(data, rows, cols, codes.get(), scales.get(), threads);
+        else
+          kernels::quantizeQ4_0(data, rows, cols, codes.get(), scales.get(), threads);
+        lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ4_0RowsPerWord);
+        kernels::packQ4_0Lanes(codes.get(), rows, cols, width, lanes, threads);
+      }
+      argument = lanes;
+      auto *packedScales = arena->allocateArray<uint16_t>(scaleRows * cols);
+      kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales, threads);
+      pendingScales = packedScales;
+    } else if (spec.format == WeightFormat::BF16) {
+      // Rounded and packed into bf16 lanes in one pass, straight from the [K, N] matrix.
+      auto *lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kBf16RowsPerWord);
+      kernels::packBf16Lanes(data, rows, cols, spec.panelWidth, lanes, threads);
+      argument = lanes;
+    } else if (panels) {
+      float *packed = arena->allocateArray<float>(rows * cols);
+      kernels::packPanels(data, rows, cols, spec.panelWidth, packed, threads);
+      argument = packed;
+    }
+    descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));
+    data_.push_back(argument);
+  }
+  for (const auto &[name, weight] : quantized)
+    if (!repacked.count(name) && !byName.at(name))
+      throw std::invalid_argument(name + " is given quantized in " + std::string(weightFormatName(weight.format)) +
+                                  ", which this model does not store it in: give its float32 values");
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    weightDescriptors = std::move(descriptors);
+    weightData = std::move(data_);
+    weightArena = std::move(arena);
+  }
+  releaseFreedMemory(); // the layout temporaries, and any weights bound before these
+}
+
+std::vector<CompiledModel::StoredArgument> CompiledModel::storedArguments() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<StoredArgument> stored;
+  for (size_t i = 0; i < weightData.size(); ++i)
+    if (!readsInPlace(parameters_[i]))
+      stored.push_back({parameters_[i].name, weightData[i], argumentBytes(parameters_[i])});
+  return stored;
+}
+
+std::vector<std::pair<const void *, size_t>> CompiledModel::weightBlocks() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return weightArena ? weightArena->blocks() : std::vector<std::pair<const void *, size_t>>{};
+}
+
+std::vector<std::string> CompiledModel::borrowedParameters() const {
+  std::vector<std::string> names;
+  for (const ParameterSpec &spec : parameters_)
+    if (readsInPlace(spec)) names.push_back(spec.name);
+  return names;
+}
+
+std::vector<float> CompiledModel::storedWeight(const std::string &name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (weightData.empty()) throw std::invalid_argument("storedWeight: setWeights() was never called");
+  // The parameter laid out from `name`: its own packed copy, or (the tied embedding of a
+  // block-quantized model, which has no argument of its own) the LM head made from it.
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const ParameterSpec &spec = parameters_[i];
+    if (spec.isScales() || readsInPlace(spec) || (spec.derived() ? spec.source : spec.name) != name) continue;
+    const int64_t rows = spec.shape[0], cols = spec.shape[1], width = spec.panelWidth;
+    std::vector<float> matrix(rows * cols);
+    const void *data = weightData[i];
+    switch (spec.format) {
+    case WeightFormat::F32:
+      if (width)
+        kernels::unpackPanels(static_cast<const float *>(data), rows, cols, width, matrix.data());
+      else
+        std::copy_n(static_cast<const float *>(data), rows * cols, matrix.data());
+      break;
+    case WeightFormat::BF16:
+      kernels::dequantizeBf16Lanes(static_cast<const uint32_t *>(data), rows, cols, width, matrix.data());
+      break;
+    case WeightFormat::Q8_0:
+      kernels::dequantizeQ8_0Lanes(static_cast<const uint32_t *>(data),
+                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
+      break;
+    case WeightFormat::Q4_0:
+      kernels::dequantizeQ4_0Lanes(static_cast<const uint32_t *>(data),
+                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
+      break;
+    case WeightFormat::Q4_1:
+      kernels::dequantizeQ4_1Lanes(static_cast<const uint32_t *>(data),
+                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
+      break;
+    }
+    if (!spec.derived()) return matrix;
+    // The LM head is the [V, D] embedding transposed to [D, V'] with zero columns past V.
+    std::vector<float> table(config_.vocabSize * rows);
+    for (int64_t v = 0; v < config_.vocabSize; ++v)
+      for (int64_t d = 0; d < rows; ++d) table[v * rows + d] = matrix[d * cols + v];
+    return table;
+  }
+  throw std::invalid_argument("storedWeight: '" + name + "' is read in place or is no parameter");
+}
+
+} // namespace gpt
