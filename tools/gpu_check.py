@@ -578,25 +578,8 @@ class Checker:
         return lines
 
 
-def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--artifacts", default="build/gpu_check", help="folder of prepared artifact directories")
-    parser.add_argument("--out", default=os.environ.get("OUT") or "build/device_check", help="log folder ($OUT)")
-    parser.add_argument("--only", default=None, help="comma-separated artifact names to check (default: all)")
-    parser.add_argument("--skip-timing", action="store_true")
-    parser.add_argument("--no-localize", action="store_true", help="no tools/gpu_localize.py run after a failure")
-    parser.add_argument("--prefill-repeats", type=int, default=20)
-    parser.add_argument("--decode-steps", type=int, default=64)
-    parser.add_argument("--budget", type=float, default=250.0, help="seconds after which remaining checks are skipped")
-    args = parser.parse_args(argv)
-
-    os.makedirs(args.out, exist_ok=True)
-    log = Log(os.path.join(args.out, "device_check.log"))
-    # device_check.sh passes its own command line.
-    command = os.environ.get("GPU_CHECK_COMMAND") or "PYTHONPATH=python python3 tools/gpu_check.py " + " ".join(argv)
-    log(f"command: {command}")
-    log(f"host: {platform.node()}, {platform.platform()}, python {platform.python_version()}, numpy {np.__version__}")
-
+def read_artifacts(args, log):
+    """The (name, directory, manifest) of each artifact under --artifacts (those --only names), each logged."""
     try:
         artifacts = find_artifacts(args.artifacts) if os.path.isdir(args.artifacts) else []
     except (OSError, ValueError) as error:
@@ -621,6 +604,53 @@ def main(argv):
             f"{len(manifest.get('programs', []))} programs, {directory_bytes(directory) / 2**20:.1f} MiB, "
             f"check {kind}, files {files}"
         )
+    return artifacts
+
+
+def check_artifacts(checker, log, args, artifacts):
+    """Each artifact's reference or HF checks (localizing a reference failure unless --no-localize), and
+    HF's timings per model unless --skip-timing."""
+    with_hf = []
+    for name, directory, manifest in artifacts:
+        if "reference.npz" in os.listdir(directory):
+            failures = len([r for r in log.results if not r[1]])
+            checker.run(f"{name}", checker.reference_checks, directory, manifest)
+            if len([r for r in log.results if not r[1]]) > failures and not args.no_localize:
+                checker.localize(name, directory, tolerance_for(manifest))
+        elif hf_checked(manifest):
+            with_hf.append((name, directory, manifest))
+    # Per model, f32 before bf16: its HF model is timed in f32, then converted to bf16 for its
+    # last use.
+    with_hf.sort(key=lambda a: (model_label(a[2]), weights_dtype(a[2]) != "f32"))
+    for label in dict.fromkeys(model_label(a[2]) for a in with_hf):
+        group = [a for a in with_hf if model_label(a[2]) == label]
+        for name, directory, manifest in group:
+            checker.run(f"{name}", checker.hf_checks, directory, manifest)
+        if not args.skip_timing:
+            checker.run(f"HF {label} f32", checker.time_hf, "f32", group[0][2])
+            checker.run(f"HF {label} bf16", checker.time_hf, "bf16", group[0][2])
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifacts", default="build/gpu_check", help="folder of prepared artifact directories")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "build/device_check", help="log folder ($OUT)")
+    parser.add_argument("--only", default=None, help="comma-separated artifact names to check (default: all)")
+    parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--no-localize", action="store_true", help="no tools/gpu_localize.py run after a failure")
+    parser.add_argument("--prefill-repeats", type=int, default=20)
+    parser.add_argument("--decode-steps", type=int, default=64)
+    parser.add_argument("--budget", type=float, default=250.0, help="seconds after which remaining checks are skipped")
+    args = parser.parse_args(argv)
+
+    os.makedirs(args.out, exist_ok=True)
+    log = Log(os.path.join(args.out, "device_check.log"))
+    # device_check.sh passes its own command line.
+    command = os.environ.get("GPU_CHECK_COMMAND") or "PYTHONPATH=python python3 tools/gpu_check.py " + " ".join(argv)
+    log(f"command: {command}")
+    log(f"host: {platform.node()}, {platform.platform()}, python {platform.python_version()}, numpy {np.__version__}")
+
+    artifacts = read_artifacts(args, log)
 
     checker = Checker(log, args)
     try:
@@ -646,25 +676,7 @@ def main(argv):
     capability = "sm_{}{}".format(*torch.cuda.get_device_capability())
     log(f"gpu: {torch.cuda.get_device_name()} ({capability}), driver {driver_version()}, torch {torch.__version__}")
 
-    with_hf = []
-    for name, directory, manifest in artifacts:
-        if "reference.npz" in os.listdir(directory):
-            failures = len([r for r in log.results if not r[1]])
-            checker.run(f"{name}", checker.reference_checks, directory, manifest)
-            if len([r for r in log.results if not r[1]]) > failures and not args.no_localize:
-                checker.localize(name, directory, tolerance_for(manifest))
-        elif hf_checked(manifest):
-            with_hf.append((name, directory, manifest))
-    # Per model, f32 before bf16: its HF model is timed in f32, then converted to bf16 for its
-    # last use.
-    with_hf.sort(key=lambda a: (model_label(a[2]), weights_dtype(a[2]) != "f32"))
-    for label in dict.fromkeys(model_label(a[2]) for a in with_hf):
-        group = [a for a in with_hf if model_label(a[2]) == label]
-        for name, directory, manifest in group:
-            checker.run(f"{name}", checker.hf_checks, directory, manifest)
-        if not args.skip_timing:
-            checker.run(f"HF {label} f32", checker.time_hf, "f32", group[0][2])
-            checker.run(f"HF {label} bf16", checker.time_hf, "bf16", group[0][2])
+    check_artifacts(checker, log, args, artifacts)
     compiler = compiler_in_process()
     detail = ", ".join(compiler) or "no gpt, _gpt, libMLIR, libLLVM"
     log.result("gpt_runtime ran without the compiler", not compiler, detail)
