@@ -39,6 +39,80 @@ TileClass classifyBand(int64_t q0, int64_t q1, int64_t k0, int64_t k1, std::opti
   return causalFull && windowFull ? TileClass::Full : TileClass::Partial;
 }
 
+/// A tile of `count` visible pairs out of `pairs`.
+char tileOfCount(int64_t count, int64_t pairs) {
+  return char(count == 0 ? TileClass::Empty : count == pairs ? TileClass::Full : TileClass::Partial);
+}
+
+/// `classes` filled by evaluating op's mask expression pair by pair; unclassified when some pair has
+/// no compile-time value.
+FailureOr<std::optional<TileClasses>> classifyByExpression(CausalAttentionOp op, TileClasses classes, int64_t queries,
+                                                           int64_t keys) {
+  int64_t bq = classes.queryBlock, bk = classes.keyBlock;
+  std::optional<MaskEvaluator> visible = MaskEvaluator::compile(op.getMaskExpression());
+  if (!visible) return std::optional<TileClasses>();
+  SmallVector<int64_t> rowVisible(bq);
+  for (int64_t qb = 0; qb < queries / bq; ++qb) {
+    std::fill(rowVisible.begin(), rowVisible.end(), 0);
+    for (int64_t kb = 0; kb < keys / bk; ++kb) {
+      int64_t count = 0;
+      for (int64_t i = qb * bq; i < qb * bq + bq; ++i)
+        for (int64_t j = kb * bk; j < kb * bk + bk; ++j) {
+          std::optional<bool> bit = (*visible)(i, j);
+          if (!bit) return std::optional<TileClasses>(); // no value here: leave it to run time
+          count += *bit;
+          rowVisible[i - qb * bq] += *bit;
+        }
+      classes.rows[qb][kb] = tileOfCount(count, bq * bk);
+    }
+    for (int64_t i = 0; i < bq; ++i)
+      if (rowVisible[i] == 0)
+        return op.emitOpError() << "the mask expression lets query " << qb * bq + i
+                                << " see no key: softmax over no keys has no value";
+  }
+  return std::optional<TileClasses>(std::move(classes));
+}
+
+/// `classes` filled by the causal rule (with its window), tile corner by tile corner.
+std::optional<TileClasses> classifyBands(TileClasses classes, int64_t queries, int64_t keys,
+                                         std::optional<int64_t> window) {
+  int64_t bq = classes.queryBlock, bk = classes.keyBlock;
+  for (int64_t qb = 0; qb < queries / bq; ++qb)
+    for (int64_t kb = 0; kb < keys / bk; ++kb)
+      classes.rows[qb][kb] = char(classifyBand(qb * bq, qb * bq + bq - 1, kb * bk, kb * bk + bk - 1, window));
+  return classes;
+}
+
+/// `classes` filled by counting the visible pairs of op's constant boolean mask in each tile.
+FailureOr<std::optional<TileClasses>> classifyByMask(CausalAttentionOp op, TileClasses classes, int64_t queries,
+                                                     int64_t keys) {
+  int64_t bq = classes.queryBlock, bk = classes.keyBlock;
+  DenseElementsAttr bits;
+  if (!matchPattern(op.getMask(), m_Constant(&bits)))
+    return op.emitOpError() << "the mask must be a compile-time constant (an arith.constant), to be classified "
+                            << "tile by tile";
+  // Per tile: how many of its bq * bk pairs are visible.
+  SmallVector<int64_t> visible((queries / bq) * (keys / bk), 0);
+  int64_t row = 0, col = 0, rowVisible = 0;
+  for (bool bit : bits.getValues<bool>()) {
+    if (bit) {
+      ++visible[(row / bq) * (keys / bk) + col / bk];
+      ++rowVisible;
+    }
+    if (++col == keys) {
+      if (rowVisible == 0)
+        return op.emitOpError() << "mask row " << row << " sees no key: softmax over no keys has no value";
+      col = 0;
+      rowVisible = 0;
+      ++row;
+    }
+  }
+  for (int64_t qb = 0; qb < queries / bq; ++qb)
+    for (int64_t kb = 0; kb < keys / bk; ++kb)
+      classes.rows[qb][kb] = tileOfCount(visible[qb * (keys / bk) + kb], bq * bk);
+  return std::optional<TileClasses>(std::move(classes));
+}
+
 } // namespace
 
 FailureOr<std::optional<TileClasses>> classifyAttentionTiles(CausalAttentionOp op) {
@@ -61,69 +135,9 @@ FailureOr<std::optional<TileClasses>> classifyAttentionTiles(CausalAttentionOp o
                             << " keys is too large to classify tile by tile (at most " << kMaxMaskBits
                             << " mask bits and " << kMaxTiles << " tiles)";
   TileClasses classes{bq, bk, SmallVector<std::string>(queries / bq, std::string(keys / bk, char(TileClass::Empty)))};
-
-  if (expression) {
-    std::optional<MaskEvaluator> visible = MaskEvaluator::compile(op.getMaskExpression());
-    if (!visible) return std::optional<TileClasses>();
-    SmallVector<int64_t> rowVisible(bq);
-    for (int64_t qb = 0; qb < queries / bq; ++qb) {
-      std::fill(rowVisible.begin(), rowVisible.end(), 0);
-      for (int64_t kb = 0; kb < keys / bk; ++kb) {
-        int64_t count = 0;
-        for (int64_t i = qb * bq; i < qb * bq + bq; ++i)
-          for (int64_t j = kb * bk; j < kb * bk + bk; ++j) {
-            std::optional<bool> bit = (*visible)(i, j);
-            if (!bit) return std::optional<TileClasses>(); // no value here: leave it to run time
-            count += *bit;
-            rowVisible[i - qb * bq] += *bit;
-          }
-        classes.rows[qb][kb] = char(count == 0         ? TileClass::Empty
-                                    : count == bq * bk ? TileClass::Full
-                                                       : TileClass::Partial);
-      }
-      for (int64_t i = 0; i < bq; ++i)
-        if (rowVisible[i] == 0)
-          return op.emitOpError() << "the mask expression lets query " << qb * bq + i
-                                  << " see no key: softmax over no keys has no value";
-    }
-    return std::optional<TileClasses>(std::move(classes));
-  }
-
-  if (!op.getMask()) {
-    for (int64_t qb = 0; qb < queries / bq; ++qb)
-      for (int64_t kb = 0; kb < keys / bk; ++kb)
-        classes.rows[qb][kb] = char(classifyBand(qb * bq, qb * bq + bq - 1, kb * bk, kb * bk + bk - 1, op.getWindow()));
-    return std::optional<TileClasses>(std::move(classes));
-  }
-
-  DenseElementsAttr bits;
-  if (!matchPattern(op.getMask(), m_Constant(&bits)))
-    return op.emitOpError() << "the mask must be a compile-time constant (an arith.constant), to be classified "
-                            << "tile by tile";
-  // Per tile: how many of its bq * bk pairs are visible.
-  SmallVector<int64_t> visible((queries / bq) * (keys / bk), 0);
-  int64_t row = 0, col = 0, rowVisible = 0;
-  for (bool bit : bits.getValues<bool>()) {
-    if (bit) {
-      ++visible[(row / bq) * (keys / bk) + col / bk];
-      ++rowVisible;
-    }
-    if (++col == keys) {
-      if (rowVisible == 0)
-        return op.emitOpError() << "mask row " << row << " sees no key: softmax over no keys has no value";
-      col = 0;
-      rowVisible = 0;
-      ++row;
-    }
-  }
-  for (int64_t qb = 0; qb < queries / bq; ++qb)
-    for (int64_t kb = 0; kb < keys / bk; ++kb) {
-      int64_t count = visible[qb * (keys / bk) + kb];
-      classes.rows[qb][kb] = char(count == 0         ? TileClass::Empty
-                                  : count == bq * bk ? TileClass::Full
-                                                     : TileClass::Partial);
-    }
-  return std::optional<TileClasses>(std::move(classes));
+  if (expression) return classifyByExpression(op, std::move(classes), queries, keys);
+  if (!op.getMask()) return classifyBands(std::move(classes), queries, keys, op.getWindow());
+  return classifyByMask(op, std::move(classes), queries, keys);
 }
 
 LogicalResult verifyTileClasses(Operation *op, ArrayRef<int64_t> sizes, ArrayAttr classes, int64_t queries,

@@ -91,6 +91,51 @@ bool compare(arith::CmpIPredicate predicate, int64_t a, int64_t b) {
   return false;
 }
 
+/// A binary op of the program on its operands; std::nullopt where a division has no value (by zero,
+/// or the overflowing INT64_MIN / -1).
+std::optional<int64_t> binary(int opcode, int64_t a, int64_t b) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  uint64_t ua = uint64_t(a), ub = uint64_t(b);
+  bool signedDivision = opcode == DivS || opcode == CeilDivS || opcode == FloorDivS || opcode == RemS;
+  if ((signedDivision || opcode == DivU || opcode == RemU) && b == 0) return std::nullopt;
+  if (signedDivision && a == kMin && b == -1) return std::nullopt;
+  switch (opcode) {
+  case Add:
+    return int64_t(ua + ub); // wrapping, as arith's index ops
+  case Sub:
+    return int64_t(ua - ub);
+  case Mul:
+    return int64_t(ua * ub);
+  case DivS:
+    return a / b;
+  case DivU:
+    return int64_t(ua / ub);
+  case CeilDivS:
+    return ceilDiv(a, b);
+  case FloorDivS:
+    return floorDiv(a, b);
+  case RemS:
+    return a % b;
+  case RemU:
+    return int64_t(ua % ub);
+  case MinS:
+    return std::min(a, b);
+  case MaxS:
+    return std::max(a, b);
+  case MinU:
+    return int64_t(std::min(ua, ub));
+  case MaxU:
+    return int64_t(std::max(ua, ub));
+  case And:
+    return a & b;
+  case Or:
+    return a | b;
+  case Xor:
+    return a ^ b;
+  }
+  return std::nullopt; // not a binary opcode
+}
+
 } // namespace
 
 std::optional<MaskEvaluator> MaskEvaluator::compile(Region &expression) {
@@ -148,71 +193,18 @@ std::optional<bool> MaskEvaluator::operator()(int64_t i, int64_t j) const {
   r[0] = i;
   r[1] = j;
   int target = 2;
-  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
   for (const Instruction &in : program) {
     int64_t a = r[in.a], b = r[in.b], value = 0;
-    uint64_t ua = uint64_t(a), ub = uint64_t(b);
-    bool signedDivision = in.opcode == DivS || in.opcode == CeilDivS || in.opcode == FloorDivS || in.opcode == RemS;
-    if ((signedDivision || in.opcode == DivU || in.opcode == RemU) && b == 0) return std::nullopt;
-    if (signedDivision && a == kMin && b == -1) return std::nullopt;
-    switch (in.opcode) {
-    case Constant:
+    if (in.opcode == Constant) {
       value = in.constant;
-      break;
-    case Add:
-      value = int64_t(ua + ub);
-      break; // wrapping, as arith's index ops
-    case Sub:
-      value = int64_t(ua - ub);
-      break;
-    case Mul:
-      value = int64_t(ua * ub);
-      break;
-    case DivS:
-      value = a / b;
-      break;
-    case DivU:
-      value = int64_t(ua / ub);
-      break;
-    case CeilDivS:
-      value = ceilDiv(a, b);
-      break;
-    case FloorDivS:
-      value = floorDiv(a, b);
-      break;
-    case RemS:
-      value = a % b;
-      break;
-    case RemU:
-      value = int64_t(ua % ub);
-      break;
-    case MinS:
-      value = std::min(a, b);
-      break;
-    case MaxS:
-      value = std::max(a, b);
-      break;
-    case MinU:
-      value = int64_t(std::min(ua, ub));
-      break;
-    case MaxU:
-      value = int64_t(std::max(ua, ub));
-      break;
-    case And:
-      value = a & b;
-      break;
-    case Or:
-      value = a | b;
-      break;
-    case Xor:
-      value = a ^ b;
-      break;
-    case Cmp:
+    } else if (in.opcode == Cmp) {
       value = compare(arith::CmpIPredicate(in.predicate), a, b);
-      break;
-    case Select:
+    } else if (in.opcode == Select) {
       value = a ? b : r[in.c];
-      break;
+    } else {
+      std::optional<int64_t> computed = binary(in.opcode, a, b);
+      if (!computed) return std::nullopt;
+      value = *computed;
     }
     r[target++] = value;
   }

@@ -91,6 +91,29 @@ RankedTensorType attentionOperandType(Value value) {
   return type && type.getRank() >= 3 && type.hasStaticShape() ? type : RankedTensorType();
 }
 
+/// The scale of `scores` when it is a product with a splat (either side), which is then peeled off
+/// `scores`; 1 when it is none.
+double peelScale(Value &scores) {
+  auto mul = scores.getDefiningOp<MulOp>();
+  if (!mul) return 1.0;
+  for (auto [factor, product] : {std::pair(mul.getRhs(), mul.getLhs()), std::pair(mul.getLhs(), mul.getRhs())}) {
+    std::optional<double> value = splatValue(factor);
+    if (value && product.getType() == mul.getType()) {
+      scores = product;
+      return *value;
+    }
+  }
+  return 1.0;
+}
+
+/// Whether q, k and v are static [..., Tq, d], [..., Tk, d] and [..., Tk, dv] with the same leading dims.
+bool attentionShapesAgree(RankedTensorType q, RankedTensorType k, RankedTensorType v) {
+  if (!q || !k || !v || q.getRank() != k.getRank() || k.getRank() != v.getRank()) return false;
+  return q.getShape().drop_back(2) == k.getShape().drop_back(2) &&
+         k.getShape().drop_back(2) == v.getShape().drop_back(2) && q.getShape().back() == k.getShape().back() &&
+         k.getShape().end()[-2] == v.getShape().end()[-2];
+}
+
 // softmax(where(keep, scale * q @ k^T, -inf)) @ v = causal_attention(q, k, v) {scale}, masked by keep
 struct RecoverCausalAttention : OpRewritePattern<MatmulOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -105,17 +128,7 @@ struct RecoverCausalAttention : OpRewritePattern<MatmulOp> {
     Value scores = keepWhereTrue ? where.getTrueValue() : where.getFalseValue();
     if (scores.getType() != where.getType()) return rewriter.notifyMatchFailure(op, "the where broadcasts the scores");
 
-    double scale = 1.0;
-    if (auto mul = scores.getDefiningOp<MulOp>()) {
-      for (auto [factor, product] : {std::pair(mul.getRhs(), mul.getLhs()), std::pair(mul.getLhs(), mul.getRhs())}) {
-        std::optional<double> value = splatValue(factor);
-        if (value && product.getType() == mul.getType()) {
-          scale = *value;
-          scores = product;
-          break;
-        }
-      }
-    }
+    double scale = peelScale(scores);
     if (!(scale > 0.0) || !std::isfinite(scale))
       return rewriter.notifyMatchFailure(op, "the scale is not a positive finite splat");
     auto product = scores.getDefiningOp<MatmulOp>();
@@ -123,10 +136,7 @@ struct RecoverCausalAttention : OpRewritePattern<MatmulOp> {
     if (!transpose) return rewriter.notifyMatchFailure(op, "the scores are not q @ transpose(k)");
     Value query = product.getLhs(), key = transpose.getInput(), value = op.getRhs();
     RankedTensorType q = attentionOperandType(query), k = attentionOperandType(key), v = attentionOperandType(value);
-    if (!q || !k || !v || q.getRank() != k.getRank() || k.getRank() != v.getRank() ||
-        q.getShape().drop_back(2) != k.getShape().drop_back(2) ||
-        k.getShape().drop_back(2) != v.getShape().drop_back(2) || q.getShape().back() != k.getShape().back() ||
-        k.getShape().end()[-2] != v.getShape().end()[-2])
+    if (!attentionShapesAgree(q, k, v))
       return rewriter.notifyMatchFailure(op, "q, k, v are not static [..., Tq, d], [..., Tk, d], [..., Tk, dv]");
     int64_t rank = q.getRank(), queries = q.getShape().end()[-2], keys = k.getShape().end()[-2];
 

@@ -124,6 +124,49 @@ FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError)
   return ranked(shape, lhs);
 }
 
+namespace {
+
+/// An i32 panel-packed weight's rows for K = `k`: 2 weights per 32-bit lane (bf16), 4 (q8_0) or 8
+/// (q4_0, q4_1); the block formats carry scales.
+LogicalResult checkLanePacking(int64_t k, int64_t rows, bool scales, bool minima, int64_t blockSize, Type rhs,
+                               EmitErrorFn emitError) {
+  int64_t perLane = rows > 0 && k % rows == 0 ? k / rows : 0;
+  if (minima && perLane != 8)
+    return emitError() << "a q4_1 weight (scale and min pairs) for K = " << k << " must have " << k / 8
+                       << " rows (8 codes per lane), got " << rhs;
+  if (scales && perLane != 4 && perLane != 8)
+    return emitError() << "an i32 weight with scales for K = " << k << " must have " << k / 4 << " rows (q8_0, 4 "
+                       << "codes per lane) or " << k / 8 << " rows (q4_0, 8 codes per lane), got " << rhs;
+  if (!scales && perLane != 2)
+    return emitError() << "an i32 weight without scales is bf16 (2 weights per lane): for K = " << k << " it needs "
+                       << k / 2 << " rows, got " << rhs
+                       << (perLane == 4 || perLane == 8 ? " (a q8_0/q4_0 weight needs its scales)" : "");
+  if (scales && k % blockSize != 0)
+    return emitError() << "a block-quantized weight needs K (" << k << ") to be a multiple of the block size "
+                       << blockSize;
+  return success();
+}
+
+/// `scales` of a panel-packed weight: [N / P, K / blockSize, P], or [N / P, K / blockSize, 2, P] with
+/// `minima` (q4_1's scale and min pairs).
+LogicalResult checkPackedScales(RankedTensorType scales, int64_t panels, int64_t k, int64_t width, bool minima,
+                                int64_t blockSize, EmitErrorFn emitError) {
+  SmallVector<int64_t> expected = {panels, ShapedType::isDynamic(k) ? ShapedType::kDynamic : k / blockSize, width};
+  if (minima) expected.insert(expected.begin() + 2, 2);
+  for (auto [got, want] : llvm::zip(scales.getShape(), expected))
+    if (!dimsCompatible(got, want)) {
+      std::string values;
+      llvm::raw_string_ostream os(values);
+      llvm::interleaveComma(expected, os);
+      return emitError() << "scales must be [N / P, K / " << blockSize << (minima ? ", 2, P] = [" : ", P] = [")
+                         << values << "] (" << (minima ? "a scale and a min" : "one") << " per block of " << blockSize
+                         << " weights of a column), got " << scales;
+    }
+  return success();
+}
+
+} // namespace
+
 FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int64_t blockSize, EmitErrorFn emitError) {
   auto l = dyn_cast<RankedTensorType>(lhs);
   auto r = dyn_cast<RankedTensorType>(rhs);
@@ -145,36 +188,10 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
   if (!lanes && !dimsCompatible(k, rows))
     return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k
                        << " columns but the packed rhs " << rhs << " has " << rows << " rows";
-  if (lanes && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows)) {
-    // Weights per 32-bit lane: 2 (bf16), 4 (q8_0) or 8 (q4_0); the block formats carry scales.
-    int64_t perLane = rows > 0 && k % rows == 0 ? k / rows : 0;
-    if (minima && perLane != 8)
-      return emitError() << "a q4_1 weight (scale and min pairs) for K = " << k << " must have " << k / 8
-                         << " rows (8 codes per lane), got " << rhs;
-    if (scales && perLane != 4 && perLane != 8)
-      return emitError() << "an i32 weight with scales for K = " << k << " must have " << k / 4 << " rows (q8_0, 4 "
-                         << "codes per lane) or " << k / 8 << " rows (q4_0, 8 codes per lane), got " << rhs;
-    if (!scales && perLane != 2)
-      return emitError() << "an i32 weight without scales is bf16 (2 weights per lane): for K = " << k << " it needs "
-                         << k / 2 << " rows, got " << rhs
-                         << (perLane == 4 || perLane == 8 ? " (a q8_0/q4_0 weight needs its scales)" : "");
-    if (scales && k % blockSize != 0)
-      return emitError() << "a block-quantized weight needs K (" << k << ") to be a multiple of the block size "
-                         << blockSize;
-  }
-  if (s) {
-    SmallVector<int64_t> expected = {panels, ShapedType::isDynamic(k) ? ShapedType::kDynamic : k / blockSize, width};
-    if (minima) expected.insert(expected.begin() + 2, 2);
-    for (auto [got, want] : llvm::zip(s.getShape(), expected))
-      if (!dimsCompatible(got, want)) {
-        std::string values;
-        llvm::raw_string_ostream os(values);
-        llvm::interleaveComma(expected, os);
-        return emitError() << "scales must be [N / P, K / " << blockSize << (minima ? ", 2, P] = [" : ", P] = [")
-                           << values << "] (" << (minima ? "a scale and a min" : "one") << " per block of " << blockSize
-                           << " weights of a column), got " << scales;
-      }
-  }
+  if (lanes && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows) &&
+      failed(checkLanePacking(k, rows, bool(scales), minima, blockSize, rhs, emitError)))
+    return failure();
+  if (s && failed(checkPackedScales(s, panels, k, width, minima, blockSize, emitError))) return failure();
   FailureOr<int64_t> columns = multiplyDims(panels, width);
   if (failed(columns)) return overflowError(emitError, panels, width, rhs);
   SmallVector<int64_t> shape(l.getShape().drop_back());

@@ -91,6 +91,55 @@ char mulRule(char a, char b) {
 char negRule(char a) { return a == kNegInf ? kAny : a; }
 char reluRule(char a) { return a == kNegInf ? kZero : a; }
 
+/// add and mul: `rule` tile by tile; std::nullopt when the grids differ in shape.
+std::optional<TileGrid> binaryGrid(const TileGrid &a, const TileGrid &b, char (*rule)(char, char)) {
+  if (a.values.size() != b.values.size() || a.cols != b.cols) return std::nullopt;
+  TileGrid out = a;
+  for (size_t t = 0; t < out.values.size(); ++t) out.values[t] = rule(a.values[t], b.values[t]);
+  return out;
+}
+
+/// neg and relu: `rule` tile by tile.
+TileGrid unaryGrid(TileGrid in, char (*rule)(char)) {
+  for (char &v : in.values) v = rule(v);
+  return in;
+}
+
+TileGrid softmaxGrid(const TileGrid &in) {
+  TileGrid out = in;
+  for (int64_t r = 0; r < in.rows; ++r) {
+    bool finiteInEveryRow = false;
+    for (int64_t c = 0; c < in.cols; ++c) finiteInEveryRow |= in.at(r, c) == kZero || in.at(r, c) == kDense;
+    for (int64_t c = 0; c < in.cols; ++c)
+      out.values[r * in.cols + c] = !finiteInEveryRow ? kAny : in.at(r, c) == kNegInf ? kZero : kDense;
+  }
+  return out;
+}
+
+TileGrid transposeGrid(const TileGrid &in) {
+  TileGrid out{in.cols, in.rows, std::string(in.values.size(), kDense)};
+  for (int64_t r = 0; r < in.rows; ++r)
+    for (int64_t c = 0; c < in.cols; ++c) out.values[c * in.rows + r] = in.at(r, c);
+  return out;
+}
+
+/// std::nullopt when the inner tile counts differ.
+std::optional<TileGrid> matmulGrid(const TileGrid &a, const TileGrid &b) {
+  if (a.cols != b.rows) return std::nullopt;
+  TileGrid out{a.rows, b.cols, std::string(a.rows * b.cols, kDense)};
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.cols; ++j) {
+      bool zero = true, finite = true;
+      for (int64_t k = 0; k < a.cols; ++k) {
+        char product = mulRule(a.at(i, k), b.at(k, j));
+        zero &= product == kZero;
+        finite &= product != kAny;
+      }
+      out.values[i * out.cols + j] = zero ? kZero : finite ? kDense : kAny;
+    }
+  return out;
+}
+
 class Propagation {
 public:
   /// The grid of `value`, when something about it is known.
@@ -112,49 +161,16 @@ public:
     if (llvm::none_of(op->getOperands(), [&](Value v) { return known(v).has_value(); })) return std::nullopt;
     if (isa<AddOp, MulOp>(op)) {
       std::optional<TileGrid> a = orDense(op->getOperand(0)), b = orDense(op->getOperand(1));
-      if (!a || !b || a->values.size() != b->values.size() || a->cols != b->cols) return std::nullopt;
-      TileGrid out = *a;
-      for (size_t t = 0; t < out.values.size(); ++t)
-        out.values[t] = isa<AddOp>(op) ? addRule(a->values[t], b->values[t]) : mulRule(a->values[t], b->values[t]);
-      return out;
+      if (!a || !b) return std::nullopt;
+      return binaryGrid(*a, *b, isa<AddOp>(op) ? addRule : mulRule);
     }
-    if (isa<NegOp, ReluOp>(op)) {
-      TileGrid out = *orDense(op->getOperand(0));
-      for (char &v : out.values) v = isa<NegOp>(op) ? negRule(v) : reluRule(v);
-      return out;
-    }
-    if (isa<SoftmaxOp>(op)) {
-      TileGrid in = *orDense(op->getOperand(0)), out = in;
-      for (int64_t r = 0; r < in.rows; ++r) {
-        bool finiteInEveryRow = false;
-        for (int64_t c = 0; c < in.cols; ++c) finiteInEveryRow |= in.at(r, c) == kZero || in.at(r, c) == kDense;
-        for (int64_t c = 0; c < in.cols; ++c)
-          out.values[r * in.cols + c] = !finiteInEveryRow ? kAny : in.at(r, c) == kNegInf ? kZero : kDense;
-      }
-      return out;
-    }
-    if (isa<TransposeOp>(op)) {
-      TileGrid in = *orDense(op->getOperand(0));
-      TileGrid out{in.cols, in.rows, std::string(in.values.size(), kDense)};
-      for (int64_t r = 0; r < in.rows; ++r)
-        for (int64_t c = 0; c < in.cols; ++c) out.values[c * in.rows + r] = in.at(r, c);
-      return out;
-    }
+    if (isa<NegOp, ReluOp>(op)) return unaryGrid(*orDense(op->getOperand(0)), isa<NegOp>(op) ? negRule : reluRule);
+    if (isa<SoftmaxOp>(op)) return softmaxGrid(*orDense(op->getOperand(0)));
+    if (isa<TransposeOp>(op)) return transposeGrid(*orDense(op->getOperand(0)));
     if (isa<MatmulOp>(op)) {
       std::optional<TileGrid> a = orDense(op->getOperand(0)), b = orDense(op->getOperand(1));
-      if (!a || !b || a->cols != b->rows) return std::nullopt;
-      TileGrid out{a->rows, b->cols, std::string(a->rows * b->cols, kDense)};
-      for (int64_t i = 0; i < a->rows; ++i)
-        for (int64_t j = 0; j < b->cols; ++j) {
-          bool zero = true, finite = true;
-          for (int64_t k = 0; k < a->cols; ++k) {
-            char product = mulRule(a->at(i, k), b->at(k, j));
-            zero &= product == kZero;
-            finite &= product != kAny;
-          }
-          out.values[i * out.cols + j] = zero ? kZero : finite ? kDense : kAny;
-        }
-      return out;
+      if (!a || !b) return std::nullopt;
+      return matmulGrid(*a, *b);
     }
     return std::nullopt;
   }
