@@ -163,37 +163,15 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
             "SentencePiece 'llama' are read)"
         )
     spm = model == "llama"
-    pre = None
-    if not spm:
-        pre_name = meta.get("tokenizer.ggml.pre", str, required=False)
-        if pre_name not in PRE_TOKENIZERS:
-            known = ", ".join(repr(name) for name in PRE_TOKENIZERS if name is not None)
-            raise ModelFileError(f"{path}: tokenizer.ggml.pre {pre_name!r} is not supported (known: {known})")
-        pre = PRE_TOKENIZERS[pre_name]
+    pre = None if spm else _pre_tokenizer(meta, path)
     tokens, merges, types, vocab = read_vocabulary(meta, path, vocab_size, merges_required=not spm)
-
-    special = {}
-    for key in ("bos", "eos", "eot", "eom", "unknown"):
-        value = meta.get(f"tokenizer.ggml.{key}_token_id", int, required=False)
-        if value is not None and not 0 <= value < vocab_size:
-            raise ModelFileError(
-                f"{path}: tokenizer.ggml.{key}_token_id {value} is outside the vocabulary of {vocab_size}"
-            )
-        special[key] = value
-    add_bos = meta.get("tokenizer.ggml.add_bos_token", bool, required=False)
-    # llama.cpp's defaults: BOS for SentencePiece and Llama 3's pre-tokenizer.
-    add_bos = (spm or pre.add_bos) if add_bos is None else add_bos
-    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", bool, required=False))
-    for flag, key in ((add_bos, "bos"), (add_eos, "eos")):
-        if flag and special[key] is None:
-            raise ModelFileError(
-                f"{path}: tokenizer.ggml.add_{key}_token is set but tokenizer.ggml.{key}_token_id is missing"
-            )
+    special = _special_token_ids(meta, path, vocab_size)
+    add_bos, add_eos = _bos_and_eos_flags(meta, path, special, spm, pre)
     end_ids = {special[key] for key in ("eos", "eot", "eom") if special[key] is not None}
     end_ids.update(vocab[text] for text in _END_OF_GENERATION_TEXTS if text in vocab)
     template = meta.get("tokenizer.chat_template", str, required=False)
 
-    from tokenizers import AddedToken, Tokenizer, processors
+    from tokenizers import AddedToken, Tokenizer
 
     types = types or [1] * len(tokens)
     # llama.cpp treats an end-of-generation token as a control token whatever its type says.
@@ -210,17 +188,7 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
         # normalized=False: matched against the text as it is, before any normalizer.
         tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in control])
         tokenizer.add_tokens([AddedToken(tokens[i], special=False, normalized=False) for i in user])
-        single, added = "$A", []
-        if add_bos:
-            single = f"{tokens[special['bos']]} {single}"
-            added.append((tokens[special["bos"]], special["bos"]))
-        if add_eos:
-            single = f"{single} {tokens[special['eos']]}"
-            added.append((tokens[special["eos"]], special["eos"]))
-        if added:
-            tokenizer.post_processor = processors.TemplateProcessing(
-                single=single, special_tokens=list(dict.fromkeys(added))
-            )
+        _add_bos_and_eos(tokenizer, tokens, special, add_bos, add_eos)
         # The byte-level decoder maps a non-ASCII character of a user-defined token to a byte.
         raw_pieces = {} if spm else {i: tokens[i] for i in user if tokenizer.decode([i]) != tokens[i]}
     except ModelFileError:
@@ -241,6 +209,61 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
         chat_template=template,
         raw_pieces=raw_pieces,
     )
+
+
+def _pre_tokenizer(meta, path: str) -> PreTokenizer:
+    """The byte-level BPE pre-tokenizer tokenizer.ggml.pre names; ModelFileError for one not in PRE_TOKENIZERS."""
+    pre_name = meta.get("tokenizer.ggml.pre", str, required=False)
+    if pre_name not in PRE_TOKENIZERS:
+        known = ", ".join(repr(name) for name in PRE_TOKENIZERS if name is not None)
+        raise ModelFileError(f"{path}: tokenizer.ggml.pre {pre_name!r} is not supported (known: {known})")
+    return PRE_TOKENIZERS[pre_name]
+
+
+def _special_token_ids(meta, path: str, vocab_size: int) -> dict:
+    """{"bos", "eos", "eot", "eom", "unknown"}: the token id of each tokenizer.ggml.*_token_id, None when
+    absent; ModelFileError for one outside the vocabulary."""
+    special = {}
+    for key in ("bos", "eos", "eot", "eom", "unknown"):
+        value = meta.get(f"tokenizer.ggml.{key}_token_id", int, required=False)
+        if value is not None and not 0 <= value < vocab_size:
+            raise ModelFileError(
+                f"{path}: tokenizer.ggml.{key}_token_id {value} is outside the vocabulary of {vocab_size}"
+            )
+        special[key] = value
+    return special
+
+
+def _bos_and_eos_flags(meta, path: str, special: dict, spm: bool, pre: PreTokenizer | None) -> tuple[bool, bool]:
+    """Whether encoding adds BOS and EOS (tokenizer.ggml.add_bos_token/add_eos_token, else llama.cpp's
+    defaults); ModelFileError when one is set without its token id."""
+    add_bos = meta.get("tokenizer.ggml.add_bos_token", bool, required=False)
+    # llama.cpp's defaults: BOS for SentencePiece and Llama 3's pre-tokenizer.
+    add_bos = (spm or pre.add_bos) if add_bos is None else add_bos
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", bool, required=False))
+    for flag, key in ((add_bos, "bos"), (add_eos, "eos")):
+        if flag and special[key] is None:
+            raise ModelFileError(
+                f"{path}: tokenizer.ggml.add_{key}_token is set but tokenizer.ggml.{key}_token_id is missing"
+            )
+    return add_bos, add_eos
+
+
+def _add_bos_and_eos(tokenizer, tokens, special: dict, add_bos: bool, add_eos: bool):
+    """`tokenizer`'s post-processor adds BOS before and EOS after each encoding, as the flags say."""
+    from tokenizers import processors
+
+    single, added = "$A", []
+    if add_bos:
+        single = f"{tokens[special['bos']]} {single}"
+        added.append((tokens[special["bos"]], special["bos"]))
+    if add_eos:
+        single = f"{single} {tokens[special['eos']]}"
+        added.append((tokens[special["eos"]], special["eos"]))
+    if added:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=single, special_tokens=list(dict.fromkeys(added))
+        )
 
 
 def _bpe_model(tokens, merges, vocab, pre: PreTokenizer, path: str):
