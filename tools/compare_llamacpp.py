@@ -126,6 +126,14 @@ def import_bench(with_gpt):
     return gpt_bench
 
 
+def parse_test(test):
+    """("pp" or "tg", N, depth) of "ppN", "tgN" or "tgN@D" (N tokens decoded after D in the cache)."""
+    name, _, depth = test.partition("@")
+    if name[:2] not in ("pp", "tg") or not name[2:].isdigit() or (depth and (name[:2] != "tg" or not depth.isdigit())):
+        raise ValueError(f"--tests: {test!r} is not ppN, tgN or tgN@D")
+    return name[:2], int(name[2:]), int(depth or 0)
+
+
 def worker(args):
     """One engine's rows, printed as one JSON line."""
     engine, _, weight_format = args.worker.partition(":")
@@ -136,7 +144,8 @@ def worker(args):
 
         class GGUFRunner(bench.OursRunner):
             def __init__(self, path, threads, weight_format):
-                options = gpt.CompileOptions(threads=threads, weights=weight_format)
+                # The KV cache in f16, as llama.cpp keeps its own by default.
+                options = gpt.CompileOptions(threads=threads, weights=weight_format, kv_cache="f16")
                 self.model = gpt.GPT.from_gguf(path, options)
                 self.caches = {}
 
@@ -151,10 +160,23 @@ def worker(args):
     # temporaries (gpt widens the file's tensors to float32 before packing them).
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     trimmed = memory_kib()["VmRSS"]
+    # The first token of a 16-token prompt, as a user waits for it after the load: it compiles (or
+    # loads from the disk cache) the programs of that prompt and of one decode step.
+    first_ids = np.random.default_rng(1).integers(0, vocab, size=17).tolist()
+    start = time.perf_counter()
+    runner.generate_after(first_ids[:16], first_ids[16:])
+    first_token_seconds = time.perf_counter() - start
     rates, warmup_seconds = {}, {}
     for test in args.tests.split(","):
-        kind, count = test[:2], int(test[2:])
+        kind, count, depth = parse_test(test)
         ids = np.random.default_rng(0).integers(0, vocab, size=count).tolist()
+        if depth:  # tgN@D: N tokens decoded after D prefilled (llama-bench -d D), only the N timed
+            context = np.random.default_rng(2).integers(0, vocab, size=depth).tolist()
+            start = time.perf_counter()
+            runner.generate_after(context, ids)  # warm-up: compiles
+            warmup_seconds[test] = time.perf_counter() - start
+            rates[test] = [count / runner.generate_after(context, ids) for _ in range(args.repetitions)]
+            continue
         run = {"pp": runner.prompt, "tg": runner.generate}[kind]
         start = time.perf_counter()
         run(ids)  # warm-up: compiles
@@ -166,6 +188,7 @@ def worker(args):
             dict(
                 rates=rates,
                 load_seconds=load_seconds,
+                first_token_seconds=first_token_seconds,
                 warmup_seconds=warmup_seconds,
                 rss_loaded_kib=loaded,
                 rss_trimmed_kib=trimmed,
@@ -521,10 +544,10 @@ def speed(args, directory):
     )
     header = " | ".join(f"{t} t/s (best) | {t} / llama.cpp as shipped (best)" for t in tests)
     print(
-        f"| backend | weights | {header} | load s | RSS loaded MiB | RSS loaded, trimmed MiB "
+        f"| backend | weights | {header} | load s | load + first token s | RSS loaded MiB | RSS loaded, trimmed MiB "
         "| RSS after tests MiB | of which libLLVM + libMLIR MiB | peak RSS MiB |"
     )
-    print("|---|---|" + "---|---|" * len(tests) + "---|---|---|---|---|---|")
+    print("|---|---|" + "---|---|" * len(tests) + "---|---|---|---|---|---|---|")
     shipped = "llama.cpp:"
     for engine in order:
         backend, _, fmt = engine.partition(":")
@@ -534,10 +557,12 @@ def speed(args, directory):
             cells.append(f"{median:.1f} ({best:.1f}) | {median / peer_median:.2f}x ({best / peer_best:.2f}x)")
         rows = results[engine]
         load = statistics.median(r["load_seconds"] for r in rows)
+        first = statistics.median(r["load_seconds"] + r["first_token_seconds"] for r in rows)
         if backend == "llama.cpp":
-            fmt = f"{fmt}, by llama_model_quantize" if fmt else "as shipped: Q4_1, Q8_0 embedding"
+            fmt = f"{fmt}, by llama_model_quantize" if fmt else "the file as shipped"
         print(
-            f"| {'gpt-mlir-jit' if backend == 'gpt' else backend} | {fmt} | {' | '.join(cells)} | {load:.1f} "
+            f"| {'gpt-mlir-jit' if backend == 'gpt' else backend} | {fmt} | {' | '.join(cells)} "
+            f"| {load:.1f} | {first:.1f} "
             f"| {mib([r['rss_loaded_kib'] for r in rows])} | {mib([r['rss_trimmed_kib'] for r in rows])} "
             f"| {mib([r['rss_after_kib'] for r in rows])} | {mib([r['compiler_libraries_kib'] for r in rows])} "
             f"| {mib([r['hwm_kib'] for r in rows])} |"
@@ -558,7 +583,9 @@ def main(argv):
     parser.add_argument("--model", default="smollm2", help="an installed model's name (gpt.models) or a GGUF path")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--formats", default="f32,bf16,q8_0,q4_0,q4_1", help="gpt's weight formats, comma-separated")
-    parser.add_argument("--tests", default="pp128,tg64", help="ppN or tgN, comma-separated")
+    parser.add_argument(
+        "--tests", default="pp128,tg64", help="ppN, tgN or tgN@D (after D tokens, llama-bench's -d), comma-separated"
+    )
     parser.add_argument(
         "--llama-formats",
         default="",

@@ -95,6 +95,16 @@ class OursRunner:
         for token in ids:
             self.model.decode(int(token), cache)
 
+    def generate_after(self, context_ids, ids):
+        """Seconds to decode `ids` one at a time after `context_ids` were prefilled (not timed), as
+        llama-bench's -d runs tgN at a depth."""
+        cache = self.empty_cache(len(context_ids) + len(ids))
+        self.model.prefill(context_ids, cache)
+        start = time.perf_counter()
+        for token in ids:
+            self.model.decode(int(token), cache)
+        return time.perf_counter() - start
+
 
 class TorchRunner:
     backend = "pytorch-eager"
@@ -299,6 +309,18 @@ class LlamaCppRunner:
         for token in ids:
             self._decode(ctx, [int(token)])
             self.llama_cpp.llama_synchronize(ctx)
+
+    def generate_after(self, context_ids, ids):
+        """OursRunner.generate_after: llama-bench's tgN at depth -d len(context_ids)."""
+        ctx = self._clear(len(context_ids) + len(ids))
+        for start in range(0, len(context_ids), self.N_BATCH):
+            self._decode(ctx, context_ids[start : start + self.N_BATCH])
+        self.llama_cpp.llama_synchronize(ctx)
+        start = time.perf_counter()
+        for token in ids:
+            self._decode(ctx, [int(token)])
+            self.llama_cpp.llama_synchronize(ctx)
+        return time.perf_counter() - start
 
     def logits(self, ids):
         """The logits of every position of `ids` from an empty context, [len(ids), vocab]."""

@@ -83,6 +83,21 @@ public:
   /// in q8_0) its float32 values must be given too.
   void setWeights(const std::vector<const float *> &weights, const std::map<std::string, QuantizedWeight> &quantized);
 
+  /// What this model's laid-out weights are a function of, for a file of them (PackedWeights.h):
+  /// `sourceKey` (the caller's name for the source file and the code that converted it), this
+  /// build of the compiler, and every parameter's name, format, layout, panel width and shape.
+  /// Empty when the build cannot be told apart from others: then nothing is to be cached.
+  std::string packedWeightsKey(const std::string &sourceKey) const;
+  /// Binds the weights from a file writePackedWeights() made for the same key instead of laying
+  /// them out: `weights` as setWeights() takes them, of which only the borrowed ones are read
+  /// (the others may be null). False, with the binding unchanged, when the file is absent or
+  /// does not hold this key's weights whole.
+  bool bindPackedWeights(const std::vector<const float *> &weights, const std::string &path,
+                         const std::string &sourceKey);
+  /// Writes the bound weights' laid-out bytes to `path` for packedWeightsKey(`sourceKey`); throws
+  /// std::runtime_error when the file cannot be written (nothing is left behind).
+  void writePackedWeights(const std::string &path, const std::string &sourceKey) const;
+
   /// The supplied parameters compiled code reads in place (f32, as given): the caller keeps these
   /// arrays alive, and only these; every other one was laid out (or quantized) into storage of
   /// the model's own when the weights were bound.

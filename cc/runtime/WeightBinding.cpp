@@ -2,12 +2,15 @@
 // gives into the compiled model's own storage, and reading it back (see CompiledModel.h).
 #include "cc/runtime/CompiledModel.h"
 
+#include "cc/kernels/BlockTranscoding.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
+#include "cc/runtime/CompilerIdentity.h"
 #include "cc/runtime/MemRefDescriptor.h"
+#include "cc/runtime/PackedWeights.h"
 #include "cc/runtime/ReleaseMemory.h"
 #include "cc/runtime/WeightArena.h"
 
@@ -210,6 +213,70 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
     weightArena = std::move(arena);
   }
   releaseFreedMemory(); // the layout temporaries, and any weights bound before these
+}
+
+std::string CompiledModel::packedWeightsKey(const std::string &sourceKey) const {
+  const std::string &compiler = compilerIdentity();
+  if (compiler.empty()) return "";
+  std::string key = "source " + sourceKey + "\ncompiler " + compiler + "\n";
+  for (const ParameterSpec &spec : parameters_) {
+    key += spec.name + " " + weightFormatName(spec.format) + " layout " +
+           std::to_string(static_cast<int>(spec.layout)) + " panel " + std::to_string(spec.panelWidth) +
+           (readsInPlace(spec) ? " in-place" : "") + " shape";
+    for (int64_t extent : spec.argumentShape()) key += " " + std::to_string(extent);
+    key += "\n";
+  }
+  return key;
+}
+
+bool CompiledModel::bindPackedWeights(const std::vector<const float *> &weights, const std::string &path,
+                                      const std::string &sourceKey) {
+  if (weights.size() != supplied_.size())
+    throw std::invalid_argument("expected " + std::to_string(supplied_.size()) + " weights, got " +
+                                std::to_string(weights.size()));
+  const std::string key = packedWeightsKey(sourceKey);
+  if (key.empty()) return false;
+  std::map<std::string, const float *> byName;
+  for (size_t i = 0; i < supplied_.size(); ++i) byName[supplied_[i].name] = weights[i];
+  auto arena = std::make_unique<WeightArena>(laidOutBytes(parameters_));
+  std::vector<MemRefDescriptor> descriptors;
+  std::vector<const void *> data_;
+  std::vector<PackedRegion> regions;
+  for (const ParameterSpec &spec : parameters_) {
+    void *address = nullptr;
+    if (readsInPlace(spec)) {
+      address = const_cast<float *>(byName.at(spec.name));
+      if (!address) throw std::invalid_argument(spec.name + " is read in place: give its float32 values");
+    } else {
+      const size_t bytes = argumentBytes(spec);
+      address = arena->allocate(bytes);
+      regions.push_back({spec.name, address, bytes});
+    }
+    descriptors.push_back(MemRefDescriptor::view(address, spec.argumentShape()));
+    data_.push_back(address);
+  }
+  if (!readPackedWeights(path, key, regions, kernels::loadThreads(options_.threads))) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    weightDescriptors = std::move(descriptors);
+    weightData = std::move(data_);
+    weightArena = std::move(arena);
+  }
+  releaseFreedMemory(); // any weights bound before these
+  return true;
+}
+
+void CompiledModel::writePackedWeights(const std::string &path, const std::string &sourceKey) const {
+  const std::string key = packedWeightsKey(sourceKey);
+  if (key.empty()) throw std::logic_error("writePackedWeights: this build of the compiler has no identity");
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (weightData.empty()) throw std::logic_error("writePackedWeights: setWeights() was never called");
+  }
+  std::vector<PackedRegion> regions;
+  for (const StoredArgument &argument : storedArguments())
+    regions.push_back({argument.name, const_cast<void *>(argument.address), argument.bytes});
+  gpt::writePackedWeights(path, key, regions);
 }
 
 std::vector<CompiledModel::StoredArgument> CompiledModel::storedArguments() const {

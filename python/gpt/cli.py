@@ -25,7 +25,7 @@ import traceback
 
 from absl import app, flags
 
-from gpt import compiler, disk_cache, gpu_export, models
+from gpt import compiler, disk_cache, gpu_export, models, weight_cache
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.detokenizer import IncrementalDetokenizer
 from gpt.model import GPT, GPU_STAGES, STAGES
@@ -317,15 +317,20 @@ def cache() -> None:
         problem = "is not a directory" if os.path.exists(directory) else "does not exist"
         named = "--cache_dir" if FLAGS.cache_dir else "the cache directory ($GPT_CACHE_DIR, else ~/.cache/gpt/jit)"
         raise ValueError(f"{named} {directory} {problem}")
+    weights = os.path.join(directory, weight_cache.DIRECTORY)
     if FLAGS.clear:
         print(f"removed {disk_cache.clear(directory)} files from {directory}")
+        print(f"removed {weight_cache.clear(weights)} files from {weights}")
         return
-    listed = disk_cache.entries(directory)
-    for entry in listed:
-        used = datetime.datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M:%S")
-        print(f"{entry.bytes / 2**20:9.2f} MiB  {used}  {os.path.basename(entry.path)}")
-    total = sum(entry.bytes for entry in listed)
-    print(f"{len(listed)} entries, {total / 2**20:.2f} MiB in {directory}")
+    for listed, kind, where in (
+        (disk_cache.entries(directory), "programs", directory),
+        (weight_cache.entries(weights), "packed weights", weights),
+    ):
+        for entry in listed:
+            used = datetime.datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M:%S")
+            print(f"{entry.bytes / 2**20:9.2f} MiB  {used}  {os.path.basename(entry.path)}")
+        total = sum(entry.bytes for entry in listed)
+        print(f"{len(listed)} {kind}, {total / 2**20:.2f} MiB in {where}")
     # Entries of other builds are never loaded; they age out as the least recently used.
     print(f"this compiler: {disk_cache.compiler_identity() or 'unidentified (nothing is cached)'}")
 

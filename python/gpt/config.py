@@ -21,6 +21,8 @@ ROPE_LAYOUTS = ("half", "interleaved")
 # aborted the process inside libomp (OMP Error #34). Four per core leaves room to try
 # oversubscription; the floor of 256 lets a small machine compile for a large one.
 MAX_THREADS = max(256, 4 * (os.cpu_count() or 1))
+# The packed-weight cache's default size: an 8B model's Q4_K_M weights (5.7 GiB) twice over and more.
+DEFAULT_WEIGHT_CACHE_MAX_BYTES = 16 << 30
 # Each dimension of a model fits a 32-bit index, so that their products (sizes in elements) stay
 # far inside int64.
 MAX_DIMENSION = 2**31 - 1
@@ -250,7 +252,11 @@ class CompileOptions:
     kept on disk, so that the next process loads it instead of compiling: in `cache_dir` (default
     `$GPT_CACHE_DIR`, else `~/.cache/gpt/jit`), unless `disk_cache=False`; the cache keeps at
     most `cache_max_bytes` (default 512 MiB), evicting the least recently used programs beyond it
-    (`python -m gpt cache --list/--clear` manages it).
+    (`python -m gpt cache --list/--clear` manages it). A model loaded from a file (from_gguf,
+    from_pretrained) also keeps its weights there as it lays them out (gpt.weight_cache), so that
+    the next load of the same file reads them instead of repacking: at most
+    `weight_cache_max_bytes` of them (default $GPT_WEIGHT_CACHE_MAX_BYTES, else 16 GiB; 0 is off),
+    the least recently used evicted first.
     `weights` is the format matmul weights (and the LM head) are stored and
     streamed in, as llama.cpp names them: "f32"; "bf16" (each weight rounded to nearest even);
     "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,
@@ -294,6 +300,7 @@ class CompileOptions:
     target_cpu: str = "host"
     kv_cache: str = "f32"
     weight_formats: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
+    weight_cache_max_bytes: int | None = None
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -324,6 +331,15 @@ class CompileOptions:
         if self.weights not in (*WEIGHT_FORMATS, "auto"):
             raise ValueError(f"CompileOptions.weights must be one of {(*WEIGHT_FORMATS, 'auto')}, got {self.weights!r}")
         self._normalize_weight_formats()
+        if self.weight_cache_max_bytes is not None and (
+            isinstance(self.weight_cache_max_bytes, bool)
+            or not isinstance(self.weight_cache_max_bytes, int)
+            or not 0 <= self.weight_cache_max_bytes < 2**63
+        ):
+            raise ValueError(
+                "CompileOptions.weight_cache_max_bytes must be None or an int >= 0 (0: off), "
+                f"got {self.weight_cache_max_bytes!r}"
+            )
         if self.kv_cache not in KV_CACHE_FORMATS:
             raise ValueError(f"CompileOptions.kv_cache must be one of {KV_CACHE_FORMATS}, got {self.kv_cache!r}")
         low_precision = self.weights != "f32" or any(fmt != "f32" for _, fmt in self.weight_formats)
@@ -359,6 +375,16 @@ class CompileOptions:
         from gpt import _gpt  # the default is the C++ cache's
 
         return self.cache_max_bytes if self.cache_max_bytes is not None else _gpt.DEFAULT_CACHE_MAX_BYTES
+
+    def resolved_weight_cache_max_bytes(self) -> int:
+        """The packed-weight cache's size (gpt.weight_cache): `weight_cache_max_bytes`, else
+        $GPT_WEIGHT_CACHE_MAX_BYTES, else DEFAULT_WEIGHT_CACHE_MAX_BYTES; 0 is off."""
+        if self.weight_cache_max_bytes is not None:
+            return self.weight_cache_max_bytes
+        chosen = os.environ.get("GPT_WEIGHT_CACHE_MAX_BYTES", "")
+        if chosen.isdigit():
+            return int(chosen)
+        return DEFAULT_WEIGHT_CACHE_MAX_BYTES
 
     def resolved_cache_dir(self) -> str:
         """The disk-cache directory, or "" when the disk cache is off."""

@@ -9,7 +9,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from gpt import _gpt, architectures, hf_checkpoint, kept_formats, model_files
+from gpt import _gpt, architectures, hf_checkpoint, kept_formats, model_files, weight_cache
 from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
@@ -140,6 +140,7 @@ class GPT:
         context: int | None = None,
         _copy_weights: bool = True,
         _quantized: Mapping[str, tuple[str, np.ndarray]] | None = None,
+        _packed_source: str | None = None,
     ):
         """`context`: the positions the model serves, at most config.block_size (default: all of
         them); the model's config.block_size is then `context`, so its caches, its memory estimate and
@@ -182,7 +183,12 @@ class GPT:
             weight_formats=dict(options.weight_formats),
         )
         arguments = [self._weights.get(name) for name, _ in self._compiled.supplied_parameters()]
-        self._compiled.set_weights(arguments, quantized)
+        # `_packed_source` (from_gguf, from_pretrained): the model file's weight_cache key. Its
+        # weights laid out by an earlier load are read back instead of converted and repacked.
+        self._packed_weights_hit = weight_cache.bind(self._compiled, arguments, options, _packed_source)
+        if not self._packed_weights_hit:
+            self._compiled.set_weights(arguments, quantized)
+            weight_cache.store(self._compiled, options, _packed_source)
         del arguments, quantized
         # Compiled code reads only the borrowed weights in place; the others it packed or
         # converted into storage of its own, so keeping them here would hold a second copy (for a
@@ -234,7 +240,10 @@ class GPT:
             config, weights = hf_checkpoint.load_pretrained(path)
         else:
             config, weights = load_pretrained(path)
-        model = cls(config, weights, options, context=file_context(config, context), _copy_weights=False)
+        source = weight_cache.source_key(path, options.weights if options is not None else "f32")
+        model = cls(
+            config, weights, options, context=file_context(config, context), _copy_weights=False, _packed_source=source
+        )
         # What the model copied into its own layouts dies with `weights` (the arrays compiled code
         # reads in place stay referenced by the model): its heap pages go back to the system.
         del weights
@@ -288,7 +297,13 @@ class GPT:
             options = _native_options(options, config, quantized, path)
         del weights
         model = cls(
-            config, floats, options, context=file_context(config, context), _copy_weights=False, _quantized=quantized
+            config,
+            floats,
+            options,
+            context=file_context(config, context),
+            _copy_weights=False,
+            _quantized=quantized,
+            _packed_source=weight_cache.source_key(path, options.weights),
         )
         model._tokenizer = tokenizer
         model._end_of_generation = frozenset(getattr(tokenizer, "end_of_generation", ()))

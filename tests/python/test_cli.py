@@ -138,7 +138,8 @@ def test_cache_refuses_a_cache_dir_that_is_a_file_or_missing(tmp_path):
         assert not_a_dir.returncode == 2 and f"--cache_dir {a_file} is not a directory" in not_a_dir.stderr
     assert a_file.exists() and not (tmp_path / "missing").exists()
     empty = run_cli("cache", "--list", "--cache_dir", str(tmp_path))
-    assert empty.returncode == 0 and f"0 entries, 0.00 MiB in {tmp_path}" in empty.stdout
+    assert empty.returncode == 0 and f"0 programs, 0.00 MiB in {tmp_path}" in empty.stdout
+    assert f"0 packed weights, 0.00 MiB in {tmp_path / 'weights'}" in empty.stdout
     # Entries are keyed by this build: the listing says which one.
     assert f"this compiler: {gpt.disk_cache.compiler_identity()}" in empty.stdout
     assert gpt.disk_cache.compiler_identity().startswith("build-id:")

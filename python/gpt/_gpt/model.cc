@@ -305,9 +305,60 @@ void initModel(py::module_ &m) {
           py::arg("weights"), py::arg("quantized") = py::dict(),
           "Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads "
           "in place (borrowed_parameters()) alive. `quantized`: {name: (format, uint8 llama.cpp blocks)} for "
-          "weights given as a GGUF file stores them (format q8_0, q4_0, q4_1, or q4_k: q4_K blocks stored as q4_1; "
+          "weights given as a GGUF file stores them (format q8_0, q4_0, q4_1; q4_k, stored as q4_1; q5_0, q5_1, "
+          "q5_k or q6_k, stored as q8_0; or 'FORMAT:TYPE,...', each part's type, converted into FORMAT as it is "
+          "repacked; "
           "their entry in `weights` may be None); the blocks may be a "
           "list of arrays, the parts of a fused weight, rows in order.")
+      .def("packed_weights_key", &CompiledModel::packedWeightsKey, py::arg("source_key"),
+           "What the model's laid-out weights are a function of (the source's key, this compiler build, every "
+           "parameter's format, layout and shape): the header of its packed-weights file; empty when this build "
+           "cannot be told apart from others.")
+      .def(
+          "bind_packed_weights",
+          [](py::object self, const py::list &weights, const std::string &path, const std::string &sourceKey) {
+            CompiledModel &model = self.cast<CompiledModel &>();
+            // Only the borrowed weights are read (checked as set_weights checks them); the others
+            // come from the file, and their entries may be None.
+            const std::vector<std::string> borrowed = model.borrowedParameters();
+            const std::vector<ParameterSpec> &specs = model.suppliedParameters();
+            if (weights.size() != specs.size())
+              throw std::invalid_argument("expected " + std::to_string(specs.size()) + " weights, got " +
+                                          std::to_string(weights.size()));
+            std::vector<const float *> pointers(specs.size(), nullptr);
+            py::list kept;
+            for (size_t i = 0; i < specs.size(); ++i) {
+              if (!llvm::is_contained(borrowed, specs[i].name)) continue;
+              py::array array = weights[i].cast<py::array>();
+              if (!py::isinstance<FloatArray>(array) || !(array.flags() & py::array::c_style))
+                throw std::invalid_argument(specs[i].name + " must be a C-contiguous float32 array");
+              if (std::vector<int64_t>(array.shape(), array.shape() + array.ndim()) != specs[i].shape)
+                throw std::invalid_argument(specs[i].name + " has the wrong shape");
+              pointers[i] = static_cast<const float *>(array.data());
+              kept.append(weights[i]);
+            }
+            bool bound;
+            {
+              py::gil_scoped_release release;
+              bound = model.bindPackedWeights(pointers, path, sourceKey);
+            }
+            if (bound) self.attr("_borrowed_arrays") = kept;
+            return bound;
+          },
+          py::arg("weights"), py::arg("path"), py::arg("source_key"),
+          "Binds the weights from the packed-weights file at `path` (written by write_packed_weights for the same "
+          "key) instead of laying them out: True when it did; False, binding nothing, when the file is absent, "
+          "another key's, truncated or corrupt. `weights` as set_weights takes them; only the borrowed ones are "
+          "read, the others may be None.")
+      .def(
+          "write_packed_weights",
+          [](const CompiledModel &model, const std::string &path, const std::string &sourceKey) {
+            py::gil_scoped_release release;
+            model.writePackedWeights(path, sourceKey);
+          },
+          py::arg("path"), py::arg("source_key"),
+          "Writes the bound weights' laid-out bytes to `path` (atomically) for a later bind_packed_weights; raises "
+          "RuntimeError naming the path when it cannot be written.")
       .def(
           "kv_cache_dtype", [](const CompiledModel &model) { return kvCacheDtype(model.options().kvCache); },
           "The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, or uint16 "
