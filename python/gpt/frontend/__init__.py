@@ -1,6 +1,7 @@
 """The PyTorch front end: gpt.compile_module(module, example_inputs) captures a module's ATen
-graph with torch.export (Dynamo), imports it into the transformer dialect (gpt/frontend/importer.py)
-and compiles it with the same pipelines, JIT and disk cache as gpt.GPT.
+graph with torch.export (Dynamo), imports it into the transformer dialect (gpt/frontend/importer.py,
+one module per ATen op family in gpt/frontend/ops) and compiles it with the same pipelines, JIT and
+disk cache as gpt.GPT.
 
     compiled = gpt.compile_module(model.eval(), (idx,))
     logits = compiled(idx)                 # torch tensors in, torch tensors out (numpy: numpy)
