@@ -53,6 +53,22 @@ Value rowView(OpBuilder &b, Location loc, Value memref, int64_t offset, int64_t 
                                              ArrayRef<OpFoldResult>{b.getIndexAttr(rowStride), b.getIndexAttr(1)});
 }
 
+/// Whether `tile` is made of 16 x 16 tiles, at least one each way, whose accumulators (rows x
+/// columns) and operands (a row and a column of tiles) fit in the tile registers together.
+bool fitsTileRegisters(const AmxTile &tile) {
+  const int64_t rowTiles = tile.rows / kTile, columnTiles = tile.columns / kTile;
+  return tile.rows % kTile == 0 && tile.columns % kTile == 0 && rowTiles >= 1 && columnTiles >= 1 &&
+         rowTiles * columnTiles + rowTiles + columnTiles <= kTileRegisters;
+}
+
+/// Whether a q8_0 matmul's buffers have the ranks and element types unsupportedQ8 describes.
+bool hasQ8BufferTypes(MemRefType sums, MemRefType dw, MemRefType dx, MemRefType out, MemRefType lanes,
+                      MemRefType codes) {
+  return sums.getRank() == 4 && dw.getRank() == 3 && dx.getRank() == 2 && out.getRank() == 3 && lanes.getRank() == 3 &&
+         codes.getRank() == 4 && dw.getElementType().isF16() && dx.getElementType().isF32() &&
+         out.getElementType().isF32() && lanes.getElementType().isInteger(32) && codes.getElementType().isInteger(32);
+}
+
 /// Why `op` (a bf16 packed matmul on buffers: activation lanes [M, K/2] i32, weight lanes
 /// [N/P, K/2, P] i32, output [M, N/P, P] f32) cannot take `tile`, or an empty string.
 std::string unsupported(linalg::GenericOp op, const AmxTile &tile) {
@@ -67,9 +83,7 @@ std::string unsupported(linalg::GenericOp op, const AmxTile &tile) {
     return "expected static [M, K/2] i32, [N/P, K/2, P] i32 and [M, N/P, P] f32 buffers";
   if (!rowMajorStrides(a) || !rowMajorStrides(b) || !rowMajorStrides(c))
     return "expected buffers with static strides, the innermost 1";
-  const int64_t rowTiles = tile.rows / kTile, columnTiles = tile.columns / kTile;
-  if (tile.rows % kTile != 0 || tile.columns % kTile != 0 || tile.kWords % kTile != 0 || rowTiles < 1 ||
-      columnTiles < 1 || rowTiles * columnTiles + rowTiles + columnTiles > kTileRegisters)
+  if (!fitsTileRegisters(tile) || tile.kWords % kTile != 0)
     return "the block needs more tile registers than there are, or is not made of 16 x 16 tiles";
   if (a.getDimSize(0) % tile.rows != 0 || a.getDimSize(1) % tile.kWords != 0 || b.getDimSize(2) % tile.columns != 0 ||
       tile.chunks < 1 || b.getDimSize(0) % tile.chunks != 0)
@@ -101,6 +115,33 @@ linalg::FillOp zeroFillOfOutput(linalg::GenericOp op) {
 
 Value index(OpBuilder &b, Location loc, int64_t value) { return b.create<arith::ConstantIndexOp>(loc, value); }
 
+/// An scf.for from `from` to `to` by `step` whose body `body` builds.
+void forLoop(OpBuilder &b, Location loc, Value from, Value to, int64_t step,
+             function_ref<void(OpBuilder &, Value)> body) {
+  b.create<scf::ForOp>(loc, from, to, index(b, loc, step), ValueRange{},
+                       [&](OpBuilder &b, Location, Value iv, ValueRange) {
+                         body(b, iv);
+                         b.create<scf::YieldOp>(loc);
+                       });
+}
+
+/// A rows x columns block of f32 zeros, allocated in the frame of `op`'s allocation scope (not in a
+/// loop that would grow the stack) and filled at the rewriter's insertion point.
+Value zeroBlock(RewriterBase &rewriter, linalg::GenericOp op, const AmxTile &tile) {
+  Location loc = op.getLoc();
+  Value zeros;
+  {
+    Operation *scope = op->getParentWithTrait<OpTrait::AutomaticAllocationScope>();
+    OpBuilder::InsertionGuard guard(rewriter);
+    rewriter.setInsertionPointToStart(&scope->getRegion(0).front());
+    zeros = rewriter.create<memref::AllocaOp>(loc, MemRefType::get({tile.rows, tile.columns}, rewriter.getF32Type()),
+                                              rewriter.getI64IntegerAttr(64));
+  }
+  Value zero = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(0.0f));
+  rewriter.create<linalg::FillOp>(loc, zero, zeros);
+  return zeros;
+}
+
 /// Replaces `op` by loops over its panels (split into tile.chunks pieces of an scf.forall), the
 /// column blocks of a panel, the row blocks and the K steps, each step accumulating into
 /// rows x columns of f32 in tile registers.
@@ -129,27 +170,11 @@ void lowerToTiles(RewriterBase &rewriter, linalg::GenericOp op, const AmxTile &t
   // A block of zeros the first K step loads its accumulators from, one distinct tile each.
   // (amx.tile_zero is Pure in MLIR 19: CSE would merge the block's tile_zero ops into one tile
   // that LLVM must then copy for each accumulator, and LICM would hoist it out of the loops.)
-  Value zeros;
-  if (zeroFill) {
-    {
-      // In the frame of the enclosing allocation scope, not in a loop that would grow the stack.
-      Operation *scope = op->getParentWithTrait<OpTrait::AutomaticAllocationScope>();
-      OpBuilder::InsertionGuard guard(rewriter);
-      rewriter.setInsertionPointToStart(&scope->getRegion(0).front());
-      zeros = rewriter.create<memref::AllocaOp>(loc, MemRefType::get({tile.rows, tile.columns}, rewriter.getF32Type()),
-                                                rewriter.getI64IntegerAttr(64));
-    }
-    Value zero = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(0.0f));
-    rewriter.create<linalg::FillOp>(loc, zero, zeros);
-  }
+  Value zeros = zeroFill ? zeroBlock(rewriter, op, tile) : Value();
 
   auto panelLoop = [&](OpBuilder &builder, Location loc, Value first, Value last) {
     auto forEach = [&](OpBuilder &b, Value from, Value to, int64_t step, function_ref<void(OpBuilder &, Value)> body) {
-      b.create<scf::ForOp>(loc, from, to, index(b, loc, step), ValueRange{},
-                           [&](OpBuilder &b, Location, Value iv, ValueRange) {
-                             body(b, iv);
-                             b.create<scf::YieldOp>(loc);
-                           });
+      forLoop(b, loc, from, to, step, body);
     };
     forEach(builder, first, last, 1, [&](OpBuilder &bb, Value panel) {
       Value panelColumn = bb.create<arith::MulIOp>(loc, panel, index(bb, loc, cStrides[1]));
@@ -229,6 +254,13 @@ linalg::GenericOp partialsProducer(linalg::GenericOp op) {
   return {};
 }
 
+/// Whether an op other than `op`, `partials` and a fill touches `op`'s block sums.
+bool blockSumsUsedElsewhere(linalg::GenericOp op, linalg::GenericOp partials) {
+  return llvm::any_of(op.getDpsInputs()[0].getUsers(), [&](Operation *user) {
+    return user != op.getOperation() && user != partials.getOperation() && !isa<linalg::FillOp>(user);
+  });
+}
+
 /// Why `op` (a q8_0 scaled-block matmul on buffers: block sums [M, N/P, K/32, P] i32 written by
 /// `partials`, weight scales [N/P, K/32, P] f16, activation scales [M, K/32] f32, compensations
 /// [M, K/32] f32, output [M, N/P, P] f32; `partials` reads activation lanes [M, K/32, 8] i32
@@ -243,9 +275,7 @@ std::string unsupportedQ8(linalg::GenericOp op, linalg::GenericOp partials, cons
              codes = type(partials.getDpsInputs()[1]);
   for (MemRefType t : {sums, dw, dx, out, lanes, codes})
     if (!t || !t.hasStaticShape()) return "expected static buffers";
-  if (sums.getRank() != 4 || dw.getRank() != 3 || dx.getRank() != 2 || out.getRank() != 3 || lanes.getRank() != 3 ||
-      codes.getRank() != 4 || !dw.getElementType().isF16() || !dx.getElementType().isF32() ||
-      !out.getElementType().isF32() || !lanes.getElementType().isInteger(32) || !codes.getElementType().isInteger(32))
+  if (!hasQ8BufferTypes(sums, dw, dx, out, lanes, codes))
     return "expected [M, K/32, 8] i32, [N/P, K/32, 8, P] i32, [N/P, K/32, P] f16, [M, K/32] f32 and [M, N/P, P] "
            "f32 buffers";
   const int64_t rows = out.getDimSize(0), panels = out.getDimSize(1), width = out.getDimSize(2),
@@ -261,17 +291,12 @@ std::string unsupportedQ8(linalg::GenericOp op, linalg::GenericOp partials, cons
   if (laneStrides[1] != lanesPerBlock || codeStrides[1] != lanesPerBlock * codeStrides[2] ||
       codeStrides[0] % codeStrides[2] != 0)
     return "the activation or weight lanes of a row are not contiguous";
-  const int64_t rowTiles = tile.rows / kTile, columnTiles = tile.columns / kTile;
-  if (tile.rows % kTile != 0 || tile.columns % kTile != 0 || tile.kWords % lanesPerBlock != 0 ||
-      blocks % (tile.kWords / lanesPerBlock) != 0 || rowTiles < 1 || columnTiles < 1 ||
-      rowTiles * columnTiles + rowTiles + columnTiles > kTileRegisters)
+  if (!fitsTileRegisters(tile) || tile.kWords % lanesPerBlock != 0 || blocks % (tile.kWords / lanesPerBlock) != 0)
     return "the block needs more tile registers than there are, or is not made of 16 x 16 tiles and whole blocks "
            "of K";
   if (rows % tile.rows != 0 || width % tile.columns != 0 || tile.chunks < 1 || panels % tile.chunks != 0)
     return "the matmul does not divide into whole blocks";
-  for (Operation *user : op.getDpsInputs()[0].getUsers())
-    if (user != op.getOperation() && user != partials.getOperation() && !isa<linalg::FillOp>(user))
-      return "its block sums are used elsewhere";
+  if (blockSumsUsedElsewhere(op, partials)) return "its block sums are used elsewhere";
   return "";
 }
 
@@ -312,53 +337,43 @@ Value matrixView(OpBuilder &b, Location loc, Value flat, int64_t rows, int64_t c
 /// adds them to the totals, `total += float(sum) * (d_w * d_x)` with one fma: the same float
 /// operations in the same order as the vector code's (its sum, sum' - 128 * sum(code_x), is the
 /// same integer, exact in f32), so the results are the same bits. The totals go back at the end.
-void lowerQ8ToTiles(RewriterBase &rewriter, linalg::GenericOp op, linalg::GenericOp partials, const AmxTile &tile,
-                    const Q8Scratch &scratch) {
-  Location loc = op.getLoc();
-  // A zero-filled output (the matmul's own init): the totals start from zeros, the output is
-  // only written, and its fill goes (a pass over M x N floats fewer, and no read of them).
-  linalg::FillOp zeroFill = zeroFillOfOutput(op);
-  if (zeroFill) rewriter.eraseOp(zeroFill);
-  Value sumsBuffer = op.getDpsInputs()[0];
-  Value dw = op.getDpsInputs()[1], dx = op.getDpsInputs()[2], out = op.getDpsInits()[0];
-  Value lanes = partials.getDpsInputs()[0], codes = partials.getDpsInputs()[1];
-  rewriter.setInsertionPoint(op);
-  auto lanesType = cast<MemRefType>(lanes.getType()), codesType = cast<MemRefType>(codes.getType()),
-       outType = cast<MemRefType>(out.getType());
-  auto [laneStrides, laneOffset] = *rowMajorStrides(lanesType);
-  auto [codeStrides, codeOffset] = *rowMajorStrides(codesType);
-  const int64_t rows = outType.getDimSize(0), panels = outType.getDimSize(1), width = outType.getDimSize(2),
-                blocks = lanesType.getDimSize(1), blockWords = transformer::PackedMatmulOp::kBlockSize / 4;
-  // Rows of the [rows, P] view of the weight lanes between two panels.
-  const int64_t panelRows = codeStrides[0] / codeStrides[2];
-  Value activations = rowView(rewriter, loc, lanes, laneOffset, rows, laneStrides[0]);
-  Value weights = rowView(rewriter, loc, codes, codeOffset, panels * panelRows, codeStrides[2]);
-  // Blocks of K whose sums go through the totals together.
-  const int64_t group = tile.kWords / blockWords;
-  Value sums = matrixView(rewriter, loc, scratch.sums, group * tile.chunks * tile.rows, tile.columns + kSumsPadding);
-  Value totals = matrixView(rewriter, loc, scratch.totals, tile.chunks * tile.rows, tile.columns);
+/// Each loop's body is a method; the fields are what every body reads.
+class Q8TileLowering {
+public:
+  /// Views of `op`'s buffers and the scratch, created at the rewriter's insertion point.
+  Q8TileLowering(RewriterBase &rewriter, linalg::GenericOp op, linalg::GenericOp partials, const AmxTile &tile,
+                 const Q8Scratch &scratch, bool zeroFill)
+      : loc(op.getLoc()), tile(tile), scratch(scratch), zeroFill(zeroFill) {
+    dw = op.getDpsInputs()[1], dx = op.getDpsInputs()[2], out = op.getDpsInits()[0];
+    Value lanes = partials.getDpsInputs()[0], codes = partials.getDpsInputs()[1];
+    auto lanesType = cast<MemRefType>(lanes.getType()), codesType = cast<MemRefType>(codes.getType()),
+         outType = cast<MemRefType>(out.getType());
+    auto [laneStrides, laneOffset] = *rowMajorStrides(lanesType);
+    auto [codeStrides, codeOffset] = *rowMajorStrides(codesType);
+    rows = outType.getDimSize(0), panels = outType.getDimSize(1), width = outType.getDimSize(2);
+    blocks = lanesType.getDimSize(1);
+    // Rows of the [rows, P] view of the weight lanes between two panels.
+    panelRows = codeStrides[0] / codeStrides[2];
+    activations = rowView(rewriter, loc, lanes, laneOffset, rows, laneStrides[0]);
+    weights = rowView(rewriter, loc, codes, codeOffset, panels * panelRows, codeStrides[2]);
+    // Blocks of K whose sums go through the totals together.
+    group = tile.kWords / blockWords;
+    sums = matrixView(rewriter, loc, scratch.sums, group * tile.chunks * tile.rows, tile.columns + kSumsPadding);
+    totals = matrixView(rewriter, loc, scratch.totals, tile.chunks * tile.rows, tile.columns);
+    // Activations: 16 rows x one block (8 words, 32 bytes); weights: the block's 8 lane rows x 16
+    // columns (64 bytes).
+    xTile = VectorType::get({kTile, 4 * blockWords}, rewriter.getI8Type());
+    wTile = VectorType::get({blockWords, 4 * kTile}, rewriter.getI8Type());
+    sumTile = VectorType::get({kTile, kTile}, rewriter.getI32Type());
+    i32Row = VectorType::get({kTile}, rewriter.getI32Type());
+    f32Row = VectorType::get({kTile}, rewriter.getF32Type());
+    f16Row = VectorType::get({kTile}, rewriter.getF16Type());
+  }
 
-  // Activations: 16 rows x one block (8 words, 32 bytes); weights: the block's 8 lane rows x 16
-  // columns (64 bytes).
-  VectorType xTile = VectorType::get({kTile, 4 * blockWords}, rewriter.getI8Type()),
-             wTile = VectorType::get({blockWords, 4 * kTile}, rewriter.getI8Type()),
-             sumTile = VectorType::get({kTile, kTile}, rewriter.getI32Type());
-  VectorType i32Row = VectorType::get({kTile}, rewriter.getI32Type()),
-             f32Row = VectorType::get({kTile}, rewriter.getF32Type()),
-             f16Row = VectorType::get({kTile}, rewriter.getF16Type());
-  const int64_t rowTiles = tile.rows / kTile, columnTiles = tile.columns / kTile;
+  int64_t panelCount() const { return panels; }
 
-  auto forEach = [&](OpBuilder &b, Value from, Value to, int64_t step, function_ref<void(OpBuilder &, Value)> body) {
-    b.create<scf::ForOp>(loc, from, to, index(b, loc, step), ValueRange{},
-                         [&](OpBuilder &b, Location, Value iv, ValueRange) {
-                           body(b, iv);
-                           b.create<scf::YieldOp>(loc);
-                         });
-  };
-  auto plus = [&](OpBuilder &b, Value base, int64_t offset) -> Value {
-    return offset == 0 ? base : b.create<arith::AddIOp>(loc, base, index(b, loc, offset)).getResult();
-  };
-  auto panelLoop = [&](OpBuilder &builder, Value chunk, Value first, Value last) {
+  /// Panels [first, last) of the thread's chunk `chunk`.
+  void panelLoop(OpBuilder &builder, Value chunk, Value first, Value last) {
     Value chunkRow = builder.create<arith::MulIOp>(loc, chunk, index(builder, loc, tile.rows));
     // Up to kPanelGroup panels (their weights in L2) take each row block in turn, which stays in
     // L1 between them: the activation tiles' 16 rows are K bytes apart, a line each.
@@ -369,116 +384,160 @@ void lowerQ8ToTiles(RewriterBase &rewriter, linalg::GenericOp op, linalg::Generi
         forEach(bb, firstPanel, plus(bb, firstPanel, panelGroup), 1, [&](OpBuilder &bb, Value panel) {
           Value panelRow = bb.create<arith::MulIOp>(loc, panel, index(bb, loc, panelRows));
           forEach(bb, index(bb, loc, 0), index(bb, loc, width), tile.columns, [&](OpBuilder &bb, Value column) {
-            Value c0 = index(bb, loc, 0);
-            // The output block to the totals and back: copy(from, to) per row and 16 columns.
-            auto copyRows = [&](bool toTotals) {
-              forEach(bb, c0, index(bb, loc, tile.rows), 1, [&](OpBuilder &rb, Value r) {
-                Value m = rb.create<arith::AddIOp>(loc, row, r), at = rb.create<arith::AddIOp>(loc, chunkRow, r);
-                for (int64_t j = 0; j < columnTiles; ++j) {
-                  SmallVector<Value> outAt = {m, panel, plus(rb, column, kTile * j)},
-                                     totalAt = {at, index(rb, loc, kTile * j)};
-                  if (toTotals && zeroFill)
-                    rb.create<vector::StoreOp>(
-                        loc,
-                        rb.create<arith::ConstantOp>(loc, DenseElementsAttr::get(f32Row, rb.getF32FloatAttr(0.0f))),
-                        totals, totalAt);
-                  else if (toTotals)
-                    rb.create<vector::StoreOp>(loc, rb.create<vector::LoadOp>(loc, f32Row, out, outAt), totals,
-                                               totalAt);
-                  else
-                    rb.create<vector::StoreOp>(loc, rb.create<vector::LoadOp>(loc, f32Row, totals, totalAt), out,
-                                               outAt);
-                }
-              });
-            };
-            copyRows(/*toTotals=*/true);
-            // The sums of the group's block g (g < group) in rows [g * chunks * rows, ...) of `sums`.
-            auto sumsRowOf = [&](OpBuilder &b, int64_t g) { return plus(b, chunkRow, g * tile.chunks * tile.rows); };
-            auto tileSums = [&](OpBuilder &bb, Value block, int64_t g) {
-              Value sumsRow = sumsRowOf(bb, g);
-              Value k = bb.create<arith::MulIOp>(loc, block, index(bb, loc, blockWords));
-              Value weightRow = bb.create<arith::AddIOp>(loc, panelRow, k);
-              SmallVector<Value> x, w;
-              for (int64_t i = 0; i < rowTiles; ++i)
-                x.push_back(
-                    bb.create<amx::TileLoadOp>(loc, xTile, activations, ValueRange{plus(bb, row, kTile * i), k}));
-              for (int64_t j = 0; j < columnTiles; ++j)
-                w.push_back(bb.create<amx::TileLoadOp>(loc, wTile, weights,
-                                                       ValueRange{weightRow, plus(bb, column, kTile * j)}));
-              // All the accumulators live at once, each in its own tile register: tile registers are
-              // not renamed, so one register reused for each sum in turn would make its load wait
-              // for the previous sum's store, and the products run one after the other.
-              SmallVector<Value> acc;
-              for (int64_t n = 0; n < rowTiles * columnTiles; ++n)
-                acc.push_back(
-                    bb.create<amx::TileLoadOp>(loc, sumTile, scratch.zeros, ValueRange{c0, index(bb, loc, kTile * n)}));
-              for (int64_t i = 0; i < rowTiles; ++i)
-                for (int64_t j = 0; j < columnTiles; ++j) {
-                  Value &sum = acc[i * columnTiles + j];
-                  // Signed by signed bytes: tdpbssd.
-                  sum = bb.create<amx::TileMulIOp>(loc, sumTile, x[i], w[j], sum, /*isZextLhs=*/false,
-                                                   /*isZextRhs=*/false);
-                }
-              for (int64_t i = 0; i < rowTiles; ++i)
-                for (int64_t j = 0; j < columnTiles; ++j)
-                  bb.create<amx::TileStoreOp>(loc, sums,
-                                              ValueRange{plus(bb, sumsRow, kTile * i), index(bb, loc, kTile * j)},
-                                              acc[i * columnTiles + j]);
-            };
-            // A group of blocks' sums, scaled, added to the totals row by row: each 16 totals
-            // loaded once per group, updated by one fma per block in K order, stored once.
-            auto scaleSums = [&](OpBuilder &bb, ArrayRef<Value> groupBlocks) {
-              SmallVector<Value> weightScales; // [g][j]
-              for (Value block : groupBlocks)
-                for (int64_t j = 0; j < columnTiles; ++j) {
-                  Value half =
-                      bb.create<vector::LoadOp>(loc, f16Row, dw, ValueRange{panel, block, plus(bb, column, kTile * j)});
-                  weightScales.push_back(bb.create<arith::ExtFOp>(loc, f32Row, half));
-                }
-              forEach(bb, c0, index(bb, loc, tile.rows), 1, [&](OpBuilder &rb, Value r) {
-                Value m = rb.create<arith::AddIOp>(loc, row, r), at = rb.create<arith::AddIOp>(loc, chunkRow, r);
-                SmallVector<Value> activationScales;
-                for (Value block : groupBlocks)
-                  activationScales.push_back(rb.create<vector::BroadcastOp>(
-                      loc, f32Row, rb.create<memref::LoadOp>(loc, dx, ValueRange{m, block})));
-                for (int64_t j = 0; j < columnTiles; ++j) {
-                  SmallVector<Value> totalAt = {at, index(rb, loc, kTile * j)};
-                  Value total = rb.create<vector::LoadOp>(loc, f32Row, totals, totalAt);
-                  for (int64_t g = 0; g < static_cast<int64_t>(groupBlocks.size()); ++g) {
-                    Value sumsAt = rb.create<arith::AddIOp>(loc, sumsRowOf(rb, g), r);
-                    Value blockSum = rb.create<arith::SIToFPOp>(
-                        loc, f32Row, rb.create<vector::LoadOp>(loc, i32Row, sums, ValueRange{sumsAt, totalAt[1]}));
-                    Value scale = rb.create<arith::MulFOp>(loc, weightScales[g * columnTiles + j], activationScales[g]);
-                    total = rb.create<math::FmaOp>(loc, blockSum, scale, total);
-                  }
-                  rb.create<vector::StoreOp>(loc, total, totals, totalAt);
-                }
-              });
-            };
-            forEach(bb, c0, index(bb, loc, blocks), group, [&](OpBuilder &bb, Value first) {
-              SmallVector<Value> groupBlocks;
-              for (int64_t g = 0; g < group; ++g) {
-                groupBlocks.push_back(plus(bb, first, g));
-                tileSums(bb, groupBlocks.back(), g);
-              }
-              scaleSums(bb, groupBlocks);
-            });
-            copyRows(/*toTotals=*/false);
+            outputBlock(bb, OutputBlock{chunkRow, row, panel, panelRow, column, index(bb, loc, 0)});
           });
         });
       });
     });
+  }
+
+private:
+  /// Where the block being computed is: its chunk's first row of totals, its first row, its panel
+  /// (and that panel's first row of weight lanes) and its first column in the panel; c0 is 0.
+  struct OutputBlock {
+    Value chunkRow, row, panel, panelRow, column, c0;
   };
 
+  void forEach(OpBuilder &b, Value from, Value to, int64_t step, function_ref<void(OpBuilder &, Value)> body) {
+    forLoop(b, loc, from, to, step, body);
+  }
+  Value plus(OpBuilder &b, Value base, int64_t offset) {
+    return offset == 0 ? base : b.create<arith::AddIOp>(loc, base, index(b, loc, offset)).getResult();
+  }
+
+  /// One output block: to the totals, the blocks of K group by group, back to the output.
+  void outputBlock(OpBuilder &bb, const OutputBlock &at) {
+    copyRows(bb, at, /*toTotals=*/true);
+    forEach(bb, at.c0, index(bb, loc, blocks), group, [&](OpBuilder &bb, Value first) {
+      SmallVector<Value> groupBlocks;
+      for (int64_t g = 0; g < group; ++g) {
+        groupBlocks.push_back(plus(bb, first, g));
+        tileSums(bb, at, groupBlocks.back(), g);
+      }
+      scaleSums(bb, at, groupBlocks);
+    });
+    copyRows(bb, at, /*toTotals=*/false);
+  }
+
+  /// The output block to the totals (zeros for a zero-filled output) or back, per row and 16 columns.
+  void copyRows(OpBuilder &bb, const OutputBlock &at, bool toTotals) {
+    forEach(bb, at.c0, index(bb, loc, tile.rows), 1, [&](OpBuilder &rb, Value r) {
+      Value m = rb.create<arith::AddIOp>(loc, at.row, r), totalRow = rb.create<arith::AddIOp>(loc, at.chunkRow, r);
+      for (int64_t j = 0; j < tile.columns / kTile; ++j) {
+        SmallVector<Value> outAt = {m, at.panel, plus(rb, at.column, kTile * j)},
+                           totalAt = {totalRow, index(rb, loc, kTile * j)};
+        if (toTotals && zeroFill)
+          rb.create<vector::StoreOp>(
+              loc, rb.create<arith::ConstantOp>(loc, DenseElementsAttr::get(f32Row, rb.getF32FloatAttr(0.0f))), totals,
+              totalAt);
+        else if (toTotals)
+          rb.create<vector::StoreOp>(loc, rb.create<vector::LoadOp>(loc, f32Row, out, outAt), totals, totalAt);
+        else
+          rb.create<vector::StoreOp>(loc, rb.create<vector::LoadOp>(loc, f32Row, totals, totalAt), out, outAt);
+      }
+    });
+  }
+
+  /// The sums of the group's block g (g < group) in rows [g * chunks * rows, ...) of `sums`.
+  Value sumsRowOf(OpBuilder &b, const OutputBlock &at, int64_t g) {
+    return plus(b, at.chunkRow, g * tile.chunks * tile.rows);
+  }
+
+  /// The i32 sums of K block `block` (the group's g-th) over the output block, by tdpbssd, to `sums`.
+  void tileSums(OpBuilder &bb, const OutputBlock &at, Value block, int64_t g) {
+    const int64_t rowTiles = tile.rows / kTile, columnTiles = tile.columns / kTile;
+    Value sumsRow = sumsRowOf(bb, at, g);
+    Value k = bb.create<arith::MulIOp>(loc, block, index(bb, loc, blockWords));
+    Value weightRow = bb.create<arith::AddIOp>(loc, at.panelRow, k);
+    SmallVector<Value> x, w;
+    for (int64_t i = 0; i < rowTiles; ++i)
+      x.push_back(bb.create<amx::TileLoadOp>(loc, xTile, activations, ValueRange{plus(bb, at.row, kTile * i), k}));
+    for (int64_t j = 0; j < columnTiles; ++j)
+      w.push_back(
+          bb.create<amx::TileLoadOp>(loc, wTile, weights, ValueRange{weightRow, plus(bb, at.column, kTile * j)}));
+    // All the accumulators live at once, each in its own tile register: tile registers are
+    // not renamed, so one register reused for each sum in turn would make its load wait
+    // for the previous sum's store, and the products run one after the other.
+    SmallVector<Value> acc;
+    for (int64_t n = 0; n < rowTiles * columnTiles; ++n)
+      acc.push_back(
+          bb.create<amx::TileLoadOp>(loc, sumTile, scratch.zeros, ValueRange{at.c0, index(bb, loc, kTile * n)}));
+    for (int64_t i = 0; i < rowTiles; ++i)
+      for (int64_t j = 0; j < columnTiles; ++j) {
+        Value &sum = acc[i * columnTiles + j];
+        // Signed by signed bytes: tdpbssd.
+        sum = bb.create<amx::TileMulIOp>(loc, sumTile, x[i], w[j], sum, /*isZextLhs=*/false,
+                                         /*isZextRhs=*/false);
+      }
+    for (int64_t i = 0; i < rowTiles; ++i)
+      for (int64_t j = 0; j < columnTiles; ++j)
+        bb.create<amx::TileStoreOp>(loc, sums, ValueRange{plus(bb, sumsRow, kTile * i), index(bb, loc, kTile * j)},
+                                    acc[i * columnTiles + j]);
+  }
+
+  /// A group of blocks' sums, scaled, added to the totals row by row: each 16 totals loaded once
+  /// per group, updated by one fma per block in K order, stored once.
+  void scaleSums(OpBuilder &bb, const OutputBlock &at, ArrayRef<Value> groupBlocks) {
+    const int64_t columnTiles = tile.columns / kTile;
+    SmallVector<Value> weightScales; // [g][j]
+    for (Value block : groupBlocks)
+      for (int64_t j = 0; j < columnTiles; ++j) {
+        Value half =
+            bb.create<vector::LoadOp>(loc, f16Row, dw, ValueRange{at.panel, block, plus(bb, at.column, kTile * j)});
+        weightScales.push_back(bb.create<arith::ExtFOp>(loc, f32Row, half));
+      }
+    forEach(bb, at.c0, index(bb, loc, tile.rows), 1, [&](OpBuilder &rb, Value r) {
+      Value m = rb.create<arith::AddIOp>(loc, at.row, r), totalRow = rb.create<arith::AddIOp>(loc, at.chunkRow, r);
+      SmallVector<Value> activationScales;
+      for (Value block : groupBlocks)
+        activationScales.push_back(
+            rb.create<vector::BroadcastOp>(loc, f32Row, rb.create<memref::LoadOp>(loc, dx, ValueRange{m, block})));
+      for (int64_t j = 0; j < columnTiles; ++j) {
+        SmallVector<Value> totalAt = {totalRow, index(rb, loc, kTile * j)};
+        Value total = rb.create<vector::LoadOp>(loc, f32Row, totals, totalAt);
+        for (int64_t g = 0; g < static_cast<int64_t>(groupBlocks.size()); ++g) {
+          Value sumsAt = rb.create<arith::AddIOp>(loc, sumsRowOf(rb, at, g), r);
+          Value blockSum = rb.create<arith::SIToFPOp>(
+              loc, f32Row, rb.create<vector::LoadOp>(loc, i32Row, sums, ValueRange{sumsAt, totalAt[1]}));
+          Value scale = rb.create<arith::MulFOp>(loc, weightScales[g * columnTiles + j], activationScales[g]);
+          total = rb.create<math::FmaOp>(loc, blockSum, scale, total);
+        }
+        rb.create<vector::StoreOp>(loc, total, totals, totalAt);
+      }
+    });
+  }
+
+  Location loc;
+  AmxTile tile;
+  Q8Scratch scratch;
+  // A zero-filled output (the matmul's own init): the totals start from zeros, the output is
+  // only written, and its fill goes (a pass over M x N floats fewer, and no read of them).
+  bool zeroFill;
+  Value dw, dx, out, activations, weights, sums, totals;
+  VectorType xTile, wTile, sumTile, i32Row, f32Row, f16Row;
+  int64_t rows = 0, panels = 0, width = 0, blocks = 0, panelRows = 0, group = 0;
+  static constexpr int64_t blockWords = transformer::PackedMatmulOp::kBlockSize / 4;
+};
+
+/// Lowers `op` and `partials` with Q8TileLowering: one panel loop, or one per thread's chunk.
+void lowerQ8ToTiles(RewriterBase &rewriter, linalg::GenericOp op, linalg::GenericOp partials, const AmxTile &tile,
+                    const Q8Scratch &scratch) {
+  Location loc = op.getLoc();
+  linalg::FillOp zeroFill = zeroFillOfOutput(op);
+  if (zeroFill) rewriter.eraseOp(zeroFill);
+  Value sumsBuffer = op.getDpsInputs()[0];
+  rewriter.setInsertionPoint(op);
+  Q8TileLowering lowering(rewriter, op, partials, tile, scratch, bool(zeroFill));
+  const int64_t panels = lowering.panelCount();
   if (tile.chunks == 1) {
-    panelLoop(rewriter, index(rewriter, loc, 0), index(rewriter, loc, 0), index(rewriter, loc, panels));
+    lowering.panelLoop(rewriter, index(rewriter, loc, 0), index(rewriter, loc, 0), index(rewriter, loc, panels));
   } else {
     const int64_t perChunk = panels / tile.chunks;
     rewriter.create<scf::ForallOp>(loc, ArrayRef<OpFoldResult>{rewriter.getIndexAttr(tile.chunks)}, ValueRange{},
                                    std::nullopt, [&](OpBuilder &b, Location loc, ValueRange ivs) {
                                      Value first = b.create<arith::MulIOp>(loc, ivs[0], index(b, loc, perChunk));
-                                     panelLoop(b, ivs[0], first,
-                                               b.create<arith::AddIOp>(loc, first, index(b, loc, perChunk)));
+                                     lowering.panelLoop(b, ivs[0], first,
+                                                        b.create<arith::AddIOp>(loc, first, index(b, loc, perChunk)));
                                      b.create<scf::InParallelOp>(loc);
                                    });
   }

@@ -278,6 +278,42 @@ std::optional<unsigned> epilogueOperand(linalg::LinalgOp matmul, linalg::Generic
   return std::nullopt;
 }
 
+/// Marks `op` with the first choice of `table` that fits it: with its epilogue's fusion where the
+/// epilogue can drive the matmul's tiles, else a plain register tile. Leaves it unmarked when none fits.
+void markFirstFittingChoice(const target::TileParameters &tiles, linalg::LinalgOp op, ArrayRef<TileChoice> table,
+                            int64_t threads) {
+  for (const TileChoice &choice : table) {
+    if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
+    // Epilogue fusion: the bias/GELU/residual generic after a packed matmul drives the
+    // loops, and the schedule computes each matmul tile inside them, so the accumulator
+    // goes through the epilogue in registers and is written once. The schedule handles 1
+    // or 2 threads' pieces; other counts keep the two ops apart.
+    linalg::GenericOp epilogue;
+    int64_t chunks = parallelChunks(tiles, op, choice, threads);
+    // Two panels per tile, but not at the cost of threads: where the panels do not split into
+    // whole pairs per thread, one panel per tile.
+    if (choice.kind == Kind::PackedMatmul && choice.tile[1] > 1) {
+      TileChoice onePanel = choice;
+      onePanel.tile[1] = 1;
+      if (chunks < parallelChunks(tiles, op, onePanel, threads)) continue;
+    }
+    if ((choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul) && chunks <= 2)
+      if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
+        // The epilogue's loops are the matmul's parallel ones: (M, panel, column).
+        int64_t parallel = op.getNumParallelLoops();
+        LoopTile tile{SmallVector<int64_t>(ArrayRef<int64_t>(choice.tile).take_front(parallel)),
+                      SmallVector<int64_t>(ArrayRef<int64_t>(choice.interchange).take_front(parallel))};
+        setEpilogueFusion(epilogue, EpilogueFusion{tile, *operand, chunks});
+        SmallVector<int64_t> step(parallel, 0);
+        step.append(op.getNumReductionLoops(), 1);
+        setReductionStep(op, step);
+        return;
+      }
+    markTile(op, choice, chunks);
+    return;
+  }
+}
+
 class SelectRegisterTilesPass : public impl::SelectRegisterTilesBase<SelectRegisterTilesPass> {
 public:
   using SelectRegisterTilesBase::SelectRegisterTilesBase;
@@ -332,36 +368,7 @@ public:
         markTile(op, *choice, parallelChunks(tiles, op, *choice, threads));
         return;
       }
-      for (const TileChoice &choice : tableFor(op)) {
-        if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
-        // Epilogue fusion: the bias/GELU/residual generic after a packed matmul drives the
-        // loops, and the schedule computes each matmul tile inside them, so the accumulator
-        // goes through the epilogue in registers and is written once. The schedule handles 1
-        // or 2 threads' pieces; other counts keep the two ops apart.
-        linalg::GenericOp epilogue;
-        int64_t chunks = parallelChunks(tiles, op, choice, threads);
-        // Two panels per tile, but not at the cost of threads: where the panels do not split into
-        // whole pairs per thread, one panel per tile.
-        if (choice.kind == Kind::PackedMatmul && choice.tile[1] > 1) {
-          TileChoice onePanel = choice;
-          onePanel.tile[1] = 1;
-          if (chunks < parallelChunks(tiles, op, onePanel, threads)) continue;
-        }
-        if ((choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul) && chunks <= 2)
-          if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
-            // The epilogue's loops are the matmul's parallel ones: (M, panel, column).
-            int64_t parallel = op.getNumParallelLoops();
-            LoopTile tile{SmallVector<int64_t>(ArrayRef<int64_t>(choice.tile).take_front(parallel)),
-                          SmallVector<int64_t>(ArrayRef<int64_t>(choice.interchange).take_front(parallel))};
-            setEpilogueFusion(epilogue, EpilogueFusion{tile, *operand, chunks});
-            SmallVector<int64_t> step(parallel, 0);
-            step.append(op.getNumReductionLoops(), 1);
-            setReductionStep(op, step);
-            break;
-          }
-        markTile(op, choice, chunks);
-        break;
-      }
+      markFirstFittingChoice(tiles, op, tableFor(op), threads);
     });
   }
 };
