@@ -106,6 +106,44 @@ def decode_rates(model, prompt, new_tokens, repeats, variants):
     return {name: (statistics.median(rates[name]), tokens[name], speculation[name]) for name in variants}
 
 
+def llama_cpp_rates(path, prompt, new_tokens, repeats, draft_tokens, threads, stop):
+    """llama.cpp's greedy decode tokens/s on the same GGUF file and prompt (llama-cpp-python, as
+    tools/compare_llamacpp.py builds it): plain, and with its prompt lookup
+    (llama_cpp.llama_speculative.LlamaPromptLookupDecoding, drafting `draft_tokens`, the n-gram
+    drafter its Python binding exposes; that Llama computes every position's logits, as its
+    verification needs). Up to `new_tokens` tokens, ending at a `stop` id; the rate counts the
+    tokens after the first over the time after the first (which holds the prefill), as
+    decode_rates does. Returns {variant: (median tokens/s, tokens)}."""
+    import llama_cpp
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    threads = threads or os.cpu_count()
+    engines = {"plain": None, "prompt lookup": LlamaPromptLookupDecoding(num_pred_tokens=draft_tokens)}
+    results = {}
+    for name, draft in engines.items():
+        llm = llama_cpp.Llama(
+            model_path=path,
+            n_ctx=len(prompt) + new_tokens + 2 * draft_tokens + 8,
+            n_threads=threads,
+            n_threads_batch=threads,
+            draft_model=draft,
+            verbose=False,
+        )
+        rates, tokens = [], []
+        for _ in range(repeats + 1):  # the first run warms up
+            tokens, first = [], None
+            for token in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+                if first is None:
+                    first = time.perf_counter()
+                tokens.append(int(token))
+                if int(token) in stop or len(tokens) == new_tokens:
+                    break
+            rates.append((len(tokens) - 1) / (time.perf_counter() - first))
+        results[name] = (statistics.median(rates[1:]), [t for t in tokens if t not in stop])
+        llm.close()
+    return results
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="embedded,smollm2", help="embedded, smollm2, or paths")
@@ -114,6 +152,12 @@ def main(argv):
     parser.add_argument("--draft-tokens", default="4", help="comma-separated draft lengths")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="default: all cores")
+    parser.add_argument(
+        "--llama-cpp",
+        action="store_true",
+        help="GGUF models: llama.cpp's rows beside, plain and with its prompt lookup (llama-cpp-python)",
+    )
+    parser.add_argument("--draft", default=None, help="a draft model (name or path) beside prompt lookup")
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_speculative.py " + " ".join(argv))
     print("cpu: " + describe_cpu())
@@ -123,6 +167,8 @@ def main(argv):
         "| accepted / drafted | verify steps | same tokens |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    draft = load(args.draft, args.threads)[0] if args.draft else None
+    peer_rows = []
     for name in args.models.split(","):
         model, path = load(name, args.threads)
         for task in args.tasks.split(","):
@@ -134,6 +180,8 @@ def main(argv):
             variants = {"plain": {}}
             for draft_tokens in (int(k) for k in args.draft_tokens.split(",")):
                 variants[draft_tokens] = dict(speculative="ngram", draft_tokens=draft_tokens)
+                if draft is not None:
+                    variants[f"{draft_tokens}, draft {args.draft}"] = dict(speculative=draft, draft_tokens=draft_tokens)
             results = decode_rates(model, prompt, new_tokens, args.repeats, variants)
             plain_rate, plain, _ = results.pop("plain")
             for draft_tokens, (rate, tokens, spec) in results.items():
@@ -143,6 +191,26 @@ def main(argv):
                     f"| {spec.verify_steps} | {'yes' if tokens == plain else 'NO'} |",
                     flush=True,
                 )
+            if args.llama_cpp and path.endswith(".gguf"):
+                k = int(args.draft_tokens.split(",")[0])
+                stop = set(model.end_of_generation)
+                peers = llama_cpp_rates(path, prompt, new_tokens, args.repeats, k, args.threads, stop)
+                (base, base_tokens), (rate, tokens) = peers["plain"], peers["prompt lookup"]
+                peer_rows.append(
+                    f"| {name} | {task} | {k} | {base:.1f} | {rate:.1f} | {rate / base:.2f}x "
+                    f"| {'yes' if tokens == base_tokens else 'NO'} | {'yes' if base_tokens == plain else 'NO'} |"
+                )
+    if peer_rows:
+        print(
+            "\nllama.cpp (llama-cpp-python; prompt lookup by LlamaPromptLookupDecoding) on the same files "
+            "and prompts:\n"
+        )
+        print(
+            "| model | task | draft tokens | plain tok/s | prompt lookup tok/s | speedup | same tokens "
+            "| = gpt's plain |"
+        )
+        print("|---|---|---:|---:|---:|---:|---|---|")
+        print("\n".join(peer_rows))
 
 
 if __name__ == "__main__":
