@@ -43,47 +43,42 @@ def table_rows():
 ROWS = table_rows()
 
 
-@pytest.fixture(scope="module")
-def namespace(tmp_path_factory):
-    """The names the table's inputs use (the paragraph above the table in docs/BAD_INPUT.md explains them)."""
-    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
-    options = CompileOptions(disk_cache=False)
-    model, other = GPT.random(cfg, options=options), GPT.random(cfg, seed=1, options=options)
-    full_cache = model.new_cache(4)
-    model.prefill([1, 2, 3, 4], full_cache)
-    weights = model.state_dict()
-    scratch = tmp_path_factory.mktemp("bad-input")
-    made = iter(range(10**6))
+class InputMakers:
+    """The table's makers of files, directories and states (each in a fresh path under `scratch`)."""
 
-    def weights_with(name, value):
-        return {**weights, name: value}
+    def __init__(self, cfg, model, weights, scratch):
+        self.cfg, self.model, self.weights, self.scratch = cfg, model, weights, scratch
+        self.made = iter(range(10**6))
 
-    def world_writable_directory():
-        path = scratch / f"shared{next(made)}"
+    def weights_with(self, name, value):
+        return {**self.weights, name: value}
+
+    def world_writable_directory(self):
+        path = self.scratch / f"shared{next(self.made)}"
         path.mkdir()
         path.chmod(0o777)
         return str(path)
 
-    def cache_in_use_by_another_thread():
-        cache = model.new_cache()
+    def cache_in_use_by_another_thread(self):
+        cache = self.model.new_cache()
         claimer = threading.Thread(target=cache._claim._lock.acquire)  # a call on another thread holds it
         claimer.start()
         claimer.join()
         return cache
 
-    def checkpoint(config=None, without=None, dtype=None, truncated=False, linked_out=None, fifo=None):
+    def checkpoint(self, config=None, without=None, dtype=None, truncated=False, linked_out=None, fifo=None):
         """A nano GPT-2 directory; `linked_out`: that file a link to a copy outside the directory;
         `fifo`: that file a FIFO (which nothing ever writes)."""
-        directory = scratch / f"checkpoint{next(made)}"
+        directory = self.scratch / f"checkpoint{next(self.made)}"
         directory.mkdir()
-        hf = hf_config(cfg)
+        hf = hf_config(self.cfg)
         for key, value in (config or {}).items():
             if value is None:
                 hf.pop(key, None)
             else:
                 hf[key] = value
         (directory / "config.json").write_text(json.dumps(hf))
-        tensors = {name: np.ascontiguousarray(value) for name, value in weights.items()}
+        tensors = {name: np.ascontiguousarray(value) for name, value in self.weights.items()}
         if dtype is not None:
             tensors["transformer.wte.weight"] = tensors["transformer.wte.weight"].astype(dtype)
         save_file(tensors, str(directory / "model.safetensors"))
@@ -93,7 +88,7 @@ def namespace(tmp_path_factory):
         if without:
             (directory / without).unlink()
         if linked_out:
-            outside = scratch / f"outside{next(made)}"
+            outside = self.scratch / f"outside{next(self.made)}"
             (directory / linked_out).rename(outside)
             (directory / linked_out).symlink_to(outside)
         if fifo:
@@ -101,10 +96,10 @@ def namespace(tmp_path_factory):
             os.mkfifo(directory / fifo)
         return str(directory)
 
-    def llama_checkpoint(config=None, nan=None):
+    def llama_checkpoint(self, config=None, nan=None):
         """A nano Llama directory (config.json's keys changed as `config` says; None drops one),
         with NaN in the tensor `nan`."""
-        directory = scratch / f"llama{next(made)}"
+        directory = self.scratch / f"llama{next(self.made)}"
         directory.mkdir()
         llama = GPTConfig(
             n_layer=1, n_head=4, n_kv_head=2, n_embd=32, n_ff=48, vocab_size=64, block_size=16, architecture="llama"
@@ -131,13 +126,13 @@ def namespace(tmp_path_factory):
         save_file(tensors, str(directory / "model.safetensors"))
         return str(directory)
 
-    def gguf(architecture="gpt2", truncated=False, context_length=None):
-        path = scratch / f"model{next(made)}.gguf"
-        save_gguf(weights, cfg, path, "f32")
+    def gguf(self, architecture="gpt2", truncated=False, context_length=None):
+        path = self.scratch / f"model{next(self.made)}.gguf"
+        save_gguf(self.weights, self.cfg, path, "f32")
         if architecture != "gpt2" or context_length:
             import gguf as gguf_package
 
-            changed = scratch / f"changed{next(made)}.gguf"
+            changed = self.scratch / f"changed{next(self.made)}.gguf"
             keys = (
                 {"gpt2.context_length": (context_length, gguf_package.GGUFValueType.UINT32)} if context_length else {}
             )
@@ -148,16 +143,28 @@ def namespace(tmp_path_factory):
             path.write_bytes(data[: len(data) // 3])
         return str(path)
 
-    def regression(name):
+    def regression(self, name):
         """A file of the model-file fuzzer's regression corpus; a HF directory (.hf.tar.gz) unpacked."""
         path = os.path.join("tests", "fuzz", "loader_regressions", name)
         if not name.endswith(".hf.tar.gz"):
             return path
-        directory = scratch / f"regression{next(made)}"
+        directory = self.scratch / f"regression{next(self.made)}"
         with tarfile.open(path) as archive:
             archive.extractall(directory, filter="data")
         return str(directory)
 
+
+@pytest.fixture(scope="module")
+def namespace(tmp_path_factory):
+    """The names the table's inputs use (the paragraph above the table in docs/BAD_INPUT.md explains them)."""
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
+    options = CompileOptions(disk_cache=False)
+    model, other = GPT.random(cfg, options=options), GPT.random(cfg, seed=1, options=options)
+    full_cache = model.new_cache(4)
+    model.prefill([1, 2, 3, 4], full_cache)
+    weights = model.state_dict()
+    scratch = tmp_path_factory.mktemp("bad-input")
+    makers = InputMakers(cfg, model, weights, scratch)
     return dict(
         globals(),
         np=np,
@@ -167,13 +174,13 @@ def namespace(tmp_path_factory):
         other=other,
         full_cache=full_cache,
         GPT3=GPTConfig(n_layer=96, n_head=96, n_embd=12288, vocab_size=50257, block_size=2048),
-        weights_with=weights_with,
-        world_writable_directory=world_writable_directory,
-        cache_in_use_by_another_thread=cache_in_use_by_another_thread,
-        checkpoint=checkpoint,
-        llama_checkpoint=llama_checkpoint,
-        gguf=gguf,
-        regression=regression,
+        weights_with=makers.weights_with,
+        world_writable_directory=makers.world_writable_directory,
+        cache_in_use_by_another_thread=makers.cache_in_use_by_another_thread,
+        checkpoint=makers.checkpoint,
+        llama_checkpoint=makers.llama_checkpoint,
+        gguf=makers.gguf,
+        regression=makers.regression,
         ChatTemplateError=gpt.chat.ChatTemplateError,
     )
 
