@@ -521,7 +521,8 @@ def openblas_sgemm_rate(threads, m=128, k=768, n=3072, seconds=2.0):
     return float(rate), kernel
 
 
-def main(argv):
+def parse_args(argv):
+    """The command line's options, with `peers`: the peer backends to measure."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="nano,gpt2-small")
     parser.add_argument("--threads", default="1,2")
@@ -555,20 +556,22 @@ def main(argv):
         unknown = [p for p in peers if p not in PEERS]
         if unknown:
             parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
-    if args.no_peers:
-        peers = []
-    print("command: PYTHONPATH=bazel-bin/python python3 tools/gpt_bench.py " + " ".join(argv))
-    print("cpu: " + describe_cpu())
-    print()
-    print("| model | size | params | backend | threads | test | t/s |")
-    print("|---|---|---|---|---|---|---|")
-    thread_counts = [int(t) for t in args.threads.split(",")]
-    formats = args.weights.split(",")
-    notes = []  # printed under the table
-    peer_classes = peer_runners(peers, notes)
-    decode_rates = {}  # (model, format, threads) -> our tgN tokens per second
-    prefill_rates = {}  # (model, threads, N) -> our f32 ppN tokens per second
-    for name in args.models.split(","):
+    args.peers = [] if args.no_peers else peers
+    return args
+
+
+class Bench:
+    """The table's rows, measured model by model, and what the summaries after it need."""
+
+    def __init__(self, args, peer_classes, notes):
+        self.args, self.peer_classes, self.notes = args, peer_classes, notes
+        self.thread_counts = [int(t) for t in args.threads.split(",")]
+        self.formats = args.weights.split(",")
+        self.decode_rates = {}  # (model, format, threads) -> our tgN tokens per second
+        self.prefill_rates = {}  # (model, threads, N) -> our f32 ppN tokens per second
+
+    def model(self, name):
+        """Every runner's rows for model `name`."""
         cfg = gpt.GPTConfig(**MODELS[name])
         weights = gpt.weights.random_weights(cfg, seed=0)
         params = sum(v.size for v in weights.values())
@@ -576,83 +579,108 @@ def main(argv):
         # names its model types), each followed by llama.cpp's on the same weights in that
         # format; the other peers run in f32.
         configurations = []
-        for fmt in formats:
+        for fmt in self.formats:
             configurations.append((OursRunner, fmt))
-            if LlamaCppRunner in peer_classes:
+            if LlamaCppRunner in self.peer_classes:
                 configurations.append((LlamaCppRunner, fmt))
-        configurations += [(r, "f32") for r in peer_classes if r is not LlamaCppRunner]
+        configurations += [(r, "f32") for r in self.peer_classes if r is not LlamaCppRunner]
         checked = False
         for runner_class, fmt in configurations:
             label = name if fmt == "f32" else f"{name} {fmt}"
             stored = stored_bytes(weights, fmt)
             with tempfile.TemporaryDirectory(prefix="gpt_bench-") as directory:
+                path = None
                 if runner_class is LlamaCppRunner:  # the same weights, in the format, as llama.cpp reads them
                     path = os.path.join(directory, f"{name}-{fmt}.gguf")
                     gpt.gguf_file.save_gguf(weights, cfg, path, fmt)
-                for threads in thread_counts:
-                    if runner_class is LlamaCppRunner:
-                        runner = LlamaCppRunner(path, threads)
-                    elif runner_class is OursRunner:
-                        runner = OursRunner(cfg, weights, threads, fmt)
-                    else:
-                        runner = runner_class(cfg, weights, threads)
+                for threads in self.thread_counts:
+                    runner = self.runner(runner_class, cfg, weights, threads, fmt, path)
                     size, row_params = f"{stored / 2**20:.2f} MiB", params
                     if runner_class is LlamaCppRunner:  # llama.cpp's own count, as llama-bench prints it
                         size, row_params = f"{runner.size / 2**20:.2f} MiB", runner.params
-                    for test in args.tests.split(","):
-                        kind, count = re.fullmatch(r"(fwd|pp|tg)(\d+)", test).groups()
-                        if runner_class is LlamaCppRunner and kind == "fwd":
-                            continue  # llama-bench has no such test
-                        count = int(count)
-                        ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=count).tolist()
-                        run = {"fwd": runner.forward, "pp": runner.prompt, "tg": runner.generate}[kind]
-                        run(ids)  # warm-up: compiles
-                        rates = [measure(run, ids, count, args.min_seconds) for _ in range(args.repetitions)]
-                        if runner_class is OursRunner and kind == "tg":
-                            decode_rates[name, fmt, threads] = statistics.mean(rates)
-                        if runner_class is OursRunner and kind == "pp" and fmt == "f32":
-                            prefill_rates[name, threads, count] = statistics.mean(rates)
-                        print(
-                            f"| {label} | {size} | {row_params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
-                            f"| {stats(rates)} |",
-                            flush=True,
-                        )
+                    self.tests(runner, runner_class, cfg, (name, label, size, row_params, fmt, threads))
                     if runner_class is LlamaCppRunner and not checked:
                         checked = True
                         if fmt != "f32":  # the check is on the f32 file
                             path = os.path.join(directory, f"{name}-f32.gguf")
                             gpt.gguf_file.save_gguf(weights, cfg, path, "f32")
                             runner = LlamaCppRunner(path, threads)
-                        notes.append(f"{name}: {llama_cpp_check(runner, cfg, weights)}")
+                        self.notes.append(f"{name}: {llama_cpp_check(runner, cfg, weights)}")
                     del runner
+
+    @staticmethod
+    def runner(runner_class, cfg, weights, threads, fmt, path):
+        if runner_class is LlamaCppRunner:
+            return LlamaCppRunner(path, threads)
+        if runner_class is OursRunner:
+            return OursRunner(cfg, weights, threads, fmt)
+        return runner_class(cfg, weights, threads)
+
+    def tests(self, runner, runner_class, cfg, row):
+        """The rows of each of --tests on `runner`; `row`: (model, label, size, params, format, threads)."""
+        name, label, size, row_params, fmt, threads = row
+        for test in self.args.tests.split(","):
+            kind, count = re.fullmatch(r"(fwd|pp|tg)(\d+)", test).groups()
+            if runner_class is LlamaCppRunner and kind == "fwd":
+                continue  # llama-bench has no such test
+            count = int(count)
+            ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=count).tolist()
+            run = {"fwd": runner.forward, "pp": runner.prompt, "tg": runner.generate}[kind]
+            run(ids)  # warm-up: compiles
+            rates = [measure(run, ids, count, self.args.min_seconds) for _ in range(self.args.repetitions)]
+            if runner_class is OursRunner and kind == "tg":
+                self.decode_rates[name, fmt, threads] = statistics.mean(rates)
+            if runner_class is OursRunner and kind == "pp" and fmt == "f32":
+                self.prefill_rates[name, threads, count] = statistics.mean(rates)
+            print(
+                f"| {label} | {size} | {row_params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
+                f"| {stats(rates)} |",
+                flush=True,
+            )
+
+    def print_decode_against_floor(self):
+        """Our decode time per token against the time to read the weights once at the measured bandwidth."""
+        print()
+        print(
+            "| model | threads | weight bytes per decode step | read bandwidth | floor (ms/token) "
+            "| gpt-mlir-jit decode (ms/token) | decode / floor |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for threads in self.thread_counts:
+            bandwidth = read_bandwidth(threads)
+            for name, fmt in ((name, fmt) for name in self.args.models.split(",") for fmt in self.formats):
+                if (name, fmt, threads) not in self.decode_rates:
+                    continue
+                weight_bytes = decode_weight_bytes(gpt.GPTConfig(**MODELS[name]), fmt)
+                floor_ms = 1e3 * weight_bytes / bandwidth
+                ours_ms = 1e3 / self.decode_rates[name, fmt, threads]
+                label = name if fmt == "f32" else f"{name} {fmt}"
+                print(
+                    f"| {label} | {threads} | {weight_bytes / 1e6:.1f} MB | {bandwidth / 1e9:.1f} GB/s "
+                    f"| {floor_ms:.3f} | {ours_ms:.3f} | {ours_ms / floor_ms:.2f}x |",
+                    flush=True,
+                )
+
+
+def main(argv):
+    args = parse_args(argv)
+    print("command: PYTHONPATH=bazel-bin/python python3 tools/gpt_bench.py " + " ".join(argv))
+    print("cpu: " + describe_cpu())
+    print()
+    print("| model | size | params | backend | threads | test | t/s |")
+    print("|---|---|---|---|---|---|---|")
+    notes = []  # printed under the table
+    bench = Bench(args, peer_runners(args.peers, notes), notes)
+    for name in args.models.split(","):
+        bench.model(name)
     if notes:
         print()
         for note in notes:
             print(note)
-    if prefill_rates:
-        print_prefill_against_sgemm(prefill_rates, thread_counts)
-    if not decode_rates:
-        return
-    print()
-    print(
-        "| model | threads | weight bytes per decode step | read bandwidth | floor (ms/token) "
-        "| gpt-mlir-jit decode (ms/token) | decode / floor |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for threads in thread_counts:
-        bandwidth = read_bandwidth(threads)
-        for name, fmt in ((name, fmt) for name in args.models.split(",") for fmt in formats):
-            if (name, fmt, threads) not in decode_rates:
-                continue
-            weight_bytes = decode_weight_bytes(gpt.GPTConfig(**MODELS[name]), fmt)
-            floor_ms = 1e3 * weight_bytes / bandwidth
-            ours_ms = 1e3 / decode_rates[name, fmt, threads]
-            label = name if fmt == "f32" else f"{name} {fmt}"
-            print(
-                f"| {label} | {threads} | {weight_bytes / 1e6:.1f} MB | {bandwidth / 1e9:.1f} GB/s "
-                f"| {floor_ms:.3f} | {ours_ms:.3f} | {ours_ms / floor_ms:.2f}x |",
-                flush=True,
-            )
+    if bench.prefill_rates:
+        print_prefill_against_sgemm(bench.prefill_rates, bench.thread_counts)
+    if bench.decode_rates:
+        bench.print_decode_against_floor()
 
 
 def print_prefill_against_sgemm(prefill_rates, thread_counts):
