@@ -1,70 +1,24 @@
-"""JSON-schema-constrained decoding (gpt.structured_output) and tool calls (gpt.tool_calls): a small
-random Llama with a byte-level tokenizer (its text is garbage, the hard case for a grammar) answers
-100 of 100 times with JSON that validates against nested, array, enum, bounded and required-field
-schemas, through model.generate, the engine and the server's response_format (both endpoints,
-plain and streamed); refused schemas are 400s naming the field; tools render through a
-Qwen2.5-style template and the model's calls are parsed in Hermes and Llama 3 formats; a named
-tool_choice yields a call to that function. SmolLM2 answers json_object with an object."""
+"""JSON-schema-constrained decoding (gpt.structured_output): a small random Llama with a byte-level
+tokenizer (qwen_like.py; its text is garbage, the hard case for a grammar) answers 100 of 100
+times with JSON that validates against nested, array, enum, bounded and required-field schemas,
+through model.generate, the engine, the server's response_format (both endpoints, plain and
+streamed), the command line and the `openai` client; refused schemas are 400s naming the field.
+SmolLM2 answers json_object with an object. Tool calls: test_structured_output_tools.py."""
 
 import json
 import os
-import shutil
 
 import jsonschema
 import numpy as np
 import pytest
-import torch
 from fastapi.testclient import TestClient
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.utils.chat_template_utils import render_jinja_template
 
 import gpt
 from gpt import models as installed
-from gpt import structured_output, tool_calls
+from gpt import structured_output
 from gpt.engine import Engine
 from gpt.server import create_app
-
-CONTEXT = 2048
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 256, 257, 258 after the 256 bytes
-TOOL_TOKENS = ("<tool_call>", "</tool_call>")  # 259, 260: added, not special, as in Qwen2.5's vocabulary
-IM_END = 258
-# Qwen2.5's chat template (Qwen/Qwen2.5-7B-Instruct tokenizer_config.json), trimmed: tools in the
-# system turn, an assistant's tool_calls as <tool_call> blocks, tool answers as <tool_response>.
-QWEN25 = (
-    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
-    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}"
-    "{%- else %}{{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}{%- endif %}"
-    '{{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n'
-    'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}'
-    '{%- for tool in tools %}{{- "\\n" }}{{- tool | tojson }}{%- endfor %}'
-    '{{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments '
-    'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, '
-    '\\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}'
-    "{%- else %}{%- if messages[0]['role'] == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
-    "{%- endif %}{%- endif %}"
-    "{%- for message in messages %}"
-    '{%- if (message.role == "user") or (message.role == "system" and not loop.first) '
-    'or (message.role == "assistant" and not message.tool_calls) %}'
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
-    '{%- elif message.role == "assistant" %}'
-    "{{- '<|im_start|>' + message.role }}"
-    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
-    "{%- for tool_call in message.tool_calls %}"
-    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
-    '{{- \'\\n<tool_call>\\n{"name": "\' }}{{- tool_call.name }}{{- \'", "arguments": \' }}'
-    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}"
-    "{%- endfor %}{{- '<|im_end|>\\n' }}"
-    '{%- elif message.role == "tool" %}'
-    "{%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}"
-    "{%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+from qwen_like import CONTEXT, IM_END, QUESTION, TIME, WEATHER, model_directory, prompt_ids, serve, sse, valid
 
 NESTED = {
     "type": "object",
@@ -129,67 +83,11 @@ ORDER = {
     "additionalProperties": False,
 }
 SCHEMAS = [NESTED, ARRAYS, ENUMS, ORDER]
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 16},
-                "unit": {"enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "parameters": {
-            "type": "object",
-            "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}},
-            "required": ["zone"],
-            "additionalProperties": False,
-        },
-    },
-}
-QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
 def directory(tmp_path_factory):
-    """A random LlamaForCausalLM with a byte-level BPE tokenizer, ChatML's special tokens, Qwen2.5's
-    <tool_call> tokens and its (trimmed) template; its end of turn is <|im_end|>."""
-    directory = str(tmp_path_factory.mktemp("qwen-like"))
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
-    tokenizer.save(os.path.join(directory, "tokenizer.json"))
-    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
-        json.dump({"chat_template": QWEN25, "eos_token": "<|im_end|>", "bos_token": None}, f)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=256 + len(SPECIALS) + len(TOOL_TOKENS),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=96,
-        max_position_embeddings=CONTEXT,
-        bos_token_id=None,
-        eos_token_id=IM_END,
-        initializer_range=0.3,
-        tie_word_embeddings=False,
-    )
-    LlamaForCausalLM(config).eval().save_pretrained(directory, safe_serialization=True)
-    return directory
+    return model_directory(str(tmp_path_factory.mktemp("qwen-like")))
 
 
 @pytest.fixture(scope="module")
@@ -199,25 +97,8 @@ def model(directory):
 
 @pytest.fixture(scope="module")
 def client(model, directory):
-    engine = Engine(model, num_blocks=4 * CONTEXT // 16)
-    with TestClient(create_app(engine, "qwen-like", model_dir=directory)) as client:
+    with serve(model, directory) as client:
         yield client
-
-
-def prompt_ids(directory, messages, **variables):
-    """The conversation's tokens, made without gpt: transformers' renderer and `tokenizers`."""
-    rendered = render_jinja_template(
-        conversations=[messages], chat_template=QWEN25, add_generation_prompt=True, **variables
-    )[0][0]
-    return Tokenizer.from_file(os.path.join(directory, "tokenizer.json")).encode(rendered, add_special_tokens=False).ids
-
-
-def valid(text: str, schema) -> bool:
-    try:
-        jsonschema.validate(json.loads(text), schema)
-    except (ValueError, jsonschema.ValidationError):
-        return False
-    return True
 
 
 # -- model.generate -----------------------------------------------------------------------------
@@ -355,12 +236,6 @@ def test_a_grammar_that_cannot_go_on_fails_its_request_alone(model, directory, m
 # -- the server: response_format -----------------------------------------------------------------
 
 
-def sse(response) -> list[dict]:
-    events = [line[len("data: ") :] for line in response.iter_lines() if line]
-    assert events[-1] == "[DONE]"
-    return [json.loads(event) for event in events[:-1]]
-
-
 def schema_format(schema):
     return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
 
@@ -431,190 +306,6 @@ def test_refused_response_formats_name_the_field(client, response_format, status
         assert error["param"] == "response_format" and fragment in error["message"], error
 
 
-# -- tool calls ----------------------------------------------------------------------------------
-
-
-def test_hermes_calls_are_parsed_out_of_the_text():
-    text = (
-        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n'
-        '</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {"zone": 1}}\n</tool_call>'
-    )
-    content, calls = tool_calls.parse(text)
-    assert content == "Let me check.\n"
-    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
-        ("get_weather", {"city": "Paris", "unit": "celsius"}),
-        ("get_time", {"zone": 1}),
-    ]
-    assert len({c.id for c in calls}) == 2 and all(c.id.startswith("call_") for c in calls)
-    # An unclosed last block (the answer ended at its end of turn) is still a call.
-    _, calls = tool_calls.parse('<tool_call>\n{"name": "get_time", "arguments": {"zone": -3}}\n')
-    assert [(c.name, c.arguments) for c in calls] == [("get_time", '{"zone": -3}')]
-    # A block whose JSON does not parse leaves the whole answer as content, as vLLM's parser does.
-    broken = 'x <tool_call>{"name": "get_time", "arguments": {"zone": </tool_call>'
-    assert tool_calls.parse(broken) == (broken, [])
-    assert tool_calls.parse("Just text.") == ("Just text.", [])
-
-
-def test_llama3_json_calls_are_parsed():
-    content, calls = tool_calls.parse('<|python_tag|>{"name": "get_time", "parameters": {"zone": 2}}')
-    assert content is None and [(c.name, c.arguments) for c in calls] == [("get_time", '{"zone": 2}')]
-    _, calls = tool_calls.parse(
-        '{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "celsius"}}; '
-        '{"name": "get_time", "arguments": "{\\"zone\\": 1}"}'
-    )
-    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
-        ("get_weather", {"city": "Oslo", "unit": "celsius"}),
-        ("get_time", {"zone": 1}),
-    ]
-    # JSON that is no call is an answer.
-    assert tool_calls.parse('{"city": "Oslo"}') == ('{"city": "Oslo"}', [])
-
-
-def test_a_streamed_answer_holds_back_only_what_may_be_a_call():
-    text = 'Checking.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": 5}}\n</tool_call>'
-    stream = tool_calls.ToolCallStream()
-    sent = "".join(stream.feed(c) for c in text)
-    rest, calls = stream.finish()
-    assert sent + rest == "Checking.\n" and [(c.name, c.arguments) for c in calls] == [("get_time", '{"zone": 5}')]
-    stream = tool_calls.ToolCallStream()
-    assert "".join(stream.feed(c) for c in "a <tool") == "a "  # "<tool" may begin a call
-    assert stream.feed("box>") == "<toolbox>" and stream.finish() == ("", [])
-    stream = tool_calls.ToolCallStream()
-    assert stream.feed('{"name": "get_time", "parameters": {"zone": 5}}') == ""  # a Llama 3 call, perhaps
-    assert stream.finish()[1][0].name == "get_time"
-
-
-def test_tools_and_tool_messages_render_through_the_template(client, directory):
-    """A conversation with tools, an assistant's tool_calls and a tool's answer is rendered as
-    transformers renders it (arguments as an object), with tool_choice "none" without the tools."""
-    messages = QUESTION + [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "22 degrees"},
-    ]
-    rendered_messages = messages[:1] + [
-        {"role": "assistant", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-        {"role": "tool", "content": "22 degrees"},
-    ]
-    for tool_choice, variables in (("auto", {"tools": [WEATHER]}), ("none", {})):
-        body = dict(messages=messages, tools=[WEATHER], tool_choice=tool_choice, max_tokens=1, temperature=0)
-        answer = client.post("/v1/chat/completions", json=body).json()
-        assert answer["usage"]["prompt_tokens"] == len(prompt_ids(directory, rendered_messages, **variables)), answer
-    # Today's checks of messages still hold: a tool message needs its call's id, content is needed.
-    for bad, fragment in (
-        ({"role": "tool", "content": "x"}, "only a tool message, has the tool_call_id"),
-        ({"role": "user"}, "a user message needs its content"),
-        ({"role": "user", "content": "x", "tool_calls": []}, "tool_calls are an assistant's"),
-    ):
-        response = client.post("/v1/chat/completions", json=dict(messages=[bad]))
-        assert response.status_code == 422 and fragment in response.json()["error"]["message"]
-
-
-def call_arguments(call, tool):
-    assert call["type"] == "function" and call["id"].startswith("call_")
-    assert call["function"]["name"] == tool["function"]["name"]
-    arguments = json.loads(call["function"]["arguments"])
-    jsonschema.validate(arguments, tool["function"]["parameters"])
-    return arguments
-
-
-def test_a_named_tool_choice_yields_a_call_to_that_function_plain_and_streamed(client):
-    for seed in range(4):
-        choice = {"type": "function", "function": {"name": "get_weather"}}
-        body = dict(messages=QUESTION, tools=[TIME, WEATHER], tool_choice=choice, temperature=1.0, seed=seed)
-        answer = client.post("/v1/chat/completions", json=body).json()
-        [result] = answer["choices"]
-        assert result["finish_reason"] == "tool_calls" and result["message"]["content"] is None, answer
-        [call] = result["message"]["tool_calls"]
-        arguments = call_arguments(call, WEATHER)
-        with client.stream("POST", "/v1/chat/completions", json=body | {"stream": True}) as streamed:
-            chunks = sse(streamed)
-        deltas = [chunk["choices"][0]["delta"] for chunk in chunks]
-        assert "".join(d.get("content") or "" for d in deltas) == ""  # the call is no content
-        [streamed_call] = [call for d in deltas for call in d.get("tool_calls", ())]
-        assert streamed_call["index"] == 0 and call_arguments(streamed_call, WEATHER) == arguments
-        assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
-
-
-def test_required_tool_choice_yields_calls_to_the_tools(client):
-    for seed in range(4):
-        body = dict(messages=QUESTION, tools=[TIME, WEATHER], tool_choice="required", temperature=1.0, seed=seed)
-        body["parallel_tool_calls"] = False
-        [result] = client.post("/v1/chat/completions", json=body).json()["choices"]
-        assert result["finish_reason"] == "tool_calls", result
-        [call] = result["message"]["tool_calls"]
-        call_arguments(call, {"get_time": TIME, "get_weather": WEATHER}[call["function"]["name"]])
-
-
-@pytest.mark.parametrize(
-    "fields, param, fragment",
-    [
-        (dict(tool_choice="required"), "tool_choice", "a call is required, but the request has no tools"),
-        (
-            dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}),
-            "tool_choice",
-            "the function 'nope' is not among the tools (get_weather)",
-        ),
-        (dict(tools=[WEATHER, WEATHER]), "tools", "two tools are named 'get_weather'"),
-        (
-            dict(tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"}),
-            "response_format",
-            "both constrain the answer",
-        ),
-        (
-            dict(
-                tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "strin"}}}],
-                tool_choice="required",
-            ),
-            "tools",
-            "tools: the forced call's parameters is refused by the grammar library",
-        ),
-    ],
-)
-def test_refused_tools_name_the_field(client, fields, param, fragment):
-    response = client.post("/v1/chat/completions", json=dict(messages=QUESTION) | fields)
-    assert response.status_code == 400, response.text
-    assert response.json()["error"]["param"] == param and fragment in response.json()["error"]["message"]
-
-
-@pytest.mark.parametrize(
-    "fields, param, fragment",
-    [
-        (dict(tool_choice="maybe"), "tool_choice", "tool_choice: Input should be 'none', 'auto' or 'required'"),
-        (dict(tool_choice=3), "tool_choice", 'tool_choice: must be "none", "auto", "required" or {"type": "function"'),
-        (dict(tools=[{"type": "function", "function": {"name": "a b"}}]), "tools", "tools.0.function.name"),
-        (dict(tools=[WEATHER] * 129), "tools", "tools: List should have at most 128 items"),
-    ],
-)
-def test_malformed_tool_fields_are_422_naming_the_field(client, fields, param, fragment):
-    response = client.post("/v1/chat/completions", json=dict(messages=QUESTION) | fields)
-    assert response.status_code == 422, response.text
-    assert response.json()["error"]["param"] == param and fragment in response.json()["error"]["message"]
-
-
-def test_tools_need_a_template_that_renders_them(tmp_path, model, directory):
-    """SmolLM2's ChatML template has no tools: a request with tools is refused, not answered blind."""
-    plain = tmp_path / "plain"
-    plain.mkdir()
-    for name in ("tokenizer.json", "config.json", "model.safetensors"):
-        shutil.copy(os.path.join(directory, name), plain / name)
-    template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    (plain / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
-    with TestClient(create_app(Engine(model), "plain", model_dir=str(plain))) as plain_client:
-        response = plain_client.post("/v1/chat/completions", json=dict(messages=QUESTION, tools=[WEATHER]))
-    assert response.status_code == 400 and response.json()["error"]["param"] == "tools"
-    assert "does not render tools" in response.json()["error"]["message"]
-
-
 # -- SmolLM2 -------------------------------------------------------------------------------------
 
 
@@ -664,6 +355,9 @@ def test_cli_generate_json_schema_file(tmp_path):
         result = run("--json-schema", str(schema))
         assert result.returncode == 2 and result.stderr.startswith("gpt: error: "), result.stderr
         assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# -- the openai client ---------------------------------------------------------------------------
 
 
 def test_the_openai_client_sends_response_format_and_tools(client):
