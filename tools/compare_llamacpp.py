@@ -322,6 +322,22 @@ def pytorch_reference(path, threads):
     return logits
 
 
+def print_logits_table_header(args):
+    print(f"\n### Logits teacher-forced over llama.cpp's greedy continuations ({args.teacher_tokens} tokens each)\n")
+    print(
+        "gpt's `forward` and llama.cpp's `logits_all` against llama.cpp's logits, and against PyTorch "
+        "(transformers' LlamaForCausalLM in float32 on the file's tensors dequantized by transformers' "
+        "own GGUF loader: the model as the file defines it, with no activation quantization). The "
+        "positions compared are those that predict a continuation's tokens; **all continuations** "
+        "pools them; the paragraph's own tokens are human-written text, every position compared.\n"
+    )
+    print(
+        "| engine | weights | sequence | positions | top-1 = llama.cpp's | mean KL(llama.cpp ‖ engine) | max KL "
+        "| top-1 = PyTorch's | mean KL(PyTorch ‖ engine) | max KL |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+
+
 def correctness(args):
     import gpt
     from gpt import chat
@@ -381,19 +397,7 @@ def correctness(args):
         greedy_rows.append(("PyTorch", "f32 (dequantized file)", ids[len(prompt) :]))
         del pytorch
 
-    print(f"\n### Logits teacher-forced over llama.cpp's greedy continuations ({args.teacher_tokens} tokens each)\n")
-    print(
-        "gpt's `forward` and llama.cpp's `logits_all` against llama.cpp's logits, and against PyTorch "
-        "(transformers' LlamaForCausalLM in float32 on the file's tensors dequantized by transformers' "
-        "own GGUF loader: the model as the file defines it, with no activation quantization). The "
-        "positions compared are those that predict a continuation's tokens; **all continuations** "
-        "pools them; the paragraph's own tokens are human-written text, every position compared.\n"
-    )
-    print(
-        "| engine | weights | sequence | positions | top-1 = llama.cpp's | mean KL(llama.cpp ‖ engine) | max KL "
-        "| top-1 = PyTorch's | mean KL(PyTorch ‖ engine) | max KL |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print_logits_table_header(args)
 
     def rows_of(logits_by_name, chosen):
         return np.concatenate([logits_by_name[seq.name][seq.rows] for seq in chosen])
@@ -418,6 +422,11 @@ def correctness(args):
         del model
         fmt, model = next(models, (None, None))
 
+    print_greedy_table(args, tokenizer, prompt, expected, greedy_rows)
+
+
+def print_greedy_table(args, tokenizer, prompt, expected, greedy_rows):
+    """Each engine's greedy tokens (`greedy_rows`: engine, weights, tokens) against llama.cpp's `expected`."""
     print(f"\n### Greedy decoding: {args.greedy_tokens} tokens from a chat prompt of {len(prompt)} tokens\n")
     print(
         f"Prompt {CHAT[0]['content']!r} in the file's chat template; EOS does not stop either engine. "
