@@ -32,4 +32,12 @@ python3 -m ruff check . || status=1
 python3 -m ruff format --check . || status=1
 clang-format-19 --dry-run --Werror "${cpp_files[@]}" || status=1
 python3 tools/function_limits.py || status=1
+# python/gpt/_gpt.pyi against the built extension (mypy's stubtest, pinned in requirements.txt), with
+# the justified exceptions in tools/stubtest_allowlist.txt; it needs `bazel build //python:gpt`.
+if [[ -f bazel-bin/python/gpt/_gpt.so ]]; then
+  (cd bazel-bin/python && python3 -m mypy.stubtest --mypy-config-file "$OLDPWD/tools/stubtest.ini" \
+    --allowlist "$OLDPWD/tools/stubtest_allowlist.txt" gpt._gpt) || status=1
+else
+  echo "lint: stubtest of gpt._gpt skipped: bazel-bin/python/gpt/_gpt.so is not built (bazel build //python:gpt)"
+fi
 exit "$status"

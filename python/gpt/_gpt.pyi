@@ -191,6 +191,20 @@ class CompiledModel:
     def borrowed_parameters(self) -> list[str]:
         """Names of the supplied weights compiled code reads in place; the others were copied (packed, converted)."""
 
+    def packed_weights_key(self, source_key: str) -> str:
+        """What the model's laid-out weights are a function of (the source's key, this compiler build, every
+        parameter's format, layout and shape): the header of its packed-weights file; empty when this build
+        cannot be told apart from others."""
+
+    def bind_packed_weights(self, weights: list[npt.NDArray[np.float32] | None], path: str, source_key: str) -> bool:
+        """Binds the weights from the packed-weights file at `path` (written by write_packed_weights for the
+        same key) instead of laying them out: True when it did; False, binding nothing, when the file is
+        absent, another key's, truncated or corrupt. Only the borrowed weights are read, the others may be None."""
+
+    def write_packed_weights(self, path: str, source_key: str) -> None:
+        """Writes the bound weights' laid-out bytes to `path` (atomically) for a later bind_packed_weights;
+        raises RuntimeError naming the path when it cannot be written."""
+
     def stored_weight(self, name: str) -> npt.NDArray[np.float32]:
         """The values the model computes with for a weight that is not borrowed: unpacked and dequantized."""
 
