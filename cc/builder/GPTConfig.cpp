@@ -27,16 +27,14 @@ std::string GPTConfig::validate() const {
   auto positive = [](int64_t v) { return v > 0; };
   if (!positive(nLayer) || !positive(nHead) || !positive(nEmbd) || !positive(vocabSize) || !positive(blockSize))
     return "n_layer, n_head, n_embd, vocab_size and block_size must all be positive";
-  if (nEmbd % nHead != 0)
-    return "n_embd (" + std::to_string(nEmbd) + ") must be divisible by n_head (" + std::to_string(nHead) + ")";
+  if (headDim < 0) return "head_dim must be positive (or 0 for n_embd / n_head), got " + std::to_string(headDim);
+  if (headDim == 0 && nEmbd % nHead != 0)
+    return "n_embd (" + std::to_string(nEmbd) + ") must be divisible by n_head (" + std::to_string(nHead) +
+           "), or head_dim given";
   if (nKvHead < 0 || nHead % kvHeads() != 0)
     return "n_kv_head (" + std::to_string(nKvHead) + ") must divide n_head (" + std::to_string(nHead) + ")";
   if (nFf < 0) return "n_ff must be positive (or 0 for 4 n_embd), got " + std::to_string(nFf);
-  if (headDim != 0 && headDim != nEmbd / nHead)
-    return "head_dim (" + std::to_string(headDim) + ") other than n_embd / n_head (" + std::to_string(nEmbd / nHead) +
-           ") is not supported yet";
-  if (rope && headSize() % 2 != 0)
-    return "rope needs an even head size, got n_embd / n_head = " + std::to_string(headSize());
+  if (rope && headSize() % 2 != 0) return "rope needs an even head size, got " + std::to_string(headSize());
   if (!(layerNormEps > 0.0f) || !std::isfinite(layerNormEps)) return "layer_norm_eps must be a positive finite number";
   if (!(ropeBase > 1.0f) || !std::isfinite(ropeBase)) return "rope_base must be a finite number > 1";
   if (ropeScaling.factor != 0.0f &&

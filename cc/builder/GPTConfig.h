@@ -72,9 +72,8 @@ struct GPTConfig {
   float ropeBase = 10000.0f;
   RopeLayout ropeLayout = RopeLayout::Half;
   RopeScaling ropeScaling;
-  /// The width of an attention head; 0: nEmbd / nHead. validate() refuses any other value for
-  /// now: the layer recipe sizes q and the output projection by qSize(), but the attention
-  /// lowering and the runtimes have not been checked with heads apart from n_embd / n_head.
+  /// The width of an attention head; 0: nEmbd / nHead. Any other width (Gemma's 256, Qwen3's)
+  /// sizes q and the output projection by qSize() and the caches by headSize().
   int64_t headDim = 0;
 
   /// An empty string when the configuration is usable, else what is wrong with it.

@@ -107,12 +107,12 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorage &storage) {
   if (storage.tiles.panelWidth <= 0 || storage.tiles.vocabMultiple <= 0)
     throw std::invalid_argument("the weight storage has no tile parameters: target::tileParameters of the target");
-  const int64_t d = c.nEmbd, ff = c.ffSize();
+  const int64_t d = c.nEmbd, ff = c.ffSize(), q = c.qSize();
   std::vector<WeightFormat> formats = {storage.format};
   for (const auto &[name, format] : storage.formatOverrides) formats.push_back(format);
-  // Every matmul's K is n_embd or n_ff.
+  // Every matmul's K is n_embd, n_ff or (the output projection's) n_head * head_dim.
   for (WeightFormat format : formats) {
-    for (auto [k, what] : {std::pair<int64_t, const char *>{d, "n_embd"}, {ff, "n_ff"}}) {
+    for (auto [k, what] : {std::pair<int64_t, const char *>{d, "n_embd"}, {ff, "n_ff"}, {q, "n_head * head_dim"}}) {
       if (storage.packed && isBlockQuantized(format) && k % kernels::kQuantBlock != 0)
         throw std::invalid_argument(std::string(weightFormatName(format)) + " weights need " + what + " (" +
                                     std::to_string(k) + ") to be a multiple of " +

@@ -8,7 +8,7 @@ GPTConfig's fields (gpt.GPTConfig; every default is GPT-2's, so existing callers
 
     n_layer, n_head, n_embd, vocab_size, block_size   # as before
     architecture: str = "gpt2"            # "gpt2" | "llama" | "qwen2" | "phi3": a key of ARCHITECTURES
-    head_dim: int | None = None           # None: n_embd / n_head (the only width supported yet)
+    head_dim: int | None = None           # None: n_embd / n_head; q is n_head heads of head_size
     pos_embedding: str | None = None      # "learned" | "rope"; None: the architecture's positions
     layer_norm_eps: float = 1e-5          # the eps of every norm (LayerNorm or RMSNorm)
     n_kv_head: int | None = None          # grouped-query attention; None: n_head (divides n_head)
@@ -49,6 +49,7 @@ class ModelConfig(Protocol):
     n_layer: int
     n_embd: int
     n_ff: int
+    n_head: int
     n_kv_head: int
     head_size: int
     vocab_size: int
@@ -194,6 +195,11 @@ def _d(c: ModelConfig) -> int:
     return c.n_embd
 
 
+def _q(c: ModelConfig) -> int:
+    """The width of the queries (and of the attention output projection's input)."""
+    return c.n_head * c.head_size
+
+
 def _kv(c: ModelConfig) -> int:
     return c.n_kv_head * c.head_size
 
@@ -218,15 +224,15 @@ def _same(hf: str, gguf: str, shape: Shape, **kwargs) -> Parameter:
 _G = GPT2_NAMES
 # GPT-2: HF's GPT2LMHeadModel names (Conv1D weights [in, out], which the compiler takes as they
 # are) and llama.cpp's `gpt2` GGUF names (those weights stored [out, in]). q, k and v come fused
-# in c_attn: with grouped-query attention it is [d, d + 2 kv].
+# in c_attn: [d, q + 2 kv] (q = n_head heads, kv = n_kv_head heads of head_size).
 _GPT2 = (
     _same(_G("token_embedding"), "token_embd.weight", lambda c: (c.vocab_size, _d(c))),
     _same(_G("position_embedding"), "position_embd.weight", lambda c: (c.block_size, _d(c)), present=_learned),
     _same(_G("attn_norm"), "blk.{i}.attn_norm.weight", lambda c: (_d(c),)),
     _same(_G("attn_norm", "bias"), "blk.{i}.attn_norm.bias", lambda c: (_d(c),)),
-    _same(_G("qkv"), "blk.{i}.attn_qkv.weight", lambda c: (_d(c), _d(c) + 2 * _kv(c)), gguf_transposed=True),
-    _same(_G("qkv", "bias"), "blk.{i}.attn_qkv.bias", lambda c: (_d(c) + 2 * _kv(c),)),
-    _same(_G("attn_out"), "blk.{i}.attn_output.weight", lambda c: (_d(c), _d(c)), gguf_transposed=True),
+    _same(_G("qkv"), "blk.{i}.attn_qkv.weight", lambda c: (_d(c), _q(c) + 2 * _kv(c)), gguf_transposed=True),
+    _same(_G("qkv", "bias"), "blk.{i}.attn_qkv.bias", lambda c: (_q(c) + 2 * _kv(c),)),
+    _same(_G("attn_out"), "blk.{i}.attn_output.weight", lambda c: (_q(c), _d(c)), gguf_transposed=True),
     _same(_G("attn_out", "bias"), "blk.{i}.attn_output.bias", lambda c: (_d(c),)),
     _same(_G("mlp_norm"), "blk.{i}.ffn_norm.weight", lambda c: (_d(c),)),
     _same(_G("mlp_norm", "bias"), "blk.{i}.ffn_norm.bias", lambda c: (_d(c),)),
@@ -245,7 +251,7 @@ _L = LLAMA_NAMES
 _LLAMA_EMBEDDING = _same(_L("token_embedding"), "token_embd.weight", lambda c: (c.vocab_size, _d(c)))
 _LLAMA_ATTN_NORM = _same(_L("attn_norm"), "blk.{i}.attn_norm.weight", lambda c: (_d(c),))
 _LLAMA_ATTN_OUT = Parameter(
-    _L("attn_out"), "blk.{i}.attn_output.weight", lambda c: (_d(c), _d(c)), _L("attn_out"), linear=True
+    _L("attn_out"), "blk.{i}.attn_output.weight", lambda c: (_d(c), _q(c)), _L("attn_out"), linear=True
 )
 _LLAMA_MLP_NORM = _same(_L("mlp_norm"), "blk.{i}.ffn_norm.weight", lambda c: (_d(c),))
 _LLAMA_MLP_DOWN = Parameter(
@@ -257,14 +263,14 @@ _LLAMA_TAIL = (
 )
 
 # Llama (and Qwen2, which adds q/k/v biases): HF's LlamaForCausalLM names; llama.cpp's `llama` /
-# `qwen2` GGUF names. The compiler fuses q, k and v into one [d, d + 2 kv] matmul and gate and up
+# `qwen2` GGUF names. The compiler fuses q, k and v into one [d, q + 2 kv] matmul and gate and up
 # into one [d, 2 n_ff], so that each runs as one matmul over the activations.
 _QKV, _QKV_BIAS, _GATE_UP = _L("qkv"), _L("qkv", "bias"), _L("mlp_up")
 _LLAMA = (
     _LLAMA_EMBEDDING,
     _LLAMA_ATTN_NORM,
     Parameter(
-        "model.layers.{i}.self_attn.q_proj.weight", "blk.{i}.attn_q.weight", lambda c: (_d(c), _d(c)), _QKV, 0, True
+        "model.layers.{i}.self_attn.q_proj.weight", "blk.{i}.attn_q.weight", lambda c: (_q(c), _d(c)), _QKV, 0, True
     ),
     Parameter(
         "model.layers.{i}.self_attn.k_proj.weight", "blk.{i}.attn_k.weight", lambda c: (_kv(c), _d(c)), _QKV, 1, True
@@ -275,7 +281,7 @@ _LLAMA = (
     Parameter(
         "model.layers.{i}.self_attn.q_proj.bias",
         "blk.{i}.attn_q.bias",
-        lambda c: (_d(c),),
+        lambda c: (_q(c),),
         _QKV_BIAS,
         0,
         present=_qkv_bias,
@@ -315,7 +321,7 @@ _LLAMA = (
 _PHI3 = (
     _LLAMA_EMBEDDING,
     _LLAMA_ATTN_NORM,
-    Parameter(_QKV, "blk.{i}.attn_qkv.weight", lambda c: (_d(c) + 2 * _kv(c), _d(c)), _QKV, linear=True),
+    Parameter(_QKV, "blk.{i}.attn_qkv.weight", lambda c: (_q(c) + 2 * _kv(c), _d(c)), _QKV, linear=True),
     _LLAMA_ATTN_OUT,
     _LLAMA_MLP_NORM,
     Parameter(_GATE_UP, "blk.{i}.ffn_up.weight", lambda c: (2 * c.n_ff, _d(c)), _GATE_UP, linear=True),

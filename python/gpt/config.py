@@ -118,15 +118,14 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
             if value > MAX_DIMENSION:
                 raise ValueError(f"GPTConfig.{name}={value} is larger than {MAX_DIMENSION}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         head_dim = self.head_dim
         if head_dim is not None and (isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0):
             raise ValueError(f"GPTConfig.head_dim must be None or a positive int, got {head_dim!r}")
-        if head_dim is not None and head_dim != self.n_embd // self.n_head:
+        if head_dim is not None and head_dim > MAX_DIMENSION:
+            raise ValueError(f"GPTConfig.head_dim={head_dim} is larger than {MAX_DIMENSION}")
+        if head_dim is None and self.n_embd % self.n_head:
             raise ValueError(
-                f"GPTConfig.head_dim={head_dim} is not supported: only n_embd / n_head = "
-                f"{self.n_embd // self.n_head} is (heads of another width are not compiled yet)"
+                f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}), or head_dim given"
             )
         if self.pos_embedding not in POS_EMBEDDINGS:
             raise ValueError(f"GPTConfig.pos_embedding must be one of {POS_EMBEDDINGS}, got {self.pos_embedding!r}")
@@ -191,7 +190,8 @@ class GPTConfig:
 
     @property
     def head_size(self) -> int:
-        return self.n_embd // self.n_head
+        """The width of an attention head: head_dim, or n_embd / n_head where it is None."""
+        return self.head_dim if self.head_dim is not None else self.n_embd // self.n_head
 
     @property
     def spec(self) -> "architectures.Architecture":

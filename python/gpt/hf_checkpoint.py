@@ -146,12 +146,8 @@ def _config(hf: dict, path: str) -> GPTConfig:
         )
     }
     n_kv_head = _config_value(hf, path, "num_key_value_heads", int, None)
+    # Any head width (Qwen3's, Mistral-Nemo's); None: hidden_size / num_attention_heads.
     head_dim = _config_value(hf, path, "head_dim", int, None)
-    if head_dim is not None and sizes["n_head"] > 0 and head_dim * sizes["n_head"] != sizes["n_embd"]:
-        raise ModelFileError(
-            f"{path}: head_dim {head_dim} is not hidden_size / num_attention_heads "
-            f"({sizes['n_embd']} / {sizes['n_head']}): only that head size is supported"
-        )
     eps = _config_value(hf, path, "rms_norm_eps", float, 1e-6)
     if not (math.isfinite(eps) and eps > 0):
         raise ModelFileError(f"{path}: rms_norm_eps is {eps!r}, expected a positive finite number")
@@ -172,6 +168,7 @@ def _config(hf: dict, path: str) -> GPTConfig:
             rope_base=base,
             rope_scaling=scaling,
             attention_window=window,
+            head_dim=head_dim,
         )
     except ValueError as e:
         raise ModelFileError(f"{path}: {e}") from None

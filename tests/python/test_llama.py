@@ -432,7 +432,7 @@ def test_from_weights_copies_the_callers_arrays():
     [
         ("hidden_act", "gelu", "hidden_act='gelu' is not supported"),
         ("attention_bias", True, "attention_bias=True is not supported"),
-        ("head_dim", 32, "head_dim 32 is not hidden_size / num_attention_heads"),
+        ("head_dim", 0, "GPTConfig.head_dim must be None or a positive int, got 0"),
         ("rope_parameters", {"rope_type": "yarn", "rope_theta": 10000.0}, "rope type 'yarn' is not supported"),
         ("num_key_value_heads", 3, r"n_kv_head \(3\) must divide n_head \(4\)"),
     ],

@@ -2,7 +2,7 @@
 transformers on random weights: from_pretrained logits and greedy generation, its fused qkv_proj
 and gate_up_proj taken whole, the sliding window, a `phi3` GGUF file written as llama.cpp's
 converter writes one (attn_qkv, ffn_up holding gate and up), and the refusals by name of what is
-not implemented (longrope scaling, partial rotary, a head width apart from n_embd / n_head)."""
+not implemented (longrope scaling, partial rotary)."""
 
 import json
 
@@ -157,11 +157,12 @@ def test_longrope_and_partial_rotary_are_refused_by_name(checkpoint, tmp_path):
         gpt.GPT.from_pretrained(str(tmp_path), OPTIONS)
 
 
-def test_a_head_width_apart_from_n_embd_over_n_head_is_refused_by_name():
+def test_head_dim_is_the_head_width_and_a_bad_one_is_refused_by_name():
     fields = dict(n_layer=1, n_head=4, n_embd=64, vocab_size=50, block_size=16, architecture="phi3")
     assert gpt.GPTConfig(**fields, head_dim=16).head_size == 16
-    with pytest.raises(ValueError, match=r"GPTConfig.head_dim=32 is not supported: only n_embd / n_head = 16"):
-        gpt.GPTConfig(**fields, head_dim=32)
+    assert gpt.GPTConfig(**fields, head_dim=32).head_size == 32  # Gemma's and Qwen3's wider heads
+    with pytest.raises(ValueError, match=r"GPTConfig.head_dim must be None or a positive int, got 0"):
+        gpt.GPTConfig(**fields, head_dim=0)
 
 
 # -- GGUF ------------------------------------------------------------------------------------
