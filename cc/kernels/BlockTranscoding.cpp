@@ -61,12 +61,62 @@ uint16_t halfBitsAt(const uint8_t *bytes) {
   return bits;
 }
 
-/// A q8_0 block from a block of 32 codes `codes[i] + offset` (offset -8 for q4_0, -16 for q5_0)
-/// under the fp16 scale `scaleBits`.
-void writeQ8_0Block(uint16_t scaleBits, const uint8_t *codes, int offset, uint8_t *out) {
-  std::memcpy(out, &scaleBits, sizeof scaleBits);
-  for (int64_t i = 0; i < kQuantBlock; ++i) out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(codes[i] + offset));
+/// A q4_0 (five = false) or q5_0 block as a q8_0 block: the same fp16 scale, and codes q - 8 (q4_0)
+/// or q - 16 (q5_0, with bit i of qh as code i's fifth bit), exactly.
+template <bool five> void narrowCodesAsQ8_0(const uint8_t *block, uint8_t *out) {
+  const uint8_t *nibbles = block + (five ? 6 : 2);
+  uint32_t highBits = 0;
+  if (five) std::memcpy(&highBits, block + 2, sizeof highBits);
+  std::memcpy(out, block, 2);
+  for (int64_t i = 0; i < kQuantBlock; ++i) {
+    const uint32_t low = i < 16 ? nibbles[i] & 0x0Fu : nibbles[i - 16] >> 4;
+    const int code = static_cast<int>(low | ((highBits >> i) & 1u) << 4) - (five ? 16 : 8);
+    out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(code));
+  }
 }
+
+/// A block with a min or sub-block scales, widened as llama.cpp dequantizes it and quantized as
+/// quantizeQ8_0Rows quantizes a row: q8_0 blocks are made 32 weights at a time, so a block at a
+/// time gives the row's bits.
+template <int64_t values, void (*dequantize)(const uint8_t *, int64_t, int64_t, float *, int64_t)>
+void widenAsQ8_0(const uint8_t *block, uint8_t *out) {
+  float widened[values];
+  dequantize(block, values, 1, widened, 1);
+  quantizeQ8_0Rows(widened, 1, values, out, 1);
+}
+
+/// q4_0 as q4_1, exactly: d * (q - 8) is d * q + m with m = -8 d (a power of two times an fp16),
+/// the codes unchanged.
+void q4_0AsQ4_1(const uint8_t *block, uint8_t *out) {
+  const uint16_t header[2] = {halfBitsAt(block), toFp16(fromFp16(halfBitsAt(block)) * -8.0f)};
+  std::memcpy(out, header, sizeof header);
+  std::memcpy(out + 4, block + 2, kQuantBlock / 2);
+}
+
+const BlockConversion kToQ8_0[] = {
+    {"q8_0", kQuantBlock, kQ8_0BlockBytes, 1, {0, 0}, {"scale", ""}, nullptr},
+    {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, narrowCodesAsQ8_0<false>},
+    {"q5_0", kQuantBlock, kQ5_0BlockBytes, 1, {0, 0}, {"scale", ""}, narrowCodesAsQ8_0<true>},
+    {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kQuantBlock, dequantizeQ4_1>},
+    {"q5_1", kQuantBlock, kQ5_1BlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kQuantBlock, dequantizeQ5_1Rows>},
+    {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kSuperBlock, dequantizeQ4_KRows>},
+    {"q5_k", kSuperBlock, kQ5_KBlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kSuperBlock, dequantizeQ5_KRows>},
+    {"q6_k",
+     kSuperBlock,
+     kQ6_KBlockBytes,
+     1,
+     {kQ6_KBlockBytes - 2, 0},
+     {"scale", ""},
+     widenAsQ8_0<kSuperBlock, dequantizeQ6_KRows>},
+};
+const BlockConversion kToQ4_1[] = {
+    {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, nullptr},
+    {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, q4_0AsQ4_1},
+    {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, q4_KAsQ4_1},
+};
+const BlockConversion kToQ4_0[] = {
+    {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, nullptr},
+};
 
 } // namespace
 
@@ -74,6 +124,23 @@ BlockShape blockShape(const std::string &type) {
   for (const BlockType &candidate : kBlockTypes)
     if (type == candidate.name) return {candidate.values, candidate.bytes};
   return {blockType(type, 0, "blockShape").values, 0}; // throws, naming the types
+}
+
+const BlockConversion &blockConversion(const std::string &type, const std::string &target) {
+  auto find = [&](const auto &table) -> const BlockConversion * {
+    for (const BlockConversion &conversion : table)
+      if (type == conversion.type) return &conversion;
+    return nullptr;
+  };
+  const BlockConversion *found = target == "q8_0"   ? find(kToQ8_0)
+                                 : target == "q4_1" ? find(kToQ4_1)
+                                 : target == "q4_0" ? find(kToQ4_0)
+                                                    : nullptr;
+  if (!found)
+    throw std::invalid_argument("no conversion of " + type + " blocks into " + target +
+                                " (q8_0 takes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k; q4_1 takes q4_0, "
+                                "q4_1 and q4_k; q4_0 only itself)");
+  return *found;
 }
 
 void transcodeQ4_KToQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out, int64_t threads) {
@@ -88,42 +155,21 @@ void transcodeQ4_KToQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, uint8_
 void requantizeRowsToQ8_0(const std::string &type, const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out,
                           int64_t threads) {
   const BlockType &source = blockType(type, k, "requantizeRowsToQ8_0");
-  const int64_t inRow = k / source.values * source.bytes, outRow = k / kQuantBlock * kQ8_0BlockBytes;
-  if (type == "q8_0") {
-    std::memcpy(out, blocks, static_cast<size_t>(n * inRow));
-    return;
-  }
-  if (type == "q4_0" || type == "q5_0") {
-    // The same scale; codes q - 8 (q4_0) or q - 16 (q5_0, with bit i of qh as code i's fifth bit).
-    const bool five = type == "q5_0";
-    parallelFor(n * (k / kQuantBlock), threads, [&](int64_t first, int64_t end) {
-      uint8_t codes[kQuantBlock];
-      for (int64_t b = first; b < end; ++b) {
-        const uint8_t *block = blocks + b * source.bytes;
-        const uint8_t *nibbles = block + (five ? 6 : 2);
-        uint32_t highBits = 0;
-        if (five) std::memcpy(&highBits, block + 2, sizeof highBits);
-        for (int64_t i = 0; i < kQuantBlock; ++i) {
-          const uint32_t low = i < 16 ? nibbles[i] & 0x0Fu : nibbles[i - 16] >> 4;
-          codes[i] = static_cast<uint8_t>(low | ((highBits >> i) & 1u) << 4);
-        }
-        const uint16_t scale = halfBitsAt(block);
-        if ((scale & 0x7C00u) == 0x7C00u)
-          throw std::invalid_argument("requantizeRowsToQ8_0: block " + std::to_string(b) +
-                                      " has a NaN or infinite scale");
-        writeQ8_0Block(scale, codes, five ? -16 : -8, out + b * kQ8_0BlockBytes);
-      }
-    });
-    return;
-  }
-  // A row at a time through a float buffer of each thread's own.
-  parallelFor(n, threads, [&](int64_t firstRow, int64_t endRow) {
-    std::vector<float> row(static_cast<size_t>(k));
-    for (int64_t r = firstRow; r < endRow; ++r) {
-      source.dequantize(blocks + r * inRow, k, 1, row.data(), 1);
-      if (!std::all_of(row.begin(), row.end(), [](float value) { return std::isfinite(value); }))
-        throw std::invalid_argument("requantizeRowsToQ8_0: row " + std::to_string(r) + " holds NaN or infinity");
-      quantizeQ8_0Rows(row.data(), 1, k, out + r * outRow, 1);
+  const BlockConversion &conversion = blockConversion(type, "q8_0");
+  const int64_t perBlock = source.values / kQuantBlock;
+  parallelFor(n * (k / source.values), threads, [&](int64_t first, int64_t end) {
+    for (int64_t b = first; b < end; ++b) {
+      const uint8_t *block = blocks + b * source.bytes;
+      for (int64_t h = 0; h < conversion.halves; ++h)
+        if ((halfBitsAt(block + conversion.halfOffsets[h]) & 0x7C00u) == 0x7C00u)
+          throw std::invalid_argument("requantizeRowsToQ8_0: block " + std::to_string(b % (k / source.values)) +
+                                      " of row " + std::to_string(b / (k / source.values)) + " has a NaN or infinite " +
+                                      conversion.halfNames[h]);
+      uint8_t *target = out + b * perBlock * kQ8_0BlockBytes;
+      if (conversion.convert)
+        conversion.convert(block, target);
+      else
+        std::memcpy(target, block, static_cast<size_t>(source.bytes));
     }
   });
 }

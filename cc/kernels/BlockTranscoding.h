@@ -29,6 +29,25 @@ void transcodeQ4_KToQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, uint8_
 void requantizeRowsToQ8_0(const std::string &type, const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out,
                           int64_t threads = 1);
 
+/// How one block of a GGUF type becomes blocks of a format the compiler stores (q8_0 or q4_1), the
+/// same bits as requantizeRowsToQ8_0 and transcodeQ4_KToQ4_1Rows make them a row at a time: what
+/// the repacking (GgufRepacking.h) converts a tensor with, a block at a time, with no copy of it.
+struct BlockConversion {
+  const char *type;       // the GGUF type ("q6_k")
+  int64_t values;         // the weights of one of its blocks (32 or 256)
+  int64_t bytes;          // and its bytes
+  int64_t halves;         // how many fp16 fields (scales, mins) a block has: 1 or 2
+  int64_t halfOffsets[2]; // their byte offsets
+  const char *halfNames[2];
+  /// Writes values / 32 blocks of the target format at `out`; null when the type is the target
+  /// (its blocks are repacked as they are).
+  void (*convert)(const uint8_t *block, uint8_t *out);
+};
+/// The conversion of `type`'s blocks (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k) into
+/// `target`'s (q8_0 from any of them; q4_1 from q4_0, q4_1, q4_k; q4_0 from itself);
+/// std::invalid_argument for another pair.
+const BlockConversion &blockConversion(const std::string &type, const std::string &target);
+
 /// The weights and bytes of one block of `type` (the types of requantizeRowsToQ8_0, and "q8_0");
 /// std::invalid_argument for another type.
 struct BlockShape {

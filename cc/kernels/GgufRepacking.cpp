@@ -1,6 +1,7 @@
-// llama.cpp's q8_0 / q4_0 / q4_1 blocks repacked into lane layouts (see GgufRepacking.h).
+// llama.cpp's blocks repacked (and converted) into lane layouts (see GgufRepacking.h).
 #include "cc/kernels/GgufRepacking.h"
 
+#include "cc/kernels/BlockTranscoding.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/ParallelFor.h"
 
@@ -56,33 +57,74 @@ void q4_0BlockWords(const uint8_t *bytes, uint32_t *words) {
   }
 }
 
-/// The blocks of 32 weights of a row as they are in the file: block b at b * blockBytes.
-/// A source of blocks hands out block b of column c's row; each thread works on its own copy, made
-/// for panels of `width` columns.
-struct InPlaceBlocks {
-  int64_t blockBytes;
-  int64_t rowBytes(int64_t k) const { return k / kQuantBlock * blockBytes; }
-  void forPanels(int64_t) {}
-  const uint8_t *operator()(const uint8_t *row, int64_t b, int64_t) { return row + b * blockBytes; }
-};
+/// Each part's blocks in its own GGUF type (BlockRows::type), read as blocks of 32 weights of the
+/// repacking's format: a block the format's own is handed out where it lies in the file; another
+/// is converted (BlockConversion) when block b starts it, into the column's slot, and handed out
+/// from there. Every block's fp16 fields are checked first. Each thread works on its own copy,
+/// made for panels of `width` columns, told each column's part and row before its blocks.
+struct ConvertedBlocks {
+  static constexpr int64_t kMostPerBlock = kSuperBlock / kQuantBlock;
+  std::vector<const BlockConversion *> conversions; // by part
+  int64_t targetBytes = 0;
+  bool severalParts = false;
+  bool checked = true;                             // the fp16 fields
+  std::vector<uint8_t> slots;                      // [width][kMostPerBlock blocks of the format]
+  std::vector<std::pair<size_t, int64_t>> columns; // each column's part and row within it
 
-/// A row of q4_K super-blocks read as q4_1 blocks of 32: when block b starts a super-block, the
-/// column's eight sub-blocks are made at once (one unpacking of its scales, one widening of d and
-/// dmin) into the column's slot, and handed out from there.
-struct Q4_KAsQ4_1Blocks {
-  static constexpr int64_t kPerSuperBlock = kSuperBlock / kQuantBlock;
-  std::vector<uint8_t> slots; // [width][8 q4_1 blocks]
-  int64_t rowBytes(int64_t k) const { return k / kSuperBlock * kQ4_KBlockBytes; }
-  void forPanels(int64_t width) { slots.assign(width * kPerSuperBlock * kQ4_1BlockBytes, 0); }
+  ConvertedBlocks(const std::vector<BlockRows> &parts, const char *target, int64_t bytes, bool checked)
+      : targetBytes(bytes), severalParts(parts.size() > 1), checked(checked) {
+    for (const BlockRows &part : parts)
+      conversions.push_back(&blockConversion(part.type.empty() ? target : part.type, target));
+  }
+  /// K must be a multiple of each part's block (256 for the K-quants).
+  void checkK(int64_t k, const char *what) const {
+    for (const BlockConversion *conversion : conversions)
+      if (k % conversion->values != 0)
+        throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) + " is not a multiple of " +
+                                    conversion->type + "'s block (" + std::to_string(conversion->values) + ")");
+  }
+  int64_t rowBytes(int64_t k, size_t part) const { return k / conversions[part]->values * conversions[part]->bytes; }
+  void forPanels(int64_t width) {
+    slots.assign(width * kMostPerBlock * targetBytes, 0);
+    columns.assign(width, {0, 0});
+  }
+  void column(int64_t c, size_t part, int64_t row) { columns[c] = {part, row}; }
   const uint8_t *operator()(const uint8_t *row, int64_t b, int64_t c) {
-    uint8_t *slot = slots.data() + c * kPerSuperBlock * kQ4_1BlockBytes;
-    if (b % kPerSuperBlock == 0) q4_KAsQ4_1(row + b / kPerSuperBlock * kQ4_KBlockBytes, slot);
-    return slot + b % kPerSuperBlock * kQ4_1BlockBytes;
+    const BlockConversion &conversion = *conversions[columns[c].first];
+    const int64_t perBlock = conversion.values / kQuantBlock, index = b / perBlock;
+    const uint8_t *block = row + index * conversion.bytes;
+    uint8_t *slot = slots.data() + c * kMostPerBlock * targetBytes;
+    if (b % perBlock == 0) {
+      for (int64_t h = 0; checked && h < conversion.halves; ++h) {
+        uint16_t bits;
+        std::memcpy(&bits, block + conversion.halfOffsets[h], sizeof bits);
+        if ((bits & 0x7C00u) == 0x7C00u)
+          throw std::invalid_argument(where(conversion, c, index) + " has fp16 " + conversion.halfNames[h] + " " +
+                                      (bits & 0x03FFu   ? "nan"
+                                       : bits & 0x8000u ? "-inf"
+                                                        : "inf") +
+                                      "; " + conversion.type + " " + conversion.halfNames[h] + "s must be finite");
+      }
+      if (conversion.convert) try {
+          conversion.convert(block, slot);
+        } catch (const std::invalid_argument &error) {
+          throw std::invalid_argument(where(conversion, c, index) + ": " + error.what());
+        }
+    }
+    return conversion.convert ? slot + b % perBlock * targetBytes : block;
+  }
+  /// "q6_k block 3 of row 5 (values 768 to 1023)", with " of part 2" after the row for a fused weight.
+  std::string where(const BlockConversion &conversion, int64_t c, int64_t index) const {
+    const auto [part, row] = columns[c];
+    return std::string(conversion.type) + " block " + std::to_string(index) + " of row " + std::to_string(row) +
+           (severalParts ? " of part " + std::to_string(part) : "") + " (values " +
+           std::to_string(index * conversion.values) + " to " + std::to_string((index + 1) * conversion.values - 1) +
+           ")";
   }
 };
 
 /// Repacks `n` rows of `k` weights in llama.cpp blocks (`halves` fp16 header values: the scale,
-/// and for q4_1 the min; then codes), block b of a row given by `source(row, b, scratch)`, into
+/// and for q4_1 the min; then codes), block b of column c's row given by `source(row, b, c)` (ConvertedBlocks), into
 /// lane words [paddedN / w, K / 32 * wordsPerBlock, w] made by `blockWords`, and the header
 /// values [paddedN / w, K / 32, halves, w]. Columns n .. paddedN - 1 get zero scales and mins
 /// and `padWord` words.
@@ -93,6 +135,7 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
   if (k <= 0 || k % kQuantBlock != 0)
     throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
                                 " is not a positive multiple of the quantization block (32)");
+  source.checkK(k, what);
   int64_t n = 0;
   for (const BlockRows &part : parts) {
     if (part.rows < 0)
@@ -108,7 +151,6 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
   // Panels are independent: each thread writes whole panels. Within a panel, block by block
   // across its columns: each word row of the panel is written front to back, and the columns'
   // next blocks sit beside the ones just read.
-  const int64_t rowBytes = source.rowBytes(k);
   parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
     uint32_t words[kQ8_0WordsPerBlock];
     Source blocksOf = source; // this thread's
@@ -120,7 +162,8 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
       for (int64_t c = 0; c < width; ++c) {
         const int64_t j = panel * width + c;
         while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
-        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * rowBytes : nullptr;
+        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
+        if (rows[c]) blocksOf.column(c, part, j - partStart);
       }
       for (int64_t b = 0; b < perRow; ++b) {
         uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
@@ -143,40 +186,57 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
   });
 }
 
+/// A lane format's blocks and words (LanePacking.h): q8_0's, q4_0's, q4_1's.
+struct LaneFormat {
+  const char *what, *name;
+  int64_t blockBytes, halves, wordsPerBlock;
+  uint32_t padWord; // the words of a padding column
+  void (*blockWords)(const uint8_t *, uint32_t *);
+};
+// q4_1's codes are q4_0's nibbles, paired the same way; a zero scale and min make padding 0.
+constexpr LaneFormat kQ8_0Lanes{"repackQ8_0Rows", "q8_0", kQ8_0BlockBytes, 1, kQ8_0WordsPerBlock, 0u, q8_0BlockWords};
+constexpr LaneFormat kQ4_0Lanes{"repackQ4_0Rows",   "q4_0",        kQ4_0BlockBytes, 1,
+                                kQ4_0WordsPerBlock, kQ4_0ZeroWord, q4_0BlockWords};
+constexpr LaneFormat kQ4_1Lanes{"repackQ4_1Rows", "q4_1", kQ4_1BlockBytes, 2, kQ4_0WordsPerBlock, 0u, q4_0BlockWords};
+
+void repackAs(const LaneFormat &format, const std::vector<BlockRows> &parts, bool checked, int64_t k, int64_t paddedN,
+              int64_t width, uint32_t *codes, uint16_t *scales, int64_t threads) {
+  repackRows(format.what, parts, k, paddedN, width, ConvertedBlocks(parts, format.name, format.blockBytes, checked),
+             format.halves, format.wordsPerBlock, format.padWord, format.blockWords, codes, scales, threads);
+}
+
 } // namespace
 
+// One array of blocks: the layout alone, unchecked (quantizeRowsToQ8_0Lanes' own blocks; kernel tests
+// of random bytes). Parts: a file's tensors, each block's fp16 fields checked.
 void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackQ8_0Rows(std::vector<BlockRows>{{blocks, n}}, k, paddedN, width, codes, scales, threads);
+  repackAs(kQ8_0Lanes, {{blocks, n}}, false, k, paddedN, width, codes, scales, threads);
 }
 
 void repackQ8_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackRows("repackQ8_0Rows", parts, k, paddedN, width, InPlaceBlocks{kQ8_0BlockBytes}, 1, kQ8_0WordsPerBlock, 0u,
-             q8_0BlockWords, codes, scales, threads);
+  repackAs(kQ8_0Lanes, parts, true, k, paddedN, width, codes, scales, threads);
 }
 
 void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackQ4_0Rows(std::vector<BlockRows>{{blocks, n}}, k, paddedN, width, codes, scales, threads);
+  repackAs(kQ4_0Lanes, {{blocks, n}}, false, k, paddedN, width, codes, scales, threads);
 }
 
 void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackRows("repackQ4_0Rows", parts, k, paddedN, width, InPlaceBlocks{kQ4_0BlockBytes}, 1, kQ4_0WordsPerBlock,
-             kQ4_0ZeroWord, q4_0BlockWords, codes, scales, threads);
+  repackAs(kQ4_0Lanes, parts, true, k, paddedN, width, codes, scales, threads);
 }
 
 void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackQ4_1Rows(std::vector<BlockRows>{{blocks, n}}, k, paddedN, width, codes, scales, threads);
+  repackAs(kQ4_1Lanes, {{blocks, n}}, false, k, paddedN, width, codes, scales, threads);
 }
 
 void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  // The codes are q4_0's nibbles, paired the same way; a zero scale and min make padding 0.
-  repackRows("repackQ4_1Rows", parts, k, paddedN, width, InPlaceBlocks{kQ4_1BlockBytes}, 2, kQ4_0WordsPerBlock, 0u,
-             q4_0BlockWords, codes, scales, threads);
+  repackAs(kQ4_1Lanes, parts, true, k, paddedN, width, codes, scales, threads);
 }
 
 void repackQ4_KRowsAsQ4_1(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,
@@ -184,8 +244,9 @@ void repackQ4_KRowsAsQ4_1(const std::vector<BlockRows> &parts, int64_t k, int64_
   if (k <= 0 || k % kSuperBlock != 0)
     throw std::invalid_argument("repackQ4_KRowsAsQ4_1: K = " + std::to_string(k) +
                                 " is not a positive multiple of q4_K's super-block (256)");
-  repackRows("repackQ4_KRowsAsQ4_1", parts, k, paddedN, width, Q4_KAsQ4_1Blocks{}, 2, kQ4_0WordsPerBlock, 0u,
-             q4_0BlockWords, codes, scales, threads);
+  std::vector<BlockRows> typed = parts;
+  for (BlockRows &part : typed) part.type = "q4_k";
+  repackQ4_1Rows(typed, k, paddedN, width, codes, scales, threads);
 }
 
 void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,

@@ -6,6 +6,7 @@
 #include "cc/kernels/Quantization.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace gpt::kernels {
@@ -37,12 +38,20 @@ void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN
                     uint16_t *scales, int64_t threads = 1);
 
 /// Consecutive rows of one matrix held apart: a fused weight's parts (the rows of q, k and v, or
-/// of gate and up), each still in the file's memory, so that fusing them copies nothing.
+/// of gate and up), each still in the file's memory, so that fusing them copies nothing. `type`
+/// is the GGUF type of the part's blocks when it is not the repacking's format (empty): any type
+/// blockConversion (BlockTranscoding.h) converts into it, a block at a time as the lanes are
+/// written, with no copy of the tensor in that format (a q6_k part of a q8_0 weight: its rows
+/// requantized as requantizeRowsToQ8_0 would, the same bits).
 struct BlockRows {
   const uint8_t *blocks;
   int64_t rows;
+  std::string type = {};
 };
 /// The repacking above of the matrix whose rows are the parts' rows in order (n = their sum).
+/// Every block's fp16 fields (scales, mins; the file's, before any conversion) are checked: a NaN
+/// or infinite one throws std::invalid_argument naming its type, row (and part) and block (the
+/// one-array versions above lay out the blocks unchecked).
 void repackQ8_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads = 1);
 void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
@@ -76,7 +85,7 @@ constexpr int64_t kQ4_KBlockBytes = 4 + 12 + kSuperBlock / 2;
 constexpr int64_t kQ5_KBlockBytes = 4 + 12 + kSuperBlock / 8 + kSuperBlock / 2;
 constexpr int64_t kQ6_KBlockBytes = kSuperBlock / 2 + kSuperBlock / 4 + kSuperBlock / 16 + 2;
 
-/// q4_K super-blocks repacked as q4_1 (repackQ4_1Rows' layout), super-block by super-block as
+/// repackQ4_1Rows of parts whose type is q4_k: q4_K super-blocks repacked as q4_1, super-block by super-block as
 /// q4_KAsQ4_1 makes them: the file's codes, each sub-block's scale and min rounded once to fp16,
 /// with no copy of the tensor in q4_1 blocks. K must be a positive multiple of 256.
 void repackQ4_KRowsAsQ4_1(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,

@@ -66,16 +66,17 @@ public:
   /// its rows in torch's [out, in] layout, each row a run of q8_0, q4_0 or q4_1 blocks
   /// (kernels::repackQ8_0Rows), held in one or more parts of consecutive rows: a fused weight's
   /// parts (q, k and v) as the file stores them, never concatenated into a copy.
+  /// A part's `type` names the GGUF type of its blocks when they are not in the weight's format
+  /// (empty): "q4_k" (or "q4_0") for a q4_1 weight, any of kernels::blockConversion's for a q8_0
+  /// one; they are converted a block at a time as they are repacked, with no copy of the tensor.
   struct QuantizedPart {
     const uint8_t *blocks;
     int64_t bytes;
+    std::string type = {};
   };
   struct QuantizedWeight {
     WeightFormat format;
     std::vector<QuantizedPart> parts;
-    /// The blocks are q4_K super-blocks for a q4_1 weight (kernels::repackQ4_KRowsAsQ4_1):
-    /// repacked sub-block by sub-block with no q4_1 copy of the tensor.
-    bool q4_K = false;
   };
   /// setWeights() where some weights come quantized, by name: such a weight's pointer may be
   /// null. When the model stores it in that very format its codes and scales are repacked as

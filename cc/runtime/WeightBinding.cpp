@@ -83,45 +83,41 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       const int64_t blocks = rows / kernels::kQuantBlock, width = spec.panelWidth;
       const int64_t columns = spec.derived() ? config_.vocabSize : cols;
       const bool q8 = weight.format == WeightFormat::Q8_0, withMins = weight.format == WeightFormat::Q4_1;
-      const int64_t blockBytes = q8         ? kernels::kQ8_0BlockBytes
-                                 : withMins ? kernels::kQ4_1BlockBytes
-                                            : kernels::kQ4_0BlockBytes;
-      if (weight.q4_K && (weight.format != WeightFormat::Q4_1 || rows % kernels::kSuperBlock != 0))
-        throw std::invalid_argument(key + ": q4_K blocks are repacked as q4_1 weights whose K is a multiple of " +
-                                    std::to_string(kernels::kSuperBlock));
-      const int64_t rowBytes =
-          weight.q4_K ? rows / kernels::kSuperBlock * kernels::kQ4_KBlockBytes : blocks * blockBytes;
+      const std::string format = weightFormatName(weight.format);
+      // Each part in its own blocks (a q6_K v beside q4_K q and k): rows of its type's bytes.
       std::vector<kernels::BlockRows> parts;
-      int64_t bytes = 0;
+      int64_t partRows = 0;
       for (const QuantizedPart &part : weight.parts) {
+        const std::string type = part.type.empty() ? format : part.type;
+        const kernels::BlockShape block = kernels::blockShape(type);
+        if (rows % block.values != 0)
+          throw std::invalid_argument(key + ": " + type + " blocks of " + std::to_string(block.values) +
+                                      " weights do not divide its rows of " + std::to_string(rows));
+        const int64_t rowBytes = rows / block.values * block.bytes;
         if (part.bytes < 0 || part.bytes % rowBytes != 0)
-          throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " +
-                                      (weight.q4_K ? "q4_K" : weightFormatName(weight.format)) +
+          throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " + type +
                                       " blocks is not whole rows of " + std::to_string(rowBytes) + " bytes");
-        parts.push_back({part.blocks, part.bytes / rowBytes});
-        bytes += part.bytes;
+        parts.push_back({part.blocks, part.bytes / rowBytes, part.type});
+        partRows += part.bytes / rowBytes;
       }
-      if (bytes != columns * rowBytes)
-        throw std::invalid_argument(key + ": " + std::to_string(bytes) + " bytes of " +
-                                    (weight.q4_K ? "q4_K" : weightFormatName(weight.format)) + " blocks, expected " +
-                                    std::to_string(columns * rowBytes));
+      if (partRows != columns)
+        throw std::invalid_argument(key + ": the blocks hold " + std::to_string(partRows) + " rows, expected " +
+                                    std::to_string(columns));
       // The lanes are 32-bit words of 4 (q8_0) or 8 (q4_0, q4_1) rows of one column; q4_1 has
       // a min beside each scale.
       auto *codes =
           arena->allocateArray<uint32_t>(rows * cols / (q8 ? kernels::kQ8_0RowsPerWord : kernels::kQ4_0RowsPerWord));
       auto *scales = arena->allocateArray<uint16_t>(blocks * cols * (withMins ? 2 : 1));
-      if (q8)
-        kernels::repackQ8_0Rows(parts, rows, cols, width, codes, scales, threads);
-      else if (weight.q4_K)
-        try {
-          kernels::repackQ4_KRowsAsQ4_1(parts, rows, cols, width, codes, scales, threads);
-        } catch (const std::invalid_argument &error) {
-          throw std::invalid_argument(key + ": " + error.what()); // which weight's blocks
-        }
-      else if (withMins)
-        kernels::repackQ4_1Rows(parts, rows, cols, width, codes, scales, threads);
-      else
-        kernels::repackQ4_0Rows(parts, rows, cols, width, codes, scales, threads);
+      try {
+        if (q8)
+          kernels::repackQ8_0Rows(parts, rows, cols, width, codes, scales, threads);
+        else if (withMins)
+          kernels::repackQ4_1Rows(parts, rows, cols, width, codes, scales, threads);
+        else
+          kernels::repackQ4_0Rows(parts, rows, cols, width, codes, scales, threads);
+      } catch (const std::invalid_argument &error) {
+        throw std::invalid_argument(key + ": " + error.what()); // which weight's blocks
+      }
       descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
       data_.push_back(codes);
       pendingScales = scales;

@@ -31,11 +31,11 @@ from gpt.errors import ModelFileError
 from gpt.gguf.container import (  # also read from here: tests and tools name gguf_file.GgufFile, _Metadata, ...
     GgufFile,
     QuantizedTensor,
-    _check_block_scales,
     _check_layout,
     _check_ne,
     _dequantize,
     _Metadata,
+    _non_finite_fp16,
     _types,
 )
 from gpt.gguf_tokenizer import read_vocabulary
@@ -76,6 +76,23 @@ _FINAL_TENSORS = (
 _OUTPUT = "output.weight"
 # Tokenizer models that mean "no vocabulary" to llama.cpp.
 _NO_VOCABULARY = ("none", "no_vocab")
+
+
+def _check_block_scales(name: str, blocks: np.ndarray, fmt: str, path: str) -> None:
+    """Refuses a kept-quantized tensor with a NaN or infinite fp16 scale (or min) in any block
+    (dequantized tensors are checked as float32 in _dequantize). Vectorized over all blocks."""
+    import gguf
+
+    block_values, block_bytes = gguf.GGML_QUANT_SIZES[_types()[fmt]]
+    found = _non_finite_fp16(blocks, fmt.upper())
+    if found is not None:
+        index, field, value = found
+        row, block = divmod(index, blocks.shape[-1] // block_bytes)
+        raise ModelFileError(
+            f"{path}: tensor {name} ({fmt.upper()}): block {block} of row {row} (values "
+            f"{block * block_values} to {(block + 1) * block_values - 1}) has fp16 {field} {value}; "
+            f"{fmt} {field}s must be finite"
+        )
 
 
 def tensor_names(n_layer: int) -> dict[str, tuple[str, bool]]:

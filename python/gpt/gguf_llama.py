@@ -38,10 +38,8 @@ from gpt.errors import ModelFileError
 from gpt.gguf.container import (
     GgufFile,
     QuantizedTensor,
-    _check_block_scales,
     _check_ne,
     _dequantize,
-    _fp16_fields_finite,
     _Metadata,
 )
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
@@ -61,7 +59,8 @@ def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUF
     `keep_quantized` ("q8_0", "q4_0", "q4_1" or "auto"): matmul weights whose blocks convert to that
     format (or with "auto" each to the one nearest its type; gpt.kept_formats), and with a
     block-quantized format the LM head's table in q8_0, are returned as gguf_file.QuantizedTensor,
-    their blocks as in the file or converted (q/k rows of a `llama` file un-permuted). Raises
+    their blocks as in the file, unread (q/k rows of a `llama` file un-permuted): the compiled model
+    converts them, and refuses a NaN or infinite fp16 scale, naming the weight and block. Raises
     FileNotFoundError for a missing file and gpt.ModelFileError naming the file and key or tensor
     for anything it cannot read."""
 
@@ -119,25 +118,21 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
         keep_as = plan.get(name) or _kept_head_format(name, tensor.tensor_type.name, config, stored)
         if keep_as:
             _check_ne(tensor, shape, path)
-            # A read-only view of the file's memory map when the file's type is the format, not a
-            # copy: the compiled model repacks the blocks from the page cache into its own layout
-            # (tensors fused from parts are concatenated first, and llama.cpp's q/k permutation is
-            # undone, in copies of their own). Other types are converted, a row at a time.
-            if keep_as in kept_formats.REPACKED_AS:  # the file's blocks, repacked by the model
-                blocks = tensor.data
-                if not _fp16_fields_finite(blocks, tensor.tensor_type.name):
-                    raise ModelFileError(
-                        f"{path}: tensor {name} ({tensor.tensor_type.name}) has a NaN or infinite scale"
-                    )
-            else:
-                try:
-                    blocks = kept_formats.convert_blocks(tensor.data, tensor.tensor_type.name, keep_as)
-                except ValueError as error:
-                    raise ModelFileError(f"{path}: tensor {name} ({tensor.tensor_type.name}): {error}") from None
-                _check_block_scales(name, blocks, keep_as, path)
+            # A read-only view of the file's memory map, never read here: the compiled model converts
+            # the blocks into the kept format as it repacks them from the page cache into its own
+            # layout, and refuses a NaN or infinite fp16 scale there, naming the weight and block
+            # (a packed-weights cache hit reads none of them). llama.cpp's q/k permutation is undone
+            # in a copy of its own.
+            blocks = tensor.data
             # Rows are whole runs of blocks (blocks run along the input dimension): permuting rows
             # permutes blocks.
-            weights[hf_name] = QuantizedTensor(keep_as, unpermute_rows(blocks, heads) if heads else blocks)
+            blocks = unpermute_rows(blocks, heads) if heads else blocks
+            if len(set(keep_as.partition(":")[2].split(","))) > 1:
+                # Parts of different types (a Q6_K v beside Q4_K q and k): rows of different bytes,
+                # which to_compiler_quantized would refuse to fuse; set_weights reads each part's
+                # bytes by its own type, so they go as pairs of bytes, a view of the same memory.
+                blocks = blocks.reshape(-1, 2)
+            weights[hf_name] = QuantizedTensor(keep_as, blocks)
             continue
         array = _dequantize(tensor, shape, path)
         weights[hf_name] = np.ascontiguousarray(unpermute_rows(array, heads)) if heads else array
@@ -185,12 +180,12 @@ def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str)
     """The [V, D] tables: a model whose matmul weights are block-quantized stores the LM head and
     the token table the lookup reads in q8_0 (the 4-bit formats too, as llama.cpp keeps its output
     table at higher precision; Parameters.cpp), so the file's blocks are kept when they convert to
-    q8_0 (Q8_0 as it is; Q6_K or Q4_K, the types llama.cpp's quantizer gives them, a row at a time,
-    with no float32 table): the token embedding, and an untied output.weight."""
+    q8_0 (Q8_0 as it is; Q6_K or Q4_K, the types llama.cpp's quantizer gives them, by the model as
+    it repacks them, with no float32 table): the token embedding, and an untied output.weight."""
     if stored not in kept_formats.KEPT_QUANTIZED:
         return None
     if name == "token_embd.weight" or (name == "output.weight" and not config.tied_head):
-        return "q8_0" if kept_formats.convertible(type_name, "q8_0") else None
+        return kept_formats.given_format([type_name], "q8_0")
     return None
 
 

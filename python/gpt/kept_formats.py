@@ -1,11 +1,12 @@
-"""Which format the compiled model keeps a GGUF file's quantized tensors in, and the conversion of
-their blocks into it without a float32 copy: how a Q4_K_M file (Q4_K, Q6_K and Q5_0 tensors) runs in
+"""Which format the compiled model keeps a GGUF file's quantized tensors in, given to it as the
+file's blocks and converted there, a block at a time as it repacks them, with no copy (float32 or
+kept format) of the tensor (cc/kernels/BlockTranscoding.h): how a Q4_K_M file (Q4_K, Q6_K and Q5_0 tensors) runs in
 its own precision, each matmul weight in the nearest format the compiler stores (q4_0, q4_1, q8_0).
 
 A q4_K sub-block of 32 weights is a q4_1 block with its scale and min written as products (d times
 a 6-bit scale): kept as q4_1 with those products rounded once to fp16, the file's codes unchanged.
 q5_0 is a q8_0 block with 5-bit codes: kept exactly. q5_1, q5_K and q6_K hold a min or sub-block
-scales that q8_0 cannot: each row is widened and quantized to q8_0, half a step of 1/127 of a block's
+scales that q8_0 cannot: each block is widened and quantized to q8_0, half a step of 1/127 of a block's
 largest weight at most, finer than the file's own 5 or 6 bits. A format is kept only in one at
 least as precise, never in fewer bits (llama.cpp computes each tensor in its own type)."""
 
@@ -15,8 +16,6 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpt import _gpt
-
 # The formats the compiler stores block-quantized, from the least precise to the most.
 KEPT_QUANTIZED = ("q8_0", "q4_0", "q4_1")
 _PRECISION = ("q4_0", "q4_1", "q8_0")
@@ -24,11 +23,22 @@ _PRECISION = ("q4_0", "q4_1", "q8_0")
 # Bytes of one block of 32 weights in each kept format (llama.cpp's layouts).
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
 
-# Blocks the compiled model repacks into a kept format itself, sub-block by sub-block, with no copy
-# of the tensor in that format (CompiledModel.set_weights' "q4_k"): their type -> the format.
-REPACKED_AS = {"q4_k": "q4_1"}
-# Bytes and weights of one such block.
-_REPACKED_BLOCK = {"q4_k": (144, 256)}
+# Blocks the compiled model converts into a kept format itself, block by block as it repacks them,
+# with no copy of the tensor in that format (CompiledModel.set_weights): a type given by its own
+# name -> the format, when that is the only one it is kept in. Any other pair is given as
+# "FORMAT:TYPE,TYPE,...", one type per part of the weight.
+REPACKED_AS = {"q4_k": "q4_1", "q5_0": "q8_0", "q5_1": "q8_0", "q5_k": "q8_0", "q6_k": "q8_0"}
+# Bytes and weights of one block of each type set_weights takes.
+_BLOCK = {
+    "q8_0": (34, 32),
+    "q4_0": (18, 32),
+    "q4_1": (20, 32),
+    "q5_0": (22, 32),
+    "q5_1": (24, 32),
+    "q4_k": (144, 256),
+    "q5_k": (176, 256),
+    "q6_k": (210, 256),
+}
 
 # A GGUF tensor type (gguf.GGMLQuantizationType's name) -> the kept format nearest above it in
 # precision: its own, q4_1 for q4_K, q8_0 for the 5- and 6-bit types. Float types are not here:
@@ -58,16 +68,26 @@ def convertible(type_name: str, target: str) -> bool:
 
 
 def given_format(type_names: Iterable[str], requested: str | None) -> str | None:
-    """group_format, or "q4_k" when the weight is kept in q4_1 and every part is q4_K: its blocks are
-    then given to the compiled model as the file stores them, and repacked there."""
-    types = list(type_names)
-    fmt = group_format(types, requested)
-    return "q4_k" if fmt == "q4_1" and types and all(t == "Q4_K" for t in types) else fmt
+    """group_format, as set_weights is given the parts' own blocks: the format when every part is
+    in it, the type when every part has the same one that REPACKED_AS keeps in that format ("q6_k"),
+    else "FORMAT:TYPE,..." naming each part's type. The compiled model converts them as it repacks."""
+    types = [t.lower() for t in type_names]
+    fmt = group_format([t.upper() for t in types], requested)
+    if fmt is None or all(t == fmt for t in types):
+        return fmt
+    if len(set(types)) == 1 and REPACKED_AS.get(types[0]) == fmt:
+        return types[0]
+    return f"{fmt}:{','.join(types)}"
 
 
 def stored_format(given: str) -> str:
-    """The kept format blocks given in `given` (a kept format, or a REPACKED_AS type) are stored in."""
-    return REPACKED_AS.get(given, given)
+    """The kept format blocks given in `given` (given_format's answer) are stored in."""
+    return given.split(":")[0] if ":" in given else REPACKED_AS.get(given, given)
+
+
+def _part_types(given: str, parts: int) -> list[str]:
+    """The GGUF type of each of a weight's `parts` given in `given`."""
+    return given.split(":")[1].split(",") if ":" in given else [given] * parts
 
 
 def group_format(type_names: Iterable[str], requested: str | None) -> str | None:
@@ -87,37 +107,12 @@ def group_format(type_names: Iterable[str], requested: str | None) -> str | None
     return None
 
 
-def convert_blocks(blocks: np.ndarray, type_name: str, target: str) -> np.ndarray:
-    """Rows of GGUF blocks of `type_name` (uint8 [rows, row bytes]) as rows of `target` blocks:
-    the same array when the type is the format, else a new one (see the module docstring).
-    Raises ValueError for a pair convertible() refuses, or a scale beyond fp16 or not finite."""
-    source = type_name.lower()
-    if source == target:
-        return blocks
-    if not convertible(type_name, target):
-        raise ValueError(f"{type_name} blocks are not kept in {target}")
-    if target == "q8_0":
-        return _gpt.requantize_to_q8_0(source, np.ascontiguousarray(blocks))
-    if source == "q4_k":
-        return _gpt.transcode_q4_k_to_q4_1(np.ascontiguousarray(blocks))
-    return _q4_0_as_q4_1(blocks)
-
-
-def _q4_0_as_q4_1(blocks: np.ndarray) -> np.ndarray:
-    """q4_0 rows as q4_1, exactly: d * (q - 8) is d * q + m with m = -8 d (a power of two times an
-    fp16, so exact in fp16), the codes unchanged."""
-    rows = blocks.reshape(blocks.shape[0], -1, BLOCK_BYTES["q4_0"])
-    out = np.empty((rows.shape[0], rows.shape[1], BLOCK_BYTES["q4_1"]), dtype=np.uint8)
-    scale = rows[..., :2].copy().view("<f2")
-    out[..., :2] = rows[..., :2]
-    out[..., 2:4] = (scale * np.float16(-8)).view(np.uint8)
-    out[..., 4:] = rows[..., 2:]
-    return out.reshape(blocks.shape[0], -1)
-
-
 def elements(blocks: np.ndarray | list[np.ndarray], fmt: str) -> int:
-    """The weights these rows of `fmt` blocks hold (one array, or a fused weight's parts; `fmt` a
-    kept format or a REPACKED_AS type)."""
+    """The weights these rows of blocks hold (one array, or a fused weight's parts; `fmt` as
+    given_format answers)."""
     parts = blocks if isinstance(blocks, list) else [blocks]
-    block_bytes, block_values = _REPACKED_BLOCK.get(fmt, (BLOCK_BYTES.get(fmt, 1), 32))
-    return sum(int(part.nbytes) for part in parts) // block_bytes * block_values
+    total = 0
+    for part, type_name in zip(parts, _part_types(fmt, len(parts)), strict=True):
+        block_bytes, block_values = _BLOCK.get(type_name, (1, 1))
+        total += int(part.nbytes) // block_bytes * block_values
+    return total

@@ -310,13 +310,16 @@ def test_kept_quantized_blocks_are_the_files_rows_in_hf_order(tmp_path, fmt, qty
     q = "model.layers.0.self_attn.q_proj.weight"
     assert isinstance(kept[q], gguf_llama.QuantizedTensor) and kept[q].format == fmt
     # The embedding is the LM head, which a block-quantized model stores in q8_0 (a 4-bit model keeps
-    # it in higher precision), kept as blocks with no float32 table (gpt.kept_formats): q4_0's
-    # become q8_0 exactly, q4_1's (which have a min) are requantized, half a q8_0 step apart at most.
+    # it in higher precision), kept as the file's blocks with no float32 table (gpt.kept_formats),
+    # which the model converts as it repacks them: q4_0's become q8_0 exactly, q4_1's (which have a
+    # min) are requantized, half a q8_0 step apart at most.
     embedding = kept["model.embed_tokens.weight"]
-    assert isinstance(embedding, gguf_llama.QuantizedTensor) and embedding.format == "q8_0"
+    assert isinstance(embedding, gguf_llama.QuantizedTensor)
+    assert embedding.format == ("q8_0" if fmt == "q8_0" else f"q8_0:{fmt}")
     for name, value in kept.items():
         if isinstance(value, gguf_llama.QuantizedTensor):
-            values = gguf.quants.dequantize(value.blocks, T.Q8_0 if value.format == "q8_0" else qtype)
+            blocks = gpt._gpt.requantize_to_q8_0(fmt, value.blocks) if ":" in value.format else value.blocks
+            values = gguf.quants.dequantize(blocks, T.Q8_0 if value.format.startswith("q8_0") else qtype)
             if value.format == fmt or qtype == T.Q4_0:
                 np.testing.assert_array_equal(values, floats[name], err_msg=name)
             else:

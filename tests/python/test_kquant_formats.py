@@ -4,6 +4,7 @@
 it in Q4_K and Q6_K. The transcoding is checked against llama.cpp's block layouts written out here
 in numpy, and the values against gguf.quants' dequantizers."""
 
+import ctypes
 import importlib.util
 import os
 
@@ -12,6 +13,10 @@ import numpy as np
 import pytest
 
 import gpt
+import gpt.architectures
+import gpt.gguf.container
+import gpt.gguf_file
+import gpt.model
 from gpt import _gpt, gguf_llama, kept_formats
 
 T = gguf.GGMLQuantizationType
@@ -123,7 +128,7 @@ def test_the_others_become_q8_0_within_half_a_step(qtype):
 def test_non_finite_values_are_refused_not_requantized():
     blocks = random_blocks(T.Q6_K, rows=2, k=256, seed=6)
     blocks[1, 208:210] = np.array([np.inf], np.float16).view(np.uint8)
-    with pytest.raises(ValueError, match="row 1 holds NaN or infinity"):
+    with pytest.raises(ValueError, match="block 0 of row 1 has a NaN or infinite scale"):
         _gpt.requantize_to_q8_0("q6_k", blocks)
     with pytest.raises(ValueError, match="no block type 'q3_k'"):
         _gpt.requantize_to_q8_0("q3_k", blocks)
@@ -267,3 +272,129 @@ def test_an_untied_file_keeps_both_tables_as_q8_0_blocks(tmp_path, fmt, weights)
     ids = [3, 1, 4, 1, 5]
     ours, theirs = model.forward(ids), reference.forward(ids)
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
+
+
+def laid_out(model) -> dict[str, bytes]:
+    """Every argument the model laid out into its own storage (lanes, scales), byte for byte."""
+    return {name: ctypes.string_at(address, size) for name, address, size in model._compiled.stored_arguments()}
+
+
+def q4_0_as_q4_1(blocks: np.ndarray) -> np.ndarray:
+    """q4_0 rows as q4_1 rows, as kept_formats made them in numpy before: m = -8 d, codes kept."""
+    rows = blocks.reshape(blocks.shape[0], -1, 18)
+    out = np.empty((rows.shape[0], rows.shape[1], 20), dtype=np.uint8)
+    out[..., :2] = rows[..., :2]
+    out[..., 2:4] = (rows[..., :2].copy().view("<f2") * np.float16(-8)).view(np.uint8)
+    out[..., 4:] = rows[..., 2:]
+    return out.reshape(blocks.shape[0], -1)
+
+
+@pytest.mark.parametrize(
+    "qtype, stored, given",
+    [
+        (T.Q5_0, "q8_0", "q5_0"),
+        (T.Q5_1, "q8_0", "q5_1"),
+        (T.Q5_K, "q8_0", "q5_k"),
+        (T.Q6_K, "q8_0", "q6_k"),
+        (T.Q4_K, "q8_0", "q8_0:q4_k"),
+        (T.Q4_0, "q8_0", "q8_0:q4_0"),
+        (T.Q4_1, "q8_0", "q8_0:q4_1"),
+        (T.Q4_K, "q4_1", "q4_k"),
+        (T.Q4_0, "q4_1", "q4_1:q4_0"),
+    ],
+    ids=lambda value: getattr(value, "name", value),
+)
+def test_blocks_converted_as_they_are_repacked_are_the_bits_of_a_converted_copy(qtype, stored, given):
+    """set_weights took q8_0, q4_0, q4_1 and q4_k blocks only: a Q6_K or Q5_x tensor was copied
+    into q8_0 blocks first (requantize_to_q8_0, single-threaded, a second copy of the tensor in
+    memory). Now it takes the file's blocks and converts them a block at a time as it repacks
+    them: the lanes and scales are the bytes the converted copy gives."""
+    cfg = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=256, vocab_size=96, block_size=16)
+    floats = gpt.GPT.random(cfg, seed=1, options=gpt.CompileOptions(disk_cache=False)).state_dict()
+    name = "transformer.h.0.mlp.c_fc.weight"  # [out 1024, in 256] as rows of blocks along in
+    del floats[name]
+    blocks = random_blocks(qtype, rows=1024, k=256, seed=7)
+    assert kept_formats.given_format([qtype.name], stored) == given
+    if stored == "q8_0":
+        copy = _gpt.requantize_to_q8_0(qtype.name.lower(), blocks)
+    else:
+        copy = _gpt.transcode_q4_k_to_q4_1(blocks) if qtype == T.Q4_K else q4_0_as_q4_1(blocks)
+
+    def model(fmt, rows):
+        options = gpt.CompileOptions(weights=stored, disk_cache=False)
+        return gpt.GPT(cfg, dict(floats), options, _quantized={name: (fmt, rows)})
+
+    ours, theirs = laid_out(model(given, blocks)), laid_out(model(stored, copy))
+    assert ours.keys() == theirs.keys()
+    for argument in ours:
+        assert ours[argument] == theirs[argument], argument
+
+
+def test_a_q4_k_m_file_is_laid_out_from_its_own_blocks_unread(q4_k_m_file, monkeypatch):
+    """A Q4_K_M file's Q6_K tensors (a fused q/k/v whose v is Q6_K, a Q6_K down projection, the Q6_K
+    token table) were copied into q8_0 blocks and every block's scales checked in Python before the
+    model repacked them. Now the load gives the file's own blocks, a view of the map it never
+    reads, and the model converts them: the same bytes as the converted copies."""
+    _, kept, _ = gguf_llama.load(q4_k_m_file, keep_quantized="auto")
+    assert kept["model.layers.0.self_attn.v_proj.weight"].format == "q8_0:q4_k,q4_k,q6_k"
+    down = kept["model.layers.0.mlp.down_proj.weight"]
+    assert down.format == "q6_k" and not down.blocks.flags.writeable and not down.blocks.flags.owndata
+    assert kept["model.embed_tokens.weight"].format == "q6_k"
+    reader = gguf.GGUFReader(q4_k_m_file)
+    tensors = {t.name: t for t in reader.tensors}
+    config = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="f32", disk_cache=False)).config
+    gguf_names = {
+        p.hf.replace("{i}", str(i)): p.gguf.replace("{i}", str(i)) for p, i in gpt.architectures.parameters(config)
+    }
+    real_load = gpt.model.load_gguf
+
+    def converted_copies(path, keep_quantized=None):
+        """The blocks as the load gave them before: copies converted into the kept format."""
+        config, weights, tokenizer = real_load(path, keep_quantized=keep_quantized)
+        for name, weight in weights.items():
+            if isinstance(weight, gpt.gguf_file.QuantizedTensor) and weight.format not in kept_formats.KEPT_QUANTIZED:
+                tensor = tensors[gguf_names[name]]
+                rows = np.ascontiguousarray(weight.blocks).reshape(int(tensor.shape[1]), -1)
+                stored = kept_formats.stored_format(weight.format)
+                if stored == "q8_0":
+                    copy = _gpt.requantize_to_q8_0(tensor.tensor_type.name.lower(), rows)
+                else:
+                    copy = _gpt.transcode_q4_k_to_q4_1(rows)
+                weights[name] = gpt.gguf_file.QuantizedTensor(stored, copy)
+        return config, weights, tokenizer
+
+    def never(*args, **kwargs):
+        raise AssertionError("a kept tensor's blocks were read in Python")
+
+    options = gpt.CompileOptions(weights="auto", disk_cache=False)
+    monkeypatch.setattr(_gpt, "requantize_to_q8_0", never)
+    monkeypatch.setattr(gpt.gguf.container, "_fp16_fields_finite", never)
+    ours = gpt.GPT.from_gguf(q4_k_m_file, options)
+    monkeypatch.undo()
+    monkeypatch.setattr(gpt.model, "load_gguf", converted_copies)
+    theirs = gpt.GPT.from_gguf(q4_k_m_file, options)
+    assert ours.options == theirs.options
+    ours, theirs = laid_out(ours), laid_out(theirs)
+    assert ours.keys() == theirs.keys()
+    for argument in ours:
+        assert ours[argument] == theirs[argument], argument
+
+
+@pytest.mark.parametrize("bits, shown", [(0x7E00, "nan"), (0xFC00, "-inf")])
+def test_a_non_finite_scale_in_a_converted_part_is_refused_by_the_repack(tmp_path, bits, shown):
+    """The check of a kept tensor's fp16 scales moved from a Python pass over the file's blocks into
+    the repack, which reads every block anyway: it names the weight, the part, the row and block."""
+    path = tmp_path / "nan.q4_k_m.gguf"
+    make_gguf.write(str(path), make_gguf.dataclasses.replace(SHAPE, n_layer=1), "q4_k_m")
+    tensor = next(t for t in gguf.GGUFReader(path).tensors if t.name == "blk.0.attn_v.weight")
+    assert tensor.tensor_type == T.Q6_K
+    data = bytearray(path.read_bytes())
+    at = int(tensor.data_offset) + 5 * 210 + 208  # row 5's (only) super-block, its fp16 d
+    data[at : at + 2] = bits.to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError) as raised:
+        gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="auto", disk_cache=False))
+    assert str(raised.value) == (
+        "model.layers.0.self_attn.qkv_proj.weight: q6_k block 0 of row 5 of part 2 (values 0 to 255) has fp16 "
+        f"scale {shown}; q6_k scales must be finite"
+    )

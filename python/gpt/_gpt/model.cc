@@ -277,14 +277,36 @@ void initModel(py::module_ &m) {
                 for (py::handle part : entry[1]) parts.push_back(part.cast<py::array_t<uint8_t, py::array::c_style>>());
               else
                 parts.push_back(entry[1].cast<py::array_t<uint8_t, py::array::c_style>>());
-              // "q4_k": a GGUF file's q4_K super-blocks, which the model repacks as q4_1.
-              const bool q4_K = format == "q4_k";
-              WeightFormat parsed = q4_K ? WeightFormat::Q4_1 : WeightFormat::F32;
+              // The blocks' own GGUF type when it is not the format (converted as they are repacked):
+              // "q4_k" (stored as q4_1) or "q5_0", "q5_1", "q5_k", "q6_k" (stored as q8_0) for every
+              // part, or "FORMAT:TYPE,TYPE,..." naming each part's type, in order.
+              std::string stored = format;
+              std::vector<std::string> types;
+              if (auto colon = format.find(':'); colon != std::string::npos) {
+                stored = format.substr(0, colon);
+                for (size_t at = colon + 1;;) {
+                  const size_t comma = format.find(',', at);
+                  types.push_back(format.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+                  if (comma == std::string::npos) break;
+                  at = comma + 1;
+                }
+                if (types.size() != parts.size())
+                  throw std::invalid_argument(name + ": format '" + format + "' names " + std::to_string(types.size()) +
+                                              " part types for " + std::to_string(parts.size()) + " parts");
+              } else if (format == "q4_k") {
+                stored = "q4_1";
+              } else if (format == "q5_0" || format == "q5_1" || format == "q5_k" || format == "q6_k") {
+                stored = "q8_0";
+              }
+              if (stored != format && types.empty()) types.assign(parts.size(), format);
+              WeightFormat parsed = WeightFormat::F32;
               for (WeightFormat candidate : {WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
                 if (format == weightFormatName(candidate)) parsed = candidate;
               if (parsed == WeightFormat::F32)
-                throw std::invalid_argument(name + ": quantized weights are q8_0, q4_0, q4_1 or q4_k, got '" + format +
-                                            "'");
+                throw std::invalid_argument(name +
+                                            ": quantized weights are q8_0, q4_0, q4_1, a GGUF block type "
+                                            "(q4_k, q5_0, q5_1, q5_k, q6_k) or FORMAT:TYPE,..., got '" +
+                                            format + "'");
               CompiledModel::QuantizedWeight &weight = given[name];
               weight.format = parsed;
               weight.q4_K = q4_K;

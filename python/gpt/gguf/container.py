@@ -213,29 +213,39 @@ _ROW_DEQUANTIZERS = {
     "Q5_K": "dequantize_q5_k_rows",
     "Q6_K": "dequantize_q6_k_rows",
 }
-# Byte offsets of each of those blocks' fp16 fields (scales d, dmin and mins m). Their codes are
-# bounded integers, so the values are finite exactly when these are (the largest, 65504 * 127 *
-# 32, is far from float32's limit): checking them reads a few bytes per block instead of the
-# whole float32 result (400 MB for SmolLM2-1.7B's embedding) and its boolean mask.
+# Byte offsets of each of those blocks' fp16 fields by name. Their codes are bounded integers, so
+# the values are finite exactly when these are (65504 * 127 * 32 is far from float32's limit):
+# checking them reads a few bytes per block, not the float32 result (400 MB for SmolLM2-1.7B's).
 _FP16_FIELDS = {
-    "Q8_0": (0,),
-    "Q4_0": (0,),
-    "Q4_1": (0, 2),
-    "Q5_0": (0,),
-    "Q5_1": (0, 2),
-    "Q4_K": (0, 2),
-    "Q5_K": (0, 2),
-    "Q6_K": (208,),
+    "Q8_0": {"scale": 0},
+    "Q4_0": {"scale": 0},
+    "Q4_1": {"scale": 0, "min": 2},
+    "Q5_0": {"scale": 0},
+    "Q5_1": {"scale": 0, "min": 2},
+    "Q4_K": {"d": 0, "dmin": 2},
+    "Q5_K": {"d": 0, "dmin": 2},
+    "Q6_K": {"d": 208},
 }
+
+
+def _non_finite_fp16(blocks: np.ndarray, type_name: str) -> tuple[int, str, np.float16] | None:
+    """The first block (over all rows; uint8 [..., row bytes]) with a NaN or infinite fp16 field,
+    its field and value, or None: a bit test over a uint16 view (block sizes and offsets are even)."""
+    import gguf
+
+    block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]][1]
+    halves = np.ascontiguousarray(blocks).reshape(-1).view("<u2").reshape(-1, block_bytes // 2)
+    for field, offset in _FP16_FIELDS[type_name].items():
+        bad = (halves[:, offset // 2] & 0x7C00) == 0x7C00
+        if bad.any():
+            index = int(np.argmax(bad))
+            return index, field, halves[index, offset // 2 : offset // 2 + 1].view("<f2")[0]
+    return None
 
 
 def _fp16_fields_finite(blocks: np.ndarray, type_name: str) -> bool:
     """Whether every fp16 field of these rows of blocks (uint8 [..., row bytes]) is finite."""
-    import gguf
-
-    block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]][1]
-    rows = blocks.reshape(-1, block_bytes)
-    return all(bool(np.isfinite(rows[:, o : o + 2].view("<f2")).all()) for o in _FP16_FIELDS[type_name])
+    return _non_finite_fp16(blocks, type_name) is None
 
 
 def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
@@ -275,34 +285,6 @@ def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
             f"{list(map(int, where))} (numpy order); weights must be finite"
         )
     return values
-
-
-# Byte offsets of the fp16 numbers inside one block of each kept-quantized format: the scale d
-# (and, in formats that have one, the min m) that multiply every code of the block. ggml's
-# block_q8_0 is {fp16 d; int8 qs[32]}, block_q4_0 {fp16 d; uint8 qs[16]}, block_q4_1
-# {fp16 d; fp16 m; uint8 qs[16]}.
-_BLOCK_SCALES = {"q8_0": {"scale": 0}, "q4_0": {"scale": 0}, "q4_1": {"scale": 0, "min": 2}}
-
-
-def _check_block_scales(name: str, blocks: np.ndarray, fmt: str, path: str) -> None:
-    """Refuses a kept-quantized tensor with a NaN or infinite fp16 scale (or min) in any block
-    (dequantized tensors are checked as float32 in _dequantize). Vectorized over all blocks."""
-    import gguf
-
-    block_values, block_bytes = gguf.GGML_QUANT_SIZES[_types()[fmt]]
-    rows = blocks.reshape(-1, block_bytes)
-    blocks_per_row = blocks.shape[-1] // block_bytes
-    for field, offset in _BLOCK_SCALES[fmt].items():
-        values = np.ascontiguousarray(rows[:, offset : offset + 2]).view("<f2").reshape(-1)
-        bad = ~np.isfinite(values)
-        if bad.any():
-            index = int(np.argmax(bad))
-            row, block = divmod(index, blocks_per_row)
-            raise ModelFileError(
-                f"{path}: tensor {name} ({fmt.upper()}): block {block} of row {row} (values "
-                f"{block * block_values} to {(block + 1) * block_values - 1}) has fp16 {field} {values[index]}; "
-                f"{fmt} {field}s must be finite"
-            )
 
 
 # -- the header check ---------------------------------------------------------------------------
