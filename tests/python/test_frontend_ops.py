@@ -17,7 +17,7 @@ from gpt.frontend.emitter import handles
 
 aten = torch.ops.aten
 FRONTEND = os.path.dirname(gpt.frontend.__file__)
-DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "FRONTEND.md")
+DOCS = os.path.join("docs", "FRONTEND.md")  # from the repository root, or the runfiles root under Bazel
 
 
 def _frontend_sources() -> dict[str, str]:
