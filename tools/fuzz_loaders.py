@@ -108,7 +108,8 @@ MODEL_TIMEOUT = 120.0
 
 def mutate(rng: random.Random, parent: Input) -> Input:
     child = copy.deepcopy(parent)
-    for _ in range(rng.choice((1, 1, 2, 3, 4))):
+    # A model's blocks reach the repacking only when the file loads: fewer mutations at once.
+    for _ in range(rng.choice((1, 1, 2) if child.kind == "model" else (1, 1, 2, 3, 4))):
         if child.doc is not None and rng.random() < 0.8:
             STRUCTURAL[child.kind](rng, child)
         else:
@@ -208,6 +209,7 @@ class Campaign:
         self.edges = set()
         self.outcomes = {"loaded": 0, "refused": 0, "finding": 0}
         self.by_kind = {}  # input kind -> executions
+        self.outcomes_by_kind = {}  # input kind -> outcome -> count
         self.seconds_by_kind = {}  # input kind -> seconds in the worker
         self.messages = set()
         self.refusals = {}  # exception type -> count
@@ -215,6 +217,13 @@ class Campaign:
         self.findings = {}
         self.executions = 0
         self.new_inputs = 0
+
+    def next_parent(self, rng: random.Random, kind: str) -> Input:
+        """An input of `kind` from the corpus; for "model", half the time one that loaded (whose
+        mutations reach the repacking and the decode step more often than a refused file's)."""
+        entries = [entry for entry in self.corpus if entry.kind == kind]
+        loaded = [entry for entry in entries if entry.loaded]
+        return rng.choice(loaded if kind == "model" and loaded and rng.random() < 0.5 else entries)
 
     def next_kind(self, rng: random.Random, elapsed: float) -> str:
         """A kind at random among those in the corpus; one that has had more than 1.5 times its
@@ -226,8 +235,11 @@ class Campaign:
 
     def record(self, item: Input, mutated: bool, result: dict, worker: Worker) -> None:
         self.executions += 1
+        item.loaded = result["outcome"] == "loaded"
         self.outcomes[result["outcome"]] += 1
         self.by_kind[item.kind] = self.by_kind.get(item.kind, 0) + 1
+        counts = self.outcomes_by_kind.setdefault(item.kind, {})
+        counts[result["outcome"]] = counts.get(result["outcome"], 0) + 1
         self.seconds_by_kind[item.kind] = self.seconds_by_kind.get(item.kind, 0.0) + result.get("seconds", 0.0)
         if not mutated and item.origin.startswith("seed") and result["outcome"] != "loaded":
             # A generated seed must load: mutations of a refused file test little.
@@ -269,6 +281,7 @@ class Campaign:
             "edges": len(self.edges),
             "outcomes": self.outcomes,
             "executions_by_kind": self.by_kind,
+            "outcomes_by_kind": self.outcomes_by_kind,
             "seconds_by_kind": {kind: round(seconds, 3) for kind, seconds in self.seconds_by_kind.items()},
             "distinct_refusals": len(self.messages),
             "refusals_by_type": self.refusals,
@@ -312,7 +325,7 @@ def run_campaign(args) -> int:
             else:
                 # A kind first, then a parent of that kind: each surface gets its share.
                 kind = campaign.next_kind(rng, time.monotonic() - started)
-                parent = rng.choice([entry for entry in campaign.corpus if entry.kind == kind])
+                parent = campaign.next_parent(rng, kind)
                 item, mutated = mutate(rng, parent), True
             path = write_input(item, os.path.join(scratch, "input"))
             result = worker.run(item.kind, path, item.keep, timeout_of(item, args.timeout))

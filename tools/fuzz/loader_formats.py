@@ -372,6 +372,7 @@ class Input:
     keep: str | None = None
     patches: list = dataclasses.field(default_factory=list)
     origin: str = ""
+    loaded: bool = False  # whether it loaded when it ran (the campaign's choice of parents)
 
     def files(self) -> dict[str, bytes]:
         """File name -> bytes: {"model.gguf"}, {"config.json", "model.safetensors", ...},

@@ -154,11 +154,18 @@ def byte_level_expectation(backend, text: str) -> str | None:
     vocab = backend.get_vocab(with_added_tokens=False)
     if not all(character in vocab for character in pre_tokenizers.ByteLevel.alphabet()):
         return None
-    pre = json.loads(backend.to_str()).get("pre_tokenizer") or {}
-    if '"add_prefix_space": true' in json.dumps(pre):
+    description = json.loads(backend.to_str())
+    if '"add_prefix_space": true' in json.dumps(description.get("pre_tokenizer") or {}):
         return None
     added = [token for token in backend.get_added_tokens_decoder().values() if token.content]
     if any(token.lstrip or token.rstrip or token.single_word for token in added):
+        return None
+    # A token BPE can produce (a byte, a merge's result) that the vocabulary also calls
+    # user-defined decodes to its own text, not to its bytes, as llama.cpp's token_to_piece does.
+    merges = (description.get("model") or {}).get("merges") or []
+    reachable = set(pre_tokenizers.ByteLevel.alphabet())
+    reachable |= {"".join(merge.split(" ") if isinstance(merge, str) else merge) for merge in merges}
+    if any(not token.special and not token.content.isascii() and token.content in reachable for token in added):
         return None
     special = {token.content for token in added if token.special}
     contents = sorted({token.content for token in added}, key=len, reverse=True)
