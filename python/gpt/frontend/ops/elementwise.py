@@ -8,9 +8,8 @@ from gpt.frontend.emitter import Emitter, Unsupported, Value, additive_mask, bro
 
 aten = torch.ops.aten
 
-
+# Copies to a dtype and device: the identity where the dtype stays float32 (emit_identity checks).
 CONVERSION_OPS = {aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device}
-
 
 ADD = (aten.add.Tensor, aten.add.Scalar)
 
