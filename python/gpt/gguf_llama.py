@@ -209,6 +209,13 @@ def _permuted_heads(name: str, config: GPTConfig) -> int | None:
 def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
     """The GPTConfig of a Llama-family file's metadata (keys named in the module docstring)."""
     n_layer = meta.get(f"{arch}.block_count", int)
+    # Before any per-layer work: a count of millions made the reader spend minutes on the layers'
+    # names before it found their tensors missing (the loader fuzzer's finding). Every layer has
+    # tensors of its own.
+    if n_layer > len(tensors):
+        raise ModelFileError(
+            f"{path}: {arch}.block_count {n_layer} is more layers than its {len(tensors)} tensors can hold"
+        )
     n_ctx = meta.get(f"{arch}.context_length", int)
     n_embd = meta.get(f"{arch}.embedding_length", int)
     n_ff = meta.get(f"{arch}.feed_forward_length", int, per_layer=True)
