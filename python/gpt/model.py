@@ -1,26 +1,25 @@
-"""GPT: a GPT-2-style model whose forward pass is compiled by the gpt compiler for this CPU."""
+"""GPT, a model compiled by the gpt compiler: its constructor, steps, compile statistics, IR and export."""
 
 import dataclasses
 import os
 import threading
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, overload
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from gpt import _gpt, architectures, hf_checkpoint, kept_formats, model_files, weight_cache
+from gpt import _gpt, architectures, loading, weight_cache
 from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
-from gpt.gguf_file import KEPT_QUANTIZED, QuantizedTensor, load_gguf, native_weights_format
+from gpt.generation import GenerationMixin, GenerationStats
+from gpt.loading import DEFAULT_CONTEXT, file_context, with_context
 from gpt.resources import check_fits_in_memory
-from gpt.sampling import check_sampling_args, sample
-from gpt.speculative import SpeculationStats, check_draft_tokens, speculative_tokens
-from gpt.speculative import drafter_for as speculative_drafter
-from gpt.structured_output import json_schema_grammar
-from gpt.tokenizer import ByteTokenizer, HFTokenizer
-from gpt.weights import load_pretrained, random_weights, validate_weights
+from gpt.tokenizer import HFTokenizer
+from gpt.weights import random_weights, validate_weights
+
+# Importable from here as before the split (gpt.GenerationStats, tests, tools and the CLI).
+__all__ = ["DEFAULT_CONTEXT", "GPT", "GPU_STAGES", "STAGES", "GenerationStats", "file_context", "with_context"]
 
 
 def _mask_expression(config: GPTConfig) -> str:
@@ -33,96 +32,7 @@ STAGES = tuple(_gpt.STAGES)
 GPU_STAGES = ("gpu", "nvvm", "ptx")
 
 
-def _compiler_weights(config: GPTConfig, weights: Mapping[str, np.ndarray]) -> dict[str, object]:
-    """HF-named weights of a Llama-family config, checked by their HF names and shapes (so that
-    errors name what the caller gave), as the compiler's parameters (architectures.to_compiler).
-    dtypes and values are checked afterwards, by validate_weights."""
-    if not isinstance(weights, Mapping):
-        raise TypeError(f"weights must be a mapping of parameter name to array, got {type(weights).__name__}")
-    expected = architectures.hf_shapes(config)
-    missing = [name for name in expected if name not in weights]
-    if missing:
-        raise ValueError(f"missing parameter(s): {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
-    unexpected = sorted(name for name in weights if name not in expected)
-    if unexpected:
-        raise ValueError(f"unexpected parameter(s) for this config: {', '.join(unexpected[:5])}")
-    for name, shape in expected.items():
-        value = weights[name]
-        if not isinstance(value, np.ndarray):
-            raise ValueError(f"parameter {name} must be a numpy array, got {type(value).__name__}")
-        if value.shape != shape:
-            raise ValueError(f"parameter {name} has shape {value.shape}, expected {shape}")
-    return architectures.to_compiler(config, weights)
-
-
-# The context a model file is served at unless the caller asks for another: llama.cpp's default -c.
-# A file's own context can be far longer (131072 for Llama 3.1) than a machine holds a cache for.
-DEFAULT_CONTEXT = 4096
-
-
-def file_context(config: GPTConfig, context: int | None) -> int:
-    """The context a model file's model serves: `context` when given (checked by with_context), else
-    the file's own, up to DEFAULT_CONTEXT."""
-    return context if context is not None else min(config.block_size, DEFAULT_CONTEXT)
-
-
-def with_context(
-    config: GPTConfig, weights: Mapping[str, np.ndarray], context: int
-) -> tuple[GPTConfig, Mapping[str, np.ndarray]]:
-    """(config, weights) of a model serving `context` positions of config.block_size: the config's
-    block_size is `context`, and a learned position table keeps its first `context` rows (a view)."""
-    if isinstance(context, bool) or not isinstance(context, (int, np.integer)) or not 1 <= context <= config.block_size:
-        raise ValueError(
-            f"context must be an int in [1, {config.block_size}] (the model's block_size), got {context!r}"
-        )
-    context = int(context)
-    if context == config.block_size:
-        return config, weights
-    try:
-        config = dataclasses.replace(config, block_size=context)
-    except ValueError as e:  # an attention mask laid out for the whole block_size
-        raise ValueError(f"context={context}: {e}") from None
-    table = weights.get("transformer.wpe.weight") if isinstance(weights, Mapping) else None
-    if config.pos_embedding == "learned" and isinstance(table, np.ndarray) and table.ndim == 2:
-        weights = dict(weights)
-        weights["transformer.wpe.weight"] = table[:context].copy()  # not a view that holds the whole table
-    return config, weights
-
-
-@dataclasses.dataclass(frozen=True)
-class GenerationStats:
-    """Token counts and timings of one generate() run. The seconds exclude compilation, which
-    `compile_seconds` counts on its own; `prompt_seconds` is the prefill (or the first forward
-    pass without the cache), `generate_seconds` every later step."""
-
-    prompt_tokens: int
-    generated_tokens: int
-    prompt_seconds: float
-    generate_seconds: float
-    compile_seconds: float
-
-
-def _native_options(options: CompileOptions, config: GPTConfig, quantized: Mapping, path) -> CompileOptions:
-    """CompileOptions(weights="auto") made concrete for a GGUF file loaded with its matmul weights kept
-    in their nearest formats (`quantized`: {compiler name: (format, blocks)}): `weights` the format
-    most of them are in (by weight count), `weight_formats` each one in another. Matmul weights the
-    load widened (a float tensor among quantized ones) are stored in q8_0 there, not in 4 bits.
-    A file with no block-quantized matmul weight runs in its own float format (f32 or bf16)."""
-    matmuls = [name for name, (_, linear) in architectures.hf_parts(config).items() if linear]
-    given = {name: quantized[name][0] for name in matmuls if name in quantized}
-    if not given:
-        return dataclasses.replace(options, weights=native_weights_format(path), weight_formats=())
-    layer_formats = {name: kept_formats.stored_format(fmt) for name, fmt in given.items()}
-    counts: dict[str, int] = {}
-    for name, fmt in layer_formats.items():
-        counts[fmt] = counts.get(fmt, 0) + kept_formats.elements(quantized[name][1], given[name])
-    base = max(counts, key=counts.get)
-    widened = {name: "q8_0" for name in matmuls if name not in quantized and base != "q8_0"}
-    others = {name: fmt for name, fmt in layer_formats.items() if fmt != base}
-    return dataclasses.replace(options, weights=base, weight_formats={**others, **widened})
-
-
-class GPT:
+class GPT(GenerationMixin):
     """Construct with GPT.random, GPT.from_weights, GPT.from_pretrained or GPT.from_gguf.
 
     What is fixed for the model's lifetime (`config`, `options`) and the record of the last
@@ -222,7 +132,7 @@ class GPT:
         lists them: `architectures.hf_shapes(config)`): GPT-2's Conv1D weights are [in, out]
         (c_attn.weight is [n_embd, 3 n_embd]); the Llama family's Linear weights [out, in]."""
         if isinstance(config, GPTConfig) and config.spec.converts:
-            weights = _compiler_weights(config, weights)
+            weights = loading.compiler_weights(config, weights)
         return cls(config, weights, options)
 
     @classmethod
@@ -234,28 +144,7 @@ class GPT:
         exactly); no network access. `model.tokenizer` is the directory's tokenizer.json when
         there is one. `context` (default: config.json's, up to DEFAULT_CONTEXT) is the positions the
         model serves, at most the checkpoint's (see GPT's constructor)."""
-        # A Llama-family directory (config.json's model_type llama or qwen2) goes to its loader.
-        llama_family = hf_checkpoint.architecture_of(hf_checkpoint.model_type(path)) is not None
-        if llama_family:
-            config, weights = hf_checkpoint.load_pretrained(path)
-        else:
-            config, weights = load_pretrained(path)
-        source = weight_cache.source_key(path, options.weights if options is not None else "f32")
-        model = cls(
-            config, weights, options, context=file_context(config, context), _copy_weights=False, _packed_source=source
-        )
-        # What the model copied into its own layouts dies with `weights` (the arrays compiled code
-        # reads in place stay referenced by the model): its heap pages go back to the system.
-        del weights
-        _gpt.release_freed_memory()
-        if llama_family:
-            ids = hf_checkpoint.eos_token_ids(path)
-            model._end_of_generation = frozenset(i for i in ids if i < config.vocab_size)
-        # Present in any form (a FIFO, a dangling link), it is read, so that what may not be read is
-        # refused by name rather than passed over as if the directory had no tokenizer.
-        if model_files.present(path, "tokenizer.json"):
-            model._tokenizer = HFTokenizer(os.path.join(path, "tokenizer.json"))
-        return model
+        return loading.from_pretrained(cls, path, options, context)
 
     @classmethod
     def from_gguf(cls, path: str, options: CompileOptions | None = None, *, context: int | None = None) -> "GPT":
@@ -284,35 +173,7 @@ class GPT:
         `context` (default: the file's context_length, up to DEFAULT_CONTEXT) is the positions the model
         serves, at most the file's (see GPT's constructor).
         """
-        options = options if options is not None else CompileOptions()
-        auto = options.weights == "auto"
-        keep = options.weights if auto or options.weights in KEPT_QUANTIZED else None
-        config, weights, tokenizer = load_gguf(path, keep_quantized=keep)
-        quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
-        floats = {name: w for name, w in weights.items() if name not in quantized}
-        if config.spec.converts:  # HF names -> the compiler's fused parameters
-            quantized = architectures.to_compiler_quantized(config, quantized, concatenate=False)
-            floats = architectures.to_compiler(config, floats, consume=True)
-        if auto:
-            options = _native_options(options, config, quantized, path)
-        del weights
-        model = cls(
-            config,
-            floats,
-            options,
-            context=file_context(config, context),
-            _copy_weights=False,
-            _quantized=quantized,
-            _packed_source=weight_cache.source_key(path, options.weights),
-        )
-        model._tokenizer = tokenizer
-        model._end_of_generation = frozenset(getattr(tokenizer, "end_of_generation", ()))
-        # The file's blocks and float32 tensors, copied into the model's own layouts, die here:
-        # their heap pages go back to the system instead of staying resident (SmolLM2 q4_1:
-        # 317 -> about 250 MiB after load).
-        del quantized, floats
-        _gpt.release_freed_memory()
-        return model
+        return loading.from_gguf(cls, path, options, context)
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -455,189 +316,6 @@ class GPT:
             pool._value_views,
         )
         return logits[: args.batch, : self._config.vocab_size]
-
-    @overload
-    def generate(
-        self,
-        ids: Sequence[int],
-        max_new_tokens: int,
-        temperature: float = ...,
-        top_k: int | None = ...,
-        top_p: float | None = ...,
-        seed: int | None = ...,
-        use_cache: bool = ...,
-        stop: Iterable[int] | None = ...,
-        stream: Literal[False] = ...,
-        *,
-        stop_at_eos: bool = ...,
-        speculative: "str | GPT | None" = ...,
-        draft_tokens: int | None = ...,
-        json_schema: dict | bool | None = ...,
-    ) -> list[int]: ...
-
-    @overload
-    def generate(
-        self,
-        ids: Sequence[int],
-        max_new_tokens: int,
-        temperature: float = ...,
-        top_k: int | None = ...,
-        top_p: float | None = ...,
-        seed: int | None = ...,
-        use_cache: bool = ...,
-        stop: Iterable[int] | None = ...,
-        *,
-        stream: Literal[True],
-        stop_at_eos: bool = ...,
-        speculative: "str | GPT | None" = ...,
-        draft_tokens: int | None = ...,
-        json_schema: dict | bool | None = ...,
-    ) -> Iterator[int]: ...
-
-    @overload
-    def generate(
-        self,
-        ids: Sequence[int],
-        max_new_tokens: int,
-        temperature: float = ...,
-        top_k: int | None = ...,
-        top_p: float | None = ...,
-        seed: int | None = ...,
-        use_cache: bool = ...,
-        stop: Iterable[int] | None = ...,
-        stream: bool = ...,
-        *,
-        stop_at_eos: bool = ...,
-        speculative: "str | GPT | None" = ...,
-        draft_tokens: int | None = ...,
-        json_schema: dict | bool | None = ...,
-    ) -> list[int] | Iterator[int]: ...
-
-    def generate(
-        self,
-        ids: Sequence[int],
-        max_new_tokens: int,
-        temperature: float = 0.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        use_cache: bool = True,
-        stop: Iterable[int] | None = None,
-        stream: bool = False,
-        *,
-        stop_at_eos: bool = True,
-        speculative: "str | GPT | None" = None,
-        draft_tokens: int | None = None,
-        json_schema: dict | bool | None = None,
-    ) -> list[int] | Iterator[int]:
-        """Continues `ids` by up to `max_new_tokens` tokens and returns the new ones (not the prompt);
-        an iterator over the same tokens when `stream=True`. temperature 0 is greedy; otherwise
-        tokens are drawn from softmax(logits / temperature) limited to `top_k` tokens and to the
-        `top_p` nucleus, with a generator seeded by `seed`. A token in `stop` ends generation and
-        is not returned, and so does one of the model's `end_of_generation` tokens (its EOS, or an
-        end of turn such as <|im_end|>) unless `stop_at_eos=False`. `use_cache=False` recomputes
-        the whole sequence every step (the reference the cache is measured against). Arguments are
-        checked before anything runs.
-
-        `speculative="ngram"` (prompt lookup: the tokens that followed the text's last n-gram where
-        it occurred before) or a draft `gpt.GPT` with the same vocabulary drafts up to
-        `draft_tokens` tokens (default 4), which one cached step of this model verifies together
-        (gpt/speculative.py); fewer are drafted while drafts are rejected. Greedy decoding gives the
-        tokens plain decoding gives; sampling keeps its distribution (the standard accept/reject
-        rule), though not the same draws for a seed. Stops, EOS, max_new_tokens and stream behave
-        as without it.
-
-        `json_schema` (a JSON schema dict, or True for any JSON object) constrains the tokens to
-        JSON text that the schema accepts (gpt/structured_output.py: the logits of every other
-        token are -inf before sampling), and generation ends when that text is complete; the text
-        is cut short only by max_new_tokens. It needs the model's tokenizer, and does not combine
-        with `speculative`. ValueError names a schema that is not a JSON object, too large, or
-        refused by the grammar library."""
-        prompt = self._check_ids(ids)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        unbounded = use_cache and self._config.unbounded_positions
-        if len(prompt) + max_new_tokens > self._config.block_size and not unbounded:
-            raise ValueError(
-                f"{len(prompt)} prompt tokens + max_new_tokens={max_new_tokens} exceed "
-                f"block_size={self._config.block_size}"
-                + (
-                    " (past block_size, a windowed rope model generates with use_cache=True only)"
-                    if self._config.unbounded_positions
-                    else ""
-                )
-            )
-        check_sampling_args(temperature, top_k, top_p)
-        stop_ids = frozenset(int(t) for t in self._check_ids(list(stop))) if stop else frozenset()
-        if not isinstance(stop_at_eos, bool):
-            raise TypeError(f"stop_at_eos must be a bool, got {type(stop_at_eos).__name__}")
-        if stop_at_eos:
-            stop_ids |= self._end_of_generation
-        drafter = None
-        if speculative is not None:
-            if not use_cache:
-                raise ValueError("speculative decoding verifies drafts against the KV cache: use_cache must be True")
-            drafter = speculative_drafter(speculative, self)
-            draft_tokens = check_draft_tokens(draft_tokens)
-        elif draft_tokens is not None:
-            raise ValueError("draft_tokens is given without speculative='ngram' or a draft model")
-        constraint = None
-        if json_schema is not None and json_schema is not False:
-            constraint = self._json_constraint(json_schema, stop_ids, speculative)
-        tokens = self._generate(
-            prompt,
-            int(max_new_tokens),
-            float(temperature),
-            top_k,
-            top_p,
-            np.random.default_rng(seed),
-            use_cache,
-            stop_ids,
-            drafter,
-            draft_tokens,
-            constraint,
-        )
-        return tokens if stream else list(tokens)
-
-    def _json_constraint(self, json_schema, stop_ids: frozenset[int], speculative):
-        """generate()'s constraint for `json_schema`, its grammar ending at `stop_ids`."""
-        if speculative is not None:
-            # Drafts would need the grammar's mask at every drafted position, and a rollback of the
-            # grammar with the KV cache: not built, so refused rather than left unconstrained.
-            raise ValueError("json_schema and speculative cannot be combined: give one of them")
-        tokenizer = self._tokenizer
-        if tokenizer is None and self._config.vocab_size == 256:
-            tokenizer = ByteTokenizer()
-        if tokenizer is None:
-            raise ValueError(
-                "json_schema needs the model's tokenizer (to know each token's text), and this model has none"
-            )
-        grammar = json_schema_grammar(tokenizer, json_schema, vocab_size=self._config.vocab_size, end_ids=stop_ids)
-        return grammar.start()
-
-    @property
-    def end_of_generation(self) -> frozenset[int]:
-        """The token ids that end generate() unless it is called with `stop_at_eos=False`: a GGUF
-        file's EOS, EOT and end-of-turn tokens (such as <|im_end|>: its tokenizer's
-        `end_of_generation`, which `python -m gpt generate` and `chat` stop at), or a HF Llama or
-        Qwen2 directory's eos_token_id (generation_config.json and config.json, as transformers'
-        generate stops there). Empty otherwise: GPT-2 checkpoints (their eos_token_id is the
-        <|endoftext|> between documents, a newline in the embedded byte-level model, and GPT-2
-        text is continued past it) and models made from a config or weights."""
-        return self._end_of_generation
-
-    @property
-    def last_speculation(self) -> SpeculationStats | None:
-        """What speculative decoding did in the last generate() run (so far, while a stream is being
-        consumed): tokens drafted, accepted and verification steps; None before the first run and
-        after a run without `speculative`."""
-        return None if self._speculation is None else SpeculationStats(**self._speculation)
-
-    @property
-    def last_generation(self) -> GenerationStats | None:
-        """Token counts and timings of the last generate() run (so far, while a stream is being
-        consumed); None before the first generate()."""
-        return None if self._generation is None else GenerationStats(**self._generation)
 
     def ir(
         self,
@@ -804,90 +482,6 @@ class GPT:
         done.wait()
         if failure:
             raise failure[0]
-
-    def _generation_cache_len(self, needed: int) -> int:
-        """Cache capacity for a generation of `needed` positions: a power of two (>= 64), so a few
-        programs serve every length, and attention does not scan a block_size-long cache."""
-        length = 64
-        while length < needed:
-            length *= 2
-        return min(length, self._config.block_size)
-
-    def _generate(
-        self,
-        ids,
-        max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        rng,
-        use_cache,
-        stop_ids,
-        drafter=None,
-        draft_tokens=None,
-        constraint=None,
-    ):
-        stats = self._generation = dict(
-            prompt_tokens=len(ids),
-            generated_tokens=0,
-            prompt_seconds=0.0,
-            generate_seconds=0.0,
-            compile_seconds=0.0,
-        )
-        self._speculation = None if drafter is None else dict(drafted_tokens=0, accepted_tokens=0, verify_steps=0)
-        if max_new_tokens == 0:
-            return
-
-        def timed(key, fn, *args):
-            compiled_before = self.compile_seconds()
-            start = time.perf_counter()
-            result = fn(*args)
-            compiling = self.compile_seconds() - compiled_before
-            stats["compile_seconds"] += compiling
-            stats[key] += time.perf_counter() - start - compiling
-            return result
-
-        if drafter is not None:
-            cache = self.new_cache(self._generation_cache_len(min(len(ids) + max_new_tokens, self._config.block_size)))
-            yield from speculative_tokens(
-                self,
-                ids,
-                max_new_tokens,
-                temperature,
-                top_k,
-                top_p,
-                rng,
-                stop_ids,
-                drafter,
-                draft_tokens,
-                cache,
-                timed,
-                stats,
-                self._speculation,
-            )
-            return
-        if use_cache:
-            cache = self.new_cache(self._generation_cache_len(min(len(ids) + max_new_tokens, self._config.block_size)))
-            logits = timed("prompt_seconds", self.prefill, ids, cache)
-        else:
-            sequence = list(ids)
-            logits = timed("prompt_seconds", lambda: self.forward(sequence)[-1])
-        for step in range(max_new_tokens):
-            if constraint is not None:  # the mask's time counts as decoding's
-                logits = timed("generate_seconds", constraint.mask, logits)
-            token = sample(logits, temperature, top_k, top_p, rng)
-            if token in stop_ids or (constraint is not None and token in constraint.end_ids):
-                return
-            stats["generated_tokens"] += 1
-            complete = constraint is not None and constraint.advance(token)
-            yield token
-            if step + 1 == max_new_tokens or complete:
-                return
-            if use_cache:
-                logits = timed("generate_seconds", self.decode, token, cache)
-            else:
-                sequence.append(token)
-                logits = timed("generate_seconds", lambda: self.forward(sequence)[-1])
 
     def _check_length(self, seq_len: int) -> int:
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):

@@ -16,7 +16,7 @@ import gpt
 import gpt.architectures
 import gpt.gguf.container
 import gpt.gguf_file
-import gpt.model
+import gpt.loading
 from gpt import _gpt, gguf_llama, kept_formats
 
 T = gguf.GGMLQuantizationType
@@ -346,7 +346,7 @@ def test_a_q4_k_m_file_is_laid_out_from_its_own_blocks_unread(q4_k_m_file, monke
     gguf_names = {
         p.hf.replace("{i}", str(i)): p.gguf.replace("{i}", str(i)) for p, i in gpt.architectures.parameters(config)
     }
-    real_load = gpt.model.load_gguf
+    real_load = gpt.loading.load_gguf
 
     def converted_copies(path, keep_quantized=None):
         """The blocks as the load gave them before: copies converted into the kept format."""
@@ -371,7 +371,7 @@ def test_a_q4_k_m_file_is_laid_out_from_its_own_blocks_unread(q4_k_m_file, monke
     monkeypatch.setattr(gpt.gguf.container, "_fp16_fields_finite", never)
     ours = gpt.GPT.from_gguf(q4_k_m_file, options)
     monkeypatch.undo()
-    monkeypatch.setattr(gpt.model, "load_gguf", converted_copies)
+    monkeypatch.setattr(gpt.loading, "load_gguf", converted_copies)
     theirs = gpt.GPT.from_gguf(q4_k_m_file, options)
     assert ours.options == theirs.options
     ours, theirs = laid_out(ours), laid_out(theirs)
