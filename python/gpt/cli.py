@@ -54,8 +54,7 @@ flags.DEFINE_string(
     "speculative",
     None,
     "generate, serve: speculative decoding, 'ngram' (prompt lookup: drafts what followed the text's last n-gram "
-    "where it occurred before) or, for generate, a draft model (a file, directory or installed name) with the "
-    "same tokenizer",
+    "where it occurred before) or a draft model (a file, directory or installed name) with the same tokenizer",
 )
 flags.DEFINE_integer(
     "draft_tokens",
@@ -384,14 +383,19 @@ def serve() -> None:
     from gpt import server
     from gpt.engine import Engine
 
-    if FLAGS.speculative not in (None, "ngram"):  # refused before the model loads
-        raise app.UsageError(
-            f"serve --speculative takes 'ngram' (prompt lookup), got {FLAGS.speculative!r}; "
-            "a draft model speculates in generate only"
-        )
     if FLAGS.draft_tokens is not None and FLAGS.speculative is None:
-        raise app.UsageError("serve --draft-tokens needs --speculative ngram")
+        raise app.UsageError("serve --draft-tokens needs --speculative ngram|MODEL")
+    speculative = FLAGS.speculative
+    if speculative is not None and speculative != "ngram":
+        speculative = models.resolve(speculative)  # a draft model
+        if not os.path.exists(speculative):  # refused before the target loads, which takes a while
+            raise app.UsageError(
+                f"serve --speculative takes 'ngram' or a draft model, and {FLAGS.speculative!r} is no file, "
+                "directory or installed model"
+            )
     model = _load_model()
+    if speculative is not None and speculative != "ngram":
+        speculative = _load_model(speculative)
     tokenizer = model.tokenizer
     if tokenizer is None:
         directory = FLAGS.model if FLAGS.model and os.path.isdir(FLAGS.model) else None
@@ -407,8 +411,8 @@ def serve() -> None:
         max_running=FLAGS.max_running,
         max_queue=FLAGS.max_queue,
         tokenizer=tokenizer,
-        # The engine drafts by prompt lookup only: Engine refuses a draft model, naming it.
-        speculative=FLAGS.speculative,
+        # Engine refuses a draft model of another vocabulary (ValueError: one line, exit status 2).
+        speculative=speculative,
         draft_tokens=FLAGS.draft_tokens,
     )
     name = os.path.basename(os.path.normpath(FLAGS.model or EMBEDDED_MODEL))

@@ -78,7 +78,7 @@ class DraftModelDrafter:
     """A smaller GPT with the same tokenizer drafts greedily against a cache of its own, which
     follows the accepted text: what it drafted and the target rejected is rolled back."""
 
-    def __init__(self, draft, target):
+    def __init__(self, draft, target, max_len: int | None = None):
         # The target is a gpt.GPT (GPT.generate passes itself); its class stands for gpt.model's,
         # which imports this module.
         if not isinstance(draft, type(target)):
@@ -94,12 +94,15 @@ class DraftModelDrafter:
                 f"{target.config.vocab_size}; a draft model must share the target's tokenizer"
             )
         self._draft = draft
+        # Positions the cache holds: the draft's context, or fewer when the caller knows how long
+        # its sequence can grow (the engine: a cache per sequence, sized to its request).
+        self._limit = draft.config.block_size if max_len is None else min(max_len, draft.config.block_size)
         self._cache: KVCache | None = None
         self._cached: list[int] = []  # the tokens whose keys and values the cache holds
 
     def propose(self, tokens: Sequence[int], count: int) -> list[int]:
         draft = self._draft
-        limit = draft.config.block_size
+        limit = self._limit
         count = min(count, limit - len(tokens))
         if count <= 0:
             return []
@@ -113,6 +116,8 @@ class DraftModelDrafter:
             common += 1
         common = min(common, len(tokens) - 1)  # at least the last token is fed, for its logits
         rewind(self._cache, common)
+        # What the cache surely holds if the steps below raise: the next call rewinds no further.
+        self._cached = tokens[:common]
         logits = draft.prefill(np.asarray(tokens[common:], dtype=np.int64), self._cache)
         self._cached = tokens
         proposed: list[int] = []

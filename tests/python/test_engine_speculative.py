@@ -1,13 +1,15 @@
-"""gpt.engine.Engine(speculative="ngram"): drafts verified as rows of the batched step give plain
-decoding's greedy tokens (and logits, bit for bit), keep the sampled distribution, roll rejected
-rows back in the paged KV cache, and give every block back however a request ends.
+"""gpt.engine.Engine(speculative="ngram" | draft_model): drafts verified as rows of the batched step
+give plain decoding's greedy tokens (and logits, bit for bit), keep the sampled distribution, roll
+rejected rows back in the paged KV cache, and give every block back however a request ends.
 
 The oracle for greedy is the same engine without speculation (and model.generate for the tokens).
 """
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from scipy import stats as scipy_stats
 import gpt
 from gpt.engine import Engine
 from gpt.engine.metrics import parse_prometheus_text, prometheus_text
+from gpt.gguf_file import save_gguf
 from gpt.sampling import allowed_probabilities
 
 CONFIG = gpt.GPTConfig(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=128)
@@ -67,7 +70,7 @@ class ErringOracle:
     def __init__(self, continuations):
         self._continuations = continuations  # prompt tuple -> greedy tokens
 
-    def __call__(self):  # Engine._new_drafter: one drafter per sequence
+    def __call__(self, max_len):  # Speculation.new_drafter: one drafter per sequence
         return self
 
     def propose(self, tokens, count):
@@ -116,7 +119,7 @@ def test_rejected_drafts_are_rolled_back_in_the_paged_cache(varied):
     prompts = [free_prompt(7), copying_prompt(7)]
     plain = run(Engine(varied, num_blocks=64, block_size=4, start=False), [(p, 30) for p in prompts])
     engine = Engine(varied, num_blocks=64, block_size=4, start=False, speculative="ngram", draft_tokens=8)
-    engine._new_drafter = ErringOracle({tuple(p): h.tokens for p, h in zip(prompts, plain, strict=True)})
+    engine._speculation.new_drafter = ErringOracle({tuple(p): h.tokens for p, h in zip(prompts, plain, strict=True)})
     fast = run(engine, [(p, 30) for p in prompts])
     for a, b in zip(fast, plain, strict=True):
         assert a.tokens == b.tokens
@@ -133,7 +136,7 @@ def test_a_request_ending_inside_a_draft_or_cancelled_between_drafts_frees_its_b
     oracle = ErringOracle({tuple(prompt): plain.tokens})
     # A stop token accepted inside a draft ends the request there.
     engine = Engine(varied, **POOL, start=False, speculative="ngram", draft_tokens=8)
-    engine._new_drafter = oracle
+    engine._speculation.new_drafter = oracle
     (stopped,) = run(engine, [(prompt, 30)], stop=[stop])
     assert stopped.tokens == plain.tokens[: plain.tokens.index(stop)] and stopped.finish_reason == "stop"
     assert engine.metrics().accepted_tokens > 0
@@ -142,7 +145,7 @@ def test_a_request_ending_inside_a_draft_or_cancelled_between_drafts_frees_its_b
     engine = Engine(varied, **POOL, start=False, speculative="ngram", draft_tokens=8)
     other = copying_prompt(3)
     (other_plain,) = run(Engine(varied, **POOL, start=False), [(other, 30)])
-    engine._new_drafter = ErringOracle({tuple(prompt): plain.tokens, tuple(other): other_plain.tokens})
+    engine._speculation.new_drafter = ErringOracle({tuple(prompt): plain.tokens, tuple(other): other_plain.tokens})
     victim = engine.submit(prompt, 30)
     survivor = engine.submit(other, 30)
     while engine.metrics().accepted_tokens == 0:
@@ -165,6 +168,70 @@ def test_the_counters_reach_the_prometheus_text(model):
     assert values["gpt_speculative_drafted_tokens_total"] == metrics.drafted_tokens > 0
     assert values["gpt_speculative_accepted_tokens_total"] == metrics.accepted_tokens > 0
     assert values["gpt_speculative_verify_steps_total"] == metrics.verify_steps > 0
+
+
+# -- a draft model ------------------------------------------------------------------------------
+
+
+def drafters_made(engine):
+    """Records a weak reference to every drafter the engine makes (one per decoding sequence)."""
+    made, new_drafter = [], engine._speculation.new_drafter
+
+    def recording(max_len):
+        drafter = new_drafter(max_len)
+        made.append(weakref.ref(drafter))
+        return drafter
+
+    engine._speculation.new_drafter = recording
+    return made
+
+
+@pytest.mark.parametrize("draft", ["the same weights", "other random weights"])
+def test_a_draft_model_gives_plain_decodings_tokens_to_concurrent_requests(varied, draft):
+    """Three requests of different lengths decode together, drafted by a draft model with a KV
+    cache per sequence: one with the target's own weights (its drafts are accepted), one of other
+    random weights (its drafts are mostly rejected). Either way the tokens are plain decoding's,
+    and every drafter (with its cache) is gone once its request is."""
+    requests = [(copying_prompt(2), 24), (free_prompt(2, 9), 17), (free_prompt(3, 41), 30)]
+    plain = run(Engine(varied, **POOL, start=False), requests)
+    seed = 3 if draft == "the same weights" else 11
+    drafter_model = gpt.GPT.random(varied.config, seed=seed, options=varied.options)
+    engine = Engine(varied, **POOL, start=False, speculative=drafter_model, draft_tokens=4)
+    made = drafters_made(engine)
+    fast = run(engine, requests)
+    for i, (a, b) in enumerate(zip(fast, plain, strict=True)):
+        assert a.tokens == b.tokens, f"request {i}"
+    metrics = engine.metrics()
+    assert metrics.generated_tokens == sum(n for _, n in requests) and metrics.verify_steps > 0
+    if draft == "the same weights":
+        assert metrics.accepted_tokens >= 0.8 * metrics.drafted_tokens > 0
+        assert metrics.steps < metrics.generated_tokens
+    else:
+        assert metrics.accepted_tokens < 0.5 * metrics.drafted_tokens
+    assert_every_block_is_back(engine)
+    gc.collect()
+    assert len(made) == len(requests) and all(ref() is None for ref in made)
+
+
+def test_a_cancelled_request_frees_its_draft_models_cache_and_sampling_works(model):
+    drafter_model = gpt.GPT.random(CONFIG, seed=3, options=model.options)
+    engine = Engine(model, **POOL, start=False, speculative=drafter_model)
+    made = drafters_made(engine)
+    victim = engine.submit(free_prompt(4), 40)
+    sampled = [engine.submit(free_prompt(5 + i, 12), 20, temperature=0.8, seed=i) for i in range(2)]
+    while engine.metrics().verify_steps == 0:
+        assert engine.step()
+    victim.cancel()
+    assert engine.step()
+    gc.collect()
+    assert len(made) == 3 and made[0]() is None  # the victim's: the first to decode
+    assert all(ref() is not None for ref in made[1:])
+    while engine.step():
+        pass
+    assert victim.finish_reason == "cancelled"
+    assert all(h.finish_reason == "length" and len(h.tokens) == 20 for h in sampled)
+    assert engine.metrics().accepted_tokens > 0
+    assert_every_block_is_back(engine)
 
 
 # -- sampling: the target distribution ------------------------------------------------------------
@@ -190,6 +257,9 @@ def test_sampled_tokens_keep_the_models_distribution():
             third += first[a] * after_a[b] * probabilities([a, b])
 
     class Threes:
+        def __init__(self, max_len):
+            pass
+
         def propose(self, tokens, count):
             return [3] * count
 
@@ -197,7 +267,7 @@ def test_sampled_tokens_keep_the_models_distribution():
     engine = Engine(
         tiny, num_blocks=80, block_size=16, max_running=64, max_queue=requests, start=False, speculative="ngram"
     )
-    engine._new_drafter = Threes
+    engine._speculation.new_drafter = Threes
     handles = [engine.submit(prompt, 3, temperature=1.0, seed=seed) for seed in range(requests)]
     while engine.step():
         pass
@@ -218,12 +288,12 @@ def test_sampled_tokens_keep_the_models_distribution():
         (
             dict(speculative="medusa"),
             ValueError,
-            r"speculative must be None or 'ngram' \(prompt lookup\), got 'medusa'",
+            r"speculative must be None, 'ngram' \(prompt lookup\) or a gpt.GPT draft model, got 'medusa'",
         ),
-        (dict(speculative=3), TypeError, "speculative must be None or 'ngram', got int"),
+        (dict(speculative=3), TypeError, "speculative must be None, 'ngram' or a gpt.GPT draft model, got int"),
         (dict(speculative="ngram", draft_tokens=0), ValueError, r"draft_tokens must be an int in \[1, 64\], got 0"),
         (dict(speculative="ngram", draft_tokens=65), ValueError, r"draft_tokens must be an int in \[1, 64\], got 65"),
-        (dict(draft_tokens=4), ValueError, "draft_tokens is given without speculative='ngram'"),
+        (dict(draft_tokens=4), ValueError, r"draft_tokens is given without speculative \('ngram' or a draft model\)"),
     ],
 )
 def test_bad_speculative_arguments_are_refused(kwargs, error, message):
@@ -232,33 +302,54 @@ def test_bad_speculative_arguments_are_refused(kwargs, error, message):
         Engine(tiny, start=False, **kwargs)
 
 
-def test_a_draft_model_is_refused_with_where_to_run_one():
+def test_a_draft_model_of_another_vocabulary_or_the_model_itself_is_refused():
     tiny = gpt.GPT.random(CONFIG, seed=3)
-    with pytest.raises(ValueError, match=r"serves no draft model; model.generate\(speculative=draft_model\)"):
-        Engine(tiny, start=False, speculative=gpt.GPT.random(CONFIG, seed=4))
+    other = gpt.GPT.random(gpt.GPTConfig(**{**CONFIG.__dict__, "vocab_size": 300}), seed=4)
+    with pytest.raises(ValueError, match="the draft model's vocab_size 300 differs from the target's 256"):
+        Engine(tiny, start=False, speculative=other)
+    with pytest.raises(ValueError, match="the draft model must be another model than the one generating"):
+        Engine(tiny, start=False, speculative=tiny)
 
 
 @pytest.mark.parametrize(
     "flags, message",
     [
         (
-            ["--speculative", "draft.gguf"],
-            "serve --speculative takes 'ngram' (prompt lookup), got 'draft.gguf'; "
-            "a draft model speculates in generate only",
+            ["--speculative", "no-such-draft.gguf"],
+            "serve --speculative takes 'ngram' or a draft model, and 'no-such-draft.gguf' is no file, "
+            "directory or installed model",
         ),
-        (["--draft-tokens", "4"], "serve --draft-tokens needs --speculative ngram"),
+        (["--draft-tokens", "4"], "serve --draft-tokens needs --speculative ngram|MODEL"),
         (["--speculative", "ngram", "--draft-tokens", "0"], "flag --draft_tokens=0: 0 is not a positive integer"),
     ],
 )
 def test_serve_refuses_bad_speculation_flags_in_one_line(flags, message):
+    result = run_serve(flags)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"gpt: error: {message}"
+
+
+def test_serve_refuses_a_draft_model_of_another_vocabulary_in_one_line(tmp_path):
+    """The embedded model's vocabulary is 256 bytes; a draft GGUF of 300 tokens is refused when
+    the engine is made, before the server listens."""
+    config = gpt.GPTConfig(**{**CONFIG.__dict__, "vocab_size": 300})
+    path = str(tmp_path / "draft.gguf")
+    save_gguf(gpt.GPT.random(config, seed=4), config, path, "f32")
+    result = run_serve(["--speculative", path])
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "gpt: error: speculative: the draft model's vocab_size 300 differs from the target's 256; "
+        "a draft model must share the target's tokenizer"
+    )
+
+
+def run_serve(flags):
     root = os.path.dirname(os.path.dirname(os.path.abspath(gpt.__file__)))
     env = dict(os.environ, PYTHONPATH=root)
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "gpt", "serve", "--port", "1", *flags],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"gpt: error: {message}"

@@ -12,21 +12,10 @@ far longer than the pool runs as long as one token's window fits it.
 A step is atomic with respect to any exception, KeyboardInterrupt included: its effects all land
 or none do (see step()).
 
-Speculative decoding (`speculative="ngram"`): before each step, every decoding sequence may get
-a draft of k tokens from prompt lookup (gpt/speculative.py's NgramDrafter, k adapted per sequence
-by AdaptiveDraftLength). The batched step then runs its pending token and the draft as k + 1
-rows, each given to the compiled step as a sequence of its own (count 1, the same block table,
-consecutive positions): the step returns the logits of each sequence's last token, so this is how
-every drafted row's logits come back from the existing batched entry, with no entry of its own.
-Such a step pads its rows to an odd count (block_pool.step_batch_exact_rows), where every row's
-bits are a lone decode's, so greedy tokens are those of plain decoding. The rows are accepted in
-order by the standard rule (speculative.accepts); the rejected rows' keys and values stay in
-their slots, past the sequence's length, to be written over, and blocks holding only them go back
-(Scheduler.after_step).
+Speculative decoding (`speculative="ngram"` or a draft model): see engine/speculation.py.
 """
 
 import collections
-import functools
 import threading
 import time
 
@@ -35,48 +24,31 @@ import numpy as np
 from gpt.block_pool import step_batch_exact_rows
 from gpt.claim import run_deferring_interrupts
 from gpt.engine.blocks import BlockManager
-from gpt.engine.metrics import EngineMetrics
+from gpt.engine.metrics import COUNTED, EngineMetrics
+from gpt.engine.outcome import step_outcomes, undo_all
 from gpt.engine.requests import (
     Event,
     QueueFullError,
     RequestHandle,
     SamplingParams,
     TextTracker,
+    check_ids,
     check_stop_strings,
+    choice_seed,
+    logprob_count,
+    one_choice,
+    positive_int,
 )
 from gpt.engine.scheduler import Scheduler, Sequence
-from gpt.engine.window import most_blocks_needed
-from gpt.logprobs import MAX_TOP_LOGPROBS, prompt_logprobs, token_logprob
-from gpt.sampling import check_sampling_args, sample
-from gpt.speculative import AdaptiveDraftLength, NgramDrafter, accepts, check_draft_tokens
-from gpt.structured_output import Grammar, StructuredOutputError
+from gpt.engine.speculation import Speculation, step_arrays
+from gpt.engine.window import check_fits_pool
+from gpt.logprobs import prompt_logprobs
+from gpt.sampling import check_sampling_args
+from gpt.structured_output import Grammar
 from gpt.tokenizer import tokenizer_for
 
 # Choices of one request at most (submit_choices' `n`; the server's bound too).
 MAX_CHOICES = 16
-
-
-def _logprob_count(name: str, value) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_TOP_LOGPROBS:
-        raise ValueError(f"{name} must be None or an int in [0, {MAX_TOP_LOGPROBS}], got {value!r}")
-    return int(value)
-
-
-def choice_seed(seed: int | None, index: int):
-    """The seed of choice `index` of a request seeded with `seed`: the seed itself for the first
-    (so one choice draws what GPT.generate draws with that seed), and one derived from (seed,
-    index) for the others, so that a seeded request with n choices is reproducible whole."""
-    if seed is None or index == 0:
-        return seed
-    return np.random.SeedSequence([int(seed), index])
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
 
 
 class Engine:
@@ -89,11 +61,12 @@ class Engine:
     max_batch_tokens: new tokens per step at most (decodes first, then prompt chunks).
     max_running: sequences in a step at most. max_queue: requests waiting for admission at most;
     submit raises QueueFullError beyond it.
-    speculative: None, or "ngram" for speculative decoding by prompt lookup with up to
-    `draft_tokens` (default 4, at most 64) drafted tokens per sequence and step (see the module's
-    docstring). Greedy requests get the tokens they get without it; sampled ones the same
-    distribution, not the same draws for a seed. A request with a grammar, or with choices still
-    to fork from it, decodes plainly. A draft model (as generate() takes) is not served here.
+    speculative: None, "ngram" for speculative decoding by prompt lookup, or a gpt.GPT draft model
+    with the model's tokenizer (a KV cache of its own per sequence), with up to `draft_tokens`
+    (default 4, at most 64) drafted tokens per sequence and step (see engine/speculation.py).
+    Greedy requests get the tokens they get without it; sampled ones the same distribution, not
+    the same draws for a seed. A request with a grammar, or with choices still to fork from it,
+    decodes plainly.
     """
 
     def __init__(
@@ -106,34 +79,22 @@ class Engine:
         max_queue: int = 256,
         tokenizer=None,
         start: bool = True,
-        speculative: str | None = None,
+        speculative=None,
         draft_tokens: int | None = None,
     ):
         self._model = model
         self._config = model.config
-        if speculative is not None:
-            if hasattr(speculative, "generate"):  # a gpt.GPT, as generate() takes for a draft model
-                raise ValueError(
-                    "speculative: the engine drafts by prompt lookup ('ngram') only and serves no draft "
-                    "model; model.generate(speculative=draft_model) runs one"
-                )
-            if not isinstance(speculative, str):
-                raise TypeError(f"speculative must be None or 'ngram', got {type(speculative).__name__}")
-            if speculative != "ngram":
-                raise ValueError(f"speculative must be None or 'ngram' (prompt lookup), got {speculative!r}")
-            draft_tokens = check_draft_tokens(draft_tokens)
-        elif draft_tokens is not None:
-            raise ValueError("draft_tokens is given without speculative='ngram'")
+        if speculative is None and draft_tokens is not None:
+            raise ValueError("draft_tokens is given without speculative ('ngram' or a draft model)")
         self._speculative = speculative
-        self._draft_tokens = draft_tokens
-        self._new_drafter = NgramDrafter  # a sequence's drafter (the tests swap in drafters of their own)
-        block_size = _positive_int("block_size", block_size)
+        self._speculation = Speculation(model, speculative, draft_tokens) if speculative is not None else None
+        block_size = positive_int("block_size", block_size)
         if num_blocks is None:
             num_blocks = 4 * -(-self._config.block_size // block_size)
-        self._num_blocks = _positive_int("num_blocks", num_blocks)
+        self._num_blocks = positive_int("num_blocks", num_blocks)
         self._block_size = block_size
-        self._max_batch_tokens = _positive_int("max_batch_tokens", max_batch_tokens)
-        self._max_queue = _positive_int("max_queue", max_queue)
+        self._max_batch_tokens = positive_int("max_batch_tokens", max_batch_tokens)
+        self._max_queue = positive_int("max_queue", max_queue)
         self._pool = model.new_block_pool(self._num_blocks, block_size)
         self._blocks = BlockManager(self._num_blocks)
         self._scheduler = Scheduler(
@@ -141,7 +102,7 @@ class Engine:
             self._pool,
             block_size,
             self._max_batch_tokens,
-            _positive_int("max_running", max_running),
+            positive_int("max_running", max_running),
             window=self._config.attention_window,
         )
         if tokenizer is None:
@@ -185,61 +146,16 @@ class Engine:
         return self._num_blocks
 
     @property
-    def speculative(self) -> str | None:
+    def speculative(self):
+        """None, "ngram" or the draft model, as given."""
         return self._speculative
 
     @property
     def draft_tokens(self) -> int | None:
         """Tokens drafted per sequence and step at most (None without speculation)."""
-        return self._draft_tokens
+        return self._speculation.draft_tokens if self._speculation is not None else None
 
     # -- the caller's side ----------------------------------------------------------------------
-
-    def submit(
-        self,
-        prompt,
-        max_tokens: int = 16,
-        temperature: float = 0.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop=None,
-        stop_strings=None,
-        keep_logits: bool = False,
-        on_event=None,
-        logprobs: int | None = None,
-        prompt_logprobs: int | None = None,
-        grammar=None,
-    ) -> RequestHandle:
-        """Queues a request and returns its handle. `prompt`: token ids; sampling as
-        `GPT.generate` takes it (the same seed gives the same tokens); `stop`: token ids that end
-        the request unreturned; `stop_strings`: texts that end it, cut from its text (at most
-        MAX_STOP_STRINGS of at most MAX_STOP_STRING_LENGTH characters). `on_event`
-        is called on the engine's thread with every Event (keep it short). `logprobs`: each token's
-        Event carries its gpt.logprobs.TokenLogprob with that many alternatives (0 to
-        MAX_TOP_LOGPROBS); `prompt_logprobs`: the prompt's tokens are scored too, in an Event before
-        the first token (see _score). `grammar`: a gpt.structured_output.Grammar (a JSON schema
-        compiled for this model's tokenizer) that the tokens must follow: the logits of every other
-        token are -inf when sampling, and the request ends ("stop") when the JSON is complete.
-        Raises ValueError or TypeError naming a bad argument or a
-        request that can never fit the pool (with an attention window, only one token's window must
-        fit, however long the request), QueueFullError when the queue is full."""
-        return self.submit_choices(
-            prompt,
-            1,
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            stop,
-            stop_strings,
-            keep_logits,
-            on_event,
-            logprobs,
-            prompt_logprobs,
-            grammar=grammar,
-        )[0]
 
     def submit_choices(
         self,
@@ -258,15 +174,29 @@ class Engine:
         prompt_logprobs: int | None = None,
         grammar=None,
     ) -> list[RequestHandle]:
-        """submit() for `n` choices (1 to MAX_CHOICES) of one prompt: a handle each, whose Events
-        carry its `index`. The prompt runs once; the other choices then fork from the first,
-        sharing its blocks (Scheduler.fork), and each draws its own tokens, choice i with the
-        seed choice_seed(seed, i). Greedy choices are all the same. Each choice follows `grammar`
-        with a state of its own."""
+        """Queues a request for `n` choices (1 to MAX_CHOICES) of one prompt and returns a handle
+        each, whose Events carry its `index` (submit(): one choice, its handle). `prompt`: token
+        ids; sampling as `GPT.generate` takes it (the same seed gives the same tokens); `stop`:
+        token ids that end the request unreturned; `stop_strings`: texts that end it, cut from its
+        text (at most MAX_STOP_STRINGS of at most MAX_STOP_STRING_LENGTH characters). `on_event` is
+        called on the engine's thread with every Event (keep it short). `logprobs`: each token's
+        Event carries its gpt.logprobs.TokenLogprob with that many alternatives (0 to
+        MAX_TOP_LOGPROBS); `prompt_logprobs`: the prompt's tokens are scored too, in an Event before
+        the first token (see _score). `grammar`: a gpt.structured_output.Grammar (a JSON schema
+        compiled for this model's tokenizer) that the tokens must follow: the logits of every other
+        token are -inf when sampling, and the request ends ("stop") when the JSON is complete.
+        Raises ValueError or TypeError naming a bad argument or a request that can never fit the
+        pool (with an attention window, only one token's window must fit, however long the
+        request), QueueFullError when the queue is full.
+
+        The prompt runs once; the other choices then fork from the first, sharing its blocks
+        (Scheduler.fork), and each draws its own tokens, choice i with the seed
+        choice_seed(seed, i). Greedy choices are all the same. Each choice follows `grammar` with
+        a state of its own."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_CHOICES:
             raise ValueError(f"n must be an int in [1, {MAX_CHOICES}] (MAX_CHOICES), got {n!r}")
-        logprobs = _logprob_count("logprobs", logprobs)
-        prompt_logprobs = _logprob_count("prompt_logprobs", prompt_logprobs)
+        logprobs = logprob_count("logprobs", logprobs)
+        prompt_logprobs = logprob_count("prompt_logprobs", prompt_logprobs)
         if prompt_logprobs is not None and not callable(getattr(self._model, "forward", None)):
             raise ValueError("prompt_logprobs needs the model's forward(), and this model has none")
         if grammar is not None and not isinstance(grammar, Grammar):
@@ -276,13 +206,13 @@ class Engine:
                 f"grammar was compiled for a vocabulary of {grammar.vocab_size} tokens, the model has "
                 f"{self._config.vocab_size}"
             )
-        prompt = self._check_ids(prompt, "prompt")
+        prompt = check_ids(prompt, "prompt", self._config.vocab_size)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
         check_sampling_args(temperature, top_k, top_p)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
-        stop_ids = frozenset(self._check_ids(list(stop), "stop")) if stop else frozenset()
+        stop_ids = frozenset(check_ids(list(stop), "stop", self._config.vocab_size)) if stop else frozenset()
         stop_strings = check_stop_strings(stop_strings)  # at most MAX_STOP_STRINGS of MAX_STOP_STRING_LENGTH
         if stop_strings and self._tokenizer is None:
             raise ValueError("stop strings need a tokenizer, and this model has none")
@@ -292,15 +222,7 @@ class Engine:
             raise ValueError(
                 f"{len(prompt)} prompt tokens + max_tokens={max_tokens} exceed block_size={self._config.block_size}"
             )
-        window = self._config.attention_window
-        needed = most_blocks_needed(total, window, self._block_size)
-        if needed > self._num_blocks:
-            windowed = needed < -(-total // self._block_size)  # the window, not the length, decides
-            at_once = f" at once (one token's window of {window} positions)" if windowed else ""
-            raise ValueError(
-                f"{len(prompt)} prompt tokens + max_tokens={max_tokens} need {needed} blocks "
-                f"of {self._block_size}{at_once}, more than the pool's {self._num_blocks}"
-            )
+        check_fits_pool(len(prompt), max_tokens, self._config.attention_window, self._block_size, self._num_blocks)
         params = SamplingParams(
             int(max_tokens), float(temperature), top_k, top_p, seed, stop_ids, stop_strings, logprobs, prompt_logprobs
         )
@@ -310,7 +232,7 @@ class Engine:
                 raise QueueFullError("the engine is shutting down and takes no new requests")
             waiting = len(self._scheduler.waiting) + len(self._scoring)
             if waiting >= self._max_queue:
-                self._counters["rejected"] += 1
+                self._counters["requests_rejected"] += 1
                 raise QueueFullError(f"{waiting} requests are waiting (max_queue={self._max_queue})")
             seqs = [Sequence(handle, self._block_size) for handle in handles]
             for index, (handle, seq) in enumerate(zip(handles, seqs, strict=True)):
@@ -320,7 +242,7 @@ class Engine:
                 seq.constraint = grammar.start() if grammar is not None else None
             first = seqs[0]
             first.forks = seqs[1:]
-            self._counters["submitted"] += n
+            self._counters["requests_submitted"] += n
             self._counters["prompt_tokens"] += len(prompt)
             if prompt_logprobs is not None:
                 self._scoring.append(first)  # then to the scheduler, or ended (max_tokens 0): _score
@@ -331,6 +253,8 @@ class Engine:
                 self._scheduler.waiting.append(first)
             self._lock.notify_all()
         return handles
+
+    submit = one_choice(submit_choices)
 
     def generate(self, prompt, max_tokens: int = 16, **kwargs) -> list[int]:
         """submit() and wait for the tokens."""
@@ -350,29 +274,16 @@ class Engine:
                 self._recent_tokens.popleft()
             window = now - self._recent_tokens[0][0] if len(self._recent_tokens) > 1 else 0.0
             recent = sum(n for _, n in list(self._recent_tokens)[1:])
-            c = self._counters
             return EngineMetrics(
                 waiting=len(self._scheduler.waiting),
                 running=len(self._scheduler.running),
                 blocks_total=self._num_blocks,
                 blocks_in_use=self._blocks.in_use,
                 blocks_cached=self._blocks.cached,
-                prompt_tokens=c["prompt_tokens"],
-                admitted_tokens=c["admitted_tokens"],
-                prefix_hit_tokens=c["prefix_hit_tokens"],
-                prefill_tokens=c["prefill_tokens"],
-                generated_tokens=c["generated_tokens"],
-                steps=c["steps"],
                 preemptions=self._scheduler.preemptions,
                 blocks_copied=self._scheduler.blocks_copied,
-                requests_submitted=c["submitted"],
-                requests_finished=c["finished"],
-                requests_cancelled=c["cancelled"],
-                requests_rejected=c["rejected"],
                 tokens_per_second=recent / window if window > 0 else 0.0,
-                drafted_tokens=c["drafted_tokens"],
-                accepted_tokens=c["accepted_tokens"],
-                verify_steps=c["verify_steps"],
+                **{name: self._counters[name] for name in COUNTED},
             )
 
     def shutdown(self, drain: bool = True, timeout: float | None = None) -> None:
@@ -415,12 +326,21 @@ class Engine:
     def _step(self) -> bool:
         if self._scoring and self._score():
             return True
+        failed = {}
+        if self._speculation is not None:
+            # Only this thread changes the running sequences, so a draft model runs outside the
+            # lock, holding up no submit, cancel or metrics.
+            with self._lock:
+                running = list(self._scheduler.running)
+            failed = self._speculation.propose(running)
         with self._lock:
             self._deliver()  # what an interrupted delivery left
             saved = self._begin()
             try:
                 self._apply_cancellations()
-                self._propose_drafts()
+                for seq, error in failed.items():
+                    if seq.handle in self._sequences:
+                        self._end(seq, "error", f"drafting failed: {type(error).__name__}: {error}")
                 plan = self._scheduler.schedule()
                 self._counters["prefix_hit_tokens"] += plan.prefix_hit_tokens
                 self._counters["admitted_tokens"] += plan.admitted_tokens
@@ -436,78 +356,25 @@ class Engine:
             # run outside the lock, holding up no submit, cancel or metrics.
             rngs = [self._rngs[seq.handle] for seq, _ in plan.work]
             trackers = [self._texts[seq.handle] for seq, _ in plan.work]
-            # The other choices of a request whose prompt completes now: they fork from it, each
-            # drawing its first token from the same logits (Scheduler.fork).
-            forks = {
-                seq: [
-                    (c, self._rngs[c.handle], self._texts[c.handle]) for c in seq.forks if c.handle in self._sequences
-                ]
-                for seq, count in plan.work
-                if seq.forks and seq.pending == count
-            }
+            forks = self._forks_ready(plan)
         # A decode runs the one token sampled last, and a speculating one its draft after it (rows
         # past the pending tokens); everything else is prompt (or recompute).
         drafted = {seq: seq.draft[: count - seq.pending] for seq, count in plan.work if count > seq.pending}
         decodes = sum(1 for seq, count in plan.work if seq.pending == 1 and seq.generated)
         prefill_tokens = sum(count for _, count in plan.work) - decodes - sum(map(len, drafted.values()))
-        # A speculating sequence runs as one entry per row, so that every row's logits come back;
-        # first_rows[i]: where work item i's rows start in the logits.
-        ids, counts, starts, tables, first_rows = [], [], [], [], []
-        for seq, count in plan.work:
-            first_rows.append(len(counts))
-            pending = seq.tokens[seq.computed : seq.computed + min(count, seq.pending)]
-            if seq in drafted:
-                rows = pending + drafted[seq]
-                ids += rows
-                counts += [1] * len(rows)
-                starts += range(seq.computed, seq.computed + len(rows))
-                tables += [seq.table] * len(rows)
-            else:
-                ids += pending
-                counts.append(count)
-                starts.append(seq.computed)
-                tables.append(seq.table)
-        width = max(len(table) for table in tables)
-        table_array = np.zeros((len(tables), width), np.int64)
-        for row, table in enumerate(tables):
-            table_array[row, : len(table)] = table
-        arrays = (np.array(ids, np.int64), np.array(counts, np.int64), np.array(starts, np.int64), table_array)
+        arrays, first_rows = step_arrays(plan.work, drafted)  # first_rows[i]: where item i's logits start
         try:
             if drafted:
                 logits = step_batch_exact_rows(self._model, self._pool, *arrays)
             else:
                 logits = self._model.step_batch(self._pool, *arrays)
         except Exception as error:  # a failed step fails its requests, not the engine
-            with self._lock:
-                saved = self._begin()
-                try:
-                    for seq, _ in plan.work:
-                        self._end(seq, "error", f"{type(error).__name__}: {error}")
-                except BaseException:
-                    self._rollback(saved)
-                    raise
-                self._commit()
-                self._deliver()
-                self._lock.notify_all()
+            self._fail_step(plan, f"{type(error).__name__}: {error}")
             return True
-        undo = []  # how to put back the RNG and text states that _outcome changes
+        undo = []  # how to put back the RNG and text states that outcome() changes
         committed = False
         try:
-            outcomes = []
-            accepted = {}  # speculating sequence -> how many of its drafted tokens were accepted
-            for index, (seq, count) in enumerate(plan.work):
-                row = first_rows[index]
-                if seq in drafted:
-                    accepted[seq], verified = self._verify(
-                        seq, drafted[seq], logits[row:], rngs[index], trackers[index], undo
-                    )
-                    outcomes += verified
-                    continue
-                if seq.pending != count:  # its last pending token has not run: nothing to sample yet
-                    continue
-                outcomes.append(self._outcome(seq, logits[row], rngs[index], trackers[index], undo))
-                for child, rng, tracker in forks.get(seq, ()):
-                    outcomes.append(self._outcome(child, logits[row], rng, tracker, undo))
+            outcomes, accepted = step_outcomes(plan, drafted, logits, first_rows, rngs, trackers, forks, undo)
             with self._lock:
                 saved = self._begin()
                 try:
@@ -523,8 +390,8 @@ class Engine:
                         self._counters["verify_steps"] += 1
                     for seq, children in forks.items():
                         self._scheduler.fork(seq, [child for child, _, _ in children])
-                    for outcome in outcomes:
-                        self._apply(*outcome)
+                    for result in outcomes:
+                        self._apply(*result)
                     self._recent_tokens.append((time.monotonic(), len(outcomes)))
                 except BaseException:
                     self._rollback(saved)
@@ -535,9 +402,33 @@ class Engine:
                 self._lock.notify_all()
         except BaseException:
             if not committed:  # the step's tokens come again in the next step: so must their draws
-                _undo(undo)
+                undo_all(undo)
             raise
         return True
+
+    def _forks_ready(self, plan) -> dict:
+        """The other choices of each request whose prompt completes in `plan` (lock held), with
+        their RNGs and text trackers: they fork from it, each drawing its first token from the
+        same logits (Scheduler.fork)."""
+        return {
+            seq: [(c, self._rngs[c.handle], self._texts[c.handle]) for c in seq.forks if c.handle in self._sequences]
+            for seq, count in plan.work
+            if seq.forks and seq.pending == count
+        }
+
+    def _fail_step(self, plan, message: str) -> None:
+        """Ends the requests of a step whose model call raised, with the error."""
+        with self._lock:
+            saved = self._begin()
+            try:
+                for seq, _ in plan.work:
+                    self._end(seq, "error", message)
+            except BaseException:
+                self._rollback(saved)
+                raise
+            self._commit()
+            self._deliver()
+            self._lock.notify_all()
 
     def _run(self) -> None:
         while True:
@@ -576,94 +467,8 @@ class Engine:
         except BaseException:  # see above
             pass
 
-    def _propose_drafts(self) -> None:
-        """Drafts the next tokens of every decoding sequence (speculative decoding; lock held): at
-        most draft_tokens, as many as its AdaptiveDraftLength says, never past its max_tokens. The
-        scheduler may cut a draft short (budget, free blocks)."""
-        for seq in self._scheduler.running:
-            seq.draft = []
-            if self._speculative is None or seq.pending != 1 or not seq.generated:
-                continue
-            if seq.forks or seq.constraint is not None:  # decode plainly (see the class docstring)
-                continue
-            if seq.drafter is None:
-                seq.drafter, seq.draft_length = self._new_drafter(), AdaptiveDraftLength(self._draft_tokens)
-            # A draft of every token still to come, all accepted, ends the request without a bonus row.
-            want = min(seq.draft_length.next(), seq.handle.params.max_tokens - seq.generated)
-            if want > 0:
-                seq.draft = seq.drafter.propose(seq.tokens, want)
-
-    def _verify(self, seq: Sequence, draft: list[int], rows: np.ndarray, rng, tracker: TextTracker, undo: list):
-        """The outcomes of a speculating sequence's rows (`rows[i]`: the logits after its pending
-        token and draft[:i]): draft[i] accepted or replaced by the standard rule, in order, up to
-        the first rejection (its replacement the last outcome), the request's end, or the row after
-        the whole draft (a token of its own). Returns (drafted tokens accepted, the outcomes); the
-        adaptive draft length learns from it."""
-        outcomes, taken = [], 0
-        for i in range(len(draft) + 1):
-            proposed = draft[i] if i < len(draft) else None
-            outcome = self._outcome(seq, rows[i], rng, tracker, undo, proposed, produced=i)
-            outcomes.append(outcome)
-            token, reason = outcome[1], outcome[4]
-            if proposed is None or token != proposed:
-                break
-            taken += 1
-            if reason is not None:
-                break
-        seq.draft_length.update(len(draft), taken)
-        return taken, outcomes
-
-    def _outcome(
-        self,
-        seq: Sequence,
-        logits: np.ndarray,
-        rng,
-        tracker: TextTracker,
-        undo: list,
-        proposed: int | None = None,
-        produced: int = 0,
-    ) -> tuple:
-        """The next token of `seq` and what it does to the request, computed without changing the
-        engine (only the RNG and the text tracker advance, with their old states added to `undo`):
-        (seq, token or None for a stop token, its text, the rest of the text when the request
-        ends, the finish reason or None, the logits to keep or None, the token's logprob entry or None).
-        `proposed`: a drafted token, kept with the probability the standard accept/reject rule
-        gives it (greedy: when it is the argmax), else replaced by a draw from what remains.
-        `produced`: tokens of this step's earlier outcomes for `seq` (speculative rows)."""
-        handle, params = seq.handle, seq.handle.params
-        kept = np.array(logits, copy=True) if handle.logits is not None else None
-        if params.temperature > 0:  # greedy sampling does not touch the RNG
-            bit_generator = rng.bit_generator
-            undo.append(functools.partial(setattr, bit_generator, "state", bit_generator.state))
-        constraint, allowed_logits = seq.constraint, logits
-        if constraint is not None:  # a grammar's mask applies to sampling (logprobs are the model's own)
-            try:
-                allowed_logits = constraint.mask(logits)
-            except StructuredOutputError as e:  # ends this request; the text is the error (_apply)
-                return seq, None, str(e), "", "error", kept, None
-        if proposed is None:
-            token = sample(allowed_logits, params.temperature, params.top_k, params.top_p, rng)
-        else:
-            _, token = accepts(allowed_logits, proposed, params.temperature, params.top_k, params.top_p, rng)
-        undo.append(functools.partial(tracker.restore, tracker.save()))
-        if token in params.stop_ids or (constraint is not None and token in constraint.end_ids):
-            return seq, None, "", tracker.flush(), "stop", kept, None
-        complete = False
-        if constraint is not None:
-            complete = constraint.advance(token)  # the JSON is complete: the request ends with it
-            undo.append(constraint.rollback)
-        # Only for a request that asks: a log-softmax over the vocabulary per token.
-        entry = None
-        if params.logprobs is not None:
-            entry = token_logprob(logits, params.temperature, token, params.logprobs)
-        text, stopped = tracker.add(token)
-        reason = (
-            "stop" if stopped or complete else "length" if seq.generated + produced + 1 == params.max_tokens else None
-        )
-        return seq, token, text, tracker.flush() if reason else "", reason, kept, entry
-
     def _apply(self, seq: Sequence, token, text: str, rest: str, reason, logits, entry) -> None:
-        """Commits an _outcome (in a transaction)."""
+        """Commits an outcome() (in a transaction)."""
         if token is None:  # an outcome that fails its request has the error as its text
             self._end(seq, reason, text if reason == "error" else None, rest=rest, logits=logits)
             return
@@ -681,11 +486,12 @@ class Engine:
         if self._ended is not None:  # in a transaction: how to bring the request back, saved first
             self._ended.append((handle, seq, tracker, self._rngs[handle], tracker.save()))
         self._scheduler.finish(seq)
+        seq.drafter = None  # a draft model's cache of this sequence goes now, not when seq is collected
         del self._sequences[handle], self._texts[handle], self._rngs[handle]
         if rest is None:
             rest = tracker.flush() if reason != "error" else ""
         self._cancelled.discard(handle)
-        self._counters["cancelled" if reason == "cancelled" else "finished"] += 1
+        self._counters["requests_cancelled" if reason == "cancelled" else "requests_finished"] += 1
         self._outbox.append((handle, Event(None, rest, reason, error, index=handle.index), logits))
         for child in seq.forks:  # choices not forked from it yet end with it (cancelled, failed, scored only)
             if child.handle in self._sequences:
@@ -780,20 +586,3 @@ class Engine:
             if seq is not None:
                 self._end(seq, "cancelled")
         self._cancelled.clear()
-
-    def _check_ids(self, ids, name: str) -> list[int]:
-        array = np.asarray(ids)
-        if array.ndim != 1 or array.size == 0:
-            raise ValueError(f"{name} must be a non-empty 1-D sequence of token ids, got shape {array.shape}")
-        if not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(f"{name} token ids must be integers, got dtype {array.dtype}")
-        vocab = self._config.vocab_size
-        bad = (array < 0) | (array >= vocab)
-        if bad.any():
-            raise ValueError(f"{name} token id {int(array[bad][0])} is out of range [0, vocab_size={vocab})")
-        return [int(t) for t in array]
-
-
-def _undo(undo: list) -> None:
-    for restore in reversed(undo):
-        restore()

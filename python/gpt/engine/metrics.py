@@ -2,6 +2,24 @@
 
 import dataclasses
 
+# The fields that are counts of events since the engine started: Engine keeps them as counters of
+# these names; the others are the engine's state when asked.
+COUNTED = (
+    "prompt_tokens",
+    "admitted_tokens",
+    "prefix_hit_tokens",
+    "prefill_tokens",
+    "generated_tokens",
+    "steps",
+    "requests_submitted",
+    "requests_finished",
+    "requests_cancelled",
+    "requests_rejected",
+    "drafted_tokens",
+    "accepted_tokens",
+    "verify_steps",
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class EngineMetrics:
@@ -23,7 +41,7 @@ class EngineMetrics:
     requests_cancelled: int
     requests_rejected: int
     tokens_per_second: float  # generated tokens over the last 10 seconds
-    # Speculative decoding (Engine(speculative="ngram")): tokens drafted, those of them accepted
+    # Speculative decoding (Engine(speculative=...)): tokens drafted, those of them accepted
     # (each a token that cost no step of its own), and the sequences' verifications that checked them.
     drafted_tokens: int = 0
     accepted_tokens: int = 0

@@ -1,15 +1,17 @@
 """A request as the engine sees it: its parameters, its stream of events, and its text so far."""
 
 import dataclasses
+import inspect
 import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any, Concatenate, ParamSpec
 
 import numpy as np
 
 from gpt.detokenizer import IncrementalDetokenizer
-from gpt.logprobs import TokenLogprob
+from gpt.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 
 _request_ids = itertools.count(1)
 
@@ -46,6 +48,43 @@ def check_stop_strings(stop_strings) -> tuple[str, ...]:
                 f"got one of {len(s)}"
             )
     return strings
+
+
+def logprob_count(name: str, value) -> int | None:
+    """A request's `logprobs` or `prompt_logprobs`: None, or alternatives per entry (0 to MAX_TOP_LOGPROBS)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"{name} must be None or an int in [0, {MAX_TOP_LOGPROBS}], got {value!r}")
+    return int(value)
+
+
+def positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+def check_ids(ids, name: str, vocab_size: int) -> list[int]:
+    """`ids` (a prompt, stop tokens) as a list of ints, or ValueError / TypeError naming what is wrong."""
+    array = np.asarray(ids)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence of token ids, got shape {array.shape}")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"{name} token ids must be integers, got dtype {array.dtype}")
+    bad = (array < 0) | (array >= vocab_size)
+    if bad.any():
+        raise ValueError(f"{name} token id {int(array[bad][0])} is out of range [0, vocab_size={vocab_size})")
+    return [int(t) for t in array]
+
+
+def choice_seed(seed: int | None, index: int):
+    """The seed of choice `index` of a request seeded with `seed`: the seed itself for the first
+    (so one choice draws what GPT.generate draws with that seed), and one derived from (seed,
+    index) for the others, so that a seeded request with n choices is reproducible whole."""
+    if seed is None or index == 0:
+        return seed
+    return np.random.SeedSequence([int(seed), index])
 
 
 class QueueFullError(RuntimeError):
@@ -242,3 +281,25 @@ class TextTracker:
         piece, self._held = self._held[:end], self._held[end:]
         self._handed_out.append(piece)
         return piece
+
+
+P = ParamSpec("P")
+
+
+def one_choice(
+    submit_choices: Callable[Concatenate[Any, Any, int, P], list[RequestHandle]],
+) -> Callable[Concatenate[Any, Any, P], RequestHandle]:
+    """Engine.submit made from Engine.submit_choices: its parameters but `n`, for one choice, and
+    its one handle. The parameter list is written once: submit's signature (inspect, help()) and a
+    type checker's view of it (ParamSpec) follow submit_choices'."""
+
+    def submit(self, prompt, *args: P.args, **kwargs: P.kwargs) -> RequestHandle:
+        """Queues a request of one choice and returns its handle: submit_choices(prompt, 1, ...),
+        every other parameter the same (see there)."""
+        return submit_choices(self, prompt, 1, *args, **kwargs)[0]
+
+    signature = inspect.signature(submit_choices)
+    parameters = [parameter for name, parameter in signature.parameters.items() if name != "n"]
+    submit.__signature__ = signature.replace(parameters=parameters, return_annotation=RequestHandle)
+    submit.__qualname__ = submit_choices.__qualname__.replace("submit_choices", "submit")
+    return submit

@@ -1,4 +1,4 @@
-"""Which KV blocks a sequence of a sliding-window model (`attention_window=W`) can still read.
+"""Which KV blocks a windowed sequence (`attention_window=W`) still reads; whether a request fits the pool.
 
 Key j is visible from query i iff i - W < j <= i. A token at position p therefore reads keys from
 max(p + 1 - W, 0) on, and `transformer.paged_attention` (PagedAttentionLowering.cpp, tokenHeads)
@@ -43,3 +43,17 @@ def largest_fitting_chunk(start: int, count: int, window: int | None, block_size
         return count
     last_block = first_visible_block(start, window, block_size) + num_blocks - 1
     return max(1, min(count, (last_block + 1) * block_size - start))
+
+
+def check_fits_pool(prompt_tokens: int, max_tokens: int, window: int | None, block_size: int, num_blocks: int) -> None:
+    """ValueError unless a request of `prompt_tokens` + `max_tokens` positions can run in a pool of
+    `num_blocks` blocks (most_blocks_needed: with a window, only one token's window must fit)."""
+    total = prompt_tokens + int(max_tokens)
+    needed = most_blocks_needed(total, window, block_size)
+    if needed > num_blocks:
+        windowed = needed < -(-total // block_size)  # the window, not the length, decides
+        at_once = f" at once (one token's window of {window} positions)" if windowed else ""
+        raise ValueError(
+            f"{prompt_tokens} prompt tokens + max_tokens={max_tokens} need {needed} blocks "
+            f"of {block_size}{at_once}, more than the pool's {num_blocks}"
+        )
