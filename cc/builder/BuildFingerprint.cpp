@@ -11,8 +11,8 @@
 namespace gpt {
 namespace {
 
-static_assert(sizeof(void *) != 8 || sizeof(GPTConfig) == 544, "a GPTConfig field changed: write it out below");
-static_assert(sizeof(ParameterNames) == 11 * sizeof(std::string), "a ParameterNames field changed: write it out below");
+static_assert(sizeof(void *) != 8 || sizeof(GPTConfig) == 712, "a GPTConfig field changed: write it out below");
+static_assert(sizeof(ParameterNames) == 15 * sizeof(std::string), "a ParameterNames field changed: write it out below");
 static_assert(sizeof(RopeScaling) == 24, "a RopeScaling field changed: write it out below");
 static_assert(sizeof(target::TileParameters) == 120, "a TileParameters field changed: write it out below");
 static_assert(sizeof(WeightStorage) == 184, "a WeightStorage field changed: write it out below");
@@ -28,8 +28,9 @@ uint32_t bitsOf(float value) {
 /// The parameter names, each with its length (no name can end another's field).
 std::string names(const ParameterNames &n) {
   std::ostringstream out;
-  for (const std::string *name : {&n.layerPrefix, &n.attnNorm, &n.qkv, &n.attnOut, &n.mlpNorm, &n.mlpUp, &n.mlpDown,
-                                  &n.tokenEmbedding, &n.positionEmbedding, &n.finalNorm, &n.head})
+  for (const std::string *name :
+       {&n.layerPrefix, &n.attnNorm, &n.qkv, &n.attnOut, &n.mlpNorm, &n.mlpUp, &n.mlpDown, &n.tokenEmbedding,
+        &n.positionEmbedding, &n.finalNorm, &n.head, &n.qNorm, &n.kNorm, &n.postAttnNorm, &n.postMlpNorm})
     out << name->size() << ':' << *name << ',';
   return out.str();
 }
@@ -59,7 +60,10 @@ std::string buildFingerprint(const GPTConfig &config, const WeightStorage &stora
       << "\nrope_base=" << bitsOf(config.ropeBase) << "\nrope_layout=" << static_cast<int>(config.ropeLayout)
       << "\nrope_scaling=" << bitsOf(config.ropeScaling.factor) << ',' << bitsOf(config.ropeScaling.lowFreqFactor)
       << ',' << bitsOf(config.ropeScaling.highFreqFactor) << ',' << config.ropeScaling.originalMaxPositions
-      << "\nhead_dim=" << config.headDim << '\n';
+      << "\nhead_dim=" << config.headDim << "\nembedding_scale=" << config.embeddingScale
+      << "\nattention_scale=" << bitsOf(config.attentionScale) << "\nlocal_rope_base=" << bitsOf(config.localRopeBase)
+      << '\n';
+  writeArray(out, "layer_windows", config.layerWindows);
   const target::TileParameters &tiles = storage.tiles;
   out << "packed=" << storage.packed << "\nformat=" << static_cast<int>(storage.format)
       << "\nvector_lanes=" << tiles.vectorLanes << "\naccumulator_registers=" << tiles.accumulatorRegisters

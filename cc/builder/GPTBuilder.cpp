@@ -1,7 +1,7 @@
 // The GPT forward pass in the transformer dialect (see GPTBuilder.h).
 #include "cc/builder/GPTBuilder.h"
 
-#include "cc/builder/MaskExpression.h"
+#include "cc/builder/LayerRecipe.h"
 
 #include "cc/dialect/TransformerDialect.h"
 #include "cc/kernels/Quantization.h"
@@ -27,262 +27,7 @@ static_assert(kernels::kQuantBlock == mlir::transformer::PackedMatmulOp::kBlockS
 
 using namespace mlir;
 using namespace mlir::transformer;
-
-namespace {
-
-using W = LayerWeight;
-
-/// The element type of a KV cache of `format`: what its tensors hold, and what the runtime's
-/// arrays hold (bf16 as uint16 bits).
-Type kvCacheElementType(OpBuilder &b, KvCacheFormat format) {
-  switch (format) {
-  case KvCacheFormat::BF16:
-    return b.getBF16Type();
-  case KvCacheFormat::F16:
-    return b.getF16Type();
-  case KvCacheFormat::F32:
-    break;
-  }
-  return b.getF32Type();
-}
-
-/// An unranked tensor of `like`'s element type: a cache write's result before shape inference.
-Type unrankedLike(Value like) { return UnrankedTensorType::get(cast<TensorType>(like.getType()).getElementType()); }
-
-/// A matmul weight and, for a block-quantized one, its scales (null otherwise).
-struct MatmulWeight {
-  Value weight, scales;
-};
-
-/// One layer's weights by what they are; null for the ones the architecture does not have.
-struct LayerWeights {
-  std::map<LayerWeight, MatmulWeight> weights;
-  Value operator[](LayerWeight weight) const {
-    auto it = weights.find(weight);
-    return it == weights.end() ? Value() : it->second.weight;
-  }
-  MatmulWeight matmul(LayerWeight weight) const { return weights.at(weight); }
-};
-
-/// The model-level weights: the embeddings (null where the model has none: the token table of
-/// a block-quantized model, which reads the head's copy; the position table of a rope model),
-/// the final norm and the LM head.
-struct ModelWeights {
-  Value tokenEmbedding, positionEmbedding, finalNormWeight, finalNormBias;
-  MatmulWeight head;
-  /// A block-quantized untied model's q8_0 copy of its token table, laid out as the head's.
-  MatmulWeight packedEmbedding;
-};
-
-/// What a layer's attention reads besides its activations, and where its keys and values go:
-/// nowhere (None: forward, attention over the tokens themselves), a cache (step: written at
-/// `offset`, attended over whole) or paged pools (batch step: written at `slots`, attended
-/// through the block tables). A block function takes them as its arguments after x, in
-/// operands() order, and returns the updated caches after x.
-struct AttentionInputs {
-  enum class Kind { None, Cache, Paged };
-  Kind kind = Kind::None;
-  int64_t tokens = 0;             ///< T, the rows of the activations
-  Value positions;                ///< [T] i64
-  Value offset;                   ///< Cache: the first token's position (index)
-  Value sequences, slots, tables; ///< Paged (EntryPoints.h)
-  /// Cache: this layer's [H, C, d] caches; Paged: its pools [N, H, S, d]. Attention replaces them
-  /// by the updated ones.
-  Value key, value;
-
-  SmallVector<Value> operands() const {
-    switch (kind) {
-    case Kind::Cache:
-      return {positions, offset, key, value};
-    case Kind::Paged:
-      return {positions, sequences, slots, tables, key, value};
-    case Kind::None:
-      break;
-    }
-    return {positions};
-  }
-
-  /// The inputs of `kind` from a block function's arguments after x (operands() order).
-  static AttentionInputs fromArguments(Kind kind, int64_t tokens, ValueRange args) {
-    AttentionInputs in{kind, tokens, args[0]};
-    if (kind == Kind::Cache) std::tie(in.offset, in.key, in.value) = std::make_tuple(args[1], args[2], args[3]);
-    if (kind == Kind::Paged)
-      std::tie(in.sequences, in.slots, in.tables, in.key, in.value) =
-          std::make_tuple(args[1], args[2], args[3], args[4], args[5]);
-    return in;
-  }
-};
-
-/// Emits transformer ops with unranked results; shape inference gives them their types.
-class GraphBuilder {
-public:
-  GraphBuilder(OpBuilder &b, Location loc, const GPTConfig &config) : b(b), loc(loc), config(config) {}
-
-  Type unranked() { return UnrankedTensorType::get(b.getF32Type()); }
-
-  Value add(Value x, Value y) { return b.create<AddOp>(loc, unranked(), x, y); }
-  /// x times a weight, plain [K, N] or packed in panels [N/P, K, P] (with its scales).
-  Value matmul(Value x, MatmulWeight w) {
-    if (cast<RankedTensorType>(w.weight.getType()).getRank() == 3)
-      return b.create<PackedMatmulOp>(loc, unranked(), x, w.weight, w.scales);
-    return b.create<MatmulOp>(loc, unranked(), x, w.weight);
-  }
-  /// x w + bias, or x w where the architecture has no bias (null).
-  Value linear(Value x, MatmulWeight w, Value bias) {
-    Value product = matmul(x, w);
-    return bias ? add(product, bias) : product;
-  }
-  /// The architecture's norm: LayerNorm (with a bias) or RMSNorm (the bias is null).
-  Value norm(Value x, Value w, Value bias) {
-    FloatAttr eps = b.getF32FloatAttr(config.layerNormEps);
-    if (config.norm == NormKind::Rms) return b.create<RmsNormOp>(loc, unranked(), x, w, eps);
-    return b.create<LayerNormOp>(loc, unranked(), x, w, bias, eps);
-  }
-  /// `heads` heads of the fused projection's columns [offset, offset + heads * head_size).
-  Value heads(Value qkv, int64_t offset, int64_t heads) {
-    Value slice = b.create<SliceOp>(loc, unranked(), qkv, b.getI64IntegerAttr(offset),
-                                    b.getI64IntegerAttr(heads * config.headSize()));
-    return b.create<SplitHeadsOp>(loc, unranked(), slice, b.getI64IntegerAttr(heads));
-  }
-  /// Rotary embedding of q or k, as the config says (base, layout, Llama 3 scaling).
-  Value rope(Value x, Value positions) {
-    DenseF32ArrayAttr scaling;
-    if (config.ropeScaling.factor != 0.0f) {
-      const RopeScaling &s = config.ropeScaling;
-      scaling = b.getDenseF32ArrayAttr(
-          {s.factor, s.lowFreqFactor, s.highFreqFactor, static_cast<float>(s.originalMaxPositions)});
-    }
-    UnitAttr interleaved = config.ropeLayout == RopeLayout::Interleaved ? b.getUnitAttr() : nullptr;
-    return b.create<RopeOp>(loc, unranked(), x, positions, b.getF32FloatAttr(config.ropeBase), interleaved, scaling);
-  }
-
-  /// Causal self-attention of the normed activations `h`: the residual branch, not yet added
-  /// to x. Keys and values go where `in` says (AttentionInputs), whose caches are replaced by
-  /// the updated ones.
-  Value attention(Value h, const LayerWeights &w, AttentionInputs &in) {
-    Value qkv = linear(h, w.matmul(W::QkvWeight), w[W::QkvBias]);
-    // q, then k and v of n_kv_head heads each (grouped-query attention: fewer than q's).
-    const int64_t d = config.qSize(), kv = config.kvSize();
-    Value q = heads(qkv, 0, config.nHead), k = heads(qkv, d, config.kvHeads()),
-          v = heads(qkv, d + kv, config.kvHeads());
-    if (config.rope) {
-      q = rope(q, in.positions);
-      k = rope(k, in.positions);
-    }
-    float scale = 1.0f / std::sqrt(static_cast<float>(config.headSize()));
-    Value a = in.kind == AttentionInputs::Kind::Paged ? pagedAttention(q, k, v, in, scale)
-                                                      : causalAttention(q, k, v, in, scale);
-    return linear(b.create<MergeHeadsOp>(loc, unranked(), a), w.matmul(W::AttnOutWeight), w[W::AttnOutBias]);
-  }
-
-  /// Attention through the block tables, the new keys and values written into the pools first.
-  Value pagedAttention(Value q, Value k, Value v, AttentionInputs &in, float scale) {
-    // The pools keep their element type (the KV cache's format): the write rounds to it.
-    in.key = b.create<PagedCacheWriteOp>(loc, unrankedLike(in.key), k, in.key, in.slots);
-    in.value = b.create<PagedCacheWriteOp>(loc, unrankedLike(in.value), v, in.value, in.slots);
-    IntegerAttr window = config.attentionWindow > 0 ? b.getI64IntegerAttr(config.attentionWindow) : nullptr;
-    return b.create<PagedAttentionOp>(loc, unranked(), q, in.key, in.value, in.tables, in.sequences, in.positions,
-                                      b.getF32FloatAttr(scale), window);
-  }
-
-  /// Attention over the tokens themselves, or (Kind::Cache) over the cache they are written into.
-  Value causalAttention(Value q, Value k, Value v, AttentionInputs &in, float scale) {
-    const bool cached = in.kind == AttentionInputs::Kind::Cache;
-    Value offset;
-    int64_t slots = cached ? cast<RankedTensorType>(in.key.getType()).getDimSize(1) : 0;
-    if (cached && config.attentionWindow == 1 && slots == 1) {
-      // A window of 1: each query sees its own key alone, and no step reads the cache (which
-      // stays as it is: a whole-cache update at the constant slot 0 would fold to a new tensor
-      // that no longer aliases the caller's buffer).
-      offset = b.create<arith::ConstantIndexOp>(loc, 0);
-    } else if (cached) {
-      Value slot = offset = in.offset;
-      if (config.attentionWindow > 0) {
-        // A rolling cache of C <= W slots: position p lives at slot p % C. The caller writes
-        // either T tokens that fit unwrapped (offset + T <= C: slots are positions) or one token
-        // past C, whose query then sees every slot: each holds one of the W - 1 positions before
-        // it (softmax does not care in what order). Query offset min(offset, C - T) says both.
-        const int64_t rows = in.tokens;
-        slot = b.create<arith::RemUIOp>(loc, offset, b.create<arith::ConstantIndexOp>(loc, slots));
-        offset = b.create<arith::MinUIOp>(loc, offset, b.create<arith::ConstantIndexOp>(loc, slots - rows));
-      }
-      // The caches keep their element type (the KV cache's format): the update rounds to it, and
-      // attention reads the rounded keys and values back, the new tokens' own among them.
-      in.key = k = b.create<CacheUpdateOp>(loc, unrankedLike(in.key), k, in.key, slot);
-      in.value = v = b.create<CacheUpdateOp>(loc, unrankedLike(in.value), v, in.value, slot);
-    }
-    auto attention = b.create<CausalAttentionOp>(loc, unranked(), q, k, v, offset, b.getF32FloatAttr(scale));
-    if (config.attentionWindow > 0) attention.setWindowAttr(b.getI64IntegerAttr(config.attentionWindow));
-    if (!config.attentionMask.empty()) {
-      if (cached) throw std::invalid_argument("a model with an attention_mask compiles forward only, no cached step");
-      attention.getMaskMutable().assign(maskConstant(in.tokens));
-    }
-    if (!config.attentionMaskExpression.empty())
-      buildMaskExpression(b, loc, attention.getMaskExpression(), config.attentionMaskExpression);
-    return attention.getResult();
-  }
-
-  /// The top-left [tokens, tokens] corner of config.attentionMask, as an i1 constant.
-  Value maskConstant(int64_t tokens) {
-    SmallVector<bool> bits;
-    bits.reserve(tokens * tokens);
-    for (int64_t i = 0; i < tokens; ++i)
-      for (int64_t j = 0; j < tokens; ++j) bits.push_back(config.attentionMask[i * config.blockSize + j] != 0);
-    auto type = RankedTensorType::get({tokens, tokens}, b.getI1Type());
-    return b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(type, ArrayRef<bool>(bits)));
-  }
-
-  /// The MLP residual branch of the normed activations `h`: down(gelu(up(h))) (GPT-2's c_fc,
-  /// c_proj), or down(swiglu(gate(h), up(h))), gate and up one fused matmul [d, 2 ff].
-  Value mlp(Value h, const LayerWeights &w) {
-    h = linear(h, w.matmul(W::MlpUpWeight), w[W::MlpUpBias]);
-    if (config.mlp == MlpKind::SwiGlu) {
-      const int64_t ff = config.ffSize();
-      Value gate = b.create<SliceOp>(loc, unranked(), h, b.getI64IntegerAttr(0), b.getI64IntegerAttr(ff));
-      Value up = b.create<SliceOp>(loc, unranked(), h, b.getI64IntegerAttr(ff), b.getI64IntegerAttr(ff));
-      h = b.create<SwigluOp>(loc, unranked(), gate, up);
-    } else {
-      h = b.create<GeluOp>(loc, unranked(), h);
-    }
-    return linear(h, w.matmul(W::MlpDownWeight), w[W::MlpDownBias]);
-  }
-
-  /// The token embeddings of `ids`, plus the learned positions' where the model has them.
-  Value embed(const ModelWeights &w, Value ids, Value positions) {
-    // A block-quantized model looks tokens up in a packed q8_0 table: its own (untied), or the LM
-    // head's weight, which stores the tied table once.
-    const MatmulWeight &packed = w.packedEmbedding.weight ? w.packedEmbedding : w.head;
-    Value x = w.tokenEmbedding ? Value(b.create<EmbeddingOp>(loc, unranked(), w.tokenEmbedding, ids))
-                               : Value(b.create<PackedEmbeddingOp>(loc, unranked(), packed.weight, packed.scales, ids));
-    if (w.positionEmbedding) x = add(x, b.create<EmbeddingOp>(loc, unranked(), w.positionEmbedding, positions));
-    return x;
-  }
-
-  /// The logits of the rows `rows` of x (all of them where `rows` is null): the final norm and
-  /// the LM head.
-  Value head(const ModelWeights &w, Value x, Value rows) {
-    if (rows) x = b.create<EmbeddingOp>(loc, unranked(), x, rows);
-    return matmul(norm(x, w.finalNormWeight, w.finalNormBias), w.head);
-  }
-
-  /// `value` cast to `type`: the declared types of function boundaries, which keep the
-  /// builder's output valid before shape inference (the casts fold away once the types agree).
-  Value castTo(Value value, Type type) { return b.create<tensor::CastOp>(loc, type, value); }
-
-private:
-  OpBuilder &b;
-  Location loc;
-  const GPTConfig &config;
-};
-
-/// One transformer layer, the recipe of every block function: pre-norm attention and MLP, each
-/// added to the residual stream.
-Value transformerLayer(GraphBuilder &g, Value x, const LayerWeights &w, AttentionInputs &in) {
-  x = g.add(x, g.attention(g.norm(x, w[W::AttnNormWeight], w[W::AttnNormBias]), w, in));
-  return g.add(x, g.mlp(g.norm(x, w[W::MlpNormWeight], w[W::MlpNormBias]), w));
-}
-
-} // namespace
+using namespace gpt::recipe;
 
 namespace {
 
@@ -389,7 +134,7 @@ struct BlockSignature {
 /// model calls one compiled copy n_layer times instead of unrolling n_layer copies: compile time
 /// does not grow with depth.
 func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BlockSignature &signature,
-                        ArrayRef<ParameterSpec> layerSpecs, StringRef suffix) {
+                        ArrayRef<ParameterSpec> layerSpecs, int64_t window, StringRef suffix) {
   SmallVector<Type> argTypes = {signature.activations};
   argTypes.append(signature.inputs);
   SmallVector<Type> resultTypes = {signature.activations};
@@ -404,7 +149,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, con
                                    /*entryPoint=*/false, caches);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.front());
-  GraphBuilder g(b, loc, config);
+  GraphBuilder g(b, loc, config, LayerAttention::of(config, window));
   std::map<std::string, Value> byName;
   for (auto [spec, argument] : llvm::zip(layerSpecs, fn.getArguments().drop_front(firstWeight)))
     byName[spec.name] = argument;
@@ -419,10 +164,12 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, con
 
 /// The layers' weight specs, named as layer 0's (the block function's arguments): every layer has
 /// the same shapes and layouts, but a quantization mix stores some layers' weights in other
-/// formats (WeightStorage::formatOverrides). Layers alike share one block function; each distinct
-/// list of formats is a variant with a block of its own.
+/// formats (WeightStorage::formatOverrides), and Gemma's layers attend in windows of their own
+/// (GPTConfig::layerWindows). Layers alike share one block function; each distinct list of
+/// formats and window is a variant with a block of its own.
 struct LayerVariants {
   std::vector<std::vector<ParameterSpec>> variants; ///< variant 0 is layer 0's
+  std::vector<int64_t> windows;                     ///< each variant's window (GPTConfig::windowOf)
   std::vector<size_t> ofLayer;                      ///< each layer's variant
 
   LayerVariants(const GPTConfig &config, const WeightStorage &storage) {
@@ -441,13 +188,19 @@ struct LayerVariants {
             renamed.source = asFirstLayer(spec.source);
             layer.push_back(std::move(renamed));
           }
-      auto sameFormats = [&](const std::vector<ParameterSpec> &variant) {
-        return std::equal(variant.begin(), variant.end(), layer.begin(), layer.end(),
+      const int64_t window = config.windowOf(i);
+      auto alike = [&](size_t v) {
+        return windows[v] == window &&
+               std::equal(variants[v].begin(), variants[v].end(), layer.begin(), layer.end(),
                           [](const ParameterSpec &a, const ParameterSpec &b) { return a.format == b.format; });
       };
-      auto found = std::find_if(variants.begin(), variants.end(), sameFormats);
-      ofLayer.push_back(found - variants.begin());
-      if (found == variants.end()) variants.push_back(std::move(layer));
+      size_t found = 0;
+      while (found < variants.size() && !alike(found)) ++found;
+      ofLayer.push_back(found);
+      if (found == variants.size()) {
+        variants.push_back(std::move(layer));
+        windows.push_back(window);
+      }
     }
   }
 
@@ -606,7 +359,8 @@ OwningOpRef<ModuleOp> buildEntryModule(MLIRContext &ctx, const GPTConfig &config
   const BlockSignature signature(b, config, shape.entry, shape.tokens, shape.cacheLen, shape.batch, storage.kvCache);
   SmallVector<func::FuncOp> blocks;
   for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
-    blocks.push_back(buildBlock(b, loc, config, signature, layerSpecs, LayerVariants::suffix(variant)));
+    blocks.push_back(
+        buildBlock(b, loc, config, signature, layerSpecs, layers.windows[variant], LayerVariants::suffix(variant)));
   EntryFunctionArguments arguments = entryFunctionArguments(b, shape.entry, config, specs, shape.tokens, shape.cacheLen,
                                                             storage.kvCache, shape.batch, shape.logitsRows);
   auto logitsType = RankedTensorType::get({shape.logitsRows, config.paddedVocabSize(storage.tiles)}, b.getF32Type());

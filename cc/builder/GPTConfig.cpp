@@ -21,6 +21,25 @@ std::string checkNames(const ParameterNames &names) {
   return "";
 }
 
+/// What is wrong with the per-layer attention (layerWindows, localRopeBase) and the attention
+/// scale, or an empty string.
+std::string checkLayerAttention(const GPTConfig &c) {
+  if (c.names.qNorm.empty() != c.names.kNorm.empty()) return "q_norm and k_norm come together: name both or neither";
+  if (!(c.attentionScale >= 0.0f) || !std::isfinite(c.attentionScale))
+    return "attention_scale must be a positive finite number (or 0 for 1 / sqrt(head_dim))";
+  if (c.localRopeBase != 0.0f && (!(c.localRopeBase > 1.0f) || !std::isfinite(c.localRopeBase)))
+    return "rope_local_base must be a finite number > 1 (or 0 for rope_base)";
+  if (c.layerWindows.empty()) return "";
+  if (int64_t(c.layerWindows.size()) != c.nLayer)
+    return "layer_windows must hold one window per layer (" + std::to_string(c.nLayer) + "), got " +
+           std::to_string(c.layerWindows.size());
+  for (int64_t window : c.layerWindows)
+    if (window < 0) return "layer_windows must be >= 1 (or 0 for full attention), got " + std::to_string(window);
+  if (c.attentionWindow != 0 || !c.attentionMask.empty() || !c.attentionMaskExpression.empty())
+    return "layer_windows excludes attention_window and attention masks: give one";
+  return "";
+}
+
 } // namespace
 
 std::string GPTConfig::validate() const {
@@ -44,6 +63,9 @@ std::string GPTConfig::validate() const {
     return "rope_scaling needs factor, low_freq_factor > 0, high_freq_factor > low_freq_factor and "
            "original_max_position_embeddings > 0";
   if (std::string problem = checkNames(names); !problem.empty()) return problem;
+  if (std::string problem = checkLayerAttention(*this); !problem.empty()) return problem;
+  if ((!names.qNorm.empty() || !names.postAttnNorm.empty() || !names.postMlpNorm.empty()) && norm != NormKind::Rms)
+    return "q/k norms and post-branch norms are RMSNorms: the architecture's norm must be rms";
   if (norm == NormKind::Rms && bias) return "RMSNorm has no bias: a model with biases on every layer uses LayerNorm";
   if (attentionWindow < 0)
     return "attention_window must be >= 1 (or 0 for none), got " + std::to_string(attentionWindow);

@@ -19,11 +19,16 @@ struct ParameterNames {
   std::string layerPrefix;
   std::string attnNorm, qkv, attnOut, mlpNorm, mlpUp, mlpDown;
   std::string tokenEmbedding, positionEmbedding, finalNorm, head;
+  /// The norms some architectures add, empty where it has none: an RMSNorm over each head of q
+  /// and of k before rope (Gemma 3, Qwen3), and each branch's output normed before the residual
+  /// add (Gemma's "sandwich" post_attention_layernorm and post_feedforward_layernorm).
+  std::string qNorm, kNorm, postAttnNorm, postMlpNorm;
 };
 /// LayerNorm (weight and bias) or RMSNorm (weight only).
 enum class NormKind { Layer, Rms };
-/// GPT-2's up, tanh GELU, down; or SwiGLU's down(silu(gate) * up), gate and up one fused matmul.
-enum class MlpKind { Gelu, SwiGlu };
+/// GPT-2's up, tanh GELU, down; SwiGLU's down(silu(gate) * up); or GeGLU's down(gelu(gate) * up)
+/// (Gemma, tanh GELU), gate and up one fused matmul.
+enum class MlpKind { Gelu, SwiGlu, GeGlu };
 /// Which dimensions rope rotates together: j and j + d/2 (GPT-NeoX, HF), or 2i and 2i + 1 (GPT-J,
 /// llama.cpp's `llama` GGUF files, whose q/k rows its converter permuted into pairs).
 enum class RopeLayout { Half, Interleaved };
@@ -75,6 +80,20 @@ struct GPTConfig {
   /// The width of an attention head; 0: nEmbd / nHead. Any other width (Gemma's 256, Qwen3's)
   /// sizes q and the output projection by qSize() and the caches by headSize().
   int64_t headDim = 0;
+  /// The token embeddings times sqrt(nEmbd), rounded to f32 as HF's Gemma does (the tied LM head
+  /// reads the table unscaled).
+  bool embeddingScale = false;
+  /// The scale of q.k in attention; 0: 1 / sqrt(headSize()) (Gemma: query_pre_attn_scalar^-1/2).
+  float attentionScale = 0.0f;
+  /// Each layer's sliding window (0: full causal attention); empty: every layer attentionWindow's.
+  /// Layers with a window are local: their rope base is localRopeBase, unscaled; the others' is
+  /// ropeBase with ropeScaling (Gemma 3: five local layers to one global). Every layer's KV cache
+  /// holds every position (attentionWindow is 0 then: no rolling cache).
+  std::vector<int64_t> layerWindows;
+  float localRopeBase = 0.0f; ///< 0: ropeBase
+
+  /// Layer `layer`'s sliding window (0: none).
+  int64_t windowOf(int64_t layer) const { return layerWindows.empty() ? attentionWindow : layerWindows[layer]; }
 
   /// An empty string when the configuration is usable, else what is wrong with it.
   std::string validate() const;

@@ -15,14 +15,24 @@ std::vector<LayerParameter> layerParameters(const GPTConfig &c) {
   using W = LayerWeight;
   const ParameterNames &n = c.names;
   const int64_t d = c.nEmbd, q = c.qSize(), ff = c.ffSize(), qkv = q + 2 * c.kvSize();
-  const int64_t up = c.mlp == MlpKind::SwiGlu ? 2 * ff : ff;
+  const int64_t up = c.mlp == MlpKind::Gelu ? ff : 2 * ff, head = c.headSize();
   std::vector<LayerParameter> table = {
-      {W::AttnNormWeight, n.attnNorm + ".weight", {d}, false},  {W::AttnNormBias, n.attnNorm + ".bias", {d}, false},
-      {W::QkvWeight, n.qkv + ".weight", {d, qkv}, true},        {W::QkvBias, n.qkv + ".bias", {qkv}, false},
-      {W::AttnOutWeight, n.attnOut + ".weight", {q, d}, true},  {W::AttnOutBias, n.attnOut + ".bias", {d}, false},
-      {W::MlpNormWeight, n.mlpNorm + ".weight", {d}, false},    {W::MlpNormBias, n.mlpNorm + ".bias", {d}, false},
-      {W::MlpUpWeight, n.mlpUp + ".weight", {d, up}, true},     {W::MlpUpBias, n.mlpUp + ".bias", {up}, false},
-      {W::MlpDownWeight, n.mlpDown + ".weight", {ff, d}, true}, {W::MlpDownBias, n.mlpDown + ".bias", {d}, false},
+      {W::AttnNormWeight, n.attnNorm + ".weight", {d}, false},
+      {W::AttnNormBias, n.attnNorm + ".bias", {d}, false},
+      {W::QkvWeight, n.qkv + ".weight", {d, qkv}, true},
+      {W::QkvBias, n.qkv + ".bias", {qkv}, false},
+      {W::AttnOutWeight, n.attnOut + ".weight", {q, d}, true},
+      {W::AttnOutBias, n.attnOut + ".bias", {d}, false},
+      {W::MlpNormWeight, n.mlpNorm + ".weight", {d}, false},
+      {W::MlpNormBias, n.mlpNorm + ".bias", {d}, false},
+      {W::MlpUpWeight, n.mlpUp + ".weight", {d, up}, true},
+      {W::MlpUpBias, n.mlpUp + ".bias", {up}, false},
+      {W::MlpDownWeight, n.mlpDown + ".weight", {ff, d}, true},
+      {W::MlpDownBias, n.mlpDown + ".bias", {d}, false},
+      {W::QNormWeight, n.qNorm + ".weight", {head}, false},
+      {W::KNormWeight, n.kNorm + ".weight", {head}, false},
+      {W::PostAttnNormWeight, n.postAttnNorm + ".weight", {d}, false},
+      {W::PostMlpNormWeight, n.postMlpNorm + ".weight", {d}, false},
   };
   // RMSNorm has no bias; the biases of linears follow the architecture.
   auto present = [&](W weight) {
@@ -36,6 +46,14 @@ std::vector<LayerParameter> layerParameters(const GPTConfig &c) {
     case W::MlpUpBias:
     case W::MlpDownBias:
       return c.bias;
+    case W::QNormWeight:
+      return !n.qNorm.empty();
+    case W::KNormWeight:
+      return !n.kNorm.empty();
+    case W::PostAttnNormWeight:
+      return !n.postAttnNorm.empty();
+    case W::PostMlpNormWeight:
+      return !n.postMlpNorm.empty();
     default:
       return true;
     }

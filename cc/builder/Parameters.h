@@ -31,6 +31,10 @@ enum class LayerWeight {
   MlpUpBias,
   MlpDownWeight, ///< [ff, d]
   MlpDownBias,
+  QNormWeight,        ///< [head size]: RMSNorm of each q head (ParameterNames::qNorm)
+  KNormWeight,        ///< [head size]: of each k head
+  PostAttnNormWeight, ///< [d]: RMSNorm of the attention branch's output (Gemma)
+  PostMlpNormWeight,  ///< [d]: of the MLP branch's output
 };
 
 struct LayerParameter {
@@ -41,7 +45,7 @@ struct LayerParameter {
 };
 
 /// The weights of one layer of `config`, in LayerWeight order, only those it has (biases depend on
-/// the architecture).
+/// the architecture; the extra norms on whether its ParameterNames name them).
 std::vector<LayerParameter> layerParameters(const GPTConfig &config);
 
 /// The prefix of layer `layer`'s parameter names: the architecture's, e.g. "transformer.h.<i>." or

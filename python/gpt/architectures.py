@@ -7,7 +7,7 @@ combination of the spec's pieces (cc/builder/GPTBuilder.cpp composes norm, MLP a
 GPTConfig's fields (gpt.GPTConfig; every default is GPT-2's, so existing callers are unchanged):
 
     n_layer, n_head, n_embd, vocab_size, block_size   # as before
-    architecture: str = "gpt2"            # "gpt2" | "llama" | "qwen2" | "phi3": a key of ARCHITECTURES
+    architecture: str = "gpt2"            # "gpt2" | "llama" | "qwen2" | "phi3" | "gemma3": a key of ARCHITECTURES
     head_dim: int | None = None           # None: n_embd / n_head; q is n_head heads of head_size
     pos_embedding: str | None = None      # "learned" | "rope"; None: the architecture's positions
     layer_norm_eps: float = 1e-5          # the eps of every norm (LayerNorm or RMSNorm)
@@ -18,9 +18,12 @@ GPTConfig's fields (gpt.GPTConfig; every default is GPT-2's, so existing callers
     rope_layout: str = "half"             # "half" (NeoX/HF rotate-half) | "interleaved" (pairs)
     rope_scaling: RopeScaling | None = None   # Llama-3 frequency scaling (gpt.config.RopeScaling)
     attention_window, attention_mask      # as before
+    attention_scale: float | None = None  # the q.k scale; None: head_size ** -0.5
+    layer_windows: tuple[int, ...] | None = None  # each layer's window (0: full); Gemma 3's pattern
+    rope_local_base: float | None = None  # the rope base of the windowed layers; None: rope_base
 
 and, read from the architecture's spec (properties, not fields): `config.norm` ("layer" |
-"rms"), `config.mlp` ("gelu" | "swiglu"), `config.bias` (every linear and norm has a bias),
+"rms"), `config.mlp` ("gelu" | "swiglu" | "geglu"), `config.bias` (every linear and norm has a bias),
 `config.qkv_bias` (q, k and v have one), `config.spec` (the Architecture). After
 `__post_init__` the None fields hold their resolved values (n_kv_head, n_ff, pos_embedding).
 
@@ -85,6 +88,9 @@ class Parameter:
     linear: bool = False
     gguf_transposed: bool = False
     present: Callable[[ModelConfig], bool] = lambda config: True
+    # What the compiler's parameter adds to HF's: Gemma's RMSNorm computes x * (1 + w), and the
+    # compiler's x * w' takes w' = 1 + w, folded in at load (to_compiler; from_compiler takes it off).
+    shift: float = 0.0
 
     @property
     def per_layer(self) -> bool:
@@ -109,6 +115,12 @@ class CompilerNames:
     position_embedding: str
     final_norm: str
     head: str
+    # The norms some architectures add ("" where one has none): RMSNorm over each q and k head
+    # before rope, and each branch's output normed before the residual add (Gemma's sandwich).
+    q_norm: str = ""
+    k_norm: str = ""
+    post_attn_norm: str = ""
+    post_mlp_norm: str = ""
 
     def __call__(self, part: str, kind: str = "weight") -> str:
         """The compiler's name of `part`'s weight (or bias, kind="bias"), with "{i}" for a layer's."""
@@ -154,7 +166,8 @@ class Architecture:
     """What a model family computes, and the parameters it takes.
 
     norm: "layer" (LayerNorm, weight and bias) or "rms" (RMSNorm, weight only).
-    mlp: "gelu" (up, tanh GELU, down) or "swiglu" (down(silu(gate) * up)).
+    mlp: "gelu" (up, tanh GELU, down), "swiglu" (down(silu(gate) * up)) or "geglu" (down(gelu(gate) * up),
+      tanh GELU: Gemma's gelu_pytorch_tanh).
     bias: every linear and norm has a bias (GPT-2); qkv_bias: the q, k, v projections have one.
     positions: the positions a config of it gets by default; `rope_only` forbids learned ones.
     gguf_rope_layout: the rope layout of this architecture's GGUF files: llama.cpp's converter
@@ -162,7 +175,8 @@ class Architecture:
       `qwen2`'s in HF's rotate-half order (mode NEOX).
     hf_model_types / hf_architectures: config.json's `model_type` and `architectures` it reads.
     compiler: the compiler's parameter names (CompilerNames) it is built with.
-    gguf_architecture: general.architecture of its GGUF files (llama.cpp's name)."""
+    gguf_architecture: general.architecture of its GGUF files (llama.cpp's name).
+    embedding_scale: the token embeddings are multiplied by sqrt(n_embd) (Gemma)."""
 
     name: str
     norm: str
@@ -177,6 +191,7 @@ class Architecture:
     compiler: CompilerNames
     parameters: tuple[Parameter, ...]
     gguf_architecture: str
+    embedding_scale: bool = False
 
     @property
     def compiler_names(self) -> str:
@@ -188,7 +203,7 @@ class Architecture:
     def converts(self) -> bool:
         """Whether HF weights become the compiler's parameters by a conversion (Linear weights
         transposed, parts fused: to_compiler), not as they are (GPT-2's)."""
-        return any(p.linear or p.part is not None or p.hf != p.compiler for p in self.parameters)
+        return any(p.linear or p.part is not None or p.hf != p.compiler or p.shift for p in self.parameters)
 
 
 def _d(c: ModelConfig) -> int:
@@ -329,6 +344,42 @@ _PHI3 = (
     *_LLAMA_TAIL,
 )
 
+# Gemma 3 (Gemma3ForCausalLM's text model): Llama's q/k/v, o and gate/up/down projections, an
+# RMSNorm over each q and k head (q_norm, k_norm), and four norms a layer: input_layernorm before
+# attention, post_attention_layernorm after it (before the residual add), pre_feedforward_layernorm
+# and post_feedforward_layernorm around the MLP. Every norm computes x * (1 + w): the compiler takes
+# 1 + w (shift). llama.cpp's `gemma3` GGUF names; its converter stores the norms as 1 + w already.
+GEMMA3_NAMES = dataclasses.replace(
+    LLAMA_NAMES,
+    mlp_norm="pre_feedforward_layernorm",
+    q_norm="self_attn.q_norm",
+    k_norm="self_attn.k_norm",
+    post_attn_norm="post_attention_layernorm",
+    post_mlp_norm="post_feedforward_layernorm",
+)
+_M = GEMMA3_NAMES
+
+
+def _gemma_norm(part: str, gguf: str, shape: Shape) -> Parameter:
+    return _same(_M(part), gguf, shape, shift=1.0)
+
+
+_GEMMA3 = (
+    _LLAMA_EMBEDDING,
+    _gemma_norm("attn_norm", "blk.{i}.attn_norm.weight", lambda c: (_d(c),)),
+    *(p for p in _LLAMA if p.compiler == _QKV),  # q, k and v, fused as Llama's
+    _gemma_norm("q_norm", "blk.{i}.attn_q_norm.weight", lambda c: (c.head_size,)),
+    _gemma_norm("k_norm", "blk.{i}.attn_k_norm.weight", lambda c: (c.head_size,)),
+    _LLAMA_ATTN_OUT,
+    _gemma_norm("post_attn_norm", "blk.{i}.post_attention_norm.weight", lambda c: (_d(c),)),
+    _gemma_norm("mlp_norm", "blk.{i}.ffn_norm.weight", lambda c: (_d(c),)),
+    *(p for p in _LLAMA if p.compiler == _GATE_UP),
+    _LLAMA_MLP_DOWN,
+    _gemma_norm("post_mlp_norm", "blk.{i}.post_ffw_norm.weight", lambda c: (_d(c),)),
+    _gemma_norm("final_norm", "output_norm.weight", lambda c: (_d(c),)),
+    _LLAMA_TAIL[1],  # an untied head (Gemma's is tied)
+)
+
 _LLAMA_SPEC = Architecture(
     name="llama",
     norm="rms",
@@ -380,6 +431,21 @@ ARCHITECTURES: dict[str, Architecture] = {
         hf_architectures=("Phi3ForCausalLM",),
         parameters=_PHI3,
         gguf_architecture="phi3",
+    ),
+    # Gemma 3's text model: GeGLU, the sandwich and q/k norms (GEMMA3_NAMES), embeddings times
+    # sqrt(n_embd); its head_dim, attention_scale and per-layer windows and rope bases are config
+    # fields (GPTConfig.head_dim, attention_scale, layer_windows, rope_local_base).
+    "gemma3": dataclasses.replace(
+        _LLAMA_SPEC,
+        name="gemma3",
+        mlp="geglu",
+        gguf_rope_layout="half",
+        hf_model_types=("gemma3_text",),
+        hf_architectures=("Gemma3ForCausalLM",),
+        compiler=GEMMA3_NAMES,
+        parameters=_GEMMA3,
+        gguf_architecture="gemma3",
+        embedding_scale=True,
     ),
 }
 
@@ -460,7 +526,7 @@ def to_compiler(config: ModelConfig, weights: Mapping[str, np.ndarray], *, consu
                 del weights[hf]  # type: ignore[attr-defined]
         first = parts[0][0]
         if len(parts) == 1 and not first.linear:
-            out[name] = arrays[0]
+            out[name] = arrays[0] if not first.shift else _shifted(names[0], arrays[0], first.shift)
             continue
         if not all(isinstance(a, np.ndarray) for a in arrays):
             raise ValueError(f"parameter(s) {', '.join(names)} must be numpy arrays")
@@ -476,6 +542,13 @@ def to_compiler(config: ModelConfig, weights: Mapping[str, np.ndarray], *, consu
         if name not in known:
             out[name] = value
     return out
+
+
+def _shifted(name: str, value: object, shift: float) -> np.ndarray:
+    """HF's `value` plus `shift`, in float32 (Gemma's 1 + w, as HF computes it)."""
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"parameter {name} must be a numpy array")
+    return value.astype(np.float32) + np.float32(shift)
 
 
 def to_compiler_quantized(
@@ -525,7 +598,7 @@ def from_compiler(config: ModelConfig, weights: Mapping[str, np.ndarray]) -> dic
         value = weights[name]
         first = parts[0][0]
         if len(parts) == 1 and not first.linear:
-            out[parts[0][2]] = value
+            out[parts[0][2]] = value if not first.shift else np.asarray(value, np.float32) - np.float32(first.shift)
             continue
         offset = 0
         for p, _, hf in parts:

@@ -99,10 +99,18 @@ class GPTConfig:
     rope_base: float = 10000.0
     rope_layout: str = "half"
     rope_scaling: RopeScaling | None = None
-    # The width of an attention head; None: n_embd / n_head, the only width supported yet (a
-    # config that names another is refused, naming the field). Left None when not given, so that
-    # dataclasses.replace with another n_embd or n_head keeps meaning n_embd / n_head.
+    # The width of an attention head; None: n_embd / n_head. Any other width is allowed (Gemma,
+    # Qwen3, Mistral-Nemo): q is n_head heads of it and the output projection [n_head * head_dim,
+    # n_embd]. Left None when not given, so that dataclasses.replace with another n_embd or n_head
+    # keeps meaning n_embd / n_head.
     head_dim: int | None = None
+    # The scale of q.k in attention; None: head_size ** -0.5 (Gemma: query_pre_attn_scalar ** -0.5).
+    attention_scale: float | None = None
+    # Each layer's sliding window (0: full causal attention), Gemma 3's local and global layers;
+    # None: every layer attention_window's. The windowed layers' rope base is rope_local_base (None:
+    # rope_base), without rope_scaling; the KV cache then holds every position of every layer.
+    layer_windows: tuple[int, ...] | None = None
+    rope_local_base: float | None = None
 
     def __post_init__(self):
         spec = architectures.get(self.architecture)
@@ -135,13 +143,14 @@ class GPTConfig:
                 f"serves n_head / n_kv_head query heads"
             )
         if self.pos_embedding == "rope" and self.head_size % 2:
-            raise ValueError(f"rope needs an even head size, got n_embd / n_head = {self.head_size}")
+            raise ValueError(f"rope needs an even head size, got {self.head_size}")
         if spec.rope_only and self.pos_embedding != "rope":
             raise ValueError(
                 f"architecture {self.architecture!r} has rotary positions only, "
                 f"got pos_embedding={self.pos_embedding!r}"
             )
         self._check_rope()
+        self._check_layer_attention()
         if not isinstance(self.tied_head, bool):
             raise ValueError(f"GPTConfig.tied_head must be a bool, got {self.tied_head!r}")
         if isinstance(self.layer_norm_eps, bool) or not (
@@ -170,6 +179,36 @@ class GPTConfig:
         rope_fields = (self.rope_base, self.rope_layout, self.rope_scaling) != (10000.0, "half", None)
         if self.pos_embedding != "rope" and rope_fields:
             raise ValueError("GPTConfig.rope_base, rope_layout and rope_scaling apply to pos_embedding='rope' only")
+
+    def _check_layer_attention(self) -> None:
+        """attention_scale, layer_windows and rope_local_base (Gemma 3's per-layer attention)."""
+        scale = self.attention_scale
+        if scale is not None and (
+            isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0)
+        ):
+            raise ValueError(f"GPTConfig.attention_scale must be None or a positive number, got {scale!r}")
+        if scale is not None:
+            object.__setattr__(self, "attention_scale", float(scale))
+        base = self.rope_local_base
+        if base is not None:
+            if isinstance(base, bool) or not isinstance(base, (int, float)) or not (math.isfinite(base) and base > 1):
+                raise ValueError(f"GPTConfig.rope_local_base must be None or a finite number > 1, got {base!r}")
+            if self.pos_embedding != "rope" or self.layer_windows is None:
+                raise ValueError("GPTConfig.rope_local_base applies to rope models with layer_windows only")
+            object.__setattr__(self, "rope_local_base", float(base))
+        windows = self.layer_windows
+        if windows is None:
+            return
+        if not isinstance(windows, (tuple, list)) or len(windows) != self.n_layer:
+            raise ValueError(
+                f"GPTConfig.layer_windows must be a tuple of n_layer ({self.n_layer}) windows, got {windows!r}"
+            )
+        for window in windows:
+            if isinstance(window, bool) or not isinstance(window, int) or not 0 <= window <= MAX_DIMENSION:
+                raise ValueError(f"GPTConfig.layer_windows holds ints >= 1 (or 0 for full attention), got {window!r}")
+        if self.attention_window is not None or self.attention_mask is not None:
+            raise ValueError("GPTConfig.layer_windows excludes attention_window and attention_mask: give one")
+        object.__setattr__(self, "layer_windows", tuple(windows))
 
     def _normalize_attention_mask(self) -> None:
         """Checks attention_mask; the masks the compiler knows in closed form become None (causal)
@@ -205,7 +244,7 @@ class GPTConfig:
 
     @property
     def mlp(self) -> str:
-        """ "gelu" (GPT-2's) or "swiglu" (down(silu(gate) * up))."""
+        """ "gelu" (GPT-2's), "swiglu" (down(silu(gate) * up)) or "geglu" (down(gelu(gate) * up))."""
         return self.spec.mlp
 
     @property

@@ -1,6 +1,8 @@
 """GGUF files of the Llama family for GPT.from_gguf: llama.cpp's `llama` architecture (Llama 2 and
 3, SmolLM2, TinyLlama, Mistral), `qwen2` (Qwen2 and 2.5, DeepSeek-R1-Distill-Qwen) and `phi3`
-(Phi-3 mini: attn_qkv and ffn_up hold q/k/v and gate/up fused), read into a GPTConfig, weights by
+(Phi-3 mini: attn_qkv and ffn_up hold q/k/v and gate/up fused) and `gemma3` (Gemma 3's text model:
+norms stored as 1 + w, head_dim as attention.key_length, every sixth layer global and the others
+windowed; _gemma3_fields), read into a GPTConfig, weights by
 HF name (LlamaForCausalLM's, Qwen2ForCausalLM's and Phi3ForCausalLM's, in HF's layouts:
 gpt.architectures' tables) and the file's tokenizer (gpt.gguf_tokenizer).
 
@@ -45,7 +47,7 @@ from gpt.gguf.container import (
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
 
-ARCHITECTURES = ("llama", "qwen2", "phi3")
+ARCHITECTURES = ("llama", "qwen2", "phi3", "gemma3")
 # llama.cpp's per-frequency rope divisors (Llama 3's scaling), [head_size / 2] float32.
 _ROPE_FREQS = "rope_freqs.weight"
 # The architectures whose {arch}.attention.sliding_window is attention_window.
@@ -91,6 +93,9 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     stored = _stored_format(plan, tensors, keep_quantized)
     check_fits_in_memory(config, stored, kept_quantized=bool(plan), loading=True)
 
+    # What to take off the file's values to get HF's: llama.cpp's converter stores Gemma's norms as
+    # 1 + w, and to_compiler adds the 1 again (architectures.Parameter.shift).
+    shifts = {_expand(p.gguf, i): p.shift for p, i in architectures.parameters(config) if p.shift}
     # GGUF name -> (HF name, numpy shape) of every parameter this config takes.
     expected = {
         p.gguf.replace("{i}", str(i)) if i is not None else p.gguf: (
@@ -135,6 +140,8 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
             weights[hf_name] = QuantizedTensor(keep_as, blocks)
             continue
         array = _dequantize(tensor, shape, path)
+        if name in shifts:
+            array = array - np.float32(shifts[name])
         weights[hf_name] = np.ascontiguousarray(unpermute_rows(array, heads)) if heads else array
     tokenizer = read_tokenizer(meta, path, config.vocab_size)
     # The memory map closes once the kept blocks' views die, after the model has repacked them.
@@ -189,6 +196,10 @@ def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str)
     return None
 
 
+def _expand(pattern: str, layer: int | None) -> str:
+    return pattern if layer is None else pattern.replace("{i}", str(layer))
+
+
 def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
     """Undoes llama.cpp's LlamaModel.permute on the rows of a q or k weight ([n_head * head_size,
     ...]): within each head, stored row 2j + t holds HF row t * head_size/2 + j."""
@@ -226,17 +237,7 @@ def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
     # llama.cpp applies a file's sliding window for phi3 only (the key a qwen2 or Mistral file may
     # carry is its HF config's, which their models do not use).
     window = meta.get(f"{arch}.attention.sliding_window", int, required=False) if arch in _WINDOWED else None
-    if isinstance(n_head, int) and n_head > 0 and isinstance(n_embd, int) and n_embd % n_head == 0:
-        head_size = n_embd // n_head
-        # Keys that would change the computation when they differ from what the config implies.
-        for key, implied in (
-            (f"{arch}.rope.dimension_count", head_size),  # rotary on part of each head: not implemented
-            (f"{arch}.attention.key_length", head_size),  # a head size apart from n_embd / n_head
-            (f"{arch}.attention.value_length", head_size),
-        ):
-            value = meta.get(key, int, required=False)
-            if value is not None and value != implied:
-                raise ModelFileError(f"{path}: {key} is {value}; only n_embd / n_head = {implied} is supported")
+    head_dim = _head_dim(meta, tensors, path, arch, n_head, n_embd)
 
     if "token_embd.weight" not in tensors:
         raise ModelFileError(f"{path}: tensor token_embd.weight is missing")
@@ -269,16 +270,28 @@ def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
         tied_head="output.weight" not in tensors,
         rope_layout="half",  # q/k are un-permuted at load (module docstring)
         attention_window=window or None,  # 0: none, as llama.cpp reads it
+        head_dim=head_dim,
     )
+    if arch == "gemma3":
+        fields.update(_gemma3_fields(meta, path, n_layer, n_head, n_embd, head_dim))
     if rope_base is not None:
         with np.errstate(over="ignore"):  # a float64 beyond float32's range: inf, which GPTConfig refuses
             fields["rope_base"] = float(np.float32(rope_base))
     scaling_type = meta.get(f"{arch}.rope.scaling.type", str, required=False)
     factor = meta.get(f"{arch}.rope.scaling.factor", float, required=False)
-    if scaling_type not in (None, "none") and not (scaling_type == "linear" and factor == 1.0):
+    if scaling_type == "linear" and factor not in (None, 1.0):
+        # theta_i / factor (Gemma 3 4B and up): Llama 3's scaling with every wavelength past its
+        # low-frequency bound (hf_checkpoint._rope); on Gemma's global layers only, as llama.cpp.
+        if _ROPE_FREQS in tensors:
+            raise ModelFileError(f"{path}: linear rope scaling and {_ROPE_FREQS} exclude each other")
+        try:
+            fields["rope_scaling"] = RopeScaling(factor, 1.0, 2.0, 1)
+        except ValueError as e:
+            raise ModelFileError(f"{path}: {arch}.rope.scaling.factor: {e}") from None
+    elif scaling_type not in (None, "none", "linear"):
         raise ModelFileError(
-            f"{path}: {arch}.rope.scaling.type {scaling_type!r} is not supported (none, and Llama 3's scaling "
-            "as rope_freqs.weight)"
+            f"{path}: {arch}.rope.scaling.type {scaling_type!r} is not supported (none, linear, and Llama 3's "
+            "scaling as rope_freqs.weight)"
         )
     try:
         config = GPTConfig(**fields)
@@ -292,6 +305,51 @@ def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
         except ValueError as e:
             raise ModelFileError(f"{path}: {e}") from None
     return config
+
+
+def _head_dim(meta: _Metadata, tensors: dict, path: str, arch: str, n_head, n_embd) -> int | None:
+    """{arch}.attention.key_length (Gemma's 256; value_length the same), None where it is absent;
+    rope over part of a head (rope.dimension_count below the head size) is refused by name."""
+    key_length = meta.get(f"{arch}.attention.key_length", int, required=False)
+    value_length = meta.get(f"{arch}.attention.value_length", int, required=False)
+    if value_length is not None and value_length != (key_length or value_length):
+        raise ModelFileError(
+            f"{path}: {arch}.attention.value_length {value_length} differs from key_length {key_length}"
+        )
+    head_dim = key_length or value_length
+    if not (isinstance(n_head, int) and n_head > 0 and isinstance(n_embd, int)):
+        return head_dim  # GPTConfig refuses them by name
+    head_size = head_dim or (n_embd // n_head)
+    q = tensors.get("blk.0.attn_q.weight")
+    if head_dim is not None and q is not None and int(q.shape[-1]) != n_head * head_dim:
+        raise ModelFileError(
+            f"{path}: {arch}.attention.key_length is {head_dim}, but blk.0.attn_q.weight has {int(q.shape[-1])} "
+            f"rows, not n_head * {head_dim} = {n_head * head_dim}"
+        )
+    rotated = meta.get(f"{arch}.rope.dimension_count", int, required=False)
+    if rotated is not None and rotated != head_size:
+        raise ModelFileError(
+            f"{path}: {arch}.rope.dimension_count is {rotated}; only the head size {head_size} is supported "
+            "(rope over part of a head is not implemented)"
+        )
+    return head_dim
+
+
+def _gemma3_fields(meta: _Metadata, path: str, n_layer, n_head, n_embd, head_dim) -> dict:
+    """A `gemma3` file's per-layer attention, as llama.cpp reads it (llama-model.cpp, LLM_ARCH_GEMMA3):
+    every sixth layer global and the others windowed by gemma3.attention.sliding_window (no key: all
+    global), the windowed layers' rope base 10000 unscaled, and q.k scaled by head_dim ** -0.5 except
+    on the 27B (62 layers), by (n_embd / n_head) ** -0.5 (query_pre_attn_scalar)."""
+    window = meta.get("gemma3.attention.sliding_window", int, required=False) or 0
+    layers = n_layer if isinstance(n_layer, int) and n_layer > 0 else 0
+    scale_dim = n_embd // n_head if layers == 62 and isinstance(n_head, int) and n_head > 0 else head_dim
+    fields = dict(
+        layer_windows=tuple(window if i % 6 < 5 else 0 for i in range(layers)) if layers else None,
+        rope_local_base=10000.0,
+    )
+    if isinstance(scale_dim, int) and scale_dim > 0:
+        fields["attention_scale"] = scale_dim**-0.5
+    return fields
 
 
 def llama3_rope_factors(config: GPTConfig, scaling: RopeScaling) -> np.ndarray:

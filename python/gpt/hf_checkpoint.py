@@ -1,6 +1,7 @@
-"""HF checkpoints of the Llama family (LlamaForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM): config.json and
-safetensors (one file, or shards listed in model.safetensors.index.json) into a GPTConfig and
-the compiler's weights. GPT-2 directories stay with gpt.weights.load_pretrained."""
+"""HF checkpoints of the Llama family (LlamaForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM,
+Gemma3ForCausalLM): config.json and safetensors (one file, or shards listed in
+model.safetensors.index.json) into a GPTConfig and the compiler's weights. GPT-2 directories stay
+with gpt.weights.load_pretrained."""
 
 import math
 import os
@@ -25,8 +26,17 @@ _IMPLEMENTED = {
 # Where config.json's sliding_window is the model's attention window (Qwen2's is unused unless
 # use_sliding_window, which is refused above).
 _WINDOWED = ("phi3",)
-# HF rope types: "default" (plain theta_i) and Llama 3's scaling.
-_ROPE_TYPES = ("default", "llama3")
+# HF rope types: "default" (plain theta_i), Llama 3's scaling and linear (theta_i / factor).
+_ROPE_TYPES = ("default", "llama3", "linear")
+# Gemma 3's options at the values implemented (its soft-capping is Gemma 2's, None in Gemma 3).
+_GEMMA3_IMPLEMENTED = {
+    "hidden_activation": ("gelu_pytorch_tanh",),
+    "final_logit_softcapping": (None,),
+    "attn_logit_softcapping": (None,),
+    "use_bidirectional_attention": (False,),
+}
+# Gemma 3's layer types: sliding-window attention (window `sliding_window`) or full.
+_LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
 def model_type(path: str) -> str | None:
@@ -71,7 +81,7 @@ def eos_token_ids(path: str) -> frozenset[int]:
 
 
 def load_pretrained(path: str) -> tuple[GPTConfig, dict[str, np.ndarray]]:
-    """Reads a HF Llama, Qwen2 or Phi-3 directory into (GPTConfig, the compiler's weights): tensors in any
+    """Reads a HF Llama, Qwen2, Phi-3 or Gemma 3 directory into (GPTConfig, the compiler's weights): tensors in any
     float dtype (F32, F16, BF16, F64), a tied head (tie_word_embeddings) or an untied lm_head.
     Raises FileNotFoundError for a missing directory or file, MemoryError for a config that would
     not fit in memory, and gpt.ModelFileError naming the file and the key or tensor otherwise."""
@@ -131,10 +141,7 @@ def _config(hf: dict, path: str) -> GPTConfig:
             t for a in architectures.ARCHITECTURES.values() if a.compiler_names != "gpt2" for t in a.hf_model_types
         )
         raise ModelFileError(f"{path}: model_type {short(name)} is not a Llama-family model ({known})")
-    for option, implemented in _IMPLEMENTED.items():
-        # Of the implemented type too: 0 is not False, 1.0 not 1.
-        if option in hf and not any(type(hf[option]) is type(v) and hf[option] == v for v in implemented):
-            raise ModelFileError(f"{path}: {option}={short(hf[option])} is not supported (only {implemented[0]!r})")
+    _check_implemented(hf, path, _IMPLEMENTED)
     sizes = {
         key: _config_value(hf, path, hf_key, int)
         for key, hf_key in (
@@ -157,6 +164,9 @@ def _config(hf: dict, path: str) -> GPTConfig:
         raise ModelFileError(f"{path}: tie_word_embeddings is {json_kind(tied)} {short(tied)}, expected a boolean")
     base, scaling = _rope(hf, path)
     window = _config_value(hf, path, "sliding_window", int, None) if spec.name in _WINDOWED else None
+    gemma = _gemma3(hf, path, sizes["n_layer"]) if spec.name == "gemma3" else {}
+    if gemma:
+        base, scaling = gemma.pop("rope_base"), gemma.pop("rope_scaling")
     try:
         return GPTConfig(
             **sizes,
@@ -169,9 +179,58 @@ def _config(hf: dict, path: str) -> GPTConfig:
             rope_scaling=scaling,
             attention_window=window,
             head_dim=head_dim,
+            **gemma,
         )
     except ValueError as e:
         raise ModelFileError(f"{path}: {e}") from None
+
+
+def _check_implemented(hf: dict, path: str, options: dict[str, tuple]) -> None:
+    """gpt.ModelFileError naming the first of `options` that config.json sets to another value."""
+    for option, implemented in options.items():
+        # Of the implemented type too: 0 is not False, 1.0 not 1.
+        if option in hf and not any(type(hf[option]) is type(v) and hf[option] == v for v in implemented):
+            raise ModelFileError(f"{path}: {option}={short(hf[option])} is not supported (only {implemented[0]!r})")
+
+
+def _gemma3(hf: dict, path: str, n_layer: int) -> dict:
+    """Gemma 3's GPTConfig fields: attention_scale (query_pre_attn_scalar ** -0.5), layer_windows
+    (layer_types, or HF's default of every sliding_window_pattern-th layer full), and the rope of
+    the full layers (rope_base, rope_scaling) and of the sliding ones (rope_local_base), from
+    transformers 5's rope_parameters per layer type or the older rope_theta, rope_scaling and
+    rope_local_base_freq."""
+    _check_implemented(hf, path, _GEMMA3_IMPLEMENTED)
+    scalar = _config_value(hf, path, "query_pre_attn_scalar", float, 256.0)
+    if not (math.isfinite(scalar) and scalar > 0):
+        raise ModelFileError(f"{path}: query_pre_attn_scalar is {scalar!r}, expected a positive number")
+    window = _config_value(hf, path, "sliding_window", int, 4096)
+    types = hf.get("layer_types")
+    if types is None:
+        pattern = _config_value(hf, path, "sliding_window_pattern", int, 6)
+        if pattern < 1:
+            raise ModelFileError(f"{path}: sliding_window_pattern is {pattern}, expected a positive integer")
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(max(n_layer, 0))]
+    if not isinstance(types, list) or len(types) != n_layer or any(t not in _LAYER_TYPES for t in types):
+        raise ModelFileError(
+            f"{path}: layer_types must list num_hidden_layers ({n_layer}) of {', '.join(_LAYER_TYPES)}, got "
+            f"{short(types)}"
+        )
+    parameters = hf.get("rope_parameters")
+    if isinstance(parameters, dict) and "full_attention" in parameters:
+        base, scaling = _rope({"rope_parameters": parameters["full_attention"]}, path)
+        local, local_scaling = _rope({"rope_parameters": parameters.get("sliding_attention", {})}, path)
+        if local_scaling is not None:
+            raise ModelFileError(f"{path}: rope_parameters.sliding_attention: a rope scaling is not supported there")
+    else:
+        base, scaling = _rope(hf, path)
+        local = _config_value(hf, path, "rope_local_base_freq", float, 10000.0)
+    return dict(
+        attention_scale=scalar**-0.5,
+        layer_windows=tuple(window if t == "sliding_attention" else 0 for t in types),
+        rope_local_base=local,
+        rope_base=base,
+        rope_scaling=scaling,
+    )
 
 
 def _rope(hf: dict, path: str) -> tuple[float, RopeScaling | None]:
@@ -204,6 +263,14 @@ def _rope(hf: dict, path: str) -> tuple[float, RopeScaling | None]:
         raise ModelFileError(f"{path}: rope type {short(rope_type)} is not supported (only {', '.join(_ROPE_TYPES)})")
     if rope_type == "default":
         return base, None
+    if rope_type == "linear":
+        # theta_i / factor: Llama 3's scaling with every wavelength (each >= 2 pi) past its
+        # low-frequency bound of original / low_freq_factor = 1.
+        factor = _config_value(parameters, path, "factor", float)
+        try:
+            return base, RopeScaling(factor, 1.0, 2.0, 1)
+        except ValueError as e:
+            raise ModelFileError(f"{path}: {e}") from None
     try:
         scaling = RopeScaling(
             factor=_config_value(parameters, path, "factor", float),

@@ -199,9 +199,14 @@ GPTConfig gptConfig(const py::handle &config) {
              name("token_embedding"),
              name("position_embedding"),
              name("final_norm"),
-             name("head")};
+             name("head"),
+             name("q_norm"),
+             name("k_norm"),
+             name("post_attn_norm"),
+             name("post_mlp_norm")};
   c.norm = get("norm").cast<std::string>() == "rms" ? NormKind::Rms : NormKind::Layer;
-  c.mlp = get("mlp").cast<std::string>() == "swiglu" ? MlpKind::SwiGlu : MlpKind::Gelu;
+  const std::string mlp = get("mlp").cast<std::string>();
+  c.mlp = mlp == "swiglu" ? MlpKind::SwiGlu : mlp == "geglu" ? MlpKind::GeGlu : MlpKind::Gelu;
   c.nKvHead = get("n_kv_head").cast<int64_t>();
   c.nFf = get("n_ff").cast<int64_t>();
   c.bias = get("bias").cast<bool>();
@@ -214,6 +219,11 @@ GPTConfig gptConfig(const py::handle &config) {
                      scaling.attr("high_freq_factor").cast<float>(),
                      scaling.attr("original_max_position_embeddings").cast<int64_t>()};
   if (py::object headDim = get("head_dim"); !headDim.is_none()) c.headDim = headDim.cast<int64_t>();
+  c.embeddingScale = get("spec").attr("embedding_scale").cast<bool>();
+  if (py::object scale = get("attention_scale"); !scale.is_none()) c.attentionScale = scale.cast<float>();
+  if (py::object windows = get("layer_windows"); !windows.is_none())
+    c.layerWindows = windows.cast<std::vector<int64_t>>();
+  if (py::object base = get("rope_local_base"); !base.is_none()) c.localRopeBase = base.cast<float>();
   if (std::string problem = c.validate(); !problem.empty()) throw std::invalid_argument(problem);
   return c;
 }
