@@ -184,6 +184,20 @@ def test_gemma3_cached_greedy_generation_equals_transformers_generate(gemma):
     assert ours.generate(prompt, max_new_tokens=20, stop_at_eos=False) == hf_greedy(theirs, prompt, 20)
 
 
+def test_the_engine_serves_gemma3_through_its_paged_step(gemma):
+    """The paged batch step attends per layer too (windows of 4 on the local layers, over pools of
+    head_dim-wide heads): each request gets what transformers.generate gives it alone."""
+    theirs, _, ours = gemma
+    rng = np.random.default_rng(14)
+    prompts = [[int(t) for t in rng.integers(0, VOCAB, n)] for n in (1, 6, 13)]
+    engine = gpt.Engine(ours, num_blocks=24, block_size=8, max_batch_tokens=16, start=False)
+    handles = [engine.submit(prompt, 8) for prompt in prompts]
+    while engine.step():
+        pass
+    for handle, prompt in zip(handles, prompts, strict=True):
+        assert handle.tokens == hf_greedy(theirs, prompt, 8)
+
+
 def test_gemma3_from_weights_equals_from_pretrained(gemma):
     theirs, _, pretrained = gemma
     given = gpt.GPT.from_weights(pretrained.config, gemma_weights(theirs), OPTIONS)
