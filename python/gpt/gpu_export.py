@@ -269,6 +269,11 @@ def describe_model_source(config) -> dict:
     return source
 
 
+# Architectures whose GPU programs have not run on a device against the CPU's logits
+# (tools/device_check.sh): refused rather than exported unchecked.
+_NOT_CHECKED_ON_A_GPU = frozenset({"gemma3"})
+
+
 def compile_artifact(model, target: str = "cuda:sm_90", tokens=(1, 128), weights: str = "f32", cache_len=None) -> dict:
     """The compiler's parts for `model` (see _gpt.compile_gpu_artifact) and the full manifest.
     `weights` "none:f32" / "none:bf16" ("none": f32) makes a version-2 manifest, whose weights come
@@ -276,6 +281,11 @@ def compile_artifact(model, target: str = "cuda:sm_90", tokens=(1, 128), weights
     chip = parse_target(target)
     dtype, holds_weights = parse_weights(weights)
     config = model.config
+    if config.architecture in _NOT_CHECKED_ON_A_GPU:
+        raise ValueError(
+            f"model.export: {config.architecture} models are not exported for the GPU yet: their GPU programs "
+            "(norms of q and k, sandwich norms, per-layer windows) have not run against the CPU's logits on a device"
+        )
     tokens = sorted({int(t) for t in tokens})
     if not tokens or tokens[0] < 1 or tokens[-1] > config.block_size:
         raise ValueError(f"tokens must lie in 1..{config.block_size}, got {tokens}")

@@ -375,3 +375,11 @@ def test_a_gemma3_gguf_file_gives_transformers_logits(tmp_path, rope_scaling):
         np.testing.assert_allclose(ours.state_dict()[name], value, atol=1e-6, err_msg=name)
     ids = token_ids(20, seed=8)
     assert relative_error(ours.forward(ids), hf_logits(theirs, ids)) < RTOL
+
+
+def test_gpu_export_is_refused_until_checked_on_a_device(gemma, tmp_path):
+    # Its GPU programs have never run against the CPU's logits: refused, not exported unchecked.
+    _, _, ours = gemma
+    with pytest.raises(ValueError, match="gemma3 models are not exported for the GPU yet"):
+        ours.export(str(tmp_path / "artifact"))
+    assert not (tmp_path / "artifact").exists()
