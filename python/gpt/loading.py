@@ -137,6 +137,7 @@ def from_gguf(cls, path: str, options: CompileOptions | None, context: int | Non
         _copy_weights=False,
         _quantized=quantized,
         _packed_source=weight_cache.source_key(path, options.weights),
+        _weights_file=path,
     )
     model._tokenizer = tokenizer
     model._end_of_generation = frozenset(getattr(tokenizer, "end_of_generation", ()))

@@ -12,6 +12,7 @@ from gpt import _gpt, architectures, loading, weight_cache
 from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
+from gpt.errors import ModelFileError
 from gpt.generation import GenerationMixin, GenerationStats
 from gpt.loading import DEFAULT_CONTEXT, file_context, with_context
 from gpt.resources import check_fits_in_memory
@@ -51,6 +52,7 @@ class GPT(GenerationMixin):
         _copy_weights: bool = True,
         _quantized: Mapping[str, tuple[str, np.ndarray]] | None = None,
         _packed_source: str | None = None,
+        _weights_file: str | None = None,
     ):
         """`context`: the positions the model serves, at most config.block_size (default: all of
         them); the model's config.block_size is then `context`, so its caches, its memory estimate and
@@ -97,7 +99,14 @@ class GPT(GenerationMixin):
         # weights laid out by an earlier load are read back instead of converted and repacked.
         self._packed_weights_hit = weight_cache.bind(self._compiled, arguments, options, _packed_source)
         if not self._packed_weights_hit:
-            self._compiled.set_weights(arguments, quantized)
+            try:
+                self._compiled.set_weights(arguments, quantized)
+            except ValueError as error:
+                if _weights_file is None:
+                    raise
+                # The file's blocks are first read here (a NaN block scale, rows of the wrong bytes):
+                # the error names the file, as the reader's own do.
+                raise ModelFileError(f"{_weights_file}: {error}") from None
             weight_cache.store(self._compiled, options, _packed_source)
         del arguments, quantized
         # Compiled code reads only the borrowed weights in place; the others it packed or

@@ -392,9 +392,9 @@ def test_a_non_finite_scale_in_a_converted_part_is_refused_by_the_repack(tmp_pat
     at = int(tensor.data_offset) + 5 * 210 + 208  # row 5's (only) super-block, its fp16 d
     data[at : at + 2] = bits.to_bytes(2, "little")
     path.write_bytes(bytes(data))
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(gpt.ModelFileError) as raised:
         gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="auto", disk_cache=False))
     assert str(raised.value) == (
-        "model.layers.0.self_attn.qkv_proj.weight: q6_k block 0 of row 5 of part 2 (values 0 to 255) has fp16 "
-        f"scale {shown}; q6_k scales must be finite"
+        f"{path}: model.layers.0.self_attn.qkv_proj.weight: q6_k block 0 of row 5 of part 2 (values 0 to 255) "
+        f"has fp16 scale {shown}; q6_k scales must be finite"
     )
