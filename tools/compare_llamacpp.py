@@ -126,6 +126,41 @@ def import_bench(with_gpt):
     return gpt_bench
 
 
+def decode_weight_bytes(runner):
+    """Bytes of weights one decode step of gpt's model reads: everything it stores and reads in place,
+    less a token table it only gathers a row of (an untied model's lookup copy)."""
+    model = runner.model
+    stored = sum(n for name, _, n in model._compiled.stored_arguments() if "embed_tokens" not in name)
+    in_place = [name for name in model._compiled.borrowed_parameters() if "embed_tokens" not in name]
+    shapes = dict(model._compiled.supplied_parameters())
+    return stored + sum(4 * int(np.prod(shapes[name])) for name in in_place)
+
+
+def print_decode_floor(args, results, tests):
+    """gpt's decode against the time to read its weights once at the read bandwidth of this machine
+    (gpt_bench.read_bandwidth, measured here at --threads after the runs)."""
+    bench = import_bench(with_gpt=False)
+    bandwidth = bench.read_bandwidth(args.threads)
+    plain = [t for t in tests if t.startswith("tg") and "@" not in t]
+    print(
+        f"\nDecode against the weight-streaming floor (read bandwidth {bandwidth / 1e9:.1f} GB/s at "
+        f"{args.threads} threads):\n"
+    )
+    print("| engine | test | weight bytes per token | floor ms/token | decode ms/token | decode / floor |")
+    print("|---|---|---|---|---|---|")
+    for engine, rows in results.items():
+        if not engine.startswith("gpt:") or not rows:
+            continue
+        weight_bytes = rows[0]["decode_weight_bytes"]
+        for test in plain:
+            rate = statistics.median(r for row in rows for r in row["rates"][test])
+            floor_ms, ours_ms = 1e3 * weight_bytes / bandwidth, 1e3 / rate
+            print(
+                f"| {engine} | {test} | {weight_bytes / 1e6:.0f} MB | {floor_ms:.1f} | {ours_ms:.1f} "
+                f"| {ours_ms / floor_ms:.2f}x |"
+            )
+
+
 def parse_test(test):
     """("pp" or "tg", N, depth) of "ppN", "tgN" or "tgN@D" (N tokens decoded after D in the cache)."""
     name, _, depth = test.partition("@")
@@ -195,6 +230,7 @@ def worker(args):
                 rss_after_kib=memory["VmRSS"],
                 hwm_kib=memory["VmHWM"],
                 compiler_libraries_kib=compiler_libraries_kib(),
+                decode_weight_bytes=decode_weight_bytes(runner) if engine == "gpt" else None,
             )
         ),
         flush=True,
@@ -584,6 +620,7 @@ def speed(args, directory):
         for fmt in same:
             ratios = [rate(f"gpt:{fmt}", t)[0] / rate(f"llama.cpp:{fmt}", t)[0] for t in tests]
             print(f"| {fmt} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+    print_decode_floor(args, results, tests)
     print()
 
 
