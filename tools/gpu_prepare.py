@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 import gpt
-from gpt import architectures
+from gpt import architecture_weights
 from gpt.weights import random_weights
 
 SMALL = {
@@ -126,7 +126,7 @@ def main(argv):
         config = gpt.GPTConfig(**shape)
         weights = small_weights(config, seed=index)
         model = gpt.GPT.from_weights(
-            config, architectures.from_compiler(config, weights) if config.architecture != "gpt2" else weights
+            config, architecture_weights.from_compiler(config, weights) if config.architecture != "gpt2" else weights
         )
         values = reference(model, seed=100 + index)
         for weights in ("f32", "bf16"):

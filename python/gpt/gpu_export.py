@@ -18,7 +18,7 @@ import stat
 
 import numpy as np
 
-from gpt import _gpt, architectures, cuda_tools
+from gpt import _gpt, architecture_weights, architectures, cuda_tools
 
 ARTIFACT_WEIGHTS = "weights.safetensors"
 ARTIFACT_TOKENIZER = "tokenizer.json"
@@ -107,7 +107,7 @@ def describe_hf_sources(manifest: dict, config) -> None:
     """Gives each weight buffer `hf`: how to make its tensor from a HF checkpoint without the
     compiler, stored = concatenate([t.T if transpose else t for t in names' tensors], axis). (The
     device check fills weight-less artifacts from HF models this way.)"""
-    parts = architectures.hf_parts(config)
+    parts = architecture_weights.hf_parts(config)
     for buffer in manifest["buffers"]:
         if buffer["role"] != "weight":
             continue

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from gpt import architectures, model_files
+from gpt import architecture_weights, architectures, model_files
 from gpt.config import GPTConfig, RopeScaling
 from gpt.errors import ModelFileError
 from gpt.model_files import json_kind, short
@@ -129,7 +129,7 @@ def load_pretrained(path: str) -> tuple[GPTConfig, dict[str, np.ndarray]]:
     for name, shape in expected.items():
         if tensors[name].shape != shape:
             raise ModelFileError(f"{where}: tensor {name} has shape {tensors[name].shape}, expected {shape}")
-    return config, architectures.to_compiler(config, tensors, consume=True)
+    return config, architecture_weights.to_compiler(config, tensors, consume=True)
 
 
 def _config(hf: dict, path: str) -> GPTConfig:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gpt import _gpt, architectures, hf_checkpoint, kept_formats, model_files, weight_cache
+from gpt import _gpt, architecture_weights, architectures, hf_checkpoint, kept_formats, model_files, weight_cache
 from gpt.config import CompileOptions, GPTConfig
 from gpt.gguf_file import KEPT_QUANTIZED, QuantizedTensor, load_gguf, native_weights_format
 from gpt.tokenizer import HFTokenizer
@@ -49,7 +49,7 @@ def with_context(
 
 def compiler_weights(config: GPTConfig, weights: Mapping[str, np.ndarray]) -> dict[str, object]:
     """HF-named weights of a Llama-family config, checked by their HF names and shapes (so that
-    errors name what the caller gave), as the compiler's parameters (architectures.to_compiler).
+    errors name what the caller gave), as the compiler's parameters (architecture_weights.to_compiler).
     dtypes and values are checked afterwards, by validate_weights."""
     if not isinstance(weights, Mapping):
         raise TypeError(f"weights must be a mapping of parameter name to array, got {type(weights).__name__}")
@@ -66,7 +66,7 @@ def compiler_weights(config: GPTConfig, weights: Mapping[str, np.ndarray]) -> di
             raise ValueError(f"parameter {name} must be a numpy array, got {type(value).__name__}")
         if value.shape != shape:
             raise ValueError(f"parameter {name} has shape {value.shape}, expected {shape}")
-    return architectures.to_compiler(config, weights)
+    return architecture_weights.to_compiler(config, weights)
 
 
 def native_options(options: CompileOptions, config: GPTConfig, quantized: Mapping, path) -> CompileOptions:
@@ -75,7 +75,7 @@ def native_options(options: CompileOptions, config: GPTConfig, quantized: Mappin
     most of them are in (by weight count), `weight_formats` each one in another. Matmul weights the
     load widened (a float tensor among quantized ones) are stored in q8_0 there, not in 4 bits.
     A file with no block-quantized matmul weight runs in its own float format (f32 or bf16)."""
-    matmuls = [name for name, (_, linear) in architectures.hf_parts(config).items() if linear]
+    matmuls = [name for name, (_, linear) in architecture_weights.hf_parts(config).items() if linear]
     given = {name: quantized[name][0] for name in matmuls if name in quantized}
     if not given:
         return dataclasses.replace(options, weights=native_weights_format(path), weight_formats=())
@@ -124,8 +124,8 @@ def from_gguf(cls, path: str, options: CompileOptions | None, context: int | Non
     quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
     floats = {name: w for name, w in weights.items() if name not in quantized}
     if config.spec.converts:  # HF names -> the compiler's fused parameters
-        quantized = architectures.to_compiler_quantized(config, quantized, concatenate=False)
-        floats = architectures.to_compiler(config, floats, consume=True)
+        quantized = architecture_weights.to_compiler_quantized(config, quantized, concatenate=False)
+        floats = architecture_weights.to_compiler(config, floats, consume=True)
     if auto:
         options = native_options(options, config, quantized, path)
     del weights

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt import _gpt, architectures, loading, weight_cache
+from gpt import _gpt, architecture_weights, loading, weight_cache
 from gpt.block_pool import BatchStepArguments, KVBlockPool
 from gpt.cache import KVCache
 from gpt.config import CompileOptions, GPTConfig
@@ -210,7 +210,7 @@ class GPT(GenerationMixin):
         views = self._compiler_weights()
         if not self._config.spec.converts:  # GPT-2: HF's own names and layouts
             return views
-        hf = architectures.from_compiler(self._config, views)
+        hf = architecture_weights.from_compiler(self._config, views)
         for value in hf.values():
             value.flags.writeable = False
         return hf

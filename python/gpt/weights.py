@@ -36,7 +36,7 @@ _SAFETENSORS_MAX_HEADER_BYTES = 100_000_000
 def expected_shapes(config: GPTConfig) -> dict[str, tuple]:
     """The compiler's parameter name -> shape, for every weight the model needs, in the order of
     its parameter table (cc/builder/Parameters.cpp): HF GPT-2's names and shapes for GPT-2; for
-    the Llama family gpt.architectures.to_compiler's (fused, [in, out] matmul weights)."""
+    the Llama family gpt.architecture_weights.to_compiler's (fused, [in, out] matmul weights)."""
     table = _gpt.supplied_parameters(config)
     return {name: tuple(shape) for name, shape in table}
 

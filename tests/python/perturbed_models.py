@@ -4,7 +4,7 @@ a weight written as another shows in the GPU tests' comparisons (GPT-2 initialis
 import numpy as np
 
 import gpt
-from gpt import architectures
+from gpt import architecture_weights
 from gpt.weights import random_weights
 
 
@@ -16,5 +16,5 @@ def perturbed_model(config: gpt.GPTConfig, seed: int, perturbation_seed: int) ->
             weights[name] = rng.normal(0.0, 0.05, value.shape).astype(np.float32)
         elif value.ndim == 1:
             weights[name] = (1.0 + rng.normal(0.0, 0.2, value.shape)).astype(np.float32)
-    hf = weights if config.architecture == "gpt2" else architectures.from_compiler(config, weights)
+    hf = weights if config.architecture == "gpt2" else architecture_weights.from_compiler(config, weights)
     return gpt.GPT.from_weights(config, hf)

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import gpt
-from gpt import architectures
+from gpt import architecture_weights, architectures
 from shapes import RTOL, relative_error
 
 VOCAB, CONTEXT = 300, 128
@@ -160,7 +160,7 @@ def test_norms_are_taken_as_one_plus_w(gemma):
     HF's w back."""
     theirs, _, ours = gemma
     expected = gemma_weights(theirs)
-    compiler = architectures.to_compiler(ours.config, dict(expected))
+    compiler = architecture_weights.to_compiler(ours.config, dict(expected))
     name = "model.layers.1.self_attn.q_norm.weight"
     np.testing.assert_array_equal(compiler[name], expected[name] + np.float32(1))
     state = ours.state_dict()

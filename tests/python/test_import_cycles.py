@@ -109,6 +109,11 @@ def test_architectures_is_a_leaf():
     assert import_graph()["gpt.architectures"] == set()
 
 
+def test_architecture_weights_imports_only_architectures():
+    # The weight conversion moved out of architectures.py; it reads the tables and nothing else of gpt's.
+    assert import_graph()["gpt.architecture_weights"] == {"gpt.architectures"}
+
+
 def test_the_gguf_layer_never_imports_the_model():
     graph = import_graph()
     for module in ["gpt.gguf.container", "gpt.gguf_file", "gpt.gguf_llama", "gpt.gguf_tokenizer"]:

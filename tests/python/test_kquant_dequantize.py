@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpt
-from gpt import _gpt, architectures, gguf_file
+from gpt import _gpt, architecture_weights, gguf_file
 from gpt.gguf_file import QuantizedTensor, load_gguf
 
 T = gguf.GGMLQuantizationType
@@ -139,8 +139,8 @@ def test_fused_weights_repacked_from_their_parts_equal_the_concatenated_blocks(t
     for concatenate in (True, False):
         config, weights, _ = load_gguf(path, keep_quantized=fmt)
         quantized = {n: (w.format, w.blocks) for n, w in weights.items() if isinstance(w, QuantizedTensor)}
-        floats = architectures.to_compiler(config, {n: w for n, w in weights.items() if n not in quantized})
-        quantized = architectures.to_compiler_quantized(config, quantized, concatenate=concatenate)
+        floats = architecture_weights.to_compiler(config, {n: w for n, w in weights.items() if n not in quantized})
+        quantized = architecture_weights.to_compiler_quantized(config, quantized, concatenate=concatenate)
         if not concatenate:
             assert isinstance(quantized["model.layers.0.self_attn.qkv_proj.weight"][1], list)
         model = gpt.GPT(config, floats, options, _copy_weights=False, _quantized=quantized)
@@ -163,8 +163,8 @@ def test_set_weights_refuses_a_part_that_is_not_whole_rows(tmp_path):
     make_gguf.write(path, shape, "q8_0", pure=True)
     config, weights, _ = load_gguf(path, keep_quantized="q8_0")
     quantized = {n: (w.format, w.blocks) for n, w in weights.items() if isinstance(w, QuantizedTensor)}
-    floats = architectures.to_compiler(config, {n: w for n, w in weights.items() if n not in quantized})
-    quantized = architectures.to_compiler_quantized(config, quantized, concatenate=False)
+    floats = architecture_weights.to_compiler(config, {n: w for n, w in weights.items() if n not in quantized})
+    quantized = architecture_weights.to_compiler_quantized(config, quantized, concatenate=False)
     fmt, parts = quantized["model.layers.0.self_attn.qkv_proj.weight"]
     flat = np.concatenate([p.reshape(-1) for p in parts])
     row = parts[0].shape[1]  # bytes of one row: split one row in two

@@ -113,7 +113,7 @@ def hf_seeds() -> list[Input]:
     """The nano GPT-2 as HF directories in F32, F16 and BF16 with a ChatML template, and a nano
     Llama directory (rope_scaling, generation_config.json, the template in chat_template.jinja)."""
     import gpt
-    from gpt import architectures
+    from gpt import architecture_weights
     from gpt.weights import random_weights
 
     _, weights = nano_gpt2()
@@ -132,7 +132,7 @@ def hf_seeds() -> list[Input]:
     hf_llama = dict(model_type="llama", num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
     hf_llama.update(hidden_size=32, intermediate_size=64, vocab_size=260, max_position_embeddings=64)
     hf_llama.update(rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True, rope_scaling=None)
-    header, data = safetensors_bytes(architectures.from_compiler(llama, random_weights(llama, seed=2)), "F32")
+    header, data = safetensors_bytes(architecture_weights.from_compiler(llama, random_weights(llama, seed=2)), "F32")
     llama_extra = {
         "tokenizer.json": tokenizer_json,
         "tokenizer_config.json": json.dumps({"eos_token": {"content": "<|endoftext|>"}}).encode(),
@@ -147,7 +147,7 @@ def qwen2_hf_seeds() -> list[Input]:
     """A nano Qwen2 directory (q/k/v biases) with an untied head in two shards listed by
     model.safetensors.index.json, and one with a tied head in model.safetensors."""
     import gpt
-    from gpt import architectures
+    from gpt import architecture_weights
     from gpt.weights import random_weights
 
     tokenizer_json = byte_level_tokenizer(LONG_MERGES).to_str().encode()
@@ -162,7 +162,7 @@ def qwen2_hf_seeds() -> list[Input]:
         hf = dict(model_type="qwen2", num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
         hf.update(hidden_size=32, intermediate_size=64, vocab_size=260, max_position_embeddings=64, rms_norm_eps=1e-6)
         hf.update(rope_theta=1000000.0, tie_word_embeddings=tied, use_sliding_window=False, sliding_window=32)
-        weights = architectures.from_compiler(config, random_weights(config, seed=3))
+        weights = architecture_weights.from_compiler(config, random_weights(config, seed=3))
         if tied:
             header, data = safetensors_bytes(weights, "BF16")
             seeds.append(Input("hf", HFDoc(hf, header, data, extra=dict(extra)), origin="seed hf qwen2 tied"))

@@ -57,7 +57,7 @@ def load_gguf_input(path: str, keep: str | None) -> None:
     import numpy as np
 
     import gpt
-    from gpt import architectures
+    from gpt import architecture_weights
     from gpt.gguf_file import QuantizedTensor, load_gguf
     from gpt.model import GPT
     from gpt.weights import validate_weights
@@ -66,8 +66,8 @@ def load_gguf_input(path: str, keep: str | None) -> None:
     quantized = {n: (w.format, w.blocks) for n, w in weights.items() if isinstance(w, QuantizedTensor)}
     floats = {n: w for n, w in weights.items() if n not in quantized}
     if config.spec.compiler_names != "gpt2":  # as GPT.from_gguf: HF names -> the compiler's
-        quantized = architectures.to_compiler_quantized(config, quantized)
-        floats = architectures.to_compiler(config, floats, consume=True)
+        quantized = architecture_weights.to_compiler_quantized(config, quantized)
+        floats = architecture_weights.to_compiler(config, floats, consume=True)
     validate_weights(config, floats, copy=False, given_quantized=quantized)
     for name, (fmt, blocks) in quantized.items():
         with np.errstate(all="ignore"):
@@ -228,7 +228,7 @@ def worker_main(memory_headroom: int, cache_dir: str) -> None:
 
     import gpt  # noqa: F401
     import gpt_runtime  # noqa: F401
-    from gpt import architectures, chat, gguf_file, hf_checkpoint, model, tokenizer, weights  # noqa: F401
+    from gpt import architecture_weights, architectures, chat, gguf_file, hf_checkpoint, model, tokenizer, weights  # noqa: F401
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # What a finding may take: the address space now (the extension, LLVM, numpy) plus the headroom.
