@@ -99,8 +99,6 @@ class InputMakers:
     def llama_checkpoint(self, config=None, nan=None):
         """A nano Llama directory (config.json's keys changed as `config` says; None drops one),
         with NaN in the tensor `nan`."""
-        directory = self.scratch / f"llama{next(self.made)}"
-        directory.mkdir()
         llama = GPTConfig(
             n_layer=1, n_head=4, n_kv_head=2, n_embd=32, n_ff=48, vocab_size=64, block_size=16, architecture="llama"
         )
@@ -114,13 +112,53 @@ class InputMakers:
             vocab_size=64,
             max_position_embeddings=16,
         )
-        for key, value in (config or {}).items():
+        return self._hf_directory("llama", llama, hf, config, nan)
+
+    def gemma_checkpoint(self, config=None, nan=None):
+        """A nano Gemma 3 directory (test_gemma3.py's model: 3 layers, the middle one global, wide
+        heads), changed as llama_checkpoint's."""
+        gemma = GPTConfig(
+            n_layer=3,
+            n_head=4,
+            n_kv_head=2,
+            n_embd=64,
+            head_dim=32,
+            n_ff=96,
+            vocab_size=64,
+            block_size=16,
+            architecture="gemma3",
+            layer_windows=(4, 0, 4),
+        )
+        hf = dict(
+            model_type="gemma3_text",
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=64,
+            head_dim=32,
+            intermediate_size=96,
+            vocab_size=64,
+            max_position_embeddings=16,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            tie_word_embeddings=True,
+        )
+        return self._hf_directory("gemma", gemma, hf, config, nan)
+
+    def _hf_directory(self, kind, model_config, hf, changes, nan):
+        """A directory of config.json (`hf` with `changes`; None drops a key) and weights of 0.01
+        for `model_config`, NaN in the tensor `nan`."""
+        directory = self.scratch / f"{kind}{next(self.made)}"
+        directory.mkdir()
+        for key, value in (changes or {}).items():
             if value is None:
                 hf.pop(key, None)
             else:
                 hf[key] = value
         (directory / "config.json").write_text(json.dumps(hf))
-        tensors = {name: np.full(shape, 0.01, np.float32) for name, shape in gpt.architectures.hf_shapes(llama).items()}
+        tensors = {
+            name: np.full(shape, 0.01, np.float32) for name, shape in gpt.architectures.hf_shapes(model_config).items()
+        }
         if nan:
             tensors[nan].flat[0] = np.nan
         save_file(tensors, str(directory / "model.safetensors"))
@@ -179,6 +217,7 @@ def namespace(tmp_path_factory):
         cache_in_use_by_another_thread=makers.cache_in_use_by_another_thread,
         checkpoint=makers.checkpoint,
         llama_checkpoint=makers.llama_checkpoint,
+        gemma_checkpoint=makers.gemma_checkpoint,
         gguf=makers.gguf,
         regression=makers.regression,
         ChatTemplateError=gpt.chat.ChatTemplateError,
