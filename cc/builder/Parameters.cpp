@@ -75,22 +75,6 @@ ModelParameterNames modelParameterNames(const GPTConfig &config) {
           n.head + ".weight"};
 }
 
-const char *weightFormatName(WeightFormat format) {
-  switch (format) {
-  case WeightFormat::F32:
-    return "f32";
-  case WeightFormat::BF16:
-    return "bf16";
-  case WeightFormat::Q8_0:
-    return "q8_0";
-  case WeightFormat::Q4_0:
-    return "q4_0";
-  case WeightFormat::Q4_1:
-    return "q4_1";
-  }
-  return "?";
-}
-
 const char *kvCacheFormatName(KvCacheFormat format) {
   switch (format) {
   case KvCacheFormat::F32:
@@ -171,10 +155,8 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   auto transposedTable = [&](const std::string &name, const std::string &source) {
     ParameterSpec table{name, {d, c.paddedVocabSize(storage.tiles)}, WeightLayout::TransposedPadded, source};
     pack(table, WeightLayout::TransposedPaddedPanels);
-    // With q4_0 and q4_1 the tables are stored in q8_0, as llama.cpp keeps its output table at
-    // higher precision: 4-bit embeddings cost far more accuracy than 4-bit layers
-    // (docs/PERFORMANCE.md).
-    if (table.format == WeightFormat::Q4_0 || table.format == WeightFormat::Q4_1) table.format = WeightFormat::Q8_0;
+    // In its format's head format (a 4-bit model's tables in q8_0: kernels/WeightFormats.h).
+    table.format = weightFormatTraits(table.format).head;
     return table;
   };
   std::vector<ParameterSpec> specs;

@@ -5,6 +5,7 @@
 #define GPT_CC_BUILDER_PARAMETERS_H
 
 #include "cc/TargetParameters.h"
+#include "cc/kernels/WeightFormats.h"
 
 #include <cstdint>
 #include <map>
@@ -66,24 +67,7 @@ enum class WeightLayout {
   TransposedPaddedPanels, ///< TransposedPadded, then packed into panels
 };
 
-/// The format matmul weights are stored in (llama.cpp's names), made once, at load. The
-/// low-precision ones are packed in lane layouts (kernels/LanePacking.h): 32-bit words holding
-/// weights of one column along K, one word per lane of a dot-product instruction.
-enum class WeightFormat {
-  F32,
-  BF16, ///< rounded to nearest even, 2 rows of K per word
-  Q8_0, ///< int8 codes, 4 rows per word, one f16 scale per block of 32 along K (kernels/Quantization.h)
-  Q4_0, ///< 4-bit codes, 8 rows per word, one f16 scale per block of 32 weights along K
-  Q4_1, ///< q4_0's codes, unsigned, with an f16 scale and an f16 min per block (w = code * scale + min)
-};
-
-/// True for the formats that store codes and per-block scales (two arguments per weight).
-inline bool isBlockQuantized(WeightFormat format) {
-  return format == WeightFormat::Q8_0 || format == WeightFormat::Q4_0 || format == WeightFormat::Q4_1;
-}
-
-/// "f32", "bf16", "q8_0", "q4_0" or "q4_1".
-const char *weightFormatName(WeightFormat format);
+// WeightFormat, its names and its facts: kernels/WeightFormats.h, one row per format.
 
 /// The format a KV cache stores keys and values in (llama.cpp's -ctk/-ctv names). Compiled code
 /// rounds each new key and value to it once, when it is written, and widens what it reads back to

@@ -143,6 +143,17 @@ const BlockConversion &blockConversion(const std::string &type, const std::strin
   return *found;
 }
 
+std::vector<std::string> convertedTypes(const std::string &target) {
+  std::vector<std::string> types;
+  auto add = [&](const auto &table) {
+    for (const BlockConversion &conversion : table) types.push_back(conversion.type);
+  };
+  if (target == "q8_0") add(kToQ8_0);
+  if (target == "q4_1") add(kToQ4_1);
+  if (target == "q4_0") add(kToQ4_0);
+  return types;
+}
+
 void transcodeQ4_KToQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out, int64_t threads) {
   blockType("q4_k", k, "transcodeQ4_KToQ4_1Rows");
   constexpr int64_t perSuperBlock = kSuperBlock / kQuantBlock;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gpt::kernels {
 
@@ -47,6 +48,8 @@ struct BlockConversion {
 /// `target`'s (q8_0 from any of them; q4_1 from q4_0, q4_1, q4_k; q4_0 from itself);
 /// std::invalid_argument for another pair.
 const BlockConversion &blockConversion(const std::string &type, const std::string &target);
+/// The GGUF types blockConversion converts into `target`, its own first (none for another target).
+std::vector<std::string> convertedTypes(const std::string &target);
 
 /// The weights and bytes of one block of `type` (the types of requantizeRowsToQ8_0, and "q8_0");
 /// std::invalid_argument for another type.

@@ -8,6 +8,7 @@
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
+#include "cc/kernels/WeightFormats.h"
 #include "cc/runtime/CompilerIdentity.h"
 #include "cc/runtime/MemRefDescriptor.h"
 #include "cc/runtime/PackedWeights.h"
@@ -42,6 +43,128 @@ size_t laidOutBytes(const std::vector<ParameterSpec> &parameters) {
     if (!readsInPlace(spec)) total += WeightArena::footprint(argumentBytes(spec));
   return total;
 }
+
+/// The block-quantized formats as messages list them: "q8_0, q4_0 or q4_1".
+std::string blockFormatNames() {
+  std::vector<std::string> names;
+  for (const WeightFormatTraits &row : weightFormats())
+    if (row.blockQuantized()) names.push_back(row.name);
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
+}
+
+/// The arguments one weight is laid out into: its own, and its scales' when its format is
+/// block-quantized (bound by the spec after it).
+struct LaidOut {
+  const void *argument;
+  void *scales = nullptr;
+};
+
+/// A given weight's parts as rows of their blocks, each part's bytes checked to be whole rows of
+/// `rows` weights of its type, and all of them `columns` rows.
+std::vector<kernels::BlockRows> blockParts(const std::string &key, const CompiledModel::QuantizedWeight &weight,
+                                           int64_t rows, int64_t columns) {
+  const std::string format = weightFormatName(weight.format);
+  // Each part in its own blocks (a q6_K v beside q4_K q and k): rows of its type's bytes.
+  std::vector<kernels::BlockRows> parts;
+  int64_t partRows = 0;
+  for (const CompiledModel::QuantizedPart &part : weight.parts) {
+    const std::string type = part.type.empty() ? format : part.type;
+    const kernels::BlockShape block = kernels::blockShape(type);
+    if (rows % block.values != 0)
+      throw std::invalid_argument(key + ": " + type + " blocks of " + std::to_string(block.values) +
+                                  " weights do not divide its rows of " + std::to_string(rows));
+    const int64_t rowBytes = rows / block.values * block.bytes;
+    if (part.bytes < 0 || part.bytes % rowBytes != 0)
+      throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " + type +
+                                  " blocks is not whole rows of " + std::to_string(rowBytes) + " bytes");
+    parts.push_back({part.blocks, part.bytes / rowBytes, part.type});
+    partRows += part.bytes / rowBytes;
+  }
+  if (partRows != columns)
+    throw std::invalid_argument(key + ": the blocks hold " + std::to_string(partRows) + " rows, expected " +
+                                std::to_string(columns));
+  return parts;
+}
+
+/// A weight given as llama.cpp quantized it, repacked into its format's lanes and scale panels:
+/// rows of the [out, in] tensor are the weight's columns (`columns` of them, before padding).
+LaidOut repackGiven(const std::string &key, const CompiledModel::QuantizedWeight &weight, const ParameterSpec &spec,
+                    int64_t columns, WeightArena &arena, int64_t threads) {
+  const WeightFormatTraits &format = weightFormatTraits(weight.format);
+  const int64_t rows = spec.shape[0], cols = spec.shape[1];
+  const std::vector<kernels::BlockRows> parts = blockParts(key, weight, rows, columns);
+  auto *codes = arena.allocateArray<uint32_t>(rows * cols / format.rowsPerWord);
+  auto *scales = arena.allocateArray<uint16_t>(rows / format.blockValues * format.scaleRowsPerBlock() * cols);
+  try {
+    format.repack(parts, rows, cols, spec.panelWidth, codes, scales, threads);
+  } catch (const std::invalid_argument &error) {
+    throw std::invalid_argument(key + ": " + error.what()); // which weight's blocks
+  }
+  return {codes, scales};
+}
+
+/// A block-quantized weight from its [K, N] f32 matrix: quantized along K, the codes packed into
+/// lanes (LanePacking.h) and the scales into panels. The unpacked codes are a transient byte per
+/// weight, freed before the next weight. Scales with mins are [K/32, 2, N] (a scale row and a min
+/// row per block), packed like a matrix of twice the blocks into [N/P, K/32, 2, P].
+LaidOut quantizeAndPack(const WeightFormatTraits &format, const float *data, int64_t rows, int64_t cols, int64_t width,
+                        WeightArena &arena, int64_t threads) {
+  const int64_t scaleRows = rows / format.blockValues * format.scaleRowsPerBlock();
+  auto scales = kernels::allocateAlignedArray<uint16_t>(scaleRows * cols);
+  auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols);
+  format.quantize(data, rows, cols, codes.get(), scales.get(), threads);
+  auto *lanes = arena.allocateArray<uint32_t>(rows * cols / format.rowsPerWord);
+  format.pack(codes.get(), rows, cols, width, lanes, threads);
+  auto *packedScales = arena.allocateArray<uint16_t>(scaleRows * cols);
+  kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales, threads);
+  return {lanes, packedScales};
+}
+
+/// A weight laid out from its f32 values (`vocab`: the rows of a [V, D] table a transposed
+/// layout reads).
+LaidOut layOutFloats(const ParameterSpec &spec, const float *data, int64_t vocab, WeightArena &arena, int64_t threads) {
+  const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1, width = spec.panelWidth;
+  const WeightFormatTraits &format = weightFormatTraits(spec.format);
+  const bool transposed =
+      spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels;
+  if (spec.layout == WeightLayout::TransposedPaddedPanels && spec.format == WeightFormat::Q8_0) {
+    // The LM head from the [V, D] table: each of its rows is a column of the head, its blocks
+    // run along the row, so it is quantized row by row into llama.cpp's q8_0 blocks and repacked
+    // as a GGUF file's would be, a few panels at a time: the bits quantizeQ8_0 gives the
+    // transposed [D, V'] matrix (padding columns included), without that float32 copy.
+    auto *codes = arena.allocateArray<uint32_t>(rows * cols / format.rowsPerWord);
+    auto *scales = arena.allocateArray<uint16_t>(rows / format.blockValues * cols);
+    kernels::quantizeRowsToQ8_0Lanes(data, vocab, rows, cols, width, codes, scales, threads);
+    return {codes, scales};
+  }
+  const bool panels = spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels;
+  kernels::AlignedFloats temporary; // the transpose, unless it is the argument itself
+  if (transposed) {
+    // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
+    float *out = nullptr;
+    if (spec.format == WeightFormat::F32 && !panels) {
+      out = arena.allocateArray<float>(rows * cols);
+    } else {
+      temporary = kernels::allocateAligned(rows * cols);
+      out = temporary.get();
+    }
+    kernels::transposePadded(data, vocab, rows, cols, out, threads);
+    data = out;
+  }
+  if (format.blockQuantized()) return quantizeAndPack(format, data, rows, cols, width, arena, threads);
+  if (format.packFloats) {
+    // Rounded and packed into lanes in one pass, straight from the [K, N] matrix.
+    auto *lanes = arena.allocateArray<uint32_t>(rows * cols / format.rowsPerWord);
+    format.packFloats(data, rows, cols, width, lanes, threads);
+    return {lanes};
+  }
+  if (!panels) return {data};
+  float *packed = arena.allocateArray<float>(rows * cols);
+  kernels::packPanels(data, rows, cols, width, packed, threads);
+  return {packed};
+}
 } // namespace
 
 void CompiledModel::setWeights(const std::vector<const float *> &weights) { setWeights(weights, {}); }
@@ -55,7 +178,8 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
   for (size_t i = 0; i < supplied_.size(); ++i) byName[supplied_[i].name] = weights[i];
   for (const auto &[name, weight] : quantized)
     if (!byName.count(name) || !isBlockQuantized(weight.format))
-      throw std::invalid_argument("'" + name + "' is no weight that can be given quantized (q8_0, q4_0 or q4_1)");
+      throw std::invalid_argument("'" + name + "' is no weight that can be given quantized (" + blockFormatNames() +
+                                  ")");
   std::set<std::string> repacked;
   // Built aside and swapped in at the end: a failure (out of memory) leaves the old binding intact.
   std::vector<MemRefDescriptor> descriptors;
@@ -75,128 +199,22 @@ void CompiledModel::setWeights(const std::vector<const float *> &weights,
       continue;
     }
     const std::string &key = spec.derived() ? spec.source : spec.name;
-    const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
+    LaidOut laidOut{nullptr};
     if (auto given = quantized.find(key);
         given != quantized.end() && spec.panelWidth && given->second.format == spec.format) {
-      // Repacked as llama.cpp quantized it: rows of the [out, in] tensor are the weight's columns.
-      const QuantizedWeight &weight = given->second;
-      const int64_t blocks = rows / kernels::kQuantBlock, width = spec.panelWidth;
-      const int64_t columns = spec.derived() ? config_.vocabSize : cols;
-      const bool q8 = weight.format == WeightFormat::Q8_0, withMins = weight.format == WeightFormat::Q4_1;
-      const std::string format = weightFormatName(weight.format);
-      // Each part in its own blocks (a q6_K v beside q4_K q and k): rows of its type's bytes.
-      std::vector<kernels::BlockRows> parts;
-      int64_t partRows = 0;
-      for (const QuantizedPart &part : weight.parts) {
-        const std::string type = part.type.empty() ? format : part.type;
-        const kernels::BlockShape block = kernels::blockShape(type);
-        if (rows % block.values != 0)
-          throw std::invalid_argument(key + ": " + type + " blocks of " + std::to_string(block.values) +
-                                      " weights do not divide its rows of " + std::to_string(rows));
-        const int64_t rowBytes = rows / block.values * block.bytes;
-        if (part.bytes < 0 || part.bytes % rowBytes != 0)
-          throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " + type +
-                                      " blocks is not whole rows of " + std::to_string(rowBytes) + " bytes");
-        parts.push_back({part.blocks, part.bytes / rowBytes, part.type});
-        partRows += part.bytes / rowBytes;
-      }
-      if (partRows != columns)
-        throw std::invalid_argument(key + ": the blocks hold " + std::to_string(partRows) + " rows, expected " +
-                                    std::to_string(columns));
-      // The lanes are 32-bit words of 4 (q8_0) or 8 (q4_0, q4_1) rows of one column; q4_1 has
-      // a min beside each scale.
-      auto *codes =
-          arena->allocateArray<uint32_t>(rows * cols / (q8 ? kernels::kQ8_0RowsPerWord : kernels::kQ4_0RowsPerWord));
-      auto *scales = arena->allocateArray<uint16_t>(blocks * cols * (withMins ? 2 : 1));
-      try {
-        if (q8)
-          kernels::repackQ8_0Rows(parts, rows, cols, width, codes, scales, threads);
-        else if (withMins)
-          kernels::repackQ4_1Rows(parts, rows, cols, width, codes, scales, threads);
-        else
-          kernels::repackQ4_0Rows(parts, rows, cols, width, codes, scales, threads);
-      } catch (const std::invalid_argument &error) {
-        throw std::invalid_argument(key + ": " + error.what()); // which weight's blocks
-      }
-      descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
-      data_.push_back(codes);
-      pendingScales = scales;
+      const int64_t columns = spec.derived() ? config_.vocabSize : spec.shape[1];
+      laidOut = repackGiven(key, given->second, spec, columns, *arena, threads);
       repacked.insert(key);
-      continue;
+    } else {
+      const float *data = byName.at(key);
+      if (!data)
+        throw std::invalid_argument(key + " is given quantized, but the model stores it in " +
+                                    weightFormatName(spec.format) + ": give its float32 values too");
+      laidOut = layOutFloats(spec, data, config_.vocabSize, *arena, threads);
     }
-    const float *data = byName.at(key);
-    if (!data)
-      throw std::invalid_argument(key + " is given quantized, but the model stores it in " +
-                                  weightFormatName(spec.format) + ": give its float32 values too");
-    if (spec.layout == WeightLayout::TransposedPaddedPanels && spec.format == WeightFormat::Q8_0) {
-      // The LM head from the [V, D] table: each of its rows is a column of the head, its blocks
-      // run along the row, so it is quantized row by row into llama.cpp's q8_0 blocks and repacked
-      // as a GGUF file's would be, a few panels at a time: the bits quantizeQ8_0 gives the
-      // transposed [D, V'] matrix (padding columns included), without that float32 copy.
-      auto *codes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
-      auto *scales = arena->allocateArray<uint16_t>(rows / kernels::kQuantBlock * cols);
-      kernels::quantizeRowsToQ8_0Lanes(data, config_.vocabSize, rows, cols, spec.panelWidth, codes, scales, threads);
-      descriptors.push_back(MemRefDescriptor::view(codes, spec.argumentShape()));
-      data_.push_back(codes);
-      pendingScales = scales;
-      continue;
-    }
-    const bool panels = spec.layout == WeightLayout::Panels || spec.layout == WeightLayout::TransposedPaddedPanels;
-    const bool f32 = spec.format == WeightFormat::F32;
-    kernels::AlignedFloats transposed; // a temporary, unless it is the argument itself
-    if (spec.layout == WeightLayout::TransposedPadded || spec.layout == WeightLayout::TransposedPaddedPanels) {
-      // The source is the [V, D] embedding; the parameter its [D, V'] transpose.
-      float *out = nullptr;
-      if (f32 && !panels) {
-        out = arena->allocateArray<float>(rows * cols);
-      } else {
-        transposed = kernels::allocateAligned(rows * cols);
-        out = transposed.get();
-      }
-      kernels::transposePadded(data, config_.vocabSize, rows, cols, out, threads);
-      data = out;
-    }
-    const void *argument = data;
-    if (isBlockQuantized(spec.format)) {
-      // Quantized on the [K, N] matrix (blocks run along K), then the codes packed into lanes
-      // (LanePacking.h) and the scales into panels. The unpacked codes are a transient byte per
-      // weight, freed before the next weight.
-      // q4_1's scales are [K/32, 2, N] (a scale row and a min row per block), packed like a
-      // matrix of twice the blocks into [N/P, K/32, 2, P].
-      const int64_t width = spec.panelWidth;
-      const int64_t scaleRows = rows / kernels::kQuantBlock * (spec.format == WeightFormat::Q4_1 ? 2 : 1);
-      auto scales = kernels::allocateAlignedArray<uint16_t>(scaleRows * cols);
-      uint32_t *lanes = nullptr;
-      if (spec.format == WeightFormat::Q8_0) {
-        auto codes = kernels::allocateAlignedArray<int8_t>(rows * cols);
-        kernels::quantizeQ8_0(data, rows, cols, codes.get(), scales.get(), threads);
-        lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ8_0RowsPerWord);
-        kernels::packQ8_0Lanes(codes.get(), rows, cols, width, lanes, threads);
-      } else {
-        auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols);
-        if (spec.format == WeightFormat::Q4_1)
-          kernels::quantizeQ4_1(data, rows, cols, codes.get(), scales.get(), threads);
-        else
-          kernels::quantizeQ4_0(data, rows, cols, codes.get(), scales.get(), threads);
-        lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kQ4_0RowsPerWord);
-        kernels::packQ4_0Lanes(codes.get(), rows, cols, width, lanes, threads);
-      }
-      argument = lanes;
-      auto *packedScales = arena->allocateArray<uint16_t>(scaleRows * cols);
-      kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales, threads);
-      pendingScales = packedScales;
-    } else if (spec.format == WeightFormat::BF16) {
-      // Rounded and packed into bf16 lanes in one pass, straight from the [K, N] matrix.
-      auto *lanes = arena->allocateArray<uint32_t>(rows * cols / kernels::kBf16RowsPerWord);
-      kernels::packBf16Lanes(data, rows, cols, spec.panelWidth, lanes, threads);
-      argument = lanes;
-    } else if (panels) {
-      float *packed = arena->allocateArray<float>(rows * cols);
-      kernels::packPanels(data, rows, cols, spec.panelWidth, packed, threads);
-      argument = packed;
-    }
-    descriptors.push_back(MemRefDescriptor::view(argument, spec.argumentShape()));
-    data_.push_back(argument);
+    descriptors.push_back(MemRefDescriptor::view(laidOut.argument, spec.argumentShape()));
+    data_.push_back(laidOut.argument);
+    pendingScales = laidOut.scales;
   }
   for (const auto &[name, weight] : quantized)
     if (!repacked.count(name) && !byName.at(name))
@@ -307,29 +325,15 @@ std::vector<float> CompiledModel::storedWeight(const std::string &name) const {
     const int64_t rows = spec.shape[0], cols = spec.shape[1], width = spec.panelWidth;
     std::vector<float> matrix(rows * cols);
     const void *data = weightData[i];
-    switch (spec.format) {
-    case WeightFormat::F32:
-      if (width)
-        kernels::unpackPanels(static_cast<const float *>(data), rows, cols, width, matrix.data());
-      else
-        std::copy_n(static_cast<const float *>(data), rows * cols, matrix.data());
-      break;
-    case WeightFormat::BF16:
-      kernels::dequantizeBf16Lanes(static_cast<const uint32_t *>(data), rows, cols, width, matrix.data());
-      break;
-    case WeightFormat::Q8_0:
-      kernels::dequantizeQ8_0Lanes(static_cast<const uint32_t *>(data),
-                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
-      break;
-    case WeightFormat::Q4_0:
-      kernels::dequantizeQ4_0Lanes(static_cast<const uint32_t *>(data),
-                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
-      break;
-    case WeightFormat::Q4_1:
-      kernels::dequantizeQ4_1Lanes(static_cast<const uint32_t *>(data),
-                                   static_cast<const uint16_t *>(weightData[i + 1]), rows, cols, width, matrix.data());
-      break;
-    }
+    const WeightFormatTraits &format = weightFormatTraits(spec.format);
+    if (format.dequantize) // lanes, and the block formats' scales (the next argument)
+      format.dequantize(static_cast<const uint32_t *>(data),
+                        format.blockQuantized() ? static_cast<const uint16_t *>(weightData[i + 1]) : nullptr, rows,
+                        cols, width, matrix.data());
+    else if (width)
+      kernels::unpackPanels(static_cast<const float *>(data), rows, cols, width, matrix.data());
+    else
+      std::copy_n(static_cast<const float *>(data), rows * cols, matrix.data());
     if (!spec.derived()) return matrix;
     // The LM head is the [V, D] embedding transposed to [D, V'] with zero columns past V.
     std::vector<float> table(config_.vocabSize * rows);

@@ -40,6 +40,11 @@ def quantize_q4_1(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDA
     """q4_1 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale and min bits uint16
     [K/32, 2, N])."""
 
+def weight_formats() -> list[tuple[str, int, int, int, bool, str, tuple[str, ...], int]]:
+    """The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values,
+    block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks
+    into it, precision: higher is more precise)."""
+
 def pack_bf16_lanes(matrix: npt.ArrayLike, width: _Int, threads: _Int = 1) -> npt.NDArray[np.uint32]:
     """bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j])
     << 16."""

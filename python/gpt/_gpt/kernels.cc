@@ -7,6 +7,7 @@
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
+#include "cc/kernels/WeightFormats.h"
 
 #include <functional>
 #include <pybind11/numpy.h>
@@ -345,6 +346,22 @@ void initKernels(py::module_ &m) {
       py::arg("matrix"),
       "q4_1 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale and min bits uint16 "
       "[K/32, 2, N]).");
+  m.def(
+      "weight_formats",
+      [] {
+        py::list rows;
+        for (const WeightFormatTraits &row : weightFormats()) {
+          py::list types;
+          for (const std::string &type : kernels::convertedTypes(row.name)) types.append(type);
+          py::tuple convertsFrom(types);
+          rows.append(py::make_tuple(row.name, row.blockValues, row.blockBytes, row.rowsPerWord, row.hasMins,
+                                     weightFormatName(row.head), convertsFrom, row.precision));
+        }
+        return rows;
+      },
+      "The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values, "
+      "block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks "
+      "into it, precision: higher is more precise).");
   initLaneKernels(m);
 }
 

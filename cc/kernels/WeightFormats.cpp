@@ -1,0 +1,62 @@
+// The weight-format table's rows (WeightFormats.h): each format's block and kernels.
+#include "cc/kernels/WeightFormats.h"
+
+#include "cc/kernels/LanePacking.h"
+#include "cc/kernels/Quantization.h"
+
+#include <stdexcept>
+
+namespace gpt {
+
+namespace {
+using namespace kernels;
+
+// q8_0's codes are int8: the row's entry points take them as the bytes they are.
+void quantizeQ8_0Codes(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
+                       int64_t threads) {
+  quantizeQ8_0(matrix, rows, cols, reinterpret_cast<int8_t *>(codes), scales, threads);
+}
+void packQ8_0Codes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *lanes, int64_t threads) {
+  packQ8_0Lanes(reinterpret_cast<const int8_t *>(codes), rows, cols, width, lanes, threads);
+}
+// bf16 lanes have no scales.
+void dequantizeBf16(const uint32_t *lanes, const uint16_t *, int64_t rows, int64_t cols, int64_t width, float *matrix) {
+  dequantizeBf16Lanes(lanes, rows, cols, width, matrix);
+}
+} // namespace
+
+const std::vector<WeightFormatTraits> &weightFormats() {
+  // A 4-bit model keeps its [V, D] tables in q8_0, as llama.cpp keeps its output table at higher
+  // precision: 4-bit embeddings cost far more accuracy than 4-bit layers (docs/PERFORMANCE.md).
+  static const std::vector<WeightFormatTraits> table = {
+      {WeightFormat::F32, "f32", 1, 4, 1, false, WeightFormat::F32, 4, nullptr, nullptr, nullptr, nullptr, nullptr},
+      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, WeightFormat::BF16, 3, nullptr, nullptr,
+       packBf16Lanes, nullptr, dequantizeBf16},
+      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, WeightFormat::Q8_0, 2,
+       quantizeQ8_0Codes, packQ8_0Codes, nullptr, repackQ8_0Rows, dequantizeQ8_0Lanes},
+      {WeightFormat::Q4_0, "q4_0", kQuantBlock, kQ4_0BlockBytes, kQ4_0RowsPerWord, false, WeightFormat::Q8_0, 0,
+       quantizeQ4_0, packQ4_0Lanes, nullptr, repackQ4_0Rows, dequantizeQ4_0Lanes},
+      {WeightFormat::Q4_1, "q4_1", kQuantBlock, kQ4_1BlockBytes, kQ4_0RowsPerWord, true, WeightFormat::Q8_0, 1,
+       quantizeQ4_1, packQ4_0Lanes, nullptr, repackQ4_1Rows, dequantizeQ4_1Lanes},
+  };
+  return table;
+}
+
+const WeightFormatTraits &weightFormatTraits(WeightFormat format) {
+  return weightFormats().at(static_cast<size_t>(format));
+}
+
+const WeightFormatTraits *findWeightFormat(std::string_view name) {
+  for (const WeightFormatTraits &row : weightFormats())
+    if (name == row.name) return &row;
+  return nullptr;
+}
+
+const WeightFormatTraits &parseWeightFormat(const std::string &name) {
+  if (const WeightFormatTraits *row = findWeightFormat(name)) return *row;
+  std::string known;
+  for (const WeightFormatTraits &row : weightFormats()) known += std::string(known.empty() ? "" : ", ") + row.name;
+  throw std::invalid_argument("unknown weight format '" + name + "' (known: " + known + ")");
+}
+
+} // namespace gpt

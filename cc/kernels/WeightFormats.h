@@ -1,0 +1,74 @@
+// The one table of the formats matmul weights are stored in: each format's block, lane layout, head
+// format and the kernels that make and read it, one row per format (as ggml's per-type traits).
+// The runtime binds weights by it, the builder declares arguments by it, Python reads it
+// (_gpt.weight_formats()).
+#ifndef GPT_CC_KERNELS_WEIGHTFORMATS_H
+#define GPT_CC_KERNELS_WEIGHTFORMATS_H
+
+#include "cc/kernels/GgufRepacking.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpt {
+
+/// The format matmul weights are stored in (llama.cpp's names), made once, at load. The
+/// low-precision ones are packed in lane layouts (kernels/LanePacking.h): 32-bit words holding
+/// weights of one column along K, one word per lane of a dot-product instruction.
+enum class WeightFormat {
+  F32,
+  BF16, ///< rounded to nearest even, 2 rows of K per word
+  Q8_0, ///< int8 codes, 4 rows per word, one f16 scale per block of 32 along K (kernels/Quantization.h)
+  Q4_0, ///< 4-bit codes, 8 rows per word, one f16 scale per block of 32 weights along K
+  Q4_1, ///< q4_0's codes, unsigned, with an f16 scale and an f16 min per block (w = code * scale + min)
+};
+
+/// One format's facts and kernels. The block formats (codes and per-block fp16 scales, two
+/// arguments per weight) have quantize, pack and repack; bf16 has packFloats; f32 none of them.
+struct WeightFormatTraits {
+  WeightFormat format;
+  const char *name;    ///< llama.cpp's: "f32", "bf16", "q8_0", "q4_0", "q4_1"
+  int64_t blockValues; ///< weights per block (1 for the float formats)
+  int64_t blockBytes;  ///< bytes of one block as llama.cpp lays it out (a GGUF file's)
+  int64_t rowsPerWord; ///< rows of K one 32-bit argument word holds (f32: 1, a float)
+  bool hasMins;        ///< a min beside each scale: scales are [K/32, 2, N] pairs
+  WeightFormat head;   ///< the format a model in this one stores its [V, D] tables and LM head in
+  int precision;       ///< higher is more precise: the order "auto" picks the nearest kept format by
+  /// Quantizes a row-major [K, N] matrix along K into a code per weight (q8_0's are int8) and fp16
+  /// scales [K/32 * scaleRowsPerBlock(), N] (kernels/Quantization.h).
+  void (*quantize)(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads);
+  /// Packs those codes into lanes [N/width, K/rowsPerWord, width] (kernels/LanePacking.h).
+  void (*pack)(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *lanes, int64_t threads);
+  /// Rounds and packs f32 values straight into lanes (bf16).
+  void (*packFloats)(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *lanes, int64_t threads);
+  /// Repacks a GGUF tensor's rows of blocks, of this format or any type kernels::convertedTypes
+  /// names for it, into lanes and scale panels (kernels/GgufRepacking.h).
+  void (*repack)(const std::vector<kernels::BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,
+                 uint32_t *codes, uint16_t *scales, int64_t threads);
+  /// Widens lanes (and the block formats' scale panels) back to the [K, N] f32 matrix.
+  void (*dequantize)(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                     float *matrix);
+
+  bool blockQuantized() const { return quantize != nullptr; }
+  /// fp16 rows per block in the scales: a scale, and a min when the format has them.
+  int64_t scaleRowsPerBlock() const { return hasMins ? 2 : 1; }
+};
+
+/// Every format, in WeightFormat order.
+const std::vector<WeightFormatTraits> &weightFormats();
+/// The row of `format`.
+const WeightFormatTraits &weightFormatTraits(WeightFormat format);
+/// The row named `name`, or null.
+const WeightFormatTraits *findWeightFormat(std::string_view name);
+/// The row named `name`; std::invalid_argument naming the known formats otherwise.
+const WeightFormatTraits &parseWeightFormat(const std::string &name);
+/// "f32", "bf16", "q8_0", "q4_0" or "q4_1".
+inline const char *weightFormatName(WeightFormat format) { return weightFormatTraits(format).name; }
+/// True for the formats that store codes and per-block scales (two arguments per weight).
+inline bool isBlockQuantized(WeightFormat format) { return weightFormatTraits(format).blockQuantized(); }
+
+} // namespace gpt
+
+#endif // GPT_CC_KERNELS_WEIGHTFORMATS_H
