@@ -5,12 +5,12 @@ import math
 import os
 from collections.abc import Mapping
 
-from gpt import architectures
+from gpt import _gpt, architectures
 from gpt.masks import AttentionMask, Causal, SlidingWindow
 
 PIPELINES = ("baseline", "fused", "vectorized", "default")
-# Weight formats, named as llama.cpp names them.
-WEIGHT_FORMATS = ("f32", "bf16", "q8_0", "q4_0", "q4_1")
+# Weight formats, named as llama.cpp names them: the compiler's table (cc/kernels/WeightFormats.h).
+WEIGHT_FORMATS = tuple(row[0] for row in _gpt.weight_formats())
 # Formats the KV cache's keys and values are stored in (llama.cpp's -ctk/-ctv).
 KV_CACHE_FORMATS = ("f32", "bf16", "f16", "q8_0")
 POS_EMBEDDINGS = ("learned", "rope")

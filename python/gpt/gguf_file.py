@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from gpt import gguf_llama
-from gpt.config import GPTConfig
+from gpt.config import WEIGHT_FORMATS, GPTConfig
 from gpt.errors import ModelFileError
 from gpt.gguf.container import (  # also read from here: tests and tools name gguf_file.GgufFile, _Metadata, ...
     GgufFile,
@@ -45,8 +45,9 @@ from gpt.tokenizer import HFTokenizer
 from gpt.weights import expected_shapes, validate_weights
 
 ARCHITECTURE = "gpt2"
-# Formats save_gguf writes, named as llama.cpp names them; from_gguf reads tensors of these types.
-FORMATS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
+# Formats save_gguf writes, named as llama.cpp names them; from_gguf reads tensors of these types:
+# the compiler's (its table, cc/kernels/WeightFormats.h) and f16.
+FORMATS = ("f16", *WEIGHT_FORMATS)
 # The GGUF names of the model-level tensors and of block N's, with their HF GPT-2 names and
 # whether llama.cpp stores them transposed ([out, in] instead of Conv1D's [in, out]).
 _MODEL_TENSORS = (
@@ -124,7 +125,7 @@ def native_weights_format(path) -> str:
     if not elements:
         return "f32"
     stored = max(elements, key=elements.get)
-    if stored in KEPT_QUANTIZED or stored in ("f32", "bf16"):
+    if stored in WEIGHT_FORMATS:
         return stored
     return "f32" if stored == "f16" else "q8_0"
 
@@ -398,13 +399,8 @@ def save_gguf(model_or_weights, config: GPTConfig | None, path, format: str = "f
             )
         tensors.append((gguf_name, gguf.quants.quantize(array, kind), kind))
 
-    file_types = {
-        "f32": gguf.LlamaFileType.ALL_F32,
-        "f16": gguf.LlamaFileType.MOSTLY_F16,
-        "bf16": gguf.LlamaFileType.MOSTLY_BF16,
-        "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-        "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-        "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+    file_types = {"f32": gguf.LlamaFileType.ALL_F32} | {
+        fmt: gguf.LlamaFileType[f"MOSTLY_{fmt.upper()}"] for fmt in FORMATS if fmt != "f32"
     }
     writer = gguf.GGUFWriter(os.fspath(path), arch=ARCHITECTURE)
     try:

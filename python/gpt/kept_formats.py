@@ -13,52 +13,64 @@ least as precise, never in fewer bits (llama.cpp computes each tensor in its own
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
-# The formats the compiler stores block-quantized, from the least precise to the most.
-KEPT_QUANTIZED = ("q8_0", "q4_0", "q4_1")
-_PRECISION = ("q4_0", "q4_1", "q8_0")
+from gpt import _gpt
+
+
+class FormatRow(NamedTuple):
+    """One row of the compiler's weight-format table (cc/kernels/WeightFormats.h)."""
+
+    name: str
+    block_values: int  # weights per block (1 for f32 and bf16)
+    block_bytes: int  # bytes of one block, as llama.cpp lays it out
+    rows_per_word: int  # rows of K one 32-bit lane word holds
+    has_mins: bool  # a min beside each block's scale
+    head_format: str  # the format a model in this one stores its [V, D] tables and LM head in
+    converts_from: tuple[str, ...]  # GGUF block types set_weights repacks into it, its own first
+    precision: int  # higher is more precise
+
+
+# Every format the compiler stores matmul weights in, in its table's order.
+FORMAT_ROWS = tuple(FormatRow(*row) for row in _gpt.weight_formats())
+_ROWS = {row.name: row for row in FORMAT_ROWS}
+
+# The formats the compiler stores block-quantized (codes and per-block scales), in table order,
+# and the same from the least precise to the most.
+KEPT_QUANTIZED = tuple(row.name for row in FORMAT_ROWS if row.block_values > 1)
+_PRECISION = tuple(sorted(KEPT_QUANTIZED, key=lambda name: _ROWS[name].precision))
 
 # Bytes of one block of 32 weights in each kept format (llama.cpp's layouts).
-BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
+BLOCK_BYTES = {name: _ROWS[name].block_bytes for name in KEPT_QUANTIZED}
+
+# The GGUF types (gguf.GGMLQuantizationType's names) whose blocks convert to each kept format with
+# no float32 copy of the tensor.
+_CONVERTIBLE = {name: frozenset(t.upper() for t in _ROWS[name].converts_from) for name in KEPT_QUANTIZED}
+
+# A GGUF tensor type -> the kept format nearest above it in precision: the least precise one its
+# blocks convert to (its own, q4_1 for q4_K, q8_0 for the 5- and 6-bit types). Float types are not
+# here: they are widened, and quantized by the compiled model into its format.
+NEAREST_KEPT = {
+    type_name: min((name for name in KEPT_QUANTIZED if type_name in _CONVERTIBLE[name]), key=_PRECISION.index)
+    for type_name in sorted(set().union(*_CONVERTIBLE.values()))
+}
 
 # Blocks the compiled model converts into a kept format itself, block by block as it repacks them,
 # with no copy of the tensor in that format (CompiledModel.set_weights): a type given by its own
 # name -> the format, when that is the only one it is kept in. Any other pair is given as
 # "FORMAT:TYPE,TYPE,...", one type per part of the weight.
-REPACKED_AS = {"q4_k": "q4_1", "q5_0": "q8_0", "q5_1": "q8_0", "q5_k": "q8_0", "q6_k": "q8_0"}
-# Bytes and weights of one block of each type set_weights takes.
+REPACKED_AS = {t.lower(): name for t, name in NEAREST_KEPT.items() if t.lower() not in KEPT_QUANTIZED}
+# Bytes and weights of one block of each type set_weights takes: the kept formats' (the table's),
+# and the other GGUF types'.
 _BLOCK = {
-    "q8_0": (34, 32),
-    "q4_0": (18, 32),
-    "q4_1": (20, 32),
+    **{name: (_ROWS[name].block_bytes, _ROWS[name].block_values) for name in KEPT_QUANTIZED},
     "q5_0": (22, 32),
     "q5_1": (24, 32),
     "q4_k": (144, 256),
     "q5_k": (176, 256),
     "q6_k": (210, 256),
-}
-
-# A GGUF tensor type (gguf.GGMLQuantizationType's name) -> the kept format nearest above it in
-# precision: its own, q4_1 for q4_K, q8_0 for the 5- and 6-bit types. Float types are not here:
-# they are widened, and quantized by the compiled model into its format.
-NEAREST_KEPT = {
-    "Q8_0": "q8_0",
-    "Q4_0": "q4_0",
-    "Q4_1": "q4_1",
-    "Q4_K": "q4_1",
-    "Q5_0": "q8_0",
-    "Q5_1": "q8_0",
-    "Q5_K": "q8_0",
-    "Q6_K": "q8_0",
-}
-
-# The types whose blocks convert to each kept format with no float32 copy of the tensor.
-_CONVERTIBLE = {
-    "q8_0": frozenset(NEAREST_KEPT),
-    "q4_1": frozenset({"Q4_0", "Q4_1", "Q4_K"}),
-    "q4_0": frozenset({"Q4_0"}),
 }
 
 

@@ -12,12 +12,12 @@ import resource
 
 from gpt import _gpt
 from gpt.config import GPTConfig
-from gpt.kept_formats import BLOCK_BYTES
+from gpt.kept_formats import FORMAT_ROWS, KEPT_QUANTIZED
 
-# Bytes per matmul weight in each format (the block formats' bytes per block of 32: kept_formats).
-_BYTES_PER_WEIGHT = {"f32": 4.0, "bf16": 2.0, **{fmt: size / 32 for fmt, size in BLOCK_BYTES.items()}}
+# Bytes per matmul weight in each format (its block's bytes over its weights: the compiler's table).
+_BYTES_PER_WEIGHT = {row.name: row.block_bytes / row.block_values for row in FORMAT_ROWS}
 # The LM head's format: 4-bit models keep their tied embedding in q8_0.
-_HEAD_FORMAT = {"f32": "f32", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q8_0", "q4_1": "q8_0"}
+_HEAD_FORMAT = {row.name: row.head_format for row in FORMAT_ROWS}
 # Bytes per cached key or value in each KV cache format (CompileOptions.kv_cache; q8_0 as weights).
 _BYTES_PER_CACHED_VALUE = {"f32": 4.0, "bf16": 2.0, "f16": 2.0, "q8_0": 34 / 32}
 _GIB = 2**30
@@ -66,7 +66,7 @@ def estimate_memory(
         other += vocab * width
     head = width * padded_vocab * _BYTES_PER_WEIGHT[_HEAD_FORMAT[weights]]
     # A block-quantized untied model stores a q8_0 copy of its token table beside the head's.
-    copies = 2 if not config.tied_head and weights in ("q8_0", "q4_0", "q4_1") else 1
+    copies = 2 if not config.tied_head and weights in KEPT_QUANTIZED else 1
     stored = matmul * _BYTES_PER_WEIGHT[weights] + copies * head
     if kept_quantized:
         # The blocks are held while they are repacked. The [V, D] tables (the embedding, and an

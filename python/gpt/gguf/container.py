@@ -15,14 +15,14 @@ import numpy as np
 from gpt import _gpt
 from gpt.errors import ModelFileError
 from gpt.gguf_tokenizer import MAX_TOKEN_BYTES, MAX_VOCABULARY_BYTES, token_too_long, vocabulary_too_large
-from gpt.kept_formats import KEPT_QUANTIZED
+from gpt.kept_formats import FORMAT_ROWS, KEPT_QUANTIZED
 
 
 def _types():
     import gguf
 
     t = gguf.GGMLQuantizationType
-    return {"f32": t.F32, "f16": t.F16, "bf16": t.BF16, "q8_0": t.Q8_0, "q4_0": t.Q4_0, "q4_1": t.Q4_1}
+    return {"f16": t.F16, **{row.name: t[row.name.upper()] for row in FORMAT_ROWS}}
 
 
 # -- reading ------------------------------------------------------------------------------------

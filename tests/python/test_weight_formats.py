@@ -1,0 +1,107 @@
+"""The compiler's one weight-format table (cc/kernels/WeightFormats.h), as _gpt.weight_formats()
+gives it: its rows agree with the kernels that make and read each format, and every Python table of
+formats (config, resources, kept_formats, gguf_file) is read from it."""
+
+import numpy as np
+import pytest
+
+import gpt
+from gpt import _gpt, config, gguf_file, kept_formats, resources
+from shapes import NANO, exercising_weights
+
+ROWS = {row[0]: kept_formats.FormatRow(*row) for row in _gpt.weight_formats()}
+BLOCK_FORMATS = [name for name, row in ROWS.items() if row.block_values > 1]
+K, N, WIDTH = 64, 16, 8
+
+
+def test_the_table_has_one_row_per_format_in_enum_order():
+    assert list(ROWS) == ["f32", "bf16", "q8_0", "q4_0", "q4_1"]
+    assert BLOCK_FORMATS == ["q8_0", "q4_0", "q4_1"]
+
+
+@pytest.mark.parametrize("name", BLOCK_FORMATS)
+def test_block_bytes_are_what_quantize_writes_per_block(name):
+    # A block is its codes (32 / rows_per_word bits each, as the lanes hold them) and fp16 fields:
+    # one scale, and a min beside it when the row says so.
+    row = ROWS[name]
+    codes, scales = getattr(_gpt, f"quantize_{name}")(np.random.default_rng(0).standard_normal((K, N)))
+    assert codes.shape == (K, N)
+    blocks = K // row.block_values * N
+    fp16_fields = scales.size // blocks
+    assert fp16_fields == (2 if row.has_mins else 1)
+    assert row.block_bytes == row.block_values * (32 // row.rows_per_word) // 8 + 2 * fp16_fields
+
+
+@pytest.mark.parametrize("name", BLOCK_FORMATS)
+def test_repack_reads_rows_of_block_bytes_into_lanes_of_rows_per_word(name):
+    row = ROWS[name]
+    blocks = np.zeros((N, K // row.block_values * row.block_bytes), np.uint8)
+    lanes, scales = getattr(_gpt, f"repack_{name}_rows")(blocks, K, N, WIDTH)
+    assert lanes.shape == (N // WIDTH, K // row.rows_per_word, WIDTH)
+    assert scales.shape[-2:] == ((2, WIDTH) if row.has_mins else (K // row.block_values, WIDTH))
+    with pytest.raises(ValueError):  # a byte short of whole blocks
+        getattr(_gpt, f"repack_{name}_rows")(blocks[:, :-1].copy(), K, N, WIDTH)
+
+
+def test_bf16_lanes_hold_rows_per_word_rows():
+    lanes = _gpt.pack_bf16_lanes(np.ones((K, N), np.float32), WIDTH)
+    assert lanes.shape == (N // WIDTH, K // ROWS["bf16"].rows_per_word, WIDTH)
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_the_lm_head_is_stored_in_the_rows_head_format(name):
+    # The compiled model's own copy of the LM head takes D * V' / rows_per_word words of its head
+    # format (a 4-bit model's head is q8_0: 4 rows a word, not 8).
+    cfg = gpt.GPTConfig(**NANO)
+    model = gpt.GPT(cfg, exercising_weights(cfg), gpt.CompileOptions(weights=name, disk_cache=False))
+    stored = {argument[0]: argument[2] for argument in model._compiled.stored_arguments()}
+    head = ROWS[ROWS[name].head_format]
+    multiple = _gpt.tile_parameters()["vocab_multiple"]
+    padded_vocab = -(-cfg.vocab_size // multiple) * multiple
+    assert stored["lm_head.weight_t"] == cfg.n_embd * padded_vocab // head.rows_per_word * 4
+    assert head.name == ("q8_0" if name in ("q4_0", "q4_1") else name)
+
+
+def test_precision_order_is_bits_per_weight_order():
+    by_precision = sorted(ROWS, key=lambda name: ROWS[name].precision)
+    by_bytes = sorted(ROWS, key=lambda name: ROWS[name].block_bytes / ROWS[name].block_values)
+    assert by_precision == by_bytes
+
+
+def test_the_python_tables_are_the_rows():
+    assert config.WEIGHT_FORMATS == tuple(ROWS)
+    assert set(gguf_file.FORMATS) == {*ROWS, "f16"}
+    assert kept_formats.FORMAT_ROWS == tuple(ROWS.values())
+    assert kept_formats.KEPT_QUANTIZED == tuple(BLOCK_FORMATS)
+    assert kept_formats.BLOCK_BYTES == {name: ROWS[name].block_bytes for name in BLOCK_FORMATS}
+    assert kept_formats._PRECISION == tuple(sorted(BLOCK_FORMATS, key=lambda name: ROWS[name].precision))
+    assert resources._BYTES_PER_WEIGHT == {name: row.block_bytes / row.block_values for name, row in ROWS.items()}
+    assert resources._HEAD_FORMAT == {name: row.head_format for name, row in ROWS.items()}
+    for name in BLOCK_FORMATS:
+        for type_name in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"):
+            expected = type_name in ROWS[name].converts_from
+            assert kept_formats.convertible(type_name.upper(), name) == expected, (type_name, name)
+    # Each GGUF type is kept in the least precise format that converts it.
+    assert kept_formats.NEAREST_KEPT == {
+        "Q8_0": "q8_0",
+        "Q4_0": "q4_0",
+        "Q4_1": "q4_1",
+        "Q4_K": "q4_1",
+        "Q5_0": "q8_0",
+        "Q5_1": "q8_0",
+        "Q5_K": "q8_0",
+        "Q6_K": "q8_0",
+    }
+    assert kept_formats.REPACKED_AS == {"q4_k": "q4_1", "q5_0": "q8_0", "q5_1": "q8_0", "q5_k": "q8_0", "q6_k": "q8_0"}
+
+
+def test_converts_from_is_what_set_weights_repacks():
+    # A type the row does not list is refused by the repacking, naming the conversions it has.
+    cfg = gpt.GPTConfig(**NANO)
+    model = gpt.GPT(cfg, exercising_weights(cfg), gpt.CompileOptions(weights="q4_0", disk_cache=False))
+    assert "q4_1" not in ROWS["q4_0"].converts_from
+    name = "transformer.h.0.mlp.c_proj.weight"
+    weights = [exercising_weights(cfg)[n] for n, _ in model._compiled.supplied_parameters()]
+    blocks = np.zeros((cfg.n_embd, 4 * cfg.n_embd // 32 * ROWS["q4_1"].block_bytes), np.uint8)
+    with pytest.raises(ValueError, match="q4_0 only itself"):
+        model._compiled.set_weights(weights, {name: ("q4_0:q4_1", [blocks])})
