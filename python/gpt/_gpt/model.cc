@@ -311,7 +311,7 @@ void initModel(py::module_ &m) {
               if (stored != format && types.empty()) types.assign(parts.size(), format);
               WeightFormat parsed = WeightFormat::F32;
               for (WeightFormat candidate : {WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1})
-                if (format == weightFormatName(candidate)) parsed = candidate;
+                if (stored == weightFormatName(candidate)) parsed = candidate;
               if (parsed == WeightFormat::F32)
                 throw std::invalid_argument(name +
                                             ": quantized weights are q8_0, q4_0, q4_1, a GGUF block type "
@@ -319,10 +319,10 @@ void initModel(py::module_ &m) {
                                             format + "'");
               CompiledModel::QuantizedWeight &weight = given[name];
               weight.format = parsed;
-              weight.q4_K = q4_K;
-              for (const auto &part : parts) {
-                weight.parts.push_back({part.data(), static_cast<int64_t>(part.size())});
-                blockArrays.push_back(part);
+              for (size_t i = 0; i < parts.size(); ++i) {
+                const std::string type = types.empty() || types[i] == stored ? std::string() : types[i];
+                weight.parts.push_back({parts[i].data(), static_cast<int64_t>(parts[i].size()), type});
+                blockArrays.push_back(parts[i]);
               }
             }
             model.setWeights(weightPointers(model, weights, given), given);
