@@ -95,7 +95,7 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
 
     # What to take off the file's values to get HF's: llama.cpp's converter stores Gemma's norms as
     # 1 + w, and to_compiler adds the 1 again (architectures.Parameter.shift).
-    shifts = {_expand(p.gguf, i): p.shift for p, i in architectures.parameters(config) if p.shift}
+    shifts = {architectures.layer_name(p.gguf, i): p.shift for p, i in architectures.parameters(config) if p.shift}
     # GGUF name -> (HF name, numpy shape) of every parameter this config takes.
     expected = {
         p.gguf.replace("{i}", str(i)) if i is not None else p.gguf: (
@@ -194,10 +194,6 @@ def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str)
     if name == "token_embd.weight" or (name == "output.weight" and not config.tied_head):
         return kept_formats.given_format([type_name], "q8_0")
     return None
-
-
-def _expand(pattern: str, layer: int | None) -> str:
-    return pattern if layer is None else pattern.replace("{i}", str(layer))
 
 
 def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:

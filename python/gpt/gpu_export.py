@@ -132,10 +132,6 @@ def parse_weights(weights: str) -> tuple[str, bool]:
     raise ValueError(f"unknown GPU weight format {weights!r}; expected one of {expected}")
 
 
-def _expand(pattern: str, layer: int | None) -> str:
-    return pattern if layer is None else pattern.replace("{i}", str(layer))
-
-
 def _gguf_recipes_possible(config) -> str | None:
     """None when a GGUF file (llama.cpp's converter's names and layouts) can hold this model's
     weights, else why not."""
@@ -154,7 +150,7 @@ def describe_gguf_sources(manifest: dict, config) -> None:
     stored = concatenate([t.T if transpose else t ...], axis). Needs describe_hf_sources first."""
     groups: dict[str, list] = {}
     for parameter, layer in architectures.parameters(config):
-        groups.setdefault(_expand(parameter.compiler, layer), []).append((parameter, layer))
+        groups.setdefault(architectures.layer_name(parameter.compiler, layer), []).append((parameter, layer))
     # A `llama` file's q/k rows are permuted from HF's rotate-half order; a model computing rope on
     # interleaved pairs reads them as stored.
     permuted = config.spec.gguf_rope_layout == "interleaved" and config.rope_layout == "half"
@@ -164,7 +160,7 @@ def describe_gguf_sources(manifest: dict, config) -> None:
         if buffer["role"] != "weight":
             continue
         parts = groups[buffer["name"]]
-        names = [_expand(p.gguf, i) for p, i in parts]
+        names = [architectures.layer_name(p.gguf, i) for p, i in parts]
         (transposed,) = {p.gguf_transposed for p, _ in parts}  # GGUF stores a group's parts alike
         recipe = buffer["hf"]
         buffer["gguf"] = {

@@ -69,13 +69,18 @@ def load_gguf_input(path: str, keep: str | None) -> None:
         quantized = architecture_weights.to_compiler_quantized(config, quantized)
         floats = architecture_weights.to_compiler(config, floats, consume=True)
     validate_weights(config, floats, copy=False, given_quantized=quantized)
-    for name, (fmt, blocks) in quantized.items():
-        with np.errstate(all="ignore"):
-            values = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[fmt.upper()])
-        if not np.isfinite(values).all():
-            raise AcceptedBadWeights(f"{name}: its kept {fmt} blocks dequantize to NaN or infinity")
     options = gpt.CompileOptions(disk_cache=False, threads=1, weights=keep or "f32")
+    # The repack checks the kept blocks' scales (a refusal is a ValueError); a model built from
+    # blocks that dequantize to NaN or infinity accepted bad weights.
     GPT(config, floats, options, _copy_weights=False, _quantized=quantized)
+    for name, (fmt, blocks) in quantized.items():
+        stored, _, types = fmt.partition(":")  # "FORMAT:TYPE,...": each part's block type
+        parts = list(blocks) if isinstance(blocks, (list, tuple)) else [blocks]
+        for part, type_name in zip(parts, types.split(",") if types else [stored] * len(parts), strict=True):
+            with np.errstate(all="ignore"):
+                values = gguf.quants.dequantize(part, gguf.GGMLQuantizationType[type_name.upper()])
+            if not np.isfinite(values).all():
+                raise AcceptedBadWeights(f"{name}: its kept {type_name} blocks dequantize to NaN or infinity")
     if tokenizer is not None:
         ids = tokenizer.encode(SAMPLE_TEXT)
         tokenizer.decode([*ids, 0, config.vocab_size - 1])
