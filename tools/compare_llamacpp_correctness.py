@@ -180,6 +180,11 @@ def correctness(args):
     )  # one at a time
     fmt, model = next(models)
     tokenizer = model.tokenizer
+    if tokenizer is None:  # weights alone (tools/make_gguf.py's Llama shapes): no texts to compare
+        raise SystemExit(
+            f"{args.path}: gpt finds no tokenizer in the file, and the correctness tables need one; "
+            "--no-correctness runs the speed table alone"
+        )
     print(f"### Token ids ({len(TEXTS)} texts; gpt against llama.cpp)\n")
     print(
         "| text | tokens | ids, BOS/EOS as the file says (special=True) | ids, none added | "
