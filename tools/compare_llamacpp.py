@@ -157,7 +157,9 @@ def worker(args):
             def __init__(self, path, threads, weight_format):
                 # The KV cache in f16, as llama.cpp keeps its own by default.
                 options = gpt.CompileOptions(threads=threads, weights=weight_format, kv_cache="f16")
-                self.model = gpt.GPT.from_gguf(path, options)
+                # Room for the longest test (tgN@D needs D + N positions), as llama-bench sizes its context.
+                needed = max(sum(parse_test(t)[1:]) for t in args.tests.split(","))
+                self.model = gpt.GPT.from_gguf(path, options, context=max(needed, 4096))
                 self.caches = {}
 
         runner = GGUFRunner(args.path, args.threads, weight_format)
