@@ -363,7 +363,7 @@ def test_the_command_line_lists_and_clears_the_cache(tmp_path):
     assert listed.returncode == 0, listed.stderr
     for name in entry_names(tmp_path):
         assert name in listed.stdout
-    assert "2 entries" in listed.stdout
+    assert "2 programs" in listed.stdout
     cleared = run_cli("cache", "--clear", f"--cache_dir={tmp_path}")
     assert cleared.returncode == 0, cleared.stderr
     assert f"removed 2 files from {tmp_path}" in cleared.stdout
