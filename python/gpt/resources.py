@@ -54,10 +54,11 @@ def estimate_memory(
     layers, width, vocab, length = config.n_layer, config.n_embd, config.vocab_size, config.block_size
     multiple = _gpt.tile_parameters(target_cpu)["vocab_multiple"]
     padded_vocab = -(-vocab // multiple) * multiple  # the LM head's columns (GPTConfig::paddedVocabSize)
+    q = config.n_head * config.head_size  # the width of the queries (an explicit head_dim may differ from n_embd)
     kv = config.n_kv_head * config.head_size  # the width of keys and values (grouped-query attention)
-    up = 2 * config.n_ff if config.mlp == "swiglu" else config.n_ff  # SwiGLU's gate and up
+    up = 2 * config.n_ff if config.mlp in ("swiglu", "geglu") else config.n_ff  # a gated MLP's gate and up
     # q, k, v, projection, the MLP's up (and gate) and down.
-    matmul = (width * (width + 2 * kv) + width * width + width * up + config.n_ff * width) * layers
+    matmul = (width * (q + 2 * kv) + q * width + width * up + config.n_ff * width) * layers
     embedding = vocab * width
     other = 13 * width * layers + 2 * width
     if config.pos_embedding == "learned":

@@ -47,6 +47,24 @@ def test_the_estimate_counts_every_parameter(pos_embedding):
     assert estimate_memory(cfg).kv_cache == kv._keys.nbytes + kv._values.nbytes
 
 
+@pytest.mark.parametrize("architecture", ["llama", "gemma3"])
+def test_the_estimate_counts_gated_mlps_and_explicit_head_widths(architecture):
+    # Gemma's GeGLU has a gate beside its up, and its heads (head_dim) are wider than n_embd / n_head:
+    # the matmul weights were counted as a plain MLP's and n_embd-wide queries, below what they hold.
+    cfg = gpt.GPTConfig(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        vocab_size=256,
+        block_size=64,
+        architecture=architecture,
+        head_dim=32,
+        n_kv_head=2,
+    )
+    arrays = sum(4 * int(np.prod(shape)) for shape in gpt.architectures.hf_shapes(cfg).values())
+    assert estimate_memory(cfg).weights_f32 >= arrays
+
+
 def test_a_config_json_that_asks_too_much_is_refused_before_reading_tensors(tmp_path):
     from safetensors.numpy import save_file
 
