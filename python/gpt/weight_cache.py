@@ -95,21 +95,21 @@ def _private(where: str) -> bool:
     return stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and not status.st_mode & 0o022
 
 
-def _entry_path(where: str, model_key: str) -> str:
+def _entry_path(compiled, options, source: str | None) -> str | None:
+    """Where `compiled`'s entry for `source` (a source_key) lies, or None when nothing is cached:
+    no source, the cache off, or a compiler build that cannot be told apart from others."""
+    where = directory(options)
+    model_key = compiled.packed_weights_key(source) if source and where else ""
+    if not model_key:
+        return None
     return os.path.join(where, hashlib.sha256(model_key.encode()).hexdigest()[:40] + SUFFIX)
 
 
 def bind(compiled, arguments: list[Any], options, source: str | None) -> bool:
     """Binds `compiled`'s weights from the cache entry of `source` (a source_key); True when it
     did. `arguments` as set_weights takes them."""
-    where = directory(options)
-    if not source or not where:
-        return False
-    model_key = compiled.packed_weights_key(source)
-    if not model_key:
-        return False
-    path = _entry_path(where, model_key)
-    if not _private(where) or not os.path.isfile(path):
+    path = _entry_path(compiled, options, source)
+    if path is None or not _private(os.path.dirname(path)) or not os.path.isfile(path):
         return False
     if not compiled.bind_packed_weights(arguments, path, source):
         return False
@@ -124,12 +124,10 @@ def store(compiled, options, source: str | None) -> str | None:
     """Writes `compiled`'s bound weights as the cache entry of `source`, then evicts entries
     beyond the cache's size; returns the entry's path, or None when nothing was written (no
     source, the cache off, too little disk, or an error, which is warned about)."""
-    where = directory(options)
-    if not source or not where:
+    path = _entry_path(compiled, options, source)
+    if path is None:
         return None
-    model_key = compiled.packed_weights_key(source)
-    if not model_key:
-        return None
+    where = os.path.dirname(path)
     size = sum(bytes_ for _, _, bytes_ in compiled.stored_arguments())
     limit = options.resolved_weight_cache_max_bytes()
     if size > limit:
@@ -140,7 +138,6 @@ def store(compiled, options, source: str | None) -> str | None:
             raise OSError(f"{where} is not a directory of this user's that only it may write")
         if shutil.disk_usage(where).free < size + _FREE_MARGIN:
             return None
-        path = _entry_path(where, model_key)
         compiled.write_packed_weights(path, source)
     except (OSError, RuntimeError) as error:
         warnings.warn(f"the packed weights were not cached: {error}", RuntimeWarning, stacklevel=3)
