@@ -31,19 +31,6 @@ def no_driver(monkeypatch):
     monkeypatch.setenv(LIBRARY_ENV, NO_LIBRARY)
 
 
-def _set(path: str, value):
-    """An edit that sets manifest[path] (dotted, with list indices) to `value`."""
-
-    def edit(m):
-        *parents, last = path.split(".")
-        node = m
-        for key in parents:
-            node = node[int(key)] if isinstance(node, list) else node[key]
-        node[int(last) if isinstance(node, list) else last] = value
-
-    return edit
-
-
 def _extra_programs(count: int):
     def edit(m):
         m["programs"] += [m["programs"][0]] * count
@@ -62,44 +49,47 @@ STEP = 2  # programs[2]: the 1-token step program; programs[3] the 4-token one
 KIB = 1024
 BOUNDS = {
     "2^40 bytes of shared memory": (
-        _set("programs.0.launches.0.shared_bytes", 2**40),
+        toy.set_key("programs.0.launches.0.shared_bytes", 2**40),
         "programs[0].launches[0].shared_bytes = 1099511627776, more than the 166912 bytes of shared memory a "
         "block can have on sm_80",
     ),
     "sm_80's limit plus one KiB of shared memory": (
-        _set("programs.1.launches.1.shared_bytes", 164 * KIB),
+        toy.set_key("programs.1.launches.1.shared_bytes", 164 * KIB),
         "programs[1].launches[1].shared_bytes = 167936, more than the 166912 bytes",
     ),
-    "a 2^62-byte buffer": (_set("buffers.7.bytes", 2**62), "buffers[7].bytes: must be <= 1099511627776"),
+    "a 2^62-byte buffer": (toy.set_key("buffers.7.bytes", 2**62), "buffers[7].bytes: must be <= 1099511627776"),
     "buffers of more than 1 TiB together": (
-        lambda m: [_set(f"buffers.{i}.bytes", 2**39)(m) for i in (7, 8)],
+        lambda m: [toy.set_key(f"buffers.{i}.bytes", 2**39)(m) for i in (7, 8)],
         "buffers: 1099511629318 bytes in all, more than any GPU has",
     ),
     "an input buffer of 2^39 bytes": (
-        _set("buffers.2.bytes", 2**39),
+        toy.set_key("buffers.2.bytes", 2**39),
         "buffers[2].bytes: input buffer 'inputs' has 549755813888 bytes, but the largest program's inputs in it "
         "have 512",
     ),
     "a cache.length its buffers do not hold": (
-        _set("cache.length", 64),
+        toy.set_key("cache.length", 64),
         "cache.layers[0].key: buffer 3 ('cache.0.key') has 128 bytes, not a whole number of float32 rows of "
         "cache.length 64",
     ),
-    "a cache.length of 2^40": (_set("cache.length", 2**40), "not a whole number of float32 rows of cache.length"),
+    "a cache.length of 2^40": (
+        toy.set_key("cache.length", 2**40),
+        "not a whole number of float32 rows of cache.length",
+    ),
     "one cache buffer for two layers": (
-        _set("cache.layers.1.key", toy.KEY0),
+        toy.set_key("cache.layers.1.key", toy.KEY0),
         "cache.layers[1].key is buffer 3, which cache.layers[0].key is too",
     ),
     "a step program longer than the cache": (
-        _set("cache.length", 2),
+        toy.set_key("cache.length", 2),
         f"programs[{STEP + 1}].tokens: a step program of 4 tokens, more than cache.length 2",
     ),
     "a block of 128 along z": (
-        _set("programs.0.launches.0.block", [1, 1, 128]),
+        toy.set_key("programs.0.launches.0.block", [1, 1, 128]),
         "programs[0].launches[0].block[2] = 128, more than CUDA's 64",
     ),
     "a grid of 70000 along y": (
-        _set("programs.0.launches.0.grid", [1, 70000, 1]),
+        toy.set_key("programs.0.launches.0.grid", [1, 70000, 1]),
         "programs[0].launches[0].grid[1] = 70000, more than CUDA's 65535",
     ),
     "600 kernel arguments": (
@@ -109,7 +99,7 @@ BOUNDS = {
     ),
     "300 programs": (_extra_programs(296), "programs: expected at most 256 items, got 300"),
     "a config nested 100 deep": (
-        _set("config.extra", json.loads("[" * 100 + "]" * 100)),
+        toy.set_key("config.extra", json.loads("[" * 100 + "]" * 100)),
         "manifest.json: the manifest nests deeper than 64 levels (at config.extra[0]",
     ),
 }
@@ -135,7 +125,7 @@ def test_shared_memory_is_bounded_by_the_chips_opt_in_limit(tmp_path, monkeypatc
     assert max_shared_bytes("sm_200") == 227 * KIB  # newer than the table: the most any GPU gives
     # Up to the limit loads (and the runtime opts the kernel in), on the fake driver.
     monkeypatch.setenv(LIBRARY_ENV, toy.fake_libcuda())
-    directory = toy.write_artifact(str(tmp_path / "a"), _set("programs.0.launches.0.shared_bytes", 163 * KIB))
+    directory = toy.write_artifact(str(tmp_path / "a"), toy.set_key("programs.0.launches.0.shared_bytes", 163 * KIB))
     with gpt_runtime.load(directory) as model:
         assert model.forward([1, 2]).shape == (2, toy.VOCAB)
 
@@ -166,7 +156,7 @@ def test_a_file_linked_out_of_the_artifact_is_refused_and_one_linked_inside_is_r
         _replace(os.path.join(directory, name), lambda path, target=target: os.symlink(target, path))
         with pytest.raises(ArtifactError, match=message):
             gpt_runtime.load(directory)
-    directory = toy.write_artifact(str(tmp_path / "tokenizer"), _set("tokenizer", "tokenizer.json"))
+    directory = toy.write_artifact(str(tmp_path / "tokenizer"), toy.set_key("tokenizer", "tokenizer.json"))
     os.symlink("/etc/passwd", os.path.join(directory, "tokenizer.json"))
     with pytest.raises(ArtifactError, match="tokenizer.json: tokenizer leads outside the artifact directory"):
         gpt_runtime.load_manifest(directory)

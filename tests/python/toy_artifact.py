@@ -160,6 +160,35 @@ def toy_weights() -> dict[str, tuple[str, list[int], bytes]]:
     }
 
 
+def _parent(m: dict, path: str):
+    """The node of manifest `m` that holds `path` (dotted, with list indices), and the last key."""
+    *parents, last = path.split(".")
+    node = m
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node, (int(last) if isinstance(node, list) else last)
+
+
+def set_key(path: str, value):
+    """A write_artifact edit that sets manifest[path] to `value`."""
+
+    def edit(m):
+        node, key = _parent(m, path)
+        node[key] = value
+
+    return edit
+
+
+def delete_key(path: str):
+    """A write_artifact edit that deletes manifest[path]."""
+
+    def edit(m):
+        node, key = _parent(m, path)
+        del node[key]
+
+    return edit
+
+
 def write_artifact(directory: str, edit=None, weights=None, ptx: str | None = None, tokenizer: bool = False) -> str:
     """The toy artifact in `directory`; `edit(manifest)` changes the manifest first, `weights`
     replaces the tensors, `ptx` the module's text."""
