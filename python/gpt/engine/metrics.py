@@ -56,71 +56,36 @@ class EngineMetrics:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
-# name, help, type, and how to read it from EngineMetrics.
+# name, help, type, and the EngineMetrics field (or property) it reads.
 _EXPOSED = (
-    ("gpt_queue_length", "Requests waiting for admission.", "gauge", lambda m: m.waiting),
-    ("gpt_running_sequences", "Sequences in the running batch.", "gauge", lambda m: m.running),
-    ("gpt_kv_blocks_total", "Blocks in the KV pool.", "gauge", lambda m: m.blocks_total),
-    ("gpt_kv_blocks_in_use", "KV blocks held by a sequence.", "gauge", lambda m: m.blocks_in_use),
-    ("gpt_kv_blocks_cached", "Free KV blocks that still hold a cached prefix.", "gauge", lambda m: m.blocks_cached),
-    (
-        "gpt_prefix_cache_hit_rate",
-        "Admitted prompt tokens found in the prefix cache.",
-        "gauge",
-        lambda m: m.prefix_hit_rate,
-    ),
-    ("gpt_prompt_tokens_total", "Prompt tokens submitted.", "counter", lambda m: m.prompt_tokens),
-    (
-        "gpt_prefix_hit_tokens_total",
-        "Prompt tokens served from the prefix cache.",
-        "counter",
-        lambda m: m.prefix_hit_tokens,
-    ),
-    ("gpt_prefill_tokens_total", "Prompt tokens computed.", "counter", lambda m: m.prefill_tokens),
-    ("gpt_generated_tokens_total", "Tokens generated.", "counter", lambda m: m.generated_tokens),
-    ("gpt_steps_total", "Batched steps run.", "counter", lambda m: m.steps),
-    ("gpt_preemptions_total", "Sequences preempted (recomputed later).", "counter", lambda m: m.preemptions),
-    ("gpt_kv_blocks_copied_total", "Shared KV blocks copied on write.", "counter", lambda m: m.blocks_copied),
-    ("gpt_requests_submitted_total", "Requests accepted.", "counter", lambda m: m.requests_submitted),
-    (
-        "gpt_requests_finished_total",
-        "Requests that ended (length, stop or error).",
-        "counter",
-        lambda m: m.requests_finished,
-    ),
-    ("gpt_requests_cancelled_total", "Requests cancelled.", "counter", lambda m: m.requests_cancelled),
-    ("gpt_requests_rejected_total", "Requests refused on a full queue.", "counter", lambda m: m.requests_rejected),
-    (
-        "gpt_speculative_drafted_tokens_total",
-        "Tokens drafted by speculative decoding.",
-        "counter",
-        lambda m: m.drafted_tokens,
-    ),
-    (
-        "gpt_speculative_accepted_tokens_total",
-        "Drafted tokens accepted.",
-        "counter",
-        lambda m: m.accepted_tokens,
-    ),
-    (
-        "gpt_speculative_verify_steps_total",
-        "Drafts verified (a sequence's rows in a step).",
-        "counter",
-        lambda m: m.verify_steps,
-    ),
-    (
-        "gpt_generation_tokens_per_second",
-        "Generated tokens per second, last 10 s.",
-        "gauge",
-        lambda m: m.tokens_per_second,
-    ),
+    ("gpt_queue_length", "Requests waiting for admission.", "gauge", "waiting"),
+    ("gpt_running_sequences", "Sequences in the running batch.", "gauge", "running"),
+    ("gpt_kv_blocks_total", "Blocks in the KV pool.", "gauge", "blocks_total"),
+    ("gpt_kv_blocks_in_use", "KV blocks held by a sequence.", "gauge", "blocks_in_use"),
+    ("gpt_kv_blocks_cached", "Free KV blocks that still hold a cached prefix.", "gauge", "blocks_cached"),
+    ("gpt_prefix_cache_hit_rate", "Admitted prompt tokens found in the prefix cache.", "gauge", "prefix_hit_rate"),
+    ("gpt_prompt_tokens_total", "Prompt tokens submitted.", "counter", "prompt_tokens"),
+    ("gpt_prefix_hit_tokens_total", "Prompt tokens served from the prefix cache.", "counter", "prefix_hit_tokens"),
+    ("gpt_prefill_tokens_total", "Prompt tokens computed.", "counter", "prefill_tokens"),
+    ("gpt_generated_tokens_total", "Tokens generated.", "counter", "generated_tokens"),
+    ("gpt_steps_total", "Batched steps run.", "counter", "steps"),
+    ("gpt_preemptions_total", "Sequences preempted (recomputed later).", "counter", "preemptions"),
+    ("gpt_kv_blocks_copied_total", "Shared KV blocks copied on write.", "counter", "blocks_copied"),
+    ("gpt_requests_submitted_total", "Requests accepted.", "counter", "requests_submitted"),
+    ("gpt_requests_finished_total", "Requests that ended (length, stop or error).", "counter", "requests_finished"),
+    ("gpt_requests_cancelled_total", "Requests cancelled.", "counter", "requests_cancelled"),
+    ("gpt_requests_rejected_total", "Requests refused on a full queue.", "counter", "requests_rejected"),
+    ("gpt_speculative_drafted_tokens_total", "Tokens drafted by speculative decoding.", "counter", "drafted_tokens"),
+    ("gpt_speculative_accepted_tokens_total", "Drafted tokens accepted.", "counter", "accepted_tokens"),
+    ("gpt_speculative_verify_steps_total", "Drafts verified (a sequence's rows in a step).", "counter", "verify_steps"),
+    ("gpt_generation_tokens_per_second", "Generated tokens per second, last 10 s.", "gauge", "tokens_per_second"),
 )
 
 
 def prometheus_text(metrics: EngineMetrics) -> str:
     lines = []
-    for name, help_text, kind, read in _EXPOSED:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {read(metrics)}"]
+    for name, help_text, kind, field in _EXPOSED:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {getattr(metrics, field)}"]
     return "\n".join(lines) + "\n"
 
 
