@@ -376,34 +376,17 @@ def run(
     tokenizer,
     spec: ChatSpec,
     *,
-    system: str | None = None,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
-    json_schema: dict | bool | None = None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
+    **options,
 ) -> int:
     """`python -m gpt chat`: each line of `stdin` is a user message; each answer is streamed to
     `stdout` and ends with a newline; a timing line per turn goes to `stderr`. Returns the number
-    of turns. A prompt ("> ") is shown when stdin is a terminal. `json_schema`: every answer is
-    JSON that it accepts (Chat)."""
+    of turns. A prompt ("> ") is shown when stdin is a terminal. `options` are Chat's (system,
+    max_new_tokens, sampling, json_schema: every answer is JSON that it accepts)."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
-    chat = Chat(
-        model,
-        tokenizer,
-        spec,
-        system=system,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        json_schema=json_schema,
-    )
+    chat = Chat(model, tokenizer, spec, **options)
     interactive = stdin.isatty()
     turns = 0
     try:
