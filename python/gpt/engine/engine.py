@@ -16,6 +16,7 @@ Speculative decoding (`speculative="ngram"` or a draft model): see engine/specul
 """
 
 import collections
+import contextlib
 import threading
 import time
 
@@ -63,7 +64,7 @@ class Engine:
     submit raises QueueFullError beyond it.
     speculative: None, "ngram" for speculative decoding by prompt lookup, or a gpt.GPT draft model
     with the model's tokenizer (a KV cache of its own per sequence), with up to `draft_tokens`
-    (default 4, at most 64) drafted tokens per sequence and step (see engine/speculation.py).
+    (default 8, at most 64) drafted tokens per sequence and step (see engine/speculation.py).
     Greedy requests get the tokens they get without it; sampled ones the same distribution, not
     the same draws for a seed. A request with a grammar, or with choices still to fork from it,
     decodes plainly.
@@ -335,8 +336,7 @@ class Engine:
             failed = self._speculation.propose(running)
         with self._lock:
             self._deliver()  # what an interrupted delivery left
-            saved = self._begin()
-            try:
+            with self._transaction():
                 self._apply_cancellations()
                 for seq, error in failed.items():
                     if seq.handle in self._sequences:
@@ -344,10 +344,6 @@ class Engine:
                 plan = self._scheduler.schedule()
                 self._counters["prefix_hit_tokens"] += plan.prefix_hit_tokens
                 self._counters["admitted_tokens"] += plan.admitted_tokens
-            except BaseException:
-                self._rollback(saved)
-                raise
-            self._commit()
             self._deliver()
             if not plan.work:
                 return False
@@ -376,6 +372,8 @@ class Engine:
         try:
             outcomes, accepted = step_outcomes(plan, drafted, logits, first_rows, rngs, trackers, forks, undo)
             with self._lock:
+                # Not self._transaction(): `committed` is set before the commit, so that an interrupt
+                # between the two cannot also undo the draws of a step whose tokens stand.
                 saved = self._begin()
                 try:
                     self._counters["steps"] += 1
@@ -419,14 +417,9 @@ class Engine:
     def _fail_step(self, plan, message: str) -> None:
         """Ends the requests of a step whose model call raised, with the error."""
         with self._lock:
-            saved = self._begin()
-            try:
+            with self._transaction():
                 for seq, _ in plan.work:
                     self._end(seq, "error", message)
-            except BaseException:
-                self._rollback(saved)
-                raise
-            self._commit()
             self._deliver()
             self._lock.notify_all()
 
@@ -518,8 +511,7 @@ class Engine:
         except Exception as e:  # a prompt the forward entry refuses fails its request, not the engine
             error = f"{type(e).__name__}: {e}"
         with self._lock:
-            saved = self._begin()
-            try:
+            with self._transaction():
                 if error is not None:
                     self._end(seq, "error", error)
                 else:
@@ -532,15 +524,23 @@ class Engine:
                     else:
                         self._scheduler.waiting.append(seq)
                 self._scoring.popleft()  # last: a rollback leaves it to be scored again
-            except BaseException:
-                self._rollback(saved)
-                raise
-            self._commit()
             self._deliver()
             self._lock.notify_all()
         return True
 
     # -- transactions: each change of state in a step is one -------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        """A transaction (lock held) around the body: committed when it returns, rolled back when it
+        raises (the exception goes on)."""
+        saved = self._begin()
+        try:
+            yield
+        except BaseException:
+            self._rollback(saved)
+            raise
+        self._commit()
 
     def _begin(self) -> tuple:
         """Opens a transaction (the lock is held until it commits or rolls back): the scheduler
