@@ -24,6 +24,7 @@ import os
 import stat
 
 from gpt.errors import ModelFileError
+from gpt_runtime.model_weights import allowed_roots
 
 # A config or tokenizer_config.json is kilobytes; the largest real ones (with a chat template and
 # thousands of added tokens) are a few MB; the largest tokenizer.json, Gemma 3's, is 33 MB.
@@ -43,20 +44,6 @@ def _in_package(directory: str) -> bool:
     )
 
 
-def _allowed_roots(directory: str) -> list[str]:
-    """The real directory, and its hub cache's blobs folder when it is a snapshot (the docstring)."""
-    root = os.path.realpath(directory)
-    roots = [root]
-    ancestor = root
-    while os.path.dirname(ancestor) != ancestor:
-        parent = os.path.dirname(ancestor)
-        if os.path.basename(ancestor) == "snapshots" and os.path.basename(parent).startswith("models--"):
-            roots.append(os.path.join(parent, "blobs"))
-            break
-        ancestor = parent
-    return roots
-
-
 def resolve_inside(directory: str, name: str) -> str:
     """The real path of `name` in `directory`, refusing (gpt.ModelFileError) a name or link that
     leads outside it. Raises FileNotFoundError when there is no such file (a dangling link
@@ -65,7 +52,7 @@ def resolve_inside(directory: str, name: str) -> str:
     if "\0" in path:
         raise ModelFileError(f"{path!r}: a file name with a NUL character; refused")
     real = os.path.realpath(path)
-    inside = any(os.path.commonpath([root, real]) == root for root in _allowed_roots(directory))
+    inside = any(os.path.commonpath([root, real]) == root for root in allowed_roots(directory))
     if not inside and not _in_package(directory):
         raise ModelFileError(
             f"{path}: leads outside the model directory {directory} (to {real}); refused: a model's files are "

@@ -238,7 +238,7 @@ def _gguf_package(path: str, name: str, kind: int):
 # -- HF checkpoint directories -------------------------------------------------------------------
 
 
-def _allowed_roots(directory: str) -> list[str]:
+def allowed_roots(directory: str) -> list[str]:
     """The real directory, and its hub cache's blobs folder when it is a snapshot
     (.../models--org--name/snapshots/<revision>, whose files link to ../../blobs/<hash>)."""
     root = os.path.realpath(directory)
@@ -259,7 +259,7 @@ def model_file_inside(directory: str, name: str) -> str | None:
     if not os.path.lexists(path):
         return None
     real = os.path.realpath(path)
-    if not any(os.path.commonpath([root, real]) == root for root in _allowed_roots(directory)):
+    if not any(os.path.commonpath([root, real]) == root for root in allowed_roots(directory)):
         raise ModelFileError(f"{path}: leads outside the model directory (to {real}); refused")
     if not os.path.exists(real):
         raise ModelFileError(f"{path}: a link to nothing")
