@@ -11,6 +11,11 @@ over generate()'s wall time less its prefill: drafting and accepting count, comp
 not; a warm-up run compiles every program first), the speedup, and how many drafted tokens were
 accepted. A model with a chat template (SmolLM2-135M-Instruct) gets the tasks as a user turn.
 Rates are medians over --repeats runs, the variants taking turns within each.
+
+--breakdown adds, for each speculative variant, one more run timed step by step: the decode
+steps, the verification steps by their row count (against a decode step's time: what a drafted
+row costs), drafting, and the rest (the loop's Python), and each verification's drafted:accepted
+tokens in order (where drafts stop matching).
 """
 
 import argparse
@@ -22,7 +27,7 @@ import time
 from machine import describe_cpu
 
 import gpt
-from gpt import chat, models
+from gpt import chat, models, speculative
 from gpt.gguf_file import native_weights_format
 from gpt.tokenizer import tokenizer_for
 
@@ -106,6 +111,63 @@ def decode_rates(model, prompt, new_tokens, repeats, variants):
     return {name: (statistics.median(rates[name]), tokens[name], speculation[name]) for name in variants}
 
 
+def step_breakdown(model, prompt, new_tokens, kwargs):
+    """One generate() run with every decode, verification and draft timed: a row of the
+    breakdown table (see the module's docstring)."""
+    decodes, verifies, checked, drafting = [], {}, [], [0.0]
+
+    def timing(fn, record):
+        def timed(*args):
+            start = time.perf_counter()
+            result = fn(*args)
+            record(args, time.perf_counter() - start)
+            return result
+
+        return timed
+
+    def on_verify(args, seconds):
+        ids, cache = args
+        verifies.setdefault(len(ids), []).append(seconds)
+        checked.append((len(cache) - len(ids), [int(t) for t in ids]))  # after the step: its offset
+
+    model.decode = timing(type(model).decode.__get__(model), lambda args, seconds: decodes.append(seconds))
+    model._verify = timing(type(model)._verify.__get__(model), on_verify)
+    propose = speculative.NgramDrafter.propose
+    speculative.NgramDrafter.propose = timing(
+        propose, lambda args, seconds: drafting.__setitem__(0, drafting[0] + seconds)
+    )
+    try:
+        start = time.perf_counter()
+        text = list(prompt) + model.generate(prompt, new_tokens, **kwargs)
+        wall = time.perf_counter() - start
+    finally:
+        del model.decode, model._verify
+        speculative.NgramDrafter.propose = propose
+    stats = model.last_generation
+    decode_ms = statistics.median(decodes) * 1e3 if decodes else float("nan")
+    rows = ", ".join(
+        f"{count}: {len(times)} x {statistics.median(times) * 1e3:.1f} ms "
+        f"({statistics.median(times) * 1e3 / decode_ms:.2f})"
+        for count, times in sorted(verifies.items())
+    )
+    drafts = []
+    for offset, ids in checked:
+        accepted = 0
+        while (
+            accepted + 1 < len(ids)
+            and offset + accepted + 1 < len(text)
+            and ids[accepted + 1] == text[offset + accepted + 1]
+        ):
+            accepted += 1
+        drafts.append(f"{len(ids) - 1}:{accepted}")
+    stepped = sum(decodes) + sum(sum(times) for times in verifies.values()) + drafting[0]
+    rest = wall - stats.prompt_seconds - stats.compile_seconds - stepped
+    return (
+        f"{len(decodes)} x {decode_ms:.1f} ms | {rows} | {drafting[0] * 1e3:.1f} ms | {rest * 1e3:.1f} ms "
+        f"| {' '.join(drafts)} |"
+    )
+
+
 def llama_cpp_rates(path, prompt, new_tokens, repeats, draft_tokens, threads, stop):
     """llama.cpp's greedy decode tokens/s on the same GGUF file and prompt (llama-cpp-python, as
     tools/compare_llamacpp.py builds it): plain, and with its prompt lookup
@@ -158,6 +220,9 @@ def main(argv):
         help="GGUF models: llama.cpp's rows beside, plain and with its prompt lookup (llama-cpp-python)",
     )
     parser.add_argument("--draft", default=None, help="a draft model (name or path) beside prompt lookup")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="time each step of one more run of each variant (a second table)"
+    )
     args = parser.parse_args(argv)
     print("command: PYTHONPATH=bazel-bin/python python3 tools/bench_speculative.py " + " ".join(argv))
     print("cpu: " + describe_cpu())
@@ -168,7 +233,7 @@ def main(argv):
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     draft = load(args.draft, args.threads)[0] if args.draft else None
-    peer_rows = []
+    peer_rows, breakdown_rows = [], []
     for name in args.models.split(","):
         model, path = load(name, args.threads)
         for task in args.tasks.split(","):
@@ -183,6 +248,12 @@ def main(argv):
                 if draft is not None:
                     variants[f"{draft_tokens}, draft {args.draft}"] = dict(speculative=draft, draft_tokens=draft_tokens)
             results = decode_rates(model, prompt, new_tokens, args.repeats, variants)
+            if args.breakdown:
+                breakdown_rows += [
+                    f"| {name} | {task} | {variant} | " + step_breakdown(model, prompt, new_tokens, kwargs)
+                    for variant, kwargs in variants.items()
+                    if kwargs.get("speculative") == "ngram"
+                ]
             plain_rate, plain, _ = results.pop("plain")
             for draft_tokens, (rate, tokens, spec) in results.items():
                 print(
@@ -200,6 +271,14 @@ def main(argv):
                     f"| {name} | {task} | {k} | {base:.1f} | {rate:.1f} | {rate / base:.2f}x "
                     f"| {'yes' if tokens == base_tokens else 'NO'} | {'yes' if base_tokens == plain else 'NO'} |"
                 )
+    if breakdown_rows:
+        print(
+            "\nOne more run of each, step by step (verification: rows: steps x median time (in decode steps); "
+            "rest: the loop's Python; drafts: drafted:accepted per verification, filler rows included):\n"
+        )
+        print("| model | task | draft tokens | decode steps | verifications | drafting | rest | drafts |")
+        print("|---|---|---:|---|---|---:|---:|---|")
+        print("\n".join(breakdown_rows))
     if peer_rows:
         print(
             "\nllama.cpp (llama-cpp-python; prompt lookup by LlamaPromptLookupDecoding) on the same files "

@@ -59,7 +59,7 @@ flags.DEFINE_string(
 flags.DEFINE_integer(
     "draft_tokens",
     None,
-    "generate, serve --speculative: tokens drafted per verification at most (default 4, at most 64)",
+    "generate, serve --speculative: tokens drafted per verification at most (default 8, at most 64)",
     lower_bound=1,
 )
 # The issue and llama.cpp spell it with a dash; absl flags here use underscores, so both are accepted.

@@ -128,7 +128,7 @@ class GenerationMixin:
 
         `speculative="ngram"` (prompt lookup: the tokens that followed the text's last n-gram where
         it occurred before) or a draft `gpt.GPT` with the same vocabulary drafts up to
-        `draft_tokens` tokens (default 4), which one cached step of this model verifies together
+        `draft_tokens` tokens (default 8), which one cached step of this model verifies together
         (gpt/speculative.py); fewer are drafted while drafts are rejected. Greedy decoding gives the
         tokens plain decoding gives; sampling keeps its distribution (the standard accept/reject
         rule), though not the same draws for a seed. Stops, EOS, max_new_tokens and stream behave

@@ -17,10 +17,12 @@ MAX_NGRAM = 3
 # rarely follows it again, so 1-gram drafts are mostly rejected verification rows (measured with
 # SmolLM2 on free text: 1 of 28 drafted tokens accepted); two tokens in a row are evidence of a copy.
 MIN_NGRAM = 2
-# Draft tokens per verification when the caller does not say: HF's prompt_lookup_num_tokens is 10,
-# llama.cpp's --draft-max 16; on a CPU the verification step's rows are not free (they are matmul
-# rows, where decode is a matrix-vector product), so fewer.
-DEFAULT_DRAFT_TOKENS = 4
+# Draft tokens per verification at most when the caller does not say: HF's prompt_lookup_num_tokens
+# is 10, llama.cpp's --draft-max 16; on a CPU the verification step's rows are not free (each
+# costs about a third of a decode step of SmolLM2 on 2 cores), so fewer. Prompt lookup drafts this
+# many only when the match behind the draft is as long (NgramDrafter); 16 lost more rows where a
+# copy ends than it saved on long copies (tools/bench_speculative.py).
+DEFAULT_DRAFT_TOKENS = 8
 # After a draft is rejected outright, plain decoding runs for a while before the next try: this
 # many tokens at first, doubling with every consecutive failure up to the cap. A try on text that
 # copies nothing costs one verification of three rows, so the cap keeps that under 1% of the steps.
@@ -42,7 +44,15 @@ class NgramDrafter:
     """Prompt lookup: the last n tokens (n from MAX_NGRAM down to MIN_NGRAM) found earlier in the prompt or
     the text so far, and the tokens that followed there proposed as the draft. The most recent
     earlier occurrence wins: in text being copied it is the one the copy follows. The index of
-    n-grams grows with the sequence, so a lookup costs O(MAX_NGRAM), not a scan."""
+    n-grams grows with the sequence, so a lookup costs O(MAX_NGRAM), not a scan.
+
+    A draft is as long as the match behind it (rounded up to even): the tokens before the n-gram
+    that also agree with the text's end count too, so a copy that has run for 20 tokens drafts
+    the caller's whole count, and a 2-gram that recurs by chance in free text drafts 2. Measured
+    with SmolLM2 (tools/bench_speculative.py): a verified row costs about a third of a decode step
+    on this CPU, and drafts sized by the match got 2.2-2.3x on copying tasks where drafts of a
+    fixed 8 got 1.5-2.0x (the copies end where the model's answer departs from the prompt, and
+    every drafted row past that point is paid for)."""
 
     def __init__(self, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM):
         self._max_ngram = max_ngram
@@ -70,8 +80,19 @@ class NgramDrafter:
         for n in range(min(self._max_ngram, len(seq)), self._min_ngram - 1, -1):
             start = self._ends.get(tuple(seq[len(seq) - n :]))
             if start is not None:
-                return seq[start : start + count]
+                matched = self._match_length(start, n, count)
+                return seq[start : start + min(count, matched + matched % 2)]
         return []
+
+    def _match_length(self, start: int, n: int, count: int) -> int:
+        """How many tokens before `start` equal the text's last ones (n at least: the n-gram
+        found), counted up to `count`, the most a draft may use."""
+        seq = self._tokens
+        end = len(seq)
+        matched = n
+        while matched < count and start - matched > 0 and seq[start - matched - 1] == seq[end - matched - 1]:
+            matched += 1
+        return matched
 
 
 class DraftModelDrafter:

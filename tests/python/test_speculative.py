@@ -292,6 +292,96 @@ def test_prompt_lookup_proposes_what_followed_the_longest_recent_match():
     assert speculative.NgramDrafter().propose([1, 2, 1, 2], 4) == [1, 2]
 
 
+def test_prompt_lookup_drafts_as_many_tokens_as_the_match_behind_them():
+    text = list(range(100, 140))  # no token, so no n-gram, occurs twice
+    drafter = speculative.NgramDrafter()
+    # A copy that has run 20 tokens: the whole count asked for.
+    assert drafter.propose(text + text[:20], 8) == text[20:28]
+    # 5 tokens agree with the text's end before the match (the 3-gram and 2 more): 5, rounded
+    # up to the even count that verification runs in.
+    assert drafter.propose(text + [99] + text[10:15], 8) == text[15:21]
+    # A 2-gram that recurs after another token: evidence of 2 tokens, so 2 drafted, not 8.
+    assert drafter.propose(text + [99] + text[10:12], 8) == text[12:14]
+    # Never more than asked, nor past the text.
+    assert drafter.propose(text + text[:20], 3) == text[20:23]
+    assert drafter.propose(text + [99] + text[30:40], 8) == [99] + text[30:37]
+
+
+class CopyingModel:
+    """A stand-in for gpt.GPT whose greedy next token at position p is always text[p], whatever
+    came before: the text it was built with is what it says, and the loop's drafts are
+    accepted exactly where they agree with it. It records how many rows each verification ran."""
+
+    def __init__(self, text, vocab_size=256):
+        self.config = gpt.GPTConfig(**{**NANO, "vocab_size": vocab_size})
+        self.text = text
+        self.verified_rows = []
+
+    def _logits(self, position):
+        logits = np.zeros(self.config.vocab_size, np.float32)
+        logits[self.text[position]] = 1.0
+        return logits
+
+    def prefill(self, ids, cache):
+        cache._length += len(ids)
+        return self._logits(cache._length)
+
+    def decode(self, token, cache):
+        cache._length += 1
+        return self._logits(cache._length)
+
+    def _verify(self, ids, cache):
+        self.verified_rows.append(len(ids))
+        rows = np.array([self._logits(cache._length + i + 1) for i in range(len(ids))])
+        cache._length += len(ids)
+        return rows
+
+
+class ListCache:
+    """The parts of gpt.cache.KVCache that the speculative loop and rewind() use."""
+
+    def __init__(self, max_len):
+        self._length, self.max_len, self.slots, self.rolling = 0, max_len, max_len, False
+        self._claim = self
+
+    def run(self, fn):
+        return fn()
+
+    def __len__(self):
+        return self._length
+
+
+def test_a_long_copy_is_verified_in_drafts_of_the_default_eight_tokens():
+    """The loop's default ceiling (DEFAULT_DRAFT_TOKENS, as generate() and the engine use it when
+    draft_tokens is not given): a copy of a 60-token span is drafted 2, 4, then 8 at a time."""
+    span = list(range(100, 160))
+    prompt = span + span[:3]
+    model = CopyingModel(prompt + span[3:] + [0])
+    stats = dict(generated_tokens=0)
+    speculation = dict(drafted_tokens=0, accepted_tokens=0, verify_steps=0)
+    tokens = list(
+        speculative.speculative_tokens(
+            model,
+            np.asarray(prompt),
+            40,
+            0.0,
+            None,
+            None,
+            np.random.default_rng(0),
+            frozenset(),
+            speculative.NgramDrafter(),
+            speculative.check_draft_tokens(None),
+            ListCache(256),
+            lambda key, fn, *args: fn(*args),
+            stats,
+            speculation,
+        )
+    )
+    assert tokens == span[3:43]
+    assert model.verified_rows[:5] == [3, 5, 9, 9, 9]
+    assert speculation["accepted_tokens"] == speculation["drafted_tokens"]
+
+
 # -- bad input -------------------------------------------------------------------------------------
 
 

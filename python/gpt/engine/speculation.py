@@ -25,7 +25,7 @@ from gpt.speculative import AdaptiveDraftLength, DraftModelDrafter, NgramDrafter
 class Speculation:
     """How an engine speculates. `speculative`: "ngram" (prompt lookup) or a gpt.GPT draft model
     with the same vocabulary as `model` (checked here, so a mismatch is refused when the engine is
-    made); `draft_tokens`: the most tokens drafted per sequence and step (default 4, at most 64)."""
+    made); `draft_tokens`: the most tokens drafted per sequence and step (default 8, at most 64)."""
 
     def __init__(self, model, speculative, draft_tokens: int | None):
         if isinstance(speculative, str):
