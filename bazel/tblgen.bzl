@@ -82,3 +82,22 @@ def gentbl_cc_library(name, tbl_outs, td_file, tblgen = "@llvm//:mlir-tblgen", d
         )
         outs.append(out)
     native.cc_library(name = name, textual_hdrs = outs, **kwargs)
+
+def gentbl_passes(name, group, td_file = "Passes.td"):
+    """A package's pass declarations (Passes.h.inc, registered as `group`) and their documentation
+    (Passes.md), generated from `td_file` into the gentbl_cc_library `name`, with the td_library
+    `name` + "TdFiles" of that file over MLIR's."""
+    td_library(
+        name = name + "TdFiles",
+        srcs = [td_file],
+        deps = ["@llvm//:MLIRTdFiles"],
+    )
+    gentbl_cc_library(
+        name = name,
+        tbl_outs = [
+            (["-gen-pass-decls", "-name", group], "Passes.h.inc"),
+            (["-gen-pass-doc"], "Passes.md"),
+        ],
+        td_file = td_file,
+        deps = [":" + name + "TdFiles"],
+    )
