@@ -17,45 +17,62 @@ using namespace mlir::transformer;
 
 namespace {
 
+/// What a lowering over the rows of `type` (its last dim) builds with: row reductions, then one
+/// elementwise generic whose inputs are read whole (`identity`), one value per row (`row`) or one
+/// per feature (`feature`).
+struct RowOps {
+  RowOps(OpBuilder &b, Location loc, RankedTensorType type)
+      : b(b), loc(loc), type(type), identity(AffineMap::getMultiDimIdentityMap(type.getRank(), b.getContext())),
+        row(rowMap(type.getRank(), b.getContext())), feature(featureMap(type.getRank(), b.getContext())),
+        invN(1.0 / static_cast<double>(type.getShape().back())) {}
+
+  /// A reduction over each row of `inputs` (read through `maps`) from `init`.
+  Value reduce(ValueRange inputs, ArrayRef<AffineMap> maps, double init, BodyBuilder body) const {
+    return buildRowReduction(b, loc, type.getShape(), inputs, maps, init, body);
+  }
+  /// A new tensor of `type`, each element `body` of `inputs` (read through `maps`).
+  Value map(ValueRange inputs, ArrayRef<AffineMap> maps, BodyBuilder body) const {
+    SmallVector<utils::IteratorType> parallel(type.getRank(), utils::IteratorType::parallel);
+    return buildGeneric(b, loc, emptyTensor(b, loc, type.getShape()), inputs, maps, identity, parallel, body);
+  }
+
+  OpBuilder &b;
+  Location loc;
+  RankedTensorType type;
+  AffineMap identity, row, feature;
+  double invN; // 1 / the row's length
+};
+
 // (x - mean) * rsqrt(var + eps) * weight + bias, statistics over the last dim.
 struct LayerNormLowering : OpConversionPattern<LayerNormOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(LayerNormOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    MLIRContext *ctx = rewriter.getContext();
-    RankedTensorType type = rankedType(op.getResult());
-    int64_t rank = type.getRank();
+    RowOps rows(rewriter, op.getLoc(), rankedType(op.getResult()));
     Value x = adaptor.getInput();
-    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, ctx), row = rowMap(rank, ctx);
-    double invN = 1.0 / static_cast<double>(type.getShape().back());
-
-    Value sum = buildRowReduction(
-        rewriter, loc, type.getShape(), {x}, {identity}, 0.0,
-        [](OpBuilder &b, Location l, ValueRange a) -> Value { return b.create<arith::AddFOp>(l, a[0], a[1]); });
+    const double invN = rows.invN;
+    const float epsilon = op.getEpsilon().convertToFloat();
+    Value sum = rows.reduce({x}, {rows.identity}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
+      return b.create<arith::AddFOp>(l, a[0], a[1]);
+    });
     Value squares =
-        buildRowReduction(rewriter, loc, type.getShape(), {x, sum}, {identity, row}, 0.0,
-                          [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                            Value mean = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
-                            Value centered = b.create<arith::SubFOp>(l, a[0], mean);
-                            return b.create<arith::AddFOp>(l, a[2], b.create<arith::MulFOp>(l, centered, centered));
-                          });
-    float epsilon = op.getEpsilon().convertToFloat();
-    SmallVector<utils::IteratorType> parallel(rank, utils::IteratorType::parallel);
-    Value normalized =
-        buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()),
-                     {x, sum, squares, adaptor.getWeight(), adaptor.getBias()},
-                     {identity, row, row, featureMap(rank, ctx), featureMap(rank, ctx)}, identity, parallel,
-                     [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                       Value scale = f32Constant(b, l, invN);
-                       Value mean = b.create<arith::MulFOp>(l, a[1], scale);
-                       Value variance = b.create<arith::MulFOp>(l, a[2], scale);
-                       Value rstd =
-                           b.create<math::RsqrtOp>(l, b.create<arith::AddFOp>(l, variance, f32Constant(b, l, epsilon)));
-                       Value centered = b.create<arith::SubFOp>(l, a[0], mean);
-                       Value scaled = b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, centered, rstd), a[3]);
-                       return b.create<arith::AddFOp>(l, scaled, a[4]);
-                     });
-    rewriter.replaceOp(op, normalized);
+        rows.reduce({x, sum}, {rows.identity, rows.row}, 0.0, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+          Value mean = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
+          Value centered = b.create<arith::SubFOp>(l, a[0], mean);
+          return b.create<arith::AddFOp>(l, a[2], b.create<arith::MulFOp>(l, centered, centered));
+        });
+    rewriter.replaceOp(op, rows.map({x, sum, squares, adaptor.getWeight(), adaptor.getBias()},
+                                    {rows.identity, rows.row, rows.row, rows.feature, rows.feature},
+                                    [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                      Value scale = f32Constant(b, l, invN);
+                                      Value mean = b.create<arith::MulFOp>(l, a[1], scale);
+                                      Value variance = b.create<arith::MulFOp>(l, a[2], scale);
+                                      Value rstd = b.create<math::RsqrtOp>(
+                                          l, b.create<arith::AddFOp>(l, variance, f32Constant(b, l, epsilon)));
+                                      Value centered = b.create<arith::SubFOp>(l, a[0], mean);
+                                      Value scaled =
+                                          b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, centered, rstd), a[3]);
+                                      return b.create<arith::AddFOp>(l, scaled, a[4]);
+                                    }));
     return success();
   }
 };
@@ -65,28 +82,20 @@ struct LayerNormLowering : OpConversionPattern<LayerNormOp> {
 struct RmsNormLowering : OpConversionPattern<RmsNormOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(RmsNormOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    MLIRContext *ctx = rewriter.getContext();
-    RankedTensorType type = rankedType(op.getResult());
-    int64_t rank = type.getRank();
+    RowOps rows(rewriter, op.getLoc(), rankedType(op.getResult()));
     Value x = adaptor.getInput();
-    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, ctx), row = rowMap(rank, ctx);
-    double invN = 1.0 / static_cast<double>(type.getShape().back());
-    Value squares = buildRowReduction(rewriter, loc, type.getShape(), {x}, {identity}, 0.0,
-                                      [](OpBuilder &b, Location l, ValueRange a) -> Value {
-                                        return b.create<arith::AddFOp>(l, a[1], b.create<arith::MulFOp>(l, a[0], a[0]));
-                                      });
-    float epsilon = op.getEpsilon().convertToFloat();
-    SmallVector<utils::IteratorType> parallel(rank, utils::IteratorType::parallel);
-    Value normalized = buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()),
-                                    {x, squares, adaptor.getWeight()}, {identity, row, featureMap(rank, ctx)}, identity,
-                                    parallel, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+    const double invN = rows.invN;
+    const float epsilon = op.getEpsilon().convertToFloat();
+    Value squares = rows.reduce({x}, {rows.identity}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
+      return b.create<arith::AddFOp>(l, a[1], b.create<arith::MulFOp>(l, a[0], a[0]));
+    });
+    rewriter.replaceOp(op, rows.map({x, squares, adaptor.getWeight()}, {rows.identity, rows.row, rows.feature},
+                                    [&](OpBuilder &b, Location l, ValueRange a) -> Value {
                                       Value meanSquare = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
                                       Value rstd = b.create<math::RsqrtOp>(
                                           l, b.create<arith::AddFOp>(l, meanSquare, f32Constant(b, l, epsilon)));
                                       return b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, a[0], rstd), a[2]);
-                                    });
-    rewriter.replaceOp(op, normalized);
+                                    }));
     return success();
   }
 };
@@ -96,24 +105,22 @@ struct RmsNormLowering : OpConversionPattern<RmsNormOp> {
 struct MeanLowering : OpConversionPattern<MeanOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(MeanOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    MLIRContext *ctx = rewriter.getContext();
     Value x = adaptor.getInput();
-    RankedTensorType in = rankedType(x), type = rankedType(op.getResult());
-    int64_t rank = in.getRank();
-    double invN = 1.0 / static_cast<double>(in.getShape().back());
-    Value sum = buildRowReduction(
-        rewriter, loc, in.getShape(), {x}, {AffineMap::getMultiDimIdentityMap(rank, ctx)}, 0.0,
-        [](OpBuilder &b, Location l, ValueRange a) -> Value { return b.create<arith::AddFOp>(l, a[1], a[0]); });
-    Value mean =
-        buildElementwise(rewriter, loc, rankedType(sum), {sum}, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-          return b.create<arith::MulFOp>(l, a[0], f32Constant(b, l, invN));
-        });
+    RowOps rows(rewriter, op.getLoc(), rankedType(x));
+    const int64_t rank = rows.type.getRank();
+    const double invN = rows.invN;
+    Value sum = rows.reduce({x}, {rows.identity}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
+      return b.create<arith::AddFOp>(l, a[1], a[0]);
+    });
+    Value mean = buildElementwise(rewriter, op.getLoc(), rankedType(sum), {sum},
+                                  [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                    return b.create<arith::MulFOp>(l, a[0], f32Constant(b, l, invN));
+                                  });
     // [d0, ..., d(r-2)] -> [d0, ..., d(r-2), 1]: the last kept dim grouped with the new one.
     SmallVector<ReassociationIndices> groups;
     for (int64_t i = 0; i + 1 < rank; ++i) groups.push_back({i});
     if (!groups.empty()) groups.back().push_back(rank - 1);
-    rewriter.replaceOpWithNewOp<tensor::ExpandShapeOp>(op, type, mean, groups);
+    rewriter.replaceOpWithNewOp<tensor::ExpandShapeOp>(op, rankedType(op.getResult()), mean, groups);
     return success();
   }
 };
@@ -122,29 +129,21 @@ struct MeanLowering : OpConversionPattern<MeanOp> {
 struct SoftmaxLowering : OpConversionPattern<SoftmaxOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(SoftmaxOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    MLIRContext *ctx = rewriter.getContext();
-    RankedTensorType type = rankedType(op.getResult());
-    int64_t rank = type.getRank();
+    RowOps rows(rewriter, op.getLoc(), rankedType(op.getResult()));
     Value x = adaptor.getInput();
-    AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, ctx), row = rowMap(rank, ctx);
-
-    Value max = buildRowReduction(
-        rewriter, loc, type.getShape(), {x}, {identity}, -std::numeric_limits<double>::infinity(),
+    Value max = rows.reduce(
+        {x}, {rows.identity}, -std::numeric_limits<double>::infinity(),
         [](OpBuilder &b, Location l, ValueRange a) -> Value { return b.create<arith::MaximumFOp>(l, a[0], a[1]); });
-    Value sum = buildRowReduction(rewriter, loc, type.getShape(), {x, max}, {identity, row}, 0.0,
-                                  [](OpBuilder &b, Location l, ValueRange a) -> Value {
-                                    Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
-                                    return b.create<arith::AddFOp>(l, a[2], e);
-                                  });
-    SmallVector<utils::IteratorType> parallel(rank, utils::IteratorType::parallel);
-    Value result =
-        buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {x, max, sum}, {identity, row, row},
-                     identity, parallel, [](OpBuilder &b, Location l, ValueRange a) -> Value {
-                       Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
-                       return b.create<arith::DivFOp>(l, e, a[2]);
-                     });
-    rewriter.replaceOp(op, result);
+    Value sum =
+        rows.reduce({x, max}, {rows.identity, rows.row}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
+          Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
+          return b.create<arith::AddFOp>(l, a[2], e);
+        });
+    rewriter.replaceOp(op, rows.map({x, max, sum}, {rows.identity, rows.row, rows.row},
+                                    [](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                      Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
+                                      return b.create<arith::DivFOp>(l, e, a[2]);
+                                    }));
     return success();
   }
 };
