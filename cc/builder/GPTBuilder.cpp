@@ -106,13 +106,14 @@ struct BlockSignature {
       break;
     case EntryPoint::Step:
       kind = AttentionInputs::Kind::Cache;
-      cache = RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, element);
+      cache = RankedTensorType::get({config.kvHeads(), cacheLen, kvCacheRowWidth(kvCache, config.headSize())}, element);
       inputs.append({b.getIndexType(), cache, cache});
       break;
     case EntryPoint::BatchStep:
       kind = AttentionInputs::Kind::Paged;
-      cache =
-          RankedTensorType::get({batch->poolBlocks, config.kvHeads(), batch->blockSize, config.headSize()}, element);
+      cache = RankedTensorType::get(
+          {batch->poolBlocks, config.kvHeads(), batch->blockSize, kvCacheRowWidth(kvCache, config.headSize())},
+          element);
       inputs.append({perToken, perToken, RankedTensorType::get({batch->batch, batch->tableWidth}, i64), cache, cache});
       break;
     }
@@ -220,8 +221,10 @@ EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, co
                                               int64_t stepLogitsRows = 1) {
   Type i64 = b.getI64Type(), element = kvCacheElementType(b, kvCache);
   auto cacheType =
-      batch ? RankedTensorType::get({batch->poolBlocks, config.kvHeads(), batch->blockSize, config.headSize()}, element)
-            : RankedTensorType::get({config.kvHeads(), cacheLen, config.headSize()}, element);
+      batch ? RankedTensorType::get(
+                  {batch->poolBlocks, config.kvHeads(), batch->blockSize, kvCacheRowWidth(kvCache, config.headSize())},
+                  element)
+            : RankedTensorType::get({config.kvHeads(), cacheLen, kvCacheRowWidth(kvCache, config.headSize())}, element);
   EntryFunctionArguments result;
   for (const EntryArgument &argument : entryArguments(entry, config, specs.size())) {
     Type type;

@@ -28,9 +28,11 @@ using namespace mlir::transformer;
 using W = LayerWeight;
 
 /// The element type of a KV cache of `format`: what its tensors hold, and what the runtime's
-/// arrays hold (bf16 as uint16 bits).
+/// arrays hold (bf16 as uint16 bits; q8_0 as the bytes of its codes and scales, kvCacheRowWidth).
 inline Type kvCacheElementType(OpBuilder &b, KvCacheFormat format) {
   switch (format) {
+  case KvCacheFormat::Q8_0:
+    return b.getI8Type();
   case KvCacheFormat::BF16:
     return b.getBF16Type();
   case KvCacheFormat::F16:

@@ -83,6 +83,8 @@ const char *kvCacheFormatName(KvCacheFormat format) {
     return "bf16";
   case KvCacheFormat::F16:
     return "f16";
+  case KvCacheFormat::Q8_0:
+    return "q8_0";
   }
   return "?";
 }

@@ -76,13 +76,28 @@ enum class KvCacheFormat {
   F32,
   BF16, ///< rounded to nearest even (kernels::toBf16), stored as the upper 16 bits of the f32
   F16,  ///< IEEE half, rounded to nearest even (LLVM's fptrunc)
+  /// llama.cpp's block_q8_0 per 32 values of a row (int8 codes, one fp16 scale d = max|x| / 127),
+  /// held in an i8 tensor: see kvCacheRowWidth.
+  Q8_0,
 };
 
-/// "f32", "bf16" or "f16".
+/// "f32", "bf16", "f16" or "q8_0".
 const char *kvCacheFormatName(KvCacheFormat format);
 
-/// Bytes one key or value element takes in a cache of `format`.
-inline int64_t kvCacheElementBytes(KvCacheFormat format) { return format == KvCacheFormat::F32 ? 4 : 2; }
+/// Bytes one stored key or value element takes in a cache of `format` (q8_0: its i8 codes and
+/// scale bytes are the elements, kvCacheRowWidth of them per row).
+inline int64_t kvCacheElementBytes(KvCacheFormat format) {
+  return format == KvCacheFormat::F32 ? 4 : format == KvCacheFormat::Q8_0 ? 1 : 2;
+}
+
+/// The elements of one cached key or value row of `headSize` values: headSize, or for q8_0 the
+/// headSize int8 codes followed by the headSize / 32 fp16 scales as 2 bytes each (headSize * 17/16
+/// bytes, 34 per 32 values as llama.cpp's blocks). Codes and scales share the cache's one buffer,
+/// so a q8_0 cache is still one argument per layer and per keys or values, as every other format's
+/// (ShapeFunctions.h's kvCacheHeadDim reads the row back).
+inline int64_t kvCacheRowWidth(KvCacheFormat format, int64_t headSize) {
+  return format == KvCacheFormat::Q8_0 ? headSize + headSize / 16 : headSize;
+}
 
 /// How a compiled program takes its matmul weights: packed in column panels (the vectorized
 /// levels' register tiles read panels) and in which format (packed weights only), and the tile

@@ -1,9 +1,11 @@
 // Lowering of transformer.causal_attention to a fused, flash-attention style loop nest.
 #include "cc/TargetParameters.h"
+#include "cc/conversion/KvCacheQ8_0.h"
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/OnlineSoftmax.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/AttentionTiles.h"
+#include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -68,14 +70,20 @@ struct HeadRows {
 
   int64_t heads() const { return rankedType(tensor).getDimSize(tokenMajor ? 1 : 0); }
   int64_t rows() const { return rankedType(tensor).getDimSize(tokenMajor ? 0 : 1); }
-  int64_t cols() const { return rankedType(tensor).getDimSize(2); }
+  /// The values of a row (head_dim): for a q8_0 cache fewer than its bytes (width()).
+  int64_t cols() const { return *transformer::kvCacheHeadDim(rankedType(tensor).getElementType(), width()); }
+  /// The elements of a row as stored.
+  int64_t width() const { return rankedType(tensor).getDimSize(2); }
 
   /// Rows row .. row + rows - 1 of head `head`, as a [rows, cols] tensor of the operand's element
-  /// type (a half-width KV cache's keys and values are widened where they are read).
+  /// type (a half-width KV cache's keys and values are widened where they are read), or of f32
+  /// for a q8_0 cache: its rows are dequantized here, once per block, as a half-width block is
+  /// widened once for p . v.
   Value slice(OpBuilder &b, Location loc, Value head, Value row, int64_t rows) const {
-    HeadRegion region(b, tokenMajor, head, 1, row, rows, cols());
-    auto type = RankedTensorType::get({rows, cols()}, rankedType(tensor).getElementType());
-    return b.create<tensor::ExtractSliceOp>(loc, type, tensor, region.offsets, region.sizes, region.strides);
+    HeadRegion region(b, tokenMajor, head, 1, row, rows, width());
+    auto type = RankedTensorType::get({rows, width()}, rankedType(tensor).getElementType());
+    Value stored = b.create<tensor::ExtractSliceOp>(loc, type, tensor, region.offsets, region.sizes, region.strides);
+    return isQ8_0Cache(tensor) ? dequantizedQ8_0Rows(b, loc, stored) : stored;
   }
 };
 

@@ -1,6 +1,7 @@
 // Lowering of the paged KV pool's ops: transformer.paged_cache_write and
 // transformer.paged_attention, the cache write and attention of a batched step whose sequences'
 // keys and values live in the blocks of a shared pool, reached through per-sequence block tables.
+#include "cc/conversion/KvCacheQ8_0.h"
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/OnlineSoftmax.h"
 #include "cc/conversion/Passes.h"
@@ -39,18 +40,20 @@ SmallVector<OpFoldResult> sizesOf(OpBuilder &b, ArrayRef<int64_t> sizes) {
 }
 
 /// Row `row` (positions 0 .. S-1 of one head) of block `block` of a [N, H, S, d] pool: [S, d], in
-/// the pool's element type.
+/// the pool's element type, or dequantized to f32 from a q8_0 pool's [S, d * 17/16] bytes.
 Value blockRows(OpBuilder &b, Location loc, Value pool, Value block, Value head) {
   ArrayRef<int64_t> shape = rankedType(pool).getShape();
   auto type = RankedTensorType::get({shape[2], shape[3]}, rankedType(pool).getElementType());
   SmallVector<OpFoldResult> offsets = {block, head, b.getIndexAttr(0), b.getIndexAttr(0)};
-  return b.create<tensor::ExtractSliceOp>(loc, type, pool, offsets, sizesOf(b, {1, 1, shape[2], shape[3]}),
-                                          sizesOf(b, {1, 1, 1, 1}));
+  Value rows = b.create<tensor::ExtractSliceOp>(loc, type, pool, offsets, sizesOf(b, {1, 1, shape[2], shape[3]}),
+                                                sizesOf(b, {1, 1, 1, 1}));
+  return isQ8_0Cache(pool) ? dequantizedQ8_0Rows(b, loc, rows) : rows;
 }
 
 // Token by token: a token with a slot s >= 0 has its [H, d] row written at block s / S,
 // position s % S of the pool (in place after bufferization); a negative slot (padding) is skipped.
-// A half-width pool (f16, bf16) takes each row rounded to its format.
+// A half-width pool (f16, bf16) takes each row rounded to its format, a q8_0 pool (i8) each row
+// quantized (writeQ8_0Row).
 struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(PagedCacheWriteOp op, OpAdaptor adaptor,
@@ -86,11 +89,15 @@ struct PagedCacheWriteLowering : OpConversionPattern<PagedCacheWriteOp> {
                       Value zero = indexConstant(hb, loc, 0);
                       Value lanes = hb.create<vector::TransferReadOp>(
                           loc, rowType, update, ValueRange{head, token, zero}, ArrayRef<bool>{true});
-                      lanes = roundToElement(hb, loc, lanes, element);
-                      Value written =
-                          hb.create<vector::TransferWriteOp>(loc, lanes, pool[0], ValueRange{block, head, row, zero},
-                                                             ArrayRef<bool>{true})
-                              .getResult();
+                      Value written;
+                      if (element.isInteger(8)) {
+                        written = writeQ8_0Row(hb, loc, lanes, pool[0], ValueRange{block, head, row});
+                      } else {
+                        lanes = roundToElement(hb, loc, lanes, element);
+                        written = hb.create<vector::TransferWriteOp>(
+                                        loc, lanes, pool[0], ValueRange{block, head, row, zero}, ArrayRef<bool>{true})
+                                      .getResult();
+                      }
                       hb.create<scf::YieldOp>(loc, written);
                     });
                 Value written = headLoop.getResult(0);

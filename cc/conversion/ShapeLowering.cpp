@@ -1,11 +1,14 @@
 // Lowering of the ops that move data: transpose, slice, split/merge_heads, embedding, cache_update.
+#include "cc/conversion/KvCacheQ8_0.h"
 #include "cc/conversion/LoweringUtils.h"
 #include "cc/conversion/Passes.h"
 #include "cc/dialect/TransformerDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 namespace gpt::conversion {
@@ -148,13 +151,19 @@ struct PackedEmbeddingLowering : OpConversionPattern<PackedEmbeddingOp> {
 };
 
 // update -> cache[:, offset : offset + T, :], as one insert_slice (in place after bufferization).
-// A half-width cache (f16, bf16) takes the update rounded to its format first, elementwise.
+// A half-width cache (f16, bf16) takes the update rounded to its format first, elementwise. A
+// q8_0 cache (i8) takes each [d] row quantized where it goes (writeQ8_0Row), head by head and
+// token by token: its codes and scales are written straight into the cache, in place.
 struct CacheUpdateLowering : OpConversionPattern<CacheUpdateOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(CacheUpdateOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     ArrayRef<int64_t> update = rankedType(adaptor.getUpdate()).getShape();
     Value rows = adaptor.getUpdate();
+    if (isQ8_0Cache(adaptor.getCache())) {
+      rewriter.replaceOp(op, quantizedUpdate(rewriter, op.getLoc(), rows, adaptor.getCache(), adaptor.getOffset()));
+      return success();
+    }
     Type element = rankedType(adaptor.getCache()).getElementType();
     if (!element.isF32()) {
       Location loc = op.getLoc();
@@ -171,6 +180,28 @@ struct CacheUpdateLowering : OpConversionPattern<CacheUpdateOp> {
     SmallVector<OpFoldResult> strides(3, rewriter.getIndexAttr(1));
     rewriter.replaceOpWithNewOp<tensor::InsertSliceOp>(op, rows, adaptor.getCache(), offsets, sizes, strides);
     return success();
+  }
+
+private:
+  // Row [h, t] of the update quantized into row [h, offset + t] of the q8_0 cache.
+  static Value quantizedUpdate(OpBuilder &b, Location loc, Value update, Value cache, Value offset) {
+    ArrayRef<int64_t> shape = rankedType(update).getShape(); // [H, T, d]
+    auto rowType = VectorType::get({shape[2]}, b.getF32Type());
+    Value zero = b.create<arith::ConstantIndexOp>(loc, 0), one = b.create<arith::ConstantIndexOp>(loc, 1);
+    Value heads = b.create<arith::ConstantIndexOp>(loc, shape[0]),
+          tokens = b.create<arith::ConstantIndexOp>(loc, shape[1]);
+    auto headLoop = b.create<scf::ForOp>(
+        loc, zero, heads, one, ValueRange{cache}, [&](OpBuilder &hb, Location, Value head, ValueRange headState) {
+          auto tokenLoop = hb.create<scf::ForOp>(
+              loc, zero, tokens, one, headState, [&](OpBuilder &tb, Location, Value token, ValueRange state) {
+                Value row = tb.create<vector::TransferReadOp>(loc, rowType, update, ValueRange{head, token, zero},
+                                                              ArrayRef<bool>{true});
+                Value position = tb.create<arith::AddIOp>(loc, offset, token);
+                tb.create<scf::YieldOp>(loc, writeQ8_0Row(tb, loc, row, state[0], ValueRange{head, position}));
+              });
+          hb.create<scf::YieldOp>(loc, tokenLoop.getResults());
+        });
+    return headLoop.getResult(0);
   }
 };
 

@@ -47,10 +47,33 @@ InFlightDiagnostic overflowError(EmitErrorFn emitError, int64_t a, int64_t b, Ty
   return emitError() << "dimension " << a << " * " << b << " of " << type << " overflows a 64-bit size";
 }
 
+/// `cache` (a ranked KV cache, key or value tensor) with its last dim as the head_dim its rows
+/// hold (kvCacheHeadDim): a q8_0 cache's bytes per row become the values they store, so that
+/// the shape checks below compare head dims alike for every format. An error naming `name` for
+/// an i8 row width that holds no whole q8_0 row.
+FailureOr<RankedTensorType> valuesView(StringRef name, RankedTensorType cache, EmitErrorFn emitError) {
+  if (!cache) return cache;
+  std::optional<int64_t> headDim = kvCacheHeadDim(cache.getElementType(), cache.getShape().back());
+  if (!headDim)
+    return emitError() << name << " " << Type(cache) << " is a q8_0 KV cache (i8) whose rows of "
+                       << cache.getShape().back() << " bytes are not head_dim int8 codes and head_dim / 32 fp16 "
+                       << "scales (head_dim * 17/16 bytes, head_dim a multiple of 32)";
+  SmallVector<int64_t> shape(cache.getShape());
+  shape.back() = *headDim;
+  return cache.clone(shape);
+}
+
 /// How a rank-3 tensor of heads is laid out, for error messages.
 StringRef layoutName(bool tokenMajor) { return tokenMajor ? "[tokens, heads, head_dim]" : "[heads, tokens, head_dim]"; }
 
 } // namespace
+
+std::optional<int64_t> kvCacheHeadDim(Type element, int64_t width) {
+  if (!element.isInteger(8) || ShapedType::isDynamic(width)) return width;
+  // 32 codes and a 2-byte scale per block of 32 values.
+  if (width <= 0 || width % 34 != 0) return std::nullopt;
+  return width / 34 * 32;
+}
 
 FailureOr<TensorType> inferBroadcastType(Type lhs, Type rhs, EmitErrorFn emitError) {
   auto l = dyn_cast<RankedTensorType>(lhs);
@@ -352,6 +375,10 @@ FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, Atten
     if (t && t.getRank() != 3)
       return emitError() << name << " must be a rank-3 " << layoutName(tokenMajor) << " tensor, got " << type;
   if (!q || !k || !v) return unranked(query);
+  FailureOr<RankedTensorType> kValues = valuesView(kName, k, emitError), vValues = valuesView(vName, v, emitError);
+  if (failed(kValues) || failed(vValues)) return failure();
+  k = *kValues;
+  v = *vValues;
   if (layout.query) q = cast<RankedTensorType>(swapHeadsAndTokens(q));
   if (layout.key) k = cast<RankedTensorType>(swapHeadsAndTokens(k));
   if (layout.value) v = cast<RankedTensorType>(swapHeadsAndTokens(v));
@@ -396,7 +423,9 @@ FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn 
     if (t && t.getRank() != 3)
       return emitError() << name << " must be a rank-3 [heads, tokens, head_dim] tensor, got " << type;
   if (!u || !c) return likeCache(std::nullopt, cache);
-  if (!dimsCompatible(u.getDimSize(0), c.getDimSize(0)) || !dimsCompatible(u.getDimSize(2), c.getDimSize(2)))
+  FailureOr<RankedTensorType> values = valuesView("cache", c, emitError);
+  if (failed(values)) return failure();
+  if (!dimsCompatible(u.getDimSize(0), c.getDimSize(0)) || !dimsCompatible(u.getDimSize(2), values->getDimSize(2)))
     return emitError() << "update " << update << " and cache " << cache << " must agree on heads and head_dim";
   if (!ShapedType::isDynamic(u.getDimSize(1)) && !ShapedType::isDynamic(c.getDimSize(1)) &&
       u.getDimSize(1) > c.getDimSize(1))
@@ -421,7 +450,9 @@ FailureOr<TensorType> inferPagedCacheWriteType(Type update, Type pool, Type slot
   FailureOr<RankedTensorType> s = rankedOf("slots", slots, 1, "[tokens]", emitError);
   if (failed(u) || failed(p) || failed(s)) return failure();
   if (!*u || !*p) return likeCache(std::nullopt, pool);
-  if (!dimsCompatible(u->getDimSize(0), p->getDimSize(1)) || !dimsCompatible(u->getDimSize(2), p->getDimSize(3)))
+  FailureOr<RankedTensorType> values = valuesView("pool", *p, emitError);
+  if (failed(values)) return failure();
+  if (!dimsCompatible(u->getDimSize(0), p->getDimSize(1)) || !dimsCompatible(u->getDimSize(2), values->getDimSize(3)))
     return emitError() << "update " << update << " and pool " << pool << " must agree on heads and head_dim";
   if (*s && !dimsCompatible(s->getDimSize(0), u->getDimSize(1)))
     return emitError() << "slots " << slots << " must give one slot per token of update " << update;
@@ -441,7 +472,9 @@ FailureOr<TensorType> inferPagedAttentionType(Type query, Type keyPool, Type val
   if (!*q) return unranked(query);
   if (*k && *v && k->getShape() != v->getShape())
     return emitError() << "key pool " << keyPool << " and value pool " << valuePool << " must have the same shape";
-  if (*k && !dimsCompatible(q->getDimSize(2), k->getDimSize(3)))
+  FailureOr<RankedTensorType> keyValues = valuesView("key pool", *k, emitError);
+  if (failed(keyValues)) return failure();
+  if (*k && !dimsCompatible(q->getDimSize(2), (*keyValues).getDimSize(3)))
     return emitError() << "query " << query << " and key pool " << keyPool << " must agree on head_dim";
   // Grouped-query attention: the pools hold Hkv heads, each serving H / Hkv query heads.
   if (*k && !ShapedType::isDynamic(q->getDimSize(0)) && !ShapedType::isDynamic(k->getDimSize(1)) &&

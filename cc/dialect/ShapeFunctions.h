@@ -8,6 +8,8 @@
 #include "mlir/IR/TypeRange.h"
 #include "mlir/Support/LogicalResult.h"
 
+#include <optional>
+
 namespace mlir::transformer {
 
 /// Produces the diagnostic an error is reported on (usually `op.emitOpError()`).
@@ -62,7 +64,14 @@ FailureOr<TensorType> inferAttentionType(Type query, Type key, Type value, Atten
 /// A [H, T, d] type as [T, H, d] or back: the first two dims swapped. Other types are returned as is.
 Type swapHeadsAndTokens(Type type);
 
-/// update [H, T, d] written into cache [H, M, d] (T <= M) -> the cache's type.
+/// The head_dim of a KV cache whose rows are `width` elements of `element`: `width` itself, or
+/// for a q8_0 cache (i8) the d of a row of d int8 codes followed by d / 32 fp16 scales as bytes
+/// (width = d * 17/16, d a multiple of 32); std::nullopt for an i8 width that is no such row.
+/// Dynamic stays dynamic.
+std::optional<int64_t> kvCacheHeadDim(Type element, int64_t width);
+
+/// update [H, T, d] written into cache [H, M, d] (T <= M) -> the cache's type. A q8_0 cache (i8)
+/// is [H, M, d * 17/16] (kvCacheHeadDim), and so are its pools and attention's i8 keys and values.
 FailureOr<TensorType> inferCacheUpdateType(Type update, Type cache, EmitErrorFn emitError);
 
 /// update [H, T, d] written into pool [N, H, S, d] at slots [T] -> the pool's type.

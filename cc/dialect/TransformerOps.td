@@ -7,9 +7,11 @@ include "cc/dialect/ShapeInferenceInterface.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
-// Keys and values as a KV cache stores them: f32, or a half-width format (f16, bf16) that
-// attention widens to f32 as it reads them.
-def Transformer_KvCacheTensor : TensorOf<[F32, F16, BF16]>;
+// Keys and values as a KV cache stores them: f32, a half-width format (f16, bf16) that
+// attention widens to f32 as it reads them, or q8_0 as i8: each row of head_dim values is its
+// head_dim int8 codes followed by its head_dim / 32 fp16 scales as 2 bytes each (llama.cpp's
+// block_q8_0 per 32 values, head_dim * 17/16 bytes a row), which attention dequantizes.
+def Transformer_KvCacheTensor : TensorOf<[F32, F16, BF16, I8]>;
 
 //===----------------------------------------------------------------------===//
 // Constants
@@ -556,12 +558,15 @@ def Transformer_CacheUpdateOp : Transformer_Op<"cache_update",
     with rows `offset .. offset + T - 1` replaced by `update`. `offset + T <= M` is the caller's
     precondition (the runtime checks it before calling compiled code). When the cache is a
     writable function argument, bufferization performs the update in place. A cache of f16 or
-    bf16 (a half-width KV cache) stores each update rounded to nearest even; the result has the
+    bf16 (a half-width KV cache) stores each update rounded to nearest even; a cache of i8 (q8_0,
+    `[H, M, d * 17/16]`) stores each row of d values as d int8 codes round_even(x * 127 / max|x|)
+    per block of 32, then the blocks' fp16 scales max|x| / 127 as bytes. The result has the
     cache's type.
 
     ```mlir
     %k2 = transformer.cache_update %k into %cache[%pos] : tensor<4x1x16xf32>, tensor<4x64x16xf32> -> tensor<4x64x16xf32>
     %h2 = transformer.cache_update %k into %half[%pos] : tensor<4x1x16xf32>, tensor<4x64x16xf16> -> tensor<4x64x16xf16>
+    %q2 = transformer.cache_update %k into %q8[%pos] : tensor<4x1x32xf32>, tensor<4x64x34xi8> -> tensor<4x64x34xi8>
     ```
   }];
   let arguments = (ins F32Tensor:$update, Transformer_KvCacheTensor:$cache, Index:$offset);
@@ -582,7 +587,8 @@ def Transformer_PagedCacheWriteOp : Transformer_Op<"paged_cache_write",
     (a padding token). The result is the pool with those rows replaced; slots are distinct and
     inside the pool (the runtime checks both before calling compiled code). When the pool is a
     writable function argument, bufferization performs the writes in place. A pool of f16 or
-    bf16 stores each row rounded to nearest even; the result has the pool's type.
+    bf16 stores each row rounded to nearest even, a pool of i8 each row in q8_0 as
+    `cache_update` does (`[N, H, S, d * 17/16]`); the result has the pool's type.
 
     ```mlir
     %k2 = transformer.paged_cache_write %k into %pool[%slots]
@@ -613,7 +619,7 @@ def Transformer_PagedAttentionOp : Transformer_Op<"paged_attention",
     attention is a sliding window, as `causal_attention`'s: token `t` sees only positions
     `positions[t] - W + 1 .. positions[t]`, and blocks wholly before them are not read (nor need
     they be listed correctly: the table's entries there are ignored). Pools of f16 or bf16 are
-    widened to f32 as they are read.
+    widened to f32 as they are read, pools of i8 (q8_0, `cache_update`'s rows) dequantized.
 
     ```mlir
     %a = transformer.paged_attention %q, %kp, %vp tables %tables sequences %seqs positions %pos {scale = 0.25 : f32}

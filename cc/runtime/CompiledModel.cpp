@@ -144,10 +144,10 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
     descriptors.push_back(MemRefDescriptor::view(batch->tables, {batch->shape.batch, batch->shape.tableWidth}));
   }
   std::vector<MemRefDescriptor> caches;
+  const int64_t rowWidth = kvCacheRowWidth(options_.kvCache, config_.headSize());
   const std::vector<int64_t> cacheShape =
-      batch
-          ? std::vector<int64_t>{batch->shape.poolBlocks, config_.kvHeads(), batch->shape.blockSize, config_.headSize()}
-          : std::vector<int64_t>{config_.kvHeads(), call.cacheLen, config_.headSize()};
+      batch ? std::vector<int64_t>{batch->shape.poolBlocks, config_.kvHeads(), batch->shape.blockSize, rowWidth}
+            : std::vector<int64_t>{config_.kvHeads(), call.cacheLen, rowWidth};
   for (int64_t layer = 0; layer < static_cast<int64_t>(call.keys.size()); ++layer) {
     caches.push_back(MemRefDescriptor::view(call.keys[layer], cacheShape));
     caches.push_back(MemRefDescriptor::view(call.values[layer], cacheShape));

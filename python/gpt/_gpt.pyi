@@ -175,8 +175,11 @@ class CompiledModel:
         """A gpt.GPTConfig's model compiled with these options (weights bound later, by set_weights);
         `weight_formats` stores the named layer matmul weights in other formats than `weights`."""
     def kv_cache_dtype(self) -> np.dtype[Any]:
-        """The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, or uint16
-        (bf16's bits)."""
+        """The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, uint16
+        (bf16's bits), or int8 (q8_0's bytes)."""
+    def kv_cache_row_width(self) -> int:
+        """The elements of one cached key or value row (the KV cache arrays' last dim): head_size, or for
+        q8_0 head_size int8 codes followed by head_size / 32 fp16 scales as bytes (head_size * 17/16)."""
     def supplied_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape) of every weight set_weights() takes, in its order."""
 

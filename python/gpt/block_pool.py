@@ -16,7 +16,8 @@ class KVBlockPool:
 
     Made by `model.new_block_pool()`; belongs to that model. `keys` and `values` are
     [n_layer, num_blocks, n_kv_head, block_size, head_size] arrays in the model's
-    `CompileOptions.kv_cache` format (float32, float16, or uint16 holding bf16's bits),
+    `CompileOptions.kv_cache` format (float32, float16, or uint16 holding bf16's bits; q8_0: int8
+    rows of head_size * 17/16 bytes, the codes then the fp16 scales, as KVCache's),
     zero-initialised, written in place by `model.step_batch`. One step at a time: a step (or
     copy_block) while another thread's step on the same pool runs raises RuntimeError instead of
     interleaving their writes.
@@ -27,7 +28,8 @@ class KVBlockPool:
         self._model = model
         self._num_blocks = num_blocks
         self._block_size = block_size
-        shape = (cfg.n_layer, num_blocks, cfg.n_kv_head, block_size, cfg.head_size)
+        # A row is head_size values, or for q8_0 their int8 codes then fp16 scales as bytes.
+        shape = (cfg.n_layer, num_blocks, cfg.n_kv_head, block_size, model._compiled.kv_cache_row_width())
         # Zeros, not empty: rows past a sequence's last position are masked out of attention,
         # but 0 * NaN would not be 0.
         dtype = model._compiled.kv_cache_dtype()

@@ -33,7 +33,8 @@ class KVCache:
         self._limit = max_len
         if self._rolling:
             self._limit = None if cfg.pos_embedding == "rope" else cfg.block_size
-        shape = (cfg.n_layer, cfg.n_kv_head, self._slots, cfg.head_size)
+        # A row is head_size values, or for q8_0 their int8 codes then fp16 scales as bytes.
+        shape = (cfg.n_layer, cfg.n_kv_head, self._slots, model._compiled.kv_cache_row_width())
         # Zeros, not empty: positions past len(cache) are masked out of attention, and a masked
         # probability (exactly 0) times a finite value stays 0, where 0 * NaN would not. (Zero
         # bits are 0.0 in every format.)
@@ -51,7 +52,8 @@ class KVCache:
 
     @property
     def dtype(self) -> np.dtype:
-        """The buffers' dtype: float32, float16, or uint16 (bf16's bits), as CompileOptions.kv_cache says."""
+        """The buffers' dtype: float32, float16, uint16 (bf16's bits), or int8 (q8_0: each row's
+        head_size codes, then its head_size / 32 fp16 scales as bytes), as CompileOptions.kv_cache says."""
         return self._keys.dtype
 
     @property

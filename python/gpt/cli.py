@@ -93,9 +93,9 @@ flags.DEFINE_enum(
 flags.DEFINE_enum(
     "kv_cache",
     "f16",
-    ("f32", "f16", "bf16"),
+    ("f32", "f16", "bf16", "q8_0"),
     "the KV cache's format (llama.cpp's -ctk/-ctv): f16 (default) and bf16 half of f32's memory, rounding keys "
-    "and values to it",
+    "and values to it; q8_0 (head_dim a multiple of 32) 34/32 bytes a value, int8 codes with an fp16 scale per 32",
 )
 flags.DEFINE_enum(
     "stage", "linalg", STAGES + GPU_STAGES, "ir: the compiler stage to print (gpu, nvvm, ptx: --target's)"

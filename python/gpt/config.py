@@ -318,8 +318,13 @@ class CompileOptions:
     `kv_cache` is the format the KV cache stores keys and values in, as llama.cpp's -ctk/-ctv: "f32";
     "f16" or "bf16", half the bytes (each new key and value rounded to nearest even when it is
     written; attention widens them back and computes in f32; `model.new_cache()` then holds float16,
-    or uint16 arrays of bf16's bits); "q8_0" (int8 codes with an fp16 scale per block of 32) is
-    refused by the CPU compiler for now. GPU artifacts (`model.export`) keep f32 caches whatever it says.
+    or uint16 arrays of bf16's bits); "q8_0", 34 bytes per 32 values (17/32 of f16's): each key
+    and value row stored as llama.cpp's block_q8_0, per block of 32 values int8 codes
+    round_even(x * 127 / max|x|) and one fp16 scale max|x| / 127, an error of at most half a step
+    (max|x| / 254) per value, which attention dequantizes before it computes in f32 (head_dim must
+    be a multiple of 32; `model.new_cache()` then holds int8 arrays whose rows are head_size codes
+    followed by head_size / 32 fp16 scales as bytes). GPU artifacts (`model.export`) keep f32 caches
+    whatever it says.
     `target_cpu` is the CPU compiled code is specialised for: "host" (this machine's CPU and
     features), an LLVM x86-64 CPU name ("haswell", "znver3", "alderlake", "skylake-avx512",
     "znver4", "sapphirerapids", ...) or "aarch64:<cpu>" ("aarch64:neoverse-v1",

@@ -62,10 +62,10 @@ class GPT(GenerationMixin):
         options = options if options is not None else CompileOptions()
         if not isinstance(options, CompileOptions):
             raise TypeError(f"options must be a gpt.CompileOptions, got {type(options).__name__}")
-        if options.kv_cache == "q8_0":
+        if options.kv_cache == "q8_0" and config.head_size % 32 != 0:
             raise ValueError(
-                "CompileOptions.kv_cache='q8_0' is not supported by the CPU compiler yet; "
-                "use 'f16' or 'bf16' for a KV cache of half the bytes"
+                "CompileOptions.kv_cache='q8_0' stores keys and values in blocks of 32: head_dim must be a "
+                f"multiple of 32, got {config.head_size}; use 'f16' or 'bf16' for this model"
             )
         if options.weights == "auto":  # a GGUF file's own formats (from_gguf); f32 for anything else
             options = dataclasses.replace(options, weights="f32")

@@ -68,9 +68,12 @@ py::array wrapLogits(const Logits &logits) {
                             owner);
 }
 
-/// The numpy dtype of a KV cache of `format`'s elements: bf16 is held as its 16 bits.
+/// The numpy dtype of a KV cache of `format`'s elements: bf16 is held as its 16 bits, q8_0 as the
+/// bytes of its rows' codes and scales (int8: a row's first head_size bytes are its codes).
 py::dtype kvCacheDtype(KvCacheFormat format) {
   switch (format) {
+  case KvCacheFormat::Q8_0:
+    return py::dtype::of<int8_t>();
   case KvCacheFormat::BF16:
     return py::dtype::of<uint16_t>();
   case KvCacheFormat::F16:
@@ -94,8 +97,12 @@ std::vector<void *> bufferPointers(const CompiledModel &model, const py::list &c
       throw std::invalid_argument(std::string("KV cache buffers of a kv_cache='") + kvCacheFormatName(format) +
                                   "' model must be writable C-contiguous " + py::str(dtype).cast<std::string>() +
                                   " arrays, got " + py::str(array.dtype()).cast<std::string>());
-    if (std::vector<int64_t>(array.shape(), array.shape() + array.ndim()) != shape)
-      throw std::invalid_argument("KV cache buffer has the wrong shape");
+    if (std::vector<int64_t>(array.shape(), array.shape() + array.ndim()) != shape) {
+      std::string expected;
+      for (int64_t dim : shape) expected += (expected.empty() ? "" : ", ") + std::to_string(dim);
+      throw std::invalid_argument("KV cache buffer has the wrong shape: a kv_cache='" +
+                                  std::string(kvCacheFormatName(format)) + "' model takes [" + expected + "]");
+    }
     pointers.push_back(array.mutable_data());
   }
   return pointers;
@@ -103,7 +110,7 @@ std::vector<void *> bufferPointers(const CompiledModel &model, const py::list &c
 
 std::vector<void *> cachePointers(const CompiledModel &model, const py::list &caches, int64_t cacheLen) {
   const GPTConfig &c = model.config();
-  return bufferPointers(model, caches, {c.kvHeads(), cacheLen, c.headSize()});
+  return bufferPointers(model, caches, {c.kvHeads(), cacheLen, kvCacheRowWidth(model.options().kvCache, c.headSize())});
 }
 
 py::array step(CompiledModel &model, py::array_t<int64_t, py::array::c_style | py::array::forcecast> ids,
@@ -136,7 +143,8 @@ py::array batchStep(CompiledModel &model, IdArray ids, IdArray positions, IdArra
   if (keys.empty()) throw std::invalid_argument("batch_step: no key pools");
   const GPTConfig &c = model.config();
   const int64_t poolBlocks = keys[0].cast<py::array>().shape(0);
-  std::vector<int64_t> poolShape = {poolBlocks, c.kvHeads(), blockSize, c.headSize()};
+  std::vector<int64_t> poolShape = {poolBlocks, c.kvHeads(), blockSize,
+                                    kvCacheRowWidth(model.options().kvCache, c.headSize())};
   std::vector<void *> keyPtrs = bufferPointers(model, keys, poolShape),
                       valuePtrs = bufferPointers(model, values, poolShape);
   BatchShape shape{tokens, tables.shape(0), tables.shape(1), poolBlocks, blockSize};
@@ -248,16 +256,18 @@ void initModel(py::module_ &m) {
              for (const auto &[parameter, format] : weightFormats)
                options.weightFormats[parameter] = parseFormat(format);
              bool known = false;
-             for (KvCacheFormat format : {KvCacheFormat::F32, KvCacheFormat::BF16, KvCacheFormat::F16})
+             for (KvCacheFormat format :
+                  {KvCacheFormat::F32, KvCacheFormat::BF16, KvCacheFormat::F16, KvCacheFormat::Q8_0})
                if (kvCache == kvCacheFormatName(format)) {
                  options.kvCache = format;
                  known = true;
                }
-             if (kvCache == "q8_0")
-               throw std::invalid_argument("CompileOptions.kv_cache='q8_0' is not supported by the CPU compiler yet; "
-                                           "use 'f16' or 'bf16' for a KV cache of half the bytes");
              if (!known)
-               throw std::invalid_argument("unknown KV cache format '" + kvCache + "' (known: f32, bf16, f16)");
+               throw std::invalid_argument("unknown KV cache format '" + kvCache + "' (known: f32, bf16, f16, q8_0)");
+             if (options.kvCache == KvCacheFormat::Q8_0 && config.headSize() % 32 != 0)
+               throw std::invalid_argument("CompileOptions.kv_cache='q8_0' stores keys and values in blocks of 32: "
+                                           "head_dim must be a multiple of 32, got " +
+                                           std::to_string(config.headSize()));
              return std::make_unique<CompiledModel>(config, options);
            }),
            py::arg("config"), py::arg("pipeline"), py::arg("threads"), py::arg("cache_dir") = "",
@@ -393,8 +403,15 @@ void initModel(py::module_ &m) {
           "RuntimeError naming the path when it cannot be written.")
       .def(
           "kv_cache_dtype", [](const CompiledModel &model) { return kvCacheDtype(model.options().kvCache); },
-          "The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, or uint16 "
-          "(bf16's bits).")
+          "The numpy dtype of the KV cache arrays step() and batch_step() take: float32, float16, uint16 "
+          "(bf16's bits), or int8 (q8_0's bytes).")
+      .def(
+          "kv_cache_row_width",
+          [](const CompiledModel &model) {
+            return kvCacheRowWidth(model.options().kvCache, model.config().headSize());
+          },
+          "The elements of one cached key or value row (the KV cache arrays' last dim): head_size, or for q8_0 "
+          "head_size int8 codes followed by head_size / 32 fp16 scales as bytes (head_size * 17/16).")
       .def("borrowed_parameters", &CompiledModel::borrowedParameters,
            "Names of the supplied weights compiled code reads in place; the others were copied (packed, converted).")
       .def(
