@@ -13,7 +13,7 @@ from gpt.config import GPTConfig, RopeScaling
 from gpt.errors import ModelFileError
 from gpt.model_files import json_kind, short
 from gpt.resources import check_fits_in_memory
-from gpt.weights import _config_value, _read_config_json, _read_safetensors
+from gpt.weights import _checked_config, _config_value, _norm_epsilon, _read_config_json, _read_safetensors
 
 # HF options that change what a Llama-family model computes, at the values implemented here.
 _IMPLEMENTED = {
@@ -155,9 +155,7 @@ def _config(hf: dict, path: str) -> GPTConfig:
     n_kv_head = _config_value(hf, path, "num_key_value_heads", int, None)
     # Any head width (Qwen3's, Mistral-Nemo's); None: hidden_size / num_attention_heads.
     head_dim = _config_value(hf, path, "head_dim", int, None)
-    eps = _config_value(hf, path, "rms_norm_eps", float, 1e-6)
-    if not (math.isfinite(eps) and eps > 0):
-        raise ModelFileError(f"{path}: rms_norm_eps is {eps!r}, expected a positive finite number")
+    eps = _norm_epsilon(hf, path, "rms_norm_eps", 1e-6)
     block_size = _config_value(hf, path, "max_position_embeddings", int, 2048)
     tied = hf.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
@@ -167,22 +165,20 @@ def _config(hf: dict, path: str) -> GPTConfig:
     gemma = _gemma3(hf, path, sizes["n_layer"]) if spec.name == "gemma3" else {}
     if gemma:
         base, scaling = gemma.pop("rope_base"), gemma.pop("rope_scaling")
-    try:
-        return GPTConfig(
-            **sizes,
-            block_size=block_size,
-            architecture=spec.name,
-            n_kv_head=n_kv_head,
-            layer_norm_eps=eps,
-            tied_head=tied,
-            rope_base=base,
-            rope_scaling=scaling,
-            attention_window=window,
-            head_dim=head_dim,
-            **gemma,
-        )
-    except ValueError as e:
-        raise ModelFileError(f"{path}: {e}") from None
+    return _checked_config(
+        path,
+        **sizes,
+        block_size=block_size,
+        architecture=spec.name,
+        n_kv_head=n_kv_head,
+        layer_norm_eps=eps,
+        tied_head=tied,
+        rope_base=base,
+        rope_scaling=scaling,
+        attention_window=window,
+        head_dim=head_dim,
+        **gemma,
+    )
 
 
 def _check_implemented(hf: dict, path: str, options: dict[str, tuple]) -> None:

@@ -140,23 +140,19 @@ def load_pretrained(path: str):
     block_size = _config_value(hf, config_path, "n_positions", int, None)
     if block_size is None:
         block_size = _config_value(hf, config_path, "n_ctx", int, 1024)
-    eps = _config_value(hf, config_path, "layer_norm_epsilon", float, 1e-5)
-    if not (math.isfinite(eps) and eps > 0):
-        raise ModelFileError(f"{config_path}: layer_norm_epsilon is {eps!r}, expected a positive finite number")
+    eps = _norm_epsilon(hf, config_path, "layer_norm_epsilon", 1e-5)
     sizes = {key: _config_value(hf, config_path, key, int) for key in ("n_layer", "n_head", "n_embd", "vocab_size")}
     pos_embedding = _config_value(hf, config_path, "pos_embedding", str, "learned")
     # HF's name for a sliding window (Mistral, Qwen2; null: none).
     window = _config_value(hf, config_path, "sliding_window", int, None)
-    try:
-        config = GPTConfig(
-            **sizes,
-            block_size=block_size,
-            pos_embedding=pos_embedding,
-            layer_norm_eps=eps,
-            attention_window=window,
-        )
-    except ValueError as e:
-        raise ModelFileError(f"{config_path}: {e}") from None
+    config = _checked_config(
+        config_path,
+        **sizes,
+        block_size=block_size,
+        pos_embedding=pos_embedding,
+        layer_norm_eps=eps,
+        attention_window=window,
+    )
     check_fits_in_memory(config, loading=True)  # before reading tensors for a config.json that asks too much
     tensors = _read_safetensors(weights_path)
     # Checkpoints saved from GPT2Model (not GPT2LMHeadModel) lack the "transformer." prefix.
@@ -182,6 +178,22 @@ def _read_config_json(path: str) -> dict:
 
 
 _REQUIRED = object()
+
+
+def _norm_epsilon(hf: dict, path: str, key: str, default: float) -> float:
+    """config.json's `key`, a norm's epsilon: a positive finite number, or gpt.ModelFileError."""
+    eps = _config_value(hf, path, key, float, default)
+    if not (math.isfinite(eps) and eps > 0):
+        raise ModelFileError(f"{path}: {key} is {eps!r}, expected a positive finite number")
+    return eps
+
+
+def _checked_config(path: str, **fields) -> GPTConfig:
+    """GPTConfig(**fields), or gpt.ModelFileError naming `path` with the reason GPTConfig refuses them."""
+    try:
+        return GPTConfig(**fields)
+    except ValueError as e:
+        raise ModelFileError(f"{path}: {e}") from None
 
 
 def _config_value(hf: dict, path: str, key: str, kind: type, default=_REQUIRED):
