@@ -1,7 +1,7 @@
 """Speculative decoding benchmark: greedy tokens/s of plain decoding vs prompt lookup, same output.
 
     bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/bench_speculative.py \
-        --models embedded,smollm2 --new-tokens 128 --draft-tokens 4
+        --models embedded,smollm2 --new-tokens 128 --draft-tokens 4,8
 
 For each model and task (input-grounded: repeating a paragraph with one word changed, editing a
 function, answering with quotes from a passage; and free text), generates up to --new-tokens
@@ -211,7 +211,11 @@ def main(argv):
     parser.add_argument("--models", default="embedded,smollm2", help="embedded, smollm2, or paths")
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--draft-tokens", default="4", help="comma-separated draft lengths")
+    parser.add_argument(
+        "--draft-tokens",
+        default=str(speculative.DEFAULT_DRAFT_TOKENS),
+        help=f"comma-separated draft lengths (default: generate()'s, {speculative.DEFAULT_DRAFT_TOKENS})",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="default: all cores")
     parser.add_argument(
