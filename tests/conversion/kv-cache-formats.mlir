@@ -125,9 +125,9 @@ func.func @update_result_keeps_the_format(%u: tensor<2x3x8xf32>, %c: tensor<2x16
 
 // -----
 
-// A KV cache is f32, f16 or bf16: other element types are refused by the op's type constraint.
+// A KV cache is f32, f16, bf16 or i8 (q8_0): other element types are refused by the op's type constraint.
 func.func @cache_of_another_type(%u: tensor<2x3x8xf32>, %c: tensor<2x16x8xf64>, %pos: index) -> tensor<2x16x8xf64> {
-  // expected-error @+1 {{operand #1 must be tensor of 32-bit float or 16-bit float or bfloat16 type values}}
+  // expected-error @+1 {{operand #1 must be tensor of 32-bit float or 16-bit float or bfloat16 type or 8-bit signless integer values}}
   %0 = transformer.cache_update %u into %c[%pos] : tensor<2x3x8xf32>, tensor<2x16x8xf64> -> tensor<2x16x8xf64>
   return %0 : tensor<2x16x8xf64>
 }
