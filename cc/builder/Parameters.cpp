@@ -100,11 +100,14 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
     rowsPerElement = kernels::kBf16RowsPerWord;
   else if (format == WeightFormat::Q8_0)
     rowsPerElement = kernels::kQ8_0RowsPerWord;
-  else if (format == WeightFormat::Q4_0 || format == WeightFormat::Q4_1)
+  else if (format == WeightFormat::Q4_0 || format == WeightFormat::Q4_1 || format == WeightFormat::Q4_K)
     rowsPerElement = kernels::kQ4_0RowsPerWord;
-  // q4_1's scales hold a scale and a min per block.
+  // q4_1's scales hold a scale and a min per block; q4_k's ten rows per super-block of 256, the
+  // sub-blocks' rows then the super-blocks' (kernels::repackQ4_KRows).
   if (isScales() && format == WeightFormat::Q4_1)
     return {shape[1] / panelWidth, shape[0] / rowsPerElement, 2, panelWidth};
+  if (isScales() && format == WeightFormat::Q4_K)
+    return {shape[1] / panelWidth, shape[0] / kernels::kSuperBlock * kernels::kQ4_KScaleRows, panelWidth};
   return {shape[1] / panelWidth, shape[0] / rowsPerElement, panelWidth};
 }
 
@@ -117,10 +120,12 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   // Every matmul's K is n_embd, n_ff or (the output projection's) n_head * head_dim.
   for (WeightFormat format : formats) {
     for (auto [k, what] : {std::pair<int64_t, const char *>{d, "n_embd"}, {ff, "n_ff"}, {q, "n_head * head_dim"}}) {
-      if (storage.packed && isBlockQuantized(format) && k % kernels::kQuantBlock != 0)
-        throw std::invalid_argument(std::string(weightFormatName(format)) + " weights need " + what + " (" +
-                                    std::to_string(k) + ") to be a multiple of " +
-                                    std::to_string(kernels::kQuantBlock) + ", the quantization block");
+      const int64_t block = weightFormatTraits(format).blockValues; // 32, or q4_k's super-block of 256
+      if (storage.packed && isBlockQuantized(format) && k % block != 0)
+        throw std::invalid_argument(
+            std::string(weightFormatName(format)) + " weights need " + what + " (" + std::to_string(k) +
+            ") to be a multiple of " + std::to_string(block) +
+            (block == kernels::kQuantBlock ? ", the quantization block" : ", the format's super-block"));
       // bf16 lanes pair row r of K with row r + K/2.
       if (storage.packed && format == WeightFormat::BF16 && k % kernels::kBf16RowsPerWord != 0)
         throw std::invalid_argument(std::string("bf16 weights need an even ") + what + " (" + std::to_string(k) +

@@ -230,12 +230,13 @@ QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, 
 /// result is then viewed (collapse_shape, no copy) as [M, N].
 ///
 /// A low-precision weight multiplies activations converted to its lanes (see the op): bf16
-/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (q8_0, q4_0, q4_1)
+/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (q8_0, q4_0, q4_1, q4_K)
 /// applies each block's scales once per block, as llama.cpp does, in two generics:
 /// - the block sums `partial[m, panel, block, column] = sum over the block of code_x * code_w`
 ///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`);
 /// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x` (q4_1:
-///   `out += d_x * (d_w * partial + min_w * compensation)`), the packed
+///   `out += d_x * (d_w * partial + min_w * compensation)`; q4_K: d_w = d * sc and
+///   min_w = -dmin * m of the block's super-block, in f32), the packed
 ///   matmul proper (loops M, panel, column, block), which the schedule tiles like an f32 one and
 ///   into whose block loop it fuses the partial sums (transform.gpt.vectorize_block_matmul), so
 ///   that they live in registers and are never stored.
@@ -263,14 +264,17 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       break;
     case PackedWeightFormat::Q8_0:
     case PackedWeightFormat::Q4_0:
-    case PackedWeightFormat::Q4_1: {
+    case PackedWeightFormat::Q4_1:
+    case PackedWeightFormat::Q4_K: {
       const PackedWeightFormat format = op.getWeightFormat();
-      const bool q8 = format == PackedWeightFormat::Q8_0, withMins = format == PackedWeightFormat::Q4_1;
+      const bool q8 = format == PackedWeightFormat::Q8_0, q4_K = format == PackedWeightFormat::Q4_K,
+                 withMins = format == PackedWeightFormat::Q4_1 || q4_K;
       QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : withMins ? 1 : 8);
       Value partials = q8 ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
                           : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
-      panels = withMins ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
-                        : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
+      panels = q4_K       ? scaledSubBlocks(rewriter, loc, partials, adaptor.getScales(), x, init)
+               : withMins ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
+                          : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
       break;
     }
     }
@@ -398,6 +402,57 @@ private:
                           Value withMin = b.create<math::FmaOp>(l, args[4], minScale, args[5]);
                           return b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, withMin);
                         });
+  }
+
+  /// q4_K: [M, N/P, P] sums over sub-blocks of d_x * (d * sc * partial - dmin * m * sum(code_x)),
+  /// the products in f32, from the scales [N/P, K/32 + K/128, P]: the sub-blocks' (sc | m << 8)
+  /// bits read as a [N/P, K/32, P] view, and the super-blocks' (d, dmin) rows as two
+  /// [N/P, K/256, P] views at super-block block / 8 (loops m, panel, column, block: the schedule
+  /// steps the block loop one sub-block at a time, so each step reads one of each per column).
+  static Value scaledSubBlocks(OpBuilder &b, Location loc, Value partials, Value scales, const QuantizedActivations &x,
+                               Value init) {
+    MLIRContext *ctx = b.getContext();
+    constexpr int64_t subBlocks = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
+    AffineExpr mDim, panel, column, blockDim;
+    bindDims(ctx, mDim, panel, column, blockDim);
+    AffineMap perRowBlock = AffineMap::get(4, 0, {mDim, blockDim}, ctx);
+    AffineMap perColumnBlock = AffineMap::get(4, 0, {panel, blockDim, column}, ctx);
+    AffineMap perColumnSuper = AffineMap::get(4, 0, {panel, blockDim.floorDiv(subBlocks), column}, ctx);
+    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, blockDim, column}, ctx),
+                                        perColumnBlock,
+                                        perColumnSuper,
+                                        perColumnSuper,
+                                        perRowBlock,
+                                        perRowBlock};
+    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
+                                           IteratorType::reduction};
+    ArrayRef<int64_t> shape = rankedType(scales).getShape();
+    const int64_t blocks = rankedType(partials).getDimSize(2), superBlocks = blocks / subBlocks;
+    auto rows = [&](int64_t first, int64_t count) -> Value {
+      return b.create<tensor::ExtractSliceOp>(
+          loc, scales, SmallVector<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(first), b.getIndexAttr(0)},
+          SmallVector<OpFoldResult>{b.getIndexAttr(shape[0]), b.getIndexAttr(count), b.getIndexAttr(shape[2])},
+          SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
+    };
+    Value subScales = rows(0, blocks);
+    Value pairs = splitDim(b, loc, rows(blocks, 2 * superBlocks), 1, {superBlocks, 2});
+    Value d = sliceAt(b, loc, pairs, 2, 0), dmin = sliceAt(b, loc, pairs, 2, 1);
+    return buildGeneric(
+        b, loc, init, {partials, subScales, d, dmin, x.scales, x.compensations}, inputMaps,
+        AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
+        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+          Type f32 = b.getF32Type(), i32 = b.getI32Type();
+          // The 16 bits of the scale-min pair, widened: sc in bits 0-7, m in 8-15.
+          Value bits = b.create<arith::ExtUIOp>(l, i32, b.create<arith::BitcastOp>(l, b.getI16Type(), args[1]));
+          Value sc = b.create<arith::UIToFPOp>(l, f32, b.create<arith::AndIOp>(l, bits, i32Constant(b, l, 0xFF)));
+          Value m = b.create<arith::UIToFPOp>(l, f32, b.create<arith::ShRUIOp>(l, bits, i32Constant(b, l, 8)));
+          Value subScale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), sc);
+          Value subMin = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[3]), m);
+          Value scale = b.create<arith::MulFOp>(l, subScale, args[4]);
+          Value minScale = b.create<arith::NegFOp>(l, b.create<arith::MulFOp>(l, subMin, args[4]));
+          Value withMin = b.create<math::FmaOp>(l, args[5], minScale, args[6]);
+          return b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, withMin);
+        });
   }
 };
 

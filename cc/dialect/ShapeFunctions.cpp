@@ -155,7 +155,7 @@ LogicalResult checkLanePacking(int64_t k, int64_t rows, bool scales, bool minima
                                EmitErrorFn emitError) {
   int64_t perLane = rows > 0 && k % rows == 0 ? k / rows : 0;
   if (minima && perLane != 8)
-    return emitError() << "a q4_1 weight (scale and min pairs) for K = " << k << " must have " << k / 8
+    return emitError() << "a q4_1 or q4_K weight (scales with mins) for K = " << k << " must have " << k / 8
                        << " rows (8 codes per lane), got " << rhs;
   if (scales && perLane != 4 && perLane != 8)
     return emitError() << "an i32 weight with scales for K = " << k << " must have " << k / 4 << " rows (q8_0, 4 "
@@ -170,10 +170,25 @@ LogicalResult checkLanePacking(int64_t k, int64_t rows, bool scales, bool minima
   return success();
 }
 
+/// q4_K's scales: per super-block of 256 weights, its 8 sub-blocks' scale and min, d and dmin.
+constexpr int64_t kSuperBlockSize = 256, kQ4_KScaleRows = 10;
+
+/// True for rank-3 scales of K / 32 + K / 128 rows: q4_K's (no other format has that many).
+bool isQ4_KScales(RankedTensorType scales, int64_t k) {
+  return scales && scales.getRank() == 3 && !ShapedType::isDynamic(k) && k > 0 && k % kSuperBlockSize == 0 &&
+         scales.getDimSize(1) == k / kSuperBlockSize * kQ4_KScaleRows;
+}
+
 /// `scales` of a panel-packed weight: [N / P, K / blockSize, P], or [N / P, K / blockSize, 2, P] with
-/// `minima` (q4_1's scale and min pairs).
+/// `minima` (q4_1's scale and min pairs), or q4_K's [N / P, K / 32 + K / 128, P].
 LogicalResult checkPackedScales(RankedTensorType scales, int64_t panels, int64_t k, int64_t width, bool minima,
                                 int64_t blockSize, EmitErrorFn emitError) {
+  // q4_K: [N / P, K / 32 + K / 128, P], 10 rows per super-block of 256 weights.
+  if (isQ4_KScales(scales, k)) {
+    if (dimsCompatible(scales.getDimSize(0), panels) && dimsCompatible(scales.getDimSize(2), width)) return success();
+    return emitError() << "q4_K scales must be [N / P, K / 32 + K / 128, P] = [" << panels << ", "
+                       << k / kSuperBlockSize * kQ4_KScaleRows << ", " << width << "], got " << scales;
+  }
   SmallVector<int64_t> expected = {panels, ShapedType::isDynamic(k) ? ShapedType::kDynamic : k / blockSize, width};
   if (minima) expected.insert(expected.begin() + 2, 2);
   for (auto [got, want] : llvm::zip(scales.getShape(), expected))
@@ -197,13 +212,13 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
   if (r && r.getRank() != 3)
     return emitError() << "rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got " << rhs;
   bool lanes = cast<ShapedType>(rhs).getElementType().isInteger(32);
-  if (!lanes && scales) return emitError() << "only an i32 (q8_0, q4_0 or q4_1) weight takes scales, not " << rhs;
+  if (!lanes && scales) return emitError() << "only an i32 (q8_0, q4_0, q4_1 or q4_K) weight takes scales, not " << rhs;
   if (s && s.getRank() != 3 && s.getRank() != 4)
     return emitError() << "scales must be a rank-3 [N / P, K / " << blockSize
-                       << ", P] tensor, or (q4_1) rank-4 [N / P, K / " << blockSize
+                       << ", P] tensor (q4_K: [N / P, K / 32 + K / 128, P]), or (q4_1) rank-4 [N / P, K / " << blockSize
                        << ", 2, P] scale and min pairs, got " << scales;
-  // q4_1's scales come in (scale, min) pairs.
-  const bool minima = s && s.getRank() == 4;
+  // q4_1's (scale, min) pairs, and q4_K's sub-block mins.
+  const bool minima = s && (s.getRank() == 4 || (l && isQ4_KScales(s, l.getShape().back())));
   if (!l || !r) return unranked(lhs);
   if (failed(checkRank(l, 2, "lhs", emitError))) return failure();
   int64_t k = l.getShape().back(), rows = r.getDimSize(1);

@@ -183,10 +183,14 @@ PackedWeightFormat PackedMatmulOp::getWeightFormat() {
   if (!getRhs().getType().getElementType().isInteger(32)) return PackedWeightFormat::F32;
   if (!getScales()) return PackedWeightFormat::BF16;
   // q4_1's scales are (scale, min) pairs: [N / P, K / 32, 2, P].
-  if (cast<RankedTensorType>(getScales().getType()).getRank() == 4) return PackedWeightFormat::Q4_1;
+  auto scales = cast<RankedTensorType>(getScales().getType());
+  if (scales.getRank() == 4) return PackedWeightFormat::Q4_1;
+  // q4_K's hold 10 rows per super-block of 256: [N / P, K / 32 + K / 128, P].
+  int64_t k = cast<RankedTensorType>(getLhs().getType()).getShape().back();
+  if (k > 0 && k % kSuperBlockSize == 0 && scales.getDimSize(1) == k / kSuperBlockSize * kQ4_KScaleRows)
+    return PackedWeightFormat::Q4_K;
   // Codes per lane: 4 (q8_0) or 8 (q4_0), from K and the weight's rows. Divided, not `4 * rows`,
   // which overflows for a dynamic (or huge) dim.
-  int64_t k = cast<RankedTensorType>(getLhs().getType()).getShape().back();
   int64_t rows = cast<RankedTensorType>(getRhs().getType()).getDimSize(1);
   return rows > 0 && k % rows == 0 && k / rows == 4 ? PackedWeightFormat::Q8_0 : PackedWeightFormat::Q4_0;
 }

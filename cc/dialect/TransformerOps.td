@@ -173,6 +173,13 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
       `scales` `[N / P, K / 32, 2, P] x f16` holding each block's scale (`[p, b, 0, c]`) and min
       (`[p, b, 1, c]`). A block contributes `d_x * (d_w * sum(code_x * c) + min * sum(code_x))`,
       as llama.cpp's q4_1 x q8_1 product does.
+    - `q4_K` (llama.cpp's, kept in its own numbers): codes as for q4_1, and `scales`
+      `[N / P, K / 32 + K / 128, P] x f16`: rows `b < K / 32` hold the bits of a 16-bit integer
+      per sub-block `b` of 32 weights, its 6-bit scale `sc` in the low byte and min `m` in the
+      high one; rows `K / 32 + 2 s` and `K / 32 + 2 s + 1` the fp16 `d` and `dmin` of super-block
+      `s` (256 weights): `w = d * sc * c - dmin * m`. A sub-block contributes
+      `d_x * (d * sc * sum(code_x * c) - dmin * m * sum(code_x))`, the products in f32, as
+      llama.cpp's q4_K x q8_K product does.
     Block formats quantize each row of the activations per block of 32 along K, as llama.cpp
     does: `d = max|x| / 127`, `code = round_even(x * min(1 / d, FLT_MAX))` (0 where `d = 0`;
     the cap keeps a block with max |x| below ~3.7e-37 finite); a block contributes
@@ -197,6 +204,9 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
   let extraClassDeclaration = [{
     /// Weights per scale of the block formats (llama.cpp's QK8_0, QK4_0 and QK4_1).
     static constexpr int64_t kBlockSize = 32;
+    /// q4_K's super-block (QK_K) and its scale rows: 8 sub-blocks' scale and min, d and dmin.
+    static constexpr int64_t kSuperBlockSize = 256;
+    static constexpr int64_t kQ4_KScaleRows = 10;
     /// The weight's format, from the operand types and shapes (the verifier checks that they
     /// agree). Only asked of ranked operands (after shape inference).
     PackedWeightFormat getWeightFormat();

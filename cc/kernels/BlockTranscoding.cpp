@@ -114,6 +114,10 @@ const BlockConversion kToQ4_1[] = {
     {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, q4_0AsQ4_1},
     {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, q4_KAsQ4_1},
 };
+// q4_K is kept as itself only (repackQ4_KRows): its fp16 fields are the super-block's d and dmin.
+const BlockConversion kToQ4_K[] = {
+    {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, nullptr},
+};
 const BlockConversion kToQ4_0[] = {
     {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, nullptr},
 };
@@ -135,11 +139,12 @@ const BlockConversion &blockConversion(const std::string &type, const std::strin
   const BlockConversion *found = target == "q8_0"   ? find(kToQ8_0)
                                  : target == "q4_1" ? find(kToQ4_1)
                                  : target == "q4_0" ? find(kToQ4_0)
+                                 : target == "q4_k" ? find(kToQ4_K)
                                                     : nullptr;
   if (!found)
     throw std::invalid_argument("no conversion of " + type + " blocks into " + target +
                                 " (q8_0 takes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k; q4_1 takes q4_0, "
-                                "q4_1 and q4_k; q4_0 only itself)");
+                                "q4_1 and q4_k; q4_0 and q4_k only themselves)");
   return *found;
 }
 
@@ -151,6 +156,7 @@ std::vector<std::string> convertedTypes(const std::string &target) {
   if (target == "q8_0") add(kToQ8_0);
   if (target == "q4_1") add(kToQ4_1);
   if (target == "q4_0") add(kToQ4_0);
+  if (target == "q4_k") add(kToQ4_K);
   return types;
 }
 

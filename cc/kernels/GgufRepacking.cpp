@@ -359,12 +359,20 @@ float halfAt(const uint8_t *bytes) {
 /// q4_K's and q5_K's eight 6-bit sub-block scales and mins from their 12 bytes: bytes 0-3 hold
 /// scales 0-3 (low 6 bits), 4-7 mins 0-3, 8-11 the low 4 bits of scales (mins) 4-7 in their low
 /// (high) nibbles, whose top 2 bits are the top bits of bytes 0-3 (4-7).
-void scalesAndMins(const uint8_t *packed, float *scales, float *mins) {
+void scalesAndMins(const uint8_t *packed, uint8_t *scales, uint8_t *mins) {
   for (int64_t s = 0; s < 4; ++s) {
-    scales[s] = static_cast<float>(packed[s] & 0x3F);
-    mins[s] = static_cast<float>(packed[s + 4] & 0x3F);
-    scales[s + 4] = static_cast<float>((packed[s + 8] & 0x0F) | ((packed[s] >> 2) & 0x30));
-    mins[s + 4] = static_cast<float>((packed[s + 8] >> 4) | ((packed[s + 4] >> 2) & 0x30));
+    scales[s] = packed[s] & 0x3F;
+    mins[s] = packed[s + 4] & 0x3F;
+    scales[s + 4] = static_cast<uint8_t>((packed[s + 8] & 0x0F) | ((packed[s] >> 2) & 0x30));
+    mins[s + 4] = static_cast<uint8_t>((packed[s + 8] >> 4) | ((packed[s + 4] >> 2) & 0x30));
+  }
+}
+void scalesAndMins(const uint8_t *packed, float *scales, float *mins) {
+  uint8_t scaleBytes[8], minBytes[8];
+  scalesAndMins(packed, scaleBytes, minBytes);
+  for (int64_t s = 0; s < 8; ++s) {
+    scales[s] = static_cast<float>(scaleBytes[s]);
+    mins[s] = static_cast<float>(minBytes[s]);
   }
 }
 
@@ -376,6 +384,83 @@ uint32_t fiveBitCode(const uint8_t *nibbles, uint32_t highBits, int64_t i) {
 }
 
 } // namespace
+
+/// Sub-block s (of 8) of a q4_K super-block's 128 bytes of nibbles as q4_1's 16 bytes: byte m
+/// holding code m low and code m + 16 high. Sub-block s's 32 codes are the low (even s) or high
+/// (odd s) nibbles of bytes 32 (s / 2) .. + 31.
+void q4_KSubBlockBytes(const uint8_t *nibbles, int64_t s, uint8_t *out) {
+  const uint8_t *bytes = nibbles + 32 * (s / 2);
+  const int shift = 4 * static_cast<int>(s % 2);
+  for (int64_t m = 0; m < kQuantBlock / 2; ++m)
+    out[m] = static_cast<uint8_t>(((bytes[m] >> shift) & 0x0F) | (((bytes[m + 16] >> shift) & 0x0F) << 4));
+}
+
+void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads) {
+  const char *what = "repackQ4_KRows";
+  if (k <= 0 || k % kSuperBlock != 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of q4_K's super-block (256)");
+  ConvertedBlocks source(parts, "q4_k", kQ4_KBlockBytes, true);
+  source.checkK(k, what);
+  int64_t n = 0;
+  for (const BlockRows &part : parts) {
+    if (part.rows < 0)
+      throw std::invalid_argument(std::string(what) + ": a part of " + std::to_string(part.rows) + " rows");
+    n += part.rows;
+  }
+  if (paddedN < n || width <= 0 || paddedN % width != 0)
+    throw std::invalid_argument(std::string(what) + ": the padded column count " + std::to_string(paddedN) +
+                                " must be at least " + std::to_string(n) + " and a multiple of the panel width " +
+                                std::to_string(width));
+  constexpr int64_t subBlocks = kSuperBlock / kQuantBlock;
+  const int64_t superBlocks = k / kSuperBlock, panelRows = k / kQ4_0RowsPerWord;
+  // Panels are independent, as in repackRows; within one, super-block by super-block across its
+  // columns, each column's sub-block scales and mins unpacked once.
+  parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
+    ConvertedBlocks blocksOf = source; // this thread's
+    blocksOf.forPanels(width);
+    std::vector<const uint8_t *> rows(width);
+    size_t part = 0;
+    int64_t partStart = 0;
+    uint8_t subBlock[kQuantBlock / 2], scaleBytes[subBlocks], minBytes[subBlocks];
+    uint32_t words[kQ4_0WordsPerBlock];
+    for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t j = panel * width + c;
+        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
+        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
+        if (rows[c]) blocksOf.column(c, part, j - partStart);
+      }
+      for (int64_t sb = 0; sb < superBlocks; ++sb) {
+        // The panel's sub-block rows, then its (d, dmin) rows (GgufRepacking.h).
+        uint16_t *panelScales = scales + panel * superBlocks * kQ4_KScaleRows * width;
+        uint16_t *subRows = panelScales + sb * subBlocks * width;
+        uint16_t *superRows = panelScales + (superBlocks * subBlocks + 2 * sb) * width;
+        uint32_t *codeRows = codes + (panel * panelRows + sb * subBlocks * kQ4_0WordsPerBlock) * width;
+        for (int64_t c = 0; c < width; ++c) {
+          const uint8_t *block = rows[c] ? blocksOf(rows[c], sb * subBlocks, c) : nullptr;
+          if (!block) {
+            for (int64_t s = 0; s < subBlocks; ++s) subRows[s * width + c] = 0;
+            superRows[c] = superRows[width + c] = 0;
+            for (int64_t w = 0; w < subBlocks * kQ4_0WordsPerBlock; ++w) codeRows[w * width + c] = 0;
+            continue;
+          }
+          std::memcpy(&superRows[c], block, sizeof(uint16_t));             // d
+          std::memcpy(&superRows[width + c], block + 2, sizeof(uint16_t)); // dmin
+          scalesAndMins(block + 4, scaleBytes, minBytes);
+          for (int64_t s = 0; s < subBlocks; ++s) {
+            subRows[s * width + c] = static_cast<uint16_t>(scaleBytes[s] | minBytes[s] << 8);
+            q4_KSubBlockBytes(block + 16, s, subBlock);
+            q4_0BlockWords(subBlock, words);
+            for (int64_t w = 0; w < kQ4_0WordsPerBlock; ++w)
+              codeRows[(s * kQ4_0WordsPerBlock + w) * width + c] = words[w];
+          }
+        }
+      }
+    }
+  });
+}
 
 void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out) {
   const float d = halfAt(superBlock), dmin = halfAt(superBlock + 2);

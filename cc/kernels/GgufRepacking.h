@@ -91,6 +91,19 @@ constexpr int64_t kQ6_KBlockBytes = kSuperBlock / 2 + kSuperBlock / 4 + kSuperBl
 void repackQ4_KRowsAsQ4_1(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,
                           uint32_t *codes, uint16_t *scales, int64_t threads = 1);
 
+/// q4_K kept as it is (WeightFormat::Q4_K): the file's codes in q4_1's lanes [paddedN / width,
+/// K / 8, width], and kQ4_KScaleRows 16-bit values per super-block of 256 weights and column in
+/// `scales` [paddedN / width, K / 32 + K / 128, width]: each panel's rows 0 .. K / 32 - 1 hold
+/// sub-block b's 6-bit scale | 6-bit min << 8, its rows K / 32 + 2 s and K / 32 + 2 s + 1
+/// super-block s's fp16 d and dmin bits (4.625 bits per weight, the file's 4.5 with the scales
+/// unpacked to a byte each; sub-blocks first, so that the matmul reads them as one [.., K / 32, ..]
+/// view). Sub-block b's weights are d * scale_b * q - dmin * min_b. Padding columns get zeros. d and dmin are checked
+/// as the other repackings check their fp16 fields (NaN or infinite: std::invalid_argument naming the block). K must be
+/// a positive multiple of 256.
+constexpr int64_t kQ4_KScaleRows = 2 + kSuperBlock / kQuantBlock;
+void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads = 1);
+
 /// A q4_K super-block (256 weights) as eight q4_1 blocks (8 * kQ4_1BlockBytes at `out`). Sub-block
 /// s's weights are (d * scale_s) * q - dmin * min_s with 4-bit codes q: a q4_1 block already, whose
 /// fp16 scale and min are those products, each rounded once (they need up to 17 significant bits:

@@ -1,6 +1,7 @@
 // Matmul weights packed into, and read back from, lane layouts (see LanePacking.h).
 #include "cc/kernels/LanePacking.h"
 
+#include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
 
@@ -169,6 +170,32 @@ void dequantizeQ4_1Lanes(const uint32_t *lanes, const uint16_t *scalesAndMins, i
                          matrix[(row + 4) * cols + j] = highProduct + min;
                        }
                      });
+}
+
+void dequantizeQ4_KLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix) {
+  checkLaneShape("dequantizeQ4_KLanes", rows, cols, width, kSuperBlock, "q4_K's super-block");
+  constexpr int64_t wordsPerBlock = kQuantBlock / kQ4_0RowsPerWord, subBlocks = kSuperBlock / kQuantBlock;
+  const int64_t superBlocks = rows / kSuperBlock, panelRows = rows / kQ4_0RowsPerWord;
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t r = 0; r < panelRows; ++r)
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t block = r / wordsPerBlock, j = panel * width + c;
+        const uint16_t *panelScales = scales + panel * superBlocks * kQ4_KScaleRows * width + c;
+        const uint16_t *header = panelScales + (superBlocks * subBlocks + 2 * (block / subBlocks)) * width;
+        const uint16_t scaleAndMin = panelScales[block * width];
+        // The f32 products, as gguf's and llama.cpp's dequantizers compute them.
+        const float scale = fromFp16(header[0]) * static_cast<float>(scaleAndMin & 0xFFu);
+        const float min = fromFp16(header[width]) * static_cast<float>(scaleAndMin >> 8);
+        const uint32_t word = lanes[(panel * panelRows + r) * width + c];
+        for (int64_t i = 0; i < 4; ++i) {
+          const int64_t row = q4_0LowRow(r, i);
+          const float lowProduct = scale * static_cast<float>((word >> (8 * i)) & 0xFu);
+          const float highProduct = scale * static_cast<float>((word >> (8 * i + 4)) & 0xFu);
+          matrix[row * cols + j] = lowProduct - min;
+          matrix[(row + 4) * cols + j] = highProduct - min;
+        }
+      }
 }
 
 } // namespace gpt::kernels

@@ -70,6 +70,11 @@ void dequantizeQ4_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t 
 /// each weight is code * scale + min in f32, as llama.cpp's dequantize_row_q4_1 computes it.
 void dequantizeQ4_1Lanes(const uint32_t *lanes, const uint16_t *scalesAndMins, int64_t rows, int64_t cols,
                          int64_t width, float *matrix);
+/// q4_K (repackQ4_KRows' layout): q4_1's lanes and [cols / width, rows / 32 + rows / 128, width]
+/// scales, each sub-block's 6-bit scale and min bytes, then each super-block's fp16 d and dmin; each
+/// weight is (d * scale) * q - dmin * min in f32, as gguf's dequantize computes it.
+void dequantizeQ4_KLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix);
 
 } // namespace gpt::kernels
 

@@ -1,6 +1,7 @@
-// Weight quantization to bf16, q8_0, q4_0 and q4_1 (see Quantization.h).
+// Weight quantization to bf16, q8_0, q4_0, q4_1 and q4_K (see Quantization.h).
 #include "cc/kernels/Quantization.h"
 
+#include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/ParallelFor.h"
 
 #include <algorithm>
@@ -180,6 +181,49 @@ void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *code
         }
       }
     }
+  });
+}
+
+void quantizeQ4_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads) {
+  if (rows < 0 || cols < 0 || rows % kSuperBlock != 0)
+    throw std::invalid_argument("the reduction dimension K = " + std::to_string(rows) +
+                                " is not a multiple of q4_K's super-block (" + std::to_string(kSuperBlock) + ")");
+  constexpr int64_t subBlocks = kSuperBlock / kQuantBlock;
+  parallelFor(rows / kSuperBlock, threads, [&](int64_t first, int64_t end) {
+    for (int64_t super = first; super < end; ++super)
+      for (int64_t n = 0; n < cols; ++n) {
+        const float *column = matrix + super * kSuperBlock * cols + n;
+        // Each sub-block's range [lo, hi] with lo <= 0, as a scale and a subtracted min >= 0.
+        float step[subBlocks], lift[subBlocks], largestStep = 0.0f, largestLift = 0.0f;
+        for (int64_t s = 0; s < subBlocks; ++s) {
+          float lo = 0.0f, hi = column[s * kQuantBlock * cols];
+          for (int64_t i = 0; i < kQuantBlock; ++i) {
+            lo = std::min(lo, column[(s * kQuantBlock + i) * cols]);
+            hi = std::max(hi, column[(s * kQuantBlock + i) * cols]);
+          }
+          step[s] = (hi - lo) / 15.0f;
+          lift[s] = -lo;
+          largestStep = std::max(largestStep, step[s]);
+          largestLift = std::max(largestLift, lift[s]);
+        }
+        uint16_t *header = scales + (rows / kQuantBlock + 2 * super) * cols + n;
+        uint16_t *subRows = scales + super * subBlocks * cols + n;
+        header[0] = toFp16(largestStep / 63.0f);
+        header[cols] = toFp16(largestLift / 63.0f);
+        const float d = fromFp16(header[0]), dmin = fromFp16(header[cols]);
+        for (int64_t s = 0; s < subBlocks; ++s) {
+          const float scaleCode = d > 0.0f ? std::min(63.0f, std::nearbyint(step[s] / d)) : 0.0f;
+          const float minCode = dmin > 0.0f ? std::min(63.0f, std::nearbyint(lift[s] / dmin)) : 0.0f;
+          subRows[s * cols] = static_cast<uint16_t>(static_cast<int>(scaleCode) | static_cast<int>(minCode) << 8);
+          // The codes against the scale and min as stored.
+          const float scale = d * scaleCode, min = dmin * minCode, inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+          for (int64_t i = 0; i < kQuantBlock; ++i) {
+            const float code = std::nearbyint((column[(s * kQuantBlock + i) * cols] + min) * inverse);
+            codes[(super * kSuperBlock + s * kQuantBlock + i) * cols + n] =
+                static_cast<uint8_t>(std::clamp(code, 0.0f, 15.0f));
+          }
+        }
+      }
   });
 }
 

@@ -50,6 +50,16 @@ void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *code
 void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
                   int64_t threads = 1);
 
+/// q4_K of a row-major [K, N] matrix (K a multiple of 256), in repackQ4_KRows' numbers
+/// (GgufRepacking.h), a simpler search than llama.cpp's quantize_row_q4_K: per column and
+/// sub-block of 32 weights the range [lo, hi] with lo <= 0, step (hi - lo) / 15 and min -lo; per
+/// super-block d and dmin = the largest step and min over 63 (fp16); each sub-block's 6-bit scale and
+/// min = round(step / d), round(min / dmin); codes = clamp(round((w + dmin * min_s) / (d *
+/// scale_s)), 0, 15). `scales` is [K / 32 + K / 128, N]: each sub-block's scale | min << 8, then each
+/// super-block's d and dmin (the rows of repackQ4_KRows' panels).
+void quantizeQ4_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
+                  int64_t threads = 1);
+
 } // namespace gpt::kernels
 
 #endif // GPT_CC_KERNELS_QUANTIZATION_H

@@ -28,16 +28,21 @@ void dequantizeBf16(const uint32_t *lanes, const uint16_t *, int64_t rows, int64
 const std::vector<WeightFormatTraits> &weightFormats() {
   // A 4-bit model keeps its [V, D] tables in q8_0, as llama.cpp keeps its output table at higher
   // precision: 4-bit embeddings cost far more accuracy than 4-bit layers (docs/PERFORMANCE.md).
+  // q4_k ranks between q4_0 and q4_1: its sub-block scales are 6-bit multiples of one d, where
+  // q4_1's are any fp16, so "auto" keeps a Q4_K tensor as itself (the least precise kept format
+  // its blocks convert to).
   static const std::vector<WeightFormatTraits> table = {
-      {WeightFormat::F32, "f32", 1, 4, 1, false, WeightFormat::F32, 4, nullptr, nullptr, nullptr, nullptr, nullptr},
-      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, WeightFormat::BF16, 3, nullptr, nullptr,
+      {WeightFormat::F32, "f32", 1, 4, 1, false, 0, WeightFormat::F32, 5, nullptr, nullptr, nullptr, nullptr, nullptr},
+      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, 0, WeightFormat::BF16, 4, nullptr, nullptr,
        packBf16Lanes, nullptr, dequantizeBf16},
-      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, WeightFormat::Q8_0, 2,
+      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, 1, WeightFormat::Q8_0, 3,
        quantizeQ8_0Codes, packQ8_0Codes, nullptr, repackQ8_0Rows, dequantizeQ8_0Lanes},
-      {WeightFormat::Q4_0, "q4_0", kQuantBlock, kQ4_0BlockBytes, kQ4_0RowsPerWord, false, WeightFormat::Q8_0, 0,
+      {WeightFormat::Q4_0, "q4_0", kQuantBlock, kQ4_0BlockBytes, kQ4_0RowsPerWord, false, 1, WeightFormat::Q8_0, 0,
        quantizeQ4_0, packQ4_0Lanes, nullptr, repackQ4_0Rows, dequantizeQ4_0Lanes},
-      {WeightFormat::Q4_1, "q4_1", kQuantBlock, kQ4_1BlockBytes, kQ4_0RowsPerWord, true, WeightFormat::Q8_0, 1,
+      {WeightFormat::Q4_1, "q4_1", kQuantBlock, kQ4_1BlockBytes, kQ4_0RowsPerWord, true, 2, WeightFormat::Q8_0, 2,
        quantizeQ4_1, packQ4_0Lanes, nullptr, repackQ4_1Rows, dequantizeQ4_1Lanes},
+      {WeightFormat::Q4_K, "q4_k", kSuperBlock, kQ4_KBlockBytes, kQ4_0RowsPerWord, true, kQ4_KScaleRows,
+       WeightFormat::Q8_0, 1, quantizeQ4_K, packQ4_0Lanes, nullptr, repackQ4_KRows, dequantizeQ4_KLanes},
   };
   return table;
 }

@@ -23,21 +23,23 @@ enum class WeightFormat {
   Q8_0, ///< int8 codes, 4 rows per word, one f16 scale per block of 32 along K (kernels/Quantization.h)
   Q4_0, ///< 4-bit codes, 8 rows per word, one f16 scale per block of 32 weights along K
   Q4_1, ///< q4_0's codes, unsigned, with an f16 scale and an f16 min per block (w = code * scale + min)
+  Q4_K, ///< q4_1's lanes, llama.cpp's q4_K numbers: per 256 weights an f16 d and dmin, per 32 a 6-bit scale and min
 };
 
 /// One format's facts and kernels. The block formats (codes and per-block fp16 scales, two
 /// arguments per weight) have quantize, pack and repack; bf16 has packFloats; f32 none of them.
 struct WeightFormatTraits {
   WeightFormat format;
-  const char *name;    ///< llama.cpp's: "f32", "bf16", "q8_0", "q4_0", "q4_1"
+  const char *name;    ///< llama.cpp's, lower case: "f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k"
   int64_t blockValues; ///< weights per block (1 for the float formats)
   int64_t blockBytes;  ///< bytes of one block as llama.cpp lays it out (a GGUF file's)
   int64_t rowsPerWord; ///< rows of K one 32-bit argument word holds (f32: 1, a float)
-  bool hasMins;        ///< a min beside each scale: scales are [K/32, 2, N] pairs
+  bool hasMins;        ///< a min beside each scale (q4_1, q4_k)
+  int64_t scaleRows;   ///< 16-bit scale values per block and column: 0 (floats), 1, 2 (q4_1), 10 (q4_k)
   WeightFormat head;   ///< the format a model in this one stores its [V, D] tables and LM head in
   int precision;       ///< higher is more precise: the order "auto" picks the nearest kept format by
   /// Quantizes a row-major [K, N] matrix along K into a code per weight (q8_0's are int8) and fp16
-  /// scales [K/32 * scaleRowsPerBlock(), N] (kernels/Quantization.h).
+  /// scales [K / blockValues * scaleRowsPerBlock(), N] (kernels/Quantization.h).
   void (*quantize)(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads);
   /// Packs those codes into lanes [N/width, K/rowsPerWord, width] (kernels/LanePacking.h).
   void (*pack)(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *lanes, int64_t threads);
@@ -52,8 +54,9 @@ struct WeightFormatTraits {
                      float *matrix);
 
   bool blockQuantized() const { return quantize != nullptr; }
-  /// fp16 rows per block in the scales: a scale, and a min when the format has them.
-  int64_t scaleRowsPerBlock() const { return hasMins ? 2 : 1; }
+  /// 16-bit rows per block in the scales: a scale, a min when the format has them (q4_k: d, dmin
+  /// and the eight sub-blocks' scale and min bytes, kernels::kQ4_KScaleRows).
+  int64_t scaleRowsPerBlock() const { return scaleRows; }
 };
 
 /// Every format, in WeightFormat order.
@@ -64,7 +67,7 @@ const WeightFormatTraits &weightFormatTraits(WeightFormat format);
 const WeightFormatTraits *findWeightFormat(std::string_view name);
 /// The row named `name`; std::invalid_argument naming the known formats otherwise.
 const WeightFormatTraits &parseWeightFormat(const std::string &name);
-/// "f32", "bf16", "q8_0", "q4_0" or "q4_1".
+/// "f32", "bf16", "q8_0", "q4_0", "q4_1" or "q4_k".
 inline const char *weightFormatName(WeightFormat format) { return weightFormatTraits(format).name; }
 /// True for the formats that store codes and per-block scales (two arguments per weight).
 inline bool isBlockQuantized(WeightFormat format) { return weightFormatTraits(format).blockQuantized(); }

@@ -40,10 +40,10 @@ def quantize_q4_1(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDA
     """q4_1 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale and min bits uint16
     [K/32, 2, N])."""
 
-def weight_formats() -> list[tuple[str, int, int, int, bool, str, tuple[str, ...], int]]:
+def weight_formats() -> list[tuple[str, int, int, int, bool, str, tuple[str, ...], int, int]]:
     """The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values,
     block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks
-    into it, precision: higher is more precise)."""
+    into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column)."""
 
 def pack_bf16_lanes(matrix: npt.ArrayLike, width: _Int, threads: _Int = 1) -> npt.NDArray[np.uint32]:
     """bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j])
@@ -123,6 +123,20 @@ def repack_q4_1_rows(
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
     """llama.cpp q4_1 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], fp16
     scale and min bits uint16 [padded_n/width, K/32, 2, width]), as from_gguf repacks them."""
+
+def repack_q4_k_rows(
+    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
+    """llama.cpp q4_K super-blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8,
+    width], uint16 [padded_n/width, K/32 + K/128, width]: each sub-block's 6-bit scale | min << 8, then each
+    super-block's fp16 d and dmin bits), as from_gguf keeps them; a NaN or infinite d or dmin raises ValueError."""
+
+def dequantize_q4_k_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
+    """The [K, N] f32 matrix of q4_k lanes and scales (repack_q4_k_rows' layout): (d * sc) * q - dmin * m."""
+
+def quantize_q4_k(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]:
+    """q4_K of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], uint16 [K/32 + K/128, N]: each sub-block's
+    6-bit scale | min << 8, then each super-block's fp16 d and dmin bits)."""
 
 def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np.float32]:
     """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM

@@ -46,8 +46,9 @@ from gpt.weights import expected_shapes, validate_weights
 
 ARCHITECTURE = "gpt2"
 # Formats save_gguf writes, named as llama.cpp names them; from_gguf reads tensors of these types:
-# the compiler's (its table, cc/kernels/WeightFormats.h) and f16.
-FORMATS = ("f16", *WEIGHT_FORMATS)
+# the compiler's (its table, cc/kernels/WeightFormats.h) and f16, but q4_k, which gguf's Python
+# quantizer cannot write (from_gguf reads and keeps Q4_K tensors all the same).
+FORMATS = ("f16", *(fmt for fmt in WEIGHT_FORMATS if fmt != "q4_k"))
 # The GGUF names of the model-level tensors and of block N's, with their HF GPT-2 names and
 # whether llama.cpp stores them transposed ([out, in] instead of Conv1D's [in, out]).
 _MODEL_TENSORS = (
@@ -337,6 +338,17 @@ def _gguf_token_types() -> tuple[int, int]:
 # -- writing ------------------------------------------------------------------------------------
 
 
+def _unwritable(format) -> str:
+    """Why save_gguf cannot write `format`."""
+    if format == "q4_k":
+        # gguf.quants has no Q4_K quantizer (llama.cpp's llama_model_quantize writes Q4_K_M files).
+        return (
+            "save_gguf cannot write format 'q4_k': gguf's Python quantizer has no Q4_K; write q4_0, q4_1 or q8_0, "
+            "or quantize the file with llama.cpp"
+        )
+    return f"format must be one of {FORMATS}, got {format!r}"
+
+
 def save_gguf(model_or_weights, config: GPTConfig | None, path, format: str = "f32", *, tokenizer=None, name="gpt"):
     """Writes a GPT-2 as a GGUF file that llama.cpp loads: the tensor names, layout and metadata
     of llama.cpp's converter for architecture "gpt2" (general.architecture, gpt2.block_count,
@@ -380,7 +392,7 @@ def save_gguf(model_or_weights, config: GPTConfig | None, path, format: str = "f
             "cannot be written"
         )
     if format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        raise ValueError(_unwritable(format))
     weights = validate_weights(config, weights, copy=False)
     qtype = _types()[format]
     plain = gguf.GGMLQuantizationType.F32

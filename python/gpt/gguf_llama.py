@@ -25,9 +25,9 @@ tensor of per-frequency divisors; the RopeScaling that reproduces them exactly i
 Tensor types: F32, F16, BF16 and every type gguf.quants dequantizes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
 Q2_K to Q6_K, ...) are read into float32 at load; the compiled model then stores them in
 CompileOptions.weights' format. Matmul weights whose blocks convert to `keep_quantized`'s format
-without widening (gpt.kept_formats: their own, q4_K as q4_1, every block type as q8_0) are kept as
-blocks and compute on the int8 dot-product path; with keep_quantized="auto" each is kept in the
-format nearest its own (a Q4_K_M file: q4_1 and q8_0 side by side)."""
+without widening (gpt.kept_formats: their own, q4_K also as q4_1, every block type as q8_0) are kept
+as blocks and compute on the int8 dot-product path; with keep_quantized="auto" each is kept in the
+format nearest its own (a Q4_K_M file: q4_k and q8_0 side by side)."""
 
 import math
 import os
@@ -152,8 +152,8 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
 def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) -> dict[str, str]:
     """GGUF name -> the format the layers' matmul weights are given to the model in as blocks (the
     others are widened): per compiler weight, since q, k and v (and gate and up) are fused into one
-    weight of one format (kept_formats.given_format: "q4_k" for q4_K blocks the model repacks as
-    q4_1 itself)."""
+    weight of one format (kept_formats.given_format: "q6_k" for q6_K blocks the model repacks as
+    q8_0 itself)."""
     groups: dict[str, list[str]] = {}
     for p, i in architectures.parameters(config):
         if p.linear:

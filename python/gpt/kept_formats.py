@@ -1,10 +1,11 @@
 """Which format the compiled model keeps a GGUF file's quantized tensors in, given to it as the
 file's blocks and converted there, a block at a time as it repacks them, with no copy (float32 or
 kept format) of the tensor (cc/kernels/BlockTranscoding.h): how a Q4_K_M file (Q4_K, Q6_K and Q5_0 tensors) runs in
-its own precision, each matmul weight in the nearest format the compiler stores (q4_0, q4_1, q8_0).
+its own precision, each matmul weight in the nearest format the compiler stores (q4_0, q4_k, q4_1, q8_0).
 
-A q4_K sub-block of 32 weights is a q4_1 block with its scale and min written as products (d times
-a 6-bit scale): kept as q4_1 with those products rounded once to fp16, the file's codes unchanged.
+A q4_K tensor is kept as q4_k, its own numbers (each super-block's fp16 d and dmin, each sub-block's
+6-bit scale and min, the codes), 4.625 bits per weight; asked for q4_1, each sub-block of 32 weights
+becomes a q4_1 block with its scale and min (d times a 6-bit scale) rounded once to fp16.
 q5_0 is a q8_0 block with 5-bit codes: kept exactly. q5_1, q5_K and q6_K hold a min or sub-block
 scales that q8_0 cannot: each block is widened and quantized to q8_0, half a step of 1/127 of a block's
 largest weight at most, finer than the file's own 5 or 6 bits. A format is kept only in one at
@@ -31,6 +32,13 @@ class FormatRow(NamedTuple):
     head_format: str  # the format a model in this one stores its [V, D] tables and LM head in
     converts_from: tuple[str, ...]  # GGUF block types set_weights repacks into it, its own first
     precision: int  # higher is more precise
+    scale_rows: int  # 16-bit scale values the model stores per block and column (q4_k: 10 per 256 weights)
+
+    @property
+    def stored_bytes_per_weight(self) -> float:
+        """Bytes the compiled model holds per weight in this format: its lane words and its scales
+        (q4_k: 4.625 bits, the file's 4.5 with each sub-block's 6-bit scale and min in a byte)."""
+        return 4 / self.rows_per_word + 2 * self.scale_rows / self.block_values
 
 
 # Every format the compiler stores matmul weights in, in its table's order.
@@ -50,7 +58,7 @@ BLOCK_BYTES = {name: _ROWS[name].block_bytes for name in KEPT_QUANTIZED}
 _CONVERTIBLE = {name: frozenset(t.upper() for t in _ROWS[name].converts_from) for name in KEPT_QUANTIZED}
 
 # A GGUF tensor type -> the kept format nearest above it in precision: the least precise one its
-# blocks convert to (its own, q4_1 for q4_K, q8_0 for the 5- and 6-bit types). Float types are not
+# blocks convert to (its own, q4_k included; q8_0 for the 5- and 6-bit types). Float types are not
 # here: they are widened, and quantized by the compiled model into its format.
 NEAREST_KEPT = {
     type_name: min((name for name in KEPT_QUANTIZED if type_name in _CONVERTIBLE[name]), key=_PRECISION.index)
@@ -106,14 +114,16 @@ def group_format(type_names: Iterable[str], requested: str | None) -> str | None
     """The kept format of a compiler weight made of tensors of these GGUF types (q, k and v are one
     fused weight, stored in one format), or None when its parts are widened to float32 and
     converted by the compiled model. `requested` is CompileOptions.weights: "auto" keeps the parts
-    in the most precise of their nearest formats (a q4_K q and k with a q6_K v: q8_0), a kept
+    in the most precise of their nearest formats (a q4_K q and k with a q6_K v: q8_0), or the least
+    precise one above it that every part converts to (a q4_0 part beside q4_K ones: q4_1), a kept
     format keeps them in it when every part converts, anything else keeps nothing."""
     types = list(type_names)
     if requested == "auto":
         nearest = [NEAREST_KEPT.get(t) for t in types]
         if not types or None in nearest:
             return None
-        return max(nearest, key=_PRECISION.index)
+        floor = _PRECISION.index(max(nearest, key=_PRECISION.index))
+        return next((f for f in _PRECISION[floor:] if all(convertible(t, f) for t in types)), None)
     if requested in KEPT_QUANTIZED and types and all(convertible(t, requested) for t in types):
         return requested
     return None

@@ -14,8 +14,10 @@ from gpt import _gpt
 from gpt.config import GPTConfig
 from gpt.kept_formats import FORMAT_ROWS, KEPT_QUANTIZED
 
-# Bytes per matmul weight in each format (its block's bytes over its weights: the compiler's table).
-_BYTES_PER_WEIGHT = {row.name: row.block_bytes / row.block_values for row in FORMAT_ROWS}
+# Bytes per matmul weight the compiled model stores in each format (lane words and scales: the
+# compiler's table), and a GGUF file's blocks of it hold (its block's bytes over its weights).
+_BYTES_PER_WEIGHT = {row.name: row.stored_bytes_per_weight for row in FORMAT_ROWS}
+_FILE_BYTES_PER_WEIGHT = {row.name: row.block_bytes / row.block_values for row in FORMAT_ROWS}
 # The LM head's format: 4-bit models keep their tied embedding in q8_0.
 _HEAD_FORMAT = {row.name: row.head_format for row in FORMAT_ROWS}
 # Bytes per cached key or value in each KV cache format (CompileOptions.kv_cache; q8_0 as weights).
@@ -75,7 +77,7 @@ def estimate_memory(
         # time), with no float32 copy.
         tables = 1 if config.tied_head else 2
         given_f32 = other - (tables - 1) * vocab * width
-        held_blocks = matmul * _BYTES_PER_WEIGHT[weights] + tables * embedding * _BYTES_PER_WEIGHT["q8_0"]
+        held_blocks = matmul * _FILE_BYTES_PER_WEIGHT[weights] + tables * embedding * _FILE_BYTES_PER_WEIGHT["q8_0"]
     else:
         given_f32, held_blocks = matmul + embedding + other, 0
     # Live at once in a prefill's layer: the residual stream and its normalized copy, q, k and v,

@@ -1,8 +1,9 @@
 """A GGUF file's K-quant, q5 and q6 tensors kept in the compiler's formats without a float32 copy
 (gpt.kept_formats, cc/kernels/BlockTranscoding.cpp), each matmul weight in its own format
-(CompileOptions.weight_formats): a Q4_K_M file runs as q4_1 and q8_0 side by side, as llama.cpp runs
-it in Q4_K and Q6_K. The transcoding is checked against llama.cpp's block layouts written out here
-in numpy, and the values against gguf.quants' dequantizers."""
+(CompileOptions.weight_formats): a Q4_K_M file runs as q4_k and q8_0 side by side, as llama.cpp
+runs it in Q4_K and Q6_K (test_q4_k_format: the q4_k format itself). The transcoding is checked
+against llama.cpp's block layouts written out here in numpy, and the values against gguf.quants'
+dequantizers."""
 
 import ctypes
 import importlib.util
@@ -136,7 +137,7 @@ def test_non_finite_values_are_refused_not_requantized():
 
 def test_a_fused_weight_takes_the_most_precise_of_its_parts_formats():
     assert kept_formats.group_format(["Q4_K", "Q4_K", "Q6_K"], "auto") == "q8_0"
-    assert kept_formats.group_format(["Q4_K", "Q4_K", "Q4_K"], "auto") == "q4_1"
+    assert kept_formats.group_format(["Q4_K", "Q4_K", "Q4_K"], "auto") == "q4_k"
     assert kept_formats.group_format(["Q4_0", "Q4_K"], "auto") == "q4_1"
     assert kept_formats.group_format(["Q4_0", "Q4_0"], "auto") == "q4_0"
     assert kept_formats.group_format(["Q4_K", "F16"], "auto") is None  # widened, then stored in q8_0
@@ -160,13 +161,13 @@ def q4_k_m_file(tmp_path_factory):
     return path
 
 
-def test_a_q4_k_m_file_runs_in_q4_1_and_q8_0_side_by_side(q4_k_m_file):
+def test_a_q4_k_m_file_runs_in_q4_k_and_q8_0_side_by_side(q4_k_m_file):
     model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
     options = model.options
-    assert options.weights == "q4_1"
+    assert options.weights == "q4_k"
     formats = dict(options.weight_formats)
     # make_gguf gives layers 0, 3, 6 and 7 Q6_K attn_v and ffn_down (llama.cpp's use_more_bits):
-    # their fused q/k/v and their down projection are q8_0; every other matmul weight is q4_1.
+    # their fused q/k/v and their down projection are q8_0; every other matmul weight is q4_k.
     more_bits = [i for i in range(8) if i < 1 or i >= 7 or (i - 1) % 3 == 2]
     expected = {}
     for i in more_bits:
@@ -178,18 +179,17 @@ def test_a_q4_k_m_file_runs_in_q4_1_and_q8_0_side_by_side(q4_k_m_file):
     assert "func.func private @gpt_block(" in ir and "func.func private @gpt_block_1(" in ir
     assert "@gpt_block_2(" not in ir
 
-    # A q4_K weight is given to the model as the file's own blocks (no q4_1 copy of the tensor)
-    # and repacked sub-block by sub-block: the values are those of the q4_1 blocks written out in
-    # numpy above, exactly.
+    # A q4_K weight is given to the model as the file's own blocks (no copy of the tensor) and
+    # kept in its own numbers: the values are gguf's dequantization of them, exactly.
     _, kept, _ = gguf_llama.load(q4_k_m_file, keep_quantized="auto")
     up = kept["model.layers.1.mlp.up_proj.weight"]
     assert up.format == "q4_k" and up.blocks.shape == (512, 256 // 256 * 144)
     raw = next(t for t in gguf.GGUFReader(q4_k_m_file).tensors if t.name == "blk.1.ffn_up.weight").data
-    expected = gguf.quants.dequantize(q4_k_as_q4_1_reference(np.asarray(raw)), T.Q4_1)
+    expected = gguf.quants.dequantize(np.asarray(raw), T.Q4_K)
     np.testing.assert_array_equal(model.state_dict()["model.layers.1.mlp.up_proj.weight"], expected)
 
-    # The weights the model computes with are the file's (gguf's dequantizer), up to the fp16
-    # rounding of q4_K's sub-block scales (q4_1) and half a q8_0 step (q6_K).
+    # The weights the model computes with are the file's (gguf's dequantizer), exactly for q4_K
+    # and up to half a q8_0 step for q6_K.
     reader = gguf.GGUFReader(q4_k_m_file)
     files = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
     state = model.state_dict()
@@ -299,7 +299,7 @@ def q4_0_as_q4_1(blocks: np.ndarray) -> np.ndarray:
         (T.Q4_K, "q8_0", "q8_0:q4_k"),
         (T.Q4_0, "q8_0", "q8_0:q4_0"),
         (T.Q4_1, "q8_0", "q8_0:q4_1"),
-        (T.Q4_K, "q4_1", "q4_k"),
+        (T.Q4_K, "q4_1", "q4_1:q4_k"),
         (T.Q4_0, "q4_1", "q4_1:q4_0"),
     ],
     ids=lambda value: getattr(value, "name", value),

@@ -347,6 +347,56 @@ void initKernels(py::module_ &m) {
       "q4_1 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale and min bits uint16 "
       "[K/32, 2, N]).");
   m.def(
+      "quantize_q4_k",
+      [blocks](Floats matrix) {
+        auto [rows, cols] = blocks(matrix);
+        if (rows % kernels::kSuperBlock != 0)
+          throw std::invalid_argument("q4_k needs K (" + std::to_string(rows) + ") to be a multiple of 256");
+        py::array_t<uint8_t> codes({rows, cols});
+        py::array_t<uint16_t> scales({rows / kernels::kSuperBlock * kernels::kQ4_KScaleRows, cols});
+        kernels::quantizeQ4_K(matrix.data(), rows, cols, codes.mutable_data(), scales.mutable_data());
+        return py::make_tuple(codes, scales);
+      },
+      py::arg("matrix"),
+      "q4_K of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], uint16 [K/32 + K/128, N]: each sub-block's "
+      "6-bit scale | min << 8, then each super-block's fp16 d and dmin bits).");
+  m.def(
+      "repack_q4_k_rows",
+      [](Ints<uint8_t> blocks, int64_t k, int64_t paddedN, int64_t width, int64_t threads) {
+        const int64_t rowBytes =
+            k > 0 && k % kernels::kSuperBlock == 0 ? k / kernels::kSuperBlock * kernels::kQ4_KBlockBytes : 0;
+        if (rowBytes == 0 || blocks.size() % rowBytes != 0)
+          throw std::invalid_argument("blocks must be whole rows of K = " + std::to_string(k) +
+                                      " weights in q4_K super-blocks of 144 bytes");
+        const int64_t n = blocks.size() / rowBytes;
+        if (width <= 0 || paddedN < n || paddedN % width != 0)
+          throw std::invalid_argument("padded_n " + std::to_string(paddedN) + " must be at least the " +
+                                      std::to_string(n) + " rows and a multiple of the panel width");
+        py::array_t<uint32_t> codes({paddedN / width, k / kernels::kQ4_0RowsPerWord, width});
+        py::array_t<uint16_t> scales({paddedN / width, k / kernels::kSuperBlock * kernels::kQ4_KScaleRows, width});
+        kernels::repackQ4_KRows({{blocks.data(), n}}, k, paddedN, width, codes.mutable_data(), scales.mutable_data(),
+                                threads);
+        return py::make_tuple(codes, scales);
+      },
+      py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"), py::arg("threads") = 1,
+      "llama.cpp q4_K super-blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, "
+      "width], uint16 [padded_n/width, K/32 + K/128, width]: each sub-block's 6-bit scale | min << 8, then each "
+      "super-block's fp16 d and dmin bits), as from_gguf keeps them; a NaN or infinite d or dmin raises ValueError.");
+  m.def(
+      "dequantize_q4_k_lanes",
+      [](Ints<uint32_t> lanes, Ints<uint16_t> scales) {
+        auto [rows, cols, width] = laneShape(lanes, kernels::kQ4_0RowsPerWord);
+        if (rows % kernels::kSuperBlock != 0 || scales.ndim() != 3 || scales.shape(0) != cols / width ||
+            scales.shape(1) != rows / kernels::kSuperBlock * kernels::kQ4_KScaleRows || scales.shape(2) != width)
+          throw std::invalid_argument("q4_k scales must be [N/width, K/32 + K/128, width] for K = " +
+                                      std::to_string(rows));
+        py::array_t<float> matrix({rows, cols});
+        kernels::dequantizeQ4_KLanes(lanes.data(), scales.data(), rows, cols, width, matrix.mutable_data());
+        return matrix;
+      },
+      py::arg("lanes"), py::arg("scales"),
+      "The [K, N] f32 matrix of q4_k lanes and scales (repack_q4_k_rows' layout): (d * sc) * q - dmin * m.");
+  m.def(
       "weight_formats",
       [] {
         py::list rows;
@@ -355,13 +405,13 @@ void initKernels(py::module_ &m) {
           for (const std::string &type : kernels::convertedTypes(row.name)) types.append(type);
           py::tuple convertsFrom(types);
           rows.append(py::make_tuple(row.name, row.blockValues, row.blockBytes, row.rowsPerWord, row.hasMins,
-                                     weightFormatName(row.head), convertsFrom, row.precision));
+                                     weightFormatName(row.head), convertsFrom, row.precision, row.scaleRows));
         }
         return rows;
       },
       "The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values, "
       "block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks "
-      "into it, precision: higher is more precise).");
+      "into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column).");
   initLaneKernels(m);
 }
 
