@@ -199,7 +199,8 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
 // activation lane as one broadcast value (4 extracts, no strided vector read and transpose), one
 // row of 32 weight lanes and runs one lane dot product per accumulator row; after the block,
 // one FMA per row applies (sum - compensation) * scale. No vector.contract, and no buffer of
-// partial sums.
+// partial sums: the first lane step starts from a constant of zeros, not from zeros written to
+// a tensor each block (bufferized, 16 stores a block that LLVM kept).
 #qA = affine_map<(m, p, j, b, i) -> (m, b, i)>
 #qW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
 #qP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
@@ -210,6 +211,7 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
 // EPILOGUE-LABEL: func.func @q8_0_epilogue
 // EPILOGUE: scf.for %{{.*}} = %c0 to %c2 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<4x32xf32>)
 // EPILOGUE-NOT: scf.for
+// EPILOGUE-NOT: vector.transfer_write {{.*}} tensor<4x1x1x32xi32>
 // EPILOGUE-COUNT-4: tensor.extract %{{.*}} : tensor<4xi32>
 // EPILOGUE-NOT: vector.transpose
 // EPILOGUE: transformer.lane_dot_u8i8 %{{.*}} : vector<4x32xi32> -> vector<4x32xi32>

@@ -119,6 +119,7 @@ def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [Functiona
     (its partial sums reached through slices), this op
     - fuses the block's partial sums at the tile, starting from zeros of their own (a new fill:
       the untiled partial sums die and are never stored), and steps them one lane at a time;
+      the first step reads those zeros as a constant, so no buffer of zeros is written per block;
     - drops the unit loops of both (`linalg::dropUnitDims`, rank-reducing slices; all but M),
       leaving `acc[m, c] = lane_dot(acc[m, c], code[c], x[m])` per step and
       `out[m, c] = fma(acc[m, c] - comp[m], scale[c] * d[m], out[m, c])` per block: the
