@@ -171,10 +171,11 @@ class GPT(GenerationMixin):
         without fewer bits (gpt.kept_formats): a q8_0, q4_0 or q4_1 file's matmul weights, and the
         LM head's table (stored once, in q8_0), are repacked from the file's blocks into the compiled
         model's lane layouts, codes and fp16 scales as they are, with no float32 copy; q4_K blocks
-        become q4_1 (their sub-block scales rounded once to fp16), and every block type becomes q8_0
-        (q4_0 and q5_0 exactly). `options.weights="auto"` keeps each matmul weight in the format
-        nearest its own type (a Q4_K_M file: q4_1, and q8_0 where it has Q6_K or Q5_0), the way
-        llama.cpp computes each tensor in its own; the model's `options` then name the formats.
+        stay q4_k (their codes, 6-bit sub-block scales and mins, and fp16 super-block scales, as in
+        the file), and every block type becomes q8_0 (q4_0 and q5_0 exactly).
+        `options.weights="auto"` keeps each matmul weight in the format nearest its own type (a
+        Q4_K_M file: q4_k, and q8_0 where it has Q6_K or Q5_0), the way llama.cpp computes each
+        tensor in its own; the model's `options` then name the formats.
         Any other tensor is dequantized to float32 and converted at load like any weight; the
         formats' definitions round-trip, so a bf16, q8_0, q4_0 or q4_1 file loaded in its own format
         computes with exactly the file's values either way.
