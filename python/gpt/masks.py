@@ -99,15 +99,19 @@ def _causal(tokens: int) -> np.ndarray:
     return np.tri(tokens, dtype=bool)
 
 
+class _WithinCausal(AttentionMask):
+    """A mask whose keys are all at or before their query (j <= i): no query sees a later key."""
+
+    def looks_ahead(self, block_size: int) -> bool:
+        return False
+
+
 @dataclasses.dataclass(frozen=True)
-class Causal(AttentionMask):
+class Causal(_WithinCausal):
     """Key j visible from query i iff j <= i (the default)."""
 
     def dense(self, tokens: int) -> np.ndarray:
         return _causal(tokens)
-
-    def looks_ahead(self, block_size: int) -> bool:
-        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +128,7 @@ class SlidingWindow(AttentionMask):
 
 
 @dataclasses.dataclass(frozen=True)
-class Strided(AttentionMask):
+class Strided(_WithinCausal):
     """Sparse Transformers' strided pattern (arXiv 1904.10509): key j <= i visible from query i
     iff i - j < stride (the previous `stride` positions) or stride divides i - j."""
 
@@ -137,16 +141,13 @@ class Strided(AttentionMask):
         distance = np.arange(tokens)[:, None] - np.arange(tokens)[None, :]
         return (distance >= 0) & ((distance < self.stride) | (distance % self.stride == 0))
 
-    def looks_ahead(self, block_size: int) -> bool:
-        return False
-
     def expression(self) -> str:
         s = self.stride
         return f"(and (le j i) (or (lt (sub i j) {s}) (eq (mod (sub i j) {s}) 0)))"
 
 
 @dataclasses.dataclass(frozen=True)
-class Fixed(AttentionMask):
+class Fixed(_WithinCausal):
     """Sparse Transformers' fixed pattern: key j <= i visible from query i iff j is in i's block of
     `block` positions, or j is one of the last `summary` positions of its own block (the summary
     cells every later query reads)."""
@@ -165,9 +166,6 @@ class Fixed(AttentionMask):
         same_block = positions[:, None] // self.block == positions[None, :] // self.block
         summary = (positions % self.block >= self.block - self.summary)[None, :]
         return _causal(tokens) & (same_block | summary)
-
-    def looks_ahead(self, block_size: int) -> bool:
-        return False
 
     def expression(self) -> str:
         b = self.block
@@ -210,7 +208,7 @@ class PrefixLM(AttentionMask):
 
 
 @dataclasses.dataclass(frozen=True)
-class Document(AttentionMask):
+class Document(_WithinCausal):
     """Packed documents: segment_ids[p] is the document of position p (one id per position below
     block_size); key j visible from query i iff j <= i and both are in the same document (a causal
     block-diagonal mask)."""
@@ -226,9 +224,6 @@ class Document(AttentionMask):
     def dense(self, tokens: int) -> np.ndarray:
         ids = np.asarray(self.segment_ids[:tokens])
         return _causal(tokens) & (ids[:, None] == ids[None, :])
-
-    def looks_ahead(self, block_size: int) -> bool:
-        return False
 
     def check(self, block_size: int) -> None:
         if len(self.segment_ids) != block_size:
