@@ -65,18 +65,20 @@ class Device:
         return pointer
 
     def free(self, pointer: int) -> None:
-        if not self.closed and pointer in self._allocations:
-            self._allocations.discard(pointer)
-            self.driver.free(pointer)
+        self._release(self._allocations, pointer, self.driver.free)
 
     def adopt_graph(self, executable: int) -> int:
         self._graphs.add(executable)
         return executable
 
     def destroy_graph(self, executable: int) -> None:
-        if not self.closed and executable in self._graphs:
-            self._graphs.discard(executable)
-            self.driver.destroy_graph_exec(executable)
+        self._release(self._graphs, executable, self.driver.destroy_graph_exec)
+
+    def _release(self, owned: set[int], handle: int, destroy) -> None:
+        # Once closed, close() has destroyed every handle; a handle not owned here is not ours to destroy.
+        if not self.closed and handle in owned:
+            owned.discard(handle)
+            destroy(handle)
 
     def close(self) -> None:
         """Frees everything made on the device, then lets go of the context. Idempotent."""
