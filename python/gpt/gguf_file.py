@@ -38,7 +38,7 @@ from gpt.gguf.container import (  # also read from here: tests and tools name gg
     _non_finite_fp16,
     _types,
 )
-from gpt.gguf_tokenizer import read_vocabulary
+from gpt.gguf_tokenizer import building_tokenizer, read_vocabulary
 from gpt.kept_formats import KEPT_QUANTIZED  # the formats kept as blocks (CompileOptions.weights)
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
@@ -305,7 +305,7 @@ def _read_tokenizer(meta: _Metadata, path: str, vocab_size: int) -> HFTokenizer 
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    try:
+    with building_tokenizer(path, "merges", "BPE"):
         # What GPT-2's tokenizer.json holds: BPE over GPT-2's byte-to-unicode alphabet, the split
         # regex and byte mapping of ByteLevel, no prefix space.
         tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=pairs))
@@ -320,13 +320,6 @@ def _read_tokenizer(meta: _Metadata, path: str, vocab_size: int) -> HFTokenizer 
             )
             tokenizer.add_tokens([AddedToken(tokens[i], special=False) for i, t in enumerate(types) if t == user])
         return HFTokenizer(tokenizer)
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
-    except BaseException as e:  # noqa: B036 -- tokenizers' Rust panics are pyo3 PanicException, a BaseException
-        raise ModelFileError(
-            f"{path}: tokenizer.ggml.tokens, tokenizer.ggml.merges and tokenizer.ggml.token_type do not make a "
-            f"BPE tokenizer: {type(e).__name__}: {e}"
-        ) from None
 
 
 def _gguf_token_types() -> tuple[int, int]:

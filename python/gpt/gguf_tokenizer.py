@@ -26,6 +26,7 @@ detokenizes a whole sequence for some pre-tokenizers (not SmolLM2's, Llama 3's o
 per-model token attributes (lstrip/rstrip for Phi-3 and some BERTs). Qwen2's tokenizer.json
 normalizes text to NFC, which llama.cpp does not: ids follow llama.cpp."""
 
+import contextlib
 import dataclasses
 
 from gpt.errors import ModelFileError
@@ -177,8 +178,7 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
     # llama.cpp treats an end-of-generation token as a control token whatever its type says.
     control = [i for i, t in enumerate(types) if t in (_CONTROL, _UNKNOWN) or i in end_ids]
     user = [i for i, t in enumerate(types) if t == _USER_DEFINED and i not in end_ids]
-    kind = "SentencePiece" if spm else "BPE"
-    try:
+    with building_tokenizer(path, "scores" if spm else "merges", "SentencePiece" if spm else "BPE"):
         if spm:
             tokenizer = Tokenizer(_spm_model(meta, path, tokens, types, vocab, special["unknown"]))
             _spm_text_rules(tokenizer, meta)
@@ -191,15 +191,6 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
         _add_bos_and_eos(tokenizer, tokens, special, add_bos, add_eos)
         # The byte-level decoder maps a non-ASCII character of a user-defined token to a byte.
         raw_pieces = {} if spm else {i: tokens[i] for i in user if tokenizer.decode([i]) != tokens[i]}
-    except ModelFileError:
-        raise
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
-    except BaseException as e:  # noqa: B036 -- tokenizers' Rust panics are pyo3 PanicException, a BaseException
-        raise ModelFileError(
-            f"{path}: tokenizer.ggml.tokens, tokenizer.ggml.{'scores' if spm else 'merges'} and "
-            f"tokenizer.ggml.token_type do not make a {kind} tokenizer: {type(e).__name__}: {e}"
-        ) from None
     return GGUFTokenizer(
         tokenizer,
         bos_token_id=special["bos"],
@@ -209,6 +200,22 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
         chat_template=template,
         raw_pieces=raw_pieces,
     )
+
+
+@contextlib.contextmanager
+def building_tokenizer(path: str, table: str, kind: str):
+    """Around the `tokenizers` calls that build a file's tokenizer: what they raise, a Rust panic
+    included, becomes a ModelFileError naming the keys whose data (tokenizer.ggml.`table`: merges
+    or scores) did not make a `kind` tokenizer. ModelFileErrors and interrupts pass unchanged."""
+    try:
+        yield
+    except (ModelFileError, KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # noqa: B036 -- tokenizers' Rust panics are pyo3 PanicException, a BaseException
+        raise ModelFileError(
+            f"{path}: tokenizer.ggml.tokens, tokenizer.ggml.{table} and tokenizer.ggml.token_type do not make "
+            f"a {kind} tokenizer: {type(e).__name__}: {e}"
+        ) from None
 
 
 def _pre_tokenizer(meta, path: str) -> PreTokenizer:
