@@ -127,17 +127,18 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
             # the blocks into the kept format as it repacks them from the page cache into its own
             # layout, and refuses a NaN or infinite fp16 scale there, naming the weight and block
             # (a packed-weights cache hit reads none of them). llama.cpp's q/k permutation is undone
-            # in a copy of its own.
+            # in a copy of its own, made when set_weights reads it (UnpermutedRows).
             blocks = tensor.data
-            # Rows are whole runs of blocks (blocks run along the input dimension): permuting rows
-            # permutes blocks.
-            blocks = unpermute_rows(blocks, heads) if heads else blocks
-            if len(set(keep_as.partition(":")[2].split(","))) > 1:
-                # Parts of different types (a Q6_K v beside Q4_K q and k): rows of different bytes,
-                # which to_compiler_quantized would refuse to fuse; set_weights reads each part's
-                # bytes by its own type, so they go as pairs of bytes, a view of the same memory.
-                blocks = blocks.reshape(-1, 2)
-            weights[hf_name] = QuantizedTensor(keep_as, blocks)
+            # Parts of different types (a Q6_K v beside Q4_K q and k): rows of different bytes,
+            # which to_compiler_quantized would refuse to fuse; set_weights reads each part's bytes
+            # by its own type, so they go as pairs of bytes, a view of the same memory.
+            pairs = len(set(keep_as.partition(":")[2].split(","))) > 1
+            if heads:
+                # Undone only when the rows are first read (set_weights): a packed-weights cache
+                # hit never copies them.
+                weights[hf_name] = DeferredQuantizedTensor(keep_as, UnpermutedRows(blocks, heads, pairs))
+            else:
+                weights[hf_name] = QuantizedTensor(keep_as, blocks.reshape(-1, 2) if pairs else blocks)
             continue
         array = _dequantize(tensor, shape, path)
         if name in shifts:
@@ -194,6 +195,49 @@ def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str)
     if name == "token_embd.weight" or (name == "output.weight" and not config.tied_head):
         return kept_formats.given_format([type_name], "q8_0")
     return None
+
+
+class UnpermutedRows:
+    """The blocks of a `llama` file's q or k weight with llama.cpp's row permutation undone when
+    they are read (np.asarray, or set_weights' cast of its argument), not before: rows are whole
+    runs of blocks (blocks run along the input dimension), so permuting rows permutes blocks, and
+    the result is a copy. `file_rows`, a view of the file's memory map, is what shape, ndim, dtype
+    and nbytes describe; with `pairs`, the rows come as pairs of bytes (reshape(-1, 2))."""
+
+    def __init__(self, file_rows: np.ndarray, heads: int, pairs: bool = False):
+        self.heads = heads
+        self.pairs = pairs
+        # The file's rows in the shape the result has: a stand-in for what reads only the shape. A
+        # plain ndarray (not a memmap), which np.asarray hands back as itself.
+        self.file_rows = np.asarray(file_rows.reshape(-1, 2) if pairs else file_rows)
+        self._rows = file_rows
+
+    shape = property(lambda self: self.file_rows.shape)
+    ndim = property(lambda self: self.file_rows.ndim)
+    dtype = property(lambda self: self.file_rows.dtype)
+    nbytes = property(lambda self: self.file_rows.nbytes)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        rows = np.ascontiguousarray(unpermute_rows(self._rows, self.heads))
+        rows = rows.reshape(-1, 2) if self.pairs else rows
+        return rows if dtype is None else rows.astype(dtype, copy=False)
+
+
+class DeferredQuantizedTensor(QuantizedTensor):
+    """A QuantizedTensor whose blocks are UnpermutedRows (`deferred`): `blocks` undoes the
+    permutation on first read (and keeps the copy); GPT.from_gguf hands `deferred` on instead, so
+    that only set_weights, which a packed-weights cache hit skips, pays for it."""
+
+    def __init__(self, format: str, deferred: UnpermutedRows):
+        object.__setattr__(self, "format", format)
+        object.__setattr__(self, "deferred", deferred)
+
+    def __getattr__(self, name: str):
+        if name != "blocks":
+            raise AttributeError(name)
+        blocks = np.asarray(self.deferred)
+        object.__setattr__(self, "blocks", blocks)
+        return blocks
 
 
 def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:

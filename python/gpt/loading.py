@@ -10,6 +10,7 @@ import numpy as np
 from gpt import _gpt, architecture_weights, architectures, hf_checkpoint, kept_formats, model_files, weight_cache
 from gpt.config import CompileOptions, GPTConfig
 from gpt.gguf_file import KEPT_QUANTIZED, QuantizedTensor, load_gguf, native_weights_format
+from gpt.gguf_llama import DeferredQuantizedTensor, UnpermutedRows
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import load_pretrained
 
@@ -89,6 +90,24 @@ def native_options(options: CompileOptions, config: GPTConfig, quantized: Mappin
     return dataclasses.replace(options, weights=base, weight_formats={**others, **widened})
 
 
+def _to_compiler_quantized(config: GPTConfig, quantized: Mapping) -> dict:
+    """architecture_weights.to_compiler_quantized (concatenate=False) of blocks some of which are
+    UnpermutedRows: it reads them with np.asarray, which would undo the permutation there; it is
+    given their file rows (a view of the same shape) instead, and the result has them back."""
+    deferred = {id(b.file_rows): b for _, b in quantized.values() if isinstance(b, UnpermutedRows)}
+    given = {name: (fmt, b.file_rows if isinstance(b, UnpermutedRows) else b) for name, (fmt, b) in quantized.items()}
+    fused = architecture_weights.to_compiler_quantized(config, given, concatenate=False)
+    if not deferred:
+        return fused
+
+    def restored(blocks):
+        if isinstance(blocks, list):
+            return [deferred.get(id(part), part) for part in blocks]
+        return deferred.get(id(blocks), blocks)
+
+    return {name: (fmt, restored(blocks)) for name, (fmt, blocks) in fused.items()}
+
+
 def from_pretrained(cls, path: str, options: CompileOptions | None, context: int | None):
     """GPT.from_pretrained's body: a `cls` (gpt.GPT) of the HF checkpoint directory `path`."""
     # A Llama-family directory (config.json's model_type llama or qwen2) goes to its loader.
@@ -121,10 +140,16 @@ def from_gguf(cls, path: str, options: CompileOptions | None, context: int | Non
     auto = options.weights == "auto"
     keep = options.weights if auto or options.weights in KEPT_QUANTIZED else None
     config, weights, tokenizer = load_gguf(path, keep_quantized=keep)
-    quantized = {name: (w.format, w.blocks) for name, w in weights.items() if isinstance(w, QuantizedTensor)}
+    # A `llama` file's q/k blocks go as UnpermutedRows: un-permuted (a copy) only if set_weights
+    # reads them, which a packed-weights cache hit skips.
+    quantized = {
+        name: (w.format, w.deferred if isinstance(w, DeferredQuantizedTensor) else w.blocks)
+        for name, w in weights.items()
+        if isinstance(w, QuantizedTensor)
+    }
     floats = {name: w for name, w in weights.items() if name not in quantized}
     if config.spec.converts:  # HF names -> the compiler's fused parameters
-        quantized = architecture_weights.to_compiler_quantized(config, quantized, concatenate=False)
+        quantized = _to_compiler_quantized(config, quantized)
         floats = architecture_weights.to_compiler(config, floats, consume=True)
     if auto:
         options = native_options(options, config, quantized, path)

@@ -97,12 +97,23 @@ def _private(where: str) -> bool:
 
 def _entry_path(compiled, options, source: str | None) -> str | None:
     """Where `compiled`'s entry for `source` (a source_key) lies, or None when nothing is cached:
-    no source, the cache off, or a compiler build that cannot be told apart from others."""
+    no source, the cache off, or a compiler build that cannot be told apart from others.
+
+    Worked out once per (compiled model, source, directory): a load that misses asks in bind and
+    again in store, and the answer is kept on the compiled model (the key is a function of it)."""
     where = directory(options)
-    model_key = compiled.packed_weights_key(source) if source and where else ""
-    if not model_key:
+    if not source or not where:
         return None
-    return os.path.join(where, hashlib.sha256(model_key.encode()).hexdigest()[:40] + SUFFIX)
+    known = getattr(compiled, "_packed_weights_entry", None)
+    if known is not None and known[:2] == (source, where):
+        return known[2]
+    model_key = compiled.packed_weights_key(source)
+    path = os.path.join(where, hashlib.sha256(model_key.encode()).hexdigest()[:40] + SUFFIX) if model_key else None
+    try:
+        compiled._packed_weights_entry = (source, where, path)
+    except AttributeError:  # a compiled model that takes no attributes: worked out each time
+        pass
+    return path
 
 
 def bind(compiled, arguments: list[Any], options, source: str | None) -> bool:

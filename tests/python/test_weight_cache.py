@@ -147,3 +147,37 @@ def test_cache_list_and_clear_name_the_packed_weights(tmp_path):
     cleared = cli("--clear", "--cache_dir", str(tmp_path / "cache"))
     assert cleared.returncode == 0 and f"removed 1 files from {tmp_path / 'cache' / 'weights'}" in cleared.stdout
     assert packed_entries(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize("fmt", ["q4_k_m", "q8_0"])
+def test_a_hit_never_undoes_the_q_k_permutation_and_a_miss_works_out_the_key_once(tmp_path, fmt, monkeypatch):
+    """A `llama` file's q/k blocks are un-permuted (a copy) only for set_weights, which a hit
+    skips; the entry's key is asked of the compiled model once per load, not in bind and again in
+    store."""
+    from gpt import gguf_llama
+
+    path = write_file(tmp_path, fmt)
+    unpermuted, keys = [], []
+    unpermute_rows, packed_weights_key = gguf_llama.unpermute_rows, gpt._gpt.CompiledModel.packed_weights_key
+
+    def counted_unpermute(weight, n_head):
+        unpermuted.append(weight.shape)
+        return unpermute_rows(weight, n_head)
+
+    def counted_key(compiled, source):
+        keys.append(source)
+        return packed_weights_key(compiled, source)
+
+    monkeypatch.setattr(gguf_llama, "unpermute_rows", counted_unpermute)
+    monkeypatch.setattr(gpt._gpt.CompiledModel, "packed_weights_key", counted_key)
+    first = load(path, tmp_path / "cache")
+    assert not first._packed_weights_hit
+    assert len(unpermuted) == 2 * SHAPE.n_layer  # every layer's q and k, for set_weights
+    assert len(keys) == 1
+    unpermuted.clear()
+    keys.clear()
+    second = load(path, tmp_path / "cache")
+    assert second._packed_weights_hit
+    assert unpermuted == []
+    assert len(keys) == 1
+    np.testing.assert_array_equal(logits(second), logits(first))
