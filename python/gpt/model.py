@@ -18,6 +18,7 @@ from gpt.loading import DEFAULT_CONTEXT, file_context, with_context
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import random_weights, validate_weights
+from gpt_runtime.sampling import check_token_ids
 
 # Importable from here as before the split (gpt.GenerationStats, tests, tools and the CLI).
 __all__ = ["DEFAULT_CONTEXT", "GPT", "GPU_STAGES", "STAGES", "GenerationStats", "file_context", "with_context"]
@@ -501,16 +502,4 @@ class GPT(GenerationMixin):
         return int(seq_len)
 
     def _check_ids(self, ids) -> np.ndarray:
-        array = np.asarray(ids)
-        if array.ndim != 1:
-            raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {array.shape}")
-        if array.size == 0:
-            raise ValueError("ids must contain at least one token")
-        if not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(f"token ids must be integers, got dtype {array.dtype}")
-        if array.size > self._config.block_size:
-            raise ValueError(f"sequence of {array.size} tokens is longer than block_size={self._config.block_size}")
-        bad = (array < 0) | (array >= self._config.vocab_size)
-        if bad.any():
-            raise ValueError(f"token id {int(array[bad][0])} is out of range [0, vocab_size={self._config.vocab_size})")
-        return np.ascontiguousarray(array, dtype=np.int64)
+        return check_token_ids(ids, self._config.block_size, self._config.vocab_size)

@@ -19,7 +19,7 @@ from .errors import ArtifactError, ModelFileError
 from .manifest import MAX_TOKENIZER_BYTES, Manifest, Program, load_manifest
 from .model_weights import ModelWeights, model_file_inside
 from .program import BoundProgram, graphs_default
-from .sampling import check_sampling_args, sample
+from .sampling import check_sampling_args, check_token_ids, sample
 from .weights import WeightsFile, check_weights, read_header
 
 
@@ -354,19 +354,7 @@ class Model:
         raise ValueError(f"{count} tokens do not fit any {entry} program of the artifact (tokens: {sizes})")
 
     def _check_ids(self, ids) -> np.ndarray:
-        array = np.asarray(ids)
-        if array.ndim != 1:
-            raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {array.shape}")
-        if array.size == 0:
-            raise ValueError("ids must contain at least one token")
-        if not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(f"token ids must be integers, got dtype {array.dtype}")
-        if array.size > self._block_size:
-            raise ValueError(f"sequence of {array.size} tokens is longer than block_size={self._block_size}")
-        bad = (array < 0) | (array >= self.vocab_size)
-        if bad.any():
-            raise ValueError(f"token id {int(array[bad][0])} is out of range [0, vocab_size={self.vocab_size})")
-        return np.ascontiguousarray(array, dtype=np.int64)
+        return check_token_ids(ids, self._block_size, self.vocab_size)
 
     def _generate(self, ids, max_new_tokens, temperature, top_k, top_p, rng, stop_ids):
         stats = self._generation = dict(

@@ -1,8 +1,27 @@
-"""Choosing the next token from logits: greedy, temperature, top-k and top-p (nucleus) sampling."""
+"""Choosing the next token from logits: greedy, temperature, top-k and top-p (nucleus) sampling; and
+the checks of generate's sampling settings and token ids that gpt and gpt_runtime share."""
 
 import numpy as np
 
 MIN_TEMPERATURE = 1e-6
+
+
+def check_token_ids(ids, block_size: int, vocab_size: int) -> np.ndarray:
+    """`ids` as a contiguous int64 array; ValueError or TypeError naming the problem unless it is a
+    1-D sequence of 1 to block_size integer ids in [0, vocab_size)."""
+    array = np.asarray(ids)
+    if array.ndim != 1:
+        raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {array.shape}")
+    if array.size == 0:
+        raise ValueError("ids must contain at least one token")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"token ids must be integers, got dtype {array.dtype}")
+    if array.size > block_size:
+        raise ValueError(f"sequence of {array.size} tokens is longer than block_size={block_size}")
+    bad = (array < 0) | (array >= vocab_size)
+    if bad.any():
+        raise ValueError(f"token id {int(array[bad][0])} is out of range [0, vocab_size={vocab_size})")
+    return np.ascontiguousarray(array, dtype=np.int64)
 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
