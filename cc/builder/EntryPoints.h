@@ -50,6 +50,90 @@ struct EntryArgument {
 /// parameterSpecs(config, ...).size().
 std::vector<EntryArgument> entryArguments(EntryPoint entry, const GPTConfig &config, int64_t parameterCount);
 
+/// The small integer arguments a runtime writes itself (the GPU target into its input buffer, in
+/// this order): their names in a CUDA artifact manifest's `inputs`, and whether they hold an i64
+/// per token (else one i64). Every other kind is a batch-step table, a cache, a weight or the logits.
+struct EntryInput {
+  ArgumentKind kind;
+  const char *name;
+  bool perToken;
+};
+inline constexpr EntryInput kEntryInputs[] = {
+    {ArgumentKind::TokenIds, "token_ids", true},
+    {ArgumentKind::Positions, "positions", true},
+    {ArgumentKind::LastRow, "last_row", false},
+    {ArgumentKind::CacheOffset, "cache_offset", false},
+};
+
+/// `kind`'s row of kEntryInputs, or null.
+inline const EntryInput *entryInput(ArgumentKind kind) {
+  for (const EntryInput &input : kEntryInputs)
+    if (input.kind == kind) return &input;
+  return nullptr;
+}
+
+/// One T per argument of an entry point, by what it is: the one place that maps an argument list
+/// to named slots. The builder binds its function's arguments into it; the runtime fills it and
+/// reads the arguments back in order.
+template <typename T> struct EntrySlots {
+  T ids{}, positions{}, last{}, offset{}, sequences{}, slots{}, tables{}, logits{};
+  std::vector<T> keys, values; ///< by layer
+  std::vector<T> weights;      ///< by parameter index
+
+  /// The slot of `argument`; a layer's cache or a weight past the end grows its vector.
+  T &operator[](const EntryArgument &argument) {
+    switch (argument.kind) {
+    case ArgumentKind::TokenIds:
+      return ids;
+    case ArgumentKind::Positions:
+      return positions;
+    case ArgumentKind::LastRow:
+      return last;
+    case ArgumentKind::CacheOffset:
+      return offset;
+    case ArgumentKind::Sequences:
+      return sequences;
+    case ArgumentKind::CacheSlots:
+      return slots;
+    case ArgumentKind::BlockTables:
+      return tables;
+    case ArgumentKind::KeyCache:
+      return grown(keys, argument.index);
+    case ArgumentKind::ValueCache:
+      return grown(values, argument.index);
+    case ArgumentKind::Weight:
+      return grown(weights, argument.index);
+    case ArgumentKind::Logits:
+      break;
+    }
+    return logits;
+  }
+
+  /// Binds `values[i]` to `arguments[i]`; a range shorter than the arguments (a function whose
+  /// logits are its result) leaves the rest unbound.
+  template <typename Arguments, typename Range> void bind(const Arguments &arguments, Range &&values) {
+    auto argument = arguments.begin();
+    for (auto &&value : values) {
+      if (argument == arguments.end()) break;
+      (*this)[*argument++] = value;
+    }
+  }
+
+  /// The slots of `arguments`, in their order.
+  template <typename Arguments> std::vector<T> inOrder(const Arguments &arguments) {
+    std::vector<T> result;
+    result.reserve(arguments.size());
+    for (const EntryArgument &argument : arguments) result.push_back((*this)[argument]);
+    return result;
+  }
+
+private:
+  static T &grown(std::vector<T> &slots, int64_t index) {
+    if (static_cast<int64_t>(slots.size()) <= index) slots.resize(index + 1);
+    return slots[index];
+  }
+};
+
 } // namespace gpt
 
 #endif // GPT_CC_BUILDER_ENTRYPOINTS_H

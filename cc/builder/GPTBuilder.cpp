@@ -260,28 +260,25 @@ EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, co
   return result;
 }
 
-/// The entry function's argument values by kind: ids, positions, last row, offset, caches, and
-/// the weights by name.
-struct EntryValues {
-  Value ids, positions, last, offset, sequences, slots, tables;
-  SmallVector<Value> keys, values;
-  std::map<std::string, Value> weights;
+/// The entry function's argument values by kind (EntrySlots), and the weights by name.
+struct EntryValues : EntrySlots<Value> {
+  std::map<std::string, Value> byName;
 
   /// The model-level weights; the token table is absent from a block-quantized model, whose
   /// lookup reads a packed copy (its own, or the tied LM head's).
   ModelWeights modelWeights(const GPTConfig &config) const {
     const ModelParameterNames names = modelParameterNames(config);
     auto find = [&](const std::string &name) {
-      auto found = weights.find(name);
-      return found == weights.end() ? Value() : found->second;
+      auto found = byName.find(name);
+      return found == byName.end() ? Value() : found->second;
     };
     ModelWeights w{find(names.tokenEmbedding),
                    Value(),
-                   weights.at(names.finalNormWeight),
+                   byName.at(names.finalNormWeight),
                    find(names.finalNormBias),
-                   {weights.at("lm_head.weight_t"), find("lm_head.weight_t.scales")},
+                   {byName.at("lm_head.weight_t"), find("lm_head.weight_t.scales")},
                    {find(names.tokenEmbedding + "_t"), find(names.tokenEmbedding + "_t.scales")}};
-    if (!config.rope) w.positionEmbedding = weights.at(names.positionEmbedding);
+    if (!config.rope) w.positionEmbedding = byName.at(names.positionEmbedding);
     return w;
   }
 
@@ -293,42 +290,8 @@ struct EntryValues {
   }
 
   EntryValues(func::FuncOp fn, ArrayRef<EntryArgument> arguments, ArrayRef<ParameterSpec> specs) {
-    for (auto [argument, value] : llvm::zip(arguments, fn.getArguments())) {
-      switch (argument.kind) {
-      case ArgumentKind::TokenIds:
-        ids = value;
-        break;
-      case ArgumentKind::Positions:
-        positions = value;
-        break;
-      case ArgumentKind::LastRow:
-        last = value;
-        break;
-      case ArgumentKind::CacheOffset:
-        offset = value;
-        break;
-      case ArgumentKind::Sequences:
-        sequences = value;
-        break;
-      case ArgumentKind::CacheSlots:
-        slots = value;
-        break;
-      case ArgumentKind::BlockTables:
-        tables = value;
-        break;
-      case ArgumentKind::KeyCache:
-        keys.push_back(value);
-        break;
-      case ArgumentKind::ValueCache:
-        values.push_back(value);
-        break;
-      case ArgumentKind::Weight:
-        weights[specs[argument.index].name] = value;
-        break;
-      case ArgumentKind::Logits:
-        break;
-      }
-    }
+    bind(arguments, fn.getArguments());
+    for (auto [spec, value] : llvm::zip_equal(specs, weights)) byName[spec.name] = value;
   }
 };
 
@@ -384,7 +347,7 @@ OwningOpRef<ModuleOp> buildEntryModule(MLIRContext &ctx, const GPTConfig &config
     const size_t variant = layers.ofLayer[layer];
     SmallVector<Value> operands = {x};
     operands.append(in.attentionInputs(signature.kind, shape.tokens, layer).operands());
-    operands.append(layerOperands(config, in.weights, layers.variants[variant], layer));
+    operands.append(layerOperands(config, in.byName, layers.variants[variant], layer));
     auto call = b.create<func::CallOp>(loc, blocks[variant], operands);
     x = call.getResult(0);
     updatedCaches.append(call.getResults().begin() + 1, call.getResults().end());

@@ -153,50 +153,30 @@ Logits CompiledModel::run(const JitFunction &function, EntryPoint entry, const C
     caches.push_back(MemRefDescriptor::view(call.values[layer], cacheShape));
   }
   int64_t offset = call.offset; // an index argument is passed by value
-  std::vector<void *> arguments;
-  std::vector<size_t> scalarArguments;
+  EntrySlots<void *> slots;
+  slots.ids = descriptors[0].pointer();
+  slots.positions = descriptors[1].pointer();
+  slots.last = descriptors[2].pointer();
+  slots.offset = &offset;
+  if (batch) {
+    slots.sequences = descriptors[3].pointer();
+    slots.slots = descriptors[4].pointer();
+    slots.tables = descriptors[5].pointer();
+  }
+  for (size_t layer = 0; layer < call.keys.size(); ++layer) {
+    slots.keys.push_back(caches[2 * layer].pointer());
+    slots.values.push_back(caches[2 * layer + 1].pointer());
+  }
   // Compiled code only reads argument descriptors, so concurrent calls can share the weights'.
+  for (MemRefDescriptor &weight : weightDescriptors) slots.weights.push_back(weight.pointer());
+  slots.logits = out.pointer();
   const std::vector<EntryArgument> &entryArgs = entry == EntryPoint::Step        ? stepArguments_
                                                 : entry == EntryPoint::BatchStep ? batchStepArguments_
                                                                                  : forwardArguments_;
-  for (const EntryArgument &argument : entryArgs) {
-    switch (argument.kind) {
-    case ArgumentKind::TokenIds:
-      arguments.push_back(descriptors[0].pointer());
-      break;
-    case ArgumentKind::Positions:
-      arguments.push_back(descriptors[1].pointer());
-      break;
-    case ArgumentKind::LastRow:
-      arguments.push_back(descriptors[2].pointer());
-      break;
-    case ArgumentKind::CacheOffset:
-      scalarArguments.push_back(arguments.size());
-      arguments.push_back(&offset);
-      break;
-    case ArgumentKind::Sequences:
-      arguments.push_back(descriptors[3].pointer());
-      break;
-    case ArgumentKind::CacheSlots:
-      arguments.push_back(descriptors[4].pointer());
-      break;
-    case ArgumentKind::BlockTables:
-      arguments.push_back(descriptors[5].pointer());
-      break;
-    case ArgumentKind::KeyCache:
-      arguments.push_back(caches[2 * argument.index].pointer());
-      break;
-    case ArgumentKind::ValueCache:
-      arguments.push_back(caches[2 * argument.index + 1].pointer());
-      break;
-    case ArgumentKind::Weight:
-      arguments.push_back(weightDescriptors[argument.index].pointer());
-      break;
-    case ArgumentKind::Logits:
-      arguments.push_back(out.pointer());
-      break;
-    }
-  }
+  std::vector<void *> arguments = slots.inOrder(entryArgs);
+  std::vector<size_t> scalarArguments;
+  for (size_t i = 0; i < entryArgs.size(); ++i)
+    if (entryArgs[i].kind == ArgumentKind::CacheOffset) scalarArguments.push_back(i);
   function.call(arguments, scalarArguments);
   return Logits{logits.release(), call.logitsRows, cols};
 }

@@ -29,27 +29,6 @@ constexpr int64_t kAlignment = 256; ///< of every scratch and input region, in b
 /// them one by one, which bounds a long-context decode step by the walk, not by bandwidth.
 constexpr int64_t kAttentionWarpsFrom = 64;
 
-/// The entry arguments (EntryPoints.h) that the runtime writes into the input buffer, in the
-/// buffer's order: their names in the manifest's `inputs`, and whether they hold an i64 per token
-/// (else one i64). Every other kind is a cache, a weight or the logits.
-struct InputSlot {
-  ArgumentKind kind;
-  const char *name;
-  bool perToken;
-};
-constexpr InputSlot kInputSlots[] = {
-    {ArgumentKind::TokenIds, "token_ids", true},
-    {ArgumentKind::Positions, "positions", true},
-    {ArgumentKind::LastRow, "last_row", false},
-    {ArgumentKind::CacheOffset, "cache_offset", false},
-};
-
-const InputSlot *inputSlot(ArgumentKind kind) {
-  for (const InputSlot &slot : kInputSlots)
-    if (slot.kind == kind) return &slot;
-  return nullptr;
-}
-
 int64_t alignUp(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 int64_t product(const std::vector<int64_t> &shape) {
@@ -150,7 +129,7 @@ ArtifactBuilder::ArtifactBuilder(const GPTConfig &config, ElementType weights, i
     return static_cast<int64_t>(buffers_.size()) - 1;
   };
   int64_t inputBytes = 0;
-  for (const InputSlot &slot : kInputSlots) {
+  for (const EntryInput &slot : kEntryInputs) {
     inputOffsets[slot.name] = inputBytes;
     inputBytes += alignUp(slot.perToken ? 8 * maxTokens : 8);
   }
@@ -226,10 +205,10 @@ void ArtifactBuilder::ProgramFormation::bindArguments(mlir::Block &body, const s
   // The weights matmuls read (directly, or through a derived parameter) are stored in the
   // artifact's low-precision type; tables that share their storage are read in it too. Weights
   // reach the layers' matmuls through calls: the walk follows each call's operands into its callee.
+  EntrySlots<mlir::Value> slots;
+  slots.bind(arguments, body.getArguments());
   WeightValues entryWeights;
-  for (unsigned i = 0; i < body.getNumArguments(); ++i)
-    if (arguments[i].kind == ArgumentKind::Weight)
-      entryWeights[body.getArgument(i)] = &artifact.parameters[arguments[i].index];
+  for (auto [index, weight] : llvm::enumerate(slots.weights)) entryWeights[weight] = &artifact.parameters[index];
   planFusion(body, entryWeights, plan, artifact.matrixNames);
 
   for (unsigned i = 0; i < body.getNumArguments(); ++i)
@@ -240,7 +219,7 @@ void ArtifactBuilder::ProgramFormation::bindArguments(mlir::Block &body, const s
 ArtifactBuilder::View ArtifactBuilder::ProgramFormation::argumentView(const EntryArgument &what, mlir::Value arg,
                                                                       unsigned position) {
   View view;
-  if (const InputSlot *slot = inputSlot(what.kind)) {
+  if (const EntryInput *slot = entryInput(what.kind)) {
     int64_t offset = artifact.inputOffsets.at(slot->name);
     spec.inputs[slot->name] = PointerArg{artifact.inputBuffer, offset};
     view.buffer = artifact.inputBuffer;
