@@ -24,61 +24,10 @@ def run_pipeline(ir: str, pipeline: str, verify_each: bool = True) -> str:
 def pack_panels(matrix: npt.ArrayLike, width: _Int) -> npt.NDArray[np.float32]:
     """The [N/width, K, width] column panels of a [K, N] matrix, as the runtime packs matmul weights."""
 
-def quantize_bf16(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
-    """The bf16 bits (uint16) of each value, rounded to nearest even."""
-
-def to_fp16(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
-    """The IEEE half bits (uint16) of each value, rounded to nearest even."""
-
-def quantize_q8_0(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.uint16]]:
-    """q8_0 of a [K, N] matrix along K: (codes int8 [K, N], fp16 scale bits uint16 [K/32, N])."""
-
-def quantize_q4_0(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]:
-    """q4_0 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale bits uint16 [K/32, N])."""
-
-def quantize_q4_1(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]:
-    """q4_1 of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], fp16 scale and min bits uint16
-    [K/32, 2, N])."""
-
 def weight_formats() -> list[tuple[str, int, int, int, bool, str, tuple[str, ...], int, int]]:
     """The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values,
     block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks
     into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column)."""
-
-def pack_bf16_lanes(matrix: npt.ArrayLike, width: _Int, threads: _Int = 1) -> npt.NDArray[np.uint32]:
-    """bf16 lanes [N/width, K/2, width] (uint32) of a [K, N] matrix: word r = bf16(w[r][j]) | bf16(w[r + K/2][j])
-    << 16."""
-
-def pack_q8_0_lanes(codes: npt.NDArray[np.int8], width: _Int, threads: _Int = 1) -> npt.NDArray[np.uint32]:
-    """q8_0 lanes [N/width, K/4, width] (uint32) of int8 codes [K, N]: byte i of word 8b + q is row 32b + q + 8i."""
-
-def pack_q4_0_lanes(codes: npt.NDArray[np.uint8], width: _Int, threads: _Int = 1) -> npt.NDArray[np.uint32]:
-    """q4_0 lanes [N/width, K/8, width] (uint32) of codes in [0, 15] [K, N]: byte i of word 4b + o is row
-    32b + o + 8i | row 32b + 4 + o + 8i << 4."""
-
-def dequantize_bf16_lanes(lanes: npt.NDArray[np.uint32]) -> npt.NDArray[np.float32]:
-    """The [K, N] f32 matrix of bf16 lanes, as the model's state_dict() reads it back."""
-
-def dequantize_q8_0_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
-    """The [K, N] f32 matrix of q8_0 lanes and their [N/width, K/32, width] fp16 scale bits."""
-
-def dequantize_q4_0_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
-    """The [K, N] f32 matrix of q4_0 lanes and their [N/width, K/32, width] fp16 scale bits."""
-
-def dequantize_q4_1_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
-    """The [K, N] f32 matrix of q4_1 lanes (q4_0's) and their [N/width, K/32, 2, width] fp16 scale and min bits."""
-
-def repack_q8_0_rows(
-    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
-) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
-    """llama.cpp q8_0 blocks (rows of K weights, [out, in]) as (q8_0 lanes uint32 [padded_n/width, K/4, width], fp16
-    scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them."""
-
-def repack_q4_0_rows(
-    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
-) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
-    """llama.cpp q4_0 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], fp16
-    scale bits uint16 [padded_n/width, K/32, width]), as from_gguf repacks them."""
 
 def dequantize_q8_0_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
     """llama.cpp q8_0 blocks [..., K/32*34] as float32 [..., K], as gguf.quants dequantizes them."""
@@ -108,39 +57,6 @@ def dequantize_q5_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> np
 def dequantize_q6_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
     """llama.cpp q6_k blocks [..., K/256*210] as float32 [..., K], bit for bit as gguf.quants
     dequantizes them, on `threads` threads (0: every core)."""
-
-def transcode_q4_k_to_q4_1(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.uint8]:
-    """llama.cpp q4_K super-blocks [..., K/256*144] as q4_1 blocks [..., K/32*20]: the file's codes,
-    and each sub-block's scale and min rounded once to fp16, on `threads` threads (0: every core)."""
-
-def requantize_to_q8_0(type: str, blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.uint8]:
-    """Rows of GGUF `type` blocks (q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k) as q8_0 blocks
-    [..., K/32*34]: q4_0 and q5_0 exactly, the others widened a row at a time and quantized as the
-    model quantizes q8_0, on `threads` threads (0: every core)."""
-
-def repack_q4_1_rows(
-    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
-) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
-    """llama.cpp q4_1 blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8, width], fp16
-    scale and min bits uint16 [padded_n/width, K/32, 2, width]), as from_gguf repacks them."""
-
-def repack_q4_k_rows(
-    blocks: npt.NDArray[np.uint8], k: _Int, padded_n: _Int, width: _Int, threads: _Int = 1
-) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16]]:
-    """llama.cpp q4_K super-blocks (rows of K weights, [out, in]) as (q4_0 lanes uint32 [padded_n/width, K/8,
-    width], uint16 [padded_n/width, K/32 + K/128, width]: each sub-block's 6-bit scale | min << 8, then each
-    super-block's fp16 d and dmin bits), as from_gguf keeps them; a NaN or infinite d or dmin raises ValueError."""
-
-def dequantize_q4_k_lanes(lanes: npt.NDArray[np.uint32], scales: npt.NDArray[np.uint16]) -> npt.NDArray[np.float32]:
-    """The [K, N] f32 matrix of q4_k lanes and scales (repack_q4_k_rows' layout): (d * sc) * q - dmin * m."""
-
-def quantize_q4_k(matrix: npt.ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]:
-    """q4_K of a [K, N] matrix along K: (codes uint8 in [0, 15] [K, N], uint16 [K/32 + K/128, N]: each sub-block's
-    6-bit scale | min << 8, then each super-block's fp16 d and dmin bits)."""
-
-def transpose_padded(matrix: npt.ArrayLike, padded_rows: _Int) -> npt.NDArray[np.float32]:
-    """The [D, padded_rows] transpose of a [V, D] matrix with zero columns past V, as the runtime lays out the LM
-    head's tied embedding."""
 
 def target_description(target_cpu: str = "host") -> dict[str, object]:
     """cpu, triple, vector_bits, vector_registers, features (those choosing instructions) and runs_here of a target."""

@@ -7,6 +7,7 @@ import importlib.util
 import os
 
 import gguf
+import gpt_kernels_testing
 import numpy as np
 import pytest
 
@@ -96,7 +97,7 @@ def test_repacking_on_several_threads_gives_the_same_layout(name, bytes_per_bloc
     rng = np.random.default_rng(11)
     k, n, width = 128, 200, 16
     blocks = rng.integers(0, 256, size=(n, k // 32 * bytes_per_block), dtype=np.uint8)
-    repack = getattr(_gpt, f"repack_{name}_rows")
+    repack = getattr(gpt_kernels_testing, f"repack_{name}_rows")
     one = repack(blocks, k, 208, width, threads=1)
     for threads in (2, 5, 64):  # more threads than panels too
         many = repack(blocks, k, 208, width, threads=threads)
@@ -110,9 +111,9 @@ def test_lane_packing_on_several_threads_gives_the_same_layout():
     codes = rng.integers(-127, 128, size=(64, 96), dtype=np.int8)
     nibbles = rng.integers(0, 16, size=(64, 96), dtype=np.uint8)
     for pack, source in (
-        (_gpt.pack_bf16_lanes, matrix),
-        (_gpt.pack_q8_0_lanes, codes),
-        (_gpt.pack_q4_0_lanes, nibbles),
+        (gpt_kernels_testing.pack_bf16_lanes, matrix),
+        (gpt_kernels_testing.pack_q8_0_lanes, codes),
+        (gpt_kernels_testing.pack_q4_0_lanes, nibbles),
     ):
         np.testing.assert_array_equal(pack(source, 16, threads=1), pack(source, 16, threads=4))
 

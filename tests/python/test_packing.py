@@ -1,6 +1,7 @@
 """Packed weights: the panel-packing kernel, the lane layouts of low-precision weights (bit for
 bit against quant_reference.py), and packed programs against unpacked ones."""
 
+import gpt_kernels_testing
 import numpy as np
 import pytest
 
@@ -28,7 +29,7 @@ def test_pack_panels_rejects_uneven_width():
 def test_transpose_padded_matches_numpy():
     # 150 rows: more than one 64-row block of the kernel, and not a multiple of it.
     matrix = np.random.default_rng(1).standard_normal((150, 24)).astype(np.float32)
-    out = _gpt.transpose_padded(matrix, 256)
+    out = gpt_kernels_testing.transpose_padded(matrix, 256)
     assert out.shape == (24, 256)
     np.testing.assert_array_equal(out[:, :150], matrix.T)
     np.testing.assert_array_equal(out[:, 150:], 0.0)
@@ -36,7 +37,7 @@ def test_transpose_padded_matches_numpy():
 
 def test_transpose_padded_rejects_too_few_padded_rows():
     with pytest.raises(ValueError, match="padded_rows 8 is less than the 9 rows"):
-        _gpt.transpose_padded(np.zeros((9, 4), np.float32), 8)
+        gpt_kernels_testing.transpose_padded(np.zeros((9, 4), np.float32), 8)
 
 
 # -- Lane layouts: 32-bit words of one column's weights, in the rows its activations come in ------
@@ -45,19 +46,20 @@ def test_transpose_padded_rejects_too_few_padded_rows():
 def test_lane_words_by_hand():
     # One column (width 1). bf16: the low half is row r, the high half row r + K/2.
     np.testing.assert_array_equal(
-        _gpt.pack_bf16_lanes(np.array([[1.0], [3.0], [2.0], [4.0]], np.float32), 1), [[[0x40003F80], [0x40804040]]]
+        gpt_kernels_testing.pack_bf16_lanes(np.array([[1.0], [3.0], [2.0], [4.0]], np.float32), 1),
+        [[[0x40003F80], [0x40804040]]],
     )
     # q8_0: byte i of word q of a block is row q + 8 i.
     codes = np.zeros((32, 1), np.int8)
     codes[[0, 8, 16, 24], 0] = [1, -1, 127, -128]
     codes[1, 0] = 5
-    lanes = _gpt.pack_q8_0_lanes(codes, 1)
+    lanes = gpt_kernels_testing.pack_q8_0_lanes(codes, 1)
     assert lanes[0, 0, 0] == 0x807FFF01 and lanes[0, 1, 0] == 5
     np.testing.assert_array_equal(lanes[0, 2:, 0], 0)
     # q4_0: byte i of word o holds rows o + 8 i (low nibble) and o + 4 + 8 i (high nibble).
     nibbles = np.full((32, 1), 8, np.uint8)
     nibbles[[0, 4, 8, 12, 16, 20, 24, 28], 0] = [1, 5, 2, 6, 3, 7, 4, 15]
-    lanes = _gpt.pack_q4_0_lanes(nibbles, 1)
+    lanes = gpt_kernels_testing.pack_q4_0_lanes(nibbles, 1)
     assert lanes[0, 0, 0] == 0xF4736251
     np.testing.assert_array_equal(lanes[0, 1:, 0], 0x88888888)
 
@@ -69,18 +71,18 @@ def test_bf16_lanes_match_reference(shape, width):
     # Ties: 1 + 2^-8 rounds down to 1 (even), 1 + 3 * 2^-8 up to 1 + 2^-6; and exact zeros.
     matrix[0, :3] = [1 + 2.0**-8, 1 + 3 * 2.0**-8, -0.0]
     matrix[-1, :2] = [-(1 + 2.0**-8), 0.0]
-    packed = _gpt.pack_bf16_lanes(matrix, width)
+    packed = gpt_kernels_testing.pack_bf16_lanes(matrix, width)
     assert packed.dtype == np.uint32 and packed.shape == (shape[1] // width, shape[0] // 2, width)
     np.testing.assert_array_equal(packed, ref.bf16_lanes(matrix, width))
     rounded = (ref.bf16_bits(matrix).astype(np.uint32) << 16).view(np.float32)
-    np.testing.assert_array_equal(_gpt.dequantize_bf16_lanes(packed), rounded)
+    np.testing.assert_array_equal(gpt_kernels_testing.dequantize_bf16_lanes(packed), rounded)
 
 
 @pytest.mark.parametrize("shape, width", [((32, 32), 32), ((64, 96), 32), ((96, 64), 16), ((768, 64), 32)])
 def test_q8_0_lanes_match_reference(shape, width):
     # Every int8, -128 included (no q8_0 code, but the packing is the two's-complement byte).
     codes = np.random.default_rng(shape[0]).integers(-128, 128, shape).astype(np.int8)
-    packed = _gpt.pack_q8_0_lanes(codes, width)
+    packed = gpt_kernels_testing.pack_q8_0_lanes(codes, width)
     assert packed.dtype == np.uint32 and packed.shape == (shape[1] // width, shape[0] // 4, width)
     np.testing.assert_array_equal(packed, ref.q8_0_lanes(codes, width))
 
@@ -88,7 +90,7 @@ def test_q8_0_lanes_match_reference(shape, width):
 @pytest.mark.parametrize("shape, width", [((32, 32), 32), ((64, 96), 32), ((96, 64), 16), ((768, 64), 32)])
 def test_q4_0_lanes_match_reference(shape, width):
     codes = np.random.default_rng(shape[0]).integers(0, 16, shape).astype(np.uint8)
-    packed = _gpt.pack_q4_0_lanes(codes, width)
+    packed = gpt_kernels_testing.pack_q4_0_lanes(codes, width)
     assert packed.dtype == np.uint32 and packed.shape == (shape[1] // width, shape[0] // 8, width)
     np.testing.assert_array_equal(packed, ref.q4_0_lanes(codes, width))
 
@@ -102,10 +104,22 @@ def test_quantized_lanes_match_reference_and_read_back_exactly(fmt):
     matrix[32:64, 5] = 0.0  # an all-zero block
     matrix[:, 100:] = 0.0  # padding columns
     quantize, reference, lanes, dequantize, offset = {
-        "q8_0": (_gpt.quantize_q8_0, ref.q8_0, ref.q8_0_lanes, _gpt.dequantize_q8_0_lanes, 0),
-        "q4_0": (_gpt.quantize_q4_0, ref.q4_0, ref.q4_0_lanes, _gpt.dequantize_q4_0_lanes, 8),
+        "q8_0": (
+            gpt_kernels_testing.quantize_q8_0,
+            ref.q8_0,
+            ref.q8_0_lanes,
+            gpt_kernels_testing.dequantize_q8_0_lanes,
+            0,
+        ),
+        "q4_0": (
+            gpt_kernels_testing.quantize_q4_0,
+            ref.q4_0,
+            ref.q4_0_lanes,
+            gpt_kernels_testing.dequantize_q4_0_lanes,
+            8,
+        ),
     }[fmt]
-    pack = _gpt.pack_q8_0_lanes if fmt == "q8_0" else _gpt.pack_q4_0_lanes
+    pack = gpt_kernels_testing.pack_q8_0_lanes if fmt == "q8_0" else gpt_kernels_testing.pack_q4_0_lanes
     codes, scales = quantize(matrix)
     want_codes, want_scales = reference(matrix)
     packed = pack(codes, 32)
@@ -120,13 +134,17 @@ def test_quantized_lanes_match_reference_and_read_back_exactly(fmt):
 @pytest.mark.parametrize(
     "pack, rows, message",
     [
-        (_gpt.pack_bf16_lanes, 5, "K = 5 is not a multiple of 2"),
-        (_gpt.pack_q8_0_lanes, 40, "K = 40 is not a multiple of 32"),
-        (_gpt.pack_q4_0_lanes, 36, "K = 36 is not a multiple of 32"),
+        (gpt_kernels_testing.pack_bf16_lanes, 5, "K = 5 is not a multiple of 2"),
+        (gpt_kernels_testing.pack_q8_0_lanes, 40, "K = 40 is not a multiple of 32"),
+        (gpt_kernels_testing.pack_q4_0_lanes, 36, "K = 36 is not a multiple of 32"),
     ],
 )
 def test_lane_packing_rejects_k_that_does_not_fill_its_words(pack, rows, message):
-    dtype = {_gpt.pack_bf16_lanes: np.float32, _gpt.pack_q8_0_lanes: np.int8, _gpt.pack_q4_0_lanes: np.uint8}[pack]
+    dtype = {
+        gpt_kernels_testing.pack_bf16_lanes: np.float32,
+        gpt_kernels_testing.pack_q8_0_lanes: np.int8,
+        gpt_kernels_testing.pack_q4_0_lanes: np.uint8,
+    }[pack]
     with pytest.raises(ValueError, match=message):
         pack(np.zeros((rows, 32), dtype), 32)
     with pytest.raises(ValueError, match="not a multiple of the panel width 32"):
@@ -135,7 +153,7 @@ def test_lane_packing_rejects_k_that_does_not_fill_its_words(pack, rows, message
 
 def test_dequantizing_lanes_rejects_a_zero_panel_width():
     # The scales' shape check divides by the width: it must be refused first, not divide by zero.
-    for dequantize in (_gpt.dequantize_q8_0_lanes, _gpt.dequantize_q4_0_lanes):
+    for dequantize in (gpt_kernels_testing.dequantize_q8_0_lanes, gpt_kernels_testing.dequantize_q4_0_lanes):
         with pytest.raises(ValueError, match="panel width \\(their last dim\\) of at least 1"):
             dequantize(np.zeros((0, 8, 0), np.uint32), np.zeros((0, 1, 0), np.uint16))
 
@@ -144,7 +162,7 @@ def test_q4_0_lanes_reject_a_code_past_four_bits():
     codes = np.zeros((32, 32), np.uint8)
     codes[9, 3] = 16
     with pytest.raises(ValueError, match="code 16 at row 9, column 3 is not a 4-bit code"):
-        _gpt.pack_q4_0_lanes(codes, 32)
+        gpt_kernels_testing.pack_q4_0_lanes(codes, 32)
 
 
 def test_default_pipeline_reads_packed_weights_and_baseline_does_not():

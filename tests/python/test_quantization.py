@@ -1,11 +1,11 @@
 """The load-time quantization kernels (bf16, q8_0, q4_0) against a separate numpy implementation,
 bit for bit: scales, codes, rounding ties, all-zero blocks and bad shapes."""
 
+import gpt_kernels_testing
 import numpy as np
 import pytest
 
 import quant_reference as ref
-from gpt import _gpt
 
 
 def weights(k: int, n: int, seed: int = 0) -> np.ndarray:
@@ -18,7 +18,7 @@ def test_bf16_matches_reference_on_random_bits():
     bits = rng.integers(0, 2**32, size=200_000, dtype=np.uint64).astype(np.uint32)
     values = bits.view(np.float32)
     values = values[np.isfinite(values) & (np.abs(values) < 3.0e38)]
-    np.testing.assert_array_equal(_gpt.quantize_bf16(values), ref.bf16_bits(values))
+    np.testing.assert_array_equal(gpt_kernels_testing.quantize_bf16(values), ref.bf16_bits(values))
 
 
 def test_bf16_ties_round_to_even():
@@ -26,8 +26,8 @@ def test_bf16_ties_round_to_even():
     half_ulp = np.float32(2.0**-8)  # bf16 keeps 7 fraction bits: its ulp at 1 is 2^-7
     ties = np.array([one + half_ulp, one + 3 * half_ulp, -(one + half_ulp)], np.float32)
     # 1 + 2^-8 -> 1 (even); 1 + 3 * 2^-8 -> 1 + 2^-6 (even); the sign does not matter.
-    np.testing.assert_array_equal(_gpt.quantize_bf16(ties), [0x3F80, 0x3F82, 0xBF80])
-    np.testing.assert_array_equal(_gpt.quantize_bf16(ties), ref.bf16_bits(ties))
+    np.testing.assert_array_equal(gpt_kernels_testing.quantize_bf16(ties), [0x3F80, 0x3F82, 0xBF80])
+    np.testing.assert_array_equal(gpt_kernels_testing.quantize_bf16(ties), ref.bf16_bits(ties))
 
 
 def test_fp16_matches_numpy_including_subnormals_and_overflow():
@@ -39,10 +39,13 @@ def test_fp16_matches_numpy_including_subnormals_and_overflow():
             np.array([65504, 65519.99, 65520, 1e6, -1e6, 2.0**-25, 2.0**-25 * 1.0000001, 0.0, -0.0], np.float32),
         ]
     )
-    np.testing.assert_array_equal(_gpt.to_fp16(values), values.astype(np.float16).view(np.uint16))
+    np.testing.assert_array_equal(gpt_kernels_testing.to_fp16(values), values.astype(np.float16).view(np.uint16))
 
 
-@pytest.mark.parametrize("quantize, reference", [(_gpt.quantize_q8_0, ref.q8_0), (_gpt.quantize_q4_0, ref.q4_0)])
+@pytest.mark.parametrize(
+    "quantize, reference",
+    [(gpt_kernels_testing.quantize_q8_0, ref.q8_0), (gpt_kernels_testing.quantize_q4_0, ref.q4_0)],
+)
 @pytest.mark.parametrize("shape", [(32, 1), (64, 96), (768, 48)])
 def test_block_formats_match_reference(quantize, reference, shape):
     matrix = weights(*shape, seed=shape[0])
@@ -59,7 +62,7 @@ def test_q8_0_codes_scales_and_ties():
     # ties, rounded away from zero.
     column = np.zeros(32, np.float32)
     column[:5] = [127, 2.5, -2.5, 0.49999997, -126.6]
-    codes, scales = _gpt.quantize_q8_0(column[:, None])
+    codes, scales = gpt_kernels_testing.quantize_q8_0(column[:, None])
     np.testing.assert_array_equal(codes[:5, 0], [127, 3, -3, 0, -127])
     assert scales[0, 0] == np.float16(1.0).view(np.uint16)
     np.testing.assert_array_equal(codes, ref.q8_0(column[:, None])[0])
@@ -70,7 +73,7 @@ def test_q4_0_codes_scales_and_ties():
     # capped at 15 (w = 8 would be 16).
     column = np.zeros(32, np.float32)
     column[:6] = [-8, 8, 0.5, -0.5, 3.2, -7.9]
-    codes, scales = _gpt.quantize_q4_0(column[:, None])
+    codes, scales = gpt_kernels_testing.quantize_q4_0(column[:, None])
     np.testing.assert_array_equal(codes[:6, 0], [0, 15, 9, 8, 11, 0])
     assert scales[0, 0] == np.float16(1.0).view(np.uint16)
     np.testing.assert_array_equal(codes, ref.q4_0(column[:, None])[0])
@@ -79,7 +82,10 @@ def test_q4_0_codes_scales_and_ties():
 def test_all_zero_blocks_have_zero_scale_and_the_zero_code():
     matrix = weights(64, 8)
     matrix[32:, 3] = 0.0  # the second block of column 3
-    for quantize, reference, zero_code in ((_gpt.quantize_q8_0, ref.q8_0, 0), (_gpt.quantize_q4_0, ref.q4_0, 8)):
+    for quantize, reference, zero_code in (
+        (gpt_kernels_testing.quantize_q8_0, ref.q8_0, 0),
+        (gpt_kernels_testing.quantize_q4_0, ref.q4_0, 8),
+    ):
         codes, scales = quantize(matrix)
         # d = 0 (q4_0's m / -8 is -0.0: the sign bit is set, the value is zero).
         assert scales.view(np.float16)[1, 3] == 0 and np.all(codes[32:, 3] == zero_code)
@@ -92,8 +98,8 @@ def test_dequantized_weights_are_close():
     # [-8 d, 7 d]: the weight of largest magnitude is exact, one of the opposite sign near it is
     # clamped to 7 d, a full step away. Both plus the fp16 rounding of the scale (2^-11 relative).
     for quantize, offset, error_in_steps, step in (
-        (_gpt.quantize_q8_0, 0, 0.5, 1 / 127),
-        (_gpt.quantize_q4_0, 8, 1.0, 1 / 8),
+        (gpt_kernels_testing.quantize_q8_0, 0, 0.5, 1 / 127),
+        (gpt_kernels_testing.quantize_q4_0, 8, 1.0, 1 / 8),
     ):
         codes, scales = quantize(matrix)
         restored = ref.dequantize(codes, scales, offset)
@@ -102,7 +108,7 @@ def test_dequantized_weights_are_close():
 
 
 def test_k_not_a_multiple_of_the_block_is_an_error():
-    for quantize in (_gpt.quantize_q8_0, _gpt.quantize_q4_0):
+    for quantize in (gpt_kernels_testing.quantize_q8_0, gpt_kernels_testing.quantize_q4_0):
         with pytest.raises(ValueError, match="K = 40 is not a multiple of the quantization block"):
             quantize(np.zeros((40, 4), np.float32))
 

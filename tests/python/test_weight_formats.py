@@ -2,6 +2,7 @@
 gives it: its rows agree with the kernels that make and read each format, and every Python table of
 formats (config, resources, kept_formats, gguf_file) is read from it."""
 
+import gpt_kernels_testing
 import numpy as np
 import pytest
 
@@ -26,7 +27,7 @@ def test_block_bytes_are_what_quantize_writes_per_block(name):
     # sub-block scales and mins a byte each, the file packs them in 12 bytes).
     row = ROWS[name]
     k = max(K, row.block_values)
-    codes, scales = getattr(_gpt, f"quantize_{name}")(np.random.default_rng(0).standard_normal((k, N)))
+    codes, scales = getattr(gpt_kernels_testing, f"quantize_{name}")(np.random.default_rng(0).standard_normal((k, N)))
     assert codes.shape == (k, N)
     blocks = k // row.block_values * N
     fp16_fields = scales.size // blocks
@@ -40,18 +41,18 @@ def test_repack_reads_rows_of_block_bytes_into_lanes_of_rows_per_word(name):
     row = ROWS[name]
     k = max(K, row.block_values)
     blocks = np.zeros((N, k // row.block_values * row.block_bytes), np.uint8)
-    lanes, scales = getattr(_gpt, f"repack_{name}_rows")(blocks, k, N, WIDTH)
+    lanes, scales = getattr(gpt_kernels_testing, f"repack_{name}_rows")(blocks, k, N, WIDTH)
     assert lanes.shape == (N // WIDTH, k // row.rows_per_word, WIDTH)
     expected = {"q4_1": (2, WIDTH), "q4_k": (k // 256 * row.scale_rows, WIDTH)}.get(
         name, (k // row.block_values, WIDTH)
     )
     assert scales.shape[-2:] == expected
     with pytest.raises(ValueError):  # a byte short of whole blocks
-        getattr(_gpt, f"repack_{name}_rows")(blocks[:, :-1].copy(), k, N, WIDTH)
+        getattr(gpt_kernels_testing, f"repack_{name}_rows")(blocks[:, :-1].copy(), k, N, WIDTH)
 
 
 def test_bf16_lanes_hold_rows_per_word_rows():
-    lanes = _gpt.pack_bf16_lanes(np.ones((K, N), np.float32), WIDTH)
+    lanes = gpt_kernels_testing.pack_bf16_lanes(np.ones((K, N), np.float32), WIDTH)
     assert lanes.shape == (N // WIDTH, K // ROWS["bf16"].rows_per_word, WIDTH)
 
 
