@@ -14,7 +14,13 @@ header holds the whole key and a checksum of the data: an entry that does not ma
 and is replaced. Entries beyond `CompileOptions.weight_cache_max_bytes` are evicted, least
 recently used first; an entry is not written where the disk would be left with less than
 `_FREE_MARGIN` free. Nothing here ever fails a load: a cache that cannot be read or written is
-passed over."""
+passed over.
+
+A first load writes its entry on a thread of its own (store), so that the load returns and the first
+token compiles and runs while a gigabyte goes to disk; the entry appears under its name only once
+whole (written to a temporary, then renamed), so a process that ends mid-write leaves nothing a later
+load would use. The process waits for the write at exit, as for any thread that is not a daemon, and
+a later load of the same entry in the same process waits for it (bind)."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import hashlib
 import os
 import shutil
 import stat
+import threading
 import time
 import warnings
 from typing import Any
@@ -33,6 +40,12 @@ SUFFIX = ".packed"
 _TEMPORARY_MARKER = ".packed.tmp-"
 # What a write leaves free at least: a cache must never be what fills a disk.
 _FREE_MARGIN = 2 << 30
+
+
+# The writes in flight in this process, by entry path: one per entry (two writers of one entry
+# would share its temporary, which is named by the process), and a load of the entry waits for it.
+_writes: dict[str, threading.Thread] = {}
+_writes_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +133,10 @@ def bind(compiled, arguments: list[Any], options, source: str | None) -> bool:
     """Binds `compiled`'s weights from the cache entry of `source` (a source_key); True when it
     did. `arguments` as set_weights takes them."""
     path = _entry_path(compiled, options, source)
-    if path is None or not _private(os.path.dirname(path)) or not os.path.isfile(path):
+    if path is None:
+        return False
+    wait(path)  # an earlier load of this process may be writing it
+    if not _private(os.path.dirname(path)) or not os.path.isfile(path):
         return False
     if not compiled.bind_packed_weights(arguments, path, source):
         return False
@@ -132,9 +148,11 @@ def bind(compiled, arguments: list[Any], options, source: str | None) -> bool:
 
 
 def store(compiled, options, source: str | None) -> str | None:
-    """Writes `compiled`'s bound weights as the cache entry of `source`, then evicts entries
-    beyond the cache's size; returns the entry's path, or None when nothing was written (no
-    source, the cache off, too little disk, or an error, which is warned about)."""
+    """Starts writing `compiled`'s bound weights as the cache entry of `source` on a thread of its
+    own (the entry's eviction of others follows the write there); returns the entry's path, or
+    None when nothing is to be written (no source, the cache off, too little disk, or a directory
+    that cannot be used, which is warned about here; a failed write is warned about by its thread).
+    The weights must stay bound, unchanged, while it writes: a compiled model's do, for its life."""
     path = _entry_path(compiled, options, source)
     if path is None:
         return None
@@ -149,12 +167,46 @@ def store(compiled, options, source: str | None) -> str | None:
             raise OSError(f"{where} is not a directory of this user's that only it may write")
         if shutil.disk_usage(where).free < size + _FREE_MARGIN:
             return None
-        compiled.write_packed_weights(path, source)
-    except (OSError, RuntimeError) as error:
+    except OSError as error:
         warnings.warn(f"the packed weights were not cached: {error}", RuntimeWarning, stacklevel=3)
         return None
-    _evict(where, limit, keep=path)
+    with _writes_lock:
+        if path in _writes:  # another load of this process writes the same bytes
+            return path
+        # Not a daemon: at exit Python waits for the write, where a daemon thread would be torn down
+        # inside the C++ write (abort) and leave a temporary behind for nothing.
+        writer = threading.Thread(
+            target=_write, args=(compiled, path, source, where, limit), name="gpt-weight-cache", daemon=False
+        )
+        _writes[path] = writer
+    try:
+        writer.start()
+    except RuntimeError as error:  # no thread to be had: the entry is left for a later load
+        with _writes_lock:
+            _writes.pop(path, None)
+        warnings.warn(f"the packed weights were not cached: {error}", RuntimeWarning, stacklevel=3)
+        return None
     return path
+
+
+def _write(compiled, path: str, source: str, where: str, limit: int) -> None:
+    """The thread of store(): writes the entry, then evicts beyond `limit`."""
+    try:
+        compiled.write_packed_weights(path, source)
+        _evict(where, limit, keep=path)
+    except (OSError, RuntimeError) as error:
+        warnings.warn(f"the packed weights were not cached: {error}", RuntimeWarning, stacklevel=2)
+    finally:
+        with _writes_lock:
+            _writes.pop(path, None)
+
+
+def wait(path: str | None = None) -> None:
+    """Waits for this process's write of the entry at `path` (every write in flight when None) to end."""
+    with _writes_lock:
+        writers = list(_writes.values()) if path is None else [_writes[path]] if path in _writes else []
+    for writer in writers:
+        writer.join()
 
 
 def entries(where: str) -> list[WeightCacheEntry]:

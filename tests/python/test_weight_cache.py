@@ -33,6 +33,7 @@ def load(path: str, cache_dir, **options) -> gpt.GPT:
 
 
 def packed_entries(cache_dir) -> list[str]:
+    gpt.weight_cache.wait()  # a load writes its entry in the background
     where = os.path.join(cache_dir, "weights")
     return sorted(os.path.join(where, n) for n in os.listdir(where) if n.endswith(".packed"))
 
@@ -181,3 +182,71 @@ def test_a_hit_never_undoes_the_q_k_permutation_and_a_miss_works_out_the_key_onc
     assert unpermuted == []
     assert len(keys) == 1
     np.testing.assert_array_equal(logits(second), logits(first))
+
+
+def test_a_first_load_returns_and_runs_while_its_entry_is_written(tmp_path, monkeypatch):
+    """The entry is written on a thread of its own: the load and the first token do not wait for a
+    gigabyte to reach the disk, and a later load of the same process waits for the write."""
+    import threading
+
+    path = write_file(tmp_path, "q8_0")
+    release, started = threading.Event(), threading.Event()
+    write_packed_weights = gpt._gpt.CompiledModel.write_packed_weights
+
+    def held_write(compiled, where, source):
+        started.set()
+        release.wait(10)  # a load that waits for the write would wait this long, then fail below
+        write_packed_weights(compiled, where, source)
+
+    monkeypatch.setattr(gpt._gpt.CompiledModel, "write_packed_weights", held_write)
+    first = load(path, tmp_path / "cache")
+    expected = logits(first)
+    assert started.is_set() and not release.is_set()
+    where = tmp_path / "cache" / "weights"
+    assert not [name for name in os.listdir(where) if name.endswith(".packed")]
+    release.set()
+    second = load(path, tmp_path / "cache")  # waits for the write in flight, then reads it
+    assert second._packed_weights_hit
+    np.testing.assert_array_equal(logits(second), expected)
+
+
+CHILD_KILLED_MID_WRITE = """
+import resource, signal, sys, threading
+import numpy as np
+import gpt
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it: the write would only fail
+release = threading.Event()
+write_packed_weights = gpt._gpt.CompiledModel.write_packed_weights
+def held_write(compiled, where, source):
+    release.wait(10)
+    # A file-size limit kills the process (SIGXFSZ) in the middle of the entry's temporary.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+    write_packed_weights(compiled, where, source)
+gpt._gpt.CompiledModel.write_packed_weights = held_write
+model = gpt.GPT.from_gguf(sys.argv[1], gpt.CompileOptions(weights="auto", cache_dir=sys.argv[2]))
+np.save(sys.argv[3], np.asarray(model.forward(%r)))
+print("first token before the write", flush=True)
+release.set()
+"""
+
+
+def test_a_process_killed_mid_write_leaves_no_entry_a_later_load_would_use(tmp_path):
+    path = write_file(tmp_path, "q4_k_m")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD_KILLED_MID_WRITE % IDS, path, str(tmp_path / "cache"), str(tmp_path / "first")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert child.returncode != 0, "the write was to be killed"
+    assert "first token before the write" in child.stdout, child.stderr
+    names = os.listdir(tmp_path / "cache" / "weights")
+    assert [name for name in names if ".packed.tmp-" in name], names  # killed inside the temporary
+    assert not [name for name in names if name.endswith(".packed")], names
+    later = load(path, tmp_path / "cache")
+    assert not later._packed_weights_hit
+    np.testing.assert_array_equal(logits(later), np.load(tmp_path / "first.npy"))
+    [entry] = packed_entries(tmp_path / "cache")
+    assert load(path, tmp_path / "cache")._packed_weights_hit
