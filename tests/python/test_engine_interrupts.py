@@ -79,10 +79,16 @@ class Injector:
     run), interrupts: "raise" raises KeyboardInterrupt at the entry of a function call, as a call
     that fails would; "signal" sends SIGINT at a line, whose handler runs there as it would for
     a Ctrl-C landing at that line. With `at=None` it records where each event was, and at which
-    tick (`points`, `ticks`)."""
+    tick (`points`, `ticks`). With a recording's `ticks`, it traces nothing before the tick of
+    event `at` (the runs are deterministic, so the events before it are counted, not traced):
+    every run would otherwise trace half the workload line by line."""
 
-    def __init__(self, mode, at=None):
+    def __init__(self, mode, at=None, ticks=None):
         self.mode, self.at, self.count, self.fired, self.tick = mode, at, 0, False, 0
+        self.first_tick = 0
+        if at is not None and ticks is not None:
+            self.first_tick = ticks[at - 1]
+            self.count = ticks.index(self.first_tick)  # the events of the earlier ticks
         self.points: list[tuple] = []
         self.ticks: list[int] = []
         self._kind = "call" if mode == "raise" else "line"
@@ -120,7 +126,8 @@ def run(model, workload, injector=None, on_interrupt=None):
         for i, when in workload.cancel.items():
             if when == tick:
                 handles[i].cancel()
-        if injector is not None and not injector.fired:  # once fired, the steps run untraced
+        if injector is not None and not injector.fired and tick >= injector.first_tick:
+            # Once fired, the steps run untraced.
             injector.tick = tick
             sys.settrace(injector)
         try:
@@ -223,7 +230,7 @@ def interrupt_at(model, workload, clean, mode, points, tracer, keep=None):
                 handles[i].cancel()
 
     for at in points:
-        injector = Injector(mode, at)
+        injector = Injector(mode, at, tracer.ticks)
         engine, handles = run(model, workload, injector, None if keep is None else cancel_all_but_keep)
         assert injector.fired
         try:
