@@ -27,6 +27,23 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
+/// The most queries of a cached step (a runtime query offset) that take one query per block.
+/// Speculative verification runs the step with k+1 tokens (k drafted, at most 16 rows by default)
+/// and compares each row's logits with what decode would give: one query at a time, each row's
+/// dot products, masking and online softmax updates are decode's, in decode's order, so its bits
+/// are decode's whatever the row count. A block of several queries (attentionBlockSize) sums
+/// q . k^T as a matmul, in another order (up to 0.6 in a q4_1 logit of SmolLM2 at 2 rows). Longer
+/// steps (prefill at an offset) keep the blocks, whose key tiles are shared by their queries.
+constexpr int64_t kMaxOneByOneStepQueries = 16;
+
+/// The query block of the lowering: attentionBlockSize's, or 1 in a cached step of at most
+/// kMaxOneByOneStepQueries queries without tile classes (those were computed for
+/// attentionBlockSize's blocks).
+int64_t queryBlockSize(CausalAttentionOp op, Value queryOffset, int64_t queries) {
+  if (queryOffset && queries <= kMaxOneByOneStepQueries && !op.getTileSizes()) return 1;
+  return attentionBlockSize(queries);
+}
+
 /// The key blocks a loop visits, per query block, in compressed-row form: query block qb visits
 /// key blocks `blocks[starts[qb]] .. blocks[starts[qb + 1] - 1]`.
 struct KeyBlockList {
@@ -121,8 +138,9 @@ public:
         maskExpression(op.getMaskExpression().empty() ? nullptr : &op.getMaskExpression()),
         tileClasses(op.getTileClassesAttr()), scale(op.getScale().convertToFloat()), heads(queryRows.heads()),
         group(queryRows.heads() / keyRows.heads()), queries(queryRows.rows()), keys(keyRows.rows()),
-        valueSize(valueRows.cols()), bq(attentionBlockSize(queries)), bk(attentionBlockSize(keys)),
-        id2(AffineMap::getMultiDimIdentityMap(2, ctx)), parallel2(2, utils::IteratorType::parallel) {}
+        valueSize(valueRows.cols()), bq(queryBlockSize(op, adaptor.getQueryOffset(), queries)),
+        bk(attentionBlockSize(keys)), id2(AffineMap::getMultiDimIdentityMap(2, ctx)),
+        parallel2(2, utils::IteratorType::parallel) {}
 
   /// The attention's result, [H, Tq, dv] (token-major: [Tq, H, dv]). `maskBits`: the constant
   /// mask operand's data, when the op has one.

@@ -23,6 +23,13 @@ MIN_NGRAM = 2
 # many only when the match behind the draft is as long (NgramDrafter); 16 lost more rows where a
 # copy ends than it saved on long copies (tools/bench_speculative.py).
 DEFAULT_DRAFT_TOKENS = 8
+# Up to this many rows, every row of a verification step has decode's logits to the bit whatever
+# the row count: the step's attention takes one query at a time, as decode does
+# (cc/conversion/AttentionLowering.cpp, kMaxOneByOneStepQueries), and a matmul's register tile of
+# several rows sums each output in decode's order. Past it the attention's query blocks of an even
+# count sum q . k^T as a matmul, in another order: there only an odd count (blocks of one query)
+# is exact.
+EXACT_ROWS_ANY_COUNT = 16
 # After a draft is rejected outright, plain decoding runs for a while before the next try: this
 # many tokens at first, doubling with every consecutive failure up to the cap. A try on text that
 # copies nothing costs one verification of three rows, so the cap keeps that under 1% of the steps.
@@ -181,12 +188,13 @@ def rewind(cache: KVCache, length: int) -> None:
 
 
 class AdaptiveDraftLength:
-    """How many tokens to draft next, an even count (verification runs an odd number of rows: see
-    speculative_tokens): 2 at first, doubled up to the maximum while whole drafts are accepted, cut
-    to what was accepted when part of one is, and when a draft is rejected at its first token,
-    halved; below 2, plain decoding for a backoff that doubles with every consecutive failure. A
-    failed try costs a verification of 3 rows (about 1.6 decode steps of SmolLM2 on 2 cores), so
-    text which copies nothing decodes (almost) as if speculation were off."""
+    """How many tokens to draft next, an even count (the engine's batched step is exact in an odd
+    number of rows; speculative_tokens shapes its own rows with verification_rows): 2 at first,
+    doubled up to the maximum while whole drafts are accepted, cut to what was accepted when part
+    of one is, and when a draft is rejected at its first token, halved; below 2, plain decoding
+    for a backoff that doubles with every consecutive failure. A failed try costs a verification
+    of 3 rows (about 1.25 decode steps of SmolLM2 q4_1 in 3-row tiles), so text which copies
+    nothing decodes (almost) as if speculation were off."""
 
     def __init__(self, maximum: int):
         self.maximum = maximum
@@ -213,6 +221,22 @@ class AdaptiveDraftLength:
                 self.length = min(2, self.maximum)
                 self._wait = self._backoff
                 self._backoff = min(self._backoff * 2, MAX_BACKOFF)
+
+
+def verification_rows(rows: int, most: int) -> int:
+    """The row count to verify `rows` rows (the last token and its draft) in, at most `most`: up
+    to EXACT_ROWS_ANY_COUNT, `rows` itself where the step's block-quantized matmuls tile it with
+    several rows at once (cc/codegen/cpu/SelectRegisterTiles.cpp: 4, 3 or 2 rows; even and
+    multiple-of-3 counts), else one more or one fewer row: a count like 5 or 7 runs one-row tiles,
+    which unpack every weight word again for each row (a row cost 0.2 of a decode step of SmolLM2
+    q4_1 where it costs about 0.1 in a tile). Past it an odd count, whose every row is exact."""
+    if rows <= EXACT_ROWS_ANY_COUNT:
+        if rows <= 3 or rows % 2 == 0 or rows % 3 == 0:
+            return rows
+        return rows + 1 if rows < most and rows + 1 <= EXACT_ROWS_ANY_COUNT else rows - 1
+    if rows % 2:
+        return rows
+    return rows + 1 if rows < most else rows - 1
 
 
 def accepts(
@@ -254,7 +278,7 @@ def speculative_tokens(
 ) -> Iterator[int]:
     """generate()'s loop with speculation: the same tokens, stops and counts as plain decoding
     (greedy: the same tokens; sampled: the same distribution), drafts verified `draft_tokens` at a
-    time (adaptively fewer; rounded to an even count, see below) in one step of the target that
+    time (adaptively fewer; the rows shaped by verification_rows) in one step of the target that
     returns every position's logits."""
     vocab = model.config.vocab_size
     logits = timed("prompt_seconds", model.prefill, prompt, cache)
@@ -278,16 +302,17 @@ def speculative_tokens(
         room = (cache.slots if cache.rolling else cache.max_len) - offset - 1
         want = min(length.next(), max_new_tokens - produced, room)
         draft = drafter.propose(tokens, want) if want > 0 else []
-        if len(draft) % 2:
-            # An odd number of rows: a matmul of an odd row count runs decode's one-row register
-            # tiles (cc/codegen/cpu/SelectRegisterTiles.cpp halves the rows down to 1), so every
-            # row's logits, keys and values are decode's to the bit, and greedy speculation gives
-            # plain decoding's tokens exactly; an even count takes 2-, 4- or 8-row tiles, whose
-            # sums round differently (up to 0.4 in a q4_1 logit). A filler guess makes the rows odd.
-            if len(draft) < room:
-                draft.append(draft[-1])
-            else:
-                draft.pop()
+        drafted = len(draft)  # the drafter's own tokens, before any filler
+        if draft:
+            rows = verification_rows(len(draft) + 1, room + 1)
+            if rows - 1 > len(draft) and isinstance(drafter, NgramDrafter):
+                # Prompt lookup's next token costs a slice, and where the match runs on it is a
+                # real guess; a draft model's would cost another of its steps.
+                draft = drafter.propose(tokens, rows - 1)
+            # A filler guess (the last token again) or one token fewer, to make the rows a count
+            # that verification runs quickly and exactly.
+            draft = (draft + [draft[-1]] * (rows - 1 - len(draft)))[: rows - 1]
+            drafted = min(drafted, len(draft))
         if not draft:
             logits = timed("generate_seconds", model.decode, token, cache)
             continue
@@ -312,6 +337,8 @@ def speculative_tokens(
             tokens.append(proposed)
         # Keep `token` and the accepted drafts; the rejected suffix's positions are written over next.
         rewind(cache, offset + 1 + accepted)
-        length.update(len(draft), accepted)
+        # The drafter's tokens decide the next length: a filler guess rejected after a whole
+        # accepted draft must not cut the length back to what was accepted.
+        length.update(drafted, min(accepted, drafted))
         if chosen is None:
             logits = rows[len(draft), :vocab]

@@ -392,6 +392,112 @@ func.func @block_quantized_decode(%x: tensor<1x24x8xi32>, %w: tensor<24x24x8x32x
 
 // -----
 
+// Block-quantized matmuls of a few rows (speculative verification steps of 9, 6, 10 and 7
+// tokens): the largest tile of 4, 3 or 2 rows that divides the rows, so that each weight word is
+// unpacked once for several rows; one row only where none does (7).
+#vA = affine_map<(m, p, j, b, i) -> (m, b, i)>
+#vW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
+#vP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
+#uP = affine_map<(m, p, j, b) -> (m, p, b, j)>
+#uS = affine_map<(m, p, j, b) -> (p, b, j)>
+#uX = affine_map<(m, p, j, b) -> (m, b)>
+#uC = affine_map<(m, p, j, b) -> (m, p, j)>
+// CHECK-LABEL: func.func @block_quantized_few_rows
+// CHECK: gpt.packed_matmul, gpt.register_tile = [3, 1, 32, 1]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [3, 1, 32, 1]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [2, 1, 32, 1]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1]
+func.func @block_quantized_few_rows(%w: tensor<2x2x8x32xi32>, %d: tensor<2x2x32xf16>,
+                                    %x9: tensor<9x2x8xi32>, %dx9: tensor<9x2xf32>,
+                                    %x6: tensor<6x2x8xi32>, %dx6: tensor<6x2xf32>,
+                                    %x10: tensor<10x2x8xi32>, %dx10: tensor<10x2xf32>,
+                                    %x7: tensor<7x2x8xi32>, %dx7: tensor<7x2xf32>)
+    -> (tensor<9x2x32xf32>, tensor<6x2x32xf32>, tensor<10x2x32xf32>, tensor<7x2x32xf32>) {
+  %z9 = tensor.empty() : tensor<9x2x2x32xi32>
+  %i9 = tensor.empty() : tensor<9x2x32xf32>
+  %p9 = linalg.generic {indexing_maps = [#vA, #vW, #vP],
+                              iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x9, %w : tensor<9x2x8xi32>, tensor<2x2x8x32xi32>) outs(%z9 : tensor<9x2x2x32xi32>)
+      attrs = {gpt.block_partials} {
+  ^bb0(%a: i32, %q: i32, %acc: i32):
+    %r = transformer.lane_dot_u8i8 %acc, %q, %a : i32 -> i32
+    linalg.yield %r : i32
+  } -> tensor<9x2x2x32xi32>
+  %r9 = linalg.generic {indexing_maps = [#uP, #uS, #uX, #uC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%p9, %d, %dx9 : tensor<9x2x2x32xi32>, tensor<2x2x32xf16>, tensor<9x2xf32>)
+      outs(%i9 : tensor<9x2x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%p: i32, %s: f16, %sx: f32, %acc: f32):
+    %pf = arith.sitofp %p : i32 to f32
+    %sf = arith.extf %s : f16 to f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %pf, %scale, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<9x2x32xf32>
+  %z6 = tensor.empty() : tensor<6x2x2x32xi32>
+  %i6 = tensor.empty() : tensor<6x2x32xf32>
+  %p6 = linalg.generic {indexing_maps = [#vA, #vW, #vP],
+                              iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x6, %w : tensor<6x2x8xi32>, tensor<2x2x8x32xi32>) outs(%z6 : tensor<6x2x2x32xi32>)
+      attrs = {gpt.block_partials} {
+  ^bb0(%a: i32, %q: i32, %acc: i32):
+    %r = transformer.lane_dot_u8i8 %acc, %q, %a : i32 -> i32
+    linalg.yield %r : i32
+  } -> tensor<6x2x2x32xi32>
+  %r6 = linalg.generic {indexing_maps = [#uP, #uS, #uX, #uC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%p6, %d, %dx6 : tensor<6x2x2x32xi32>, tensor<2x2x32xf16>, tensor<6x2xf32>)
+      outs(%i6 : tensor<6x2x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%p: i32, %s: f16, %sx: f32, %acc: f32):
+    %pf = arith.sitofp %p : i32 to f32
+    %sf = arith.extf %s : f16 to f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %pf, %scale, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<6x2x32xf32>
+  %z10 = tensor.empty() : tensor<10x2x2x32xi32>
+  %i10 = tensor.empty() : tensor<10x2x32xf32>
+  %p10 = linalg.generic {indexing_maps = [#vA, #vW, #vP],
+                              iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x10, %w : tensor<10x2x8xi32>, tensor<2x2x8x32xi32>) outs(%z10 : tensor<10x2x2x32xi32>)
+      attrs = {gpt.block_partials} {
+  ^bb0(%a: i32, %q: i32, %acc: i32):
+    %r = transformer.lane_dot_u8i8 %acc, %q, %a : i32 -> i32
+    linalg.yield %r : i32
+  } -> tensor<10x2x2x32xi32>
+  %r10 = linalg.generic {indexing_maps = [#uP, #uS, #uX, #uC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%p10, %d, %dx10 : tensor<10x2x2x32xi32>, tensor<2x2x32xf16>, tensor<10x2xf32>)
+      outs(%i10 : tensor<10x2x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%p: i32, %s: f16, %sx: f32, %acc: f32):
+    %pf = arith.sitofp %p : i32 to f32
+    %sf = arith.extf %s : f16 to f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %pf, %scale, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<10x2x32xf32>
+  %z7 = tensor.empty() : tensor<7x2x2x32xi32>
+  %i7 = tensor.empty() : tensor<7x2x32xf32>
+  %p7 = linalg.generic {indexing_maps = [#vA, #vW, #vP],
+                              iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x7, %w : tensor<7x2x8xi32>, tensor<2x2x8x32xi32>) outs(%z7 : tensor<7x2x2x32xi32>)
+      attrs = {gpt.block_partials} {
+  ^bb0(%a: i32, %q: i32, %acc: i32):
+    %r = transformer.lane_dot_u8i8 %acc, %q, %a : i32 -> i32
+    linalg.yield %r : i32
+  } -> tensor<7x2x2x32xi32>
+  %r7 = linalg.generic {indexing_maps = [#uP, #uS, #uX, #uC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%p7, %d, %dx7 : tensor<7x2x2x32xi32>, tensor<2x2x32xf16>, tensor<7x2xf32>)
+      outs(%i7 : tensor<7x2x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%p: i32, %s: f16, %sx: f32, %acc: f32):
+    %pf = arith.sitofp %p : i32 to f32
+    %sf = arith.extf %s : f16 to f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %pf, %scale, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<7x2x32xf32>
+  return %r9, %r6, %r10, %r7 : tensor<9x2x32xf32>, tensor<6x2x32xf32>, tensor<10x2x32xf32>, tensor<7x2x32xf32>
+}
+
+// -----
+
 // An elementwise generic without inputs (the fill of a 3-D matmul's accumulator) once crashed the
 // pass (input 0 read unconditionally); it gets a vector tile like any elementwise op.
 // CHECK-LABEL: func.func @fill_without_inputs

@@ -52,21 +52,34 @@ def test_verify_returns_every_positions_logits_and_fills_the_cache(nano):
     assert relative_error(following, nano.forward(np.concatenate([prompt, drafted, [7]]))[-1]) <= RTOL
 
 
-@pytest.mark.parametrize("weights", ["f32", "q8_0"])
-def test_an_odd_number_of_verified_rows_computes_decodes_bits(weights):
-    """What greedy speculation's exactness rests on: a step of an odd row count runs decode's
-    one-row register tiles, so each row's logits (and keys and values) are decode's bits."""
+@pytest.mark.parametrize("weights", ["f32", "q8_0", "q4_1"])
+def test_every_verified_row_count_up_to_sixteen_computes_decodes_bits(weights):
+    """What greedy speculation's exactness rests on: each row of a verification step of any count
+    up to 16 (not only an odd one) has decode's logits, keys and values to the bit, whatever
+    register tile its row count takes (2, 3, 4 rows or one). Before, an even count summed the
+    attention's q . k^T as a matmul, in another order than decode's dot products."""
     cfg = config(MID)
     model = gpt.GPT.from_weights(cfg, exercising_weights(cfg), gpt.CompileOptions(weights=weights))
     prompt = np.random.default_rng(1).integers(0, cfg.vocab_size, 30)
-    drafted = [int(t) for t in np.random.default_rng(2).integers(0, cfg.vocab_size, 7)]
+    drafted = [int(t) for t in np.random.default_rng(2).integers(0, cfg.vocab_size, 16)]
     cache = model.new_cache(64)
     model.prefill(prompt, cache)
     decoded = np.array([model.decode(t, cache) for t in drafted])
-    for rows in (3, 5, 7):
+    for rows in (2, 3, 4, 5, 6, 8, 9, 12, 16):
         cache = model.new_cache(64)
         model.prefill(prompt, cache)
-        np.testing.assert_array_equal(model.verify(drafted[:rows], cache), decoded[:rows])
+        np.testing.assert_array_equal(model.verify(drafted[:rows], cache), decoded[:rows], err_msg=f"{rows} rows")
+        # The keys and values too: decoding on from there is decode's.
+        np.testing.assert_array_equal(model.decode(drafted[0], cache), decode_after(model, prompt, drafted[:rows]))
+
+
+def decode_after(model, prompt, tokens):
+    """The logits of decoding tokens[0] after the prompt and `tokens`, all decoded one at a time."""
+    cache = model.new_cache(64)
+    model.prefill(prompt, cache)
+    for token in tokens:
+        model.decode(token, cache)
+    return model.decode(tokens[0], cache)
 
 
 def test_rewinding_the_cache_forgets_the_rejected_positions(nano):
@@ -153,8 +166,9 @@ def test_greedy_with_a_draft_model_gives_the_tokens_of_plain_decoding():
 
 
 def test_greedy_speculation_with_smollm2_in_q4_1_gives_the_tokens_of_plain_decoding():
-    """A real model in a 4-bit format, where an even number of verified rows would round
-    differently from decode (by up to 0.4 in a logit) and change a near-tie's argmax."""
+    """A real model in a 4-bit format, where a verification row that rounds differently from
+    decode (an even row count's attention once did, by up to 0.6 in a logit) would change a
+    near-tie's argmax."""
     path = models.find("smollm2")
     model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="q4_1"), context=512)
     paragraph = (
@@ -279,6 +293,32 @@ def test_drafts_shrink_to_plain_decoding_when_they_are_rejected():
 # -- the drafters ----------------------------------------------------------------------------------
 
 
+def test_verification_rows_are_counts_that_tile_several_rows_and_stay_exact():
+    # Up to 16 rows: any count with a 2-, 3- or 4-row tile as it is; 5, 7, 11, 13 one more (or,
+    # where the cache or max_new_tokens leaves no room, one fewer).
+    assert [speculative.verification_rows(rows, 64) for rows in range(2, 17)] == [
+        2,
+        3,
+        4,
+        6,
+        6,
+        8,
+        8,
+        9,
+        10,
+        12,
+        12,
+        14,
+        14,
+        15,
+        16,
+    ]
+    assert speculative.verification_rows(5, 5) == 4 and speculative.verification_rows(16, 16) == 16
+    # Past 16 only an odd count is exact (the attention's blocks of an even count sum another way).
+    assert [speculative.verification_rows(rows, 64) for rows in (17, 18, 33)] == [17, 19, 33]
+    assert speculative.verification_rows(18, 18) == 17
+
+
 def test_prompt_lookup_proposes_what_followed_the_longest_recent_match():
     drafter = speculative.NgramDrafter()
     text = [5, 6, 7, 8, 9, 1, 6, 7, 2, 3, 5, 6, 7]
@@ -378,7 +418,8 @@ def test_a_long_copy_is_verified_in_drafts_of_the_default_eight_tokens():
         )
     )
     assert tokens == span[3:43]
-    assert model.verified_rows[:5] == [3, 5, 9, 9, 9]
+    # 5 rows (a draft of 4) become 6 with a filler guess: a count the matmuls tile several rows at a time.
+    assert model.verified_rows[:5] == [3, 6, 9, 9, 9]
     assert speculation["accepted_tokens"] == speculation["drafted_tokens"]
 
 
