@@ -49,10 +49,37 @@ std::string pipelineKey(const CompileOptions &options) {
          " threads=" + std::to_string(pipelineThreads(options));
 }
 
-ModelCompiler &CompiledModel::compiler() {
-  if (!compiler_) compiler_ = programCompiler().compileModel(config_, weightStorage(), options_, target_);
-  return *compiler_;
+std::unique_ptr<ModelCompiler> CompiledModel::takeCompiler() {
+  {
+    std::lock_guard<std::mutex> lock(compilersMutex);
+    if (idleCompiler) return std::move(idleCompiler);
+  }
+  return programCompiler().compileModel(config_, weightStorage(), options_, target_);
 }
+
+void CompiledModel::returnCompiler(std::unique_ptr<ModelCompiler> compiler) {
+  std::lock_guard<std::mutex> lock(compilersMutex);
+  // A second context (tens of MB of loaded dialects) is not kept for a rare concurrent compile.
+  if (!idleCompiler) idleCompiler = std::move(compiler);
+}
+
+namespace {
+/// A compiler taken from a model for one use, handed back however the use ends.
+class CompilerLease {
+public:
+  CompilerLease(std::function<std::unique_ptr<ModelCompiler>()> take,
+                std::function<void(std::unique_ptr<ModelCompiler>)> give)
+      : compiler(take()), give(std::move(give)) {}
+  ~CompilerLease() { give(std::move(compiler)); }
+  CompilerLease(const CompilerLease &) = delete;
+  CompilerLease &operator=(const CompilerLease &) = delete;
+  ModelCompiler *operator->() { return compiler.get(); }
+
+private:
+  std::unique_ptr<ModelCompiler> compiler;
+  std::function<void(std::unique_ptr<ModelCompiler>)> give;
+};
+} // namespace
 
 namespace {
 /// The request for forward (cacheLen == 0) or the cached step of `seqLen` tokens.
@@ -64,8 +91,8 @@ EntryRequest entryFor(int64_t seqLen, int64_t cacheLen) {
 std::string CompiledModel::ir(Stage stage, int64_t seqLen, int64_t cacheLen, bool everyRow) {
   EntryRequest request = entryFor(seqLen, cacheLen);
   if (everyRow && cacheLen > 0) request.logitsRows = seqLen;
-  std::lock_guard<std::mutex> lock(mutex);
-  return compiler().ir(request, stage);
+  CompilerLease compiler([this] { return takeCompiler(); }, [this](auto c) { returnCompiler(std::move(c)); });
+  return compiler->ir(request, stage);
 }
 
 namespace {
@@ -74,26 +101,59 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 }
 } // namespace
 
-const JitFunction &CompiledModel::forwardFor(int64_t bucket) {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = forwardCache.find(bucket); it != forwardCache.end()) return *it->second;
+const JitFunction &
+CompiledModel::compileOnce(const std::string &slot, const std::function<const JitFunction *()> &find,
+                           const EntryRequest &request,
+                           const std::function<const JitFunction &(std::unique_ptr<JitFunction>, double)> &keep) {
+  std::shared_ptr<std::mutex> compilingSlot;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const JitFunction *found = find()) return *found;
+    std::shared_ptr<std::mutex> &held = compiling[slot];
+    if (!held) held = std::make_shared<std::mutex>();
+    compilingSlot = held;
+  }
+  std::lock_guard<std::mutex> slotLock(*compilingSlot);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const JitFunction *found = find()) return *found; // compiled by the caller we waited for
+  }
   auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<JitFunction> function = compileEntry(entryFor(bucket, 0));
-  compileSeconds[bucket] = secondsSince(start);
-  return *(forwardCache[bucket] = std::move(function));
+  std::unique_ptr<JitFunction> function = compileEntry(request);
+  std::lock_guard<std::mutex> lock(mutex);
+  compiling.erase(slot); // a later caller finds the program; a waiter holds the slot's mutex itself
+  return keep(std::move(function), secondsSince(start));
+}
+
+const JitFunction &CompiledModel::forwardFor(int64_t bucket) {
+  return compileOnce(
+      "forward " + std::to_string(bucket),
+      [&]() -> const JitFunction * {
+        auto it = forwardCache.find(bucket);
+        return it == forwardCache.end() ? nullptr : it->second.get();
+      },
+      entryFor(bucket, 0),
+      [&](std::unique_ptr<JitFunction> function, double seconds) -> const JitFunction & {
+        compileSeconds[bucket] = seconds;
+        return *(forwardCache[bucket] = std::move(function));
+      });
 }
 
 const JitFunction &CompiledModel::stepFor(int64_t seqLen, int64_t cacheLen, bool everyRow) {
-  std::lock_guard<std::mutex> lock(mutex);
   auto key = std::make_pair(seqLen, cacheLen);
   auto &cache = everyRow ? everyRowStepCache : stepCache;
-  if (auto it = cache.find(key); it != cache.end()) return *it->second;
-  auto start = std::chrono::steady_clock::now();
   EntryRequest request = entryFor(seqLen, cacheLen);
   if (everyRow) request.logitsRows = seqLen;
-  std::unique_ptr<JitFunction> function = compileEntry(request);
-  (everyRow ? everyRowStepCompileSeconds : stepCompileSeconds)[key] = secondsSince(start);
-  return *(cache[key] = std::move(function));
+  return compileOnce((everyRow ? "every-row step " : "step ") + std::to_string(seqLen) + " " + std::to_string(cacheLen),
+                     [&]() -> const JitFunction * {
+                       auto it = cache.find(key);
+                       return it == cache.end() ? nullptr : it->second.get();
+                     },
+                     request,
+                     [&](std::unique_ptr<JitFunction> function, double seconds) -> const JitFunction & {
+                       (everyRow ? everyRowStepCompileSeconds : stepCompileSeconds)[key] = seconds;
+                       return *(cache[key] = std::move(function));
+                     });
 }
 
 std::unique_ptr<JitFunction> CompiledModel::compileEntry(const EntryRequest &entry) {
@@ -106,8 +166,15 @@ std::unique_ptr<JitFunction> CompiledModel::compileEntry(const EntryRequest &ent
   bool loaded = false;
   std::unique_ptr<JitFunction> function = jitThroughDiskCache(
       source, entry.name, target_, {options_.cacheDir, options_.cacheMaxBytes},
-      [&] { return compiler().compile(entry); }, &loaded);
-  if (loaded) ++diskHits;
+      [&] {
+        CompilerLease compiler([this] { return takeCompiler(); }, [this](auto c) { returnCompiler(std::move(c)); });
+        return compiler->compile(entry);
+      },
+      &loaded);
+  if (loaded) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++diskHits;
+  }
   releaseFreedMemory(); // the modules of every stage, and LLVM's, are freed by now
   return function;
 }
@@ -269,19 +336,20 @@ Logits CompiledModel::batchStep(const BatchStepCall &call) {
     throw std::invalid_argument("a batched step needs at least one token, sequence, table entry, block and slot");
   if (call.keys.size() != static_cast<size_t>(config_.nLayer) || call.values.size() != call.keys.size())
     throw std::invalid_argument("expected one key and one value pool per layer");
-  const JitFunction *function;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = batchStepCache.find(batchKey(shape));
-    if (it == batchStepCache.end()) {
-      auto start = std::chrono::steady_clock::now();
-      std::unique_ptr<JitFunction> compiled =
-          compileEntry(EntryRequest{"batch_step", shape.tokens, 0, shape.batch, &shape});
-      batchStepCompileSeconds[batchKey(shape)] = secondsSince(start);
-      it = batchStepCache.emplace(batchKey(shape), std::move(compiled)).first;
-    }
-    function = it->second.get();
-  }
+  const std::vector<int64_t> key = batchKey(shape);
+  std::string slot = "batch step";
+  for (int64_t part : key) slot += " " + std::to_string(part);
+  const JitFunction *function = &compileOnce(
+      slot,
+      [&]() -> const JitFunction * {
+        auto it = batchStepCache.find(key);
+        return it == batchStepCache.end() ? nullptr : it->second.get();
+      },
+      EntryRequest{"batch_step", shape.tokens, 0, shape.batch, &shape},
+      [&](std::unique_ptr<JitFunction> compiled, double seconds) -> const JitFunction & {
+        batchStepCompileSeconds[key] = seconds;
+        return *(batchStepCache[key] = std::move(compiled));
+      });
   CallArguments arguments{call.ids,
                           call.positions,
                           shape.tokens,
@@ -296,8 +364,8 @@ Logits CompiledModel::batchStep(const BatchStepCall &call) {
 }
 
 std::string CompiledModel::batchStepIr(Stage stage, const BatchShape &shape) {
-  std::lock_guard<std::mutex> lock(mutex);
-  return compiler().ir(EntryRequest{"batch_step", shape.tokens, 0, shape.batch, &shape}, stage);
+  CompilerLease compiler([this] { return takeCompiler(); }, [this](auto c) { returnCompiler(std::move(c)); });
+  return compiler->ir(EntryRequest{"batch_step", shape.tokens, 0, shape.batch, &shape}, stage);
 }
 
 std::map<std::vector<int64_t>, double> CompiledModel::compiledBatchSteps() const {
@@ -324,8 +392,8 @@ Logits CompiledModel::forward(const int64_t *ids, int64_t count) {
 void CompiledModel::dumpForwardObject(int64_t seqLen, const std::string &path) {
   if (seqLen < 1 || seqLen > config_.blockSize) throw std::invalid_argument("sequence length outside [1, block_size]");
   if (!target_.runsOnHost()) { // compile-only: the object is written, never linked or run
-    std::lock_guard<std::mutex> lock(mutex);
-    compiler().writeObject(entryFor(bucketFor(seqLen), 0), path);
+    CompilerLease compiler([this] { return takeCompiler(); }, [this](auto c) { returnCompiler(std::move(c)); });
+    compiler->writeObject(entryFor(bucketFor(seqLen), 0), path);
     return;
   }
   const JitFunction &function = forwardFor(bucketFor(seqLen));

@@ -15,6 +15,7 @@
 #include "cc/runtime/WeightArena.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -180,9 +181,19 @@ public:
   double totalCompileSeconds() const;
 
 private:
-  /// The compiler of this model's entry points, made on first use (loading the compiler library);
-  /// the caller holds `mutex`.
-  ModelCompiler &compiler();
+  /// A compiler of this model's entry points, the caller's alone until it hands it back with
+  /// returnCompiler(): an idle one, or a new one (loading the compiler library on first use). Each
+  /// has an MLIRContext of its own, so that programs of different shapes compile at the same time
+  /// (the prefill and the decode step of a first token, on two threads).
+  std::unique_ptr<ModelCompiler> takeCompiler();
+  void returnCompiler(std::unique_ptr<ModelCompiler> compiler);
+  /// The program `find()` finds (called under `mutex`), else compiled (or loaded) from `request`
+  /// outside `mutex` and handed to `keep()` (under `mutex`) with its seconds. One caller compiles
+  /// a `slot` at a time; another caller of the slot waits for it and finds its program, while
+  /// callers of other slots compile theirs meanwhile.
+  const JitFunction &compileOnce(const std::string &slot, const std::function<const JitFunction *()> &find,
+                                 const EntryRequest &request,
+                                 const std::function<const JitFunction &(std::unique_ptr<JitFunction>, double)> &keep);
   WeightStorage weightStorage() const {
     return {packsWeights(options_.level), options_.weights, tiles(), options_.kvCache, options_.weightFormats};
   }
@@ -194,8 +205,8 @@ private:
   int64_t stepRows(int64_t count, int64_t offset, int64_t cacheLen) const;
   const JitFunction &forwardFor(int64_t bucket);
   const JitFunction &stepFor(int64_t seqLen, int64_t cacheLen, bool everyRow = false);
-  /// Compiles entry point `entry` or loads it from the disk cache (CachedJit.h); the caller holds
-  /// `mutex`.
+  /// Compiles entry point `entry` or loads it from the disk cache (CachedJit.h); the caller does
+  /// not hold `mutex`.
   std::unique_ptr<JitFunction> compileEntry(const EntryRequest &entry);
   /// The per-call arguments of an entry point (see EntryPoints.h); forward leaves the step's empty.
   struct CallArguments {
@@ -217,10 +228,12 @@ private:
   std::vector<ParameterSpec> parameters_, supplied_;
   std::vector<EntryArgument> forwardArguments_, stepArguments_, batchStepArguments_; // entryArguments(), made once
   std::vector<MemRefDescriptor> weightDescriptors;                                   // set once by setWeights
-  std::vector<const void *> weightData;     // each one's data, for storedWeight
-  std::unique_ptr<WeightArena> weightArena; // the laid-out copies they point into
-  std::unique_ptr<ModelCompiler> compiler_; // compiler(), once made
-  mutable std::mutex mutex;                 // guards the compiler and the caches
+  std::vector<const void *> weightData;                         // each one's data, for storedWeight
+  std::unique_ptr<WeightArena> weightArena;                     // the laid-out copies they point into
+  std::mutex compilersMutex;                                    // guards idleCompiler
+  std::unique_ptr<ModelCompiler> idleCompiler;                  // one kept for the next compile; any other is freed
+  mutable std::mutex mutex;                                     // guards the caches and `compiling`
+  std::map<std::string, std::shared_ptr<std::mutex>> compiling; // compileOnce()'s slots, held while compiling
   std::map<int64_t, std::unique_ptr<JitFunction>> forwardCache;
   std::map<int64_t, double> compileSeconds;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<JitFunction>> stepCache;

@@ -412,3 +412,49 @@ def test_processes_compiling_into_one_empty_cache_all_get_correct_logits(tmp_pat
             for length, logits in expected.items():
                 np.testing.assert_array_equal(np.load(tmp_path / f"out{round_}.{i}.{length}.npy"), logits)
         assert not [f for f in os.listdir(cache_dir) if ".tmp." in f]
+
+
+def cached_programs(cache_dir) -> dict[str, bytes]:
+    return {name: (cache_dir / name).read_bytes() for name in os.listdir(cache_dir) if name.endswith(".gptjit")}
+
+
+def test_a_prefill_compiles_the_decode_step_meanwhile_into_the_same_programs(tmp_path):
+    """A first token needs the prefill's program and the decode step's: the prefill starts the
+    decode step's compile on a thread of its own (an MLIRContext of its own) while it compiles its
+    own, and the programs so compiled at the same time are, byte for byte, those compiled one
+    after the other. Callers of one shape wait for its compile in flight instead of compiling it
+    again (each compile has a compiler of its own, so nothing else would stop them)."""
+    import threading
+
+    ids = token_ids(CFG, 20)
+    at_once = model(tmp_path / "at_once")
+    cache = at_once.new_cache(64)
+    together = threading.Barrier(3)
+
+    def compile_prefill():
+        together.wait()
+        at_once._compiled.compile_for(len(ids), 0, 64)
+
+    others = [threading.Thread(target=compile_prefill) for _ in range(2)]
+    for thread in others:
+        thread.start()
+    together.wait()
+    prefill_logits = at_once.prefill(ids, cache)
+    for thread in others:
+        thread.join()
+    deadline = time.monotonic() + 300  # generous: the decode step compiles in the background
+    while not at_once._compiled.is_compiled_for(1, len(ids), 64) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert at_once._compiled.is_compiled_for(1, len(ids), 64), "the prefill did not compile the decode step"
+    assert set(at_once.compiled_steps()) == {(32, 64), (1, 64)}
+    decode_logits = at_once.decode(7, cache)
+    assert set(at_once.compiled_steps()) == {(32, 64), (1, 64)}  # the decode call compiled nothing more
+
+    one_by_one = model(tmp_path / "one_by_one")
+    one_by_one._compiled.compile_for(len(ids), 0, 64)
+    one_by_one._compiled.compile_for(1, len(ids), 64)
+    cache = one_by_one.new_cache(64)
+    np.testing.assert_array_equal(one_by_one.prefill(ids, cache), prefill_logits)
+    np.testing.assert_array_equal(one_by_one.decode(7, cache), decode_logits)
+    assert cached_programs(tmp_path / "at_once") == cached_programs(tmp_path / "one_by_one")
+    assert len(cached_programs(tmp_path / "at_once")) == 2
