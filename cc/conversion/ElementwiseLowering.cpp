@@ -96,52 +96,81 @@ template <> Value ElementwiseLowering<PowOp>::scalar(OpBuilder &b, Location loc,
 // j mod half (rotate-half), or j xor 1 and j / 2 (interleaved pairs). The frequencies theta_i are
 // a constant table (RopeOp::getFrequencies, Llama 3's scaling applied) read by index; the angle
 // and its cosine/sine are computed in f64: positions reach thousands of radians, where f32 would
-// lose the low digits of the angle.
+// lose the low digits of the angle. The cosines and the signed sines go into a [positions, head size]
+// table first, then the rotation reads them: a sin/cos per position and lane instead of one per head
+// too (libm's sincos was 5-8% of a 1.7B prefill), and the q and k ropes of a layer share one table
+// (the same positions; CSE merges the two).
 struct RopeLowering : OpConversionPattern<RopeOp> {
   using OpConversionPattern::OpConversionPattern;
+
+  /// The lane's pair (frequency index), its partner lane, and whether it is the pair's first (the
+  /// element whose partner's product is subtracted).
+  struct Lane {
+    Value first, pair, partner;
+  };
+  static Lane lane(OpBuilder &b, Location l, Value j, int64_t half, bool interleaved) {
+    if (interleaved) {
+      Value one = b.create<arith::ConstantIndexOp>(l, 1), two = b.create<arith::ConstantIndexOp>(l, 2);
+      Value odd = b.create<arith::RemUIOp>(l, j, two);
+      Value first = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::eq, odd, b.create<arith::ConstantIndexOp>(l, 0));
+      return {first, b.create<arith::DivUIOp>(l, j, two), b.create<arith::XOrIOp>(l, j, one)};
+    }
+    Value halfIdx = b.create<arith::ConstantIndexOp>(l, half);
+    Value first = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, j, halfIdx);
+    Value partner = b.create<arith::SelectOp>(l, first, b.create<arith::AddIOp>(l, j, halfIdx),
+                                              b.create<arith::SubIOp>(l, j, halfIdx));
+    return {first, b.create<arith::RemUIOp>(l, j, halfIdx), partner};
+  }
+
+  /// cos(a) and first ? -sin(a) : sin(a) per (position, lane), as two f32 [positions, head size] tensors
+  /// of one generic: a producer of two uses, which elementwise fusion leaves apart from the rotation
+  /// (fused, it would compute the sines once per head again).
+  static std::pair<Value, Value> buildTable(OpBuilder &b, Location loc, Value positions, Value frequencies,
+                                            int64_t tokens, int64_t headDim, bool interleaved) {
+    MLIRContext *ctx = b.getContext();
+    Value init = emptyTensor(b, loc, {tokens, headDim});
+    AffineMap identity = AffineMap::getMultiDimIdentityMap(2, ctx);
+    SmallVector<AffineMap> maps = {AffineMap::get(2, 0, getAffineDimExpr(0, ctx)), identity, identity};
+    SmallVector<utils::IteratorType> parallel(2, utils::IteratorType::parallel);
+    auto table = b.create<linalg::GenericOp>(
+        loc, TypeRange{init.getType(), init.getType()}, ValueRange{positions}, ValueRange{init, init}, maps, parallel,
+        [&](OpBuilder &nb, Location l, ValueRange a) {
+          Lane ln = lane(nb, l, nb.create<linalg::IndexOp>(l, 1), headDim / 2, interleaved);
+          Value invFreq = nb.create<tensor::ExtractOp>(l, frequencies, ValueRange{ln.pair});
+          Type f64 = nb.getF64Type(), f32 = nb.getF32Type();
+          Value angle = nb.create<arith::MulFOp>(l, nb.create<arith::SIToFPOp>(l, f64, a[0]), invFreq);
+          Value cos = nb.create<arith::TruncFOp>(l, f32, nb.create<math::CosOp>(l, angle));
+          Value sin = nb.create<arith::TruncFOp>(l, f32, nb.create<math::SinOp>(l, angle));
+          Value signedSin = nb.create<arith::SelectOp>(l, ln.first, nb.create<arith::NegFOp>(l, sin), sin);
+          nb.create<linalg::YieldOp>(l, ValueRange{cos, signedSin});
+        });
+    return {table.getResult(0), table.getResult(1)};
+  }
+
   LogicalResult matchAndRewrite(RopeOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     MLIRContext *ctx = rewriter.getContext();
     RankedTensorType type = rankedType(op.getResult());
     Value x = adaptor.getInput();
-    int64_t headDim = type.getDimSize(2), half = headDim / 2;
+    int64_t tokens = type.getDimSize(1), headDim = type.getDimSize(2), half = headDim / 2;
     bool interleaved = op.getInterleaved();
     SmallVector<double> theta = op.getFrequencies(headDim);
     auto tableType = RankedTensorType::get({half}, rewriter.getF64Type());
     Value frequencies = rewriter.create<arith::ConstantOp>(loc, DenseElementsAttr::get(tableType, ArrayRef(theta)));
+    auto [cos, signedSin] =
+        buildTable(rewriter, loc, adaptor.getPositions(), frequencies, tokens, headDim, interleaved);
     SmallVector<utils::IteratorType> parallel(3, utils::IteratorType::parallel);
     AffineMap identity = AffineMap::getMultiDimIdentityMap(3, ctx);
-    Value result = buildGeneric(
-        rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {x, adaptor.getPositions()},
-        {identity, AffineMap::get(3, 0, getAffineDimExpr(1, ctx))}, identity, parallel,
-        [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-          Value h = b.create<linalg::IndexOp>(l, 0), t = b.create<linalg::IndexOp>(l, 1);
-          Value j = b.create<linalg::IndexOp>(l, 2);
-          // `first`: the element whose partner's product is subtracted (the pair's first).
-          Value first, pair, partner;
-          if (interleaved) {
-            Value one = b.create<arith::ConstantIndexOp>(l, 1), two = b.create<arith::ConstantIndexOp>(l, 2);
-            Value odd = b.create<arith::RemUIOp>(l, j, two);
-            first = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::eq, odd, b.create<arith::ConstantIndexOp>(l, 0));
-            pair = b.create<arith::DivUIOp>(l, j, two);
-            partner = b.create<arith::XOrIOp>(l, j, one);
-          } else {
-            Value halfIdx = b.create<arith::ConstantIndexOp>(l, half);
-            first = b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ult, j, halfIdx);
-            pair = b.create<arith::RemUIOp>(l, j, halfIdx);
-            partner = b.create<arith::SelectOp>(l, first, b.create<arith::AddIOp>(l, j, halfIdx),
-                                                b.create<arith::SubIOp>(l, j, halfIdx));
-          }
-          Value other = b.create<tensor::ExtractOp>(l, x, ValueRange{h, t, partner});
-          Value invFreq = b.create<tensor::ExtractOp>(l, frequencies, ValueRange{pair});
-          Type f64 = b.getF64Type();
-          Value angle = b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f64, a[1]), invFreq);
-          Value cos = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::CosOp>(l, angle));
-          Value sin = b.create<arith::TruncFOp>(l, b.getF32Type(), b.create<math::SinOp>(l, angle));
-          Value rotated = b.create<arith::MulFOp>(l, other, sin);
-          rotated = b.create<arith::SelectOp>(l, first, b.create<arith::NegFOp>(l, rotated), rotated);
-          return b.create<arith::AddFOp>(l, b.create<arith::MulFOp>(l, a[0], cos), rotated);
-        });
+    AffineMap perPosition = AffineMap::get(3, 0, {getAffineDimExpr(1, ctx), getAffineDimExpr(2, ctx)}, ctx);
+    Value result = buildGeneric(rewriter, loc, emptyTensor(rewriter, loc, type.getShape()), {x, cos, signedSin},
+                                {identity, perPosition, perPosition}, identity, parallel,
+                                [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                                  Value h = b.create<linalg::IndexOp>(l, 0), t = b.create<linalg::IndexOp>(l, 1);
+                                  Lane ln = lane(b, l, b.create<linalg::IndexOp>(l, 2), half, interleaved);
+                                  Value other = b.create<tensor::ExtractOp>(l, x, ValueRange{h, t, ln.partner});
+                                  return b.create<arith::AddFOp>(l, b.create<arith::MulFOp>(l, a[0], a[1]),
+                                                                 b.create<arith::MulFOp>(l, other, a[2]));
+                                });
     rewriter.replaceOp(op, result);
     return success();
   }

@@ -58,20 +58,28 @@ func.func @constant() -> tensor<2xf32> {
 
 // -----
 
-// RoPE: the partner element j +/- half is read with tensor.extract, the frequency of pair j mod half
-// from a constant f64 table (base^(-2 i / d)); the angle is computed in f64.
+// RoPE: a [positions, head size] table of cos(a) and the signed sin(a) first (a = position * theta_i, in
+// f64, with theta_i read from a constant f64 table, base^(-2 i / d), at pair j mod half; the sine negated
+// on the pair's first lane), then the rotation x[j] * cos + x[j +/- half] * sin, its partner read with
+// tensor.extract and the table broadcast over the heads: one sin/cos per position and lane, not per head.
+// CHECK-DAG: #[[POS:.*]] = affine_map<(d0, d1) -> (d0)>
+// CHECK-DAG: #[[TABLE:.*]] = affine_map<(d0, d1, d2) -> (d1, d2)>
 // CHECK-LABEL: func.func @rope
 // CHECK: %[[THETA:.*]] = arith.constant dense<[1.000000e+00, 0.31622776601683794, 1.000000e-01, 0.031622776601683791, 1.000000e-02, 0.0031622776601683794, 1.000000e-03, 3.1622776601683794E-4]> : tensor<8xf64>
-// CHECK: linalg.generic
-// CHECK-SAME: ins(%{{.*}}, %{{.*}} : tensor<4x8x16xf32>, tensor<8xi64>)
-// CHECK: %[[J:.*]] = linalg.index 2 : index
+// CHECK: %[[COSSIN:.*]]:2 = linalg.generic {indexing_maps = [#[[POS]], #{{.*}}, #{{.*}}]
+// CHECK-SAME: ins(%{{.*}} : tensor<8xi64>) outs(%{{.*}}, %{{.*}} : tensor<8x16xf32>, tensor<8x16xf32>)
+// CHECK: %[[J:.*]] = linalg.index 1 : index
 // CHECK: %[[FIRST:.*]] = arith.cmpi ult, %[[J]], %c8 : index
 // CHECK: %[[PAIR:.*]] = arith.remui %[[J]], %c8 : index
-// CHECK: tensor.extract
 // CHECK: tensor.extract %[[THETA]][%[[PAIR]]] : tensor<8xf64>
 // CHECK: math.cos %{{.*}} : f64
 // CHECK: math.sin %{{.*}} : f64
 // CHECK: arith.select %[[FIRST]]
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #[[TABLE]], #[[TABLE]], #{{.*}}]
+// CHECK-SAME: ins(%{{.*}}, %[[COSSIN]]#0, %[[COSSIN]]#1 : tensor<4x8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>)
+// CHECK: tensor.extract %{{.*}} : tensor<4x8x16xf32>
+// CHECK-NOT: math.cos
+// CHECK: linalg.yield
 func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf32> {
   %0 = transformer.rope %x, %pos : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
   return %0 : tensor<4x8x16xf32>
@@ -82,14 +90,15 @@ func.func @rope(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf3
 // Interleaved pairs (2i, 2i + 1): the partner is j xor 1, the frequency index j / 2, and the even
 // element is the one whose partner's product is subtracted.
 // CHECK-LABEL: func.func @rope_interleaved
-// CHECK: %[[J:.*]] = linalg.index 2 : index
+// CHECK: %[[J:.*]] = linalg.index 1 : index
 // CHECK: %[[ODD:.*]] = arith.remui %[[J]], %c2 : index
 // CHECK: %[[EVEN:.*]] = arith.cmpi eq, %[[ODD]], %c0 : index
 // CHECK: %[[PAIR:.*]] = arith.divui %[[J]], %c2 : index
-// CHECK: %[[PARTNER:.*]] = arith.xori %[[J]], %c1 : index
-// CHECK: tensor.extract %{{.*}}[%{{.*}}, %{{.*}}, %[[PARTNER]]] : tensor<4x8x16xf32>
 // CHECK: tensor.extract %{{.*}}[%[[PAIR]]] : tensor<8xf64>
 // CHECK: arith.select %[[EVEN]]
+// CHECK: %[[K:.*]] = linalg.index 2 : index
+// CHECK: %[[PARTNER:.*]] = arith.xori %[[K]], %c1 : index
+// CHECK: tensor.extract %{{.*}}[%{{.*}}, %{{.*}}, %[[PARTNER]]] : tensor<4x8x16xf32>
 func.func @rope_interleaved(%x: tensor<4x8x16xf32>, %pos: tensor<8xi64>) -> tensor<4x8x16xf32> {
   %0 = transformer.rope %x, %pos {interleaved} : (tensor<4x8x16xf32>, tensor<8xi64>) -> tensor<4x8x16xf32>
   return %0 : tensor<4x8x16xf32>
