@@ -272,7 +272,8 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : withMins ? 1 : 8);
       Value partials = q8 ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
                           : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
-      panels = q4_K       ? scaledSubBlocks(rewriter, loc, partials, adaptor.getScales(), x, init)
+      panels = q4_K       ? scaledSubBlocks(rewriter, loc, partials, adaptor.getScales(), x.scales,
+                                            scaledCompensations(rewriter, loc, x), init)
                : withMins ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
                           : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
       break;
@@ -404,13 +405,28 @@ private:
                         });
   }
 
-  /// q4_K: [M, N/P, P] sums over sub-blocks of d_x * (d * sc * partial - dmin * m * sum(code_x)),
-  /// the products in f32, from the scales [N/P, K/32 + K/128, P]: the sub-blocks' (sc | m << 8)
-  /// bits read as a [N/P, K/32, P] view, and the super-blocks' (d, dmin) rows as two
-  /// [N/P, K/256, P] views at super-block block / 8 (loops m, panel, column, block: the schedule
-  /// steps the block loop one sub-block at a time, so each step reads one of each per column).
-  static Value scaledSubBlocks(OpBuilder &b, Location loc, Value partials, Value scales, const QuantizedActivations &x,
-                               Value init) {
+  /// q4_K's code sums times their block's d_x, [M, K/32] f32: one product per row and block, which
+  /// the matmul's min term then reads as is instead of multiplying d_x into it per column.
+  static Value scaledCompensations(OpBuilder &b, Location loc, const QuantizedActivations &x) {
+    ArrayRef<int64_t> shape = rankedType(x.scales).getShape();
+    AffineMap identity = b.getMultiDimIdentityMap(2);
+    Value scaled = buildParallel(b, loc, shape, b.getF32Type(), {x.compensations, x.scales}, {identity, identity},
+                                 [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                   return b.create<arith::MulFOp>(l, args[0], args[1]);
+                                 });
+    gpt::codegen::markQuantizesActivations(scaled.getDefiningOp());
+    return scaled;
+  }
+
+  /// q4_K: [M, N/P, P] sums over sub-blocks of d_x * d * sc * partial - dmin * m * (d_x * sum(code_x)),
+  /// the products in f32, the last factor read per row and block (scaledCompensations: four float
+  /// operations per row and column of a sub-block, where d_x * (...) took five), from the scales
+  /// [N/P, K/32 + K/128, P]: the sub-blocks' (sc | m << 8) bits read as a [N/P, K/32, P] view, and
+  /// the super-blocks' (d, dmin) rows as two [N/P, K/256, P] views at super-block block / 8 (loops
+  /// m, panel, column, block: the schedule steps the block loop one sub-block at a time, so each
+  /// step reads one of each per column).
+  static Value scaledSubBlocks(OpBuilder &b, Location loc, Value partials, Value scales, Value xScales,
+                               Value scaledCompensations, Value init) {
     MLIRContext *ctx = b.getContext();
     constexpr int64_t subBlocks = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
     AffineExpr mDim, panel, column, blockDim;
@@ -438,7 +454,7 @@ private:
     Value pairs = splitDim(b, loc, rows(blocks, 2 * superBlocks), 1, {superBlocks, 2});
     Value d = sliceAt(b, loc, pairs, 2, 0), dmin = sliceAt(b, loc, pairs, 2, 1);
     return buildGeneric(
-        b, loc, init, {partials, subScales, d, dmin, x.scales, x.compensations}, inputMaps,
+        b, loc, init, {partials, subScales, d, dmin, xScales, scaledCompensations}, inputMaps,
         AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
         [](OpBuilder &b, Location l, ValueRange args) -> Value {
           Type f32 = b.getF32Type(), i32 = b.getI32Type();
@@ -449,8 +465,7 @@ private:
           Value subScale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), sc);
           Value subMin = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[3]), m);
           Value scale = b.create<arith::MulFOp>(l, subScale, args[4]);
-          Value minScale = b.create<arith::NegFOp>(l, b.create<arith::MulFOp>(l, subMin, args[4]));
-          Value withMin = b.create<math::FmaOp>(l, args[5], minScale, args[6]);
+          Value withMin = b.create<math::FmaOp>(l, args[5], b.create<arith::NegFOp>(l, subMin), args[6]);
           return b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, withMin);
         });
   }
