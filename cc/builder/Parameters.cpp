@@ -108,6 +108,13 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
     return {shape[1] / panelWidth, shape[0] / rowsPerElement, 2, panelWidth};
   if (isScales() && format == WeightFormat::Q4_K)
     return {shape[1] / panelWidth, shape[0] / kernels::kSuperBlock * kernels::kQ4_KScaleRows, panelWidth};
+  // q6_k: 3 words per run of 16 rows; nine scale rows per super-block, the run scales' pairs then d
+  // (kernels::repackQ6_KRows).
+  if (format == WeightFormat::Q6_K)
+    return {shape[1] / panelWidth,
+            isScales() ? shape[0] / kernels::kSuperBlock * kernels::kQ6_KScaleRows
+                       : shape[0] / kernels::kQ6_KRunValues * kernels::kQ6_KWordsPerRun,
+            panelWidth};
   return {shape[1] / panelWidth, shape[0] / rowsPerElement, panelWidth};
 }
 

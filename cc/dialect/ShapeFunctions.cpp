@@ -179,6 +179,26 @@ bool isQ4_KScales(RankedTensorType scales, int64_t k) {
          scales.getDimSize(1) == k / kSuperBlockSize * kQ4_KScaleRows;
 }
 
+/// q6_K's scales: per super-block of 256 weights, its 16 int8 run scales in pairs, and d.
+constexpr int64_t kQ6_KScaleRows = 9, kQ6_KRunValues = 16, kQ6_KWordsPerRun = 3;
+
+/// True for rank-3 scales of K / 32 + K / 256 rows: q6_K's (no other format has that many).
+bool isQ6_KScales(RankedTensorType scales, int64_t k) {
+  return scales && scales.getRank() == 3 && !ShapedType::isDynamic(k) && k > 0 && k % kSuperBlockSize == 0 &&
+         scales.getDimSize(1) == k / kSuperBlockSize * kQ6_KScaleRows;
+}
+
+/// A q6_K weight: 3 lane words per run of 16 weights, and its scales' panels and width.
+LogicalResult checkQ6_KPacking(RankedTensorType scales, int64_t panels, int64_t k, int64_t rows, int64_t width,
+                               Type rhs, EmitErrorFn emitError) {
+  if (!ShapedType::isDynamic(rows) && rows != k / kQ6_KRunValues * kQ6_KWordsPerRun)
+    return emitError() << "a q6_K weight for K = " << k << " must have " << k / kQ6_KRunValues * kQ6_KWordsPerRun
+                       << " rows (3 lanes per 16 6-bit codes), got " << rhs;
+  if (dimsCompatible(scales.getDimSize(0), panels) && dimsCompatible(scales.getDimSize(2), width)) return success();
+  return emitError() << "q6_K scales must be [N / P, K / 32 + K / 256, P] = [" << panels << ", "
+                     << k / kSuperBlockSize * kQ6_KScaleRows << ", " << width << "], got " << scales;
+}
+
 /// `scales` of a panel-packed weight: [N / P, K / blockSize, P], or [N / P, K / blockSize, 2, P] with
 /// `minima` (q4_1's scale and min pairs), or q4_K's [N / P, K / 32 + K / 128, P].
 LogicalResult checkPackedScales(RankedTensorType scales, int64_t panels, int64_t k, int64_t width, bool minima,
@@ -212,11 +232,13 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
   if (r && r.getRank() != 3)
     return emitError() << "rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got " << rhs;
   bool lanes = cast<ShapedType>(rhs).getElementType().isInteger(32);
-  if (!lanes && scales) return emitError() << "only an i32 (q8_0, q4_0, q4_1 or q4_K) weight takes scales, not " << rhs;
+  if (!lanes && scales)
+    return emitError() << "only an i32 (q8_0, q4_0, q4_1, q4_K or q6_K) weight takes scales, not " << rhs;
   if (s && s.getRank() != 3 && s.getRank() != 4)
     return emitError() << "scales must be a rank-3 [N / P, K / " << blockSize
-                       << ", P] tensor (q4_K: [N / P, K / 32 + K / 128, P]), or (q4_1) rank-4 [N / P, K / " << blockSize
-                       << ", 2, P] scale and min pairs, got " << scales;
+                       << ", P] tensor (q4_K: [N / P, K / 32 + K / 128, P]; q6_K: [N / P, K / 32 + K / 256, P]), or "
+                          "(q4_1) rank-4 [N / P, K / "
+                       << blockSize << ", 2, P] scale and min pairs, got " << scales;
   // q4_1's (scale, min) pairs, and q4_K's sub-block mins.
   const bool minima = s && (s.getRank() == 4 || (l && isQ4_KScales(s, l.getShape().back())));
   if (!l || !r) return unranked(lhs);
@@ -226,10 +248,13 @@ FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int
   if (!lanes && !dimsCompatible(k, rows))
     return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k
                        << " columns but the packed rhs " << rhs << " has " << rows << " rows";
-  if (lanes && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows) &&
-      failed(checkLanePacking(k, rows, bool(scales), minima, blockSize, rhs, emitError)))
+  if (lanes && isQ6_KScales(s, k)) {
+    if (failed(checkQ6_KPacking(s, panels, k, rows, width, rhs, emitError))) return failure();
+  } else if (lanes && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows) &&
+             failed(checkLanePacking(k, rows, bool(scales), minima, blockSize, rhs, emitError)))
     return failure();
-  if (s && failed(checkPackedScales(s, panels, k, width, minima, blockSize, emitError))) return failure();
+  if (s && !isQ6_KScales(s, k) && failed(checkPackedScales(s, panels, k, width, minima, blockSize, emitError)))
+    return failure();
   FailureOr<int64_t> columns = multiplyDims(panels, width);
   if (failed(columns)) return overflowError(emitError, panels, width, rhs);
   SmallVector<int64_t> shape(l.getShape().drop_back());

@@ -15,7 +15,7 @@
 
 namespace mlir::transformer {
 /// How `transformer.packed_matmul` stores its weight (see the op's description).
-enum class PackedWeightFormat { F32, BF16, Q8_0, Q4_0, Q4_1, Q4_K };
+enum class PackedWeightFormat { F32, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K };
 } // namespace mlir::transformer
 
 #define GET_OP_CLASSES

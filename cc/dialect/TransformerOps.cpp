@@ -189,6 +189,9 @@ PackedWeightFormat PackedMatmulOp::getWeightFormat() {
   int64_t k = cast<RankedTensorType>(getLhs().getType()).getShape().back();
   if (k > 0 && k % kSuperBlockSize == 0 && scales.getDimSize(1) == k / kSuperBlockSize * kQ4_KScaleRows)
     return PackedWeightFormat::Q4_K;
+  // q6_K's hold 9 rows per super-block: [N / P, K / 32 + K / 256, P].
+  if (k > 0 && k % kSuperBlockSize == 0 && scales.getDimSize(1) == k / kSuperBlockSize * kQ6_KScaleRows)
+    return PackedWeightFormat::Q6_K;
   // Codes per lane: 4 (q8_0) or 8 (q4_0), from K and the weight's rows. Divided, not `4 * rows`,
   // which overflows for a dynamic (or huge) dim.
   int64_t rows = cast<RankedTensorType>(getRhs().getType()).getDimSize(1);

@@ -180,6 +180,17 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
       `s` (256 weights): `w = d * sc * c - dmin * m`. A sub-block contributes
       `d_x * (d * sc * sum(code_x * c) - dmin * m * sum(code_x))`, the products in f32, as
       llama.cpp's q4_K x q8_K product does.
+    - `q6_K` (llama.cpp's, kept in its own numbers): `[N / P, K * 3 / 16, P] x i32` of 6-bit codes
+      `c` in [0, 63], 3 lanes per run `h` of 16 weights (rows `3 h`, `3 h + 1`, `3 h + 2`): byte `i`
+      of lane `3 h` holds the low nibbles of `code(16 h + 4 i)` (bits 0-3) and `code(16 h + 4 i + 2)`
+      (bits 4-7), of lane `3 h + 1` those of `code(16 h + 4 i + 1)` and `code(16 h + 4 i + 3)`, and
+      of lane `3 h + 2` the top 2 bits of `code(16 h + 4 i + l)` in bits `2 l`, `2 l + 1` (l < 4).
+      `scales` `[N / P, K / 32 + K / 256, P] x f16`: rows `b < K / 32` hold the int8 scales `sc` of
+      runs `2 b` (low byte) and `2 b + 1` (high byte), row `K / 32 + s` the fp16 `d` of super-block
+      `s`: `w = d * sc * (c - 32)`. The activations of a run are 4 lanes, lane `l` holding
+      `x[16 h + l + 4 i]` in byte `i`, so no lane mixes two runs; a run contributes
+      `d_x * d * sc * (sum(code_x * c) - 32 * sum(code_x))`, the sums exact in i32 and the
+      integer `sc * (...)` exact in f32 (below 2^24), as llama.cpp's q6_K x q8_K product does.
     Block formats quantize each row of the activations per block of 32 along K, as llama.cpp
     does: `d = max|x| / 127`, `code = round_even(x * min(1 / d, FLT_MAX))` (0 where `d = 0`;
     the cap keeps a block with max |x| below ~3.7e-37 finite); a block contributes
@@ -207,6 +218,11 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     /// q4_K's super-block (QK_K) and its scale rows: 8 sub-blocks' scale and min, d and dmin.
     static constexpr int64_t kSuperBlockSize = 256;
     static constexpr int64_t kQ4_KScaleRows = 10;
+    /// q6_K's runs of 16 weights (one int8 scale each), their 3 lanes, and its scale rows per
+    /// super-block: 8 rows of two run scales, and d.
+    static constexpr int64_t kQ6_KRunSize = 16;
+    static constexpr int64_t kQ6_KWordsPerRun = 3;
+    static constexpr int64_t kQ6_KScaleRows = 9;
     /// The weight's format, from the operand types and shapes (the verifier checks that they
     /// agree). Only asked of ranked operands (after shape inference).
     PackedWeightFormat getWeightFormat();

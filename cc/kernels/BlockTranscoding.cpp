@@ -118,6 +118,10 @@ const BlockConversion kToQ4_1[] = {
 const BlockConversion kToQ4_K[] = {
     {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, nullptr},
 };
+// q6_K likewise (repackQ6_KRows): its one fp16 field is the super-block's d, after the codes and scales.
+const BlockConversion kToQ6_K[] = {
+    {"q6_k", kSuperBlock, kQ6_KBlockBytes, 1, {kQ6_KBlockBytes - 2, 0}, {"scale", ""}, nullptr},
+};
 const BlockConversion kToQ4_0[] = {
     {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, nullptr},
 };
@@ -140,11 +144,12 @@ const BlockConversion &blockConversion(const std::string &type, const std::strin
                                  : target == "q4_1" ? find(kToQ4_1)
                                  : target == "q4_0" ? find(kToQ4_0)
                                  : target == "q4_k" ? find(kToQ4_K)
+                                 : target == "q6_k" ? find(kToQ6_K)
                                                     : nullptr;
   if (!found)
     throw std::invalid_argument("no conversion of " + type + " blocks into " + target +
                                 " (q8_0 takes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k; q4_1 takes q4_0, "
-                                "q4_1 and q4_k; q4_0 and q4_k only themselves)");
+                                "q4_1 and q4_k; q4_0, q4_k and q6_k only themselves)");
   return *found;
 }
 
@@ -157,6 +162,7 @@ std::vector<std::string> convertedTypes(const std::string &target) {
   if (target == "q4_1") add(kToQ4_1);
   if (target == "q4_0") add(kToQ4_0);
   if (target == "q4_k") add(kToQ4_K);
+  if (target == "q6_k") add(kToQ6_K);
   return types;
 }
 

@@ -45,7 +45,7 @@ struct BlockConversion {
   void (*convert)(const uint8_t *block, uint8_t *out);
 };
 /// The conversion of `type`'s blocks (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k) into
-/// `target`'s (q8_0 from any of them; q4_1 from q4_0, q4_1, q4_k; q4_0 and q4_k from themselves);
+/// `target`'s (q8_0 from any of them; q4_1 from q4_0, q4_1, q4_k; q4_0, q4_k and q6_k from themselves);
 /// std::invalid_argument for another pair.
 const BlockConversion &blockConversion(const std::string &type, const std::string &target);
 /// The GGUF types blockConversion converts into `target`, its own first (none for another target).

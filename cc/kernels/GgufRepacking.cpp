@@ -123,6 +123,23 @@ struct ConvertedBlocks {
   }
 };
 
+/// The columns `parts` hold together, checked as every repack checks them: no part of negative
+/// rows, and a padded column count of at least that many and a multiple of the panel width
+/// (std::invalid_argument naming `what` otherwise).
+int64_t checkedColumns(const char *what, const std::vector<BlockRows> &parts, int64_t paddedN, int64_t width) {
+  int64_t n = 0;
+  for (const BlockRows &part : parts) {
+    if (part.rows < 0)
+      throw std::invalid_argument(std::string(what) + ": a part of " + std::to_string(part.rows) + " rows");
+    n += part.rows;
+  }
+  if (paddedN < n || width <= 0 || paddedN % width != 0)
+    throw std::invalid_argument(std::string(what) + ": the padded column count " + std::to_string(paddedN) +
+                                " must be at least " + std::to_string(n) + " and a multiple of the panel width " +
+                                std::to_string(width));
+  return n;
+}
+
 /// Repacks `n` rows of `k` weights in llama.cpp blocks (`halves` fp16 header values: the scale,
 /// and for q4_1 the min; then codes), block b of column c's row given by `source(row, b, c)` (ConvertedBlocks), into
 /// lane words [paddedN / w, K / 32 * wordsPerBlock, w] made by `blockWords`, and the header
@@ -136,16 +153,7 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
     throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
                                 " is not a positive multiple of the quantization block (32)");
   source.checkK(k, what);
-  int64_t n = 0;
-  for (const BlockRows &part : parts) {
-    if (part.rows < 0)
-      throw std::invalid_argument(std::string(what) + ": a part of " + std::to_string(part.rows) + " rows");
-    n += part.rows;
-  }
-  if (paddedN < n || width <= 0 || paddedN % width != 0)
-    throw std::invalid_argument(std::string(what) + ": the padded column count " + std::to_string(paddedN) +
-                                " must be at least " + std::to_string(n) + " and a multiple of the panel width " +
-                                std::to_string(width));
+  checkedColumns(what, parts, paddedN, width);
   const int64_t perRow = k / kQuantBlock, panelRows = perRow * wordsPerBlock;
   static_assert(kQ8_0WordsPerBlock >= kQ4_0WordsPerBlock);
   // Panels are independent: each thread writes whole panels. Within a panel, block by block
@@ -403,16 +411,7 @@ void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
                                 " is not a positive multiple of q4_K's super-block (256)");
   ConvertedBlocks source(parts, "q4_k", kQ4_KBlockBytes, true);
   source.checkK(k, what);
-  int64_t n = 0;
-  for (const BlockRows &part : parts) {
-    if (part.rows < 0)
-      throw std::invalid_argument(std::string(what) + ": a part of " + std::to_string(part.rows) + " rows");
-    n += part.rows;
-  }
-  if (paddedN < n || width <= 0 || paddedN % width != 0)
-    throw std::invalid_argument(std::string(what) + ": the padded column count " + std::to_string(paddedN) +
-                                " must be at least " + std::to_string(n) + " and a multiple of the panel width " +
-                                std::to_string(width));
+  checkedColumns(what, parts, paddedN, width);
   constexpr int64_t subBlocks = kSuperBlock / kQuantBlock;
   const int64_t superBlocks = k / kSuperBlock, panelRows = k / kQ4_0RowsPerWord;
   // Panels are independent, as in repackRows; within one, super-block by super-block across its
@@ -455,6 +454,75 @@ void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
             q4_0BlockWords(subBlock, words);
             for (int64_t w = 0; w < kQ4_0WordsPerBlock; ++w)
               codeRows[(s * kQ4_0WordsPerBlock + w) * width + c] = words[w];
+          }
+        }
+      }
+    }
+  });
+}
+
+void q6_KCodes(const uint8_t *block, uint8_t *codes) {
+  // Weight j of run s of 32 in half g of 128 takes the low (s < 2) or high nibble of
+  // low[64 g + 32 (s % 2) + j] and bits 2 s, 2 s + 1 of high[32 g + j] (dequantizeQ6_KRows).
+  const uint8_t *low = block, *high = block + kSuperBlock / 2;
+  for (int64_t g = 0; g < 2; ++g)
+    for (int64_t s = 0; s < 4; ++s)
+      for (int64_t j = 0; j < kQuantBlock; ++j)
+        codes[128 * g + 32 * s + j] = static_cast<uint8_t>(((low[64 * g + 32 * (s % 2) + j] >> (4 * (s / 2))) & 0x0F) |
+                                                           ((high[32 * g + j] >> (2 * s)) & 0x03) << 4);
+}
+
+void repackQ6_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads) {
+  const char *what = "repackQ6_KRows";
+  if (k <= 0 || k % kSuperBlock != 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of q6_K's super-block (256)");
+  ConvertedBlocks source(parts, "q6_k", kQ6_KBlockBytes, true);
+  source.checkK(k, what);
+  checkedColumns(what, parts, paddedN, width);
+  constexpr int64_t runs = kSuperBlock / kQ6_KRunValues, pairs = kSuperBlock / kQuantBlock;
+  constexpr int64_t wordsPerSuperBlock = runs * kQ6_KWordsPerRun;
+  constexpr int64_t scalesAt = kSuperBlock / 2 + kSuperBlock / 4, dAt = scalesAt + runs;
+  const int64_t superBlocks = k / kSuperBlock, panelRows = superBlocks * wordsPerSuperBlock;
+  // Panels are independent, as in repackRows; within one, super-block by super-block across its
+  // columns, each column's codes unpacked once.
+  parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
+    ConvertedBlocks blocksOf = source; // this thread's
+    blocksOf.forPanels(width);
+    std::vector<const uint8_t *> rows(width);
+    size_t part = 0;
+    int64_t partStart = 0;
+    uint8_t superCodes[kSuperBlock];
+    uint32_t words[kQ6_KWordsPerRun];
+    for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t j = panel * width + c;
+        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
+        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
+        if (rows[c]) blocksOf.column(c, part, j - partStart);
+      }
+      for (int64_t sb = 0; sb < superBlocks; ++sb) {
+        // The panel's rows of scale pairs, then its d rows (GgufRepacking.h).
+        uint16_t *panelScales = scales + panel * superBlocks * kQ6_KScaleRows * width;
+        uint16_t *pairRows = panelScales + sb * pairs * width;
+        uint16_t *dRow = panelScales + (superBlocks * pairs + sb) * width;
+        uint32_t *codeRows = codes + (panel * panelRows + sb * wordsPerSuperBlock) * width;
+        for (int64_t c = 0; c < width; ++c) {
+          const uint8_t *block = rows[c] ? blocksOf(rows[c], sb * pairs, c) : nullptr;
+          if (!block) {
+            for (int64_t p = 0; p < pairs; ++p) pairRows[p * width + c] = 0;
+            dRow[c] = 0;
+            for (int64_t w = 0; w < wordsPerSuperBlock; ++w) codeRows[w * width + c] = 0;
+            continue;
+          }
+          std::memcpy(&dRow[c], block + dAt, sizeof(uint16_t));
+          for (int64_t p = 0; p < pairs; ++p)
+            pairRows[p * width + c] = static_cast<uint16_t>(block[scalesAt + 2 * p] | block[scalesAt + 2 * p + 1] << 8);
+          q6_KCodes(block, superCodes);
+          for (int64_t h = 0; h < runs; ++h) {
+            q6_KRunWords(superCodes + h * kQ6_KRunValues, words);
+            for (int64_t w = 0; w < kQ6_KWordsPerRun; ++w) codeRows[(h * kQ6_KWordsPerRun + w) * width + c] = words[w];
           }
         }
       }

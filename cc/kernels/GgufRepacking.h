@@ -104,6 +104,20 @@ constexpr int64_t kQ4_KScaleRows = 2 + kSuperBlock / kQuantBlock;
 void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads = 1);
 
+/// q6_K kept as it is (WeightFormat::Q6_K): each run of 16 weights of a column (one int8 scale of
+/// the file's) as kQ6_KWordsPerRun lane words (q6_KRunWords) in `codes` [paddedN / width, K * 3 / 16,
+/// width], and kQ6_KScaleRows 16-bit values per super-block of 256 weights and column in `scales`
+/// [paddedN / width, K / 32 + K / 256, width]: each panel's row b < K / 32 holds the int8 scales of
+/// runs 2 b (low byte) and 2 b + 1 (high byte), its row K / 32 + s super-block s's fp16 d bits.
+/// 6.5625 bits per weight, the file's own. Run h's weights are (d * scale_h) * (q - 32) with 6-bit
+/// codes q. Padding columns get zeros. d is checked as the other repackings check their fp16 fields
+/// (NaN or infinite: std::invalid_argument naming the block). K must be a positive multiple of 256.
+constexpr int64_t kQ6_KScaleRows = kSuperBlock / kQuantBlock + 1;
+void repackQ6_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads = 1);
+/// A q6_K super-block's 256 codes (0 .. 63) in K order, from its low nibbles and 2-bit highs.
+void q6_KCodes(const uint8_t *block, uint8_t *codes);
+
 /// A q4_K super-block (256 weights) as eight q4_1 blocks (8 * kQ4_1BlockBytes at `out`). Sub-block
 /// s's weights are (d * scale_s) * q - dmin * min_s with 4-bit codes q: a q4_1 block already, whose
 /// fp16 scale and min are those products, each rounded once (they need up to 17 significant bits:

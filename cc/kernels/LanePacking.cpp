@@ -115,6 +115,40 @@ void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t wid
   });
 }
 
+void q6_KRunWords(const uint8_t *codes, uint32_t *words) {
+  words[0] = words[1] = words[2] = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const uint8_t *q = codes + 4 * i;
+    const uint32_t shift = static_cast<uint32_t>(8 * i);
+    words[0] |= static_cast<uint32_t>((q[0] & 0x0F) | (q[2] & 0x0F) << 4) << shift;
+    words[1] |= static_cast<uint32_t>((q[1] & 0x0F) | (q[3] & 0x0F) << 4) << shift;
+    words[2] |= static_cast<uint32_t>(q[0] >> 4 | (q[1] >> 4) << 2 | (q[2] >> 4) << 4 | (q[3] >> 4) << 6) << shift;
+  }
+}
+
+void packQ6_KLanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed, int64_t threads) {
+  checkLaneShape("packQ6_KLanes", rows, cols, width, kSuperBlock, "q6_K's super-block");
+  for (int64_t i = 0; i < rows * cols; ++i)
+    if (codes[i] > 63)
+      throw std::invalid_argument("packQ6_KLanes: code " + std::to_string(codes[i]) + " at row " +
+                                  std::to_string(i / cols) + ", column " + std::to_string(i % cols) +
+                                  " is not a 6-bit code");
+  const int64_t runs = rows / kQ6_KRunValues, panelRows = runs * kQ6_KWordsPerRun;
+  parallelFor(cols / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
+    uint8_t run[kQ6_KRunValues];
+    uint32_t words[kQ6_KWordsPerRun];
+    for (int64_t panel = firstPanel; panel < endPanel; ++panel)
+      for (int64_t h = 0; h < runs; ++h)
+        for (int64_t c = 0; c < width; ++c) {
+          const int64_t j = panel * width + c;
+          for (int64_t r = 0; r < kQ6_KRunValues; ++r) run[r] = codes[(h * kQ6_KRunValues + r) * cols + j];
+          q6_KRunWords(run, words);
+          for (int64_t w = 0; w < kQ6_KWordsPerRun; ++w)
+            packed[(panel * panelRows + h * kQ6_KWordsPerRun + w) * width + c] = words[w];
+        }
+  });
+}
+
 void dequantizeBf16Lanes(const uint32_t *lanes, int64_t rows, int64_t cols, int64_t width, float *matrix) {
   checkLaneShape("dequantizeBf16Lanes", rows, cols, width, kBf16RowsPerWord, "bf16 lanes pair the two halves of K");
   const int64_t panelRows = rows / kBf16RowsPerWord;
@@ -194,6 +228,33 @@ void dequantizeQ4_KLanes(const uint32_t *lanes, const uint16_t *scales, int64_t 
           const float highProduct = scale * static_cast<float>((word >> (8 * i + 4)) & 0xFu);
           matrix[row * cols + j] = lowProduct - min;
           matrix[(row + 4) * cols + j] = highProduct - min;
+        }
+      }
+}
+
+void dequantizeQ6_KLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix) {
+  checkLaneShape("dequantizeQ6_KLanes", rows, cols, width, kSuperBlock, "q6_K's super-block");
+  const int64_t runs = rows / kQ6_KRunValues, panelRows = runs * kQ6_KWordsPerRun;
+  const int64_t pairs = rows / kQuantBlock, scaleRows = pairs + rows / kSuperBlock;
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t h = 0; h < runs; ++h)
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t j = panel * width + c;
+        const uint16_t *panelScales = scales + panel * scaleRows * width + c;
+        const uint16_t pair = panelScales[h / 2 * width];
+        const auto runScale = static_cast<int8_t>(h % 2 ? pair >> 8 : pair & 0xFF);
+        // The f32 product of d and the run's scale, as gguf's and llama.cpp's dequantizers compute it.
+        const float scale =
+            fromFp16(panelScales[(pairs + h * kQ6_KRunValues / kSuperBlock) * width]) * static_cast<float>(runScale);
+        const uint32_t *words = lanes + (panel * panelRows + h * kQ6_KWordsPerRun) * width + c;
+        const uint32_t low0 = words[0], low1 = words[width], high = words[2 * width];
+        for (int64_t i = 0; i < 4; ++i) {
+          const uint32_t lowBytes[2] = {low0 >> (8 * i), low1 >> (8 * i)}, highBits = high >> (8 * i);
+          for (int64_t l = 0; l < 4; ++l) {
+            const uint32_t q = ((lowBytes[l % 2] >> (4 * (l / 2))) & 0x0Fu) | ((highBits >> (2 * l)) & 0x03u) << 4;
+            matrix[(h * kQ6_KRunValues + l + 4 * i) * cols + j] = scale * static_cast<float>(static_cast<int>(q) - 32);
+          }
         }
       }
 }

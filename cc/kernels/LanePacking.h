@@ -33,6 +33,11 @@ constexpr int64_t kBf16RowsPerWord = 2;
 constexpr int64_t kQ8_0RowsPerWord = 4;
 constexpr int64_t kQ4_0RowsPerWord = 8;
 
+/// q6_k's lanes hold 6-bit codes, a run of 16 rows (one int8 scale of q6_K's) in 3 words: K * 3 / 16
+/// words per column (6 bits a code, not a whole number of rows per word).
+constexpr int64_t kQ6_KRunValues = 16;
+constexpr int64_t kQ6_KWordsPerRun = 3;
+
 /// The q4_0 word of a column whose codes are all 8: every weight dequantizes to 0, whatever the
 /// scale. Padding columns (past the real N) hold it.
 constexpr uint32_t kQ4_0ZeroWord = 0x88888888u;
@@ -58,6 +63,20 @@ void packQ8_0Lanes(const int8_t *codes, int64_t rows, int64_t cols, int64_t widt
 void packQ4_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed,
                    int64_t threads = 1);
 
+/// A run of 16 six-bit codes (`codes`, in K order) as its 3 lane words. The packed matmul reads the
+/// run's activations as 4 lanes, lane l holding rows l + 4 i in byte i, so that no lane mixes two
+/// runs (each run has its own scale): byte i of word 0 holds the low nibbles of codes 4 i (bits
+/// 0-3) and 4 i + 2 (bits 4-7), of word 1 those of codes 4 i + 1 and 4 i + 3, and of word 2 the
+/// top 2 bits of codes 4 i, 4 i + 1, 4 i + 2 and 4 i + 3 in bits 0-1, 2-3, 4-5 and 6-7. A lane's
+/// codes are a nibble mask of word 0 or 1 (or a shift and a mask) or'ed with a shift and a mask
+/// of word 2.
+void q6_KRunWords(const uint8_t *codes, uint32_t *words);
+/// q6_k lanes [cols / width, rows * 3 / 16, width] of a row-major [rows, cols] matrix of codes in
+/// [0, 63] (quantizeQ6_K's; a larger code is std::invalid_argument). `rows` must be a multiple of
+/// 256 and `cols` of `width`.
+void packQ6_KLanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed,
+                   int64_t threads = 1);
+
 /// The [rows, cols] f32 matrix a compiled program computes with, from the lane layouts above and
 /// (q8_0, q4_0) fp16 scale bits in panels [cols / width, rows / 32, width]. Exact: each weight is
 /// its bf16 value, or code * scale (q4_0: (code - 8) * scale) rounded once to f32.
@@ -74,6 +93,11 @@ void dequantizeQ4_1Lanes(const uint32_t *lanes, const uint16_t *scalesAndMins, i
 /// scales, each sub-block's 6-bit scale and min bytes, then each super-block's fp16 d and dmin; each
 /// weight is (d * scale) * q - dmin * min in f32, as gguf's dequantize computes it.
 void dequantizeQ4_KLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix);
+/// q6_K (repackQ6_KRows' layout): q6_k's lanes and [cols / width, rows / 32 + rows / 256, width]
+/// scales, each pair of runs' int8 scales, then each super-block's fp16 d; each weight is
+/// (d * scale) * (q - 32) in f32, as gguf's dequantize computes it.
+void dequantizeQ6_KLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
                          float *matrix);
 
 } // namespace gpt::kernels

@@ -2,6 +2,7 @@
 #include "cc/kernels/Quantization.h"
 
 #include "cc/kernels/GgufRepacking.h"
+#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/ParallelFor.h"
 
 #include <algorithm>
@@ -223,6 +224,47 @@ void quantizeQ4_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *code
                 static_cast<uint8_t>(std::clamp(code, 0.0f, 15.0f));
           }
         }
+      }
+  });
+}
+
+void quantizeQ6_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads) {
+  if (rows < 0 || cols < 0 || rows % kSuperBlock != 0)
+    throw std::invalid_argument("the reduction dimension K = " + std::to_string(rows) +
+                                " is not a multiple of q6_K's super-block (" + std::to_string(kSuperBlock) + ")");
+  constexpr int64_t runs = kSuperBlock / kQ6_KRunValues, pairs = kSuperBlock / kQuantBlock;
+  parallelFor(rows / kSuperBlock, threads, [&](int64_t first, int64_t end) {
+    for (int64_t super = first; super < end; ++super)
+      for (int64_t n = 0; n < cols; ++n) {
+        const float *column = matrix + super * kSuperBlock * cols + n;
+        float step[runs], largest = 0.0f;
+        for (int64_t h = 0; h < runs; ++h) {
+          float amax = 0.0f;
+          for (int64_t i = 0; i < kQ6_KRunValues; ++i)
+            amax = std::max(amax, std::fabs(column[(h * kQ6_KRunValues + i) * cols]));
+          step[h] = amax / 31.5f;
+          largest = std::max(largest, step[h]);
+        }
+        uint16_t *dRow = scales + (rows / kQuantBlock + super) * cols + n;
+        // d rounded up to fp16, and each run's scale up to a multiple of it: no run's step is below
+        // its max |w| / 31.5, so no code is clipped past half a step.
+        *dRow = toFp16(largest / 127.0f);
+        if (fromFp16(*dRow) * 127.0f < largest) ++*dRow;
+        const float d = fromFp16(*dRow);
+        int runScales[runs];
+        for (int64_t h = 0; h < runs; ++h) {
+          runScales[h] = d > 0.0f ? static_cast<int>(std::min(127.0f, std::ceil(step[h] / d))) : 0;
+          // The codes against the scale as stored.
+          const float scale = d * static_cast<float>(runScales[h]), inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+          for (int64_t i = 0; i < kQ6_KRunValues; ++i) {
+            const int64_t row = super * kSuperBlock + h * kQ6_KRunValues + i;
+            const float code = std::nearbyint(column[(row - super * kSuperBlock) * cols] * inverse) + 32.0f;
+            codes[row * cols + n] = static_cast<uint8_t>(std::clamp(code, 0.0f, 63.0f));
+          }
+        }
+        for (int64_t p = 0; p < pairs; ++p)
+          scales[(super * pairs + p) * cols + n] = static_cast<uint16_t>(
+              static_cast<uint8_t>(runScales[2 * p]) | static_cast<uint8_t>(runScales[2 * p + 1]) << 8);
       }
   });
 }

@@ -60,6 +60,16 @@ void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *code
 void quantizeQ4_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
                   int64_t threads = 1);
 
+/// q6_K of a row-major [K, N] matrix (K a multiple of 256), in repackQ6_KRows' numbers
+/// (GgufRepacking.h), a simpler search than llama.cpp's quantize_row_q6_K: per column and run of 16
+/// weights the step max|w| / 31.5 (so that codes - 32 in [-32, 31] reach the largest one); per
+/// super-block d = the largest step over 127 (fp16, rounded up); each run's int8 scale = ceil(step / d)
+/// (so no code is clipped); codes = clamp(round(w / (d * scale)) + 32, 0, 63), within half a step. `scales` is [K / 32
+/// + K / 256, N]: each pair of runs' int8 scales (low byte: the even run), then each super-block's d (the rows of
+/// repackQ6_KRows' panels).
+void quantizeQ6_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
+                  int64_t threads = 1);
+
 } // namespace gpt::kernels
 
 #endif // GPT_CC_KERNELS_QUANTIZATION_H

@@ -31,11 +31,13 @@ const std::vector<WeightFormatTraits> &weightFormats() {
   // q4_k ranks between q4_0 and q4_1: its sub-block scales are 6-bit multiples of one d, where
   // q4_1's are any fp16, so "auto" keeps a Q4_K tensor as itself (the least precise kept format
   // its blocks convert to).
+  // q6_k ranks between q4_1 and q8_0: a Q6_K tensor is kept as itself, in its 6.5625 bits, not
+  // widened to q8_0's 8.5.
   static const std::vector<WeightFormatTraits> table = {
-      {WeightFormat::F32, "f32", 1, 4, 1, false, 0, WeightFormat::F32, 5, nullptr, nullptr, nullptr, nullptr, nullptr},
-      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, 0, WeightFormat::BF16, 4, nullptr, nullptr,
+      {WeightFormat::F32, "f32", 1, 4, 1, false, 0, WeightFormat::F32, 6, nullptr, nullptr, nullptr, nullptr, nullptr},
+      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, 0, WeightFormat::BF16, 5, nullptr, nullptr,
        packBf16Lanes, nullptr, dequantizeBf16},
-      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, 1, WeightFormat::Q8_0, 3,
+      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, 1, WeightFormat::Q8_0, 4,
        quantizeQ8_0Codes, packQ8_0Codes, nullptr, repackQ8_0Rows, dequantizeQ8_0Lanes},
       {WeightFormat::Q4_0, "q4_0", kQuantBlock, kQ4_0BlockBytes, kQ4_0RowsPerWord, false, 1, WeightFormat::Q8_0, 0,
        quantizeQ4_0, packQ4_0Lanes, nullptr, repackQ4_0Rows, dequantizeQ4_0Lanes},
@@ -43,6 +45,8 @@ const std::vector<WeightFormatTraits> &weightFormats() {
        quantizeQ4_1, packQ4_0Lanes, nullptr, repackQ4_1Rows, dequantizeQ4_1Lanes},
       {WeightFormat::Q4_K, "q4_k", kSuperBlock, kQ4_KBlockBytes, kQ4_0RowsPerWord, true, kQ4_KScaleRows,
        WeightFormat::Q8_0, 1, quantizeQ4_K, packQ4_0Lanes, nullptr, repackQ4_KRows, dequantizeQ4_KLanes},
+      {WeightFormat::Q6_K, "q6_k", kSuperBlock, kQ6_KBlockBytes, 0, false, kQ6_KScaleRows, WeightFormat::Q8_0, 3,
+       quantizeQ6_K, packQ6_KLanes, nullptr, repackQ6_KRows, dequantizeQ6_KLanes},
   };
   return table;
 }

@@ -24,18 +24,19 @@ enum class WeightFormat {
   Q4_0, ///< 4-bit codes, 8 rows per word, one f16 scale per block of 32 weights along K
   Q4_1, ///< q4_0's codes, unsigned, with an f16 scale and an f16 min per block (w = code * scale + min)
   Q4_K, ///< q4_1's lanes, llama.cpp's q4_K numbers: per 256 weights an f16 d and dmin, per 32 a 6-bit scale and min
+  Q6_K, ///< 6-bit codes, 16 in 3 words, llama.cpp's q6_K numbers: per 256 weights an f16 d, per 16 an int8 scale
 };
 
 /// One format's facts and kernels. The block formats (codes and per-block fp16 scales, two
 /// arguments per weight) have quantize, pack and repack; bf16 has packFloats; f32 none of them.
 struct WeightFormatTraits {
   WeightFormat format;
-  const char *name;    ///< llama.cpp's, lower case: "f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k"
+  const char *name;    ///< llama.cpp's, lower case: "f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"
   int64_t blockValues; ///< weights per block (1 for the float formats)
   int64_t blockBytes;  ///< bytes of one block as llama.cpp lays it out (a GGUF file's)
-  int64_t rowsPerWord; ///< rows of K one 32-bit argument word holds (f32: 1, a float)
+  int64_t rowsPerWord; ///< rows of K one 32-bit argument word holds (f32: 1, a float; q6_k: 0, 16 in 3 words)
   bool hasMins;        ///< a min beside each scale (q4_1, q4_k)
-  int64_t scaleRows;   ///< 16-bit scale values per block and column: 0 (floats), 1, 2 (q4_1), 10 (q4_k)
+  int64_t scaleRows;   ///< 16-bit scale values per block and column: 0 (floats), 1, 2 (q4_1), 10 (q4_k), 9 (q6_k)
   WeightFormat head;   ///< the format a model in this one stores its [V, D] tables and LM head in
   int precision;       ///< higher is more precise: the order "auto" picks the nearest kept format by
   /// Quantizes a row-major [K, N] matrix along K into a code per weight (q8_0's are int8) and fp16
@@ -54,6 +55,10 @@ struct WeightFormatTraits {
                      float *matrix);
 
   bool blockQuantized() const { return quantize != nullptr; }
+  /// Bits of one weight's code in the lanes: 32 / rowsPerWord, and q6_k's 6.
+  int64_t codeBits() const { return rowsPerWord > 0 ? 32 / rowsPerWord : 6; }
+  /// 32-bit lane words of `values` weights (K * N of a whole matrix; K a multiple of the block).
+  int64_t laneWords(int64_t values) const { return values * codeBits() / 32; }
   /// 16-bit rows per block in the scales: a scale, a min when the format has them (q4_k: d, dmin
   /// and the eight sub-blocks' scale and min bytes, kernels::kQ4_KScaleRows).
   int64_t scaleRowsPerBlock() const { return scaleRows; }
@@ -67,7 +72,7 @@ const WeightFormatTraits &weightFormatTraits(WeightFormat format);
 const WeightFormatTraits *findWeightFormat(std::string_view name);
 /// The row named `name`; std::invalid_argument naming the known formats otherwise.
 const WeightFormatTraits &parseWeightFormat(const std::string &name);
-/// "f32", "bf16", "q8_0", "q4_0", "q4_1" or "q4_k".
+/// "f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k" or "q6_k".
 inline const char *weightFormatName(WeightFormat format) { return weightFormatTraits(format).name; }
 /// True for the formats that store codes and per-block scales (two arguments per weight).
 inline bool isBlockQuantized(WeightFormat format) { return weightFormatTraits(format).blockQuantized(); }

@@ -95,7 +95,7 @@ LaidOut repackGiven(const std::string &key, const CompiledModel::QuantizedWeight
   const WeightFormatTraits &format = weightFormatTraits(weight.format);
   const int64_t rows = spec.shape[0], cols = spec.shape[1];
   const std::vector<kernels::BlockRows> parts = blockParts(key, weight, rows, columns);
-  auto *codes = arena.allocateArray<uint32_t>(rows * cols / format.rowsPerWord);
+  auto *codes = arena.allocateArray<uint32_t>(format.laneWords(rows * cols));
   auto *scales = arena.allocateArray<uint16_t>(rows / format.blockValues * format.scaleRowsPerBlock() * cols);
   try {
     format.repack(parts, rows, cols, spec.panelWidth, codes, scales, threads);
@@ -115,7 +115,7 @@ LaidOut quantizeAndPack(const WeightFormatTraits &format, const float *data, int
   auto scales = kernels::allocateAlignedArray<uint16_t>(scaleRows * cols);
   auto codes = kernels::allocateAlignedArray<uint8_t>(rows * cols);
   format.quantize(data, rows, cols, codes.get(), scales.get(), threads);
-  auto *lanes = arena.allocateArray<uint32_t>(rows * cols / format.rowsPerWord);
+  auto *lanes = arena.allocateArray<uint32_t>(format.laneWords(rows * cols));
   format.pack(codes.get(), rows, cols, width, lanes, threads);
   auto *packedScales = arena.allocateArray<uint16_t>(scaleRows * cols);
   kernels::packPanels(scales.get(), scaleRows, cols, width, packedScales, threads);
@@ -134,7 +134,7 @@ LaidOut layOutFloats(const ParameterSpec &spec, const float *data, int64_t vocab
     // run along the row, so it is quantized row by row into llama.cpp's q8_0 blocks and repacked
     // as a GGUF file's would be, a few panels at a time: the bits quantizeQ8_0 gives the
     // transposed [D, V'] matrix (padding columns included), without that float32 copy.
-    auto *codes = arena.allocateArray<uint32_t>(rows * cols / format.rowsPerWord);
+    auto *codes = arena.allocateArray<uint32_t>(format.laneWords(rows * cols));
     auto *scales = arena.allocateArray<uint16_t>(rows / format.blockValues * cols);
     kernels::quantizeRowsToQ8_0Lanes(data, vocab, rows, cols, width, codes, scales, threads);
     return {codes, scales};
@@ -156,7 +156,7 @@ LaidOut layOutFloats(const ParameterSpec &spec, const float *data, int64_t vocab
   if (format.blockQuantized()) return quantizeAndPack(format, data, rows, cols, width, arena, threads);
   if (format.packFloats) {
     // Rounded and packed into lanes in one pass, straight from the [K, N] matrix.
-    auto *lanes = arena.allocateArray<uint32_t>(rows * cols / format.rowsPerWord);
+    auto *lanes = arena.allocateArray<uint32_t>(format.laneWords(rows * cols));
     format.packFloats(data, rows, cols, width, lanes, threads);
     return {lanes};
   }

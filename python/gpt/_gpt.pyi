@@ -24,10 +24,11 @@ def run_pipeline(ir: str, pipeline: str, verify_each: bool = True) -> str:
 def pack_panels(matrix: npt.ArrayLike, width: _Int) -> npt.NDArray[np.float32]:
     """The [N/width, K, width] column panels of a [K, N] matrix, as the runtime packs matmul weights."""
 
-def weight_formats() -> list[tuple[str, int, int, int, bool, str, tuple[str, ...], int, int]]:
+def weight_formats() -> list[tuple[str, int, int, int, bool, str, tuple[str, ...], int, int, int]]:
     """The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values,
     block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks
-    into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column)."""
+    into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column, code_bits:
+    bits of one weight's code in the lanes (q6_k: 6, 16 codes in 3 words; rows_per_word 0))."""
 
 def dequantize_q8_0_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
     """llama.cpp q8_0 blocks [..., K/32*34] as float32 [..., K], as gguf.quants dequantizes them."""

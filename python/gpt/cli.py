@@ -83,9 +83,9 @@ flags.DEFINE_enum(
     "weights",
     "auto",
     ("auto", *WEIGHT_FORMATS),
-    "format of the matmul weights, as llama.cpp names them (bf16, q8_0, q4_0, q4_1, q4_k: fewer bytes to stream); "
-    "auto: each tensor of a GGUF file in the format nearest its own, as llama.cpp runs it (Q4_K: q4_k; "
-    "Q5, Q6_K: q8_0; F16: f32), f32 for anything else",
+    "format of the matmul weights, as llama.cpp names them (bf16, q8_0, q4_0, q4_1, q4_k, q6_k: fewer bytes to "
+    "stream); auto: each tensor of a GGUF file in the format nearest its own, as llama.cpp runs it (Q4_K: q4_k; "
+    "Q6_K: q6_k; Q5: q8_0; F16: f32), f32 for anything else",
 )
 # f16 by default, as llama.cpp's commands store their cache: half the memory of f32, logits within
 # 1.4e-4 of an f32 cache's over 320 greedy tokens (test_kv_cache_formats). The Python API keeps f32 by

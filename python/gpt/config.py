@@ -302,9 +302,11 @@ class CompileOptions:
     one fp16 scale per block); "q4_1" (4-bit codes, an fp16 scale and an fp16 min per block:
     w = code * scale + min); "q4_k" (llama.cpp's Q4_K numbers: 4-bit codes, per 256 weights an fp16
     d and dmin, per 32 a 6-bit scale sc and min m, w = d * sc * code - dmin * m; 4.625 bits a weight
-    stored, and an n_embd and n_ff that are multiples of 256). Weights are converted once, at load,
+    stored, and an n_embd and n_ff that are multiples of 256); "q6_k" (llama.cpp's Q6_K numbers:
+    6-bit codes, per 256 weights an fp16 d, per 16 an int8 scale, w = d * scale * (code - 32);
+    6.5625 bits a weight stored, multiples of 256 likewise). Weights are converted once, at load,
     and multiplied with the CPU's dot-product instructions where it has them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the
-    activations a matmul reads to bf16, and q8_0/q4_0/q4_1/q4_k quantize them per block of 32 to int8, as
+    activations a matmul reads to bf16, and q8_0/q4_0/q4_1/q4_k/q6_k quantize them per block of 32 to int8, as
     llama.cpp does; accumulation is f32 (exact i32 within a block). On a CPU with AMX (Sapphire
     Rapids and later) bf16 prefill (16 or more rows, in multiples of 16) multiplies on AMX tiles
     (`tdpbf16ps`) instead, the same bf16 products summed in another order, and q8_0 prefill sums
@@ -314,7 +316,8 @@ class CompileOptions:
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
     `weights="auto"` (GPT.from_gguf) keeps each matmul weight of a GGUF file in the format nearest its
     own type, as llama.cpp computes each tensor in its own (gpt.kept_formats: a Q4_K_M file's q4_K
-    tensors as q4_k, its q6_K and q5_0 ones as q8_0); the model's options then say what it chose:
+    tensors as q4_k, its q6_K ones as q6_k, a fused weight with parts of both and q5_0 ones as
+    q8_0); the model's options then say what it chose:
     `weights` the format most weights are in, and `weight_formats` the others, as {compiler
     parameter name: format} (also settable by hand); any other model takes "auto" as "f32".
     `kv_cache` is the format the KV cache stores keys and values in, as llama.cpp's -ctk/-ctv: "f32";

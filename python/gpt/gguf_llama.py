@@ -27,7 +27,7 @@ Q2_K to Q6_K, ...) are read into float32 at load; the compiled model then stores
 CompileOptions.weights' format. Matmul weights whose blocks convert to `keep_quantized`'s format
 without widening (gpt.kept_formats: their own, q4_K also as q4_1, every block type as q8_0) are kept
 as blocks and compute on the int8 dot-product path; with keep_quantized="auto" each is kept in the
-format nearest its own (a Q4_K_M file: q4_k and q8_0 side by side)."""
+format nearest its own (a Q4_K_M file: q4_k, q6_k and q8_0 side by side)."""
 
 import math
 import os
@@ -153,7 +153,7 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
 def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) -> dict[str, str]:
     """GGUF name -> the format the layers' matmul weights are given to the model in as blocks (the
     others are widened): per compiler weight, since q, k and v (and gate and up) are fused into one
-    weight of one format (kept_formats.given_format: "q6_k" for q6_K blocks the model repacks as
+    weight of one format (kept_formats.given_format: "q5_k" for q5_K blocks the model repacks as
     q8_0 itself)."""
     groups: dict[str, list[str]] = {}
     for p, i in architectures.parameters(config):

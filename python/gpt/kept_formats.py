@@ -1,14 +1,16 @@
 """Which format the compiled model keeps a GGUF file's quantized tensors in, given to it as the
 file's blocks and converted there, a block at a time as it repacks them, with no copy (float32 or
 kept format) of the tensor (cc/kernels/BlockTranscoding.h): how a Q4_K_M file (Q4_K, Q6_K and Q5_0 tensors) runs in
-its own precision, each matmul weight in the nearest format the compiler stores (q4_0, q4_k, q4_1, q8_0).
+its own precision, each matmul weight in the nearest format the compiler stores (q4_0, q4_k, q4_1, q6_k, q8_0).
 
 A q4_K tensor is kept as q4_k, its own numbers (each super-block's fp16 d and dmin, each sub-block's
 6-bit scale and min, the codes), 4.625 bits per weight; asked for q4_1, each sub-block of 32 weights
-becomes a q4_1 block with its scale and min (d times a 6-bit scale) rounded once to fp16.
-q5_0 is a q8_0 block with 5-bit codes: kept exactly. q5_1, q5_K and q6_K hold a min or sub-block
-scales that q8_0 cannot: each block is widened and quantized to q8_0, half a step of 1/127 of a block's
-largest weight at most, finer than the file's own 5 or 6 bits. A format is kept only in one at
+becomes a q4_1 block with its scale and min (d times a 6-bit scale) rounded once to fp16. A q6_K
+tensor is kept as q6_k, its own numbers (each super-block's fp16 d, each run of 16 weights' int8
+scale, the 6-bit codes), 6.5625 bits per weight, the file's.
+q5_0 is a q8_0 block with 5-bit codes: kept exactly. q5_1 and q5_K (and q6_K asked for q8_0) hold a
+min or sub-block scales that q8_0 cannot: each block is widened and quantized to q8_0, half a step of
+1/127 of a block's largest weight at most, finer than the file's own 5 or 6 bits. A format is kept only in one at
 least as precise, never in fewer bits (llama.cpp computes each tensor in its own type)."""
 
 from __future__ import annotations
@@ -27,18 +29,20 @@ class FormatRow(NamedTuple):
     name: str
     block_values: int  # weights per block (1 for f32 and bf16)
     block_bytes: int  # bytes of one block, as llama.cpp lays it out
-    rows_per_word: int  # rows of K one 32-bit lane word holds
+    rows_per_word: int  # rows of K one 32-bit lane word holds (0 for q6_k: 16 codes in 3 words)
     has_mins: bool  # a min beside each block's scale
     head_format: str  # the format a model in this one stores its [V, D] tables and LM head in
     converts_from: tuple[str, ...]  # GGUF block types set_weights repacks into it, its own first
     precision: int  # higher is more precise
     scale_rows: int  # 16-bit scale values the model stores per block and column (q4_k: 10 per 256 weights)
+    code_bits: int  # bits of one weight's code in the lanes (32 / rows_per_word; q6_k: 6)
 
     @property
     def stored_bytes_per_weight(self) -> float:
         """Bytes the compiled model holds per weight in this format: its lane words and its scales
-        (q4_k: 4.625 bits, the file's 4.5 with each sub-block's 6-bit scale and min in a byte)."""
-        return 4 / self.rows_per_word + 2 * self.scale_rows / self.block_values
+        (q4_k: 4.625 bits, the file's 4.5 with each sub-block's 6-bit scale and min in a byte; q6_k:
+        6.5625, the file's)."""
+        return self.code_bits / 8 + 2 * self.scale_rows / self.block_values
 
 
 # Every format the compiler stores matmul weights in, in its table's order.

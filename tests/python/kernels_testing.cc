@@ -322,6 +322,65 @@ void initQ4K(py::module_ &m) {
       "The [K, N] f32 matrix of q4_k lanes and scales (repack_q4_k_rows' layout): (d * sc) * q - dmin * m.");
 }
 
+/// q6_k's lanes, as from_gguf keeps a Q6_K tensor, and quantizeQ6_K for float models.
+void initQ6K(py::module_ &m) {
+  using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  constexpr int64_t runWords = kernels::kQ6_KWordsPerRun, run = kernels::kQ6_KRunValues;
+  m.def(
+      "repack_q6_k_rows",
+      [](Ints<uint8_t> blocks, int64_t k, int64_t paddedN, int64_t width, int64_t threads) {
+        const int64_t rowBytes =
+            k > 0 && k % kernels::kSuperBlock == 0 ? k / kernels::kSuperBlock * kernels::kQ6_KBlockBytes : 0;
+        if (rowBytes == 0 || blocks.size() % rowBytes != 0)
+          throw std::invalid_argument("blocks must be whole rows of K = " + std::to_string(k) +
+                                      " weights in q6_K super-blocks of 210 bytes");
+        const int64_t n = blocks.size() / rowBytes;
+        if (width <= 0 || paddedN < n || paddedN % width != 0)
+          throw std::invalid_argument("padded_n " + std::to_string(paddedN) + " must be at least the " +
+                                      std::to_string(n) + " rows and a multiple of the panel width");
+        py::array_t<uint32_t> codes({paddedN / width, k / run * runWords, width});
+        py::array_t<uint16_t> scales({paddedN / width, k / kernels::kSuperBlock * kernels::kQ6_KScaleRows, width});
+        kernels::repackQ6_KRows({{blocks.data(), n}}, k, paddedN, width, codes.mutable_data(), scales.mutable_data(),
+                                threads);
+        return py::make_tuple(codes, scales);
+      },
+      py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"), py::arg("threads") = 1,
+      "llama.cpp q6_K super-blocks (rows of K weights, [out, in]) as (q6_k lanes uint32 [padded_n/width, K*3/16, "
+      "width], uint16 [padded_n/width, K/32 + K/256, width]: each pair of runs' int8 scales, then each super-block's "
+      "fp16 d bits), as from_gguf keeps them; a NaN or infinite d raises ValueError.");
+  m.def(
+      "dequantize_q6_k_lanes",
+      [=](Ints<uint32_t> lanes, Ints<uint16_t> scales) {
+        if (lanes.ndim() != 3 || lanes.shape(2) <= 0 || lanes.shape(1) % runWords != 0)
+          throw std::invalid_argument("q6_k lanes must be [N/width, K*3/16, width]");
+        const int64_t rows = lanes.shape(1) / runWords * run, width = lanes.shape(2), cols = lanes.shape(0) * width;
+        if (rows % kernels::kSuperBlock != 0 || scales.ndim() != 3 || scales.shape(0) != cols / width ||
+            scales.shape(1) != rows / kernels::kSuperBlock * kernels::kQ6_KScaleRows || scales.shape(2) != width)
+          throw std::invalid_argument("q6_k scales must be [N/width, K/32 + K/256, width] for K = " +
+                                      std::to_string(rows));
+        py::array_t<float> matrix({rows, cols});
+        kernels::dequantizeQ6_KLanes(lanes.data(), scales.data(), rows, cols, width, matrix.mutable_data());
+        return matrix;
+      },
+      py::arg("lanes"), py::arg("scales"),
+      "The [K, N] f32 matrix of q6_k lanes and scales (repack_q6_k_rows' layout): (d * sc) * (q - 32).");
+  m.def(
+      "quantize_q6_k",
+      [](Floats matrix) {
+        if (matrix.ndim() != 2) throw std::invalid_argument("quantize_q6_k takes a [K, N] matrix");
+        const int64_t rows = matrix.shape(0), cols = matrix.shape(1);
+        if (rows % kernels::kSuperBlock != 0)
+          throw std::invalid_argument("q6_k needs K (" + std::to_string(rows) + ") to be a multiple of 256");
+        py::array_t<uint8_t> codes({rows, cols});
+        py::array_t<uint16_t> scales({rows / kernels::kSuperBlock * kernels::kQ6_KScaleRows, cols});
+        kernels::quantizeQ6_K(matrix.data(), rows, cols, codes.mutable_data(), scales.mutable_data());
+        return py::make_tuple(codes, scales);
+      },
+      py::arg("matrix"),
+      "q6_K of a [K, N] matrix along K: (codes uint8 in [0, 63] [K, N], uint16 [K/32 + K/256, N]: each pair of "
+      "runs' int8 scales, then each super-block's fp16 d bits).");
+}
+
 } // namespace
 
 } // namespace gpt::python
@@ -332,4 +391,5 @@ PYBIND11_MODULE(gpt_kernels_testing, m) {
   gpt::python::initTranscoding(m);
   gpt::python::initQuantization(m);
   gpt::python::initQ4K(m);
+  gpt::python::initQ6K(m);
 }

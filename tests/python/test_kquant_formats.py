@@ -1,9 +1,9 @@
 """A GGUF file's K-quant, q5 and q6 tensors kept in the compiler's formats without a float32 copy
 (gpt.kept_formats, cc/kernels/BlockTranscoding.cpp), each matmul weight in its own format
-(CompileOptions.weight_formats): a Q4_K_M file runs as q4_k and q8_0 side by side, as llama.cpp
-runs it in Q4_K and Q6_K (test_q4_k_format: the q4_k format itself). The transcoding is checked
-against llama.cpp's block layouts written out here in numpy, and the values against gguf.quants'
-dequantizers."""
+(CompileOptions.weight_formats): a Q4_K_M file runs as q4_k, q6_k and q8_0 side by side, as
+llama.cpp runs it in Q4_K and Q6_K (test_q4_k_format, test_q6_k_format: those formats themselves).
+The transcoding is checked against llama.cpp's block layouts written out here in numpy, and the
+values against gguf.quants' dequantizers."""
 
 import ctypes
 import importlib.util
@@ -162,18 +162,19 @@ def q4_k_m_file(tmp_path_factory):
     return path
 
 
-def test_a_q4_k_m_file_runs_in_q4_k_and_q8_0_side_by_side(q4_k_m_file):
+def test_a_q4_k_m_file_runs_in_q4_k_q6_k_and_q8_0_side_by_side(q4_k_m_file):
     model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
     options = model.options
     assert options.weights == "q4_k"
     formats = dict(options.weight_formats)
     # make_gguf gives layers 0, 3, 6 and 7 Q6_K attn_v and ffn_down (llama.cpp's use_more_bits):
-    # their fused q/k/v and their down projection are q8_0; every other matmul weight is q4_k.
+    # their fused q/k/v is q8_0 (Q4_K q and k beside a Q6_K v), their down projection q6_k; every
+    # other matmul weight is q4_k.
     more_bits = [i for i in range(8) if i < 1 or i >= 7 or (i - 1) % 3 == 2]
     expected = {}
     for i in more_bits:
         expected[f"model.layers.{i}.self_attn.qkv_proj.weight"] = "q8_0"
-        expected[f"model.layers.{i}.mlp.down_proj.weight"] = "q8_0"
+        expected[f"model.layers.{i}.mlp.down_proj.weight"] = "q6_k"
     assert formats == expected
     # Two block functions: the layers with more bits and the others.
     ir = model.ir("transformer", 4)
@@ -219,7 +220,7 @@ def test_an_explicit_format_keeps_what_converts_to_it(q4_k_m_file):
     auto = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
     # The q8_0 layers of the auto model are the same bits as the all-q8_0 model's.
     ours, theirs = auto.state_dict(), model.state_dict()
-    name = "model.layers.0.mlp.down_proj.weight"  # a Q6_K tensor: q8_0 in both
+    name = "model.layers.0.self_attn.v_proj.weight"  # a Q6_K v beside Q4_K q and k: q8_0 in both
     np.testing.assert_array_equal(ours[name], theirs[name])
 
 
@@ -296,7 +297,7 @@ def q4_0_as_q4_1(blocks: np.ndarray) -> np.ndarray:
         (T.Q5_0, "q8_0", "q5_0"),
         (T.Q5_1, "q8_0", "q5_1"),
         (T.Q5_K, "q8_0", "q5_k"),
-        (T.Q6_K, "q8_0", "q6_k"),
+        (T.Q6_K, "q8_0", "q8_0:q6_k"),
         (T.Q4_K, "q8_0", "q8_0:q4_k"),
         (T.Q4_0, "q8_0", "q8_0:q4_0"),
         (T.Q4_1, "q8_0", "q8_0:q4_1"),
@@ -332,15 +333,15 @@ def test_blocks_converted_as_they_are_repacked_are_the_bits_of_a_converted_copy(
 
 
 def test_a_q4_k_m_file_is_laid_out_from_its_own_blocks_unread(q4_k_m_file, monkeypatch):
-    """A Q4_K_M file's Q6_K tensors (a fused q/k/v whose v is Q6_K, a Q6_K down projection, the Q6_K
-    token table) were copied into q8_0 blocks and every block's scales checked in Python before the
-    model repacked them. Now the load gives the file's own blocks, a view of the map it never
-    reads, and the model converts them: the same bytes as the converted copies."""
+    """A Q4_K_M file's Q6_K tensors (a fused q/k/v whose v is Q6_K, the Q6_K token table) were
+    copied into q8_0 blocks and every block's scales checked in Python before the model repacked
+    them. Now the load gives the file's own blocks, a view of the map it never reads, and the model
+    converts them (a Q6_K down projection it keeps as q6_k): the same bytes as the converted copies."""
     _, kept, _ = gguf_llama.load(q4_k_m_file, keep_quantized="auto")
     assert kept["model.layers.0.self_attn.v_proj.weight"].format == "q8_0:q4_k,q4_k,q6_k"
     down = kept["model.layers.0.mlp.down_proj.weight"]
     assert down.format == "q6_k" and not down.blocks.flags.writeable and not down.blocks.flags.owndata
-    assert kept["model.embed_tokens.weight"].format == "q6_k"
+    assert kept["model.embed_tokens.weight"].format == "q8_0:q6_k"  # the table the lookup reads is q8_0
     reader = gguf.GGUFReader(q4_k_m_file)
     tensors = {t.name: t for t in reader.tensors}
     config = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="f32", disk_cache=False)).config

@@ -127,13 +127,15 @@ void initKernels(py::module_ &m) {
           for (const std::string &type : kernels::convertedTypes(row.name)) types.append(type);
           py::tuple convertsFrom(types);
           rows.append(py::make_tuple(row.name, row.blockValues, row.blockBytes, row.rowsPerWord, row.hasMins,
-                                     weightFormatName(row.head), convertsFrom, row.precision, row.scaleRows));
+                                     weightFormatName(row.head), convertsFrom, row.precision, row.scaleRows,
+                                     row.codeBits()));
         }
         return rows;
       },
       "The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values, "
       "block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks "
-      "into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column).");
+      "into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column, "
+      "code_bits: bits of one weight's code in the lanes (q6_k: 6, 16 codes in 3 words; rows_per_word 0)).");
   initRowKernels(m);
 }
 

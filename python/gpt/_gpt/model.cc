@@ -293,8 +293,8 @@ void initModel(py::module_ &m) {
               else
                 parts.push_back(entry[1].cast<py::array_t<uint8_t, py::array::c_style>>());
               // The blocks' own GGUF type when it is not the format (converted as they are repacked):
-              // "q5_0", "q5_1", "q5_k", "q6_k" (stored as q8_0) for every part, or "FORMAT:TYPE,TYPE,..."
-              // naming each part's type, in order (q4_k is a format of its own).
+              // "q5_0", "q5_1", "q5_k" (stored as q8_0) for every part, or "FORMAT:TYPE,TYPE,..."
+              // naming each part's type, in order (q4_k and q6_k are formats of their own).
               std::string stored = format;
               std::vector<std::string> types;
               if (auto colon = format.find(':'); colon != std::string::npos) {
@@ -308,15 +308,15 @@ void initModel(py::module_ &m) {
                 if (types.size() != parts.size())
                   throw std::invalid_argument(name + ": format '" + format + "' names " + std::to_string(types.size()) +
                                               " part types for " + std::to_string(parts.size()) + " parts");
-              } else if (format == "q5_0" || format == "q5_1" || format == "q5_k" || format == "q6_k") {
+              } else if (format == "q5_0" || format == "q5_1" || format == "q5_k") {
                 stored = "q8_0";
               }
               if (stored != format && types.empty()) types.assign(parts.size(), format);
               const WeightFormatTraits *row = findWeightFormat(stored);
               if (!row || !row->blockQuantized())
                 throw std::invalid_argument(name +
-                                            ": quantized weights are q8_0, q4_0, q4_1, q4_k, a GGUF block type "
-                                            "(q5_0, q5_1, q5_k, q6_k) or FORMAT:TYPE,..., got '" +
+                                            ": quantized weights are q8_0, q4_0, q4_1, q4_k, q6_k, a GGUF block type "
+                                            "(q5_0, q5_1, q5_k) or FORMAT:TYPE,..., got '" +
                                             format + "'");
               const WeightFormat parsed = row->format;
               CompiledModel::QuantizedWeight &weight = given[name];
@@ -339,8 +339,8 @@ void initModel(py::module_ &m) {
           py::arg("weights"), py::arg("quantized") = py::dict(),
           "Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads "
           "in place (borrowed_parameters()) alive. `quantized`: {name: (format, uint8 llama.cpp blocks)} for "
-          "weights given as a GGUF file stores them (format q8_0, q4_0, q4_1, q4_k; q5_0, q5_1, "
-          "q5_k or q6_k, stored as q8_0; or 'FORMAT:TYPE,...', each part's type, converted into FORMAT as it is "
+          "weights given as a GGUF file stores them (format q8_0, q4_0, q4_1, q4_k, q6_k; q5_0, q5_1 "
+          "or q5_k, stored as q8_0; or 'FORMAT:TYPE,...', each part's type, converted into FORMAT as it is "
           "repacked; "
           "their entry in `weights` may be None); the blocks may be a "
           "list of arrays, the parts of a fused weight, rows in order.")
