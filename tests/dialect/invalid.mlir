@@ -439,7 +439,7 @@ func.func @packed_matmul_int8_weight(%a: tensor<4x8xf32>, %b: tensor<2x8x32xi8>)
 // -----
 
 func.func @packed_matmul_scales_on_f32_weight(%a: tensor<4x64xf32>, %b: tensor<2x64x32xf32>, %s: tensor<2x2x32xf16>) {
-  // expected-error @+1 {{only an i32 (q8_0, q4_0, q4_1 or q4_K) weight takes scales, not 'tensor<2x64x32xf32>'}}
+  // expected-error @+1 {{only an i32 (q8_0, q4_0, q4_1, q4_K or q6_K) weight takes scales, not 'tensor<2x64x32xf32>'}}
   %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xf32>, tensor<2x2x32xf16>) -> tensor<*xf32>
   return
 }
