@@ -36,10 +36,10 @@
 // CHECK: %[[DMINF:.*]] = arith.extf %[[MW]] : f16 to f32
 // CHECK: %[[SUBMIN:.*]] = arith.mulf %[[DMINF]], %[[MF]] : f32
 // CHECK: %[[SCALE:.*]] = arith.mulf %[[SUBSCALE]], %[[DX]] : f32
-// CHECK: %[[NEG:.*]] = arith.negf %[[SUBMIN]] : f32
-// CHECK: %[[WITHMIN:.*]] = math.fma %[[SX]], %[[NEG]], %[[OUT]] : f32
 // CHECK: %[[PF:.*]] = arith.sitofp %[[P]] : i32 to f32
-// CHECK: math.fma %[[PF]], %[[SCALE]], %[[WITHMIN]] : f32
+// CHECK: %[[WITHSCALED:.*]] = math.fma %[[PF]], %[[SCALE]], %[[OUT]] : f32
+// CHECK: %[[NEG:.*]] = arith.negf %[[SUBMIN]] : f32
+// CHECK: math.fma %[[SX]], %[[NEG]], %[[WITHSCALED]] : f32
 func.func @packed_matmul_q4_k(%x: tensor<8x512xf32>, %w: tensor<3x64x32xi32>, %s: tensor<3x20x32xf16>) -> tensor<8x96xf32> {
   %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x512xf32>, tensor<3x64x32xi32>, tensor<3x20x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
