@@ -225,6 +225,69 @@ QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, 
   return {lanes, blockScales, blockCompensations};
 }
 
+/// q6_K's activations: quantized per block of 32 as quantizeActivations does (the same codes and
+/// scales), laid out per run of 16 weights, so that no lane mixes two runs (each has its own
+/// weight scale): `lanes` [M, K/32, 8], lane 4 h + l of block b holding the codes of
+/// x[32 b + 16 h + l + 4 i] in byte i, and `compensations` [M, K/16] f32, 32 times each run's
+/// code sum (exact in f32).
+QuantizedActivations quantizeActivationRuns(OpBuilder &b, Location loc, Value lhs) {
+  constexpr int64_t run = PackedMatmulOp::kQ6_KRunSize, lanesPerRun = run / 4;
+  const int64_t blockSize = PackedMatmulOp::kBlockSize;
+  // The block scales; quantizeActivations' lanes and compensations go unused (and die).
+  const Value blockScales = quantizeActivations(b, loc, lhs, 1).scales;
+  ArrayRef<int64_t> shape = rankedType(lhs).getShape();
+  const int64_t m = shape[0], runs = shape[1] / run, blocks = shape[1] / blockSize;
+  MLIRContext *ctx = b.getContext();
+  Type f32 = b.getF32Type();
+  AffineExpr d0, d1;
+  bindDims(ctx, d0, d1);
+  // Each block's d beside each of its two runs, [M * K/16]: a broadcast, a map the vectorizer
+  // reads (where run / 2 is not).
+  Value pairedScales = buildParallel(b, loc, {m, blocks, 2}, f32, {blockScales}, {AffineMap::get(3, 0, {d0, d1}, ctx)},
+                                     [](OpBuilder &, Location, ValueRange args) -> Value { return args[0]; });
+  Value flatScales = b.create<tensor::CollapseShapeOp>(loc, pairedScales, SmallVector<ReassociationIndices>{{0, 1, 2}});
+  Value runScales = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, runs}, f32), flatScales,
+                                                    SmallVector<ReassociationIndices>{{0, 1}});
+  // Runs as rows of 16: their code sums are row reductions.
+  Value rows = b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lhs, 1, {runs, run}),
+                                                 SmallVector<ReassociationIndices>{{0, 1}, {2}});
+  Value compensations = buildRowReduction(
+      b, loc, {m * runs, run}, {rows, flatScales}, {b.getMultiDimIdentityMap(2), rowMap(2, ctx)}, 0.0,
+      [](OpBuilder &b, Location l, ValueRange args) -> Value {
+        Value code = roundedCode(b, l, args[0], inverseScale(b, l, args[1]));
+        Value scaled = b.create<arith::MulFOp>(l, code, b.create<arith::ConstantOp>(l, b.getF32FloatAttr(32.0f)));
+        return b.create<arith::AddFOp>(l, args[2], scaled);
+      });
+  // Lane l of run h packs x[16 h + l + 4 i] for i < 4: four contiguous runs of 4 per run.
+  Value strided = splitDim(b, loc, lhs, 1, {runs, 4, lanesPerRun});
+  SmallVector<Value> inputs;
+  for (int64_t i = 0; i < 4; ++i) inputs.push_back(sliceAt(b, loc, strided, 2, i));
+  inputs.push_back(runScales);
+  SmallVector<AffineMap> maps(4, b.getMultiDimIdentityMap(3));
+  maps.push_back(AffineMap::get(3, 0, {d0, d1}, ctx));
+  Value lanes = buildParallel(b, loc, {m, runs, lanesPerRun}, b.getI32Type(), inputs, maps,
+                              [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                Value inverse = inverseScale(b, l, args[4]);
+                                Value lane;
+                                for (int64_t i = 0; i < 4; ++i) {
+                                  Value code =
+                                      b.create<arith::FPToSIOp>(l, b.getI32Type(), roundedCode(b, l, args[i], inverse));
+                                  Value byte = b.create<arith::AndIOp>(l, code, i32Constant(b, l, 0xFF));
+                                  if (i > 0) byte = b.create<arith::ShLIOp>(l, byte, i32Constant(b, l, 8 * i));
+                                  lane = lane ? b.create<arith::OrIOp>(l, lane, byte) : byte;
+                                }
+                                return lane;
+                              });
+  for (Value quantization : {pairedScales, compensations, lanes})
+    gpt::codegen::markQuantizesActivations(quantization.getDefiningOp());
+  // [M, K/16, 4] lanes as [M, K/32, 8]: a block's two runs side by side.
+  Value blockLanes = b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lanes, 1, {blocks, 2}),
+                                                       SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
+  Value runCompensations = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, runs}, f32), compensations,
+                                                           SmallVector<ReassociationIndices>{{0, 1}});
+  return {blockLanes, blockScales, runCompensations};
+}
+
 /// [M, K] x [N/P, K, P] as one linalg.generic over (m, panel, column, k) that writes [M, N/P, P]:
 /// a register tile of one panel's P columns reads the weight from consecutive addresses. The
 /// result is then viewed (collapse_shape, no copy) as [M, N].
@@ -276,6 +339,17 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
                                             scaledCompensations(rewriter, loc, x), init)
                : withMins ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
                           : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
+      break;
+    }
+    case PackedWeightFormat::Q6_K: {
+      QuantizedActivations x = quantizeActivationRuns(rewriter, loc, lhs);
+      Value scales = adaptor.getScales();
+      const int64_t blocks = rankedType(x.lanes).getDimSize(1);
+      Value runScales = scaleRows(rewriter, loc, scales, 0, blocks);
+      Value partials = q6Partials(rewriter, loc, x.lanes, adaptor.getRhs(), runScales);
+      panels =
+          scaledRunPairs(rewriter, loc, partials, runScales,
+                         scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks), x, init);
       break;
     }
     }
@@ -469,6 +543,131 @@ private:
           // other order kept the partial's register and copied the accumulator, one move per row and column).
           Value withScaled = b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, args[6]);
           return b.create<math::FmaOp>(l, args[5], b.create<arith::NegFOp>(l, subMin), withScaled);
+        });
+  }
+
+  /// Rows first .. first + count - 1 of a [N/P, rows, P] scales operand.
+  static Value scaleRows(OpBuilder &b, Location loc, Value scales, int64_t first, int64_t count) {
+    ArrayRef<int64_t> shape = rankedType(scales).getShape();
+    return b.create<tensor::ExtractSliceOp>(
+        loc, scales, SmallVector<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(first), b.getIndexAttr(0)},
+        SmallVector<OpFoldResult>{b.getIndexAttr(shape[0]), b.getIndexAttr(count), b.getIndexAttr(shape[2])},
+        SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
+  }
+
+  /// The two int8 run scales of a q6_K scale pair's 16 bits (`bits`, an f16 element), as i32:
+  /// run 0's in the low byte, run 1's in the high one.
+  static std::pair<Value, Value> runScalePair(OpBuilder &b, Location l, Value bits) {
+    Value pair = b.create<arith::ExtSIOp>(l, b.getI32Type(), b.create<arith::BitcastOp>(l, b.getI16Type(), bits));
+    Value low =
+        b.create<arith::ShRSIOp>(l, b.create<arith::ShLIOp>(l, pair, i32Constant(b, l, 24)), i32Constant(b, l, 24));
+    return {low, b.create<arith::ShRSIOp>(l, pair, i32Constant(b, l, 8))};
+  }
+
+  /// q6_K: [M, N/P, K/32, P] i32 sums per block of sc_0 * sum(code_x * c) over run 0 plus sc_1 *
+  /// the same over run 1 (exact: below 2^25), from the activation lanes `x` [M, K/32, 8] (lanes
+  /// 0-3 run 0's, 4-7 run 1's), the weight's 6 lanes per block (3 per run) and `runScales` [N/P,
+  /// K/32, P] (loops m, panel, column, block and a unit loop, the reduction the schedule tiles).
+  /// Each run's 4 code lanes are nibbles of its lanes 0 and 1 with their top bits from lane 2
+  /// (LanePacking.h's q6_KRunWords), each multiplied with one activation lane by lane_dot_u8i8.
+  static Value q6Partials(OpBuilder &b, Location loc, Value x, Value codes, Value runScales) {
+    MLIRContext *ctx = b.getContext();
+    constexpr int64_t wordsPerBlock = 2 * PackedMatmulOp::kQ6_KWordsPerRun, lanesPerBlock = 8;
+    ArrayRef<int64_t> packed = rankedType(codes).getShape();
+    const int64_t m = rankedType(x).getDimSize(0), blocks = rankedType(x).getDimSize(1);
+    Value init = zeros(b, loc, {m, packed[0], blocks, packed[2]}, b.getI32Type());
+    AffineExpr mDim, panel, column, blockDim, unit;
+    bindDims(ctx, mDim, panel, column, blockDim, unit);
+    auto unitSlice = [&](Value value, int64_t dim, int64_t at) -> Value {
+      RankedTensorType type = rankedType(value);
+      SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0)), sizes;
+      offsets[dim] = b.getIndexAttr(at);
+      for (int64_t i = 0; i < type.getRank(); ++i) sizes.push_back(b.getIndexAttr(i == dim ? 1 : type.getDimSize(i)));
+      return b.create<tensor::ExtractSliceOp>(loc, value, offsets, sizes,
+                                              SmallVector<OpFoldResult>(type.getRank(), b.getIndexAttr(1)));
+    };
+    SmallVector<Value> inputs;
+    SmallVector<AffineMap> maps;
+    for (int64_t q = 0; q < lanesPerBlock; ++q) {
+      inputs.push_back(unitSlice(x, 2, q));
+      maps.push_back(AffineMap::get(5, 0, {mDim, blockDim, unit}, ctx));
+    }
+    Value words = splitDim(b, loc, codes, 1, {blocks, wordsPerBlock});
+    for (int64_t w = 0; w < wordsPerBlock; ++w) {
+      inputs.push_back(unitSlice(words, 2, w));
+      maps.push_back(AffineMap::get(5, 0, {panel, blockDim, unit, column}, ctx));
+    }
+    inputs.push_back(runScales);
+    maps.push_back(AffineMap::get(5, 0, {panel, blockDim, column}, ctx));
+    SmallVector<IteratorType> iterators(4, IteratorType::parallel);
+    iterators.push_back(IteratorType::reduction);
+    Value partials = buildGeneric(
+        b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx), iterators,
+        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+          Value nibbles = i32Constant(b, l, 0x0F0F0F0F), tops = i32Constant(b, l, 0x30303030);
+          auto runSum = [&](ValueRange lanes, Value low, Value odd, Value high) -> Value {
+            // Lanes 0-3 of the run: low nibbles of `low`, of `odd`, high nibbles of `low`, of `odd`,
+            // each with its 2 top bits from bits 2 l, 2 l + 1 of `high`'s bytes moved to bits 4-5.
+            Value four = i32Constant(b, l, 4), two = i32Constant(b, l, 2);
+            Value codes[4] = {
+                b.create<arith::OrIOp>(l, b.create<arith::AndIOp>(l, low, nibbles),
+                                       b.create<arith::AndIOp>(l, b.create<arith::ShLIOp>(l, high, four), tops)),
+                b.create<arith::OrIOp>(l, b.create<arith::AndIOp>(l, odd, nibbles),
+                                       b.create<arith::AndIOp>(l, b.create<arith::ShLIOp>(l, high, two), tops)),
+                b.create<arith::OrIOp>(l, b.create<arith::AndIOp>(l, b.create<arith::ShRUIOp>(l, low, four), nibbles),
+                                       b.create<arith::AndIOp>(l, high, tops)),
+                b.create<arith::OrIOp>(l, b.create<arith::AndIOp>(l, b.create<arith::ShRUIOp>(l, odd, four), nibbles),
+                                       b.create<arith::AndIOp>(l, b.create<arith::ShRUIOp>(l, high, two), tops))};
+            Value sum = i32Constant(b, l, 0);
+            for (int64_t lane = 0; lane < 4; ++lane) sum = b.create<LaneDotU8I8Op>(l, sum, codes[lane], lanes[lane]);
+            return sum;
+          };
+          Value first = runSum(args.slice(0, 4), args[8], args[9], args[10]);
+          Value second = runSum(args.slice(4, 4), args[11], args[12], args[13]);
+          auto [scale0, scale1] = runScalePair(b, l, args[14]);
+          Value scaled = b.create<arith::AddIOp>(l, b.create<arith::MulIOp>(l, first, scale0),
+                                                 b.create<arith::MulIOp>(l, second, scale1));
+          return b.create<arith::AddIOp>(l, args[15], scaled);
+        });
+    gpt::codegen::markBlockPartials(partials.getDefiningOp());
+    return partials;
+  }
+
+  /// q6_K: [M, N/P, P] sums over blocks of d_x * d * (partial - 32 (sc_0 * sum_0(code_x) + sc_1 *
+  /// sum_1(code_x))), the difference exact in i32 and below 2^24 (so exact in f32), from the run
+  /// scale pairs [N/P, K/32, P] and the super-blocks' d rows [N/P, K/256, P] at block / 8 (loops m,
+  /// panel, column, block).
+  static Value scaledRunPairs(OpBuilder &b, Location loc, Value partials, Value runScales, Value superScales,
+                              const QuantizedActivations &x, Value init) {
+    MLIRContext *ctx = b.getContext();
+    constexpr int64_t blocksPerSuper = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
+    AffineExpr mDim, panel, column, blockDim;
+    bindDims(ctx, mDim, panel, column, blockDim);
+    AffineMap perRowBlock = AffineMap::get(4, 0, {mDim, blockDim}, ctx);
+    const int64_t blocks = rankedType(partials).getDimSize(2);
+    Value pairs = splitDim(b, loc, x.compensations, 1, {blocks, 2});
+    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, blockDim, column}, ctx),
+                                        AffineMap::get(4, 0, {panel, blockDim, column}, ctx),
+                                        AffineMap::get(4, 0, {panel, blockDim.floorDiv(blocksPerSuper), column}, ctx),
+                                        perRowBlock,
+                                        perRowBlock,
+                                        perRowBlock};
+    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
+                                           IteratorType::reduction};
+    return buildGeneric(
+        b, loc, init,
+        {partials, runScales, superScales, x.scales, sliceAt(b, loc, pairs, 2, 0), sliceAt(b, loc, pairs, 2, 1)},
+        inputMaps, AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
+        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+          Type f32 = b.getF32Type(), i32 = b.getI32Type();
+          auto [scale0, scale1] = runScalePair(b, l, args[1]);
+          // 32 sc sum(code_x) per run, each below 2^23, their sum below 2^24: exact in f32.
+          Value compensation =
+              b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, scale1), args[5],
+                                    b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, scale0), args[4]));
+          Value sum = b.create<arith::SubIOp>(l, args[0], b.create<arith::FPToSIOp>(l, i32, compensation));
+          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), args[3]);
+          return b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, sum), scale, args[6]);
         });
   }
 };
