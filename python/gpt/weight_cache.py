@@ -40,6 +40,8 @@ SUFFIX = ".packed"
 _TEMPORARY_MARKER = ".packed.tmp-"
 # What a write leaves free at least: a cache must never be what fills a disk.
 _FREE_MARGIN = 2 << 30
+# The background writer's nice value: about a tenth of a core against a busy thread of the process.
+_WRITER_NICENESS = 10
 
 
 # The writes in flight in this process, by entry path: one per entry (two writers of one entry
@@ -191,6 +193,10 @@ def store(compiled, options, source: str | None) -> str | None:
 
 def _write(compiled, path: str, source: str, where: str, limit: int) -> None:
     """The thread of store(): writes the entry, then evicts beyond `limit`."""
+    try:  # The first token's compiles and runs come first; the write fills the cores they leave idle.
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _WRITER_NICENESS)  # this thread alone (Linux)
+    except (AttributeError, OSError):  # no per-thread priority here: the write shares the cores evenly
+        pass
     try:
         compiled.write_packed_weights(path, source)
         _evict(where, limit, keep=path)
