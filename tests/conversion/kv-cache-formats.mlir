@@ -62,23 +62,24 @@ func.func @decode_f16(%q: tensor<2x1x4xf32>, %k: tensor<2x48x4xf16>, %v: tensor<
 
 // -----
 
-// Prefill over a bf16 cache: the key block is widened and transposed in one copy (the [d, Bk]
-// operand q . k^T reads), the value block widened; both matmuls are f32.
+// Prefill over a bf16 cache (32 queries: a step of 16 or fewer takes decode's path, one query per
+// block): the key block is widened and transposed in one copy (the [d, Bk] operand q . k^T reads),
+// the value block widened; both matmuls are f32.
 // CHECK-DAG: #[[ID:.*]] = affine_map<(d0, d1) -> (d0, d1)>
 // CHECK-DAG: #[[SWAP:.*]] = affine_map<(d0, d1) -> (d1, d0)>
 // CHECK-LABEL: func.func @prefill_bf16
-// CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<2x8x4xf32>, %[[K:[a-z0-9]+]]: tensor<2x64x4xbf16>, %[[V:[a-z0-9]+]]: tensor<2x64x4xbf16>
+// CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<2x32x4xf32>, %[[K:[a-z0-9]+]]: tensor<2x64x4xbf16>, %[[V:[a-z0-9]+]]: tensor<2x64x4xbf16>
 // CHECK: %[[KB:.*]] = tensor.extract_slice %[[K]]{{.*}} : tensor<2x64x4xbf16> to tensor<32x4xbf16>
 // CHECK: %[[VB:.*]] = tensor.extract_slice %[[V]]{{.*}} : tensor<2x64x4xbf16> to tensor<32x4xbf16>
 // CHECK: %[[KT:.*]] = linalg.generic {indexing_maps = [#[[SWAP]], #[[ID]]], {{.*}} ins(%[[KB]] : tensor<32x4xbf16>) outs(%{{.*}} : tensor<4x32xf32>)
 // CHECK:   arith.extf %{{.*}} : bf16 to f32
-// CHECK: linalg.matmul ins(%{{.*}}, %[[KT]] : tensor<8x4xf32>, tensor<4x32xf32>)
+// CHECK: linalg.matmul ins(%{{.*}}, %[[KT]] : tensor<32x4xf32>, tensor<4x32xf32>)
 // CHECK: %[[VW:.*]] = linalg.generic {{.*}} ins(%[[VB]] : tensor<32x4xbf16>) outs(%{{.*}} : tensor<32x4xf32>)
 // CHECK:   arith.extf %{{.*}} : bf16 to f32
-// CHECK: linalg.matmul ins(%{{.*}}, %[[VW]] : tensor<8x32xf32>, tensor<32x4xf32>)
-func.func @prefill_bf16(%q: tensor<2x8x4xf32>, %k: tensor<2x64x4xbf16>, %v: tensor<2x64x4xbf16>, %pos: index) -> tensor<2x8x4xf32> {
-  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x8x4xf32>, tensor<2x64x4xbf16>, tensor<2x64x4xbf16>, index) -> tensor<2x8x4xf32>
-  return %0 : tensor<2x8x4xf32>
+// CHECK: linalg.matmul ins(%{{.*}}, %[[VW]] : tensor<32x32xf32>, tensor<32x4xf32>)
+func.func @prefill_bf16(%q: tensor<2x32x4xf32>, %k: tensor<2x64x4xbf16>, %v: tensor<2x64x4xbf16>, %pos: index) -> tensor<2x32x4xf32> {
+  %0 = transformer.causal_attention %q, %k, %v offset %pos {scale = 0.5 : f32} : (tensor<2x32x4xf32>, tensor<2x64x4xbf16>, tensor<2x64x4xbf16>, index) -> tensor<2x32x4xf32>
+  return %0 : tensor<2x32x4xf32>
 }
 
 // -----
