@@ -5,7 +5,8 @@
 
 namespace gpt {
 
-/// Returns the free pages of the C heap to the system (glibc's malloc_trim; nothing elsewhere).
+/// Frees the temporaries programs keep for their next call (their workspace), then returns the free
+/// pages of the C heap to the system (glibc's malloc_trim; nothing elsewhere).
 /// glibc keeps freed memory for reuse: binding weights frees their float32 and code temporaries,
 /// and compiling frees MLIR's and LLVM's modules, tens of MB each time, that would otherwise stay
 /// resident for the life of the process (docs/PERFORMANCE.md, SmolLM2's memory after load).

@@ -1,6 +1,6 @@
-"""memrefCopy of gpt/_gpt_program_support.so (cc/runtime/support/MemrefCopy.cpp), called as compiled
-programs call it (an element size and two unranked memrefs), against numpy's own copy of the same
-strided views."""
+"""What compiled programs call in gpt/_gpt_program_support.so, called as they call it: memrefCopy
+(cc/runtime/support/MemrefCopy.cpp; an element size and two unranked memrefs) against numpy's own
+copy of the same strided views, and the workspace that is their heap (Workspace.cpp)."""
 
 import ctypes
 import os
@@ -64,3 +64,54 @@ def test_memref_copy_writes_exactly_the_target_view(case, dtype):
     np.asarray(pick_target(expected))[...] = pick_source(source_base)
     memref_copy(source_view, source_base, target_view, target_base)
     np.testing.assert_array_equal(target_base, expected)  # the view written, nothing else
+
+
+def workspace():
+    library = ctypes.CDLL(LIBRARY)
+    library._mlir_memref_to_llvm_alloc.restype = ctypes.c_void_p
+    library._mlir_memref_to_llvm_alloc.argtypes = [ctypes.c_size_t]
+    library._mlir_memref_to_llvm_aligned_alloc.restype = ctypes.c_void_p
+    library._mlir_memref_to_llvm_aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+    library._mlir_memref_to_llvm_free.argtypes = [ctypes.c_void_p]
+    library.gpt_workspace_release.restype = ctypes.c_size_t
+    library.gpt_workspace_kept_bytes.restype = ctypes.c_size_t
+    return library
+
+
+def test_the_workspace_hands_a_large_block_to_the_next_allocation_of_its_size():
+    """cc/runtime/support/Workspace.cpp, the heap of compiled programs: a freed block of 1 MiB or
+    more is kept and handed to the next request of the same size (a prefill's temporaries, every
+    call), aligned as asked; small blocks and blocks of other sizes are not; release frees them."""
+    library = workspace()
+    library.gpt_workspace_release()
+    large = 8 << 20
+    first = library._mlir_memref_to_llvm_alloc(large)
+    assert first % 64 == 0
+    ctypes.memset(first, 0x5A, large)  # the whole request is writable
+    library._mlir_memref_to_llvm_free(first)
+    assert library.gpt_workspace_kept_bytes() >= large
+    assert library._mlir_memref_to_llvm_alloc(large + 4096) != first  # another size: a block of its own
+    again = library._mlir_memref_to_llvm_alloc(large)
+    assert again == first and library.gpt_workspace_kept_bytes() == 0
+    library._mlir_memref_to_llvm_free(again)
+
+    small = library._mlir_memref_to_llvm_alloc(1000)
+    library._mlir_memref_to_llvm_free(small)
+    aligned = library._mlir_memref_to_llvm_aligned_alloc(4096, large)
+    assert aligned % 4096 == 0
+    library._mlir_memref_to_llvm_free(aligned)
+    library._mlir_memref_to_llvm_free(None)  # as free(NULL)
+    kept = library.gpt_workspace_kept_bytes()
+    assert kept >= 2 * large  # the two large blocks, not the small one
+    assert library.gpt_workspace_release() == kept and library.gpt_workspace_kept_bytes() == 0
+
+
+def test_the_workspace_keeps_no_more_than_a_gibibyte():
+    library = workspace()
+    library.gpt_workspace_release()
+    blocks = [library._mlir_memref_to_llvm_alloc(300 << 20) for _ in range(4)]
+    assert all(blocks)
+    for block in blocks:
+        library._mlir_memref_to_llvm_free(block)
+    assert library.gpt_workspace_kept_bytes() <= 1 << 30
+    library.gpt_workspace_release()

@@ -125,7 +125,11 @@ void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(mlir::createConvertMathToLibmPass());
   pm.addPass(mlir::createArithToLLVMConversionPass());
   pm.addPass(mlir::createConvertIndexToLLVMPass());
-  pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
+  // Heap buffers through the runtime's workspace (cc/runtime/support/Workspace.cpp), which keeps a
+  // prefill's large temporaries for the next call instead of mapping them afresh every time.
+  mlir::FinalizeMemRefToLLVMConversionPassOptions memrefToLLVM;
+  memrefToLLVM.useGenericFunctions = true;
+  pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
   pm.addPass(mlir::createConvertOpenMPToLLVMPass());
   pm.addPass(mlir::createConvertControlFlowToLLVMPass());
   pm.addPass(mlir::createConvertFuncToLLVMPass());
