@@ -295,7 +295,8 @@ class CompileOptions:
     from_pretrained) also keeps its weights there as it lays them out (gpt.weight_cache), so that
     the next load of the same file reads them instead of repacking: at most
     `weight_cache_max_bytes` of them (default $GPT_WEIGHT_CACHE_MAX_BYTES, else 16 GiB; 0 is off),
-    the least recently used evicted first.
+    the least recently used evicted first. A first load writes them in the background, while the
+    first token compiles and runs; the process waits for that write at exit.
     `weights` is the format matmul weights (and the LM head) are stored and
     streamed in, as llama.cpp names them: "f32"; "bf16" (each weight rounded to nearest even);
     "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,

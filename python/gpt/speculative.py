@@ -19,9 +19,9 @@ MAX_NGRAM = 3
 MIN_NGRAM = 2
 # Draft tokens per verification at most when the caller does not say: HF's prompt_lookup_num_tokens
 # is 10, llama.cpp's --draft-max 16; on a CPU the verification step's rows are not free (each
-# costs about a third of a decode step of SmolLM2 on 2 cores), so fewer. Prompt lookup drafts this
-# many only when the match behind the draft is as long (NgramDrafter); 16 lost more rows where a
-# copy ends than it saved on long copies (tools/bench_speculative.py).
+# costs about an eighth of a decode step of SmolLM2 at 9 rows), so fewer. Prompt lookup drafts
+# this many only when the match behind the draft is as long (NgramDrafter); 16 lost more rows where
+# a copy ends than it saved on long copies (tools/bench_speculative.py).
 DEFAULT_DRAFT_TOKENS = 8
 # Up to this many rows, every row of a verification step has decode's logits to the bit whatever
 # the row count: the step's attention takes one query at a time, as decode does
