@@ -62,15 +62,8 @@ run_tests() {
   if [[ "$result" != 0 ]]; then status=1; fi
 }
 
-# The test targets share one compile cache (programs and packed weights, keyed by the compiler's
-# build id): most targets compile the same few models (the shapes of tests/python/shapes.py, the
-# embedded byte-level model, SmolLM2), and compiling is most of their time. Run alone
-# (`bazel test`), each target compiles into a cache of its own (tests/python/pytest_main.py).
-# Emptied each run, so every program is still compiled once by this build.
-test_cache="${XDG_CACHE_HOME:-$HOME/.cache}/gpt-test-compile-cache"
-rm -rf "$test_cache" && mkdir -p "$test_cache"
 bazel=(bazel)
-run_tests //tests/... --test_env=GPT_CACHE_DIR="$test_cache" --sandbox_writable_path="$test_cache" "${arguments[@]}"
+run_tests //tests/... "${arguments[@]}"
 if [[ "$quick" == 0 ]]; then
   echo "test: the sanitizer subset under ASan + UBSan (clang; tools/bazel_sanitized.sh test --config=asan)"
   bazel=(bash tools/bazel_sanitized.sh)
@@ -102,7 +95,6 @@ if [[ "$quick" == 0 ]]; then
   fi
 fi
 rm -f "$log"
-rm -rf "$test_cache"
 if [[ -n "${fuzz_dir:-}" && -z "${keep_fuzz_dir:-}" ]]; then rm -rf "$fuzz_dir"; fi
 if [[ "$lint_status" != 0 ]]; then
   echo "lint: FAILED (bash tools/lint.sh lists the findings; --fix rewrites what ruff and clang-format can)"
