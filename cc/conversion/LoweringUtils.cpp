@@ -151,4 +151,48 @@ Value widenedTile(OpBuilder &b, Location loc, Value tile, bool transposed) {
                       [](OpBuilder &nb, Location l, ValueRange a) { return widenToF32(nb, l, a[0]); });
 }
 
+Value splitDim(OpBuilder &b, Location loc, Value value, int64_t dim, ArrayRef<int64_t> shape) {
+  RankedTensorType type = rankedType(value);
+  SmallVector<int64_t> expanded;
+  SmallVector<ReassociationIndices> groups;
+  for (int64_t i = 0; i < type.getRank(); ++i) {
+    ReassociationIndices group;
+    for (int64_t size : i == dim ? shape : ArrayRef<int64_t>(type.getShape()[i])) {
+      group.push_back(expanded.size());
+      expanded.push_back(size);
+    }
+    groups.push_back(group);
+  }
+  return b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get(expanded, type.getElementType()), value, groups);
+}
+
+Value sliceAt(OpBuilder &b, Location loc, Value value, int64_t dim, int64_t at) {
+  RankedTensorType type = rankedType(value);
+  SmallVector<int64_t> shape(type.getShape());
+  shape.erase(shape.begin() + dim);
+  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0)), sizes,
+      strides(type.getRank(), b.getIndexAttr(1));
+  offsets[dim] = b.getIndexAttr(at);
+  for (int64_t i = 0; i < type.getRank(); ++i) sizes.push_back(b.getIndexAttr(i == dim ? 1 : type.getDimSize(i)));
+  return b.create<tensor::ExtractSliceOp>(loc, RankedTensorType::get(shape, type.getElementType()), value, offsets,
+                                          sizes, strides);
+}
+
+Value i32Constant(OpBuilder &b, Location loc, int64_t value) {
+  return b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(static_cast<int32_t>(value)));
+}
+
+Value zeros(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, Type element) {
+  Value empty = b.create<tensor::EmptyOp>(loc, shape, element);
+  Value zero = b.create<arith::ConstantOp>(loc, b.getZeroAttr(element));
+  return b.create<linalg::FillOp>(loc, zero, empty).getResult(0);
+}
+
+Value buildParallel(OpBuilder &b, Location loc, ArrayRef<int64_t> shape, Type element, ValueRange inputs,
+                    ArrayRef<AffineMap> inputMaps, BodyBuilder body) {
+  Value init = b.create<tensor::EmptyOp>(loc, shape, element);
+  SmallVector<utils::IteratorType> iterators(shape.size(), utils::IteratorType::parallel);
+  return buildGeneric(b, loc, init, inputs, inputMaps, b.getMultiDimIdentityMap(shape.size()), iterators, body);
+}
+
 } // namespace gpt::conversion

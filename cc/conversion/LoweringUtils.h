@@ -75,6 +75,24 @@ mlir::Value widenToF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value value
 /// elementwise generic widening it; `transposed` also swaps its dims (a linalg.transpose for f32).
 mlir::Value widenedTile(mlir::OpBuilder &b, mlir::Location loc, mlir::Value tile, bool transposed = false);
 
+/// `value` [d0, ..., dn] viewed (expand_shape, no copy) with dim `dim` split into `shape`.
+mlir::Value splitDim(mlir::OpBuilder &b, mlir::Location loc, mlir::Value value, int64_t dim,
+                     llvm::ArrayRef<int64_t> shape);
+
+/// `value` sliced at index `at` of its dim `dim`, which the result drops (a rank-reducing
+/// extract_slice with unit strides).
+mlir::Value sliceAt(mlir::OpBuilder &b, mlir::Location loc, mlir::Value value, int64_t dim, int64_t at);
+
+mlir::Value i32Constant(mlir::OpBuilder &b, mlir::Location loc, int64_t value);
+
+/// A new tensor of `shape` and `element` type filled with zeros.
+mlir::Value zeros(mlir::OpBuilder &b, mlir::Location loc, llvm::ArrayRef<int64_t> shape, mlir::Type element);
+
+/// A rank-`rank` all-parallel generic writing a new `element` tensor of `shape` from `inputs`
+/// read through `inputMaps`.
+mlir::Value buildParallel(mlir::OpBuilder &b, mlir::Location loc, llvm::ArrayRef<int64_t> shape, mlir::Type element,
+                          mlir::ValueRange inputs, llvm::ArrayRef<mlir::AffineMap> inputMaps, BodyBuilder body);
+
 } // namespace gpt::conversion
 
 #endif // GPT_CC_CONVERSION_LOWERINGUTILS_H
