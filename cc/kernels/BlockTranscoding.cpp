@@ -1,6 +1,7 @@
 // GGUF blocks rewritten in the formats the compiler stores (see BlockTranscoding.h).
 #include "cc/kernels/BlockTranscoding.h"
 
+#include "cc/kernels/GgufDequantizing.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"

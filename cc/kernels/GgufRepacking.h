@@ -65,14 +65,6 @@ void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
 void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                              uint16_t *scales, int64_t threads = 1);
 
-/// `blocks` (`n` rows of `k` weights in llama.cpp blocks, as above) widened to f32 `out` [n, k],
-/// exactly as llama.cpp's and gguf's dequantizers compute them: q8_0 d * q, q4_0 d * (q - 8),
-/// q4_1 d * q + m with the product and the sum rounded apart. How a model that stores f32 reads
-/// a quantized GGUF file. K must be a positive multiple of 32 (std::invalid_argument otherwise).
-void dequantizeQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
-void dequantizeQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
-void dequantizeQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
-
 /// Bytes of the other blocks llama.cpp's quantizers write (Q4_K_M files hold Q4_K, Q6_K and Q5_0
 /// tensors): q5_0 {fp16 d; uint32 qh; 16 bytes of low nibbles}, q5_1 {fp16 d, m; qh; nibbles},
 /// and the super-blocks of 256 weights q4_K {fp16 d, dmin; 12 bytes of 6-bit scales and mins;
@@ -124,17 +116,6 @@ void q6_KCodes(const uint8_t *block, uint8_t *codes);
 /// at most 2^-12 of themselves apart); its codes are the file's. std::invalid_argument when a
 /// product is beyond fp16's range or not finite (no weights are that large).
 void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out);
-
-/// These blocks widened to f32 `out` [n, k], bit for bit as gguf.quants (and llama.cpp's
-/// dequantize_row_*) compute them: products of f32 scale and code, and the min subtracted (or
-/// added) in a second rounding. K must be a positive multiple of 32 (q5_0, q5_1) or 256 (the
-/// K-quants), std::invalid_argument otherwise; the rows are split over `threads` threads. How a
-/// file's Q6_K token embedding becomes the table the model looks tokens up in.
-void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
-void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
-void dequantizeQ4_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
-void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
-void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 
 } // namespace gpt::kernels
 

@@ -3,6 +3,7 @@
 #include "python/gpt/_gpt/bindings.h"
 
 #include "cc/kernels/BlockTranscoding.h"
+#include "cc/kernels/GgufDequantizing.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"

@@ -1,0 +1,182 @@
+// llama.cpp's blocks widened to f32, as its and gguf's dequantizers compute them (see
+// GgufDequantizing.h).
+#include "cc/kernels/GgufDequantizing.h"
+
+#include "cc/kernels/KQuantScales.h"
+#include "cc/kernels/ParallelFor.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace gpt::kernels {
+
+namespace {
+
+/// Calls `widen(block, header, out)` for each of the n * k / 32 blocks of `blocks`, with the
+/// block's fp16 header values (scale, and q4_1's min) as floats and its 32 outputs.
+template <typename Widen>
+void dequantizeRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t blockBytes, int64_t halves,
+                    float *out, Widen widen) {
+  if (k <= 0 || k % kQuantBlock != 0 || n < 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of the quantization block (32)");
+  const int64_t count = n * (k / kQuantBlock);
+  for (int64_t b = 0; b < count; ++b) {
+    const uint8_t *block = blocks + b * blockBytes;
+    float header[2] = {0.0f, 0.0f};
+    for (int64_t h = 0; h < halves; ++h) {
+      uint16_t bits;
+      std::memcpy(&bits, block + 2 * h, sizeof bits);
+      header[h] = fromFp16(bits);
+    }
+    widen(block + 2 * halves, header, out + b * kQuantBlock);
+  }
+}
+
+} // namespace
+
+void dequantizeQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out) {
+  dequantizeRows("dequantizeQ8_0Rows", blocks, k, n, kQ8_0BlockBytes, 1, out,
+                 [](const uint8_t *codes, const float *header, float *values) {
+                   for (int64_t i = 0; i < kQuantBlock; ++i)
+                     values[i] = static_cast<float>(static_cast<int8_t>(codes[i])) * header[0];
+                 });
+}
+
+void dequantizeQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out) {
+  // Byte m holds code m in its low nibble and code m + 16 in its high one.
+  dequantizeRows("dequantizeQ4_0Rows", blocks, k, n, kQ4_0BlockBytes, 1, out,
+                 [](const uint8_t *bytes, const float *header, float *values) {
+                   for (int64_t m = 0; m < kQuantBlock / 2; ++m) {
+                     values[m] = static_cast<float>(static_cast<int>(bytes[m] & 0xFu) - 8) * header[0];
+                     values[m + 16] = static_cast<float>(static_cast<int>(bytes[m] >> 4) - 8) * header[0];
+                   }
+                 });
+}
+
+void dequantizeQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out) {
+  dequantizeRows("dequantizeQ4_1Rows", blocks, k, n, kQ4_1BlockBytes, 2, out,
+                 [](const uint8_t *bytes, const float *header, float *values) {
+                   for (int64_t m = 0; m < kQuantBlock / 2; ++m) {
+                     // Product and sum rounded apart (no contracted multiply-add), as llama.cpp's
+                     // and gguf's dequantizers compute them.
+                     const float low = static_cast<float>(bytes[m] & 0xFu) * header[0];
+                     const float high = static_cast<float>(bytes[m] >> 4) * header[0];
+                     values[m] = low + header[1];
+                     values[m + 16] = high + header[1];
+                   }
+                 });
+}
+
+namespace {
+
+/// Calls `widen(block, out)` for each of the n * k / `values` blocks of `blockBytes` bytes, `out`
+/// being the block's `values` outputs; rows are split over `threads`.
+template <typename Widen>
+void dequantizeBlocks(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t values, int64_t blockBytes,
+                      float *out, int64_t threads, Widen widen) {
+  if (k <= 0 || k % values != 0 || n < 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of the block (" + std::to_string(values) + ")");
+  const int64_t perRow = k / values;
+  parallelFor(n, threads, [&](int64_t firstRow, int64_t endRow) {
+    for (int64_t b = firstRow * perRow; b < endRow * perRow; ++b) widen(blocks + b * blockBytes, out + b * values);
+  });
+}
+
+/// Weight i of a q5_0/q5_1 block: low nibble of byte i (i < 16) or high nibble of byte i - 16,
+/// with bit i of qh as its fifth bit.
+uint32_t fiveBitCode(const uint8_t *nibbles, uint32_t highBits, int64_t i) {
+  const uint32_t low = i < 16 ? nibbles[i] & 0x0Fu : nibbles[i - 16] >> 4;
+  return low | ((highBits >> i) & 1u) << 4;
+}
+
+} // namespace
+
+void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ5_0Rows", blocks, k, n, kQuantBlock, kQ5_0BlockBytes, out, threads,
+                   [](const uint8_t *block, float *values) {
+                     const float d = halfAt(block);
+                     uint32_t highBits;
+                     std::memcpy(&highBits, block + 2, sizeof highBits);
+                     for (int64_t i = 0; i < kQuantBlock; ++i)
+                       values[i] = d * static_cast<float>(static_cast<int>(fiveBitCode(block + 6, highBits, i)) - 16);
+                   });
+}
+
+void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ5_1Rows", blocks, k, n, kQuantBlock, kQ5_1BlockBytes, out, threads,
+                   [](const uint8_t *block, float *values) {
+                     const float d = halfAt(block), m = halfAt(block + 2);
+                     uint32_t highBits;
+                     std::memcpy(&highBits, block + 4, sizeof highBits);
+                     for (int64_t i = 0; i < kQuantBlock; ++i) {
+                       // Product and sum rounded apart, as gguf's numpy computes them.
+                       const float product = d * static_cast<float>(fiveBitCode(block + 8, highBits, i));
+                       values[i] = product + m;
+                     }
+                   });
+}
+
+namespace {
+/// q4_K and q5_K: sub-block s (32 weights) takes the nibbles of bytes 32 (s / 2) .. + 31 of
+/// `nibbles`, low ones for even s, high ones for odd s; q5_K adds bit s of highs[i] as the fifth bit
+/// (`highs` null for q4_K). Each weight is (d * scale) * q - (dmin * min).
+void dequantizeKBlock(const uint8_t *block, const uint8_t *highs, const uint8_t *nibbles, float *values) {
+  const float d = halfAt(block), dmin = halfAt(block + 2);
+  float scales[8], mins[8];
+  scalesAndMins(block + 4, scales, mins);
+  for (int64_t s = 0; s < 8; ++s) {
+    const float scale = d * scales[s], min = dmin * mins[s];
+    const uint8_t *bytes = nibbles + 32 * (s / 2);
+    const int shift = 4 * (s % 2);
+    for (int64_t i = 0; i < 32; ++i) {
+      uint32_t q = (bytes[i] >> shift) & 0x0Fu;
+      if (highs) q |= ((highs[i] >> s) & 1u) << 4;
+      const float product = scale * static_cast<float>(q);
+      values[32 * s + i] = product - min;
+    }
+  }
+}
+} // namespace
+
+void dequantizeQ4_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ4_KRows", blocks, k, n, kSuperBlock, kQ4_KBlockBytes, out, threads,
+                   [](const uint8_t *block, float *values) { dequantizeKBlock(block, nullptr, block + 16, values); });
+}
+
+void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks(
+      "dequantizeQ5_KRows", blocks, k, n, kSuperBlock, kQ5_KBlockBytes, out, threads,
+      [](const uint8_t *block, float *values) { dequantizeKBlock(block, block + 16, block + 16 + 32, values); });
+}
+
+void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  // The super-block's halves g of 128 weights, each four runs s of 32: weight i of run s takes the
+  // low (s < 2) or high nibble of low[64 g + 32 (s % 2) + i] and bits 2 s, 2 s + 1 of
+  // high[32 g + i] above it; q - 32 times the f32 product of d and the int8 scale of its 16
+  // weights. Runs of 16 with one scale each, so the loops vectorize.
+  dequantizeBlocks("dequantizeQ6_KRows", blocks, k, n, kSuperBlock, kQ6_KBlockBytes, out, threads,
+                   [](const uint8_t *block, float *values) {
+                     const uint8_t *low = block, *high = block + kSuperBlock / 2;
+                     const auto *scales = reinterpret_cast<const int8_t *>(block + kSuperBlock / 2 + kSuperBlock / 4);
+                     const float d = halfAt(block + kSuperBlock / 2 + kSuperBlock / 4 + kSuperBlock / 16);
+                     for (int64_t g = 0; g < 2; ++g)
+                       for (int64_t s = 0; s < 4; ++s)
+                         for (int64_t half = 0; half < 2; ++half) {
+                           const float scale = d * static_cast<float>(scales[8 * g + 2 * s + half]);
+                           const uint8_t *lows = low + 64 * g + 32 * (s % 2) + 16 * half;
+                           const uint8_t *highs = high + 32 * g + 16 * half;
+                           float *run = values + 128 * g + 32 * s + 16 * half;
+                           for (int64_t i = 0; i < 16; ++i) {
+                             const int q = static_cast<int>(((lows[i] >> (4 * (s / 2))) & 0x0F) |
+                                                            ((highs[i] >> (2 * s)) & 0x03) << 4) -
+                                           32;
+                             run[i] = scale * static_cast<float>(q);
+                           }
+                         }
+                   });
+}
+
+} // namespace gpt::kernels
