@@ -447,27 +447,8 @@ class GPT(GenerationMixin):
                 start += count
             return logits[0, : self._config.vocab_size]
         if len(cache) + len(ids) <= cache.max_len:  # else _run raises, naming the full cache
-            if len(ids) > 1 and len(cache) + len(ids) < cache.max_len:
-                self._compile_decode_meanwhile(len(cache) + len(ids), cache.max_len)
             self._compile_interruptibly(len(ids), len(cache), cache.max_len)
         return cache._run(self._compiled.step, ids)[0, : self._config.vocab_size]
-
-    def _compile_decode_meanwhile(self, offset: int, cache_len: int) -> None:
-        """Starts compiling the decode step of a cache of `cache_len` positions, if it is not
-        compiled yet, on a thread of its own while the prefill before it compiles and runs: a first
-        token needs both programs, and each compiles on one core (an MLIRContext each). Its error,
-        if any, is left to the decode call, which compiles it again and raises it."""
-        if self._compiled.is_compiled_for(1, offset, cache_len):
-            return
-
-        def compile_decode() -> None:
-            try:
-                self._compiled.compile_for(1, offset, cache_len)
-            except Exception:  # noqa: BLE001 - raised by the decode call that needs the program
-                pass
-
-        # Not a daemon, as _compile_interruptibly's: at exit Python waits for it.
-        threading.Thread(target=compile_decode, name="gpt-compile-decode").start()
 
     def _verify(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
         self._check_step(ids, cache)

@@ -418,37 +418,32 @@ def cached_programs(cache_dir) -> dict[str, bytes]:
     return {name: (cache_dir / name).read_bytes() for name in os.listdir(cache_dir) if name.endswith(".gptjit")}
 
 
-def test_a_prefill_compiles_the_decode_step_meanwhile_into_the_same_programs(tmp_path):
-    """A first token needs the prefill's program and the decode step's: the prefill starts the
-    decode step's compile on a thread of its own (an MLIRContext of its own) while it compiles its
-    own, and the programs so compiled at the same time are, byte for byte, those compiled one
-    after the other. Callers of one shape wait for its compile in flight instead of compiling it
-    again (each compile has a compiler of its own, so nothing else would stop them)."""
+def test_programs_compiled_at_the_same_time_are_those_compiled_one_after_the_other(tmp_path):
+    """Programs of different shapes compile at the same time, each with a compiler (an MLIRContext)
+    of its own, and the programs so compiled are, byte for byte, those compiled one after the
+    other. Callers of one shape wait for its compile in flight instead of compiling it again (each
+    compile has a compiler of its own, so nothing else would stop them)."""
     import threading
 
     ids = token_ids(CFG, 20)
     at_once = model(tmp_path / "at_once")
-    cache = at_once.new_cache(64)
-    together = threading.Barrier(3)
+    together = threading.Barrier(4)
 
-    def compile_prefill():
+    def compile_step(tokens, offset):
         together.wait()
-        at_once._compiled.compile_for(len(ids), 0, 64)
+        at_once._compiled.compile_for(tokens, offset, 64)
 
-    others = [threading.Thread(target=compile_prefill) for _ in range(2)]
-    for thread in others:
+    shapes = [(len(ids), 0)] * 3 + [(1, len(ids))]  # three callers of the prefill, one of decode
+    threads = [threading.Thread(target=compile_step, args=shape) for shape in shapes]
+    for thread in threads:
         thread.start()
-    together.wait()
-    prefill_logits = at_once.prefill(ids, cache)
-    for thread in others:
+    for thread in threads:
         thread.join()
-    deadline = time.monotonic() + 300  # generous: the decode step compiles in the background
-    while not at_once._compiled.is_compiled_for(1, len(ids), 64) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert at_once._compiled.is_compiled_for(1, len(ids), 64), "the prefill did not compile the decode step"
     assert set(at_once.compiled_steps()) == {(32, 64), (1, 64)}
+    cache = at_once.new_cache(64)
+    prefill_logits = at_once.prefill(ids, cache)
     decode_logits = at_once.decode(7, cache)
-    assert set(at_once.compiled_steps()) == {(32, 64), (1, 64)}  # the decode call compiled nothing more
+    assert set(at_once.compiled_steps()) == {(32, 64), (1, 64)}  # the calls compiled nothing more
 
     one_by_one = model(tmp_path / "one_by_one")
     one_by_one._compiled.compile_for(len(ids), 0, 64)
