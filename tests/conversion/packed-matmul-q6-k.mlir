@@ -21,10 +21,12 @@
 // CHECK-SAME: gpt.block_partials
 // CHECK-COUNT-4: transformer.lane_dot_u8i8
 // CHECK-COUNT-4: transformer.lane_dot_u8i8
-// CHECK: %[[S0:.*]] = arith.shrsi %{{.*}}, %{{.*}} : i32
-// CHECK: %[[S1:.*]] = arith.shrsi %{{.*}}, %{{.*}} : i32
-// CHECK: %[[W1:.*]] = arith.muli %{{.*}}, %[[S1]] : i32
-// CHECK: %[[W0:.*]] = arith.muli %{{.*}}, %[[S0]] : i32
+// The two run scales (the pair's low byte, sign-extended, and its high one) and their products, in
+// an order that follows the C++ compiler's argument evaluation (gcc and clang differ):
+// CHECK-DAG: %[[S0:.*]] = arith.shrsi %{{.*}}, %c24_i32{{.*}} : i32
+// CHECK-DAG: %[[S1:.*]] = arith.shrsi %{{.*}}, %c8_i32{{.*}} : i32
+// CHECK-DAG: %[[W0:.*]] = arith.muli %{{.*}}, %[[S0]] : i32
+// CHECK-DAG: %[[W1:.*]] = arith.muli %{{.*}}, %[[S1]] : i32
 // CHECK: %[[BOTH:.*]] = arith.addi %[[W0]], %[[W1]] : i32
 // CHECK: arith.addi %{{.*}}, %[[BOTH]] : i32
 // CHECK: %[[D:.*]] = tensor.extract_slice %[[S]][0, 16, 0] [3, 2, 32] [1, 1, 1] : tensor<3x18x32xf16> to tensor<3x2x32xf16>
