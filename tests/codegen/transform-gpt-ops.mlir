@@ -66,3 +66,65 @@ module attributes {transform.with_named_sequence} {
     transform.yield
   }
 }
+
+// -----
+
+// transform.gpt.fuse_into_loop computes a matmul and its zero fill inside each piece of the
+// consumer's scf.forall, at the piece's slice. The fill's use after the loop (a second matmul
+// CSE gave the same zeros) keeps the fill itself.
+// CHECK-LABEL: func.func @fuse
+// CHECK: %[[ZEROS:.*]] = linalg.fill
+// CHECK: scf.forall (%[[I:.*]]) in (2)
+// CHECK:   %[[FILL:.*]] = linalg.fill {{.*}} -> tensor<16x64xf32>
+// CHECK:   %[[MATMUL:.*]] = linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<16x64xf32>, tensor<64x64xf32>) outs(%[[FILL]] : tensor<16x64xf32>)
+// CHECK:   linalg.add ins(%[[MATMUL]], %{{.*}} : tensor<16x64xf32>, tensor<16x64xf32>)
+// CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<16x64xf32>, tensor<64x128xf32>) outs(%[[ZEROS]] : tensor<16x128xf32>)
+func.func @fuse(%a: tensor<16x64xf32>, %b: tensor<64x128xf32>, %bias: tensor<16x128xf32>)
+    -> (tensor<16x128xf32>, tensor<16x128xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty() : tensor<16x128xf32>
+  %zeros = linalg.fill ins(%zero : f32) outs(%empty : tensor<16x128xf32>) -> tensor<16x128xf32>
+  %product = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x128xf32>) outs(%zeros : tensor<16x128xf32>) -> tensor<16x128xf32>
+  %sum = linalg.add ins(%product, %bias : tensor<16x128xf32>, tensor<16x128xf32>) outs(%empty : tensor<16x128xf32>) -> tensor<16x128xf32>
+  %other = linalg.matmul ins(%a, %b : tensor<16x64xf32>, tensor<64x128xf32>) outs(%zeros : tensor<16x128xf32>) -> tensor<16x128xf32>
+  return %sum, %other : tensor<16x128xf32>, tensor<16x128xf32>
+}
+
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    %add = transform.structured.match ops{["linalg.add"]} in %root : (!transform.any_op) -> !transform.any_op
+    %matmul = transform.get_producer_of_operand %add[0] : (!transform.any_op) -> !transform.any_op
+    %fill = transform.get_producer_of_operand %matmul[2] : (!transform.any_op) -> !transform.any_op
+    %piece, %forall = transform.structured.tile_using_forall %add num_threads [0, 2]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %fusedMatmul, %forall2 = transform.gpt.fuse_into_loop %matmul into %forall
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %fusedFill, %forall3 = transform.gpt.fuse_into_loop %fill into %forall2
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    transform.yield
+  }
+}
+
+// -----
+
+// A producer the loop does not read in slices is not fused.
+func.func @unread(%a: tensor<16x128xf32>, %b: tensor<16x128xf32>) -> (tensor<16x128xf32>, tensor<16x128xf32>) {
+  %empty = tensor.empty() : tensor<16x128xf32>
+  // expected-note @below {{producer}}
+  %unrelated = linalg.add ins(%a, %b : tensor<16x128xf32>, tensor<16x128xf32>) outs(%empty : tensor<16x128xf32>) -> tensor<16x128xf32>
+  %sum = linalg.sub ins(%a, %b : tensor<16x128xf32>, tensor<16x128xf32>) outs(%empty : tensor<16x128xf32>) -> tensor<16x128xf32>
+  return %unrelated, %sum : tensor<16x128xf32>, tensor<16x128xf32>
+}
+
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    %add = transform.structured.match ops{["linalg.add"]} in %root : (!transform.any_op) -> !transform.any_op
+    %sub = transform.structured.match ops{["linalg.sub"]} in %root : (!transform.any_op) -> !transform.any_op
+    %piece, %forall = transform.structured.tile_using_forall %sub num_threads [0, 2]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    // expected-error @below {{expected a tileable producer whose result the loop reads in slices}}
+    %fused, %forall2 = transform.gpt.fuse_into_loop %add into %forall
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    transform.yield
+  }
+}

@@ -11,6 +11,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
 #include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -190,6 +191,63 @@ DiagnosedSilenceableFailure GetEpilogueMatmulOp::apply(transform::TransformRewri
   results.set(cast<OpResult>(getMatmul()), matmuls);
   results.set(cast<OpResult>(getFill()), fills);
   return DiagnosedSilenceableFailure::success();
+}
+
+//===----------------------------------------------------------------------===//
+// FuseIntoLoopOp
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The first tensor.extract_slice of `producer`'s results nested in `loop`, or null.
+tensor::ExtractSliceOp findSliceIn(Operation *producer, Operation *loop) {
+  for (Operation *user : producer->getUsers())
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(user); slice && loop->isProperAncestor(slice)) return slice;
+  return nullptr;
+}
+
+} // namespace
+
+DiagnosedSilenceableFailure FuseIntoLoopOp::apply(transform::TransformRewriter &rewriter,
+                                                  transform::TransformResults &results,
+                                                  transform::TransformState &state) {
+  auto loops = state.getPayloadOps(getLoop());
+  if (!llvm::hasSingleElement(loops)) return emitDefiniteFailure() << "expected one loop";
+  Operation *loop = *loops.begin();
+  SmallVector<Operation *> fused;
+  for (Operation *producer : state.getPayloadOps(getProducer())) {
+    auto tileable = dyn_cast<TilingInterface>(producer);
+    tensor::ExtractSliceOp slice = findSliceIn(producer, loop);
+    if (!tileable || !slice) {
+      DiagnosedSilenceableFailure diag = emitSilenceableError()
+                                         << "expected a tileable producer whose result the loop reads in slices";
+      diag.attachNote(producer->getLoc()) << "producer";
+      return diag;
+    }
+    for (; slice; slice = findSliceIn(producer, loop)) {
+      OpBuilder::InsertionGuard guard(rewriter);
+      rewriter.setInsertionPoint(slice);
+      unsigned resultNumber = cast<OpResult>(slice.getSource()).getResultNumber();
+      FailureOr<TilingResult> tile =
+          tileable.generateResultTileValue(rewriter, resultNumber, slice.getMixedOffsets(), slice.getMixedSizes());
+      if (failed(tile)) return emitDefaultSilenceableFailure(producer);
+      FailureOr<Value> value = tensor::ExtractSliceOp::rankReduceIfNeeded(
+          rewriter, slice.getLoc(), tile->tiledValues[0], slice.getResultType().getShape());
+      if (failed(value)) return emitDefaultSilenceableFailure(producer);
+      rewriter.replaceOp(slice, *value);
+      fused.append(tile->tiledOps);
+    }
+  }
+  results.set(cast<OpResult>(getFused()), fused);
+  results.set(cast<OpResult>(getNewLoop()), {loop});
+  return DiagnosedSilenceableFailure::success();
+}
+
+void FuseIntoLoopOp::getEffects(SmallVectorImpl<MemoryEffects::EffectInstance> &effects) {
+  transform::consumesHandle(getProducerMutable(), effects);
+  transform::onlyReadsHandle(getLoopMutable(), effects);
+  transform::producesHandle(getOperation()->getOpResults(), effects);
+  transform::modifiesPayload(effects);
 }
 
 //===----------------------------------------------------------------------===//

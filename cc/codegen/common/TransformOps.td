@@ -110,6 +110,32 @@ def GetEpilogueMatmulOp : GptTransformOp<"get_epilogue_matmul", [MemoryEffectsOp
   let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
 }
 
+def FuseIntoLoopOp : GptTransformOp<"fuse_into_loop", [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>]> {
+  let summary = "Fuse each producer into the loop that reads slices of its result";
+  let description = [{
+    What `transform.structured.fuse_into_containing_op` does on its first path: each
+    `tensor.extract_slice` of a producer's result inside `loop` (an `scf.for` or `scf.forall`)
+    is replaced by the producer's tile at that slice (`TilingInterface::generateResultTileValue`).
+    Returns the tiled producers and `loop`. Uses of a producer outside the loop (a zero fill that
+    CSE shared between matmuls) keep the producer itself, as upstream's op keeps them for any
+    producer but a `linalg.generic`.
+
+    It exists because MLIR 19's op prints the producer and the whole containing loop into a
+    diagnostic on every call, whether or not the fusion fails: that text was 6% of every JIT
+    compile. Its other paths (through a `scf.forall`'s shared outputs, by cloning, or yielding
+    a generic's result for uses after the loop) are never taken by these schedules: a producer
+    the loop does not read in slices is a silenceable failure.
+
+    ```mlir
+    %fused, %loop2 = transform.gpt.fuse_into_loop %matmul into %rows
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    ```
+  }];
+  let arguments = (ins TransformHandleTypeInterface:$producer, TransformHandleTypeInterface:$loop);
+  let results = (outs TransformHandleTypeInterface:$fused, TransformHandleTypeInterface:$new_loop);
+  let assemblyFormat = "$producer `into` $loop attr-dict `:` functional-type(operands, results)";
+}
+
 def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
   let summary = "Vectorize the tiles of low-precision packed matmuls, with their partial sums; return the other targets";
   let description = [{

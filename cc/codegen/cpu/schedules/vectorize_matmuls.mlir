@@ -23,9 +23,9 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %panels, %rows, %columns = transform.split_handle %loops
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
-      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmul into %rows
+      %fusedMatmul, %rows2 = transform.gpt.fuse_into_loop %matmul into %rows
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fill into %rows2
+      %fusedFill, %rows3 = transform.gpt.fuse_into_loop %fill into %rows2
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %matmulTile, %k = transform.gpt.tile_by_attribute %fusedMatmul "gpt.reduction_step"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
@@ -44,17 +44,17 @@ module attributes {transform.with_named_sequence} {
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %chunk, %forall = transform.structured.tile_using_forall %epilogue num_threads [0, 2]
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %matmulChunk, %forall2 = transform.structured.fuse_into_containing_op %matmul into %forall
+      %matmulChunk, %forall2 = transform.gpt.fuse_into_loop %matmul into %forall
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %fillChunk, %forall3 = transform.structured.fuse_into_containing_op %fill into %forall2
+      %fillChunk, %forall3 = transform.gpt.fuse_into_loop %fill into %forall2
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %tile, %loops = transform.gpt.tile_by_attribute %chunk "gpt.epilogue_tile"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %panels, %rows, %columns = transform.split_handle %loops
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
-      %fusedMatmul, %rows2 = transform.structured.fuse_into_containing_op %matmulChunk into %rows
+      %fusedMatmul, %rows2 = transform.gpt.fuse_into_loop %matmulChunk into %rows
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %fusedFill, %rows3 = transform.structured.fuse_into_containing_op %fillChunk into %rows2
+      %fusedFill, %rows3 = transform.gpt.fuse_into_loop %fillChunk into %rows2
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
       %matmulTile, %k = transform.gpt.tile_by_attribute %fusedMatmul "gpt.reduction_step"
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
