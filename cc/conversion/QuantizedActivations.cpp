@@ -65,6 +65,44 @@ static Value roundedCode(OpBuilder &b, Location l, Value x, Value inverse) {
   return b.create<math::RoundEvenOp>(l, b.create<arith::MulFOp>(l, x, inverse));
 }
 
+/// Per row r of `rows` [R, n], `factor` times the sum of its codes at the row's scale `scales[r]`
+/// (exact in f32): what the integer dot products' offsets or mins take back out.
+static Value scaledCodeSums(OpBuilder &b, Location loc, Value rows, Value scales, float factor) {
+  ArrayRef<int64_t> shape = rankedType(rows).getShape();
+  return buildRowReduction(
+      b, loc, {shape[0], shape[1]}, {rows, scales}, {b.getMultiDimIdentityMap(2), rowMap(2, b.getContext())}, 0.0,
+      [factor](OpBuilder &b, Location l, ValueRange args) -> Value {
+        Value code = roundedCode(b, l, args[0], inverseScale(b, l, args[1]));
+        Value scaled = b.create<arith::MulFOp>(l, code, b.create<arith::ConstantOp>(l, b.getF32FloatAttr(factor)));
+        return b.create<arith::AddFOp>(l, args[2], scaled);
+      });
+}
+
+/// The int32 lanes the dot products read, [M, G, L] from `strided` [M, G, 4, L]: lane l of group g
+/// holds in byte i the code of strided[m, g, i, l] at the group's scale `scales` [M, G].
+static Value packCodeLanes(OpBuilder &b, Location loc, Value strided, Value scales) {
+  ArrayRef<int64_t> shape = rankedType(strided).getShape();
+  MLIRContext *ctx = b.getContext();
+  SmallVector<Value> inputs;
+  for (int64_t i = 0; i < 4; ++i) inputs.push_back(sliceAt(b, loc, strided, 2, i));
+  inputs.push_back(scales);
+  SmallVector<AffineMap> maps(4, b.getMultiDimIdentityMap(3));
+  maps.push_back(AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx));
+  return buildParallel(b, loc, {shape[0], shape[1], shape[3]}, b.getI32Type(), inputs, maps,
+                       [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                         Value inverse = inverseScale(b, l, args[4]);
+                         Value lane;
+                         for (int64_t i = 0; i < 4; ++i) {
+                           Value code =
+                               b.create<arith::FPToSIOp>(l, b.getI32Type(), roundedCode(b, l, args[i], inverse));
+                           Value byte = b.create<arith::AndIOp>(l, code, i32Constant(b, l, 0xFF));
+                           if (i > 0) byte = b.create<arith::ShLIOp>(l, byte, i32Constant(b, l, 8 * i));
+                           lane = lane ? b.create<arith::OrIOp>(l, lane, byte) : byte;
+                         }
+                         return lane;
+                       });
+}
+
 /// Quantizes `lhs` [M, K]; `offset` is what the weight's unsigned codes add to each true code
 /// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums. (q4_1
 /// passes 1: its codes are the true ones, and its compensation, the plain sum of the activation
@@ -73,7 +111,6 @@ QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, 
   const int64_t block = PackedMatmulOp::kBlockSize, lanesPerBlock = block / 4;
   ArrayRef<int64_t> shape = rankedType(lhs).getShape();
   const int64_t m = shape[0], blocks = shape[1] / block;
-  MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type();
   // Blocks as rows of 32: their max |x| and code sums are row reductions.
   Value rows = b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lhs, 1, {blocks, block}),
@@ -88,37 +125,11 @@ QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, 
                                  Value limit = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(127.0f));
                                  return b.create<arith::DivFOp>(l, args[0], limit);
                                });
-  Value compensations =
-      buildRowReduction(b, loc, {m * blocks, block}, {rows, scales}, {identity2, rowMap(2, ctx)}, 0.0,
-                        [offset](OpBuilder &b, Location l, ValueRange args) -> Value {
-                          Value code = roundedCode(b, l, args[0], inverseScale(b, l, args[1]));
-                          Value scaled = b.create<arith::MulFOp>(
-                              l, code, b.create<arith::ConstantOp>(l, b.getF32FloatAttr(static_cast<float>(offset))));
-                          return b.create<arith::AddFOp>(l, args[2], scaled);
-                        });
+  Value compensations = scaledCodeSums(b, loc, rows, scales, static_cast<float>(offset));
   // Lane q of a block packs x[32 b + q + 8 i] for i < 4: four contiguous runs of 8 per block.
-  Value runs = splitDim(b, loc, lhs, 1, {blocks, 4, lanesPerBlock});
-  SmallVector<Value> inputs;
-  for (int64_t i = 0; i < 4; ++i) inputs.push_back(sliceAt(b, loc, runs, 2, i));
   Value blockScales = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, blocks}, f32), scales,
                                                       SmallVector<ReassociationIndices>{{0, 1}});
-  inputs.push_back(blockScales);
-  AffineMap identity3 = b.getMultiDimIdentityMap(3);
-  SmallVector<AffineMap> maps(4, identity3);
-  maps.push_back(AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx));
-  Value lanes = buildParallel(b, loc, {m, blocks, lanesPerBlock}, b.getI32Type(), inputs, maps,
-                              [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                Value inverse = inverseScale(b, l, args[4]);
-                                Value lane;
-                                for (int64_t i = 0; i < 4; ++i) {
-                                  Value code =
-                                      b.create<arith::FPToSIOp>(l, b.getI32Type(), roundedCode(b, l, args[i], inverse));
-                                  Value byte = b.create<arith::AndIOp>(l, code, i32Constant(b, l, 0xFF));
-                                  if (i > 0) byte = b.create<arith::ShLIOp>(l, byte, i32Constant(b, l, 8 * i));
-                                  lane = lane ? b.create<arith::OrIOp>(l, lane, byte) : byte;
-                                }
-                                return lane;
-                              });
+  Value lanes = packCodeLanes(b, loc, splitDim(b, loc, lhs, 1, {blocks, 4, lanesPerBlock}), blockScales);
   for (Value quantization : {amax, scales, compensations, lanes})
     gpt::codegen::markQuantizesActivations(quantization.getDefiningOp());
   Value blockCompensations = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, blocks}, f32),
@@ -152,33 +163,9 @@ QuantizedActivations quantizeActivationRuns(OpBuilder &b, Location loc, Value lh
   // Runs as rows of 16: their code sums are row reductions.
   Value rows = b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lhs, 1, {runs, run}),
                                                  SmallVector<ReassociationIndices>{{0, 1}, {2}});
-  Value compensations = buildRowReduction(
-      b, loc, {m * runs, run}, {rows, flatScales}, {b.getMultiDimIdentityMap(2), rowMap(2, ctx)}, 0.0,
-      [](OpBuilder &b, Location l, ValueRange args) -> Value {
-        Value code = roundedCode(b, l, args[0], inverseScale(b, l, args[1]));
-        Value scaled = b.create<arith::MulFOp>(l, code, b.create<arith::ConstantOp>(l, b.getF32FloatAttr(32.0f)));
-        return b.create<arith::AddFOp>(l, args[2], scaled);
-      });
+  Value compensations = scaledCodeSums(b, loc, rows, flatScales, 32.0f);
   // Lane l of run h packs x[16 h + l + 4 i] for i < 4: four contiguous runs of 4 per run.
-  Value strided = splitDim(b, loc, lhs, 1, {runs, 4, lanesPerRun});
-  SmallVector<Value> inputs;
-  for (int64_t i = 0; i < 4; ++i) inputs.push_back(sliceAt(b, loc, strided, 2, i));
-  inputs.push_back(runScales);
-  SmallVector<AffineMap> maps(4, b.getMultiDimIdentityMap(3));
-  maps.push_back(AffineMap::get(3, 0, {d0, d1}, ctx));
-  Value lanes = buildParallel(b, loc, {m, runs, lanesPerRun}, b.getI32Type(), inputs, maps,
-                              [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                Value inverse = inverseScale(b, l, args[4]);
-                                Value lane;
-                                for (int64_t i = 0; i < 4; ++i) {
-                                  Value code =
-                                      b.create<arith::FPToSIOp>(l, b.getI32Type(), roundedCode(b, l, args[i], inverse));
-                                  Value byte = b.create<arith::AndIOp>(l, code, i32Constant(b, l, 0xFF));
-                                  if (i > 0) byte = b.create<arith::ShLIOp>(l, byte, i32Constant(b, l, 8 * i));
-                                  lane = lane ? b.create<arith::OrIOp>(l, lane, byte) : byte;
-                                }
-                                return lane;
-                              });
+  Value lanes = packCodeLanes(b, loc, splitDim(b, loc, lhs, 1, {runs, 4, lanesPerRun}), runScales);
   for (Value quantization : {pairedScales, compensations, lanes})
     gpt::codegen::markQuantizesActivations(quantization.getDefiningOp());
   // [M, K/16, 4] lanes as [M, K/32, 8]: a block's two runs side by side.

@@ -141,6 +141,34 @@ int64_t checkedColumns(const char *what, const std::vector<BlockRows> &parts, in
   return n;
 }
 
+/// The walk every repack takes. Panels are independent, so each thread writes whole panels;
+/// within a panel, `step` blocks at a time across its columns, so each word row of the panel is
+/// written front to back and the columns' next blocks sit beside the ones just read. Calls
+/// `visit(panel, i, c, block)` for step i of column c, `block` being its first block
+/// (`source(row, i * step, c)`), or null for a padding column.
+template <typename Source, typename Visit>
+void forEachPanelStep(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t paddedN,
+                      int64_t width, int64_t step, int64_t threads, Visit visit) {
+  const int64_t steps = k / kQuantBlock / step;
+  parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
+    Source blocksOf = source; // this thread's
+    blocksOf.forPanels(width);
+    std::vector<const uint8_t *> rows(width); // each column's row of blocks; null for padding
+    size_t part = 0;
+    int64_t partStart = 0; // the first row of part `part`
+    for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t j = panel * width + c;
+        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
+        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
+        if (rows[c]) blocksOf.column(c, part, j - partStart);
+      }
+      for (int64_t i = 0; i < steps; ++i)
+        for (int64_t c = 0; c < width; ++c) visit(panel, i, c, rows[c] ? blocksOf(rows[c], i * step, c) : nullptr);
+    }
+  });
+}
+
 /// Repacks `n` rows of `k` weights in llama.cpp blocks (`halves` fp16 header values: the scale,
 /// and for q4_1 the min; then codes), block b of column c's row given by `source(row, b, c)` (ConvertedBlocks), into
 /// lane words [paddedN / w, K / 32 * wordsPerBlock, w] made by `blockWords`, and the header
@@ -157,42 +185,22 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
   checkedColumns(what, parts, paddedN, width);
   const int64_t perRow = k / kQuantBlock, panelRows = perRow * wordsPerBlock;
   static_assert(kQ8_0WordsPerBlock >= kQ4_0WordsPerBlock);
-  // Panels are independent: each thread writes whole panels. Within a panel, block by block
-  // across its columns: each word row of the panel is written front to back, and the columns'
-  // next blocks sit beside the ones just read.
-  parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
-    uint32_t words[kQ8_0WordsPerBlock];
-    Source blocksOf = source; // this thread's
-    blocksOf.forPanels(width);
-    std::vector<const uint8_t *> rows(width); // each column's row of blocks; null for padding
-    size_t part = 0;
-    int64_t partStart = 0; // the first row of part `part`
-    for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
-      for (int64_t c = 0; c < width; ++c) {
-        const int64_t j = panel * width + c;
-        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
-        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
-        if (rows[c]) blocksOf.column(c, part, j - partStart);
-      }
-      for (int64_t b = 0; b < perRow; ++b) {
-        uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
-        uint32_t *codeRows = codes + (panel * panelRows + b * wordsPerBlock) * width;
-        for (int64_t c = 0; c < width; ++c) {
-          const uint8_t *block = rows[c] ? blocksOf(rows[c], b, c) : nullptr;
-          for (int64_t h = 0; h < halves; ++h) {
-            uint16_t value = 0;
-            if (block) std::memcpy(&value, block + 2 * h, sizeof value);
-            scaleRow[h * width + c] = value;
-          }
-          if (block)
-            blockWords(block + 2 * halves, words);
-          else
-            std::fill(words, words + wordsPerBlock, padWord);
-          for (int64_t w = 0; w < wordsPerBlock; ++w) codeRows[w * width + c] = words[w];
-        }
-      }
-    }
-  });
+  forEachPanelStep(parts, source, k, paddedN, width, 1, threads,
+                   [&](int64_t panel, int64_t b, int64_t c, const uint8_t *block) {
+                     uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
+                     uint32_t *codeRows = codes + (panel * panelRows + b * wordsPerBlock) * width;
+                     for (int64_t h = 0; h < halves; ++h) {
+                       uint16_t value = 0;
+                       if (block) std::memcpy(&value, block + 2 * h, sizeof value);
+                       scaleRow[h * width + c] = value;
+                     }
+                     uint32_t words[kQ8_0WordsPerBlock];
+                     if (block)
+                       blockWords(block + 2 * halves, words);
+                     else
+                       std::fill(words, words + wordsPerBlock, padWord);
+                     for (int64_t w = 0; w < wordsPerBlock; ++w) codeRows[w * width + c] = words[w];
+                   });
 }
 
 /// A lane format's blocks and words (LanePacking.h): q8_0's, q4_0's, q4_1's.
@@ -306,51 +314,33 @@ void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
   checkedColumns(what, parts, paddedN, width);
   constexpr int64_t subBlocks = kSuperBlock / kQuantBlock;
   const int64_t superBlocks = k / kSuperBlock, panelRows = k / kQ4_0RowsPerWord;
-  // Panels are independent, as in repackRows; within one, super-block by super-block across its
-  // columns, each column's sub-block scales and mins unpacked once.
-  parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
-    ConvertedBlocks blocksOf = source; // this thread's
-    blocksOf.forPanels(width);
-    std::vector<const uint8_t *> rows(width);
-    size_t part = 0;
-    int64_t partStart = 0;
-    uint8_t subBlock[kQuantBlock / 2], scaleBytes[subBlocks], minBytes[subBlocks];
-    uint32_t words[kQ4_0WordsPerBlock];
-    for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
-      for (int64_t c = 0; c < width; ++c) {
-        const int64_t j = panel * width + c;
-        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
-        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
-        if (rows[c]) blocksOf.column(c, part, j - partStart);
-      }
-      for (int64_t sb = 0; sb < superBlocks; ++sb) {
-        // The panel's sub-block rows, then its (d, dmin) rows (GgufRepacking.h).
-        uint16_t *panelScales = scales + panel * superBlocks * kQ4_KScaleRows * width;
-        uint16_t *subRows = panelScales + sb * subBlocks * width;
-        uint16_t *superRows = panelScales + (superBlocks * subBlocks + 2 * sb) * width;
-        uint32_t *codeRows = codes + (panel * panelRows + sb * subBlocks * kQ4_0WordsPerBlock) * width;
-        for (int64_t c = 0; c < width; ++c) {
-          const uint8_t *block = rows[c] ? blocksOf(rows[c], sb * subBlocks, c) : nullptr;
-          if (!block) {
-            for (int64_t s = 0; s < subBlocks; ++s) subRows[s * width + c] = 0;
-            superRows[c] = superRows[width + c] = 0;
-            for (int64_t w = 0; w < subBlocks * kQ4_0WordsPerBlock; ++w) codeRows[w * width + c] = 0;
-            continue;
-          }
-          std::memcpy(&superRows[c], block, sizeof(uint16_t));             // d
-          std::memcpy(&superRows[width + c], block + 2, sizeof(uint16_t)); // dmin
-          scalesAndMins(block + 4, scaleBytes, minBytes);
-          for (int64_t s = 0; s < subBlocks; ++s) {
-            subRows[s * width + c] = static_cast<uint16_t>(scaleBytes[s] | minBytes[s] << 8);
-            q4_KSubBlockBytes(block + 16, s, subBlock);
-            q4_0BlockWords(subBlock, words);
-            for (int64_t w = 0; w < kQ4_0WordsPerBlock; ++w)
-              codeRows[(s * kQ4_0WordsPerBlock + w) * width + c] = words[w];
-          }
-        }
-      }
-    }
-  });
+  // Super-block by super-block: each column's sub-block scales and mins unpacked once.
+  forEachPanelStep(parts, source, k, paddedN, width, subBlocks, threads,
+                   [&](int64_t panel, int64_t sb, int64_t c, const uint8_t *block) {
+                     // The panel's sub-block rows, then its (d, dmin) rows (GgufRepacking.h).
+                     uint16_t *panelScales = scales + panel * superBlocks * kQ4_KScaleRows * width;
+                     uint16_t *subRows = panelScales + sb * subBlocks * width;
+                     uint16_t *superRows = panelScales + (superBlocks * subBlocks + 2 * sb) * width;
+                     uint32_t *codeRows = codes + (panel * panelRows + sb * subBlocks * kQ4_0WordsPerBlock) * width;
+                     if (!block) {
+                       for (int64_t s = 0; s < subBlocks; ++s) subRows[s * width + c] = 0;
+                       superRows[c] = superRows[width + c] = 0;
+                       for (int64_t w = 0; w < subBlocks * kQ4_0WordsPerBlock; ++w) codeRows[w * width + c] = 0;
+                       return;
+                     }
+                     std::memcpy(&superRows[c], block, sizeof(uint16_t));             // d
+                     std::memcpy(&superRows[width + c], block + 2, sizeof(uint16_t)); // dmin
+                     uint8_t subBlock[kQuantBlock / 2], scaleBytes[subBlocks], minBytes[subBlocks];
+                     uint32_t words[kQ4_0WordsPerBlock];
+                     scalesAndMins(block + 4, scaleBytes, minBytes);
+                     for (int64_t s = 0; s < subBlocks; ++s) {
+                       subRows[s * width + c] = static_cast<uint16_t>(scaleBytes[s] | minBytes[s] << 8);
+                       q4_KSubBlockBytes(block + 16, s, subBlock);
+                       q4_0BlockWords(subBlock, words);
+                       for (int64_t w = 0; w < kQ4_0WordsPerBlock; ++w)
+                         codeRows[(s * kQ4_0WordsPerBlock + w) * width + c] = words[w];
+                     }
+                   });
 }
 
 void q6_KCodes(const uint8_t *block, uint8_t *codes) {
@@ -377,49 +367,33 @@ void repackQ6_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
   constexpr int64_t wordsPerSuperBlock = runs * kQ6_KWordsPerRun;
   constexpr int64_t scalesAt = kSuperBlock / 2 + kSuperBlock / 4, dAt = scalesAt + runs;
   const int64_t superBlocks = k / kSuperBlock, panelRows = superBlocks * wordsPerSuperBlock;
-  // Panels are independent, as in repackRows; within one, super-block by super-block across its
-  // columns, each column's codes unpacked once.
-  parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
-    ConvertedBlocks blocksOf = source; // this thread's
-    blocksOf.forPanels(width);
-    std::vector<const uint8_t *> rows(width);
-    size_t part = 0;
-    int64_t partStart = 0;
-    uint8_t superCodes[kSuperBlock];
-    uint32_t words[kQ6_KWordsPerRun];
-    for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
-      for (int64_t c = 0; c < width; ++c) {
-        const int64_t j = panel * width + c;
-        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
-        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
-        if (rows[c]) blocksOf.column(c, part, j - partStart);
-      }
-      for (int64_t sb = 0; sb < superBlocks; ++sb) {
-        // The panel's rows of scale pairs, then its d rows (GgufRepacking.h).
-        uint16_t *panelScales = scales + panel * superBlocks * kQ6_KScaleRows * width;
-        uint16_t *pairRows = panelScales + sb * pairs * width;
-        uint16_t *dRow = panelScales + (superBlocks * pairs + sb) * width;
-        uint32_t *codeRows = codes + (panel * panelRows + sb * wordsPerSuperBlock) * width;
-        for (int64_t c = 0; c < width; ++c) {
-          const uint8_t *block = rows[c] ? blocksOf(rows[c], sb * pairs, c) : nullptr;
-          if (!block) {
-            for (int64_t p = 0; p < pairs; ++p) pairRows[p * width + c] = 0;
-            dRow[c] = 0;
-            for (int64_t w = 0; w < wordsPerSuperBlock; ++w) codeRows[w * width + c] = 0;
-            continue;
-          }
-          std::memcpy(&dRow[c], block + dAt, sizeof(uint16_t));
-          for (int64_t p = 0; p < pairs; ++p)
-            pairRows[p * width + c] = static_cast<uint16_t>(block[scalesAt + 2 * p] | block[scalesAt + 2 * p + 1] << 8);
-          q6_KCodes(block, superCodes);
-          for (int64_t h = 0; h < runs; ++h) {
-            q6_KRunWords(superCodes + h * kQ6_KRunValues, words);
-            for (int64_t w = 0; w < kQ6_KWordsPerRun; ++w) codeRows[(h * kQ6_KWordsPerRun + w) * width + c] = words[w];
-          }
-        }
-      }
-    }
-  });
+  // Super-block by super-block: each column's codes unpacked once.
+  forEachPanelStep(parts, source, k, paddedN, width, pairs, threads,
+                   [&](int64_t panel, int64_t sb, int64_t c, const uint8_t *block) {
+                     // The panel's rows of scale pairs, then its d rows (GgufRepacking.h).
+                     uint16_t *panelScales = scales + panel * superBlocks * kQ6_KScaleRows * width;
+                     uint16_t *pairRows = panelScales + sb * pairs * width;
+                     uint16_t *dRow = panelScales + (superBlocks * pairs + sb) * width;
+                     uint32_t *codeRows = codes + (panel * panelRows + sb * wordsPerSuperBlock) * width;
+                     if (!block) {
+                       for (int64_t p = 0; p < pairs; ++p) pairRows[p * width + c] = 0;
+                       dRow[c] = 0;
+                       for (int64_t w = 0; w < wordsPerSuperBlock; ++w) codeRows[w * width + c] = 0;
+                       return;
+                     }
+                     std::memcpy(&dRow[c], block + dAt, sizeof(uint16_t));
+                     for (int64_t p = 0; p < pairs; ++p)
+                       pairRows[p * width + c] =
+                           static_cast<uint16_t>(block[scalesAt + 2 * p] | block[scalesAt + 2 * p + 1] << 8);
+                     uint8_t superCodes[kSuperBlock];
+                     uint32_t words[kQ6_KWordsPerRun];
+                     q6_KCodes(block, superCodes);
+                     for (int64_t h = 0; h < runs; ++h) {
+                       q6_KRunWords(superCodes + h * kQ6_KRunValues, words);
+                       for (int64_t w = 0; w < kQ6_KWordsPerRun; ++w)
+                         codeRows[(h * kQ6_KWordsPerRun + w) * width + c] = words[w];
+                     }
+                   });
 }
 
 void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out) {
