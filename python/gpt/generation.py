@@ -18,9 +18,11 @@ from gpt.tokenizer import ByteTokenizer, HFTokenizer
 
 @dataclasses.dataclass(frozen=True)
 class GenerationStats:
-    """Token counts and timings of one generate() run. The seconds exclude compilation, which
-    `compile_seconds` counts on its own; `prompt_seconds` is the prefill (or the first forward
-    pass without the cache), `generate_seconds` every later step."""
+    """Token counts and timings of one generate() run. The seconds exclude compilation:
+    `compile_seconds` is the time the run waited for programs to compile (a program compiling on
+    another thread meanwhile, as the decode step does during a first prefill, counts only for
+    what the run waited for it); `prompt_seconds` is the prefill (or the first forward pass
+    without the cache), `generate_seconds` every later step."""
 
     prompt_tokens: int
     generated_tokens: int
@@ -260,10 +262,12 @@ class GenerationMixin:
             return
 
         def timed(key, fn, *args):
-            compiled_before = self.compile_seconds()
+            # The time this call waited for compiles, not the compiles' own: a compile on another
+            # thread (the decode step's, during a prefill) overlaps the call and is not its time.
+            waited_before = self._compile_waits
             start = time.perf_counter()
             result = fn(*args)
-            compiling = self.compile_seconds() - compiled_before
+            compiling = self._compile_waits - waited_before
             stats["compile_seconds"] += compiling
             stats[key] += time.perf_counter() - start - compiling
             return result

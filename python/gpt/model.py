@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -78,6 +79,7 @@ class GPT(GenerationMixin):
         )
         self._config = config
         self._options = options
+        self._compile_waits = 0.0  # seconds calls have waited for programs to compile (generate's stats)
         # The model reads some weights in place for its whole life: it keeps copies, unless the
         # arrays were made for it (random, from_pretrained) and nobody else holds them.
         # `_quantized` (from_gguf): {name: (format, llama.cpp blocks)} for weights the compiled
@@ -447,8 +449,31 @@ class GPT(GenerationMixin):
                 start += count
             return logits[0, : self._config.vocab_size]
         if len(cache) + len(ids) <= cache.max_len:  # else _run raises, naming the full cache
+            if len(ids) > 1 and len(cache) + len(ids) < cache.max_len:
+                self._compile_decode_meanwhile(len(cache) + len(ids), cache.max_len)
             self._compile_interruptibly(len(ids), len(cache), cache.max_len)
         return cache._run(self._compiled.step, ids)[0, : self._config.vocab_size]
+
+    def _compile_decode_meanwhile(self, offset: int, cache_len: int) -> None:
+        """Starts compiling the decode step after a prefill (a cache of `cache_len` positions) on
+        a thread of its own, if it is not compiled yet and a second core is there: a first token
+        needs both programs, and each compiles on one core (an MLIRContext of its own), so the two
+        compile side by side instead of one after the other. The decode call waits for it (or for
+        what is left of it). Its error, if any, is left to that call, which compiles it again and
+        raises it."""
+        if self._options.resolved_threads() == 1 or (os.cpu_count() or 1) < 2:
+            return
+        if self._compiled.is_compiled_for(1, offset, cache_len):
+            return
+
+        def compile_decode() -> None:
+            try:
+                self._compiled.compile_for(1, offset, cache_len)
+            except Exception:  # noqa: BLE001 - raised by the decode call that needs the program
+                pass
+
+        # Not a daemon, as _compile_interruptibly's: at exit Python waits for it.
+        threading.Thread(target=compile_decode, name="gpt-compile-decode").start()
 
     def _verify(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
         self._check_step(ids, cache)
@@ -474,6 +499,13 @@ class GPT(GenerationMixin):
         that ends meanwhile finishes it first (a second Ctrl-C stops that wait)."""
         if self._compiled.is_compiled_for(count, offset, cache_len, every_row):
             return
+        started = time.perf_counter()
+        try:
+            self._wait_for_compile(count, offset, cache_len, every_row)
+        finally:
+            self._compile_waits += time.perf_counter() - started
+
+    def _wait_for_compile(self, count: int, offset: int, cache_len: int, every_row: bool) -> None:
         failure: list[BaseException] = []
         done = threading.Event()
 

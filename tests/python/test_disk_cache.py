@@ -453,3 +453,34 @@ def test_programs_compiled_at_the_same_time_are_those_compiled_one_after_the_oth
     np.testing.assert_array_equal(one_by_one.decode(7, cache), decode_logits)
     assert cached_programs(tmp_path / "at_once") == cached_programs(tmp_path / "one_by_one")
     assert len(cached_programs(tmp_path / "at_once")) == 2
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the decode step compiles beside the prefill only on a second core")
+def test_a_prefill_compiles_its_decode_step_meanwhile_and_the_decode_call_waits_for_it(tmp_path):
+    """A first token needs the prefill's program and the decode step's: the prefill starts the
+    decode step's compile on a second thread while it compiles its own, and the decode call waits
+    for that compile instead of starting another. generate() counts only the time it waited for
+    compiles, so its prompt and decode times stay the calls' own."""
+    ids = token_ids(CFG, 20)
+    ahead = model(tmp_path / "ahead")
+    cache = ahead.new_cache(64)
+    prefill_logits = ahead.prefill(ids, cache)
+    deadline = time.monotonic() + 300  # generous: the decode step compiles in the background
+    while not ahead._compiled.is_compiled_for(1, len(ids), 64) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ahead._compiled.is_compiled_for(1, len(ids), 64), "the prefill did not compile the decode step"
+    decode_logits = ahead.decode(7, cache)
+    assert set(ahead.compiled_steps()) == {(32, 64), (1, 64)}
+
+    # One thread: nothing compiles ahead, and the programs compute the same.
+    alone = model(tmp_path / "alone", threads=1)
+    cache = alone.new_cache(64)
+    np.testing.assert_array_equal(alone.prefill(ids, cache), prefill_logits)
+    assert set(alone.compiled_steps()) == {(32, 64)}
+    np.testing.assert_array_equal(alone.decode(7, cache), decode_logits)
+
+    fresh = model(tmp_path / "generate")
+    fresh.generate(ids, 4)
+    stats = fresh.last_generation
+    assert min(stats.prompt_seconds, stats.generate_seconds) > 0
+    assert 0 < stats.compile_seconds <= fresh.compile_seconds()
