@@ -152,8 +152,9 @@ def bind(compiled, arguments: list[Any], options, source: str | None) -> bool:
 def store(compiled, options, source: str | None) -> str | None:
     """Starts writing `compiled`'s bound weights as the cache entry of `source` on a thread of its
     own (the entry's eviction of others follows the write there); returns the entry's path, or
-    None when nothing is to be written (no source, the cache off, too little disk, or a directory
-    that cannot be used, which is warned about here; a failed write is warned about by its thread).
+    None when nothing is to be written (no source, the cache off or smaller than the entry, or too
+    little disk or a directory that cannot be used, both warned about here; a failed write is
+    warned about by its thread).
     The weights must stay bound, unchanged, while it writes: a compiled model's do, for its life."""
     path = _entry_path(compiled, options, source)
     if path is None:
@@ -168,7 +169,9 @@ def store(compiled, options, source: str | None) -> str | None:
         if not _private(where):
             raise OSError(f"{where} is not a directory of this user's that only it may write")
         if shutil.disk_usage(where).free < size + _FREE_MARGIN:
-            return None
+            raise OSError(
+                f"their {size / 2**30:.2f} GiB would leave less than {_FREE_MARGIN / 2**30:.0f} GiB free in {where}"
+            )
     except OSError as error:
         warnings.warn(f"the packed weights were not cached: {error}", RuntimeWarning, stacklevel=3)
         return None
