@@ -122,22 +122,29 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   if (storage.tiles.panelWidth <= 0 || storage.tiles.vocabMultiple <= 0)
     throw std::invalid_argument("the weight storage has no tile parameters: target::tileParameters of the target");
   const int64_t d = c.nEmbd, ff = c.ffSize(), q = c.qSize();
-  std::vector<WeightFormat> formats = {storage.format};
-  for (const auto &[name, format] : storage.formatOverrides) formats.push_back(format);
-  // Every matmul's K is n_embd, n_ff or (the output projection's) n_head * head_dim.
-  for (WeightFormat format : formats) {
-    for (auto [k, what] : {std::pair<int64_t, const char *>{d, "n_embd"}, {ff, "n_ff"}, {q, "n_head * head_dim"}}) {
-      const int64_t block = weightFormatTraits(format).blockValues; // 32, or q4_k's super-block of 256
-      if (storage.packed && isBlockQuantized(format) && k % block != 0)
-        throw std::invalid_argument(
-            std::string(weightFormatName(format)) + " weights need " + what + " (" + std::to_string(k) +
-            ") to be a multiple of " + std::to_string(block) +
-            (block == kernels::kQuantBlock ? ", the quantization block" : ", the format's super-block"));
-      // bf16 lanes pair row r of K with row r + K/2.
-      if (storage.packed && format == WeightFormat::BF16 && k % kernels::kBf16RowsPerWord != 0)
-        throw std::invalid_argument(std::string("bf16 weights need an even ") + what + " (" + std::to_string(k) +
-                                    "): their lanes pair the two halves of K");
-    }
+  // Each matmul weight's K (n_embd, n_ff, or the output projection's n_head * head_dim) must tile
+  // the block of the format it is stored in: checked per weight, since a file's mix gives each its
+  // own (a Q4_K_M file of a 576-wide model keeps its n_ff-deep down projections in q4_k and the
+  // rest in 32-value blocks), and for the LM head's copy in the head format.
+  std::set<std::pair<WeightFormat, int64_t>> formatDepths;
+  if (storage.packed) {
+    for (int64_t i = 0; i < c.nLayer; ++i)
+      for (const LayerParameter &p : layerParameters(c))
+        if (p.isMatmulWeight) formatDepths.insert({storage.formatOf(layerPrefix(c, i) + p.name), p.shape[0]});
+    if (isBlockQuantized(storage.format)) formatDepths.insert({weightFormatTraits(storage.format).head, d});
+  }
+  for (auto [format, k] : formatDepths) {
+    const char *what = k == d ? "n_embd" : k == ff ? "n_ff" : "n_head * head_dim";
+    const int64_t block = weightFormatTraits(format).blockValues; // 32, or a K-quant's super-block of 256
+    if (isBlockQuantized(format) && k % block != 0)
+      throw std::invalid_argument(
+          std::string(weightFormatName(format)) + " weights need " + what + " (" + std::to_string(k) +
+          ") to be a multiple of " + std::to_string(block) +
+          (block == kernels::kQuantBlock ? ", the quantization block" : ", the format's super-block"));
+    // bf16 lanes pair row r of K with row r + K/2.
+    if (format == WeightFormat::BF16 && k % kernels::kBf16RowsPerWord != 0)
+      throw std::invalid_argument(std::string("bf16 weights need an even ") + what + " (" + std::to_string(k) +
+                                  "): their lanes pair the two halves of K");
   }
   // A matmul's [K, N] weight is packed into panels when asked and N divides into them; packed
   // weights take the storage's format, or their own (formatOverrides).

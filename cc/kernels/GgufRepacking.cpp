@@ -46,16 +46,35 @@ void q8_0BlockWords(const uint8_t *codes, uint32_t *words) {
 #endif
 }
 
+#ifdef __SSE2__
+/// The 4 lane words of 32 4-bit codes, n[0..15] in `low` and n[16..31] in `high` (one code per
+/// byte): byte i of word o holds codes o + 8 i (low nibble) and o + 4 + 8 i (high nibble). Pairs
+/// k = o + 8 i first (code k beside code k + 4), then a 4 x 4 byte transpose in two unpacks.
+inline void nibbleLaneWords(__m128i low, __m128i high, uint32_t *words) {
+  const __m128i pairsLow = _mm_or_si128(low, _mm_slli_epi16(_mm_srli_si128(low, 4), 4));    // k < 16
+  const __m128i pairsHigh = _mm_or_si128(high, _mm_slli_epi16(_mm_srli_si128(high, 4), 4)); // k >= 16
+  const __m128i i01 = _mm_unpacklo_epi8(pairsLow, _mm_srli_si128(pairsLow, 8));             // o, o + 8
+  const __m128i i23 = _mm_unpacklo_epi8(pairsHigh, _mm_srli_si128(pairsHigh, 8));          // o + 16, o + 24
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(words), _mm_unpacklo_epi16(i01, i23));
+}
+#endif
+
 /// One q4_0 block's 16 bytes as its 4 lane words. llama.cpp's byte m holds code m (low nibble)
 /// and code m + 16 (high); byte i of word o must hold codes o + 8 i (low) and o + 4 + 8 i (high):
 /// bytes o, o + 4, o + 8 and o + 12 hold all eight, low nibbles for i = 0, 1 and high ones for
 /// i = 2, 3.
 void q4_0BlockWords(const uint8_t *bytes, uint32_t *words) {
+#ifdef __SSE2__
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bytes));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  nibbleLaneWords(_mm_and_si128(packed, mask), _mm_and_si128(_mm_srli_epi16(packed, 4), mask), words);
+#else
   for (int64_t o = 0; o < kQ4_0WordsPerBlock; ++o) {
     const uint32_t a = bytes[o], b = bytes[o + 4], c = bytes[o + 8], d = bytes[o + 12];
     words[o] = ((a & 0xFu) | (b & 0xFu) << 4) | ((c & 0xFu) | (d & 0xFu) << 4) << 8 | ((a >> 4) | (b & 0xF0u)) << 16 |
                ((c >> 4) | (d & 0xF0u)) << 24;
   }
+#endif
 }
 
 /// Each part's blocks in its own GGUF type (BlockRows::type), read as blocks of 32 weights of the
@@ -293,14 +312,24 @@ void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t 
   });
 }
 
-/// Sub-block s (of 8) of a q4_K super-block's 128 bytes of nibbles as q4_1's 16 bytes: byte m
-/// holding code m low and code m + 16 high. Sub-block s's 32 codes are the low (even s) or high
-/// (odd s) nibbles of bytes 32 (s / 2) .. + 31.
-void q4_KSubBlockBytes(const uint8_t *nibbles, int64_t s, uint8_t *out) {
+/// Sub-block s (of 8) of a q4_K super-block's 128 bytes of nibbles as its 4 lane words (as
+/// q4_0BlockWords lays out a block). Sub-block s's 32 codes are the low (even s) or high (odd s)
+/// nibbles of bytes 32 (s / 2) .. + 31, code m in byte m.
+void q4_KSubBlockWords(const uint8_t *nibbles, int64_t s, uint32_t *words) {
   const uint8_t *bytes = nibbles + 32 * (s / 2);
   const int shift = 4 * static_cast<int>(s % 2);
+#ifdef __SSE2__
+  const __m128i mask = _mm_set1_epi8(0x0F), count = _mm_cvtsi32_si128(shift);
+  const __m128i low = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bytes));
+  const __m128i high = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bytes + 16));
+  nibbleLaneWords(_mm_and_si128(_mm_srl_epi16(low, count), mask), _mm_and_si128(_mm_srl_epi16(high, count), mask),
+                  words);
+#else
+  uint8_t q4_0Bytes[kQuantBlock / 2]; // code m low and code m + 16 high, as q4_0's
   for (int64_t m = 0; m < kQuantBlock / 2; ++m)
-    out[m] = static_cast<uint8_t>(((bytes[m] >> shift) & 0x0F) | (((bytes[m + 16] >> shift) & 0x0F) << 4));
+    q4_0Bytes[m] = static_cast<uint8_t>(((bytes[m] >> shift) & 0x0F) | (((bytes[m + 16] >> shift) & 0x0F) << 4));
+  q4_0BlockWords(q4_0Bytes, words);
+#endif
 }
 
 void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
@@ -330,13 +359,12 @@ void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
                      }
                      std::memcpy(&superRows[c], block, sizeof(uint16_t));             // d
                      std::memcpy(&superRows[width + c], block + 2, sizeof(uint16_t)); // dmin
-                     uint8_t subBlock[kQuantBlock / 2], scaleBytes[subBlocks], minBytes[subBlocks];
+                     uint8_t scaleBytes[subBlocks], minBytes[subBlocks];
                      uint32_t words[kQ4_0WordsPerBlock];
                      scalesAndMins(block + 4, scaleBytes, minBytes);
                      for (int64_t s = 0; s < subBlocks; ++s) {
                        subRows[s * width + c] = static_cast<uint16_t>(scaleBytes[s] | minBytes[s] << 8);
-                       q4_KSubBlockBytes(block + 16, s, subBlock);
-                       q4_0BlockWords(subBlock, words);
+                       q4_KSubBlockWords(block + 16, s, words);
                        for (int64_t w = 0; w < kQ4_0WordsPerBlock; ++w)
                          codeRows[(s * kQ4_0WordsPerBlock + w) * width + c] = words[w];
                      }

@@ -214,6 +214,27 @@ def test_a_q4_k_m_file_runs_in_q4_k_q6_k_and_q8_0_side_by_side(q4_k_m_file):
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
 
 
+def test_a_q4_k_m_file_of_a_width_no_super_block_tiles_keeps_its_down_projections_in_k_quants(tmp_path):
+    """SmolLM2-135M's widths: n_embd 576 is no multiple of 256, so llama.cpp's quantizer gives the
+    matmuls n_embd deep Q5_0 and only the n_ff-deep (1536) down projections Q4_K or Q6_K. Each
+    weight's depth is checked against its own format, so the file loads under "auto"; a format
+    that would put an n_embd-deep weight in super-blocks is refused, naming the depth."""
+    path = str(tmp_path / "narrow.q4_k_m.gguf")
+    counts = make_gguf.write(path, make_gguf.Shape(3, 576, 9, 3, 1536, 320, 256, 10000.0, True, None), "q4_k_m")
+    assert counts.get("Q4_K") and counts.get("Q6_K") and counts.get("Q5_0"), counts
+    model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="auto", disk_cache=False))
+    formats = dict(model.options.weight_formats)
+    assert model.options.weights == "q8_0"  # Q5_0's blocks, widened to q8_0 exactly
+    assert {formats[f"model.layers.{i}.mlp.down_proj.weight"] for i in range(3)} == {"q4_k", "q6_k"}
+    reference = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32", disk_cache=False))
+    ids = [5, 17, 2, 200, 33, 8, 91, 4]
+    ours, theirs = model.forward(ids), reference.forward(ids)
+    assert np.abs(ours - theirs).max() < 0.25 * theirs.std()
+    assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
+    with pytest.raises(ValueError, match=r"q4_k weights need n_embd \(576\) to be a multiple of 256"):
+        gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="q4_k", disk_cache=False))
+
+
 def test_an_explicit_format_keeps_what_converts_to_it(q4_k_m_file):
     model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="q8_0", disk_cache=False))
     assert model.options.weights == "q8_0" and model.options.weight_formats == ()
