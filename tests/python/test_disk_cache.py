@@ -455,7 +455,7 @@ def test_programs_compiled_at_the_same_time_are_those_compiled_one_after_the_oth
     assert len(cached_programs(tmp_path / "at_once")) == 2
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the decode step compiles beside the prefill only on a second core")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the decode step compiles ahead only on a second core")
 def test_a_prefill_compiles_its_decode_step_meanwhile_and_the_decode_call_waits_for_it(tmp_path):
     """A first token needs the prefill's program and the decode step's: the prefill starts the
     decode step's compile on a second thread while it compiles its own, and the decode call waits
