@@ -54,7 +54,7 @@ inline void nibbleLaneWords(__m128i low, __m128i high, uint32_t *words) {
   const __m128i pairsLow = _mm_or_si128(low, _mm_slli_epi16(_mm_srli_si128(low, 4), 4));    // k < 16
   const __m128i pairsHigh = _mm_or_si128(high, _mm_slli_epi16(_mm_srli_si128(high, 4), 4)); // k >= 16
   const __m128i i01 = _mm_unpacklo_epi8(pairsLow, _mm_srli_si128(pairsLow, 8));             // o, o + 8
-  const __m128i i23 = _mm_unpacklo_epi8(pairsHigh, _mm_srli_si128(pairsHigh, 8));          // o + 16, o + 24
+  const __m128i i23 = _mm_unpacklo_epi8(pairsHigh, _mm_srli_si128(pairsHigh, 8));           // o + 16, o + 24
   _mm_storeu_si128(reinterpret_cast<__m128i *>(words), _mm_unpacklo_epi16(i01, i23));
 }
 #endif
