@@ -6,6 +6,7 @@
 #include "cc/kernels/LanePacking.h"
 #include "cc/kernels/Quantization.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -126,12 +127,17 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   // the block of the format it is stored in: checked per weight, since a file's mix gives each its
   // own (a Q4_K_M file of a 576-wide model keeps its n_ff-deep down projections in q4_k and the
   // rest in 32-value blocks), and for the LM head's copy in the head format.
-  std::set<std::pair<WeightFormat, int64_t>> formatDepths;
+  // In order, layers first: an error names a weight's own format before the head's.
+  std::vector<std::pair<WeightFormat, int64_t>> formatDepths;
+  auto use = [&](WeightFormat format, int64_t k) {
+    if (std::find(formatDepths.begin(), formatDepths.end(), std::pair{format, k}) == formatDepths.end())
+      formatDepths.push_back({format, k});
+  };
   if (storage.packed) {
     for (int64_t i = 0; i < c.nLayer; ++i)
       for (const LayerParameter &p : layerParameters(c))
-        if (p.isMatmulWeight) formatDepths.insert({storage.formatOf(layerPrefix(c, i) + p.name), p.shape[0]});
-    if (isBlockQuantized(storage.format)) formatDepths.insert({weightFormatTraits(storage.format).head, d});
+        if (p.isMatmulWeight) use(storage.formatOf(layerPrefix(c, i) + p.name), p.shape[0]);
+    if (isBlockQuantized(storage.format)) use(weightFormatTraits(storage.format).head, d);
   }
   for (auto [format, k] : formatDepths) {
     const char *what = k == d ? "n_embd" : k == ff ? "n_ff" : "n_head * head_dim";
