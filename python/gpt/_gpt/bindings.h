@@ -34,7 +34,8 @@ void initFunction(pybind11::module_ &m);
 /// The on-disk compile cache: list, clear and evict its entries.
 void initDiskCache(pybind11::module_ &m);
 
-/// The hand-written kernels of cc/kernels (weight packing), for tests.
+/// The hand-written kernels of cc/kernels the loaders call (llama.cpp blocks dequantized, panels
+/// packed) and the weight-format table (gpt.config and gpt.kept_formats read it).
 void initKernels(pybind11::module_ &m);
 
 void initGpu(pybind11::module_ &m);
