@@ -244,6 +244,19 @@ void initQuantization(py::module_ &m) {
       },
       py::arg("matrix"), "q8_0 of a [K, N] matrix along K: (codes int8 [K, N], fp16 scale bits uint16 [K/32, N]).");
   m.def(
+      "quantize_q8_0_rows",
+      [](Floats matrix) {
+        if (matrix.ndim() != 2 || matrix.shape(1) % kernels::kQuantBlock != 0)
+          throw std::invalid_argument("quantize_q8_0_rows needs a 2-D [N, K] matrix with K a multiple of 32");
+        const int64_t n = matrix.shape(0), k = matrix.shape(1);
+        py::array_t<uint8_t> blocks({n, k / kernels::kQuantBlock * kernels::kQ8_0BlockBytes});
+        kernels::quantizeQ8_0Rows(matrix.data(), n, k, blocks.mutable_data());
+        return blocks;
+      },
+      py::arg("matrix"),
+      "q8_0 of an [N, K] matrix along its rows, as llama.cpp's blocks [N, K/32*34] (fp16 scale bits, "
+      "then 32 int8 codes): the layout a load quantizes an LM head in.");
+  m.def(
       "quantize_q4_0",
       [blocks](Floats matrix) {
         auto [rows, cols] = blocks(matrix);

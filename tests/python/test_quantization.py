@@ -57,6 +57,25 @@ def test_block_formats_match_reference(quantize, reference, shape):
     np.testing.assert_array_equal(codes, want_codes)
 
 
+@pytest.mark.parametrize("shape", [(1, 32), (48, 64), (5, 768)])
+def test_q8_0_rows_match_the_reference_with_ties_and_zero_blocks(shape):
+    """The rows layout (a load's LM head) has a vector path of its own: the same codes and scales
+    as the reference, bit for bit, ties rounded away from zero, all-zero blocks 0 with scale 0."""
+    matrix = weights(*shape, seed=shape[1])
+    matrix[0, :32] = 0.0  # an all-zero block
+    if shape[1] >= 64:  # max |w| = 127, so d = 1 and w / d is w: every .5 a tie
+        matrix[0, 32:64] = 0.0
+        matrix[0, 32:38] = [127, 2.5, -2.5, 0.5, -0.5, -126.5]
+    blocks = gpt_kernels_testing.quantize_q8_0_rows(matrix).reshape(shape[0], shape[1] // 32, 34)
+    want_codes, want_scales = ref.q8_0(np.ascontiguousarray(matrix.T))
+    np.testing.assert_array_equal(blocks[:, :, :2].copy().view(np.uint16)[:, :, 0], want_scales.T)
+    codes = blocks[:, :, 2:].view(np.int8).reshape(shape)
+    np.testing.assert_array_equal(codes, want_codes.T)
+    assert not codes[0, :32].any() and blocks[0, 0, :2].tobytes() == b"\0\0"
+    if shape[1] >= 64:
+        np.testing.assert_array_equal(codes[0, 32:38], [127, 3, -3, 1, -1, -127])
+
+
 def test_q8_0_codes_scales_and_ties():
     # One column, one block: max |w| = 127, so d = 1 and w / d is w itself. 2.5 and -2.5 are
     # ties, rounded away from zero.
