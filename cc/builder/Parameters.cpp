@@ -133,9 +133,10 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     if (std::find(formatDepths.begin(), formatDepths.end(), std::pair{format, k}) == formatDepths.end())
       formatDepths.push_back({format, k});
   };
+  const std::vector<LayerParameter> layer = layerParameters(c);
   if (storage.packed) {
     for (int64_t i = 0; i < c.nLayer; ++i)
-      for (const LayerParameter &p : layerParameters(c))
+      for (const LayerParameter &p : layer)
         if (p.isMatmulWeight) use(storage.formatOf(layerPrefix(c, i) + p.name), p.shape[0]);
     if (isBlockQuantized(storage.format)) use(weightFormatTraits(storage.format).head, d);
   }
@@ -194,7 +195,6 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
     addScales(specs);
   }
   if (!c.rope) specs.push_back({names.positionEmbedding, {c.blockSize, d}});
-  const std::vector<LayerParameter> layer = layerParameters(c);
   for (int64_t i = 0; i < c.nLayer; ++i) {
     for (const LayerParameter &p : layer) {
       ParameterSpec spec{layerPrefix(c, i) + p.name, p.shape};
