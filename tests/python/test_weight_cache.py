@@ -127,6 +127,21 @@ def test_the_cache_off_writes_nothing_and_an_unwritable_one_fails_no_load(tmp_pa
     assert not model._packed_weights_hit
 
 
+def test_too_little_disk_skips_the_write_with_a_warning_and_fails_no_load(tmp_path, monkeypatch):
+    """An entry that would leave less than the margin free is not written, and the load says why
+    (a later start would otherwise repack again without a word)."""
+    import collections
+
+    path = write_file(tmp_path, "q8_0")
+    expected = logits(load(path, tmp_path / "fresh", disk_cache=False))
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(gpt.weight_cache.shutil, "disk_usage", lambda where: usage(2**40, 2**40, 2**20))
+    with pytest.warns(RuntimeWarning, match=r"the packed weights were not cached: their [0-9.]+ GiB would leave less"):
+        model = load(path, tmp_path / "full")
+    np.testing.assert_array_equal(logits(model), expected)
+    assert packed_entries(tmp_path / "full") == []
+
+
 def test_weight_cache_max_bytes_is_checked():
     for bad in (-1, 1.5, True, "1"):
         with pytest.raises(ValueError, match="CompileOptions.weight_cache_max_bytes must be None or an int >= 0"):
