@@ -315,12 +315,14 @@ class CompileOptions:
     for the tiles' state once, and where that is refused, or `GPT_NO_AMX=1` is set, code that runs
     here is compiled without AMX. Low-precision formats need a
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
-    `weights="auto"` (GPT.from_gguf) keeps each matmul weight of a GGUF file in the format nearest its
-    own type, as llama.cpp computes each tensor in its own (gpt.kept_formats: a Q4_K_M file's q4_K
-    tensors as q4_k, its q6_K ones as q6_k, a fused weight with parts of both and q5_0 ones as
-    q8_0); the model's options then say what it chose:
+    `weights="auto"`, the default, keeps each matmul weight of a GGUF file (GPT.from_gguf) in the
+    format nearest its own type, as llama.cpp computes each tensor in its own (gpt.kept_formats: a
+    Q4_K_M file's q4_K tensors as q4_k, its q6_K ones as q6_k, a fused weight with parts of both and
+    q5_0 ones as q8_0); the model's options then say what it chose:
     `weights` the format most weights are in, and `weight_formats` the others, as {compiler
-    parameter name: format} (also settable by hand); any other model takes "auto" as "f32".
+    parameter name: format} (also settable by hand). Any other model, and a GGUF file compiled by
+    the "baseline" or "fused" pipeline, takes "auto" as "f32"; weights="f32" widens a GGUF file's
+    blocks to float32 (four times a 4-bit file's memory, and its decode as many times slower).
     `kv_cache` is the format the KV cache stores keys and values in, as llama.cpp's -ctk/-ctv: "f32";
     "f16" or "bf16", half the bytes (each new key and value rounded to nearest even when it is
     written; attention widens them back and computes in f32; `model.new_cache()` then holds float16,
@@ -345,7 +347,7 @@ class CompileOptions:
     threads: int | None = None
     cache_dir: str | None = None
     disk_cache: bool = True
-    weights: str = "f32"
+    weights: str = "auto"
     cache_max_bytes: int | None = None
     target_cpu: str = "host"
     kv_cache: str = "f32"
@@ -392,7 +394,9 @@ class CompileOptions:
             )
         if self.kv_cache not in KV_CACHE_FORMATS:
             raise ValueError(f"CompileOptions.kv_cache must be one of {KV_CACHE_FORMATS}, got {self.kv_cache!r}")
-        low_precision = self.weights != "f32" or any(fmt != "f32" for _, fmt in self.weight_formats)
+        # "auto" is resolved where the weights are known (GPT.from_gguf: a non-vectorized pipeline
+        # takes a file's values in f32 there), so it asks for no pipeline here.
+        low_precision = self.weights not in ("f32", "auto") or any(fmt != "f32" for _, fmt in self.weight_formats)
         if low_precision and self.pipeline in ("baseline", "fused"):
             raise ValueError(
                 f"CompileOptions.weights={self.weights!r} needs a vectorized pipeline ('vectorized' or 'default'), "
@@ -417,6 +421,11 @@ class CompileOptions:
                     f"got {name!r}: {fmt!r}"
                 )
         object.__setattr__(self, "weight_formats", tuple(sorted(dict(pairs).items())))
+
+    def resolved_weights(self) -> str:
+        """The format of weights given as float arrays (GPT(...), random, from_pretrained): `weights`,
+        with "auto", a GGUF file's own formats (which from_gguf resolves tensor by tensor), as "f32"."""
+        return "f32" if self.weights == "auto" else self.weights
 
     def resolved_threads(self) -> int:
         return self.threads or os.cpu_count() or 1

@@ -116,7 +116,7 @@ def from_pretrained(cls, path: str, options: CompileOptions | None, context: int
         config, weights = hf_checkpoint.load_pretrained(path)
     else:
         config, weights = load_pretrained(path)
-    source = weight_cache.source_key(path, options.weights if options is not None else "f32")
+    source = weight_cache.source_key(path, options.resolved_weights() if isinstance(options, CompileOptions) else "f32")
     model = cls(
         config, weights, options, context=file_context(config, context), _copy_weights=False, _packed_source=source
     )
@@ -137,6 +137,9 @@ def from_pretrained(cls, path: str, options: CompileOptions | None, context: int
 def from_gguf(cls, path: str, options: CompileOptions | None, context: int | None):
     """GPT.from_gguf's body: a `cls` (gpt.GPT) of the GGUF file `path`."""
     options = options if options is not None else CompileOptions()
+    if options.weights == "auto" and options.pipeline in ("baseline", "fused"):
+        # The block formats need a vectorized pipeline: the reference pipelines take the values in f32.
+        options = dataclasses.replace(options, weights="f32")
     auto = options.weights == "auto"
     keep = options.weights if auto or options.weights in KEPT_QUANTIZED else None
     config, weights, tokenizer = load_gguf(path, keep_quantized=keep)

@@ -69,8 +69,8 @@ class GPT(GenerationMixin):
                 "CompileOptions.kv_cache='q8_0' stores keys and values in blocks of 32: head_dim must be a "
                 f"multiple of 32, got {config.head_size}; use 'f16' or 'bf16' for this model"
             )
-        if options.weights == "auto":  # a GGUF file's own formats (from_gguf); f32 for anything else
-            options = dataclasses.replace(options, weights="f32")
+        if options.weights == "auto":  # from_gguf resolved a file's own formats before this
+            options = dataclasses.replace(options, weights=options.resolved_weights())
         if context is not None:
             config, weights = with_context(config, weights, context)
         # Before the copies and the packed weights below are made.
@@ -133,7 +133,7 @@ class GPT(GenerationMixin):
     def random(cls, config: GPTConfig, seed: int = 0, options: CompileOptions | None = None) -> "GPT":
         """GPT-2 initialisation, deterministic in `seed`."""
         if isinstance(config, GPTConfig):  # else the constructor names the wrong type
-            check_fits_in_memory(config, options.weights if isinstance(options, CompileOptions) else "f32")
+            check_fits_in_memory(config, options.resolved_weights() if isinstance(options, CompileOptions) else "f32")
         return cls(config, random_weights(config, seed), options, _copy_weights=False)
 
     @classmethod

@@ -29,7 +29,8 @@ def weights():
 def test_save_and_load_gguf_in_every_format(tmp_path, weights, fmt):
     path = tmp_path / f"model-{fmt}.gguf"
     save_gguf(weights, CFG, path, fmt)
-    model = gpt.GPT.from_gguf(str(path))
+    # The file's values widened to f32 (not "auto", its own formats), to compare with a float model of them.
+    model = gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="f32"))
     assert model.config == CFG and model.config.layer_norm_eps == 1e-5
     assert model.tokenizer is None
     loaded = model.state_dict()
@@ -127,7 +128,8 @@ def test_transformers_reads_the_same_weights_from_our_gguf(tmp_path, weights, fm
     assert (meta["n_layer"], meta["n_head"], meta["n_embd"], meta["n_ctx"]) == (2, 2, 64, 32)
     skeleton = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, n_positions=32, vocab_size=96))
     theirs = load_gguf_checkpoint(path, return_tensors=True, model_to_load=skeleton)["tensors"]
-    ours = gpt.GPT.from_gguf(path).state_dict()
+    # The values as read (f32): "auto" would store a 4-bit file's tied head as q8_0.
+    ours = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32")).state_dict()
     assert set(theirs) == set(ours)
     for name, value in ours.items():
         np.testing.assert_array_equal(theirs[name].float().numpy(), value, err_msg=name)

@@ -135,7 +135,8 @@ def test_unsupported_ops_are_named():
 def test_smollm2_runs_through_the_gpu_programs():
     """The real model (SmolLM2-135M-Instruct from its GGUF file: 30 layers, GQA 9/3, tied head):
     its bf16 GPU programs, emulated, against the CPU model's logits and greedy choice."""
-    model = gpt.GPT.from_gguf(models.find("smollm2"))
+    # The file's values in f32 (the default, "auto", would run the CPU model in q4_1).
+    model = gpt.GPT.from_gguf(models.find("smollm2"), gpt.CompileOptions(weights="f32"))
     ids = model.tokenizer.encode("The capital of France is")
     parts = gpu_export.compile_artifact(model, "cuda:sm_90", (8,), "bf16")
     manifest = parts["manifest"]

@@ -214,6 +214,23 @@ def test_a_q4_k_m_file_runs_in_q4_k_q6_k_and_q8_0_side_by_side(q4_k_m_file):
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
 
 
+def test_options_that_name_no_format_run_the_file_in_its_own(q4_k_m_file):
+    # What a user writes: no options, or options for something else. Before "auto" was the default
+    # these widened the file to float32: four times its memory, and an 8B file refused as too big.
+    explicit = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
+    for options in (None, gpt.CompileOptions(threads=1, disk_cache=False)):
+        model = gpt.GPT.from_gguf(q4_k_m_file, options)
+        assert model.options.weights == "q4_k"
+        assert model.options.weight_formats == explicit.options.weight_formats
+    ids = [5, 17, 2, 200]
+    np.testing.assert_array_equal(model.forward(ids), explicit.forward(ids))
+    # The reference pipelines have no block formats: they take the file's values in f32.
+    baseline = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(pipeline="baseline", disk_cache=False))
+    assert baseline.options.weights == "f32" and baseline.options.weight_formats == ()
+    # A model given float arrays takes the default as f32.
+    assert gpt.GPT.random(gpt.GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=64, block_size=16)).options.weights == "f32"
+
+
 def test_a_q4_k_m_file_of_a_width_no_super_block_tiles_keeps_its_down_projections_in_k_quants(tmp_path):
     """SmolLM2-135M's widths: n_embd 576 is no multiple of 256, so llama.cpp's quantizer gives the
     matmuls n_embd deep Q5_0 and only the n_ff-deep (1536) down projections Q4_K or Q6_K. Each
