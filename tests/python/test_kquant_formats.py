@@ -228,7 +228,10 @@ def test_options_that_name_no_format_run_the_file_in_its_own(q4_k_m_file):
     baseline = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(pipeline="baseline", disk_cache=False))
     assert baseline.options.weights == "f32" and baseline.options.weight_formats == ()
     # A model given float arrays takes the default as f32.
-    assert gpt.GPT.random(gpt.GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=64, block_size=16)).options.weights == "f32"
+    assert (
+        gpt.GPT.random(gpt.GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=64, block_size=16)).options.weights
+        == "f32"
+    )
 
 
 def test_a_q4_k_m_file_of_a_width_no_super_block_tiles_keeps_its_down_projections_in_k_quants(tmp_path):
