@@ -18,14 +18,14 @@
 #sX = affine_map<(m, p, j, b) -> (m, b)>
 #sC = affine_map<(m, p, j, b) -> (m, p, j)>
 // Prefill (32 rows, K = 512, N = 128: 2 x 2 accumulator tiles, 4 blocks of K per trip of the
-// totals, 2 pieces for threads) and decode (one row: a register tile and vpdpbusd) against the
+// totals, 2 pieces for threads) and decode (one row of two panels: a register tile and vpdpbusd) against the
 // same weight. The prefill output's zero fill goes: its totals start from zeros.
 // SELECT-LABEL: module attributes {gpt.target = {cpu = "sapphirerapids"
 // SELECT: gpt.block_partials
 // SELECT-NOT: gpt.register_tile
 // SELECT: gpt.amx_chunks = 2 : i64, gpt.amx_tile = [32, 32, 32], gpt.packed_matmul
 // SELECT: gpt.block_partials
-// SELECT: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1]
+// SELECT: gpt.packed_matmul, gpt.register_tile = [1, 2, 32, 1]
 // TILES-LABEL: func.func @prefill_and_decode
 // TILES: %[[ZEROS:.*]] = memref.alloca() {alignment = 64 : i64} : memref<16x64xi32>
 // TILES: %[[SUMS:.*]] = memref.alloca() {alignment = 64 : i64} : memref<12288xi32>
@@ -63,7 +63,7 @@
 // TILES: vector.store {{.*}} : memref<32x4x32xf32>, vector<16xf32>
 // TILES-NOT: amx.
 // TILES-NOT: gpt.block_partials
-// TILES: transformer.lane_dot_u8i8 {{.*}} : vector<32xi32> -> vector<32xi32>
+// TILES: transformer.lane_dot_u8i8 {{.*}} : vector<2x32xi32> -> vector<2x32xi32>
 // TILES-NOT: amx.
 // LLVM-LABEL: llvm.func @prefill_and_decode
 // LLVM: "amx.tileloadd64"

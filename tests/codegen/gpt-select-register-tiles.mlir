@@ -354,6 +354,7 @@ func.func @block_quantized(%x: tensor<16x2x8xi32>, %w: tensor<6x2x8x32xi32>, %d:
 // A one-row (decode) block-quantized matmul, K = 768, N = 768: 1 x 24 x 32 x 24 block steps,
 // each a block of 32 multiply-adds in the fused partial sums, so 589,824 of them: enough work to
 // split across two threads (counted per block step it would look 32 times smaller and stay on one).
+// Two panels per tile: twice the weight stream in flight.
 #dA = affine_map<(m, p, j, b, i) -> (m, b, i)>
 #dW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
 #dP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
@@ -362,9 +363,9 @@ func.func @block_quantized(%x: tensor<16x2x8xi32>, %w: tensor<6x2x8x32xi32>, %d:
 #eX = affine_map<(m, p, j, b) -> (m, b)>
 #eC = affine_map<(m, p, j, b) -> (m, p, j)>
 // CHECK-LABEL: func.func @block_quantized_decode
-// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 2, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
 // THREADS2-LABEL: func.func @block_quantized_decode
-// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 1, 32, 1]
+// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 2, 32, 1]
 func.func @block_quantized_decode(%x: tensor<1x24x8xi32>, %w: tensor<24x24x8x32xi32>, %d: tensor<24x24x32xf16>,
                                   %dx: tensor<1x24xf32>, %comp: tensor<1x24xf32>,
                                   %zeros: tensor<1x24x24x32xi32>, %init: tensor<1x24x32xf32>) -> tensor<1x24x32xf32> {
@@ -394,7 +395,7 @@ func.func @block_quantized_decode(%x: tensor<1x24x8xi32>, %w: tensor<24x24x8x32x
 
 // Block-quantized matmuls of a few rows (speculative verification steps of 9, 6, 10 and 7
 // tokens): the largest tile of 4, 3 or 2 rows that divides the rows, so that each weight word is
-// unpacked once for several rows; one row only where none does (7).
+// unpacked once for several rows; one row of two panels where none does (7).
 #vA = affine_map<(m, p, j, b, i) -> (m, b, i)>
 #vW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
 #vP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
@@ -406,7 +407,7 @@ func.func @block_quantized_decode(%x: tensor<1x24x8xi32>, %w: tensor<24x24x8x32x
 // CHECK: gpt.packed_matmul, gpt.register_tile = [3, 1, 32, 1]
 // CHECK: gpt.packed_matmul, gpt.register_tile = [3, 1, 32, 1]
 // CHECK: gpt.packed_matmul, gpt.register_tile = [2, 1, 32, 1]
-// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1]
+// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 2, 32, 1]
 func.func @block_quantized_few_rows(%w: tensor<2x2x8x32xi32>, %d: tensor<2x2x32xf16>,
                                     %x9: tensor<9x2x8xi32>, %dx9: tensor<9x2xf32>,
                                     %x6: tensor<6x2x8xi32>, %dx6: tensor<6x2xf32>,
@@ -530,4 +531,40 @@ func.func @work_overflow(%x: tensor<4294967296x4294967296x16xf32>) -> tensor<429
     linalg.yield %1 : f32
   } -> tensor<4294967296x4294967296x16xf32>
   return %0 : tensor<4294967296x4294967296x16xf32>
+}
+
+// -----
+
+// A one-row block-quantized matmul of an odd number of panels (3): one panel per tile.
+#oA = affine_map<(m, p, j, b, i) -> (m, b, i)>
+#oW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>
+#oP = affine_map<(m, p, j, b, i) -> (m, p, b, j)>
+#nP = affine_map<(m, p, j, b) -> (m, p, b, j)>
+#nS = affine_map<(m, p, j, b) -> (p, b, j)>
+#nX = affine_map<(m, p, j, b) -> (m, b)>
+#nC = affine_map<(m, p, j, b) -> (m, p, j)>
+// CHECK-LABEL: func.func @block_quantized_decode_odd_panels
+// CHECK: gpt.packed_matmul, gpt.register_tile = [1, 1, 32, 1]
+func.func @block_quantized_decode_odd_panels(%x: tensor<1x2x8xi32>, %w: tensor<3x2x8x32xi32>, %d: tensor<3x2x32xf16>,
+                                             %dx: tensor<1x2xf32>, %zeros: tensor<1x3x2x32xi32>,
+                                             %init: tensor<1x3x32xf32>) -> tensor<1x3x32xf32> {
+  %partials = linalg.generic {indexing_maps = [#oA, #oW, #oP],
+                              iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<1x2x8xi32>, tensor<3x2x8x32xi32>) outs(%zeros : tensor<1x3x2x32xi32>)
+      attrs = {gpt.block_partials} {
+  ^bb0(%a: i32, %q: i32, %acc: i32):
+    %r = transformer.lane_dot_u8i8 %acc, %q, %a : i32 -> i32
+    linalg.yield %r : i32
+  } -> tensor<1x3x2x32xi32>
+  %0 = linalg.generic {indexing_maps = [#nP, #nS, #nX, #nC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%partials, %d, %dx : tensor<1x3x2x32xi32>, tensor<3x2x32xf16>, tensor<1x2xf32>)
+      outs(%init : tensor<1x3x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%p: i32, %s: f16, %sx: f32, %acc: f32):
+    %pf = arith.sitofp %p : i32 to f32
+    %sf = arith.extf %s : f16 to f32
+    %scale = arith.mulf %sf, %sx : f32
+    %r = math.fma %pf, %scale, %acc : f32
+    linalg.yield %r : f32
+  } -> tensor<1x3x32xf32>
+  return %0 : tensor<1x3x32xf32>
 }

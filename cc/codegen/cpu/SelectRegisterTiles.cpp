@@ -68,7 +68,15 @@ SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t p
   // Each output is summed in the same order whatever the tile, so the rows' bits are decode's.
   for (int64_t rows = packedRows / 2 - 1; rows > 1; --rows)
     table.push_back({Kind::BlockPackedMatmul, {rows, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
-  if (packedRows / 2 != 1) table.push_back({Kind::BlockPackedMatmul, {1, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
+  // One row: two panels at once where they pair up, as for f32 decode above. The block's lane
+  // dot products are chains of dependent vpdpbusd; two panels give the core twice the chains and
+  // the weight stream twice the loads in flight (q4_k decode at 1.7B 16.4 -> 19 tokens/s on an
+  // AVX-512 Xeon; docs/PERFORMANCE.md), each output still summed in the same order. AVX2's 16
+  // registers hold one panel's accumulators only.
+  if (packedRows / 2 != 1) {
+    table.push_back({Kind::BlockPackedMatmul, {1, 2, panelWidth, 1}, {1, 0, 2, 3}, 1});
+    table.push_back({Kind::BlockPackedMatmul, {1, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
+  }
   // Plain matmuls (attention's q . k^T per key block and p . v): as many rows of 32 columns as
   // fit, or one row (decode); narrower for attention's small heads and short blocks.
   for (int64_t width : tiles.matmulTileWidths) table.push_back({Kind::Matmul, {tiles.rowsFor(width), width, 1}, {}, 1});
