@@ -114,25 +114,28 @@ def decode_weight_bytes(runner):
 
 def print_decode_floor(args, results, tests):
     """gpt's decode against the time to read its weights once at the read bandwidth of this machine
-    (bench_runners.read_bandwidth, measured here at --threads after the runs)."""
-    bench = import_runners(with_gpt=False)
-    bandwidth = bench.read_bandwidth(args.threads)
+    (bench_runners.read_bandwidth at --threads), probed just before and after each of gpt's runs (speed):
+    this machine's bandwidth moves with its neighbours' (17 to 32 GB/s within one hour of 2026-11-29), so
+    a probe minutes away from the decode it is compared with says little."""
     plain = [t for t in tests if t.startswith("tg") and "@" not in t]
+    print(f"\nDecode against the weight-streaming floor (read bandwidth at {args.threads} threads, probed around each run):\n")
     print(
-        f"\nDecode against the weight-streaming floor (read bandwidth {bandwidth / 1e9:.1f} GB/s at "
-        f"{args.threads} threads):\n"
+        "| engine | test | weight bytes per token | read GB/s around the runs | floor ms/token | decode ms/token "
+        "| decode / floor |"
     )
-    print("| engine | test | weight bytes per token | floor ms/token | decode ms/token | decode / floor |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for engine, rows in results.items():
         if not engine.startswith("gpt:") or not rows:
             continue
         weight_bytes = rows[0]["decode_weight_bytes"]
+        probes = [b for row in rows for b in row["read_bandwidth"]]
+        bandwidth = statistics.median(probes)
+        shown = f"{min(probes) / 1e9:.1f} to {max(probes) / 1e9:.1f} (median {bandwidth / 1e9:.1f})"
         for test in plain:
             rate = statistics.median(r for row in rows for r in row["rates"][test])
             floor_ms, ours_ms = 1e3 * weight_bytes / bandwidth, 1e3 / rate
             print(
-                f"| {engine} | {test} | {weight_bytes / 1e6:.0f} MB | {floor_ms:.1f} | {ours_ms:.1f} "
+                f"| {engine} | {test} | {weight_bytes / 1e6:.0f} MB | {shown} | {floor_ms:.1f} | {ours_ms:.1f} "
                 f"| {ours_ms / floor_ms:.2f}x |"
             )
 
@@ -301,12 +304,17 @@ def speed(args, directory):
     order = list(engines)
     results = {engine: [] for engine in order}
     loads, idles = [], []
+    bench = import_runners(with_gpt=False)
     for round_index in range(args.rounds):
         shift = round_index % len(order)
         for engine in order[shift:] + order[:shift]:
             idles.append(wait_for_quiet(args.quiet_wait))
             loads.append(os.getloadavg()[0])
+            probe = engine.startswith("gpt:") and any(t.startswith("tg") and "@" not in t for t in tests)
+            before = bench.read_bandwidth(args.threads) if probe else None
             result = run_worker(args, engine, engines[engine])
+            # In this process, not the worker's: the probe's 1 GiB array stays out of its RSS.
+            result["read_bandwidth"] = [before, bench.read_bandwidth(args.threads)] if probe else []
             results[engine].append(result)
             rates = ", ".join(f"{t} {statistics.mean(result['rates'][t]):.1f}" for t in tests)
             print(
