@@ -118,7 +118,10 @@ def print_decode_floor(args, results, tests):
     this machine's bandwidth moves with its neighbours' (17 to 32 GB/s within one hour of 2026-11-29), so
     a probe minutes away from the decode it is compared with says little."""
     plain = [t for t in tests if t.startswith("tg") and "@" not in t]
-    print(f"\nDecode against the weight-streaming floor (read bandwidth at {args.threads} threads, probed around each run):\n")
+    print(
+        f"\nDecode against the weight-streaming floor (read bandwidth at {args.threads} threads, "
+        "probed around each run):\n"
+    )
     print(
         "| engine | test | weight bytes per token | read GB/s around the runs | floor ms/token | decode ms/token "
         "| decode / floor |"
