@@ -88,8 +88,9 @@ flags.DEFINE_enum(
     "Q6_K: q6_k; Q5: q8_0; F16: f32), f32 for anything else",
 )
 # f16 by default, as llama.cpp's commands store their cache: half the memory of f32, logits within
-# 1.4e-4 of an f32 cache's over 320 greedy tokens (test_kv_cache_formats). The Python API keeps f32 by
-# default (CompileOptions), the exact numerics its users compare against other implementations.
+# 1.4e-4 of an f32 cache's over 320 greedy tokens (test_kv_cache_formats). The Python API does the
+# same for a GGUF file and keeps f32 for other models (CompileOptions.kv_cache="auto"), the exact
+# numerics its users compare against other implementations.
 flags.DEFINE_enum(
     "kv_cache",
     "f16",

@@ -323,7 +323,10 @@ class CompileOptions:
     parameter name: format} (also settable by hand). Any other model, and a GGUF file compiled by
     the "baseline" or "fused" pipeline, takes "auto" as "f32"; weights="f32" widens a GGUF file's
     blocks to float32 (four times a 4-bit file's memory, and its decode as many times slower).
-    `kv_cache` is the format the KV cache stores keys and values in, as llama.cpp's -ctk/-ctv: "f32";
+    `kv_cache` is the format the KV cache stores keys and values in, as llama.cpp's -ctk/-ctv:
+    "auto", the default: "f16" for a GGUF file (GPT.from_gguf), as llama.cpp and this package's
+    command line store their caches, and "f32" for any other model, the exact numerics of the
+    implementations it is compared with; "f32";
     "f16" or "bf16", half the bytes (each new key and value rounded to nearest even when it is
     written; attention widens them back and computes in f32; `model.new_cache()` then holds float16,
     or uint16 arrays of bf16's bits); "q8_0", 34 bytes per 32 values (17/32 of f16's): each key
@@ -350,7 +353,7 @@ class CompileOptions:
     weights: str = "auto"
     cache_max_bytes: int | None = None
     target_cpu: str = "host"
-    kv_cache: str = "f32"
+    kv_cache: str = "auto"
     weight_formats: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
     weight_cache_max_bytes: int | None = None
 
@@ -392,8 +395,10 @@ class CompileOptions:
                 "CompileOptions.weight_cache_max_bytes must be None or an int >= 0 (0: off), "
                 f"got {self.weight_cache_max_bytes!r}"
             )
-        if self.kv_cache not in KV_CACHE_FORMATS:
-            raise ValueError(f"CompileOptions.kv_cache must be one of {KV_CACHE_FORMATS}, got {self.kv_cache!r}")
+        if self.kv_cache not in (*KV_CACHE_FORMATS, "auto"):
+            raise ValueError(
+                f"CompileOptions.kv_cache must be one of {(*KV_CACHE_FORMATS, 'auto')}, got {self.kv_cache!r}"
+            )
         # "auto" is resolved where the weights are known (GPT.from_gguf: a non-vectorized pipeline
         # takes a file's values in f32 there), so it asks for no pipeline here.
         low_precision = self.weights not in ("f32", "auto") or any(fmt != "f32" for _, fmt in self.weight_formats)
@@ -426,6 +431,11 @@ class CompileOptions:
         """The format of weights given as float arrays (GPT(...), random, from_pretrained): `weights`,
         with "auto", a GGUF file's own formats (which from_gguf resolves tensor by tensor), as "f32"."""
         return "f32" if self.weights == "auto" else self.weights
+
+    def resolved_kv_cache(self) -> str:
+        """The KV cache format of a model not loaded from a GGUF file: `kv_cache`, with "auto" as
+        "f32" (GPT.from_gguf takes it as "f16", as llama.cpp stores its cache)."""
+        return "f32" if self.kv_cache == "auto" else self.kv_cache
 
     def resolved_threads(self) -> int:
         return self.threads or os.cpu_count() or 1

@@ -137,6 +137,8 @@ def from_pretrained(cls, path: str, options: CompileOptions | None, context: int
 def from_gguf(cls, path: str, options: CompileOptions | None, context: int | None):
     """GPT.from_gguf's body: a `cls` (gpt.GPT) of the GGUF file `path`."""
     options = options if options is not None else CompileOptions()
+    if options.kv_cache == "auto":  # as llama.cpp stores a GGUF model's cache
+        options = dataclasses.replace(options, kv_cache="f16")
     if options.weights == "auto" and options.pipeline in ("baseline", "fused"):
         # The block formats need a vectorized pipeline: the reference pipelines take the values in f32.
         options = dataclasses.replace(options, weights="f32")

@@ -69,8 +69,10 @@ class GPT(GenerationMixin):
                 "CompileOptions.kv_cache='q8_0' stores keys and values in blocks of 32: head_dim must be a "
                 f"multiple of 32, got {config.head_size}; use 'f16' or 'bf16' for this model"
             )
-        if options.weights == "auto":  # from_gguf resolved a file's own formats before this
-            options = dataclasses.replace(options, weights=options.resolved_weights())
+        if options.weights == "auto" or options.kv_cache == "auto":  # from_gguf resolved its file's before this
+            options = dataclasses.replace(
+                options, weights=options.resolved_weights(), kv_cache=options.resolved_kv_cache()
+            )
         if context is not None:
             config, weights = with_context(config, weights, context)
         # Before the copies and the packed weights below are made.

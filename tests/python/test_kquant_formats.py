@@ -222,16 +222,16 @@ def test_options_that_name_no_format_run_the_file_in_its_own(q4_k_m_file):
         model = gpt.GPT.from_gguf(q4_k_m_file, options)
         assert model.options.weights == "q4_k"
         assert model.options.weight_formats == explicit.options.weight_formats
+        # The cache in f16, as llama.cpp keeps a GGUF model's.
+        assert model.options.kv_cache == "f16" and model.new_cache(8).dtype == np.float16
     ids = [5, 17, 2, 200]
     np.testing.assert_array_equal(model.forward(ids), explicit.forward(ids))
     # The reference pipelines have no block formats: they take the file's values in f32.
     baseline = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(pipeline="baseline", disk_cache=False))
     assert baseline.options.weights == "f32" and baseline.options.weight_formats == ()
-    # A model given float arrays takes the default as f32.
-    assert (
-        gpt.GPT.random(gpt.GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=64, block_size=16)).options.weights
-        == "f32"
-    )
+    # A model given float arrays takes the defaults as f32, its cache too.
+    floats = gpt.GPT.random(gpt.GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=64, block_size=16)).options
+    assert (floats.weights, floats.kv_cache) == ("f32", "f32")
 
 
 def test_a_q4_k_m_file_of_a_width_no_super_block_tiles_keeps_its_down_projections_in_k_quants(tmp_path):

@@ -31,8 +31,9 @@ def path():
 
 @pytest.fixture(scope="module")
 def model(path):
-    # The file's values in f32, as transformers computes with them (the default, "auto", runs q4_1).
-    return gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32"))
+    # The file's values and the cache in f32, as transformers computes with them (the defaults,
+    # "auto", run q4_1 and an f16 cache).
+    return gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32", kv_cache="f32"))
 
 
 @pytest.fixture(scope="module")
