@@ -117,7 +117,7 @@ def print_decode_floor(args, results, tests):
     (bench_runners.read_bandwidth at --threads), probed just before and after each of gpt's runs (speed):
     this machine's bandwidth moves with its neighbours' (17 to 32 GB/s within one hour of 2026-11-29), so
     a probe minutes away from the decode it is compared with says little."""
-    plain = [t for t in tests if t.startswith("tg") and "@" not in t]
+    plain = plain_decode_tests(tests)
     print(
         f"\nDecode against the weight-streaming floor (read bandwidth at {args.threads} threads, "
         "probed around each run):\n"
@@ -149,6 +149,11 @@ def parse_test(test):
     if name[:2] not in ("pp", "tg") or not name[2:].isdigit() or (depth and (name[:2] != "tg" or not depth.isdigit())):
         raise ValueError(f"--tests: {test!r} is not ppN, tgN or tgN@D")
     return name[:2], int(name[2:]), int(depth or 0)
+
+
+def plain_decode_tests(tests):
+    """The tgN tests of `tests` (not tgN@D): the ones print_decode_floor compares with the floor."""
+    return [t for t in tests if parse_test(t)[0] == "tg" and not parse_test(t)[2]]
 
 
 def worker(args):
@@ -313,7 +318,7 @@ def speed(args, directory):
         for engine in order[shift:] + order[:shift]:
             idles.append(wait_for_quiet(args.quiet_wait))
             loads.append(os.getloadavg()[0])
-            probe = engine.startswith("gpt:") and any(t.startswith("tg") and "@" not in t for t in tests)
+            probe = engine.startswith("gpt:") and bool(plain_decode_tests(tests))
             before = bench.read_bandwidth(args.threads) if probe else None
             result = run_worker(args, engine, engines[engine])
             # In this process, not the worker's: the probe's 1 GiB array stays out of its RSS.
