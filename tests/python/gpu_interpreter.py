@@ -2,7 +2,7 @@
 kernels' arithmetic on a machine with no GPU.
 
 Every thread of every block of a launch runs in lockstep, vectorized with numpy: an SSA value is
-an array over threads ([P] or [P, 4] for vector<4>), divergent control flow runs under masks
+an array over threads ([P] or [P, n] for vector<n>), divergent control flow runs under masks
 (scf.if both ways, scf.for until no thread is left), `gpu.shuffle xor` permutes within warps,
 workgroup memory is one array per block, and `gpu.barrier` needs nothing more (lockstep already
 orders every store before every later load). It reads the subset of MLIR the kernel generators
@@ -278,9 +278,9 @@ class Launch:
         if m:
             array, index = self._index(m.group(1), [i.strip() for i in m.group(2).split(",")], mask, int(m.group(3)))
             return [array[index]]
-        m = re.match(rf"vector\.splat ({_NAME})", rhs)
+        m = re.match(rf"vector\.splat ({_NAME}) : vector<(\d+)x\w+>", rhs)
         if m:
-            return [np.repeat(self._full(get(m.group(1)))[:, None], 4, axis=1)]
+            return [np.repeat(self._full(get(m.group(1)))[:, None], int(m.group(2)), axis=1)]
         m = re.match(rf"vector\.extract ({_NAME})\[(\d+)\]", rhs)
         if m:
             return [self._full(get(m.group(1)))[:, int(m.group(2))]]

@@ -67,10 +67,43 @@ def test_bf16_weights_are_widened_in_registers(model, tmp_path):
         text,
         """
 CHECK: gpu.func @matvec_0(%a: memref<64xf32>, %b: memref<12288xi16>
-CHECK: vector.load %b[{{.*}}] : memref<12288xi16>, vector<4xi16>
-CHECK: arith.extui {{.*}} : vector<4xi16> to vector<4xi32>
+CHECK: vector.load %b[{{.*}}] : memref<12288xi16>, vector<8xi16>
+CHECK: arith.extui {{.*}} : vector<8xi16> to vector<8xi32>
 CHECK: arith.shli
-CHECK: arith.bitcast {{.*}} : vector<4xi32> to vector<4xf32>
+CHECK: arith.bitcast {{.*}} : vector<8xi32> to vector<8xf32>
+""",
+        tmp_path,
+    )
+
+
+def test_matvec_has_four_loads_in_flight_per_lane_then_a_tail(tmp_path):
+    """The decode step's matvec streams its weight column with four 16-byte loads per lane issued
+    before the first FMA (over the largest multiple of 512 values), then single loads to the end.
+    Width 160: the down projection's depth is 640, one unrolled trip and a tail."""
+    from gpt import gpu_export
+
+    model = gpt.GPT.random(gpt.GPTConfig(n_layer=1, n_head=2, n_embd=160, vocab_size=100, block_size=32))
+    check(
+        gpu_export.compile_artifact(model, "cuda:sm_90", (1,), "f32")["gpu"],
+        """
+CHECK: gpu.func @matvec_3(%a: memref<640xf32>, %b: memref<102400xf32>
+CHECK: scf.for %k = %[[START:.*]] to %c512 step %c512 iter_args(%a0 = %{{.*}}) -> (vector<4xf32>)
+CHECK-NOT: vector.fma
+CHECK: vector.load %b[{{.*}}] : memref<102400xf32>, vector<4xf32>
+CHECK-NOT: vector.fma
+CHECK: vector.load %b[{{.*}}] : memref<102400xf32>, vector<4xf32>
+CHECK-NOT: vector.fma
+CHECK: vector.load %b[{{.*}}] : memref<102400xf32>, vector<4xf32>
+CHECK-NOT: vector.fma
+CHECK: vector.load %b[{{.*}}] : memref<102400xf32>, vector<4xf32>
+CHECK-NOT: vector.fma
+CHECK: vector.load %a[{{.*}}] : memref<640xf32>, vector<4xf32>
+CHECK-NEXT: vector.fma {{.*}}, %a0 : vector<4xf32>
+CHECK-COUNT-3: vector.fma
+CHECK-NEXT: scf.yield
+CHECK: %[[TAIL:.*]] = arith.addi %[[START]], %c512 : index
+CHECK: scf.for %k = %[[TAIL]] to %c640 step %c128 iter_args(%a0 = %acc{{[0-9]+}}#0)
+CHECK: gpu.func @matvec_4(
 """,
         tmp_path,
     )

@@ -80,20 +80,25 @@ public:
     line("$0 = arith.bitcast $1 : i32 to f32", {v, bits});
     return v;
   }
-  /// ptr[index .. index+3] as vector<4xf32>, widening bf16 bits.
-  std::string loadVector4(const std::string &memref, const std::string &type, const std::string &index,
-                          ElementType element) {
-    std::string v = fresh("v");
+  /// ptr[index .. index+lanes-1] as vector<lanesxf32>, widening bf16 bits.
+  std::string loadVector(const std::string &memref, const std::string &type, const std::string &index,
+                         ElementType element, int64_t lanes) {
+    std::string v = fresh("v"), f32s = "vector<" + str(lanes) + "xf32>";
     if (element == ElementType::F32) {
-      line("$0 = vector.load $1[$2] : $3, vector<4xf32>", {v, memref, index, type});
+      line("$0 = vector.load $1[$2] : $3, $4", {v, memref, index, type, f32s});
       return v;
     }
+    std::string i16s = "vector<" + str(lanes) + "xi16>", i32s = "vector<" + str(lanes) + "xi32>";
     std::string raw = fresh("raw"), wide = fresh("wide"), bits = fresh("bits");
-    line("$0 = vector.load $1[$2] : $3, vector<4xi16>", {raw, memref, index, type});
-    line("$0 = arith.extui $1 : vector<4xi16> to vector<4xi32>", {wide, raw});
-    line("$0 = arith.shli $1, $2 : vector<4xi32>", {bits, wide, vectorI32(16, 4)});
-    line("$0 = arith.bitcast $1 : vector<4xi32> to vector<4xf32>", {v, bits});
+    line("$0 = vector.load $1[$2] : $3, $4", {raw, memref, index, type, i16s});
+    line("$0 = arith.extui $1 : $2 to $3", {wide, raw, i16s, i32s});
+    line("$0 = arith.shli $1, $2 : $3", {bits, wide, vectorI32(16, lanes), i32s});
+    line("$0 = arith.bitcast $1 : $2 to $3", {v, bits, i32s, f32s});
     return v;
+  }
+  std::string loadVector4(const std::string &memref, const std::string &type, const std::string &index,
+                          ElementType element) {
+    return loadVector(memref, type, index, element, 4);
   }
   /// a * b + c for indices.
   std::string madd(const std::string &a, int64_t b, const std::string &c) {

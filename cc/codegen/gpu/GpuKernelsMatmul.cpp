@@ -196,6 +196,58 @@ struct TiledMatmulText {
   std::string col0, row0, tr4, tc4, lr, lk, aOk, bOk, aBase, bBase, zeroVector;
 };
 
+/// How wide and how deep each lane of a matvec reads: bf16 weights 8 values (16 bytes) a load
+/// where the depth allows, f32 4; and the loads issued before the first FMA waits on them.
+struct MatvecReads {
+  int64_t lanes, unroll;
+};
+
+MatvecReads matvecReads(const Matmul &m) {
+  int64_t lanes = m.element == ElementType::BF16 && m.depth % 8 == 0 ? 8 : 4;
+  // A warp streams its column at the bandwidth its loads in flight allow (Little's law): the
+  // decode step's matvecs, one load a lane at a time, reached about 1 TB/s of an H200's 4.2.
+  // Four loads per lane per trip for one or two rows; fewer where every row holds registers.
+  int64_t unroll = m.rows <= 2 ? 4 : m.rows <= 4 ? 2 : 1;
+  return {lanes, unroll};
+}
+
+/// The matvec's loop over k: trips of `unroll` loads per lane from `lower` to `upper` (step
+/// `unroll` lanes-wide warp strides), every load issued before the FMAs that use them, the FMAs
+/// in k order (the sums are those of a plain loop, bit for bit). Returns the accumulators.
+std::string matvecLoop(KernelText &k, const Matmul &m, const MatvecReads &reads, const std::string &bBase,
+                       const std::string &lower, int64_t upper, int64_t unroll, const std::string &inits,
+                       const std::string &aType, const std::string &bType) {
+  std::string vector = "vector<" + str(reads.lanes) + "xf32>", vectors;
+  for (int64_t r = 0; r < m.rows; ++r) vectors += (r ? ", " : "") + vector;
+  int64_t warpStride = reads.lanes * kWarp;
+  std::string accs = k.fresh("acc");
+  k.line("$0:$1 = scf.for %k = $2 to $3 step $4 iter_args($5) -> ($6) {",
+         {accs, str(m.rows), lower, k.index(upper), k.index(warpStride * unroll), inits, vectors});
+  k.open();
+  std::vector<std::string> bs;
+  std::vector<std::vector<std::string>> as(unroll);
+  for (int64_t u = 0; u < unroll; ++u) {
+    std::string at = u ? k.binary("arith.addi", "%k", k.index(u * warpStride), "index") : std::string("%k");
+    bs.push_back(k.loadVector("%b", bType, k.binary("arith.addi", bBase, at, "index"), m.element, reads.lanes));
+    for (int64_t r = 0; r < m.rows; ++r)
+      as[u].push_back(k.loadVector("%a", aType, k.madd(k.index(r), m.aStride, at), ElementType::F32, reads.lanes));
+  }
+  std::vector<std::string> running;
+  for (int64_t r = 0; r < m.rows; ++r) running.push_back("%a" + str(r));
+  for (int64_t u = 0; u < unroll; ++u) {
+    for (int64_t r = 0; r < m.rows; ++r) {
+      std::string next = k.fresh("fma");
+      k.line("$0 = vector.fma $1, $2, $3 : $4", {next, as[u][r], bs[u], running[r], vector});
+      running[r] = next;
+    }
+  }
+  std::string yields;
+  for (int64_t r = 0; r < m.rows; ++r) yields += (r ? ", " : "") + running[r];
+  k.line("scf.yield $0 : $1", {yields, vectors});
+  k.close();
+  return accs;
+}
+
 } // namespace
 
 KernelSource matvec(const Matmul &m) {
@@ -208,6 +260,8 @@ KernelSource matvec(const Matmul &m) {
   std::string signature =
       "%a: " + aType + ", %b: " + bType + epilogueSignature(m.epilogue, m.columns, m.rows) + ", %out: " + outType;
   std::string prologue = assumeAligned({{"%a", aType}, {"%b", bType}});
+  MatvecReads reads = matvecReads(m);
+  std::string vector = "vector<" + str(reads.lanes) + "xf32>";
 
   k.line("%block = gpu.block_id x");
   k.line("%tid = gpu.thread_id x");
@@ -220,43 +274,38 @@ KernelSource matvec(const Matmul &m) {
   k.open();
   std::string valid = k.fresh("valid");
   k.line("$0 = arith.cmpi ult, $1, $2 : index", {valid, n, k.index(m.validColumns)});
-  std::string f32s, zeros, vectors, zeroVectors;
+  std::string f32s, zeros;
   for (int64_t r = 0; r < m.rows; ++r) {
     f32s += (r ? ", " : "") + std::string("f32");
     zeros += (r ? ", " : "") + k.f32(0.0f);
-    vectors += (r ? ", " : "") + std::string("vector<4xf32>");
   }
   std::string zeroVector = k.fresh("zv");
-  k.line("$0 = vector.splat $1 : vector<4xf32>", {zeroVector, k.f32(0.0f)});
+  k.line("$0 = vector.splat $1 : $2", {zeroVector, k.f32(0.0f), vector});
   std::string sums = k.fresh("sums");
   k.line("$0:$1 = scf.if $2 -> ($3) {", {sums, str(m.rows), valid, f32s});
   k.open();
   std::string bBase = k.binary("arith.muli", n, k.index(m.depth), "index");
-  std::string start = k.binary("arith.muli", "%lane", k.index(4), "index");
-  std::string accs = k.fresh("acc");
-  std::string iterArgs;
-  for (int64_t r = 0; r < m.rows; ++r) iterArgs += (r ? ", " : "") + std::string("%a") + str(r) + " = " + zeroVector;
-  k.line("$0:$1 = scf.for %k = $2 to $3 step $4 iter_args($5) -> ($6) {",
-         {accs, str(m.rows), start, k.index(m.depth), k.index(4 * kWarp), iterArgs, vectors});
-  k.open();
-  std::string bAt = k.binary("arith.addi", bBase, "%k", "index");
-  std::string bv = k.loadVector4("%b", bType, bAt, m.element);
-  std::string yields;
-  for (int64_t r = 0; r < m.rows; ++r) {
-    std::string aAt = k.madd(k.index(r), m.aStride, "%k");
-    std::string av = k.loadVector4("%a", aType, aAt, ElementType::F32);
-    std::string next = k.fresh("fma");
-    k.line("$0 = vector.fma $1, $2, %a$3 : vector<4xf32>", {next, av, bv, str(r)});
-    yields += (r ? ", " : "") + next;
+  std::string start = k.binary("arith.muli", "%lane", k.index(reads.lanes), "index");
+  // The unrolled trips over the largest multiple of their stride, then single loads to the end.
+  int64_t warpStride = reads.lanes * kWarp, mainEnd = m.depth / (warpStride * reads.unroll) * warpStride * reads.unroll;
+  std::string inits;
+  for (int64_t r = 0; r < m.rows; ++r) inits += (r ? ", " : "") + std::string("%a") + str(r) + " = " + zeroVector;
+  std::string accs;
+  if (mainEnd > 0) {
+    accs = matvecLoop(k, m, reads, bBase, start, mainEnd, reads.unroll, inits, aType, bType);
+    inits.clear();
+    for (int64_t r = 0; r < m.rows; ++r) inits += std::string(r ? ", " : "") + "%a" + str(r) + " = " + accs + "#" + str(r);
   }
-  k.line("scf.yield $0 : $1", {yields, vectors});
-  k.close();
+  if (mainEnd < m.depth) {
+    std::string tailStart = mainEnd ? k.binary("arith.addi", start, k.index(mainEnd), "index") : start;
+    accs = matvecLoop(k, m, reads, bBase, tailStart, m.depth, 1, inits, aType, bType);
+  }
   std::string results;
   for (int64_t r = 0; r < m.rows; ++r) {
     std::string total = k.f32(0.0f);
-    for (int lane = 0; lane < 4; ++lane) {
+    for (int64_t lane = 0; lane < reads.lanes; ++lane) {
       std::string e = k.fresh("e");
-      k.line("$0 = vector.extract $1#$2[$3] : f32 from vector<4xf32>", {e, accs, str(r), str(lane)});
+      k.line("$0 = vector.extract $1#$2[$3] : f32 from $4", {e, accs, str(r), str(lane), vector});
       total = k.binary("arith.addf", total, e, "f32");
     }
     results += (r ? ", " : "") + total;
