@@ -19,7 +19,7 @@ from gpu_interpreter import argument_arrays, parse_globals, run_launch
 from perturbed_models import perturbed_model
 
 SHAPES = {
-    # A 80-position cache: the step programs split attention over 4 warps (forward, 12 keys: 1).
+    # A 80-position cache: the step programs split attention over 16 warps (forward, 12 keys: 1).
     "gpt2": dict(n_layer=1, n_head=2, n_embd=64, vocab_size=70, block_size=80),
     # Head size 20: the attention kernel's idle lanes; width 80: ragged norm and gather blocks.
     "ragged-head": dict(n_layer=1, n_head=4, n_embd=80, vocab_size=50, block_size=72),

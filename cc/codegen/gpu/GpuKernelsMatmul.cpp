@@ -294,7 +294,8 @@ KernelSource matvec(const Matmul &m) {
   if (mainEnd > 0) {
     accs = matvecLoop(k, m, reads, bBase, start, mainEnd, reads.unroll, inits, aType, bType);
     inits.clear();
-    for (int64_t r = 0; r < m.rows; ++r) inits += std::string(r ? ", " : "") + "%a" + str(r) + " = " + accs + "#" + str(r);
+    for (int64_t r = 0; r < m.rows; ++r)
+      inits += std::string(r ? ", " : "") + "%a" + str(r) + " = " + accs + "#" + str(r);
   }
   if (mainEnd < m.depth) {
     std::string tailStart = mainEnd ? k.binary("arith.addi", start, k.index(mainEnd), "index") : start;
