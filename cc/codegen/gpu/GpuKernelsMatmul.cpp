@@ -204,10 +204,14 @@ struct MatvecReads {
 
 MatvecReads matvecReads(const Matmul &m) {
   int64_t lanes = m.element == ElementType::BF16 && m.depth % 8 == 0 ? 8 : 4;
-  // A warp streams its column at the bandwidth its loads in flight allow (Little's law): the
-  // decode step's matvecs, one load a lane at a time, reached about 1 TB/s of an H200's 4.2.
-  // Four loads per lane per trip for one or two rows; fewer where every row holds registers.
-  int64_t unroll = m.rows <= 2 ? 4 : m.rows <= 4 ? 2 : 1;
+  // A warp streams its column at the bandwidth its loads in flight allow (Little's law): up to
+  // four loads per lane per trip for one or two rows, fewer where every row holds registers; and
+  // a count that divides the lane's whole trips, so that no single loads follow (GPT-2's depth
+  // 768 is 3 bf16 trips, or 6 f32 trips, per lane).
+  int64_t most = m.rows <= 2 ? 4 : m.rows <= 4 ? 2 : 1, trips = m.depth / (lanes * kWarp), unroll = 1;
+  for (int64_t u = most; u > 1 && unroll == 1; --u)
+    if (trips % u == 0) unroll = u;
+  if (unroll == 1 && trips >= most) unroll = most; // no divisor: unrolled trips, then a tail
   return {lanes, unroll};
 }
 
