@@ -36,7 +36,7 @@ SANITIZED_TESTS=(
   //tests/python:test_threads
 )
 # Seconds of fuzzing in CI (tools/fuzz.sh alone defaults to 180).
-FUZZ_SECONDS="${GPT_CI_FUZZ_SECONDS:-60}"
+FUZZ_SECONDS="${GPT_CI_FUZZ_SECONDS:-45}"
 
 bash tools/setup.sh || exit 1
 # Lint's stubtest checks python/gpt/_gpt.pyi against the built extension: build it first (a build
@@ -81,7 +81,7 @@ if [[ "$quick" == 0 ]]; then
   # The loaders of files from strangers (GGUF, HF directories, chat templates, GPU artifacts):
   # structure-aware mutations of small valid inputs, each loaded in a worker under time and
   # address-space limits; GPT_CI_LOADER_FUZZ_SECONDS.
-  loader_fuzz_seconds="${GPT_CI_LOADER_FUZZ_SECONDS:-30}"
+  loader_fuzz_seconds="${GPT_CI_LOADER_FUZZ_SECONDS:-20}"
   echo "test: fuzzing the model-file loaders for ${loader_fuzz_seconds} s (tools/fuzz_loaders.py, seed 1)"
   loader_fuzz_dir="$(mktemp -d)"
   if bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/fuzz_loaders.py \
