@@ -35,9 +35,10 @@ relative to the largest logit: the rows compute one model (up to llama.cpp's fp1
 
 After the table, f32 prefill's rate in GFLOP/s (matmuls and causal attention, prefill_flops)
 against numpy's OpenBLAS sgemm of GPT-2 small's MLP shape at T=128 (128x768x3072, float32) on as
-many threads, in a subprocess. Then the decode floor: the weight bytes one decode step must read (every weight but
-the embedding tables, of which it gathers one row) over the read bandwidth measured here with
-the same thread count (numpy sums of a 1 GiB array on that many threads), against the measured
+many threads, in a subprocess whose repetitions alternate with the prefill's (each measured as the
+table's rows are); the ratios of the means and of the best repetitions. Then the decode floor:
+the weight bytes one decode step must read (every weight but the embedding tables, of which it
+gathers one row) over the read bandwidth measured here with the same thread count (numpy sums of a 1 GiB array on that many threads), against the measured
 ms/token of tgN.
 """
 
@@ -47,6 +48,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 
 import numpy as np
 from bench_runners import PEERS, LlamaCppRunner, OursRunner, measure, peer_runners, read_bandwidth
@@ -141,49 +143,71 @@ def prefill_flops(cfg, tokens):
 SGEMM_PROGRAM = """
 import sys, time
 import numpy as np
-m, k, n, seconds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+m, k, n = (int(argument) for argument in sys.argv[1:4])
 rng = np.random.default_rng(0)
 a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
 out = np.empty((m, n), np.float32)
-np.matmul(a, b, out=out)
-best, end = float("inf"), time.perf_counter() + seconds
-while time.perf_counter() < end:
-    start = time.perf_counter()
-    np.matmul(a, b, out=out)
-    best = min(best, time.perf_counter() - start)
-try:  # which OpenBLAS kernel ran (its "core": Haswell, SkylakeX, Zen, ...)
+np.matmul(a, b, out=out)  # warm-up, as the prefill's first run
+try:  # which OpenBLAS kernel runs (its "core": Haswell, SkylakeX, Zen, ...)
     from threadpoolctl import threadpool_info
 
     kernels = [f"{i['internal_api']} {i.get('version')} {i.get('architecture')}" for i in threadpool_info()]
-    kernel = ", ".join(kernels) or "no BLAS found"
+    print(", ".join(kernels) or "no BLAS found", flush=True)
 except ImportError:
-    kernel = "unknown (pip install threadpoolctl, requirements-peers.txt)"
-print(2 * m * k * n / best, kernel, sep="\t")
+    print("unknown (pip install threadpoolctl, requirements-peers.txt)", flush=True)
+for line in sys.stdin:  # one repetition per line: calls back to back for that many seconds
+    min_seconds, calls, start = float(line), 0, time.perf_counter()
+    while True:
+        np.matmul(a, b, out=out)
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            break
+    print(2 * m * k * n * calls / elapsed, flush=True)
 """
 
 
-def openblas_sgemm_rate(threads, m=128, k=768, n=3072, seconds=2.0):
-    """(FLOP/s, the kernel that ran) of numpy's OpenBLAS sgemm of [m, k] x [k, n] in float32 on
-    `threads` threads, the best of back-to-back calls for `seconds`: in a subprocess, since OpenBLAS
-    reads OPENBLAS_NUM_THREADS once, when it loads. The issue's reference for prefill: GPT-2 small's
-    MLP matmul at T=128. Some machines of this kind set OPENBLAS_CORETYPE=Haswell (and
-    OPENBLAS_L2_SIZE) for old OpenBLAS builds, which holds a current numpy's OpenBLAS to its AVX2
-    kernel on an AVX-512 CPU; the reference is the library at its best on this CPU, so this
-    subprocess (only it: never tests or CI) drops both, and the kernel it chose is printed."""
-    import subprocess
+class SgemmReference:
+    """numpy's OpenBLAS sgemm of [m, k] x [k, n] in float32 on `threads` threads, in a subprocess
+    that runs one repetition when asked (rate), so that its repetitions alternate with the
+    prefill's and both meet the same moments of a noisy machine; each is measured as the table's
+    rows are (bench_runners.measure: calls back to back for min_seconds, the rate their FLOPs over
+    that time). A best single call of a 0.1 ms sgemm, taken over thousands, would be a luckier
+    figure than any mean (on this machine kind it runs 1.3-1.5x the median).
 
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    for forced in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-        env.pop(forced, None)
-    result = subprocess.run(
-        [sys.executable, "-c", SGEMM_PROGRAM, str(m), str(k), str(n), str(seconds)],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    rate, kernel = result.stdout.strip().split("\t")
-    return float(rate), kernel
+    A subprocess since OpenBLAS reads OPENBLAS_NUM_THREADS once, when it loads. The issue's
+    reference for prefill: GPT-2 small's MLP matmul at T=128. Some machines of this kind set
+    OPENBLAS_CORETYPE=Haswell (and OPENBLAS_L2_SIZE) for old OpenBLAS builds, which holds a current
+    numpy's OpenBLAS to its AVX2 kernel on an AVX-512 CPU; the reference is the library at its best
+    on this CPU, so this subprocess (only it: never tests or CI) drops both, and `kernel` says which
+    kernel it runs."""
+
+    SPIN_SECONDS = 0.3
+
+    def __init__(self, threads, m=128, k=768, n=3072):
+        import subprocess
+
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+        for forced in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+            env.pop(forced, None)
+        command = [sys.executable, "-c", SGEMM_PROGRAM, str(m), str(k), str(n)]
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.kernel = self.process.stdout.readline().strip()
+        self.rates = []
+
+    def measure(self, min_seconds):
+        """Runs one repetition; its FLOP/s is kept in `rates`. A pause on either side: the threads of
+        each library spin for a while after its last call (libomp 200 ms, OpenBLAS about as
+        long), and on a 2-core machine a spinning thread would halve the other's rate."""
+        time.sleep(self.SPIN_SECONDS)
+        self.process.stdin.write(f"{min_seconds}\n")
+        self.process.stdin.flush()
+        self.rates.append(float(self.process.stdout.readline()))
+        time.sleep(self.SPIN_SECONDS)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
 
 
 def parse_args(argv):
@@ -233,7 +257,8 @@ class Bench:
         self.thread_counts = [int(t) for t in args.threads.split(",")]
         self.formats = args.weights.split(",")
         self.decode_rates = {}  # (model, format, threads) -> our tgN tokens per second
-        self.prefill_rates = {}  # (model, threads, N) -> our f32 ppN tokens per second
+        self.prefill_rates = {}  # (model, threads, N) -> our f32 ppN tokens per second, per repetition
+        self.sgemm = {}  # (model, threads, N) -> the SgemmReference measured between those repetitions
 
     def model(self, name):
         """Every runner's rows for model `name`."""
@@ -292,11 +317,21 @@ class Bench:
             ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=count).tolist()
             run = {"fwd": runner.forward, "pp": runner.prompt, "tg": runner.generate}[kind]
             run(ids)  # warm-up: compiles
-            rates = [measure(run, ids, count, self.args.min_seconds) for _ in range(self.args.repetitions)]
+            # f32 prefill takes turns with the sgemm it is compared with (print_prefill_against_sgemm).
+            reference = None
+            if runner_class is OursRunner and kind == "pp" and fmt == "f32":
+                reference = self.sgemm[name, threads, count] = SgemmReference(threads)
+            rates = []
+            for _ in range(self.args.repetitions):
+                rates.append(measure(run, ids, count, self.args.min_seconds))
+                if reference is not None:
+                    reference.measure(self.args.min_seconds)
+            if reference is not None:
+                reference.close()
             if runner_class is OursRunner and kind == "tg":
                 self.decode_rates[name, fmt, threads] = statistics.mean(rates)
             if runner_class is OursRunner and kind == "pp" and fmt == "f32":
-                self.prefill_rates[name, threads, count] = statistics.mean(rates)
+                self.prefill_rates[name, threads, count] = rates
             print(
                 f"| {label} | {size} | {row_params / 1e6:.2f} M | {runner.backend} | {threads} | {test} "
                 f"| {stats(rates)} |",
@@ -343,33 +378,40 @@ def main(argv):
         for note in notes:
             print(note)
     if bench.prefill_rates:
-        print_prefill_against_sgemm(bench.prefill_rates, bench.thread_counts)
+        print_prefill_against_sgemm(bench.prefill_rates, bench.sgemm)
     if bench.decode_rates:
         bench.print_decode_against_floor()
 
 
-def print_prefill_against_sgemm(prefill_rates, thread_counts):
+def gflops(rates):
+    """`rates` (FLOP/s) as "mean ± std (best)" in GFLOP/s."""
+    spread = statistics.stdev(rates) if len(rates) > 1 else 0.0
+    return f"{statistics.mean(rates) / 1e9:.1f} ± {spread / 1e9:.1f} ({max(rates) / 1e9:.1f})"
+
+
+def print_prefill_against_sgemm(prefill_rates, sgemm):
     """Our f32 prefill's FLOP rate (prefill_flops over the ppN time) against OpenBLAS's sgemm of
-    GPT-2 small's MLP shape at T=128 on as many threads, measured right after the table."""
+    GPT-2 small's MLP shape at T=128 on as many threads, their repetitions alternated: the ratio
+    of the means, and of the best repetitions."""
     print()
     print(
-        "| model | threads | test | gpt-mlir-jit prefill GFLOP/s | OpenBLAS sgemm 128x768x3072 GFLOP/s "
-        "| prefill / sgemm |"
+        "| model | threads | test | gpt-mlir-jit prefill GFLOP/s, mean ± std (best) "
+        "| OpenBLAS sgemm 128x768x3072 GFLOP/s, mean ± std (best) | prefill / sgemm, means | bests |"
     )
-    print("|---|---|---|---|---|---|")
-    kernels = set()
-    for threads in thread_counts:
-        sgemm, kernel = openblas_sgemm_rate(threads)
-        kernels.add(kernel)
-        for (name, rate_threads, count), rate in prefill_rates.items():
-            if rate_threads != threads:
-                continue
-            ours = prefill_flops(gpt.GPTConfig(**MODELS[name]), count) * rate / count
-            print(
-                f"| {name} | {threads} | pp{count} | {ours / 1e9:.1f} | {sgemm / 1e9:.1f} | {ours / sgemm:.2f}x |",
-                flush=True,
-            )
-    print(f"\nOpenBLAS sgemm ran: {'; '.join(sorted(kernels))} (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for it)")
+    print("|---|---|---|---|---|---|---|")
+    for (name, threads, count), rates in prefill_rates.items():
+        ours = [prefill_flops(gpt.GPTConfig(**MODELS[name]), count) * rate / count for rate in rates]
+        reference = sgemm[name, threads, count].rates
+        print(
+            f"| {name} | {threads} | pp{count} | {gflops(ours)} | {gflops(reference)} "
+            f"| {statistics.mean(ours) / statistics.mean(reference):.2f}x | {max(ours) / max(reference):.2f}x |",
+            flush=True,
+        )
+    kernels = sorted({reference.kernel for reference in sgemm.values()})
+    print(
+        f"\nOpenBLAS sgemm ran: {'; '.join(kernels)} (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for it), "
+        "its repetitions alternated with the prefill's"
+    )
 
 
 if __name__ == "__main__":
