@@ -38,8 +38,8 @@ against numpy's OpenBLAS sgemm of GPT-2 small's MLP shape at T=128 (128x768x3072
 many threads, in a subprocess whose repetitions alternate with the prefill's (each measured as the
 table's rows are); the ratios of the means and of the best repetitions. Then the decode floor:
 the weight bytes one decode step must read (every weight but the embedding tables, of which it
-gathers one row) over the read bandwidth measured here with the same thread count (numpy sums of a 1 GiB array on that many threads), against the measured
-ms/token of tgN.
+gathers one row) over the read bandwidth measured here with the same thread count (numpy sums of
+a 1 GiB array on that many threads), against the measured ms/token of tgN.
 """
 
 import argparse

@@ -119,27 +119,26 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
   return {shape[1] / panelWidth, shape[0] / rowsPerElement, panelWidth};
 }
 
-std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorage &storage) {
-  if (storage.tiles.panelWidth <= 0 || storage.tiles.vocabMultiple <= 0)
-    throw std::invalid_argument("the weight storage has no tile parameters: target::tileParameters of the target");
-  const int64_t d = c.nEmbd, ff = c.ffSize(), q = c.qSize();
-  // Each matmul weight's K (n_embd, n_ff, or the output projection's n_head * head_dim) must tile
-  // the block of the format it is stored in: checked per weight, since a file's mix gives each its
-  // own (a Q4_K_M file of a 576-wide model keeps its n_ff-deep down projections in q4_k and the
-  // rest in 32-value blocks), and for the LM head's copy in the head format.
-  // In order, layers first: an error names a weight's own format before the head's.
+namespace {
+
+/// Throws std::invalid_argument unless each matmul weight's K (n_embd, n_ff, or the output
+/// projection's n_head * head_dim) tiles the block of the format it is stored in: checked per
+/// weight, since a file's mix gives each its own (a Q4_K_M file of a 576-wide model keeps its
+/// n_ff-deep down projections in q4_k and the rest in 32-value blocks), and for the LM head's copy
+/// in the head format. In order, layers first: an error names a weight's own format before the
+/// head's.
+void checkFormatDepths(const GPTConfig &c, const WeightStorage &storage, const std::vector<LayerParameter> &layer) {
+  if (!storage.packed) return;
+  const int64_t d = c.nEmbd, ff = c.ffSize();
   std::vector<std::pair<WeightFormat, int64_t>> formatDepths;
   auto use = [&](WeightFormat format, int64_t k) {
     if (std::find(formatDepths.begin(), formatDepths.end(), std::pair{format, k}) == formatDepths.end())
       formatDepths.push_back({format, k});
   };
-  const std::vector<LayerParameter> layer = layerParameters(c);
-  if (storage.packed) {
-    for (int64_t i = 0; i < c.nLayer; ++i)
-      for (const LayerParameter &p : layer)
-        if (p.isMatmulWeight) use(storage.formatOf(layerPrefix(c, i) + p.name), p.shape[0]);
-    if (isBlockQuantized(storage.format)) use(weightFormatTraits(storage.format).head, d);
-  }
+  for (int64_t i = 0; i < c.nLayer; ++i)
+    for (const LayerParameter &p : layer)
+      if (p.isMatmulWeight) use(storage.formatOf(layerPrefix(c, i) + p.name), p.shape[0]);
+  if (isBlockQuantized(storage.format)) use(weightFormatTraits(storage.format).head, d);
   for (auto [format, k] : formatDepths) {
     const char *what = k == d ? "n_embd" : k == ff ? "n_ff" : "n_head * head_dim";
     const int64_t block = weightFormatTraits(format).blockValues; // 32, or a K-quant's super-block of 256
@@ -153,6 +152,28 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
       throw std::invalid_argument(std::string("bf16 weights need an even ") + what + " (" + std::to_string(k) +
                                   "): their lanes pair the two halves of K");
   }
+}
+
+/// Throws std::invalid_argument when a format override names no layer's matmul weight: a typo
+/// would otherwise be a format silently ignored.
+void checkFormatOverrides(const GPTConfig &c, const WeightStorage &storage, const std::vector<LayerParameter> &layer) {
+  std::set<std::string> matmulWeights;
+  for (int64_t i = 0; i < c.nLayer; ++i)
+    for (const LayerParameter &p : layer)
+      if (p.isMatmulWeight) matmulWeights.insert(layerPrefix(c, i) + p.name);
+  for (const auto &[name, format] : storage.formatOverrides)
+    if (!matmulWeights.count(name))
+      throw std::invalid_argument("a weight format is given for '" + name + "', which is no layer's matmul weight");
+}
+
+} // namespace
+
+std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorage &storage) {
+  if (storage.tiles.panelWidth <= 0 || storage.tiles.vocabMultiple <= 0)
+    throw std::invalid_argument("the weight storage has no tile parameters: target::tileParameters of the target");
+  const int64_t d = c.nEmbd;
+  const std::vector<LayerParameter> layer = layerParameters(c);
+  checkFormatDepths(c, storage, layer);
   // A matmul's [K, N] weight is packed into panels when asked and N divides into them; packed
   // weights take the storage's format, or their own (formatOverrides).
   auto pack = [&](ParameterSpec &spec, WeightLayout packedLayout) {
@@ -210,14 +231,7 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   if (!c.tiedHead && !quantizedTables) specs.push_back({names.head, {c.vocabSize, d}});
   specs.push_back(transposedTable("lm_head.weight_t", c.tiedHead ? names.tokenEmbedding : names.head));
   addScales(specs);
-  // An override names a layer's matmul weight: a typo would otherwise be a format silently ignored.
-  std::set<std::string> matmulWeights;
-  for (int64_t i = 0; i < c.nLayer; ++i)
-    for (const LayerParameter &p : layer)
-      if (p.isMatmulWeight) matmulWeights.insert(layerPrefix(c, i) + p.name);
-  for (const auto &[name, format] : storage.formatOverrides)
-    if (!matmulWeights.count(name))
-      throw std::invalid_argument("a weight format is given for '" + name + "', which is no layer's matmul weight");
+  checkFormatOverrides(c, storage, layer);
   return specs;
 }
 

@@ -114,12 +114,26 @@ class GPTConfig:
 
     def __post_init__(self):
         spec = architectures.get(self.architecture)
+        # In this order: an error names the first thing wrong.
+        self._fill_defaults(spec)
+        self._check_dimensions()
+        self._check_heads_and_positions(spec)
+        self._check_rope()
+        self._check_layer_attention()
+        self._check_norm_and_window()
+        self._normalize_attention_mask()
+
+    def _fill_defaults(self, spec) -> None:
+        """The fields left None that take a default: the architecture's positions, n_kv_head = n_head
+        and n_ff = 4 n_embd."""
         if self.pos_embedding is None:
             object.__setattr__(self, "pos_embedding", spec.positions)
         if self.n_kv_head is None:
             object.__setattr__(self, "n_kv_head", self.n_head)
         if self.n_ff is None and isinstance(self.n_embd, int) and not isinstance(self.n_embd, bool):
             object.__setattr__(self, "n_ff", 4 * self.n_embd)
+
+    def _check_dimensions(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "n_kv_head", "n_ff"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -135,6 +149,8 @@ class GPTConfig:
             raise ValueError(
                 f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}), or head_dim given"
             )
+
+    def _check_heads_and_positions(self, spec) -> None:
         if self.pos_embedding not in POS_EMBEDDINGS:
             raise ValueError(f"GPTConfig.pos_embedding must be one of {POS_EMBEDDINGS}, got {self.pos_embedding!r}")
         if self.n_head % self.n_kv_head:
@@ -149,8 +165,9 @@ class GPTConfig:
                 f"architecture {self.architecture!r} has rotary positions only, "
                 f"got pos_embedding={self.pos_embedding!r}"
             )
-        self._check_rope()
-        self._check_layer_attention()
+
+    def _check_norm_and_window(self) -> None:
+        """tied_head, layer_norm_eps and attention_window."""
         if not isinstance(self.tied_head, bool):
             raise ValueError(f"GPTConfig.tied_head must be a bool, got {self.tied_head!r}")
         if isinstance(self.layer_norm_eps, bool) or not (
@@ -162,7 +179,6 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.attention_window must be None or an int >= 1, got {window!r}")
         if window is not None and window > MAX_DIMENSION:
             raise ValueError(f"GPTConfig.attention_window={window} is larger than {MAX_DIMENSION}")
-        self._normalize_attention_mask()
 
     def _check_rope(self) -> None:
         base = self.rope_base

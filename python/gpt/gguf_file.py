@@ -169,6 +169,20 @@ def load_gguf(
         )
     if keep_quantized == "auto":  # GPT-2 keeps one format: the one most of its layers are stored in
         keep_quantized = native_weights_format(path)
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    config = _gpt2_config(meta, tensors, path)
+    # Before dequantizing for a header that asks too much: the weights this load holds (the cache is
+    # checked by the model, at the context it is asked for).
+    kept = keep_quantized in KEPT_QUANTIZED
+    check_fits_in_memory(config, keep_quantized if kept else "f32", kept_quantized=kept, loading=True)
+    weights = _gpt2_weights(tensors, config, keep_quantized, path)
+    tokenizer = _read_tokenizer(meta, path, config.vocab_size)
+    del tensors, reader  # closes the memory map: every array above is a copy
+    return config, weights, tokenizer
+
+
+def _gpt2_config(meta: _Metadata, tensors: dict, path: str) -> GPTConfig:
+    """A GPT-2 file's hyperparameters (the vocabulary size from token_embd's rows), checked."""
     n_layer = meta.get("gpt2.block_count", int)
     n_ctx = meta.get("gpt2.context_length", int)
     n_embd = meta.get("gpt2.embedding_length", int)
@@ -183,8 +197,6 @@ def load_gguf(
     n_head_kv = meta.get("gpt2.attention.head_count_kv", int, required=False, per_layer=True)
     if n_head_kv is not None and n_head_kv != n_head:
         raise ModelFileError(f"{path}: gpt2.attention.head_count_kv {n_head_kv} differs from head_count {n_head}")
-
-    tensors = {tensor.name: tensor for tensor in reader.tensors}
     if "token_embd.weight" not in tensors:
         raise ModelFileError(f"{path}: tensor token_embd.weight is missing")
     embd_ne = [int(n) for n in tensors["token_embd.weight"].shape]
@@ -203,7 +215,7 @@ def load_gguf(
             f"{path}: gpt2.attention.layer_norm_epsilon is {eps!r}, expected a positive finite float32"
         )
     try:
-        config = GPTConfig(
+        return GPTConfig(
             n_layer=n_layer,
             n_head=n_head,
             n_embd=n_embd,
@@ -214,12 +226,14 @@ def load_gguf(
         )
     except ValueError as e:
         raise ModelFileError(f"{path}: {e}") from None
-    # Before dequantizing for a header that asks too much: the weights this load holds (the cache is
-    # checked by the model, at the context it is asked for).
-    kept = keep_quantized in KEPT_QUANTIZED
-    check_fits_in_memory(config, keep_quantized if kept else "f32", kept_quantized=kept, loading=True)
 
-    names = tensor_names(n_layer)
+
+def _gpt2_weights(
+    tensors: dict, config: GPTConfig, keep_quantized: str | None, path: str
+) -> dict[str, np.ndarray | QuantizedTensor]:
+    """A GPT-2 file's weights by HF name: float32 in HF's layout, or the blocks of `keep_quantized`
+    as they are (see load_gguf); an output.weight must be token_embd.weight's copy."""
+    names = tensor_names(config.n_layer)
     missing = [name for name in names if name not in tensors]
     if missing:
         raise ModelFileError(
@@ -229,7 +243,7 @@ def load_gguf(
     if unexpected:
         raise ModelFileError(f"{path}: unexpected tensor(s) for GPT-2: {', '.join(unexpected[:5])}")
     shapes = _gguf_shapes(config)
-    weights = {}
+    weights: dict[str, np.ndarray | QuantizedTensor] = {}
     kept_type = _types()[keep_quantized] if keep_quantized in KEPT_QUANTIZED else None
     for name, (hf_name, transposed) in names.items():
         tensor = tensors[name]
@@ -249,23 +263,24 @@ def load_gguf(
         array = _dequantize(tensor, shapes[name], path)
         weights[hf_name] = np.ascontiguousarray(array.T) if transposed else array
     if _OUTPUT in tensors:
-        embedding, output = tensors["token_embd.weight"], tensors[_OUTPUT]
-        if isinstance(weights["transformer.wte.weight"], QuantizedTensor):
-            _check_ne(output, shapes["token_embd.weight"], path)
-            tied = output.tensor_type == embedding.tensor_type and np.array_equal(
-                np.asarray(output.data), np.asarray(embedding.data)
-            )
-        else:
-            tied = np.array_equal(
-                _dequantize(output, shapes["token_embd.weight"], path), weights["transformer.wte.weight"]
-            )
-        if not tied:
-            raise ModelFileError(
-                f"{path}: output.weight differs from token_embd.weight (an untied LM head is not supported)"
-            )
-    tokenizer = _read_tokenizer(meta, path, vocab_size)
-    del tensors, reader  # closes the memory map: every array above is a copy
-    return config, weights, tokenizer
+        _check_tied_output(tensors, weights, shapes, path)
+    return weights
+
+
+def _check_tied_output(tensors: dict, weights: dict, shapes: dict, path: str) -> None:
+    """Raises ModelFileError unless output.weight is token_embd.weight's copy (GPT-2's head is tied)."""
+    embedding, output = tensors["token_embd.weight"], tensors[_OUTPUT]
+    if isinstance(weights["transformer.wte.weight"], QuantizedTensor):
+        _check_ne(output, shapes["token_embd.weight"], path)
+        tied = output.tensor_type == embedding.tensor_type and np.array_equal(
+            np.asarray(output.data), np.asarray(embedding.data)
+        )
+    else:
+        tied = np.array_equal(_dequantize(output, shapes["token_embd.weight"], path), weights["transformer.wte.weight"])
+    if not tied:
+        raise ModelFileError(
+            f"{path}: output.weight differs from token_embd.weight (an untied LM head is not supported)"
+        )
 
 
 def _gguf_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:

@@ -480,8 +480,6 @@ class _Header:
 
 def _walk_header(path: str, data, size: int) -> _Header:
     """_check_layout's walk over the header in `data` (a map of the whole file)."""
-    import gguf
-
     walker = _LayoutWalker(path, data, size)
     if data[:4] != _GGUF_MAGIC:
         walker.fail(f"it starts with {data[:4]!r}, not GGUF's magic {_GGUF_MAGIC!r}")
@@ -494,6 +492,23 @@ def _walk_header(path: str, data, size: int) -> _Header:
     n_tensors = walker.number("<Q", "the tensor count")
     n_kv = walker.number("<Q", "the metadata key count")
     walker.need(n_kv * _MIN_KV, f"{_count(n_kv)} metadata keys", at_least=True, plural=True)
+    fields, alignment = _walk_metadata(walker, data, n_kv)
+
+    walker.need(n_tensors * _MIN_TENSOR_INFO, f"{_count(n_tensors)} tensor descriptions", at_least=True, plural=True)
+    tensors: list[_TensorInfo] = []
+    names: set[str] = set()
+    for i in range(n_tensors):
+        tensors.append(_walk_tensor_info(walker, i, names))
+    # Tensor data starts at the next multiple of the alignment.
+    data_start = -(-walker.position // alignment) * alignment
+    _check_tensor_offsets(walker, tensors, data_start, alignment, size)
+    _check_array_budget(path, walker, tensors)
+    return _Header(tensors, fields, data_start)
+
+
+def _walk_metadata(walker: _LayoutWalker, data, n_kv: int) -> tuple[dict[str, tuple[int, int]], int]:
+    """The metadata keys' (value type, file offset of the value), and the alignment they set."""
+    import gguf
 
     alignment = gguf.GGUF_DEFAULT_ALIGNMENT
     fields: dict[str, tuple[int, int]] = {}
@@ -513,43 +528,48 @@ def _walk_header(path: str, data, size: int) -> _Header:
             (alignment,) = struct.unpack_from("<I", data, start)
             if alignment == 0 or alignment & (alignment - 1):
                 walker.fail(f"metadata key 'general.alignment' is {alignment}, expected a power of 2")
+    return fields, alignment
 
-    walker.need(n_tensors * _MIN_TENSOR_INFO, f"{_count(n_tensors)} tensor descriptions", at_least=True, plural=True)
-    tensors = []
-    names = set()
-    for i in range(n_tensors):
-        name = walker.text(f"tensor {i}'s name")
-        if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
-            walker.fail(f"tensor {i}'s name {name[:80]!r} is longer than GGUF's {_MAX_NAME_BYTES} bytes")
-        if name in names:
-            walker.fail(f"tensor {name!r} appears twice")
-        names.add(name)
-        n_dims = walker.number("<I", f"tensor {name!r}'s dimension count")
-        if n_dims > _MAX_DIMS:
-            walker.fail(f"tensor {name!r} has {n_dims} dimensions, GGUF allows at most {_MAX_DIMS}")
-        ne = tuple(walker.number("<Q", f"tensor {name!r}'s dimension {d}") for d in range(n_dims))
-        if any(n > _INT64_MAX for n in ne):
-            walker.fail(f"tensor {name!r} has dimensions {list(ne)}: ggml's are int64, so these are negative")
-        elements = math.prod(ne)
-        if elements > _INT64_MAX:
-            walker.fail(f"tensor {name!r} has dimensions {list(ne)}, {elements} elements: more than int64 counts")
-        type_id = walker.number("<I", f"tensor {name!r}'s type")
-        try:
-            qtype = gguf.GGMLQuantizationType(type_id)
-        except ValueError:
-            walker.fail(f"tensor {name!r} has type id {type_id}, which is not a ggml type gguf reads")
-        block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-        row = ne[0] if ne else 1
-        if row % block:
-            walker.fail(
-                f"tensor {name!r} of type {qtype.name} has rows of {row} values, not a multiple of its block of {block}"
-            )
-        offset = walker.number("<Q", f"tensor {name!r}'s offset")
-        tensors.append(_TensorInfo(name, ne, qtype.name, offset, elements // block * block_bytes))
 
-    # Tensor data starts at the next multiple of the alignment, the tensors in order, each
-    # padded to the alignment (llama.cpp's rule: "tensor has offset X, expected Y").
-    data_start = -(-walker.position // alignment) * alignment
+def _walk_tensor_info(walker: _LayoutWalker, i: int, names: set[str]) -> _TensorInfo:
+    """Tensor `i`'s description (its name added to `names`, the names seen so far)."""
+    import gguf
+
+    name = walker.text(f"tensor {i}'s name")
+    if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+        walker.fail(f"tensor {i}'s name {name[:80]!r} is longer than GGUF's {_MAX_NAME_BYTES} bytes")
+    if name in names:
+        walker.fail(f"tensor {name!r} appears twice")
+    names.add(name)
+    n_dims = walker.number("<I", f"tensor {name!r}'s dimension count")
+    if n_dims > _MAX_DIMS:
+        walker.fail(f"tensor {name!r} has {n_dims} dimensions, GGUF allows at most {_MAX_DIMS}")
+    ne = tuple(walker.number("<Q", f"tensor {name!r}'s dimension {d}") for d in range(n_dims))
+    if any(n > _INT64_MAX for n in ne):
+        walker.fail(f"tensor {name!r} has dimensions {list(ne)}: ggml's are int64, so these are negative")
+    elements = math.prod(ne)
+    if elements > _INT64_MAX:
+        walker.fail(f"tensor {name!r} has dimensions {list(ne)}, {elements} elements: more than int64 counts")
+    type_id = walker.number("<I", f"tensor {name!r}'s type")
+    try:
+        qtype = gguf.GGMLQuantizationType(type_id)
+    except ValueError:
+        walker.fail(f"tensor {name!r} has type id {type_id}, which is not a ggml type gguf reads")
+    block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    row = ne[0] if ne else 1
+    if row % block:
+        walker.fail(
+            f"tensor {name!r} of type {qtype.name} has rows of {row} values, not a multiple of its block of {block}"
+        )
+    offset = walker.number("<Q", f"tensor {name!r}'s offset")
+    return _TensorInfo(name, ne, qtype.name, offset, elements // block * block_bytes)
+
+
+def _check_tensor_offsets(
+    walker: _LayoutWalker, tensors: list[_TensorInfo], data_start: int, alignment: int, size: int
+) -> None:
+    """The tensors lie in order from `data_start`, each padded to the alignment (llama.cpp's rule:
+    "tensor has offset X, expected Y"), and within the file's `size` bytes."""
     expected = 0
     for tensor in tensors:
         if tensor.offset != expected:
@@ -565,7 +585,9 @@ def _walk_header(path: str, data, size: int) -> _Header:
             )
         expected += -(-tensor.nbytes // alignment) * alignment
 
-    # The work of reading metadata arrays, bounded by the vocabulary the file really holds.
+
+def _check_array_budget(path: str, walker: _LayoutWalker, tensors: list[_TensorInfo]) -> None:
+    """The work of reading metadata arrays, bounded by the vocabulary the file really holds."""
     embedding = next((t for t in tensors if t.name == "token_embd.weight"), None)
     rows = embedding.ne[1] if embedding is not None and len(embedding.ne) == 2 else 0
     allowed = _ARRAY_ELEMENTS_PER_TOKEN * rows + _ARRAY_ELEMENTS_SLACK
@@ -581,7 +603,6 @@ def _walk_header(path: str, data, size: int) -> _Header:
             f"token_embd.weight's {rows} rows ({_ARRAY_ELEMENTS_PER_TOKEN} per row, for tokenizer data, and "
             f"{_ARRAY_ELEMENTS_SLACK} more)"
         )
-    return _Header(tensors, fields, data_start)
 
 
 def _bytes(n: int) -> str:
