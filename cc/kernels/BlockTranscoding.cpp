@@ -79,12 +79,16 @@ template <bool five> void narrowCodesAsQ8_0(const uint8_t *block, uint8_t *out) 
 /// A block with a min or sub-block scales, widened as llama.cpp dequantizes it and quantized as
 /// quantizeQ8_0Rows quantizes a row: q8_0 blocks are made 32 weights at a time, so a block at a
 /// time gives the row's bits.
-template <int64_t values, void (*dequantize)(const uint8_t *, int64_t, int64_t, float *, int64_t)>
+template <int64_t values, void (*widen)(const uint8_t *, float *)>
 void widenAsQ8_0(const uint8_t *block, uint8_t *out) {
   float widened[values];
-  dequantize(block, values, 1, widened, 1);
-  quantizeQ8_0Rows(widened, 1, values, out, 1);
+  widen(block, widened);
+  for (int64_t b = 0; b < values / kQuantBlock; ++b)
+    quantizeQ8_0Block(widened + b * kQuantBlock, out + b * kQ8_0BlockBytes);
 }
+
+/// q4_1's blocks (32 weights) widened one at a time.
+void widenQ4_1Block(const uint8_t *block, float *values) { dequantizeQ4_1Rows(block, kQuantBlock, 1, values); }
 
 /// q4_0 as q4_1, exactly: d * (q - 8) is d * q + m with m = -8 d (a power of two times an fp16),
 /// the codes unchanged.
@@ -98,17 +102,17 @@ const BlockConversion kToQ8_0[] = {
     {"q8_0", kQuantBlock, kQ8_0BlockBytes, 1, {0, 0}, {"scale", ""}, nullptr},
     {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, narrowCodesAsQ8_0<false>},
     {"q5_0", kQuantBlock, kQ5_0BlockBytes, 1, {0, 0}, {"scale", ""}, narrowCodesAsQ8_0<true>},
-    {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kQuantBlock, dequantizeQ4_1>},
-    {"q5_1", kQuantBlock, kQ5_1BlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kQuantBlock, dequantizeQ5_1Rows>},
-    {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kSuperBlock, dequantizeQ4_KRows>},
-    {"q5_k", kSuperBlock, kQ5_KBlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kSuperBlock, dequantizeQ5_KRows>},
+    {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kQuantBlock, widenQ4_1Block>},
+    {"q5_1", kQuantBlock, kQ5_1BlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kQuantBlock, widenQ5_1Block>},
+    {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kSuperBlock, widenQ4_KBlock>},
+    {"q5_k", kSuperBlock, kQ5_KBlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kSuperBlock, widenQ5_KBlock>},
     {"q6_k",
      kSuperBlock,
      kQ6_KBlockBytes,
      1,
      {kQ6_KBlockBytes - 2, 0},
      {"scale", ""},
-     widenAsQ8_0<kSuperBlock, dequantizeQ6_KRows>},
+     widenAsQ8_0<kSuperBlock, widenQ6_KBlock>},
 };
 const BlockConversion kToQ4_1[] = {
     {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, nullptr},

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 namespace gpt::kernels {
 
@@ -94,36 +97,42 @@ uint32_t fiveBitCode(const uint8_t *nibbles, uint32_t highBits, int64_t i) {
 
 } // namespace
 
-void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
-  dequantizeBlocks("dequantizeQ5_0Rows", blocks, k, n, kQuantBlock, kQ5_0BlockBytes, out, threads,
-                   [](const uint8_t *block, float *values) {
-                     const float d = halfAt(block);
-                     uint32_t highBits;
-                     std::memcpy(&highBits, block + 2, sizeof highBits);
-                     for (int64_t i = 0; i < kQuantBlock; ++i)
-                       values[i] = d * static_cast<float>(static_cast<int>(fiveBitCode(block + 6, highBits, i)) - 16);
-                   });
+void widenQ5_0Block(const uint8_t *block, float *values) {
+  const float d = halfAt(block);
+  uint32_t highBits;
+  std::memcpy(&highBits, block + 2, sizeof highBits);
+  for (int64_t i = 0; i < kQuantBlock; ++i)
+    values[i] = d * static_cast<float>(static_cast<int>(fiveBitCode(block + 6, highBits, i)) - 16);
 }
 
-void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
-  dequantizeBlocks("dequantizeQ5_1Rows", blocks, k, n, kQuantBlock, kQ5_1BlockBytes, out, threads,
-                   [](const uint8_t *block, float *values) {
-                     const float d = halfAt(block), m = halfAt(block + 2);
-                     uint32_t highBits;
-                     std::memcpy(&highBits, block + 4, sizeof highBits);
-                     for (int64_t i = 0; i < kQuantBlock; ++i) {
-                       // Product and sum rounded apart, as gguf's numpy computes them.
-                       const float product = d * static_cast<float>(fiveBitCode(block + 8, highBits, i));
-                       values[i] = product + m;
-                     }
-                   });
+void widenQ5_1Block(const uint8_t *block, float *values) {
+  const float d = halfAt(block), m = halfAt(block + 2);
+  uint32_t highBits;
+  std::memcpy(&highBits, block + 4, sizeof highBits);
+  for (int64_t i = 0; i < kQuantBlock; ++i) {
+    // Product and sum rounded apart, as gguf's numpy computes them.
+    const float product = d * static_cast<float>(fiveBitCode(block + 8, highBits, i));
+    values[i] = product + m;
+  }
 }
 
 namespace {
+
+#ifdef __SSE2__
+/// Four floats of `codes` (16 unsigned bytes, each below 256) from byte 4 `quarter` on.
+__m128 quarterAsFloats(__m128i codes, int quarter) {
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i words = quarter < 2 ? _mm_unpacklo_epi8(codes, zero) : _mm_unpackhi_epi8(codes, zero);
+  return _mm_cvtepi32_ps(quarter % 2 == 0 ? _mm_unpacklo_epi16(words, zero) : _mm_unpackhi_epi16(words, zero));
+}
+#endif
+
 /// q4_K and q5_K: sub-block s (32 weights) takes the nibbles of bytes 32 (s / 2) .. + 31 of
 /// `nibbles`, low ones for even s, high ones for odd s; q5_K adds bit s of highs[i] as the fifth bit
-/// (`highs` null for q4_K). Each weight is (d * scale) * q - (dmin * min).
-void dequantizeKBlock(const uint8_t *block, const uint8_t *highs, const uint8_t *nibbles, float *values) {
+/// (`highs` null for q4_K). Each weight is (d * scale) * q - (dmin * min): the same products and
+/// differences, rounded one at a time, whether 4 at once (SSE2, a load's LM head and token table
+/// are hundreds of millions of weights) or one.
+void widenKBlock(const uint8_t *block, const uint8_t *highs, const uint8_t *nibbles, float *values) {
   const float d = halfAt(block), dmin = halfAt(block + 2);
   float scales[8], mins[8];
   scalesAndMins(block + 4, scales, mins);
@@ -131,52 +140,93 @@ void dequantizeKBlock(const uint8_t *block, const uint8_t *highs, const uint8_t 
     const float scale = d * scales[s], min = dmin * mins[s];
     const uint8_t *bytes = nibbles + 32 * (s / 2);
     const int shift = 4 * (s % 2);
+    float *out = values + 32 * s;
+#ifdef __SSE2__
+    const __m128i mask = _mm_set1_epi8(0x0F), one = _mm_set1_epi8(1);
+    const __m128 scales4 = _mm_set1_ps(scale), mins4 = _mm_set1_ps(min);
+    for (int64_t half = 0; half < 2; ++half) {
+      __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bytes + 16 * half));
+      codes = _mm_and_si128(_mm_srl_epi16(codes, _mm_cvtsi32_si128(shift)), mask);
+      if (highs) {
+        __m128i fifth = _mm_loadu_si128(reinterpret_cast<const __m128i *>(highs + 16 * half));
+        fifth = _mm_and_si128(_mm_srl_epi16(fifth, _mm_cvtsi32_si128(static_cast<int>(s))), one);
+        codes = _mm_or_si128(codes, _mm_slli_epi16(fifth, 4));
+      }
+      for (int quarter = 0; quarter < 4; ++quarter)
+        _mm_storeu_ps(out + 16 * half + 4 * quarter,
+                      _mm_sub_ps(_mm_mul_ps(scales4, quarterAsFloats(codes, quarter)), mins4));
+    }
+#else
     for (int64_t i = 0; i < 32; ++i) {
       uint32_t q = (bytes[i] >> shift) & 0x0Fu;
       if (highs) q |= ((highs[i] >> s) & 1u) << 4;
       const float product = scale * static_cast<float>(q);
-      values[32 * s + i] = product - min;
+      out[i] = product - min;
     }
+#endif
   }
 }
+
 } // namespace
 
-void dequantizeQ4_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
-  dequantizeBlocks("dequantizeQ4_KRows", blocks, k, n, kSuperBlock, kQ4_KBlockBytes, out, threads,
-                   [](const uint8_t *block, float *values) { dequantizeKBlock(block, nullptr, block + 16, values); });
-}
+void widenQ4_KBlock(const uint8_t *block, float *values) { widenKBlock(block, nullptr, block + 16, values); }
 
-void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
-  dequantizeBlocks(
-      "dequantizeQ5_KRows", blocks, k, n, kSuperBlock, kQ5_KBlockBytes, out, threads,
-      [](const uint8_t *block, float *values) { dequantizeKBlock(block, block + 16, block + 16 + 32, values); });
-}
+void widenQ5_KBlock(const uint8_t *block, float *values) { widenKBlock(block, block + 16, block + 16 + 32, values); }
 
-void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+void widenQ6_KBlock(const uint8_t *block, float *values) {
   // The super-block's halves g of 128 weights, each four runs s of 32: weight i of run s takes the
   // low (s < 2) or high nibble of low[64 g + 32 (s % 2) + i] and bits 2 s, 2 s + 1 of
   // high[32 g + i] above it; q - 32 times the f32 product of d and the int8 scale of its 16
-  // weights. Runs of 16 with one scale each, so the loops vectorize.
-  dequantizeBlocks("dequantizeQ6_KRows", blocks, k, n, kSuperBlock, kQ6_KBlockBytes, out, threads,
-                   [](const uint8_t *block, float *values) {
-                     const uint8_t *low = block, *high = block + kSuperBlock / 2;
-                     const auto *scales = reinterpret_cast<const int8_t *>(block + kSuperBlock / 2 + kSuperBlock / 4);
-                     const float d = halfAt(block + kSuperBlock / 2 + kSuperBlock / 4 + kSuperBlock / 16);
-                     for (int64_t g = 0; g < 2; ++g)
-                       for (int64_t s = 0; s < 4; ++s)
-                         for (int64_t half = 0; half < 2; ++half) {
-                           const float scale = d * static_cast<float>(scales[8 * g + 2 * s + half]);
-                           const uint8_t *lows = low + 64 * g + 32 * (s % 2) + 16 * half;
-                           const uint8_t *highs = high + 32 * g + 16 * half;
-                           float *run = values + 128 * g + 32 * s + 16 * half;
-                           for (int64_t i = 0; i < 16; ++i) {
-                             const int q = static_cast<int>(((lows[i] >> (4 * (s / 2))) & 0x0F) |
-                                                            ((highs[i] >> (2 * s)) & 0x03) << 4) -
-                                           32;
-                             run[i] = scale * static_cast<float>(q);
-                           }
-                         }
-                   });
+  // weights: the same products, 4 at once (SSE2) or one at a time.
+  const uint8_t *low = block, *high = block + kSuperBlock / 2;
+  const auto *scales = reinterpret_cast<const int8_t *>(block + kSuperBlock / 2 + kSuperBlock / 4);
+  const float d = halfAt(block + kSuperBlock / 2 + kSuperBlock / 4 + kSuperBlock / 16);
+  for (int64_t g = 0; g < 2; ++g)
+    for (int64_t s = 0; s < 4; ++s)
+      for (int64_t half = 0; half < 2; ++half) {
+        const float scale = d * static_cast<float>(scales[8 * g + 2 * s + half]);
+        const uint8_t *lows = low + 64 * g + 32 * (s % 2) + 16 * half;
+        const uint8_t *highs = high + 32 * g + 16 * half;
+        float *run = values + 128 * g + 32 * s + 16 * half;
+#ifdef __SSE2__
+        const __m128i nibble = _mm_set1_epi8(0x0F), pair = _mm_set1_epi8(0x03);
+        __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(lows));
+        codes = _mm_and_si128(_mm_srl_epi16(codes, _mm_cvtsi32_si128(static_cast<int>(4 * (s / 2)))), nibble);
+        __m128i top = _mm_loadu_si128(reinterpret_cast<const __m128i *>(highs));
+        top = _mm_and_si128(_mm_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * s))), pair);
+        codes = _mm_or_si128(codes, _mm_slli_epi16(top, 4));
+        const __m128 scale4 = _mm_set1_ps(scale), offset = _mm_set1_ps(32.0f);
+        // q - 32 is exact in f32 (|q - 32| <= 32), so subtracting after the conversion gives its bits.
+        for (int quarter = 0; quarter < 4; ++quarter)
+          _mm_storeu_ps(run + 4 * quarter, _mm_mul_ps(scale4, _mm_sub_ps(quarterAsFloats(codes, quarter), offset)));
+#else
+        for (int64_t i = 0; i < 16; ++i) {
+          const int q =
+              static_cast<int>(((lows[i] >> (4 * (s / 2))) & 0x0F) | ((highs[i] >> (2 * s)) & 0x03) << 4) - 32;
+          run[i] = scale * static_cast<float>(q);
+        }
+#endif
+      }
+}
+
+void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ5_0Rows", blocks, k, n, kQuantBlock, kQ5_0BlockBytes, out, threads, widenQ5_0Block);
+}
+
+void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ5_1Rows", blocks, k, n, kQuantBlock, kQ5_1BlockBytes, out, threads, widenQ5_1Block);
+}
+
+void dequantizeQ4_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ4_KRows", blocks, k, n, kSuperBlock, kQ4_KBlockBytes, out, threads, widenQ4_KBlock);
+}
+
+void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ5_KRows", blocks, k, n, kSuperBlock, kQ5_KBlockBytes, out, threads, widenQ5_KBlock);
+}
+
+void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
+  dequantizeBlocks("dequantizeQ6_KRows", blocks, k, n, kSuperBlock, kQ6_KBlockBytes, out, threads, widenQ6_KBlock);
 }
 
 } // namespace gpt::kernels

@@ -29,6 +29,15 @@ void dequantizeQ4_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out,
 void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 
+/// One block of those types widened to its 32 (q5_0, q5_1) or 256 (the K-quants) f32 `values`, as
+/// the Rows functions above widen each: for a converter that works a block at a time
+/// (BlockTranscoding.h), with no threads or checks to pay for per block.
+void widenQ5_0Block(const uint8_t *block, float *values);
+void widenQ5_1Block(const uint8_t *block, float *values);
+void widenQ4_KBlock(const uint8_t *block, float *values);
+void widenQ5_KBlock(const uint8_t *block, float *values);
+void widenQ6_KBlock(const uint8_t *block, float *values);
+
 } // namespace gpt::kernels
 
 #endif // GPT_CC_KERNELS_GGUFDEQUANTIZING_H

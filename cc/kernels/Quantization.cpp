@@ -158,19 +158,21 @@ void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes
   });
 }
 
+void quantizeQ8_0Block(const float *weights, uint8_t *block) {
+  int8_t codes[kQuantBlock];
+  const uint16_t scale = quantizeBlockQ8_0(weights, 1, codes);
+  std::memcpy(block, &scale, sizeof scale);
+  std::memcpy(block + 2, codes, sizeof codes);
+}
+
 void quantizeQ8_0Rows(const float *matrix, int64_t n, int64_t k, uint8_t *blocks, int64_t threads) {
   if (n < 0 || k < 0 || k % kQuantBlock != 0)
     throw std::invalid_argument("quantizeQ8_0Rows: K = " + std::to_string(k) +
                                 " is not a multiple of the quantization block (" + std::to_string(kQuantBlock) + ")");
   const int64_t perRow = k / kQuantBlock, blockBytes = 2 + kQuantBlock;
   parallelFor(n, threads, [&](int64_t firstRow, int64_t endRow) {
-    int8_t codes[kQuantBlock];
-    for (int64_t b = firstRow * perRow; b < endRow * perRow; ++b) {
-      uint8_t *block = blocks + b * blockBytes;
-      const uint16_t scale = quantizeBlockQ8_0(matrix + b * kQuantBlock, 1, codes);
-      std::memcpy(block, &scale, sizeof scale);
-      std::memcpy(block + 2, codes, sizeof codes);
-    }
+    for (int64_t b = firstRow * perRow; b < endRow * perRow; ++b)
+      quantizeQ8_0Block(matrix + b * kQuantBlock, blocks + b * blockBytes);
   });
 }
 

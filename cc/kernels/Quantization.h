@@ -34,6 +34,8 @@ void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes
 /// bit what quantizeQ8_0 gives the transposed [k, n] matrix: how the tied embedding [V, D] becomes
 /// the q8_0 LM head [D, V] without a transposed float32 copy.
 void quantizeQ8_0Rows(const float *matrix, int64_t n, int64_t k, uint8_t *blocks, int64_t threads = 1);
+/// One such block: the 32 consecutive `weights` as the 34 bytes at `block`.
+void quantizeQ8_0Block(const float *weights, uint8_t *block);
 
 /// q4_0 of a row-major [K, N] matrix, blocks as for q8_0: per block, m = the weight of largest
 /// magnitude with its sign (the first one on a tie), d = m / -8 (f32), `scales[b][n]` =
