@@ -382,6 +382,57 @@ void q6_KCodes(const uint8_t *block, uint8_t *codes) {
                                                            ((high[32 * g + j] >> (2 * s)) & 0x03) << 4);
 }
 
+namespace {
+constexpr int64_t kQ6_KRuns = kSuperBlock / kQ6_KRunValues;
+
+/// A q6_K super-block's 16 runs as their lane words, run h's 3 at words[3 h ..] (q6_KCodes, then
+/// q6_KRunWords per run; in SSE2 four runs at a time, with no byte array between).
+void q6_KSuperBlockWords(const uint8_t *block, uint32_t *words) {
+#ifdef __SSE2__
+  // Run h = 8 g + 2 s + half: the 16 codes of q6_KCodes' run of 32 s of half g, half `half` of it.
+  const uint8_t *low = block, *high = block + kSuperBlock / 2;
+  const __m128i nibble = _mm_set1_epi8(0x0F), pair = _mm_set1_epi8(0x03);
+  __m128i runs[kQ6_KRuns];
+  for (int g = 0; g < 2; ++g)
+    for (int s = 0; s < 4; ++s)
+      for (int half = 0; half < 2; ++half) {
+        __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(low + 64 * g + 32 * (s % 2) + 16 * half));
+        __m128i top = _mm_loadu_si128(reinterpret_cast<const __m128i *>(high + 32 * g + 16 * half));
+        codes = _mm_and_si128(_mm_srl_epi16(codes, _mm_cvtsi32_si128(4 * (s / 2))), nibble);
+        top = _mm_and_si128(_mm_srl_epi16(top, _mm_cvtsi32_si128(2 * s)), pair);
+        runs[8 * g + 2 * s + half] = _mm_or_si128(codes, _mm_slli_epi16(top, 4));
+      }
+  // Lane i of a run (32 bits) holds codes 4 i .. 4 i + 3, a byte each; byte i of each of its
+  // words is a function of that lane alone (q6_KRunWords), computed in the lane, then four runs'
+  // lanes narrowed to bytes together: word k of run 4 q + r in lane r of `narrowed`.
+  auto bits = [](__m128i lane, int shift, int mask) {
+    return _mm_and_si128(_mm_srli_epi32(lane, shift), _mm_set1_epi32(mask));
+  };
+  for (int q = 0; q < kQ6_KRuns / 4; ++q) {
+    __m128i perRun[kQ6_KWordsPerRun][4];
+    for (int r = 0; r < 4; ++r) {
+      const __m128i lane = runs[4 * q + r];
+      perRun[0][r] = _mm_or_si128(bits(lane, 0, 0x0F), bits(lane, 12, 0xF0));
+      perRun[1][r] = _mm_or_si128(bits(lane, 8, 0x0F), bits(lane, 20, 0xF0));
+      perRun[2][r] = _mm_or_si128(_mm_or_si128(bits(lane, 4, 0x03), bits(lane, 10, 0x0C)),
+                                  _mm_or_si128(bits(lane, 16, 0x30), bits(lane, 22, 0xC0)));
+    }
+    for (int k = 0; k < kQ6_KWordsPerRun; ++k) {
+      const __m128i narrowed =
+          _mm_packus_epi16(_mm_packs_epi32(perRun[k][0], perRun[k][1]), _mm_packs_epi32(perRun[k][2], perRun[k][3]));
+      uint32_t four[4];
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(four), narrowed);
+      for (int r = 0; r < 4; ++r) words[(4 * q + r) * kQ6_KWordsPerRun + k] = four[r];
+    }
+  }
+#else
+  uint8_t codes[kSuperBlock];
+  q6_KCodes(block, codes);
+  for (int64_t h = 0; h < kQ6_KRuns; ++h) q6_KRunWords(codes + h * kQ6_KRunValues, words + h * kQ6_KWordsPerRun);
+#endif
+}
+} // namespace
+
 void repackQ6_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
   const char *what = "repackQ6_KRows";
@@ -413,14 +464,9 @@ void repackQ6_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
                      for (int64_t p = 0; p < pairs; ++p)
                        pairRows[p * width + c] =
                            static_cast<uint16_t>(block[scalesAt + 2 * p] | block[scalesAt + 2 * p + 1] << 8);
-                     uint8_t superCodes[kSuperBlock];
-                     uint32_t words[kQ6_KWordsPerRun];
-                     q6_KCodes(block, superCodes);
-                     for (int64_t h = 0; h < runs; ++h) {
-                       q6_KRunWords(superCodes + h * kQ6_KRunValues, words);
-                       for (int64_t w = 0; w < kQ6_KWordsPerRun; ++w)
-                         codeRows[(h * kQ6_KWordsPerRun + w) * width + c] = words[w];
-                     }
+                     uint32_t words[wordsPerSuperBlock];
+                     q6_KSuperBlockWords(block, words);
+                     for (int64_t w = 0; w < wordsPerSuperBlock; ++w) codeRows[w * width + c] = words[w];
                    });
 }
 
