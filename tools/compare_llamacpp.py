@@ -116,8 +116,11 @@ def print_decode_floor(args, results, tests):
     """gpt's decode against the time to read its weights once at the read bandwidth of this machine
     (bench_runners.read_bandwidth at --threads), probed just before and after each of gpt's runs (speed):
     this machine's bandwidth moves with its neighbours' (17 to 32 GB/s within one hour of 2026-11-29), so
-    a probe minutes away from the decode it is compared with says little."""
+    a probe minutes away from the decode it is compared with says little. Nothing without a plain
+    decode test (tgN: a pp4096 run alone has no probes)."""
     plain = plain_decode_tests(tests)
+    if not plain:
+        return
     print(
         f"\nDecode against the weight-streaming floor (read bandwidth at {args.threads} threads, "
         "probed around each run):\n"
