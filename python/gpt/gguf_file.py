@@ -33,6 +33,7 @@ from gpt.gguf.container import (  # also read from here: tests and tools name gg
     QuantizedTensor,
     _check_layout,
     _check_ne,
+    _check_tensor_names,
     _dequantize,
     _Metadata,
     _non_finite_fp16,
@@ -234,14 +235,7 @@ def _gpt2_weights(
     """A GPT-2 file's weights by HF name: float32 in HF's layout, or the blocks of `keep_quantized`
     as they are (see load_gguf); an output.weight must be token_embd.weight's copy."""
     names = tensor_names(config.n_layer)
-    missing = [name for name in names if name not in tensors]
-    if missing:
-        raise ModelFileError(
-            f"{path}: tensor(s) missing: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")
-        )
-    unexpected = sorted(name for name in tensors if name not in names and name != _OUTPUT)
-    if unexpected:
-        raise ModelFileError(f"{path}: unexpected tensor(s) for GPT-2: {', '.join(unexpected[:5])}")
+    _check_tensor_names(path, tensors, names, (_OUTPUT,), "GPT-2")
     shapes = _gguf_shapes(config)
     weights: dict[str, np.ndarray | QuantizedTensor] = {}
     kept_type = _types()[keep_quantized] if keep_quantized in KEPT_QUANTIZED else None

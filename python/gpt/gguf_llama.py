@@ -41,6 +41,7 @@ from gpt.gguf.container import (
     GgufFile,
     QuantizedTensor,
     _check_ne,
+    _check_tensor_names,
     _dequantize,
     _Metadata,
 )
@@ -107,14 +108,7 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     longrope = [name for name in _LONGROPE if name in tensors]
     if longrope:
         raise ModelFileError(f"{path}: tensor {longrope[0]} is longrope (su) rope scaling, which is not supported")
-    missing = [name for name in expected if name not in tensors]
-    if missing:
-        raise ModelFileError(
-            f"{path}: tensor(s) missing: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")
-        )
-    unexpected = sorted(name for name in tensors if name not in expected and name != _ROPE_FREQS)
-    if unexpected:
-        raise ModelFileError(f"{path}: unexpected tensor(s) for {arch}: {', '.join(unexpected[:5])}")
+    _check_tensor_names(path, tensors, expected, (_ROPE_FREQS,), arch)
 
     weights: dict[str, np.ndarray | QuantizedTensor] = {}
     for name, (hf_name, shape) in expected.items():

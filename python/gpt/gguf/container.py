@@ -194,6 +194,19 @@ class _Metadata:
         return value
 
 
+def _check_tensor_names(path: str, tensors, expected, also_allowed: tuple[str, ...], model: str) -> None:
+    """Raises ModelFileError naming the first tensors of `expected` (names) missing from `tensors`,
+    or the first of `tensors` that are neither expected nor `also_allowed`, for a `model` file."""
+    missing = [name for name in expected if name not in tensors]
+    if missing:
+        raise ModelFileError(
+            f"{path}: tensor(s) missing: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else "")
+        )
+    unexpected = sorted(name for name in tensors if name not in expected and name not in also_allowed)
+    if unexpected:
+        raise ModelFileError(f"{path}: unexpected tensor(s) for {model}: {', '.join(unexpected[:5])}")
+
+
 def _check_ne(tensor, shape: tuple[int, ...], path: str) -> None:
     ne = [int(n) for n in tensor.shape]
     if ne != list(shape[::-1]):
