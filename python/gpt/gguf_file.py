@@ -29,7 +29,7 @@ from gpt import gguf_llama
 from gpt.config import WEIGHT_FORMATS, GPTConfig
 from gpt.errors import ModelFileError
 from gpt.gguf.container import (  # also read from here: tests and tools name gguf_file.GgufFile, _Metadata, ...
-    GgufFile,
+    GgufFile,  # noqa: F401 - re-exported
     QuantizedTensor,
     _check_layout,
     _check_ne,
@@ -37,6 +37,7 @@ from gpt.gguf.container import (  # also read from here: tests and tools name gg
     _dequantize,
     _Metadata,
     _non_finite_fp16,
+    _open_gguf,
     _types,
 )
 from gpt.gguf_tokenizer import building_tokenizer, read_vocabulary
@@ -156,12 +157,7 @@ def load_gguf(
     scale, an output.weight unlike token_embd.weight (an untied LM head), hyperparameters this model
     cannot take, tokenizer data that does not make a tokenizer."""
 
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such GGUF file: {path}")
-    reader = GgufFile(path)  # checks every count and length in the header against the file
-    meta = _Metadata(reader, path)
-    architecture = meta.get("general.architecture", str)
+    path, reader, meta, architecture = _open_gguf(path)
     if architecture in gguf_llama.ARCHITECTURES:  # the Llama family: gpt/gguf_llama.py
         return gguf_llama.read(reader, meta, path, architecture, keep_quantized)
     if architecture != ARCHITECTURE:

@@ -30,7 +30,6 @@ as blocks and compute on the int8 dot-product path; with keep_quantized="auto" e
 format nearest its own (a Q4_K_M file: q4_k, q6_k and q8_0 side by side)."""
 
 import math
-import os
 
 import numpy as np
 
@@ -38,12 +37,12 @@ from gpt import architectures, kept_formats
 from gpt.config import GPTConfig, RopeScaling
 from gpt.errors import ModelFileError
 from gpt.gguf.container import (
-    GgufFile,
     QuantizedTensor,
     _check_ne,
     _check_tensor_names,
     _dequantize,
     _Metadata,
+    _open_gguf,
 )
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
@@ -67,12 +66,7 @@ def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUF
     FileNotFoundError for a missing file and gpt.ModelFileError naming the file and key or tensor
     for anything it cannot read."""
 
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such GGUF file: {path}")
-    reader = GgufFile(path)  # checks every count and length in the header against the file
-    meta = _Metadata(reader, path)
-    architecture = meta.get("general.architecture", str)
+    path, reader, meta, architecture = _open_gguf(path)
     if architecture not in ARCHITECTURES:
         raise ModelFileError(
             f"{path}: general.architecture {architecture!r} is not a Llama-family architecture "

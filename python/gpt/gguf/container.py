@@ -194,6 +194,18 @@ class _Metadata:
         return value
 
 
+def _open_gguf(path) -> tuple[str, "GgufFile", "_Metadata", str]:
+    """(the path as a str, its reader, its metadata, general.architecture) of the GGUF file at
+    `path`; FileNotFoundError when there is none, ModelFileError for a header that does not fit the
+    file (GgufFile checks every count and length against it) or has no architecture."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such GGUF file: {path}")
+    reader = GgufFile(path)
+    meta = _Metadata(reader, path)
+    return path, reader, meta, meta.get("general.architecture", str)
+
+
 def _check_tensor_names(path: str, tensors, expected, also_allowed: tuple[str, ...], model: str) -> None:
     """Raises ModelFileError naming the first tensors of `expected` (names) missing from `tensors`,
     or the first of `tensors` that are neither expected nor `also_allowed`, for a `model` file."""
