@@ -37,8 +37,10 @@ from gpt.gguf.container import (  # also read from here: tests and tools name gg
     _dequantize,
     _Metadata,
     _non_finite_fp16,
+    _norm_epsilon,
     _open_gguf,
     _types,
+    _vocab_size,
 )
 from gpt.gguf_tokenizer import building_tokenizer, read_vocabulary
 from gpt.kept_formats import KEPT_QUANTIZED  # the formats kept as blocks (CompileOptions.weights)
@@ -194,23 +196,8 @@ def _gpt2_config(meta: _Metadata, tensors: dict, path: str) -> GPTConfig:
     n_head_kv = meta.get("gpt2.attention.head_count_kv", int, required=False, per_layer=True)
     if n_head_kv is not None and n_head_kv != n_head:
         raise ModelFileError(f"{path}: gpt2.attention.head_count_kv {n_head_kv} differs from head_count {n_head}")
-    if "token_embd.weight" not in tensors:
-        raise ModelFileError(f"{path}: tensor token_embd.weight is missing")
-    embd_ne = [int(n) for n in tensors["token_embd.weight"].shape]
-    if len(embd_ne) != 2 or embd_ne[0] != n_embd:
-        raise ModelFileError(f"{path}: tensor token_embd.weight has ne {embd_ne}, expected [{n_embd}, vocab]")
-    vocab_size = embd_ne[1]
-    declared_vocab = meta.get("gpt2.vocab_size", int, required=False)
-    if declared_vocab is not None and declared_vocab != vocab_size:
-        raise ModelFileError(
-            f"{path}: gpt2.vocab_size {declared_vocab} differs from token_embd.weight's {vocab_size} rows"
-        )
-    with np.errstate(over="ignore"):
-        eps32 = np.float32(eps)  # the file holds a float32 (a float64 one is rounded as llama.cpp reads it)
-    if not (np.isfinite(eps32) and eps32 > 0):
-        raise ModelFileError(
-            f"{path}: gpt2.attention.layer_norm_epsilon is {eps!r}, expected a positive finite float32"
-        )
+    vocab_size = _vocab_size(meta, tensors, path, ARCHITECTURE, n_embd)
+    layer_norm_eps = _norm_epsilon(eps, "gpt2.attention.layer_norm_epsilon", path)
     try:
         return GPTConfig(
             n_layer=n_layer,
@@ -218,8 +205,7 @@ def _gpt2_config(meta: _Metadata, tensors: dict, path: str) -> GPTConfig:
             n_embd=n_embd,
             vocab_size=vocab_size,
             block_size=n_ctx,
-            # Its shortest decimal, so that 1e-5 reads back as 1e-5.
-            layer_norm_eps=float(str(eps32)),
+            layer_norm_eps=layer_norm_eps,
         )
     except ValueError as e:
         raise ModelFileError(f"{path}: {e}") from None

@@ -42,7 +42,9 @@ from gpt.gguf.container import (
     _check_tensor_names,
     _dequantize,
     _Metadata,
+    _norm_epsilon,
     _open_gguf,
+    _vocab_size,
 )
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
@@ -267,24 +269,8 @@ def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
     window = meta.get(f"{arch}.attention.sliding_window", int, required=False) if arch in _WINDOWED else None
     head_dim = _head_dim(meta, tensors, path, arch, n_head, n_embd)
 
-    if "token_embd.weight" not in tensors:
-        raise ModelFileError(f"{path}: tensor token_embd.weight is missing")
-    embd_ne = [int(n) for n in tensors["token_embd.weight"].shape]
-    if len(embd_ne) != 2 or embd_ne[0] != n_embd:
-        raise ModelFileError(f"{path}: tensor token_embd.weight has ne {embd_ne}, expected [{n_embd}, vocab]")
-    vocab_size = embd_ne[1]
-    declared_vocab = meta.get(f"{arch}.vocab_size", int, required=False)
-    if declared_vocab is not None and declared_vocab != vocab_size:
-        raise ModelFileError(
-            f"{path}: {arch}.vocab_size {declared_vocab} differs from token_embd.weight's {vocab_size} rows"
-        )
-
-    with np.errstate(over="ignore"):
-        eps32 = np.float32(eps)  # llama.cpp reads a float32
-    if not (np.isfinite(eps32) and eps32 > 0):
-        raise ModelFileError(
-            f"{path}: {arch}.attention.layer_norm_rms_epsilon is {eps!r}, expected a positive finite float32"
-        )
+    vocab_size = _vocab_size(meta, tensors, path, arch, n_embd)
+    layer_norm_eps = _norm_epsilon(eps, f"{arch}.attention.layer_norm_rms_epsilon", path)
     fields = dict(
         architecture=arch,
         n_layer=n_layer,
@@ -292,7 +278,7 @@ def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
         n_embd=n_embd,
         vocab_size=vocab_size,
         block_size=n_ctx,
-        layer_norm_eps=float(str(eps32)),  # its shortest decimal: 1e-5 reads back as 1e-5
+        layer_norm_eps=layer_norm_eps,
         n_kv_head=n_kv_head,
         n_ff=n_ff,
         tied_head="output.weight" not in tensors,

@@ -206,6 +206,34 @@ def _open_gguf(path) -> tuple[str, "GgufFile", "_Metadata", str]:
     return path, reader, meta, meta.get("general.architecture", str)
 
 
+def _vocab_size(meta: "_Metadata", tensors, path: str, arch: str, n_embd: int) -> int:
+    """The vocabulary: token_embd.weight's rows (its ne must be [n_embd, vocab]), which
+    `arch`.vocab_size must equal when the file declares it."""
+    if "token_embd.weight" not in tensors:
+        raise ModelFileError(f"{path}: tensor token_embd.weight is missing")
+    embd_ne = [int(n) for n in tensors["token_embd.weight"].shape]
+    if len(embd_ne) != 2 or embd_ne[0] != n_embd:
+        raise ModelFileError(f"{path}: tensor token_embd.weight has ne {embd_ne}, expected [{n_embd}, vocab]")
+    vocab_size = embd_ne[1]
+    declared_vocab = meta.get(f"{arch}.vocab_size", int, required=False)
+    if declared_vocab is not None and declared_vocab != vocab_size:
+        raise ModelFileError(
+            f"{path}: {arch}.vocab_size {declared_vocab} differs from token_embd.weight's {vocab_size} rows"
+        )
+    return vocab_size
+
+
+def _norm_epsilon(eps: float, key: str, path: str) -> float:
+    """The norms' epsilon from metadata key `key` as llama.cpp reads it, a float32 (a float64 one is
+    rounded), given as its shortest decimal (1e-5 reads back as 1e-5); ModelFileError unless it is
+    positive and finite."""
+    with np.errstate(over="ignore"):
+        eps32 = np.float32(eps)
+    if not (np.isfinite(eps32) and eps32 > 0):
+        raise ModelFileError(f"{path}: {key} is {eps!r}, expected a positive finite float32")
+    return float(str(eps32))
+
+
 def _check_tensor_names(path: str, tensors, expected, also_allowed: tuple[str, ...], model: str) -> None:
     """Raises ModelFileError naming the first tensors of `expected` (names) missing from `tensors`,
     or the first of `tensors` that are neither expected nor `also_allowed`, for a `model` file."""
