@@ -3,6 +3,7 @@
 #include "cc/kernels/GgufDequantizing.h"
 
 #include "cc/kernels/KQuantScales.h"
+#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/ParallelFor.h"
 
 #include <cstring>
@@ -174,39 +175,28 @@ void widenQ4_KBlock(const uint8_t *block, float *values) { widenKBlock(block, nu
 void widenQ5_KBlock(const uint8_t *block, float *values) { widenKBlock(block, block + 16, block + 16 + 32, values); }
 
 void widenQ6_KBlock(const uint8_t *block, float *values) {
-  // The super-block's halves g of 128 weights, each four runs s of 32: weight i of run s takes the
-  // low (s < 2) or high nibble of low[64 g + 32 (s % 2) + i] and bits 2 s, 2 s + 1 of
-  // high[32 g + i] above it; q - 32 times the f32 product of d and the int8 scale of its 16
-  // weights: the same products, 4 at once (SSE2) or one at a time.
-  const uint8_t *low = block, *high = block + kSuperBlock / 2;
+  // Run h of 16 weights (q6_KCodes' codes 16 h ..) is q - 32 times the f32 product of d and the
+  // run's int8 scale: the same products, 4 at once (SSE2) or one at a time.
   const auto *scales = reinterpret_cast<const int8_t *>(block + kSuperBlock / 2 + kSuperBlock / 4);
   const float d = halfAt(block + kSuperBlock / 2 + kSuperBlock / 4 + kSuperBlock / 16);
-  for (int64_t g = 0; g < 2; ++g)
-    for (int64_t s = 0; s < 4; ++s)
-      for (int64_t half = 0; half < 2; ++half) {
-        const float scale = d * static_cast<float>(scales[8 * g + 2 * s + half]);
-        const uint8_t *lows = low + 64 * g + 32 * (s % 2) + 16 * half;
-        const uint8_t *highs = high + 32 * g + 16 * half;
-        float *run = values + 128 * g + 32 * s + 16 * half;
-#ifdef __SSE2__
-        const __m128i nibble = _mm_set1_epi8(0x0F), pair = _mm_set1_epi8(0x03);
-        __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(lows));
-        codes = _mm_and_si128(_mm_srl_epi16(codes, _mm_cvtsi32_si128(static_cast<int>(4 * (s / 2)))), nibble);
-        __m128i top = _mm_loadu_si128(reinterpret_cast<const __m128i *>(highs));
-        top = _mm_and_si128(_mm_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * s))), pair);
-        codes = _mm_or_si128(codes, _mm_slli_epi16(top, 4));
-        const __m128 scale4 = _mm_set1_ps(scale), offset = _mm_set1_ps(32.0f);
-        // q - 32 is exact in f32 (|q - 32| <= 32), so subtracting after the conversion gives its bits.
-        for (int quarter = 0; quarter < 4; ++quarter)
-          _mm_storeu_ps(run + 4 * quarter, _mm_mul_ps(scale4, _mm_sub_ps(quarterAsFloats(codes, quarter), offset)));
-#else
-        for (int64_t i = 0; i < 16; ++i) {
-          const int q =
-              static_cast<int>(((lows[i] >> (4 * (s / 2))) & 0x0F) | ((highs[i] >> (2 * s)) & 0x03) << 4) - 32;
-          run[i] = scale * static_cast<float>(q);
-        }
+#ifndef __SSE2__
+  uint8_t codes[kSuperBlock];
+  q6_KCodes(block, codes);
 #endif
-      }
+  for (int64_t h = 0; h < kSuperBlock / kQ6_KRunValues; ++h) {
+    const float scale = d * static_cast<float>(scales[h]);
+    float *run = values + kQ6_KRunValues * h;
+#ifdef __SSE2__
+    const __m128i codes = q6_KRunCodes(block, h);
+    const __m128 scale4 = _mm_set1_ps(scale), offset = _mm_set1_ps(32.0f);
+    // q - 32 is exact in f32 (|q - 32| <= 32), so subtracting after the conversion gives its bits.
+    for (int quarter = 0; quarter < 4; ++quarter)
+      _mm_storeu_ps(run + 4 * quarter, _mm_mul_ps(scale4, _mm_sub_ps(quarterAsFloats(codes, quarter), offset)));
+#else
+    for (int64_t i = 0; i < kQ6_KRunValues; ++i)
+      run[i] = scale * static_cast<float>(static_cast<int>(codes[kQ6_KRunValues * h + i]) - 32);
+#endif
+  }
 }
 
 void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {

@@ -382,6 +382,19 @@ void q6_KCodes(const uint8_t *block, uint8_t *codes) {
                                                            ((high[32 * g + j] >> (2 * s)) & 0x03) << 4);
 }
 
+#ifdef __SSE2__
+__m128i q6_KRunCodes(const uint8_t *block, int64_t h) {
+  // Run h = 8 g + 2 s + half: half `half` of q6_KCodes' run of 32 s in half g of 128.
+  const int64_t g = h / 8, s = h % 8 / 2, half = h % 2;
+  const __m128i nibble = _mm_set1_epi8(0x0F), pair = _mm_set1_epi8(0x03);
+  __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(block + 64 * g + 32 * (s % 2) + 16 * half));
+  __m128i top = _mm_loadu_si128(reinterpret_cast<const __m128i *>(block + kSuperBlock / 2 + 32 * g + 16 * half));
+  codes = _mm_and_si128(_mm_srl_epi16(codes, _mm_cvtsi32_si128(static_cast<int>(4 * (s / 2)))), nibble);
+  top = _mm_and_si128(_mm_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * s))), pair);
+  return _mm_or_si128(codes, _mm_slli_epi16(top, 4));
+}
+#endif
+
 namespace {
 constexpr int64_t kQ6_KRuns = kSuperBlock / kQ6_KRunValues;
 
@@ -389,19 +402,8 @@ constexpr int64_t kQ6_KRuns = kSuperBlock / kQ6_KRunValues;
 /// q6_KRunWords per run; in SSE2 four runs at a time, with no byte array between).
 void q6_KSuperBlockWords(const uint8_t *block, uint32_t *words) {
 #ifdef __SSE2__
-  // Run h = 8 g + 2 s + half: the 16 codes of q6_KCodes' run of 32 s of half g, half `half` of it.
-  const uint8_t *low = block, *high = block + kSuperBlock / 2;
-  const __m128i nibble = _mm_set1_epi8(0x0F), pair = _mm_set1_epi8(0x03);
   __m128i runs[kQ6_KRuns];
-  for (int g = 0; g < 2; ++g)
-    for (int s = 0; s < 4; ++s)
-      for (int half = 0; half < 2; ++half) {
-        __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i *>(low + 64 * g + 32 * (s % 2) + 16 * half));
-        __m128i top = _mm_loadu_si128(reinterpret_cast<const __m128i *>(high + 32 * g + 16 * half));
-        codes = _mm_and_si128(_mm_srl_epi16(codes, _mm_cvtsi32_si128(4 * (s / 2))), nibble);
-        top = _mm_and_si128(_mm_srl_epi16(top, _mm_cvtsi32_si128(2 * s)), pair);
-        runs[8 * g + 2 * s + half] = _mm_or_si128(codes, _mm_slli_epi16(top, 4));
-      }
+  for (int64_t h = 0; h < kQ6_KRuns; ++h) runs[h] = q6_KRunCodes(block, h);
   // Lane i of a run (32 bits) holds codes 4 i .. 4 i + 3, a byte each; byte i of each of its
   // words is a function of that lane alone (q6_KRunWords), computed in the lane, then four runs'
   // lanes narrowed to bytes together: word k of run 4 q + r in lane r of `narrowed`.

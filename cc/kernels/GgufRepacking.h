@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 namespace gpt::kernels {
 
@@ -109,6 +112,10 @@ void repackQ6_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
                     uint16_t *scales, int64_t threads = 1);
 /// A q6_K super-block's 256 codes (0 .. 63) in K order, from its low nibbles and 2-bit highs.
 void q6_KCodes(const uint8_t *block, uint8_t *codes);
+#ifdef __SSE2__
+/// Run h (0 .. 15) of those codes, 16 h .. 16 h + 15, one per byte: q6_KCodes 16 at a time.
+__m128i q6_KRunCodes(const uint8_t *block, int64_t h);
+#endif
 
 /// A q4_K super-block (256 weights) as eight q4_1 blocks (8 * kQ4_1BlockBytes at `out`). Sub-block
 /// s's weights are (d * scale_s) * q - dmin * min_s with 4-bit codes q: a q4_1 block already, whose
