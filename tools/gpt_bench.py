@@ -169,7 +169,7 @@ for line in sys.stdin:  # one repetition per line: calls back to back for that m
 
 class SgemmReference:
     """numpy's OpenBLAS sgemm of [m, k] x [k, n] in float32 on `threads` threads, in a subprocess
-    that runs one repetition when asked (rate), so that its repetitions alternate with the
+    that runs one repetition when asked (measure), so that its repetitions alternate with the
     prefill's and both meet the same moments of a noisy machine; each is measured as the table's
     rows are (bench_runners.measure: calls back to back for min_seconds, the rate their FLOPs over
     that time). A best single call of a 0.1 ms sgemm, taken over thousands, would be a luckier
