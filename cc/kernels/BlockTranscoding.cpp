@@ -15,14 +15,6 @@
 namespace gpt::kernels {
 namespace {
 
-/// A GGUF block type: the weights one block holds, its bytes, and its widening to float32.
-struct BlockType {
-  const char *name;
-  int64_t values;
-  int64_t bytes;
-  void (*dequantize)(const uint8_t *, int64_t, int64_t, float *, int64_t);
-};
-
 void dequantizeQ4_0(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t) {
   dequantizeQ4_0Rows(blocks, k, n, out);
 }
@@ -33,27 +25,33 @@ void dequantizeQ8_0(const uint8_t *blocks, int64_t k, int64_t n, float *out, int
   dequantizeQ8_0Rows(blocks, k, n, out);
 }
 
-constexpr BlockType kBlockTypes[] = {
-    {"q8_0", kQuantBlock, kQ8_0BlockBytes, dequantizeQ8_0},
-    {"q4_0", kQuantBlock, kQ4_0BlockBytes, dequantizeQ4_0},
-    {"q4_1", kQuantBlock, kQ4_1BlockBytes, dequantizeQ4_1},
-    {"q5_0", kQuantBlock, kQ5_0BlockBytes, dequantizeQ5_0Rows},
-    {"q5_1", kQuantBlock, kQ5_1BlockBytes, dequantizeQ5_1Rows},
-    {"q4_k", kSuperBlock, kQ4_KBlockBytes, dequantizeQ4_KRows},
-    {"q5_k", kSuperBlock, kQ5_KBlockBytes, dequantizeQ5_KRows},
-    {"q6_k", kSuperBlock, kQ6_KBlockBytes, dequantizeQ6_KRows},
-};
+// The rows of ggufBlockTypes(), named for the conversion tables below. The K-quants' fp16 fields are
+// their super-blocks' d and dmin; q6_K's one d follows its codes and scales.
+// clang-format off
+constexpr GgufBlockType kQ8_0Type = {"q8_0", kQuantBlock, kQ8_0BlockBytes, 1, {0, 0}, {"scale", ""},    dequantizeQ8_0};
+constexpr GgufBlockType kQ4_0Type = {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""},    dequantizeQ4_0};
+constexpr GgufBlockType kQ4_1Type = {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, dequantizeQ4_1};
+constexpr GgufBlockType kQ5_0Type = {"q5_0", kQuantBlock, kQ5_0BlockBytes, 1, {0, 0}, {"scale", ""},    dequantizeQ5_0Rows};
+constexpr GgufBlockType kQ5_1Type = {"q5_1", kQuantBlock, kQ5_1BlockBytes, 2, {0, 2}, {"scale", "min"}, dequantizeQ5_1Rows};
+constexpr GgufBlockType kQ4_KType = {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, dequantizeQ4_KRows};
+constexpr GgufBlockType kQ5_KType = {"q5_k", kSuperBlock, kQ5_KBlockBytes, 2, {0, 2}, {"scale", "min"}, dequantizeQ5_KRows};
+constexpr GgufBlockType kQ6_KType = {"q6_k", kSuperBlock, kQ6_KBlockBytes, 1, {kQ6_KBlockBytes - 2, 0}, {"scale", ""},
+                                     dequantizeQ6_KRows};
+// clang-format on
 
-const BlockType &blockType(const std::string &type, int64_t k, const char *what) {
-  for (const BlockType &candidate : kBlockTypes) {
-    if (type != candidate.name) continue;
-    if (k <= 0 || k % candidate.values != 0)
-      throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) + " is not a positive multiple of " +
-                                  type + "'s block (" + std::to_string(candidate.values) + ")");
-    return candidate;
+/// The row of `type`, checked against a K of `k` weights a row (`what` names the caller).
+const GgufBlockType &blockType(const std::string &type, int64_t k, const char *what) {
+  const GgufBlockType *lookedUp = nullptr;
+  try {
+    lookedUp = &ggufBlockType(type);
+  } catch (const std::invalid_argument &error) {
+    throw std::invalid_argument(std::string(what) + ": " + error.what());
   }
-  throw std::invalid_argument(std::string(what) + ": no block type '" + type +
-                              "' (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)");
+  const GgufBlockType &found = *lookedUp;
+  if (k <= 0 || k % found.values != 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) + " is not a positive multiple of " +
+                                type + "'s block (" + std::to_string(found.values) + ")");
+  return found;
 }
 
 uint16_t halfBitsAt(const uint8_t *bytes) {
@@ -99,50 +97,46 @@ void q4_0AsQ4_1(const uint8_t *block, uint8_t *out) {
 }
 
 const BlockConversion kToQ8_0[] = {
-    {"q8_0", kQuantBlock, kQ8_0BlockBytes, 1, {0, 0}, {"scale", ""}, nullptr},
-    {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, narrowCodesAsQ8_0<false>},
-    {"q5_0", kQuantBlock, kQ5_0BlockBytes, 1, {0, 0}, {"scale", ""}, narrowCodesAsQ8_0<true>},
-    {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kQuantBlock, widenQ4_1Block>},
-    {"q5_1", kQuantBlock, kQ5_1BlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kQuantBlock, widenQ5_1Block>},
-    {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kSuperBlock, widenQ4_KBlock>},
-    {"q5_k", kSuperBlock, kQ5_KBlockBytes, 2, {0, 2}, {"scale", "min"}, widenAsQ8_0<kSuperBlock, widenQ5_KBlock>},
-    {"q6_k",
-     kSuperBlock,
-     kQ6_KBlockBytes,
-     1,
-     {kQ6_KBlockBytes - 2, 0},
-     {"scale", ""},
-     widenAsQ8_0<kSuperBlock, widenQ6_KBlock>},
+    {kQ8_0Type, nullptr},
+    {kQ4_0Type, narrowCodesAsQ8_0<false>},
+    {kQ5_0Type, narrowCodesAsQ8_0<true>},
+    {kQ4_1Type, widenAsQ8_0<kQuantBlock, widenQ4_1Block>},
+    {kQ5_1Type, widenAsQ8_0<kQuantBlock, widenQ5_1Block>},
+    {kQ4_KType, widenAsQ8_0<kSuperBlock, widenQ4_KBlock>},
+    {kQ5_KType, widenAsQ8_0<kSuperBlock, widenQ5_KBlock>},
+    {kQ6_KType, widenAsQ8_0<kSuperBlock, widenQ6_KBlock>},
 };
 const BlockConversion kToQ4_1[] = {
-    {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, nullptr},
-    {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, q4_0AsQ4_1},
-    {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, q4_KAsQ4_1},
+    {kQ4_1Type, nullptr},
+    {kQ4_0Type, q4_0AsQ4_1},
+    {kQ4_KType, q4_KAsQ4_1},
 };
-// q4_K is kept as itself only (repackQ4_KRows): its fp16 fields are the super-block's d and dmin.
-const BlockConversion kToQ4_K[] = {
-    {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, nullptr},
-};
-// q6_K likewise (repackQ6_KRows): its one fp16 field is the super-block's d, after the codes and scales.
-const BlockConversion kToQ6_K[] = {
-    {"q6_k", kSuperBlock, kQ6_KBlockBytes, 1, {kQ6_KBlockBytes - 2, 0}, {"scale", ""}, nullptr},
-};
-const BlockConversion kToQ4_0[] = {
-    {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""}, nullptr},
-};
+// q4_K and q6_K are kept as themselves only (repackQ4_KRows, repackQ6_KRows).
+const BlockConversion kToQ4_K[] = {{kQ4_KType, nullptr}};
+const BlockConversion kToQ6_K[] = {{kQ6_KType, nullptr}};
+const BlockConversion kToQ4_0[] = {{kQ4_0Type, nullptr}};
 
 } // namespace
 
-BlockShape blockShape(const std::string &type) {
-  for (const BlockType &candidate : kBlockTypes)
-    if (type == candidate.name) return {candidate.values, candidate.bytes};
-  return {blockType(type, 0, "blockShape").values, 0}; // throws, naming the types
+const std::vector<GgufBlockType> &ggufBlockTypes() {
+  static const std::vector<GgufBlockType> types = {kQ8_0Type, kQ4_0Type, kQ4_1Type, kQ4_KType,
+                                                   kQ6_KType, kQ5_0Type, kQ5_1Type, kQ5_KType};
+  return types;
+}
+
+const GgufBlockType &ggufBlockType(const std::string &type) {
+  std::string known;
+  for (const GgufBlockType &candidate : ggufBlockTypes()) {
+    if (type == candidate.name) return candidate;
+    known += std::string(known.empty() ? "" : ", ") + candidate.name;
+  }
+  throw std::invalid_argument("no block type '" + type + "' (" + known + ")");
 }
 
 const BlockConversion &blockConversion(const std::string &type, const std::string &target) {
   auto find = [&](const auto &table) -> const BlockConversion * {
     for (const BlockConversion &conversion : table)
-      if (type == conversion.type) return &conversion;
+      if (type == conversion.name) return &conversion;
     return nullptr;
   };
   const BlockConversion *found = target == "q8_0"   ? find(kToQ8_0)
@@ -161,7 +155,7 @@ const BlockConversion &blockConversion(const std::string &type, const std::strin
 std::vector<std::string> convertedTypes(const std::string &target) {
   std::vector<std::string> types;
   auto add = [&](const auto &table) {
-    for (const BlockConversion &conversion : table) types.push_back(conversion.type);
+    for (const BlockConversion &conversion : table) types.push_back(conversion.name);
   };
   if (target == "q8_0") add(kToQ8_0);
   if (target == "q4_1") add(kToQ4_1);
@@ -182,7 +176,7 @@ void transcodeQ4_KToQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, uint8_
 
 void requantizeRowsToQ8_0(const std::string &type, const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out,
                           int64_t threads) {
-  const BlockType &source = blockType(type, k, "requantizeRowsToQ8_0");
+  const GgufBlockType &source = blockType(type, k, "requantizeRowsToQ8_0");
   const BlockConversion &conversion = blockConversion(type, "q8_0");
   const int64_t perBlock = source.values / kQuantBlock;
   parallelFor(n * (k / source.values), threads, [&](int64_t first, int64_t end) {

@@ -101,7 +101,7 @@ struct ConvertedBlocks {
     for (const BlockConversion *conversion : conversions)
       if (k % conversion->values != 0)
         throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) + " is not a multiple of " +
-                                    conversion->type + "'s block (" + std::to_string(conversion->values) + ")");
+                                    conversion->name + "'s block (" + std::to_string(conversion->values) + ")");
   }
   int64_t rowBytes(int64_t k, size_t part) const { return k / conversions[part]->values * conversions[part]->bytes; }
   void forPanels(int64_t width) {
@@ -123,7 +123,7 @@ struct ConvertedBlocks {
                                       (bits & 0x03FFu   ? "nan"
                                        : bits & 0x8000u ? "-inf"
                                                         : "inf") +
-                                      "; " + conversion.type + " " + conversion.halfNames[h] + "s must be finite");
+                                      "; " + conversion.name + " " + conversion.halfNames[h] + "s must be finite");
       }
       if (conversion.convert) try {
           conversion.convert(block, slot);
@@ -136,7 +136,7 @@ struct ConvertedBlocks {
   /// "q6_k block 3 of row 5 (values 768 to 1023)", with " of part 2" after the row for a fused weight.
   std::string where(const BlockConversion &conversion, int64_t c, int64_t index) const {
     const auto [part, row] = columns[c];
-    return std::string(conversion.type) + " block " + std::to_string(index) + " of row " + std::to_string(row) +
+    return std::string(conversion.name) + " block " + std::to_string(index) + " of row " + std::to_string(row) +
            (severalParts ? " of part " + std::to_string(part) : "") + " (values " +
            std::to_string(index * conversion.values) + " to " + std::to_string((index + 1) * conversion.values - 1) +
            ")";

@@ -71,7 +71,7 @@ std::vector<kernels::BlockRows> blockParts(const std::string &key, const Compile
   int64_t partRows = 0;
   for (const CompiledModel::QuantizedPart &part : weight.parts) {
     const std::string type = part.type.empty() ? format : part.type;
-    const kernels::BlockShape block = kernels::blockShape(type);
+    const kernels::GgufBlockType &block = kernels::ggufBlockType(type);
     if (rows % block.values != 0)
       throw std::invalid_argument(key + ": " + type + " blocks of " + std::to_string(block.values) +
                                   " weights do not divide its rows of " + std::to_string(rows));

@@ -30,34 +30,14 @@ def weight_formats() -> list[tuple[str, int, int, int, bool, str, tuple[str, ...
     into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column, code_bits:
     bits of one weight's code in the lanes (q6_k: 6, 16 codes in 3 words; rows_per_word 0))."""
 
-def dequantize_q8_0_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
-    """llama.cpp q8_0 blocks [..., K/32*34] as float32 [..., K], as gguf.quants dequantizes them."""
+def gguf_block_types() -> list[tuple[str, int, int, dict[str, int]]]:
+    """The GGUF block types the loaders read (cc/kernels/BlockTranscoding.h), a row per type: (name, values:
+    weights per block, bytes per block, {fp16 field name: byte offset in the block})."""
 
-def dequantize_q4_0_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
-    """llama.cpp q4_0 blocks [..., K/32*18] as float32 [..., K], as gguf.quants dequantizes them."""
-
-def dequantize_q4_1_rows(blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
-    """llama.cpp q4_1 blocks [..., K/32*20] as float32 [..., K], as gguf.quants dequantizes them."""
-
-def dequantize_q5_0_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
-    """llama.cpp q5_0 blocks [..., K/32*22] as float32 [..., K], bit for bit as gguf.quants
-    dequantizes them, on `threads` threads (0: every core)."""
-
-def dequantize_q5_1_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
-    """llama.cpp q5_1 blocks [..., K/32*24] as float32 [..., K], bit for bit as gguf.quants
-    dequantizes them, on `threads` threads (0: every core)."""
-
-def dequantize_q4_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
-    """llama.cpp q4_k blocks [..., K/256*144] as float32 [..., K], bit for bit as gguf.quants
-    dequantizes them, on `threads` threads (0: every core)."""
-
-def dequantize_q5_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
-    """llama.cpp q5_k blocks [..., K/256*176] as float32 [..., K], bit for bit as gguf.quants
-    dequantizes them, on `threads` threads (0: every core)."""
-
-def dequantize_q6_k_rows(blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
-    """llama.cpp q6_k blocks [..., K/256*210] as float32 [..., K], bit for bit as gguf.quants
-    dequantizes them, on `threads` threads (0: every core)."""
+def dequantize_rows(type: str, blocks: npt.NDArray[np.uint8], threads: _Int = 0) -> npt.NDArray[np.float32]:
+    """llama.cpp blocks of GGUF type `type` (a name of gguf_block_types) [..., row bytes] as float32 [..., K], bit
+    for bit as gguf.quants dequantizes them, on `threads` threads (0: every core) where the type's kernel splits
+    rows."""
 
 def target_description(target_cpu: str = "host") -> dict[str, object]:
     """cpu, triple, vector_bits, vector_registers, features (those choosing instructions) and runs_here of a target."""

@@ -31,7 +31,6 @@ from gpt.errors import ModelFileError
 from gpt.gguf.container import (  # also read from here: tests and tools name gguf_file.GgufFile, _Metadata, ...
     GgufFile,  # noqa: F401 - re-exported
     QuantizedTensor,
-    _check_layout,
     _check_ne,
     _check_tensor_names,
     _dequantize,
@@ -42,6 +41,7 @@ from gpt.gguf.container import (  # also read from here: tests and tools name gg
     _types,
     _vocab_size,
 )
+from gpt.gguf.layout import _check_layout
 from gpt.gguf_tokenizer import building_tokenizer, read_vocabulary
 from gpt.kept_formats import KEPT_QUANTIZED  # the formats kept as blocks (CompileOptions.weights)
 from gpt.resources import check_fits_in_memory

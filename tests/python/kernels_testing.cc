@@ -155,7 +155,7 @@ void initLanes(py::module_ &m) {
 void initTranscoding(py::module_ &m) {
   auto transcodeRows = [](const std::string &type, Ints<uint8_t> blocks, int64_t outValues, int64_t outBytes,
                           auto transcode) {
-    const kernels::BlockShape in = kernels::blockShape(type);
+    const kernels::GgufBlockType &in = kernels::ggufBlockType(type);
     if (blocks.ndim() < 1 || blocks.shape(blocks.ndim() - 1) % in.bytes != 0)
       throw std::invalid_argument(type + " blocks must be rows of whole blocks of " + std::to_string(in.bytes) +
                                   " bytes in their last dimension");

@@ -352,8 +352,8 @@ def test_the_kernels_widen_blocks_as_gguf_does(fmt):
     for row in blocks.reshape(-1, 4, block_bytes):
         row[:, :header] = rng.choice(halves, size=(4, header // 2)).view(np.uint8).reshape(4, header)
     expected = gguf.quants.dequantize(blocks, qtype)
-    actual = getattr(_gpt, f"dequantize_{fmt}_rows")(blocks)
+    actual = _gpt.dequantize_rows(fmt, blocks)
     assert actual.shape == expected.shape == (2, 3, 4 * block) and actual.dtype == np.float32
     np.testing.assert_array_equal(actual.view(np.uint32), expected.astype(np.float32).view(np.uint32))
     with pytest.raises(ValueError, match="whole blocks"):
-        getattr(_gpt, f"dequantize_{fmt}_rows")(blocks[..., :-1].copy())
+        _gpt.dequantize_rows(fmt, blocks[..., :-1].copy())

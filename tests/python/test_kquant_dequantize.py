@@ -1,6 +1,6 @@
-"""The compiler's dequantizers of llama.cpp's q5_0, q5_1 and K-quant blocks (cc/kernels/GgufRepacking.cpp)
-against gguf.quants, bit for bit, and the GGUF loader using them; and the layout kernels' thread split
-leaving their results unchanged."""
+"""The compiler's dequantizers of llama.cpp's blocks (every type of _gpt.gguf_block_types;
+cc/kernels/GgufDequantizing.cpp) against gguf.quants, bit for bit, and the GGUF loader using them;
+and the layout kernels' thread split leaving their results unchanged."""
 
 import ctypes
 import importlib.util
@@ -16,14 +16,29 @@ from gpt import _gpt, architecture_weights, gguf_file
 from gpt.gguf_file import QuantizedTensor, load_gguf
 
 T = gguf.GGMLQuantizationType
-# type -> (kernel, byte offsets of the block's fp16 fields: scales, mins)
-KERNELS = {
-    T.Q5_0: ("dequantize_q5_0_rows", (0,)),
-    T.Q5_1: ("dequantize_q5_1_rows", (0, 2)),
-    T.Q4_K: ("dequantize_q4_k_rows", (0, 2)),
-    T.Q5_K: ("dequantize_q5_k_rows", (0, 2)),
-    T.Q6_K: ("dequantize_q6_k_rows", (208,)),
+# type -> byte offsets of the block's fp16 fields (scales, mins), from ggml-common.h's block structs
+FP16_OFFSETS = {
+    T.Q8_0: (0,),
+    T.Q4_0: (0,),
+    T.Q4_1: (0, 2),
+    T.Q5_0: (0,),
+    T.Q5_1: (0, 2),
+    T.Q4_K: (0, 2),
+    T.Q5_K: (0, 2),
+    T.Q6_K: (208,),
 }
+KERNELS = tuple(FP16_OFFSETS)
+
+
+def test_the_block_type_table_is_ggmls():
+    """_gpt.gguf_block_types (the one table the loaders' checks and dequantization read) against
+    gguf's block sizes and ggml-common.h's fp16 fields."""
+    rows = {name: (values, nbytes, halves) for name, values, nbytes, halves in _gpt.gguf_block_types()}
+    assert set(rows) == {qtype.name.lower() for qtype in FP16_OFFSETS}
+    for qtype, offsets in FP16_OFFSETS.items():
+        values, nbytes, halves = rows[qtype.name.lower()]
+        assert (values, nbytes) == gguf.GGML_QUANT_SIZES[qtype]
+        assert tuple(halves.values()) == offsets
 
 
 def random_blocks(qtype, rows: int, k: int, seed: int) -> np.ndarray:
@@ -39,7 +54,7 @@ def random_blocks(qtype, rows: int, k: int, seed: int) -> np.ndarray:
             rng.standard_normal(count).astype(np.float16),
         ]
     )[:count]
-    for offset in KERNELS[qtype][1]:
+    for offset in FP16_OFFSETS[qtype]:
         blocks.reshape(count, block_bytes)[:, offset : offset + 2] = (
             rng.permutation(halves).view(np.uint8).reshape(-1, 2)
         )
@@ -51,7 +66,7 @@ def random_blocks(qtype, rows: int, k: int, seed: int) -> np.ndarray:
 def test_dequantizers_match_gguf_bit_for_bit(qtype, threads):
     k = 512 if qtype in (T.Q4_K, T.Q5_K, T.Q6_K) else 96
     blocks = random_blocks(qtype, rows=37, k=k, seed=int(qtype))
-    ours = getattr(_gpt, KERNELS[qtype][0])(blocks, threads=threads)
+    ours = _gpt.dequantize_rows(qtype.name.lower(), blocks, threads=threads)
     theirs = gguf.quants.dequantize(blocks, qtype)
     assert ours.dtype == np.float32 and ours.shape == theirs.shape == (37, k)
     np.testing.assert_array_equal(ours.view(np.uint32), theirs.astype(np.float32).view(np.uint32))
@@ -61,7 +76,7 @@ def test_dequantizers_match_gguf_bit_for_bit(qtype, threads):
 def test_dequantizers_refuse_partial_blocks(qtype):
     block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
     with pytest.raises(ValueError, match=f"whole blocks of {block_bytes} bytes"):
-        getattr(_gpt, KERNELS[qtype][0])(np.zeros((2, block_bytes + 1), dtype=np.uint8))
+        _gpt.dequantize_rows(qtype.name.lower(), np.zeros((2, block_bytes + 1), dtype=np.uint8))
 
 
 class _Tensor:

@@ -26,6 +26,7 @@ TRACED = ("gpt/gguf_file.py", "gpt/weights.py", "gpt/config.py", "gpt/resources.
 TRACED += ("gpt/gguf_llama.py", "gpt/gguf_tokenizer.py", "gpt/hf_checkpoint.py", "gpt/model_files.py", "gpt/chat.py")
 TRACED += ("gpt/template_sandbox.py", "gpt_runtime/manifest.py", "gpt_runtime/weights.py", "gpt_runtime/schema.py")
 TRACED += ("gpt_runtime/artifact_files.py", "gpt_runtime/model.py", "gpt/gguf/container.py", "gpt/kept_formats.py")
+TRACED += ("gpt/gguf/layout.py",)
 # The driver library the worker's gpt_runtime opens: none, so that loading an artifact stops at
 # NoDeviceError once every check before the driver has passed (and never touches a real GPU).
 NO_DRIVER = "/nonexistent/libcuda-for-fuzzing.so.1"
