@@ -55,6 +55,8 @@ from bench_runners import PEERS, LlamaCppRunner, OursRunner, measure, peer_runne
 from machine import describe_cpu
 
 import gpt
+from gpt.config import WEIGHT_FORMATS
+from gpt.kept_formats import FORMAT_ROWS, KEPT_QUANTIZED, head_format
 
 MODELS = {
     "nano": dict(n_layer=2, n_head=4, n_embd=64, vocab_size=256, block_size=1024),
@@ -86,15 +88,9 @@ def llama_cpp_check(runner, cfg, weights, tokens=8):
 
 
 MATMUL_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-# Bytes per matmul weight as stored: q8_0 is 32 int8 codes + one fp16 scale per block of 32,
-# q4_0 16 bytes of 4-bit codes + one fp16 scale, q4_1 the same + an fp16 min.
-BYTES_PER_WEIGHT = {"f32": 4, "bf16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32}
-
-
-def head_format(weight_format):
-    """The format of the LM head (the tied embedding, as a [n_embd, vocab] matmul weight): the
-    weights' own, but q8_0 for the 4-bit formats, as the compiled model keeps it."""
-    return "q8_0" if weight_format in ("q4_0", "q4_1") else weight_format
+# Bytes per matmul weight as the compiled model stores it (its lane words and scales), by format:
+# the weight-format table's (gpt.kept_formats.FORMAT_ROWS).
+BYTES_PER_WEIGHT = {row.name: row.stored_bytes_per_weight for row in FORMAT_ROWS}
 
 
 def decode_weight_bytes(cfg, weight_format="f32", target_cpu="host"):
@@ -122,7 +118,7 @@ def stored_bytes(weights, weight_format):
     for name, value in weights.items():
         if name.endswith(MATMUL_WEIGHTS):
             total += value.size * BYTES_PER_WEIGHT[weight_format]
-        elif name == "transformer.wte.weight" and weight_format in ("q8_0", "q4_0", "q4_1"):
+        elif name == "transformer.wte.weight" and weight_format in KEPT_QUANTIZED:
             total += value.size * BYTES_PER_WEIGHT[head_format(weight_format)]
         else:
             total += value.size * 4
@@ -230,7 +226,7 @@ def parse_args(argv):
     parser.add_argument(
         "--weights",
         default="f32",
-        help="weight formats of this project's rows, comma-separated (f32, bf16, q8_0, q4_0, q4_1)",
+        help=f"weight formats of this project's rows, comma-separated ({', '.join(WEIGHT_FORMATS)})",
     )
     parser.add_argument(
         "--torch-compile",

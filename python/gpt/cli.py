@@ -83,8 +83,8 @@ flags.DEFINE_enum(
     "weights",
     "auto",
     ("auto", *WEIGHT_FORMATS),
-    "format of the matmul weights, as llama.cpp names them (bf16, q8_0, q4_0, q4_1, q4_k, q6_k: fewer bytes to "
-    "stream); auto: each tensor of a GGUF file in the format nearest its own, as llama.cpp runs it (Q4_K: q4_k; "
+    "format of the matmul weights, as llama.cpp names them (all but f32: fewer bytes to stream); auto: each "
+    "tensor of a GGUF file in the format nearest its own, as llama.cpp runs it (Q4_K: q4_k; "
     "Q6_K: q6_k; Q5: q8_0; F16: f32), f32 for anything else",
 )
 # f16 by default, as llama.cpp's commands store their cache: half the memory of f32, logits within

@@ -43,7 +43,7 @@ from gpt.gguf.container import (  # also read from here: tests and tools name gg
 )
 from gpt.gguf.layout import _check_layout
 from gpt.gguf_tokenizer import building_tokenizer, read_vocabulary
-from gpt.kept_formats import KEPT_QUANTIZED  # the formats kept as blocks (CompileOptions.weights)
+from gpt.kept_formats import KEPT_QUANTIZED, head_format  # the formats kept as blocks (CompileOptions.weights)
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import expected_shapes, validate_weights
@@ -116,8 +116,8 @@ def tensor_names(n_layer: int) -> dict[str, tuple[str, bool]]:
 def native_weights_format(path) -> str:
     """The CompileOptions.weights to run a GGUF file in as it is stored, as llama.cpp does: the type
     of most of its layers' matmul weights (by element count) when the compiler keeps that format
-    (F32, BF16, Q8_0, Q4_0, Q4_1); F16 runs in f32 (the compiler has no f16 format), and Q5_0,
-    Q5_1 and the k-quants in q8_0, the kept format nearest above them in precision. "f32" for a
+    (gpt.config.WEIGHT_FORMATS); F16 runs in f32 (the compiler has no f16 format), and the other
+    block types in the kept format nearest above them in precision (kept_formats.NEAREST_KEPT). "f32" for a
     file it cannot read: loading it then raises the error that names the problem."""
     try:
         tensors = _check_layout(os.fspath(path))  # the header's tensor descriptions, no metadata parse
@@ -147,9 +147,10 @@ def load_gguf(
     vocabulary size from token_embd's shape. Every tensor is dequantized to float32 with gguf's own
     gguf.quants.dequantize and put back in HF's layout. The tokenizer is built when the file
     carries GPT-2's (tokenizer.ggml.model "gpt2": byte-level BPE from tokenizer.ggml.tokens and
-    tokenizer.ggml.merges). With `keep_quantized` ("q8_0", "q4_0" or "q4_1"), the matmul weights stored in
-    that type (and, for q8_0, the token embedding) are returned as QuantizedTensor instead, their
-    blocks copied out of the file as they are (after checking that every block's scale is finite).
+    tokenizer.ggml.merges). With `keep_quantized` (one of KEPT_QUANTIZED), the matmul weights stored
+    in that type (and the token embedding, when the format is its own head format) are returned as
+    QuantizedTensor instead, their blocks copied out of the file as they are (after checking that
+    every block's scale is finite).
 
     Raises FileNotFoundError for a missing file, MemoryError for hyperparameters that would not fit
     in memory, and gpt.ModelFileError (a ValueError) naming the file and the key or tensor for
@@ -224,10 +225,11 @@ def _gpt2_weights(
     for name, (hf_name, transposed) in names.items():
         tensor = tensors[name]
         # Matmul weights are stored transposed ([out, in], blocks along in = K); the embedding's
-        # rows [vocab, n_embd] are the LM head's columns, blocks along n_embd = K too. A q4_0 or
-        # q4_1 model stores its embedding in q8_0, so a 4-bit one is dequantized.
+        # rows [vocab, n_embd] are the LM head's columns, blocks along n_embd = K too. A model
+        # stores its embedding in its format's head format (q8_0 for the 4-bit ones), so an
+        # embedding in another one is dequantized.
         keep = tensor.tensor_type == kept_type and (
-            transposed or (name == "token_embd.weight" and kept_type == _types()["q8_0"])
+            transposed or (name == "token_embd.weight" and head_format(keep_quantized) == keep_quantized)
         )
         if keep:
             _check_ne(tensor, shapes[name], path)
@@ -329,7 +331,7 @@ def _unwritable(format) -> str:
         # gguf.quants has no Q4_K or Q6_K quantizer (llama.cpp's llama_model_quantize writes Q4_K_M files).
         return (
             f"save_gguf cannot write format {format!r}: gguf's Python quantizer has no {format.upper()}; "
-            "write q4_0, q4_1 or q8_0, or quantize the file with llama.cpp"
+            f"write one of {FORMATS}, or quantize the file with llama.cpp"
         )
     return f"format must be one of {FORMATS}, got {format!r}"
 
@@ -342,9 +344,10 @@ def save_gguf(model_or_weights, config: GPTConfig | None, path, format: str = "f
     general.quantization_version).
 
     `model_or_weights`: a gpt.GPT (then `config` may be None) or a mapping of HF GPT-2 names to
-    arrays. `format`: "f32", "f16", "bf16", "q8_0", "q4_0" or "q4_1": the token embedding and the
-    matmul weights are converted with gguf.quants.quantize (ggml's reference quantizers; q4_x for the
-    token embedding too, as `llama-quantize --pure` does), the position embedding, LayerNorm
+    arrays. `format`: one of FORMATS (f32, f16, bf16 and the block formats gguf.quants quantizes):
+    the token embedding and the matmul weights are converted with gguf.quants.quantize (ggml's
+    reference quantizers; the 4-bit formats for the token embedding too, as `llama-quantize --pure`
+    does), the position embedding, LayerNorm
     parameters and biases stay F32. `tokenizer`: a gpt.HFTokenizer or tokenizers.Tokenizer of
     byte-level BPE (GPT-2's kind), written as tokenizer.ggml.* (model "gpt2", pre "gpt-2"); by
     default the model's own tokenizer when `model_or_weights` is a GPT that has one. Without one the

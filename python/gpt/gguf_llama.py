@@ -22,10 +22,10 @@ from the HF checkpoint; `qwen2` files are stored in HF's order (rope mode NEOX) 
 Llama 3's rope scaling: llama.cpp's converter writes no metadata for it but a rope_freqs.weight
 tensor of per-frequency divisors; the RopeScaling that reproduces them exactly is recovered.
 
-Tensor types: F32, F16, BF16 and every type gguf.quants dequantizes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+Tensor types: F32, F16, BF16 and every type gguf.quants dequantizes (llama.cpp's block types,
 Q2_K to Q6_K, ...) are read into float32 at load; the compiled model then stores them in
 CompileOptions.weights' format. Matmul weights whose blocks convert to `keep_quantized`'s format
-without widening (gpt.kept_formats: their own, q4_K also as q4_1, every block type as q8_0) are kept
+without widening (gpt.kept_formats: their own, and others its table names) are kept
 as blocks and compute on the int8 dot-product path; with keep_quantized="auto" each is kept in the
 format nearest its own (a Q4_K_M file: q4_k, q6_k and q8_0 side by side)."""
 
@@ -60,7 +60,7 @@ _LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUFTokenizer | None]:
     """Reads a `llama` or `qwen2` GGUF file: (GPTConfig, weights by HF name, tokenizer or None).
-    `keep_quantized` ("q8_0", "q4_0", "q4_1" or "auto"): matmul weights whose blocks convert to that
+    `keep_quantized` (one of kept_formats.KEPT_QUANTIZED, or "auto"): matmul weights whose blocks convert to that
     format (or with "auto" each to the one nearest its type; gpt.kept_formats), and with a
     block-quantized format the LM head's table in q8_0, are returned as gguf_file.QuantizedTensor,
     their blocks as in the file, unread (q/k rows of a `llama` file un-permuted): the compiled model

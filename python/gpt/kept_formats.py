@@ -74,16 +74,14 @@ NEAREST_KEPT = {
 # name -> the format, when that is the only one it is kept in. Any other pair is given as
 # "FORMAT:TYPE,TYPE,...", one type per part of the weight.
 REPACKED_AS = {t.lower(): name for t, name in NEAREST_KEPT.items() if t.lower() not in KEPT_QUANTIZED}
-# Bytes and weights of one block of each type set_weights takes: the kept formats' (the table's),
-# and the other GGUF types'.
-_BLOCK = {
-    **{name: (_ROWS[name].block_bytes, _ROWS[name].block_values) for name in KEPT_QUANTIZED},
-    "q5_0": (22, 32),
-    "q5_1": (24, 32),
-    "q4_k": (144, 256),
-    "q5_k": (176, 256),
-    "q6_k": (210, 256),
-}
+# Bytes and weights of one block of each GGUF type set_weights takes (the block-type table).
+_BLOCK = {name: (nbytes, values) for name, values, nbytes, _fields in _gpt.gguf_block_types()}
+
+
+def head_format(weights: str) -> str:
+    """The format a model whose matmul weights are in `weights` stores its [V, D] tables and LM head
+    in: the table's (q8_0 for the 4-bit formats)."""
+    return _ROWS[weights].head_format
 
 
 def convertible(type_name: str, target: str) -> bool:

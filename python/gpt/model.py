@@ -166,24 +166,24 @@ class GPT(GenerationMixin):
         llama-quantize write it), read by gpt.gguf_file.GgufFile: architecture "gpt2" (an
         output.weight must equal token_embd.weight, GPT-2's tied head), or "llama" / "qwen2"
         (gpt/gguf_llama.py: grouped-query attention, tied or untied heads, llama.cpp's q/k
-        permutation undone). Tensor types F32, F16, BF16, Q8_0, Q4_0 and Q4_1, and the other types
-        gguf dequantizes (Q5_x, K-quants), widened at load; hyperparameters from the {arch}.*
+        permutation undone). Tensor types F32, F16, BF16 and llama.cpp's block types
+        (_gpt.gguf_block_types; others that gguf dequantizes, widened at load); hyperparameters from the {arch}.*
         metadata. `model.tokenizer` is the file's BPE vocabulary (tokenizer.ggml.model "gpt2",
         with llama.cpp's pre-tokenizer: gpt/gguf_tokenizer.py) when it carries one. Anything else
         raises gpt.ModelFileError (a ValueError) naming the file and the problem.
 
         Quantized tensors stay quantized when their blocks convert to `options.weights`' format
-        without fewer bits (gpt.kept_formats): a q8_0, q4_0 or q4_1 file's matmul weights, and the
-        LM head's table (stored once, in q8_0), are repacked from the file's blocks into the compiled
-        model's lane layouts, codes and fp16 scales as they are, with no float32 copy; q4_K blocks
-        stay q4_k (their codes, 6-bit sub-block scales and mins, and fp16 super-block scales, as in
-        the file), and every block type becomes q8_0 (q4_0 and q5_0 exactly).
+        without fewer bits (gpt.kept_formats): the matmul weights of a file in a format the compiler
+        stores (gpt.config.WEIGHT_FORMATS), and the LM head's table (in the format's head format),
+        are repacked from the file's blocks into the compiled model's lane layouts, codes and fp16
+        scales as they are, with no float32 copy (a q4_K block keeps its 6-bit sub-block scales and
+        mins); every block type becomes q8_0 (q4_0 and q5_0 exactly).
         `options.weights="auto"` keeps each matmul weight in the format nearest its own type (a
-        Q4_K_M file: q4_k, and q8_0 where it has Q6_K or Q5_0), the way llama.cpp computes each
+        Q4_K_M file: q4_k, q6_k, and q8_0 where it has Q5_0), the way llama.cpp computes each
         tensor in its own; the model's `options` then name the formats.
         Any other tensor is dequantized to float32 and converted at load like any weight; the
-        formats' definitions round-trip, so a bf16, q8_0, q4_0 or q4_1 file loaded in its own format
-        computes with exactly the file's values either way.
+        formats' definitions round-trip, so a file loaded in its own format computes with exactly
+        the file's values either way.
 
         `context` (default: the file's context_length, up to DEFAULT_CONTEXT) is the positions the model
         serves, at most the file's (see GPT's constructor).

@@ -4,6 +4,7 @@ and tokenizer inputs (a vocabulary and a text), the Input that holds any of them
 patches, written into a directory for the worker, and the regression corpus's files."""
 
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -103,6 +104,14 @@ INTERESTING_FLOATS = (
 )
 # fp16 bit patterns for block scales: NaN, +-inf, the largest, the smallest subnormal, -0, 1.
 INTERESTING_HALVES = (0x7E00, 0x7C01, 0x7C00, 0xFC00, 0x7BFF, 0x0001, 0x8000, 0x3C00)
+
+
+@functools.cache
+def kept_formats() -> tuple[str, ...]:
+    """The formats gpt.gguf_file writes a GPT-2 in and loads as blocks (`keep_quantized`)."""
+    from gpt.gguf_file import FORMATS, KEPT_QUANTIZED
+
+    return tuple(fmt for fmt in KEPT_QUANTIZED if fmt in FORMATS)
 
 
 def scalar_bytes(value_type: int, value) -> bytes:
@@ -501,7 +510,7 @@ def read_regression(path: str) -> Input:
             return Input(kind, doc, origin=base)
         except Exception:
             return Input(kind, None, raw=(files, links, fifos), origin=base)
-    keep = next((fmt for fmt in ("q8_0", "q4_0", "q4_1") if f".keep-{fmt}." in base), None)
+    keep = next((fmt for fmt in kept_formats() if f".keep-{fmt}." in base), None)
     try:
         return Input("gguf", parse_gguf(raw), keep=keep, origin=base)
     except Exception:

@@ -4,6 +4,7 @@ the "model" kind the K-quant blocks' fields (d, dmin, sub-block scales, a type s
 another with its blocks regrown) that the C++ repacking reads."""
 
 import copy
+import functools
 import random
 import struct
 
@@ -19,6 +20,7 @@ from loader_formats import (
     GGUFDoc,
     Input,
     _float32_bits,
+    kept_formats,
 )
 from loader_templates import CHATML, template_statement
 
@@ -286,7 +288,7 @@ def _nested_arrays(rng: random.Random, item: Input) -> str:
 
 
 def _kept_format(rng: random.Random, item: Input) -> str:
-    item.keep = rng.choice((None, "q8_0", "q4_0", "q4_1"))
+    item.keep = rng.choice((None, *kept_formats()))
     return f"kept {item.keep}"
 
 
@@ -333,17 +335,22 @@ def block_type(type_id: int):
 
 # -- the "model" kind: K-quant blocks, as the C++ repacking reads them ---------------------------
 
-# Byte offsets of each block type's fields: fp16 scales (d, and dmin or m), and the sub-block
-# scales (K-quants: 6-bit scales and mins packed in 12 bytes; Q6_K: 16 int8 scales).
-HALF_FIELDS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,)}
-HALF_FIELDS |= {"Q4_0": (0,), "Q4_1": (0, 2)}
+# The K-quants' sub-block scales' bytes (6-bit scales and mins packed in 12 bytes; Q6_K: 16 int8 scales).
 SUB_SCALES = {"Q4_K": range(4, 16), "Q5_K": range(4, 16), "Q6_K": range(192, 208)}
-# The block types GPT.from_gguf keeps or transcodes (the others are dequantized at load).
-REPACKED_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "Q8_0", "Q4_0", "Q4_1")
+
+
+@functools.cache
+def half_fields() -> dict[str, tuple[int, ...]]:
+    """Byte offsets of each block type's fp16 fields (scales, and mins or a K-quant's dmin), by type,
+    for every type GPT.from_gguf keeps or transcodes (the others are dequantized at load): the
+    compiler's block-type table (_gpt.gguf_block_types)."""
+    from gpt import _gpt
+
+    return {name.upper(): tuple(fields.values()) for name, _values, _bytes, fields in _gpt.gguf_block_types()}
 
 
 def _block_tensors(item: Input) -> list:
-    return [t for t in item.doc.tensors if (kind := block_type(t.type)) is not None and kind.name in HALF_FIELDS]
+    return [t for t in item.doc.tensors if (kind := block_type(t.type)) is not None and kind.name in half_fields()]
 
 
 def _block_field(rng: random.Random, item: Input) -> str:
@@ -356,7 +363,7 @@ def _block_field(rng: random.Random, item: Input) -> str:
     data = bytearray(tensor.data)
     blocks = len(data) // block_bytes
     for _ in range(rng.choice((1, 1, 4, blocks))):
-        position = rng.randrange(max(blocks, 1)) * block_bytes + rng.choice(HALF_FIELDS[kind.name])
+        position = rng.randrange(max(blocks, 1)) * block_bytes + rng.choice(half_fields()[kind.name])
         data[position : position + 2] = struct.pack("<H", rng.choice(INTERESTING_HALVES))
     tensor.data = bytes(data[: len(tensor.data)])
     return f"{kind.name} field of {tensor.name!r}"
@@ -388,7 +395,7 @@ def _retyped_blocks(rng: random.Random, item: Input) -> str:
     import numpy as np
 
     tensor = rng.choice([t for t in item.doc.tensors if len(t.dims) == 2] or item.doc.tensors)
-    kind = gguf.GGMLQuantizationType[rng.choice(REPACKED_TYPES)]
+    kind = gguf.GGMLQuantizationType[rng.choice(tuple(half_fields()))]
     values, block_bytes = gguf.GGML_QUANT_SIZES[kind]
     elements = 1
     for n in tensor.dims:
@@ -398,7 +405,7 @@ def _retyped_blocks(rng: random.Random, item: Input) -> str:
         return f"{tensor.name!r} called {kind.name}"
     blocks = -(-elements // values)
     data = np.frombuffer(rng.randbytes(blocks * block_bytes), np.uint8).reshape(blocks, block_bytes).copy()
-    for offset in HALF_FIELDS[kind.name]:
+    for offset in half_fields()[kind.name]:
         data[:, offset : offset + 2] = np.full(blocks, 0.001, np.float16).view(np.uint8).reshape(blocks, 2)
     tensor.data = data.tobytes()
     return f"{tensor.name!r} as {kind.name} blocks"
@@ -427,7 +434,7 @@ def _row_length(rng: random.Random, item: Input) -> str:
 
 def _weights_choice(rng: random.Random, item: Input) -> str:
     """CompileOptions.weights: "auto" (None) or a format every matrix is converted to."""
-    item.keep = rng.choice((None, None, "q8_0", "q4_0", "q4_1"))
+    item.keep = rng.choice((None, None, *kept_formats()))
     return f"weights {item.keep or 'auto'}"
 
 

@@ -10,7 +10,7 @@ import os
 import random
 import struct
 
-from loader_formats import ArtifactDoc, HFDoc, Input, TemplateDoc, TokenizerDoc, parse_gguf
+from loader_formats import ArtifactDoc, HFDoc, Input, TemplateDoc, TokenizerDoc, kept_formats, parse_gguf
 from loader_templates import CHATML, LLAMA2_CHAT, LLAMA3_CHAT, REAL_TEMPLATES, template_statement
 
 # The checkout this file is in (through links: Bazel's runfiles link to it).
@@ -104,7 +104,7 @@ def gpt2_gguf_seeds(scratch: str) -> list[Input]:
         save_gguf(weights, config, path, fmt, tokenizer=tokenizers["short" if fmt in ("f16", "q4_0") else "long"])
         with open(path, "rb") as f:
             doc = parse_gguf(f.read())
-        keep = fmt if fmt in ("q8_0", "q4_0", "q4_1") else None
+        keep = fmt if fmt in kept_formats() else None
         seeds.append(Input("gguf", doc, keep=keep, origin=f"seed {fmt}"))
     return seeds
 
