@@ -64,12 +64,12 @@ public:
   void setWeights(const std::vector<const float *> &weights);
 
   /// A matmul weight (or the tied embedding) given as llama.cpp quantized it, in a GGUF file:
-  /// its rows in torch's [out, in] layout, each row a run of q8_0, q4_0 or q4_1 blocks
-  /// (kernels::repackQ8_0Rows), held in one or more parts of consecutive rows: a fused weight's
+  /// its rows in torch's [out, in] layout, each row a run of blocks of its format's GGUF type
+  /// (WeightFormatTraits::repack), held in one or more parts of consecutive rows: a fused weight's
   /// parts (q, k and v) as the file stores them, never concatenated into a copy.
   /// A part's `type` names the GGUF type of its blocks when they are not in the weight's format
-  /// (empty): "q4_k" (or "q4_0") for a q4_1 weight, any of kernels::blockConversion's for a q8_0
-  /// one; they are converted a block at a time as they are repacked, with no copy of the tensor.
+  /// (empty): any that kernels::convertedTypes names for the format; they are converted a block
+  /// at a time as they are repacked, with no copy of the tensor.
   struct QuantizedPart {
     const uint8_t *blocks;
     int64_t bytes;

@@ -44,7 +44,7 @@ size_t laidOutBytes(const std::vector<ParameterSpec> &parameters) {
   return total;
 }
 
-/// The block-quantized formats as messages list them: "q8_0, q4_0 or q4_1".
+/// The block-quantized formats as messages list them: "a, b or c", in the table's order.
 std::string blockFormatNames() {
   std::vector<std::string> names;
   for (const WeightFormatTraits &row : weightFormats())

@@ -1,6 +1,8 @@
 // Bindings of CompiledModel: numpy arrays in and out, no copies of weights.
 #include "python/gpt/_gpt/bindings.h"
 
+#include "cc/kernels/BlockTranscoding.h"
+#include "cc/kernels/WeightFormats.h"
 #include "cc/runtime/CompiledModel.h"
 #include "cc/runtime/ReleaseMemory.h"
 
@@ -44,6 +46,62 @@ std::vector<const float *> weightPointers(const CompiledModel &model, const py::
 }
 
 py::array wrapLogits(const Logits &logits);
+
+/// "a, b or c".
+std::string listed(const std::vector<std::string> &names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
+}
+
+/// How set_weights is given a weight's blocks: the format it is stored in, and each part's GGUF type
+/// where that is not the format (converted as it is repacked; empty otherwise).
+struct GivenFormat {
+  const WeightFormatTraits *stored;
+  std::vector<std::string> types;
+};
+
+/// `format` as set_weights takes it for a weight of `partCount` parts: a block-quantized weight
+/// format ("q4_k"); a GGUF block type that only one of them converts ("q5_0": q8_0), for every part;
+/// or "FORMAT:TYPE,TYPE,..." naming each part's type, in order. std::invalid_argument naming the
+/// weight and the choices (from the format tables) otherwise.
+GivenFormat parseGivenFormat(const std::string &name, const std::string &format, size_t partCount) {
+  std::string stored = format;
+  std::vector<std::string> types;
+  if (auto colon = format.find(':'); colon != std::string::npos) {
+    stored = format.substr(0, colon);
+    for (size_t at = colon + 1;;) {
+      const size_t comma = format.find(',', at);
+      types.push_back(format.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    if (types.size() != partCount)
+      throw std::invalid_argument(name + ": format '" + format + "' names " + std::to_string(types.size()) +
+                                  " part types for " + std::to_string(partCount) + " parts");
+  }
+  std::vector<std::string> formats, otherTypes;
+  for (const WeightFormatTraits &row : weightFormats())
+    if (row.blockQuantized()) formats.push_back(row.name);
+  for (const kernels::GgufBlockType &type : kernels::ggufBlockTypes()) {
+    if (llvm::is_contained(formats, type.name)) continue;
+    std::vector<std::string> into;
+    for (const std::string &target : formats)
+      if (llvm::is_contained(kernels::convertedTypes(target), type.name)) into.push_back(target);
+    if (into.size() == 1) {
+      otherTypes.push_back(type.name);
+      if (format == type.name) stored = into.front();
+    }
+  }
+  const WeightFormatTraits *row = findWeightFormat(stored);
+  if (!row || !row->blockQuantized())
+    throw std::invalid_argument(name + ": quantized weights are " + listed(formats) + ", a GGUF block type (" +
+                                listed(otherTypes) + ") or FORMAT:TYPE,..., got '" + format + "'");
+  if (types.empty()) types.assign(partCount, format);
+  for (std::string &type : types)
+    if (type == stored) type.clear();
+  return {row, types};
+}
 
 py::list namesAndShapes(const std::vector<ParameterSpec> &specs) {
   py::list list;
@@ -292,38 +350,11 @@ void initModel(py::module_ &m) {
                 for (py::handle part : entry[1]) parts.push_back(part.cast<py::array_t<uint8_t, py::array::c_style>>());
               else
                 parts.push_back(entry[1].cast<py::array_t<uint8_t, py::array::c_style>>());
-              // The blocks' own GGUF type when it is not the format (converted as they are repacked):
-              // "q5_0", "q5_1", "q5_k" (stored as q8_0) for every part, or "FORMAT:TYPE,TYPE,..."
-              // naming each part's type, in order (q4_k and q6_k are formats of their own).
-              std::string stored = format;
-              std::vector<std::string> types;
-              if (auto colon = format.find(':'); colon != std::string::npos) {
-                stored = format.substr(0, colon);
-                for (size_t at = colon + 1;;) {
-                  const size_t comma = format.find(',', at);
-                  types.push_back(format.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-                  if (comma == std::string::npos) break;
-                  at = comma + 1;
-                }
-                if (types.size() != parts.size())
-                  throw std::invalid_argument(name + ": format '" + format + "' names " + std::to_string(types.size()) +
-                                              " part types for " + std::to_string(parts.size()) + " parts");
-              } else if (format == "q5_0" || format == "q5_1" || format == "q5_k") {
-                stored = "q8_0";
-              }
-              if (stored != format && types.empty()) types.assign(parts.size(), format);
-              const WeightFormatTraits *row = findWeightFormat(stored);
-              if (!row || !row->blockQuantized())
-                throw std::invalid_argument(name +
-                                            ": quantized weights are q8_0, q4_0, q4_1, q4_k, q6_k, a GGUF block type "
-                                            "(q5_0, q5_1, q5_k) or FORMAT:TYPE,..., got '" +
-                                            format + "'");
-              const WeightFormat parsed = row->format;
+              const GivenFormat parsed = parseGivenFormat(name, format, parts.size());
               CompiledModel::QuantizedWeight &weight = given[name];
-              weight.format = parsed;
+              weight.format = parsed.stored->format;
               for (size_t i = 0; i < parts.size(); ++i) {
-                const std::string type = types.empty() || types[i] == stored ? std::string() : types[i];
-                weight.parts.push_back({parts[i].data(), static_cast<int64_t>(parts[i].size()), type});
+                weight.parts.push_back({parts[i].data(), static_cast<int64_t>(parts[i].size()), parsed.types[i]});
                 blockArrays.push_back(parts[i]);
               }
             }
@@ -339,9 +370,9 @@ void initModel(py::module_ &m) {
           py::arg("weights"), py::arg("quantized") = py::dict(),
           "Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads "
           "in place (borrowed_parameters()) alive. `quantized`: {name: (format, uint8 llama.cpp blocks)} for "
-          "weights given as a GGUF file stores them (format q8_0, q4_0, q4_1, q4_k, q6_k; q5_0, q5_1 "
-          "or q5_k, stored as q8_0; or 'FORMAT:TYPE,...', each part's type, converted into FORMAT as it is "
-          "repacked; "
+          "weights given as a GGUF file stores them (format: a block-quantized one of weight_formats(); a GGUF "
+          "block type that only one of them takes, stored in it; or 'FORMAT:TYPE,...', each part's type, "
+          "converted into FORMAT as it is repacked; "
           "their entry in `weights` may be None); the blocks may be a "
           "list of arrays, the parts of a fused weight, rows in order.")
       .def("packed_weights_key", &CompiledModel::packedWeightsKey, py::arg("source_key"),

@@ -30,8 +30,8 @@ def _types():
 @dataclasses.dataclass(frozen=True)
 class QuantizedTensor:
     """A weight as llama.cpp quantized it: `blocks` (uint8) holds the GGUF tensor's rows, in
-    torch's [out, in] layout, each a run of q8_0, q4_0 or q4_1 blocks (an fp16 scale, q4_1's fp16
-    min, then the codes)."""
+    torch's [out, in] layout, each a run of blocks of `format` (a kept format's GGUF type, laid out
+    as _gpt.gguf_block_types gives it)."""
 
     format: str
     blocks: np.ndarray
