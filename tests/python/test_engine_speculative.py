@@ -234,6 +234,60 @@ def test_a_cancelled_request_frees_its_draft_models_cache_and_sampling_works(mod
     assert_every_block_is_back(engine)
 
 
+def test_a_draft_model_drafts_every_sequence_in_one_batched_step_per_position(varied):
+    """Three sequences speculate together: each engine step runs the draft model's batched step
+    once per drafted position (at most draft_tokens times), not once per sequence and position,
+    and the draft's pool has every block back once the requests are done."""
+    draft_model = gpt.GPT.random(varied.config, seed=3, options=varied.options)
+    engine = Engine(varied, **POOL, start=False, speculative=draft_model, draft_tokens=4)
+    batch = engine._speculation._batch
+    calls = []
+    step_batch = draft_model.step_batch
+
+    def counting(pool, ids, counts, starts, tables):
+        calls.append(len(counts))
+        return step_batch(pool, ids, counts, starts, tables)
+
+    draft_model.step_batch = counting
+    handles = [engine.submit(prompt, 20) for prompt in (copying_prompt(2), free_prompt(2, 9), free_prompt(3, 41))]
+    while engine.metrics().verify_steps == 0:
+        assert engine.step()
+    for _ in range(4):
+        calls.clear()
+        assert engine.step()
+        assert 0 < len(calls) <= 4 and max(calls) == 3, calls  # every sequence in each draft step
+    while engine.step():
+        pass
+    assert all(h.finish_reason == "length" for h in handles)
+    gc.collect()
+    assert batch.free_blocks == POOL["num_blocks"]
+
+
+def test_pooled_drafts_are_a_lone_draft_models_and_wait_for_free_blocks(varied):
+    """A DraftModelBatch's greedy drafts are those of a draft model drafting each sequence alone
+    (speculative.DraftModelDrafter), also after its text moved on; a sequence whose blocks the pool
+    cannot give drafts nothing (it decodes plainly) until another drafter's blocks come back."""
+    from gpt.engine.draft_batch import DraftModelBatch
+    from gpt.speculative import DraftModelDrafter
+
+    draft_model = gpt.GPT.random(varied.config, seed=5, options=varied.options)
+    batch = DraftModelBatch(draft_model, num_blocks=8, block_size=8)
+    texts = [free_prompt(7, 13), copying_prompt(4)[:20]]
+    pooled = [batch.drafter(64) for _ in texts]
+    alone = [DraftModelDrafter(draft_model, varied, max_len=64) for _ in texts]
+    for moved_on in ([], [5, 6, 7]):
+        texts = [text + moved_on for text in texts]
+        drafts = batch.propose([(drafter, text, 5) for drafter, text in zip(pooled, texts, strict=True)])
+        for drafter, lone, text in zip(pooled, alone, texts, strict=True):
+            assert drafts[drafter] == lone.propose(text, 5)
+    # 8 blocks of 8: the two hold 3 and 4 (20 and 27 positions); a third needs 4 for 32.
+    third = batch.drafter(64)
+    assert batch.free_blocks == 1 and third.propose(free_prompt(9, 28), 5) == []
+    del pooled[0], drafts
+    gc.collect()
+    assert batch.free_blocks == 4 and len(third.propose(free_prompt(9, 28), 5)) == 5
+
+
 # -- sampling: the target distribution ------------------------------------------------------------
 
 

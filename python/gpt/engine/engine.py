@@ -63,7 +63,8 @@ class Engine:
     max_running: sequences in a step at most. max_queue: requests waiting for admission at most;
     submit raises QueueFullError beyond it.
     speculative: None, "ngram" for speculative decoding by prompt lookup, or a gpt.GPT draft model
-    with the model's tokenizer (a KV cache of its own per sequence), with up to `draft_tokens`
+    with the model's tokenizer (drafting for every sequence at once, in a paged pool of its own of
+    as many positions as the model's), with up to `draft_tokens`
     (default 8, at most 64) drafted tokens per sequence and step (see engine/speculation.py).
     Greedy requests get the tokens they get without it; sampled ones the same distribution, not
     the same draws for a seed. A request with a grammar, or with choices still to fork from it,
@@ -88,12 +89,16 @@ class Engine:
         if speculative is None and draft_tokens is not None:
             raise ValueError("draft_tokens is given without speculative ('ngram' or a draft model)")
         self._speculative = speculative
-        self._speculation = Speculation(model, speculative, draft_tokens) if speculative is not None else None
         block_size = positive_int("block_size", block_size)
         if num_blocks is None:
             num_blocks = 4 * -(-self._config.block_size // block_size)
         self._num_blocks = positive_int("num_blocks", num_blocks)
         self._block_size = block_size
+        self._speculation = (
+            Speculation(model, speculative, draft_tokens, self._num_blocks, block_size)
+            if speculative is not None
+            else None
+        )
         self._max_batch_tokens = positive_int("max_batch_tokens", max_batch_tokens)
         self._max_queue = positive_int("max_queue", max_queue)
         self._pool = model.new_block_pool(self._num_blocks, block_size)

@@ -2,8 +2,9 @@
 
 Before each step, every decoding sequence may get a draft of k tokens (k adapted per sequence by
 AdaptiveDraftLength) from its own drafter: prompt lookup (gpt/speculative.py's NgramDrafter), or a
-draft model with the target's tokenizer (DraftModelDrafter: a KV cache of the draft's own per
-sequence, sized to its request, following the accepted text and freed with the sequence). The
+draft model with the target's tokenizer, which drafts for all of them at once (engine/draft_batch.py:
+the draft's keys and values in a paged pool of its own, each sequence's blocks following its
+accepted text and freed with it; a batched step of the draft model per drafted position). The
 batched step then runs its pending token and the draft as k + 1 rows, each given to the compiled
 step as a sequence of its own (count 1, the same block table, consecutive positions): the step
 returns the logits of each sequence's last token, so this is how every drafted row's logits come
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from gpt.engine.draft_batch import DraftModelBatch, PooledDrafter
 from gpt.engine.scheduler import Sequence
 from gpt.speculative import AdaptiveDraftLength, DraftModelDrafter, NgramDrafter, check_draft_tokens
 
@@ -25,9 +27,11 @@ from gpt.speculative import AdaptiveDraftLength, DraftModelDrafter, NgramDrafter
 class Speculation:
     """How an engine speculates. `speculative`: "ngram" (prompt lookup) or a gpt.GPT draft model
     with the same vocabulary as `model` (checked here, so a mismatch is refused when the engine is
-    made); `draft_tokens`: the most tokens drafted per sequence and step (default 8, at most 64)."""
+    made); `draft_tokens`: the most tokens drafted per sequence and step (default 8, at most 64).
+    A draft model keeps its keys and values in a pool of `num_blocks` blocks of `block_size`
+    positions (the engine's: as many positions as the target's pool)."""
 
-    def __init__(self, model, speculative, draft_tokens: int | None):
+    def __init__(self, model, speculative, draft_tokens: int | None, num_blocks: int, block_size: int):
         if isinstance(speculative, str):
             if speculative != "ngram":
                 raise ValueError(
@@ -42,12 +46,13 @@ class Speculation:
         self._model = model
         self._speculative = speculative
         self.draft_tokens = check_draft_tokens(draft_tokens)
+        self._batch = None if isinstance(speculative, str) else DraftModelBatch(speculative, num_blocks, block_size)
 
     def new_drafter(self, max_len: int):
         """A drafter for one sequence of at most `max_len` positions (the tests swap in their own)."""
-        if isinstance(self._speculative, str):
+        if self._batch is None:
             return NgramDrafter()
-        return DraftModelDrafter(self._speculative, self._model, max_len=max_len)
+        return self._batch.drafter(max_len)
 
     def propose(self, running: Iterable[Sequence]) -> dict[Sequence, Exception]:
         """Drafts the next tokens of every decoding sequence: at most draft_tokens, as many as its
@@ -55,6 +60,7 @@ class Speculation:
         choices still to fork from it, decodes plainly. The scheduler may cut a draft short
         (budget, free blocks). Returns the sequences whose drafter raised, with the error."""
         failed = {}
+        pooled = []  # (seq, (drafter, tokens, count)): drafted together, after the loop
         for seq in running:
             seq.draft = []
             if seq.pending != 1 or not seq.generated or seq.forks or seq.constraint is not None:
@@ -65,11 +71,20 @@ class Speculation:
                 seq.draft_length = AdaptiveDraftLength(self.draft_tokens)
             # A draft of every token still to come, all accepted, ends the request without a bonus row.
             want = min(seq.draft_length.next(), params.max_tokens - seq.generated)
-            if want > 0:
+            if want > 0 and isinstance(seq.drafter, PooledDrafter) and seq.drafter.batch is self._batch:
+                pooled.append((seq, (seq.drafter, seq.tokens, want)))
+            elif want > 0:
                 try:
                     seq.draft = [int(t) for t in seq.drafter.propose(seq.tokens, want)]
-                except Exception as error:  # a draft model's failure fails its request, not the engine
+                except Exception as error:  # a drafter's failure fails its request, not the engine
                     failed[seq] = error
+        if pooled:
+            try:
+                drafts = self._batch.propose([request for _, request in pooled])
+            except Exception as error:  # a draft model's failure fails the requests it drafted for
+                return failed | {seq: error for seq, _ in pooled}
+            for seq, (drafter, _, _) in pooled:
+                seq.draft = drafts.get(drafter, [])
         return failed
 
 
