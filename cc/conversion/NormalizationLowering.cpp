@@ -43,62 +43,65 @@ struct RowOps {
   double invN; // 1 / the row's length
 };
 
-// (x - mean) * rsqrt(var + eps) * weight + bias, statistics over the last dim.
-struct LayerNormLowering : OpConversionPattern<LayerNormOp> {
-  using OpConversionPattern::OpConversionPattern;
-  LogicalResult matchAndRewrite(LayerNormOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    RowOps rows(rewriter, op.getLoc(), rankedType(op.getResult()));
-    Value x = adaptor.getInput();
-    const double invN = rows.invN;
-    const float epsilon = op.getEpsilon().convertToFloat();
-    Value sum = rows.reduce({x}, {rows.identity}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
-      return b.create<arith::AddFOp>(l, a[0], a[1]);
-    });
-    Value squares =
-        rows.reduce({x, sum}, {rows.identity, rows.row}, 0.0, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-          Value mean = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
-          Value centered = b.create<arith::SubFOp>(l, a[0], mean);
-          return b.create<arith::AddFOp>(l, a[2], b.create<arith::MulFOp>(l, centered, centered));
-        });
-    rewriter.replaceOp(op, rows.map({x, sum, squares, adaptor.getWeight(), adaptor.getBias()},
-                                    {rows.identity, rows.row, rows.row, rows.feature, rows.feature},
-                                    [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                                      Value scale = f32Constant(b, l, invN);
-                                      Value mean = b.create<arith::MulFOp>(l, a[1], scale);
-                                      Value variance = b.create<arith::MulFOp>(l, a[2], scale);
-                                      Value rstd = b.create<math::RsqrtOp>(
-                                          l, b.create<arith::AddFOp>(l, variance, f32Constant(b, l, epsilon)));
-                                      Value centered = b.create<arith::SubFOp>(l, a[0], mean);
-                                      Value scaled =
-                                          b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, centered, rstd), a[3]);
-                                      return b.create<arith::AddFOp>(l, scaled, a[4]);
-                                    }));
+/// The pattern around a lowering of Op to the one value `lower` builds over the rows of its result.
+template <typename Op, Value (*lower)(const RowOps &, Op, typename Op::Adaptor)>
+struct RowLowering : OpConversionPattern<Op> {
+  using OpConversionPattern<Op>::OpConversionPattern;
+  LogicalResult matchAndRewrite(Op op, typename Op::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(op, lower(RowOps(rewriter, op.getLoc(), rankedType(op.getResult())), op, adaptor));
     return success();
   }
 };
 
+/// rsqrt(meanSquare + eps): a norm's 1 / standard deviation (or root mean square), built in a body.
+Value inverseRoot(OpBuilder &b, Location l, Value meanSquare, float epsilon) {
+  return b.create<math::RsqrtOp>(l, b.create<arith::AddFOp>(l, meanSquare, f32Constant(b, l, epsilon)));
+}
+
+// (x - mean) * rsqrt(var + eps) * weight + bias, statistics over the last dim.
+Value lowerLayerNorm(const RowOps &rows, LayerNormOp op, LayerNormOp::Adaptor adaptor) {
+  Value x = adaptor.getInput();
+  const double invN = rows.invN;
+  const float epsilon = op.getEpsilon().convertToFloat();
+  Value sum = rows.reduce({x}, {rows.identity}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
+    return b.create<arith::AddFOp>(l, a[0], a[1]);
+  });
+  Value squares =
+      rows.reduce({x, sum}, {rows.identity, rows.row}, 0.0, [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+        Value mean = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
+        Value centered = b.create<arith::SubFOp>(l, a[0], mean);
+        return b.create<arith::AddFOp>(l, a[2], b.create<arith::MulFOp>(l, centered, centered));
+      });
+  return rows.map({x, sum, squares, adaptor.getWeight(), adaptor.getBias()},
+                  {rows.identity, rows.row, rows.row, rows.feature, rows.feature},
+                  [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                    Value scale = f32Constant(b, l, invN);
+                    Value mean = b.create<arith::MulFOp>(l, a[1], scale);
+                    Value variance = b.create<arith::MulFOp>(l, a[2], scale);
+                    Value rstd = inverseRoot(b, l, variance, epsilon);
+                    Value centered = b.create<arith::SubFOp>(l, a[0], mean);
+                    Value scaled = b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, centered, rstd), a[3]);
+                    return b.create<arith::AddFOp>(l, scaled, a[4]);
+                  });
+}
+
 // x * rsqrt(mean(x^2) + eps) * weight, the mean over the last dim: one row reduction (the sum of
 // squares), then one elementwise generic, as LayerNorm's lowering without the centering.
-struct RmsNormLowering : OpConversionPattern<RmsNormOp> {
-  using OpConversionPattern::OpConversionPattern;
-  LogicalResult matchAndRewrite(RmsNormOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    RowOps rows(rewriter, op.getLoc(), rankedType(op.getResult()));
-    Value x = adaptor.getInput();
-    const double invN = rows.invN;
-    const float epsilon = op.getEpsilon().convertToFloat();
-    Value squares = rows.reduce({x}, {rows.identity}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
-      return b.create<arith::AddFOp>(l, a[1], b.create<arith::MulFOp>(l, a[0], a[0]));
-    });
-    rewriter.replaceOp(op, rows.map({x, squares, adaptor.getWeight()}, {rows.identity, rows.row, rows.feature},
-                                    [&](OpBuilder &b, Location l, ValueRange a) -> Value {
-                                      Value meanSquare = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
-                                      Value rstd = b.create<math::RsqrtOp>(
-                                          l, b.create<arith::AddFOp>(l, meanSquare, f32Constant(b, l, epsilon)));
-                                      return b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, a[0], rstd), a[2]);
-                                    }));
-    return success();
-  }
-};
+Value lowerRmsNorm(const RowOps &rows, RmsNormOp op, RmsNormOp::Adaptor adaptor) {
+  Value x = adaptor.getInput();
+  const double invN = rows.invN;
+  const float epsilon = op.getEpsilon().convertToFloat();
+  Value squares = rows.reduce({x}, {rows.identity}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
+    return b.create<arith::AddFOp>(l, a[1], b.create<arith::MulFOp>(l, a[0], a[0]));
+  });
+  return rows.map({x, squares, adaptor.getWeight()}, {rows.identity, rows.row, rows.feature},
+                  [&](OpBuilder &b, Location l, ValueRange a) -> Value {
+                    Value meanSquare = b.create<arith::MulFOp>(l, a[1], f32Constant(b, l, invN));
+                    Value rstd = inverseRoot(b, l, meanSquare, epsilon);
+                    return b.create<arith::MulFOp>(l, b.create<arith::MulFOp>(l, a[0], rstd), a[2]);
+                  });
+}
 
 // sum(x) / n over the last dim: the row reduction, one multiply by 1 / n, and the reduced dim put
 // back as a dim of size 1 (tensor.expand_shape: no data moves).
@@ -126,32 +129,28 @@ struct MeanLowering : OpConversionPattern<MeanOp> {
 };
 
 // exp(x - max) / sum(exp(x - max)) over the last dim; subtracting the row max keeps exp finite.
-struct SoftmaxLowering : OpConversionPattern<SoftmaxOp> {
-  using OpConversionPattern::OpConversionPattern;
-  LogicalResult matchAndRewrite(SoftmaxOp op, OpAdaptor adaptor, ConversionPatternRewriter &rewriter) const override {
-    RowOps rows(rewriter, op.getLoc(), rankedType(op.getResult()));
-    Value x = adaptor.getInput();
-    Value max = rows.reduce(
-        {x}, {rows.identity}, -std::numeric_limits<double>::infinity(),
-        [](OpBuilder &b, Location l, ValueRange a) -> Value { return b.create<arith::MaximumFOp>(l, a[0], a[1]); });
-    Value sum =
-        rows.reduce({x, max}, {rows.identity, rows.row}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
-          Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
-          return b.create<arith::AddFOp>(l, a[2], e);
-        });
-    rewriter.replaceOp(op, rows.map({x, max, sum}, {rows.identity, rows.row, rows.row},
-                                    [](OpBuilder &b, Location l, ValueRange a) -> Value {
-                                      Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
-                                      return b.create<arith::DivFOp>(l, e, a[2]);
-                                    }));
-    return success();
-  }
-};
+Value lowerSoftmax(const RowOps &rows, SoftmaxOp, SoftmaxOp::Adaptor adaptor) {
+  Value x = adaptor.getInput();
+  Value max = rows.reduce(
+      {x}, {rows.identity}, -std::numeric_limits<double>::infinity(),
+      [](OpBuilder &b, Location l, ValueRange a) -> Value { return b.create<arith::MaximumFOp>(l, a[0], a[1]); });
+  Value sum =
+      rows.reduce({x, max}, {rows.identity, rows.row}, 0.0, [](OpBuilder &b, Location l, ValueRange a) -> Value {
+        Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
+        return b.create<arith::AddFOp>(l, a[2], e);
+      });
+  return rows.map({x, max, sum}, {rows.identity, rows.row, rows.row},
+                  [](OpBuilder &b, Location l, ValueRange a) -> Value {
+                    Value e = b.create<math::ExpOp>(l, b.create<arith::SubFOp>(l, a[0], a[1]));
+                    return b.create<arith::DivFOp>(l, e, a[2]);
+                  });
+}
 
 } // namespace
 
 void populateNormalizationLoweringPatterns(RewritePatternSet &patterns) {
-  patterns.add<LayerNormLowering, RmsNormLowering, MeanLowering, SoftmaxLowering>(patterns.getContext());
+  patterns.add<RowLowering<LayerNormOp, lowerLayerNorm>, RowLowering<RmsNormOp, lowerRmsNorm>, MeanLowering,
+               RowLowering<SoftmaxOp, lowerSoftmax>>(patterns.getContext());
 }
 
 } // namespace gpt::conversion

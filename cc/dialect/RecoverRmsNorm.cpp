@@ -28,6 +28,17 @@ template <typename Op> std::pair<Value, Value> operandOrders(Op op, int order) {
   return order == 0 ? std::pair(op.getLhs(), op.getRhs()) : std::pair(op.getRhs(), op.getLhs());
 }
 
+/// `rewrite(a, b)` for `op`'s operands (a, b) = (lhs, rhs), then (rhs, lhs): success once one order
+/// rewrites it, else a match failure saying what `op` is not.
+template <typename Rewrite>
+LogicalResult rewriteEitherOrder(MulOp op, PatternRewriter &rewriter, const char *notWhat, Rewrite rewrite) {
+  for (int order : {0, 1}) {
+    auto [a, b] = operandOrders(op, order);
+    if (succeeded(rewrite(a, b))) return success();
+  }
+  return rewriter.notifyMatchFailure(op, notWhat);
+}
+
 /// The epsilon of `mean(x * x) + eps` (either order of the sum), a positive finite splat; or none.
 std::optional<float> epsilonOfMeanSquare(Value value, Value x) {
   auto sum = value.getDefiningOp<AddOp>();
@@ -50,19 +61,17 @@ std::optional<float> epsilonOfMeanSquare(Value value, Value x) {
 struct RecoverRmsNorm : OpRewritePattern<MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(MulOp op, PatternRewriter &rewriter) const override {
-    for (int order : {0, 1}) {
-      auto [x, scale] = operandOrders(op, order);
+    return rewriteEitherOrder(op, rewriter, "not x * rsqrt(mean(x * x) + eps)", [&](Value x, Value scale) {
       auto rsqrt = scale.getDefiningOp<RsqrtOp>();
       auto type = dyn_cast<RankedTensorType>(x.getType());
-      if (!rsqrt || !type || !type.hasStaticShape() || type.getRank() < 1 || op.getType() != type) continue;
+      if (!rsqrt || !type || !type.hasStaticShape() || type.getRank() < 1 || op.getType() != type) return failure();
       std::optional<float> eps = epsilonOfMeanSquare(rsqrt.getInput(), x);
-      if (!eps) continue;
+      if (!eps) return failure();
       auto weightType = RankedTensorType::get({type.getShape().back()}, type.getElementType());
       Value ones = rewriter.create<ConstantOp>(op.getLoc(), DenseElementsAttr::get(weightType, 1.0f));
       rewriter.replaceOpWithNewOp<RmsNormOp>(op, type, x, ones, rewriter.getF32FloatAttr(*eps));
       return success();
-    }
-    return rewriter.notifyMatchFailure(op, "not x * rsqrt(mean(x * x) + eps)");
+    });
   }
 };
 
@@ -70,18 +79,16 @@ struct RecoverRmsNorm : OpRewritePattern<MulOp> {
 struct FoldRmsNormWeight : OpRewritePattern<MulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(MulOp op, PatternRewriter &rewriter) const override {
-    for (int order : {0, 1}) {
-      auto [weight, normalized] = operandOrders(op, order);
+    return rewriteEitherOrder(op, rewriter, "not weight * rms_norm(x, 1, eps)", [&](Value weight, Value normalized) {
       auto norm = normalized.getDefiningOp<RmsNormOp>();
       // Only a norm this product alone reads: another user would need the unweighted one too.
-      if (!norm || !norm->hasOneUse() || op.getType() != norm.getType()) continue;
+      if (!norm || !norm->hasOneUse() || op.getType() != norm.getType()) return failure();
       auto ones = norm.getWeight().getDefiningOp<ConstantOp>();
       auto weightType = dyn_cast<RankedTensorType>(weight.getType());
-      if (!ones || !isSplatOf(ones.getValue(), 1.0f) || weightType != norm.getWeight().getType()) continue;
+      if (!ones || !isSplatOf(ones.getValue(), 1.0f) || weightType != norm.getWeight().getType()) return failure();
       rewriter.replaceOpWithNewOp<RmsNormOp>(op, norm.getType(), norm.getInput(), weight, norm.getEpsilonAttr());
       return success();
-    }
-    return rewriter.notifyMatchFailure(op, "not weight * rms_norm(x, 1, eps)");
+    });
   }
 };
 

@@ -24,10 +24,19 @@ uint32_t bitsOf(float value) {
   return bits;
 }
 
-void checkBlocks(int64_t rows, int64_t cols) {
-  if (rows < 0 || cols < 0 || rows % kQuantBlock != 0)
-    throw std::invalid_argument("the reduction dimension K = " + std::to_string(rows) +
-                                " is not a multiple of the quantization block (" + std::to_string(kQuantBlock) + ")");
+/// Calls `quantize(block, n)` for column n of every block of `blockRows` rows of K in a [rows, cols]
+/// matrix, the blocks split over `threads` threads; throws unless rows is a multiple of `blockRows`
+/// (`what`: the block's name). A template: each format's per-column loops compile as written inline.
+template <typename QuantizeColumn>
+void forEachBlockColumn(int64_t rows, int64_t cols, int64_t blockRows, const char *what, int64_t threads,
+                        QuantizeColumn quantize) {
+  if (rows < 0 || cols < 0 || rows % blockRows != 0)
+    throw std::invalid_argument("the reduction dimension K = " + std::to_string(rows) + " is not a multiple of " +
+                                what + " (" + std::to_string(blockRows) + ")");
+  parallelFor(rows / blockRows, threads, [&](int64_t firstBlock, int64_t endBlock) {
+    for (int64_t block = firstBlock; block < endBlock; ++block)
+      for (int64_t n = 0; n < cols; ++n) quantize(block, n);
+  });
 }
 
 } // namespace
@@ -145,16 +154,11 @@ uint16_t quantizeBlockQ8_0(const float *w, int64_t stride, int8_t *codes) {
 } // namespace
 
 void quantizeQ8_0(const float *matrix, int64_t rows, int64_t cols, int8_t *codes, uint16_t *scales, int64_t threads) {
-  checkBlocks(rows, cols);
-  parallelFor(rows / kQuantBlock, threads, [&](int64_t firstBlock, int64_t endBlock) {
+  forEachBlockColumn(rows, cols, kQuantBlock, "the quantization block", threads, [&](int64_t b, int64_t n) {
+    const int64_t first = b * kQuantBlock;
     int8_t block[kQuantBlock];
-    for (int64_t b = firstBlock; b < endBlock; ++b) {
-      const int64_t first = b * kQuantBlock;
-      for (int64_t n = 0; n < cols; ++n) {
-        scales[b * cols + n] = quantizeBlockQ8_0(matrix + first * cols + n, cols, block);
-        for (int64_t i = 0; i < kQuantBlock; ++i) codes[(first + i) * cols + n] = block[i];
-      }
-    }
+    scales[b * cols + n] = quantizeBlockQ8_0(matrix + first * cols + n, cols, block);
+    for (int64_t i = 0; i < kQuantBlock; ++i) codes[(first + i) * cols + n] = block[i];
   });
 }
 
@@ -177,136 +181,114 @@ void quantizeQ8_0Rows(const float *matrix, int64_t n, int64_t k, uint8_t *blocks
 }
 
 void quantizeQ4_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads) {
-  checkBlocks(rows, cols);
-  parallelFor(rows / kQuantBlock, threads, [&](int64_t firstBlock, int64_t endBlock) {
-    for (int64_t block = firstBlock; block < endBlock; ++block) {
-      const int64_t first = block * kQuantBlock;
-      for (int64_t n = 0; n < cols; ++n) {
-        float amax = 0.0f, extreme = 0.0f;
-        for (int64_t k = first; k < first + kQuantBlock; ++k) {
-          const float w = matrix[k * cols + n];
-          if (amax < std::fabs(w)) { // strictly: the first of equal magnitudes wins
-            amax = std::fabs(w);
-            extreme = w;
-          }
-        }
-        const float d = extreme / -8.0f;
-        scales[block * cols + n] = toFp16(d);
-        for (int64_t k = first; k < first + kQuantBlock; ++k) {
-          const float shifted = d == 0.0f ? 8.5f : matrix[k * cols + n] / d + 8.5f;
-          codes[k * cols + n] = static_cast<uint8_t>(std::min(15.0f, std::trunc(shifted)));
-        }
+  forEachBlockColumn(rows, cols, kQuantBlock, "the quantization block", threads, [&](int64_t block, int64_t n) {
+    const int64_t first = block * kQuantBlock;
+    float amax = 0.0f, extreme = 0.0f;
+    for (int64_t k = first; k < first + kQuantBlock; ++k) {
+      const float w = matrix[k * cols + n];
+      if (amax < std::fabs(w)) { // strictly: the first of equal magnitudes wins
+        amax = std::fabs(w);
+        extreme = w;
       }
+    }
+    const float d = extreme / -8.0f;
+    scales[block * cols + n] = toFp16(d);
+    for (int64_t k = first; k < first + kQuantBlock; ++k) {
+      const float shifted = d == 0.0f ? 8.5f : matrix[k * cols + n] / d + 8.5f;
+      codes[k * cols + n] = static_cast<uint8_t>(std::min(15.0f, std::trunc(shifted)));
     }
   });
 }
 
 void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads) {
-  checkBlocks(rows, cols);
-  parallelFor(rows / kQuantBlock, threads, [&](int64_t firstBlock, int64_t endBlock) {
-    for (int64_t block = firstBlock; block < endBlock; ++block) {
-      const int64_t first = block * kQuantBlock;
-      for (int64_t n = 0; n < cols; ++n) {
-        float lo = matrix[first * cols + n], hi = lo;
-        for (int64_t k = first; k < first + kQuantBlock; ++k) {
-          lo = std::min(lo, matrix[k * cols + n]);
-          hi = std::max(hi, matrix[k * cols + n]);
-        }
-        const float d = (hi - lo) / 15.0f, inverse = d == 0.0f ? 0.0f : 1.0f / d;
-        scales[(2 * block) * cols + n] = toFp16(d);
-        scales[(2 * block + 1) * cols + n] = toFp16(lo);
-        for (int64_t k = first; k < first + kQuantBlock; ++k) {
-          // Two statements, as llama.cpp writes them: no multiply-add contracted into one rounding.
-          const float scaled = (matrix[k * cols + n] - lo) * inverse;
-          const float shifted = scaled + 0.5f;
-          codes[k * cols + n] = static_cast<uint8_t>(std::min(15.0f, std::trunc(shifted)));
-        }
-      }
+  forEachBlockColumn(rows, cols, kQuantBlock, "the quantization block", threads, [&](int64_t block, int64_t n) {
+    const int64_t first = block * kQuantBlock;
+    float lo = matrix[first * cols + n], hi = lo;
+    for (int64_t k = first; k < first + kQuantBlock; ++k) {
+      lo = std::min(lo, matrix[k * cols + n]);
+      hi = std::max(hi, matrix[k * cols + n]);
+    }
+    const float d = (hi - lo) / 15.0f, inverse = d == 0.0f ? 0.0f : 1.0f / d;
+    scales[(2 * block) * cols + n] = toFp16(d);
+    scales[(2 * block + 1) * cols + n] = toFp16(lo);
+    for (int64_t k = first; k < first + kQuantBlock; ++k) {
+      // Two statements, as llama.cpp writes them: no multiply-add contracted into one rounding.
+      const float scaled = (matrix[k * cols + n] - lo) * inverse;
+      const float shifted = scaled + 0.5f;
+      codes[k * cols + n] = static_cast<uint8_t>(std::min(15.0f, std::trunc(shifted)));
     }
   });
 }
 
 void quantizeQ4_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads) {
-  if (rows < 0 || cols < 0 || rows % kSuperBlock != 0)
-    throw std::invalid_argument("the reduction dimension K = " + std::to_string(rows) +
-                                " is not a multiple of q4_K's super-block (" + std::to_string(kSuperBlock) + ")");
   constexpr int64_t subBlocks = kSuperBlock / kQuantBlock;
-  parallelFor(rows / kSuperBlock, threads, [&](int64_t first, int64_t end) {
-    for (int64_t super = first; super < end; ++super)
-      for (int64_t n = 0; n < cols; ++n) {
-        const float *column = matrix + super * kSuperBlock * cols + n;
-        // Each sub-block's range [lo, hi] with lo <= 0, as a scale and a subtracted min >= 0.
-        float step[subBlocks], lift[subBlocks], largestStep = 0.0f, largestLift = 0.0f;
-        for (int64_t s = 0; s < subBlocks; ++s) {
-          float lo = 0.0f, hi = column[s * kQuantBlock * cols];
-          for (int64_t i = 0; i < kQuantBlock; ++i) {
-            lo = std::min(lo, column[(s * kQuantBlock + i) * cols]);
-            hi = std::max(hi, column[(s * kQuantBlock + i) * cols]);
-          }
-          step[s] = (hi - lo) / 15.0f;
-          lift[s] = -lo;
-          largestStep = std::max(largestStep, step[s]);
-          largestLift = std::max(largestLift, lift[s]);
-        }
-        uint16_t *header = scales + (rows / kQuantBlock + 2 * super) * cols + n;
-        uint16_t *subRows = scales + super * subBlocks * cols + n;
-        header[0] = toFp16(largestStep / 63.0f);
-        header[cols] = toFp16(largestLift / 63.0f);
-        const float d = fromFp16(header[0]), dmin = fromFp16(header[cols]);
-        for (int64_t s = 0; s < subBlocks; ++s) {
-          const float scaleCode = d > 0.0f ? std::min(63.0f, std::nearbyint(step[s] / d)) : 0.0f;
-          const float minCode = dmin > 0.0f ? std::min(63.0f, std::nearbyint(lift[s] / dmin)) : 0.0f;
-          subRows[s * cols] = static_cast<uint16_t>(static_cast<int>(scaleCode) | static_cast<int>(minCode) << 8);
-          // The codes against the scale and min as stored.
-          const float scale = d * scaleCode, min = dmin * minCode, inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
-          for (int64_t i = 0; i < kQuantBlock; ++i) {
-            const float code = std::nearbyint((column[(s * kQuantBlock + i) * cols] + min) * inverse);
-            codes[(super * kSuperBlock + s * kQuantBlock + i) * cols + n] =
-                static_cast<uint8_t>(std::clamp(code, 0.0f, 15.0f));
-          }
-        }
+  forEachBlockColumn(rows, cols, kSuperBlock, "q4_K's super-block", threads, [&](int64_t super, int64_t n) {
+    const float *column = matrix + super * kSuperBlock * cols + n;
+    // Each sub-block's range [lo, hi] with lo <= 0, as a scale and a subtracted min >= 0.
+    float step[subBlocks], lift[subBlocks], largestStep = 0.0f, largestLift = 0.0f;
+    for (int64_t s = 0; s < subBlocks; ++s) {
+      float lo = 0.0f, hi = column[s * kQuantBlock * cols];
+      for (int64_t i = 0; i < kQuantBlock; ++i) {
+        lo = std::min(lo, column[(s * kQuantBlock + i) * cols]);
+        hi = std::max(hi, column[(s * kQuantBlock + i) * cols]);
       }
+      step[s] = (hi - lo) / 15.0f;
+      lift[s] = -lo;
+      largestStep = std::max(largestStep, step[s]);
+      largestLift = std::max(largestLift, lift[s]);
+    }
+    uint16_t *header = scales + (rows / kQuantBlock + 2 * super) * cols + n;
+    uint16_t *subRows = scales + super * subBlocks * cols + n;
+    header[0] = toFp16(largestStep / 63.0f);
+    header[cols] = toFp16(largestLift / 63.0f);
+    const float d = fromFp16(header[0]), dmin = fromFp16(header[cols]);
+    for (int64_t s = 0; s < subBlocks; ++s) {
+      const float scaleCode = d > 0.0f ? std::min(63.0f, std::nearbyint(step[s] / d)) : 0.0f;
+      const float minCode = dmin > 0.0f ? std::min(63.0f, std::nearbyint(lift[s] / dmin)) : 0.0f;
+      subRows[s * cols] = static_cast<uint16_t>(static_cast<int>(scaleCode) | static_cast<int>(minCode) << 8);
+      // The codes against the scale and min as stored.
+      const float scale = d * scaleCode, min = dmin * minCode, inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+      for (int64_t i = 0; i < kQuantBlock; ++i) {
+        const float code = std::nearbyint((column[(s * kQuantBlock + i) * cols] + min) * inverse);
+        codes[(super * kSuperBlock + s * kQuantBlock + i) * cols + n] =
+            static_cast<uint8_t>(std::clamp(code, 0.0f, 15.0f));
+      }
+    }
   });
 }
 
 void quantizeQ6_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads) {
-  if (rows < 0 || cols < 0 || rows % kSuperBlock != 0)
-    throw std::invalid_argument("the reduction dimension K = " + std::to_string(rows) +
-                                " is not a multiple of q6_K's super-block (" + std::to_string(kSuperBlock) + ")");
   constexpr int64_t runs = kSuperBlock / kQ6_KRunValues, pairs = kSuperBlock / kQuantBlock;
-  parallelFor(rows / kSuperBlock, threads, [&](int64_t first, int64_t end) {
-    for (int64_t super = first; super < end; ++super)
-      for (int64_t n = 0; n < cols; ++n) {
-        const float *column = matrix + super * kSuperBlock * cols + n;
-        float step[runs], largest = 0.0f;
-        for (int64_t h = 0; h < runs; ++h) {
-          float amax = 0.0f;
-          for (int64_t i = 0; i < kQ6_KRunValues; ++i)
-            amax = std::max(amax, std::fabs(column[(h * kQ6_KRunValues + i) * cols]));
-          step[h] = amax / 31.5f;
-          largest = std::max(largest, step[h]);
-        }
-        uint16_t *dRow = scales + (rows / kQuantBlock + super) * cols + n;
-        // d rounded up to fp16, and each run's scale up to a multiple of it: no run's step is below
-        // its max |w| / 31.5, so no code is clipped past half a step.
-        *dRow = toFp16(largest / 127.0f);
-        if (fromFp16(*dRow) * 127.0f < largest) ++*dRow;
-        const float d = fromFp16(*dRow);
-        int runScales[runs];
-        for (int64_t h = 0; h < runs; ++h) {
-          runScales[h] = d > 0.0f ? static_cast<int>(std::min(127.0f, std::ceil(step[h] / d))) : 0;
-          // The codes against the scale as stored.
-          const float scale = d * static_cast<float>(runScales[h]), inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
-          for (int64_t i = 0; i < kQ6_KRunValues; ++i) {
-            const int64_t row = super * kSuperBlock + h * kQ6_KRunValues + i;
-            const float code = std::nearbyint(column[(row - super * kSuperBlock) * cols] * inverse) + 32.0f;
-            codes[row * cols + n] = static_cast<uint8_t>(std::clamp(code, 0.0f, 63.0f));
-          }
-        }
-        for (int64_t p = 0; p < pairs; ++p)
-          scales[(super * pairs + p) * cols + n] = static_cast<uint16_t>(
-              static_cast<uint8_t>(runScales[2 * p]) | static_cast<uint8_t>(runScales[2 * p + 1]) << 8);
+  forEachBlockColumn(rows, cols, kSuperBlock, "q6_K's super-block", threads, [&](int64_t super, int64_t n) {
+    const float *column = matrix + super * kSuperBlock * cols + n;
+    float step[runs], largest = 0.0f;
+    for (int64_t h = 0; h < runs; ++h) {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < kQ6_KRunValues; ++i)
+        amax = std::max(amax, std::fabs(column[(h * kQ6_KRunValues + i) * cols]));
+      step[h] = amax / 31.5f;
+      largest = std::max(largest, step[h]);
+    }
+    uint16_t *dRow = scales + (rows / kQuantBlock + super) * cols + n;
+    // d rounded up to fp16, and each run's scale up to a multiple of it: no run's step is below
+    // its max |w| / 31.5, so no code is clipped past half a step.
+    *dRow = toFp16(largest / 127.0f);
+    if (fromFp16(*dRow) * 127.0f < largest) ++*dRow;
+    const float d = fromFp16(*dRow);
+    int runScales[runs];
+    for (int64_t h = 0; h < runs; ++h) {
+      runScales[h] = d > 0.0f ? static_cast<int>(std::min(127.0f, std::ceil(step[h] / d))) : 0;
+      // The codes against the scale as stored.
+      const float scale = d * static_cast<float>(runScales[h]), inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+      for (int64_t i = 0; i < kQ6_KRunValues; ++i) {
+        const int64_t row = super * kSuperBlock + h * kQ6_KRunValues + i;
+        const float code = std::nearbyint(column[(row - super * kSuperBlock) * cols] * inverse) + 32.0f;
+        codes[row * cols + n] = static_cast<uint8_t>(std::clamp(code, 0.0f, 63.0f));
       }
+    }
+    for (int64_t p = 0; p < pairs; ++p)
+      scales[(super * pairs + p) * cols + n] = static_cast<uint16_t>(static_cast<uint8_t>(runScales[2 * p]) |
+                                                                     static_cast<uint8_t>(runScales[2 * p + 1]) << 8);
   });
 }
 

@@ -34,6 +34,15 @@ DiagnosedSilenceableFailure checkAttributeName(transform::TransformOpInterface o
                                   << "' is not a gpt codegen attribute (cc/codegen/common/CodegenAttributes.h)";
 }
 
+/// The silenceable failure of `op` on one payload op: `message`, with a note at the payload op's
+/// location naming its `role` ("target", "producer").
+DiagnosedSilenceableFailure payloadFailure(transform::TransformOpInterface op, Location payload, const Twine &message,
+                                           StringRef role = "target") {
+  DiagnosedSilenceableFailure diag = op.emitSilenceableError(message);
+  diag.attachNote(payload) << role;
+  return diag;
+}
+
 class TransformExtension : public transform::TransformDialectExtension<TransformExtension> {
 public:
   using Base::Base;
@@ -79,12 +88,8 @@ DiagnosedSilenceableFailure TileByAttributeOp::apply(transform::TransformRewrite
   for (Operation *target : state.getPayloadOps(getTarget())) {
     std::optional<LoopTile> tile = getLoopTile(target, getName());
     auto tileable = dyn_cast<TilingInterface>(target);
-    if (!tile || !tileable) {
-      DiagnosedSilenceableFailure diag = emitSilenceableError()
-                                         << "expected a tileable op with a '" << getName() << "'";
-      diag.attachNote(target->getLoc()) << "target";
-      return diag;
-    }
+    if (!tile || !tileable)
+      return payloadFailure(*this, target->getLoc(), "expected a tileable op with a '" + getName() + "'");
     scf::SCFTilingOptions options;
     options.setTileSizes(getAsIndexOpFoldResult(getContext(), tile->sizes));
     options.setInterchange(tile->interchange);
@@ -111,12 +116,9 @@ DiagnosedSilenceableFailure TileReductionByAttributeOp::apply(transform::Transfo
   for (Operation *target : state.getPayloadOps(getTarget())) {
     std::optional<int64_t> lanes = getRowReductionTile(target);
     auto reduction = dyn_cast<PartialReductionOpInterface>(target);
-    if (!lanes || !reduction) {
-      DiagnosedSilenceableFailure diag = emitSilenceableError()
-                                         << "expected a row reduction with a '" << attr::kRowReductionTile << "'";
-      diag.attachNote(target->getLoc()) << "target";
-      return diag;
-    }
+    if (!lanes || !reduction)
+      return payloadFailure(*this, target->getLoc(),
+                            "expected a row reduction with a '" + attr::kRowReductionTile + "'");
     rewriter.setInsertionPoint(target);
     Builder b(getContext());
     FailureOr<scf::SCFReductionTilingResult> result =
@@ -145,11 +147,7 @@ DiagnosedSilenceableFailure SplitForThreadsOp::apply(transform::TransformRewrite
   Builder b(getContext());
   for (Operation *target : state.getPayloadOps(getTarget())) {
     std::optional<SmallVector<int64_t>> pieces = getParallelChunks(target);
-    if (!pieces) {
-      DiagnosedSilenceableFailure diag = emitSilenceableError() << "expected a '" << attr::kParallelChunks << "'";
-      diag.attachNote(target->getLoc()) << "target";
-      return diag;
-    }
+    if (!pieces) return payloadFailure(*this, target->getLoc(), "expected a '" + attr::kParallelChunks + "'");
     linalg::ForallTilingResult split;
     DiagnosedSilenceableFailure diag = transform::tileToForallOpImpl(
         rewriter, state, cast<transform::TransformOpInterface>(getOperation()), target,
@@ -178,13 +176,10 @@ DiagnosedSilenceableFailure GetEpilogueMatmulOp::apply(transform::TransformRewri
       producer = target->getOperand(fusion->matmulOperand).getDefiningOp();
     if (auto matmul = dyn_cast_or_null<DestinationStyleOpInterface>(producer); matmul && matmul.getNumDpsInits() == 1)
       fill = matmul.getDpsInits()[0].getDefiningOp();
-    if (!fill) {
-      DiagnosedSilenceableFailure diag = emitSilenceableError()
-                                         << "expected an epilogue whose '" << attr::kEpilogueOperand
-                                         << "' names a matmul with one init operand, both with producers";
-      diag.attachNote(target->getLoc()) << "target";
-      return diag;
-    }
+    if (!fill)
+      return payloadFailure(*this, target->getLoc(),
+                            "expected an epilogue whose '" + attr::kEpilogueOperand +
+                                "' names a matmul with one init operand, both with producers");
     matmuls.push_back(producer);
     fills.push_back(fill);
   }
@@ -218,12 +213,9 @@ DiagnosedSilenceableFailure FuseIntoLoopOp::apply(transform::TransformRewriter &
   for (Operation *producer : state.getPayloadOps(getProducer())) {
     auto tileable = dyn_cast<TilingInterface>(producer);
     tensor::ExtractSliceOp slice = findSliceIn(producer, loop);
-    if (!tileable || !slice) {
-      DiagnosedSilenceableFailure diag = emitSilenceableError()
-                                         << "expected a tileable producer whose result the loop reads in slices";
-      diag.attachNote(producer->getLoc()) << "producer";
-      return diag;
-    }
+    if (!tileable || !slice)
+      return payloadFailure(*this, producer->getLoc(),
+                            "expected a tileable producer whose result the loop reads in slices", "producer");
     for (; slice; slice = findSliceIn(producer, loop)) {
       OpBuilder::InsertionGuard guard(rewriter);
       rewriter.setInsertionPoint(slice);
@@ -482,11 +474,8 @@ DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRe
     auto tile = dyn_cast<linalg::GenericOp>(target);
     tensor::ExtractSliceOp slice = tile ? partialsSliceOf(rewriter, tile) : nullptr;
     if (!slice && tile && accumulatesWithLaneDot(tile)) {
-      if (failed(vectorizeFlattened(rewriter, tile))) {
-        DiagnosedSilenceableFailure diag = emitSilenceableError() << "could not vectorize the lane dot products";
-        diag.attachNote(targetLoc) << "target";
-        return diag;
-      }
+      if (failed(vectorizeFlattened(rewriter, tile)))
+        return payloadFailure(*this, targetLoc, "could not vectorize the lane dot products");
       continue;
     }
     if (!slice) {
@@ -502,11 +491,7 @@ DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRe
     // pipeline does not unroll.)
     if (problem.empty() && failed(unrollFully(lanes))) problem = "could not unroll the partial sums' lane loop";
     if (problem.empty()) forwardZeroFill(rewriter, zeros);
-    if (!problem.empty()) {
-      DiagnosedSilenceableFailure diag = emitSilenceableError() << problem;
-      diag.attachNote(targetLoc) << "target";
-      return diag;
-    }
+    if (!problem.empty()) return payloadFailure(*this, targetLoc, problem);
   }
   results.set(cast<OpResult>(getRest()), rest);
   return DiagnosedSilenceableFailure::success();
