@@ -2,7 +2,6 @@
 (plain, cached, speculative or JSON-constrained), and the GenerationStats record of a run."""
 
 import dataclasses
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal, Self, overload
 
@@ -14,6 +13,7 @@ from gpt.speculative import SpeculationStats, check_draft_tokens, speculative_to
 from gpt.speculative import drafter_for as speculative_drafter
 from gpt.structured_output import json_schema_grammar
 from gpt.tokenizer import ByteTokenizer, HFTokenizer
+from gpt_runtime.timing import step_timer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,16 +261,9 @@ class GenerationMixin:
         if max_new_tokens == 0:
             return
 
-        def timed(key, fn, *args):
-            # The time this call waited for compiles, not the compiles' own: a compile on another
-            # thread (the decode step's, during a prefill) overlaps the call and is not its time.
-            waited_before = self._compile_waits
-            start = time.perf_counter()
-            result = fn(*args)
-            compiling = self._compile_waits - waited_before
-            stats["compile_seconds"] += compiling
-            stats[key] += time.perf_counter() - start - compiling
-            return result
+        # The time a step waited for compiles, not the compiles' own: a compile on another thread
+        # (the decode step's, during a prefill) overlaps the step and is not its time.
+        timed = step_timer(stats, "compile_seconds", lambda: self._compile_waits)
 
         if drafter is not None:
             cache = self.new_cache(self._generation_cache_len(min(len(ids) + max_new_tokens, self._config.block_size)))

@@ -46,7 +46,7 @@ from gpt.gguf_tokenizer import building_tokenizer, read_vocabulary
 from gpt.kept_formats import KEPT_QUANTIZED, head_format  # the formats kept as blocks (CompileOptions.weights)
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
-from gpt.weights import expected_shapes, validate_weights
+from gpt.weights import _checked_config, expected_shapes, validate_weights
 
 ARCHITECTURE = "gpt2"
 # Formats save_gguf writes, named as llama.cpp names them; from_gguf reads tensors of these types:
@@ -199,17 +199,15 @@ def _gpt2_config(meta: _Metadata, tensors: dict, path: str) -> GPTConfig:
         raise ModelFileError(f"{path}: gpt2.attention.head_count_kv {n_head_kv} differs from head_count {n_head}")
     vocab_size = _vocab_size(meta, tensors, path, ARCHITECTURE, n_embd)
     layer_norm_eps = _norm_epsilon(eps, "gpt2.attention.layer_norm_epsilon", path)
-    try:
-        return GPTConfig(
-            n_layer=n_layer,
-            n_head=n_head,
-            n_embd=n_embd,
-            vocab_size=vocab_size,
-            block_size=n_ctx,
-            layer_norm_eps=layer_norm_eps,
-        )
-    except ValueError as e:
-        raise ModelFileError(f"{path}: {e}") from None
+    return _checked_config(
+        path,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        vocab_size=vocab_size,
+        block_size=n_ctx,
+        layer_norm_eps=layer_norm_eps,
+    )
 
 
 def _gpt2_weights(

@@ -48,6 +48,7 @@ from gpt.gguf.container import (
 )
 from gpt.gguf_tokenizer import GGUFTokenizer, read_tokenizer
 from gpt.resources import check_fits_in_memory
+from gpt.weights import _checked_config
 
 ARCHITECTURES = ("llama", "qwen2", "phi3", "gemma3")
 # llama.cpp's per-frequency rope divisors (Llama 3's scaling), [head_size / 2] float32.
@@ -307,17 +308,11 @@ def _config(meta: _Metadata, tensors: dict, path: str, arch: str) -> GPTConfig:
             f"{path}: {arch}.rope.scaling.type {scaling_type!r} is not supported (none, linear, and Llama 3's "
             "scaling as rope_freqs.weight)"
         )
-    try:
-        config = GPTConfig(**fields)
-    except ValueError as e:
-        raise ModelFileError(f"{path}: {e}") from None
+    config = _checked_config(path, **fields)
     if _ROPE_FREQS in tensors:
         original = meta.get(f"{arch}.rope.scaling.original_context_length", int, required=False)
         scaling = _llama3_scaling(tensors[_ROPE_FREQS], config, original, path)
-        try:
-            config = GPTConfig(**fields, rope_scaling=scaling)
-        except ValueError as e:
-            raise ModelFileError(f"{path}: {e}") from None
+        config = _checked_config(path, **fields, rope_scaling=scaling)
     return config
 
 

@@ -5,7 +5,6 @@ import contextlib
 import dataclasses
 import os
 import threading
-import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from .manifest import MAX_TOKENIZER_BYTES, Manifest, Program, load_manifest
 from .model_weights import ModelWeights, model_file_inside
 from .program import BoundProgram, graphs_default
 from .sampling import check_sampling_args, check_token_ids, sample
+from .timing import step_timer
 from .weights import WeightsFile, check_weights, read_header
 
 
@@ -368,14 +368,7 @@ class Model:
         cache = self._generation_cache
         cache.reset()
 
-        def timed(key, fn, *args):
-            captured_before = self._captured
-            start = time.perf_counter()
-            result = fn(*args)
-            capturing = self._captured - captured_before
-            stats["capture_seconds"] += capturing
-            stats[key] += time.perf_counter() - start - capturing
-            return result
+        timed = step_timer(stats, "capture_seconds", lambda: self._captured)
 
         logits = timed("prompt_seconds", self.prefill, ids, cache)
         for step in range(max_new_tokens):
