@@ -170,6 +170,34 @@ def test_the_counters_reach_the_prometheus_text(model):
     assert values["gpt_speculative_verify_steps_total"] == metrics.verify_steps > 0
 
 
+def test_no_drafts_while_more_sequences_decode_than_speculative_max_batch(model):
+    """With speculative_max_batch=2, three decoding sequences draft nothing; once the shortest
+    request ends, the other two draft. The tokens are plain decoding's throughout."""
+    requests = [(copying_prompt(2), 6), (copying_prompt(3), 30), (copying_prompt(4), 30)]
+    plain = run(Engine(model, **POOL, start=False), requests)
+    engine = Engine(model, **POOL, start=False, speculative="ngram", speculative_max_batch=2)
+    decoding_at_drafts = []
+    new_drafter = engine._speculation.new_drafter
+
+    def recording(max_len):
+        drafter = new_drafter(max_len)
+        propose = drafter.propose
+
+        def proposing(tokens, count):
+            decoding_at_drafts.append(sum(1 for s in engine._scheduler.running if s.pending == 1 and s.generated))
+            return propose(tokens, count)
+
+        drafter.propose = proposing
+        return drafter
+
+    engine._speculation.new_drafter = recording
+    fast = run(engine, requests)
+    assert [h.tokens for h in fast] == [h.tokens for h in plain]
+    assert decoding_at_drafts and max(decoding_at_drafts) == 2
+    assert engine.metrics().accepted_tokens > 0
+    assert_every_block_is_back(engine)
+
+
 # -- a draft model ------------------------------------------------------------------------------
 
 
@@ -348,6 +376,16 @@ def test_sampled_tokens_keep_the_models_distribution():
         (dict(speculative="ngram", draft_tokens=0), ValueError, r"draft_tokens must be an int in \[1, 64\], got 0"),
         (dict(speculative="ngram", draft_tokens=65), ValueError, r"draft_tokens must be an int in \[1, 64\], got 65"),
         (dict(draft_tokens=4), ValueError, r"draft_tokens is given without speculative \('ngram' or a draft model\)"),
+        (
+            dict(speculative="ngram", speculative_max_batch=0),
+            ValueError,
+            r"speculative_max_batch must be an int >= 1, got 0",
+        ),
+        (
+            dict(speculative_max_batch=2),
+            ValueError,
+            r"speculative_max_batch is given without speculative \('ngram' or a draft model\)",
+        ),
     ],
 )
 def test_bad_speculative_arguments_are_refused(kwargs, error, message):
@@ -375,6 +413,7 @@ def test_a_draft_model_of_another_vocabulary_or_the_model_itself_is_refused():
         ),
         (["--draft-tokens", "4"], "serve --draft-tokens needs --speculative ngram|MODEL"),
         (["--speculative", "ngram", "--draft-tokens", "0"], "flag --draft_tokens=0: 0 is not a positive integer"),
+        (["--speculative-max-batch", "2"], "serve --speculative-max-batch needs --speculative ngram|MODEL"),
     ],
 )
 def test_serve_refuses_bad_speculation_flags_in_one_line(flags, message):

@@ -68,7 +68,11 @@ class Engine:
     (default 8, at most 64) drafted tokens per sequence and step (see engine/speculation.py).
     Greedy requests get the tokens they get without it; sampled ones the same distribution, not
     the same draws for a seed. A request with a grammar, or with choices still to fork from it,
-    decodes plainly.
+    decodes plainly. speculative_max_batch: no sequence drafts in a step where more than this
+    many decode (vLLM's speculative_disable_by_batch_size): a batch that already shares one pass
+    over the weights gains less from drafts than their verification rows cost
+    (tools/bench_engine_draft.py: at 4 and 8 sequences plain decoding was faster); None (the
+    default): speculate at any batch size.
     """
 
     def __init__(
@@ -83,22 +87,27 @@ class Engine:
         start: bool = True,
         speculative=None,
         draft_tokens: int | None = None,
+        speculative_max_batch: int | None = None,
     ):
         self._model = model
         self._config = model.config
         if speculative is None and draft_tokens is not None:
             raise ValueError("draft_tokens is given without speculative ('ngram' or a draft model)")
+        if speculative is None and speculative_max_batch is not None:
+            raise ValueError("speculative_max_batch is given without speculative ('ngram' or a draft model)")
+        if speculative_max_batch is not None:
+            speculative_max_batch = positive_int("speculative_max_batch", speculative_max_batch)
         self._speculative = speculative
         block_size = positive_int("block_size", block_size)
         if num_blocks is None:
             num_blocks = 4 * -(-self._config.block_size // block_size)
         self._num_blocks = positive_int("num_blocks", num_blocks)
         self._block_size = block_size
-        self._speculation = (
-            Speculation(model, speculative, draft_tokens, self._num_blocks, block_size)
-            if speculative is not None
-            else None
-        )
+        self._speculation = None
+        if speculative is not None:
+            self._speculation = Speculation(
+                model, speculative, draft_tokens, self._num_blocks, block_size, speculative_max_batch
+            )
         self._max_batch_tokens = positive_int("max_batch_tokens", max_batch_tokens)
         self._max_queue = positive_int("max_queue", max_queue)
         self._pool = model.new_block_pool(self._num_blocks, block_size)

@@ -29,9 +29,12 @@ class Speculation:
     with the same vocabulary as `model` (checked here, so a mismatch is refused when the engine is
     made); `draft_tokens`: the most tokens drafted per sequence and step (default 8, at most 64).
     A draft model keeps its keys and values in a pool of `num_blocks` blocks of `block_size`
-    positions (the engine's: as many positions as the target's pool)."""
+    positions (the engine's: as many positions as the target's pool). With `max_batch`, no
+    sequence drafts while more than that many decode."""
 
-    def __init__(self, model, speculative, draft_tokens: int | None, num_blocks: int, block_size: int):
+    def __init__(
+        self, model, speculative, draft_tokens: int | None, num_blocks: int, block_size: int, max_batch: int | None
+    ):
         if isinstance(speculative, str):
             if speculative != "ngram":
                 raise ValueError(
@@ -46,6 +49,7 @@ class Speculation:
         self._model = model
         self._speculative = speculative
         self.draft_tokens = check_draft_tokens(draft_tokens)
+        self.max_batch = max_batch
         self._batch = None if isinstance(speculative, str) else DraftModelBatch(speculative, num_blocks, block_size)
 
     def new_drafter(self, max_len: int):
@@ -56,14 +60,19 @@ class Speculation:
 
     def propose(self, running: Iterable[Sequence]) -> dict[Sequence, Exception]:
         """Drafts the next tokens of every decoding sequence: at most draft_tokens, as many as its
-        AdaptiveDraftLength says, never past its max_tokens. A request with a grammar, or with
-        choices still to fork from it, decodes plainly. The scheduler may cut a draft short
+        AdaptiveDraftLength says, never past its max_tokens; none while more than max_batch
+        sequences decode. A request with a grammar, or with choices still to fork from it, decodes
+        plainly. The scheduler may cut a draft short
         (budget, free blocks). Returns the sequences whose drafter raised, with the error."""
         failed = {}
         pooled = []  # (seq, (drafter, tokens, count)): drafted together, after the loop
         for seq in running:
             seq.draft = []
-            if seq.pending != 1 or not seq.generated or seq.forks or seq.constraint is not None:
+        decoding = [seq for seq in running if seq.pending == 1 and seq.generated]
+        if self.max_batch is not None and len(decoding) > self.max_batch:
+            return failed
+        for seq in decoding:
+            if seq.forks or seq.constraint is not None:
                 continue
             params = seq.handle.params
             if seq.drafter is None:
