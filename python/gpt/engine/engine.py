@@ -68,11 +68,8 @@ class Engine:
     (default 8, at most 64) drafted tokens per sequence and step (see engine/speculation.py).
     Greedy requests get the tokens they get without it; sampled ones the same distribution, not
     the same draws for a seed. A request with a grammar, or with choices still to fork from it,
-    decodes plainly. speculative_max_batch: no sequence drafts in a step where more than this
-    many decode (vLLM's speculative_disable_by_batch_size): a batch that already shares one pass
-    over the weights gains less from drafts than their verification rows cost
-    (tools/bench_engine_draft.py: at 4 and 8 sequences plain decoding was faster); None (the
-    default): speculate at any batch size.
+    decodes plainly. speculative_max_batch: no drafts in a step where more than this many
+    sequences decode (vLLM's speculative_disable_by_batch_size; docs/SERVING.md says why).
     """
 
     def __init__(
