@@ -9,8 +9,9 @@ The target is a 12-layer GPT-2-small-width model whose last ten layers have zero
 (each adds nothing to the residual), and the draft its first two layers: the draft predicts the
 target, so every draft is accepted (speculation's best case) and the draft costs a sixth of the
 target. Weights q8_0, random; each sequence a 64-token prompt and --new-tokens greedy tokens, all
-submitted at once; the tokens of the three modes are checked equal. Prints a markdown table of
-medians over --rounds rounds, after a round that compiles.
+submitted at once; the tokens of the modes are checked equal. With --max-batch N a fourth mode
+drafts in batches, with Engine(speculative_max_batch=N). Prints a markdown table of medians over
+--rounds rounds, after a round that compiles.
 """
 
 import argparse
@@ -41,8 +42,10 @@ def models(threads: int):
     return gpt.GPT(config, weights, options), gpt.GPT(draft_config, random_weights(draft_config, 2), options)
 
 
-def run(target, draft, mode: str, prompts, new_tokens: int) -> tuple[float, list]:
+def run(target, draft, mode: str, prompts, new_tokens: int, max_batch: int | None) -> tuple[float, list]:
     speculation = {} if mode == "no speculation" else dict(speculative=draft, draft_tokens=4)
+    if mode.startswith("speculative_max_batch"):
+        speculation["speculative_max_batch"] = max_batch
     engine = Engine(target, num_blocks=256, block_size=16, start=False, **speculation)
     if mode == "a draft cache per sequence":
         engine._speculation.new_drafter = lambda max_len: DraftModelDrafter(draft, target, max_len=max_len)
@@ -59,27 +62,29 @@ def main(argv) -> None:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-batch", type=int, help="also batched drafting with speculative_max_batch=N")
     args = parser.parse_args(argv)
+    modes = MODES + ((f"speculative_max_batch={args.max_batch}",) if args.max_batch else ())
     print(f"$ PYTHONPATH=bazel-bin/python python3 tools/bench_engine_draft.py {' '.join(argv)}".rstrip())
     print(f"cpu: {describe_cpu()}")
     target, draft = models(args.threads)
     rng = np.random.default_rng(0)
-    print(f"| sequences | {' | '.join(f'{mode} tok/s' for mode in MODES)} | batched / per sequence |")
-    print("|---" * (len(MODES) + 2) + "|")
+    print(f"| sequences | {' | '.join(f'{mode} tok/s' for mode in modes)} | batched / per sequence |")
+    print("|---" * (len(modes) + 2) + "|")
     for count in (int(n) for n in args.sequences.split(",")):
         prompts = [[int(t) for t in np.tile(rng.integers(0, 8192, 16), 4)] for _ in range(count)]
-        for mode in MODES:
-            run(target, draft, mode, prompts, args.new_tokens)  # compiles
-        seconds = {mode: [] for mode in MODES}
+        for mode in modes:
+            run(target, draft, mode, prompts, args.new_tokens, args.max_batch)  # compiles
+        seconds = {mode: [] for mode in modes}
         for _ in range(args.rounds):
             tokens = {}
-            for mode in MODES:
-                elapsed, tokens[mode] = run(target, draft, mode, prompts, args.new_tokens)
+            for mode in modes:
+                elapsed, tokens[mode] = run(target, draft, mode, prompts, args.new_tokens, args.max_batch)
                 seconds[mode].append(elapsed)
             if len({str(t) for t in tokens.values()}) != 1:
                 sys.exit("the modes generated different tokens")
-        rates = {mode: count * args.new_tokens / statistics.median(seconds[mode]) for mode in MODES}
-        cells = " | ".join(f"{rates[mode]:.1f}" for mode in MODES)
+        rates = {mode: count * args.new_tokens / statistics.median(seconds[mode]) for mode in modes}
+        cells = " | ".join(f"{rates[mode]:.1f}" for mode in modes)
         print(f"| {count} | {cells} | {rates[MODES[0]] / rates[MODES[1]]:.2f}x |", flush=True)
 
 
