@@ -92,31 +92,19 @@ const char *kvCacheFormatName(KvCacheFormat format) {
 
 std::vector<int64_t> ParameterSpec::argumentShape() const {
   if (panelWidth == 0) return shape;
-  // The rows of K one element of the argument holds: a scale per block; a 32-bit lane word of 2
-  // bf16, 4 q8_0 or 8 q4_0 weights of one column (kernels/LanePacking.h).
-  int64_t rowsPerElement = 1;
-  if (isScales())
-    rowsPerElement = kernels::kQuantBlock;
-  else if (format == WeightFormat::BF16)
-    rowsPerElement = kernels::kBf16RowsPerWord;
-  else if (format == WeightFormat::Q8_0)
-    rowsPerElement = kernels::kQ8_0RowsPerWord;
-  else if (format == WeightFormat::Q4_0 || format == WeightFormat::Q4_1 || format == WeightFormat::Q4_K)
-    rowsPerElement = kernels::kQ4_0RowsPerWord;
-  // q4_1's scales hold a scale and a min per block; q4_k's ten rows per super-block of 256, the
-  // sub-blocks' rows then the super-blocks' (kernels::repackQ4_KRows).
-  if (isScales() && format == WeightFormat::Q4_1)
-    return {shape[1] / panelWidth, shape[0] / rowsPerElement, 2, panelWidth};
-  if (isScales() && format == WeightFormat::Q4_K)
-    return {shape[1] / panelWidth, shape[0] / kernels::kSuperBlock * kernels::kQ4_KScaleRows, panelWidth};
-  // q6_k: 3 words per run of 16 rows; nine scale rows per super-block, the run scales' pairs then d
-  // (kernels::repackQ6_KRows).
-  if (format == WeightFormat::Q6_K)
-    return {shape[1] / panelWidth,
-            isScales() ? shape[0] / kernels::kSuperBlock * kernels::kQ6_KScaleRows
-                       : shape[0] / kernels::kQ6_KRunValues * kernels::kQ6_KWordsPerRun,
-            panelWidth};
-  return {shape[1] / panelWidth, shape[0] / rowsPerElement, panelWidth};
+  const WeightFormatTraits &traits = weightFormatTraits(format);
+  const int64_t k = shape[0], panels = shape[1] / panelWidth;
+  // Lanes: K * codeBits / 32 words per column (f32 one per row, bf16 2 rows a word, q8_0 4, the
+  // 4-bit formats 8, q6_k 16 rows in 3 words; kernels/LanePacking.h).
+  if (!isScales()) return {panels, traits.laneWords(k), panelWidth};
+  // Scales: the format's 16-bit scale rows per block (q4_k: its sub-blocks' then its super-blocks',
+  // kernels::repackQ4_KRows; q6_k: the run scales' pairs then d, kernels::repackQ6_KRows). A min
+  // beside each 32-value block's scale (q4_1) makes (scale, min) pairs [K/32, 2], the rank the
+  // dialect tells that format by (TransformerOps.cpp).
+  const int64_t blocks = k / traits.blockValues;
+  if (traits.hasMins && traits.blockValues == kernels::kQuantBlock)
+    return {panels, blocks, traits.scaleRowsPerBlock(), panelWidth};
+  return {panels, blocks * traits.scaleRowsPerBlock(), panelWidth};
 }
 
 namespace {

@@ -140,9 +140,10 @@ struct ParameterSpec {
 
   bool derived() const { return !source.empty(); }
   bool isScales() const { return !scalesOf.empty(); }
-  /// The shape the compiled program takes: `shape`, or for a packed weight [N/P, K, P] (f32),
-  /// its i32 lane words [N/P, K/2, P] (bf16), [N/P, K/4, P] (q8_0) or [N/P, K/8, P] (q4_0,
-  /// q4_1), and for scales [N/P, K/32, P] (q4_1: scale and min pairs, [N/P, K/32, 2, P]).
+  /// The shape the compiled program takes: `shape`, or for a packed weight its lane words
+  /// [N/P, K * codeBits / 32, P] (f32: [N/P, K, P]), and for scales [N/P, K / blockValues *
+  /// scaleRows, P], with (scale, min) pairs [N/P, K/32, 2, P] where 32-value blocks have mins:
+  /// its format's row of the weight-format table (WeightFormats.h).
   std::vector<int64_t> argumentShape() const;
 };
 
