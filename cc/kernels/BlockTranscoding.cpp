@@ -39,15 +39,19 @@ constexpr GgufBlockType kQ6_KType = {"q6_k", kSuperBlock, kQ6_KBlockBytes, 1, {k
                                      dequantizeQ6_KRows};
 // clang-format on
 
+/// "no block type 'x' (q8_0, ...)".
+std::string noBlockType(const std::string &type) {
+  std::string known;
+  for (const GgufBlockType &candidate : ggufBlockTypes())
+    known += (known.empty() ? "" : ", ") + std::string(candidate.name);
+  return "no block type '" + type + "' (" + known + ")";
+}
+
 /// The row of `type`, checked against a K of `k` weights a row (`what` names the caller).
 const GgufBlockType &blockType(const std::string &type, int64_t k, const char *what) {
-  const GgufBlockType *lookedUp = nullptr;
-  try {
-    lookedUp = &ggufBlockType(type);
-  } catch (const std::invalid_argument &error) {
-    throw std::invalid_argument(std::string(what) + ": " + error.what());
-  }
-  const GgufBlockType &found = *lookedUp;
+  const GgufBlockType *row = findGgufBlockType(type);
+  if (!row) throw std::invalid_argument(std::string(what) + ": " + noBlockType(type));
+  const GgufBlockType &found = *row;
   if (k <= 0 || k % found.values != 0)
     throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) + " is not a positive multiple of " +
                                 type + "'s block (" + std::to_string(found.values) + ")");
@@ -124,13 +128,15 @@ const std::vector<GgufBlockType> &ggufBlockTypes() {
   return types;
 }
 
+const GgufBlockType *findGgufBlockType(const std::string &type) {
+  for (const GgufBlockType &candidate : ggufBlockTypes())
+    if (type == candidate.name) return &candidate;
+  return nullptr;
+}
+
 const GgufBlockType &ggufBlockType(const std::string &type) {
-  std::string known;
-  for (const GgufBlockType &candidate : ggufBlockTypes()) {
-    if (type == candidate.name) return candidate;
-    known += std::string(known.empty() ? "" : ", ") + candidate.name;
-  }
-  throw std::invalid_argument("no block type '" + type + "' (" + known + ")");
+  if (const GgufBlockType *row = findGgufBlockType(type)) return *row;
+  throw std::invalid_argument(noBlockType(type));
 }
 
 const BlockConversion &blockConversion(const std::string &type, const std::string &target) {

@@ -45,6 +45,8 @@ struct GgufBlockType {
 };
 /// Every type, the compiler's own formats first.
 const std::vector<GgufBlockType> &ggufBlockTypes();
+/// The row of `type`, or null.
+const GgufBlockType *findGgufBlockType(const std::string &type);
 /// The row of `type`; std::invalid_argument naming the types otherwise.
 const GgufBlockType &ggufBlockType(const std::string &type);
 

@@ -61,6 +61,19 @@ const WeightFormatTraits *findWeightFormat(std::string_view name) {
   return nullptr;
 }
 
+std::string alternatives(const std::vector<std::string> &names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
+}
+
+std::string blockFormatNames() {
+  std::vector<std::string> names;
+  for (const WeightFormatTraits &row : weightFormats())
+    if (row.blockQuantized()) names.push_back(row.name);
+  return alternatives(names);
+}
+
 const WeightFormatTraits &parseWeightFormat(const std::string &name) {
   if (const WeightFormatTraits *row = findWeightFormat(name)) return *row;
   std::string known;

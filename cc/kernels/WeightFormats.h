@@ -76,6 +76,10 @@ const WeightFormatTraits &parseWeightFormat(const std::string &name);
 inline const char *weightFormatName(WeightFormat format) { return weightFormatTraits(format).name; }
 /// True for the formats that store codes and per-block scales (two arguments per weight).
 inline bool isBlockQuantized(WeightFormat format) { return weightFormatTraits(format).blockQuantized(); }
+/// `names` as a message lists alternatives: "a, b or c".
+std::string alternatives(const std::vector<std::string> &names);
+/// The block-quantized formats' names, in the table's order, as alternatives ("q8_0, ... or q6_k").
+std::string blockFormatNames();
 
 } // namespace gpt
 

@@ -44,16 +44,6 @@ size_t laidOutBytes(const std::vector<ParameterSpec> &parameters) {
   return total;
 }
 
-/// The block-quantized formats as messages list them: "a, b or c", in the table's order.
-std::string blockFormatNames() {
-  std::vector<std::string> names;
-  for (const WeightFormatTraits &row : weightFormats())
-    if (row.blockQuantized()) names.push_back(row.name);
-  std::string text;
-  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  return text;
-}
-
 /// The arguments one weight is laid out into: its own, and its scales' when its format is
 /// block-quantized (bound by the spec after it).
 struct LaidOut {

@@ -47,13 +47,6 @@ std::vector<const float *> weightPointers(const CompiledModel &model, const py::
 
 py::array wrapLogits(const Logits &logits);
 
-/// "a, b or c".
-std::string listed(const std::vector<std::string> &names) {
-  std::string text;
-  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  return text;
-}
-
 /// How set_weights is given a weight's blocks: the format it is stored in, and each part's GGUF type
 /// where that is not the format (converted as it is repacked; empty otherwise).
 struct GivenFormat {
@@ -95,8 +88,8 @@ GivenFormat parseGivenFormat(const std::string &name, const std::string &format,
   }
   const WeightFormatTraits *row = findWeightFormat(stored);
   if (!row || !row->blockQuantized())
-    throw std::invalid_argument(name + ": quantized weights are " + listed(formats) + ", a GGUF block type (" +
-                                listed(otherTypes) + ") or FORMAT:TYPE,..., got '" + format + "'");
+    throw std::invalid_argument(name + ": quantized weights are " + blockFormatNames() + ", a GGUF block type (" +
+                                alternatives(otherTypes) + ") or FORMAT:TYPE,..., got '" + format + "'");
   if (types.empty()) types.assign(partCount, format);
   for (std::string &type : types)
     if (type == stored) type.clear();

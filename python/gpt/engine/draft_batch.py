@@ -52,7 +52,7 @@ class DraftModelBatch:
         while growing := [plan for plan in plans if len(plan.proposed) < plan.count]:
             logits = self._step(growing, [[plan.proposed[-1]] for plan in growing])
             for plan, row in zip(growing, logits, strict=True):
-                plan.drafter.cached = plan.drafter.cached + [plan.proposed[-1]]
+                plan.drafter.cached.append(plan.proposed[-1])  # its own list: plan.tokens, made by _plan
                 plan.proposed.append(int(np.argmax(row)))
         return {plan.drafter: plan.proposed for plan in plans}
 
