@@ -44,24 +44,45 @@ RankedTensorType weightType(OpBuilder &b, const ParameterSpec &spec) {
   return RankedTensorType::get(spec.argumentShape(), element);
 }
 
-/// Layer `layer`'s weights from the weights by name (with their ".scales").
-LayerWeights layerWeights(const GPTConfig &config, const std::map<std::string, Value> &weights, int64_t layer) {
-  LayerWeights w;
-  for (const LayerParameter &p : layerParameters(config)) {
-    std::string name = layerPrefix(config, layer) + p.name;
-    auto scales = weights.find(name + ".scales");
-    w.weights[p.weight] = {weights.at(name), scales == weights.end() ? Value() : scales->second};
+/// Weight arguments by parameter name, with the format each is stored in (ParameterSpec::format).
+struct NamedWeights {
+  std::map<std::string, Value> values;
+  std::map<std::string, WeightFormat> formats;
+
+  NamedWeights() = default;
+  NamedWeights(ArrayRef<ParameterSpec> specs, ValueRange arguments) {
+    for (auto [spec, value] : llvm::zip_equal(specs, arguments)) {
+      values[spec.name] = value;
+      formats[spec.name] = spec.format;
+    }
   }
+  /// The weight `name`, or null where the model has none.
+  Value find(const std::string &name) const {
+    auto found = values.find(name);
+    return found == values.end() ? Value() : found->second;
+  }
+  /// The matmul weight `name` (null where the model has none) with its scales and format.
+  MatmulWeight matmul(const std::string &name) const {
+    auto format = formats.find(name);
+    return {find(name), find(name + ".scales"), format == formats.end() ? WeightFormat::F32 : format->second};
+  }
+};
+
+/// Layer `layer`'s weights from the weights by name (with their ".scales").
+LayerWeights layerWeights(const GPTConfig &config, const NamedWeights &weights, int64_t layer) {
+  LayerWeights w;
+  for (const LayerParameter &p : layerParameters(config))
+    w.weights[p.weight] = weights.matmul(layerPrefix(config, layer) + p.name);
   return w;
 }
 
 /// Layer `layer`'s weights in the order of the block's weight arguments (layer 0's specs).
-SmallVector<Value> layerOperands(const GPTConfig &config, const std::map<std::string, Value> &weights,
+SmallVector<Value> layerOperands(const GPTConfig &config, const NamedWeights &weights,
                                  ArrayRef<ParameterSpec> layerSpecs, int64_t layer) {
   SmallVector<Value> operands;
   const size_t prefix = layerPrefix(config, 0).size();
   for (const ParameterSpec &spec : layerSpecs)
-    operands.push_back(weights.at(layerPrefix(config, layer) + spec.name.substr(prefix)));
+    operands.push_back(weights.values.at(layerPrefix(config, layer) + spec.name.substr(prefix)));
   return operands;
 }
 
@@ -151,9 +172,7 @@ func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, con
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.front());
   GraphBuilder g(b, loc, config, LayerAttention::of(config, window));
-  std::map<std::string, Value> byName;
-  for (auto [spec, argument] : llvm::zip(layerSpecs, fn.getArguments().drop_front(firstWeight)))
-    byName[spec.name] = argument;
+  const NamedWeights byName(layerSpecs, fn.getArguments().drop_front(firstWeight));
   AttentionInputs in = AttentionInputs::fromArguments(signature.kind, signature.activations.getDimSize(0),
                                                       fn.getArguments().slice(1, signature.inputs.size()));
   Value x = transformerLayer(g, fn.getArgument(0), layerWeights(config, byName, 0), in);
@@ -262,23 +281,16 @@ EntryFunctionArguments entryFunctionArguments(OpBuilder &b, EntryPoint entry, co
 
 /// The entry function's argument values by kind (EntrySlots), and the weights by name.
 struct EntryValues : EntrySlots<Value> {
-  std::map<std::string, Value> byName;
+  NamedWeights byName;
 
   /// The model-level weights; the token table is absent from a block-quantized model, whose
   /// lookup reads a packed copy (its own, or the tied LM head's).
   ModelWeights modelWeights(const GPTConfig &config) const {
     const ModelParameterNames names = modelParameterNames(config);
-    auto find = [&](const std::string &name) {
-      auto found = byName.find(name);
-      return found == byName.end() ? Value() : found->second;
-    };
-    ModelWeights w{find(names.tokenEmbedding),
-                   Value(),
-                   byName.at(names.finalNormWeight),
-                   find(names.finalNormBias),
-                   {byName.at("lm_head.weight_t"), find("lm_head.weight_t.scales")},
-                   {find(names.tokenEmbedding + "_t"), find(names.tokenEmbedding + "_t.scales")}};
-    if (!config.rope) w.positionEmbedding = byName.at(names.positionEmbedding);
+    ModelWeights w{byName.find(names.tokenEmbedding),       Value(),
+                   byName.values.at(names.finalNormWeight), byName.find(names.finalNormBias),
+                   byName.matmul("lm_head.weight_t"),       byName.matmul(names.tokenEmbedding + "_t")};
+    if (!config.rope) w.positionEmbedding = byName.values.at(names.positionEmbedding);
     return w;
   }
 
@@ -291,7 +303,7 @@ struct EntryValues : EntrySlots<Value> {
 
   EntryValues(func::FuncOp fn, ArrayRef<EntryArgument> arguments, ArrayRef<ParameterSpec> specs) {
     bind(arguments, fn.getArguments());
-    for (auto [spec, value] : llvm::zip_equal(specs, weights)) byName[spec.name] = value;
+    byName = NamedWeights(specs, weights);
   }
 };
 

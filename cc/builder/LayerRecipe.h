@@ -48,9 +48,11 @@ inline Type unrankedLike(Value like) {
   return UnrankedTensorType::get(cast<TensorType>(like.getType()).getElementType());
 }
 
-/// A matmul weight and, for a block-quantized one, its scales (null otherwise).
+/// A matmul weight and, for a block-quantized one, its scales (null otherwise), in the format it
+/// is stored in.
 struct MatmulWeight {
   Value weight, scales;
+  WeightFormat format = WeightFormat::F32;
 };
 
 /// One layer's weights by what they are; null for the ones the architecture does not have.
@@ -147,7 +149,7 @@ public:
   /// x times a weight, plain [K, N] or packed in panels [N/P, K, P] (with its scales).
   Value matmul(Value x, MatmulWeight w) {
     if (cast<RankedTensorType>(w.weight.getType()).getRank() == 3)
-      return b.create<PackedMatmulOp>(loc, unranked(), x, w.weight, w.scales);
+      return b.create<PackedMatmulOp>(loc, unranked(), weightFormatName(w.format), x, w.weight, w.scales);
     return b.create<MatmulOp>(loc, unranked(), x, w.weight);
   }
   /// x w + bias, or x w where the architecture has no bias (null).

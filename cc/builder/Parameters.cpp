@@ -97,14 +97,10 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
   // Lanes: K * codeBits / 32 words per column (f32 one per row, bf16 2 rows a word, q8_0 4, the
   // 4-bit formats 8, q6_k 16 rows in 3 words; kernels/LanePacking.h).
   if (!isScales()) return {panels, traits.laneWords(k), panelWidth};
-  // Scales: the format's 16-bit scale rows per block (q4_k: its sub-blocks' then its super-blocks',
-  // kernels::repackQ4_KRows; q6_k: the run scales' pairs then d, kernels::repackQ6_KRows). A min
-  // beside each 32-value block's scale (q4_1) makes (scale, min) pairs [K/32, 2], the rank the
-  // dialect tells that format by (TransformerOps.cpp).
-  const int64_t blocks = k / traits.blockValues;
-  if (traits.hasMins && traits.blockValues == kernels::kQuantBlock)
-    return {panels, blocks, traits.scaleRowsPerBlock(), panelWidth};
-  return {panels, blocks * traits.scaleRowsPerBlock(), panelWidth};
+  // Scales: the format's 16-bit scale rows per block (with mins: each block's scale then its min; q4_k:
+  // its sub-blocks' then its super-blocks', kernels::repackQ4_KRows; q6_k: the run scales' pairs
+  // then d, kernels::repackQ6_KRows).
+  return {panels, k / traits.blockValues * traits.scaleRowsPerBlock(), panelWidth};
 }
 
 namespace {

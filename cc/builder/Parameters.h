@@ -113,7 +113,7 @@ struct WeightStorage {
   KvCacheFormat kvCache = KvCacheFormat::F32;
   /// Packed matmul weights stored in another format than `format`, by parameter name: llama.cpp's
   /// quantization mixes give some tensors more bits (a Q4_K_M file's attn_v and ffn_down of some
-  /// layers, kept in q8_0 beside the others' q4_1). Layers whose weights differ in format get a
+  /// layers, kept in q6_k beside the others' q4_k). Layers whose weights differ in format get a
   /// block function each (GPTBuilder).
   std::map<std::string, WeightFormat> formatOverrides;
 
@@ -142,8 +142,8 @@ struct ParameterSpec {
   bool isScales() const { return !scalesOf.empty(); }
   /// The shape the compiled program takes: `shape`, or for a packed weight its lane words
   /// [N/P, K * codeBits / 32, P] (f32: [N/P, K, P]), and for scales [N/P, K / blockValues *
-  /// scaleRows, P], with (scale, min) pairs [N/P, K/32, 2, P] where 32-value blocks have mins:
-  /// its format's row of the weight-format table (WeightFormats.h).
+  /// scaleRows, P]: its format's row of the weight-format table (WeightFormats.h), as
+  /// transformer.packed_matmul takes them.
   std::vector<int64_t> argumentShape() const;
 };
 
@@ -156,7 +156,7 @@ struct ParameterSpec {
 /// weight is f32. Block-quantized formats need n_embd to be a multiple of the block size, and
 /// bf16 an even n_embd (std::invalid_argument otherwise); the same of n_ff. Block-quantized
 /// formats take no [V, D] table as given: with a tied head the token lookup reads the LM head's
-/// copy (the embedding is stored once, in the format; q8_0 for q4_0 and q4_1); with an untied
+/// copy (the embedding is stored once, in the format's head format); with an untied
 /// one the embedding has a copy of its own laid out as the head's ("<token embedding>_t", first
 /// among the weights), and the head is read only to make "lm_head.weight_t".
 std::vector<ParameterSpec> parameterSpecs(const GPTConfig &config, const WeightStorage &storage);

@@ -32,7 +32,7 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 /// and compares each row's logits with what decode would give: one query at a time, each row's
 /// dot products, masking and online softmax updates are decode's, in decode's order, so its bits
 /// are decode's whatever the row count. A block of several queries (attentionBlockSize) sums
-/// q . k^T as a matmul, in another order (up to 0.6 in a q4_1 logit of SmolLM2 at 2 rows). Longer
+/// q . k^T as a matmul, in another order (up to 0.6 in a 4-bit SmolLM2's logit at 2 rows). Longer
 /// steps (prefill at an offset) keep the blocks, whose key tiles are shared by their queries.
 constexpr int64_t kMaxOneByOneStepQueries = 16;
 

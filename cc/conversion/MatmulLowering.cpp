@@ -62,7 +62,7 @@ using IteratorType = utils::IteratorType;
 /// result is then viewed (collapse_shape, no copy) as [M, N].
 ///
 /// A low-precision weight multiplies activations converted to its lanes (see the op): bf16
-/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (q8_0, q4_0, q4_1, q4_K)
+/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (32-value blocks, q4_k)
 /// applies each block's scales once per block, as llama.cpp does, in two generics:
 /// - the block sums `partial[m, panel, block, column] = sum over the block of code_x * code_w`
 ///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`);
@@ -87,20 +87,20 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
     Value init = filled(rewriter, loc, {m, packed[0], packed[2]});
 
     Value panels;
-    switch (op.getWeightFormat()) {
-    case PackedWeightFormat::F32:
+    const WeightFormat format = op.getWeightFormat().format;
+    switch (format) {
+    case WeightFormat::F32:
       panels = plainPanels(rewriter, loc, lhs, adaptor.getRhs(), init);
       break;
-    case PackedWeightFormat::BF16:
+    case WeightFormat::BF16:
       panels = plainPanels(rewriter, loc, bf16Lanes(rewriter, loc, lhs), adaptor.getRhs(), init);
       break;
-    case PackedWeightFormat::Q8_0:
-    case PackedWeightFormat::Q4_0:
-    case PackedWeightFormat::Q4_1:
-    case PackedWeightFormat::Q4_K: {
-      const PackedWeightFormat format = op.getWeightFormat();
-      const bool q8 = format == PackedWeightFormat::Q8_0, q4_K = format == PackedWeightFormat::Q4_K,
-                 withMins = format == PackedWeightFormat::Q4_1 || q4_K;
+    case WeightFormat::Q8_0:
+    case WeightFormat::Q4_0:
+    case WeightFormat::Q4_1:
+    case WeightFormat::Q4_K: {
+      const bool q8 = format == WeightFormat::Q8_0, q4_K = format == WeightFormat::Q4_K,
+                 withMins = op.getWeightFormat().hasMins;
       QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : withMins ? 1 : 8);
       Value partials = q8 ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
                           : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
@@ -110,7 +110,7 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
                           : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
       break;
     }
-    case PackedWeightFormat::Q6_K: {
+    case WeightFormat::Q6_K: {
       QuantizedActivations x = quantizeActivationRuns(rewriter, loc, lhs);
       Value scales = adaptor.getScales();
       const int64_t blocks = rankedType(x.lanes).getDimSize(1);
@@ -223,7 +223,8 @@ private:
   }
 
   /// q4_1: [M, N/P, P] sums over blocks of d_x * (d_w * partial + min_w * sum(code_x)), the
-  /// scales [N/P, K/32, 2, P] read as two [N/P, K/32, P] views (loops m, panel, column, block).
+  /// scales [N/P, K/16, P] (block b's scale in row 2 b, its min in row 2 b + 1) read as two
+  /// [N/P, K/32, P] views (loops m, panel, column, block).
   static Value scaledBlocksWithMins(OpBuilder &b, Location loc, Value partials, Value scalesAndMins,
                                     const QuantizedActivations &x, Value init) {
     MLIRContext *ctx = b.getContext();
@@ -235,7 +236,9 @@ private:
                                         perColumnBlock, perRowBlock, perRowBlock};
     SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
                                            IteratorType::reduction};
-    Value scales = sliceAt(b, loc, scalesAndMins, 2, 0), mins = sliceAt(b, loc, scalesAndMins, 2, 1);
+    const int64_t blocks = rankedType(scalesAndMins).getDimSize(1) / 2;
+    Value pairs = splitDim(b, loc, scalesAndMins, 1, {blocks, 2});
+    Value scales = sliceAt(b, loc, pairs, 2, 0), mins = sliceAt(b, loc, pairs, 2, 1);
     return buildGeneric(b, loc, init, {partials, scales, mins, x.scales, x.compensations}, inputMaps,
                         AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
                         [](OpBuilder &b, Location l, ValueRange args) -> Value {

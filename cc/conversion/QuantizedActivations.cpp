@@ -104,8 +104,8 @@ static Value packCodeLanes(OpBuilder &b, Location loc, Value strided, Value scal
 }
 
 /// Quantizes `lhs` [M, K]; `offset` is what the weight's unsigned codes add to each true code
-/// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums. (q4_1
-/// passes 1: its codes are the true ones, and its compensation, the plain sum of the activation
+/// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums. (A format
+/// with mins passes 1: its codes are the true ones, and its compensation, the plain sum of the activation
 /// codes, is what each block's min multiplies.)
 QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, int64_t offset) {
   const int64_t block = PackedMatmulOp::kBlockSize, lanesPerBlock = block / 4;

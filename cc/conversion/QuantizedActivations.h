@@ -23,8 +23,8 @@ struct QuantizedActivations {
 mlir::Value bf16Lanes(mlir::OpBuilder &b, mlir::Location loc, mlir::Value lhs);
 
 /// Quantizes `lhs` [M, K]; `offset` is what the weight's unsigned codes add to each true code
-/// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums. (q4_1
-/// passes 1: its codes are the true ones, and its compensation, the plain sum of the activation
+/// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums. (A format
+/// with mins passes 1: its codes are the true ones, and its compensation, the plain sum of the activation
 /// codes, is what each block's min multiplies.)
 QuantizedActivations quantizeActivations(mlir::OpBuilder &b, mlir::Location loc, mlir::Value lhs, int64_t offset);
 

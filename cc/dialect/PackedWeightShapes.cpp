@@ -1,5 +1,6 @@
-// The result type of transformer.packed_matmul: a weight packed in column panels, in each weight
-// format's lanes and scales (see ShapeFunctions.h, inferPackedMatmulType).
+// The result type of transformer.packed_matmul: a weight packed in column panels, its lanes and
+// scales shaped as its format's row of the weight-format table says (see ShapeFunctions.h,
+// inferPackedMatmulType).
 #include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/ShapeRules.h"
 
@@ -13,112 +14,78 @@ using namespace shape_rules;
 
 namespace {
 
-/// An i32 panel-packed weight's rows for K = `k`: 2 weights per 32-bit lane (bf16), 4 (q8_0) or 8
-/// (q4_0, q4_1); the block formats carry scales.
-LogicalResult checkLanePacking(int64_t k, int64_t rows, bool scales, bool minima, int64_t blockSize, Type rhs,
-                               EmitErrorFn emitError) {
-  int64_t perLane = rows > 0 && k % rows == 0 ? k / rows : 0;
-  if (minima && perLane != 8)
-    return emitError() << "a q4_1 or q4_K weight (scales with mins) for K = " << k << " must have " << k / 8
-                       << " rows (8 codes per lane), got " << rhs;
-  if (scales && perLane != 4 && perLane != 8)
-    return emitError() << "an i32 weight with scales for K = " << k << " must have " << k / 4 << " rows (q8_0, 4 "
-                       << "codes per lane) or " << k / 8 << " rows (q4_0, 8 codes per lane), got " << rhs;
-  if (!scales && perLane != 2)
-    return emitError() << "an i32 weight without scales is bf16 (2 weights per lane): for K = " << k << " it needs "
-                       << k / 2 << " rows, got " << rhs
-                       << (perLane == 4 || perLane == 8 ? " (a q8_0/q4_0 weight needs its scales)" : "");
-  if (scales && k % blockSize != 0)
-    return emitError() << "a block-quantized weight needs K (" << k << ") to be a multiple of the block size "
-                       << blockSize;
+/// The weight's rows for K = `k`: K for f32, else its K * codeBits / 32 lane words per column
+/// (bf16 2 rows a word, q8_0 4, the 4-bit formats 8, q6_k 16 in 3 words). Failure where K does not
+/// fill whole words or the product overflows.
+FailureOr<int64_t> laneRows(const gpt::WeightFormatTraits &format, int64_t k) {
+  if (format.format == gpt::WeightFormat::F32) return k;
+  FailureOr<int64_t> bits = multiplyDims(k, format.codeBits());
+  if (failed(bits) || *bits % 32 != 0) return failure();
+  return *bits / 32;
+}
+
+/// The weight's element type and rank, and whether it comes with scales, against its format.
+LogicalResult checkOperandKinds(const gpt::WeightFormatTraits &format, Type rhs, RankedTensorType scales,
+                                bool hasScales, EmitErrorFn emitError) {
+  auto r = dyn_cast<RankedTensorType>(rhs);
+  if (r && r.getRank() != 3)
+    return emitError() << "rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got " << rhs;
+  const bool floats = format.format == gpt::WeightFormat::F32;
+  if (floats != cast<ShapedType>(rhs).getElementType().isF32())
+    return emitError() << format.name << " weights are " << (floats ? "f32" : "i32 lane words") << ", got " << rhs;
+  if (hasScales != format.blockQuantized())
+    return emitError() << format.name << " weights "
+                       << (hasScales ? "take no scales (only the block formats do)" : "need their scales");
+  if (scales && scales.getRank() != 3)
+    return emitError() << "scales must be a rank-3 [N / P, K / " << format.blockValues << " * "
+                       << format.scaleRowsPerBlock() << ", P] tensor, got " << scales;
   return success();
 }
 
-/// q4_K's scales: per super-block of 256 weights, its 8 sub-blocks' scale and min, d and dmin.
-constexpr int64_t kSuperBlockSize = 256, kQ4_KScaleRows = 10;
-
-/// True for rank-3 scales of K / 32 + K / 128 rows: q4_K's (no other format has that many).
-bool isQ4_KScales(RankedTensorType scales, int64_t k) {
-  return scales && scales.getRank() == 3 && !ShapedType::isDynamic(k) && k > 0 && k % kSuperBlockSize == 0 &&
-         scales.getDimSize(1) == k / kSuperBlockSize * kQ4_KScaleRows;
-}
-
-/// q6_K's scales: per super-block of 256 weights, its 16 int8 run scales in pairs, and d.
-constexpr int64_t kQ6_KScaleRows = 9, kQ6_KRunValues = 16, kQ6_KWordsPerRun = 3;
-
-/// True for rank-3 scales of K / 32 + K / 256 rows: q6_K's (no other format has that many).
-bool isQ6_KScales(RankedTensorType scales, int64_t k) {
-  return scales && scales.getRank() == 3 && !ShapedType::isDynamic(k) && k > 0 && k % kSuperBlockSize == 0 &&
-         scales.getDimSize(1) == k / kSuperBlockSize * kQ6_KScaleRows;
-}
-
-/// A q6_K weight: 3 lane words per run of 16 weights, and its scales' panels and width.
-LogicalResult checkQ6_KPacking(RankedTensorType scales, int64_t panels, int64_t k, int64_t rows, int64_t width,
-                               Type rhs, EmitErrorFn emitError) {
-  if (!ShapedType::isDynamic(rows) && rows != k / kQ6_KRunValues * kQ6_KWordsPerRun)
-    return emitError() << "a q6_K weight for K = " << k << " must have " << k / kQ6_KRunValues * kQ6_KWordsPerRun
-                       << " rows (3 lanes per 16 6-bit codes), got " << rhs;
-  if (dimsCompatible(scales.getDimSize(0), panels) && dimsCompatible(scales.getDimSize(2), width)) return success();
-  return emitError() << "q6_K scales must be [N / P, K / 32 + K / 256, P] = [" << panels << ", "
-                     << k / kSuperBlockSize * kQ6_KScaleRows << ", " << width << "], got " << scales;
-}
-
-/// `scales` of a panel-packed weight: [N / P, K / blockSize, P], or [N / P, K / blockSize, 2, P] with
-/// `minima` (q4_1's scale and min pairs), or q4_K's [N / P, K / 32 + K / 128, P].
-LogicalResult checkPackedScales(RankedTensorType scales, int64_t panels, int64_t k, int64_t width, bool minima,
-                                int64_t blockSize, EmitErrorFn emitError) {
-  // q4_K: [N / P, K / 32 + K / 128, P], 10 rows per super-block of 256 weights.
-  if (isQ4_KScales(scales, k)) {
-    if (dimsCompatible(scales.getDimSize(0), panels) && dimsCompatible(scales.getDimSize(2), width)) return success();
-    return emitError() << "q4_K scales must be [N / P, K / 32 + K / 128, P] = [" << panels << ", "
-                       << k / kSuperBlockSize * kQ4_KScaleRows << ", " << width << "], got " << scales;
+/// The weight's rows and its scales' shape for K = `k` (static).
+LogicalResult checkLanesAndScales(const gpt::WeightFormatTraits &format, int64_t k, RankedTensorType r,
+                                  RankedTensorType scales, Type lhs, EmitErrorFn emitError) {
+  const int64_t rows = r.getDimSize(1), panels = r.getDimSize(0), width = r.getDimSize(2);
+  if (format.format == gpt::WeightFormat::F32) {
+    if (dimsCompatible(k, rows)) return success();
+    return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k
+                       << " columns but the packed rhs " << r << " has " << rows << " rows";
   }
-  SmallVector<int64_t> expected = {panels, ShapedType::isDynamic(k) ? ShapedType::kDynamic : k / blockSize, width};
-  if (minima) expected.insert(expected.begin() + 2, 2);
+  if (format.blockQuantized() && k % format.blockValues != 0)
+    return emitError() << format.name << " weights need K (" << k << ") to be a multiple of their block, "
+                       << format.blockValues;
+  FailureOr<int64_t> words = laneRows(format, k);
+  if (failed(words))
+    return emitError() << format.name << " weights need a K (" << k << ") that fills whole 32-bit words of "
+                       << format.codeBits() << "-bit codes";
+  if (!dimsCompatible(rows, *words))
+    return emitError() << format.name << " weights for K = " << k << " must have " << *words << " rows ("
+                       << format.codeBits() << "-bit codes, K * " << format.codeBits()
+                       << " / 32 words per column), got " << r;
+  if (!scales) return success();
+  const int64_t scaleRows = k / format.blockValues * format.scaleRowsPerBlock();
+  const int64_t expected[] = {panels, scaleRows, width};
   for (auto [got, want] : llvm::zip(scales.getShape(), expected))
-    if (!dimsCompatible(got, want)) {
-      std::string values;
-      llvm::raw_string_ostream os(values);
-      llvm::interleaveComma(expected, os);
-      return emitError() << "scales must be [N / P, K / " << blockSize << (minima ? ", 2, P] = [" : ", P] = [")
-                         << values << "] (" << (minima ? "a scale and a min" : "one") << " per block of " << blockSize
+    if (!dimsCompatible(got, want))
+      return emitError() << format.name << " scales must be [N / P, K / " << format.blockValues << " * "
+                         << format.scaleRowsPerBlock() << ", P] = [" << panels << ", " << scaleRows << ", " << width
+                         << "] (" << format.scaleRowsPerBlock() << " per block of " << format.blockValues
                          << " weights of a column), got " << scales;
-    }
   return success();
 }
 
 } // namespace
 
-FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int64_t blockSize, EmitErrorFn emitError) {
+FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, const gpt::WeightFormatTraits &format,
+                                            EmitErrorFn emitError) {
   auto l = dyn_cast<RankedTensorType>(lhs);
   auto r = dyn_cast<RankedTensorType>(rhs);
   auto s = dyn_cast_or_null<RankedTensorType>(scales);
-  if (r && r.getRank() != 3)
-    return emitError() << "rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got " << rhs;
-  bool lanes = cast<ShapedType>(rhs).getElementType().isInteger(32);
-  if (!lanes && scales)
-    return emitError() << "only an i32 (q8_0, q4_0, q4_1, q4_K or q6_K) weight takes scales, not " << rhs;
-  if (s && s.getRank() != 3 && s.getRank() != 4)
-    return emitError() << "scales must be a rank-3 [N / P, K / " << blockSize
-                       << ", P] tensor (q4_K: [N / P, K / 32 + K / 128, P]; q6_K: [N / P, K / 32 + K / 256, P]), or "
-                          "(q4_1) rank-4 [N / P, K / "
-                       << blockSize << ", 2, P] scale and min pairs, got " << scales;
-  // q4_1's (scale, min) pairs, and q4_K's sub-block mins.
-  const bool minima = s && (s.getRank() == 4 || (l && isQ4_KScales(s, l.getShape().back())));
+  if (failed(checkOperandKinds(format, rhs, s, bool(scales), emitError))) return failure();
   if (!l || !r) return unranked(lhs);
   if (failed(checkRank(l, 2, "lhs", emitError))) return failure();
-  int64_t k = l.getShape().back(), rows = r.getDimSize(1);
-  int64_t panels = r.getDimSize(0), width = r.getDimSize(2);
-  if (!lanes && !dimsCompatible(k, rows))
-    return emitError() << "contraction dimensions do not match: lhs " << lhs << " has " << k
-                       << " columns but the packed rhs " << rhs << " has " << rows << " rows";
-  if (lanes && isQ6_KScales(s, k)) {
-    if (failed(checkQ6_KPacking(s, panels, k, rows, width, rhs, emitError))) return failure();
-  } else if (lanes && !ShapedType::isDynamic(k) && !ShapedType::isDynamic(rows) &&
-             failed(checkLanePacking(k, rows, bool(scales), minima, blockSize, rhs, emitError)))
-    return failure();
-  if (s && !isQ6_KScales(s, k) && failed(checkPackedScales(s, panels, k, width, minima, blockSize, emitError)))
-    return failure();
+  const int64_t k = l.getShape().back(), panels = r.getDimSize(0), width = r.getDimSize(2);
+  if (!ShapedType::isDynamic(k) && failed(checkLanesAndScales(format, k, r, s, lhs, emitError))) return failure();
   FailureOr<int64_t> columns = multiplyDims(panels, width);
   if (failed(columns)) return overflowError(emitError, panels, width, rhs);
   SmallVector<int64_t> shape(l.getShape().drop_back());

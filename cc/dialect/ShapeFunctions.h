@@ -3,6 +3,8 @@
 #ifndef GPT_CC_DIALECT_SHAPEFUNCTIONS_H
 #define GPT_CC_DIALECT_SHAPEFUNCTIONS_H
 
+#include "cc/kernels/WeightFormats.h"
+
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/TypeRange.h"
@@ -26,11 +28,12 @@ FailureOr<TensorType> inferSameShapeType(Type input, int64_t minRank, EmitErrorF
 FailureOr<TensorType> inferTransposeType(Type input, EmitErrorFn emitError);
 /// [..., M, K] x [..., K, N] (or x [K, N]) -> [..., M, N].
 FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
-/// [..., M, K] x [N/P, rows, P] (a weight packed in column panels) -> [..., N]: f32 [N/P, K, P],
-/// or i32 lanes (kernels/LanePacking.h) [N/P, K/2, P] (bf16), [N/P, K/4, P] (q8_0) or
-/// [N/P, K/8, P] (q4_0, q4_1). The block formats also take their scales [N/P, K/blockSize, P]
-/// (q4_1: scale and min pairs [N/P, K/blockSize, 2, P]); the others take none (`scales` null).
-FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, int64_t blockSize, EmitErrorFn emitError);
+/// [..., M, K] x [N/P, rows, P] (a weight packed in column panels) -> [..., N], the weight and
+/// its scales shaped as `format`'s row says: f32 [N/P, K, P]; else i32 lanes [N/P, K * codeBits /
+/// 32, P] (kernels/LanePacking.h), and for the block formats f16 scales [N/P, K / blockValues *
+/// scaleRows, P] (the others take none: `scales` null).
+FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, const gpt::WeightFormatTraits &format,
+                                            EmitErrorFn emitError);
 /// Input shape; weight and bias must be rank-1 of the size of the input's last dim.
 FailureOr<TensorType> inferLayerNormType(Type input, Type weight, Type bias, EmitErrorFn emitError);
 

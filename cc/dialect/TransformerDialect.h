@@ -13,10 +13,8 @@
 
 #include "cc/dialect/ShapeInferenceInterface.h.inc"
 
-namespace mlir::transformer {
-/// How `transformer.packed_matmul` stores its weight (see the op's description).
-enum class PackedWeightFormat { F32, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K };
-} // namespace mlir::transformer
+// The formats `transformer.packed_matmul` names its weight's storage by (its `format`).
+#include "cc/kernels/WeightFormats.h"
 
 #define GET_OP_CLASSES
 #include "cc/dialect/TransformerOps.h.inc"

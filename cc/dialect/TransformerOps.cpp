@@ -169,34 +169,39 @@ void MatmulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRConte
   populateRecoverAttentionPatterns(results);
 }
 namespace {
+/// The formats' names as the op's messages list them: "f32, bf16, ... or q6_k".
+std::string formatNames() {
+  std::vector<std::string> names;
+  for (const gpt::WeightFormatTraits &row : gpt::weightFormats()) names.push_back(row.name);
+  return gpt::alternatives(names);
+}
+
 FailureOr<TensorType> inferPackedMatmul(PackedMatmulOp op) {
+  const gpt::WeightFormatTraits *format = gpt::findWeightFormat(op.getFormat().str());
+  if (!format) return op.emitOpError() << "has no weight format '" << op.getFormat() << "' (" << formatNames() << ")";
   Type scales = op.getScales() ? op.getScales().getType() : Type();
-  return inferPackedMatmulType(op.getLhs().getType(), op.getRhs().getType(), scales, PackedMatmulOp::kBlockSize,
-                               errorOn(op));
+  return inferPackedMatmulType(op.getLhs().getType(), op.getRhs().getType(), scales, *format, errorOn(op));
 }
 } // namespace
+
+/// The format as a bare word before the operands (`transformer.packed_matmul q4_k %x, ...`).
+static ParseResult parseWeightFormatName(OpAsmParser &parser, StringAttr &format) {
+  SMLoc at = parser.getCurrentLocation();
+  std::string name;
+  if (parser.parseKeywordOrString(&name)) return failure();
+  if (!gpt::findWeightFormat(name))
+    return parser.emitError(at) << "no weight format '" << name << "' (" << formatNames() << ")";
+  format = parser.getBuilder().getStringAttr(name);
+  return success();
+}
+static void printWeightFormatName(OpAsmPrinter &printer, Operation *, StringAttr format) {
+  printer.printKeywordOrString(format.getValue());
+}
 
 LogicalResult PackedMatmulOp::verify() { return verifyInferred(*this, inferPackedMatmul(*this)); }
 LogicalResult PackedMatmulOp::inferShapes() { return refineResult(*this, inferPackedMatmul(*this)); }
 
-PackedWeightFormat PackedMatmulOp::getWeightFormat() {
-  if (!getRhs().getType().getElementType().isInteger(32)) return PackedWeightFormat::F32;
-  if (!getScales()) return PackedWeightFormat::BF16;
-  // q4_1's scales are (scale, min) pairs: [N / P, K / 32, 2, P].
-  auto scales = cast<RankedTensorType>(getScales().getType());
-  if (scales.getRank() == 4) return PackedWeightFormat::Q4_1;
-  // q4_K's hold 10 rows per super-block of 256: [N / P, K / 32 + K / 128, P].
-  int64_t k = cast<RankedTensorType>(getLhs().getType()).getShape().back();
-  if (k > 0 && k % kSuperBlockSize == 0 && scales.getDimSize(1) == k / kSuperBlockSize * kQ4_KScaleRows)
-    return PackedWeightFormat::Q4_K;
-  // q6_K's hold 9 rows per super-block: [N / P, K / 32 + K / 256, P].
-  if (k > 0 && k % kSuperBlockSize == 0 && scales.getDimSize(1) == k / kSuperBlockSize * kQ6_KScaleRows)
-    return PackedWeightFormat::Q6_K;
-  // Codes per lane: 4 (q8_0) or 8 (q4_0), from K and the weight's rows. Divided, not `4 * rows`,
-  // which overflows for a dynamic (or huge) dim.
-  int64_t rows = cast<RankedTensorType>(getRhs().getType()).getDimSize(1);
-  return rows > 0 && k % rows == 0 && k / rows == 4 ? PackedWeightFormat::Q8_0 : PackedWeightFormat::Q4_0;
-}
+const gpt::WeightFormatTraits &PackedMatmulOp::getWeightFormat() { return gpt::parseWeightFormat(getFormat().str()); }
 
 LogicalResult LayerNormOp::verify() {
   float epsilon = getEpsilon().convertToFloat();

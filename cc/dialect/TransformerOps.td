@@ -150,7 +150,11 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     register tile `P` columns wide then reads its whole slice of the weight from consecutive
     addresses, so prefill matmuls stay in cache and decode streams the weight sequentially.
 
-    The weight's format follows from its operands. An `f32` weight multiplies f32 activations.
+    The weight's format is the op's first word: one of the weight-format table's names
+    (`cc/kernels/WeightFormats.h`), which also gives the operands' shapes: the weight is
+    `[N / P, K * b / 32, P]` (32-bit words of `b`-bit codes per column; `f32`: `[N / P, K, P]` of
+    floats), and a block format's `scales` are `[N / P, K / B * S, P] x f16`, `S` 16-bit rows per
+    block of `B` weights along K. An `f32` weight multiplies f32 activations.
     The low-precision formats store the weights one 32-bit **lane** at a time: each `i32` holds
     the weights of one column that one 32-bit lane of a dot product multiplies (2 bf16 pairs or 4
     byte pairs: the unit of x86's `vdpbf16ps` and `vpdpbusd`, and of AArch64's `bfdot` and
@@ -170,8 +174,8 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
       its low nibble and `code(32 b + 4 + o + 8 i)` in its high one: the low nibbles line up with
       q8_0's lane `q = o` and the high nibbles with lane `q = o + 4`.
     - `q4_1` (llama.cpp's, with a minimum): codes as for q4_0, `w = c * scale + min`, and
-      `scales` `[N / P, K / 32, 2, P] x f16` holding each block's scale (`[p, b, 0, c]`) and min
-      (`[p, b, 1, c]`). A block contributes `d_x * (d_w * sum(code_x * c) + min * sum(code_x))`,
+      `scales` `[N / P, K / 16, P] x f16` holding each block's scale (row `2 b`) and min (row
+      `2 b + 1`). A block contributes `d_x * (d_w * sum(code_x * c) + min * sum(code_x))`,
       as llama.cpp's q4_1 x q8_1 product does.
     - `q4_K` (llama.cpp's, kept in its own numbers): codes as for q4_1, and `scales`
       `[N / P, K / 32 + K / 128, P] x f16`: rows `b < K / 32` hold the bits of a 16-bit integer
@@ -198,19 +202,22 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     makes its row of the result NaN.
 
     ```mlir
-    %y = transformer.packed_matmul %x, %w : (tensor<8x768xf32>, tensor<96x768x32xf32>) -> tensor<8x3072xf32>
-    %z = transformer.packed_matmul %x, %h : (tensor<8x768xf32>, tensor<96x384x32xi32>) -> tensor<8x3072xf32>
-    %q = transformer.packed_matmul %x, %c, %d
+    %y = transformer.packed_matmul f32 %x, %w : (tensor<8x768xf32>, tensor<96x768x32xf32>) -> tensor<8x3072xf32>
+    %z = transformer.packed_matmul bf16 %x, %h : (tensor<8x768xf32>, tensor<96x384x32xi32>) -> tensor<8x3072xf32>
+    %q = transformer.packed_matmul q8_0 %x, %c, %d
         : (tensor<8x768xf32>, tensor<96x192x32xi32>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
-    %r = transformer.packed_matmul %x, %c4, %d
+    %r = transformer.packed_matmul q4_0 %x, %c4, %d
         : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
-    %t = transformer.packed_matmul %x, %c4, %dm
-        : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x24x2x32xf16>) -> tensor<8x3072xf32>
+    %t = transformer.packed_matmul q4_1 %x, %c4, %dm
+        : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x48x32xf16>) -> tensor<8x3072xf32>
     ```
   }];
-  let arguments = (ins F32Tensor:$lhs, TensorOf<[F32, I32]>:$rhs, Optional<TensorOf<[F16]>>:$scales);
+  let arguments = (ins StrAttr:$format, F32Tensor:$lhs, TensorOf<[F32, I32]>:$rhs,
+                       Optional<TensorOf<[F16]>>:$scales);
   let results = (outs F32Tensor:$output);
-  let assemblyFormat = "$lhs `,` $rhs (`,` $scales^)? attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = [{
+    custom<WeightFormatName>($format) $lhs `,` $rhs (`,` $scales^)? attr-dict `:` functional-type(operands, results)
+  }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Weights per scale of the block formats (llama.cpp's QK8_0, QK4_0 and QK4_1).
@@ -223,9 +230,9 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     static constexpr int64_t kQ6_KRunSize = 16;
     static constexpr int64_t kQ6_KWordsPerRun = 3;
     static constexpr int64_t kQ6_KScaleRows = 9;
-    /// The weight's format, from the operand types and shapes (the verifier checks that they
-    /// agree). Only asked of ranked operands (after shape inference).
-    PackedWeightFormat getWeightFormat();
+    /// The weight's format: the row of the weight-format table `format` names (the verifier
+    /// checks that it names one).
+    const ::gpt::WeightFormatTraits &getWeightFormat();
   }];
 }
 

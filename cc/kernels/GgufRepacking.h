@@ -35,8 +35,8 @@ void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN
                     uint16_t *scales, int64_t threads = 1);
 void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads = 1);
-/// q4_1: codes as for q4_0, and each block's fp16 scale and min in `scales` [paddedN / width,
-/// K / 32, 2, width] (padding: zero scale and min, code 0).
+/// q4_1: codes as for q4_0, and each block's fp16 scale and min in rows 2 b and 2 b + 1 of
+/// `scales` [paddedN / width, K / 16, width] (padding: zero scale and min, code 0).
 void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads = 1);
 

@@ -19,7 +19,7 @@
 // q8_0's lane q = o and its high nibbles lane q = o + 4: one mask, or one shift and one mask, of a
 // word gives a vpdpbusd operand. Byte i is bits 8 i .. 8 i + 7 (little-endian). The fp16 scales of
 // q8_0/q4_0 keep their panel layout [N/P, K/32, P] (PanelPacking.h's packPanels); q4_1 stores
-// q4_0's code lanes, and its scales and mins as [N/P, K/32, 2, P] (packPanels of a [K/32 * 2, N]
+// q4_0's code lanes, and its scales and mins as [N/P, K/16, P] (packPanels of a [K/32 * 2, N]
 // matrix of alternating scale and min rows).
 #ifndef GPT_CC_KERNELS_LANEPACKING_H
 #define GPT_CC_KERNELS_LANEPACKING_H

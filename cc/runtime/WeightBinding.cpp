@@ -97,8 +97,8 @@ LaidOut repackGiven(const std::string &key, const CompiledModel::QuantizedWeight
 
 /// A block-quantized weight from its [K, N] f32 matrix: quantized along K, the codes packed into
 /// lanes (LanePacking.h) and the scales into panels. The unpacked codes are a transient byte per
-/// weight, freed before the next weight. Scales with mins are [K/32, 2, N] (a scale row and a min
-/// row per block), packed like a matrix of twice the blocks into [N/P, K/32, 2, P].
+/// weight, freed before the next weight. Scales with mins are [K/32 * 2, N] (a scale row and a min
+/// row per block), packed like a matrix of twice the blocks into [N/P, K/16, P].
 LaidOut quantizeAndPack(const WeightFormatTraits &format, const float *data, int64_t rows, int64_t cols, int64_t width,
                         WeightArena &arena, int64_t threads) {
   const int64_t scaleRows = rows / format.blockValues * format.scaleRowsPerBlock();

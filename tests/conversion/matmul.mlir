@@ -63,7 +63,7 @@ func.func @matmul_rank4(%a: tensor<2x3x4x8xf32>, %b: tensor<2x3x8x5xf32>) -> ten
 // CHECK: %[[N:.*]] = tensor.collapse_shape %[[P]] {{\[}}[0], [1, 2]] : tensor<8x3x32xf32> into tensor<8x96xf32>
 // CHECK: tensor.expand_shape %[[N]] {{\[}}[0, 1], [2]] output_shape [2, 4, 96] : tensor<8x96xf32> into tensor<2x4x96xf32>
 func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tensor<2x4x96xf32> {
-  %0 = transformer.packed_matmul %x, %w : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<2x4x96xf32>
+  %0 = transformer.packed_matmul f32 %x, %w : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<2x4x96xf32>
   return %0 : tensor<2x4x96xf32>
 }
 
@@ -86,7 +86,7 @@ func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tenso
 // CHECK: ^bb0(%[[A:.*]]: i32, %[[W:.*]]: i32, %[[ACC:.*]]: f32):
 // CHECK: transformer.lane_dot_bf16 %[[ACC]], %[[A]], %[[W]] : i32 -> f32
 func.func @packed_matmul_bf16(%x: tensor<8x8xf32>, %w: tensor<3x4x32xi32>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w : (tensor<8x8xf32>, tensor<3x4x32xi32>) -> tensor<8x96xf32>
+  %0 = transformer.packed_matmul bf16 %x, %w : (tensor<8x8xf32>, tensor<3x4x32xi32>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
 
@@ -142,7 +142,7 @@ func.func @packed_matmul_bf16(%x: tensor<8x8xf32>, %w: tensor<3x4x32xi32>) -> te
 // CHECK: %[[SCALE:.*]] = arith.mulf %[[DWF]], %[[DX]] : f32
 // CHECK: math.fma %[[SUM]], %[[SCALE]], %[[OUT]] : f32
 func.func @packed_matmul_q8_0(%x: tensor<8x64xf32>, %w: tensor<3x16x32xi32>, %s: tensor<3x2x32xf16>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x16x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
+  %0 = transformer.packed_matmul q8_0 %x, %w, %s : (tensor<8x64xf32>, tensor<3x16x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
 
@@ -170,21 +170,22 @@ func.func @packed_matmul_q8_0(%x: tensor<8x64xf32>, %w: tensor<3x16x32xi32>, %s:
 // CHECK-SAME: ins(%[[PARTIALS]], %{{.*}}, %{{.*}}, %{{.*}} : tensor<8x3x2x32xi32>, tensor<3x2x32xf16>, tensor<8x2xf32>, tensor<8x2xf32>)
 // CHECK-SAME: gpt.packed_matmul
 func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: tensor<3x2x32xf16>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
+  %0 = transformer.packed_matmul q4_0 %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
 
 // -----
 
 // q4_1: q4_0's partial sums over unsigned codes, with no offset to take out; the scales operand's
-// (scale, min) pairs are read as two views, and a block adds d_x * (d_w * partial + min * sum(code)):
+// rows (block b's scale in row 2 b, its min in 2 b + 1) are split into pairs and read as two views, and a block adds d_x * (d_w * partial + min * sum(code)):
 // the min term first, then the scaled partial sum.
 // CHECK-LABEL: func.func @packed_matmul_q4_1
 // CHECK-NOT: arith.constant 8.000000e+00 : f32
 // CHECK: %[[PARTIALS:.*]] = linalg.generic {{.*}}gpt.block_partials
 // CHECK: transformer.lane_dot_u8i8
 // CHECK: transformer.lane_dot_u8i8
-// CHECK: %[[D:.*]] = tensor.extract_slice %[[S:.*]][0, 0, 0, 0] [3, 2, 1, 32] [1, 1, 1, 1] : tensor<3x2x2x32xf16> to tensor<3x2x32xf16>
+// CHECK: %[[S:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2], [3]] output_shape [3, 2, 2, 32] : tensor<3x4x32xf16> into tensor<3x2x2x32xf16>
+// CHECK: %[[D:.*]] = tensor.extract_slice %[[S]][0, 0, 0, 0] [3, 2, 1, 32] [1, 1, 1, 1] : tensor<3x2x2x32xf16> to tensor<3x2x32xf16>
 // CHECK: %[[M:.*]] = tensor.extract_slice %[[S]][0, 0, 1, 0] [3, 2, 1, 32] [1, 1, 1, 1] : tensor<3x2x2x32xf16> to tensor<3x2x32xf16>
 // CHECK: linalg.generic
 // CHECK-SAME: ins(%[[PARTIALS]], %[[D]], %[[M]], %{{.*}}, %{{.*}} : tensor<8x3x2x32xi32>, tensor<3x2x32xf16>, tensor<3x2x32xf16>, tensor<8x2xf32>, tensor<8x2xf32>)
@@ -197,7 +198,7 @@ func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: 
 // CHECK: %[[WITHMIN:.*]] = math.fma %[[SX]], %[[MINSCALE]], %[[OUT]] : f32
 // CHECK: %[[PF:.*]] = arith.sitofp %[[P]] : i32 to f32
 // CHECK: math.fma %[[PF]], %[[SCALE]], %[[WITHMIN]] : f32
-func.func @packed_matmul_q4_1(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: tensor<3x2x2x32xf16>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x2x32xf16>) -> tensor<8x96xf32>
+func.func @packed_matmul_q4_1(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: tensor<3x4x32xf16>) -> tensor<8x96xf32> {
+  %0 = transformer.packed_matmul q4_1 %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x4x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }

@@ -41,7 +41,7 @@
 // CHECK: %[[NEG:.*]] = arith.negf %[[SUBMIN]] : f32
 // CHECK: math.fma %[[SX]], %[[NEG]], %[[WITHSCALED]] : f32
 func.func @packed_matmul_q4_k(%x: tensor<8x512xf32>, %w: tensor<3x64x32xi32>, %s: tensor<3x20x32xf16>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x512xf32>, tensor<3x64x32xi32>, tensor<3x20x32xf16>) -> tensor<8x96xf32>
+  %0 = transformer.packed_matmul q4_k %x, %w, %s : (tensor<8x512xf32>, tensor<3x64x32xi32>, tensor<3x20x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
 
@@ -49,7 +49,7 @@ func.func @packed_matmul_q4_k(%x: tensor<8x512xf32>, %w: tensor<3x64x32xi32>, %s
 
 // q4_K's scales are whole super-blocks: K = 512 has 16 sub-block rows and 4 (d, dmin) rows.
 func.func @packed_matmul_q4_k_bad_panels(%x: tensor<8x512xf32>, %w: tensor<3x64x32xi32>, %s: tensor<2x20x32xf16>) -> tensor<8x96xf32> {
-  // expected-error @+1 {{q4_K scales must be [N / P, K / 32 + K / 128, P] = [3, 20, 32], got 'tensor<2x20x32xf16>'}}
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x512xf32>, tensor<3x64x32xi32>, tensor<2x20x32xf16>) -> tensor<8x96xf32>
+  // expected-error @+1 {{q4_k scales must be [N / P, K / 256 * 10, P] = [3, 20, 32] (10 per block of 256 weights of a column), got 'tensor<2x20x32xf16>'}}
+  %0 = transformer.packed_matmul q4_k %x, %w, %s : (tensor<8x512xf32>, tensor<3x64x32xi32>, tensor<2x20x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }

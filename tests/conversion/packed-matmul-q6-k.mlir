@@ -42,7 +42,7 @@
 // CHECK: %[[SUMF:.*]] = arith.sitofp %[[SUM]] : i32 to f32
 // CHECK: math.fma %[[SUMF]], %[[SCALE]], %[[OUT]] : f32
 func.func @packed_matmul_q6_k(%x: tensor<8x512xf32>, %w: tensor<3x96x32xi32>, %s: tensor<3x18x32xf16>) -> tensor<8x96xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x512xf32>, tensor<3x96x32xi32>, tensor<3x18x32xf16>) -> tensor<8x96xf32>
+  %0 = transformer.packed_matmul q6_k %x, %w, %s : (tensor<8x512xf32>, tensor<3x96x32xi32>, tensor<3x18x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
 
@@ -50,15 +50,15 @@ func.func @packed_matmul_q6_k(%x: tensor<8x512xf32>, %w: tensor<3x96x32xi32>, %s
 
 // q6_K's weight has 3 lanes per 16 weights: K = 512 needs 96 rows, not q4's 64.
 func.func @packed_matmul_q6_k_bad_rows(%x: tensor<8x512xf32>, %w: tensor<3x64x32xi32>, %s: tensor<3x18x32xf16>) -> tensor<8x96xf32> {
-  // expected-error @+1 {{a q6_K weight for K = 512 must have 96 rows (3 lanes per 16 6-bit codes), got 'tensor<3x64x32xi32>'}}
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x512xf32>, tensor<3x64x32xi32>, tensor<3x18x32xf16>) -> tensor<8x96xf32>
+  // expected-error @+1 {{q6_k weights for K = 512 must have 96 rows (6-bit codes, K * 6 / 32 words per column), got 'tensor<3x64x32xi32>'}}
+  %0 = transformer.packed_matmul q6_k %x, %w, %s : (tensor<8x512xf32>, tensor<3x64x32xi32>, tensor<3x18x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }
 
 // -----
 
 func.func @packed_matmul_q6_k_bad_panels(%x: tensor<8x512xf32>, %w: tensor<3x96x32xi32>, %s: tensor<2x18x32xf16>) -> tensor<8x96xf32> {
-  // expected-error @+1 {{q6_K scales must be [N / P, K / 32 + K / 256, P] = [3, 18, 32], got 'tensor<2x18x32xf16>'}}
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x512xf32>, tensor<3x96x32xi32>, tensor<2x18x32xf16>) -> tensor<8x96xf32>
+  // expected-error @+1 {{q6_k scales must be [N / P, K / 256 * 9, P] = [3, 18, 32] (9 per block of 256 weights of a column), got 'tensor<2x18x32xf16>'}}
+  %0 = transformer.packed_matmul q6_k %x, %w, %s : (tensor<8x512xf32>, tensor<3x96x32xi32>, tensor<2x18x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>
 }

@@ -400,7 +400,7 @@ func.func @attention_window_negative(%q: tensor<4x8x16xf32>) {
 
 func.func @packed_matmul_unpacked_weight(%a: tensor<4x8xf32>, %b: tensor<8x64xf32>) {
   // expected-error @+1 {{rhs must be a rank-3 [N / P, rows, P] panel-packed weight, got 'tensor<8x64xf32>'}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<8x64xf32>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul f32 %a, %b : (tensor<4x8xf32>, tensor<8x64xf32>) -> tensor<*xf32>
   return
 }
 
@@ -408,23 +408,48 @@ func.func @packed_matmul_unpacked_weight(%a: tensor<4x8xf32>, %b: tensor<8x64xf3
 
 func.func @packed_matmul_contraction_mismatch(%a: tensor<4x8xf32>, %b: tensor<2x9x32xf32>) {
   // expected-error @+1 {{contraction dimensions do not match: lhs 'tensor<4x8xf32>' has 8 columns but the packed rhs 'tensor<2x9x32xf32>' has 9 rows}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x9x32xf32>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul f32 %a, %b : (tensor<4x8xf32>, tensor<2x9x32xf32>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_q8_0_lanes_without_scales(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>) {
-  // expected-error @+1 {{an i32 weight without scales is bf16 (2 weights per lane): for K = 64 it needs 32 rows, got 'tensor<2x16x32xi32>' (a q8_0/q4_0 weight needs its scales)}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x64xf32>, tensor<2x16x32xi32>) -> tensor<*xf32>
+func.func @packed_matmul_unknown_format(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>) {
+  // expected-error @+1 {{no weight format 'q3_k' (f32, bf16, q8_0, q4_0, q4_1, q4_k or q6_k)}}
+  %0 = transformer.packed_matmul q3_k %a, %b : (tensor<4x64xf32>, tensor<2x16x32xi32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+// The generic form skips the parser's check of the name; the verifier makes the same one.
+func.func @packed_matmul_unknown_format_generic(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>) {
+  // expected-error @+1 {{has no weight format 'q3_k' (f32, bf16, q8_0, q4_0, q4_1, q4_k or q6_k)}}
+  %0 = "transformer.packed_matmul"(%a, %b) <{format = "q3_k", operandSegmentSizes = array<i32: 1, 1, 0>}> : (tensor<4x64xf32>, tensor<2x16x32xi32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_q8_0_without_scales(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>) {
+  // expected-error @+1 {{q8_0 weights need their scales}}
+  %0 = transformer.packed_matmul q8_0 %a, %b : (tensor<4x64xf32>, tensor<2x16x32xi32>) -> tensor<*xf32>
   return
 }
 
 // -----
 
 func.func @packed_matmul_bf16_lane_rows(%a: tensor<4x64xf32>, %b: tensor<2x64x32xi32>) {
-  // expected-error @+1 {{an i32 weight without scales is bf16 (2 weights per lane): for K = 64 it needs 32 rows, got 'tensor<2x64x32xi32>'}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x64xf32>, tensor<2x64x32xi32>) -> tensor<*xf32>
+  // expected-error @+1 {{bf16 weights for K = 64 must have 32 rows (16-bit codes, K * 16 / 32 words per column), got 'tensor<2x64x32xi32>'}}
+  %0 = transformer.packed_matmul bf16 %a, %b : (tensor<4x64xf32>, tensor<2x64x32xi32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_bf16_odd_k(%a: tensor<4x7xf32>, %b: tensor<2x3x32xi32>) {
+  // expected-error @+1 {{bf16 weights need a K (7) that fills whole 32-bit words of 16-bit codes}}
+  %0 = transformer.packed_matmul bf16 %a, %b : (tensor<4x7xf32>, tensor<2x3x32xi32>) -> tensor<*xf32>
   return
 }
 
@@ -432,15 +457,31 @@ func.func @packed_matmul_bf16_lane_rows(%a: tensor<4x64xf32>, %b: tensor<2x64x32
 
 func.func @packed_matmul_int8_weight(%a: tensor<4x8xf32>, %b: tensor<2x8x32xi8>) {
   // expected-error @+1 {{operand #1 must be tensor of 32-bit float or 32-bit signless integer values}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xi8>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul f32 %a, %b : (tensor<4x8xf32>, tensor<2x8x32xi8>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_scales_on_f32_weight(%a: tensor<4x64xf32>, %b: tensor<2x64x32xf32>, %s: tensor<2x2x32xf16>) {
-  // expected-error @+1 {{only an i32 (q8_0, q4_0, q4_1, q4_K or q6_K) weight takes scales, not 'tensor<2x64x32xf32>'}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xf32>, tensor<2x2x32xf16>) -> tensor<*xf32>
+func.func @packed_matmul_lanes_named_f32(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>) {
+  // expected-error @+1 {{f32 weights are f32, got 'tensor<2x16x32xi32>'}}
+  %0 = transformer.packed_matmul f32 %a, %b : (tensor<4x64xf32>, tensor<2x16x32xi32>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_floats_named_q8_0(%a: tensor<4x64xf32>, %b: tensor<2x64x32xf32>, %s: tensor<2x2x32xf16>) {
+  // expected-error @+1 {{q8_0 weights are i32 lane words, got 'tensor<2x64x32xf32>'}}
+  %0 = transformer.packed_matmul q8_0 %a, %b, %s : (tensor<4x64xf32>, tensor<2x64x32xf32>, tensor<2x2x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_scales_on_bf16_weight(%a: tensor<4x64xf32>, %b: tensor<2x32x32xi32>, %s: tensor<2x2x32xf16>) {
+  // expected-error @+1 {{bf16 weights take no scales (only the block formats do)}}
+  %0 = transformer.packed_matmul bf16 %a, %b, %s : (tensor<4x64xf32>, tensor<2x32x32xi32>, tensor<2x2x32xf16>) -> tensor<*xf32>
   return
 }
 
@@ -448,47 +489,71 @@ func.func @packed_matmul_scales_on_f32_weight(%a: tensor<4x64xf32>, %b: tensor<2
 
 func.func @packed_matmul_f32_scales(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>, %s: tensor<2x2x32xf32>) {
   // expected-error @+1 {{operand #2 must be tensor of 16-bit float values}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf32>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul q8_0 %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf32>) -> tensor<*xf32>
   return
 }
 
 // -----
 
 func.func @packed_matmul_k_not_a_block_multiple(%a: tensor<4x48xf32>, %b: tensor<2x12x32xi32>, %s: tensor<2x1x32xf16>) {
-  // expected-error @+1 {{a block-quantized weight needs K (48) to be a multiple of the block size 32}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x48xf32>, tensor<2x12x32xi32>, tensor<2x1x32xf16>) -> tensor<*xf32>
+  // expected-error @+1 {{q8_0 weights need K (48) to be a multiple of their block, 32}}
+  %0 = transformer.packed_matmul q8_0 %a, %b, %s : (tensor<4x48xf32>, tensor<2x12x32xi32>, tensor<2x1x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_k_not_a_super_block_multiple(%a: tensor<4x64xf32>, %b: tensor<2x8x32xi32>, %s: tensor<2x2x32xf16>) {
+  // expected-error @+1 {{q4_k weights need K (64) to be a multiple of their block, 256}}
+  %0 = transformer.packed_matmul q4_k %a, %b, %s : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x32xf16>) -> tensor<*xf32>
   return
 }
 
 // -----
 
 func.func @packed_matmul_codes_rows(%a: tensor<4x64xf32>, %b: tensor<2x48x32xi32>, %s: tensor<2x2x32xf16>) {
-  // expected-error @+1 {{an i32 weight with scales for K = 64 must have 16 rows (q8_0, 4 codes per lane) or 8 rows (q4_0, 8 codes per lane), got 'tensor<2x48x32xi32>'}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x48x32xi32>, tensor<2x2x32xf16>) -> tensor<*xf32>
+  // expected-error @+1 {{q4_0 weights for K = 64 must have 8 rows (4-bit codes, K * 4 / 32 words per column), got 'tensor<2x48x32xi32>'}}
+  %0 = transformer.packed_matmul q4_0 %a, %b, %s : (tensor<4x64xf32>, tensor<2x48x32xi32>, tensor<2x2x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_q6_k_rows(%a: tensor<4x256xf32>, %b: tensor<2x32x32xi32>, %s: tensor<2x9x32xf16>) {
+  // expected-error @+1 {{q6_k weights for K = 256 must have 48 rows (6-bit codes, K * 6 / 32 words per column), got 'tensor<2x32x32xi32>'}}
+  %0 = transformer.packed_matmul q6_k %a, %b, %s : (tensor<4x256xf32>, tensor<2x32x32xi32>, tensor<2x9x32xf16>) -> tensor<*xf32>
   return
 }
 
 // -----
 
 func.func @packed_matmul_scales_shape(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>, %s: tensor<2x4x32xf16>) {
-  // expected-error @+1 {{scales must be [N / P, K / 32, P] = [2, 2, 32] (one per block of 32 weights of a column), got 'tensor<2x4x32xf16>'}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x4x32xf16>) -> tensor<*xf32>
+  // expected-error @+1 {{q8_0 scales must be [N / P, K / 32 * 1, P] = [2, 2, 32] (1 per block of 32 weights of a column), got 'tensor<2x4x32xf16>'}}
+  %0 = transformer.packed_matmul q8_0 %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x4x32xf16>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_q4_1_needs_4bit_codes(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>, %s: tensor<2x2x2x32xf16>) {
-  // expected-error @+1 {{a q4_1 or q4_K weight (scales with mins) for K = 64 must have 8 rows (8 codes per lane), got 'tensor<2x16x32xi32>'}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x2x32xf16>) -> tensor<*xf32>
+func.func @packed_matmul_q4_1_scales_and_mins(%a: tensor<4x64xf32>, %b: tensor<2x8x32xi32>, %s: tensor<2x2x32xf16>) {
+  // expected-error @+1 {{q4_1 scales must be [N / P, K / 32 * 2, P] = [2, 4, 32] (2 per block of 32 weights of a column), got 'tensor<2x2x32xf16>'}}
+  %0 = transformer.packed_matmul q4_1 %a, %b, %s : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x32xf16>) -> tensor<*xf32>
   return
 }
 
 // -----
 
-func.func @packed_matmul_q4_1_pairs(%a: tensor<4x64xf32>, %b: tensor<2x8x32xi32>, %s: tensor<2x2x3x32xf16>) {
-  // expected-error @+1 {{scales must be [N / P, K / 32, 2, P] = [2, 2, 2, 32] (a scale and a min per block of 32 weights of a column), got 'tensor<2x2x3x32xf16>'}}
-  %0 = transformer.packed_matmul %a, %b, %s : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x3x32xf16>) -> tensor<*xf32>
+func.func @packed_matmul_rank_4_scales(%a: tensor<4x64xf32>, %b: tensor<2x8x32xi32>, %s: tensor<2x2x2x32xf16>) {
+  // expected-error @+1 {{scales must be a rank-3 [N / P, K / 32 * 2, P] tensor, got 'tensor<2x2x2x32xf16>'}}
+  %0 = transformer.packed_matmul q4_1 %a, %b, %s : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x2x32xf16>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_matmul_q4_k_scales(%a: tensor<4x256xf32>, %b: tensor<2x32x32xi32>, %s: tensor<2x9x32xf16>) {
+  // expected-error @+1 {{q4_k scales must be [N / P, K / 256 * 10, P] = [2, 10, 32] (10 per block of 256 weights of a column), got 'tensor<2x9x32xf16>'}}
+  %0 = transformer.packed_matmul q4_k %a, %b, %s : (tensor<4x256xf32>, tensor<2x32x32xi32>, tensor<2x9x32xf16>) -> tensor<*xf32>
   return
 }
 
@@ -504,7 +569,7 @@ func.func @lane_dot_mixed_shapes(%acc: vector<16xi32>, %a: vector<8xi32>) {
 
 func.func @packed_matmul_wrong_result(%a: tensor<4x8xf32>, %b: tensor<2x8x32xf32>) {
   // expected-error @+1 {{result type 'tensor<4x32xf32>' does not match the type 'tensor<4x64xf32>' implied by the operands}}
-  %0 = transformer.packed_matmul %a, %b : (tensor<4x8xf32>, tensor<2x8x32xf32>) -> tensor<4x32xf32>
+  %0 = transformer.packed_matmul f32 %a, %b : (tensor<4x8xf32>, tensor<2x8x32xf32>) -> tensor<4x32xf32>
   return
 }
 
@@ -555,7 +620,7 @@ func.func @merge_heads_features_overflow(%x: tensor<4611686018427387904x2x4xf32>
 // panels * panel width once wrapped to a static 0.
 func.func @packed_matmul_columns_overflow(%x: tensor<4x8xf32>, %w: tensor<4611686018427387904x8x4xf32>) {
   // expected-error @+1 {{dimension 4611686018427387904 * 4 of 'tensor<4611686018427387904x8x4xf32>' overflows a 64-bit size}}
-  %0 = transformer.packed_matmul %x, %w : (tensor<4x8xf32>, tensor<4611686018427387904x8x4xf32>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul f32 %x, %w : (tensor<4x8xf32>, tensor<4611686018427387904x8x4xf32>) -> tensor<*xf32>
   return
 }
 

@@ -42,16 +42,16 @@ func.func @shapes(%x: tensor<2x4x8xf32>, %w: tensor<8x16xf32>, %y: tensor<2x8x3x
 // A weight packed in column panels: [N/P, K, P] = [2, 8, 32] stands for an 8x64 weight.
 // CHECK-LABEL: func.func @packed_matmul
 func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<2x8x32xf32>) -> tensor<2x4x64xf32> {
-  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<2x8x32xf32>) -> tensor<2x4x64xf32>
-  %0 = transformer.packed_matmul %x, %w : (tensor<2x4x8xf32>, tensor<2x8x32xf32>) -> tensor<2x4x64xf32>
+  // CHECK: transformer.packed_matmul f32 %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<2x8x32xf32>) -> tensor<2x4x64xf32>
+  %0 = transformer.packed_matmul f32 %x, %w : (tensor<2x4x8xf32>, tensor<2x8x32xf32>) -> tensor<2x4x64xf32>
   return %0 : tensor<2x4x64xf32>
 }
 
 // The same with the weight stored in bf16 lanes: [N/P, K/2, P] i32, two weights per lane.
 // CHECK-LABEL: func.func @packed_matmul_bf16
 func.func @packed_matmul_bf16(%x: tensor<4x8xf32>, %w: tensor<2x4x32xi32>) -> tensor<4x64xf32> {
-  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<2x4x32xi32>) -> tensor<4x64xf32>
-  %0 = transformer.packed_matmul %x, %w : (tensor<4x8xf32>, tensor<2x4x32xi32>) -> tensor<4x64xf32>
+  // CHECK: transformer.packed_matmul bf16 %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<2x4x32xi32>) -> tensor<4x64xf32>
+  %0 = transformer.packed_matmul bf16 %x, %w : (tensor<4x8xf32>, tensor<2x4x32xi32>) -> tensor<4x64xf32>
   return %0 : tensor<4x64xf32>
 }
 
@@ -60,10 +60,10 @@ func.func @packed_matmul_bf16(%x: tensor<4x8xf32>, %w: tensor<2x4x32xi32>) -> te
 // CHECK-LABEL: func.func @packed_matmul_block_quantized
 func.func @packed_matmul_block_quantized(%x: tensor<4x64xf32>, %q8: tensor<2x16x32xi32>, %q4: tensor<2x8x32xi32>,
                                          %d: tensor<2x2x32xf16>) -> (tensor<4x64xf32>, tensor<4x64xf32>) {
-  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
-  %0 = transformer.packed_matmul %x, %q8, %d : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
-  // CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
-  %1 = transformer.packed_matmul %x, %q4, %d : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  // CHECK: transformer.packed_matmul q8_0 %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  %0 = transformer.packed_matmul q8_0 %x, %q8, %d : (tensor<4x64xf32>, tensor<2x16x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  // CHECK: transformer.packed_matmul q4_0 %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
+  %1 = transformer.packed_matmul q4_0 %x, %q4, %d : (tensor<4x64xf32>, tensor<2x8x32xi32>, tensor<2x2x32xf16>) -> tensor<4x64xf32>
   return %0, %1 : tensor<4x64xf32>, tensor<4x64xf32>
 }
 

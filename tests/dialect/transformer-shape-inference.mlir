@@ -132,10 +132,10 @@ func.func @token_major_heads(%q: tensor<8x64xf32>, %kv: tensor<4x8x16xf32>) -> t
 
 // A packed weight [N/P, K, P] = [3, 8, 32] gives N = 96 columns; leading dims of x are kept.
 // CHECK-LABEL: func.func @packed_matmul
-// CHECK: transformer.packed_matmul %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<2x4x96xf32>
+// CHECK: transformer.packed_matmul f32 %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<2x4x96xf32>
 // CHECK: return %{{.*}} : tensor<2x4x96xf32>
 func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tensor<*xf32> {
-  %0 = transformer.packed_matmul %x, %w : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul f32 %x, %w : (tensor<2x4x8xf32>, tensor<3x8x32xf32>) -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }
 
@@ -143,9 +143,9 @@ func.func @packed_matmul(%x: tensor<2x4x8xf32>, %w: tensor<3x8x32xf32>) -> tenso
 
 // A q4_0 weight: its codes have K/2 rows, the result still has N = 96 columns.
 // CHECK-LABEL: func.func @packed_matmul_q4_0
-// CHECK: transformer.packed_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
+// CHECK: transformer.packed_matmul q4_0 %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<8x96xf32>
 func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: tensor<3x2x32xf16>) -> tensor<*xf32> {
-  %0 = transformer.packed_matmul %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<*xf32>
+  %0 = transformer.packed_matmul q4_0 %x, %w, %s : (tensor<8x64xf32>, tensor<3x8x32xi32>, tensor<3x2x32xf16>) -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }
 

@@ -115,14 +115,18 @@ def test_block_quantized_formats_are_in_the_ir():
 
 
 def test_q4_1_is_in_the_ir():
-    """q4_1 stores q4_0's code lanes with a scale and a min per block: [6, 2, 2, 32] f16 for c_attn
-    [64, 192], read as two [6, 2, 32] views; its LM head is q8_0, as q4_0's."""
+    """q4_1 stores q4_0's code lanes with a scale and a min per block: [6, 4, 32] f16 for c_attn
+    [64, 192] (each block's scale, then its min), split into pairs and read as two [6, 2, 32]
+    views; its LM head is q8_0, as q4_0's. The op names each weight's format."""
     cfg = config(NANO)
     model = gpt.GPT.random(cfg, options=gpt.CompileOptions(weights="q4_1", threads=1, disk_cache=False))
     transformer = model.ir("transformer", seq_len=8)
-    assert "tensor<6x8x32xi32>, tensor<6x2x2x32xf16>" in transformer
-    assert "tensor<8x16x32xi32>, tensor<8x2x32xf16>" in transformer  # the q8_0 LM head
+    assert "transformer.packed_matmul q4_1 " in transformer
+    assert "tensor<6x8x32xi32>, tensor<6x4x32xf16>" in transformer
+    assert "transformer.packed_matmul q8_0 " in transformer  # the LM head
+    assert "tensor<8x16x32xi32>, tensor<8x2x32xf16>" in transformer
     linalg = model.ir("linalg", seq_len=8)
+    assert "tensor<6x4x32xf16> into tensor<6x2x2x32xf16>" in linalg
     assert "tensor<6x2x2x32xf16> to tensor<6x2x32xf16>" in linalg
     assert "transformer.lane_dot_u8i8" in linalg and "arith.shrui" in linalg
 

@@ -22,7 +22,8 @@ def _matmul_with_weight(imp: Emitter, x: Value, weight, transposed: bool, n: int
             w = imp.parameter(
                 target, "panels", transpose=transposed, padded_columns=padded, panel_width=imp.panel_width
             )
-            y = imp.emit("transformer.packed_matmul", [x, w], (*rows, padded))
+            # The op's first word is the weight's format: these panels hold the parameter's floats.
+            y = imp.emit("transformer.packed_matmul f32", [x, w], (*rows, padded))
             if padded != n:
                 padded_value = y
                 y = imp.emit("transformer.slice", [y], (*rows, n), f"offset = 0 : i64, size = {n} : i64")
