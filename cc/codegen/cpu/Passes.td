@@ -184,6 +184,34 @@ def StackAllocateTemporaries : Pass<"gpt-stack-allocate-temporaries", "::mlir::f
   let dependentDialects = ["::mlir::memref::MemRefDialect"];
 }
 
+def FreeBuffersAfterLastUse : Pass<"gpt-free-buffers-after-last-use", "::mlir::func::FuncOp"> {
+  let summary = "Move each heap buffer's dealloc to right after its last use";
+  let description = [{
+    Runs right after the buffer deallocation pipeline, which frees a buffer at the end of the
+    block that allocates it: a layer's block function held every heap temporary of the layer
+    (the attention's rows, the FFN's hidden rows: 157 MiB at a 512-token prefill of Llama-3.1-8B's
+    widths) until it returned. This pass moves a `memref.dealloc` of a `memref.alloc` in the same
+    block to right after the last op of that block that uses the buffer or a view of it (an op
+    using it inside its regions counts as the op itself), so a temporary is freed once nothing
+    reads it, and the next temporary of its size takes the same block from the runtime's
+    workspace (cc/runtime/support/Workspace.cpp) while it is still in cache. A buffer whose
+    address leaves as an integer (`memref.extract_aligned_pointer_as_index`) keeps its dealloc.
+
+    Before:
+    ```mlir
+    %a = memref.alloc() : memref<512x4096xf32>
+    linalg.fill ins(%cst : f32) outs(%a : memref<512x4096xf32>)
+    %b = memref.alloc() : memref<512x4096xf32>
+    linalg.copy ins(%a : memref<512x4096xf32>) outs(%b : memref<512x4096xf32>)
+    "use"(%b) : (memref<512x4096xf32>) -> ()
+    memref.dealloc %a : memref<512x4096xf32>
+    memref.dealloc %b : memref<512x4096xf32>
+    ```
+    After: `memref.dealloc %a` right after the `linalg.copy`, `memref.dealloc %b` after the use.
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+}
+
 def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncOp"> {
   let summary = "Choose register tiles, thread pieces and fusions, and record them as attributes";
   let description = [{

@@ -84,6 +84,8 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
   pm.addNestedPass<mlir::func::FuncOp>(codegen::createStackAllocateTemporaries());
   mlir::bufferization::BufferDeallocationPipelineOptions deallocation;
   mlir::bufferization::buildBufferDeallocationPipeline(pm, deallocation);
+  // Each heap temporary freed once nothing reads it, not when its layer returns.
+  pm.addNestedPass<mlir::func::FuncOp>(codegen::createFreeBuffersAfterLastUse());
   if (parallel) {
     // The scf.forall loops of the schedule and of the attention's heads (on buffers now:
     // scf-forall-to-for on tensors crashes MLIR 19's verifier) become OpenMP worksharing loops. The memref.alloca_scope
