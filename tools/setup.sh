@@ -18,7 +18,7 @@ APT_PACKAGES=(
   "lld-19=${LLVM_VERSION}"
   "clang-format-19=${LLVM_VERSION}"
   "libomp-19-dev=${LLVM_VERSION}"
-  # libFuzzer and the sanitizer runtimes of clang-19, for the compiler fuzzer (tools/fuzz.sh).
+  # libFuzzer and the sanitizer runtimes of clang-19, for the compiler fuzzer (tools/fuzz/fuzz.sh).
   "libclang-rt-19-dev=${LLVM_VERSION}"
 )
 

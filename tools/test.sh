@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the pinned toolchain, lints the sources (tools/lint.sh) and runs every test
 # (`bazel test //tests/...`); then, unless --quick, the sanitizer subset under ASan + UBSan, a
-# bounded fuzzing run of the compiler (tools/fuzz.sh) and one of the model-file loaders
-# (tools/fuzz_loaders.py). Ends with one "N passed, N failed" line (each stage after
+# bounded fuzzing run of the compiler (tools/fuzz/fuzz.sh) and one of the model-file loaders
+# (tools/fuzz/fuzz_loaders.py). Ends with one "N passed, N failed" line (each stage after
 # the tests counts as one). Other arguments go to the first bazel test.
 #
 #   bash tools/test.sh            everything, what CI (.ci/run) runs
@@ -26,16 +26,16 @@ SANITIZED_TESTS=(
   //tests/conversion/...
   //tests/codegen/...
   //tests/fuzz/...
-  //tests/python:test_bad_input
-  //tests/python:test_compiler
-  //tests/python:test_model_api
-  //tests/python:test_packing
-  //tests/python:test_quantization
-  //tests/python:test_resource_limits
-  //tests/python:test_sampling
-  //tests/python:test_threads
+  //tests/python/hostile:test_bad_input
+  //tests/python/compiler:test_compiler
+  //tests/python/package:test_model_api
+  //tests/python/formats:test_packing
+  //tests/python/formats:test_quantization
+  //tests/python/hostile:test_resource_limits
+  //tests/python/engine:test_sampling
+  //tests/python/package:test_threads
 )
-# Seconds of fuzzing in CI (tools/fuzz.sh alone defaults to 180).
+# Seconds of fuzzing in CI (tools/fuzz/fuzz.sh alone defaults to 180).
 FUZZ_SECONDS="${GPT_CI_FUZZ_SECONDS:-45}"
 
 bash tools/setup.sh || exit 1
@@ -65,15 +65,15 @@ run_tests() {
 bazel=(bazel)
 run_tests //tests/... "${arguments[@]}"
 if [[ "$quick" == 0 ]]; then
-  echo "test: the sanitizer subset under ASan + UBSan (clang; tools/bazel_sanitized.sh test --config=asan)"
-  bazel=(bash tools/bazel_sanitized.sh)
+  echo "test: the sanitizer subset under ASan + UBSan (clang; tools/dev/bazel_sanitized.sh test --config=asan)"
+  bazel=(bash tools/dev/bazel_sanitized.sh)
   run_tests --config=asan "${SANITIZED_TESTS[@]}"
-  echo "test: fuzzing the compiler for ${FUZZ_SECONDS} s (tools/fuzz.sh, a fresh corpus, seed 1)"
+  echo "test: fuzzing the compiler for ${FUZZ_SECONDS} s (tools/fuzz/fuzz.sh, a fresh corpus, seed 1)"
   fuzz_dir="$(mktemp -d)"
-  if GPT_FUZZ_DIR="$fuzz_dir" GPT_FUZZ_SEED=1 bash tools/fuzz.sh "$FUZZ_SECONDS"; then
+  if GPT_FUZZ_DIR="$fuzz_dir" GPT_FUZZ_SEED=1 bash tools/fuzz/fuzz.sh "$FUZZ_SECONDS"; then
     passed=$((passed + 1))
   else
-    echo "fuzz: FAILED (its inputs are kept in $fuzz_dir/crashes for tools/fuzz.sh's reproduce line)"
+    echo "fuzz: FAILED (its inputs are kept in $fuzz_dir/crashes for tools/fuzz/fuzz.sh's reproduce line)"
     keep_fuzz_dir=1
     failed=$((failed + 1))
     status=1
@@ -82,9 +82,9 @@ if [[ "$quick" == 0 ]]; then
   # structure-aware mutations of small valid inputs, each loaded in a worker under time and
   # address-space limits; GPT_CI_LOADER_FUZZ_SECONDS.
   loader_fuzz_seconds="${GPT_CI_LOADER_FUZZ_SECONDS:-20}"
-  echo "test: fuzzing the model-file loaders for ${loader_fuzz_seconds} s (tools/fuzz_loaders.py, seed 1)"
+  echo "test: fuzzing the model-file loaders for ${loader_fuzz_seconds} s (tools/fuzz/fuzz_loaders.py, seed 1)"
   loader_fuzz_dir="$(mktemp -d)"
-  if bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/fuzz_loaders.py \
+  if bazel build //python:gpt && PYTHONPATH=bazel-bin/python python3 tools/fuzz/fuzz_loaders.py \
     --seconds "$loader_fuzz_seconds" --seed 1 --out "$loader_fuzz_dir"; then
     passed=$((passed + 1))
     rm -rf "$loader_fuzz_dir"

@@ -21,7 +21,7 @@ MIN_NGRAM = 2
 # is 10, llama.cpp's --draft-max 16; on a CPU the verification step's rows are not free (each
 # costs about an eighth of a decode step of SmolLM2 at 9 rows), so fewer. Prompt lookup drafts
 # this many only when the match behind the draft is as long (NgramDrafter); 16 lost more rows where
-# a copy ends than it saved on long copies (tools/bench_speculative.py).
+# a copy ends than it saved on long copies (tools/bench/bench_speculative.py).
 DEFAULT_DRAFT_TOKENS = 8
 # Up to this many rows, every row of a verification step has decode's logits to the bit whatever
 # the row count: the step's attention takes one query at a time, as decode does
@@ -58,7 +58,7 @@ class NgramDrafter:
     the caller's whole count, and a 2-gram that recurs by chance in free text drafts 2. A verified
     row costs a quarter to a third of a decode step (SmolLM2 q4_1 on this CPU), and every row
     drafted past the point where the answer leaves the prompt is paid for: on the edit task of
-    tools/bench_speculative.py drafts of 8 verified 48 rows for 32 accepted tokens, drafts sized
+    tools/bench/bench_speculative.py drafts of 8 verified 48 rows for 32 accepted tokens, drafts sized
     by the match 38 (2.06x plain decoding where they were 1.85x, 1 thread, CPU time, under load)."""
 
     def __init__(self, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM):

@@ -1,5 +1,5 @@
 // libFuzzer entry point of the compiler fuzzer: MLIR text in, every named pipeline run on it.
-// Built with clang by tools/fuzz.sh (bazel --config=fuzz); the body is CompilerFuzzTarget.cpp.
+// Built with clang by tools/fuzz/fuzz.sh (bazel --config=fuzz); the body is CompilerFuzzTarget.cpp.
 #include "tools/fuzz/CompilerFuzzTarget.h"
 
 #include <cstddef>

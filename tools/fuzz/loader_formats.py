@@ -1,4 +1,4 @@
-"""The loader fuzzer's inputs (tools/fuzz_loaders.py): GGUF files parsed into a structure and
+"""The loader fuzzer's inputs (tools/fuzz/fuzz_loaders.py): GGUF files parsed into a structure and
 written back with consistent lengths and offsets, HF directories, chat templates, GPU artifacts
 and tokenizer inputs (a vocabulary and a text), the Input that holds any of them with its byte
 patches, written into a directory for the worker, and the regression corpus's files."""

@@ -1,6 +1,6 @@
 """The loader fuzzer's mutations of HF directories and GPU artifacts (config.json, the safetensors
 header and data, the shard index, tokenizer_config.json, chat templates, manifests, links and
-FIFOs) and of any input's written bytes (tools/fuzz_loaders.py)."""
+FIFOs) and of any input's written bytes (tools/fuzz/fuzz_loaders.py)."""
 
 import copy
 import json

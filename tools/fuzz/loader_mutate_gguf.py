@@ -1,4 +1,4 @@
-"""The loader fuzzer's mutations of GGUF files (tools/fuzz_loaders.py): metadata keys, values and
+"""The loader fuzzer's mutations of GGUF files (tools/fuzz/fuzz_loaders.py): metadata keys, values and
 types, counts, tensor dimensions, types, offsets, bytes and block scales, tokenizer data, and for
 the "model" kind the K-quant blocks' fields (d, dmin, sub-block scales, a type swapped for
 another with its blocks regrown) that the C++ repacking reads."""

@@ -1,4 +1,4 @@
-"""The loader fuzzer's seeds (tools/fuzz_loaders.py): small valid inputs of every kind, written by
+"""The loader fuzzer's seeds (tools/fuzz/fuzz_loaders.py): small valid inputs of every kind, written by
 the project's own writers and gguf's: GPT-2 and Llama-family GGUF files, HF directories, chat
 templates, the toy GPU artifact, K-quant models and tokenizers with a text."""
 
@@ -285,14 +285,14 @@ def family_gguf(path: str, architecture: str, vocabulary: str, types=None, **sha
 
 
 def random_blocks(kind, rows: int, columns: int, rng):
-    """[rows, bytes a row] of random `kind` blocks whose weights are about 0.02 (tools/make_gguf.py's
+    """[rows, bytes a row] of random `kind` blocks whose weights are about 0.02 (tools/dev/make_gguf.py's
     random_matrix: codes uniform, fp16 scales set)."""
     return _make_gguf().random_matrix(kind, rows, columns, rng)
 
 
 @functools.cache
 def _make_gguf():
-    spec = importlib.util.spec_from_file_location("make_gguf", os.path.join(REPOSITORY, "tools", "make_gguf.py"))
+    spec = importlib.util.spec_from_file_location("make_gguf", os.path.join(REPOSITORY, "tools", "dev", "make_gguf.py"))
     make_gguf = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_gguf)
     return make_gguf

@@ -1,4 +1,4 @@
-"""The loader fuzzer's chat templates (tools/fuzz_loaders.py): ChatML's, Llama 2's and Llama 3's,
+"""The loader fuzzer's chat templates (tools/fuzz/fuzz_loaders.py): ChatML's, Llama 2's and Llama 3's,
 and a grammar of jinja2 constructs that generates and mutates others."""
 
 import random

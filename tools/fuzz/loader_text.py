@@ -1,4 +1,4 @@
-"""The loader fuzzer's texts for tokenizers (tools/fuzz_loaders.py): random Unicode without lone
+"""The loader fuzzer's texts for tokenizers (tools/fuzz/fuzz_loaders.py): random Unicode without lone
 surrogates, long runs, control characters and the chat specials, mutated in place; and the
 "tokenizer" kind's mutations of its vocabulary (a GGUF file's tokenizer data, a tokenizer.json's
 added tokens, merges and pre-tokenizer)."""

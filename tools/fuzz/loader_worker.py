@@ -1,4 +1,4 @@
-"""The loader fuzzer's worker (tools/fuzz_loaders.py --worker): a process that loads input after
+"""The loader fuzzer's worker (tools/fuzz/fuzz_loaders.py --worker): a process that loads input after
 input under an address-space limit, answering each with its outcome and the new line pairs of
 the loaders that ran; and Worker, the campaign's handle on it (time limits, restarts)."""
 

@@ -1,4 +1,4 @@
-"""Writes the compiler fuzzer's seed corpus: every .mlir under tests/ and tools/demo/, one seed per
+"""Writes the compiler fuzzer's seed corpus: every .mlir under tests/ and tools/dev/demo/, one seed per
 `// -----` case, without its comment lines (RUN/CHECK lines are dead weight for mutation), plus the
 regression corpus. Usage: python3 tools/fuzz/make_seed_corpus.py OUT_DIR [--limit N]
 
@@ -15,7 +15,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOURCES = ["tests", "tools/demo"]
+SOURCES = ["tests", "tools/dev/demo"]
 REGRESSIONS = "tests/fuzz/regressions"
 SPLIT = re.compile(r"^// -----\s*$", re.MULTILINE)
 MAX_BYTES = 64 * 1024  # tools/fuzz/CompilerFuzzTarget.h: kMaxInputBytes

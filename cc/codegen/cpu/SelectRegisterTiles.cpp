@@ -64,7 +64,7 @@ SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t p
   // Then every smaller row count down to 2 (AVX-512: 3 and 2 rows), so that a verification step
   // of a few rows that do not divide by the largest tile (3, 6, 9 tokens) still unpacks each
   // weight word once for several rows: in one-row tiles every row unpacked the whole weight
-  // matrix again (each row cost a fifth of a decode step of a 4-bit SmolLM2; tools/bench_speculative.py).
+  // matrix again (each row cost a fifth of a decode step of a 4-bit SmolLM2; tools/bench/bench_speculative.py).
   // Each output is summed in the same order whatever the tile, so the rows' bits are decode's.
   for (int64_t rows = packedRows / 2 - 1; rows > 1; --rows)
     table.push_back({Kind::BlockPackedMatmul, {rows, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
