@@ -64,11 +64,11 @@ flags.DEFINE_integer(
 )
 # The issue and llama.cpp spell it with a dash; absl flags here use underscores, so both are accepted.
 flags.DEFINE_alias("draft-tokens", "draft_tokens")
-flags.DEFINE_string(
+flags.DEFINE_integer(
     "speculative_max_batch",
     None,
-    "serve --speculative: 'auto' (the default: drafts where drafting has been measured faster for as many "
-    "decoding sequences) or N (no drafts in a step where more than N sequences decode)",
+    "serve --speculative: no drafts in a step where more than this many sequences decode (default: none)",
+    lower_bound=1,
 )
 flags.DEFINE_alias("speculative-max-batch", "speculative_max_batch")
 flags.DEFINE_string(
@@ -395,11 +395,6 @@ def serve() -> None:
         raise app.UsageError("serve --draft-tokens needs --speculative ngram|MODEL")
     if FLAGS.speculative_max_batch is not None and FLAGS.speculative is None:
         raise app.UsageError("serve --speculative-max-batch needs --speculative ngram|MODEL")
-    max_batch = FLAGS.speculative_max_batch or "auto"
-    if max_batch != "auto":
-        if not max_batch.isdigit() or int(max_batch) < 1:
-            raise app.UsageError(f"serve --speculative-max-batch takes 'auto' or an int >= 1, got {max_batch!r}")
-        max_batch = int(max_batch)
     speculative = FLAGS.speculative
     if speculative is not None and speculative != "ngram":
         speculative = models.resolve(speculative)  # a draft model
@@ -429,7 +424,7 @@ def serve() -> None:
         # Engine refuses a draft model of another vocabulary (ValueError: one line, exit status 2).
         speculative=speculative,
         draft_tokens=FLAGS.draft_tokens,
-        speculative_max_batch=max_batch,
+        speculative_max_batch=FLAGS.speculative_max_batch,
     )
     name = os.path.basename(os.path.normpath(FLAGS.model or EMBEDDED_MODEL))
     print(f"[gpt] serving {name} on http://{FLAGS.host}:{FLAGS.port}", flush=True)

@@ -41,7 +41,7 @@ from gpt.engine.requests import (
     positive_int,
 )
 from gpt.engine.scheduler import Scheduler, Sequence
-from gpt.engine.speculation import speculation_for, step_arrays
+from gpt.engine.speculation import Speculation, step_arrays
 from gpt.engine.window import check_fits_pool
 from gpt.logprobs import prompt_logprobs
 from gpt.sampling import check_sampling_args
@@ -68,9 +68,8 @@ class Engine:
     (default 8, at most 64) drafted tokens per sequence and step (see engine/speculation.py).
     Greedy requests get the tokens they get without it; sampled ones the same distribution, not
     the same draws for a seed. A request with a grammar, or with choices still to fork from it,
-    decodes plainly. speculative_max_batch: "auto" drafts where the engine has measured drafting
-    faster for as many decoding sequences (engine/draft_policy.py); N: no drafts in a step where
-    more than N sequences decode (vLLM's speculative_disable_by_batch_size); None: drafts always.
+    decodes plainly. speculative_max_batch: no drafts in a step where more than this many
+    sequences decode (vLLM's speculative_disable_by_batch_size; docs/SERVING.md says why).
     """
 
     def __init__(
@@ -85,19 +84,27 @@ class Engine:
         start: bool = True,
         speculative=None,
         draft_tokens: int | None = None,
-        speculative_max_batch: int | str | None = "auto",
+        speculative_max_batch: int | None = None,
     ):
         self._model = model
         self._config = model.config
+        if speculative is None and draft_tokens is not None:
+            raise ValueError("draft_tokens is given without speculative ('ngram' or a draft model)")
+        if speculative is None and speculative_max_batch is not None:
+            raise ValueError("speculative_max_batch is given without speculative ('ngram' or a draft model)")
+        if speculative_max_batch is not None:
+            speculative_max_batch = positive_int("speculative_max_batch", speculative_max_batch)
         self._speculative = speculative
         block_size = positive_int("block_size", block_size)
         if num_blocks is None:
             num_blocks = 4 * -(-self._config.block_size // block_size)
         self._num_blocks = positive_int("num_blocks", num_blocks)
         self._block_size = block_size
-        self._speculation = speculation_for(
-            model, speculative, draft_tokens, speculative_max_batch, self._num_blocks, block_size
-        )
+        self._speculation = None
+        if speculative is not None:
+            self._speculation = Speculation(
+                model, speculative, draft_tokens, self._num_blocks, block_size, speculative_max_batch
+            )
         self._max_batch_tokens = positive_int("max_batch_tokens", max_batch_tokens)
         self._max_queue = positive_int("max_queue", max_queue)
         self._pool = model.new_block_pool(self._num_blocks, block_size)
@@ -331,7 +338,7 @@ class Engine:
     def _step(self) -> bool:
         if self._scoring and self._score():
             return True
-        failed, started = {}, time.perf_counter()
+        failed = {}
         if self._speculation is not None:
             # Only this thread changes the running sequences, so a draft model runs outside the
             # lock, holding up no submit, cancel or metrics.
@@ -375,8 +382,6 @@ class Engine:
         committed = False
         try:
             outcomes, accepted = step_outcomes(plan, drafted, logits, first_rows, rngs, trackers, forks, undo)
-            if self._speculation is not None and decodes == len(plan.work) and not prefill_tokens:
-                self._speculation.record(decodes, bool(drafted), len(outcomes), time.perf_counter() - started)
             with self._lock:
                 # Not self._transaction(): `committed` is set before the commit, so that an interrupt
                 # between the two cannot also undo the draws of a step whose tokens stand.

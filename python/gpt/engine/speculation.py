@@ -20,30 +20,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from gpt.engine.draft_batch import DraftModelBatch, PooledDrafter
-from gpt.engine.draft_policy import DraftingPolicy
-from gpt.engine.requests import positive_int
 from gpt.engine.scheduler import Sequence
 from gpt.speculative import AdaptiveDraftLength, DraftModelDrafter, NgramDrafter, check_draft_tokens
-
-
-def checked_max_batch(max_batch) -> int:
-    """An int speculative_max_batch, >= 1; ValueError naming the choices otherwise."""
-    try:
-        return positive_int("speculative_max_batch", max_batch)
-    except ValueError:
-        raise ValueError(f"speculative_max_batch must be 'auto', an int >= 1 or None, got {max_batch!r}") from None
-
-
-def speculation_for(model, speculative, draft_tokens, max_batch, num_blocks: int, block_size: int):
-    """The engine's Speculation, or None without `speculative`; refuses draft_tokens or a
-    max_batch other than the default ("auto") without it."""
-    if speculative is None:
-        if draft_tokens is not None:
-            raise ValueError("draft_tokens is given without speculative ('ngram' or a draft model)")
-        if max_batch not in (None, "auto"):
-            raise ValueError("speculative_max_batch is given without speculative ('ngram' or a draft model)")
-        return None
-    return Speculation(model, speculative, draft_tokens, num_blocks, block_size, max_batch)
 
 
 class Speculation:
@@ -51,11 +29,12 @@ class Speculation:
     with the same vocabulary as `model` (checked here, so a mismatch is refused when the engine is
     made); `draft_tokens`: the most tokens drafted per sequence and step (default 8, at most 64).
     A draft model keeps its keys and values in a pool of `num_blocks` blocks of `block_size`
-    positions (the engine's: as many positions as the target's pool). `max_batch`: "auto" (drafts
-    where drafting has been measured faster for as many decoding sequences: DraftingPolicy), N (no
-    sequence drafts while more than N decode) or None (drafts at any batch size)."""
+    positions (the engine's: as many positions as the target's pool). With `max_batch`, no
+    sequence drafts while more than that many decode."""
 
-    def __init__(self, model, speculative, draft_tokens: int | None, num_blocks: int, block_size: int, max_batch):
+    def __init__(
+        self, model, speculative, draft_tokens: int | None, num_blocks: int, block_size: int, max_batch: int | None
+    ):
         if isinstance(speculative, str):
             if speculative != "ngram":
                 raise ValueError(
@@ -70,8 +49,7 @@ class Speculation:
         self._model = model
         self._speculative = speculative
         self.draft_tokens = check_draft_tokens(draft_tokens)
-        self.policy = DraftingPolicy() if max_batch == "auto" else None
-        self.max_batch = None if max_batch in (None, "auto") else checked_max_batch(max_batch)
+        self.max_batch = max_batch
         self._batch = None if isinstance(speculative, str) else DraftModelBatch(speculative, num_blocks, block_size)
 
     def new_drafter(self, max_len: int):
@@ -83,18 +61,15 @@ class Speculation:
     def propose(self, running: Iterable[Sequence]) -> dict[Sequence, Exception]:
         """Drafts the next tokens of every decoding sequence: at most draft_tokens, as many as its
         AdaptiveDraftLength says, never past its max_tokens; none while more than max_batch
-        sequences decode, or where the policy measured plain steps faster. A request with a
-        grammar, or with choices still to fork from it, decodes plainly. The scheduler may cut a
-        draft short (budget, free blocks). Returns the sequences whose drafter raised, with the
-        error."""
+        sequences decode. A request with a grammar, or with choices still to fork from it, decodes
+        plainly. The scheduler may cut a draft short
+        (budget, free blocks). Returns the sequences whose drafter raised, with the error."""
         failed = {}
         pooled = []  # (seq, (drafter, tokens, count)): drafted together, after the loop
         for seq in running:
             seq.draft = []
         decoding = [seq for seq in running if seq.pending == 1 and seq.generated]
         if self.max_batch is not None and len(decoding) > self.max_batch:
-            return failed
-        if self.policy is not None and decoding and not self.policy.drafts(len(decoding)):
             return failed
         for seq in decoding:
             if seq.forks or seq.constraint is not None:
@@ -120,11 +95,6 @@ class Speculation:
             for seq, (drafter, _, _) in pooled:
                 seq.draft = drafts.get(drafter, [])
         return failed
-
-    def record(self, decoding: int, drafted: bool, tokens: int, seconds: float):
-        """A decode-only step's tokens and time, drafting included, for the policy."""
-        if self.policy is not None:
-            self.policy.record(decoding, drafted, tokens, seconds)
 
 
 def step_arrays(work: list[tuple[Sequence, int]], drafted: dict[Sequence, list[int]]):

@@ -17,7 +17,6 @@ from scipy import stats as scipy_stats
 
 import gpt
 from gpt.engine import Engine
-from gpt.engine.draft_policy import DraftingPolicy
 from gpt.engine.metrics import parse_prometheus_text, prometheus_text
 from gpt.gguf_file import save_gguf
 from gpt.sampling import allowed_probabilities
@@ -199,59 +198,6 @@ def test_no_drafts_while_more_sequences_decode_than_speculative_max_batch(model)
     assert_every_block_is_back(engine)
 
 
-def test_the_policy_tries_both_ways_then_keeps_the_faster_and_explores():
-    """DraftingPolicy per count of decoding sequences: drafting first, then plain, then the faster
-    by the median of the last rates (one slow step, a compile, does not decide), and the slower
-    every explore_every-th decision."""
-    policy = DraftingPolicy(explore_every=4, window=3)
-    assert policy.drafts(2)  # nothing measured: draft
-    policy.record(2, True, tokens=6, seconds=1.0)
-    assert not policy.drafts(2)  # drafting measured, plain not yet
-    policy.record(2, False, tokens=2, seconds=0.5)  # plain: 4 tokens/s against drafting's 6
-    assert [policy.drafts(2) for _ in range(8)] == [True, True, True, False] * 2
-    policy.record(2, True, tokens=6, seconds=60.0)  # one slow step: median of 6, 0.1 is 3.05
-    assert policy.rate(2, True) == pytest.approx(3.05)
-    policy.record(2, True, tokens=6, seconds=2.0)  # median of 6, 0.1, 3: 3 tokens/s
-    assert [policy.drafts(2) for _ in range(4)] == [False, False, False, True]
-    assert policy.drafts(1) and policy.rate(1, True) is None  # another batch size starts over
-    policy.record(3, True, tokens=0, seconds=1.0)  # a step that gave nothing teaches nothing
-    assert policy.rate(3, True) is None
-
-
-def test_the_engine_stops_drafting_where_drafting_is_measured_slower(model):
-    """speculative_max_batch="auto" (the default): the engine records each decode-only step's
-    tokens and time by its count of decoding sequences and whether it drafted. With rates where
-    drafting loses at 3 sequences and wins at 1 (the times replaced, the tokens and counts the
-    engine's), three sequences stop drafting once both ways are measured and draft only to
-    explore, and the last one left drafts; the tokens are plain decoding's throughout."""
-    requests = [(copying_prompt(2), 40), (copying_prompt(3), 12), (copying_prompt(4), 12)]
-    plain = run(Engine(model, **POOL, start=False), requests)
-    engine = Engine(model, **POOL, start=False, speculative="ngram")
-    policy = engine._speculation.policy
-    decisions, recorded = [], []  # (decoding sequences, draft or not)
-    drafts, record = policy.drafts, policy.record
-
-    def deciding(decoding):
-        decisions.append((decoding, drafts(decoding)))
-        return decisions[-1][1]
-
-    def recording(decoding, drafted, tokens, seconds):
-        recorded.append((decoding, drafted))
-        record(decoding, drafted, tokens, 1.0 if drafted == (decoding == 1) else 10.0)
-
-    policy.drafts, policy.record = deciding, recording
-    fast = run(engine, requests)
-    assert [h.tokens for h in fast] == [h.tokens for h in plain]
-    assert {decoding for decoding, _ in recorded} <= {1, 2, 3} and (3, True) in recorded and (3, False) in recorded
-    for decoding, faster in ((3, False), (1, True)):
-        # Drafting until a step with drafts is measured (a step that also runs a prompt chunk is
-        # not), then plain until one is, then the faster but every tenth decision.
-        chosen = [draft for count, draft in decisions if count == decoding]
-        tried = chosen.index(False)
-        assert all(chosen[:tried]) and chosen[tried + 1 :].count(not faster) <= len(chosen[tried + 1 :]) // 10
-    assert_every_block_is_back(engine)
-
-
 # -- a draft model ------------------------------------------------------------------------------
 
 
@@ -321,8 +267,7 @@ def test_a_draft_model_drafts_every_sequence_in_one_batched_step_per_position(va
     once per drafted position (at most draft_tokens times), not once per sequence and position,
     and the draft's pool has every block back once the requests are done."""
     draft_model = gpt.GPT.random(varied.config, seed=3, options=varied.options)
-    # Drafting at any batch size (None): the default ("auto") would stop where it measures no gain.
-    engine = Engine(varied, **POOL, start=False, speculative=draft_model, draft_tokens=4, speculative_max_batch=None)
+    engine = Engine(varied, **POOL, start=False, speculative=draft_model, draft_tokens=4)
     batch = engine._speculation._batch
     calls = []
     step_batch = draft_model.step_batch
@@ -434,12 +379,7 @@ def test_sampled_tokens_keep_the_models_distribution():
         (
             dict(speculative="ngram", speculative_max_batch=0),
             ValueError,
-            r"speculative_max_batch must be 'auto', an int >= 1 or None, got 0",
-        ),
-        (
-            dict(speculative="ngram", speculative_max_batch="fast"),
-            ValueError,
-            r"speculative_max_batch must be 'auto', an int >= 1 or None, got 'fast'",
+            r"speculative_max_batch must be an int >= 1, got 0",
         ),
         (
             dict(speculative_max_batch=2),
@@ -474,10 +414,6 @@ def test_a_draft_model_of_another_vocabulary_or_the_model_itself_is_refused():
         (["--draft-tokens", "4"], "serve --draft-tokens needs --speculative ngram|MODEL"),
         (["--speculative", "ngram", "--draft-tokens", "0"], "flag --draft_tokens=0: 0 is not a positive integer"),
         (["--speculative-max-batch", "2"], "serve --speculative-max-batch needs --speculative ngram|MODEL"),
-        (
-            ["--speculative", "ngram", "--speculative-max-batch", "0"],
-            "serve --speculative-max-batch takes 'auto' or an int >= 1, got '0'",
-        ),
     ],
 )
 def test_serve_refuses_bad_speculation_flags_in_one_line(flags, message):
