@@ -105,6 +105,17 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
 
 namespace {
 
+/// The LM head's copy, "lm_head.weight_t": the weight the head's matmul reads.
+constexpr const char *kHeadTable = "lm_head.weight_t";
+
+/// The format the LM head's copy is stored in: its format's head format (a 4-bit model's tables in
+/// q8_0: kernels/WeightFormats.h), or for an untied head the format given for it (a GGUF file's
+/// Q6_K output kept as q6_k; checkFormatOverrides).
+WeightFormat headFormat(const WeightStorage &storage) {
+  auto given = storage.formatOverrides.find(kHeadTable);
+  return given != storage.formatOverrides.end() ? given->second : weightFormatTraits(storage.format).head;
+}
+
 /// Throws std::invalid_argument unless each matmul weight's K (n_embd, n_ff, or the output
 /// projection's n_head * head_dim) tiles the block of the format it is stored in: checked per
 /// weight, since a file's mix gives each its own (a Q4_K_M file of a 576-wide model keeps its
@@ -122,7 +133,7 @@ void checkFormatDepths(const GPTConfig &c, const WeightStorage &storage, const s
   for (int64_t i = 0; i < c.nLayer; ++i)
     for (const LayerParameter &p : layer)
       if (p.isMatmulWeight) use(storage.formatOf(layerPrefix(c, i) + p.name), p.shape[0]);
-  if (isBlockQuantized(storage.format)) use(weightFormatTraits(storage.format).head, d);
+  if (isBlockQuantized(storage.format)) use(headFormat(storage), d);
   for (auto [format, k] : formatDepths) {
     const char *what = k == d ? "n_embd" : k == ff ? "n_ff" : "n_head * head_dim";
     const int64_t block = weightFormatTraits(format).blockValues; // 32, or a K-quant's super-block of 256
@@ -138,16 +149,21 @@ void checkFormatDepths(const GPTConfig &c, const WeightStorage &storage, const s
   }
 }
 
-/// Throws std::invalid_argument when a format override names no layer's matmul weight: a typo
-/// would otherwise be a format silently ignored.
+/// Throws std::invalid_argument when a format override names no layer's matmul weight and no
+/// untied LM head (a tied one is also the token table, which the lookup reads in q8_0), or gives
+/// the head a format that is not block-quantized: a typo would otherwise be a format silently
+/// ignored.
 void checkFormatOverrides(const GPTConfig &c, const WeightStorage &storage, const std::vector<LayerParameter> &layer) {
   std::set<std::string> matmulWeights;
   for (int64_t i = 0; i < c.nLayer; ++i)
     for (const LayerParameter &p : layer)
       if (p.isMatmulWeight) matmulWeights.insert(layerPrefix(c, i) + p.name);
-  for (const auto &[name, format] : storage.formatOverrides)
+  for (const auto &[name, format] : storage.formatOverrides) {
+    if (name == kHeadTable && !c.tiedHead && isBlockQuantized(format) && isBlockQuantized(storage.format)) continue;
     if (!matmulWeights.count(name))
-      throw std::invalid_argument("a weight format is given for '" + name + "', which is no layer's matmul weight");
+      throw std::invalid_argument("a weight format is given for '" + name +
+                                  "', which is no layer's matmul weight nor a block-quantized model's untied LM head");
+  }
 }
 
 } // namespace
@@ -188,8 +204,9 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   auto transposedTable = [&](const std::string &name, const std::string &source) {
     ParameterSpec table{name, {d, c.paddedVocabSize(storage.tiles)}, WeightLayout::TransposedPadded, source};
     pack(table, WeightLayout::TransposedPaddedPanels);
-    // In its format's head format (a 4-bit model's tables in q8_0: kernels/WeightFormats.h).
-    table.format = weightFormatTraits(table.format).head;
+    // In its format's head format (a 4-bit model's tables in q8_0: kernels/WeightFormats.h); the
+    // head in the format given for it (headFormat).
+    table.format = name == kHeadTable && table.panelWidth ? headFormat(storage) : weightFormatTraits(table.format).head;
     return table;
   };
   std::vector<ParameterSpec> specs;
@@ -213,7 +230,7 @@ std::vector<ParameterSpec> parameterSpecs(const GPTConfig &c, const WeightStorag
   // An untied head is a [V, D] weight the user supplies, laid out as the tied embedding would be
   // (kept as given, too, unless the model is block-quantized).
   if (!c.tiedHead && !quantizedTables) specs.push_back({names.head, {c.vocabSize, d}});
-  specs.push_back(transposedTable("lm_head.weight_t", c.tiedHead ? names.tokenEmbedding : names.head));
+  specs.push_back(transposedTable(kHeadTable, c.tiedHead ? names.tokenEmbedding : names.head));
   addScales(specs);
   checkFormatOverrides(c, storage, layer);
   return specs;

@@ -180,9 +180,12 @@ def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str)
     the token table the lookup reads in q8_0 (the 4-bit formats too, as llama.cpp keeps its output
     table at higher precision; Parameters.cpp), so the file's blocks are kept when they convert to
     q8_0 (Q8_0 as it is; Q6_K or Q4_K, the types llama.cpp's quantizer gives them, by the model as
-    it repacks them, with no float32 table): the token embedding, and an untied output.weight."""
+    it repacks them, with no float32 table): the token embedding, and an untied output.weight,
+    which a Q6_K file keeps in q6_k (the head's matmul reads it; only the lookup needs q8_0)."""
     if stored not in kept_formats.KEPT_QUANTIZED:
         return None
+    if name == "output.weight" and not config.tied_head and type_name == "Q6_K":
+        return "q6_k"  # an untied head in its own 6.5625 bits, as llama.cpp runs it (native_options)
     if name == "token_embd.weight" or (name == "output.weight" and not config.tied_head):
         return kept_formats.given_format([type_name], "q8_0")
     return None

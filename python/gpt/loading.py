@@ -87,7 +87,9 @@ def native_options(options: CompileOptions, config: GPTConfig, quantized: Mappin
     base = max(counts, key=counts.get)
     widened = {name: "q8_0" for name in matmuls if name not in quantized and base != "q8_0"}
     others = {name: fmt for name, fmt in layer_formats.items() if fmt != base}
-    return dataclasses.replace(options, weights=base, weight_formats={**others, **widened})
+    # An untied head kept in q6_k (gguf_llama._kept_head_format) is its copy's format too.
+    head = {"lm_head.weight_t": "q6_k"} if quantized.get("lm_head.weight", ("",))[0] == "q6_k" else {}
+    return dataclasses.replace(options, weights=base, weight_formats={**others, **widened, **head})
 
 
 def _to_compiler_quantized(config: GPTConfig, quantized: Mapping) -> dict:

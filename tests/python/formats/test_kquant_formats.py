@@ -214,6 +214,31 @@ def test_a_q4_k_m_file_runs_in_q4_k_q6_k_and_q8_0_side_by_side(q4_k_m_file):
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
 
 
+def test_an_untied_q6_k_head_is_kept_in_q6_k(tmp_path):
+    """A Q4_K_M file of an untied model (as Llama-3.1-8B's) has a Q6_K output matrix. Under
+    weights="auto" the LM head's matmul reads those blocks in q6_k, as llama.cpp does, where it
+    widened them to q8_0 (1.3x the bytes of a decode step's largest weight); the token table the
+    lookup reads stays q8_0."""
+    path = str(tmp_path / "untied.q4_k_m.gguf")
+    counts = make_gguf.write(path, make_gguf.Shape(2, 256, 4, 2, 512, 320, 256, 10000.0, False, None), "q4_k_m")
+    assert counts.get("Q6_K"), counts
+    model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="auto", disk_cache=False))
+    assert dict(model.options.weight_formats)["lm_head.weight_t"] == "q6_k"
+    ir = model.ir("transformer", 4)
+    assert "transformer.packed_matmul q6_k" in ir and "transformer.packed_embedding" in ir
+    # The head's values are the file's, exactly (gguf's dequantizer).
+    output = next(t for t in gguf.GGUFReader(path).tensors if t.name == "output.weight")
+    assert output.tensor_type == T.Q6_K
+    expected = gguf.quants.dequantize(np.asarray(output.data), T.Q6_K)
+    np.testing.assert_array_equal(model.state_dict()["lm_head.weight"], expected)
+    # Logits against the file's values in float32, as the tied file's test measures them.
+    reference = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32", disk_cache=False))
+    ids = [5, 17, 2, 200, 33, 8, 91, 4]
+    ours, theirs = model.forward(ids), reference.forward(ids)
+    assert np.abs(ours - theirs).max() < 0.25 * theirs.std()
+    assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
+
+
 def test_options_that_name_no_format_run_the_file_in_its_own(q4_k_m_file):
     # What a user writes: no options, or options for something else. Before "auto" was the default
     # these widened the file to float32: four times its memory, and an 8B file refused as too big.
