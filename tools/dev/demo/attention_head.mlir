@@ -1,6 +1,6 @@
 // One pre-LayerNorm (non-causal) attention head over 8 tokens of width 16, written the way a front
 // end would emit it: intermediate types left unranked, plus two redundancies (a double transpose
-// and an add of zeros) that canonicalization removes. `tools/run.sh` prints it at every stage.
+// and an add of zeros) that canonicalization removes. `python -m gpt stages` prints it at every stage.
 func.func @attention_head(%x: tensor<8x16xf32>, %ln_w: tensor<16xf32>, %ln_b: tensor<16xf32>,
                           %wq: tensor<16x16xf32>, %wk: tensor<16x16xf32>, %wv: tensor<16x16xf32>,
                           %wo: tensor<16x16xf32>, %bo: tensor<16xf32>) -> tensor<*xf32> {
