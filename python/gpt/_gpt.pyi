@@ -105,10 +105,11 @@ class CompiledModel:
         """Binds the weights (checked here, once) for every later call; the model keeps the arrays it reads
         in place (borrowed_parameters()) alive. `quantized`: {name: (format, llama.cpp blocks [out rows,
         bytes per row], or a list of them: a fused weight's parts, rows in order)} for weights repacked
-        from a file's blocks, given as None in `weights`. The format is the stored one ("q8_0" |
-        "q4_0" | "q4_1"), a block type converted as it is repacked ("q4_k", stored as q4_1; "q5_0",
-        "q5_1", "q5_k" or "q6_k", stored as q8_0), or "FORMAT:TYPE,..." naming each part's type. A
-        NaN or infinite block scale raises ValueError naming the weight, the block and the row."""
+        from a file's blocks, given as None in `weights`. The format is the stored one (a block format
+        of weight_formats()), a GGUF block type that exactly one stored format converts as it is
+        repacked (gguf_block_types(): "q5_0", "q5_1" or "q5_k", stored as q8_0), or "FORMAT:TYPE,..."
+        naming each part's type. A NaN or infinite block scale raises ValueError naming the weight,
+        the block and the row."""
 
     def borrowed_parameters(self) -> list[str]:
         """Names of the supplied weights compiled code reads in place; the others were copied (packed, converted)."""

@@ -27,7 +27,7 @@ def main(argv):
     parser.add_argument("--targets", default="host,haswell,skylake-avx512,znver4")
     parser.add_argument("--seq_lens", default="32,128")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--weights", default="f32", help="comma-separated formats: f32,bf16,q8_0,q4_0,q4_1")
+    parser.add_argument("--weights", default="f32", help="comma-separated formats (gpt.config.WEIGHT_FORMATS)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv[1:])
     cfg = gpt.GPTConfig(**GPT2_SMALL)
