@@ -287,9 +287,12 @@ struct EntryValues : EntrySlots<Value> {
   /// lookup reads a packed copy (its own, or the tied LM head's).
   ModelWeights modelWeights(const GPTConfig &config) const {
     const ModelParameterNames names = modelParameterNames(config);
-    ModelWeights w{byName.find(names.tokenEmbedding),       Value(),
-                   byName.values.at(names.finalNormWeight), byName.find(names.finalNormBias),
-                   byName.matmul("lm_head.weight_t"),       byName.matmul(names.tokenEmbedding + "_t")};
+    ModelWeights w{byName.find(names.tokenEmbedding),
+                   Value(),
+                   byName.values.at(names.finalNormWeight),
+                   byName.find(names.finalNormBias),
+                   byName.matmul(kHeadTable),
+                   byName.matmul(names.tokenEmbedding + "_t")};
     if (!config.rope) w.positionEmbedding = byName.values.at(names.positionEmbedding);
     return w;
   }

@@ -105,9 +105,6 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
 
 namespace {
 
-/// The LM head's copy, "lm_head.weight_t": the weight the head's matmul reads.
-constexpr const char *kHeadTable = "lm_head.weight_t";
-
 /// The format the LM head's copy is stored in: its format's head format (a 4-bit model's tables in
 /// q8_0: kernels/WeightFormats.h), or for an untied head the format given for it (a GGUF file's
 /// Q6_K output kept as q6_k; checkFormatOverrides).

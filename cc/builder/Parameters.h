@@ -125,6 +125,9 @@ struct WeightStorage {
 };
 
 /// One weight argument of a compiled entry point.
+/// The LM head's copy (ParameterSpec below): the weight the head's matmul reads.
+inline constexpr const char *kHeadTable = "lm_head.weight_t";
+
 struct ParameterSpec {
   std::string name;           ///< e.g. "transformer.h.0.attn.c_attn.weight" (GPTConfig::names)
   std::vector<int64_t> shape; ///< the logical shape the program computes with ([K, N] for a matmul)
