@@ -314,16 +314,12 @@ class CompileOptions:
     the least recently used evicted first. A first load writes them in the background, while the
     first token compiles and runs; the process waits for that write at exit.
     `weights` is the format matmul weights (and the LM head) are stored and
-    streamed in, as llama.cpp names them: "f32"; "bf16" (each weight rounded to nearest even);
-    "q8_0" (int8 codes and one fp16 scale per block of 32 weights along K); "q4_0" (4-bit codes,
-    one fp16 scale per block); "q4_1" (4-bit codes, an fp16 scale and an fp16 min per block:
-    w = code * scale + min); "q4_k" (llama.cpp's Q4_K numbers: 4-bit codes, per 256 weights an fp16
-    d and dmin, per 32 a 6-bit scale sc and min m, w = d * sc * code - dmin * m; 4.625 bits a weight
-    stored, and an n_embd and n_ff that are multiples of 256); "q6_k" (llama.cpp's Q6_K numbers:
-    6-bit codes, per 256 weights an fp16 d, per 16 an int8 scale, w = d * scale * (code - 32);
-    6.5625 bits a weight stored, multiples of 256 likewise). Weights are converted once, at load,
-    and multiplied with the CPU's dot-product instructions where it has them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the
-    activations a matmul reads to bf16, and q8_0/q4_0/q4_1/q4_k/q6_k quantize them per block of 32 to int8, as
+    streamed in, one of WEIGHT_FORMATS, as llama.cpp names them: "f32", "bf16" (each weight rounded
+    to nearest even) and llama.cpp's block formats, codes with fp16 scales per block along K (each
+    format's block and lanes: `_gpt.weight_formats()`, cc/kernels/WeightFormats.h; its numbers:
+    docs/USAGE.md). The K-quants need an n_embd and n_ff that are multiples of 256. Weights are
+    converted once, at load, and multiplied with the CPU's dot-product instructions where it has them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the
+    activations a matmul reads to bf16, and the block formats quantize them per block of 32 to int8, as
     llama.cpp does; accumulation is f32 (exact i32 within a block). On a CPU with AMX (Sapphire
     Rapids and later) bf16 prefill (16 or more rows, in multiples of 16) multiplies on AMX tiles
     (`tdpbf16ps`) instead, the same bf16 products summed in another order, and q8_0 prefill sums

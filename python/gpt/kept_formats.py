@@ -1,13 +1,13 @@
 """Which format the compiled model keeps a GGUF file's quantized tensors in, given to it as the
 file's blocks and converted there, a block at a time as it repacks them, with no copy (float32 or
 kept format) of the tensor (cc/kernels/BlockTranscoding.h): how a Q4_K_M file (Q4_K, Q6_K and Q5_0 tensors) runs in
-its own precision, each matmul weight in the nearest format the compiler stores (q4_0, q4_k, q4_1, q6_k, q8_0).
+its own precision, each matmul weight in the nearest format the compiler stores (gpt.config.WEIGHT_FORMATS).
 
 A q4_K tensor is kept as q4_k, its own numbers (each super-block's fp16 d and dmin, each sub-block's
-6-bit scale and min, the codes), 4.625 bits per weight; asked for q4_1, each sub-block of 32 weights
-becomes a q4_1 block with its scale and min (d times a 6-bit scale) rounded once to fp16. A q6_K
-tensor is kept as q6_k, its own numbers (each super-block's fp16 d, each run of 16 weights' int8
-scale, the 6-bit codes), 6.5625 bits per weight, the file's.
+6-bit scale and min, the codes), 4.625 bits per weight; asked for a 4-bit format with a min per
+block of 32, each sub-block becomes such a block with its scale and min (d times a 6-bit scale)
+rounded once to fp16. A q6_K tensor is kept as q6_k, its own numbers (each super-block's fp16 d,
+each run of 16 weights' int8 scale, the 6-bit codes), 6.5625 bits per weight, the file's.
 q5_0 is a q8_0 block with 5-bit codes: kept exactly. q5_1 and q5_K (and q6_K asked for q8_0) hold a
 min or sub-block scales that q8_0 cannot: each block is widened and quantized to q8_0, half a step of
 1/127 of a block's largest weight at most, finer than the file's own 5 or 6 bits. A format is kept only in one at
@@ -117,7 +117,7 @@ def group_format(type_names: Iterable[str], requested: str | None) -> str | None
     fused weight, stored in one format), or None when its parts are widened to float32 and
     converted by the compiled model. `requested` is CompileOptions.weights: "auto" keeps the parts
     in the most precise of their nearest formats (a q4_K q and k with a q6_K v: q8_0), or the least
-    precise one above it that every part converts to (a q4_0 part beside q4_K ones: q4_1), a kept
+    precise one above it that every part converts to, a kept
     format keeps them in it when every part converts, anything else keeps nothing."""
     types = list(type_names)
     if requested == "auto":

@@ -56,7 +56,7 @@ class NgramDrafter:
     A draft is as long as the match behind it (rounded up to even): the tokens before the n-gram
     that also agree with the text's end count too, so a copy that has run for 20 tokens drafts
     the caller's whole count, and a 2-gram that recurs by chance in free text drafts 2. A verified
-    row costs a quarter to a third of a decode step (SmolLM2 q4_1 on this CPU), and every row
+    row costs a quarter to a third of a decode step (SmolLM2-135M as shipped, on this CPU), and every row
     drafted past the point where the answer leaves the prompt is paid for: on the edit task of
     tools/bench/bench_speculative.py drafts of 8 verified 48 rows for 32 accepted tokens, drafts sized
     by the match 38 (2.06x plain decoding where they were 1.85x, 1 thread, CPU time, under load)."""
@@ -193,7 +193,7 @@ class AdaptiveDraftLength:
     doubled up to the maximum while whole drafts are accepted, cut to what was accepted when part
     of one is, and when a draft is rejected at its first token, halved; below 2, plain decoding
     for a backoff that doubles with every consecutive failure. A failed try costs a verification
-    of 3 rows (about 1.25 decode steps of SmolLM2 q4_1 in 3-row tiles), so text which copies
+    of 3 rows (about 1.25 decode steps of SmolLM2-135M as shipped, in 3-row tiles), so text which copies
     nothing decodes (almost) as if speculation were off."""
 
     def __init__(self, maximum: int):
@@ -228,8 +228,8 @@ def verification_rows(rows: int, most: int) -> int:
     to EXACT_ROWS_ANY_COUNT, `rows` itself where the step's block-quantized matmuls tile it with
     several rows at once (cc/codegen/cpu/SelectRegisterTiles.cpp: 4, 3 or 2 rows; even and
     multiple-of-3 counts), else one more or one fewer row: a count like 5 or 7 runs one-row tiles,
-    which unpack every weight word again for each row (a row cost 0.2 of a decode step of SmolLM2
-    q4_1 where it costs about 0.1 in a tile). Past it an odd count, whose every row is exact."""
+    which unpack every weight word again for each row (a row cost 0.2 of a decode step of SmolLM2-135M
+    as shipped where it costs about 0.1 in a tile). Past it an odd count, whose every row is exact."""
     if rows <= EXACT_ROWS_ANY_COUNT:
         if rows <= 3 or rows % 2 == 0 or rows % 3 == 0:
             return rows

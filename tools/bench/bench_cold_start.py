@@ -1,4 +1,4 @@
-"""A warm process's start on SmolLM2-135M q4_1: import, load and a first generate, with RSS after each.
+"""A warm process's start on SmolLM2-135M as shipped (its Q4_1 blocks kept): import, load and a first generate, with RSS after each.
 
     PYTHONPATH=<tree>/bazel-bin/python python3 tools/bench/bench_cold_start.py <cache dir of that tree> <label>
 
@@ -37,7 +37,7 @@ def main() -> None:
 
     rss_import = resident_mib()
     start = time.perf_counter()
-    options = gpt.CompileOptions(threads=args.threads, weights="q4_1", cache_dir=args.cache_dir)
+    options = gpt.CompileOptions(threads=args.threads, weights="auto", cache_dir=args.cache_dir)
     model = gpt.GPT.from_gguf(gpt.models.find("smollm2"), options)
     load_seconds, rss_load = time.perf_counter() - start, resident_mib()
     start = time.perf_counter()

@@ -1,6 +1,6 @@
 """Decode step times of a GPT-2-small-shaped model (random weights): min, p10 and median in ms.
 
-    PYTHONPATH=<tree>/bazel-bin/python python3 tools/bench/bench_decode_steps.py f32|bf16|q4_1 <vocab size>
+    PYTHONPATH=<tree>/bazel-bin/python python3 tools/bench/bench_decode_steps.py <weight format> <vocab size>
 
 Written for A/B runs of two builds (docs/JOURNAL.md, "The weights in one block" and "Decode in
 256-bit registers"): 5 runs of 64 decode steps after a 1-token prefill, each step timed on its
