@@ -318,13 +318,14 @@ class CompileOptions:
     to nearest even) and llama.cpp's block formats, codes with fp16 scales per block along K (each
     format's block and lanes: `_gpt.weight_formats()`, cc/kernels/WeightFormats.h; its numbers:
     docs/USAGE.md). The K-quants need an n_embd and n_ff that are multiples of 256. Weights are
-    converted once, at load, and multiplied with the CPU's dot-product instructions where it has them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the
-    activations a matmul reads to bf16, and the block formats quantize them per block of 32 to int8, as
-    llama.cpp does; accumulation is f32 (exact i32 within a block). On a CPU with AMX (Sapphire
-    Rapids and later) bf16 prefill (16 or more rows, in multiples of 16) multiplies on AMX tiles
-    (`tdpbf16ps`) instead, the same bf16 products summed in another order, and q8_0 prefill sums
-    its blocks with `tdpbssd` (the same integers, so the same logits); the process asks Linux
-    for the tiles' state once, and where that is refused, or `GPT_NO_AMX=1` is set, code that runs
+    converted once, at load, and multiplied with the CPU's dot-product instructions where it has
+    them (`vdpbf16ps`, `vpdpbusd`): bf16 rounds the activations a matmul reads to bf16, and the
+    block formats quantize them per block of 32 to int8, as llama.cpp does; accumulation is f32 (exact
+    i32 within a block). On a CPU with AMX (Sapphire Rapids and later) bf16 prefill (16 or more rows, in
+    multiples of 16) multiplies on AMX tiles (`tdpbf16ps`) instead, the same bf16 products summed in
+    another order, and q8_0 prefill sums its blocks with `tdpbssd` (the same integers, so the same
+    logits); the process asks Linux for the tiles' state once, and where that is refused, or
+    `GPT_NO_AMX=1` is set, code that runs
     here is compiled without AMX. Low-precision formats need a
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
     `weights="auto"`, the default, keeps each matmul weight of a GGUF file (GPT.from_gguf) in the

@@ -1,4 +1,4 @@
-"""A warm process's start on SmolLM2-135M as shipped (its Q4_1 blocks kept): import, load and a first generate, with RSS after each.
+"""A warm process's start on SmolLM2-135M as shipped: import, load and a first generate, with RSS after each.
 
     PYTHONPATH=<tree>/bazel-bin/python python3 tools/bench/bench_cold_start.py <cache dir of that tree> <label>
 
