@@ -325,8 +325,7 @@ class CompileOptions:
     multiples of 16) multiplies on AMX tiles (`tdpbf16ps`) instead, the same bf16 products summed in
     another order, and q8_0 prefill sums its blocks with `tdpbssd` (the same integers, so the same
     logits); the process asks Linux for the tiles' state once, and where that is refused, or
-    `GPT_NO_AMX=1` is set, code that runs
-    here is compiled without AMX. Low-precision formats need a
+    `GPT_NO_AMX=1` is set, code that runs here is compiled without AMX. Low-precision formats need a
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
     `weights="auto"`, the default, keeps each matmul weight of a GGUF file (GPT.from_gguf) in the
     format nearest its own type, as llama.cpp computes each tensor in its own (gpt.kept_formats: a
