@@ -101,3 +101,16 @@ def gentbl_passes(name, group, td_file = "Passes.td"):
         td_file = td_file,
         deps = [":" + name + "TdFiles"],
     )
+
+def pass_library(name, group, srcs, hdrs = ["Passes.h"], deps = [], **kwargs):
+    """A package's passes: their declarations, generated from its Passes.td into `:PassesIncGen`
+    (gentbl_passes, registered as `group`), and the cc_library `name` that defines them over MLIR,
+    with `deps` besides those two."""
+    gentbl_passes(name = "PassesIncGen", group = group)
+    native.cc_library(
+        name = name,
+        srcs = srcs,
+        hdrs = hdrs,
+        deps = [":PassesIncGen", "@llvm//:mlir"] + deps,
+        **kwargs
+    )

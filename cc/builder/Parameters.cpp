@@ -3,7 +3,6 @@
 
 #include "cc/TargetParameters.h"
 #include "cc/builder/GPTConfig.h"
-#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/Quantization.h"
 
 #include <algorithm>
@@ -98,8 +97,8 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
   // 4-bit formats 8, q6_k 16 rows in 3 words; kernels/LanePacking.h).
   if (!isScales()) return {panels, traits.laneWords(k), panelWidth};
   // Scales: the format's 16-bit scale rows per block (with mins: each block's scale then its min; q4_k:
-  // its sub-blocks' then its super-blocks', kernels::repackQ4_KRows; q6_k: the run scales' pairs
-  // then d, kernels::repackQ6_KRows).
+  // its sub-blocks' then its super-blocks'; q6_k: the run scales' pairs then d; each format's
+  // section of kernels/FormatKernels.h).
   return {panels, k / traits.blockValues * traits.scaleRowsPerBlock(), panelWidth};
 }
 
@@ -140,7 +139,7 @@ void checkFormatDepths(const GPTConfig &c, const WeightStorage &storage, const s
           ") to be a multiple of " + std::to_string(block) +
           (block == kernels::kQuantBlock ? ", the quantization block" : ", the format's super-block"));
     // bf16 lanes pair row r of K with row r + K/2.
-    if (format == WeightFormat::BF16 && k % kernels::kBf16RowsPerWord != 0)
+    if (format == WeightFormat::BF16 && k % weightFormatTraits(format).rowsPerWord != 0)
       throw std::invalid_argument(std::string("bf16 weights need an even ") + what + " (" + std::to_string(k) +
                                   "): their lanes pair the two halves of K");
   }

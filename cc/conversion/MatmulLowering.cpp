@@ -341,7 +341,7 @@ private:
   /// 0-3 run 0's, 4-7 run 1's), the weight's 6 lanes per block (3 per run) and `runScales` [N/P,
   /// K/32, P] (loops m, panel, column, block and a unit loop, the reduction the schedule tiles).
   /// Each run's 4 code lanes are nibbles of its lanes 0 and 1 with their top bits from lane 2
-  /// (LanePacking.h's q6_KRunWords), each multiplied with one activation lane by lane_dot_u8i8.
+  /// (kernels/FormatKernels.h's q6_KRunWords), each multiplied with one activation lane by lane_dot_u8i8.
   static Value q6Partials(OpBuilder &b, Location loc, Value x, Value codes, Value runScales) {
     MLIRContext *ctx = b.getContext();
     constexpr int64_t wordsPerBlock = 2 * PackedMatmulOp::kQ6_KWordsPerRun, lanesPerBlock = 8;

@@ -64,31 +64,9 @@ bool isIndexOrBool(Type type) { return type.isIndex() || type.isInteger(1); }
 int64_t floorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t ceilDiv(int64_t a, int64_t b) { return a / b + ((a % b != 0) && ((a < 0) == (b < 0))); }
 
+// The predicate on two index values, as arith.cmpi folds it (signed and unsigned alike).
 bool compare(arith::CmpIPredicate predicate, int64_t a, int64_t b) {
-  uint64_t ua = uint64_t(a), ub = uint64_t(b);
-  switch (predicate) {
-  case arith::CmpIPredicate::eq:
-    return a == b;
-  case arith::CmpIPredicate::ne:
-    return a != b;
-  case arith::CmpIPredicate::slt:
-    return a < b;
-  case arith::CmpIPredicate::sle:
-    return a <= b;
-  case arith::CmpIPredicate::sgt:
-    return a > b;
-  case arith::CmpIPredicate::sge:
-    return a >= b;
-  case arith::CmpIPredicate::ult:
-    return ua < ub;
-  case arith::CmpIPredicate::ule:
-    return ua <= ub;
-  case arith::CmpIPredicate::ugt:
-    return ua > ub;
-  case arith::CmpIPredicate::uge:
-    return ua >= ub;
-  }
-  return false;
+  return arith::applyCmpPredicate(predicate, APInt(64, a, /*isSigned=*/true), APInt(64, b, /*isSigned=*/true));
 }
 
 /// A binary op of the program on its operands; std::nullopt where a division has no value (by zero,

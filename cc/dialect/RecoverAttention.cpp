@@ -1,5 +1,5 @@
-// Recovery of transformer.causal_attention from its written-out form (see RecoverAttention.h).
-#include "cc/dialect/RecoverAttention.h"
+// Recovery of transformer.causal_attention from its written-out form (see RecoverWrittenOutOps.h).
+#include "cc/dialect/RecoverWrittenOutOps.h"
 
 #include "cc/dialect/TransformerDialect.h"
 

@@ -1,5 +1,5 @@
-// Recovery of transformer.gelu from its written-out tanh form (see RecoverGelu.h).
-#include "cc/dialect/RecoverGelu.h"
+// Recovery of transformer.gelu from its written-out tanh form (see RecoverWrittenOutOps.h).
+#include "cc/dialect/RecoverWrittenOutOps.h"
 
 #include "cc/dialect/TransformerDialect.h"
 

@@ -1,5 +1,5 @@
-// Recovery of transformer.rms_norm from its written-out form (see RecoverRmsNorm.h).
-#include "cc/dialect/RecoverRmsNorm.h"
+// Recovery of transformer.rms_norm from its written-out form (see RecoverWrittenOutOps.h).
+#include "cc/dialect/RecoverWrittenOutOps.h"
 
 #include "cc/dialect/ConstantFolding.h"
 #include "cc/dialect/TransformerDialect.h"

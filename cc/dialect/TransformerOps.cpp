@@ -1,9 +1,7 @@
 // Verifiers, shape inference and canonicalization hooks of the `transformer` ops.
 #include "cc/dialect/AttentionTiles.h"
 #include "cc/dialect/ConstantFolding.h"
-#include "cc/dialect/RecoverAttention.h"
-#include "cc/dialect/RecoverGelu.h"
-#include "cc/dialect/RecoverRmsNorm.h"
+#include "cc/dialect/RecoverWrittenOutOps.h"
 #include "cc/dialect/ShapeFunctions.h"
 #include "cc/dialect/TransformerDialect.h"
 
@@ -45,12 +43,22 @@ auto errorOn(Operation *op) {
   return [op] { return op->emitOpError(); };
 }
 
-/// The verifier and shape inference of an elementwise unary op (its result has its operand's shape).
-LogicalResult verifySameShape(Operation *op) {
-  return verifyInferred(op, inferSameShapeType(op->getOperand(0).getType(), 0, errorOn(op)));
+/// The verifier and shape inference of an elementwise unary op (its result has its operand's
+/// shape, of rank `minRank` at least; Transformer_UnaryOp in the ODS).
+LogicalResult verifySameShape(Operation *op, int64_t minRank) {
+  return verifyInferred(op, inferSameShapeType(op->getOperand(0).getType(), minRank, errorOn(op)));
 }
-LogicalResult refineSameShape(Operation *op) {
-  return refineResult(op, inferSameShapeType(op->getOperand(0).getType(), 0, errorOn(op)));
+LogicalResult refineSameShape(Operation *op, int64_t minRank) {
+  return refineResult(op, inferSameShapeType(op->getOperand(0).getType(), minRank, errorOn(op)));
+}
+
+/// The verifier and shape inference of a binary op whose operands broadcast
+/// (Transformer_BroadcastBinaryOp in the ODS).
+LogicalResult verifyBroadcast(Operation *op) {
+  return verifyInferred(op, inferBroadcastType(op->getOperand(0).getType(), op->getOperand(1).getType(), errorOn(op)));
+}
+LogicalResult refineBroadcast(Operation *op) {
+  return refineResult(op, inferBroadcastType(op->getOperand(0).getType(), op->getOperand(1).getType(), errorOn(op)));
 }
 
 AttentionLayout layout(CausalAttentionOp op) {
@@ -77,72 +85,18 @@ OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 // Elementwise ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult AddOp::verify() {
-  return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
-}
-LogicalResult AddOp::inferShapes() {
-  return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
-}
 void AddOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<AddZeroRight, AddZeroLeft, FoldAddOfConstants>(context);
 }
 
-LogicalResult MulOp::verify() {
-  return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
-}
-LogicalResult MulOp::inferShapes() {
-  return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
-}
 void MulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<MulOneRight, MulOneLeft, FoldMulOfConstants, RecoverSwigluRight, RecoverSwigluLeft>(context);
   populateRecoverGeluPatterns(results);
   populateRecoverRmsNormPatterns(results);
 }
 
-LogicalResult NegOp::verify() {
-  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-LogicalResult NegOp::inferShapes() {
-  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
 void NegOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
   results.add<NegNeg, FoldNegOfConstant>(context);
-}
-
-LogicalResult ReluOp::verify() {
-  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-LogicalResult ReluOp::inferShapes() {
-  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-
-LogicalResult GeluOp::verify() {
-  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-LogicalResult GeluOp::inferShapes() {
-  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-
-LogicalResult TanhOp::verify() {
-  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-LogicalResult TanhOp::inferShapes() {
-  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-
-LogicalResult GeluErfOp::verify() {
-  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-LogicalResult GeluErfOp::inferShapes() {
-  return refineResult(*this, inferSameShapeType(getInput().getType(), 0, errorOn(*this)));
-}
-
-// Softmax normalizes over the last dimension, so it needs one.
-LogicalResult SoftmaxOp::verify() {
-  return verifyInferred(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this)));
-}
-LogicalResult SoftmaxOp::inferShapes() {
-  return refineResult(*this, inferSameShapeType(getInput().getType(), 1, errorOn(*this)));
 }
 
 //===----------------------------------------------------------------------===//
@@ -446,12 +400,6 @@ FailureOr<TensorType> inferWhere(WhereOp op) {
 LogicalResult WhereOp::verify() { return verifyInferred(*this, inferWhere(*this)); }
 LogicalResult WhereOp::inferShapes() { return refineResult(*this, inferWhere(*this)); }
 
-LogicalResult PowOp::verify() {
-  return verifyInferred(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
-}
-LogicalResult PowOp::inferShapes() {
-  return refineResult(*this, inferBroadcastType(getLhs().getType(), getRhs().getType(), errorOn(*this)));
-}
 void PowOp::getCanonicalizationPatterns(RewritePatternSet &, MLIRContext *) {}
 
 LogicalResult PermuteOp::verify() {

@@ -57,19 +57,28 @@ class Transformer_BroadcastBinaryOp<string mnemonic, string algebra>
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let hasCanonicalizer = 1;
+  // The same verifier and shape function for every such op, written once here rather than per op.
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() { return verifyBroadcast(*this); }
+    ::mlir::LogicalResult $cppClass::inferShapes() { return refineBroadcast(*this); }
+  }];
 }
 
 def Transformer_AddOp : Transformer_BroadcastBinaryOp<"add", "addition">;
 def Transformer_MulOp : Transformer_BroadcastBinaryOp<"mul", "multiplication">;
 
-// Unary op whose result has the shape of its operand.
-class Transformer_UnaryOp<string mnemonic, string meaning, list<Trait> traits = []>
-    : Transformer_Op<mnemonic,
-        !listconcat([Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>], traits)> {
+// Unary op whose result has the shape of its operand, of rank `minRank` at least: its verifier and
+// shape function are the same for every such op, written once here rather than per op.
+class Transformer_UnaryOp<string mnemonic, string meaning, int minRank = 0>
+    : Transformer_Op<mnemonic, [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
   let arguments = (ins F32Tensor:$input);
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() { return verifySameShape(*this, }] # minRank # [{); }
+    ::mlir::LogicalResult $cppClass::inferShapes() { return refineSameShape(*this, }] # minRank # [{); }
+  }];
   let description = meaning # [{
 
     ```mlir
@@ -93,8 +102,9 @@ def Transformer_GeluOp : Transformer_UnaryOp<"gelu", [{
   let summary = "Elementwise GELU (tanh approximation)";
 }
 
+// Softmax normalizes over the last dimension, so it needs one.
 def Transformer_SoftmaxOp : Transformer_UnaryOp<"softmax",
-    "Softmax over the last dimension: `exp(x - max(x)) / sum(exp(x - max(x)))`."> {
+    "Softmax over the last dimension: `exp(x - max(x)) / sum(exp(x - max(x)))`.", 1> {
   let summary = "Softmax over the last dimension";
 }
 
@@ -137,7 +147,7 @@ def Transformer_MatmulOp : Transformer_Op<"matmul",
   let results = (outs F32Tensor:$output);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
-  let hasCanonicalizer = 1; // recovers causal_attention (RecoverAttention.h)
+  let hasCanonicalizer = 1; // recovers causal_attention (RecoverWrittenOutOps.h)
 }
 
 def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
@@ -151,65 +161,38 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     addresses, so prefill matmuls stay in cache and decode streams the weight sequentially.
 
     The weight's format is the op's first word: one of the weight-format table's names
-    (`cc/kernels/WeightFormats.h`), which also gives the operands' shapes: the weight is
-    `[N / P, K * b / 32, P]` (32-bit words of `b`-bit codes per column; `f32`: `[N / P, K, P]` of
-    floats), and a block format's `scales` are `[N / P, K / B * S, P] x f16`, `S` 16-bit rows per
-    block of `B` weights along K. An `f32` weight multiplies f32 activations.
+    (`cc/kernels/WeightFormats.h`), whose row also gives the operands' shapes: the weight is
+    `[N / P, K * b / 32, P]` (32-bit words of `b`-bit codes per column, `b` the row's `codeBits`;
+    `f32`: `[N / P, K, P]` of floats), and a block format's `scales` are `[N / P, K / B * S, P] x
+    f16`, `S` 16-bit rows (the row's `scaleRows`) per block of `B` weights (`blockValues`) along K.
+    An `f32` weight multiplies f32 activations.
     The low-precision formats store the weights one 32-bit **lane** at a time: each `i32` holds
     the weights of one column that one 32-bit lane of a dot product multiplies (2 bf16 pairs or 4
     byte pairs: the unit of x86's `vdpbf16ps` and `vpdpbusd`, and of AArch64's `bfdot` and
     `sdot`), and the activations are converted to match at run time (see
     `transformer.lane_dot_bf16` and `lane_dot_u8i8`, whose meaning is their own arithmetic, not
-    one CPU's instruction):
-    - `bf16`: `[N / P, K / 2, P] x i32`; lane `[p, r, c]` holds `bf16(w[r, j])` in its low half
-      and `bf16(w[r + K / 2, j])` in its high half (`j = p * P + c`). The activations are rounded
-      to bf16 (to nearest even) and the products accumulate in f32.
-    - `q8_0` (llama.cpp's format): `[N / P, K / 4, P] x i32` of int8 codes and `f16` scales
-      `[N / P, K / 32, P]`, one per block of 32 consecutive weights of a column along K:
-      `w[k, j] = code(k, j) * scales[j / P, k / 32, j % P]`. Byte `i` of lane `[p, 8 b + q, c]`
-      is `code(32 b + q + 8 i, j)`: the 8 lanes of a block interleave its weights with stride 8,
-      so that the activations they multiply are 4 contiguous runs of 8.
-    - `q4_0`: `[N / P, K / 8, P] x i32` of 4-bit codes `c` in [0, 15] (`w = (c - 8) * scale`)
-      and scales as for q8_0. Byte `i` of lane `[p, 4 b + o, c]` holds `code(32 b + o + 8 i)` in
-      its low nibble and `code(32 b + 4 + o + 8 i)` in its high one: the low nibbles line up with
-      q8_0's lane `q = o` and the high nibbles with lane `q = o + 4`.
-    - `q4_1` (llama.cpp's, with a minimum): codes as for q4_0, `w = c * scale + min`, and
-      `scales` `[N / P, K / 16, P] x f16` holding each block's scale (row `2 b`) and min (row
-      `2 b + 1`). A block contributes `d_x * (d_w * sum(code_x * c) + min * sum(code_x))`,
-      as llama.cpp's q4_1 x q8_1 product does.
-    - `q4_K` (llama.cpp's, kept in its own numbers): codes as for q4_1, and `scales`
-      `[N / P, K / 32 + K / 128, P] x f16`: rows `b < K / 32` hold the bits of a 16-bit integer
-      per sub-block `b` of 32 weights, its 6-bit scale `sc` in the low byte and min `m` in the
-      high one; rows `K / 32 + 2 s` and `K / 32 + 2 s + 1` the fp16 `d` and `dmin` of super-block
-      `s` (256 weights): `w = d * sc * c - dmin * m`. A sub-block contributes
-      `d_x * (d * sc * sum(code_x * c) - dmin * m * sum(code_x))`, the products in f32, as
-      llama.cpp's q4_K x q8_K product does.
-    - `q6_K` (llama.cpp's, kept in its own numbers): `[N / P, K * 3 / 16, P] x i32` of 6-bit codes
-      `c` in [0, 63], 3 lanes per run `h` of 16 weights (rows `3 h`, `3 h + 1`, `3 h + 2`): byte `i`
-      of lane `3 h` holds the low nibbles of `code(16 h + 4 i)` (bits 0-3) and `code(16 h + 4 i + 2)`
-      (bits 4-7), of lane `3 h + 1` those of `code(16 h + 4 i + 1)` and `code(16 h + 4 i + 3)`, and
-      of lane `3 h + 2` the top 2 bits of `code(16 h + 4 i + l)` in bits `2 l`, `2 l + 1` (l < 4).
-      `scales` `[N / P, K / 32 + K / 256, P] x f16`: rows `b < K / 32` hold the int8 scales `sc` of
-      runs `2 b` (low byte) and `2 b + 1` (high byte), row `K / 32 + s` the fp16 `d` of super-block
-      `s`: `w = d * sc * (c - 32)`. The activations of a run are 4 lanes, lane `l` holding
-      `x[16 h + l + 4 i]` in byte `i`, so no lane mixes two runs; a run contributes
-      `d_x * d * sc * (sum(code_x * c) - 32 * sum(code_x))`, the sums exact in i32 and the
-      integer `sc * (...)` exact in f32 (below 2^24), as llama.cpp's q6_K x q8_K product does.
+    one CPU's instruction). Which rows of K a lane holds is chosen for the activations: those that
+    one lane of them holds, taken from contiguous runs of an activation row (whole vectors, no
+    gather). `bf16`'s lane `[p, r, c]` holds rows `r` (low half) and `r + K / 2` (high half) of
+    column `j = p * P + c`; a block format's rows of a lane, and its `S` scale rows of a block (its
+    fp16 scale, a min beside it where the format has mins, a K-quant's sub-block scales and
+    super-block `d`), are in the order its section of `cc/kernels/FormatKernels.h` gives.
+    `bf16` rounds the activations to bf16 (to nearest even) and accumulates the products in f32.
     Block formats quantize each row of the activations per block of 32 along K, as llama.cpp
     does: `d = max|x| / 127`, `code = round_even(x * min(1 / d, FLT_MAX))` (0 where `d = 0`;
     the cap keeps a block with max |x| below ~3.7e-37 finite); a block contributes
-    `d_w * d_x * sum(code_x * code_w)`, the sum exact in i32. A NaN or infinite activation
-    makes its row of the result NaN.
+    `d_w * d_x * sum(code_x * code_w)`, the sum exact in i32; a format's mins, sub-block scales
+    and code offsets enter as llama.cpp's product of that format with its q8 activation blocks
+    computes them. Each format's arithmetic is in `cc/conversion/MatmulLowering.cpp`, and what its
+    weights are in `docs/USAGE.md`. A NaN or infinite activation makes its row of the result NaN.
 
     ```mlir
     %y = transformer.packed_matmul f32 %x, %w : (tensor<8x768xf32>, tensor<96x768x32xf32>) -> tensor<8x3072xf32>
     %z = transformer.packed_matmul bf16 %x, %h : (tensor<8x768xf32>, tensor<96x384x32xi32>) -> tensor<8x3072xf32>
     %q = transformer.packed_matmul q8_0 %x, %c, %d
         : (tensor<8x768xf32>, tensor<96x192x32xi32>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
-    %r = transformer.packed_matmul q4_0 %x, %c4, %d
-        : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x24x32xf16>) -> tensor<8x3072xf32>
-    %t = transformer.packed_matmul q4_1 %x, %c4, %dm
-        : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x48x32xf16>) -> tensor<8x3072xf32>
+    %t = transformer.packed_matmul q4_k %x, %c4, %s
+        : (tensor<8x768xf32>, tensor<96x96x32xi32>, tensor<96x30x32xf16>) -> tensor<8x3072xf32>
     ```
   }];
   let arguments = (ins StrAttr:$format, F32Tensor:$lhs, TensorOf<[F32, I32]>:$rhs,
@@ -220,7 +203,8 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Weights per scale of the block formats (llama.cpp's QK8_0, QK4_0 and QK4_1).
+    /// Weights per scale of the 32-weight block formats (llama.cpp's QK8_0 and its kin), and per
+    /// sub-block of the K-quants.
     static constexpr int64_t kBlockSize = 32;
     /// q4_K's super-block (QK_K) and its scale rows: 8 sub-blocks' scale and min, d and dmin.
     static constexpr int64_t kSuperBlockSize = 256;
@@ -711,7 +695,7 @@ def Transformer_WhereOp : Transformer_Op<"where",
     together as `transformer.add` broadcasts two (`torch.where`; `masked_fill(x, m, v)` is
     `where(m, v, x)`). A constant condition feeding a softmax whose other value is `-inf` is an
     attention mask: canonicalization recovers `transformer.causal_attention` from
-    `softmax(where(mask, q @ k^T * scale, -inf)) @ v` (RecoverAttention.h).
+    `softmax(where(mask, q @ k^T * scale, -inf)) @ v` (RecoverWrittenOutOps.h).
 
     ```mlir
     %m = transformer.where %mask, %scores, %fill
@@ -726,26 +710,16 @@ def Transformer_WhereOp : Transformer_Op<"where",
   let hasVerifier = 1;
 }
 
-// Elementwise unary ops of imported graphs: verifier and shape function are the same for all of
-// them (the operand's shape), written once here rather than per op.
-class Transformer_ImportedUnaryOp<string mnemonic, string meaning>
-    : Transformer_UnaryOp<mnemonic, meaning> {
-  let extraClassDefinition = [{
-    ::mlir::LogicalResult $cppClass::verify() { return verifySameShape(*this); }
-    ::mlir::LogicalResult $cppClass::inferShapes() { return refineSameShape(*this); }
-  }];
-}
-
-def Transformer_ExpOp : Transformer_ImportedUnaryOp<"exp", "Elementwise exponential: `e^x`."> {
+def Transformer_ExpOp : Transformer_UnaryOp<"exp", "Elementwise exponential: `e^x`."> {
   let summary = "Elementwise exponential";
 }
 
-def Transformer_RsqrtOp : Transformer_ImportedUnaryOp<"rsqrt",
+def Transformer_RsqrtOp : Transformer_UnaryOp<"rsqrt",
     "Elementwise reciprocal square root: `1 / sqrt(x)` (RMSNorm's and LayerNorm's written out)."> {
   let summary = "Elementwise reciprocal square root";
 }
 
-def Transformer_SiluOp : Transformer_ImportedUnaryOp<"silu", [{
+def Transformer_SiluOp : Transformer_UnaryOp<"silu", [{
     Elementwise SiLU (swish): `x * sigmoid(x) = x / (1 + e^-x)` (`F.silu`). The gated product of
     an imported SwiGLU MLP, `silu(gate) * up`, is folded into `transformer.swiglu` by
     canonicalization; a SiLU used otherwise stays this op.}]> {
@@ -759,7 +733,7 @@ def Transformer_MeanOp : Transformer_Op<"mean",
     `result[..., 0] = (input[..., 0] + ... + input[..., n - 1]) / n` over the `n` elements of the
     last dimension (`x.mean(-1, keepdim=True)`). An imported RMSNorm written out,
     `weight * (x * rsqrt(mean(x * x) + epsilon))`, is folded into `transformer.rms_norm` by
-    canonicalization (RecoverRmsNorm.h).
+    canonicalization (RecoverWrittenOutOps.h).
 
     ```mlir
     %m = transformer.mean %x : tensor<4x8xf32> -> tensor<4x1xf32>

@@ -1,8 +1,7 @@
 // GGUF blocks rewritten in the formats the compiler stores (see BlockTranscoding.h).
 #include "cc/kernels/BlockTranscoding.h"
 
-#include "cc/kernels/GgufDequantizing.h"
-#include "cc/kernels/GgufRepacking.h"
+#include "cc/kernels/FormatKernels.h"
 #include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
 
@@ -171,33 +170,24 @@ std::vector<std::string> convertedTypes(const std::string &target) {
   return types;
 }
 
-void transcodeQ4_KToQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out, int64_t threads) {
-  blockType("q4_k", k, "transcodeQ4_KToQ4_1Rows");
-  constexpr int64_t perSuperBlock = kSuperBlock / kQuantBlock;
-  parallelFor(n * (k / kSuperBlock), threads, [&](int64_t first, int64_t end) {
-    for (int64_t b = first; b < end; ++b)
-      q4_KAsQ4_1(blocks + b * kQ4_KBlockBytes, out + b * perSuperBlock * kQ4_1BlockBytes);
-  });
-}
-
-void requantizeRowsToQ8_0(const std::string &type, const uint8_t *blocks, int64_t k, int64_t n, uint8_t *out,
-                          int64_t threads) {
-  const GgufBlockType &source = blockType(type, k, "requantizeRowsToQ8_0");
-  const BlockConversion &conversion = blockConversion(type, "q8_0");
-  const int64_t perBlock = source.values / kQuantBlock;
-  parallelFor(n * (k / source.values), threads, [&](int64_t first, int64_t end) {
+void transcodeRows(const std::string &type, const std::string &target, const uint8_t *blocks, int64_t k, int64_t n,
+                   uint8_t *out, int64_t threads) {
+  const GgufBlockType &source = blockType(type, k, "transcodeRows");
+  const BlockConversion &conversion = blockConversion(type, target);
+  const GgufBlockType &written = ggufBlockType(target);
+  const int64_t perRow = k / source.values, outBytes = source.values / written.values * written.bytes;
+  parallelFor(n * perRow, threads, [&](int64_t first, int64_t end) {
     for (int64_t b = first; b < end; ++b) {
       const uint8_t *block = blocks + b * source.bytes;
       for (int64_t h = 0; h < conversion.halves; ++h)
         if ((halfBitsAt(block + conversion.halfOffsets[h]) & 0x7C00u) == 0x7C00u)
-          throw std::invalid_argument("requantizeRowsToQ8_0: block " + std::to_string(b % (k / source.values)) +
-                                      " of row " + std::to_string(b / (k / source.values)) + " has a NaN or infinite " +
-                                      conversion.halfNames[h]);
-      uint8_t *target = out + b * perBlock * kQ8_0BlockBytes;
+          throw std::invalid_argument("transcodeRows: block " + std::to_string(b % perRow) + " of row " +
+                                      std::to_string(b / perRow) + " has a NaN or infinite " + conversion.halfNames[h]);
+      uint8_t *into = out + b * outBytes;
       if (conversion.convert)
-        conversion.convert(block, target);
+        conversion.convert(block, into);
       else
-        std::memcpy(target, block, static_cast<size_t>(source.bytes));
+        std::memcpy(into, block, static_cast<size_t>(source.bytes));
     }
   });
 }

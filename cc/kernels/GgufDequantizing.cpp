@@ -1,9 +1,9 @@
-// llama.cpp's blocks widened to f32, as its and gguf's dequantizers compute them (see
-// GgufDequantizing.h).
-#include "cc/kernels/GgufDequantizing.h"
-
+// llama.cpp's blocks widened to f32, bit for bit as its and gguf's dequantizers compute them: each
+// GGUF type's widening (FormatKernels.h), which its row of the block-type table points at
+// (GgufBlockType::dequantizeRows, BlockTranscoding.h). How a model that stores f32 reads a
+// quantized GGUF file, and how a file's token embedding becomes the table tokens are looked up in.
+#include "cc/kernels/FormatKernels.h"
 #include "cc/kernels/KQuantScales.h"
-#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/ParallelFor.h"
 
 #include <cstring>

@@ -1,9 +1,10 @@
-// llama.cpp's blocks repacked (and converted) into lane layouts (see GgufRepacking.h).
+// llama.cpp's blocks repacked (and converted) into lane layouts (see GgufRepacking.h): each
+// format's repacking (FormatKernels.h).
 #include "cc/kernels/GgufRepacking.h"
 
 #include "cc/kernels/BlockTranscoding.h"
+#include "cc/kernels/FormatKernels.h"
 #include "cc/kernels/KQuantScales.h"
-#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/ParallelFor.h"
 
 #ifdef __SSE2__
@@ -222,7 +223,7 @@ void repackRows(const char *what, const std::vector<BlockRows> &parts, int64_t k
                    });
 }
 
-/// A lane format's blocks and words (LanePacking.h): q8_0's, q4_0's, q4_1's.
+/// A lane format's blocks and words (FormatKernels.h): q8_0's, q4_0's, q4_1's.
 struct LaneFormat {
   const char *what, *name;
   int64_t blockBytes, halves, wordsPerBlock;
@@ -243,8 +244,8 @@ void repackAs(const LaneFormat &format, const std::vector<BlockRows> &parts, boo
 
 } // namespace
 
-// One array of blocks: the layout alone, unchecked (quantizeRowsToQ8_0Lanes' own blocks; kernel tests
-// of random bytes). Parts: a file's tensors, each block's fp16 fields checked.
+// One array of blocks: the layout alone, unchecked (quantizeRowsToQ8_0Lanes' own blocks). Parts: a
+// file's tensors, each block's fp16 fields checked.
 void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
   repackAs(kQ8_0Lanes, {{blocks, n}}, false, k, paddedN, width, codes, scales, threads);
@@ -255,34 +256,14 @@ void repackQ8_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
   repackAs(kQ8_0Lanes, parts, true, k, paddedN, width, codes, scales, threads);
 }
 
-void repackQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
-                    uint16_t *scales, int64_t threads) {
-  repackAs(kQ4_0Lanes, {{blocks, n}}, false, k, paddedN, width, codes, scales, threads);
-}
-
 void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
   repackAs(kQ4_0Lanes, parts, true, k, paddedN, width, codes, scales, threads);
 }
 
-void repackQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
-                    uint16_t *scales, int64_t threads) {
-  repackAs(kQ4_1Lanes, {{blocks, n}}, false, k, paddedN, width, codes, scales, threads);
-}
-
 void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
   repackAs(kQ4_1Lanes, parts, true, k, paddedN, width, codes, scales, threads);
-}
-
-void repackQ4_KRowsAsQ4_1(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width,
-                          uint32_t *codes, uint16_t *scales, int64_t threads) {
-  if (k <= 0 || k % kSuperBlock != 0)
-    throw std::invalid_argument("repackQ4_KRowsAsQ4_1: K = " + std::to_string(k) +
-                                " is not a positive multiple of q4_K's super-block (256)");
-  std::vector<BlockRows> typed = parts;
-  for (BlockRows &part : typed) part.type = "q4_k";
-  repackQ4_1Rows(typed, k, paddedN, width, codes, scales, threads);
 }
 
 void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
@@ -346,7 +327,7 @@ void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
   // Super-block by super-block: each column's sub-block scales and mins unpacked once.
   forEachPanelStep(parts, source, k, paddedN, width, subBlocks, threads,
                    [&](int64_t panel, int64_t sb, int64_t c, const uint8_t *block) {
-                     // The panel's sub-block rows, then its (d, dmin) rows (GgufRepacking.h).
+                     // The panel's sub-block rows, then its (d, dmin) rows (FormatKernels.h's q4_K section).
                      uint16_t *panelScales = scales + panel * superBlocks * kQ4_KScaleRows * width;
                      uint16_t *subRows = panelScales + sb * subBlocks * width;
                      uint16_t *superRows = panelScales + (superBlocks * subBlocks + 2 * sb) * width;
@@ -451,7 +432,7 @@ void repackQ6_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
   // Super-block by super-block: each column's codes unpacked once.
   forEachPanelStep(parts, source, k, paddedN, width, pairs, threads,
                    [&](int64_t panel, int64_t sb, int64_t c, const uint8_t *block) {
-                     // The panel's rows of scale pairs, then its d rows (GgufRepacking.h).
+                     // The panel's rows of scale pairs, then its d rows (FormatKernels.h's q6_K section).
                      uint16_t *panelScales = scales + panel * superBlocks * kQ6_KScaleRows * width;
                      uint16_t *pairRows = panelScales + sb * pairs * width;
                      uint16_t *dRow = panelScales + (superBlocks * pairs + sb) * width;

@@ -1,7 +1,6 @@
-// Matmul weights packed into, and read back from, lane layouts (see LanePacking.h).
-#include "cc/kernels/LanePacking.h"
-
-#include "cc/kernels/GgufRepacking.h"
+// Matmul weights packed into, and read back from, lane layouts (LanePacking.h): each format's lane
+// kernels (FormatKernels.h).
+#include "cc/kernels/FormatKernels.h"
 #include "cc/kernels/ParallelFor.h"
 #include "cc/kernels/Quantization.h"
 

@@ -1,8 +1,7 @@
-// Weight quantization to bf16, q8_0, q4_0, q4_1 and q4_K (see Quantization.h).
+// The fp16 and bf16 roundings (Quantization.h) and each format's quantizer (FormatKernels.h).
 #include "cc/kernels/Quantization.h"
 
-#include "cc/kernels/GgufRepacking.h"
-#include "cc/kernels/LanePacking.h"
+#include "cc/kernels/FormatKernels.h"
 #include "cc/kernels/ParallelFor.h"
 
 #ifdef __SSE2__

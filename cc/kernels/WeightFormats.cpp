@@ -1,7 +1,7 @@
 // The weight-format table's rows (WeightFormats.h): each format's block and kernels.
 #include "cc/kernels/WeightFormats.h"
 
-#include "cc/kernels/LanePacking.h"
+#include "cc/kernels/FormatKernels.h"
 #include "cc/kernels/Quantization.h"
 
 #include <stdexcept>

@@ -16,14 +16,15 @@ namespace gpt {
 
 /// The format matmul weights are stored in (llama.cpp's names), made once, at load. The
 /// low-precision ones are packed in lane layouts (kernels/LanePacking.h): 32-bit words holding
-/// weights of one column along K, one word per lane of a dot-product instruction.
+/// weights of one column along K, one word per lane of a dot-product instruction. Each format's
+/// kernels are its section of kernels/FormatKernels.h, which its row below points at.
 enum class WeightFormat {
   F32,
   BF16, ///< rounded to nearest even, 2 rows of K per word
-  Q8_0, ///< int8 codes, 4 rows per word, one f16 scale per block of 32 along K (kernels/Quantization.h)
+  Q8_0, ///< int8 codes, 4 rows per word, one f16 scale per block of 32 along K
   Q4_0, ///< 4-bit codes, 8 rows per word, one f16 scale per block of 32 weights along K
   Q4_1, ///< q4_0's codes, unsigned, with an f16 scale and an f16 min per block (w = code * scale + min)
-  Q4_K, ///< q4_1's lanes, llama.cpp's q4_K numbers: per 256 weights an f16 d and dmin, per 32 a 6-bit scale and min
+  Q4_K, ///< q4_0's lanes, llama.cpp's q4_K numbers: per 256 weights an f16 d and dmin, per 32 a 6-bit scale and min
   Q6_K, ///< 6-bit codes, 16 in 3 words, llama.cpp's q6_K numbers: per 256 weights an f16 d, per 16 an int8 scale
 };
 
@@ -31,7 +32,7 @@ enum class WeightFormat {
 /// arguments per weight) have quantize, pack and repack; bf16 has packFloats; f32 none of them.
 struct WeightFormatTraits {
   WeightFormat format;
-  const char *name;    ///< llama.cpp's, lower case: "f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"
+  const char *name;    ///< llama.cpp's, lower case ("f32", "q8_0", "q4_k")
   int64_t blockValues; ///< weights per block (1 for the float formats)
   int64_t blockBytes;  ///< bytes of one block as llama.cpp lays it out (a GGUF file's)
   int64_t rowsPerWord; ///< rows of K one 32-bit argument word holds (f32: 1, a float; q6_k: 0, 16 in 3 words)
@@ -40,7 +41,7 @@ struct WeightFormatTraits {
   WeightFormat head;   ///< the format a model in this one stores its [V, D] tables and LM head in
   int precision;       ///< higher is more precise: the order "auto" picks the nearest kept format by
   /// Quantizes a row-major [K, N] matrix along K into a code per weight (q8_0's are int8) and fp16
-  /// scales [K / blockValues * scaleRowsPerBlock(), N] (kernels/Quantization.h).
+  /// scales [K / blockValues * scaleRowsPerBlock(), N].
   void (*quantize)(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads);
   /// Packs those codes into lanes [N/width, K/rowsPerWord, width] (kernels/LanePacking.h).
   void (*pack)(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *lanes, int64_t threads);
@@ -72,7 +73,7 @@ const WeightFormatTraits &weightFormatTraits(WeightFormat format);
 const WeightFormatTraits *findWeightFormat(std::string_view name);
 /// The row named `name`; std::invalid_argument naming the known formats otherwise.
 const WeightFormatTraits &parseWeightFormat(const std::string &name);
-/// "f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k" or "q6_k".
+/// The name of `format`'s row.
 inline const char *weightFormatName(WeightFormat format) { return weightFormatTraits(format).name; }
 /// True for the formats that store codes and per-block scales (two arguments per weight).
 inline bool isBlockQuantized(WeightFormat format) { return weightFormatTraits(format).blockQuantized(); }

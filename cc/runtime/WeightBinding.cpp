@@ -4,10 +4,8 @@
 
 #include "cc/kernels/BlockTranscoding.h"
 #include "cc/kernels/GgufRepacking.h"
-#include "cc/kernels/LanePacking.h"
 #include "cc/kernels/PanelPacking.h"
 #include "cc/kernels/ParallelFor.h"
-#include "cc/kernels/Quantization.h"
 #include "cc/kernels/WeightFormats.h"
 #include "cc/runtime/CompilerIdentity.h"
 #include "cc/runtime/MemRefDescriptor.h"
@@ -97,8 +95,9 @@ LaidOut repackGiven(const std::string &key, const CompiledModel::QuantizedWeight
 
 /// A block-quantized weight from its [K, N] f32 matrix: quantized along K, the codes packed into
 /// lanes (LanePacking.h) and the scales into panels. The unpacked codes are a transient byte per
-/// weight, freed before the next weight. Scales with mins are [K/32 * 2, N] (a scale row and a min
-/// row per block), packed like a matrix of twice the blocks into [N/P, K/16, P].
+/// weight, freed before the next weight. The scales are [K / blockValues * scaleRows, N] (each
+/// block's scale rows: its scale, and a min beside it, or a K-quant's sub-block scales and d),
+/// packed like any matrix into [N/P, K / blockValues * scaleRows, P].
 LaidOut quantizeAndPack(const WeightFormatTraits &format, const float *data, int64_t rows, int64_t cols, int64_t width,
                         WeightArena &arena, int64_t threads) {
   const int64_t scaleRows = rows / format.blockValues * format.scaleRowsPerBlock();
@@ -122,8 +121,8 @@ LaidOut layOutFloats(const ParameterSpec &spec, const float *data, int64_t vocab
   if (spec.layout == WeightLayout::TransposedPaddedPanels && spec.format == WeightFormat::Q8_0) {
     // The LM head from the [V, D] table: each of its rows is a column of the head, its blocks
     // run along the row, so it is quantized row by row into llama.cpp's q8_0 blocks and repacked
-    // as a GGUF file's would be, a few panels at a time: the bits quantizeQ8_0 gives the
-    // transposed [D, V'] matrix (padding columns included), without that float32 copy.
+    // as a GGUF file's would be, a few panels at a time: the bits the row's quantize and pack give
+    // the transposed [D, V'] matrix (padding columns included), without that float32 copy.
     auto *codes = arena.allocateArray<uint32_t>(format.laneWords(rows * cols));
     auto *scales = arena.allocateArray<uint16_t>(rows / format.blockValues * cols);
     kernels::quantizeRowsToQ8_0Lanes(data, vocab, rows, cols, width, codes, scales, threads);

@@ -111,11 +111,13 @@ def test_the_loader_names_a_non_finite_scale_in_these_types():
 def test_repacking_on_several_threads_gives_the_same_layout(name, bytes_per_block):
     rng = np.random.default_rng(11)
     k, n, width = 128, 200, 16
-    blocks = rng.integers(0, 256, size=(n, k // 32 * bytes_per_block), dtype=np.uint8)
-    repack = getattr(gpt_kernels_testing, f"repack_{name}_rows")
-    one = repack(blocks, k, 208, width, threads=1)
+    blocks = rng.integers(0, 256, size=(n, k // 32, bytes_per_block), dtype=np.uint8)
+    # Finite fp16 fields (the scale, and q4_1's min; an exponent below 31): the repacking checks them.
+    blocks[:, :, 1 : 4 if name == "q4_1" else 2 : 2] &= 0xBF
+    blocks = blocks.reshape(n, -1)
+    one = gpt_kernels_testing.repack_rows(name, blocks, k, 208, width, threads=1)
     for threads in (2, 5, 64):  # more threads than panels too
-        many = repack(blocks, k, 208, width, threads=threads)
+        many = gpt_kernels_testing.repack_rows(name, blocks, k, 208, width, threads=threads)
         for a, b in zip(one, many, strict=True):
             np.testing.assert_array_equal(a, b)
 
@@ -125,12 +127,11 @@ def test_lane_packing_on_several_threads_gives_the_same_layout():
     matrix = rng.standard_normal((64, 96)).astype(np.float32)
     codes = rng.integers(-127, 128, size=(64, 96), dtype=np.int8)
     nibbles = rng.integers(0, 16, size=(64, 96), dtype=np.uint8)
-    for pack, source in (
-        (gpt_kernels_testing.pack_bf16_lanes, matrix),
-        (gpt_kernels_testing.pack_q8_0_lanes, codes),
-        (gpt_kernels_testing.pack_q4_0_lanes, nibbles),
-    ):
-        np.testing.assert_array_equal(pack(source, 16, threads=1), pack(source, 16, threads=4))
+    for fmt, source in (("bf16", matrix), ("q8_0", codes), ("q4_0", nibbles)):
+        np.testing.assert_array_equal(
+            gpt_kernels_testing.pack_lanes(fmt, source, 16, threads=1),
+            gpt_kernels_testing.pack_lanes(fmt, source, 16, threads=4),
+        )
 
 
 def _make_gguf():

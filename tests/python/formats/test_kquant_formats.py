@@ -80,7 +80,7 @@ def q4_k_as_q4_1_reference(blocks: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("threads", [1, 3])
 def test_q4_k_becomes_q4_1_with_the_files_codes_and_its_products_rounded_once(threads):
     blocks = random_blocks(T.Q4_K, rows=23, k=512, seed=3)
-    ours = gpt_kernels_testing.transcode_q4_k_to_q4_1(blocks, threads=threads)
+    ours = gpt_kernels_testing.transcode_rows("q4_k", "q4_1", blocks, threads=threads)
     np.testing.assert_array_equal(ours, q4_k_as_q4_1_reference(blocks))
     # The values: gguf's own dequantizers of the two, apart by the fp16 rounding of d * scale and
     # dmin * min alone (at most 2^-11 of each, times a 4-bit code).
@@ -96,13 +96,13 @@ def test_a_q4_k_product_beyond_fp16_is_refused():
     blocks[0, 0:2] = np.array([60000.0], np.float16).view(np.uint8)  # d * scale over 65504
     blocks[0, 4] = 63  # sub-block 0's scale
     with pytest.raises(ValueError, match="beyond fp16's range"):
-        gpt_kernels_testing.transcode_q4_k_to_q4_1(blocks)
+        gpt_kernels_testing.transcode_rows("q4_k", "q4_1", blocks)
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.Q5_0], ids=lambda t: t.name)
 def test_q4_0_and_q5_0_become_q8_0_exactly(qtype):
     blocks = random_blocks(qtype, rows=11, k=160, seed=5)
-    ours = gpt_kernels_testing.requantize_to_q8_0(qtype.name.lower(), blocks)
+    ours = gpt_kernels_testing.transcode_rows(qtype.name.lower(), "q8_0", blocks)
     np.testing.assert_array_equal(gguf.quants.dequantize(ours, T.Q8_0), gguf.quants.dequantize(blocks, qtype))
     block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
     np.testing.assert_array_equal(ours.reshape(-1, 34)[:, :2], blocks.reshape(-1, block_bytes)[:, :2])  # d kept
@@ -112,7 +112,7 @@ def test_q4_0_and_q5_0_become_q8_0_exactly(qtype):
 def test_the_others_become_q8_0_within_half_a_step(qtype):
     k = 512
     blocks = random_blocks(qtype, rows=9, k=k, seed=int(qtype))
-    ours = gpt_kernels_testing.requantize_to_q8_0(qtype.name.lower(), blocks, threads=2)
+    ours = gpt_kernels_testing.transcode_rows(qtype.name.lower(), "q8_0", blocks, threads=2)
     assert ours.shape == (9, k // 32 * 34)
     theirs = gguf.quants.dequantize(blocks, qtype).reshape(-1, 32)
     kept = gguf.quants.dequantize(ours, T.Q8_0).reshape(-1, 32)
@@ -121,7 +121,7 @@ def test_the_others_become_q8_0_within_half_a_step(qtype):
     # weights (the random fields include fp16 subnormals) fp16's own resolution of the step.
     assert (np.abs(kept - theirs) <= 0.5 * step + 2.0**-11 * 127 * step + 2.0**-24 * 128).all()
     # As the model quantizes q8_0 (its own quantizer, along K, on the widened rows): the same bits.
-    codes, scales = gpt_kernels_testing.quantize_q8_0(np.ascontiguousarray(theirs.reshape(9, k).T))
+    codes, scales = gpt_kernels_testing.quantize("q8_0", np.ascontiguousarray(theirs.reshape(9, k).T))
     blocks_out = ours.reshape(9, k // 32, 34)
     np.testing.assert_array_equal(blocks_out[..., :2].copy().view(np.uint16)[..., 0], scales.T)
     np.testing.assert_array_equal(blocks_out[..., 2:].copy().view(np.int8).reshape(9, k), codes.T)
@@ -131,9 +131,9 @@ def test_non_finite_values_are_refused_not_requantized():
     blocks = random_blocks(T.Q6_K, rows=2, k=256, seed=6)
     blocks[1, 208:210] = np.array([np.inf], np.float16).view(np.uint8)
     with pytest.raises(ValueError, match="block 0 of row 1 has a NaN or infinite scale"):
-        gpt_kernels_testing.requantize_to_q8_0("q6_k", blocks)
+        gpt_kernels_testing.transcode_rows("q6_k", "q8_0", blocks)
     with pytest.raises(ValueError, match="no block type 'q3_k'"):
-        gpt_kernels_testing.requantize_to_q8_0("q3_k", blocks)
+        gpt_kernels_testing.transcode_rows("q3_k", "q8_0", blocks)
 
 
 def test_a_fused_weight_takes_the_most_precise_of_its_parts_formats():
@@ -384,9 +384,9 @@ def test_blocks_converted_as_they_are_repacked_are_the_bits_of_a_converted_copy(
     blocks = random_blocks(qtype, rows=1024, k=256, seed=7)
     assert kept_formats.given_format([qtype.name], stored) == given
     if stored == "q8_0":
-        copy = gpt_kernels_testing.requantize_to_q8_0(qtype.name.lower(), blocks)
+        copy = gpt_kernels_testing.transcode_rows(qtype.name.lower(), "q8_0", blocks)
     else:
-        copy = gpt_kernels_testing.transcode_q4_k_to_q4_1(blocks) if qtype == T.Q4_K else q4_0_as_q4_1(blocks)
+        copy = gpt_kernels_testing.transcode_rows("q4_k", "q4_1", blocks) if qtype == T.Q4_K else q4_0_as_q4_1(blocks)
 
     def model(fmt, rows):
         options = gpt.CompileOptions(weights=stored, disk_cache=False)
@@ -425,9 +425,9 @@ def test_a_q4_k_m_file_is_laid_out_from_its_own_blocks_unread(q4_k_m_file, monke
                 rows = np.ascontiguousarray(weight.blocks).reshape(int(tensor.shape[1]), -1)
                 stored = kept_formats.stored_format(weight.format)
                 if stored == "q8_0":
-                    copy = gpt_kernels_testing.requantize_to_q8_0(tensor.tensor_type.name.lower(), rows)
+                    copy = gpt_kernels_testing.transcode_rows(tensor.tensor_type.name.lower(), "q8_0", rows)
                 else:
-                    copy = gpt_kernels_testing.transcode_q4_k_to_q4_1(rows)
+                    copy = gpt_kernels_testing.transcode_rows("q4_k", "q4_1", rows)
                 weights[name] = gpt.gguf_file.QuantizedTensor(stored, copy)
         return config, weights, tokenizer
 

@@ -26,7 +26,7 @@ def weights(rows, cols, seed):
 @pytest.mark.parametrize("shape", [(32, 1), (64, 96), (768, 48)])
 def test_quantizer_matches_reference(shape):
     matrix = weights(*shape, seed=shape[0])
-    codes, pairs = gpt_kernels_testing.quantize_q4_1(matrix)
+    codes, pairs = gpt_kernels_testing.quantize("q4_1", matrix)
     want_codes, want_pairs = ref.q4_1(matrix)
     assert pairs.shape == (shape[0] // 32, 2, shape[1]) and codes.max() <= 15
     np.testing.assert_array_equal(pairs, want_pairs)
@@ -38,7 +38,7 @@ def test_quantizer_matches_reference(shape):
 def test_quantizer_agrees_with_llamas_reference_quantizer():
     """gguf's Q4_1 (a port of ggml's quantize_row_q4_1_ref) writes the same codes, scales and mins."""
     matrix = weights(128, 40, seed=3)
-    codes, pairs = gpt_kernels_testing.quantize_q4_1(matrix)
+    codes, pairs = gpt_kernels_testing.quantize("q4_1", matrix)
     blocks = gguf.quants.quantize(np.ascontiguousarray(matrix.T), T.Q4_1).reshape(40, 4, 20)
     np.testing.assert_array_equal(blocks[..., 0:2].copy().view(np.uint16)[..., 0].T, pairs[:, 0])
     np.testing.assert_array_equal(blocks[..., 2:4].copy().view(np.uint16)[..., 0].T, pairs[:, 1])
@@ -48,9 +48,9 @@ def test_quantizer_agrees_with_llamas_reference_quantizer():
 
 def test_lanes_read_back_the_dequantized_weights_exactly():
     matrix = weights(96, 128, seed=7)
-    codes, pairs = gpt_kernels_testing.quantize_q4_1(matrix)
-    lanes = gpt_kernels_testing.pack_q4_0_lanes(codes, 32)
-    restored = gpt_kernels_testing.dequantize_q4_1_lanes(lanes, ref.pair_panels(pairs))
+    codes, pairs = gpt_kernels_testing.quantize("q4_1", matrix)
+    lanes = gpt_kernels_testing.pack_lanes("q4_1", codes, 32)  # q4_0's lanes
+    restored = gpt_kernels_testing.dequantize_lanes("q4_1", lanes, ref.pair_panels(pairs))
     # code * d is exact in float32 (4 + 11 bits), so adding m rounds once, as float64 then float32.
     np.testing.assert_array_equal(restored, ref.dequantize_q4_1(codes, pairs).astype(np.float32))
     # Within half a step (d / 2) plus the fp16 rounding of d and m of the weights.
@@ -63,23 +63,23 @@ def test_lanes_read_back_the_dequantized_weights_exactly():
 def test_repacked_blocks_are_the_lanes_of_the_files_codes(k, n, padded_n):
     rows = (np.random.default_rng(k + n).standard_normal((n, k)) * 0.02).astype(np.float32)  # [out, in]
     blocks = gguf.quants.quantize(rows, T.Q4_1)
-    codes, pairs = gpt_kernels_testing.quantize_q4_1(np.ascontiguousarray(rows.T))  # the same codes (test above)
+    codes, pairs = gpt_kernels_testing.quantize("q4_1", np.ascontiguousarray(rows.T))  # the same codes (test above)
     pad = padded_n - n
     codes = np.pad(codes, ((0, 0), (0, pad)))
     pairs = np.pad(pairs, ((0, 0), (0, 0), (0, pad)))
-    got_codes, got_pairs = gpt_kernels_testing.repack_q4_1_rows(blocks, k, padded_n, 32)
+    got_codes, got_pairs = gpt_kernels_testing.repack_rows("q4_1", blocks, k, padded_n, 32)
     np.testing.assert_array_equal(got_codes, ref.q4_0_lanes(codes))
     np.testing.assert_array_equal(got_pairs, ref.pair_panels(pairs))
     if pad:  # padding columns: code 0, zero scale and min
         np.testing.assert_array_equal(got_codes[-1, :, 32 - pad :], 0)
         np.testing.assert_array_equal(got_pairs[-1, :, :, 32 - pad :], 0)
-    restored = gpt_kernels_testing.dequantize_q4_1_lanes(got_codes, got_pairs)[:, :n]
+    restored = gpt_kernels_testing.dequantize_lanes("q4_1", got_codes, got_pairs)[:, :n]
     np.testing.assert_array_equal(restored, gguf.quants.dequantize(blocks, T.Q4_1).T)
 
 
 def test_repacking_refuses_blocks_that_are_not_whole_rows():
     with pytest.raises(ValueError, match="blocks of 20 bytes"):
-        gpt_kernels_testing.repack_q4_1_rows(np.zeros(30, np.uint8), 32, 32, 32)
+        gpt_kernels_testing.repack_rows("q4_1", np.zeros(30, np.uint8), 32, 32, 32)
 
 
 def test_a_q4_1_gguf_is_computed_with_the_files_values(tmp_path):

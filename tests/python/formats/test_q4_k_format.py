@@ -46,16 +46,16 @@ def random_q4_k_blocks(rows: int, k: int, seed: int) -> np.ndarray:
 def test_q4_k_blocks_are_kept_in_their_own_numbers(threads):
     k, n, width = 512, 40, 16
     blocks = random_q4_k_blocks(n, k, seed=1)
-    lanes, scales = gpt_kernels_testing.repack_q4_k_rows(blocks, k, 48, width, threads=threads)
+    lanes, scales = gpt_kernels_testing.repack_rows("q4_k", blocks, k, 48, width, threads=threads)
     # 4 bits of code and 10 16-bit scale values per 256 weights: 4.625 bits (q4_1: 5).
     assert lanes.shape == (3, k // 8, width) and scales.shape == (3, k // 32 + k // 128, width)
     assert (lanes.nbytes + scales.nbytes) * 8 / (48 * k) == 4.625
     # Widened, they are gguf's own dequantization of the file's blocks, bit for bit (the q4_1
     # repacking rounded each d * scale to fp16); the padding columns are zeros.
-    ours = gpt_kernels_testing.dequantize_q4_k_lanes(lanes, scales)
+    ours = gpt_kernels_testing.dequantize_lanes("q4_k", lanes, scales)
     np.testing.assert_array_equal(ours[:, :n], gguf.quants.dequantize(blocks, T.Q4_K).T)
     assert not ours[:, n:].any()
-    q4_1 = gguf.quants.dequantize(gpt_kernels_testing.transcode_q4_k_to_q4_1(blocks), T.Q4_1)
+    q4_1 = gguf.quants.dequantize(gpt_kernels_testing.transcode_rows("q4_k", "q4_1", blocks), T.Q4_1)
     assert np.abs(q4_1 - gguf.quants.dequantize(blocks, T.Q4_K)).max() > 0
 
 
@@ -63,7 +63,7 @@ def test_a_non_finite_d_is_refused_naming_the_block():
     blocks = random_q4_k_blocks(3, 512, seed=2)
     blocks[2, 144 + 2 : 144 + 4] = np.array([np.inf], np.float16).view(np.uint8)  # row 2, super-block 1's dmin
     with pytest.raises(ValueError, match=r"q4_k block 1 of row 2 \(values 256 to 511\) has fp16 min inf"):
-        gpt_kernels_testing.repack_q4_k_rows(blocks, 512, 16, 16)
+        gpt_kernels_testing.repack_rows("q4_k", blocks, 512, 16, 16)
 
 
 def test_the_table_and_the_memory_estimate_count_4_625_bits():

@@ -47,22 +47,22 @@ def random_q6_k_blocks(rows: int, k: int, seed: int) -> np.ndarray:
 def test_q6_k_blocks_are_kept_in_their_own_numbers(threads):
     k, n, width = 512, 40, 16
     blocks = random_q6_k_blocks(n, k, seed=1)
-    lanes, scales = gpt_kernels_testing.repack_q6_k_rows(blocks, k, 48, width, threads=threads)
+    lanes, scales = gpt_kernels_testing.repack_rows("q6_k", blocks, k, 48, width, threads=threads)
     # 6 bits of code and 9 16-bit scale values per 256 weights: 6.5625 bits, the file's (q8_0: 8.5).
     assert lanes.shape == (3, k * 3 // 16, width) and scales.shape == (3, k // 32 + k // 256, width)
     assert (lanes.nbytes + scales.nbytes) * 8 / (48 * k) == 6.5625
     # Widened, they are gguf's own dequantization of the file's blocks, bit for bit (the q8_0
     # requantization was not); the padding columns are zeros.
-    ours = gpt_kernels_testing.dequantize_q6_k_lanes(lanes, scales)
+    ours = gpt_kernels_testing.dequantize_lanes("q6_k", lanes, scales)
     np.testing.assert_array_equal(ours[:, :n], gguf.quants.dequantize(blocks, T.Q6_K).T)
     assert not ours[:, n:].any()
-    q8_0 = gguf.quants.dequantize(gpt_kernels_testing.requantize_to_q8_0("q6_k", blocks), T.Q8_0)
+    q8_0 = gguf.quants.dequantize(gpt_kernels_testing.transcode_rows("q6_k", "q8_0", blocks), T.Q8_0)
     assert np.abs(q8_0 - gguf.quants.dequantize(blocks, T.Q6_K)).max() > 0
 
 
 def test_a_float_matrix_quantizes_to_q6_k_within_half_a_step():
     matrix = np.random.default_rng(3).standard_normal((512, 24)).astype(np.float32)
-    codes, scales = gpt_kernels_testing.quantize_q6_k(matrix)
+    codes, scales = gpt_kernels_testing.quantize("q6_k", matrix)
     assert codes.shape == (512, 24) and scales.shape == (512 // 32 + 512 // 256, 24) and codes.max() <= 63
     pairs = scales[:16].astype(np.uint16)
     run_scales = np.stack([(pairs & 0xFF).astype(np.uint8), (pairs >> 8).astype(np.uint8)], axis=1).view(np.int8)
@@ -77,7 +77,7 @@ def test_a_non_finite_d_is_refused_naming_the_block():
     blocks = random_q6_k_blocks(3, 512, seed=2)
     blocks[2, Q6_K_BYTES + 208 : Q6_K_BYTES + 210] = np.array([np.inf], np.float16).view(np.uint8)  # row 2, block 1
     with pytest.raises(ValueError, match=r"q6_k block 1 of row 2 \(values 256 to 511\) has fp16 scale inf"):
-        gpt_kernels_testing.repack_q6_k_rows(blocks, 512, 16, 16)
+        gpt_kernels_testing.repack_rows("q6_k", blocks, 512, 16, 16)
 
 
 def test_the_table_and_the_memory_estimate_count_6_5625_bits():

@@ -42,14 +42,11 @@ def test_fp16_matches_numpy_including_subnormals_and_overflow():
     np.testing.assert_array_equal(gpt_kernels_testing.to_fp16(values), values.astype(np.float16).view(np.uint16))
 
 
-@pytest.mark.parametrize(
-    "quantize, reference",
-    [(gpt_kernels_testing.quantize_q8_0, ref.q8_0), (gpt_kernels_testing.quantize_q4_0, ref.q4_0)],
-)
+@pytest.mark.parametrize("fmt, reference", [("q8_0", ref.q8_0), ("q4_0", ref.q4_0)])
 @pytest.mark.parametrize("shape", [(32, 1), (64, 96), (768, 48)])
-def test_block_formats_match_reference(quantize, reference, shape):
+def test_block_formats_match_reference(fmt, reference, shape):
     matrix = weights(*shape, seed=shape[0])
-    codes, scales = quantize(matrix)
+    codes, scales = gpt_kernels_testing.quantize(fmt, matrix)
     want_codes, want_scales = reference(matrix)
     assert codes.dtype == want_codes.dtype and scales.dtype == np.uint16
     assert scales.shape == (shape[0] // 32, shape[1])
@@ -59,19 +56,24 @@ def test_block_formats_match_reference(quantize, reference, shape):
 
 @pytest.mark.parametrize("shape", [(1, 32), (48, 64), (5, 768)])
 def test_q8_0_rows_match_the_reference_with_ties_and_zero_blocks(shape):
-    """The rows layout (a load's LM head) has a vector path of its own: the same codes and scales
-    as the reference, bit for bit, ties rounded away from zero, all-zero blocks 0 with scale 0."""
+    """The rows layout (a load's LM head, quantized from the rows of the [V, D] table straight into
+    lanes) has a vector path of its own: the same codes and scales as the reference, bit for bit,
+    ties rounded away from zero, all-zero blocks 0 with scale 0."""
     matrix = weights(*shape, seed=shape[1])
     matrix[0, :32] = 0.0  # an all-zero block
     if shape[1] >= 64:  # max |w| = 127, so d = 1 and w / d is w: every .5 a tie
         matrix[0, 32:64] = 0.0
         matrix[0, 32:38] = [127, 2.5, -2.5, 0.5, -0.5, -126.5]
-    blocks = gpt_kernels_testing.quantize_q8_0_rows(matrix).reshape(shape[0], shape[1] // 32, 34)
+    n, k = shape
+    lanes, scales = gpt_kernels_testing.quantize_rows_to_q8_0_lanes(matrix, n, 1)  # panels of one column
     want_codes, want_scales = ref.q8_0(np.ascontiguousarray(matrix.T))
-    np.testing.assert_array_equal(blocks[:, :, :2].copy().view(np.uint16)[:, :, 0], want_scales.T)
-    codes = blocks[:, :, 2:].view(np.int8).reshape(shape)
+    np.testing.assert_array_equal(lanes, ref.q8_0_lanes(want_codes, 1))
+    scales = scales.reshape(n, k // 32)
+    np.testing.assert_array_equal(scales, want_scales.T)
+    # The codes back from the lanes: byte i of word 8 b + q of a column is its row 32 b + q + 8 i.
+    codes = lanes.view(np.int8).reshape(n, k // 32, 8, 4).transpose(0, 1, 3, 2).reshape(shape)
     np.testing.assert_array_equal(codes, want_codes.T)
-    assert not codes[0, :32].any() and blocks[0, 0, :2].tobytes() == b"\0\0"
+    assert not codes[0, :32].any() and scales[0, 0] == 0
     if shape[1] >= 64:
         np.testing.assert_array_equal(codes[0, 32:38], [127, 3, -3, 1, -1, -127])
 
@@ -81,7 +83,7 @@ def test_q8_0_codes_scales_and_ties():
     # ties, rounded away from zero.
     column = np.zeros(32, np.float32)
     column[:5] = [127, 2.5, -2.5, 0.49999997, -126.6]
-    codes, scales = gpt_kernels_testing.quantize_q8_0(column[:, None])
+    codes, scales = gpt_kernels_testing.quantize("q8_0", column[:, None])
     np.testing.assert_array_equal(codes[:5, 0], [127, 3, -3, 0, -127])
     assert scales[0, 0] == np.float16(1.0).view(np.uint16)
     np.testing.assert_array_equal(codes, ref.q8_0(column[:, None])[0])
@@ -92,7 +94,7 @@ def test_q4_0_codes_scales_and_ties():
     # capped at 15 (w = 8 would be 16).
     column = np.zeros(32, np.float32)
     column[:6] = [-8, 8, 0.5, -0.5, 3.2, -7.9]
-    codes, scales = gpt_kernels_testing.quantize_q4_0(column[:, None])
+    codes, scales = gpt_kernels_testing.quantize("q4_0", column[:, None])
     np.testing.assert_array_equal(codes[:6, 0], [0, 15, 9, 8, 11, 0])
     assert scales[0, 0] == np.float16(1.0).view(np.uint16)
     np.testing.assert_array_equal(codes, ref.q4_0(column[:, None])[0])
@@ -101,11 +103,8 @@ def test_q4_0_codes_scales_and_ties():
 def test_all_zero_blocks_have_zero_scale_and_the_zero_code():
     matrix = weights(64, 8)
     matrix[32:, 3] = 0.0  # the second block of column 3
-    for quantize, reference, zero_code in (
-        (gpt_kernels_testing.quantize_q8_0, ref.q8_0, 0),
-        (gpt_kernels_testing.quantize_q4_0, ref.q4_0, 8),
-    ):
-        codes, scales = quantize(matrix)
+    for fmt, reference, zero_code in (("q8_0", ref.q8_0, 0), ("q4_0", ref.q4_0, 8)):
+        codes, scales = gpt_kernels_testing.quantize(fmt, matrix)
         # d = 0 (q4_0's m / -8 is -0.0: the sign bit is set, the value is zero).
         assert scales.view(np.float16)[1, 3] == 0 and np.all(codes[32:, 3] == zero_code)
         np.testing.assert_array_equal(codes, reference(matrix)[0])
@@ -116,20 +115,17 @@ def test_dequantized_weights_are_close():
     # q8_0 rounds to the nearest of 255 steps of max|w| / 127: half a step. q4_0 has 16 codes for
     # [-8 d, 7 d]: the weight of largest magnitude is exact, one of the opposite sign near it is
     # clamped to 7 d, a full step away. Both plus the fp16 rounding of the scale (2^-11 relative).
-    for quantize, offset, error_in_steps, step in (
-        (gpt_kernels_testing.quantize_q8_0, 0, 0.5, 1 / 127),
-        (gpt_kernels_testing.quantize_q4_0, 8, 1.0, 1 / 8),
-    ):
-        codes, scales = quantize(matrix)
+    for fmt, offset, error_in_steps, step in (("q8_0", 0, 0.5, 1 / 127), ("q4_0", 8, 1.0, 1 / 8)):
+        codes, scales = gpt_kernels_testing.quantize(fmt, matrix)
         restored = ref.dequantize(codes, scales, offset)
         amax = np.abs(matrix.reshape(8, 32, 64)).max(axis=1).repeat(32, axis=0).astype(np.float64)
         assert np.all(np.abs(restored - matrix) <= amax * (step * error_in_steps + 2.0**-10))
 
 
 def test_k_not_a_multiple_of_the_block_is_an_error():
-    for quantize in (gpt_kernels_testing.quantize_q8_0, gpt_kernels_testing.quantize_q4_0):
+    for fmt in ("q8_0", "q4_0"):
         with pytest.raises(ValueError, match="K = 40 is not a multiple of the quantization block"):
-            quantize(np.zeros((40, 4), np.float32))
+            gpt_kernels_testing.quantize(fmt, np.zeros((40, 4), np.float32))
 
 
 # -- The activation rounding of the references (quant_reference.py), by hand ---------------------

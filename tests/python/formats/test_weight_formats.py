@@ -27,7 +27,7 @@ def test_block_bytes_are_what_quantize_writes_per_block(name):
     # mins a byte each, the file packs them in 12 bytes; q6_k: its 16 int8 scales and d, as the file).
     row = ROWS[name]
     k = max(K, row.block_values)
-    codes, scales = getattr(gpt_kernels_testing, f"quantize_{name}")(np.random.default_rng(0).standard_normal((k, N)))
+    codes, scales = gpt_kernels_testing.quantize(name, np.random.default_rng(0).standard_normal((k, N)))
     assert codes.shape == (k, N)
     blocks = k // row.block_values * N
     fp16_fields = scales.size // blocks
@@ -42,7 +42,7 @@ def test_repack_reads_rows_of_block_bytes_into_lanes_of_rows_per_word(name):
     row = ROWS[name]
     k = max(K, row.block_values)
     blocks = np.zeros((N, k // row.block_values * row.block_bytes), np.uint8)
-    lanes, scales = getattr(gpt_kernels_testing, f"repack_{name}_rows")(blocks, k, N, WIDTH)
+    lanes, scales = gpt_kernels_testing.repack_rows(name, blocks, k, N, WIDTH)
     assert lanes.shape == (N // WIDTH, k * row.code_bits // 32, WIDTH)
     expected = {
         "q4_1": (2, WIDTH),
@@ -51,11 +51,11 @@ def test_repack_reads_rows_of_block_bytes_into_lanes_of_rows_per_word(name):
     }.get(name, (k // row.block_values, WIDTH))
     assert scales.shape[-2:] == expected
     with pytest.raises(ValueError):  # a byte short of whole blocks
-        getattr(gpt_kernels_testing, f"repack_{name}_rows")(blocks[:, :-1].copy(), k, N, WIDTH)
+        gpt_kernels_testing.repack_rows(name, blocks[:, :-1].copy(), k, N, WIDTH)
 
 
 def test_bf16_lanes_hold_rows_per_word_rows():
-    lanes = gpt_kernels_testing.pack_bf16_lanes(np.ones((K, N), np.float32), WIDTH)
+    lanes = gpt_kernels_testing.pack_lanes("bf16", np.ones((K, N), np.float32), WIDTH)
     assert lanes.shape == (N // WIDTH, K // ROWS["bf16"].rows_per_word, WIDTH)
 
 

@@ -319,7 +319,9 @@ def test_kept_quantized_blocks_are_the_files_rows_in_hf_order(tmp_path, fmt, qty
     assert embedding.format == ("q8_0" if fmt == "q8_0" else f"q8_0:{fmt}")
     for name, value in kept.items():
         if isinstance(value, gguf_llama.QuantizedTensor):
-            blocks = gpt_kernels_testing.requantize_to_q8_0(fmt, value.blocks) if ":" in value.format else value.blocks
+            blocks = (
+                gpt_kernels_testing.transcode_rows(fmt, "q8_0", value.blocks) if ":" in value.format else value.blocks
+            )
             values = gguf.quants.dequantize(blocks, T.Q8_0 if value.format.startswith("q8_0") else qtype)
             if value.format == fmt or qtype == T.Q4_0:
                 np.testing.assert_array_equal(values, floats[name], err_msg=name)

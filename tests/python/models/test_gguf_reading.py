@@ -75,7 +75,7 @@ def test_bf16_safetensors_widen_exactly_including_signs_and_extremes(tmp_path, w
 
 def block_codes(data, qtype, k, n):
     """(codes [K, N], fp16 scale bits [K/32, N]) of Q8_0 or Q4_0 blocks holding n rows of k weights
-    (ne [K, N]), in the layout of the compiler's kernels (gpt_kernels_testing.quantize_q8_0 / quantize_q4_0)."""
+    (ne [K, N]), in the layout of the compiler's kernels (gpt_kernels_testing.quantize)."""
     size = 34 if qtype == T.Q8_0 else 18
     blocks = np.asarray(data).reshape(n, k // 32, size)
     scales = blocks[..., :2].copy().view(np.uint16)[..., 0].T
@@ -105,12 +105,8 @@ def test_repacked_blocks_are_the_lanes_of_the_files_codes(fmt, k, n, padded_n):
     pad = padded_n - n
     codes = np.pad(codes, ((0, 0), (0, pad)), constant_values=0 if fmt == "q8_0" else 8)
     scales = np.pad(scales, ((0, 0), (0, pad)))
-    repack, lanes = (
-        (gpt_kernels_testing.repack_q8_0_rows, ref.q8_0_lanes)
-        if fmt == "q8_0"
-        else (gpt_kernels_testing.repack_q4_0_rows, ref.q4_0_lanes)
-    )
-    got_codes, got_scales = repack(blocks, k, padded_n, 32)
+    lanes = ref.q8_0_lanes if fmt == "q8_0" else ref.q4_0_lanes
+    got_codes, got_scales = gpt_kernels_testing.repack_rows(fmt, blocks, k, padded_n, 32)
     np.testing.assert_array_equal(got_codes, lanes(codes))
     np.testing.assert_array_equal(got_scales, ref.scale_panels(scales))
     if pad:
@@ -120,9 +116,9 @@ def test_repacked_blocks_are_the_lanes_of_the_files_codes(fmt, k, n, padded_n):
 
 def test_repacking_refuses_blocks_that_are_not_whole_rows():
     with pytest.raises(ValueError, match="K = 40"):
-        gpt_kernels_testing.repack_q8_0_rows(np.zeros(68, np.uint8), 40, 32, 32)
+        gpt_kernels_testing.repack_rows("q8_0", np.zeros(68, np.uint8), 40, 32, 32)
     with pytest.raises(ValueError, match="padded_n 16 must be at least the 20 rows"):
-        gpt_kernels_testing.repack_q4_0_rows(np.zeros(20 * 18, np.uint8), 32, 16, 16)
+        gpt_kernels_testing.repack_rows("q4_0", np.zeros(20 * 18, np.uint8), 32, 16, 16)
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
@@ -161,9 +157,7 @@ def test_the_compilers_quantizers_reproduce_the_files_codes(tmp_path, weights, f
             file_bits = np.asarray(tensors[gguf_name].data).view(np.uint16).reshape(matrix.T.shape).T
             np.testing.assert_array_equal(gpt_kernels_testing.quantize_bf16(matrix), file_bits, err_msg=gguf_name)
             continue
-        codes, scales = (gpt_kernels_testing.quantize_q8_0 if fmt == "q8_0" else gpt_kernels_testing.quantize_q4_0)(
-            matrix
-        )
+        codes, scales = gpt_kernels_testing.quantize(fmt, matrix)
         want_codes, want_scales = file_blocks(tensors[gguf_name], *matrix.shape)
         np.testing.assert_array_equal(scales, want_scales, err_msg=gguf_name)
         np.testing.assert_array_equal(codes, want_codes, err_msg=gguf_name)
