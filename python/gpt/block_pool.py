@@ -6,7 +6,11 @@ sequence owns a list of blocks (its block table): its position p lives in block
 by listing the same block ids; the serving engine decides who owns what, the pool only stores.
 """
 
+from typing import Any
+
 import numpy as np
+
+from gpt_runtime.read_only import ReadOnly
 
 from .claim import Claim
 
@@ -39,25 +43,11 @@ class KVBlockPool:
         self._value_views = [self._values[layer] for layer in range(cfg.n_layer)]
         self._claim = Claim("this KVBlockPool is in use by another call (another thread?)")
 
-    @property
-    def model(self):
-        return self._model
-
-    @property
-    def num_blocks(self) -> int:
-        return self._num_blocks
-
-    @property
-    def block_size(self) -> int:
-        return self._block_size
-
-    @property
-    def keys(self) -> np.ndarray:
-        return self._keys
-
-    @property
-    def values(self) -> np.ndarray:
-        return self._values
+    model = ReadOnly[Any]()
+    num_blocks = ReadOnly[int]()
+    block_size = ReadOnly[int]()
+    keys = ReadOnly[np.ndarray]()
+    values = ReadOnly[np.ndarray]()
 
     def copy_block(self, src: int, dst: int) -> None:
         """Copies block `src` of every layer's keys and values into block `dst` (copy-on-write of

@@ -1,6 +1,10 @@
 """KVCache: the per-layer key and value buffers that prefill fills and decode extends."""
 
+from typing import Any
+
 import numpy as np
+
+from gpt_runtime.read_only import ReadOnly
 
 from .claim import Claim
 
@@ -46,9 +50,7 @@ class KVCache:
         self._length = 0
         self._claim = Claim("this KVCache is in use by another call (another thread?); use one cache per thread")
 
-    @property
-    def model(self):
-        return self._model
+    model = ReadOnly[Any]()
 
     @property
     def dtype(self) -> np.dtype:
@@ -61,18 +63,9 @@ class KVCache:
         """Bytes the key and value buffers hold together."""
         return self._keys.nbytes + self._values.nbytes
 
-    @property
-    def max_len(self) -> int:
-        return self._max_len
-
-    @property
-    def slots(self) -> int:
-        """Positions the buffers hold: max_len, or for a windowed model min(window, max_len)."""
-        return self._slots
-
-    @property
-    def rolling(self) -> bool:
-        return self._rolling
+    max_len = ReadOnly[int]()
+    slots = ReadOnly[int]("Positions the buffers hold: max_len, or for a windowed model min(window, max_len).")
+    rolling = ReadOnly[bool]()
 
     def chunks(self, count: int) -> list[int]:
         """How many of `count` new tokens each compiled step takes: a rolling cache takes tokens

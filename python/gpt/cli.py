@@ -22,6 +22,7 @@ import os
 import sys
 import time
 import traceback
+from typing import Any
 
 from absl import app, flags
 
@@ -188,6 +189,12 @@ def _options() -> CompileOptions:
     return CompileOptions(pipeline=FLAGS.pipeline, threads=FLAGS.threads, weights=weights, kv_cache=FLAGS.kv_cache)
 
 
+def _flag_values(*names: str) -> dict[str, Any]:
+    """The flags of these names, by name: the keyword arguments of a constructor whose parameters
+    are flags of the same names."""
+    return {name: getattr(FLAGS, name) for name in names}
+
+
 def _model_path() -> str:
     """--model as a path: an installed model's name (gpt.models) becomes its file."""
     return models.resolve(FLAGS.model) if FLAGS.model else EMBEDDED_MODEL
@@ -268,13 +275,9 @@ def ir() -> None:
         model = _load_model()
     else:
         cfg = GPTConfig(
-            n_layer=FLAGS.n_layer,
-            n_head=FLAGS.n_head,
-            n_embd=FLAGS.n_embd,
-            vocab_size=FLAGS.vocab_size,
-            block_size=FLAGS.block_size,
-            pos_embedding=FLAGS.pos_embedding,
-            attention_window=FLAGS.attention_window,
+            **_flag_values(
+                "n_layer", "n_head", "n_embd", "vocab_size", "block_size", "pos_embedding", "attention_window"
+            )
         )
         model = GPT.random(cfg, options=_options())
     print(model.ir(FLAGS.stage, seq_len=FLAGS.seq_len, entry=FLAGS.entry, target=FLAGS.target))
@@ -429,12 +432,14 @@ def serve() -> None:
     name = os.path.basename(os.path.normpath(FLAGS.model or EMBEDDED_MODEL))
     print(f"[gpt] serving {name} on http://{FLAGS.host}:{FLAGS.port}", flush=True)
     limits = server.ServerLimits(
-        max_body_bytes=FLAGS.max_body_bytes,
-        timeout_headers=FLAGS.timeout_headers,
-        timeout_body=FLAGS.timeout_body,
-        timeout_keep_alive=FLAGS.timeout_keep_alive,
-        max_connections=FLAGS.max_connections,
-        admission_bytes=FLAGS.admission_bytes,
+        **_flag_values(
+            "max_body_bytes",
+            "timeout_headers",
+            "timeout_body",
+            "timeout_keep_alive",
+            "max_connections",
+            "admission_bytes",
+        )
     )
     path = _model_path()  # a HF directory's chat template is in its tokenizer_config.json
     model_dir = path if os.path.isdir(path) else None

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from gpt import _gpt, architectures
 from gpt.masks import AttentionMask, Causal, SlidingWindow
+from gpt_runtime.read_only import ReadOnly
 
 PIPELINES = ("baseline", "fused", "vectorized", "default")
 # Weight formats, named as llama.cpp names them: the compiler's table (cc/kernels/WeightFormats.h).
@@ -253,25 +254,12 @@ class GPTConfig:
         """The architecture's spec (gpt.architectures)."""
         return architectures.ARCHITECTURES[self.architecture]
 
-    @property
-    def norm(self) -> str:
-        """ "layer" (LayerNorm) or "rms" (RMSNorm), with eps layer_norm_eps."""
-        return self.spec.norm
-
-    @property
-    def mlp(self) -> str:
-        """ "gelu" (GPT-2's), "swiglu" (down(silu(gate) * up)) or "geglu" (down(gelu(gate) * up))."""
-        return self.spec.mlp
-
-    @property
-    def bias(self) -> bool:
-        """Whether every linear and norm has a bias (GPT-2)."""
-        return self.spec.bias
-
-    @property
-    def qkv_bias(self) -> bool:
-        """Whether the q, k and v projections have biases (GPT-2, Qwen2)."""
-        return self.spec.qkv_bias
+    norm = ReadOnly[str](""" "layer" (LayerNorm) or "rms" (RMSNorm), with eps layer_norm_eps.""", of="spec")
+    mlp = ReadOnly[str](
+        """ "gelu" (GPT-2's), "swiglu" (down(silu(gate) * up)) or "geglu" (down(gelu(gate) * up)).""", of="spec"
+    )
+    bias = ReadOnly[bool]("Whether every linear and norm has a bias (GPT-2).", of="spec")
+    qkv_bias = ReadOnly[bool]("Whether the q, k and v projections have biases (GPT-2, Qwen2).", of="spec")
 
     @property
     def unbounded_positions(self) -> bool:

@@ -14,6 +14,7 @@ from gpt.errors import ModelFileError
 from gpt.model_files import json_kind, short
 from gpt.resources import check_fits_in_memory
 from gpt.weights import _checked_config, _config_value, _norm_epsilon, _read_config_json, _read_safetensors
+from gpt_runtime.model_weights import shard_names
 
 # HF options that change what a Llama-family model computes, at the values implemented here.
 _IMPLEMENTED = {
@@ -142,19 +143,20 @@ def _config(hf: dict, path: str) -> GPTConfig:
         )
         raise ModelFileError(f"{path}: model_type {short(name)} is not a Llama-family model ({known})")
     _check_implemented(hf, path, _IMPLEMENTED)
+    # Required unless a default follows the key.
     sizes = {
-        key: _config_value(hf, path, hf_key, int)
-        for key, hf_key in (
+        key: _config_value(hf, path, hf_key, int, *default)
+        for key, hf_key, *default in (
             ("n_layer", "num_hidden_layers"),
             ("n_head", "num_attention_heads"),
             ("n_embd", "hidden_size"),
             ("n_ff", "intermediate_size"),
             ("vocab_size", "vocab_size"),
+            ("n_kv_head", "num_key_value_heads", None),
+            # Any head width (Qwen3's, Mistral-Nemo's); None: hidden_size / num_attention_heads.
+            ("head_dim", "head_dim", None),
         )
     }
-    n_kv_head = _config_value(hf, path, "num_key_value_heads", int, None)
-    # Any head width (Qwen3's, Mistral-Nemo's); None: hidden_size / num_attention_heads.
-    head_dim = _config_value(hf, path, "head_dim", int, None)
     eps = _norm_epsilon(hf, path, "rms_norm_eps", 1e-6)
     block_size = _config_value(hf, path, "max_position_embeddings", int, 2048)
     tied = hf.get("tie_word_embeddings", False)
@@ -170,13 +172,11 @@ def _config(hf: dict, path: str) -> GPTConfig:
         **sizes,
         block_size=block_size,
         architecture=spec.name,
-        n_kv_head=n_kv_head,
         layer_norm_eps=eps,
         tied_head=tied,
         rope_base=base,
         rope_scaling=scaling,
         attention_window=window,
-        head_dim=head_dim,
         **gemma,
     )
 
@@ -288,13 +288,8 @@ def _safetensors_files(path: str) -> list[str]:
     if not model_files.present(path, "model.safetensors.index.json"):
         raise FileNotFoundError(f"{path} has neither model.safetensors nor model.safetensors.index.json")
     index = _read_config_json(index_path)
-    weight_map = index.get("weight_map")
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise ModelFileError(f"{index_path}: weight_map must be an object of tensor name to file name")
     files = []
-    for name in dict.fromkeys(weight_map.values()):
-        if os.path.basename(name) != name or name in ("", ".", "..") or "\0" in name:
-            raise ModelFileError(f"{index_path}: shard {short(name)} is not a file name in the checkpoint's directory")
+    for name in shard_names(index.get("weight_map"), index_path, ModelFileError, short):
         file = os.path.join(path, name)
         if not model_files.present(path, name):
             raise FileNotFoundError(f"{index_path} lists {name}, which is missing")

@@ -19,6 +19,7 @@ from gpt.loading import DEFAULT_CONTEXT, file_context, with_context
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
 from gpt.weights import random_weights, validate_weights
+from gpt_runtime.read_only import ReadOnly
 from gpt_runtime.sampling import check_token_ids
 
 # Importable from here as before the split (gpt.GenerationStats, tests, tools and the CLI).
@@ -192,19 +193,12 @@ class GPT(GenerationMixin):
 
     # -- properties -----------------------------------------------------------------------------
 
-    @property
-    def config(self) -> GPTConfig:
-        return self._config
-
-    @property
-    def options(self) -> CompileOptions:
-        return self._options
-
-    @property
-    def tokenizer(self) -> HFTokenizer | None:
+    config = ReadOnly[GPTConfig]()
+    options = ReadOnly[CompileOptions]()
+    tokenizer = ReadOnly[HFTokenizer | None](
         """The tokenizer that came with the checkpoint (from_pretrained: tokenizer.json; from_gguf:
         the file's vocabulary), or None."""
-        return self._tokenizer
+    )
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The weights by HF name, in HF's layouts (those from_weights takes), as the model computes

@@ -2,8 +2,10 @@
 the step programs bound to it, whose CUDA graphs have its addresses baked in."""
 
 import weakref
+from typing import Any
 
 from .program import BoundProgram
+from .read_only import ReadOnly
 
 
 class Cache:
@@ -31,13 +33,8 @@ class Cache:
                 device.driver.memset_async(pointer, 0, buffer.bytes, device.stream)
         device.driver.synchronize(device.stream)
 
-    @property
-    def model(self):
-        return self._model
-
-    @property
-    def max_len(self) -> int:
-        return self._max_len
+    model = ReadOnly[Any]()
+    max_len = ReadOnly[int]()
 
     def __len__(self) -> int:
         return self._length

@@ -18,6 +18,7 @@ from .errors import ArtifactError, ModelFileError
 from .manifest import MAX_TOKENIZER_BYTES, Manifest, Program, load_manifest
 from .model_weights import ModelWeights, model_file_inside
 from .program import BoundProgram, graphs_default
+from .read_only import ReadOnly
 from .sampling import check_sampling_args, check_token_ids, sample
 from .timing import step_timer
 from .weights import WeightsFile, check_weights, read_header
@@ -146,41 +147,24 @@ class Model:
         """The model's gpt.GPTConfig fields, from the manifest (a copy)."""
         return dict(self._manifest.config)
 
-    @property
-    def vocab_size(self) -> int:
-        return self._manifest.vocab_size
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self._manifest.eos_token_id
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        """Every end-of-generation token of the manifest (eos_token_id and eos_token_ids)."""
-        return self._manifest.eos_token_ids
+    vocab_size = ReadOnly[int](of="_manifest")
+    eos_token_id = ReadOnly[int | None](of="_manifest")
+    eos_token_ids = ReadOnly[tuple[int, ...]](
+        "Every end-of-generation token of the manifest (eos_token_id and eos_token_ids).", of="_manifest"
+    )
+    compute_capability = ReadOnly[tuple[int, int]](of="_device")
+    driver_version = ReadOnly[int](of="_device")
+    jit_seconds = ReadOnly[float]("Seconds the driver took to JIT-compile the PTX at load.", of="_device")
 
     @property
     def device_name(self) -> str:
         return self._device.name
 
     @property
-    def compute_capability(self) -> tuple[int, int]:
-        return self._device.compute_capability
-
-    @property
-    def driver_version(self) -> int:
-        return self._device.driver_version
-
-    @property
     def max_len(self) -> int:
         """Positions a cache holds at most: the artifact's cache length, and for learned positions
         at most block_size (0 for an artifact without a cache)."""
         return self._cache_limit
-
-    @property
-    def jit_seconds(self) -> float:
-        """Seconds the driver took to JIT-compile the PTX at load."""
-        return self._device.jit_seconds
 
     @property
     def tokenizer(self):

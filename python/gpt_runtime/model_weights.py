@@ -15,6 +15,7 @@ import math
 import mmap
 import os
 import struct
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -273,6 +274,22 @@ def read_json_file(path: str, what: str) -> dict:
     return value
 
 
+def shard_names(
+    weight_map, index_path: str, error: type[Exception] = ModelFileError, quoted: Callable[[str], str] = repr
+) -> Iterator[str]:
+    """The shards a model.safetensors.index.json's `weight_map` (tensor name -> file name) lists, each
+    once, in order; checked one at a time as they are taken: `error` naming `index_path` when the map
+    is not an object of tensor name to file name, or a shard is no file name in the checkpoint's
+    directory (a path, "..", a NUL), the name as `quoted` writes it. gpt.hf_checkpoint reads its
+    indexes through it too."""
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise error(f"{index_path}: weight_map must be an object of tensor name to file name")
+    for name in dict.fromkeys(weight_map.values()):
+        if os.path.basename(name) != name or name in ("", ".", "..") or "\0" in name:
+            raise error(f"{index_path}: shard {quoted(name)} is not a file name in the checkpoint's directory")
+        yield name
+
+
 class HfModel:
     """A HF checkpoint directory: config.json and the tensors of model.safetensors or of the shards
     model.safetensors.index.json lists, read by gpt_runtime.weights' safetensors reader."""
@@ -313,12 +330,8 @@ class HfModel:
         if index_path is None:
             raise ModelFileError(f"{self.path}: has neither model.safetensors nor model.safetensors.index.json")
         weight_map = read_json_file(index_path, "safetensors index").get("weight_map")
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise ModelFileError(f"{index_path}: weight_map must be an object of tensor name to file name")
         files = []
-        for name in dict.fromkeys(weight_map.values()):
-            if os.path.basename(name) != name or name in ("", ".", "..") or "\0" in name:
-                raise ModelFileError(f"{index_path}: shard {name!r} is not a file name in the checkpoint's directory")
+        for name in shard_names(weight_map, index_path):
             file = model_file_inside(self.path, name)
             if file is None:
                 raise ModelFileError(f"{index_path} lists {name}, which is missing")

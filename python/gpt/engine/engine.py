@@ -19,6 +19,7 @@ import collections
 import contextlib
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,7 @@ from gpt.logprobs import prompt_logprobs
 from gpt.sampling import check_sampling_args
 from gpt.structured_output import Grammar
 from gpt.tokenizer import tokenizer_for
+from gpt_runtime.read_only import ReadOnly
 
 # Choices of one request at most (submit_choices' `n`; the server's bound too).
 MAX_CHOICES = 16
@@ -141,26 +143,11 @@ class Engine:
             self._thread = threading.Thread(target=self._run, name="gpt-engine", daemon=True)
             self._thread.start()
 
-    @property
-    def model(self):
-        return self._model
-
-    @property
-    def tokenizer(self):
-        return self._tokenizer
-
-    @property
-    def block_size(self) -> int:
-        return self._block_size
-
-    @property
-    def num_blocks(self) -> int:
-        return self._num_blocks
-
-    @property
-    def speculative(self):
-        """None, "ngram" or the draft model, as given."""
-        return self._speculative
+    model = ReadOnly[Any]()
+    tokenizer = ReadOnly[Any]()
+    block_size = ReadOnly[int]()
+    num_blocks = ReadOnly[int]()
+    speculative = ReadOnly[Any]("""None, "ngram" or the draft model, as given.""")
 
     @property
     def draft_tokens(self) -> int | None:

@@ -23,6 +23,7 @@ from gpt.compiler import CompilerError
 from gpt.config import CompileOptions
 from gpt.frontend.backend import register_backend
 from gpt.frontend.importer import SUPPORTED_OPS, ImportedFunction, Importer
+from gpt_runtime.read_only import ReadOnly
 
 __all__ = ["SUPPORTED_OPS", "CompiledModule", "compile_module"]
 
@@ -79,13 +80,8 @@ class CompiledModule:
         self._function.compile()
         self._compile_seconds = time.perf_counter() - start
 
-    @property
-    def options(self) -> CompileOptions:
-        return self._options
-
-    @property
-    def compile_seconds(self) -> float:
-        return self._compile_seconds
+    options = ReadOnly[CompileOptions]()
+    compile_seconds = ReadOnly[float]()
 
     def loaded_from_disk_cache(self) -> bool:
         return self._function.loaded_from_disk_cache()
@@ -158,9 +154,7 @@ class BucketedModule:
         self._sequence_outputs = sequence_outputs  # {output index: dim}
         self._buckets: dict[int, CompiledModule] = {}
 
-    @property
-    def options(self) -> CompileOptions:
-        return self._options
+    options = ReadOnly[CompileOptions]()
 
     def bucket_for(self, length: int) -> int:
         bucket = SMALLEST_BUCKET
