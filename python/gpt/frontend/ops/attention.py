@@ -22,7 +22,7 @@ def emit_sdpa(imp: Emitter, node):
     the causal rule, any other mask known at compile time (bool, or additive 0 / -inf) as its `mask`
     operand, and no mask at all as an all-visible one. With `enable_gqa` the Hkv < H key/value
     heads pass as they are: causal_attention serves H / Hkv query heads from each (HF's repeat_kv
-    copies are folded away by canonicalization, cc/dialect/RecoverAttention.h)."""
+    copies are folded away by canonicalization, cc/dialect/RecoverWrittenOutOps.h)."""
     q, k, v = (imp.operand(n) for n in node.args[:3])
     mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
     dropout = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
