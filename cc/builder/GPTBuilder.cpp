@@ -33,7 +33,7 @@ namespace {
 
 /// The tensor type a weight argument has: its argument shape, in its format: f16 scales, and
 /// i32 for the bf16, q8_0 and q4_0 lane layouts (each 32-bit word 2 bf16, 4 int8 or 8 4-bit
-/// weights of one column along K; kernels/LanePacking.h): the format shows in the shape
+/// weights of one column along K; kernels/WeightFormats.h): the format shows in the shape
 /// (ParameterSpec::argumentShape), K / 2, K / 4 or K / 8 rows.
 RankedTensorType weightType(OpBuilder &b, const ParameterSpec &spec) {
   Type element = b.getF32Type();

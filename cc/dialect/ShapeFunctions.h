@@ -30,7 +30,7 @@ FailureOr<TensorType> inferTransposeType(Type input, EmitErrorFn emitError);
 FailureOr<TensorType> inferMatmulType(Type lhs, Type rhs, EmitErrorFn emitError);
 /// [..., M, K] x [N/P, rows, P] (a weight packed in column panels) -> [..., N], the weight and
 /// its scales shaped as `format`'s row says: f32 [N/P, K, P]; else i32 lanes [N/P, K * codeBits /
-/// 32, P] (kernels/LanePacking.h), and for the block formats f16 scales [N/P, K / blockValues *
+/// 32, P] (kernels/WeightFormats.h), and for the block formats f16 scales [N/P, K / blockValues *
 /// scaleRows, P] (the others take none: `scales` null).
 FailureOr<TensorType> inferPackedMatmulType(Type lhs, Type rhs, Type scales, const gpt::WeightFormatTraits &format,
                                             EmitErrorFn emitError);

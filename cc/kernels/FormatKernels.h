@@ -1,5 +1,5 @@
 // Each format's kernels, a section per format as ggml-quants.h lists each type's: its block, its
-// quantizer, the packing and reading of its lanes (LanePacking.h), the repacking of a GGUF file's
+// quantizer, the packing and reading of its lanes (WeightFormats.h), the repacking of a GGUF file's
 // blocks into them (GgufRepacking.h), their widening to f32 and the conversions of its blocks.
 // Private to //cc/kernels: outside it a format's kernels are reached through its row of the tables,
 // WeightFormatTraits (WeightFormats.h) and GgufBlockType / BlockConversion (BlockTranscoding.h), so

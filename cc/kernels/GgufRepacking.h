@@ -1,5 +1,5 @@
 // Weights quantized by llama.cpp (a GGUF file's blocks) repacked, block by block, into the lane
-// layouts compiled code reads (LanePacking.h), without widening them to f32. Each stored format's
+// layouts compiled code reads (WeightFormats.h), without widening them to f32. Each stored format's
 // repacking is its table row's (WeightFormatTraits::repack, WeightFormats.h; the kernels are in
 // FormatKernels.h): the file's codes and scales, bit for bit, only their places changed, every
 // block's fp16 fields checked to be finite, columns past the tensor's rows padded with weights that

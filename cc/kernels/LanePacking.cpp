@@ -1,4 +1,4 @@
-// Matmul weights packed into, and read back from, lane layouts (LanePacking.h): each format's lane
+// Matmul weights packed into, and read back from, lane layouts (WeightFormats.h): each format's lane
 // kernels (FormatKernels.h).
 #include "cc/kernels/FormatKernels.h"
 #include "cc/kernels/ParallelFor.h"

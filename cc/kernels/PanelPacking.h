@@ -1,6 +1,6 @@
 // Weight layouts made once, when a model's weights are bound: an f32 [K, N] matrix (or the fp16
 // scales of a quantized one) into the column panels that `transformer.packed_matmul` reads, and
-// the tied embedding transposed for the LM head. Low-precision codes use LanePacking.h instead.
+// the tied embedding transposed for the LM head. Low-precision codes use WeightFormats.h's lane layouts instead.
 #ifndef GPT_CC_KERNELS_PANELPACKING_H
 #define GPT_CC_KERNELS_PANELPACKING_H
 
@@ -34,7 +34,7 @@ inline AlignedFloats allocateAligned(int64_t count) { return allocateAlignedArra
 /// Panels are split over `threads` threads (ParallelFor.h), here and in transposePadded.
 void packPanels(const float *matrix, int64_t rows, int64_t cols, int64_t width, float *packed, int64_t threads = 1);
 /// The same for the f16 scale bits of a block-quantized weight ([K/32, N] into [N/P, K/32, P]);
-/// its codes go into lane layouts instead (LanePacking.h).
+/// its codes go into lane layouts instead (WeightFormats.h).
 void packPanels(const uint16_t *matrix, int64_t rows, int64_t cols, int64_t width, uint16_t *packed,
                 int64_t threads = 1);
 

@@ -2,6 +2,25 @@
 // format and the kernels that make and read it, one row per format (as ggml's per-type traits).
 // The runtime binds weights by it, the builder declares arguments by it, Python reads it
 // (_gpt.weight_formats()).
+//
+// The lane layouts the low-precision formats are stored in: made once when a model's weights are
+// bound, read by compiled code (transformer.packed_matmul), and read back to f32 for
+// CompiledModel::storedWeight; each format's own rows of a word are its section of FormatKernels.h.
+//
+// The packed matmul multiplies with the CPU's dot-product instructions, which see a 32-bit lane
+// as several narrow values along K: vdpbf16ps multiplies 2 bf16 pairs per lane, vpdpbusd 4 byte
+// pairs. So each 32-bit word of a lane layout holds weights of ONE column, and a panel row of P
+// words is one zmm-sized load that feeds P columns at once. With P the panel width, panel p holds
+// columns j = p P + c (c < P) of a row-major [K, N] weight w, as
+//
+//   lanes [N/P, K * codeBits / 32, P]     (codeBits: the table row's, 32 / rowsPerWord or q6_k's 6)
+//
+// Which rows share a word is chosen for the activations, which compiled code converts at run time
+// into the same lanes: a word's rows are those one activation lane holds, taken from contiguous
+// runs of the activation row (whole vectors, no gather). Byte i of a word is bits 8 i .. 8 i + 7
+// (little-endian). A block format's fp16 scales (and mins, and sub-block scales) keep their column
+// panels, [N/P, K / blockValues * scaleRows, P] (PanelPacking.h's packPanels of the table row's
+// scale rows).
 #ifndef GPT_CC_KERNELS_WEIGHTFORMATS_H
 #define GPT_CC_KERNELS_WEIGHTFORMATS_H
 
@@ -15,7 +34,7 @@
 namespace gpt {
 
 /// The format matmul weights are stored in (llama.cpp's names), made once, at load. The
-/// low-precision ones are packed in lane layouts (kernels/LanePacking.h): 32-bit words holding
+/// low-precision ones are packed in lane layouts (the header comment above): 32-bit words holding
 /// weights of one column along K, one word per lane of a dot-product instruction. Each format's
 /// kernels are its section of kernels/FormatKernels.h, which its row below points at.
 enum class WeightFormat {
@@ -43,7 +62,7 @@ struct WeightFormatTraits {
   /// Quantizes a row-major [K, N] matrix along K into a code per weight (q8_0's are int8) and fp16
   /// scales [K / blockValues * scaleRowsPerBlock(), N].
   void (*quantize)(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads);
-  /// Packs those codes into lanes [N/width, K/rowsPerWord, width] (kernels/LanePacking.h).
+  /// Packs those codes into lanes [N/width, K/rowsPerWord, width] (the lane layouts above).
   void (*pack)(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *lanes, int64_t threads);
   /// Rounds and packs f32 values straight into lanes (bf16).
   void (*packFloats)(const float *matrix, int64_t rows, int64_t cols, int64_t width, uint32_t *lanes, int64_t threads);

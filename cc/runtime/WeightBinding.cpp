@@ -94,7 +94,7 @@ LaidOut repackGiven(const std::string &key, const CompiledModel::QuantizedWeight
 }
 
 /// A block-quantized weight from its [K, N] f32 matrix: quantized along K, the codes packed into
-/// lanes (LanePacking.h) and the scales into panels. The unpacked codes are a transient byte per
+/// lanes (WeightFormats.h) and the scales into panels. The unpacked codes are a transient byte per
 /// weight, freed before the next weight. The scales are [K / blockValues * scaleRows, N] (each
 /// block's scale rows: its scale, and a min beside it, or a K-quant's sub-block scales and d),
 /// packed like any matrix into [N/P, K / blockValues * scaleRows, P].

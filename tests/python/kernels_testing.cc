@@ -137,7 +137,7 @@ py::array_t<float> dequantizeLanes(const WeightFormatTraits &row, const Ints<uin
   return matrix;
 }
 
-/// The lane layouts (kernels/LanePacking.h) and the repacking of a GGUF file's blocks into them
+/// The lane layouts (kernels/WeightFormats.h) and the repacking of a GGUF file's blocks into them
 /// (kernels/GgufRepacking.h), for bit-exact tests.
 void initLanes(py::module_ &m) {
   m.def(

@@ -272,7 +272,7 @@ def LowerAmxMatmuls : Pass<"gpt-lower-amx-matmuls", "::mlir::func::FuncOp"> {
   let description = [{
     A `linalg.generic` carrying `gpt.amx_tile = [R, C, S]` and `gpt.amx_chunks = k` (from
     `--gpt-select-register-tiles`, on a target with `amx-bf16`), once bufferized: activation lanes
-    A [M, K/2] i32, weight lanes B [N/P, K/2, P] i32 (cc/kernels/LanePacking.h) and the output
+    A [M, K/2] i32, weight lanes B [N/P, K/2, P] i32 (cc/kernels/WeightFormats.h) and the output
     [M, N/P, P] f32, which it adds to. Both lane layouts hold in each 32-bit word the two bf16 of
     rows r and r + K/2 of one row (A) or column (B): the pairs `tdpbf16ps` multiplies, so a 16 x 16
     word block of either is one tile (`vector<16x32xbf16>`) as it lies in memory, no copy.
