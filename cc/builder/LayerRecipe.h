@@ -286,7 +286,8 @@ public:
     // head's weight, which stores the tied table once.
     const MatmulWeight &packed = w.packedEmbedding.weight ? w.packedEmbedding : w.head;
     Value x = w.tokenEmbedding ? Value(b.create<EmbeddingOp>(loc, unranked(), w.tokenEmbedding, ids))
-                               : Value(b.create<PackedEmbeddingOp>(loc, unranked(), packed.weight, packed.scales, ids));
+                               : Value(b.create<PackedEmbeddingOp>(loc, unranked(), weightFormatName(packed.format),
+                                                                   packed.weight, packed.scales, ids));
     if (w.positionEmbedding) x = add(x, b.create<EmbeddingOp>(loc, unranked(), w.positionEmbedding, positions));
     // Gemma: times sqrt(n_embd), which HF rounds to the embedding's dtype (f32) first.
     if (config.embeddingScale) x = scale(x, static_cast<float>(std::sqrt(static_cast<double>(config.nEmbd))));

@@ -145,9 +145,10 @@ void checkFormatDepths(const GPTConfig &c, const WeightStorage &storage, const s
   }
 }
 
-/// Throws std::invalid_argument when a format override names no layer's matmul weight and no
-/// untied LM head (a tied one is also the token table, which the lookup reads in q8_0), or gives
-/// the head a format that is not block-quantized: a typo would otherwise be a format silently
+/// Throws std::invalid_argument when a format override names no layer's matmul weight and no LM
+/// head of a block-quantized model, or gives the head a format it cannot take (not block-quantized;
+/// for a tied head, which is also the token table, one the lookup does not read:
+/// transformer.packed_embedding reads q8_0 and q6_k): a typo would otherwise be a format silently
 /// ignored.
 void checkFormatOverrides(const GPTConfig &c, const WeightStorage &storage, const std::vector<LayerParameter> &layer) {
   std::set<std::string> matmulWeights;
@@ -155,10 +156,14 @@ void checkFormatOverrides(const GPTConfig &c, const WeightStorage &storage, cons
     for (const LayerParameter &p : layer)
       if (p.isMatmulWeight) matmulWeights.insert(layerPrefix(c, i) + p.name);
   for (const auto &[name, format] : storage.formatOverrides) {
-    if (name == kHeadTable && !c.tiedHead && isBlockQuantized(format) && isBlockQuantized(storage.format)) continue;
+    const bool lookupReads = format == WeightFormat::Q8_0 || format == WeightFormat::Q6_K;
+    if (name == kHeadTable && isBlockQuantized(format) && isBlockQuantized(storage.format) &&
+        (!c.tiedHead || lookupReads))
+      continue;
     if (!matmulWeights.count(name))
       throw std::invalid_argument("a weight format is given for '" + name +
-                                  "', which is no layer's matmul weight nor a block-quantized model's untied LM head");
+                                  "', which is no layer's matmul weight nor a block-quantized model's LM head in a "
+                                  "format it takes (a tied head, also the token table: q8_0 or q6_k)");
   }
 }
 

@@ -106,45 +106,114 @@ struct EmbeddingLowering : OpConversionPattern<EmbeddingOp> {
   }
 };
 
-/// Rows of a table stored as a q8_0 packed weight [D, V'] (lanes [V'/P, D/4, P]): id v lies in
-/// panel v / P, column v % P; feature j = 32 b + q + 8 i (block b) is byte i of lane row 8 b + q.
-/// One row per token is dequantized (in decode, D values), so the gather stays scalar.
+/// Element `feature` of column `column` of panel `panel` of a q8_0 packed weight (lanes [V'/P, D/4,
+/// P], scales [V'/P, D/32, P]): feature j = 32 b + q + 8 i (block b) is byte i of lane row 8 b + q,
+/// times the block's scale.
+Value q8_0Element(OpBuilder &b, Location l, Value codes, Value scales, Value panel, Value column, Value feature) {
+  auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(l, v); };
+  const int64_t block = 32, lanesPerBlock = block / 4;
+  Value blockIndex = b.create<arith::DivUIOp>(l, feature, index(block));
+  Value inBlock = b.create<arith::RemUIOp>(l, feature, index(block));
+  // (Each value built in its own statement: the IR's order must not depend on the C++ compiler's
+  // order of evaluating arguments.)
+  Value firstRow = b.create<arith::MulIOp>(l, blockIndex, index(lanesPerBlock));
+  Value lanesIn = b.create<arith::RemUIOp>(l, inBlock, index(lanesPerBlock));
+  Value row = b.create<arith::AddIOp>(l, firstRow, lanesIn);
+  Value byte = b.create<arith::DivUIOp>(l, inBlock, index(lanesPerBlock));
+  Value lane = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, row, column});
+  // The byte's code: shifted to the top of the lane (by 24 - 8 byte), then arithmetic-shifted down.
+  Type i32 = b.getI32Type();
+  Value byteBits =
+      b.create<arith::MulIOp>(l, b.create<arith::IndexCastOp>(l, i32, byte), b.create<arith::ConstantIntOp>(l, 8, i32));
+  Value top = b.create<arith::ConstantIntOp>(l, 24, i32);
+  Value up = b.create<arith::SubIOp>(l, top, byteBits);
+  Value code = b.create<arith::ShRSIOp>(l, b.create<arith::ShLIOp>(l, lane, up), top);
+  Value scale = b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, blockIndex, column});
+  Type f32 = b.getF32Type();
+  return b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, code), b.create<arith::ExtFOp>(l, f32, scale));
+}
+
+/// The same of a q6_k packed weight (lanes [V'/P, D * 3/16, P], scales [V'/P, D/32 + D/256, P];
+/// kernels/FormatKernels.h): feature k = 16 h + 4 i + l of run h has its low nibble in bits
+/// 8 i + 4 (l / 2) of lane row 3 h + l % 2 and its top 2 bits in bits 8 i + 2 l of row 3 h + 2; the
+/// run's int8 scale is byte h % 2 of scale row h / 2, and super-block s's fp16 d is row D/32 + s.
+/// The weight is (d * scale) * (code - 32) in f32, as llama.cpp's dequantize_row_q6_K computes it.
+Value q6_KElement(OpBuilder &b, Location l, Value codes, Value scales, Value panel, Value column, Value feature,
+                  int64_t features) {
+  // Each op is built in its own statement, so that the IR's order does not depend on the C++
+  // compiler's order of evaluating arguments.
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  auto index = [&](int64_t v) -> Value { return b.create<arith::ConstantIndexOp>(l, v); };
+  auto constant = [&](int64_t v) -> Value { return b.create<arith::ConstantIntOp>(l, v, i32); };
+  auto divide = [&](Value v, Value by) -> Value { return b.create<arith::DivUIOp>(l, v, by); };
+  auto remainder = [&](Value v, Value by) -> Value { return b.create<arith::RemUIOp>(l, v, by); };
+  auto add = [&](Value x, Value y) -> Value { return b.create<arith::AddIOp>(l, x, y); };
+  auto multiply = [&](Value x, Value y) -> Value { return b.create<arith::MulIOp>(l, x, y); };
+  auto toI32 = [&](Value v) -> Value { return b.create<arith::IndexCastOp>(l, i32, v); };
+  auto field = [&](Value word, Value shift, int64_t mask) -> Value {
+    Value shifted = b.create<arith::ShRUIOp>(l, word, shift);
+    Value maskValue = constant(mask);
+    return b.create<arith::AndIOp>(l, shifted, maskValue);
+  };
+  Value sixteen = index(16), four = index(4), two = index(2);
+  Value run = divide(feature, sixteen);
+  Value inRun = remainder(feature, sixteen);
+  Value byteIndex = toI32(divide(inRun, four));
+  Value position = toI32(remainder(inRun, four)); // l
+  Value firstRow = multiply(run, index(3));
+  Value twoI32 = constant(2);
+  Value lowRow = add(firstRow, b.create<arith::IndexCastOp>(l, b.getIndexType(), remainder(position, twoI32)));
+  Value highRow = add(firstRow, two);
+  Value byteShift = multiply(byteIndex, constant(8));
+  Value nibble = divide(position, twoI32);
+  Value nibbleShift = multiply(nibble, constant(4));
+  Value lowShift = add(byteShift, nibbleShift);
+  Value highShift = add(byteShift, multiply(position, twoI32));
+  Value lowWord = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, lowRow, column});
+  Value highWord = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, highRow, column});
+  Value low = field(lowWord, lowShift, 0xF);
+  Value high = field(highWord, highShift, 0x3);
+  Value highBits = b.create<arith::ShLIOp>(l, high, constant(4));
+  Value code = b.create<arith::OrIOp>(l, low, highBits);
+  Value centred = b.create<arith::SubIOp>(l, code, constant(32));
+  // The run's int8 scale: its byte of the 16-bit scale row, sign-extended.
+  Value scaleHalf = b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, divide(run, two), column});
+  Value scaleBits = b.create<arith::BitcastOp>(l, b.getI16Type(), scaleHalf);
+  Value scaleWord = b.create<arith::ExtUIOp>(l, i32, scaleBits);
+  Value scaleByteIndex = toI32(remainder(run, two));
+  Value scaleShift = multiply(scaleByteIndex, constant(8));
+  Value scaleByte = b.create<arith::ShRUIOp>(l, scaleWord, scaleShift);
+  Value scaleI8 = b.create<arith::TruncIOp>(l, b.getI8Type(), scaleByte);
+  Value scaleI32 = b.create<arith::ExtSIOp>(l, i32, scaleI8);
+  Value scale = b.create<arith::SIToFPOp>(l, f32, scaleI32);
+  Value superBlock = divide(feature, index(256));
+  Value dRow = add(superBlock, index(features / 32));
+  Value dHalf = b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, dRow, column});
+  Value d = b.create<arith::ExtFOp>(l, f32, dHalf);
+  Value runScale = b.create<arith::MulFOp>(l, d, scale);
+  Value codeValue = b.create<arith::SIToFPOp>(l, f32, centred);
+  return b.create<arith::MulFOp>(l, runScale, codeValue);
+}
+
+/// Rows of a table stored as a packed weight [D, V'] of the op's format: id v lies in panel v / P,
+/// column v % P. One row per token is dequantized (in decode, D values), so the gather stays scalar.
 struct PackedEmbeddingLowering : OpConversionPattern<PackedEmbeddingOp> {
   using OpConversionPattern::OpConversionPattern;
   LogicalResult matchAndRewrite(PackedEmbeddingOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Value codes = adaptor.getCodes(), scales = adaptor.getScales();
     ArrayRef<int64_t> packed = rankedType(codes).getShape();
-    const int64_t width = packed[2], block = PackedEmbeddingOp::kBlockSize, lanesPerBlock = block / 4;
-    Value result = buildGather(rewriter, op.getLoc(), rankedType(op.getResult()), adaptor.getIds(), packed[0] * width,
-                               [&](OpBuilder &b, Location l, Value id) -> Value {
-                                 auto index = [&](int64_t v) { return b.create<arith::ConstantIndexOp>(l, v); };
-                                 Value panel = b.create<arith::DivUIOp>(l, id, index(width));
-                                 Value column = b.create<arith::RemUIOp>(l, id, index(width));
-                                 Value feature = b.create<linalg::IndexOp>(l, 1);
-                                 Value blockIndex = b.create<arith::DivUIOp>(l, feature, index(block));
-                                 Value inBlock = b.create<arith::RemUIOp>(l, feature, index(block));
-                                 // (Each value built in its own statement: the IR's order must not depend on the C++
-                                 // compiler's order of evaluating arguments.)
-                                 Value firstRow = b.create<arith::MulIOp>(l, blockIndex, index(lanesPerBlock));
-                                 Value lanesIn = b.create<arith::RemUIOp>(l, inBlock, index(lanesPerBlock));
-                                 Value row = b.create<arith::AddIOp>(l, firstRow, lanesIn);
-                                 Value byte = b.create<arith::DivUIOp>(l, inBlock, index(lanesPerBlock));
-                                 Value lane = b.create<tensor::ExtractOp>(l, codes, ValueRange{panel, row, column});
-                                 // The byte's code: shifted to the top of the lane (by 24 - 8 byte), then
-                                 // arithmetic-shifted down.
-                                 Type i32 = b.getI32Type();
-                                 Value byteBits = b.create<arith::MulIOp>(l, b.create<arith::IndexCastOp>(l, i32, byte),
-                                                                          b.create<arith::ConstantIntOp>(l, 8, i32));
-                                 Value top = b.create<arith::ConstantIntOp>(l, 24, i32);
-                                 Value up = b.create<arith::SubIOp>(l, top, byteBits);
-                                 Value code = b.create<arith::ShRSIOp>(l, b.create<arith::ShLIOp>(l, lane, up), top);
-                                 Value scale =
-                                     b.create<tensor::ExtractOp>(l, scales, ValueRange{panel, blockIndex, column});
-                                 Type f32 = b.getF32Type();
-                                 return b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, code),
-                                                                b.create<arith::ExtFOp>(l, f32, scale));
-                               });
+    const int64_t width = packed[2], features = rankedType(op.getResult()).getDimSize(1);
+    const bool q6_K = op.getFormat() == "q6_k"; // the verifier allows q8_0 and q6_k
+    Value result =
+        buildGather(rewriter, op.getLoc(), rankedType(op.getResult()), adaptor.getIds(), packed[0] * width,
+                    [&](OpBuilder &b, Location l, Value id) -> Value {
+                      Value panel = b.create<arith::DivUIOp>(l, id, b.create<arith::ConstantIndexOp>(l, width));
+                      Value column = b.create<arith::RemUIOp>(l, id, b.create<arith::ConstantIndexOp>(l, width));
+                      Value feature = b.create<linalg::IndexOp>(l, 1);
+                      return q6_K ? q6_KElement(b, l, codes, scales, panel, column, feature, features)
+                                  : q8_0Element(b, l, codes, scales, panel, column, feature);
+                    });
     rewriter.replaceOp(op, result);
     return success();
   }

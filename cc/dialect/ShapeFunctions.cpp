@@ -173,26 +173,36 @@ FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitE
   return ranked({i.getDimSize(0), t.getDimSize(1)}, table);
 }
 
-FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids, int64_t blockSize,
+FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids, const gpt::WeightFormatTraits &format,
                                                EmitErrorFn emitError) {
+  if (format.format != gpt::WeightFormat::Q8_0 && format.format != gpt::WeightFormat::Q6_K)
+    return emitError() << "reads tables in q8_0 or q6_k (an LM head's formats), got " << format.name;
   auto c = dyn_cast<RankedTensorType>(codes);
   auto s = dyn_cast<RankedTensorType>(scales);
   auto i = dyn_cast<RankedTensorType>(ids);
-  if (c && c.getRank() != 3) return emitError() << "codes must be a rank-3 [V / P, D / 4, P] tensor, got " << codes;
+  if (c && c.getRank() != 3)
+    return emitError() << "codes must be a rank-3 [V / P, D * " << format.codeBits() << " / 32, P] tensor, got "
+                       << codes;
   if (s && s.getRank() != 3)
-    return emitError() << "scales must be a rank-3 [V / P, D / " << blockSize << ", P] tensor, got " << scales;
+    return emitError() << "scales must be a rank-3 [V / P, D / " << format.blockValues << " * "
+                       << format.scaleRowsPerBlock() << ", P] tensor, got " << scales;
   if (i && i.getRank() != 1) return emitError() << "ids must be a rank-1 tensor, got " << ids;
   if (!c || !s || !i) return unranked(codes);
   if (!c.hasStaticShape() || !s.hasStaticShape())
     return emitError() << "codes and scales must have static shapes, got " << codes << " and " << scales;
-  FailureOr<int64_t> product = multiplyDims(s.getDimSize(1), blockSize);
-  if (failed(product)) return overflowError(emitError, s.getDimSize(1), blockSize, scales);
-  int64_t features = *product;
   if (c.getDimSize(0) != s.getDimSize(0) || c.getDimSize(2) != s.getDimSize(2))
     return emitError() << "codes " << codes << " and scales " << scales << " must have the same panels";
-  if (c.getDimSize(1) != features / 4)
-    return emitError() << "scales " << scales << " give D = " << features << ", so the q8_0 codes need " << features / 4
-                       << " rows of lanes (4 codes each), got " << codes;
+  // D from the lanes: each column's K * codeBits / 32 words.
+  FailureOr<int64_t> bits = multiplyDims(c.getDimSize(1), 32);
+  if (failed(bits)) return overflowError(emitError, c.getDimSize(1), 32, codes);
+  const int64_t features = *bits / format.codeBits();
+  if (*bits % format.codeBits() != 0 || features % format.blockValues != 0)
+    return emitError() << format.name << " codes " << codes << " must hold whole blocks of " << format.blockValues
+                       << " features per column";
+  const int64_t scaleRows = features / format.blockValues * format.scaleRowsPerBlock();
+  if (s.getDimSize(1) != scaleRows)
+    return emitError() << "codes " << codes << " give D = " << features << ", so the " << format.name << " scales need "
+                       << scaleRows << " rows, got " << scales;
   return ranked({i.getDimSize(0), features}, codes);
 }
 

@@ -44,9 +44,9 @@ FailureOr<TensorType> inferSameShapesType(Type lhs, Type rhs, EmitErrorFn emitEr
 
 /// [V, D] table gathered by [T] ids -> [T, D].
 FailureOr<TensorType> inferEmbeddingType(Type table, Type ids, EmitErrorFn emitError);
-/// A [D, V'] q8_0 packed weight (lanes of codes [V'/P, D/4, P], scales [V'/P, D/blockSize, P]) gathered as a
-/// [V', D] table by [T] ids -> [T, D].
-FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids, int64_t blockSize,
+/// A [D, V'] packed weight of `format` (q8_0 or q6_k: lanes [V'/P, D * codeBits / 32, P], scales
+/// [V'/P, D / blockValues * scaleRows, P]) gathered as a [V', D] table by [T] ids -> [T, D].
+FailureOr<TensorType> inferPackedEmbeddingType(Type codes, Type scales, Type ids, const gpt::WeightFormatTraits &format,
                                                EmitErrorFn emitError);
 /// The last dim narrowed to `size`, after checking that [offset, offset + size) fits in it.
 FailureOr<TensorType> inferSliceType(Type input, int64_t offset, int64_t size, EmitErrorFn emitError);

@@ -197,13 +197,12 @@ LogicalResult EmbeddingOp::inferShapes() {
   return refineResult(*this, inferEmbeddingType(getTable().getType(), getIds().getType(), errorOn(*this)));
 }
 
-// A packed embedding reads the blocks of a packed matmul's weight.
-static_assert(PackedEmbeddingOp::kBlockSize == PackedMatmulOp::kBlockSize);
-
 namespace {
 FailureOr<TensorType> inferPackedEmbedding(PackedEmbeddingOp op) {
-  return inferPackedEmbeddingType(op.getCodes().getType(), op.getScales().getType(), op.getIds().getType(),
-                                  PackedEmbeddingOp::kBlockSize, errorOn(op));
+  const gpt::WeightFormatTraits *format = gpt::findWeightFormat(op.getFormat().str());
+  if (!format) return op.emitOpError() << "has no weight format '" << op.getFormat() << "' (" << formatNames() << ")";
+  return inferPackedEmbeddingType(op.getCodes().getType(), op.getScales().getType(), op.getIds().getType(), *format,
+                                  errorOn(op));
 }
 } // namespace
 

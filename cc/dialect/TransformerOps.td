@@ -347,29 +347,28 @@ def Transformer_EmbeddingOp : Transformer_Op<"embedding",
 
 def Transformer_PackedEmbeddingOp : Transformer_Op<"packed_embedding",
     [Pure, DeclareOpInterfaceMethods<ShapeInferenceOpInterface>]> {
-  let summary = "Gathers rows of an embedding table stored as a q8_0 packed matmul weight";
+  let summary = "Gathers rows of an embedding table stored as a packed matmul weight";
   let description = [{
     `result[t, :] = table[ids[t], :]`, where the `[V, D]` table is the transpose of the `[D, V']`
-    weight of a q8_0 `transformer.packed_matmul` (`V' >= V`, columns past `V` zero), given as
-    that op's lanes of codes `[V' / P, D / 4, P] x i32` and scales `[V' / P, D / 32, P]`:
-    `table[v, j] = w[j, v]`. This is how a tied embedding is stored once, as llama.cpp stores
-    it: the LM head reads it as its weight and the lookup dequantizes one row per token (q4_0
-    models keep it in q8_0 too). Ids outside `[0, V')` are the caller's error; the lowering
-    clamps them.
+    weight of a `transformer.packed_matmul` of the same format (`V' >= V`, columns past `V`
+    zero), given as that op's lanes and scales, shaped as the format's row of the weight-format
+    table says: `table[v, j] = w[j, v]`. This is how a tied embedding is stored once, as
+    llama.cpp stores it: the LM head reads it as its weight and the lookup dequantizes one row
+    per token. The formats a table is stored in are those of a model's LM head: `q8_0` (the
+    head format of every block format) and `q6_k` (a GGUF file's Q6_K table, kept as it is).
+    Ids outside `[0, V')` are the caller's error; the lowering clamps them.
 
     ```mlir
-    %x = transformer.packed_embedding %codes, %scales, %ids
+    %x = transformer.packed_embedding q8_0 %codes, %scales, %ids
         : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
     ```
   }];
-  let arguments = (ins TensorOf<[I32]>:$codes, TensorOf<[F16]>:$scales, TensorOf<[I64]>:$ids);
+  let arguments = (ins StrAttr:$format, TensorOf<[I32]>:$codes, TensorOf<[F16]>:$scales, TensorOf<[I64]>:$ids);
   let results = (outs F32Tensor:$output);
-  let assemblyFormat = "$codes `,` $scales `,` $ids attr-dict `:` functional-type(operands, results)";
-  let hasVerifier = 1;
-  let extraClassDeclaration = [{
-    /// Weights per scale (the block size of transformer.packed_matmul).
-    static constexpr int64_t kBlockSize = 32;
+  let assemblyFormat = [{
+    custom<WeightFormatName>($format) $codes `,` $scales `,` $ids attr-dict `:` functional-type(operands, results)
   }];
+  let hasVerifier = 1;
 }
 
 def Transformer_SliceOp : Transformer_Op<"slice",

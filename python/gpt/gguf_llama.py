@@ -111,7 +111,9 @@ def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: 
     for name, (hf_name, shape) in expected.items():
         tensor = tensors[name]
         heads = _permuted_heads(name, config) if arch == "llama" else None
-        keep_as = plan.get(name) or _kept_head_format(name, tensor.tensor_type.name, config, stored)
+        keep_as = plan.get(name) or _kept_head_format(
+            name, tensor.tensor_type.name, config, stored, auto=keep_quantized == "auto"
+        )
         if keep_as:
             _check_ne(tensor, shape, path)
             # A read-only view of the file's memory map, never read here: the compiled model converts
@@ -175,17 +177,21 @@ def _stored_format(plan: dict[str, str], tensors: dict, keep_quantized: str | No
     return max(elements, key=elements.get)
 
 
-def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str) -> str | None:
+def _kept_head_format(name: str, type_name: str, config: GPTConfig, stored: str, auto: bool) -> str | None:
     """The [V, D] tables: a model whose matmul weights are block-quantized stores the LM head and
     the token table the lookup reads in q8_0 (the 4-bit formats too, as llama.cpp keeps its output
     table at higher precision; Parameters.cpp), so the file's blocks are kept when they convert to
     q8_0 (Q8_0 as it is; Q6_K or Q4_K, the types llama.cpp's quantizer gives them, by the model as
-    it repacks them, with no float32 table): the token embedding, and an untied output.weight,
-    which a Q6_K file keeps in q6_k (the head's matmul reads it; only the lookup needs q8_0)."""
+    it repacks them, with no float32 table): the token embedding, and an untied output.weight.
+    Under weights="auto" (`auto`), a Q6_K head is kept in q6_k, its own 6.5625 bits, as llama.cpp
+    runs it (native_options): an untied output.weight (only its matmul reads it), and a tied token
+    table (the lookup, transformer.packed_embedding, reads q6_k too); an untied model's own lookup
+    table stays q8_0."""
     if stored not in kept_formats.KEPT_QUANTIZED:
         return None
-    if name == "output.weight" and not config.tied_head and type_name == "Q6_K":
-        return "q6_k"  # an untied head in its own 6.5625 bits, as llama.cpp runs it (native_options)
+    head = name == "output.weight" if not config.tied_head else name == "token_embd.weight"
+    if auto and head and type_name == "Q6_K":
+        return "q6_k"
     if name == "token_embd.weight" or (name == "output.weight" and not config.tied_head):
         return kept_formats.given_format([type_name], "q8_0")
     return None

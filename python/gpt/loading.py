@@ -87,11 +87,14 @@ def native_options(options: CompileOptions, config: GPTConfig, quantized: Mappin
     base = max(counts, key=counts.get)
     widened = {name: "q8_0" for name in matmuls if name not in quantized and base != "q8_0"}
     others = {name: fmt for name, fmt in layer_formats.items() if fmt != base}
-    # An untied head given in another format than the model's head format (a Q6_K output kept in
-    # q6_k: gguf_llama._kept_head_format) is stored in it: its copy, "lm_head.weight_t", is.
+    # A head given in another format than the model's head format (a Q6_K output, or a tied Q6_K
+    # token table, kept in q6_k: gguf_llama._kept_head_format) is stored in it: its copy,
+    # "lm_head.weight_t", is.
+    names = architectures.get(config.architecture).compiler
+    head_source = names("token_embedding") if config.tied_head else names("head")
     head = {}
-    if "lm_head.weight" in quantized:
-        given_head = kept_formats.stored_format(quantized["lm_head.weight"][0])
+    if head_source in quantized:
+        given_head = kept_formats.stored_format(quantized[head_source][0])
         if given_head != kept_formats.head_format(base):
             head = {"lm_head.weight_t": given_head}
     return dataclasses.replace(options, weights=base, weight_formats={**others, **widened, **head})

@@ -52,8 +52,46 @@ func.func @embedding(%table: tensor<256x64xf32>, %ids: tensor<8xi64>) -> tensor<
 // CHECK-DAG: %[[C:.*]] = arith.sitofp %[[CODE]] : i32 to f32
 // CHECK: arith.mulf %[[C]], %[[S]] : f32
 func.func @packed_embedding(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<5x64xf32> {
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+  %0 = transformer.packed_embedding q8_0 %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
   return %0 : tensor<5x64xf32>
+}
+
+// -----
+
+// A table stored as a q6_k LM head [D = 256, V' = 256]: feature k = 16 h + 4 i + l of run h has
+// its low nibble in bits 8 i + 4 (l / 2) of lane row 3 h + l % 2 and its top 2 bits in bits
+// 8 i + 2 l of row 3 h + 2; the run's int8 scale is byte h % 2 of scale row h / 2 (the f16's bits),
+// and d is row 8 + k / 256; the element is (d * scale) * (code - 32).
+// CHECK-LABEL: func.func @packed_embedding_q6_k
+// CHECK: %[[ID:.*]] = arith.minsi %{{.*}}, %c255{{[_0-9]*}} : index
+// CHECK: %[[PANEL:.*]] = arith.divui %[[ID]], %c32
+// CHECK: %[[COLUMN:.*]] = arith.remui %[[ID]], %c32
+// CHECK: %[[F:.*]] = linalg.index 1 : index
+// CHECK: %[[H:.*]] = arith.divui %[[F]], %c16
+// CHECK: %[[FIRST:.*]] = arith.muli %[[H]], %c3
+// CHECK: %[[LOWROW:.*]] = arith.addi %[[FIRST]], %{{.*}} : index
+// CHECK: %[[HIGHROW:.*]] = arith.addi %[[FIRST]], %c2{{[_0-9]*}} : index
+// CHECK: %[[LOWWORD:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %[[LOWROW]], %[[COLUMN]]] : tensor<8x48x32xi32>
+// CHECK: %[[HIGHWORD:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %[[HIGHROW]], %[[COLUMN]]] : tensor<8x48x32xi32>
+// CHECK: %[[LOW:.*]] = arith.andi %{{.*}}, %c15_i32{{[_0-9]*}} : i32
+// CHECK: %[[HIGH:.*]] = arith.andi %{{.*}}, %c3_i32{{[_0-9]*}} : i32
+// CHECK: %[[HIGHBITS:.*]] = arith.shli %[[HIGH]], %c4_i32{{[_0-9]*}} : i32
+// CHECK: %[[CODE:.*]] = arith.ori %[[LOW]], %[[HIGHBITS]] : i32
+// CHECK: %[[CENTRED:.*]] = arith.subi %[[CODE]], %c32_i32{{[_0-9]*}} : i32
+// CHECK: %[[SCALEHALF:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %{{.*}}, %[[COLUMN]]] : tensor<8x9x32xf16>
+// CHECK: arith.bitcast %[[SCALEHALF]] : f16 to i16
+// CHECK: %[[SCALEI8:.*]] = arith.trunci %{{.*}} : i32 to i8
+// CHECK: %[[SCALEI32:.*]] = arith.extsi %[[SCALEI8]] : i8 to i32
+// CHECK: %[[SCALE:.*]] = arith.sitofp %[[SCALEI32]] : i32 to f32
+// CHECK: %[[DROW:.*]] = arith.addi %{{.*}}, %c8{{[_0-9]*}} : index
+// CHECK: %[[DHALF:.*]] = tensor.extract %{{.*}}[%[[PANEL]], %[[DROW]], %[[COLUMN]]] : tensor<8x9x32xf16>
+// CHECK: %[[D:.*]] = arith.extf %[[DHALF]] : f16 to f32
+// CHECK: %[[RUNSCALE:.*]] = arith.mulf %[[D]], %[[SCALE]] : f32
+// CHECK: %[[VALUE:.*]] = arith.sitofp %[[CENTRED]] : i32 to f32
+// CHECK: arith.mulf %[[RUNSCALE]], %[[VALUE]] : f32
+func.func @packed_embedding_q6_k(%c: tensor<8x48x32xi32>, %s: tensor<8x9x32xf16>, %ids: tensor<5xi64>) -> tensor<5x256xf32> {
+  %0 = transformer.packed_embedding q6_k %c, %s, %ids : (tensor<8x48x32xi32>, tensor<8x9x32xf16>, tensor<5xi64>) -> tensor<5x256xf32>
+  return %0 : tensor<5x256xf32>
 }
 
 // -----

@@ -576,8 +576,24 @@ func.func @packed_matmul_wrong_result(%a: tensor<4x8xf32>, %b: tensor<2x8x32xf32
 // -----
 
 func.func @packed_embedding_codes_rows(%c: tensor<8x32x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) {
-  // expected-error @+1 {{scales 'tensor<8x2x32xf16>' give D = 64, so the q8_0 codes need 16 rows of lanes (4 codes each), got 'tensor<8x32x32xi32>'}}
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x32x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  // expected-error @+1 {{codes 'tensor<8x32x32xi32>' give D = 128, so the q8_0 scales need 4 rows, got 'tensor<8x2x32xf16>'}}
+  %0 = transformer.packed_embedding q8_0 %c, %s, %ids : (tensor<8x32x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_embedding_format(%c: tensor<8x8x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) {
+  // expected-error @+1 {{reads tables in q8_0 or q6_k (an LM head's formats), got q4_0}}
+  %0 = transformer.packed_embedding q4_0 %c, %s, %ids : (tensor<8x8x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  return
+}
+
+// -----
+
+func.func @packed_embedding_q6_k_scales(%c: tensor<8x48x32xi32>, %s: tensor<8x8x32xf16>, %ids: tensor<5xi64>) {
+  // expected-error @+1 {{codes 'tensor<8x48x32xi32>' give D = 256, so the q6_k scales need 9 rows, got 'tensor<8x8x32xf16>'}}
+  %0 = transformer.packed_embedding q6_k %c, %s, %ids : (tensor<8x48x32xi32>, tensor<8x8x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }
 
@@ -585,7 +601,7 @@ func.func @packed_embedding_codes_rows(%c: tensor<8x32x32xi32>, %s: tensor<8x2x3
 
 func.func @packed_embedding_panels(%c: tensor<8x16x32xi32>, %s: tensor<4x2x32xf16>, %ids: tensor<5xi64>) {
   // expected-error @+1 {{codes 'tensor<8x16x32xi32>' and scales 'tensor<4x2x32xf16>' must have the same panels}}
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<4x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  %0 = transformer.packed_embedding q8_0 %c, %s, %ids : (tensor<8x16x32xi32>, tensor<4x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }
 
@@ -593,7 +609,7 @@ func.func @packed_embedding_panels(%c: tensor<8x16x32xi32>, %s: tensor<4x2x32xf1
 
 func.func @packed_embedding_ids_rank(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<1x5xi64>) {
   // expected-error @+1 {{ids must be a rank-1 tensor, got 'tensor<1x5xi64>'}}
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<1x5xi64>) -> tensor<*xf32>
+  %0 = transformer.packed_embedding q8_0 %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<1x5xi64>) -> tensor<*xf32>
   return
 }
 
@@ -626,10 +642,10 @@ func.func @packed_matmul_columns_overflow(%x: tensor<4x8xf32>, %w: tensor<461168
 
 // -----
 
-// blocks * block size once wrapped.
-func.func @packed_embedding_features_overflow(%c: tensor<8x16x32xi32>, %s: tensor<8x1152921504606846976x32xf16>, %ids: tensor<5xi64>) {
-  // expected-error @+1 {{dimension 1152921504606846976 * 32 of 'tensor<8x1152921504606846976x32xf16>' overflows a 64-bit size}}
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x1152921504606846976x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+// lane words * 32 bits once wrapped.
+func.func @packed_embedding_features_overflow(%c: tensor<8x1152921504606846976x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) {
+  // expected-error @+1 {{dimension 1152921504606846976 * 32 of 'tensor<8x1152921504606846976x32xi32>' overflows a 64-bit size}}
+  %0 = transformer.packed_embedding q8_0 %c, %s, %ids : (tensor<8x1152921504606846976x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return
 }
 

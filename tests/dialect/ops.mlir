@@ -85,9 +85,18 @@ func.func @lane_dots(%f: f32, %i: i32, %a: i32, %b: i32, %vf: vector<16xf32>, %v
 // A tied embedding stored as a q8_0 LM head: codes [V'/P, D/4, P] i32 and scales [V'/P, D/32, P].
 // CHECK-LABEL: func.func @packed_embedding
 func.func @packed_embedding(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<5x64xf32> {
-  // CHECK: transformer.packed_embedding %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+  // CHECK: transformer.packed_embedding q8_0 %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+  %0 = transformer.packed_embedding q8_0 %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
   return %0 : tensor<5x64xf32>
+}
+
+// A q6_k table (a GGUF file's Q6_K, kept): D = 256 from 48 lane rows (6-bit codes), scales 8 rows
+// of run scales and d.
+// CHECK-LABEL: func.func @packed_embedding_q6_k
+func.func @packed_embedding_q6_k(%c: tensor<8x48x32xi32>, %s: tensor<8x9x32xf16>, %ids: tensor<5xi64>) -> tensor<5x256xf32> {
+  // CHECK: transformer.packed_embedding q6_k %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x48x32xi32>, tensor<8x9x32xf16>, tensor<5xi64>) -> tensor<5x256xf32>
+  %0 = transformer.packed_embedding q6_k %c, %s, %ids : (tensor<8x48x32xi32>, tensor<8x9x32xf16>, tensor<5xi64>) -> tensor<5x256xf32>
+  return %0 : tensor<5x256xf32>
 }
 
 // CHECK-LABEL: func.func @llama_ops

@@ -153,9 +153,9 @@ func.func @packed_matmul_q4_0(%x: tensor<8x64xf32>, %w: tensor<3x8x32xi32>, %s: 
 
 // D = 32 x the scales' block count; one row of D per id.
 // CHECK-LABEL: func.func @packed_embedding
-// CHECK: transformer.packed_embedding %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
+// CHECK: transformer.packed_embedding q8_0 %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<5x64xf32>
 func.func @packed_embedding(%c: tensor<8x16x32xi32>, %s: tensor<8x2x32xf16>, %ids: tensor<5xi64>) -> tensor<*xf32> {
-  %0 = transformer.packed_embedding %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
+  %0 = transformer.packed_embedding q8_0 %c, %s, %ids : (tensor<8x16x32xi32>, tensor<8x2x32xf16>, tensor<5xi64>) -> tensor<*xf32>
   return %0 : tensor<*xf32>
 }
 

@@ -169,9 +169,9 @@ def test_a_q4_k_m_file_runs_in_q4_k_q6_k_and_q8_0_side_by_side(q4_k_m_file):
     formats = dict(options.weight_formats)
     # make_gguf gives layers 0, 3, 6 and 7 Q6_K attn_v and ffn_down (llama.cpp's use_more_bits):
     # their fused q/k/v is q8_0 (Q4_K q and k beside a Q6_K v), their down projection q6_k; every
-    # other matmul weight is q4_k.
+    # other matmul weight is q4_k. The tied Q6_K token table, also the LM head, stays q6_k.
     more_bits = [i for i in range(8) if i < 1 or i >= 7 or (i - 1) % 3 == 2]
-    expected = {}
+    expected = {"lm_head.weight_t": "q6_k"}
     for i in more_bits:
         expected[f"model.layers.{i}.self_attn.qkv_proj.weight"] = "q8_0"
         expected[f"model.layers.{i}.mlp.down_proj.weight"] = "q6_k"
@@ -234,6 +234,32 @@ def test_an_untied_q6_k_head_is_kept_in_q6_k(tmp_path):
     # Logits against the file's values in float32, as the tied file's test measures them.
     reference = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32", disk_cache=False))
     ids = [5, 17, 2, 200, 33, 8, 91, 4]
+    ours, theirs = model.forward(ids), reference.forward(ids)
+    assert np.abs(ours - theirs).max() < 0.25 * theirs.std()
+    assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
+
+
+def test_a_tied_q6_k_table_is_kept_in_q6_k_for_the_head_and_the_lookup(tmp_path):
+    """A Q4_K_M file of a tied model (as SmolLM2's and Llama-3.2's) has a Q6_K token table, which is
+    also the LM head. Under weights="auto" both the head's matmul and the token lookup read it in
+    q6_k, as llama.cpp does, where the load widened it to q8_0 (1.3x the bytes of a decode step's
+    largest weight, and of the table's memory)."""
+    path = str(tmp_path / "tied.q4_k_m.gguf")
+    counts = make_gguf.write(path, make_gguf.Shape(2, 256, 4, 2, 512, 320, 256, 10000.0, True, None), "q4_k_m")
+    table = next(t for t in gguf.GGUFReader(path).tensors if t.name == "token_embd.weight")
+    assert table.tensor_type == T.Q6_K, counts
+    model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="auto", disk_cache=False))
+    assert dict(model.options.weight_formats)["lm_head.weight_t"] == "q6_k"
+    ir = model.ir("transformer", 4)
+    assert "transformer.packed_matmul q6_k" in ir and "transformer.packed_embedding q6_k" in ir
+    # The table's values are the file's, exactly (gguf's dequantizer), and so is every row the
+    # lookup gathers: the first layer's input is the looked-up rows (a 1-layer prefix of the model
+    # is not exposed, so the rows are checked through the head, which reads the same lanes).
+    expected = gguf.quants.dequantize(np.asarray(table.data), T.Q6_K)
+    np.testing.assert_array_equal(model.state_dict()["model.embed_tokens.weight"], expected)
+    # Logits against the file's values in float32: the lookup's rows and the head's products.
+    reference = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32", disk_cache=False))
+    ids = [5, 17, 2, 200, 33, 8, 91, 4, 319, 0]
     ours, theirs = model.forward(ids), reference.forward(ids)
     assert np.abs(ours - theirs).max() < 0.25 * theirs.std()
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
@@ -407,7 +433,7 @@ def test_a_q4_k_m_file_is_laid_out_from_its_own_blocks_unread(q4_k_m_file, monke
     assert kept["model.layers.0.self_attn.v_proj.weight"].format == "q8_0:q4_k,q4_k,q6_k"
     down = kept["model.layers.0.mlp.down_proj.weight"]
     assert down.format == "q6_k" and not down.blocks.flags.writeable and not down.blocks.flags.owndata
-    assert kept["model.embed_tokens.weight"].format == "q8_0:q6_k"  # the table the lookup reads is q8_0
+    assert kept["model.embed_tokens.weight"].format == "q6_k"  # the tied table, kept: head and lookup read q6_k
     reader = gguf.GGUFReader(q4_k_m_file)
     tensors = {t.name: t for t in reader.tensors}
     config = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="f32", disk_cache=False)).config

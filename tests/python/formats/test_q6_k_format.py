@@ -60,6 +60,40 @@ def test_q6_k_blocks_are_kept_in_their_own_numbers(threads):
     assert np.abs(q8_0 - gguf.quants.dequantize(blocks, T.Q6_K)).max() > 0
 
 
+def test_the_token_lookup_reads_a_q6_k_table_as_gguf_dequantizes_it():
+    """transformer.packed_embedding q6_k (a tied model's Q6_K table, kept): each gathered row is
+    gguf's dequantization of the file's row, bit for bit, padding ids clamped as the q8_0 lookup's."""
+    d, vocab, width = 512, 40, 16
+    blocks = random_q6_k_blocks(vocab, d, seed=3)
+    lanes, scales = gpt_kernels_testing.repack_rows("q6_k", blocks, d, 48, width)
+    ids = np.array([0, 39, 7, 7, 21, 47, 100], np.int64)  # 47: a padding column; 100 clamps to 47
+    # The scale bits go in as i32 (a function takes no 16-bit argument) and become their f16 here.
+    shape = "x".join(map(str, scales.shape))
+    ir = f"""
+    #id = affine_map<(a, b, c) -> (a, b, c)>
+    func.func @lookup(%c: tensor<{lanes.shape[0]}x{lanes.shape[1]}x{width}xi32>, %bits: tensor<{shape}xi32>,
+                      %ids: tensor<{len(ids)}xi64>) -> tensor<{len(ids)}x{d}xf32> {{
+      %empty = tensor.empty() : tensor<{shape}xf16>
+      %s = linalg.generic {{indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel"]}}
+          ins(%bits : tensor<{shape}xi32>) outs(%empty : tensor<{shape}xf16>) {{
+      ^bb0(%x: i32, %unused: f16):
+        %narrow = arith.trunci %x : i32 to i16
+        %half = arith.bitcast %narrow : i16 to f16
+        linalg.yield %half : f16
+      }} -> tensor<{shape}xf16>
+      %0 = transformer.packed_embedding q6_k %c, %s, %ids
+          : (tensor<{lanes.shape[0]}x{lanes.shape[1]}x{width}xi32>, tensor<{shape}xf16>, tensor<{len(ids)}xi64>)
+          -> tensor<{len(ids)}x{d}xf32>
+      return %0 : tensor<{len(ids)}x{d}xf32>
+    }}"""
+    lookup = gpt._gpt.CompiledFunction(ir, "lookup", "default", 1, "", 0, "host")
+    rows = np.empty((len(ids), d), np.float32)
+    lookup.call([lanes.view(np.int32), scales.astype(np.int32), ids], [rows])
+    table = gguf.quants.dequantize(blocks, T.Q6_K)
+    np.testing.assert_array_equal(rows[:5], table[ids[:5]])
+    assert not rows[5:].any()  # the padding columns' zeros
+
+
 def test_a_float_matrix_quantizes_to_q6_k_within_half_a_step():
     matrix = np.random.default_rng(3).standard_normal((512, 24)).astype(np.float32)
     codes, scales = gpt_kernels_testing.quantize("q6_k", matrix)
