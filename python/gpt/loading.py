@@ -90,14 +90,37 @@ def native_options(options: CompileOptions, config: GPTConfig, quantized: Mappin
     # A head given in another format than the model's head format (a Q6_K output, or a tied Q6_K
     # token table, kept in q6_k: gguf_llama._kept_head_format) is stored in it: its copy,
     # "lm_head.weight_t", is.
-    names = architectures.get(config.architecture).compiler
-    head_source = names("token_embedding") if config.tied_head else names("head")
+    head_source = _head_source(config)
     head = {}
     if head_source in quantized:
         given_head = kept_formats.stored_format(quantized[head_source][0])
         if given_head != kept_formats.head_format(base):
             head = {"lm_head.weight_t": given_head}
     return dataclasses.replace(options, weights=base, weight_formats={**others, **widened, **head})
+
+
+def _head_source(config: GPTConfig) -> str:
+    """The compiler's name of the weight the LM head's copy ("lm_head.weight_t") is made from: the
+    tied token table, or the untied output matrix."""
+    names = architectures.get(config.architecture).compiler
+    return names("token_embedding") if config.tied_head else names("head")
+
+
+def _head_as_stored(config: GPTConfig, options: CompileOptions, quantized: dict) -> dict:
+    """`quantized` with the LM head's source kept in the format an explicit `options` store the
+    head in: weight_formats' "lm_head.weight_t" where given (as an "auto" load's options name a Q6_K
+    head kept in q6_k), else the weights' head format. The load chose the head's kept format
+    without the options; its blocks are the file's, so they go retargeted where their type converts
+    (the model converts them as it repacks), and as they were otherwise (set_weights names the
+    mismatch)."""
+    source = _head_source(config)
+    if source not in quantized:
+        return quantized
+    wanted = dict(options.weight_formats).get("lm_head.weight_t") or kept_formats.head_format(options.weights)
+    fmt, blocks = quantized[source]
+    file_type = fmt.partition(":")[2] or fmt
+    retargeted = kept_formats.given_format([file_type.upper()], wanted)
+    return {**quantized, source: (retargeted, blocks)} if retargeted else quantized
 
 
 def _to_compiler_quantized(config: GPTConfig, quantized: Mapping) -> dict:
@@ -168,6 +191,8 @@ def from_gguf(cls, path: str, options: CompileOptions | None, context: int | Non
         floats = architecture_weights.to_compiler(config, floats, consume=True)
     if auto:
         options = native_options(options, config, quantized, path)
+    else:
+        quantized = _head_as_stored(config, options, quantized)
     del weights
     model = cls(
         config,

@@ -237,6 +237,14 @@ def test_an_untied_q6_k_head_is_kept_in_q6_k(tmp_path):
     ours, theirs = model.forward(ids), reference.forward(ids)
     assert np.abs(ours - theirs).max() < 0.25 * theirs.std()
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
+    # An explicit format stores the head in its own head format (q8_0), converting the file's
+    # blocks; given auto's options (the layers widened where q4_1 cannot hold them), in q6_k again.
+    explicit = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="q8_0", disk_cache=False))
+    assert explicit.options.weight_formats == () and "transformer.packed_matmul q6_k" not in explicit.ir(
+        "transformer", 4
+    )
+    copied = gpt.CompileOptions(weights="q4_1", weight_formats=dict(model.options.weight_formats), disk_cache=False)
+    np.testing.assert_array_equal(gpt.GPT.from_gguf(path, copied).state_dict()["lm_head.weight"], expected)
 
 
 def test_a_tied_q6_k_table_is_kept_in_q6_k_for_the_head_and_the_lookup(tmp_path):
