@@ -204,7 +204,7 @@ struct PackedEmbeddingLowering : OpConversionPattern<PackedEmbeddingOp> {
     Value codes = adaptor.getCodes(), scales = adaptor.getScales();
     ArrayRef<int64_t> packed = rankedType(codes).getShape();
     const int64_t width = packed[2], features = rankedType(op.getResult()).getDimSize(1);
-    const bool q6_K = op.getFormat() == "q6_k"; // the verifier allows q8_0 and q6_k
+    const bool q6_K = op.getWeightFormat().format == gpt::WeightFormat::Q6_K; // else q8_0 (verified)
     Value result =
         buildGather(rewriter, op.getLoc(), rankedType(op.getResult()), adaptor.getIds(), packed[0] * width,
                     [&](OpBuilder &b, Location l, Value id) -> Value {

@@ -207,6 +207,9 @@ FailureOr<TensorType> inferPackedEmbedding(PackedEmbeddingOp op) {
 } // namespace
 
 LogicalResult PackedEmbeddingOp::verify() { return verifyInferred(*this, inferPackedEmbedding(*this)); }
+const gpt::WeightFormatTraits &PackedEmbeddingOp::getWeightFormat() {
+  return gpt::parseWeightFormat(getFormat().str());
+}
 LogicalResult PackedEmbeddingOp::inferShapes() { return refineResult(*this, inferPackedEmbedding(*this)); }
 
 LogicalResult SliceOp::verify() {

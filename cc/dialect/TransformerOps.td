@@ -369,6 +369,10 @@ def Transformer_PackedEmbeddingOp : Transformer_Op<"packed_embedding",
     custom<WeightFormatName>($format) $codes `,` $scales `,` $ids attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The row of the weight-format table the op names (verified to exist).
+    const ::gpt::WeightFormatTraits &getWeightFormat();
+  }];
 }
 
 def Transformer_SliceOp : Transformer_Op<"slice",
