@@ -106,6 +106,8 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
 }
 
 void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
+  // Before any conversion to the LLVM dialect: some of them convert func.func already.
+  pm.addPass(codegen::createBarePointerCalls());
   // After bufferization, which does not know the intrinsics' memory effects (none).
   pm.addPass(codegen::createLowerLaneDots());
   // After buffer deallocation, which rejects memref.prefetch (it has no memory effects interface).
