@@ -18,15 +18,15 @@ tokenizer.json) encoding and decoding arbitrary text.
 An input is of one kind (tools/fuzz/loader_formats.py's KINDS): "gguf", "hf", "template" and
 "artifact" by default, each input milliseconds; "model" (seconds for each new shape it compiles)
 and "tokenizer" with --kinds (`--kinds all`: every kind). Seeds (tools/fuzz/loader_seeds.py) are
-small valid inputs: a nano GPT-2 as GGUF in f32, f16, bf16, q8_0, q4_0 and q4_1 written by
-gpt.gguf_file.save_gguf with a byte-level BPE tokenizer, and as HF directories in F32, F16 and
+small valid inputs: a nano GPT-2 as GGUF in each type gpt.gguf_file.save_gguf writes, with a
+byte-level BPE tokenizer, and as HF directories in F32, F16 and
 BF16 with a ChatML template; nano Llama GGUF files with a SentencePiece vocabulary and Llama 2's
 template and with a byte-level BPE vocabulary, a Qwen2 (an untied Q8_0 head, Q4_0 MLP) and a Phi-3;
 a nano Llama HF directory (rope_scaling, chat_template.jinja) and Qwen2 ones (tied in
 model.safetensors, untied in two shards); ChatML, Llama 2's and Llama 3's templates; the toy GPU
 artifact of tests/python/toy_artifact.py (when the checkout has it); K-quant models of two layers
-(Llama in Q4_K_M's mix of Q4_K and Q6_K, Qwen2 in Q5_K, a Phi-3 of width 128 in Q5_0, Q5_1, Q4_1
-and Q6_K); a text with byte-level BPE vocabularies of each pre-tokenizer, a SentencePiece one and
+(Llama in Q4_K_M's mix of Q4_K and Q6_K, Qwen2 in Q5_K, a Phi-3 of width 128 in a mix of the
+32-weight block types and Q6_K); a text with byte-level BPE vocabularies of each pre-tokenizer, a SentencePiece one and
 a tokenizer.json. The regression corpus joins them. Each input is a seed, or an earlier input that
 ran new code, of a kind chosen at random (each kind gets its share of the inputs, and none more
 than 1.5 times its share of the time), parsed into its structure and given one to four mutations

@@ -178,7 +178,8 @@ def _tensor_converted(rng: random.Random, item: Input) -> str:
     import numpy as np
 
     tensor = rng.choice(item.doc.tensors)
-    target = rng.choice(("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q6_K", "Q2_K", "I32"))
+    # The float types, every block type the compiler keeps or transcodes, and two it refuses.
+    target = rng.choice(("F32", "F16", "BF16", *half_fields(), "Q2_K", "I32"))
     kind = gguf.GGMLQuantizationType[target]
     try:
         with np.errstate(all="ignore"):
@@ -241,7 +242,7 @@ def _block_scale(rng: random.Random, item: Input) -> str:
         position = rng.randrange(len(data) // 4) * 4
         data[position : position + 4] = struct.pack("<I", _float32_bits(rng.choice(INTERESTING_FLOATS)))
     else:
-        # Block-quantized types open with fp16 scales (Q4_1/Q5_1 also a min at byte 2); F16
+        # Block-quantized types open with an fp16 scale (those with a min hold it at byte 2); F16
         # and BF16 are 2-byte values.
         position = rng.randrange(max(1, len(data) // block_bytes)) * block_bytes
         position += rng.choice((0, 2)) if block > 1 else 0
