@@ -11,8 +11,8 @@
 namespace gpt {
 namespace {
 
-static_assert(sizeof(void *) != 8 || sizeof(GPTConfig) == 712, "a GPTConfig field changed: write it out below");
-static_assert(sizeof(ParameterNames) == 15 * sizeof(std::string), "a ParameterNames field changed: write it out below");
+static_assert(sizeof(void *) != 8 || sizeof(GPTConfig) == 744, "a GPTConfig field changed: write it out below");
+static_assert(sizeof(ParameterNames) == 16 * sizeof(std::string), "a ParameterNames field changed: write it out below");
 static_assert(sizeof(RopeScaling) == 24, "a RopeScaling field changed: write it out below");
 static_assert(sizeof(target::TileParameters) == 120, "a TileParameters field changed: write it out below");
 static_assert(sizeof(WeightStorage) == 184, "a WeightStorage field changed: write it out below");
@@ -30,7 +30,7 @@ std::string names(const ParameterNames &n) {
   std::ostringstream out;
   for (const std::string *name :
        {&n.layerPrefix, &n.attnNorm, &n.qkv, &n.attnOut, &n.mlpNorm, &n.mlpUp, &n.mlpDown, &n.tokenEmbedding,
-        &n.positionEmbedding, &n.finalNorm, &n.head, &n.qNorm, &n.kNorm, &n.postAttnNorm, &n.postMlpNorm})
+        &n.positionEmbedding, &n.finalNorm, &n.head, &n.qNorm, &n.kNorm, &n.postAttnNorm, &n.postMlpNorm, &n.vProj})
     out << name->size() << ':' << *name << ',';
   return out.str();
 }

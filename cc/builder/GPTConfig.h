@@ -23,6 +23,10 @@ struct ParameterNames {
   /// and of k before rope (Gemma 3, Qwen3), and each branch's output normed before the residual
   /// add (Gemma's "sandwich" post_attention_layernorm and post_feedforward_layernorm).
   std::string qNorm, kNorm, postAttnNorm, postMlpNorm;
+  /// v's projection as a matmul of its own, empty where q, k and v are one fused matmul (qkv):
+  /// a GGUF file whose v is in another block type than q and k (llama.cpp's Q4_K_M gives half the
+  /// layers a Q6_K v) keeps each in its own format instead of one format for all three.
+  std::string vProj;
 };
 /// LayerNorm (weight and bias) or RMSNorm (weight only).
 enum class NormKind { Layer, Rms };

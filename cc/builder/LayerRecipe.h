@@ -186,10 +186,12 @@ public:
   /// the updated ones.
   Value attention(Value h, const LayerWeights &w, AttentionInputs &in) {
     Value qkv = linear(h, w.matmul(W::QkvWeight), w[W::QkvBias]);
-    // q, then k and v of n_kv_head heads each (grouped-query attention: fewer than q's).
+    // q, then k and v of n_kv_head heads each (grouped-query attention: fewer than q's); v from a
+    // matmul of its own where the names give it one (ParameterNames::vProj).
     const int64_t d = config.qSize(), kv = config.kvSize();
-    Value q = heads(qkv, 0, config.nHead), k = heads(qkv, d, config.kvHeads()),
-          v = heads(qkv, d + kv, config.kvHeads());
+    Value q = heads(qkv, 0, config.nHead), k = heads(qkv, d, config.kvHeads());
+    Value v = w[W::VProjWeight] ? heads(linear(h, w.matmul(W::VProjWeight), w[W::VProjBias]), 0, config.kvHeads())
+                                : heads(qkv, d + kv, config.kvHeads());
     if (Value qNorm = w[W::QNormWeight]) {
       // Gemma 3's (and Qwen3's) RMSNorm over each head's head_size, before rope.
       q = norm(q, qNorm, Value());

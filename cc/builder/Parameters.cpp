@@ -14,13 +14,16 @@ namespace gpt {
 std::vector<LayerParameter> layerParameters(const GPTConfig &c) {
   using W = LayerWeight;
   const ParameterNames &n = c.names;
-  const int64_t d = c.nEmbd, q = c.qSize(), ff = c.ffSize(), qkv = q + 2 * c.kvSize();
+  const bool vApart = !n.vProj.empty();
+  const int64_t d = c.nEmbd, q = c.qSize(), ff = c.ffSize(), kv = c.kvSize(), qkv = q + (vApart ? 1 : 2) * kv;
   const int64_t up = c.mlp == MlpKind::Gelu ? ff : 2 * ff, head = c.headSize();
   std::vector<LayerParameter> table = {
       {W::AttnNormWeight, n.attnNorm + ".weight", {d}, false},
       {W::AttnNormBias, n.attnNorm + ".bias", {d}, false},
       {W::QkvWeight, n.qkv + ".weight", {d, qkv}, true},
       {W::QkvBias, n.qkv + ".bias", {qkv}, false},
+      {W::VProjWeight, n.vProj + ".weight", {d, kv}, true},
+      {W::VProjBias, n.vProj + ".bias", {kv}, false},
       {W::AttnOutWeight, n.attnOut + ".weight", {q, d}, true},
       {W::AttnOutBias, n.attnOut + ".bias", {d}, false},
       {W::MlpNormWeight, n.mlpNorm + ".weight", {d}, false},
@@ -42,6 +45,10 @@ std::vector<LayerParameter> layerParameters(const GPTConfig &c) {
       return c.bias && c.norm == NormKind::Layer;
     case W::QkvBias:
       return c.qkvBias;
+    case W::VProjWeight:
+      return vApart;
+    case W::VProjBias:
+      return vApart && c.qkvBias;
     case W::AttnOutBias:
     case W::MlpUpBias:
     case W::MlpDownBias:

@@ -22,8 +22,10 @@ struct GPTConfig;
 enum class LayerWeight {
   AttnNormWeight, ///< GPT-2 ln_1, Llama input_layernorm
   AttnNormBias,
-  QkvWeight, ///< [d, q + 2 kv]: q, k and v fused (q = n_head heads, kv = n_kv_head heads)
+  QkvWeight, ///< [d, q + 2 kv]: q, k and v fused (q = n_head heads, kv = n_kv_head heads); q and k beside VProj
   QkvBias,
+  VProjWeight, ///< [d, kv]: v alone, where ParameterNames::vProj names it
+  VProjBias,
   AttnOutWeight, ///< [q, d]
   AttnOutBias,
   MlpNormWeight, ///< GPT-2 ln_2, Llama post_attention_layernorm

@@ -6,14 +6,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gpt.architectures import ModelConfig, Parameter, layer_name, parameters
+from gpt.architectures import ModelConfig, Parameter, compiler_name, layer_name, parameters
 
 
 def _groups(config: ModelConfig) -> dict[str, list[tuple[Parameter, int | None, str]]]:
     """Compiler name -> its HF parts (parameter, layer, HF name) in part order."""
     groups: dict[str, list] = {}
     for p, i in parameters(config):
-        groups.setdefault(layer_name(p.compiler, i), []).append((p, i, layer_name(p.hf, i)))
+        groups.setdefault(layer_name(compiler_name(p, config), i), []).append((p, i, layer_name(p.hf, i)))
     return groups
 
 

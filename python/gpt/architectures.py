@@ -21,6 +21,7 @@ GPTConfig's fields (gpt.GPTConfig; every default is GPT-2's, so existing callers
     attention_scale: float | None = None  # the q.k scale; None: head_size ** -0.5
     layer_windows: tuple[int, ...] | None = None  # each layer's window (0: full); Gemma 3's pattern
     rope_local_base: float | None = None  # the rope base of the windowed layers; None: rope_base
+    separate_v_proj: bool = False         # v's projection a matmul of its own (a spec with v_proj)
 
 and, read from the architecture's spec (properties, not fields): `config.norm` ("layer" |
 "rms"), `config.mlp` ("gelu" | "swiglu" | "geglu"), `config.bias` (every linear and norm has a bias),
@@ -62,6 +63,7 @@ class ModelConfig(Protocol):
     mlp: str
     bias: bool
     qkv_bias: bool
+    separate_v_proj: bool
     spec: Architecture
 
 
@@ -90,6 +92,9 @@ class Parameter:
     # What the compiler's parameter adds to HF's: Gemma's RMSNorm computes x * (1 + w), and the
     # compiler's x * w' takes w' = 1 + w, folded in at load (to_compiler; from_compiler takes it off).
     shift: float = 0.0
+    # The compiler parameter it is alone, instead of `compiler`'s part, in a config that asks for it
+    # (GPTConfig.separate_v_proj: v's projection as a matmul of its own); "" where it is never apart.
+    apart: str = ""
 
     @property
     def per_layer(self) -> bool:
@@ -120,6 +125,9 @@ class CompilerNames:
     k_norm: str = ""
     post_attn_norm: str = ""
     post_mlp_norm: str = ""
+    # v's projection as a matmul of its own, where a config asks for one (GPTConfig.separate_v_proj;
+    # "" where the architecture's v is never apart from q and k).
+    v_proj: str = ""
 
     def __call__(self, part: str, kind: str = "weight") -> str:
         """The compiler's name of `part`'s weight (or bias, kind="bias"), with "{i}" for a layer's."""
@@ -157,6 +165,7 @@ LLAMA_NAMES = CompilerNames(
     position_embedding="model.embed_positions",
     final_norm="model.norm",
     head="lm_head",
+    v_proj="self_attn.v_proj",
 )
 
 
@@ -290,7 +299,13 @@ _LLAMA = (
         "model.layers.{i}.self_attn.k_proj.weight", "blk.{i}.attn_k.weight", lambda c: (_kv(c), _d(c)), _QKV, 1, True
     ),
     Parameter(
-        "model.layers.{i}.self_attn.v_proj.weight", "blk.{i}.attn_v.weight", lambda c: (_kv(c), _d(c)), _QKV, 2, True
+        "model.layers.{i}.self_attn.v_proj.weight",
+        "blk.{i}.attn_v.weight",
+        lambda c: (_kv(c), _d(c)),
+        _QKV,
+        2,
+        True,
+        apart=_L("v_proj"),
     ),
     Parameter(
         "model.layers.{i}.self_attn.q_proj.bias",
@@ -315,6 +330,7 @@ _LLAMA = (
         _QKV_BIAS,
         2,
         present=_qkv_bias,
+        apart=_L("v_proj", "bias"),
     ),
     _LLAMA_ATTN_OUT,
     _LLAMA_MLP_NORM,
@@ -459,6 +475,12 @@ def get(name: str) -> Architecture:
 def layer_name(pattern: str, layer: int | None) -> str:
     """A table name with its "{i}" filled in for `layer` (model-level names, layer None, as they are)."""
     return pattern if layer is None else pattern.replace("{i}", str(layer))
+
+
+def compiler_name(parameter: Parameter, config: ModelConfig) -> str:
+    """The compiler parameter (with "{i}") that `parameter` is, or is a part of, in `config`: its
+    own where the config sets it apart (GPTConfig.separate_v_proj), else `parameter.compiler`."""
+    return parameter.apart if parameter.apart and config.separate_v_proj else parameter.compiler
 
 
 def parameters(config: ModelConfig) -> list[tuple[Parameter, int | None]]:

@@ -112,6 +112,11 @@ class GPTConfig:
     # rope_base), without rope_scaling; the KV cache then holds every position of every layer.
     layer_windows: tuple[int, ...] | None = None
     rope_local_base: float | None = None
+    # v's projection as a matmul of its own instead of a part of the fused q/k/v one: the same
+    # numbers, in two matmuls. GPT.from_gguf sets it where the file's v is in another block type
+    # than q and k (llama.cpp's Q4_K_M gives half the layers a Q6_K v), so that each is kept in its
+    # own format instead of all three in the most precise one.
+    separate_v_proj: bool = False
 
     def __post_init__(self):
         spec = architectures.get(self.architecture)
@@ -165,6 +170,13 @@ class GPTConfig:
             raise ValueError(
                 f"architecture {self.architecture!r} has rotary positions only, "
                 f"got pos_embedding={self.pos_embedding!r}"
+            )
+        if not isinstance(self.separate_v_proj, bool):
+            raise ValueError(f"GPTConfig.separate_v_proj must be a bool, got {self.separate_v_proj!r}")
+        if self.separate_v_proj and not any(p.apart for p in spec.parameters):
+            raise ValueError(
+                f"architecture {self.architecture!r} has no v projection to set apart (separate_v_proj): "
+                "its checkpoints hold q, k and v as one tensor"
             )
 
     def _check_norm_and_window(self) -> None:

@@ -21,7 +21,7 @@ biases stay F32."""
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -137,7 +137,7 @@ def native_weights_format(path) -> str:
 
 
 def load_gguf(
-    path, keep_quantized: str | None = None
+    path, keep_quantized: str | None = None, formats_given: Iterable[str] = ()
 ) -> tuple[GPTConfig, dict[str, np.ndarray | QuantizedTensor], HFTokenizer | None]:
     """Reads a GPT-2 GGUF file into (GPTConfig, float32 weights by HF name, tokenizer or None).
     A `llama`, `qwen2` or `phi3` file is read by gpt.gguf_llama.read instead (HF names).
@@ -150,7 +150,8 @@ def load_gguf(
     tokenizer.ggml.merges). With `keep_quantized` (one of KEPT_QUANTIZED), the matmul weights stored
     in that type (and the token embedding, when the format is its own head format) are returned as
     QuantizedTensor instead, their blocks copied out of the file as they are (after checking that
-    every block's scale is finite).
+    every block's scale is finite). `formats_given`: the parameters CompileOptions.weight_formats
+    names, which gguf_llama.read reads for a v projection of its own.
 
     Raises FileNotFoundError for a missing file, MemoryError for hyperparameters that would not fit
     in memory, and gpt.ModelFileError (a ValueError) naming the file and the key or tensor for
@@ -162,7 +163,7 @@ def load_gguf(
 
     path, reader, meta, architecture = _open_gguf(path)
     if architecture in gguf_llama.ARCHITECTURES:  # the Llama family: gpt/gguf_llama.py
-        return gguf_llama.read(reader, meta, path, architecture, keep_quantized)
+        return gguf_llama.read(reader, meta, path, architecture, keep_quantized, formats_given)
     if architecture != ARCHITECTURE:
         raise ModelFileError(
             f"{path}: general.architecture {architecture!r} is not supported ('gpt2', 'llama' and 'qwen2' are read)"

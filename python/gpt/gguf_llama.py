@@ -29,7 +29,9 @@ without widening (gpt.kept_formats: their own, and others its table names) are k
 as blocks and compute on the int8 dot-product path; with keep_quantized="auto" each is kept in the
 format nearest its own (a Q4_K_M file: q4_k, q6_k and q8_0 side by side)."""
 
+import dataclasses
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -78,12 +80,21 @@ def load(path, keep_quantized: str | None = None) -> tuple[GPTConfig, dict, GGUF
     return read(reader, meta, path, architecture, keep_quantized)
 
 
-def read(reader, meta: _Metadata, path: str, architecture: str, keep_quantized: str | None = None):
+def read(
+    reader,
+    meta: _Metadata,
+    path: str,
+    architecture: str,
+    keep_quantized: str | None = None,
+    formats_given: Iterable[str] = (),
+):
     """`load` on a file already opened: gguf_file.load_gguf hands its reader and metadata here for
-    the architectures of ARCHITECTURES."""
+    the architectures of ARCHITECTURES. `formats_given` (CompileOptions.weight_formats' names):
+    where they name a layer's v projection of its own, as an "auto" load's options do for a file
+    that keeps v apart, v is apart whatever the formats."""
     arch = architecture
     tensors = {tensor.name: tensor for tensor in reader.tensors}
-    config = _config(meta, tensors, path, arch)
+    config = _v_apart(_config(meta, tensors, path, arch), tensors, keep_quantized, formats_given)
     # The format each matmul weight is kept in, by GGUF name (the others are widened).
     plan = _kept_formats(config, tensors, keep_quantized)
     # Before dequantizing for a header that asks too much: the weights this load holds (the cache is
@@ -152,7 +163,7 @@ def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) 
     for p, i in architectures.parameters(config):
         if p.linear:
             expand = (lambda pattern: pattern) if i is None else (lambda pattern, i=i: pattern.replace("{i}", str(i)))
-            groups.setdefault(expand(p.compiler), []).append(expand(p.gguf))
+            groups.setdefault(expand(architectures.compiler_name(p, config)), []).append(expand(p.gguf))
     plan: dict[str, str] = {}
     for names in groups.values():
         if any(name not in tensors for name in names):
@@ -161,6 +172,30 @@ def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) 
         if fmt:
             plan.update(dict.fromkeys(names, fmt))
     return plan
+
+
+def _v_apart(config: GPTConfig, tensors: dict, keep_quantized: str | None, formats_given: Iterable[str]) -> GPTConfig:
+    """`config` with v's projection a matmul of its own (GPTConfig.separate_v_proj) where that keeps
+    some weight in another format than the fused q/k/v would: fused, the three are stored in the
+    most precise of their kept formats (a Q4_K q and k beside a Q6_K v: all three q8_0, 62 MB more
+    per decode step at SmolLM2-1.7B's shape); apart, q and k stay q4_k and v q6_k, the file's own
+    blocks, as llama.cpp runs them. A file whose q, k and v keep one format stays fused, unless
+    `formats_given` names a v projection of its own."""
+    if not any(p.apart for p in config.spec.parameters):
+        return config
+    apart = dataclasses.replace(config, separate_v_proj=True)
+    own = {architectures.layer_name(p.apart, i) for p, i in architectures.parameters(apart) if p.apart and p.linear}
+    if own.intersection(formats_given):
+        return apart
+    if not keep_quantized:
+        return config
+    fused_plan, apart_plan = (_kept_formats(c, tensors, keep_quantized) for c in (config, apart))
+    differs = any(
+        kept_formats.stored_format(fused_plan[name]) != kept_formats.stored_format(fmt)
+        for name, fmt in apart_plan.items()
+        if name in fused_plan
+    )
+    return apart if differs else config
 
 
 def _stored_format(plan: dict[str, str], tensors: dict, keep_quantized: str | None) -> str:

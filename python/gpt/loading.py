@@ -177,7 +177,7 @@ def from_gguf(cls, path: str, options: CompileOptions | None, context: int | Non
         options = dataclasses.replace(options, weights="f32")
     auto = options.weights == "auto"
     keep = options.weights if auto or options.weights in KEPT_QUANTIZED else None
-    config, weights, tokenizer = load_gguf(path, keep_quantized=keep)
+    config, weights, tokenizer = load_gguf(path, keep_quantized=keep, formats_given=dict(options.weight_formats))
     # A `llama` file's q/k blocks go as UnpermutedRows: un-permuted (a copy) only if set_weights
     # reads them, which a packed-weights cache hit skips.
     quantized = {

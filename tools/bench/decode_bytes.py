@@ -5,9 +5,10 @@
 
 A decode step reads every stored weight once (compare_llamacpp.py's "weight bytes per token", less
 a token table it only gathers a row of), so bytes stored beyond the file's are time beyond
-llama.cpp's at the weight-streaming floor. A fused weight (q, k and v; gate and up) is stored in one
-format, the most precise its parts' kept formats need (gpt.kept_formats): a row per weight kind and
-stored format says how many layers store it so. Loads the model (weights="auto"), compiles nothing.
+llama.cpp's at the weight-streaming floor. A fused weight (q and k, with v unless its block type
+sets it apart, GPTConfig.separate_v_proj; gate and up) is stored in one format, the most precise its
+parts' kept formats need (gpt.kept_formats): a row per weight kind and stored format says how many
+layers store it so. Loads the model (weights="auto"), compiles nothing.
 """
 
 import argparse
@@ -16,15 +17,17 @@ import collections
 from gguf import GGUFReader
 
 import gpt
-from gpt import _gpt
+from gpt import _gpt, architectures
 
-# The file's tensors of each weight the compiled model stores (its layer weights by their suffix).
-FILE_TENSORS = {
-    "self_attn.qkv_proj.weight": ("attn_q.weight", "attn_k.weight", "attn_v.weight"),
-    "self_attn.o_proj.weight": ("attn_output.weight",),
-    "mlp.gate_up_proj.weight": ("ffn_gate.weight", "ffn_up.weight"),
-    "mlp.down_proj.weight": ("ffn_down.weight",),
-}
+
+def file_tensors(config: gpt.GPTConfig) -> dict[str, list[str]]:
+    """Each weight the compiled model takes -> the file's tensors it is made of (the architecture's
+    parameter table, gpt.architectures)."""
+    groups: dict[str, list[str]] = {}
+    for p, i in architectures.parameters(config):
+        name = architectures.layer_name(architectures.compiler_name(p, config), i)
+        groups.setdefault(name, []).append(architectures.layer_name(p.gguf, i))
+    return groups
 
 
 def stored_format(bits_per_weight: float) -> str:
@@ -49,6 +52,7 @@ def main() -> None:
         stored[name.removesuffix(".scales")] += size
     reader = GGUFReader(args.path)
     tensors = {t.name: (t.tensor_type.name, int(t.n_bytes)) for t in reader.tensors}
+    made_of = file_tensors(model.config)
 
     rows: dict[tuple[str, str], list] = {}
     for name, size in stored.items():
@@ -57,9 +61,8 @@ def main() -> None:
         kind = name.split(".", 3)[3] if name.startswith("model.layers.") else name
         rows_, cols = shapes.get(name, (model.config.n_embd, model.config.vocab_size))  # the head: [D, V]
         fmt = stored_format(8 * size / (int(rows_) * int(cols)))
-        if name.startswith("model.layers."):
-            layer = name.split(".")[2]
-            parts = [tensors[f"blk.{layer}.{tensor}"] for tensor in FILE_TENSORS[kind]]
+        if name in made_of:
+            parts = [tensors[tensor] for tensor in made_of[name]]
         else:  # the LM head: the file's output matrix, or its token table when tied
             parts = [tensors.get("output.weight", tensors["token_embd.weight"])]
         row = rows.setdefault((kind, fmt), [0, 0, 0, collections.Counter()])

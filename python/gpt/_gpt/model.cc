@@ -263,6 +263,8 @@ GPTConfig gptConfig(const py::handle &config) {
              name("k_norm"),
              name("post_attn_norm"),
              name("post_mlp_norm")};
+  // v's own matmul, where the config asks for one (GPTConfig.separate_v_proj).
+  if (get("separate_v_proj").cast<bool>()) c.names.vProj = name("v_proj");
   c.norm = get("norm").cast<std::string>() == "rms" ? NormKind::Rms : NormKind::Layer;
   const std::string mlp = get("mlp").cast<std::string>();
   c.mlp = mlp == "swiglu" ? MlpKind::SwiGlu : mlp == "geglu" ? MlpKind::GeGlu : MlpKind::Gelu;

@@ -162,20 +162,23 @@ def q4_k_m_file(tmp_path_factory):
     return path
 
 
-def test_a_q4_k_m_file_runs_in_q4_k_q6_k_and_q8_0_side_by_side(q4_k_m_file):
+def test_a_q4_k_m_file_runs_in_its_own_q4_k_and_q6_k(q4_k_m_file):
     model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
     options = model.options
     assert options.weights == "q4_k"
     formats = dict(options.weight_formats)
     # make_gguf gives layers 0, 3, 6 and 7 Q6_K attn_v and ffn_down (llama.cpp's use_more_bits):
-    # their fused q/k/v is q8_0 (Q4_K q and k beside a Q6_K v), their down projection q6_k; every
-    # other matmul weight is q4_k. The tied Q6_K token table, also the LM head, stays q6_k.
+    # their v and down projections are q6_k, every other matmul weight q4_k. v is a matmul of its
+    # own (separate_v_proj), so that q and k stay q4_k beside it (fused, all three were q8_0). The
+    # tied Q6_K token table, also the LM head, stays q6_k.
+    assert model.config.separate_v_proj
     more_bits = [i for i in range(8) if i < 1 or i >= 7 or (i - 1) % 3 == 2]
     expected = {"lm_head.weight_t": "q6_k"}
     for i in more_bits:
-        expected[f"model.layers.{i}.self_attn.qkv_proj.weight"] = "q8_0"
+        expected[f"model.layers.{i}.self_attn.v_proj.weight"] = "q6_k"
         expected[f"model.layers.{i}.mlp.down_proj.weight"] = "q6_k"
     assert formats == expected
+    assert "q8_0" not in model.ir("transformer", 4)
     # Two block functions: the layers with more bits and the others.
     ir = model.ir("transformer", 4)
     assert "func.func private @gpt_block(" in ir and "func.func private @gpt_block_1(" in ir
@@ -190,18 +193,18 @@ def test_a_q4_k_m_file_runs_in_q4_k_q6_k_and_q8_0_side_by_side(q4_k_m_file):
     expected = gguf.quants.dequantize(np.asarray(raw), T.Q4_K)
     np.testing.assert_array_equal(model.state_dict()["model.layers.1.mlp.up_proj.weight"], expected)
 
-    # The weights the model computes with are the file's (gguf's dequantizer), exactly for q4_K
-    # and up to half a q8_0 step for q6_K.
+    # The weights the model computes with are the file's (gguf's dequantizer), exactly, Q6_K v
+    # included (it was requantized to q8_0 with the fused q and k).
     reader = gguf.GGUFReader(q4_k_m_file)
     files = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
     state = model.state_dict()
     for i in range(8):
-        for ours, theirs in (
-            (state[f"model.layers.{i}.self_attn.v_proj.weight"], files[f"blk.{i}.attn_v.weight"]),
-            (state[f"model.layers.{i}.mlp.up_proj.weight"], files[f"blk.{i}.ffn_up.weight"]),
-        ):
-            scale = np.abs(theirs).max()
-            assert np.abs(ours - theirs).max() <= scale / 127, i
+        for name, tensor in (("self_attn.q_proj", "attn_q"), ("self_attn.v_proj", "attn_v"), ("mlp.up_proj", "ffn_up")):
+            ours = state[f"model.layers.{i}.{name}.weight"]
+            theirs = files[f"blk.{i}.{tensor}.weight"]
+            if name == "self_attn.q_proj":  # llama.cpp's converter permuted the file's q rows
+                theirs = gguf_llama.unpermute_rows(theirs, SHAPE.n_head)
+            np.testing.assert_array_equal(ours, theirs, err_msg=f"layer {i} {name}")
 
     # Logits against the file's values in float32: the int8 activations of the dot-product path
     # move them as llama.cpp's q8_K activations do; the ranking of the likeliest tokens holds.
@@ -317,11 +320,14 @@ def test_a_q4_k_m_file_of_a_width_no_super_block_tiles_keeps_its_down_projection
 def test_an_explicit_format_keeps_what_converts_to_it(q4_k_m_file):
     model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="q8_0", disk_cache=False))
     assert model.options.weights == "q8_0" and model.options.weight_formats == ()
-    auto = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
-    # The q8_0 layers of the auto model are the same bits as the all-q8_0 model's.
-    ours, theirs = auto.state_dict(), model.state_dict()
-    name = "model.layers.0.self_attn.v_proj.weight"  # a Q6_K v beside Q4_K q and k: q8_0 in both
-    np.testing.assert_array_equal(ours[name], theirs[name])
+    # One format for q, k and v: they stay one fused matmul.
+    assert not model.config.separate_v_proj
+    # Layer 0's Q6_K v, converted to q8_0 a block at a time as transcode_rows converts the file's rows.
+    v = next(t for t in gguf.GGUFReader(q4_k_m_file).tensors if t.name == "blk.0.attn_v.weight")
+    assert v.tensor_type == T.Q6_K
+    rows = np.ascontiguousarray(v.data).reshape(int(v.shape[1]), -1)
+    expected = gguf.quants.dequantize(gpt_kernels_testing.transcode_rows("q6_k", "q8_0", rows), T.Q8_0)
+    np.testing.assert_array_equal(model.state_dict()["model.layers.0.self_attn.v_proj.weight"], expected)
 
 
 def test_weight_formats_name_layer_matmul_weights_only():
@@ -433,12 +439,13 @@ def test_blocks_converted_as_they_are_repacked_are_the_bits_of_a_converted_copy(
 
 
 def test_a_q4_k_m_file_is_laid_out_from_its_own_blocks_unread(q4_k_m_file, monkeypatch):
-    """A Q4_K_M file's Q6_K tensors (a fused q/k/v whose v is Q6_K, the Q6_K token table) were
-    copied into q8_0 blocks and every block's scales checked in Python before the model repacked
-    them. Now the load gives the file's own blocks, a view of the map it never reads, and the model
-    converts them (a Q6_K down projection it keeps as q6_k): the same bytes as the converted copies."""
+    """A Q4_K_M file's Q6_K tensors (a Q6_K v, the Q6_K token table) were copied into q8_0 blocks
+    and every block's scales checked in Python before the model repacked them. Now the load gives
+    the file's own blocks, a view of the map it never reads, and the model lays them out (a Q6_K v
+    and down projection it keeps as q6_k): the same bytes as the converted copies."""
     _, kept, _ = gguf_llama.load(q4_k_m_file, keep_quantized="auto")
-    assert kept["model.layers.0.self_attn.v_proj.weight"].format == "q8_0:q4_k,q4_k,q6_k"
+    assert kept["model.layers.0.self_attn.v_proj.weight"].format == "q6_k"  # v apart: its own format
+    assert kept["model.layers.0.self_attn.q_proj.weight"].format == "q4_k"
     down = kept["model.layers.0.mlp.down_proj.weight"]
     assert down.format == "q6_k" and not down.blocks.flags.writeable and not down.blocks.flags.owndata
     assert kept["model.embed_tokens.weight"].format == "q6_k"  # the tied table, kept: head and lookup read q6_k
@@ -450,9 +457,9 @@ def test_a_q4_k_m_file_is_laid_out_from_its_own_blocks_unread(q4_k_m_file, monke
     }
     real_load = gpt.loading.load_gguf
 
-    def converted_copies(path, keep_quantized=None):
+    def converted_copies(path, keep_quantized=None, formats_given=()):
         """The blocks as the load gave them before: copies converted into the kept format."""
-        config, weights, tokenizer = real_load(path, keep_quantized=keep_quantized)
+        config, weights, tokenizer = real_load(path, keep_quantized=keep_quantized, formats_given=formats_given)
         for name, weight in weights.items():
             if isinstance(weight, gpt.gguf_file.QuantizedTensor) and weight.format not in kept_formats.KEPT_QUANTIZED:
                 tensor = tensors[gguf_names[name]]
@@ -494,7 +501,7 @@ def test_a_non_finite_scale_in_a_converted_part_is_refused_by_the_repack(tmp_pat
     data[at : at + 2] = bits.to_bytes(2, "little")
     path.write_bytes(bytes(data))
     with pytest.raises(gpt.ModelFileError) as raised:
-        gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="auto", disk_cache=False))
+        gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="q8_0", disk_cache=False))
     assert str(raised.value) == (
         f"{path}: model.layers.0.self_attn.qkv_proj.weight: q6_k block 0 of row 5 of part 2 (values 0 to 255) "
         f"has fp16 scale {shown}; q6_k scales must be finite"

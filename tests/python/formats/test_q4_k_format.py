@@ -98,7 +98,9 @@ def q4_k_m_file(tmp_path_factory):
 def test_a_q4_k_m_file_runs_in_q4_k_and_matches_its_float_values(q4_k_m_file):
     model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
     assert model.options.weights == "q4_k"
-    assert set(dict(model.options.weight_formats).values()) == {"q8_0", "q6_k"}  # the Q6_K layers
+    # The Q6_K layers' v and down projections and the head: v is a matmul of its own, so no weight
+    # is widened to q8_0 for sharing a fused matmul with Q4_K q and k.
+    assert set(dict(model.options.weight_formats).values()) == {"q6_k"} and model.config.separate_v_proj
     # The weights it computes with are gguf's dequantization of the file's Q4_K blocks, exactly.
     reader = gguf.GGUFReader(q4_k_m_file)
     files = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}

@@ -5,6 +5,8 @@ greedy generation against transformers.generate, every pipeline level, the low-p
 formats against HF run in float64 on the reference-rounded weights and activations, the rope
 variants (base, interleaved pairs, Llama 3 scaling), and the configuration's checks."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -126,6 +128,36 @@ def test_from_weights_equals_from_pretrained(checkpoint):
     pretrained = gpt.GPT.from_pretrained(directory, gpt.CompileOptions(disk_cache=False))
     given = gpt.GPT.from_weights(pretrained.config, hf_weights(theirs), gpt.CompileOptions(disk_cache=False))
     np.testing.assert_array_equal(given.forward(ids), pretrained.forward(ids))
+
+
+def test_v_apart_computes_what_transformers_computes(checkpoint):
+    """GPTConfig.separate_v_proj (a GGUF file's Q6_K v beside Q4_K q and k): v's projection is a
+    matmul of its own, with its own bias (Qwen2), instead of a part of the fused q/k/v matmul; the
+    logits and cached decode are transformers', and the weights come back as HF's."""
+    _, theirs, directory = checkpoint
+    fused = gpt.GPT.from_pretrained(directory, gpt.CompileOptions(disk_cache=False))
+    config = dataclasses.replace(fused.config, separate_v_proj=True)
+    apart = gpt.GPT.from_weights(config, hf_weights(theirs), gpt.CompileOptions(disk_cache=False))
+    ids = token_ids(13, seed=4)
+    assert relative_error(apart.forward(ids), hf_logits(theirs, ids)) < RTOL
+    # One more matmul in the layers' block function: v's, [n_embd, kv].
+    op = "transformer.packed_matmul"
+    assert apart.ir("transformer", 4).count(op) == fused.ir("transformer", 4).count(op) + 1
+    assert list(apart.generate(ids, max_new_tokens=6, temperature=0)) == list(
+        fused.generate(ids, max_new_tokens=6, temperature=0)
+    )
+    state = apart.state_dict()
+    for name, value in hf_weights(theirs).items():
+        np.testing.assert_array_equal(state[name], value, err_msg=name)
+
+
+def test_v_apart_needs_an_architecture_whose_v_is_its_own_tensor():
+    with pytest.raises(ValueError, match="architecture 'gpt2' has no v projection to set apart"):
+        gpt.GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=64, block_size=16, separate_v_proj=True)
+    with pytest.raises(ValueError, match="architecture 'phi3' has no v projection to set apart"):
+        gpt.GPTConfig(
+            n_layer=1, n_head=2, n_embd=32, vocab_size=64, block_size=16, architecture="phi3", separate_v_proj=True
+        )
 
 
 def test_a_tied_head_and_bf16_tensors(tmp_path):
