@@ -52,7 +52,7 @@ std::vector<std::string> convertedTypes(const std::string &target);
 /// target) converts it (a copy where the type is the target): the bits the repacking converts a
 /// part into, a whole tensor at a time. A conversion keeps the file's codes where the target's
 /// blocks can hold them, and otherwise widens a block to float32 exactly as llama.cpp dequantizes
-/// it and quantizes that as the target's own quantizer does (BlockTranscoding.cpp's tables). Every
+/// it and quantizes that as the target's own quantizer does (WeightFormats.cpp's tables). Every
 /// block's fp16 fields are checked first: a NaN or infinite one throws std::invalid_argument naming
 /// its block and row, as does a K that is no positive multiple of the type's block, or a pair that
 /// blockConversion lacks. Rows are split over `threads`.

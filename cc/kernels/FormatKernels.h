@@ -1,9 +1,12 @@
 // Each format's kernels, a section per format as ggml-quants.h lists each type's: its block, its
 // quantizer, the packing and reading of its lanes (WeightFormats.h), the repacking of a GGUF file's
-// blocks into them (GgufRepacking.h), their widening to f32 and the conversions of its blocks.
+// blocks into them (GgufRepacking.h), their widening to f32 and the conversions into its blocks.
+// Each section is defined by one file of formats/ (q4_1's by formats/Q4_1.cpp), over the walks
+// and checks that several formats share (FormatKernelUtils.h).
 // Private to //cc/kernels: outside it a format's kernels are reached through its row of the tables,
-// WeightFormatTraits (WeightFormats.h) and GgufBlockType / BlockConversion (BlockTranscoding.h), so
-// that a format is named by the tables and its own section here, not by every header it uses.
+// WeightFormatTraits (WeightFormats.h) and GgufBlockType / BlockConversion (BlockTranscoding.h), all
+// three in WeightFormats.cpp, so that a format is named by the tables, its own section here and its
+// own file, not by every file it uses.
 //
 // Conventions of every section: K is the reduction dimension of a row-major [K, N] matmul weight
 // (a GGUF tensor's [out, in] rows are its columns); blocks run along K; lane words are
@@ -14,6 +17,7 @@
 #ifndef GPT_CC_KERNELS_FORMATKERNELS_H
 #define GPT_CC_KERNELS_FORMATKERNELS_H
 
+#include "cc/kernels/BlockTranscoding.h"
 #include "cc/kernels/GgufRepacking.h"
 #include "cc/kernels/Quantization.h"
 
@@ -27,6 +31,18 @@ namespace gpt::kernels {
 
 /// Weights per super-block of llama.cpp's K-quants (q4_K, q5_K, q6_K: QK_K).
 constexpr int64_t kSuperBlock = 256;
+
+/// The conversions into one stored format: blockConversion's rows (BlockTranscoding.h) for
+/// `target`, its own type first (no conversion), then the types whose blocks its section converts.
+struct ConversionsInto {
+  const char *target;
+  std::vector<BlockConversion> conversions;
+};
+/// Every stored block format's conversions, in the format table's order: the table beside it in
+/// WeightFormats.cpp, which blockConversion and convertedTypes look up.
+const std::vector<ConversionsInto> &conversionsIntoFormats();
+/// What that table takes, in words, for blockConversion's error: "x takes a, b and c; ...".
+const char *conversionsTaken();
 
 // ---- bf16 --------------------------------------------------------------------------------------
 // Lanes [N/P, K/2, P]: out[p][r][c] = bf16(w[r][j]) | bf16(w[r + K/2][j]) << 16 for column
@@ -97,6 +113,23 @@ void repackQ8_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
 /// gguf's dequantizers compute them, d * q. K must be a positive multiple of 32.
 void dequantizeQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
 
+/// A q4_0 block as a q8_0 block, exactly: the same fp16 scale, and codes q - 8.
+void q4_0AsQ8_0(const uint8_t *block, uint8_t *out);
+/// A q5_0 block as a q8_0 block, exactly: the same fp16 scale, and codes q - 16 (bit i of qh as
+/// code i's fifth bit).
+void q5_0AsQ8_0(const uint8_t *block, uint8_t *out);
+/// A block of `values` weights with a min or sub-block scales (which q8_0's codes cannot hold),
+/// widened by `widen` as llama.cpp dequantizes it (its type's widen*Block) and quantized as
+/// quantizeQ8_0Rows quantizes a row: q8_0 blocks are made 32 weights at a time, so a block at a
+/// time gives the row's bits. Writes values / 32 q8_0 blocks at `out`.
+template <int64_t values, void (*widen)(const uint8_t *, float *)>
+void widenAsQ8_0(const uint8_t *block, uint8_t *out) {
+  float widened[values];
+  widen(block, widened);
+  for (int64_t b = 0; b < values / kQuantBlock; ++b)
+    quantizeQ8_0Block(widened + b * kQuantBlock, out + b * kQ8_0BlockBytes);
+}
+
 // ---- q4_0 --------------------------------------------------------------------------------------
 // A block of 32 weights: an fp16 scale d, then 16 bytes of 4-bit codes q, byte m holding code m
 // in its low nibble and code m + 16 in its high one; w = (q - 8) * d. Lanes [N/P, K/8, P]:
@@ -109,6 +142,16 @@ constexpr int64_t kQ4_0RowsPerWord = 8;
 /// The q4_0 word of a column whose codes are all 8: every weight dequantizes to 0, whatever the
 /// scale. Padding columns (past the real N) hold it.
 constexpr uint32_t kQ4_0ZeroWord = 0x88888888u;
+/// Words of codes one block of 32 weights fills in q4_0's lanes.
+constexpr int64_t kQ4_0WordsPerBlock = kQuantBlock / kQ4_0RowsPerWord;
+
+/// The row of K that the low nibble of byte `i` of q4_0 word row `r` holds (its high nibble holds
+/// the row 4 further): word o = r % 4 of block r / 4 pairs q8_0's lanes o and o + 4. Inline: the
+/// lane readers of every format with q4_0's lanes call it per byte.
+inline int64_t q4_0LowRow(int64_t r, int64_t i) {
+  const int64_t words = kQuantBlock / kQ4_0RowsPerWord, q8Lanes = kQuantBlock / kQ8_0RowsPerWord;
+  return r / words * kQuantBlock + r % words + q8Lanes * i;
+}
 
 /// q4_0 of a row-major [K, N] matrix, blocks as for q8_0: per block, m = the weight of largest
 /// magnitude with its sign (the first one on a tie), d = m / -8 (f32), `scales[b][n]` =
@@ -131,6 +174,12 @@ void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
                     uint16_t *scales, int64_t threads = 1);
 /// q4_0 blocks widened to f32 as dequantizeQ8_0Rows widens q8_0's: d * (q - 8).
 void dequantizeQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
+/// One q4_0 block's 16 bytes of codes as its 4 lane words (kQ4_0WordsPerBlock). llama.cpp's byte m
+/// holds code m (low nibble) and code m + 16 (high); byte i of word o must hold codes o + 8 i (low)
+/// and o + 4 + 8 i (high): bytes o, o + 4, o + 8 and o + 12 hold all eight, low nibbles for
+/// i = 0, 1 and high ones for i = 2, 3. The other 4-bit formats' codes, in these bytes, make
+/// their words so too.
+void q4_0BlockWords(const uint8_t *bytes, uint32_t *words);
 
 // ---- q4_1 --------------------------------------------------------------------------------------
 // A block of 32 weights: an fp16 scale d, an fp16 min m, then q4_0's 16 bytes of codes;
@@ -160,6 +209,17 @@ void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
 /// q4_1 blocks widened to f32 as dequantizeQ8_0Rows widens q8_0's: d * q + m, the product and the
 /// sum rounded apart.
 void dequantizeQ4_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out);
+/// One q4_1 block widened to its 32 f32 `values`, as widenQ4_KBlock widens a q4_K super-block.
+void widenQ4_1Block(const uint8_t *block, float *values);
+/// A q4_0 block as a q4_1 block, exactly: d * (q - 8) is d * q + m with m = -8 d (a power of two
+/// times an fp16), the codes unchanged.
+void q4_0AsQ4_1(const uint8_t *block, uint8_t *out);
+/// A q4_K super-block as eight q4_1 blocks (8 * kQ4_1BlockBytes at `out`). Sub-block s's weights
+/// are (d * scale_s) * q - dmin * min_s with 4-bit codes q: a q4_1 block already, whose fp16 scale
+/// and min are those products, each rounded once (they need up to 17 significant bits: at most
+/// 2^-12 of themselves apart); its codes are the file's. std::invalid_argument when a product is
+/// beyond fp16's range or not finite (no weights are that large).
+void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out);
 
 // ---- q4_K --------------------------------------------------------------------------------------
 // A super-block of 256 weights: fp16 d and dmin, 12 bytes of 6-bit sub-block scales and mins
@@ -195,15 +255,17 @@ void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
 /// dequantize_row_q4_K) compute them, rows split over `threads`; K a positive multiple of 256.
 void dequantizeQ4_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 /// One super-block widened to its 256 f32 `values`, as dequantizeQ4_KRows widens each: for a
-/// converter that works a block at a time (BlockTranscoding.cpp), with no threads or checks to pay
-/// for per block. The other widen*Block functions below are the same for their types.
+/// converter that works a block at a time (widenAsQ8_0), with no threads or checks to pay for per
+/// block. The other widen*Block functions are the same for their types.
 void widenQ4_KBlock(const uint8_t *block, float *values);
-/// A q4_K super-block as eight q4_1 blocks (8 * kQ4_1BlockBytes at `out`). Sub-block s's weights
-/// are (d * scale_s) * q - dmin * min_s with 4-bit codes q: a q4_1 block already, whose fp16 scale
-/// and min are those products, each rounded once (they need up to 17 significant bits: at most
-/// 2^-12 of themselves apart); its codes are the file's. std::invalid_argument when a product is
-/// beyond fp16's range or not finite (no weights are that large).
-void q4_KAsQ4_1(const uint8_t *superBlock, uint8_t *out);
+/// A super-block laid out as q4_K's, its nibbles at `nibbles`, widened as widenQ4_KBlock widens
+/// one: sub-block s (32 weights) takes the nibbles of bytes 32 (s / 2) .. + 31, low ones for even
+/// s, high ones for odd s, and, where `highs` is not null, bit s of highs[i] as the fifth bit of
+/// its code i (q5_K's super-block). Each weight is (d * scale) * q - (dmin * min).
+void widenQ4_KLayoutBlock(const uint8_t *block, const uint8_t *highs, const uint8_t *nibbles, float *values);
+/// Sub-block s (of 8) of a q4_K super-block's 128 bytes of `nibbles` as the 16 bytes of a 32-weight
+/// block's codes (q4_0's: code m in the low nibble of byte m, code m + 16 in its high one).
+void q4_KSubBlockBytes(const uint8_t *nibbles, int64_t s, uint8_t *bytes);
 
 // ---- q6_K --------------------------------------------------------------------------------------
 // A super-block of 256 weights: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales (one
@@ -265,7 +327,7 @@ void widenQ6_KBlock(const uint8_t *block, float *values);
 // q5_0 {fp16 d; uint32 qh; 16 bytes of low nibbles}: w = d * (q - 16), bit i of qh code i's fifth
 // bit; q5_1 {fp16 d, m; qh; nibbles}: w = d * q + m; q5_K: q4_K's super-block with 32 bytes of high
 // bits before the nibbles. Widened to f32 as dequantizeQ4_KRows widens q4_K's (K a positive
-// multiple of 32 for q5_0 and q5_1), or converted a block at a time (BlockTranscoding.cpp).
+// multiple of 32 for q5_0 and q5_1), or converted into q8_0 a block at a time (q8_0's section).
 
 constexpr int64_t kQ5_0BlockBytes = 2 + 4 + kQuantBlock / 2;
 constexpr int64_t kQ5_1BlockBytes = 4 + 4 + kQuantBlock / 2;

@@ -1,5 +1,5 @@
-// The scales of llama.cpp's K-quant blocks as GgufRepacking.cpp and GgufDequantizing.cpp read
-// them: an fp16 field, and q4_K's and q5_K's packed 6-bit sub-block scales and mins.
+// The scales of llama.cpp's K-quant blocks as the K-quants' kernels (formats/) read them: an fp16
+// field, and q4_K's and q5_K's packed 6-bit sub-block scales and mins.
 #ifndef GPT_CC_KERNELS_KQUANTSCALES_H
 #define GPT_CC_KERNELS_KQUANTSCALES_H
 

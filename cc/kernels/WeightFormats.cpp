@@ -1,6 +1,10 @@
-// The weight-format table's rows (WeightFormats.h): each format's block and kernels.
+// The format tables' rows, each format's block and kernels (FormatKernels.h), side by side as
+// ggml's type traits: the weight formats (WeightFormats.h), then the GGUF block types and the
+// conversions between them (BlockTranscoding.h). The only place, with FormatKernels.h and each
+// format's own file, that names every format: the code that reads the tables is format-generic.
 #include "cc/kernels/WeightFormats.h"
 
+#include "cc/kernels/BlockTranscoding.h"
 #include "cc/kernels/FormatKernels.h"
 #include "cc/kernels/Quantization.h"
 
@@ -80,5 +84,73 @@ const WeightFormatTraits &parseWeightFormat(const std::string &name) {
   for (const WeightFormatTraits &row : weightFormats()) known += std::string(known.empty() ? "" : ", ") + row.name;
   throw std::invalid_argument("unknown weight format '" + name + "' (known: " + known + ")");
 }
+
+namespace kernels {
+namespace {
+
+// A block type's row dequantizer takes `threads`; the 32-weight types' kernels run on the calling
+// thread alone.
+void dequantizeQ4_0(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t) {
+  dequantizeQ4_0Rows(blocks, k, n, out);
+}
+void dequantizeQ4_1(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t) {
+  dequantizeQ4_1Rows(blocks, k, n, out);
+}
+void dequantizeQ8_0(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t) {
+  dequantizeQ8_0Rows(blocks, k, n, out);
+}
+
+// The rows of ggufBlockTypes(), named for the conversion table below. The K-quants' fp16 fields are
+// their super-blocks' d and dmin; q6_K's one d follows its codes and scales.
+// clang-format off
+constexpr GgufBlockType kQ8_0Type = {"q8_0", kQuantBlock, kQ8_0BlockBytes, 1, {0, 0}, {"scale", ""},    dequantizeQ8_0};
+constexpr GgufBlockType kQ4_0Type = {"q4_0", kQuantBlock, kQ4_0BlockBytes, 1, {0, 0}, {"scale", ""},    dequantizeQ4_0};
+constexpr GgufBlockType kQ4_1Type = {"q4_1", kQuantBlock, kQ4_1BlockBytes, 2, {0, 2}, {"scale", "min"}, dequantizeQ4_1};
+constexpr GgufBlockType kQ5_0Type = {"q5_0", kQuantBlock, kQ5_0BlockBytes, 1, {0, 0}, {"scale", ""},    dequantizeQ5_0Rows};
+constexpr GgufBlockType kQ5_1Type = {"q5_1", kQuantBlock, kQ5_1BlockBytes, 2, {0, 2}, {"scale", "min"}, dequantizeQ5_1Rows};
+constexpr GgufBlockType kQ4_KType = {"q4_k", kSuperBlock, kQ4_KBlockBytes, 2, {0, 2}, {"scale", "min"}, dequantizeQ4_KRows};
+constexpr GgufBlockType kQ5_KType = {"q5_k", kSuperBlock, kQ5_KBlockBytes, 2, {0, 2}, {"scale", "min"}, dequantizeQ5_KRows};
+constexpr GgufBlockType kQ6_KType = {"q6_k", kSuperBlock, kQ6_KBlockBytes, 1, {kQ6_KBlockBytes - 2, 0}, {"scale", ""},
+                                     dequantizeQ6_KRows};
+// clang-format on
+
+} // namespace
+
+const std::vector<GgufBlockType> &ggufBlockTypes() {
+  static const std::vector<GgufBlockType> types = {kQ8_0Type, kQ4_0Type, kQ4_1Type, kQ4_KType,
+                                                   kQ6_KType, kQ5_0Type, kQ5_1Type, kQ5_KType};
+  return types;
+}
+
+const std::vector<ConversionsInto> &conversionsIntoFormats() {
+  // q8_0 takes every type: codes it can hold as they are, the others widened and requantized. q4_1
+  // takes the types whose blocks are q4_1 blocks already (q4_0's with a min of -8 d, each of q4_K's
+  // sub-blocks). q4_0, q4_K and q6_K are kept as themselves only (their repackings).
+  static const std::vector<ConversionsInto> table = {
+      {"q8_0",
+       {{kQ8_0Type, nullptr},
+        {kQ4_0Type, q4_0AsQ8_0},
+        {kQ5_0Type, q5_0AsQ8_0},
+        {kQ4_1Type, widenAsQ8_0<kQuantBlock, widenQ4_1Block>},
+        {kQ5_1Type, widenAsQ8_0<kQuantBlock, widenQ5_1Block>},
+        {kQ4_KType, widenAsQ8_0<kSuperBlock, widenQ4_KBlock>},
+        {kQ5_KType, widenAsQ8_0<kSuperBlock, widenQ5_KBlock>},
+        {kQ6_KType, widenAsQ8_0<kSuperBlock, widenQ6_KBlock>}}},
+      {"q4_0", {{kQ4_0Type, nullptr}}},
+      {"q4_1", {{kQ4_1Type, nullptr}, {kQ4_0Type, q4_0AsQ4_1}, {kQ4_KType, q4_KAsQ4_1}}},
+      {"q4_k", {{kQ4_KType, nullptr}}},
+      {"q6_k", {{kQ6_KType, nullptr}}},
+  };
+  return table;
+}
+
+const char *conversionsTaken() {
+  // Written out, not made from the table: the error's words are what users and tests read. Kept
+  // beside the table so that the two change together.
+  return "q8_0 takes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k; q4_1 takes q4_0, q4_1 and q4_k; q4_0, "
+         "q4_k and q6_k only themselves";
+}
+
+} // namespace kernels
 
 } // namespace gpt

@@ -288,7 +288,7 @@ def _dequantize(tensor, shape: tuple[int, ...], path: str) -> np.ndarray:
     if tensor.tensor_type == gguf.GGMLQuantizationType.F32:
         values = np.array(tensor.data, dtype=np.float32)  # a copy out of the memory map
     elif type_name in _BLOCK_TYPES:
-        # The compiler's own kernel (cc/kernels/GgufDequantizing.cpp): gguf's values, bit for bit
+        # The compiler's own kernels (cc/kernels/formats/): gguf's values, bit for bit
         # (test_gguf, test_kquant_dequantize), without gguf.quants' numpy temporaries (SmolLM2's
         # tensors in f32, this function with its finiteness check: 1.0 -> 0.28 s).
         blocks = np.asarray(tensor.data, dtype=np.uint8)

@@ -1,5 +1,5 @@
 """The compiler's dequantizers of llama.cpp's blocks (every type of _gpt.gguf_block_types;
-cc/kernels/GgufDequantizing.cpp) against gguf.quants, bit for bit, and the GGUF loader using them;
+each format's file of cc/kernels/formats/) against gguf.quants, bit for bit, and the GGUF loader using them;
 and the layout kernels' thread split leaving their results unchanged."""
 
 import ctypes

@@ -1,5 +1,5 @@
 """A GGUF file's K-quant, q5 and q6 tensors kept in the compiler's formats without a float32 copy
-(gpt.kept_formats, cc/kernels/BlockTranscoding.cpp), each matmul weight in its own format
+(gpt.kept_formats, cc/kernels/BlockTranscoding.h), each matmul weight in its own format
 (CompileOptions.weight_formats): a Q4_K_M file runs as q4_k, q6_k and q8_0 side by side, as
 llama.cpp runs it in Q4_K and Q6_K (test_q4_k_format, test_q6_k_format: those formats themselves).
 The transcoding is checked against llama.cpp's block layouts written out here in numpy, and the

@@ -1,0 +1,321 @@
+// What several formats' kernels (FormatKernels.h, one file per format in formats/) share: the walks
+// over a matrix's blocks, over the words of a lane layout and over a GGUF tensor's blocks, into which
+// each format's file puts its own block, and the checks the walks make. The walks are templates so
+// that a format's per-block code compiles inline into them, as if each format wrote its own loops;
+// their out-of-line parts are in LanePacking.cpp and GgufRepacking.cpp. Private to //cc/kernels.
+#ifndef GPT_CC_KERNELS_FORMATKERNELUTILS_H
+#define GPT_CC_KERNELS_FORMATKERNELUTILS_H
+
+#include "cc/kernels/BlockTranscoding.h"
+#include "cc/kernels/FormatKernels.h"
+#include "cc/kernels/ParallelFor.h"
+#include "cc/kernels/Quantization.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+namespace gpt::kernels {
+
+// ---- quantizing a [K, N] matrix ----------------------------------------------------------------
+
+/// Calls `quantize(block, n)` for column n of every block of `blockRows` rows of K in a [rows, cols]
+/// matrix, the blocks split over `threads` threads; throws unless rows is a multiple of `blockRows`
+/// (`what`: the block's name). A template: each format's per-column loops compile as written inline.
+template <typename QuantizeColumn>
+void forEachBlockColumn(int64_t rows, int64_t cols, int64_t blockRows, const char *what, int64_t threads,
+                        QuantizeColumn quantize) {
+  if (rows < 0 || cols < 0 || rows % blockRows != 0)
+    throw std::invalid_argument("the reduction dimension K = " + std::to_string(rows) + " is not a multiple of " +
+                                what + " (" + std::to_string(blockRows) + ")");
+  parallelFor(rows / blockRows, threads, [&](int64_t firstBlock, int64_t endBlock) {
+    for (int64_t block = firstBlock; block < endBlock; ++block)
+      for (int64_t n = 0; n < cols; ++n) quantize(block, n);
+  });
+}
+
+// ---- packing and reading lanes (WeightFormats.h's layouts) -------------------------------------
+
+/// The value whose bits are those of `value` (C++20's std::bit_cast, in the C++17 this builds as).
+template <typename To, typename From> To bitCast(From value) {
+  static_assert(sizeof(To) == sizeof(From));
+  To result;
+  std::memcpy(&result, &value, sizeof result);
+  return result;
+}
+
+/// Throws unless a [rows, cols] matrix divides into whole panels of `width` columns and whole
+/// groups of `rowMultiple` rows along K (the words' rows, or the quantization block).
+void checkLaneShape(const char *what, int64_t rows, int64_t cols, int64_t width, int64_t rowMultiple, const char *why);
+
+/// Throws unless each of the rows * cols `codes` fits in `Bits` bits. With the throw out of line the
+/// loop is small enough to inline into each caller, where it compares against a constant, as the
+/// loops written out per format did (same instructions, same speed).
+[[noreturn]] void throwWideCode(const char *what, int bits, int code, int64_t row, int64_t column);
+template <int Bits> void checkCodeBits(const char *what, const uint8_t *codes, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows * cols; ++i)
+    if (codes[i] > (1 << Bits) - 1) throwWideCode(what, Bits, codes[i], i / cols, i % cols);
+}
+
+/// Calls `word(panelRow, column)` for every word of a lane layout with `rowsPerWord` rows of K
+/// per word and stores what it returns, panel by panel: the words are written front to back and
+/// each panel row reads `rowsPerWord` runs of `width` consecutive source elements; panels are
+/// split over `threads` threads.
+template <typename MakeWord>
+void writeLanes(int64_t rows, int64_t cols, int64_t width, int64_t rowsPerWord, uint32_t *packed, int64_t threads,
+                MakeWord word) {
+  const int64_t panelRows = rows / rowsPerWord;
+  // Panels are independent: each thread writes whole ones.
+  parallelFor(cols / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
+    for (int64_t panel = firstPanel; panel < endPanel; ++panel)
+      for (int64_t r = 0; r < panelRows; ++r) {
+        uint32_t *out = packed + (panel * panelRows + r) * width;
+        for (int64_t c = 0; c < width; ++c) out[c] = word(r, panel * width + c);
+      }
+  });
+}
+
+/// Calls `store(wordRow, column, word, scale, min)` for every word of a lane layout of 32-weight
+/// blocks, with the f32 scale of its block and, where the block has `halves` = 2 fp16 values per
+/// column ([.., 2, width] scale panels: a scale, then a min), its min, else 0. Checks the shape
+/// first (checkLaneShape; `what` names the caller).
+template <typename Store>
+void readQuantizedLanes(const char *what, const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols,
+                        int64_t width, int64_t rowsPerWord, int64_t halves, Store store) {
+  checkLaneShape(what, rows, cols, width, kQuantBlock, "the quantization block");
+  const int64_t blocks = rows / kQuantBlock, panelRows = rows / rowsPerWord, wordsPerBlock = kQuantBlock / rowsPerWord;
+  for (int64_t panel = 0; panel < cols / width; ++panel)
+    for (int64_t r = 0; r < panelRows; ++r)
+      for (int64_t c = 0; c < width; ++c) {
+        const uint16_t *header = scales + (panel * blocks + r / wordsPerBlock) * halves * width + c;
+        const float scale = fromFp16(header[0]), min = halves == 2 ? fromFp16(header[width]) : 0.0f;
+        store(r, panel * width + c, lanes[(panel * panelRows + r) * width + c], scale, min);
+      }
+}
+
+#ifdef __SSE2__
+/// The 4 lane words of 32 4-bit codes, n[0..15] in `low` and n[16..31] in `high` (one code per
+/// byte): byte i of word o holds codes o + 8 i (low nibble) and o + 4 + 8 i (high nibble). Pairs
+/// k = o + 8 i first (code k beside code k + 4), then a 4 x 4 byte transpose in two unpacks.
+inline void nibbleLaneWords(__m128i low, __m128i high, uint32_t *words) {
+  const __m128i pairsLow = _mm_or_si128(low, _mm_slli_epi16(_mm_srli_si128(low, 4), 4));    // k < 16
+  const __m128i pairsHigh = _mm_or_si128(high, _mm_slli_epi16(_mm_srli_si128(high, 4), 4)); // k >= 16
+  const __m128i i01 = _mm_unpacklo_epi8(pairsLow, _mm_srli_si128(pairsLow, 8));             // o, o + 8
+  const __m128i i23 = _mm_unpacklo_epi8(pairsHigh, _mm_srli_si128(pairsHigh, 8));           // o + 16, o + 24
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(words), _mm_unpacklo_epi16(i01, i23));
+}
+#endif
+
+// ---- repacking a GGUF tensor's blocks (GgufRepacking.h) ----------------------------------------
+
+/// Each part's blocks in its own GGUF type (BlockRows::type), read as blocks of 32 weights of the
+/// repacking's format: a block the format's own is handed out where it lies in the file; another
+/// is converted (BlockConversion) when block b starts it, into the column's slot, and handed out
+/// from there. Every block's fp16 fields are checked first. Each thread works on its own copy,
+/// made for panels of `width` columns, told each column's part and row before its blocks.
+struct ConvertedBlocks {
+  static constexpr int64_t kMostPerBlock = kSuperBlock / kQuantBlock;
+  std::vector<const BlockConversion *> conversions; // by part
+  int64_t targetBytes = 0;
+  bool severalParts = false;
+  bool checked = true;                             // the fp16 fields
+  std::vector<uint8_t> slots;                      // [width][kMostPerBlock blocks of the format]
+  std::vector<std::pair<size_t, int64_t>> columns; // each column's part and row within it
+
+  ConvertedBlocks(const std::vector<BlockRows> &parts, const char *target, int64_t bytes, bool checked);
+  /// K must be a multiple of each part's block (256 for the K-quants).
+  void checkK(int64_t k, const char *what) const;
+  int64_t rowBytes(int64_t k, size_t part) const { return k / conversions[part]->values * conversions[part]->bytes; }
+  void forPanels(int64_t width) {
+    slots.assign(width * kMostPerBlock * targetBytes, 0);
+    columns.assign(width, {0, 0});
+  }
+  void column(int64_t c, size_t part, int64_t row) { columns[c] = {part, row}; }
+  const uint8_t *operator()(const uint8_t *row, int64_t b, int64_t c) {
+    const BlockConversion &conversion = *conversions[columns[c].first];
+    const int64_t perBlock = conversion.values / kQuantBlock, index = b / perBlock;
+    const uint8_t *block = row + index * conversion.bytes;
+    uint8_t *slot = slots.data() + c * kMostPerBlock * targetBytes;
+    if (b % perBlock == 0) {
+      for (int64_t h = 0; checked && h < conversion.halves; ++h) {
+        uint16_t bits;
+        std::memcpy(&bits, block + conversion.halfOffsets[h], sizeof bits);
+        if ((bits & 0x7C00u) == 0x7C00u) throwNonFinite(conversion, c, index, h, bits);
+      }
+      if (conversion.convert) try {
+          conversion.convert(block, slot);
+        } catch (const std::invalid_argument &error) {
+          throw std::invalid_argument(where(conversion, c, index) + ": " + error.what());
+        }
+    }
+    return conversion.convert ? slot + b % perBlock * targetBytes : block;
+  }
+  /// "<type> block 3 of row 5 (values 768 to 1023)", with " of part 2" after the row for a fused
+  /// weight.
+  std::string where(const BlockConversion &conversion, int64_t c, int64_t index) const;
+  /// The error of fp16 field `h` (bits `bits`, a NaN or infinity) of block `index` of column c.
+  [[noreturn]] void throwNonFinite(const BlockConversion &conversion, int64_t c, int64_t index, int64_t h,
+                                   uint16_t bits) const;
+};
+
+/// The columns `parts` hold together, checked as every repack checks them: no part of negative
+/// rows, and a padded column count of at least that many and a multiple of the panel width
+/// (std::invalid_argument naming `what` otherwise).
+int64_t checkedColumns(const char *what, const std::vector<BlockRows> &parts, int64_t paddedN, int64_t width);
+
+/// The blocks of a repacking into a format of super-blocks (`target`'s blocks of `targetBytes`),
+/// after the checks its repack makes first: K a positive multiple of the super-block (`superBlock`
+/// names it, "x's super-block") and of each part's block, and the columns (checkedColumns).
+ConvertedBlocks checkedSuperBlockSource(const char *what, const char *superBlock, const char *target,
+                                        int64_t targetBytes, const std::vector<BlockRows> &parts, int64_t k,
+                                        int64_t paddedN, int64_t width);
+
+/// The walk every repack takes. Panels are independent, so each thread writes whole panels;
+/// within a panel, `step` blocks at a time across its columns, so each word row of the panel is
+/// written front to back and the columns' next blocks sit beside the ones just read. Calls
+/// `visit(panel, i, c, block)` for step i of column c, `block` being its first block
+/// (`source(row, i * step, c)`), or null for a padding column.
+template <typename Source, typename Visit>
+void forEachPanelStep(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t paddedN,
+                      int64_t width, int64_t step, int64_t threads, Visit visit) {
+  const int64_t steps = k / kQuantBlock / step;
+  parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
+    Source blocksOf = source; // this thread's
+    blocksOf.forPanels(width);
+    std::vector<const uint8_t *> rows(width); // each column's row of blocks; null for padding
+    size_t part = 0;
+    int64_t partStart = 0; // the first row of part `part`
+    for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
+      for (int64_t c = 0; c < width; ++c) {
+        const int64_t j = panel * width + c;
+        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
+        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
+        if (rows[c]) blocksOf.column(c, part, j - partStart);
+      }
+      for (int64_t i = 0; i < steps; ++i)
+        for (int64_t c = 0; c < width; ++c) visit(panel, i, c, rows[c] ? blocksOf(rows[c], i * step, c) : nullptr);
+    }
+  });
+}
+
+/// The super-block values of a scale panel's column at most: one per sub-block of 32 weights, and
+/// two header values (a scale and a min).
+constexpr int64_t kMostSuperBlockScaleValues = kSuperBlock / kQuantBlock + 2;
+/// The lane words a super-block of one column fills at most: 8-bit codes, 4 to a word.
+constexpr int64_t kMostSuperBlockWords = kSuperBlock / 4;
+
+/// The repack of a format of super-blocks: the parts' rows of super-blocks (of `target` or
+/// converted into it; checkedSuperBlockSource's checks) into lanes [paddedN / w, K / 256 *
+/// wordsPerSuperBlock, w] and scale panels whose column holds, per super-block, one 16-bit value
+/// per sub-block of 32 weights and `headerRows` more: a panel's rows are every super-block's
+/// sub-block values, then every super-block's header values (so that the matmul reads the former
+/// as one [.., K/32, ..] view). `column(block, values, words)` makes a column's values (sub-blocks
+/// first) and words from its super-block; padding columns get zeros. Super-block by super-block,
+/// so that each column's super-block is unpacked once.
+template <typename Column>
+void repackSuperBlocks(const char *what, const char *superBlock, const char *target, int64_t targetBytes,
+                       int64_t headerRows, int64_t wordsPerSuperBlock, const std::vector<BlockRows> &parts, int64_t k,
+                       int64_t paddedN, int64_t width, uint32_t *codes, uint16_t *scales, int64_t threads,
+                       Column column) {
+  const ConvertedBlocks source =
+      checkedSuperBlockSource(what, superBlock, target, targetBytes, parts, k, paddedN, width);
+  constexpr int64_t subRows = kSuperBlock / kQuantBlock;
+  const int64_t superBlocks = k / kSuperBlock, panelRows = superBlocks * wordsPerSuperBlock;
+  const int64_t panelScaleRows = superBlocks * (subRows + headerRows);
+  assert(subRows + headerRows <= kMostSuperBlockScaleValues && wordsPerSuperBlock <= kMostSuperBlockWords);
+  forEachPanelStep(parts, source, k, paddedN, width, subRows, threads,
+                   [&](int64_t panel, int64_t sb, int64_t c, const uint8_t *block) {
+                     uint16_t values[kMostSuperBlockScaleValues];
+                     uint32_t words[kMostSuperBlockWords];
+                     if (block) {
+                       column(block, values, words);
+                     } else {
+                       std::fill(values, values + subRows + headerRows, uint16_t{0});
+                       std::fill(words, words + wordsPerSuperBlock, 0u);
+                     }
+                     uint16_t *panelScales = scales + panel * panelScaleRows * width + c;
+                     for (int64_t s = 0; s < subRows; ++s) panelScales[(sb * subRows + s) * width] = values[s];
+                     for (int64_t h = 0; h < headerRows; ++h)
+                       panelScales[(superBlocks * subRows + sb * headerRows + h) * width] = values[subRows + h];
+                     uint32_t *codeRows = codes + (panel * panelRows + sb * wordsPerSuperBlock) * width + c;
+                     for (int64_t w = 0; w < wordsPerSuperBlock; ++w) codeRows[w * width] = words[w];
+                   });
+}
+
+/// The lane words one block of 32 weights fills at most: 8-bit codes, 4 to a word.
+constexpr int64_t kMostLaneWordsPerBlock = kQuantBlock / 4;
+
+/// A format of 32-weight blocks whose lanes repackLanes writes: llama.cpp's block (`halves` fp16
+/// header values, a scale and maybe a min, then the codes) and the lane words of its codes.
+struct LaneFormat {
+  const char *what, *name; // the repack's name for errors; the format's, as blockConversion takes it
+  int64_t blockBytes, halves, wordsPerBlock;
+  uint32_t padWord; // the words of a padding column
+  void (*blockWords)(const uint8_t *codes, uint32_t *words);
+};
+
+/// Repacks the parts' rows of blocks (of `format` or of a type blockConversion converts into it)
+/// into lane words [paddedN / w, K / 32 * wordsPerBlock, w] made by the format's blockWords and the
+/// header values [paddedN / w, K / 32, halves, w]. Columns n .. paddedN - 1 get zero scales and
+/// mins and padWord words. `checked`: every block's fp16 fields checked to be finite.
+void repackLanes(const LaneFormat &format, const std::vector<BlockRows> &parts, bool checked, int64_t k,
+                 int64_t paddedN, int64_t width, uint32_t *codes, uint16_t *scales, int64_t threads);
+
+// ---- widening a GGUF tensor's blocks to f32 ----------------------------------------------------
+
+/// Calls `widen(codes, header, out)` for each of the n * k / 32 blocks of `blocks`, with the
+/// block's `halves` fp16 header values (a scale, and a min where it has one) as floats, the codes
+/// after them and its 32 outputs.
+template <typename Widen>
+void dequantizeRows(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t blockBytes, int64_t halves,
+                    float *out, Widen widen) {
+  if (k <= 0 || k % kQuantBlock != 0 || n < 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of the quantization block (32)");
+  const int64_t count = n * (k / kQuantBlock);
+  for (int64_t b = 0; b < count; ++b) {
+    const uint8_t *block = blocks + b * blockBytes;
+    float header[2] = {0.0f, 0.0f};
+    for (int64_t h = 0; h < halves; ++h) {
+      uint16_t bits;
+      std::memcpy(&bits, block + 2 * h, sizeof bits);
+      header[h] = fromFp16(bits);
+    }
+    widen(block + 2 * halves, header, out + b * kQuantBlock);
+  }
+}
+
+/// Calls `widen(block, out)` for each of the n * k / `values` blocks of `blockBytes` bytes, `out`
+/// being the block's `values` outputs; rows are split over `threads`.
+template <typename Widen>
+void dequantizeBlocks(const char *what, const uint8_t *blocks, int64_t k, int64_t n, int64_t values, int64_t blockBytes,
+                      float *out, int64_t threads, Widen widen) {
+  if (k <= 0 || k % values != 0 || n < 0)
+    throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(k) +
+                                " is not a positive multiple of the block (" + std::to_string(values) + ")");
+  const int64_t perRow = k / values;
+  parallelFor(n, threads, [&](int64_t firstRow, int64_t endRow) {
+    for (int64_t b = firstRow * perRow; b < endRow * perRow; ++b) widen(blocks + b * blockBytes, out + b * values);
+  });
+}
+
+#ifdef __SSE2__
+/// Four floats of `codes` (16 unsigned bytes, each below 256) from byte 4 `quarter` on.
+inline __m128 quarterAsFloats(__m128i codes, int quarter) {
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i words = quarter < 2 ? _mm_unpacklo_epi8(codes, zero) : _mm_unpackhi_epi8(codes, zero);
+  return _mm_cvtepi32_ps(quarter % 2 == 0 ? _mm_unpacklo_epi16(words, zero) : _mm_unpackhi_epi16(words, zero));
+}
+#endif
+
+} // namespace gpt::kernels
+
+#endif // GPT_CC_KERNELS_FORMATKERNELUTILS_H
