@@ -6,15 +6,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gpt.architectures import ModelConfig, Parameter, compiler_name, layer_name, parameters
+from gpt.architectures import ModelConfig, Parameter, compiler_groups, layer_name
 
 
 def _groups(config: ModelConfig) -> dict[str, list[tuple[Parameter, int | None, str]]]:
     """Compiler name -> its HF parts (parameter, layer, HF name) in part order."""
-    groups: dict[str, list] = {}
-    for p, i in parameters(config):
-        groups.setdefault(layer_name(compiler_name(p, config), i), []).append((p, i, layer_name(p.hf, i)))
-    return groups
+    return {name: [(p, i, layer_name(p.hf, i)) for p, i in parts] for name, parts in compiler_groups(config).items()}
 
 
 def hf_parts(config: ModelConfig) -> dict[str, tuple[list[str], bool]]:

@@ -483,6 +483,15 @@ def compiler_name(parameter: Parameter, config: ModelConfig) -> str:
     return parameter.apart if parameter.apart and config.separate_v_proj else parameter.compiler
 
 
+def compiler_groups(config: ModelConfig) -> dict[str, list[tuple[Parameter, int | None]]]:
+    """Each compiler parameter of `config` (its name, layer filled in) -> the HF parameters and
+    layers it is made of, in part order (q, k, v of a fused qkv; one for the others)."""
+    groups: dict[str, list[tuple[Parameter, int | None]]] = {}
+    for p, i in parameters(config):
+        groups.setdefault(layer_name(compiler_name(p, config), i), []).append((p, i))
+    return groups
+
+
 def parameters(config: ModelConfig) -> list[tuple[Parameter, int | None]]:
     """(parameter, layer) for every HF parameter a model of `config` takes, in table order
     (layer-major within the per-layer parameters); layer is None for model-level ones."""

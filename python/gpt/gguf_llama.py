@@ -27,7 +27,8 @@ Q2_K to Q6_K, ...) are read into float32 at load; the compiled model then stores
 CompileOptions.weights' format. Matmul weights whose blocks convert to `keep_quantized`'s format
 without widening (gpt.kept_formats: their own, and others its table names) are kept
 as blocks and compute on the int8 dot-product path; with keep_quantized="auto" each is kept in the
-format nearest its own (a Q4_K_M file: q4_k, q6_k and q8_0 side by side)."""
+format nearest its own (a Q4_K_M file: q4_k and q6_k side by side, v a matmul of its own where it
+is Q6_K beside Q4_K q and k)."""
 
 import dataclasses
 import math
@@ -159,13 +160,13 @@ def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) 
     others are widened): per compiler weight, since q, k and v (and gate and up) are fused into one
     weight of one format (kept_formats.given_format: "q5_k" for q5_K blocks the model repacks as
     q8_0 itself)."""
-    groups: dict[str, list[str]] = {}
-    for p, i in architectures.parameters(config):
-        if p.linear:
-            expand = (lambda pattern: pattern) if i is None else (lambda pattern, i=i: pattern.replace("{i}", str(i)))
-            groups.setdefault(expand(architectures.compiler_name(p, config)), []).append(expand(p.gguf))
+    groups = [
+        [architectures.layer_name(p.gguf, i) for p, i in parts]
+        for parts in architectures.compiler_groups(config).values()
+        if parts[0][0].linear
+    ]
     plan: dict[str, str] = {}
-    for names in groups.values():
+    for names in groups:
         if any(name not in tensors for name in names):
             continue  # refused by name below
         fmt = kept_formats.given_format((tensors[name].tensor_type.name for name in names), keep_quantized)

@@ -148,11 +148,7 @@ def describe_gguf_sources(manifest: dict, config) -> None:
     reversed), its rows un-permuted within `permute_heads[k]` heads where that is not null (llama.cpp
     permutes a `llama` file's q/k rows for its interleaved rope; gguf_llama.unpermute_rows), then
     stored = concatenate([t.T if transpose else t ...], axis). Needs describe_hf_sources first."""
-    groups: dict[str, list] = {}
-    for parameter, layer in architectures.parameters(config):
-        groups.setdefault(architectures.layer_name(architectures.compiler_name(parameter, config), layer), []).append(
-            (parameter, layer)
-        )
+    groups = architectures.compiler_groups(config)
     # A `llama` file's q/k rows are permuted from HF's rotate-half order; a model computing rope on
     # interleaved pairs reads them as stored.
     permuted = config.spec.gguf_rope_layout == "interleaved" and config.rope_layout == "half"

@@ -23,11 +23,10 @@ from gpt import _gpt, architectures
 def file_tensors(config: gpt.GPTConfig) -> dict[str, list[str]]:
     """Each weight the compiled model takes -> the file's tensors it is made of (the architecture's
     parameter table, gpt.architectures)."""
-    groups: dict[str, list[str]] = {}
-    for p, i in architectures.parameters(config):
-        name = architectures.layer_name(architectures.compiler_name(p, config), i)
-        groups.setdefault(name, []).append(architectures.layer_name(p.gguf, i))
-    return groups
+    return {
+        name: [architectures.layer_name(p.gguf, i) for p, i in parts]
+        for name, parts in architectures.compiler_groups(config).items()
+    }
 
 
 def stored_format(bits_per_weight: float) -> str:
