@@ -226,6 +226,25 @@ def test_a_first_load_returns_and_runs_while_its_entry_is_written(tmp_path, monk
     np.testing.assert_array_equal(logits(second), expected)
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_entry_is_written_at_idle_priority_and_the_model_keeps_its_own(tmp_path, monkeypatch):
+    """The write runs only on cores the model leaves idle (SCHED_IDLE, its thread alone): the first
+    token's compiles must not share their cores with a gigabyte's copy into the page cache."""
+    path = write_file(tmp_path, "q8_0")
+    policies = []
+    write_packed_weights = gpt._gpt.CompiledModel.write_packed_weights
+
+    def observed_write(compiled, where, source):
+        policies.append(os.sched_getscheduler(0))  # 0: the calling thread (Linux)
+        write_packed_weights(compiled, where, source)
+
+    monkeypatch.setattr(gpt._gpt.CompiledModel, "write_packed_weights", observed_write)
+    load(path, tmp_path / "cache")
+    assert packed_entries(tmp_path / "cache")
+    assert policies == [os.SCHED_IDLE]
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
 CHILD_KILLED_MID_WRITE = """
 import resource, signal, sys, threading
 import numpy as np
