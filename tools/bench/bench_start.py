@@ -14,7 +14,15 @@ Each run is a process of its own, so that its RSS is its own and nothing is shar
 Every process: import, load (`GPT.from_gguf(weights="auto")` or `Llama(...)`, a context of --ctx,
 the KV cache in f16 as llama.cpp's), then the first token of a 16-token prompt (prefill and one
 decode step), with VmRSS after the load and the peak. The model file is in the page cache for every
-run (a first read of it from disk is the disk's speed for both). Later starts and llama.cpp's take
+run (a first read of it from disk is the disk's speed for both).
+
+Fresh memory is warmed before every run. A virtual machine hands the memory its processes free back
+to its host within seconds (free page reporting), and the next process that touches as many fresh
+pages waits for the host to back them again: on the AMD EPYC VM of 2026-11-30, 4 GiB touched in
+8.8 s after 90 s idle and in 0.7 s right after. Whichever run came first in a round paid that, on
+top of its own work. Each run is therefore preceded by touching and freeing --warm-gib of memory
+(default: the file's size times 1.5 plus 1 GiB, what either engine allocates, within what is free),
+so that every engine starts alike; --warm-gib 0 measures the cold case. Later starts and llama.cpp's take
 turns over --rounds rounds; the table gives medians and the command that made it.
 """
 
@@ -92,7 +100,28 @@ def child(args) -> None:
     print(json.dumps(result), flush=True)
 
 
+def warm_free_memory(gib: float) -> None:
+    """Touches and frees `gib` GiB of anonymous memory, so that the next process's fresh pages are
+    backed by the host (see the module's docstring)."""
+    if gib > 0:
+        import numpy as np
+
+        pages = np.ones(int(gib * 2**30), dtype=np.uint8)
+        del pages
+
+
+def default_warm_gib(path: str) -> float:
+    available = 0.0
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) / 2**20
+    size = os.path.getsize(path) / 2**30
+    return max(0.0, min(1.5 * size + 1.0, available - size - 2.0))
+
+
 def spawn(args, engine: str, cache_dir: str = "") -> dict:
+    warm_free_memory(args.warm_gib)
     command = [sys.executable, os.path.abspath(__file__), args.path, "--child", engine, "--ctx", str(args.ctx)]
     command += ["--threads", str(args.threads), "--cache-dir", cache_dir]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
@@ -107,6 +136,9 @@ def main(argv) -> None:
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--warm-gib", type=float, help="GiB of memory touched and freed before each run (0: none; see above)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -115,6 +147,9 @@ def main(argv) -> None:
         child(args)
         return
     from machine import describe_cpu
+
+    if args.warm_gib is None:
+        args.warm_gib = default_warm_gib(args.path)
 
     with open(args.path, "rb") as f:  # into the page cache, for every run alike
         while f.read(1 << 24):
@@ -128,7 +163,10 @@ def main(argv) -> None:
             for name, engine in order if round_index % 2 == 0 else order[::-1]:
                 runs[name].append(spawn(args, engine, fresh))
     print(f"command: PYTHONPATH=bazel-bin/python python3 tools/bench/bench_start.py {' '.join(argv)}")
-    print(f"cpu: {describe_cpu()}; {args.threads} threads; medians of {args.rounds} rounds\n")
+    print(
+        f"cpu: {describe_cpu()}; {args.threads} threads; medians of {args.rounds} rounds; "
+        f"{args.warm_gib:.1f} GiB of memory warmed before each run\n"
+    )
     print("| engine | import s | load s | first token s | load + first token s | RSS after load MiB | peak MiB |")
     print("|---|---|---|---|---|---|---|")
     for name, results in runs.items():
