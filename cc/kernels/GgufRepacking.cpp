@@ -84,7 +84,7 @@ void repackLanes(const LaneFormat &format, const std::vector<BlockRows> &parts, 
   const int64_t halves = format.halves, wordsPerBlock = format.wordsPerBlock;
   const int64_t perRow = k / kQuantBlock, panelRows = perRow * wordsPerBlock;
   assert(wordsPerBlock <= kMostLaneWordsPerBlock);
-  forEachPanelStep(parts, source, k, paddedN, width, 1, threads,
+  forEachPanelStep(parts, source, k, paddedN, width, 1, /*columnsTogether=*/width, threads,
                    [&](int64_t panel, int64_t b, int64_t c, const uint8_t *block) {
                      uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
                      uint32_t *codeRows = codes + (panel * panelRows + b * wordsPerBlock) * width;
