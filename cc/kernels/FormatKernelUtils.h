@@ -180,7 +180,8 @@ ConvertedBlocks checkedSuperBlockSource(const char *what, const char *superBlock
 
 /// The walk every repack takes. Panels are independent, so each thread writes whole panels;
 /// within a panel, `step` blocks at a time across `columnsTogether` of its columns (a divisor of
-/// the width: all of them, or one), so each word row of the panel is written front to back. Calls `visit(panel, i, c, block)` for step i of column c, `block` being its first block
+/// the width: all of them, or one), so each word row of the panel is written front to back. Calls `visit(panel, i, c,
+/// block)` for step i of column c, `block` being its first block
 /// (`source(row, i * step, c)`), or null for a padding column.
 ///
 /// Each column is a row of the file. Blocks of 32 weights (34 or 18 bytes) take all of a panel's
