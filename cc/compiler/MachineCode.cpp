@@ -11,6 +11,8 @@
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -23,9 +25,15 @@
 #include "llvm/TargetParser/SubtargetFeature.h"
 #include "llvm/Transforms/IPO/AlwaysInliner.h"
 #include "llvm/Transforms/IPO/GlobalDCE.h"
+#include "llvm/Transforms/Utils/SplitModule.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 namespace gpt {
 
@@ -95,14 +103,8 @@ void keepOnlyEntry(llvm::Module &module, llvm::StringRef name, llvm::StringRef e
     }
 }
 
-/// LLVM's O2 module pipeline without its loop unroller, after inlining the wrappers of `name` into
-/// `entry` (see keepOnlyEntry). MLIR has already unrolled what matters (each vector.outerproduct
-/// is a whole register tile); LLVM's full unrolling of the remaining constant-trip-count loops
-/// turned the 4-layer/256-wide model's 16-token cached step from 4.9 k into 51 k instructions, and
-/// machine scheduling of those blocks took 16-26 s (0.3 s without).
-llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine, llvm::StringRef name,
-                           llvm::StringRef entry) {
-  keepOnlyEntry(*module, name, entry);
+/// Runs `passes` (built by `build` from a PassBuilder for `machine`) on `module`.
+template <typename Build> void runModulePasses(llvm::Module &module, llvm::TargetMachine *machine, Build build) {
   llvm::PipelineTuningOptions tuning;
   tuning.LoopUnrolling = false;
   llvm::LoopAnalysisManager loops;
@@ -115,14 +117,42 @@ llvm::Error optimizeModule(llvm::Module *module, llvm::TargetMachine *machine, l
   builder.registerFunctionAnalyses(functions);
   builder.registerLoopAnalyses(loops);
   builder.crossRegisterProxies(loops, functions, cgsccs, modules);
-  // Before the O2 pipeline, whose interprocedural passes (IPSCCP, CalledValuePropagation) would
-  // otherwise meet the wrappers' thousands of arguments.
-  llvm::ModulePassManager passes;
-  passes.addPass(llvm::AlwaysInlinerPass(/*InsertLifetimeIntrinsics=*/false));
-  passes.addPass(llvm::GlobalDCEPass());
-  passes.addPass(builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2));
-  passes.run(*module, modules);
-  return llvm::Error::success();
+  llvm::ModulePassManager passes = build(builder);
+  passes.run(module, modules);
+}
+
+/// Inlines the wrappers of `name` into `entry` (see keepOnlyEntry) and drops what nothing calls:
+/// before the O2 pipeline, whose interprocedural passes (IPSCCP, CalledValuePropagation) would
+/// otherwise meet the wrappers' thousands of arguments.
+void inlineWrappers(llvm::Module &module, llvm::TargetMachine *machine, llvm::StringRef name, llvm::StringRef entry) {
+  keepOnlyEntry(module, name, entry);
+  runModulePasses(module, machine, [](llvm::PassBuilder &) {
+    llvm::ModulePassManager passes;
+    passes.addPass(llvm::AlwaysInlinerPass(/*InsertLifetimeIntrinsics=*/false));
+    passes.addPass(llvm::GlobalDCEPass());
+    return passes;
+  });
+}
+
+/// LLVM's O2 module pipeline without its loop unroller. MLIR has already unrolled what matters
+/// (each vector.outerproduct is a whole register tile); LLVM's full unrolling of the remaining
+/// constant-trip-count loops turned the 4-layer/256-wide model's 16-token cached step from 4.9 k
+/// into 51 k instructions, and machine scheduling of those blocks took 16-26 s (0.3 s without).
+void optimizeModule(llvm::Module &module, llvm::TargetMachine *machine) {
+  runModulePasses(module, machine, [](llvm::PassBuilder &builder) {
+    return builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+  });
+}
+
+/// `module` compiled by `machine` into a relocatable object.
+std::string emitObject(llvm::Module &module, llvm::TargetMachine &machine) {
+  llvm::SmallVector<char, 0> object;
+  llvm::raw_svector_ostream stream(object);
+  llvm::legacy::PassManager codegen;
+  if (machine.addPassesToEmitFile(codegen, stream, nullptr, llvm::CodeGenFileType::ObjectFile))
+    throw std::runtime_error("the target's TargetMachine cannot emit object files");
+  codegen.run(module);
+  return std::string(object.begin(), object.end());
 }
 
 /// Adds `_mlir_<function>(void **arguments)`, which loads each argument of `function` from the
@@ -144,18 +174,18 @@ void addPackedWrapper(llvm::Module &module, llvm::Function &function) {
   builder.CreateRetVoid();
 }
 
-} // namespace
-
-std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target, int64_t vectorBits) {
+/// The LLVM IR of `module` for `machine`, its entry's wrappers inlined (inlineWrappers), not yet
+/// optimized: the packed wrapper of `name` added, and (`vectorBits` > 0, x86) every function kept
+/// to registers of that many bits.
+std::unique_ptr<llvm::Module> translate(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
+                                        llvm::TargetMachine *machine, llvm::LLVMContext &context, int64_t vectorBits) {
   mlir::registerAMXDialectTranslation(*module.getContext()); // the intrinsics of AMX tile code
   mlir::registerBuiltinDialectTranslation(*module.getContext());
   mlir::registerLLVMDialectTranslation(*module.getContext());
   mlir::registerOpenMPDialectTranslation(*module.getContext());
-  std::unique_ptr<llvm::TargetMachine> machine = createTargetMachine(target);
-  llvm::LLVMContext context;
   std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(module, context, "gpt");
   if (!llvmModule) throw std::runtime_error("translating " + name.str() + " to LLVM IR failed");
-  mlir::ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), machine.get());
+  mlir::ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), machine);
   llvm::Function *entry = llvmModule->getFunction(("_mlir_ciface_" + name).str());
   if (!entry || entry->isDeclaration())
     throw std::runtime_error("compiled module has no entry point _mlir_ciface_" + name.str());
@@ -168,20 +198,91 @@ std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const J
         function.addFnAttr("prefer-vector-width", std::to_string(vectorBits));
         function.addFnAttr("min-legal-vector-width", std::to_string(vectorBits));
       }
-  if (llvm::Error error = optimizeModule(llvmModule.get(), machine.get(), name, packedEntryName(name.str())))
-    throw std::runtime_error("optimizing " + name.str() + " failed: " + describe(std::move(error)));
-  llvm::SmallVector<char, 0> object;
-  llvm::raw_svector_ostream stream(object);
-  llvm::legacy::PassManager codegen;
-  if (machine->addPassesToEmitFile(codegen, stream, nullptr, llvm::CodeGenFileType::ObjectFile))
-    throw std::runtime_error("the target's TargetMachine cannot emit object files");
-  codegen.run(*llvmModule);
-  return std::string(object.begin(), object.end());
+  inlineWrappers(*llvmModule, machine, name, packedEntryName(name.str()));
+  return llvmModule;
+}
+
+/// A program smaller than this many LLVM instructions is optimized and compiled on one thread: a
+/// split and its bitcode round trip would cost more than the second thread saves. A model of 2
+/// layers takes 5,000 to 15,000; SmolLM2-1.7B's Q4_K_M programs more.
+constexpr size_t kSplitInstructions = 20000;
+
+/// kSplitInstructions, or $GPT_SPLIT_INSTRUCTIONS when it is a number (the tests split small
+/// programs with it, to check a split program against a whole one).
+size_t splitInstructions() {
+  const char *setting = std::getenv("GPT_SPLIT_INSTRUCTIONS");
+  if (!setting || !*setting) return kSplitInstructions;
+  char *end = nullptr;
+  const unsigned long long value = std::strtoull(setting, &end, 10);
+  return *end == '\0' ? static_cast<size_t>(value) : kSplitInstructions;
+}
+
+/// The threads a program's optimization and code generation are split over: one for a small
+/// program or a single core, else two. A model's programs are mostly a layer's block function
+/// or two and their OpenMP regions, which split into two parts of about the same size.
+unsigned partsFor(const llvm::Module &module) {
+  size_t instructions = 0;
+  for (const llvm::Function &function : module) instructions += function.getInstructionCount();
+  return instructions >= splitInstructions() && std::thread::hardware_concurrency() >= 2 ? 2 : 1;
+}
+
+/// Optimizes and compiles `module` in parts (partsFor) on threads of their own: one relocatable
+/// object per part, which together define what `module` defines. Each part goes to its thread as
+/// bitcode, read back into a context of its own: an LLVMContext is not shared between threads.
+/// SplitModule makes the functions one part calls in another external (hidden, for the link).
+std::vector<std::string> compileInParts(std::unique_ptr<llvm::Module> module, llvm::TargetMachine &machine,
+                                        const JitTarget &target) {
+  const unsigned parts = partsFor(*module);
+  if (parts == 1) {
+    optimizeModule(*module, &machine);
+    return {emitObject(*module, machine)};
+  }
+  std::vector<llvm::SmallVector<char, 0>> bitcode;
+  llvm::SplitModule(*module, parts, [&](std::unique_ptr<llvm::Module> part) {
+    llvm::raw_svector_ostream stream(bitcode.emplace_back());
+    llvm::WriteBitcodeToFile(*part, stream);
+  });
+  module.reset();
+  std::vector<std::string> objects(bitcode.size());
+  std::vector<std::exception_ptr> failures(bitcode.size());
+  auto compilePart = [&](size_t i) {
+    try {
+      llvm::LLVMContext context;
+      llvm::Expected<std::unique_ptr<llvm::Module>> part = llvm::parseBitcodeFile(
+          llvm::MemoryBufferRef(llvm::StringRef(bitcode[i].data(), bitcode[i].size()), "part"), context);
+      if (!part) throw std::runtime_error("reading a split part back failed: " + describe(part.takeError()));
+      std::unique_ptr<llvm::TargetMachine> partMachine = createTargetMachine(target);
+      optimizeModule(**part, partMachine.get());
+      objects[i] = emitObject(**part, *partMachine);
+    } catch (...) {
+      failures[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads; // parts 1 .., part 0 on this thread
+  for (size_t i = 1; i < bitcode.size(); ++i) threads.emplace_back(compilePart, i);
+  if (!bitcode.empty()) compilePart(0);
+  for (std::thread &thread : threads) thread.join();
+  for (const std::exception_ptr &failure : failures)
+    if (failure) std::rethrow_exception(failure);
+  return objects;
+}
+
+} // namespace
+
+std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target, int64_t vectorBits) {
+  std::unique_ptr<llvm::TargetMachine> machine = createTargetMachine(target);
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> llvmModule = translate(module, name, target, machine.get(), context, vectorBits);
+  optimizeModule(*llvmModule, machine.get());
+  return emitObject(*llvmModule, *machine);
 }
 
 std::string compileToSharedObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
                                   int64_t vectorBits) {
-  return linkSharedObject(compileToObject(module, name, target, vectorBits));
+  std::unique_ptr<llvm::TargetMachine> machine = createTargetMachine(target);
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> llvmModule = translate(module, name, target, machine.get(), context, vectorBits);
+  return linkSharedObject(compileInParts(std::move(llvmModule), *machine, target));
 }
 
 } // namespace gpt

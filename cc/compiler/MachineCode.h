@@ -41,7 +41,9 @@ std::unique_ptr<llvm::TargetMachine> createTargetMachine(const JitTarget &target
 std::string compileToObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
                             int64_t vectorBits = 0);
 
-/// compileToObject(), linked into a shared object (ProgramLinker.h): its bytes.
+/// compileToObject()'s program linked into a shared object (ProgramLinker.h): its bytes. A large
+/// program is optimized and compiled in two parts on two threads (MachineCode.cpp's partsFor), each
+/// part's functions as in the whole; a small one, or any on a single core, on this thread.
 std::string compileToSharedObject(mlir::ModuleOp module, llvm::StringRef name, const JitTarget &target,
                                   int64_t vectorBits = 0);
 

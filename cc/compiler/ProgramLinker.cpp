@@ -30,10 +30,13 @@ public:
     path = pattern;
   }
   ~TemporaryDirectory() {
-    for (const char *name : {"/program.o", "/program.so", "/linker.log"}) ::unlink((path + name).c_str());
+    for (const std::string &file : files) ::unlink(file.c_str());
     ::rmdir(path.c_str());
   }
+  /// `name` in the directory, removed with it.
+  std::string file(const std::string &name) { return files.emplace_back(path + "/" + name); }
   std::string path;
+  std::vector<std::string> files;
 };
 
 /// Runs `argv` with its standard error (and output) in `log`; returns its exit status, -1 when it
@@ -58,33 +61,29 @@ int run(const std::vector<std::string> &argv, const std::string &log) {
 
 } // namespace
 
-std::string linkSharedObject(std::string_view object) {
+std::string linkSharedObject(const std::vector<std::string> &objects) {
   if (::access(GPT_CLANG_PATH, X_OK) != 0)
     throw std::runtime_error(std::string("cannot link a compiled program: the linker driver ") + GPT_CLANG_PATH +
                              " is missing (tools/setup.sh installs clang-19 and lld-19)");
   TemporaryDirectory directory;
-  const std::string input = directory.path + "/program.o", output = directory.path + "/program.so",
-                    log = directory.path + "/linker.log";
-  int fd = ::open(input.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  bool written = fd >= 0 && writeAll(fd, object);
-  if (fd >= 0) written = ::close(fd) == 0 && written;
-  if (!written) throw std::runtime_error("cannot write " + input + ": " + std::strerror(errno));
+  std::vector<std::string> inputs;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const std::string input = inputs.emplace_back(directory.file("program" + std::to_string(i) + ".o"));
+    int fd = ::open(input.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    bool written = fd >= 0 && writeAll(fd, objects[i]);
+    if (fd >= 0) written = ::close(fd) == 0 && written;
+    if (!written) throw std::runtime_error("cannot write " + input + ": " + std::strerror(errno));
+  }
+  const std::string output = directory.file("program.so"), log = directory.file("linker.log");
   // -z now: every symbol is bound when the program is loaded, so a missing one is a load error
   // rather than a crash in the middle of a call. The runtime path finds libomp, which the
   // process has not loaded before the first program needs it.
-  const std::vector<std::string> argv = {GPT_CLANG_PATH,
-                                         "-shared",
-                                         "-fuse-ld=lld",
-                                         "-nostartfiles",
-                                         "-Wl,-z,now",
-                                         "-Wl,-z,relro",
-                                         "-Wl,--enable-new-dtags",
-                                         "-Wl,-rpath," GPT_LLVM_LIBDIR,
-                                         "-o",
-                                         output,
-                                         input,
-                                         GPT_LIBOMP_PATH,
-                                         "-lm"};
+  std::vector<std::string> argv = {
+      GPT_CLANG_PATH, "-shared",      "-fuse-ld=lld",           "-nostartfiles",
+      "-Wl,-z,now",   "-Wl,-z,relro", "-Wl,--enable-new-dtags", "-Wl,-rpath," GPT_LLVM_LIBDIR,
+      "-o",           output};
+  argv.insert(argv.end(), inputs.begin(), inputs.end());
+  argv.insert(argv.end(), {GPT_LIBOMP_PATH, "-lm"});
   int status = run(argv, log);
   if (status != 0) {
     std::string messages = readFile(log);

@@ -4,17 +4,17 @@
 #define GPT_CC_COMPILER_PROGRAMLINKER_H
 
 #include <string>
-#include <string_view>
+#include <vector>
 
 namespace gpt {
 
-/// Links `object`, an ELF relocatable object compiled position-independent (MachineCode.h), into a
-/// shared object whose dependencies are what compiled code calls: the OpenMP runtime and libm;
-/// memrefCopy it leaves undefined, for the runtime's program support library
+/// Links `objects`, ELF relocatable objects compiled position-independent (MachineCode.h): the
+/// parts of one program, which together define it, into a shared object whose dependencies are what compiled code
+/// calls: the OpenMP runtime and libm; memrefCopy it leaves undefined, for the runtime's program support library
 /// (cc/runtime/support) to provide. Returns its bytes. Throws std::runtime_error with the
 /// linker's messages when linking fails, and naming the linker when it is missing (tools/setup.sh
 /// installs it).
-std::string linkSharedObject(std::string_view object);
+std::string linkSharedObject(const std::vector<std::string> &objects);
 
 } // namespace gpt
 
