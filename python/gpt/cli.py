@@ -207,7 +207,29 @@ def _load_model(path: str | None = None) -> GPT:
     return GPT.from_pretrained(path, options=_options(), context=FLAGS.ctx)
 
 
+def _check_text_model(path: str) -> None:
+    """generate and chat take text: a GGUF file that carries no vocabulary (tokenizer.ggml.model
+    "none", as benchmark files) and is not a byte-level model of 256 tokens is refused before its
+    weights load (seconds at 8B), with the error the tokenizer lookup would give after them. A file
+    whose header cannot be read is left to the load, which names what is wrong with it."""
+    if not path.endswith(".gguf") or not os.path.isfile(path):
+        return
+    from gpt.gguf.container import GgufFile
+
+    try:
+        reader = GgufFile(path)
+    except (OSError, ValueError):  # ModelFileError is a ValueError
+        return
+    field = reader.get_field("tokenizer.ggml.model")
+    if field is not None and field.contents() not in ("none", "no_vocab"):
+        return
+    embedding = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    if embedding is not None and len(embedding.shape) == 2:
+        tokenizer_for(path, int(embedding.shape[1]))  # raises unless 256 tokens
+
+
 def generate() -> None:
+    _check_text_model(_model_path())
     model = _load_model()
     tokenizer = model.tokenizer
     if tokenizer is None:
@@ -348,6 +370,7 @@ def cache() -> None:
 def chat() -> None:
     from gpt import chat as chat_module
 
+    _check_text_model(_model_path())
     model = _load_model()
     path = _model_path()
     directory = path if os.path.isdir(path) else None

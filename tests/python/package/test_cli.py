@@ -194,3 +194,26 @@ def test_debug_adds_the_traceback():
     flag = run_cli("generate", "--temprature", "1", "--debug")
     assert flag.returncode == 2 and "Traceback" in flag.stderr
     assert flag.stderr.strip().splitlines()[-1].startswith("gpt: error: Unknown command line flag 'temprature'")
+
+
+def test_a_gguf_file_without_a_vocabulary_is_refused_before_its_weights_load(tmp_path):
+    """generate takes text; a benchmark file carries no vocabulary (tokenizer.ggml.model "none"). The
+    error comes from the header alone: the file's first weight block has a NaN scale, which the load
+    would refuse (ModelFileError) before a later tokenizer lookup could name the real problem."""
+    import importlib.util
+
+    import gguf
+
+    spec = importlib.util.spec_from_file_location("make_gguf", os.path.join("tools", "dev", "make_gguf.py"))
+    make_gguf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_gguf)
+    path = str(tmp_path / "no-vocab.gguf")
+    make_gguf.write(path, make_gguf.Shape(2, 256, 4, 2, 512, 320, 256, 10000.0, True, None), "q8_0")
+    tensor = next(t for t in gguf.GGUFReader(path).tensors if t.name == "blk.0.attn_q.weight")
+    with open(path, "r+b") as f:
+        f.seek(int(tensor.data_offset))
+        f.write(b"\x00\x7e")  # the first Q8_0 block's fp16 scale: NaN
+    result = run_cli("generate", "--model", path, "--prompt", "hi", "--max_new_tokens", "2")
+    assert_one_error_line(result, f"no tokenizer: {path} has no tokenizer.json", "vocabulary of 320 is not bytes")
+    assert "NaN" not in result.stderr
+
