@@ -178,16 +178,16 @@ ConvertedBlocks checkedSuperBlockSource(const char *what, const char *superBlock
                                         int64_t targetBytes, const std::vector<BlockRows> &parts, int64_t k,
                                         int64_t paddedN, int64_t width);
 
-/// The walk every repack takes. Panels are independent, so each thread writes whole panels;
-/// within a panel, `step` blocks at a time across `columnsTogether` of its columns (a divisor of
-/// the width: all of them, or one), so each word row of the panel is written front to back. Calls `visit(panel, i, c,
-/// block)` for step i of column c, `block` being its first block
-/// (`source(row, i * step, c)`), or null for a padding column.
+/// The walk every repack takes. Panels are independent, so each thread writes whole panels.
+/// Within a panel, `columnsTogether` of its columns (a divisor of the width) at a time, `step`
+/// blocks at a time across them. Calls `visit(panel, i, c, block)` for step i of column c, `block`
+/// being its first block (`source(row, i * step, c)`), or null for a padding column.
 ///
 /// Each column is a row of the file. Blocks of 32 weights (34 or 18 bytes) take all of a panel's
-/// 32 columns together; super-blocks (144 or 210 bytes) one column at a time, its row front to
-/// back: 32 rows read a super-block at a time kept q4_K's repack waiting for memory, 2x the time
-/// of one row after another (75 MB of blocks, 2 threads: 21-24 ms against 41-47; q6_K 50 against 57).
+/// 32 columns together, so that each word row of the panel is written front to back; super-blocks
+/// (144 or 210 bytes) one column at a time, its row read front to back: 32 rows read a super-block
+/// at a time kept q4_K's repack waiting for memory, 2x the time of one row after another (75 MB of
+/// blocks, 2 threads: 21-24 ms against 41-47; q6_K 50 against 57). Blocks of 32 gained nothing.
 template <typename Source, typename Visit>
 void forEachPanelStep(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t paddedN,
                       int64_t width, int64_t step, int64_t columnsTogether, int64_t threads, Visit visit) {
