@@ -216,4 +216,3 @@ def test_a_gguf_file_without_a_vocabulary_is_refused_before_its_weights_load(tmp
     result = run_cli("generate", "--model", path, "--prompt", "hi", "--max_new_tokens", "2")
     assert_one_error_line(result, f"no tokenizer: {path} has no tokenizer.json", "vocabulary of 320 is not bytes")
     assert "NaN" not in result.stderr
-
