@@ -26,7 +26,7 @@ from typing import Any
 
 from absl import app, flags
 
-from gpt import compiler, disk_cache, gpu_export, models, weight_cache
+from gpt import compiler, disk_cache, gguf_file, gpu_export, models, weight_cache
 from gpt.config import PIPELINES, WEIGHT_FORMATS, CompileOptions, GPTConfig
 from gpt.detokenizer import IncrementalDetokenizer
 from gpt.model import GPT, GPU_STAGES, STAGES
@@ -208,24 +208,11 @@ def _load_model(path: str | None = None) -> GPT:
 
 
 def _check_text_model(path: str) -> None:
-    """generate and chat take text: a GGUF file that carries no vocabulary (tokenizer.ggml.model
-    "none", as benchmark files) and is not a byte-level model of 256 tokens is refused before its
-    weights load (seconds at 8B), with the error the tokenizer lookup would give after them. A file
-    whose header cannot be read is left to the load, which names what is wrong with it."""
-    if not path.endswith(".gguf") or not os.path.isfile(path):
-        return
-    from gpt.gguf.container import GgufFile
-
-    try:
-        reader = GgufFile(path)
-    except (OSError, ValueError):  # ModelFileError is a ValueError
-        return
-    field = reader.get_field("tokenizer.ggml.model")
-    if field is not None and field.contents() not in ("none", "no_vocab"):
-        return
-    embedding = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
-    if embedding is not None and len(embedding.shape) == 2:
-        tokenizer_for(path, int(embedding.shape[1]))  # raises unless 256 tokens
+    """generate and chat take text: a GGUF file that carries no vocabulary (benchmark files) and is
+    not a byte-level model of 256 tokens is refused before its weights load (seconds at 8B), with
+    the error the tokenizer lookup would give after them."""
+    if path.endswith(".gguf") and (vocab := gguf_file.vocabulary_without_tokenizer(path)) is not None:
+        tokenizer_for(path, vocab)  # raises unless 256 tokens
 
 
 def generate() -> None:

@@ -42,7 +42,7 @@ from gpt.gguf.container import (  # also read from here: tests and tools name gg
     _vocab_size,
 )
 from gpt.gguf.layout import _check_layout
-from gpt.gguf_tokenizer import building_tokenizer, read_vocabulary
+from gpt.gguf_tokenizer import building_tokenizer, carries_vocabulary, read_vocabulary
 from gpt.kept_formats import KEPT_QUANTIZED, head_format  # the formats kept as blocks (CompileOptions.weights)
 from gpt.resources import check_fits_in_memory
 from gpt.tokenizer import HFTokenizer
@@ -134,6 +134,20 @@ def native_weights_format(path) -> str:
     if stored in WEIGHT_FORMATS:
         return stored
     return "f32" if stored == "f16" else "q8_0"
+
+
+def vocabulary_without_tokenizer(path) -> int | None:
+    """The vocabulary size of a GGUF file that carries no tokenizer (gguf_tokenizer.carries_vocabulary),
+    from its header alone: what a command that takes text can refuse before the weights load. None
+    when the file carries one, or when its header cannot be read (loading it then names the problem)."""
+    try:
+        _, reader, meta, _ = _open_gguf(path)
+        if carries_vocabulary(meta):
+            return None
+        embedding = next(t for t in reader.tensors if t.name == "token_embd.weight")
+        return int(embedding.shape[1])
+    except (OSError, ValueError, StopIteration, IndexError):  # ModelFileError is a ValueError
+        return None
 
 
 def load_gguf(

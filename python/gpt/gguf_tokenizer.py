@@ -148,6 +148,12 @@ class GGUFTokenizer(HFTokenizer):
         return "".join(text)
 
 
+def carries_vocabulary(meta) -> bool:
+    """Whether a GGUF file's metadata `meta` holds a vocabulary: not when tokenizer.ggml.model is
+    llama.cpp's "none" or "no_vocab" (benchmark files feed token ids), or missing."""
+    return meta.get("tokenizer.ggml.model", str, required=False) not in (None, "none", "no_vocab")
+
+
 def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
     """The tokenizer of a GGUF file whose metadata `meta` (gguf_file._Metadata) holds a vocabulary:
     byte-level BPE (tokenizer.ggml.model "gpt2") or SentencePiece's (model "llama": Llama 2,
@@ -155,9 +161,9 @@ def read_tokenizer(meta, path: str, vocab_size: int) -> GGUFTokenizer | None:
     tokenizer.ggml.model). Raises ModelFileError naming the key for another tokenizer model, a
     pre-tokenizer not in PRE_TOKENIZERS, and tokenizer data that does not make a tokenizer of
     `vocab_size` tokens."""
-    model = meta.get("tokenizer.ggml.model", str, required=False)
-    if model in (None, "none", "no_vocab"):
+    if not carries_vocabulary(meta):
         return None
+    model = meta.get("tokenizer.ggml.model", str, required=False)
     if model not in ("gpt2", "llama"):
         raise ModelFileError(
             f"{path}: tokenizer.ggml.model {model!r} is not supported (byte-level BPE 'gpt2' and "
