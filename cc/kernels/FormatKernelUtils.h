@@ -202,7 +202,7 @@ void forEachPanelStep(const std::vector<BlockRows> &parts, const Source &source,
       for (int64_t c = 0; c < width; ++c) {
         const int64_t j = panel * width + c;
         while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
-        rows[c] = part < parts.size() ? parts[part].blocks + (j - partStart) * source.rowBytes(k, part) : nullptr;
+        rows[c] = part < parts.size() ? parts[part].row(j - partStart, source.rowBytes(k, part)) : nullptr;
         if (rows[c]) blocksOf.column(c, part, j - partStart);
       }
       for (int64_t first = 0; first < width; first += columnsTogether)

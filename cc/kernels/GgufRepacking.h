@@ -22,6 +22,20 @@ struct BlockRows {
   const uint8_t *blocks;
   int64_t rows;
   std::string type = {};
+  /// Nonzero for a q or k weight's rows as llama.cpp's converter stores them, permuted within each
+  /// of this many heads for its rope (within a head, stored row 2j + t is row t * half + j of the
+  /// model's order): row() reads them in the model's order, so that undoing the permutation
+  /// copies nothing. Each head's rows must be even in count.
+  int64_t permutedHeads = 0;
+
+  /// The first block of row `r` in the model's order, of `rowBytes` bytes per row.
+  const uint8_t *row(int64_t r, int64_t rowBytes) const {
+    if (permutedHeads > 0) {
+      const int64_t headRows = rows / permutedHeads, half = headRows / 2, within = r % headRows;
+      r += 2 * (within % half) + within / half - within;
+    }
+    return blocks + r * rowBytes;
+  }
 };
 
 /// The q8_0 lanes [paddedN / width, K / 4, width] and fp16 scale panels [paddedN / width, K / 32,

@@ -69,11 +69,14 @@ public:
   /// parts (q, k and v) as the file stores them, never concatenated into a copy.
   /// A part's `type` names the GGUF type of its blocks when they are not in the weight's format
   /// (empty): any that kernels::convertedTypes names for the format; they are converted a block
-  /// at a time as they are repacked, with no copy of the tensor.
+  /// at a time as they are repacked, with no copy of the tensor. A nonzero `permutedHeads`: the
+  /// part is a q or k weight whose rows llama.cpp's converter permuted within each of that many
+  /// heads for its rope (kernels::BlockRows), read back in the model's order as they are repacked.
   struct QuantizedPart {
     const uint8_t *blocks;
     int64_t bytes;
     std::string type = {};
+    int64_t permutedHeads = 0;
   };
   struct QuantizedWeight {
     WeightFormat format;

@@ -56,7 +56,7 @@ std::vector<kernels::BlockRows> blockParts(const std::string &key, const Compile
   const std::string format = weightFormatName(weight.format);
   // Each part in its own blocks (a q6_K v beside q4_K q and k): rows of its type's bytes.
   std::vector<kernels::BlockRows> parts;
-  int64_t partRows = 0;
+  int64_t rowsInParts = 0;
   for (const CompiledModel::QuantizedPart &part : weight.parts) {
     const std::string type = part.type.empty() ? format : part.type;
     const kernels::GgufBlockType &block = kernels::ggufBlockType(type);
@@ -67,11 +67,16 @@ std::vector<kernels::BlockRows> blockParts(const std::string &key, const Compile
     if (part.bytes < 0 || part.bytes % rowBytes != 0)
       throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " + type +
                                   " blocks is not whole rows of " + std::to_string(rowBytes) + " bytes");
-    parts.push_back({part.blocks, part.bytes / rowBytes, part.type});
-    partRows += part.bytes / rowBytes;
+    const int64_t partRows = part.bytes / rowBytes;
+    if (part.permutedHeads < 0 || (part.permutedHeads > 0 && partRows % (2 * part.permutedHeads) != 0))
+      throw std::invalid_argument(key + ": a part of " + std::to_string(partRows) +
+                                  " rows is not an even row count for each of " + std::to_string(part.permutedHeads) +
+                                  " permuted heads");
+    parts.push_back({part.blocks, partRows, part.type, part.permutedHeads});
+    rowsInParts += partRows;
   }
-  if (partRows != columns)
-    throw std::invalid_argument(key + ": the blocks hold " + std::to_string(partRows) + " rows, expected " +
+  if (rowsInParts != columns)
+    throw std::invalid_argument(key + ": the blocks hold " + std::to_string(rowsInParts) + " rows, expected " +
                                 std::to_string(columns));
   return parts;
 }

@@ -178,8 +178,8 @@ def from_gguf(cls, path: str, options: CompileOptions | None, context: int | Non
     auto = options.weights == "auto"
     keep = options.weights if auto or options.weights in KEPT_QUANTIZED else None
     config, weights, tokenizer = load_gguf(path, keep_quantized=keep, formats_given=dict(options.weight_formats))
-    # A `llama` file's q/k blocks go as UnpermutedRows: un-permuted (a copy) only if set_weights
-    # reads them, which a packed-weights cache hit skips.
+    # A `llama` file's q/k blocks go as UnpermutedRows, which set_weights reads in the model's
+    # order without a copy.
     quantized = {
         name: (w.format, w.deferred if isinstance(w, DeferredQuantizedTensor) else w.blocks)
         for name, w in weights.items()

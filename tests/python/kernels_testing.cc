@@ -162,7 +162,7 @@ void initLanes(py::module_ &m) {
   m.def(
       "repack_rows",
       [](const std::string &format, const Ints<uint8_t> &blocks, int64_t k, int64_t paddedN, int64_t width,
-         int64_t threads) {
+         int64_t threads, int64_t permutedHeads) {
         const WeightFormatTraits &row = blockFormat(format);
         const int64_t rowBytes = k > 0 && k % row.blockValues == 0 ? k / row.blockValues * row.blockBytes : 0;
         if (rowBytes == 0 || blocks.size() % rowBytes != 0)
@@ -174,13 +174,19 @@ void initLanes(py::module_ &m) {
                                       std::to_string(n) + " rows and a multiple of the panel width");
         py::array_t<uint32_t> codes({paddedN / width, row.laneWords(k), width});
         py::array_t<uint16_t> scales(withScaleRows(row, k, {paddedN / width}, width));
-        row.repack({{blocks.data(), n}}, k, paddedN, width, codes.mutable_data(), scales.mutable_data(), threads);
+        if (permutedHeads < 0 || (permutedHeads > 0 && n % (2 * permutedHeads) != 0))
+          throw std::invalid_argument("permuted_heads " + std::to_string(permutedHeads) +
+                                      " must divide the rows into heads of an even count");
+        row.repack({{blocks.data(), n, {}, permutedHeads}}, k, paddedN, width, codes.mutable_data(),
+                   scales.mutable_data(), threads);
         return py::make_tuple(codes, scales);
       },
       py::arg("format"), py::arg("blocks"), py::arg("k"), py::arg("padded_n"), py::arg("width"), py::arg("threads") = 1,
+      py::arg("permuted_heads") = 0,
       "llama.cpp blocks of `format` (rows of K weights, [out, in]) as (lanes uint32 [padded_n/width, K*code_bits/32, "
       "width], scale bits uint16 in dequantize_lanes' layout), as from_gguf repacks them (on `threads` threads: the "
-      "same result); a NaN or infinite fp16 field raises ValueError naming its block.");
+      "same result); a NaN or infinite fp16 field raises ValueError naming its block. `permuted_heads`: the rows "
+      "are a q or k weight's as llama.cpp permuted them within that many heads, read in the model's order.");
 }
 
 /// Rows of GGUF blocks rewritten as blocks of a format the compiler keeps (BlockTranscoding.h):

@@ -339,17 +339,27 @@ void initModel(py::module_ &m) {
             for (auto [key, value] : quantized) {
               auto entry = value.cast<py::tuple>();
               std::string name = key.cast<std::string>(), format = entry[0].cast<std::string>();
-              // One array of blocks, or a list of them: a fused weight's parts, rows in order.
+              // One array of blocks, or a list of them: a fused weight's parts, rows in order. A
+              // part with `file_rows` and `heads` (gguf_llama.UnpermutedRows) is a q or k weight's
+              // rows as llama.cpp permuted them, read in the model's order as they are repacked.
               std::vector<py::array_t<uint8_t, py::array::c_style>> parts;
+              std::vector<int64_t> permutedHeads;
+              auto addPart = [&](py::handle part) {
+                const bool permuted = py::hasattr(part, "file_rows") && py::hasattr(part, "heads");
+                parts.push_back(
+                    (permuted ? part.attr("file_rows") : part).cast<py::array_t<uint8_t, py::array::c_style>>());
+                permutedHeads.push_back(permuted ? part.attr("heads").cast<int64_t>() : 0);
+              };
               if (py::isinstance<py::list>(entry[1]) || py::isinstance<py::tuple>(entry[1]))
-                for (py::handle part : entry[1]) parts.push_back(part.cast<py::array_t<uint8_t, py::array::c_style>>());
+                for (py::handle part : entry[1]) addPart(part);
               else
-                parts.push_back(entry[1].cast<py::array_t<uint8_t, py::array::c_style>>());
+                addPart(entry[1]);
               const GivenFormat parsed = parseGivenFormat(name, format, parts.size());
               CompiledModel::QuantizedWeight &weight = given[name];
               weight.format = parsed.stored->format;
               for (size_t i = 0; i < parts.size(); ++i) {
-                weight.parts.push_back({parts[i].data(), static_cast<int64_t>(parts[i].size()), parsed.types[i]});
+                weight.parts.push_back(
+                    {parts[i].data(), static_cast<int64_t>(parts[i].size()), parsed.types[i], permutedHeads[i]});
                 blockArrays.push_back(parts[i]);
               }
             }
@@ -369,7 +379,9 @@ void initModel(py::module_ &m) {
           "block type that only one of them takes, stored in it; or 'FORMAT:TYPE,...', each part's type, "
           "converted into FORMAT as it is repacked; "
           "their entry in `weights` may be None); the blocks may be a "
-          "list of arrays, the parts of a fused weight, rows in order.")
+          "list of arrays, the parts of a fused weight, rows in order; a part may be an object with `file_rows` "
+          "(its uint8 blocks) and `heads` (gguf_llama.UnpermutedRows): a q or k weight's rows as llama.cpp "
+          "permuted them for its rope, read in the model's order as they are repacked, with no copy.")
       .def("packed_weights_key", &CompiledModel::packedWeightsKey, py::arg("source_key"),
            "What the model's laid-out weights are a function of (the source's key, this compiler build, every "
            "parameter's format, layout and shape): the header of its packed-weights file; empty when this build "

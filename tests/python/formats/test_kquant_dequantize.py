@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gpt
-from gpt import _gpt, architecture_weights, gguf_file
+from gpt import _gpt, architecture_weights, gguf_file, gguf_llama
 from gpt.gguf_file import QuantizedTensor, load_gguf
 
 T = gguf.GGMLQuantizationType
@@ -120,6 +120,24 @@ def test_repacking_on_several_threads_gives_the_same_layout(name, bytes_per_bloc
         many = gpt_kernels_testing.repack_rows(name, blocks, k, 208, width, threads=threads)
         for a, b in zip(one, many, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "qtype, stored", [(T.Q8_0, "q8_0"), (T.Q4_0, "q4_0"), (T.Q4_1, "q4_1"), (T.Q4_K, "q4_k"), (T.Q6_K, "q6_k")]
+)
+def test_rows_llama_cpp_permuted_are_repacked_in_the_models_order_without_a_copy(qtype, stored):
+    """A `llama` file's q/k rows are repacked as they lie in the file, read within each head in the
+    order unpermute_rows gives (what the model's rope expects): the same bits as the un-permuted copy."""
+    k, heads, head_rows, width = 512, 3, 8, 16
+    blocks = random_blocks(qtype, rows=heads * head_rows, k=k, seed=13).reshape(heads * head_rows, -1)
+    copied = np.ascontiguousarray(gguf_llama.unpermute_rows(blocks, heads))
+    assert not np.array_equal(copied, blocks)
+    expected = gpt_kernels_testing.repack_rows(stored, copied, k, 32, width, threads=2)
+    got = gpt_kernels_testing.repack_rows(stored, blocks, k, 32, width, threads=2, permuted_heads=heads)
+    for a, b in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="even count"):  # heads of 3 rows cannot be halves of pairs
+        gpt_kernels_testing.repack_rows(stored, blocks, k, 32, width, permuted_heads=8)
 
 
 def test_lane_packing_on_several_threads_gives_the_same_layout():

@@ -167,10 +167,12 @@ def test_cache_list_and_clear_name_the_packed_weights(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["q4_k_m", "q8_0"])
-def test_a_hit_never_undoes_the_q_k_permutation_and_a_miss_works_out_the_key_once(tmp_path, fmt, monkeypatch):
-    """A `llama` file's q/k blocks are un-permuted (a copy) only for set_weights, which a hit
-    skips; the entry's key is asked of the compiled model once per load, not in bind and again in
-    store."""
+def test_no_load_copies_q_k_blocks_to_undo_their_permutation_and_a_miss_works_out_the_key_once(
+    tmp_path, fmt, monkeypatch
+):
+    """A `llama` file's q/k blocks are never un-permuted in a copy: set_weights reads their rows in
+    the model's order (a miss), a hit reads none; the entry's key is asked of the compiled model
+    once per load, not in bind and again in store."""
     from gpt import gguf_llama
 
     path = write_file(tmp_path, fmt)
@@ -189,7 +191,7 @@ def test_a_hit_never_undoes_the_q_k_permutation_and_a_miss_works_out_the_key_onc
     monkeypatch.setattr(gpt._gpt.CompiledModel, "packed_weights_key", counted_key)
     first = load(path, tmp_path / "cache")
     assert not first._packed_weights_hit
-    assert len(unpermuted) == 2 * SHAPE.n_layer  # every layer's q and k, for set_weights
+    assert unpermuted == []
     assert len(keys) == 1
     unpermuted.clear()
     keys.clear()
