@@ -29,6 +29,22 @@ void ConvertedBlocks::checkK(int64_t k, const char *what) const {
                                   conversion->name + "'s block (" + std::to_string(conversion->values) + ")");
 }
 
+const uint8_t *ConvertedBlocks::convertedOrWhole(const BlockConversion &conversion, const uint8_t *row, int64_t b,
+                                                 int64_t c) {
+  const int64_t perBlock = conversion.values / kQuantBlock, index = b / perBlock;
+  const uint8_t *block = row + index * conversion.bytes;
+  uint8_t *slot = slots.data() + c * kMostPerBlock * targetBytes;
+  if (b % perBlock == 0) {
+    if (checked) checkHalves(conversion, block, c, index);
+    if (conversion.convert) try {
+        conversion.convert(block, slot);
+      } catch (const std::invalid_argument &error) {
+        throw std::invalid_argument(where(conversion, c, index) + ": " + error.what());
+      }
+  }
+  return conversion.convert ? slot + b % perBlock * targetBytes : block;
+}
+
 std::string ConvertedBlocks::where(const BlockConversion &conversion, int64_t c, int64_t index) const {
   const auto [part, row] = columns[c];
   return std::string(conversion.name) + " block " + std::to_string(index) + " of row " + std::to_string(row) +
