@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gpt
-from gpt import _gpt, config, gguf_file, kept_formats, resources
+from gpt import _gpt, config, gguf_file, gguf_llama, kept_formats, resources
 from shapes import NANO, exercising_weights
 
 ROWS = {row[0]: kept_formats.FormatRow(*row) for row in _gpt.weight_formats()}
@@ -120,3 +120,16 @@ def test_converts_from_is_what_set_weights_repacks():
     blocks = np.zeros((cfg.n_embd, 4 * cfg.n_embd // 32 * ROWS["q4_1"].block_bytes), np.uint8)
     with pytest.raises(ValueError, match="q4_0, q4_k and q6_k only themselves"):
         model._compiled.set_weights(weights, {name: ("q4_0:q4_1", [blocks])})
+
+
+def test_set_weights_refuses_rows_permuted_in_heads_of_an_odd_row_count():
+    # A llama file's q/k rows are read in the model's order within each head (its rows in pairs);
+    # a part whose heads hold one row each has no such order and is refused, not read past.
+    cfg = gpt.GPTConfig(**NANO)
+    model = gpt.GPT(cfg, exercising_weights(cfg), gpt.CompileOptions(weights="q8_0", disk_cache=False))
+    name = "transformer.h.0.mlp.c_proj.weight"
+    weights = [exercising_weights(cfg)[n] for n, _ in model._compiled.supplied_parameters()]
+    blocks = np.zeros((cfg.n_embd, 4 * cfg.n_embd // 32 * ROWS["q8_0"].block_bytes), np.uint8)
+    one_row_heads = gguf_llama.UnpermutedRows(blocks, heads=cfg.n_embd)
+    with pytest.raises(ValueError, match=f"{cfg.n_embd} rows is not an even row count for each of {cfg.n_embd}"):
+        model._compiled.set_weights(weights, {name: ("q8_0", one_row_heads)})
