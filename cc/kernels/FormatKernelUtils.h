@@ -204,7 +204,7 @@ void forEachPanelStep(const std::vector<BlockRows> &parts, const Source &source,
         const int64_t j = panel * width + c;
         while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
         rows[c] = part < parts.size() ? parts[part].row(j - partStart, source.rowBytes(k, part)) : nullptr;
-        if (rows[c]) blocksOf.column(c, part, j - partStart);
+        if (rows[c]) blocksOf.column(c, part, parts[part].fileRow(j - partStart)); // errors name the file's row
       }
       for (int64_t first = 0; first < width; first += columnsTogether)
         for (int64_t i = 0; i < steps; ++i)

@@ -28,14 +28,14 @@ struct BlockRows {
   /// copies nothing. Each head's rows must be even in count.
   int64_t permutedHeads = 0;
 
-  /// The first block of row `r` in the model's order, of `rowBytes` bytes per row.
-  const uint8_t *row(int64_t r, int64_t rowBytes) const {
-    if (permutedHeads > 0) {
-      const int64_t headRows = rows / permutedHeads, half = headRows / 2, within = r % headRows;
-      r += 2 * (within % half) + within / half - within;
-    }
-    return blocks + r * rowBytes;
+  /// The file's row that holds row `r` of the model's order.
+  int64_t fileRow(int64_t r) const {
+    if (permutedHeads == 0) return r;
+    const int64_t headRows = rows / permutedHeads, half = headRows / 2, within = r % headRows;
+    return r - within + 2 * (within % half) + within / half;
   }
+  /// The first block of row `r` in the model's order, of `rowBytes` bytes per row.
+  const uint8_t *row(int64_t r, int64_t rowBytes) const { return blocks + fileRow(r) * rowBytes; }
 };
 
 /// The q8_0 lanes [paddedN / width, K / 4, width] and fp16 scale panels [paddedN / width, K / 32,

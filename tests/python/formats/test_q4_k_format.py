@@ -157,6 +157,22 @@ def test_a_non_finite_d_in_a_file_is_a_model_file_error_naming_the_weight(tmp_pa
     )
 
 
+def test_a_non_finite_d_in_a_q_weight_names_the_files_row_not_the_models(tmp_path):
+    # llama.cpp permuted the q rows within each head (the model's row 32 of a 64-row head is the
+    # file's row 1); the repack reads them in the model's order, and the error points into the file.
+    path = tmp_path / "nan.q4_k_m.gguf"
+    make_gguf.write(str(path), make_gguf.dataclasses.replace(SHAPE, n_layer=1), "q4_k_m")
+    tensor = next(t for t in gguf.GGUFReader(path).tensors if t.name == "blk.0.attn_q.weight")
+    assert tensor.tensor_type == T.Q4_K
+    data = bytearray(path.read_bytes())
+    at = int(tensor.data_offset) + 1 * 144  # the file's row 1, its (only) super-block's fp16 d
+    data[at : at + 2] = (0x7E00).to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(gpt.ModelFileError) as raised:
+        gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="auto", disk_cache=False))
+    assert "q4_k block 0 of row 1 of part 0 (values 0 to 255) has fp16 scale nan" in str(raised.value)
+
+
 def test_a_float_model_quantizes_itself_to_q4_k():
     cfg = gpt.GPTConfig(n_layer=2, n_head=4, n_embd=256, vocab_size=300, block_size=32)
     floats = gpt.GPT.random(cfg, seed=4, options=gpt.CompileOptions(disk_cache=False))
