@@ -168,8 +168,8 @@ struct ConvertedBlocks {
 };
 
 /// The columns `parts` hold together, checked as every repack checks them: no part of negative
-/// rows, and a padded column count of at least that many and a multiple of the panel width
-/// (std::invalid_argument naming `what` otherwise).
+/// rows, permuted heads of an even row count each (BlockRows::permutedHeads), and a padded column count of at least
+/// that many and a multiple of the panel width (std::invalid_argument naming `what` otherwise).
 int64_t checkedColumns(const char *what, const std::vector<BlockRows> &parts, int64_t paddedN, int64_t width);
 
 /// The blocks of a repacking into a format of super-blocks (`target`'s blocks of `targetBytes`),

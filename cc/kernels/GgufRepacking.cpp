@@ -66,6 +66,10 @@ int64_t checkedColumns(const char *what, const std::vector<BlockRows> &parts, in
   for (const BlockRows &part : parts) {
     if (part.rows < 0)
       throw std::invalid_argument(std::string(what) + ": a part of " + std::to_string(part.rows) + " rows");
+    if (part.permutedHeads < 0 || (part.permutedHeads > 0 && part.rows % (2 * part.permutedHeads) != 0))
+      throw std::invalid_argument(std::string(what) + ": a part of " + std::to_string(part.rows) +
+                                  " rows is not an even row count for each of " + std::to_string(part.permutedHeads) +
+                                  " permuted heads");
     n += part.rows;
   }
   if (paddedN < n || width <= 0 || paddedN % width != 0)

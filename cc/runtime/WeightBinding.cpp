@@ -68,10 +68,6 @@ std::vector<kernels::BlockRows> blockParts(const std::string &key, const Compile
       throw std::invalid_argument(key + ": a part of " + std::to_string(part.bytes) + " bytes of " + type +
                                   " blocks is not whole rows of " + std::to_string(rowBytes) + " bytes");
     const int64_t partRows = part.bytes / rowBytes;
-    if (part.permutedHeads < 0 || (part.permutedHeads > 0 && partRows % (2 * part.permutedHeads) != 0))
-      throw std::invalid_argument(key + ": a part of " + std::to_string(partRows) +
-                                  " rows is not an even row count for each of " + std::to_string(part.permutedHeads) +
-                                  " permuted heads");
     parts.push_back({part.blocks, partRows, part.type, part.permutedHeads});
     rowsInParts += partRows;
   }

@@ -174,9 +174,6 @@ void initLanes(py::module_ &m) {
                                       std::to_string(n) + " rows and a multiple of the panel width");
         py::array_t<uint32_t> codes({paddedN / width, row.laneWords(k), width});
         py::array_t<uint16_t> scales(withScaleRows(row, k, {paddedN / width}, width));
-        if (permutedHeads < 0 || (permutedHeads > 0 && n % (2 * permutedHeads) != 0))
-          throw std::invalid_argument("permuted_heads " + std::to_string(permutedHeads) +
-                                      " must divide the rows into heads of an even count");
         row.repack({{blocks.data(), n, {}, permutedHeads}}, k, paddedN, width, codes.mutable_data(),
                    scales.mutable_data(), threads);
         return py::make_tuple(codes, scales);

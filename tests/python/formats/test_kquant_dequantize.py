@@ -136,7 +136,9 @@ def test_rows_llama_cpp_permuted_are_repacked_in_the_models_order_without_a_copy
     got = gpt_kernels_testing.repack_rows(stored, blocks, k, 32, width, threads=2, permuted_heads=heads)
     for a, b in zip(expected, got, strict=True):
         np.testing.assert_array_equal(a, b)
-    with pytest.raises(ValueError, match="even count"):  # heads of 3 rows cannot be halves of pairs
+    with pytest.raises(
+        ValueError, match="24 rows is not an even row count for each of 8 permuted heads"
+    ):  # heads of 3 rows cannot be halves of pairs
         gpt_kernels_testing.repack_rows(stored, blocks, k, 32, width, permuted_heads=8)
 
 
