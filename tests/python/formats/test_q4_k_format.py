@@ -139,15 +139,22 @@ def test_a_q4_k_m_file_runs_in_q4_k_and_matches_its_float_values(q4_k_m_file):
     assert np.abs(ours - theirs).max() <= 1.1 * np.abs(q4_1 - theirs).max()
 
 
-def test_a_non_finite_d_in_a_file_is_a_model_file_error_naming_the_weight(tmp_path):
+def q4_k_m_file_with_a_nan_d(tmp_path, tensor_name: str, row: int):
+    """A one-layer Q4_K_M file whose Q4_K tensor `tensor_name` has a NaN d in the file's row `row`
+    (its only super-block: the shape's rows are 256 wide)."""
     path = tmp_path / "nan.q4_k_m.gguf"
     make_gguf.write(str(path), make_gguf.dataclasses.replace(SHAPE, n_layer=1), "q4_k_m")
-    tensor = next(t for t in gguf.GGUFReader(path).tensors if t.name == "blk.0.ffn_up.weight")
+    tensor = next(t for t in gguf.GGUFReader(path).tensors if t.name == tensor_name)
     assert tensor.tensor_type == T.Q4_K
     data = bytearray(path.read_bytes())
-    at = int(tensor.data_offset) + 7 * 144  # row 7's (only) super-block, its fp16 d
+    at = int(tensor.data_offset) + row * 144  # the super-block's fp16 d
     data[at : at + 2] = (0x7E00).to_bytes(2, "little")
     path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_non_finite_d_in_a_file_is_a_model_file_error_naming_the_weight(tmp_path):
+    path = q4_k_m_file_with_a_nan_d(tmp_path, "blk.0.ffn_up.weight", row=7)
     with pytest.raises(gpt.ModelFileError) as raised:
         gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="auto", disk_cache=False))
     assert str(raised.value) == (
@@ -160,14 +167,7 @@ def test_a_non_finite_d_in_a_file_is_a_model_file_error_naming_the_weight(tmp_pa
 def test_a_non_finite_d_in_a_q_weight_names_the_files_row_not_the_models(tmp_path):
     # llama.cpp permuted the q rows within each head (the model's row 32 of a 64-row head is the
     # file's row 1); the repack reads them in the model's order, and the error points into the file.
-    path = tmp_path / "nan.q4_k_m.gguf"
-    make_gguf.write(str(path), make_gguf.dataclasses.replace(SHAPE, n_layer=1), "q4_k_m")
-    tensor = next(t for t in gguf.GGUFReader(path).tensors if t.name == "blk.0.attn_q.weight")
-    assert tensor.tensor_type == T.Q4_K
-    data = bytearray(path.read_bytes())
-    at = int(tensor.data_offset) + 1 * 144  # the file's row 1, its (only) super-block's fp16 d
-    data[at : at + 2] = (0x7E00).to_bytes(2, "little")
-    path.write_bytes(bytes(data))
+    path = q4_k_m_file_with_a_nan_d(tmp_path, "blk.0.attn_q.weight", row=1)
     with pytest.raises(gpt.ModelFileError) as raised:
         gpt.GPT.from_gguf(str(path), gpt.CompileOptions(weights="auto", disk_cache=False))
     assert "q4_k block 0 of row 1 of part 0 (values 0 to 255) has fp16 scale nan" in str(raised.value)
