@@ -179,39 +179,121 @@ ConvertedBlocks checkedSuperBlockSource(const char *what, const char *superBlock
                                         int64_t targetBytes, const std::vector<BlockRows> &parts, int64_t k,
                                         int64_t paddedN, int64_t width);
 
-/// The walk every repack takes. Panels are independent, so each thread writes whole panels.
-/// Within a panel, `columnsTogether` of its columns (a divisor of the width) at a time, `step`
-/// blocks at a time across them. Calls `visit(panel, i, c, block)` for step i of column c, `block`
-/// being its first block (`source(row, i * step, c)`), or null for a padding column.
-///
-/// Each column is a row of the file. Blocks of 32 weights (34 or 18 bytes) take all of a panel's
-/// 32 columns together, so that each word row of the panel is written front to back; super-blocks
-/// (144 or 210 bytes) one column at a time, its row read front to back: 32 rows read a super-block
-/// at a time kept q4_K's repack waiting for memory, 2x the time of one row after another (75 MB of
-/// blocks, 2 threads: 21-24 ms against 41-47; q6_K 50 against 57). Blocks of 32 gained nothing.
-template <typename Source, typename Visit>
-void forEachPanelStep(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t paddedN,
-                      int64_t width, int64_t step, int64_t columnsTogether, int64_t threads, Visit visit) {
-  const int64_t steps = k / kQuantBlock / step;
+/// Where a panel's columns read: each column's row of blocks and its length in bytes (null and 0
+/// for a padding column), and each real column's part and row in that part.
+struct PanelRows {
+  std::vector<const uint8_t *> rows;
+  std::vector<int64_t> bytes, parts, partRows;
+};
+
+/// Finds the rows of panels taken in increasing order (a cursor over the parts).
+template <typename Source> class PanelRowCursor {
+public:
+  PanelRowCursor(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t width)
+      : parts(parts), source(source), k(k), width(width) {}
+  /// Panel `panel`'s rows into `out`; panels at or after the last one asked for.
+  void locate(int64_t panel, PanelRows &out) {
+    out.rows.resize(width);
+    out.bytes.resize(width);
+    out.parts.resize(width);
+    out.partRows.resize(width);
+    for (int64_t c = 0; c < width; ++c) {
+      const int64_t j = panel * width + c;
+      while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
+      const bool real = part < parts.size();
+      out.bytes[c] = real ? source.rowBytes(k, part) : 0;
+      out.rows[c] = real ? parts[part].row(j - partStart, out.bytes[c]) : nullptr;
+      out.parts[c] = static_cast<int64_t>(part);
+      out.partRows[c] = j - partStart;
+    }
+  }
+
+private:
+  const std::vector<BlockRows> &parts;
+  const Source &source;
+  int64_t k, width;
+  size_t part = 0;
+  int64_t partStart = 0; // the first row of part `part`
+};
+
+/// The panels of a repack, split over `threads` (each thread writes whole panels): calls
+/// `visitPanel(panel, rows, next, blocksOf)` with the panel's rows, the next panel's (or no rows,
+/// after this thread's last) and this thread's copy of `source`, told each real column's part and
+/// file row (for its errors).
+template <typename Source, typename VisitPanel>
+void forEachPanel(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t paddedN, int64_t width,
+                  int64_t threads, VisitPanel visitPanel) {
   parallelFor(paddedN / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
     Source blocksOf = source; // this thread's
     blocksOf.forPanels(width);
-    std::vector<const uint8_t *> rows(width); // each column's row of blocks; null for padding
-    size_t part = 0;
-    int64_t partStart = 0; // the first row of part `part`
+    PanelRowCursor<Source> cursor(parts, source, k, width);
+    PanelRows rows, next, none;
+    cursor.locate(firstPanel, next);
     for (int64_t panel = firstPanel; panel < endPanel; ++panel) {
-      for (int64_t c = 0; c < width; ++c) {
-        const int64_t j = panel * width + c;
-        while (part < parts.size() && j >= partStart + parts[part].rows) partStart += parts[part++].rows;
-        rows[c] = part < parts.size() ? parts[part].row(j - partStart, source.rowBytes(k, part)) : nullptr;
-        if (rows[c]) blocksOf.column(c, part, parts[part].fileRow(j - partStart)); // errors name the file's row
-      }
-      for (int64_t first = 0; first < width; first += columnsTogether)
-        for (int64_t i = 0; i < steps; ++i)
-          for (int64_t c = first; c < std::min(width, first + columnsTogether); ++c)
-            visit(panel, i, c, rows[c] ? blocksOf(rows[c], i * step, c) : nullptr);
+      std::swap(rows, next);
+      if (panel + 1 < endPanel) cursor.locate(panel + 1, next);
+      for (int64_t c = 0; c < width; ++c)
+        if (rows.rows[c])
+          blocksOf.column(c, rows.parts[c],
+                          parts[rows.parts[c]].fileRow(rows.partRows[c])); // errors name the file's row
+      visitPanel(panel, rows.rows, panel + 1 < endPanel ? next : none, blocksOf);
     }
   });
+}
+
+/// The walk of a repack into super-blocks: within a panel, one column at a time, its row read
+/// front to back `step` blocks at a time. Calls `visit(panel, i, c, block)` for step i of column c,
+/// `block` being its first block (`source(row, i * step, c)`), or null for a padding column.
+///
+/// Each column is a row of the file. Super-blocks (144 or 210 bytes) go one column at a time: 32
+/// rows read a super-block at a time kept q4_K's repack waiting for memory, 2x the time of one row
+/// after another (75 MB of blocks, 2 threads: 21-24 ms against 41-47; q6_K 50 against 57).
+template <typename Source, typename Visit>
+void forEachPanelStep(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t paddedN,
+                      int64_t width, int64_t step, int64_t threads, Visit visit) {
+  const int64_t steps = k / kQuantBlock / step;
+  forEachPanel(parts, source, k, paddedN, width, threads,
+               [&](int64_t panel, const std::vector<const uint8_t *> &rows, const PanelRows &, Source &blocksOf) {
+                 for (int64_t c = 0; c < width; ++c)
+                   for (int64_t i = 0; i < steps; ++i)
+                     visit(panel, i, c, rows[c] ? blocksOf(rows[c], i * step, c) : nullptr);
+               });
+}
+
+/// The walk of a repack into lanes of 32-weight blocks (34 or 18 bytes): within a panel, one block
+/// step at a time across all its columns, so that each word row of the panel is written front to
+/// back. Calls `visitStep(panel, i, blocks)`, blocks[c] being column c's block of step i
+/// (`source(row, i, c)`) or null for a padding column.
+///
+/// A step reads a block from each of the panel's 32 rows: more streams than the hardware prefetcher
+/// follows, and a q8_0 repack waited on those reads (its samples sat on the first load of each
+/// block). So each step also asks for its share of the next panel's rows, front to back, one row
+/// after another: 143 MB of q8_0 blocks, 1 thread, 60 ms before and 45 ms after (a prefetch of the
+/// same rows a few blocks ahead gave 49).
+template <typename Source, typename VisitStep>
+void forEachPanelStepAcross(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t paddedN,
+                            int64_t width, int64_t threads, VisitStep visitStep) {
+  constexpr int64_t kLineBytes = 64;
+  const int64_t steps = k / kQuantBlock;
+  forEachPanel(parts, source, k, paddedN, width, threads,
+               [&](int64_t panel, const std::vector<const uint8_t *> &rows, const PanelRows &next, Source &blocksOf) {
+                 std::vector<const uint8_t *> blocks(width);
+                 int64_t nextLines = 0; // the next panel's lines, row after row
+                 for (int64_t bytes : next.bytes) nextLines += (bytes + kLineBytes - 1) / kLineBytes;
+                 const int64_t linesPerStep = (nextLines + steps - 1) / steps;
+                 size_t column = 0;
+                 int64_t offset = 0; // the next line to ask for: byte `offset` of next column `column`'s row
+                 for (int64_t i = 0; i < steps; ++i) {
+                   for (int64_t asked = 0; asked < linesPerStep && column < next.rows.size(); ++asked) {
+                     while (column < next.rows.size() && offset >= next.bytes[column]) ++column, offset = 0;
+                     if (column == next.rows.size()) break;
+                     __builtin_prefetch(next.rows[column] + offset);
+                     offset += kLineBytes;
+                   }
+                   for (int64_t c = 0; c < width; ++c) blocks[c] = rows[c] ? blocksOf(rows[c], i, c) : nullptr;
+                   visitStep(panel, i, blocks.data());
+                 }
+               });
 }
 
 /// The super-block values of a scale panel's column at most: one per sub-block of 32 weights, and
@@ -239,7 +321,7 @@ void repackSuperBlocks(const char *what, const char *superBlock, const char *tar
   const int64_t superBlocks = k / kSuperBlock, panelRows = superBlocks * wordsPerSuperBlock;
   const int64_t panelScaleRows = superBlocks * (subRows + headerRows);
   assert(subRows + headerRows <= kMostSuperBlockScaleValues && wordsPerSuperBlock <= kMostSuperBlockWords);
-  forEachPanelStep(parts, source, k, paddedN, width, subRows, /*columnsTogether=*/1, threads,
+  forEachPanelStep(parts, source, k, paddedN, width, subRows, threads,
                    [&](int64_t panel, int64_t sb, int64_t c, const uint8_t *block) {
                      uint16_t values[kMostSuperBlockScaleValues];
                      uint32_t words[kMostSuperBlockWords];

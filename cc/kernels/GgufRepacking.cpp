@@ -13,6 +13,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 namespace gpt::kernels {
 
@@ -91,6 +94,36 @@ ConvertedBlocks checkedSuperBlockSource(const char *what, const char *superBlock
   return source;
 }
 
+namespace {
+
+/// Writes four columns' lane words (`words[q][w]`, word w of column q, w < `wordsPerBlock`, a
+/// multiple of 4) into their word rows `width` apart: each row's four words in one 16-byte store.
+/// Written a word at a time, each column's words went to as many rows, and a q8_0 repack's time
+/// went to those stores and the loop around them.
+void storeFourColumns(const uint32_t (*words)[kMostLaneWordsPerBlock], int64_t wordsPerBlock, uint32_t *rows,
+                      int64_t width) {
+#ifdef __SSE2__
+  for (int64_t w = 0; w < wordsPerBlock; w += 4) {
+    // A 4 x 4 transpose of 32-bit words: column q's words w .. w + 3 in, row w + j's columns out.
+    const __m128i c0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(words[0] + w));
+    const __m128i c1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(words[1] + w));
+    const __m128i c2 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(words[2] + w));
+    const __m128i c3 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(words[3] + w));
+    const __m128i low01 = _mm_unpacklo_epi32(c0, c1), high01 = _mm_unpackhi_epi32(c0, c1);
+    const __m128i low23 = _mm_unpacklo_epi32(c2, c3), high23 = _mm_unpackhi_epi32(c2, c3);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(rows + w * width), _mm_unpacklo_epi64(low01, low23));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(rows + (w + 1) * width), _mm_unpackhi_epi64(low01, low23));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(rows + (w + 2) * width), _mm_unpacklo_epi64(high01, high23));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(rows + (w + 3) * width), _mm_unpackhi_epi64(high01, high23));
+  }
+#else
+  for (int64_t w = 0; w < wordsPerBlock; ++w)
+    for (int64_t q = 0; q < 4; ++q) rows[w * width + q] = words[q][w];
+#endif
+}
+
+} // namespace
+
 void repackLanes(const LaneFormat &format, const std::vector<BlockRows> &parts, bool checked, int64_t k,
                  int64_t paddedN, int64_t width, uint32_t *codes, uint16_t *scales, int64_t threads) {
   const char *what = format.what;
@@ -104,22 +137,31 @@ void repackLanes(const LaneFormat &format, const std::vector<BlockRows> &parts, 
   const int64_t halves = format.halves, wordsPerBlock = format.wordsPerBlock;
   const int64_t perRow = k / kQuantBlock, panelRows = perRow * wordsPerBlock;
   assert(wordsPerBlock <= kMostLaneWordsPerBlock);
-  forEachPanelStep(parts, source, k, paddedN, width, 1, /*columnsTogether=*/width, threads,
-                   [&](int64_t panel, int64_t b, int64_t c, const uint8_t *block) {
-                     uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
-                     uint32_t *codeRows = codes + (panel * panelRows + b * wordsPerBlock) * width;
-                     for (int64_t h = 0; h < halves; ++h) {
-                       uint16_t value = 0;
-                       if (block) std::memcpy(&value, block + 2 * h, sizeof value);
-                       scaleRow[h * width + c] = value;
-                     }
-                     uint32_t words[kMostLaneWordsPerBlock];
-                     if (block)
-                       format.blockWords(block + 2 * halves, words);
-                     else
-                       std::fill(words, words + wordsPerBlock, format.padWord);
-                     for (int64_t w = 0; w < wordsPerBlock; ++w) codeRows[w * width + c] = words[w];
-                   });
+  forEachPanelStepAcross(parts, source, k, paddedN, width, threads,
+                         [&](int64_t panel, int64_t b, const uint8_t *const *blocks) {
+                           uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
+                           for (int64_t c = 0; c < width; ++c)
+                             for (int64_t h = 0; h < halves; ++h) {
+                               uint16_t value = 0;
+                               if (blocks[c]) std::memcpy(&value, blocks[c] + 2 * h, sizeof value);
+                               scaleRow[h * width + c] = value;
+                             }
+                           uint32_t *codeRows = codes + (panel * panelRows + b * wordsPerBlock) * width;
+                           const bool fourAtOnce = width % 4 == 0 && wordsPerBlock % 4 == 0;
+                           for (int64_t c = 0; c < width; c += fourAtOnce ? 4 : 1) {
+                             const int64_t columns = fourAtOnce ? 4 : 1;
+                             uint32_t words[4][kMostLaneWordsPerBlock];
+                             for (int64_t q = 0; q < columns; ++q)
+                               if (blocks[c + q])
+                                 format.blockWords(blocks[c + q] + 2 * halves, words[q]);
+                               else
+                                 std::fill(words[q], words[q] + wordsPerBlock, format.padWord);
+                             if (fourAtOnce)
+                               storeFourColumns(words, wordsPerBlock, codeRows + c, width);
+                             else
+                               for (int64_t w = 0; w < wordsPerBlock; ++w) codeRows[w * width + c] = words[0][w];
+                           }
+                         });
 }
 
 } // namespace gpt::kernels
