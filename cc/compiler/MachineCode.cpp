@@ -18,6 +18,7 @@
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
@@ -47,6 +48,16 @@ void initializeNativeTarget() {
     llvm::InitializeAllTargets();
     llvm::InitializeAllTargetMCs();
     llvm::InitializeAllAsmPrinters();
+    // No list scheduling after register allocation. Zen's scheduling models ask for it, and it
+    // took 15% of a program's code generation (27 ms of the 1.7B model's 86 ms entry alone:
+    // thousands of loads in one block), for code that the out-of-order cores it runs on reorder
+    // anyway: a 16-token prefill of SmolLM2-1.7B compiled in 290 ms instead of 333, and its
+    // prefill and decode speeds did not move (alternated runs, docs/JOURNAL.md). LLVM has no
+    // per-target switch for it; the option is LLVM's own (llc -post-RA-scheduler=false), set once
+    // for this process's code generation.
+    auto &options = llvm::cl::getRegisteredOptions();
+    if (auto option = options.find("post-RA-scheduler"); option != options.end())
+      option->second->addOccurrence(1, "post-RA-scheduler", "false");
   });
 }
 
