@@ -1,7 +1,9 @@
 // The compiler library's one export: the ProgramCompiler the runtime loads it for
 // (cc/runtime/ProgramCompiler.h).
+#include "cc/Registration.h"
 #include "cc/codegen/cpu/TargetCpus.h"
 #include "cc/compiler/Compilers.h"
+#include "cc/compiler/MachineCode.h"
 
 namespace gpt {
 namespace {
@@ -24,6 +26,10 @@ public:
   }
   gpu::GpuArtifact compileGpuArtifact(const GPTConfig &config, const gpu::GpuTargetOptions &options) override {
     return gpu::compileGpuArtifact(config, options);
+  }
+  void prepare() override {
+    initializeNativeTarget();
+    registerAllPasses();
   }
 };
 

@@ -92,6 +92,9 @@ public:
   virtual std::string runPipeline(const std::string &ir, const std::string &pipeline, bool verifyEach) = 0;
   /// A config's entry points compiled for an NVIDIA GPU (GpuArtifact.h).
   virtual gpu::GpuArtifact compileGpuArtifact(const GPTConfig &config, const gpu::GpuTargetOptions &options) = 0;
+  /// Does now, once per process, what the first compile would do before its own work: LLVM's
+  /// targets initialized, MLIR's passes registered.
+  virtual void prepare() = 0;
 
 protected:
   ~ProgramCompiler() = default;

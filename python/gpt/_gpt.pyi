@@ -59,6 +59,9 @@ def compiler_identity() -> str:
 def compiler_loaded() -> bool:
     """Whether this process has loaded the compiler library (_gpt_compiler.so)."""
 
+def prepare_compiler() -> None:
+    """Loads the compiler library and does what a process's first compile does once."""
+
 def disk_cache_entries(directory: str) -> list[tuple[str, int, float]]:
     """(path, bytes, last used as seconds since the epoch) of every entry, most recent first."""
 

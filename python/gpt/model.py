@@ -36,6 +36,28 @@ STAGES = tuple(_gpt.STAGES)
 GPU_STAGES = ("gpu", "nvvm", "ptx")
 
 
+def _prepare_compiler_meanwhile() -> None:
+    """Loads the compiler library on a thread of its own while a model file loads, if no compile
+    has loaded it yet (_gpt.prepare_compiler). Called on a first load of a file (its packed weights
+    not in the disk cache), whose first token compiles its programs: the library's 30-60 ms and
+    LLVM's and MLIR's one-time set-up then overlap the load, where they were the first compile's.
+    A load whose weights come from the cache does not call it: its programs are likely cached too,
+    and a process that never compiles never maps the compiler's 100 MiB. An error is left to the
+    compile that needs the library, which raises it."""
+    if _gpt.compiler_loaded():
+        return
+
+    def prepare() -> None:
+        try:
+            _gpt.prepare_compiler()
+        except Exception:  # noqa: BLE001 - raised again by the compile that needs the library
+            pass
+
+    # Not a daemon: at exit Python waits for it (tens of milliseconds), where a daemon thread
+    # would be torn down inside dlopen.
+    threading.Thread(target=prepare, name="gpt-prepare-compiler").start()
+
+
 class GPT(GenerationMixin):
     """Construct with GPT.random, GPT.from_weights, GPT.from_pretrained or GPT.from_gguf.
 
@@ -104,6 +126,8 @@ class GPT(GenerationMixin):
         # `_packed_source` (from_gguf, from_pretrained): the model file's weight_cache key. Its
         # weights laid out by an earlier load are read back instead of converted and repacked.
         self._packed_weights_hit = weight_cache.bind(self._compiled, arguments, options, _packed_source)
+        if not self._packed_weights_hit and _packed_source and weight_cache.directory(options):
+            _prepare_compiler_meanwhile()
         if not self._packed_weights_hit:
             try:
                 self._compiled.set_weights(arguments, quantized)

@@ -18,6 +18,11 @@ void initCompiler(py::module_ &m) {
         "Whether this process has loaded the compiler library (_gpt_compiler.so): a process whose programs all "
         "came from the disk cache never does.");
   m.def(
+      "prepare_compiler", [] { programCompiler().prepare(); }, py::call_guard<py::gil_scoped_release>(),
+      "Loads the compiler library and does what a process's first compile does once (LLVM's targets, MLIR's "
+      "passes), so that a load that will compile can have it done beside itself. Raises CompilerError where the "
+      "library cannot be loaded.");
+  m.def(
       "run_pipeline",
       [](const std::string &ir, const std::string &pipeline, bool verifyEach) {
         return programCompiler().runPipeline(ir, pipeline, verifyEach);

@@ -287,3 +287,40 @@ def test_a_process_killed_mid_write_leaves_no_entry_a_later_load_would_use(tmp_p
     np.testing.assert_array_equal(logits(later), np.load(tmp_path / "first.npy"))
     [entry] = packed_entries(tmp_path / "cache")
     assert load(path, tmp_path / "cache")._packed_weights_hit
+
+
+CHILD_LOADS = """
+import sys, threading
+import gpt
+model = gpt.GPT.from_gguf(sys.argv[1], gpt.CompileOptions(weights="auto", cache_dir=sys.argv[2]))
+for thread in threading.enumerate():
+    if thread.name == "gpt-prepare-compiler":
+        thread.join()
+gpt.weight_cache.wait()
+print(model._packed_weights_hit, gpt._gpt.compiler_loaded(), model.compile_seconds() == 0)
+"""
+
+
+def test_a_first_load_loads_the_compiler_beside_itself_and_a_load_from_the_cache_does_not(tmp_path):
+    """A first load of a file (its packed weights not in the cache) compiles its first token's
+    programs next: it loads the compiler library meanwhile, before any compile. A load whose
+    weights come from the cache leaves the compiler unloaded (its programs are likely cached too)."""
+    path = write_file(tmp_path, "q8_0")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", CHILD_LOADS, path, str(tmp_path / "cache")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    # Under GPT_TARGET_CPU=<cpu>, "host" is a named CPU whose features only the compiler library
+    # knows: every load loads it (test_disk_cache's test_another_process_loads_it_without_the_compiler).
+    named = str(os.environ.get("GPT_TARGET_CPU", "") not in ("", "host"))
+    assert runs[0].stdout.split() == ["False", "True", "True"]
+    assert runs[1].stdout.split() == ["True", named, "True"]
