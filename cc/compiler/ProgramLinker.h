@@ -1,4 +1,4 @@
-// Links a compiled program into a shared object with LLVM's linker (lld, through the clang driver):
+// Links a compiled program into a shared object with LLVM's linker (ld.lld, run as a process):
 // what the runtime then loads with dlopen (cc/runtime/SharedObject.h).
 #ifndef GPT_CC_COMPILER_PROGRAMLINKER_H
 #define GPT_CC_COMPILER_PROGRAMLINKER_H
