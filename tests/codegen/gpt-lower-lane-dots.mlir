@@ -10,7 +10,6 @@
 // RUN: gpt-opt %s --gpt-set-target="cpu=alderlake" --gpt-lower-lane-dots | FileCheck %s --check-prefix=AVXVNNI
 // RUN: gpt-opt %s --gpt-set-target="cpu=haswell" --gpt-lower-lane-dots | FileCheck %s --check-prefix=AVX2
 // RUN: gpt-opt %s --gpt-set-target="cpu=skylake-avx512" --gpt-lower-lane-dots | FileCheck %s --check-prefix=AVX512BW
-// RUN: gpt-opt %s --gpt-lower-lane-dots | FileCheck %s --check-prefix=NIBBLES
 
 // A bf16 tile of 2 rows x 32 lanes: 4 instructions, each on a row's 16-lane piece, its i32 lanes
 // reinterpreted as 32 bf16.
@@ -96,50 +95,4 @@ func.func @scalars(%f: f32, %i: i32, %a: i32, %b: i32) -> (f32, i32) {
   %0 = transformer.lane_dot_bf16 %f, %a, %b : i32 -> f32
   %1 = transformer.lane_dot_u8i8 %i, %a, %b : i32 -> i32
   return %0, %1 : f32, i32
-}
-
-// The high nibbles of i32 lanes, (x >> 4) & 0x0F0F0F0F (either operand order), are every byte
-// shifted right by 4 on its own: each row's lanes as bytes, shifted, taken back as i32 lanes.
-// NIBBLES-LABEL: func.func @high_nibbles
-// NIBBLES: %[[ROW0:.*]] = vector.extract %[[X:.*]][0] : vector<32xi32> from vector<2x32xi32>
-// NIBBLES: %[[BYTES0:.*]] = vector.bitcast %[[ROW0]] : vector<32xi32> to vector<128xi8>
-// NIBBLES: %[[DOWN0:.*]] = arith.shrui %[[BYTES0]], %[[FOUR:.*]] : vector<128xi8>
-// NIBBLES: vector.bitcast %[[DOWN0]] : vector<128xi8> to vector<32xi32>
-// NIBBLES: %[[ROW1:.*]] = vector.extract %[[X]][1] : vector<32xi32> from vector<2x32xi32>
-// NIBBLES: %[[BYTES1:.*]] = vector.bitcast %[[ROW1]] : vector<32xi32> to vector<128xi8>
-// NIBBLES: arith.shrui %[[BYTES1]], %[[FOUR]] : vector<128xi8>
-// NIBBLES: %[[BYTES:.*]] = vector.bitcast %{{.*}} : vector<16xi32> to vector<64xi8>
-// NIBBLES: arith.shrui %[[BYTES]], %{{.*}} : vector<64xi8>
-// NIBBLES-NOT: arith.shrui {{.*}} : vector<{{.*}}xi32>
-// NIBBLES: return
-func.func @high_nibbles(%x: vector<2x32xi32>, %y: vector<16xi32>) -> (vector<2x32xi32>, vector<16xi32>) {
-  %four = arith.constant dense<4> : vector<2x32xi32>
-  %nibbles = arith.constant dense<252645135> : vector<2x32xi32>
-  %0 = arith.shrui %x, %four : vector<2x32xi32>
-  %1 = arith.andi %0, %nibbles : vector<2x32xi32>
-  %four1 = arith.constant dense<4> : vector<16xi32>
-  %nibbles1 = arith.constant dense<252645135> : vector<16xi32>
-  %2 = arith.shrui %y, %four1 : vector<16xi32>
-  %3 = arith.andi %nibbles1, %2 : vector<16xi32>
-  return %1, %3 : vector<2x32xi32>, vector<16xi32>
-}
-
-// Another shift or another mask is not a byte's nibble: they stay as they are.
-// NIBBLES-LABEL: func.func @not_high_nibbles
-// NIBBLES-NOT: vector.bitcast
-// NIBBLES: arith.shrui %{{.*}} : vector<16xi32>
-// NIBBLES: arith.andi %{{.*}} : vector<16xi32>
-// NIBBLES: arith.shrui %{{.*}} : vector<16xi32>
-// NIBBLES: arith.andi %{{.*}} : vector<16xi32>
-// NIBBLES-NOT: vector.bitcast
-func.func @not_high_nibbles(%y: vector<16xi32>) -> (vector<16xi32>, vector<16xi32>) {
-  %four = arith.constant dense<4> : vector<16xi32>
-  %eight = arith.constant dense<8> : vector<16xi32>
-  %nibbles = arith.constant dense<252645135> : vector<16xi32>
-  %bytes = arith.constant dense<16711935> : vector<16xi32>
-  %0 = arith.shrui %y, %eight : vector<16xi32>
-  %1 = arith.andi %0, %nibbles : vector<16xi32>
-  %2 = arith.shrui %y, %four : vector<16xi32>
-  %3 = arith.andi %2, %bytes : vector<16xi32>
-  return %1, %3 : vector<16xi32>, vector<16xi32>
 }

@@ -9,7 +9,6 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
-#include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
@@ -186,53 +185,6 @@ struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
   Int8Dots dots;
 };
 
-/// True for a constant whose every lane is `value`.
-bool isSplatOf(Value value, int64_t expected) {
-  DenseIntElementsAttr splat;
-  return matchPattern(value, m_Constant(&splat)) && splat.isSplat() &&
-         splat.getSplatValue<APInt>().getSExtValue() == expected;
-}
-
-/// `(x >> 4) & 0x0F0F0F0F` on i32 lanes moves each byte's high nibble down: every byte of x shifted
-/// right by 4 on its own, which is what it becomes (x's lanes as bytes, shifted, taken back as i32
-/// lanes; row by row). A byte shift is one instruction where the target has GFNI
-/// (`vgf2p8affineqb`: Zen 4, Ice Lake and later) and a 16-bit shift and a mask elsewhere, where
-/// the i32 form is always a shift and a mask: the 4-bit formats' partial sums (q4_0, q4_1, q4_k,
-/// and q6_k's low bits) unpack every weight lane so, next to two lane dots.
-struct HighNibblesAsByteShift : OpRewritePattern<arith::AndIOp> {
-  using OpRewritePattern::OpRewritePattern;
-
-  LogicalResult matchAndRewrite(arith::AndIOp op, PatternRewriter &rewriter) const override {
-    auto type = dyn_cast<VectorType>(op.getType());
-    if (!type || type.isScalable() || !type.getElementType().isInteger(32)) return failure();
-    Value shifted = op.getLhs(), mask = op.getRhs();
-    if (!isSplatOf(mask, 0x0F0F0F0F)) std::swap(shifted, mask);
-    auto shift = shifted.getDefiningOp<arith::ShRUIOp>();
-    if (!isSplatOf(mask, 0x0F0F0F0F) || !shift || !isSplatOf(shift.getRhs(), 4)) return failure();
-    Location loc = op.getLoc();
-    ArrayRef<int64_t> leading = type.getShape().drop_back();
-    const int64_t lanes = type.getShape().back();
-    auto wordRow = VectorType::get({lanes}, rewriter.getI32Type());
-    auto byteRow = VectorType::get({4 * lanes}, rewriter.getI8Type());
-    Value four = rewriter.create<arith::ConstantOp>(loc, DenseElementsAttr::get(byteRow, rewriter.getI8IntegerAttr(4)));
-    int64_t rows = 1;
-    for (int64_t size : leading) rows *= size;
-    Value result = rewriter.create<arith::ConstantOp>(loc, type, rewriter.getZeroAttr(type));
-    for (int64_t row = 0; row < rows; ++row) {
-      SmallVector<int64_t> position(leading.size());
-      for (int64_t dim = leading.size() - 1, rest = row; dim >= 0; rest /= leading[dim], --dim)
-        position[dim] = rest % leading[dim];
-      Value words =
-          leading.empty() ? shift.getLhs() : rewriter.create<vector::ExtractOp>(loc, shift.getLhs(), position);
-      Value bytes = rewriter.create<vector::BitCastOp>(loc, byteRow, words);
-      Value down = rewriter.create<vector::BitCastOp>(loc, wordRow, rewriter.create<arith::ShRUIOp>(loc, bytes, four));
-      result = leading.empty() ? down : rewriter.create<vector::InsertOp>(loc, down, result, position);
-    }
-    rewriter.replaceOp(op, result);
-    return success();
-  }
-};
-
 class LowerLaneDotsPass : public impl::LowerLaneDotsBase<LowerLaneDotsPass> {
 public:
   using LowerLaneDotsBase::LowerLaneDotsBase;
@@ -251,7 +203,6 @@ public:
     }
     patterns.add<LowerLaneDotBf16>(&getContext(), bf16Dots);
     patterns.add<LowerLaneDotU8I8>(&getContext(), int8Dots);
-    patterns.add<HighNibblesAsByteShift>(&getContext());
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

@@ -67,10 +67,6 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
     multiply-adds. The target is the module's `gpt.target` (the JIT writes it; in a test,
     `--gpt-set-target`); a module without one gets the plain arithmetic.
 
-    The high nibbles the 4-bit formats unpack next to those dots, `(x >> 4) & 0x0F0F0F0F` on i32
-    lanes, become a shift of each byte by 4 (the lanes bitcast to i8 and back, row by row): one
-    `vgf2p8affineqb` where the target has GFNI, a 16-bit shift and a mask elsewhere, as before.
-
     ```mlir
     // before, on a target with avx512bf16
     %r = transformer.lane_dot_bf16 %acc, %x, %w : vector<16xi32> -> vector<16xf32>
