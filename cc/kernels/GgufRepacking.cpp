@@ -98,8 +98,7 @@ namespace {
 
 /// Writes four columns' lane words (`words[q][w]`, word w of column q, w < `wordsPerBlock`, a
 /// multiple of 4) into their word rows `width` apart: each row's four words in one 16-byte store,
-/// where a word at a time took four (143 MB of q8_0 blocks, 1 thread, the next panel prefetched:
-/// 50 ms against 58).
+/// where a word at a time took four.
 void storeFourColumns(const uint32_t (*words)[kMostLaneWordsPerBlock], int64_t wordsPerBlock, uint32_t *rows,
                       int64_t width) {
 #ifdef __SSE2__

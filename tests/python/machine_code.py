@@ -13,6 +13,12 @@ def host_code_may_use(feature):
     return feature in _gpt.target_description("host")["features"]
 
 
+def host_is_a_named_cpu():
+    """Whether GPT_TARGET_CPU makes "host" a named CPU, whose features only LLVM's target registry
+    (in the compiler library) knows: then every process that builds a model loads the compiler."""
+    return os.environ.get("GPT_TARGET_CPU", "") not in ("", "host")
+
+
 def objdump():
     # In Bazel the tool comes from the @llvm repository; outside, from llvm-19-tools on PATH.
     for candidate in ("external/llvm/bin/llvm-objdump", "/usr/lib/llvm-19/bin/llvm-objdump"):

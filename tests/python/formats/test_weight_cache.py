@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import gpt
+from machine_code import host_is_a_named_cpu
 
 spec = importlib.util.spec_from_file_location("make_gguf", os.path.join("tools", "dev", "make_gguf.py"))
 make_gguf = importlib.util.module_from_spec(spec)
@@ -319,8 +320,7 @@ def test_a_first_load_loads_the_compiler_beside_itself_and_a_load_from_the_cache
     ]
     for run in runs:
         assert run.returncode == 0, run.stderr
-    # Under GPT_TARGET_CPU=<cpu>, "host" is a named CPU whose features only the compiler library
-    # knows: every load loads it (test_disk_cache's test_another_process_loads_it_without_the_compiler).
-    named = str(os.environ.get("GPT_TARGET_CPU", "") not in ("", "host"))
+    # Under GPT_TARGET_CPU=<cpu> every load loads the compiler (machine_code.host_is_a_named_cpu).
+    named = str(host_is_a_named_cpu())
     assert runs[0].stdout.split() == ["False", "True", "True"]
     assert runs[1].stdout.split() == ["True", named, "True"]
