@@ -101,10 +101,10 @@ std::vector<int64_t> ParameterSpec::argumentShape() const {
   const WeightFormatTraits &traits = weightFormatTraits(format);
   const int64_t k = shape[0], panels = shape[1] / panelWidth;
   // Lanes: K * codeBits / 32 words per column (f32 one per row, bf16 2 rows a word, q8_0 4, the
-  // 4-bit formats 8, q6_k 16 rows in 3 words; kernels/WeightFormats.h).
+  // 4-bit formats 8, q6_k 16 rows in 3 words, q5_k 32 in 5; kernels/WeightFormats.h).
   if (!isScales()) return {panels, traits.laneWords(k), panelWidth};
-  // Scales: the format's 16-bit scale rows per block (with mins: each block's scale then its min; q4_k:
-  // its sub-blocks' then its super-blocks'; q6_k: the run scales' pairs then d; each format's
+  // Scales: the format's 16-bit scale rows per block (with mins: each block's scale then its min; q4_k
+  // and q5_k: its sub-blocks' then its super-blocks'; q6_k: the run scales' pairs then d; each format's
   // section of kernels/FormatKernels.h).
   return {panels, k / traits.blockValues * traits.scaleRowsPerBlock(), panelWidth};
 }

@@ -67,7 +67,7 @@ using IteratorType = utils::IteratorType;
 /// - the block sums `partial[m, panel, block, column] = sum over the block of code_x * code_w`
 ///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`);
 /// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x` (q4_1:
-///   `out += d_x * (d_w * partial + min_w * compensation)`; q4_K: d_w = d * sc and
+///   `out += d_x * (d_w * partial + min_w * compensation)`; q4_K and q5_K: d_w = d * sc and
 ///   min_w = -dmin * m of the block's super-block, in f32), the packed
 ///   matmul proper (loops M, panel, column, block), which the schedule tiles like an f32 one and
 ///   into whose block loop it fuses the partial sums (transform.gpt.vectorize_block_matmul), so
@@ -98,16 +98,18 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
     case WeightFormat::Q8_0:
     case WeightFormat::Q4_0:
     case WeightFormat::Q4_1:
-    case WeightFormat::Q4_K: {
-      const bool q8 = format == WeightFormat::Q8_0, q4_K = format == WeightFormat::Q4_K,
-                 withMins = op.getWeightFormat().hasMins;
+    case WeightFormat::Q4_K:
+    case WeightFormat::Q5_K: {
+      const bool q8 = format == WeightFormat::Q8_0, q5_K = format == WeightFormat::Q5_K,
+                 subBlockScales = format == WeightFormat::Q4_K || q5_K, withMins = op.getWeightFormat().hasMins;
       QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : withMins ? 1 : 8);
-      Value partials = q8 ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
-                          : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
-      panels = q4_K       ? scaledSubBlocks(rewriter, loc, partials, adaptor.getScales(), x.scales,
-                                            scaledCompensations(rewriter, loc, x), init)
-               : withMins ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
-                          : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
+      Value partials = q8     ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
+                       : q5_K ? q5Partials(rewriter, loc, x.lanes, adaptor.getRhs())
+                              : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
+      panels = subBlockScales ? scaledSubBlocks(rewriter, loc, partials, adaptor.getScales(), x.scales,
+                                                scaledCompensations(rewriter, loc, x), init)
+               : withMins     ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
+                              : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
       break;
     }
     case WeightFormat::Q6_K: {
@@ -199,6 +201,68 @@ private:
                          });
   }
 
+  /// The [.., 1, ..] slice of `value` at index `at` of dimension `dim`.
+  static Value unitSlice(OpBuilder &b, Location loc, Value value, int64_t dim, int64_t at) {
+    RankedTensorType type = rankedType(value);
+    SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0)), sizes;
+    offsets[dim] = b.getIndexAttr(at);
+    for (int64_t i = 0; i < type.getRank(); ++i) sizes.push_back(b.getIndexAttr(i == dim ? 1 : type.getDimSize(i)));
+    return b.create<tensor::ExtractSliceOp>(loc, value, offsets, sizes,
+                                            SmallVector<OpFoldResult>(type.getRank(), b.getIndexAttr(1)));
+  }
+
+  /// q5_K: [M, N/P, K/32, P] i32 block sums, as q4Partials' with each code's fifth bit: a block's
+  /// 5 words per column (kernels/FormatKernels.h's q5_K section) are q4_0's 4 nibble words and a
+  /// word whose bit j is code j's fifth bit. Activation lane l (its byte i: code l + 8 i) takes
+  /// bits l + 8 i of that word, moved to bit 4 of byte i by one shift (left by 4 - l, right by
+  /// l - 4) and a mask, or'ed into its nibbles. All 8 lanes in one body: each lane's shift is its
+  /// own constant (loops m, panel, column, block and a unit loop, the reduction the schedule tiles).
+  static Value q5Partials(OpBuilder &b, Location loc, Value x, Value codes) {
+    MLIRContext *ctx = b.getContext();
+    constexpr int64_t wordsPerBlock = PackedMatmulOp::kQ5_KWordsPerBlock, lanesPerBlock = 8;
+    ArrayRef<int64_t> packed = rankedType(codes).getShape();
+    const int64_t m = rankedType(x).getDimSize(0), blocks = rankedType(x).getDimSize(1);
+    Value init = zeros(b, loc, {m, packed[0], blocks, packed[2]}, b.getI32Type());
+    AffineExpr mDim, panel, column, blockDim, unit;
+    bindDims(ctx, mDim, panel, column, blockDim, unit);
+    SmallVector<Value> inputs;
+    SmallVector<AffineMap> maps;
+    for (int64_t lane = 0; lane < lanesPerBlock; ++lane) {
+      inputs.push_back(unitSlice(b, loc, x, 2, lane));
+      maps.push_back(AffineMap::get(5, 0, {mDim, blockDim, unit}, ctx));
+    }
+    Value words = splitDim(b, loc, codes, 1, {blocks, wordsPerBlock});
+    for (int64_t w = 0; w < wordsPerBlock; ++w) {
+      inputs.push_back(unitSlice(b, loc, words, 2, w));
+      maps.push_back(AffineMap::get(5, 0, {panel, blockDim, unit, column}, ctx));
+    }
+    SmallVector<IteratorType> iterators(4, IteratorType::parallel);
+    iterators.push_back(IteratorType::reduction);
+    Value partials = buildGeneric(
+        b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx), iterators,
+        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+          Value nibbles = i32Constant(b, l, 0x0F0F0F0F), fifthBits = i32Constant(b, l, 0x10101010);
+          Value fifths = args[lanesPerBlock + wordsPerBlock - 1];
+          auto code = [&](Value nibble, int64_t lane) -> Value {
+            Value moved = lane < 4   ? b.create<arith::ShLIOp>(l, fifths, i32Constant(b, l, 4 - lane))
+                          : lane > 4 ? b.create<arith::ShRUIOp>(l, fifths, i32Constant(b, l, lane - 4))
+                                     : fifths;
+            return b.create<arith::OrIOp>(l, nibble, b.create<arith::AndIOp>(l, moved, fifthBits));
+          };
+          Value sum = args.back();
+          for (int64_t o = 0; o < lanesPerBlock / 2; ++o) {
+            Value word = args[lanesPerBlock + o];
+            Value low = b.create<arith::AndIOp>(l, word, nibbles);
+            Value high = b.create<arith::AndIOp>(l, b.create<arith::ShRUIOp>(l, word, i32Constant(b, l, 4)), nibbles);
+            sum = b.create<LaneDotU8I8Op>(l, sum, code(low, o), args[o]);
+            sum = b.create<LaneDotU8I8Op>(l, sum, code(high, o + 4), args[o + 4]);
+          }
+          return sum;
+        });
+    gpt::codegen::markBlockPartials(partials.getDefiningOp());
+    return partials;
+  }
+
   /// [M, N/P, P] sums over blocks of (partial - compensation) * d_w * d_x (loops m, panel,
   /// column, block).
   static Value scaledBlocks(OpBuilder &b, Location loc, Value partials, Value scales, const QuantizedActivations &x,
@@ -264,7 +328,7 @@ private:
     return scaled;
   }
 
-  /// q4_K: [M, N/P, P] sums over sub-blocks of d_x * d * sc * partial - dmin * m * (d_x * sum(code_x)),
+  /// q4_K and q5_K: [M, N/P, P] sums over sub-blocks of d_x * d * sc * partial - dmin * m * (d_x * sum(code_x)),
   /// the products in f32, the last factor read per row and block (scaledCompensations: four float
   /// operations per row and column of a sub-block, where d_x * (...) took five), from the scales
   /// [N/P, K/32 + K/128, P]: the sub-blocks' (sc | m << 8) bits read as a [N/P, K/32, P] view, and
@@ -350,23 +414,15 @@ private:
     Value init = zeros(b, loc, {m, packed[0], blocks, packed[2]}, b.getI32Type());
     AffineExpr mDim, panel, column, blockDim, unit;
     bindDims(ctx, mDim, panel, column, blockDim, unit);
-    auto unitSlice = [&](Value value, int64_t dim, int64_t at) -> Value {
-      RankedTensorType type = rankedType(value);
-      SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0)), sizes;
-      offsets[dim] = b.getIndexAttr(at);
-      for (int64_t i = 0; i < type.getRank(); ++i) sizes.push_back(b.getIndexAttr(i == dim ? 1 : type.getDimSize(i)));
-      return b.create<tensor::ExtractSliceOp>(loc, value, offsets, sizes,
-                                              SmallVector<OpFoldResult>(type.getRank(), b.getIndexAttr(1)));
-    };
     SmallVector<Value> inputs;
     SmallVector<AffineMap> maps;
     for (int64_t q = 0; q < lanesPerBlock; ++q) {
-      inputs.push_back(unitSlice(x, 2, q));
+      inputs.push_back(unitSlice(b, loc, x, 2, q));
       maps.push_back(AffineMap::get(5, 0, {mDim, blockDim, unit}, ctx));
     }
     Value words = splitDim(b, loc, codes, 1, {blocks, wordsPerBlock});
     for (int64_t w = 0; w < wordsPerBlock; ++w) {
-      inputs.push_back(unitSlice(words, 2, w));
+      inputs.push_back(unitSlice(b, loc, words, 2, w));
       maps.push_back(AffineMap::get(5, 0, {panel, blockDim, unit, column}, ctx));
     }
     inputs.push_back(runScales);

@@ -266,6 +266,8 @@ void widenQ4_KLayoutBlock(const uint8_t *block, const uint8_t *highs, const uint
 /// Sub-block s (of 8) of a q4_K super-block's 128 bytes of `nibbles` as the 16 bytes of a 32-weight
 /// block's codes (q4_0's: code m in the low nibble of byte m, code m + 16 in its high one).
 void q4_KSubBlockBytes(const uint8_t *nibbles, int64_t s, uint8_t *bytes);
+/// The same as its 4 lane words (q4_0BlockWords' layout), made with no byte array between.
+void q4_KSubBlockWords(const uint8_t *nibbles, int64_t s, uint32_t *words);
 
 // ---- q6_K --------------------------------------------------------------------------------------
 // A super-block of 256 weights: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales (one
@@ -323,22 +325,58 @@ __m128i q6_KRunCodes(const uint8_t *block, int64_t h);
 void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 void widenQ6_KBlock(const uint8_t *block, float *values);
 
-// ---- q5_0, q5_1 and q5_K: GGUF types read, never stored -----------------------------------------
+// ---- q5_K --------------------------------------------------------------------------------------
+// q4_K's super-block with 32 bytes of high bits before the nibbles (176 bytes): bit s of highs[i] is
+// the fifth bit of code i of sub-block s; sub-block s's 32 weights are (d * scale_s) * q - dmin *
+// min_s with 5-bit codes q. Kept as it is (WeightFormat::Q5_K): per sub-block and column
+// kQ5_KWordsPerBlock lane words, q4_K's 4 nibble words (q4_0's layout of the low 4 bits) and a word
+// whose bit j is code j's fifth bit, [N/P, K * 5/32, P]; q4_K's kQ4_KScaleRows 16-bit values per
+// super-block and column (5.625 bits per weight, the file's 5.5 with the scales unpacked to a byte
+// each). A code lane of the matmul (byte i of lane l: code l + 8 i) takes its fifth bits from bits
+// l, l + 8, l + 16, l + 24 of the last word: one shift and mask puts them at bit 4 of its bytes.
+
+constexpr int64_t kQ5_KBlockBytes = 4 + 12 + kSuperBlock / 8 + kSuperBlock / 2;
+constexpr int64_t kQ5_KWordsPerBlock = kQ4_0WordsPerBlock + 1;
+
+/// q5_K of a row-major [K, N] matrix (K a multiple of 256), a simpler search than llama.cpp's
+/// quantize_row_q5_K: per column and sub-block of 32 weights the range [lo, hi] with lo <= 0; per
+/// super-block dmin = the largest -lo over 63 and then d = the largest (hi + min) / 31 over 63,
+/// each rounded up to fp16; each sub-block's 6-bit min = ceil(-lo / dmin) and scale = ceil((hi +
+/// dmin * min) / 31 / d), so that its 32 codes = clamp(round((w + dmin * min) / (d * scale)), 0,
+/// 31) cover the whole range. `scales` as quantizeQ4_K's. Its codes are packed by packQ5_KLanes.
+void quantizeQ5_K(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
+                  int64_t threads = 1);
+/// The 5 lane words of a 32-weight block's codes (0 .. 31, in K order).
+void q5_KBlockWords(const uint8_t *codes, uint32_t *words);
+/// q5_k lanes [cols / width, rows * 5 / 32, width] of a row-major [rows, cols] matrix of codes in
+/// [0, 31] (a larger code is std::invalid_argument). `rows` must be a multiple of 256 and `cols`
+/// of `width`.
+void packQ5_KLanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed,
+                   int64_t threads = 1);
+/// The [rows, cols] f32 matrix of q5_k lanes and q5_K's scales: each weight (d * scale) * q - dmin
+/// * min in f32, as gguf's dequantize computes it.
+void dequantizeQ5_KLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix);
+/// q5_K super-blocks repacked into that layout, as repackQ4_KRows repacks q4_K's (d and dmin
+/// checked to be finite); padding columns get zeros. K must be a positive multiple of 256.
+void repackQ5_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads = 1);
+/// q5_K super-blocks widened to f32 as dequantizeQ4_KRows widens q4_K's.
+void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
+void widenQ5_KBlock(const uint8_t *block, float *values);
+
+// ---- q5_0 and q5_1: GGUF types read, never stored ------------------------------------------------
 // q5_0 {fp16 d; uint32 qh; 16 bytes of low nibbles}: w = d * (q - 16), bit i of qh code i's fifth
-// bit; q5_1 {fp16 d, m; qh; nibbles}: w = d * q + m; q5_K: q4_K's super-block with 32 bytes of high
-// bits before the nibbles. Widened to f32 as dequantizeQ4_KRows widens q4_K's (K a positive
-// multiple of 32 for q5_0 and q5_1), or converted into q8_0 a block at a time (q8_0's section).
+// bit; q5_1 {fp16 d, m; qh; nibbles}: w = d * q + m. Widened to f32 as dequantizeQ4_KRows widens
+// q4_K's (K a positive multiple of 32), or converted into q8_0 a block at a time (q8_0's section).
 
 constexpr int64_t kQ5_0BlockBytes = 2 + 4 + kQuantBlock / 2;
 constexpr int64_t kQ5_1BlockBytes = 4 + 4 + kQuantBlock / 2;
-constexpr int64_t kQ5_KBlockBytes = 4 + 12 + kSuperBlock / 8 + kSuperBlock / 2;
 
 void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 void widenQ5_0Block(const uint8_t *block, float *values);
 void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 void widenQ5_1Block(const uint8_t *block, float *values);
-void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
-void widenQ5_KBlock(const uint8_t *block, float *values);
 
 } // namespace gpt::kernels
 

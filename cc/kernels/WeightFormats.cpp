@@ -35,13 +35,13 @@ const std::vector<WeightFormatTraits> &weightFormats() {
   // q4_k ranks between q4_0 and q4_1: its sub-block scales are 6-bit multiples of one d, where
   // q4_1's are any fp16, so "auto" keeps a Q4_K tensor as itself (the least precise kept format
   // its blocks convert to).
-  // q6_k ranks between q4_1 and q8_0: a Q6_K tensor is kept as itself, in its 6.5625 bits, not
-  // widened to q8_0's 8.5.
+  // q5_k and q6_k rank between q4_1 and q8_0: a Q5_K or Q6_K tensor is kept as itself, in its
+  // 5.625 or 6.5625 bits, not widened to q8_0's 8.5.
   static const std::vector<WeightFormatTraits> table = {
-      {WeightFormat::F32, "f32", 1, 4, 1, false, 0, WeightFormat::F32, 6, nullptr, nullptr, nullptr, nullptr, nullptr},
-      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, 0, WeightFormat::BF16, 5, nullptr, nullptr,
+      {WeightFormat::F32, "f32", 1, 4, 1, false, 0, WeightFormat::F32, 7, nullptr, nullptr, nullptr, nullptr, nullptr},
+      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, 0, WeightFormat::BF16, 6, nullptr, nullptr,
        packBf16Lanes, nullptr, dequantizeBf16},
-      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, 1, WeightFormat::Q8_0, 4,
+      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, 1, WeightFormat::Q8_0, 5,
        quantizeQ8_0Codes, packQ8_0Codes, nullptr, repackQ8_0Rows, dequantizeQ8_0Lanes},
       {WeightFormat::Q4_0, "q4_0", kQuantBlock, kQ4_0BlockBytes, kQ4_0RowsPerWord, false, 1, WeightFormat::Q8_0, 0,
        quantizeQ4_0, packQ4_0Lanes, nullptr, repackQ4_0Rows, dequantizeQ4_0Lanes},
@@ -49,8 +49,10 @@ const std::vector<WeightFormatTraits> &weightFormats() {
        quantizeQ4_1, packQ4_0Lanes, nullptr, repackQ4_1Rows, dequantizeQ4_1Lanes},
       {WeightFormat::Q4_K, "q4_k", kSuperBlock, kQ4_KBlockBytes, kQ4_0RowsPerWord, true, kQ4_KScaleRows,
        WeightFormat::Q8_0, 1, quantizeQ4_K, packQ4_0Lanes, nullptr, repackQ4_KRows, dequantizeQ4_KLanes},
-      {WeightFormat::Q6_K, "q6_k", kSuperBlock, kQ6_KBlockBytes, 0, false, kQ6_KScaleRows, WeightFormat::Q8_0, 3,
-       quantizeQ6_K, packQ6_KLanes, nullptr, repackQ6_KRows, dequantizeQ6_KLanes},
+      {WeightFormat::Q6_K, "q6_k", kSuperBlock, kQ6_KBlockBytes, 0, false, kQ6_KScaleRows, WeightFormat::Q8_0, 4,
+       quantizeQ6_K, packQ6_KLanes, nullptr, repackQ6_KRows, dequantizeQ6_KLanes, 6},
+      {WeightFormat::Q5_K, "q5_k", kSuperBlock, kQ5_KBlockBytes, 0, true, kQ4_KScaleRows, WeightFormat::Q8_0, 3,
+       quantizeQ5_K, packQ5_KLanes, nullptr, repackQ5_KRows, dequantizeQ5_KLanes, 5},
   };
   return table;
 }
@@ -125,7 +127,7 @@ const std::vector<GgufBlockType> &ggufBlockTypes() {
 const std::vector<ConversionsInto> &conversionsIntoFormats() {
   // q8_0 takes every type: codes it can hold as they are, the others widened and requantized. q4_1
   // takes the types whose blocks are q4_1 blocks already (q4_0's with a min of -8 d, each of q4_K's
-  // sub-blocks). q4_0, q4_K and q6_K are kept as themselves only (their repackings).
+  // sub-blocks). q4_0, q4_K, q5_K and q6_K are kept as themselves only (their repackings).
   static const std::vector<ConversionsInto> table = {
       {"q8_0",
        {{kQ8_0Type, nullptr},
@@ -140,6 +142,7 @@ const std::vector<ConversionsInto> &conversionsIntoFormats() {
       {"q4_1", {{kQ4_1Type, nullptr}, {kQ4_0Type, q4_0AsQ4_1}, {kQ4_KType, q4_KAsQ4_1}}},
       {"q4_k", {{kQ4_KType, nullptr}}},
       {"q6_k", {{kQ6_KType, nullptr}}},
+      {"q5_k", {{kQ5_KType, nullptr}}},
   };
   return table;
 }
@@ -148,7 +151,7 @@ const char *conversionsTaken() {
   // Written out, not made from the table: the error's words are what users and tests read. Kept
   // beside the table so that the two change together.
   return "q8_0 takes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k; q4_1 takes q4_0, q4_1 and q4_k; q4_0, "
-         "q4_k and q6_k only themselves";
+         "q4_k, q5_k and q6_k only themselves";
 }
 
 } // namespace kernels

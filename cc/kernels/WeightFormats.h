@@ -13,7 +13,7 @@
 // words is one zmm-sized load that feeds P columns at once. With P the panel width, panel p holds
 // columns j = p P + c (c < P) of a row-major [K, N] weight w, as
 //
-//   lanes [N/P, K * codeBits / 32, P]     (codeBits: the table row's, 32 / rowsPerWord or q6_k's 6)
+//   lanes [N/P, K * codeBits / 32, P]     (codeBits: the table row's, 32 / rowsPerWord, q6_k's 6 or q5_k's 5)
 //
 // Which rows share a word is chosen for the activations, which compiled code converts at run time
 // into the same lanes: a word's rows are those one activation lane holds, taken from contiguous
@@ -45,6 +45,7 @@ enum class WeightFormat {
   Q4_1, ///< q4_0's codes, unsigned, with an f16 scale and an f16 min per block (w = code * scale + min)
   Q4_K, ///< q4_0's lanes, llama.cpp's q4_K numbers: per 256 weights an f16 d and dmin, per 32 a 6-bit scale and min
   Q6_K, ///< 6-bit codes, 16 in 3 words, llama.cpp's q6_K numbers: per 256 weights an f16 d, per 16 an int8 scale
+  Q5_K, ///< q4_K's lanes and numbers with a fifth bit per code: 32 codes in 5 words
 };
 
 /// One format's facts and kernels. The block formats (codes and per-block fp16 scales, two
@@ -54,9 +55,9 @@ struct WeightFormatTraits {
   const char *name;    ///< llama.cpp's, lower case ("f32", "q8_0", "q4_k")
   int64_t blockValues; ///< weights per block (1 for the float formats)
   int64_t blockBytes;  ///< bytes of one block as llama.cpp lays it out (a GGUF file's)
-  int64_t rowsPerWord; ///< rows of K one 32-bit argument word holds (f32: 1, a float; q6_k: 0, 16 in 3 words)
+  int64_t rowsPerWord; ///< rows of K one 32-bit argument word holds (f32: 1, a float; 0 where a code spans words)
   bool hasMins;        ///< a min beside each scale (q4_1, q4_k)
-  int64_t scaleRows;   ///< 16-bit scale values per block and column: 0 (floats), 1, 2 (q4_1), 10 (q4_k), 9 (q6_k)
+  int64_t scaleRows;   ///< 16-bit scale values per block and column: 0 (floats), 1, 2 (q4_1), 10 (q4_k, q5_k), 9 (q6_k)
   WeightFormat head;   ///< the format a model in this one stores its [V, D] tables and LM head in
   int precision;       ///< higher is more precise: the order "auto" picks the nearest kept format by
   /// Quantizes a row-major [K, N] matrix along K into a code per weight (q8_0's are int8) and fp16
@@ -75,8 +76,12 @@ struct WeightFormatTraits {
                      float *matrix);
 
   bool blockQuantized() const { return quantize != nullptr; }
-  /// Bits of one weight's code in the lanes: 32 / rowsPerWord, and q6_k's 6.
-  int64_t codeBits() const { return rowsPerWord > 0 ? 32 / rowsPerWord : 6; }
+  /// Bits of a weight's code where its bits are spread over several words (rowsPerWord 0): q6_k's 6
+  /// (16 codes in 3 words), q5_k's 5 (32 in 5).
+  int64_t spreadCodeBits = 0;
+
+  /// Bits of one weight's code in the lanes: 32 / rowsPerWord, or spreadCodeBits.
+  int64_t codeBits() const { return rowsPerWord > 0 ? 32 / rowsPerWord : spreadCodeBits; }
   /// 32-bit lane words of `values` weights (K * N of a whole matrix; K a multiple of the block).
   int64_t laneWords(int64_t values) const { return values * codeBits() / 32; }
   /// 16-bit rows per block in the scales: a scale, a min when the format has them (q4_k: d, dmin

@@ -50,9 +50,9 @@ from gpt.weights import _checked_config, expected_shapes, validate_weights
 
 ARCHITECTURE = "gpt2"
 # Formats save_gguf writes, named as llama.cpp names them; from_gguf reads tensors of these types:
-# the compiler's (its table, cc/kernels/WeightFormats.h) and f16, but q4_k and q6_k, which gguf's
-# Python quantizer cannot write (from_gguf reads and keeps Q4_K and Q6_K tensors all the same).
-_UNWRITABLE = ("q4_k", "q6_k")
+# the compiler's (its table, cc/kernels/WeightFormats.h) and f16, but the K-quants, which gguf's
+# Python quantizer cannot write (from_gguf reads and keeps Q4_K, Q5_K and Q6_K tensors all the same).
+_UNWRITABLE = ("q4_k", "q5_k", "q6_k")
 FORMATS = ("f16", *(fmt for fmt in WEIGHT_FORMATS if fmt not in _UNWRITABLE))
 # The GGUF names of the model-level tensors and of block N's, with their HF GPT-2 names and
 # whether llama.cpp stores them transposed ([out, in] instead of Conv1D's [in, out]).
@@ -341,7 +341,7 @@ def _gguf_token_types() -> tuple[int, int]:
 def _unwritable(format) -> str:
     """Why save_gguf cannot write `format`."""
     if format in _UNWRITABLE:
-        # gguf.quants has no Q4_K or Q6_K quantizer (llama.cpp's llama_model_quantize writes Q4_K_M files).
+        # gguf.quants has no K-quant quantizer (llama.cpp's llama_model_quantize writes Q4_K_M files).
         return (
             f"save_gguf cannot write format {format!r}: gguf's Python quantizer has no {format.upper()}; "
             f"write one of {FORMATS}, or quantize the file with llama.cpp"

@@ -6,9 +6,10 @@ its own precision, each matmul weight in the nearest format the compiler stores 
 A q4_K tensor is kept as q4_k, its own numbers (each super-block's fp16 d and dmin, each sub-block's
 6-bit scale and min, the codes), 4.625 bits per weight; asked for a 4-bit format with a min per
 block of 32, each sub-block becomes such a block with its scale and min (d times a 6-bit scale)
-rounded once to fp16. A q6_K tensor is kept as q6_k, its own numbers (each super-block's fp16 d,
-each run of 16 weights' int8 scale, the 6-bit codes), 6.5625 bits per weight, the file's.
-q5_0 is a q8_0 block with 5-bit codes: kept exactly. q5_1 and q5_K (and q6_K asked for q8_0) hold a
+rounded once to fp16. A q5_K tensor is kept as q5_k, q4_k's numbers with 5-bit codes, 5.625 bits per
+weight. A q6_K tensor is kept as q6_k, its own numbers (each super-block's fp16 d, each run of 16
+weights' int8 scale, the 6-bit codes), 6.5625 bits per weight, the file's.
+q5_0 is a q8_0 block with 5-bit codes: kept exactly. q5_1 (and q5_K or q6_K asked for q8_0) hold a
 min or sub-block scales that q8_0 cannot: each block is widened and quantized to q8_0, half a step of
 1/127 of a block's largest weight at most, finer than the file's own 5 or 6 bits. A format is kept only in one at
 least as precise, never in fewer bits (llama.cpp computes each tensor in its own type)."""
@@ -29,13 +30,13 @@ class FormatRow(NamedTuple):
     name: str
     block_values: int  # weights per block (1 for f32 and bf16)
     block_bytes: int  # bytes of one block, as llama.cpp lays it out
-    rows_per_word: int  # rows of K one 32-bit lane word holds (0 for q6_k: 16 codes in 3 words)
+    rows_per_word: int  # rows of K one 32-bit lane word holds (0 where codes span words: q6_k, q5_k)
     has_mins: bool  # a min beside each block's scale
     head_format: str  # the format a model in this one stores its [V, D] tables and LM head in
     converts_from: tuple[str, ...]  # GGUF block types set_weights repacks into it, its own first
     precision: int  # higher is more precise
     scale_rows: int  # 16-bit scale values the model stores per block and column (q4_k: 10 per 256 weights)
-    code_bits: int  # bits of one weight's code in the lanes (32 / rows_per_word; q6_k: 6)
+    code_bits: int  # bits of one weight's code in the lanes (32 / rows_per_word; q6_k: 6, q5_k: 5)
 
     @property
     def stored_bytes_per_weight(self) -> float:
@@ -107,7 +108,7 @@ def stored_format(given: str) -> str:
     return given.split(":")[0] if ":" in given else REPACKED_AS.get(given, given)
 
 
-def _part_types(given: str, parts: int) -> list[str]:
+def part_types(given: str, parts: int) -> list[str]:
     """The GGUF type of each of a weight's `parts` given in `given`."""
     return given.split(":")[1].split(",") if ":" in given else [given] * parts
 
@@ -136,7 +137,7 @@ def elements(blocks: np.ndarray | list[np.ndarray], fmt: str) -> int:
     given_format answers)."""
     parts = blocks if isinstance(blocks, list) else [blocks]
     total = 0
-    for part, type_name in zip(parts, _part_types(fmt, len(parts)), strict=True):
+    for part, type_name in zip(parts, part_types(fmt, len(parts)), strict=True):
         block_bytes, block_values = _BLOCK.get(type_name, (1, 1))
         total += int(part.nbytes) // block_bytes * block_values
     return total

@@ -106,21 +106,30 @@ def _head_source(config: GPTConfig) -> str:
     return names("token_embedding") if config.tied_head else names("head")
 
 
-def _head_as_stored(config: GPTConfig, options: CompileOptions, quantized: dict) -> dict:
-    """`quantized` with the LM head's source kept in the format an explicit `options` store the
-    head in: weight_formats' "lm_head.weight_t" where given (as an "auto" load's options name a Q6_K
-    head kept in q6_k), else the weights' head format. The load chose the head's kept format
-    without the options; its blocks are the file's, so they go retargeted where their type converts
-    (the model converts them as it repacks), and as they were otherwise (set_weights names the
-    mismatch)."""
-    source = _head_source(config)
-    if source not in quantized:
-        return quantized
-    wanted = dict(options.weight_formats).get("lm_head.weight_t") or kept_formats.head_format(options.weights)
-    fmt, blocks = quantized[source]
-    file_type = fmt.partition(":")[2] or fmt
-    retargeted = kept_formats.given_format([file_type.upper()], wanted)
-    return {**quantized, source: (retargeted, blocks)} if retargeted else quantized
+def _as_stored(config: GPTConfig, options: CompileOptions, quantized: dict) -> dict:
+    """`quantized` with each weight's blocks given for the format explicit `options` store it in:
+    weight_formats' own where it names the weight ("lm_head.weight_t" for the LM head's source, as
+    an "auto" load's options name a Q6_K head kept in q6_k), else `weights` (the head: its head
+    format); an untied token table is left as it is. The load chose the kept formats from `weights`
+    alone (a Q6_K v of a weights="q8_0" load is given as q8_0 blocks); the blocks are the file's, so
+    they go retargeted where their types convert (the model converts them as it repacks), and as
+    they were otherwise (set_weights names the mismatch)."""
+    formats = dict(options.weight_formats)
+    head_source = _head_source(config)
+    matmuls = {name for name, (_, linear) in architecture_weights.hf_parts(config).items() if linear}
+    retargeted = {}
+    for name, (fmt, blocks) in quantized.items():
+        if name == head_source:
+            wanted = formats.get("lm_head.weight_t") or kept_formats.head_format(options.weights)
+        elif name in matmuls:
+            wanted = formats.get(name, options.weights)
+        else:  # an untied model's own token table: q8_0, whatever the weights (Parameters.cpp)
+            retargeted[name] = (fmt, blocks)
+            continue
+        types = kept_formats.part_types(fmt, len(blocks) if isinstance(blocks, list) else 1)
+        given = kept_formats.given_format([t.upper() for t in types], wanted)
+        retargeted[name] = (given or fmt, blocks)
+    return retargeted
 
 
 def _to_compiler_quantized(config: GPTConfig, quantized: Mapping) -> dict:
@@ -192,7 +201,7 @@ def from_gguf(cls, path: str, options: CompileOptions | None, context: int | Non
     if auto:
         options = native_options(options, config, quantized, path)
     else:
-        quantized = _head_as_stored(config, options, quantized)
+        quantized = _as_stored(config, options, quantized)
     del weights
     model = cls(
         config,

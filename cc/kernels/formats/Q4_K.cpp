@@ -84,10 +84,6 @@ void q4_KSubBlockBytes(const uint8_t *nibbles, int64_t s, uint8_t *bytes) {
     bytes[m] = static_cast<uint8_t>(((pairs[m] >> shift) & 0x0F) | (((pairs[m + 16] >> shift) & 0x0F) << 4));
 }
 
-namespace {
-
-/// Sub-block s (of 8) of a q4_K super-block's 128 bytes of nibbles as its 4 lane words (as
-/// q4_0BlockWords lays out a block): q4_KSubBlockBytes' bytes, made in SSE2 with no byte array between.
 void q4_KSubBlockWords(const uint8_t *nibbles, int64_t s, uint32_t *words) {
 #ifdef __SSE2__
   const uint8_t *bytes = nibbles + 32 * (s / 2);
@@ -103,8 +99,6 @@ void q4_KSubBlockWords(const uint8_t *nibbles, int64_t s, uint32_t *words) {
   q4_0BlockWords(q4_0Bytes, words);
 #endif
 }
-
-} // namespace
 
 void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {

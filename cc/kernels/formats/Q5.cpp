@@ -1,6 +1,6 @@
-// The kernels of q5_0, q5_1 and q5_K (FormatKernels.h's section of the three): GGUF types the
-// compiler reads but never stores, so only their widening to f32, bit for bit as gguf's and
-// llama.cpp's dequantizers compute it, which the conversions into a stored format widen with.
+// The kernels of q5_0 and q5_1 (FormatKernels.h's section of the two): GGUF types the compiler
+// reads but never stores, so only their widening to f32, bit for bit as gguf's and llama.cpp's
+// dequantizers compute it, which the conversions into a stored format widen with.
 #include "cc/kernels/FormatKernelUtils.h"
 #include "cc/kernels/KQuantScales.h"
 
@@ -37,20 +37,12 @@ void widenQ5_1Block(const uint8_t *block, float *values) {
   }
 }
 
-void widenQ5_KBlock(const uint8_t *block, float *values) {
-  widenQ4_KLayoutBlock(block, block + 16, block + 16 + 32, values);
-}
-
 void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
   dequantizeBlocks("dequantizeQ5_0Rows", blocks, k, n, kQuantBlock, kQ5_0BlockBytes, out, threads, widenQ5_0Block);
 }
 
 void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
   dequantizeBlocks("dequantizeQ5_1Rows", blocks, k, n, kQuantBlock, kQ5_1BlockBytes, out, threads, widenQ5_1Block);
-}
-
-void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads) {
-  dequantizeBlocks("dequantizeQ5_KRows", blocks, k, n, kSuperBlock, kQ5_KBlockBytes, out, threads, widenQ5_KBlock);
 }
 
 } // namespace gpt::kernels

@@ -123,7 +123,8 @@ def test_repacking_on_several_threads_gives_the_same_layout(name, bytes_per_bloc
 
 
 @pytest.mark.parametrize(
-    "qtype, stored", [(T.Q8_0, "q8_0"), (T.Q4_0, "q4_0"), (T.Q4_1, "q4_1"), (T.Q4_K, "q4_k"), (T.Q6_K, "q6_k")]
+    "qtype, stored",
+    [(T.Q8_0, "q8_0"), (T.Q4_0, "q4_0"), (T.Q4_1, "q4_1"), (T.Q4_K, "q4_k"), (T.Q5_K, "q5_k"), (T.Q6_K, "q6_k")],
 )
 def test_rows_llama_cpp_permuted_are_repacked_in_the_models_order_without_a_copy(qtype, stored):
     """A `llama` file's q/k rows are repacked as they lie in the file, read within each head in the

@@ -330,6 +330,25 @@ def test_an_explicit_format_keeps_what_converts_to_it(q4_k_m_file):
     np.testing.assert_array_equal(model.state_dict()["model.layers.0.self_attn.v_proj.weight"], expected)
 
 
+def test_a_weight_named_in_weight_formats_takes_the_files_blocks_in_that_format(q4_k_m_file):
+    # weights="q8_0" with layer 0's v named q6_k (as the "auto" options of the file name it): v is
+    # its file's Q6_K blocks as they are, the rest q8_0. The load chose every kept format from
+    # `weights` and gave v as q8_0 blocks, which the model, storing v in q6_k, refused.
+    v_name = "model.layers.0.self_attn.v_proj.weight"
+    options = gpt.CompileOptions(weights="q8_0", weight_formats={v_name: "q6_k"}, disk_cache=False)
+    model = gpt.GPT.from_gguf(q4_k_m_file, options)
+    assert model.config.separate_v_proj and dict(model.options.weight_formats) == {v_name: "q6_k"}
+    tensors = {t.name: t for t in gguf.GGUFReader(q4_k_m_file).tensors}
+    files = {name: gguf.quants.dequantize(t.data, t.tensor_type) for name, t in tensors.items()}
+    state = model.state_dict()
+    np.testing.assert_array_equal(state[v_name], files["blk.0.attn_v.weight"])
+    up = tensors["blk.0.ffn_up.weight"]
+    assert up.tensor_type == T.Q4_K
+    rows = np.ascontiguousarray(up.data).reshape(int(up.shape[1]), -1)
+    expected = gguf.quants.dequantize(gpt_kernels_testing.transcode_rows("q4_k", "q8_0", rows), T.Q8_0)
+    np.testing.assert_array_equal(state["model.layers.0.mlp.up_proj.weight"], expected)
+
+
 def test_weight_formats_name_layer_matmul_weights_only():
     cfg = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=96, block_size=32)
     with pytest.raises(ValueError, match="'transformer.h.0.ln_1.weight', which is no layer's matmul weight"):
@@ -402,7 +421,7 @@ def q4_0_as_q4_1(blocks: np.ndarray) -> np.ndarray:
     [
         (T.Q5_0, "q8_0", "q5_0"),
         (T.Q5_1, "q8_0", "q5_1"),
-        (T.Q5_K, "q8_0", "q5_k"),
+        (T.Q5_K, "q8_0", "q8_0:q5_k"),
         (T.Q6_K, "q8_0", "q8_0:q6_k"),
         (T.Q4_K, "q8_0", "q8_0:q4_k"),
         (T.Q4_0, "q8_0", "q8_0:q4_0"),

@@ -16,24 +16,25 @@ K, N, WIDTH = 64, 16, 8
 
 
 def test_the_table_has_one_row_per_format_in_enum_order():
-    assert list(ROWS) == ["f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
-    assert BLOCK_FORMATS == ["q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+    assert list(ROWS) == ["f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_k"]
+    assert BLOCK_FORMATS == ["q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_k"]
 
 
 @pytest.mark.parametrize("name", BLOCK_FORMATS)
 def test_block_bytes_are_what_quantize_writes_per_block(name):
     # A block is its codes (code_bits each, as the lanes hold them) and fp16 fields: one scale, and
-    # a min beside it when the row says so (q4_k: the model stores its 6-bit sub-block scales and
-    # mins a byte each, the file packs them in 12 bytes; q6_k: its 16 int8 scales and d, as the file).
+    # a min beside it when the row says so (q4_k and q5_k: the model stores their 6-bit sub-block
+    # scales and mins a byte each, the file packs them in 12 bytes; q6_k: its 16 int8 scales and d,
+    # as the file).
     row = ROWS[name]
     k = max(K, row.block_values)
     codes, scales = gpt_kernels_testing.quantize(name, np.random.default_rng(0).standard_normal((k, N)))
     assert codes.shape == (k, N)
     blocks = k // row.block_values * N
     fp16_fields = scales.size // blocks
-    assert fp16_fields == row.scale_rows == {"q4_k": 10, "q6_k": 9}.get(name, 2 if row.has_mins else 1)
-    packed_scales = 16 if name == "q4_k" else 2 * fp16_fields  # d, dmin and 12 bytes of 6-bit fields
-    assert row.code_bits == (6 if name == "q6_k" else 32 // row.rows_per_word)
+    assert fp16_fields == row.scale_rows == {"q4_k": 10, "q5_k": 10, "q6_k": 9}.get(name, 2 if row.has_mins else 1)
+    packed_scales = 16 if name in ("q4_k", "q5_k") else 2 * fp16_fields  # d, dmin and 12 bytes of 6-bit fields
+    assert row.code_bits == {"q6_k": 6, "q5_k": 5}.get(name) or row.code_bits == 32 // row.rows_per_word
     assert row.block_bytes == row.block_values * row.code_bits // 8 + packed_scales
 
 
@@ -47,6 +48,7 @@ def test_repack_reads_rows_of_block_bytes_into_lanes_of_rows_per_word(name):
     expected = {
         "q4_1": (2, WIDTH),
         "q4_k": (k // 256 * row.scale_rows, WIDTH),
+        "q5_k": (k // 256 * row.scale_rows, WIDTH),
         "q6_k": (k // 256 * row.scale_rows, WIDTH),
     }.get(name, (k // row.block_values, WIDTH))
     assert scales.shape[-2:] == expected
@@ -62,15 +64,15 @@ def test_bf16_lanes_hold_rows_per_word_rows():
 @pytest.mark.parametrize("name", list(ROWS))
 def test_the_lm_head_is_stored_in_the_rows_head_format(name):
     # The compiled model's own copy of the LM head takes D * V' / rows_per_word words of its head
-    # format (a 4-bit model's head is q8_0: 4 rows a word, not 8). q4_k's K is whole super-blocks.
-    cfg = gpt.GPTConfig(**(NANO | {"n_embd": 256} if name in ("q4_k", "q6_k") else NANO))
+    # format (a 4-bit model's head is q8_0: 4 rows a word, not 8). A K-quant's K is whole super-blocks.
+    cfg = gpt.GPTConfig(**(NANO | {"n_embd": 256} if name in ("q4_k", "q5_k", "q6_k") else NANO))
     model = gpt.GPT(cfg, exercising_weights(cfg), gpt.CompileOptions(weights=name, disk_cache=False))
     stored = {argument[0]: argument[2] for argument in model._compiled.stored_arguments()}
     head = ROWS[ROWS[name].head_format]
     multiple = _gpt.tile_parameters()["vocab_multiple"]
     padded_vocab = -(-cfg.vocab_size // multiple) * multiple
     assert stored["lm_head.weight_t"] == cfg.n_embd * padded_vocab // head.rows_per_word * 4
-    assert head.name == ("q8_0" if name in ("q4_0", "q4_1", "q4_k", "q6_k") else name)
+    assert head.name == ("q8_0" if name in ("q4_0", "q4_1", "q4_k", "q5_k", "q6_k") else name)
 
 
 def test_precision_order_is_bits_per_weight_order():
@@ -81,7 +83,7 @@ def test_precision_order_is_bits_per_weight_order():
 
 def test_the_python_tables_are_the_rows():
     assert config.WEIGHT_FORMATS == tuple(ROWS)
-    assert set(gguf_file.FORMATS) == {*ROWS, "f16"} - {"q4_k", "q6_k"}  # gguf's Python quantizer has neither
+    assert set(gguf_file.FORMATS) == {*ROWS, "f16"} - {"q4_k", "q5_k", "q6_k"}  # gguf's Python quantizer has none
     assert kept_formats.FORMAT_ROWS == tuple(ROWS.values())
     assert kept_formats.KEPT_QUANTIZED == tuple(BLOCK_FORMATS)
     assert kept_formats.BLOCK_BYTES == {name: ROWS[name].block_bytes for name in BLOCK_FORMATS}
@@ -104,10 +106,10 @@ def test_the_python_tables_are_the_rows():
         "Q4_K": "q4_k",
         "Q5_0": "q8_0",
         "Q5_1": "q8_0",
-        "Q5_K": "q8_0",
+        "Q5_K": "q5_k",
         "Q6_K": "q6_k",
     }
-    assert kept_formats.REPACKED_AS == {"q5_0": "q8_0", "q5_1": "q8_0", "q5_k": "q8_0"}
+    assert kept_formats.REPACKED_AS == {"q5_0": "q8_0", "q5_1": "q8_0"}
 
 
 def test_converts_from_is_what_set_weights_repacks():
@@ -118,7 +120,7 @@ def test_converts_from_is_what_set_weights_repacks():
     name = "transformer.h.0.mlp.c_proj.weight"
     weights = [exercising_weights(cfg)[n] for n, _ in model._compiled.supplied_parameters()]
     blocks = np.zeros((cfg.n_embd, 4 * cfg.n_embd // 32 * ROWS["q4_1"].block_bytes), np.uint8)
-    with pytest.raises(ValueError, match="q4_0, q4_k and q6_k only themselves"):
+    with pytest.raises(ValueError, match="q4_0, q4_k, q5_k and q6_k only themselves"):
         model._compiled.set_weights(weights, {name: ("q4_0:q4_1", [blocks])})
 
 
