@@ -4,6 +4,10 @@ alternated: the median decode step of each and the GB/s of stored weights it str
     PYTHONPATH=bazel-bin/python python3 tools/bench/bench_decode_formats.py /tmp/smollm2-1.7b.q4_k_m.gguf \\
         --formats auto,q4_1,q4_0,q8_0 --threads 1
 
+A format written FORMAT@auto (q8_0@auto) stores the weights `auto` keeps in FORMAT and every other
+one as `auto` does (its weight_formats): how a file ran before `auto` kept one of its types (a Q5_K_M
+file's Q5_K tensors as q8_0 beside its Q6_K ones as q6_k).
+
 Each round runs, for every format in turn, a 16-token prefill and 48 decode steps (each timed) into a
 cache of 128 positions; a format's figure is the median of its rounds' median steps. One process
 holds every model, so that each round sees the machine's memory bandwidth of the same minutes. The
@@ -38,18 +42,27 @@ def median_step(model: gpt.GPT, steps: int = 48) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", help="a GGUF file")
-    parser.add_argument("--formats", default="auto,q4_0,q8_0", help="CompileOptions.weights values, comma-separated")
+    parser.add_argument(
+        "--formats", default="auto,q4_0,q8_0", help="CompileOptions.weights values (or FORMAT@auto), comma-separated"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     directory = tempfile.mkdtemp(prefix="bench_decode_formats-")
     try:
         models = {}
-        for weights in args.formats.split(","):
+        for name in args.formats.split(","):
+            weights, _, alongside = name.partition("@")
+            formats = dict(models[alongside].options.weight_formats) if alongside else {}
             options = gpt.CompileOptions(
-                weights=weights, kv_cache="f16", threads=args.threads, cache_dir=directory, weight_cache_max_bytes=0
+                weights=weights,
+                weight_formats=formats,
+                kv_cache="f16",
+                threads=args.threads,
+                cache_dir=directory,
+                weight_cache_max_bytes=0,
             )
-            models[weights] = gpt.GPT.from_gguf(args.path, options, context=4096)
+            models[name] = gpt.GPT.from_gguf(args.path, options, context=4096)
         steps = {weights: [] for weights in models}
         for _ in range(args.rounds):
             for weights, model in models.items():

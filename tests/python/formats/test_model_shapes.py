@@ -44,7 +44,8 @@ def test_the_shapes_are_the_real_models_parameter_counts():
     assert 8.0e9 < parameters("llama-3.1-8b") < 8.04e9
 
 
-@pytest.mark.parametrize("fmt", ["q4_0", "q4_k_m", "f16"])  # q4_k_m: Q4_K, Q6_K, Q5_0 and Q8_0
+# q4_k_m: Q4_K, Q6_K, Q5_0 and Q8_0; q5_k_m: Q5_K, Q6_K, Q5_0 and Q8_0 (576 wide: the K-quants only n_ff deep).
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k_m", "q5_k_m", "f16"])
 def test_a_two_layer_file_loads_and_runs_in_gpt(tmp_path, fmt):
     path = str(tmp_path / f"tiny.{fmt}.gguf")
     shape = make_gguf.dataclasses.replace(make_gguf.SHAPES["smollm2-135m"], n_layer=2, context=512)
@@ -64,6 +65,10 @@ def test_a_two_layer_file_loads_and_runs_in_gpt(tmp_path, fmt):
         3,
         512,
     )
+    if fmt == "q5_k_m":  # under "auto", layer 0's Q5_K down projection runs in its own format
+        auto = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="auto"))
+        assert dict(auto.options.weight_formats)["model.layers.0.mlp.down_proj.weight"] == "q5_k"
+        assert np.isfinite(auto.forward(auto.tokenizer.encode("The capital of France is"))).all()
     assert model.tokenizer is not None  # SmolLM2's, copied from the installed file
     logits = model.forward(model.tokenizer.encode("The capital of France is"))
     assert np.isfinite(logits).all() and logits.std() > 0
