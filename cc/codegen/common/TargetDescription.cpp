@@ -25,9 +25,9 @@ std::pair<std::string, std::string> splitTargetName(const std::string &name, con
 TargetDescription describeTarget(const std::string &triple, const std::string &cpu,
                                  const std::map<std::string, bool> &features) {
   // The features code generation chooses instructions by, where this target has them.
-  static const char *const kChosenBy[] = {"avx2",       "fma",        "avx512f", "avx512bw", "avx512vl",
-                                          "avx512vnni", "avx512bf16", "avxvnni", "amx-bf16", "amx-int8",
-                                          "neon",       "dotprod",    "bf16",    "i8mm",     "sve"};
+  static const char *const kChosenBy[] = {"avx2",       "fma",     "avx512f",  "avx512bw", "avx512vl", "avx512vnni",
+                                          "avx512bf16", "avxvnni", "amx-bf16", "amx-int8", "gfni",     "neon",
+                                          "dotprod",    "bf16",    "i8mm",     "sve"};
   auto has = [&](const char *feature) {
     auto found = features.find(feature);
     return found != features.end() && found->second;

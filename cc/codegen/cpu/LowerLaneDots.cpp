@@ -1,5 +1,6 @@
 // --gpt-lower-lane-dots: transformer.lane_dot_* to vdpbf16ps / vpdpbusd, or to plain arithmetic
-// on a CPU without them (see Passes.td).
+// on a CPU without them, and the code unpacking's byte-local shifts and masks to vgf2p8affineqb
+// where the CPU has GFNI (see Passes.td).
 #include "cc/codegen/cpu/Passes.h"
 
 #include "cc/codegen/common/CodegenAttributes.h"
@@ -9,6 +10,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
@@ -185,6 +187,99 @@ struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
   Int8Dots dots;
 };
 
+/// The qword matrix of `vgf2p8affineqb` that computes `(byte << shift) & mask` (`shift` < 0:
+/// a right shift) of every byte, or nothing when a bit of `mask` would come from another byte.
+/// Output bit j is the parity of row byte 7 - j of the matrix and'ed with the input byte, so the
+/// row of a kept bit j selects its source bit j - shift, and every other row is zero.
+std::optional<uint64_t> byteShiftMatrix(int64_t shift, uint8_t mask) {
+  uint64_t matrix = 0;
+  for (int64_t bit = 0; bit < 8; ++bit) {
+    if (!(mask & (1u << bit))) continue;
+    const int64_t source = bit - shift;
+    if (source < 0 || source > 7) return std::nullopt;
+    matrix |= uint64_t{1} << source << (8 * (7 - bit));
+  }
+  return matrix;
+}
+
+/// `(x << c) & m` or `(x >> c) & m` on i32 lanes whose mask `m` repeats one byte and keeps only
+/// bits that come from their own byte (the 5-bit formats' fifth bits moved to bit 4, `& 0x10101010`;
+/// q6_k's top bits, `& 0x30303030`; the high nibbles, `(x >> 4) & 0x0F0F0F0F`): each byte shifted
+/// and masked on its own, which one `vgf2p8affineqb` does (GFNI: Zen 4, Ice Lake, Alder Lake and
+/// later) with the mask in its bit matrix, where the i32 form is a shift and an `and`. Rewritten
+/// per `pieceLanes` lanes (a 512- or 256-bit instruction) of each row.
+struct ByteShiftAndMaskAsAffine : OpRewritePattern<arith::AndIOp> {
+  ByteShiftAndMaskAsAffine(MLIRContext *context, int64_t pieceLanes)
+      : OpRewritePattern(context), pieceLanes(pieceLanes) {}
+
+  LogicalResult matchAndRewrite(arith::AndIOp op, PatternRewriter &rewriter) const override {
+    auto type = dyn_cast<VectorType>(op.getType());
+    if (!type || type.isScalable() || !type.getElementType().isInteger(32) || type.getShape().back() % pieceLanes)
+      return failure();
+    for (auto [shifted, mask] : {std::pair{op.getLhs(), op.getRhs()}, std::pair{op.getRhs(), op.getLhs()}}) {
+      DenseIntElementsAttr maskValue, amountValue;
+      if (!matchPattern(mask, m_Constant(&maskValue)) || !maskValue.isSplat()) continue;
+      const uint32_t word = static_cast<uint32_t>(maskValue.getSplatValue<APInt>().getZExtValue());
+      const uint8_t byte = word & 0xFF;
+      if (word != byte * 0x01010101u) continue;
+      Operation *shift = shifted.getDefiningOp();
+      if (!shift || !isa<arith::ShLIOp, arith::ShRUIOp>(shift) ||
+          !matchPattern(shift->getOperand(1), m_Constant(&amountValue)) || !amountValue.isSplat())
+        continue;
+      const int64_t amount = amountValue.getSplatValue<APInt>().getSExtValue();
+      if (amount <= 0 || amount >= 8) continue;
+      std::optional<uint64_t> matrix = byteShiftMatrix(isa<arith::ShLIOp>(shift) ? amount : -amount, byte);
+      if (!matrix) continue;
+      rewrite(rewriter, op, shift->getOperand(0), *matrix);
+      return success();
+    }
+    return failure();
+  }
+
+private:
+  void rewrite(PatternRewriter &rewriter, arith::AndIOp op, Value words, uint64_t matrix) const {
+    Location loc = op.getLoc();
+    auto type = cast<VectorType>(op.getType());
+    ArrayRef<int64_t> leading = type.getShape().drop_back();
+    const int64_t rowLanes = type.getShape().back();
+    auto pieceType = VectorType::get({pieceLanes}, rewriter.getI32Type());
+    auto bytesType = VectorType::get({4 * pieceLanes}, rewriter.getI8Type());
+    const StringRef intrinsic = pieceLanes == 16 ? "llvm.x86.vgf2p8affineqb.512" : "llvm.x86.vgf2p8affineqb.256";
+    Value matrixBytes = rewriter.create<vector::BitCastOp>(
+        loc, bytesType,
+        rewriter.create<arith::ConstantOp>(
+            loc, DenseElementsAttr::get(VectorType::get({pieceLanes / 2}, rewriter.getI64Type()),
+                                        rewriter.getI64IntegerAttr(static_cast<int64_t>(matrix)))));
+    Value noConstant = rewriter.create<LLVM::ConstantOp>(loc, rewriter.getI8Type(), rewriter.getI8IntegerAttr(0));
+    int64_t rows = 1;
+    for (int64_t size : leading) rows *= size;
+    Value result = rewriter.create<arith::ConstantOp>(loc, type, rewriter.getZeroAttr(type));
+    for (int64_t row = 0; row < rows; ++row) {
+      SmallVector<int64_t> position(leading.size());
+      for (int64_t dim = leading.size() - 1, rest = row; dim >= 0; rest /= leading[dim], --dim)
+        position[dim] = rest % leading[dim];
+      Value rowWords = leading.empty() ? words : rewriter.create<vector::ExtractOp>(loc, words, position);
+      Value rowResult = leading.empty() ? result : rewriter.create<vector::ExtractOp>(loc, result, position);
+      for (int64_t offset = 0; offset < rowLanes; offset += pieceLanes) {
+        Value piece = rewriter.create<vector::ExtractStridedSliceOp>(
+            loc, rowWords, ArrayRef<int64_t>{offset}, ArrayRef<int64_t>{pieceLanes}, ArrayRef<int64_t>{1});
+        Value bytes = rewriter.create<vector::BitCastOp>(loc, bytesType, piece);
+        Value moved = rewriter
+                          .create<LLVM::CallIntrinsicOp>(loc, TypeRange{bytesType}, intrinsic,
+                                                         ValueRange{bytes, matrixBytes, noConstant})
+                          .getResult(0);
+        rowResult = rewriter.create<vector::InsertStridedSliceOp>(
+            loc, rewriter.create<vector::BitCastOp>(loc, pieceType, moved), rowResult, ArrayRef<int64_t>{offset},
+            ArrayRef<int64_t>{1});
+      }
+      result = leading.empty() ? rowResult : rewriter.create<vector::InsertOp>(loc, rowResult, result, position);
+    }
+    rewriter.replaceOp(op, result);
+  }
+
+  int64_t pieceLanes;
+};
+
 class LowerLaneDotsPass : public impl::LowerLaneDotsBase<LowerLaneDotsPass> {
 public:
   using LowerLaneDotsBase::LowerLaneDotsBase;
@@ -194,15 +289,18 @@ public:
     // The module's gpt.target; without one, plain arithmetic.
     bool bf16Dots = false;
     Int8Dots int8Dots;
+    int64_t affineLanes = 0; // 32-bit lanes of one vgf2p8affineqb, where the target has GFNI
     if (std::optional<TargetDescription> target = getTarget(getOperation())) {
       const bool x86 = target->isX86(); // the intrinsics are x86's; elsewhere plain arithmetic
       bf16Dots = x86 && target->has("avx512bf16");
       int8Dots.vnni512 = x86 && target->has("avx512vnni");
       int8Dots.vnni256 = x86 && (target->has("avxvnni") || (target->has("avx512vnni") && target->has("avx512vl")));
       int8Dots.pmaddwdBits = !x86 ? 0 : target->has("avx512bw") ? 512 : target->has("avx2") ? 256 : 0;
+      if (x86 && target->has("gfni")) affineLanes = target->has("avx512bw") ? 16 : target->has("avx2") ? 8 : 0;
     }
     patterns.add<LowerLaneDotBf16>(&getContext(), bf16Dots);
     patterns.add<LowerLaneDotU8I8>(&getContext(), int8Dots);
+    if (affineLanes) patterns.add<ByteShiftAndMaskAsAffine>(&getContext(), affineLanes);
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

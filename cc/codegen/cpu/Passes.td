@@ -67,6 +67,13 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
     multiply-adds. The target is the module's `gpt.target` (the JIT writes it; in a test,
     `--gpt-set-target`); a module without one gets the plain arithmetic.
 
+    The block formats unpack their codes next to those dots with a shift and a mask on i32 lanes
+    whose mask is one byte repeated and keeps only bits of each byte's own (`(x >> 4) & 0x0F0F0F0F`,
+    a high nibble; `(x << 3) & 0x10101010`, q5_k's fifth bits of a lane; q6_k's top bits). Where
+    the target has `gfni` such a pair becomes one `llvm.x86.vgf2p8affineqb.512` per 16 lanes (with
+    `avx512bw`) or `.256` per 8 (with `avx2`): a bit matrix per byte with the shift and the mask
+    in it, one instruction for two.
+
     ```mlir
     // before, on a target with avx512bf16
     %r = transformer.lane_dot_bf16 %acc, %x, %w : vector<16xi32> -> vector<16xf32>
