@@ -264,7 +264,8 @@ private:
         rewriter.create<arith::ConstantOp>(
             loc, DenseElementsAttr::get(VectorType::get({pieceLanes / 2}, rewriter.getI64Type()),
                                         rewriter.getI64IntegerAttr(static_cast<int64_t>(matrix)))));
-    Value noConstant = rewriter.create<LLVM::ConstantOp>(loc, rewriter.getI8Type(), rewriter.getI8IntegerAttr(0));
+    // The instruction's immediate, a byte it xors into every result byte: none.
+    Value noXor = rewriter.create<LLVM::ConstantOp>(loc, rewriter.getI8Type(), rewriter.getI8IntegerAttr(0));
     int64_t rows = 1;
     for (int64_t size : leading) rows *= size;
     Value result = rewriter.create<arith::ConstantOp>(loc, type, rewriter.getZeroAttr(type));
@@ -280,7 +281,7 @@ private:
         Value bytes = rewriter.create<vector::BitCastOp>(loc, bytesType, piece);
         Value moved = rewriter
                           .create<LLVM::CallIntrinsicOp>(loc, TypeRange{bytesType}, intrinsic,
-                                                         ValueRange{bytes, matrixBytes, noConstant})
+                                                         ValueRange{bytes, matrixBytes, noXor})
                           .getResult(0);
         rowResult = rewriter.create<vector::InsertStridedSliceOp>(
             loc, rewriter.create<vector::BitCastOp>(loc, pieceType, moved), rowResult, ArrayRef<int64_t>{offset},
