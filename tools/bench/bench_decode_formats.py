@@ -4,9 +4,9 @@ alternated: the median decode step of each and the GB/s of stored weights it str
     PYTHONPATH=bazel-bin/python python3 tools/bench/bench_decode_formats.py /tmp/smollm2-1.7b.q4_k_m.gguf \\
         --formats auto,q4_1,q4_0,q8_0 --threads 1
 
-A format written FORMAT@auto (q8_0@auto) stores the weights `auto` keeps in FORMAT and every other
-one as `auto` does (its weight_formats): how a file ran before `auto` kept one of its types (a Q5_K_M
-file's Q5_K tensors as q8_0 beside its Q6_K ones as q6_k).
+A format written FORMAT@auto (q8_0@auto, listed after auto) stores the weights `auto` keeps in FORMAT
+and every other one as `auto` does (its weight_formats): how a file ran before `auto` kept one of its
+types (a Q5_K_M file's Q5_K tensors as q8_0 beside its Q6_K ones as q6_k).
 
 Each round runs, for every format in turn, a 16-token prefill and 48 decode steps (each timed) into a
 cache of 128 positions; a format's figure is the median of its rounds' median steps. One process
