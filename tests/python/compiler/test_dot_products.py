@@ -204,6 +204,32 @@ def test_bf16_prefill_uses_amx_tiles_only_where_the_target_has_them(target, tmp_
     assert "%tmm" not in disassemble(f32, tmp_path, pipeline_seq_len=64)
 
 
+# The code unpacking's shift and mask of each byte (q5_k's fifth bits, q6_k's top bits, the high
+# nibbles) as one vgf2p8affineqb where the target has GFNI, in one-row tiles only: a tile of several
+# rows keeps the pipes it runs on busy with its dots (Zen 4), and keeps the shift and the and. Per
+# target: the intrinsic, and whether its prefill tiles of a block format have several rows (AVX2's
+# 16 registers give them one, so Alder Lake's prefill unpacks a row at a time, as decode does).
+GFNI_TARGETS = {
+    "znver4": ("llvm.x86.vgf2p8affineqb.512", True),
+    "alderlake": ("llvm.x86.vgf2p8affineqb.256", False),
+    "haswell": (None, False),
+    "skylake-avx512": (None, True),
+}
+
+
+@pytest.mark.parametrize("target", sorted(GFNI_TARGETS))
+def test_decode_unpacks_codes_with_gfni_where_the_target_has_it(target):
+    options = gpt.CompileOptions(weights="q5_k", threads=1, disk_cache=False, target_cpu=target)
+    model = gpt.GPT.random(config(MID), options=options)
+    decode, prefill = model.ir("llvm", entry="step"), model.ir("llvm", entry="step", seq_len=16)
+    intrinsic, rows_share_words = GFNI_TARGETS[target]
+    if intrinsic:
+        assert intrinsic in decode, target
+        assert (intrinsic in prefill) != rows_share_words, target
+    else:
+        assert "vgf2p8affineqb" not in decode + prefill, f"{target} has no GFNI"
+
+
 # q8_0 prefill on AMX int8 tiles (tdpbssd: the signed weight codes by the signed activation
 # codes, a block of 32 per tile step) where the target has amx-int8; decode keeps vpdpbusd.
 AMX_INT8_TARGETS = {"sapphirerapids": True, "znver4": False, "skylake-avx512": False, "alderlake": False}
