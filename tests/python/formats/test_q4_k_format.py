@@ -6,8 +6,6 @@ fp16). The values are checked against gguf.quants' own dequantizer."""
 
 import importlib.util
 import os
-import re
-import subprocess
 
 import gguf
 import gpt_kernels_testing
@@ -17,8 +15,6 @@ import pytest
 import gpt
 import gpt.gguf_file
 from gpt import kept_formats, resources
-from machine_code import disassemble, objdump
-from shapes import MID, config, exercising_weights, token_ids
 
 T = gguf.GGMLQuantizationType
 spec = importlib.util.spec_from_file_location("make_gguf", os.path.join("tools", "dev", "make_gguf.py"))
@@ -202,56 +198,3 @@ def test_save_gguf_refuses_q4_k_by_name(tmp_path):
     with pytest.raises(ValueError, match="save_gguf cannot write format 'q4_k': gguf's Python quantizer has no Q4_K"):
         gpt.gguf_file.save_gguf(model, None, str(tmp_path / "m.gguf"), format="q4_k")
     assert not (tmp_path / "m.gguf").exists()
-
-
-# The int8 dot product each named target's q4_k code multiplies with: 4-bit codes are unsigned, so
-# there is no AMX form and Sapphire Rapids keeps vpdpbusd; without VNNI the bytes are widened to
-# 16 bits (vpmaddwd), at the target's own vector width.
-Q4_K_DOT_PRODUCTS = {
-    "haswell": r"vpmaddwd\s+.*%ymm",
-    "alderlake": r"vpdpbusd\s+.*%ymm",
-    "skylake-avx512": r"vpmaddwd\s+.*%zmm",
-    "znver4": r"vpdpbusd\s+.*%zmm",
-    "sapphirerapids": r"vpdpbusd\s+.*%zmm",
-}
-# The host flags that running each fallback target's code here needs.
-Q4_K_FALLBACKS = {"haswell": {"avx2", "fma"}, "skylake-avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
-
-
-@pytest.mark.parametrize("target", sorted(Q4_K_DOT_PRODUCTS))
-def test_each_target_multiplies_q4_k_with_its_own_dot_product(target, tmp_path):
-    """Cross-compiled for `target` (whatever the host): the q4_k matmuls stay on integer dot products."""
-    options = gpt.CompileOptions(weights="q4_k", threads=1, disk_cache=False, target_cpu=target)
-    asm = disassemble(gpt.GPT.random(config(MID), options=options), tmp_path)
-    assert re.search(Q4_K_DOT_PRODUCTS[target], asm), f"{target}: no {Q4_K_DOT_PRODUCTS[target]}"
-    assert "vpmulld" not in asm, f"{target}: the int8 dot products fell back to 32-bit multiplies"
-
-
-def test_q4_k_compiles_for_aarch64(tmp_path):
-    options = gpt.CompileOptions(weights="q4_k", threads=1, disk_cache=False, target_cpu="aarch64:neoverse-v1")
-    path = tmp_path / "forward.o"
-    gpt.GPT.random(config(MID), options=options).save_object(path)
-    header = subprocess.run([objdump(), "-f", str(path)], capture_output=True, text=True, check=True).stdout
-    assert "aarch64" in header, header
-
-
-@pytest.mark.parametrize("target", sorted(Q4_K_FALLBACKS))
-def test_q4_k_code_without_vnni_computes_what_the_host_code_does(target):
-    with open("/proc/cpuinfo") as f:
-        flags = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
-    if not Q4_K_FALLBACKS[target] <= flags:
-        pytest.skip(f"runs {target} code; this CPU lacks {sorted(Q4_K_FALLBACKS[target] - flags)}")
-    cfg = config(MID)
-    weights = exercising_weights(cfg)
-    ids = token_ids(cfg, 40)
-    host = gpt.GPT.from_weights(cfg, weights, gpt.CompileOptions(weights="q4_k", disk_cache=False))
-    fallback = gpt.GPT.from_weights(
-        cfg, weights, gpt.CompileOptions(weights="q4_k", disk_cache=False, target_cpu=target)
-    )
-    # The block sums are exact integers either way, and the scale products the same f32 operations:
-    # the logits agree to the bit.
-    np.testing.assert_array_equal(fallback.forward(ids), host.forward(ids))
-    caches = fallback.new_cache(), host.new_cache()
-    fallback.prefill(ids[:10].tolist(), caches[0])
-    host.prefill(ids[:10].tolist(), caches[1])
-    np.testing.assert_array_equal(fallback.decode(int(ids[10]), caches[0]), host.decode(int(ids[10]), caches[1]))
