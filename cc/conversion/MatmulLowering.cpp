@@ -211,15 +211,15 @@ private:
                                             SmallVector<OpFoldResult>(type.getRank(), b.getIndexAttr(1)));
   }
 
-  /// q5_K: [M, N/P, K/32, P] i32 block sums, as q4Partials' with each code's fifth bit: a block's
-  /// 5 words per column (kernels/FormatKernels.h's q5_K section) are q4_0's 4 nibble words and a
-  /// word whose bit j is code j's fifth bit. Activation lane l (its byte i: code l + 8 i) takes
-  /// bits l + 8 i of that word, moved to bit 4 of byte i by one shift (left by 4 - l, right by
-  /// l - 4) and a mask, or'ed into its nibbles. All 8 lanes in one body: each lane's shift is its
-  /// own constant (loops m, panel, column, block and a unit loop, the reduction the schedule tiles).
-  static Value q5Partials(OpBuilder &b, Location loc, Value x, Value codes) {
+  /// [M, N/P, K/32, P] i32 block sums whose body takes a whole block at once (q5_K, q6_K: each code
+  /// lane is unpacked its own way): loops m, panel, column, block and a unit loop, the reduction
+  /// the schedule tiles. The body's arguments are the 8 activation lanes of `x` [M, K/32, 8], the
+  /// block's `wordsPerBlock` words of `codes` [N/P, K/32 * wordsPerBlock, P] for one column, a value
+  /// of `perColumnBlock` [N/P, K/32, P] where given, and the accumulator.
+  static Value wholeBlockPartials(OpBuilder &b, Location loc, Value x, Value codes, int64_t wordsPerBlock,
+                                  Value perColumnBlock, BodyBuilder body) {
     MLIRContext *ctx = b.getContext();
-    constexpr int64_t wordsPerBlock = PackedMatmulOp::kQ5_KWordsPerBlock, lanesPerBlock = 8;
+    constexpr int64_t lanesPerBlock = 8;
     ArrayRef<int64_t> packed = rankedType(codes).getShape();
     const int64_t m = rankedType(x).getDimSize(0), blocks = rankedType(x).getDimSize(1);
     Value init = zeros(b, loc, {m, packed[0], blocks, packed[2]}, b.getI32Type());
@@ -236,11 +236,28 @@ private:
       inputs.push_back(unitSlice(b, loc, words, 2, w));
       maps.push_back(AffineMap::get(5, 0, {panel, blockDim, unit, column}, ctx));
     }
+    if (perColumnBlock) {
+      inputs.push_back(perColumnBlock);
+      maps.push_back(AffineMap::get(5, 0, {panel, blockDim, column}, ctx));
+    }
     SmallVector<IteratorType> iterators(4, IteratorType::parallel);
     iterators.push_back(IteratorType::reduction);
-    Value partials = buildGeneric(
-        b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx), iterators,
-        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+    Value partials = buildGeneric(b, loc, init, inputs, maps,
+                                  AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx), iterators, body);
+    gpt::codegen::markBlockPartials(partials.getDefiningOp());
+    return partials;
+  }
+
+  /// q5_K: [M, N/P, K/32, P] i32 block sums, as q4Partials' with each code's fifth bit: a block's
+  /// 5 words per column (kernels/FormatKernels.h's q5_K section) are q4_0's 4 nibble words and a
+  /// word whose bit j is code j's fifth bit. Activation lane l (its byte i: code l + 8 i) takes
+  /// bits l + 8 i of that word, moved to bit 4 of byte i by one shift (left by 4 - l, right by
+  /// l - 4) and a mask, or'ed into its nibbles. All 8 lanes in one body: each lane's shift is its
+  /// own constant (loops m, panel, column, block and a unit loop, the reduction the schedule tiles).
+  static Value q5Partials(OpBuilder &b, Location loc, Value x, Value codes) {
+    constexpr int64_t wordsPerBlock = PackedMatmulOp::kQ5_KWordsPerBlock, lanesPerBlock = 8;
+    return wholeBlockPartials(
+        b, loc, x, codes, wordsPerBlock, {}, [](OpBuilder &b, Location l, ValueRange args) -> Value {
           Value nibbles = i32Constant(b, l, 0x0F0F0F0F), fifthBits = i32Constant(b, l, 0x10101010);
           Value fifths = args[lanesPerBlock + wordsPerBlock - 1];
           auto code = [&](Value nibble, int64_t lane) -> Value {
@@ -259,8 +276,6 @@ private:
           }
           return sum;
         });
-    gpt::codegen::markBlockPartials(partials.getDefiningOp());
-    return partials;
   }
 
   /// [M, N/P, P] sums over blocks of (partial - compensation) * d_w * d_x (loops m, panel,
@@ -407,31 +422,9 @@ private:
   /// Each run's 4 code lanes are nibbles of its lanes 0 and 1 with their top bits from lane 2
   /// (kernels/FormatKernels.h's q6_KRunWords), each multiplied with one activation lane by lane_dot_u8i8.
   static Value q6Partials(OpBuilder &b, Location loc, Value x, Value codes, Value runScales) {
-    MLIRContext *ctx = b.getContext();
-    constexpr int64_t wordsPerBlock = 2 * PackedMatmulOp::kQ6_KWordsPerRun, lanesPerBlock = 8;
-    ArrayRef<int64_t> packed = rankedType(codes).getShape();
-    const int64_t m = rankedType(x).getDimSize(0), blocks = rankedType(x).getDimSize(1);
-    Value init = zeros(b, loc, {m, packed[0], blocks, packed[2]}, b.getI32Type());
-    AffineExpr mDim, panel, column, blockDim, unit;
-    bindDims(ctx, mDim, panel, column, blockDim, unit);
-    SmallVector<Value> inputs;
-    SmallVector<AffineMap> maps;
-    for (int64_t q = 0; q < lanesPerBlock; ++q) {
-      inputs.push_back(unitSlice(b, loc, x, 2, q));
-      maps.push_back(AffineMap::get(5, 0, {mDim, blockDim, unit}, ctx));
-    }
-    Value words = splitDim(b, loc, codes, 1, {blocks, wordsPerBlock});
-    for (int64_t w = 0; w < wordsPerBlock; ++w) {
-      inputs.push_back(unitSlice(b, loc, words, 2, w));
-      maps.push_back(AffineMap::get(5, 0, {panel, blockDim, unit, column}, ctx));
-    }
-    inputs.push_back(runScales);
-    maps.push_back(AffineMap::get(5, 0, {panel, blockDim, column}, ctx));
-    SmallVector<IteratorType> iterators(4, IteratorType::parallel);
-    iterators.push_back(IteratorType::reduction);
-    Value partials = buildGeneric(
-        b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx), iterators,
-        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+    constexpr int64_t wordsPerBlock = 2 * PackedMatmulOp::kQ6_KWordsPerRun;
+    return wholeBlockPartials(
+        b, loc, x, codes, wordsPerBlock, runScales, [](OpBuilder &b, Location l, ValueRange args) -> Value {
           Value nibbles = i32Constant(b, l, 0x0F0F0F0F), tops = i32Constant(b, l, 0x30303030);
           auto runSum = [&](ValueRange lanes, Value low, Value odd, Value high) -> Value {
             // Lanes 0-3 of the run: low nibbles of `low`, of `odd`, high nibbles of `low`, of `odd`,
@@ -457,8 +450,6 @@ private:
                                                  b.create<arith::MulIOp>(l, second, scale1));
           return b.create<arith::AddIOp>(l, args[15], scaled);
         });
-    gpt::codegen::markBlockPartials(partials.getDefiningOp());
-    return partials;
   }
 
   /// q6_K: [M, N/P, P] sums over blocks of d_x * d * (partial - 32 (sc_0 * sum_0(code_x) + sc_1 *

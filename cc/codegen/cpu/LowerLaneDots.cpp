@@ -38,13 +38,14 @@ Value i32Splat(OpBuilder &b, Location loc, Type type, int64_t value) {
   return splat(b, loc, type, b.getI32IntegerAttr(static_cast<int32_t>(value)));
 }
 
-/// Rewrites `op` (accumulator, lhs, rhs: vectors of i32 or f32 lanes) piece by piece: `emit`
-/// builds the result of each `pieceLanes`-lane piece of each row (innermost dim) from the
-/// operands' pieces, and the pieces are reassembled. Fails unless the operands are vectors whose
-/// rows are a multiple of `pieceLanes`. Rows are taken with vector.extract, which folds through the
-/// broadcasts and inserts the vectorizer made.
-using PieceEmitter = llvm::function_ref<Value(PatternRewriter &, Location, Value acc, Value lhs, Value rhs)>;
-LogicalResult rewritePerPiece(PatternRewriter &rewriter, Operation *op, int64_t pieceLanes, PieceEmitter emit) {
+/// Rewrites `op` piece by piece: `emit` builds the result of each `pieceLanes`-lane piece of each
+/// row (innermost dim) from the pieces of `operands` (vectors of op's result shape: a lane dot's
+/// accumulator, lhs and rhs), and the pieces are reassembled. Fails unless the result is a vector
+/// whose rows are a multiple of `pieceLanes`. Rows are taken with vector.extract, which folds
+/// through the broadcasts and inserts the vectorizer made.
+using PieceEmitter = llvm::function_ref<Value(PatternRewriter &, Location, ValueRange pieces)>;
+LogicalResult rewritePerPiece(PatternRewriter &rewriter, Operation *op, ValueRange operands, int64_t pieceLanes,
+                              PieceEmitter emit) {
   auto type = dyn_cast<VectorType>(op->getResult(0).getType());
   if (!type || type.isScalable() || type.getShape().back() % pieceLanes != 0) return failure();
   Location loc = op->getLoc();
@@ -59,14 +60,15 @@ LogicalResult rewritePerPiece(PatternRewriter &rewriter, Operation *op, int64_t 
     for (int64_t dim = leading.size() - 1, rest = row; dim >= 0; rest /= leading[dim], --dim)
       position[dim] = rest % leading[dim];
     auto rowOf = [&](Value v) { return leading.empty() ? v : rewriter.create<vector::ExtractOp>(loc, v, position); };
-    Value accumulator = rowOf(op->getOperand(0)), lhs = rowOf(op->getOperand(1)), rhs = rowOf(op->getOperand(2));
-    Value rowResult = leading.empty() ? result : rewriter.create<vector::ExtractOp>(loc, result, position);
+    SmallVector<Value> operandRows;
+    for (Value operand : operands) operandRows.push_back(rowOf(operand));
+    Value rowResult = rowOf(result);
     for (int64_t offset = 0; offset < rowLanes; offset += pieceLanes) {
-      auto piece = [&](Value v) -> Value {
-        return rewriter.create<vector::ExtractStridedSliceOp>(loc, v, ArrayRef<int64_t>{offset},
-                                                              ArrayRef<int64_t>{pieceLanes}, ArrayRef<int64_t>{1});
-      };
-      Value pieceResult = emit(rewriter, loc, piece(accumulator), piece(lhs), piece(rhs));
+      SmallVector<Value> pieces;
+      for (Value operandRow : operandRows)
+        pieces.push_back(rewriter.create<vector::ExtractStridedSliceOp>(
+            loc, operandRow, ArrayRef<int64_t>{offset}, ArrayRef<int64_t>{pieceLanes}, ArrayRef<int64_t>{1}));
+      Value pieceResult = emit(rewriter, loc, pieces);
       rowResult = rewriter.create<vector::InsertStridedSliceOp>(loc, pieceResult, rowResult, ArrayRef<int64_t>{offset},
                                                                 ArrayRef<int64_t>{1});
     }
@@ -81,9 +83,10 @@ LogicalResult rewritePerPiece(PatternRewriter &rewriter, Operation *op, int64_t 
 LogicalResult callPerPiece(PatternRewriter &rewriter, Operation *op, StringRef intrinsic, int64_t pieceLanes,
                            VectorType pieceOperandType) {
   return rewritePerPiece(
-      rewriter, op, pieceLanes, [&](PatternRewriter &b, Location loc, Value acc, Value lhs, Value rhs) {
-        Value x = b.create<vector::BitCastOp>(loc, pieceOperandType, lhs);
-        Value y = b.create<vector::BitCastOp>(loc, pieceOperandType, rhs);
+      rewriter, op, op->getOperands(), pieceLanes, [&](PatternRewriter &b, Location loc, ValueRange pieces) {
+        Value acc = pieces[0];
+        Value x = b.create<vector::BitCastOp>(loc, pieceOperandType, pieces[1]);
+        Value y = b.create<vector::BitCastOp>(loc, pieceOperandType, pieces[2]);
         return b.create<LLVM::CallIntrinsicOp>(loc, TypeRange{acc.getType()}, intrinsic, ValueRange{acc, x, y})
             .getResult(0);
       });
@@ -161,9 +164,9 @@ struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
     if (dots.pmaddwdBits == 512 || dots.pmaddwdBits == 256) {
       const int64_t lanes = dots.pmaddwdBits / 32;
       StringRef intrinsic = lanes == kLanes ? "llvm.x86.avx512.pmaddw.d.512" : "llvm.x86.avx2.pmadd.wd";
-      if (succeeded(rewritePerPiece(rewriter, op, lanes,
-                                    [&](PatternRewriter &b, Location loc, Value acc, Value lhs, Value rhs) {
-                                      return pairDotU8I8(b, loc, intrinsic, acc, lhs, rhs);
+      if (succeeded(rewritePerPiece(rewriter, op, op->getOperands(), lanes,
+                                    [&](PatternRewriter &b, Location loc, ValueRange pieces) {
+                                      return pairDotU8I8(b, loc, intrinsic, pieces[0], pieces[1], pieces[2]);
                                     })))
         return success();
     }
@@ -253,9 +256,6 @@ struct ByteShiftAndMaskAsAffine : OpRewritePattern<arith::AndIOp> {
 private:
   void rewrite(PatternRewriter &rewriter, arith::AndIOp op, Value words, uint64_t matrix) const {
     Location loc = op.getLoc();
-    auto type = cast<VectorType>(op.getType());
-    ArrayRef<int64_t> leading = type.getShape().drop_back();
-    const int64_t rowLanes = type.getShape().back();
     auto pieceType = VectorType::get({pieceLanes}, rewriter.getI32Type());
     auto bytesType = VectorType::get({4 * pieceLanes}, rewriter.getI8Type());
     const StringRef intrinsic = pieceLanes == 16 ? "llvm.x86.vgf2p8affineqb.512" : "llvm.x86.vgf2p8affineqb.256";
@@ -266,30 +266,15 @@ private:
                                         rewriter.getI64IntegerAttr(static_cast<int64_t>(matrix)))));
     // The instruction's immediate, a byte it xors into every result byte: none.
     Value noXor = rewriter.create<LLVM::ConstantOp>(loc, rewriter.getI8Type(), rewriter.getI8IntegerAttr(0));
-    int64_t rows = 1;
-    for (int64_t size : leading) rows *= size;
-    Value result = rewriter.create<arith::ConstantOp>(loc, type, rewriter.getZeroAttr(type));
-    for (int64_t row = 0; row < rows; ++row) {
-      SmallVector<int64_t> position(leading.size());
-      for (int64_t dim = leading.size() - 1, rest = row; dim >= 0; rest /= leading[dim], --dim)
-        position[dim] = rest % leading[dim];
-      Value rowWords = leading.empty() ? words : rewriter.create<vector::ExtractOp>(loc, words, position);
-      Value rowResult = leading.empty() ? result : rewriter.create<vector::ExtractOp>(loc, result, position);
-      for (int64_t offset = 0; offset < rowLanes; offset += pieceLanes) {
-        Value piece = rewriter.create<vector::ExtractStridedSliceOp>(
-            loc, rowWords, ArrayRef<int64_t>{offset}, ArrayRef<int64_t>{pieceLanes}, ArrayRef<int64_t>{1});
-        Value bytes = rewriter.create<vector::BitCastOp>(loc, bytesType, piece);
-        Value moved = rewriter
-                          .create<LLVM::CallIntrinsicOp>(loc, TypeRange{bytesType}, intrinsic,
-                                                         ValueRange{bytes, matrixBytes, noXor})
-                          .getResult(0);
-        rowResult = rewriter.create<vector::InsertStridedSliceOp>(
-            loc, rewriter.create<vector::BitCastOp>(loc, pieceType, moved), rowResult, ArrayRef<int64_t>{offset},
-            ArrayRef<int64_t>{1});
-      }
-      result = leading.empty() ? rowResult : rewriter.create<vector::InsertOp>(loc, rowResult, result, position);
-    }
-    rewriter.replaceOp(op, result);
+    // The type was checked by matchAndRewrite: the rewrite cannot fail.
+    (void)rewritePerPiece(
+        rewriter, op, ValueRange{words}, pieceLanes, [&](PatternRewriter &b, Location l, ValueRange pieces) -> Value {
+          Value bytes = b.create<vector::BitCastOp>(l, bytesType, pieces[0]);
+          Value moved =
+              b.create<LLVM::CallIntrinsicOp>(l, TypeRange{bytesType}, intrinsic, ValueRange{bytes, matrixBytes, noXor})
+                  .getResult(0);
+          return b.create<vector::BitCastOp>(l, pieceType, moved);
+        });
   }
 
   int64_t pieceLanes;
