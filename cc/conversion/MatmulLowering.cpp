@@ -62,13 +62,15 @@ using IteratorType = utils::IteratorType;
 /// result is then viewed (collapse_shape, no copy) as [M, N].
 ///
 /// A low-precision weight multiplies activations converted to its lanes (see the op): bf16
-/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (32-value blocks, q4_k)
+/// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (32-value blocks)
 /// applies each block's scales once per block, as llama.cpp does, in two generics:
 /// - the block sums `partial[m, panel, block, column] = sum over the block of code_x * code_w`
-///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`);
+///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`); for q4_K and q5_K,
+///   whose activations have one scale per super-block of 256 (llama.cpp's q4_K x q8_K), the sums
+///   per super-block of each sub-block's sum times its 6-bit scale, still in i32;
 /// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x` (q4_1:
-///   `out += d_x * (d_w * partial + min_w * compensation)`; q4_K and q5_K: d_w = d * sc and
-///   min_w = -dmin * m of the block's super-block, in f32), the packed
+///   `out += d_x * (d_w * partial + min_w * compensation)`; q4_K and q5_K, per super-block:
+///   `out += d_x * (d * partial - dmin * sum over sub-blocks of m * compensation)`), the packed
 ///   matmul proper (loops M, panel, column, block), which the schedule tiles like an f32 one and
 ///   into whose block loop it fuses the partial sums (transform.gpt.vectorize_block_matmul), so
 ///   that they live in registers and are never stored.
@@ -97,19 +99,27 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       break;
     case WeightFormat::Q8_0:
     case WeightFormat::Q4_0:
-    case WeightFormat::Q4_1:
+    case WeightFormat::Q4_1: {
+      const bool q8 = format == WeightFormat::Q8_0, withMins = op.getWeightFormat().hasMins;
+      QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : withMins ? 1 : 8);
+      Value partials = q8 ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
+                          : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
+      panels = withMins ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
+                        : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
+      break;
+    }
     case WeightFormat::Q4_K:
     case WeightFormat::Q5_K: {
-      const bool q8 = format == WeightFormat::Q8_0, q5_K = format == WeightFormat::Q5_K,
-                 subBlockScales = format == WeightFormat::Q4_K || q5_K, withMins = op.getWeightFormat().hasMins;
-      QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : withMins ? 1 : 8);
-      Value partials = q8     ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
-                       : q5_K ? q5Partials(rewriter, loc, x.lanes, adaptor.getRhs())
-                              : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
-      panels = subBlockScales ? scaledSubBlocks(rewriter, loc, partials, adaptor.getScales(), x.scales,
-                                                scaledCompensations(rewriter, loc, x), init)
-               : withMins     ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
-                              : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
+      QuantizedActivations x = quantizeActivationsPerSuperBlock(rewriter, loc, lhs);
+      Value scales = adaptor.getScales();
+      const int64_t blocks = rankedType(x.lanes).getDimSize(1);
+      Value subScales = scaleRows(rewriter, loc, scales, 0, blocks);
+      Value partials = superBlockPartials(rewriter, loc, x.lanes, adaptor.getRhs(), subScales,
+                                          format == WeightFormat::Q5_K ? PackedMatmulOp::kQ5_KWordsPerBlock
+                                                                       : PackedMatmulOp::kBlockSize / 8);
+      panels = scaledSuperBlocks(rewriter, loc, partials, subScales,
+                                 scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks), x,
+                                 init);
       break;
     }
     case WeightFormat::Q6_K: {
@@ -211,7 +221,7 @@ private:
                                             SmallVector<OpFoldResult>(type.getRank(), b.getIndexAttr(1)));
   }
 
-  /// [M, N/P, K/32, P] i32 block sums whose body takes a whole block at once (q5_K, q6_K: each code
+  /// [M, N/P, K/32, P] i32 block sums whose body takes a whole block at once (q6_K: each code
   /// lane is unpacked its own way): loops m, panel, column, block and a unit loop, the reduction
   /// the schedule tiles. The body's arguments are the 8 activation lanes of `x` [M, K/32, 8], the
   /// block's `wordsPerBlock` words of `codes` [N/P, K/32 * wordsPerBlock, P] for one column, a value
@@ -248,34 +258,83 @@ private:
     return partials;
   }
 
-  /// q5_K: [M, N/P, K/32, P] i32 block sums, as q4Partials' with each code's fifth bit: a block's
-  /// 5 words per column (kernels/FormatKernels.h's q5_K section) are q4_0's 4 nibble words and a
-  /// word whose bit j is code j's fifth bit. Activation lane l (its byte i: code l + 8 i) takes
-  /// bits l + 8 i of that word, moved to bit 4 of byte i by one shift (left by 4 - l, right by
-  /// l - 4) and a mask, or'ed into its nibbles. All 8 lanes in one body: each lane's shift is its
-  /// own constant (loops m, panel, column, block and a unit loop, the reduction the schedule tiles).
-  static Value q5Partials(OpBuilder &b, Location loc, Value x, Value codes) {
-    constexpr int64_t wordsPerBlock = PackedMatmulOp::kQ5_KWordsPerBlock, lanesPerBlock = 8;
-    return wholeBlockPartials(
-        b, loc, x, codes, wordsPerBlock, {}, [](OpBuilder &b, Location l, ValueRange args) -> Value {
-          Value nibbles = i32Constant(b, l, 0x0F0F0F0F), fifthBits = i32Constant(b, l, 0x10101010);
-          Value fifths = args[lanesPerBlock + wordsPerBlock - 1];
-          auto code = [&](Value nibble, int64_t lane) -> Value {
-            Value moved = lane < 4   ? b.create<arith::ShLIOp>(l, fifths, i32Constant(b, l, 4 - lane))
-                          : lane > 4 ? b.create<arith::ShRUIOp>(l, fifths, i32Constant(b, l, lane - 4))
-                                     : fifths;
-            return b.create<arith::OrIOp>(l, nibble, b.create<arith::AndIOp>(l, moved, fifthBits));
-          };
-          Value sum = args.back();
-          for (int64_t o = 0; o < lanesPerBlock / 2; ++o) {
-            Value word = args[lanesPerBlock + o];
-            Value low = b.create<arith::AndIOp>(l, word, nibbles);
-            Value high = b.create<arith::AndIOp>(l, b.create<arith::ShRUIOp>(l, word, i32Constant(b, l, 4)), nibbles);
-            sum = b.create<LaneDotU8I8Op>(l, sum, code(low, o), args[o]);
-            sum = b.create<LaneDotU8I8Op>(l, sum, code(high, o + 4), args[o + 4]);
-          }
-          return sum;
-        });
+  /// The dot product of one block of 32 activation codes (`lanes`, its 8 lanes) with a q4_K or
+  /// q5_K sub-block's codes for one column (`words`, kernels/FormatKernels.h's q4_K and q5_K
+  /// sections), added to `sum`. Nibble word o holds in its low nibbles the codes lane o multiplies,
+  /// in its high nibbles lane o + 4's. q5_K's fifth word has in bit j code j's fifth bit: lane l
+  /// (its byte i: code l + 8 i) takes bits l + 8 i, moved to bit 4 of byte i by one shift (left by
+  /// 4 - l, right by l - 4) and a mask, or'ed into its nibbles.
+  static Value subBlockCodeSum(OpBuilder &b, Location l, ValueRange lanes, ValueRange words, Value sum) {
+    constexpr int64_t nibbleWords = PackedMatmulOp::kBlockSize / 8;
+    Value nibbles = i32Constant(b, l, 0x0F0F0F0F), fifthBits = i32Constant(b, l, 0x10101010);
+    auto code = [&](Value nibble, int64_t lane) -> Value {
+      if (words.size() == nibbleWords) return nibble;
+      Value fifths = words.back();
+      Value moved = lane < 4   ? b.create<arith::ShLIOp>(l, fifths, i32Constant(b, l, 4 - lane))
+                    : lane > 4 ? b.create<arith::ShRUIOp>(l, fifths, i32Constant(b, l, lane - 4))
+                               : fifths;
+      return b.create<arith::OrIOp>(l, nibble, b.create<arith::AndIOp>(l, moved, fifthBits));
+    };
+    for (int64_t o = 0; o < nibbleWords; ++o) {
+      Value low = b.create<arith::AndIOp>(l, words[o], nibbles);
+      Value high = b.create<arith::AndIOp>(l, b.create<arith::ShRUIOp>(l, words[o], i32Constant(b, l, 4)), nibbles);
+      sum = b.create<LaneDotU8I8Op>(l, sum, code(low, o), lanes[o]);
+      sum = b.create<LaneDotU8I8Op>(l, sum, code(high, o + nibbleWords), lanes[o + nibbleWords]);
+    }
+    return sum;
+  }
+
+  /// q4_K and q5_K: [M, N/P, K/256, P] i32 sums per super-block of sc * sum(code_x * code_w) over
+  /// its 8 sub-blocks, sc the sub-block's 6-bit scale (llama.cpp's q4_K x q8_K: the activations
+  /// share one scale per super-block, quantizeActivationsPerSuperBlock), exact in i32 (below 2^26).
+  /// Loops m, panel, column, super-block and sub-block, the last the reduction, which the schedule
+  /// tiles by one and unrolls: each step takes a block's 8 activation lanes of `x` [M, K/32, 8],
+  /// its `wordsPerBlock` words of `codes` [N/P, K/32 * wordsPerBlock, P] for one column and its
+  /// (sc | m << 8) bits of `subScales` [N/P, K/32, P].
+  static Value superBlockPartials(OpBuilder &b, Location loc, Value x, Value codes, Value subScales,
+                                  int64_t wordsPerBlock) {
+    MLIRContext *ctx = b.getContext();
+    constexpr int64_t lanesPerBlock = 8, subBlocks = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
+    ArrayRef<int64_t> packed = rankedType(codes).getShape();
+    const int64_t m = rankedType(x).getDimSize(0), superBlocks = rankedType(x).getDimSize(1) / subBlocks;
+    Value init = zeros(b, loc, {m, packed[0], superBlocks, packed[2]}, b.getI32Type());
+    AffineExpr mDim, panel, column, superDim, sub;
+    bindDims(ctx, mDim, panel, column, superDim, sub);
+    AffineMap perRowBlock = AffineMap::get(5, 0, {mDim, superDim, sub}, ctx);
+    AffineMap perColumnBlock = AffineMap::get(5, 0, {panel, superDim, sub, column}, ctx);
+    SmallVector<Value> inputs;
+    SmallVector<AffineMap> maps;
+    Value lanes = splitDim(b, loc, x, 1, {superBlocks, subBlocks});
+    for (int64_t lane = 0; lane < lanesPerBlock; ++lane) {
+      inputs.push_back(sliceAt(b, loc, lanes, 3, lane));
+      maps.push_back(perRowBlock);
+    }
+    Value words = splitDim(b, loc, codes, 1, {superBlocks, subBlocks, wordsPerBlock});
+    for (int64_t w = 0; w < wordsPerBlock; ++w) {
+      inputs.push_back(sliceAt(b, loc, words, 3, w));
+      maps.push_back(perColumnBlock);
+    }
+    inputs.push_back(splitDim(b, loc, subScales, 1, {superBlocks, subBlocks}));
+    maps.push_back(perColumnBlock);
+    SmallVector<IteratorType> iterators(4, IteratorType::parallel);
+    iterators.push_back(IteratorType::reduction);
+    Value partials =
+        buildGeneric(b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, superDim, column}, ctx), iterators,
+                     [wordsPerBlock](OpBuilder &b, Location l, ValueRange args) -> Value {
+                       Value sum = subBlockCodeSum(b, l, args.take_front(lanesPerBlock),
+                                                   args.slice(lanesPerBlock, wordsPerBlock), i32Constant(b, l, 0));
+                       Value sc = b.create<arith::AndIOp>(l, scaleMinBits(b, l, args[lanesPerBlock + wordsPerBlock]),
+                                                          i32Constant(b, l, 0xFF));
+                       return b.create<arith::AddIOp>(l, args.back(), b.create<arith::MulIOp>(l, sum, sc));
+                     });
+    gpt::codegen::markBlockPartials(partials.getDefiningOp(), subBlocks);
+    return partials;
+  }
+
+  /// A q4_K or q5_K sub-block's scale-min pair (an f16 element of the scales) as the i32 of its
+  /// 16 bits: sc in bits 0-7, m in bits 8-15.
+  static Value scaleMinBits(OpBuilder &b, Location l, Value pair) {
+    return b.create<arith::ExtUIOp>(l, b.getI32Type(), b.create<arith::BitcastOp>(l, b.getI16Type(), pair));
   }
 
   /// [M, N/P, P] sums over blocks of (partial - compensation) * d_w * d_x (loops m, panel,
@@ -330,70 +389,56 @@ private:
                         });
   }
 
-  /// q4_K's code sums times their block's d_x, [M, K/32] f32: one product per row and block, which
-  /// the matmul's min term then reads as is instead of multiplying d_x into it per column.
-  static Value scaledCompensations(OpBuilder &b, Location loc, const QuantizedActivations &x) {
-    ArrayRef<int64_t> shape = rankedType(x.scales).getShape();
-    AffineMap identity = b.getMultiDimIdentityMap(2);
-    Value scaled = buildParallel(b, loc, shape, b.getF32Type(), {x.compensations, x.scales}, {identity, identity},
-                                 [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                   return b.create<arith::MulFOp>(l, args[0], args[1]);
-                                 });
-    gpt::codegen::markQuantizesActivations(scaled.getDefiningOp());
-    return scaled;
-  }
-
-  /// q4_K and q5_K: [M, N/P, P] sums over sub-blocks of d_x * d * sc * partial - dmin * m * (d_x * sum(code_x)),
-  /// the products in f32, the last factor read per row and block (scaledCompensations: four float
-  /// operations per row and column of a sub-block, where d_x * (...) took five), from the scales
-  /// [N/P, K/32 + K/128, P]: the sub-blocks' (sc | m << 8) bits read as a [N/P, K/32, P] view, and
-  /// the super-blocks' (d, dmin) rows as two [N/P, K/256, P] views at super-block block / 8 (loops
-  /// m, panel, column, block: the schedule steps the block loop one sub-block at a time, so each
-  /// step reads one of each per column).
-  static Value scaledSubBlocks(OpBuilder &b, Location loc, Value partials, Value scales, Value xScales,
-                               Value scaledCompensations, Value init) {
+  /// q4_K and q5_K: [M, N/P, P] sums over super-blocks of d_x * (d * partial - dmin * sum over
+  /// its sub-blocks of m * sum(code_x)), from the super-block partials (superBlockPartials), the
+  /// sub-blocks' (sc | m << 8) bits `subScales` [N/P, K/32, P] (8 of them per super-block and
+  /// column) and the super-blocks' (d, dmin) rows `superScales` [N/P, 2 K/256, P] (loops m, panel,
+  /// column, super-block). The min term's sum is exact in f32 (below 2^22).
+  static Value scaledSuperBlocks(OpBuilder &b, Location loc, Value partials, Value subScales, Value superScales,
+                                 const QuantizedActivations &x, Value init) {
     MLIRContext *ctx = b.getContext();
     constexpr int64_t subBlocks = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
-    AffineExpr mDim, panel, column, blockDim;
-    bindDims(ctx, mDim, panel, column, blockDim);
-    AffineMap perRowBlock = AffineMap::get(4, 0, {mDim, blockDim}, ctx);
-    AffineMap perColumnBlock = AffineMap::get(4, 0, {panel, blockDim, column}, ctx);
-    AffineMap perColumnSuper = AffineMap::get(4, 0, {panel, blockDim.floorDiv(subBlocks), column}, ctx);
-    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, blockDim, column}, ctx),
-                                        perColumnBlock,
-                                        perColumnSuper,
-                                        perColumnSuper,
-                                        perRowBlock,
-                                        perRowBlock};
+    const int64_t superBlocks = rankedType(partials).getDimSize(2);
+    AffineExpr mDim, panel, column, superDim;
+    bindDims(ctx, mDim, panel, column, superDim);
+    AffineMap perRowSuper = AffineMap::get(4, 0, {mDim, superDim}, ctx);
+    AffineMap perColumnSuper = AffineMap::get(4, 0, {panel, superDim, column}, ctx);
+    SmallVector<Value> inputs = {partials};
+    SmallVector<AffineMap> maps = {AffineMap::get(4, 0, {mDim, panel, superDim, column}, ctx)};
+    Value pairs = splitDim(b, loc, superScales, 1, {superBlocks, 2});
+    for (int64_t half = 0; half < 2; ++half) {
+      inputs.push_back(sliceAt(b, loc, pairs, 2, half));
+      maps.push_back(perColumnSuper);
+    }
+    inputs.push_back(x.scales);
+    maps.push_back(perRowSuper);
+    Value subScalesBySuper = splitDim(b, loc, subScales, 1, {superBlocks, subBlocks});
+    Value codeSums = splitDim(b, loc, x.compensations, 1, {superBlocks, subBlocks});
+    for (int64_t sub = 0; sub < subBlocks; ++sub) {
+      inputs.push_back(sliceAt(b, loc, subScalesBySuper, 2, sub));
+      maps.push_back(perColumnSuper);
+      inputs.push_back(sliceAt(b, loc, codeSums, 2, sub));
+      maps.push_back(perRowSuper);
+    }
     SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
                                            IteratorType::reduction};
-    ArrayRef<int64_t> shape = rankedType(scales).getShape();
-    const int64_t blocks = rankedType(partials).getDimSize(2), superBlocks = blocks / subBlocks;
-    auto rows = [&](int64_t first, int64_t count) -> Value {
-      return b.create<tensor::ExtractSliceOp>(
-          loc, scales, SmallVector<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(first), b.getIndexAttr(0)},
-          SmallVector<OpFoldResult>{b.getIndexAttr(shape[0]), b.getIndexAttr(count), b.getIndexAttr(shape[2])},
-          SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
-    };
-    Value subScales = rows(0, blocks);
-    Value pairs = splitDim(b, loc, rows(blocks, 2 * superBlocks), 1, {superBlocks, 2});
-    Value d = sliceAt(b, loc, pairs, 2, 0), dmin = sliceAt(b, loc, pairs, 2, 1);
     return buildGeneric(
-        b, loc, init, {partials, subScales, d, dmin, xScales, scaledCompensations}, inputMaps,
-        AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
+        b, loc, init, inputs, maps, AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
         [](OpBuilder &b, Location l, ValueRange args) -> Value {
-          Type f32 = b.getF32Type(), i32 = b.getI32Type();
-          // The 16 bits of the scale-min pair, widened: sc in bits 0-7, m in 8-15.
-          Value bits = b.create<arith::ExtUIOp>(l, i32, b.create<arith::BitcastOp>(l, b.getI16Type(), args[1]));
-          Value sc = b.create<arith::UIToFPOp>(l, f32, b.create<arith::AndIOp>(l, bits, i32Constant(b, l, 0xFF)));
-          Value m = b.create<arith::UIToFPOp>(l, f32, b.create<arith::ShRUIOp>(l, bits, i32Constant(b, l, 8)));
-          Value subScale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), sc);
-          Value subMin = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[3]), m);
-          Value scale = b.create<arith::MulFOp>(l, subScale, args[4]);
-          // The scaled partial first, then the min term: each fma updates the accumulator in place (the
-          // other order kept the partial's register and copied the accumulator, one move per row and column).
-          Value withScaled = b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, args[6]);
-          return b.create<math::FmaOp>(l, args[5], b.create<arith::NegFOp>(l, subMin), withScaled);
+          Type f32 = b.getF32Type();
+          Value mins;
+          for (int64_t sub = 0; sub < subBlocks; ++sub) {
+            Value bits = scaleMinBits(b, l, args[4 + 2 * sub]);
+            Value m = b.create<arith::UIToFPOp>(l, f32, b.create<arith::ShRUIOp>(l, bits, i32Constant(b, l, 8)));
+            Value codeSum = args[5 + 2 * sub];
+            mins = mins ? b.create<math::FmaOp>(l, m, codeSum, mins).getResult()
+                        : b.create<arith::MulFOp>(l, m, codeSum).getResult();
+          }
+          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[1]), args[3]);
+          Value minScale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), args[3]);
+          // The scaled partial first, then the min term: each fma updates the accumulator in place.
+          Value withScaled = b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, args.back());
+          return b.create<math::FmaOp>(l, mins, b.create<arith::NegFOp>(l, minScale), withScaled);
         });
   }
 

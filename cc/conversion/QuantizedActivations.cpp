@@ -103,6 +103,42 @@ static Value packCodeLanes(OpBuilder &b, Location loc, Value strided, Value scal
                        });
 }
 
+/// `scales` [M, G] with each value repeated `times` times beside itself, flat: [M * G * times]. A
+/// broadcast, a map the vectorizer reads (where an index divided by `times` is not).
+static Value repeatEach(OpBuilder &b, Location loc, Value scales, int64_t times) {
+  ArrayRef<int64_t> shape = rankedType(scales).getShape();
+  AffineExpr d0, d1;
+  bindDims(b.getContext(), d0, d1);
+  Value repeated = buildParallel(b, loc, {shape[0], shape[1], times}, b.getF32Type(), {scales},
+                                 {AffineMap::get(3, 0, {d0, d1}, b.getContext())},
+                                 [](OpBuilder &, Location, ValueRange args) -> Value { return args[0]; });
+  gpt::codegen::markQuantizesActivations(repeated.getDefiningOp());
+  return b.create<tensor::CollapseShapeOp>(loc, repeated, SmallVector<ReassociationIndices>{{0, 1, 2}});
+}
+
+/// The largest |x| of each row of `rows` [R, n], over 127: the scale that maps the row onto [-127, 127].
+static Value rowScales(OpBuilder &b, Location loc, Value rows) {
+  ArrayRef<int64_t> shape = rankedType(rows).getShape();
+  Value amax = buildRowReduction(b, loc, {shape[0], shape[1]}, {rows}, {b.getMultiDimIdentityMap(2)}, 0.0,
+                                 [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                   return b.create<arith::MaximumFOp>(l, args[1], b.create<math::AbsFOp>(l, args[0]));
+                                 });
+  Value scales = buildParallel(b, loc, {shape[0]}, b.getF32Type(), {amax}, {b.getMultiDimIdentityMap(1)},
+                               [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                 Value limit = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(127.0f));
+                                 return b.create<arith::DivFOp>(l, args[0], limit);
+                               });
+  for (Value quantization : {amax, scales}) gpt::codegen::markQuantizesActivations(quantization.getDefiningOp());
+  return scales;
+}
+
+/// `lhs` [M, K] as rows of `size` consecutive values, [M * K / size, size].
+static Value rowsOf(OpBuilder &b, Location loc, Value lhs, int64_t size) {
+  const int64_t groups = rankedType(lhs).getDimSize(1) / size;
+  return b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lhs, 1, {groups, size}),
+                                           SmallVector<ReassociationIndices>{{0, 1}, {2}});
+}
+
 /// Quantizes `lhs` [M, K]; `offset` is what the weight's unsigned codes add to each true code
 /// (128 for q8_0, 8 for q4_0), which the compensations take back out of the integer sums. (A format
 /// with mins passes 1: its codes are the true ones, and its compensation, the plain sum of the activation
@@ -113,28 +149,39 @@ QuantizedActivations quantizeActivations(OpBuilder &b, Location loc, Value lhs, 
   const int64_t m = shape[0], blocks = shape[1] / block;
   Type f32 = b.getF32Type();
   // Blocks as rows of 32: their max |x| and code sums are row reductions.
-  Value rows = b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lhs, 1, {blocks, block}),
-                                                 SmallVector<ReassociationIndices>{{0, 1}, {2}});
-  AffineMap identity2 = b.getMultiDimIdentityMap(2);
-  Value amax = buildRowReduction(b, loc, {m * blocks, block}, {rows}, {identity2}, 0.0,
-                                 [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                   return b.create<arith::MaximumFOp>(l, args[1], b.create<math::AbsFOp>(l, args[0]));
-                                 });
-  Value scales = buildParallel(b, loc, {m * blocks}, f32, {amax}, {b.getMultiDimIdentityMap(1)},
-                               [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                 Value limit = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(127.0f));
-                                 return b.create<arith::DivFOp>(l, args[0], limit);
-                               });
+  Value rows = rowsOf(b, loc, lhs, block);
+  Value scales = rowScales(b, loc, rows);
   Value compensations = scaledCodeSums(b, loc, rows, scales, static_cast<float>(offset));
   // Lane q of a block packs x[32 b + q + 8 i] for i < 4: four contiguous runs of 8 per block.
   Value blockScales = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, blocks}, f32), scales,
                                                       SmallVector<ReassociationIndices>{{0, 1}});
   Value lanes = packCodeLanes(b, loc, splitDim(b, loc, lhs, 1, {blocks, 4, lanesPerBlock}), blockScales);
-  for (Value quantization : {amax, scales, compensations, lanes})
+  for (Value quantization : {compensations, lanes})
     gpt::codegen::markQuantizesActivations(quantization.getDefiningOp());
   Value blockCompensations = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, blocks}, f32),
                                                              compensations, SmallVector<ReassociationIndices>{{0, 1}});
   return {lanes, blockScales, blockCompensations};
+}
+
+QuantizedActivations quantizeActivationsPerSuperBlock(OpBuilder &b, Location loc, Value lhs) {
+  constexpr int64_t block = PackedMatmulOp::kBlockSize, superBlock = PackedMatmulOp::kSuperBlockSize;
+  ArrayRef<int64_t> shape = rankedType(lhs).getShape();
+  const int64_t m = shape[0], blocks = shape[1] / block, superBlocks = shape[1] / superBlock;
+  Type f32 = b.getF32Type();
+  Value superScales = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, superBlocks}, f32),
+                                                      rowScales(b, loc, rowsOf(b, loc, lhs, superBlock)),
+                                                      SmallVector<ReassociationIndices>{{0, 1}});
+  // Each block quantized at its super-block's scale: the code sums and lanes per block of 32.
+  Value blockScales = repeatEach(b, loc, superScales, superBlock / block);
+  Value compensations = scaledCodeSums(b, loc, rowsOf(b, loc, lhs, block), blockScales, 1.0f);
+  Value lanes = packCodeLanes(b, loc, splitDim(b, loc, lhs, 1, {blocks, 4, block / 4}),
+                              b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, blocks}, f32), blockScales,
+                                                              SmallVector<ReassociationIndices>{{0, 1}}));
+  for (Value quantization : {compensations, lanes})
+    gpt::codegen::markQuantizesActivations(quantization.getDefiningOp());
+  Value blockCompensations = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, blocks}, f32),
+                                                             compensations, SmallVector<ReassociationIndices>{{0, 1}});
+  return {lanes, superScales, blockCompensations};
 }
 
 /// q6_K's activations: quantized per block of 32 as quantizeActivations does (the same codes and
@@ -149,24 +196,16 @@ QuantizedActivations quantizeActivationRuns(OpBuilder &b, Location loc, Value lh
   const Value blockScales = quantizeActivations(b, loc, lhs, 1).scales;
   ArrayRef<int64_t> shape = rankedType(lhs).getShape();
   const int64_t m = shape[0], runs = shape[1] / run, blocks = shape[1] / blockSize;
-  MLIRContext *ctx = b.getContext();
   Type f32 = b.getF32Type();
-  AffineExpr d0, d1;
-  bindDims(ctx, d0, d1);
-  // Each block's d beside each of its two runs, [M * K/16]: a broadcast, a map the vectorizer
-  // reads (where run / 2 is not).
-  Value pairedScales = buildParallel(b, loc, {m, blocks, 2}, f32, {blockScales}, {AffineMap::get(3, 0, {d0, d1}, ctx)},
-                                     [](OpBuilder &, Location, ValueRange args) -> Value { return args[0]; });
-  Value flatScales = b.create<tensor::CollapseShapeOp>(loc, pairedScales, SmallVector<ReassociationIndices>{{0, 1, 2}});
+  // Each block's d beside each of its two runs, [M * K/16].
+  Value flatScales = repeatEach(b, loc, blockScales, 2);
   Value runScales = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, runs}, f32), flatScales,
                                                     SmallVector<ReassociationIndices>{{0, 1}});
   // Runs as rows of 16: their code sums are row reductions.
-  Value rows = b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lhs, 1, {runs, run}),
-                                                 SmallVector<ReassociationIndices>{{0, 1}, {2}});
-  Value compensations = scaledCodeSums(b, loc, rows, flatScales, 32.0f);
+  Value compensations = scaledCodeSums(b, loc, rowsOf(b, loc, lhs, run), flatScales, 32.0f);
   // Lane l of run h packs x[16 h + l + 4 i] for i < 4: four contiguous runs of 4 per run.
   Value lanes = packCodeLanes(b, loc, splitDim(b, loc, lhs, 1, {runs, 4, lanesPerRun}), runScales);
-  for (Value quantization : {pairedScales, compensations, lanes})
+  for (Value quantization : {compensations, lanes})
     gpt::codegen::markQuantizesActivations(quantization.getDefiningOp());
   // [M, K/16, 4] lanes as [M, K/32, 8]: a block's two runs side by side.
   Value blockLanes = b.create<tensor::CollapseShapeOp>(loc, splitDim(b, loc, lanes, 1, {blocks, 2}),

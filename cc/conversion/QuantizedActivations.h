@@ -28,6 +28,14 @@ mlir::Value bf16Lanes(mlir::OpBuilder &b, mlir::Location loc, mlir::Value lhs);
 /// codes, is what each block's min multiplies.)
 QuantizedActivations quantizeActivations(mlir::OpBuilder &b, mlir::Location loc, mlir::Value lhs, int64_t offset);
 
+/// q4_K's and q5_K's activations, quantized as llama.cpp's q8_K: one scale per super-block of 256
+/// (d = max|x| / 127 over the 256, the codes rounded as quantizeActivations rounds them), so that
+/// a super-block's 8 block sums, each times its weight sub-block's integer scale, add up in i32
+/// (MatmulLowering.cpp's superBlockPartials). `lanes` [M, K/32, 8] as quantizeActivations lays them
+/// out, `scales` [M, K/256] f32, and `compensations` [M, K/32] f32, each block's plain code sum
+/// (what the weight's sub-block min multiplies; exact in f32).
+QuantizedActivations quantizeActivationsPerSuperBlock(mlir::OpBuilder &b, mlir::Location loc, mlir::Value lhs);
+
 /// q6_K's activations: quantized per block of 32 as quantizeActivations does (the same codes and
 /// scales), laid out per run of 16 weights, so that no lane mixes two runs (each has its own
 /// weight scale): `lanes` [M, K/32, 8], lane 4 h + l of block b holding the codes of

@@ -1,45 +1,58 @@
-// --transformer-to-linalg of a q4_K packed_matmul: scales [N / P, K / 32 + K / 128, P], the
-// sub-blocks' (sc | m << 8) rows read as one view and the super-blocks' (d, dmin) rows as two, each
-// at super-block block / 8; a sub-block adds d_x * d * sc * partial - dmin * m * (d_x * sum(code)), the
-// products in f32 (no fp16 rounding of d * sc as the q4_1 repacking made), d_x * sum(code) computed
-// once per row and block before the matmul.
+// --transformer-to-linalg of a q4_K packed_matmul, as llama.cpp's q4_K x q8_K: the activations
+// quantized with one scale per super-block of 256 (max |x| / 127 over rows of 256, repeated beside
+// each of its 8 blocks for the codes and code sums); the super-block partials sum each sub-block's
+// lane dot products from zero and weigh them by its 6-bit scale sc (bits 0-7 of the (sc | m << 8)
+// pair) in i32, over a reduction loop of the 8 sub-blocks; the matmul then adds, per super-block,
+// d * d_x * partial - dmin * d_x * sum over sub-blocks of m * sum(code), in f32, from scales
+// [N / P, K / 32 + K / 128, P] (sub-block rows, then (d, dmin) rows).
 // RUN: gpt-opt %s --split-input-file --verify-diagnostics --transformer-to-linalg | FileCheck %s
 
+// CHECK-DAG: #[[ROWSUB:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d4)>
+// CHECK-DAG: #[[COLSUB:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d1, d3, d4, d2)>
+// CHECK-DAG: #[[SUPEROUT:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d2)>
 // CHECK-DAG: #[[PARTIAL:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3, d2)>
-// CHECK-DAG: #[[SUB:.*]] = affine_map<(d0, d1, d2, d3) -> (d1, d3, d2)>
-// CHECK-DAG: #[[SUPER:.*]] = affine_map<(d0, d1, d2, d3) -> (d1, d3 floordiv 8, d2)>
+// CHECK-DAG: #[[COLSUPER:.*]] = affine_map<(d0, d1, d2, d3) -> (d1, d3, d2)>
+// CHECK-DAG: #[[ROWSUPER:.*]] = affine_map<(d0, d1, d2, d3) -> (d0, d3)>
 // CHECK-LABEL: func.func @packed_matmul_q4_k
-// q4_1's offset-free partial sums: no 8 * sum(code) to take out.
+// The scale per row and super-block: max |x| over 256.
+// CHECK: tensor.expand_shape %{{.*}} output_shape [8, 2, 256] : tensor<8x512xf32> into tensor<8x2x256xf32>
+// CHECK: linalg.generic {{.*}} ins(%{{.*}} : tensor<16x256xf32>) {{.*}}gpt.quantizes_activations
+// CHECK: math.absf
+// CHECK: arith.maximumf
+// CHECK: %[[XS:.*]] = tensor.expand_shape %{{.*}} output_shape [8, 2] : tensor<16xf32> into tensor<8x2xf32>
+// CHECK: linalg.generic {{.*}} ins(%[[XS]] : tensor<8x2xf32>) outs(%{{.*}} : tensor<8x2x8xf32>) {{.*}}gpt.quantizes_activations
+// q4_K's offset-free code sums: no 8 * sum(code) to take out.
 // CHECK-NOT: arith.constant 8.000000e+00 : f32
-// CHECK: %[[PARTIALS:.*]] = linalg.generic {{.*}}gpt.block_partials
-// CHECK: transformer.lane_dot_u8i8
-// CHECK: transformer.lane_dot_u8i8
-// CHECK: %[[SXDX:.*]] = linalg.generic {{.*}} ins(%{{.*}}, %[[XS:.*]] : tensor<8x16xf32>, tensor<8x16xf32>) {{.*}}gpt.quantizes_activations
-// CHECK: arith.mulf
-// CHECK: %[[SC:.*]] = tensor.extract_slice %[[S:.*]][0, 0, 0] [3, 16, 32] [1, 1, 1] : tensor<3x20x32xf16> to tensor<3x16x32xf16>
-// CHECK: %[[DD:.*]] = tensor.extract_slice %[[S]][0, 16, 0] [3, 4, 32] [1, 1, 1] : tensor<3x20x32xf16> to tensor<3x4x32xf16>
-// CHECK: %[[PAIRS:.*]] = tensor.expand_shape %[[DD]] {{\[\[}}0], [1, 2], [3]] output_shape [3, 2, 2, 32]
-// CHECK: %[[D:.*]] = tensor.extract_slice %[[PAIRS]][0, 0, 0, 0] [3, 2, 1, 32] [1, 1, 1, 1] : tensor<3x2x2x32xf16> to tensor<3x2x32xf16>
-// CHECK: %[[DMIN:.*]] = tensor.extract_slice %[[PAIRS]][0, 0, 1, 0] [3, 2, 1, 32] [1, 1, 1, 1] : tensor<3x2x2x32xf16> to tensor<3x2x32xf16>
-// CHECK: linalg.generic {indexing_maps = [#[[PARTIAL]], #[[SUB]], #[[SUPER]], #[[SUPER]],
-// CHECK-SAME: ins(%[[PARTIALS]], %[[SC]], %[[D]], %[[DMIN]], %[[XS]], %[[SXDX]] : tensor<8x3x16x32xi32>, tensor<3x16x32xf16>, tensor<3x2x32xf16>, tensor<3x2x32xf16>, tensor<8x16xf32>, tensor<8x16xf32>)
-// CHECK-SAME: gpt.packed_matmul
-// CHECK: ^bb0(%[[P:.*]]: i32, %[[SCM:.*]]: f16, %[[DW:.*]]: f16, %[[MW:.*]]: f16, %[[DX:.*]]: f32, %[[SX:.*]]: f32, %[[OUT:.*]]: f32):
-// CHECK: %[[BITS16:.*]] = arith.bitcast %[[SCM]] : f16 to i16
+// CHECK: %[[PARTIALS:.*]] = linalg.generic {indexing_maps = [#[[ROWSUB]], #[[ROWSUB]], #[[ROWSUB]], #[[ROWSUB]], #[[ROWSUB]], #[[ROWSUB]], #[[ROWSUB]], #[[ROWSUB]], #[[COLSUB]], #[[COLSUB]], #[[COLSUB]], #[[COLSUB]], #[[COLSUB]], #[[SUPEROUT]]], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]}
+// CHECK-SAME: tensor<3x2x8x32xi32>, tensor<3x2x8x32xf16>) outs(%{{.*}} : tensor<8x3x2x32xi32>) attrs = {gpt.block_partials = 8 : i64}
+// CHECK: %[[ZERO:.*]] = arith.constant 0 : i32
+// CHECK: %[[DOT:.*]] = transformer.lane_dot_u8i8 %[[ZERO]],
+// CHECK-COUNT-7: transformer.lane_dot_u8i8
+// CHECK: %[[BITS16:.*]] = arith.bitcast %{{.*}} : f16 to i16
 // CHECK: %[[BITS:.*]] = arith.extui %[[BITS16]] : i16 to i32
-// CHECK: %[[SCI:.*]] = arith.andi %[[BITS]], %{{.*}} : i32
-// CHECK: %[[SCF:.*]] = arith.uitofp %[[SCI]] : i32 to f32
-// CHECK: %[[MI:.*]] = arith.shrui %[[BITS]], %{{.*}} : i32
-// CHECK: %[[MF:.*]] = arith.uitofp %[[MI]] : i32 to f32
+// CHECK: %[[SC:.*]] = arith.andi %[[BITS]], %{{.*}} : i32
+// CHECK: %[[WEIGHED:.*]] = arith.muli %{{.*}}, %[[SC]] : i32
+// CHECK: arith.addi %{{.*}}, %[[WEIGHED]] : i32
+// CHECK: %[[DD:.*]] = tensor.extract_slice %{{.*}}[0, 16, 0] [3, 4, 32] [1, 1, 1] : tensor<3x20x32xf16> to tensor<3x4x32xf16>
+// CHECK: linalg.generic {indexing_maps = [#[[PARTIAL]], #[[COLSUPER]], #[[COLSUPER]], #[[ROWSUPER]], #[[COLSUPER]], #[[ROWSUPER]],
+// CHECK-SAME: iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%[[PARTIALS]], %{{.*}}, %{{.*}}, %[[XS]],
+// CHECK-SAME: gpt.packed_matmul
+// CHECK: ^bb0(%[[P:[a-z0-9_]+]]: i32, %[[DW:[a-z0-9_]+]]: f16, %[[MW:[a-z0-9_]+]]: f16, %[[DX:[a-z0-9_]+]]: f32, %[[PAIR0:[a-z0-9_]+]]: f16, %[[SUM0:[a-z0-9_]+]]: f32,
+// The min term: sum over the 8 sub-blocks of m * sum(code), m in bits 8-15 of each pair.
+// CHECK: %[[B0:.*]] = arith.bitcast %[[PAIR0]] : f16 to i16
+// CHECK: %[[W0:.*]] = arith.extui %[[B0]] : i16 to i32
+// CHECK: %[[M0:.*]] = arith.shrui %[[W0]], %{{.*}} : i32
+// CHECK: %[[MF0:.*]] = arith.uitofp %[[M0]] : i32 to f32
+// CHECK: arith.mulf %[[MF0]], %[[SUM0]] : f32
+// CHECK-COUNT-7: math.fma
 // CHECK: %[[DF:.*]] = arith.extf %[[DW]] : f16 to f32
-// CHECK: %[[SUBSCALE:.*]] = arith.mulf %[[DF]], %[[SCF]] : f32
+// CHECK: %[[SCALE:.*]] = arith.mulf %[[DF]], %[[DX]] : f32
 // CHECK: %[[DMINF:.*]] = arith.extf %[[MW]] : f16 to f32
-// CHECK: %[[SUBMIN:.*]] = arith.mulf %[[DMINF]], %[[MF]] : f32
-// CHECK: %[[SCALE:.*]] = arith.mulf %[[SUBSCALE]], %[[DX]] : f32
+// CHECK: %[[MINSCALE:.*]] = arith.mulf %[[DMINF]], %[[DX]] : f32
 // CHECK: %[[PF:.*]] = arith.sitofp %[[P]] : i32 to f32
-// CHECK: %[[WITHSCALED:.*]] = math.fma %[[PF]], %[[SCALE]], %[[OUT]] : f32
-// CHECK: %[[NEG:.*]] = arith.negf %[[SUBMIN]] : f32
-// CHECK: math.fma %[[SX]], %[[NEG]], %[[WITHSCALED]] : f32
+// CHECK: %[[WITHSCALED:.*]] = math.fma %[[PF]], %[[SCALE]], %{{.*}} : f32
+// CHECK: %[[NEG:.*]] = arith.negf %[[MINSCALE]] : f32
+// CHECK: math.fma %{{.*}}, %[[NEG]], %[[WITHSCALED]] : f32
 func.func @packed_matmul_q4_k(%x: tensor<8x512xf32>, %w: tensor<3x64x32xi32>, %s: tensor<3x20x32xf16>) -> tensor<8x96xf32> {
   %0 = transformer.packed_matmul q4_k %x, %w, %s : (tensor<8x512xf32>, tensor<3x64x32xi32>, tensor<3x20x32xf16>) -> tensor<8x96xf32>
   return %0 : tensor<8x96xf32>

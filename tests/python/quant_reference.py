@@ -166,16 +166,17 @@ def bf16_activations(x: np.ndarray) -> np.ndarray:
     return (bf16_bits(x32).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def int8_activation_blocks(x: np.ndarray):
-    """(codes int8 [..., K], scales float32 [..., K/32]) of float32(x), per block of 32 consecutive
-    elements along the last axis, in float32 arithmetic: amax = max |x|, d = amax / 127,
-    id = min(1 / d, FLT_MAX) (0 when d is 0; capped where 1 / d overflows, amax < ~3.7e-37),
-    code = clip(rint(x * id), -127, 127), rint rounding half to even."""
+def int8_activation_blocks(x: np.ndarray, block: int = BLOCK):
+    """(codes int8 [..., K], scales float32 [..., K/block]) of float32(x), per block of `block`
+    consecutive elements along the last axis (32; 256 for the K-quants' q4_K x q8_K), in float32
+    arithmetic: amax = max |x|, d = amax / 127, id = min(1 / d, FLT_MAX) (0 when d is 0; capped
+    where 1 / d overflows, amax < ~3.7e-37), code = clip(rint(x * id), -127, 127), rint rounding
+    half to even."""
     x32 = np.asarray(x, np.float32)
     *lead, k = x32.shape
-    if k % BLOCK != 0:
-        raise ValueError(f"K = {k} is not a multiple of the block ({BLOCK})")
-    blocks = x32.reshape(*lead, k // BLOCK, BLOCK)
+    if k % block != 0:
+        raise ValueError(f"K = {k} is not a multiple of the block ({block})")
+    blocks = x32.reshape(*lead, k // block, block)
     d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
     with np.errstate(divide="ignore"):
         inverse = np.where(d != 0, np.minimum(np.float32(1) / d, np.finfo(np.float32).max), np.float32(0))
@@ -185,9 +186,10 @@ def int8_activation_blocks(x: np.ndarray):
     return codes.reshape(x32.shape), d
 
 
-def int8_activations(x: np.ndarray) -> np.ndarray:
-    """x as a q8_0 model's matmuls see it: code * d of int8_activation_blocks, in float64."""
-    codes, d = int8_activation_blocks(x)
+def int8_activations(x: np.ndarray, block: int = BLOCK) -> np.ndarray:
+    """x as a q8_0 model's matmuls see it (a q4_k or q5_k one's with block=256): code * d of
+    int8_activation_blocks, in float64."""
+    codes, d = int8_activation_blocks(x, block)
     *lead, k = codes.shape
-    blocks = codes.reshape(*lead, k // BLOCK, BLOCK).astype(np.float64) * d[..., None].astype(np.float64)
+    blocks = codes.reshape(*lead, k // block, block).astype(np.float64) * d[..., None].astype(np.float64)
     return blocks.reshape(codes.shape)

@@ -55,6 +55,7 @@ def gpt2_logits(
     matmul_input=None,
     window=None,
     mask=None,
+    head_input=None,
 ):
     """Logits [T, vocab] of GPT-2 with HF parameter names (Conv1D weights are [in, out]). The LM
     head is the tied embedding unless `lm_head` ([vocab, d]) is given. `matmul_input`, when given,
@@ -62,7 +63,8 @@ def gpt2_logits(
     LM head) to what the matmul multiplies, e.g. activations rounded to a low precision;
     attention's q k^T and p v products are not weight matmuls and take their inputs as they are.
     `window`: sliding-window attention (see causal_self_attention); with rope, ids may be longer
-    than any block_size. `mask`: any attention mask, dense (see causal_self_attention)."""
+    than any block_size. `mask`: any attention mask, dense (see causal_self_attention). `head_input`:
+    the LM head's own `matmul_input`, where its weight's format takes its input otherwise."""
     into = matmul_input if matmul_input is not None else (lambda v: v)
     w = {name: np.asarray(value, dtype=np.float64) for name, value in weights.items()}
     ids = np.asarray(ids)
@@ -87,4 +89,4 @@ def gpt2_logits(
         x = x + into(h) @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     x = layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
     head = w["transformer.wte.weight"] if lm_head is None else np.asarray(lm_head, dtype=np.float64)
-    return into(x) @ head.T
+    return (into if head_input is None else head_input)(x) @ head.T

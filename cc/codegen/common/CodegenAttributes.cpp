@@ -83,7 +83,15 @@ void setTarget(Operation *module, const TargetDescription &target) {
 bool isPackedMatmul(Operation *op) { return op && op->hasAttr(attr::kPackedMatmul); }
 void markPackedMatmul(Operation *op) { op->setAttr(attr::kPackedMatmul, UnitAttr::get(op->getContext())); }
 bool isBlockPartials(Operation *op) { return op && op->hasAttr(attr::kBlockPartials); }
-void markBlockPartials(Operation *op) { op->setAttr(attr::kBlockPartials, UnitAttr::get(op->getContext())); }
+void markBlockPartials(Operation *op, int64_t blocksPerStep) {
+  Builder b(op->getContext());
+  op->setAttr(attr::kBlockPartials,
+              blocksPerStep == 1 ? Attribute(b.getUnitAttr()) : b.getI64IntegerAttr(blocksPerStep));
+}
+int64_t blocksPerStep(Operation *partials) {
+  auto count = partials->getAttrOfType<IntegerAttr>(attr::kBlockPartials);
+  return count ? count.getInt() : 1;
+}
 bool quantizesActivations(Operation *op) { return op && op->hasAttr(attr::kQuantizesActivations); }
 void markQuantizesActivations(Operation *op) {
   op->setAttr(attr::kQuantizesActivations, UnitAttr::get(op->getContext()));

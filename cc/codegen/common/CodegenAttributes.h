@@ -22,8 +22,10 @@ namespace attr {
 /// block-quantized weight K is the block loop, over the partial sums below). Written by
 /// --transformer-to-linalg; elementwise fusion leaves such an op whole.
 constexpr llvm::StringLiteral kPackedMatmul = "gpt.packed_matmul";
-/// Unit: the generic computing a block-quantized packed matmul's per-block partial sums (loops M,
-/// panel, column, block, index in block), which the schedule fuses into the matmul's block loop.
+/// Unit, or i64: the generic computing a block-quantized packed matmul's per-block partial sums
+/// (loops M, panel, column, block, index in block), which the schedule fuses into the matmul's
+/// block loop. An i64 counts the blocks of 32 weights one step of that loop covers where it is
+/// more than one (a q4_K or q5_K super-block's 8: loops M, panel, column, super-block, sub-block).
 constexpr llvm::StringLiteral kBlockPartials = "gpt.block_partials";
 /// Unit: a generic quantizing a block-quantized packed matmul's activations (their per-block
 /// scales, code sums and lanes), in the shapes the matmul reads them; fusion leaves it whole.
@@ -97,7 +99,11 @@ struct EpilogueFusion {
 bool isPackedMatmul(mlir::Operation *op);
 void markPackedMatmul(mlir::Operation *op);
 bool isBlockPartials(mlir::Operation *op);
-void markBlockPartials(mlir::Operation *op);
+/// Marks `op` as block partial sums whose every step of the matmul's block loop covers
+/// `blocksPerStep` blocks of 32 weights.
+void markBlockPartials(mlir::Operation *op, int64_t blocksPerStep = 1);
+/// The blocks of 32 weights one step of the matmul's block loop covers, for block partials.
+int64_t blocksPerStep(mlir::Operation *partials);
 bool quantizesActivations(mlir::Operation *op);
 void markQuantizesActivations(mlir::Operation *op);
 

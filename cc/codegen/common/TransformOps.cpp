@@ -484,12 +484,16 @@ DiagnosedSilenceableFailure VectorizeBlockMatmulOp::apply(transform::TransformRe
     }
     scf::ForOp lanes;
     Value zeros;
+    const bool wholeBlockSteps = blocksPerStep(slice.getSource().getDefiningOp()) > 1;
     std::string problem = fusePartials(rewriter, slice, lanes, zeros);
     if (problem.empty() && failed(vectorizeFlattened(rewriter, tile))) problem = "could not vectorize the scaled sum";
     // A block's 4 or 8 lane steps unrolled: decode streams the weights at the rate the core keeps
     // loads in flight, which the loop's own instructions would take slots from. (The JIT's LLVM
-    // pipeline does not unroll.)
-    if (problem.empty() && failed(unrollFully(lanes))) problem = "could not unroll the partial sums' lane loop";
+    // pipeline does not unroll.) A super-block's 8 sub-block steps stay a loop: each is a whole
+    // block's dot products already, and unrolled, LLVM's scheduler hoisted 8 blocks' loads ahead
+    // of their use and spilled.
+    if (problem.empty() && !wholeBlockSteps && failed(unrollFully(lanes)))
+      problem = "could not unroll the partial sums' lane loop";
     if (problem.empty()) forwardZeroFill(rewriter, zeros);
     if (!problem.empty()) return payloadFailure(*this, targetLoc, problem);
   }

@@ -131,10 +131,11 @@ int64_t parallelChunks(const target::TileParameters &tiles, linalg::LinalgOp op,
     if (ShapedType::isDynamic(range)) return 1;
     scaleWork(range);
   }
-  // A block-quantized matmul's loops step over blocks: the partial sums fused into each step do
-  // a block's worth of multiply-adds. (An elementwise generic may have no input: a fill.)
+  // A block-quantized matmul's loops step over blocks (or super-blocks): the partial sums fused
+  // into each step do that many weights' multiply-adds. (An elementwise generic may have no
+  // input: a fill.)
   if (op.getNumDpsInputs() > 0 && isBlockPartials(op.getDpsInputs()[0].getDefiningOp()))
-    scaleWork(transformer::PackedMatmulOp::kBlockSize);
+    scaleWork(transformer::PackedMatmulOp::kBlockSize * blocksPerStep(op.getDpsInputs()[0].getDefiningOp()));
   if (work < target::kMinParallelWork) return 1;
   auto shape = cast<RankedTensorType>(op.getDpsInits()[0].getType()).getShape();
   int64_t extent = shape[choice.splitDim], unit = choice.tile[choice.splitDim];

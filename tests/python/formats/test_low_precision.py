@@ -22,7 +22,7 @@ import pytest
 import gpt
 import quant_reference as ref
 from low_precision_reference import MATMUL_WEIGHTS, bf16_reference, block_quantized_reference
-from reference import gpt2_logits
+from reference import gpt2_logits, layer_norm
 from shapes import GPT2_SMALL, MID, NANO, RTOL, config, exercising_weights, relative_error, token_ids
 
 
@@ -68,6 +68,43 @@ def test_block_quantized_forward_matches_reference_on_dequantized_weights(fmt, s
         # The quantization is real: f32 weights give measurably different logits.
         f32 = gpt2_logits(weights, ids, cfg.n_layer, cfg.n_head, cfg.pos_embedding)
         assert relative_error(f32, expected) > 10 * RTOL
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k"])
+def test_k_quant_matmuls_take_their_activations_per_super_block(fmt):
+    """llama.cpp's q4_K x q8_K: a q4_k or q5_k matmul's input is quantized to int8 with one scale per
+    super-block of 256 (each sub-block's integer sum is weighed by its 6-bit scale in i32 before one
+    conversion per super-block). The qkv projection's output, as the KV cache keeps it in f32 (keys
+    and values of 8 prompt tokens, then of one decoded token), against numpy's product of the
+    model's own weight values (its state_dict) and the layer norm's output quantized per 256 and
+    per 32: at float32 rounding from the first, far from the second. A position may sit one code
+    off where numpy's float64 layer norm and the model's float32 one round an exact tie apart
+    (2e-3 of the keys, 1e-2 for the other block size)."""
+    cfg = gpt.GPTConfig(n_layer=1, n_head=8, n_embd=256, vocab_size=1000, block_size=64)
+    qkv = "transformer.h.0.attn.c_attn.weight"
+    options = gpt.CompileOptions(weights="q8_0", weight_formats={qkv: fmt}, kv_cache="f32", disk_cache=False)
+    model = gpt.GPT.from_weights(cfg, exercising_weights(cfg), options)
+    assert dict(model.options.weight_formats)[qkv] == fmt
+    state = {name: np.asarray(value, np.float64) for name, value in model.state_dict().items()}
+    ids = token_ids(cfg, 9, seed=5)
+    cache = model.new_cache(16)
+    model.prefill(ids[:-1], cache)
+    model.decode(ids[-1], cache)
+    # [heads, positions, head size] -> [positions, heads * head size], as the projection writes them.
+    keys, values = (
+        np.asarray(views[0])[:, : len(ids)].transpose(1, 0, 2).reshape(len(ids), -1)
+        for views in (cache._key_views, cache._value_views)
+    )
+    x = state["transformer.wte.weight"][ids] + state["transformer.wpe.weight"][: len(ids)]
+    h = layer_norm(x, state["transformer.h.0.ln_1.weight"], state["transformer.h.0.ln_1.bias"], 1e-5)
+    errors = {}
+    for block in (256, 32):
+        expected = ref.int8_activations(h, block=block) @ state[qkv] + state["transformer.h.0.attn.c_attn.bias"]
+        ours = np.concatenate([keys, values], axis=1)
+        theirs = expected[:, cfg.n_embd :]
+        errors[block] = np.abs(ours - theirs).max(axis=1) / np.abs(theirs).max(axis=1)
+    assert np.median(errors[256]) < 1e-6 and errors[256].max() < 5e-3, errors[256]
+    assert errors[32].min() > 2 * errors[256].max(), errors
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_1"])

@@ -127,8 +127,9 @@ def test_a_q5_k_m_file_runs_in_q5_k_and_matches_its_float_values(q5_k_m_file):
     assert (stored[o_proj] + stored[o_proj + ".scales"]) * 8 / (256 * 256) == 5.625, stored
 
     # Logits against a float32 model of gguf's dequantized weights: only the activations are
-    # quantized (per block of 32, as for every block format), so they are no farther from the
-    # reference than those of the same file with its Q5_K tensors requantized to q8_0.
+    # quantized, per super-block of 256 as llama.cpp's q8_K (test_low_precision checks that
+    # product on its own), so they are within 1.5x the distance of the same file with its Q5_K
+    # tensors requantized to q8_0, whose activations are quantized per block of 32.
     reference = gpt.GPT.from_gguf(q5_k_m_file, gpt.CompileOptions(weights="f32", disk_cache=False))
     as_q8_0 = gpt.GPT.from_gguf(
         q5_k_m_file,
@@ -140,7 +141,7 @@ def test_a_q5_k_m_file_runs_in_q5_k_and_matches_its_float_values(q5_k_m_file):
     spread = theirs.std()
     assert np.abs(ours - theirs).max() < 0.25 * spread
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
-    assert np.abs(ours - theirs).max() <= 1.1 * np.abs(q8_0 - theirs).max()
+    assert np.abs(ours - theirs).max() <= 1.5 * np.abs(q8_0 - theirs).max()
 
     # A decode step multiplies one row at a time (its own register tiles): its logits for the prompt's
     # last token are as close to the reference, and near the forward's (an activation code one step
