@@ -1,6 +1,6 @@
 // Activations converted for the low-precision weights' dot products: rounded to bf16 lanes, or
-// quantized per block of 32 to int8 codes as llama.cpp quantizes them (MatmulLowering.cpp's
-// packed_matmul multiplies them).
+// quantized per block of 32 to int8 codes as llama.cpp quantizes them (per super-block of 256 for
+// q4_K and q5_K, as its q8_K; MatmulLowering.cpp's packed_matmul multiplies them).
 #ifndef GPT_CC_CONVERSION_QUANTIZEDACTIVATIONS_H
 #define GPT_CC_CONVERSION_QUANTIZEDACTIVATIONS_H
 
@@ -13,7 +13,7 @@ namespace gpt::conversion {
 /// in [-127, 127] (0 where d = 0).
 struct QuantizedActivations {
   mlir::Value lanes;         ///< [M, K/32, 8] i32: lane q of a block holds the codes of x[32 b + q + 8 i], i < 4
-  mlir::Value scales;        ///< [M, K/32] f32: d
+  mlir::Value scales;        ///< [M, K/32] f32: d ([M, K/256] per super-block)
   mlir::Value compensations; ///< [M, K/32] f32: offset * sum of the block's codes (exact in f32)
 };
 
