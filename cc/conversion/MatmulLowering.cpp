@@ -65,12 +65,13 @@ using IteratorType = utils::IteratorType;
 /// lanes with transformer.lane_dot_bf16 over K/2 steps. A block-quantized weight (32-value blocks)
 /// applies each block's scales once per block, as llama.cpp does, in two generics:
 /// - the block sums `partial[m, panel, block, column] = sum over the block of code_x * code_w`
-///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`); for q4_K and q5_K,
+///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`); for the K-quants,
 ///   whose activations have one scale per super-block of 256 (llama.cpp's q4_K x q8_K), the sums
-///   per super-block of each sub-block's sum times its 6-bit scale, still in i32;
+///   per super-block of each block's sum times its integer scale, still in i32;
 /// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x` (q4_1:
 ///   `out += d_x * (d_w * partial + min_w * compensation)`; q4_K and q5_K, per super-block:
-///   `out += d_x * (d * partial - dmin * sum over sub-blocks of m * compensation)`), the packed
+///   `out += d_x * (d * partial - dmin * sum over sub-blocks of m * compensation)`; q6_K: `out +=
+///   d_x * d * partial`), the packed
 ///   matmul proper (loops M, panel, column, block), which the schedule tiles like an f32 one and
 ///   into whose block loop it fuses the partial sums (transform.gpt.vectorize_block_matmul), so
 ///   that they live in registers and are never stored.
@@ -114,9 +115,9 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       Value scales = adaptor.getScales();
       const int64_t blocks = rankedType(x.lanes).getDimSize(1);
       Value subScales = scaleRows(rewriter, loc, scales, 0, blocks);
-      Value partials = superBlockPartials(rewriter, loc, x.lanes, adaptor.getRhs(), subScales,
-                                          format == WeightFormat::Q5_K ? PackedMatmulOp::kQ5_KWordsPerBlock
-                                                                       : PackedMatmulOp::kBlockSize / 8);
+      Value partials = subBlockScaledPartials(rewriter, loc, x.lanes, adaptor.getRhs(), subScales,
+                                              format == WeightFormat::Q5_K ? PackedMatmulOp::kQ5_KWordsPerBlock
+                                                                           : PackedMatmulOp::kBlockSize / 8);
       panels = scaledSuperBlocks(rewriter, loc, partials, subScales,
                                  scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks), x,
                                  init);
@@ -126,11 +127,10 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       QuantizedActivations x = quantizeActivationRuns(rewriter, loc, lhs);
       Value scales = adaptor.getScales();
       const int64_t blocks = rankedType(x.lanes).getDimSize(1);
-      Value runScales = scaleRows(rewriter, loc, scales, 0, blocks);
-      Value partials = q6Partials(rewriter, loc, x.lanes, adaptor.getRhs(), runScales);
-      panels =
-          scaledRunPairs(rewriter, loc, partials, runScales,
-                         scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks), x, init);
+      Value partials = q6Partials(rewriter, loc, x, adaptor.getRhs(), scaleRows(rewriter, loc, scales, 0, blocks));
+      panels = scaledSuperBlockPartials(
+          rewriter, loc, partials, scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks),
+          x.scales, init);
       break;
     }
     }
@@ -211,53 +211,6 @@ private:
                          });
   }
 
-  /// The [.., 1, ..] slice of `value` at index `at` of dimension `dim`.
-  static Value unitSlice(OpBuilder &b, Location loc, Value value, int64_t dim, int64_t at) {
-    RankedTensorType type = rankedType(value);
-    SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0)), sizes;
-    offsets[dim] = b.getIndexAttr(at);
-    for (int64_t i = 0; i < type.getRank(); ++i) sizes.push_back(b.getIndexAttr(i == dim ? 1 : type.getDimSize(i)));
-    return b.create<tensor::ExtractSliceOp>(loc, value, offsets, sizes,
-                                            SmallVector<OpFoldResult>(type.getRank(), b.getIndexAttr(1)));
-  }
-
-  /// [M, N/P, K/32, P] i32 block sums whose body takes a whole block at once (q6_K: each code
-  /// lane is unpacked its own way): loops m, panel, column, block and a unit loop, the reduction
-  /// the schedule tiles. The body's arguments are the 8 activation lanes of `x` [M, K/32, 8], the
-  /// block's `wordsPerBlock` words of `codes` [N/P, K/32 * wordsPerBlock, P] for one column, a value
-  /// of `perColumnBlock` [N/P, K/32, P] where given, and the accumulator.
-  static Value wholeBlockPartials(OpBuilder &b, Location loc, Value x, Value codes, int64_t wordsPerBlock,
-                                  Value perColumnBlock, BodyBuilder body) {
-    MLIRContext *ctx = b.getContext();
-    constexpr int64_t lanesPerBlock = 8;
-    ArrayRef<int64_t> packed = rankedType(codes).getShape();
-    const int64_t m = rankedType(x).getDimSize(0), blocks = rankedType(x).getDimSize(1);
-    Value init = zeros(b, loc, {m, packed[0], blocks, packed[2]}, b.getI32Type());
-    AffineExpr mDim, panel, column, blockDim, unit;
-    bindDims(ctx, mDim, panel, column, blockDim, unit);
-    SmallVector<Value> inputs;
-    SmallVector<AffineMap> maps;
-    for (int64_t lane = 0; lane < lanesPerBlock; ++lane) {
-      inputs.push_back(unitSlice(b, loc, x, 2, lane));
-      maps.push_back(AffineMap::get(5, 0, {mDim, blockDim, unit}, ctx));
-    }
-    Value words = splitDim(b, loc, codes, 1, {blocks, wordsPerBlock});
-    for (int64_t w = 0; w < wordsPerBlock; ++w) {
-      inputs.push_back(unitSlice(b, loc, words, 2, w));
-      maps.push_back(AffineMap::get(5, 0, {panel, blockDim, unit, column}, ctx));
-    }
-    if (perColumnBlock) {
-      inputs.push_back(perColumnBlock);
-      maps.push_back(AffineMap::get(5, 0, {panel, blockDim, column}, ctx));
-    }
-    SmallVector<IteratorType> iterators(4, IteratorType::parallel);
-    iterators.push_back(IteratorType::reduction);
-    Value partials = buildGeneric(b, loc, init, inputs, maps,
-                                  AffineMap::get(5, 0, {mDim, panel, blockDim, column}, ctx), iterators, body);
-    gpt::codegen::markBlockPartials(partials.getDefiningOp());
-    return partials;
-  }
-
   /// The dot product of one block of 32 activation codes (`lanes`, its 8 lanes) with a q4_K or
   /// q5_K sub-block's codes for one column (`words`, kernels/FormatKernels.h's q4_K and q5_K
   /// sections), added to `sum`. Nibble word o holds in its low nibbles the codes lane o multiplies,
@@ -284,15 +237,16 @@ private:
     return sum;
   }
 
-  /// q4_K and q5_K: [M, N/P, K/256, P] i32 sums per super-block of sc * sum(code_x * code_w) over
-  /// its 8 sub-blocks, sc the sub-block's 6-bit scale (llama.cpp's q4_K x q8_K: the activations
-  /// share one scale per super-block, quantizeActivationsPerSuperBlock), exact in i32 (below 2^26).
-  /// Loops m, panel, column, super-block and sub-block, the last the reduction, which the schedule
-  /// tiles by one and unrolls: each step takes a block's 8 activation lanes of `x` [M, K/32, 8],
-  /// its `wordsPerBlock` words of `codes` [N/P, K/32 * wordsPerBlock, P] for one column and its
-  /// (sc | m << 8) bits of `subScales` [N/P, K/32, P].
-  static Value superBlockPartials(OpBuilder &b, Location loc, Value x, Value codes, Value subScales,
-                                  int64_t wordsPerBlock) {
+  /// [M, N/P, K/256, P] i32 sums over each super-block's 8 blocks of what `body` makes of a block
+  /// (the K-quants with llama.cpp's q8_K activations: one scale per super-block, so that the
+  /// blocks' sums, each weighed by its own integer scales, add up exactly in i32). Loops m,
+  /// panel, column, super-block and block, the last the reduction, which the schedule tiles by one
+  /// and keeps a loop. The body's arguments: the block's 8 activation lanes of `x` [M, K/32, 8], its
+  /// `wordsPerBlock` words of `codes` [N/P, K/32 * wordsPerBlock, P] for one column, the block's
+  /// value of each of `perColumnBlock` ([N/P, K/32, P]) and of `perRowBlock` ([M, K/32]), and the
+  /// accumulator.
+  static Value superBlockPartials(OpBuilder &b, Location loc, Value x, Value codes, int64_t wordsPerBlock,
+                                  ValueRange perColumnBlock, ValueRange perRowBlock, BodyBuilder body) {
     MLIRContext *ctx = b.getContext();
     constexpr int64_t lanesPerBlock = 8, subBlocks = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
     ArrayRef<int64_t> packed = rankedType(codes).getShape();
@@ -300,35 +254,53 @@ private:
     Value init = zeros(b, loc, {m, packed[0], superBlocks, packed[2]}, b.getI32Type());
     AffineExpr mDim, panel, column, superDim, sub;
     bindDims(ctx, mDim, panel, column, superDim, sub);
-    AffineMap perRowBlock = AffineMap::get(5, 0, {mDim, superDim, sub}, ctx);
-    AffineMap perColumnBlock = AffineMap::get(5, 0, {panel, superDim, sub, column}, ctx);
+    AffineMap perRow = AffineMap::get(5, 0, {mDim, superDim, sub}, ctx);
+    AffineMap perColumn = AffineMap::get(5, 0, {panel, superDim, sub, column}, ctx);
     SmallVector<Value> inputs;
     SmallVector<AffineMap> maps;
     Value lanes = splitDim(b, loc, x, 1, {superBlocks, subBlocks});
     for (int64_t lane = 0; lane < lanesPerBlock; ++lane) {
       inputs.push_back(sliceAt(b, loc, lanes, 3, lane));
-      maps.push_back(perRowBlock);
+      maps.push_back(perRow);
     }
     Value words = splitDim(b, loc, codes, 1, {superBlocks, subBlocks, wordsPerBlock});
     for (int64_t w = 0; w < wordsPerBlock; ++w) {
       inputs.push_back(sliceAt(b, loc, words, 3, w));
-      maps.push_back(perColumnBlock);
+      maps.push_back(perColumn);
     }
-    inputs.push_back(splitDim(b, loc, subScales, 1, {superBlocks, subBlocks}));
-    maps.push_back(perColumnBlock);
+    for (Value value : perColumnBlock) {
+      inputs.push_back(splitDim(b, loc, value, 1, {superBlocks, subBlocks}));
+      maps.push_back(perColumn);
+    }
+    for (Value value : perRowBlock) {
+      inputs.push_back(splitDim(b, loc, value, 1, {superBlocks, subBlocks}));
+      maps.push_back(perRow);
+    }
     SmallVector<IteratorType> iterators(4, IteratorType::parallel);
     iterators.push_back(IteratorType::reduction);
-    Value partials =
-        buildGeneric(b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, superDim, column}, ctx), iterators,
-                     [wordsPerBlock](OpBuilder &b, Location l, ValueRange args) -> Value {
-                       Value sum = subBlockCodeSum(b, l, args.take_front(lanesPerBlock),
-                                                   args.slice(lanesPerBlock, wordsPerBlock), i32Constant(b, l, 0));
-                       Value sc = b.create<arith::AndIOp>(l, scaleMinBits(b, l, args[lanesPerBlock + wordsPerBlock]),
-                                                          i32Constant(b, l, 0xFF));
-                       return b.create<arith::AddIOp>(l, args.back(), b.create<arith::MulIOp>(l, sum, sc));
-                     });
+    Value partials = buildGeneric(b, loc, init, inputs, maps,
+                                  AffineMap::get(5, 0, {mDim, panel, superDim, column}, ctx), iterators, body);
     gpt::codegen::markBlockPartials(partials.getDefiningOp(), subBlocks);
     return partials;
+  }
+
+  /// q4_K and q5_K: [M, N/P, K/256, P] i32 sums per super-block of sc * sum(code_x * code_w) over
+  /// its 8 sub-blocks (superBlockPartials), sc the sub-block's 6-bit scale (llama.cpp's q4_K x
+  /// q8_K), exact in i32 (below 2^26), from the sub-blocks' (sc | m << 8) bits `subScales` [N/P,
+  /// K/32, P].
+  static Value subBlockScaledPartials(OpBuilder &b, Location loc, Value x, Value codes, Value subScales,
+                                      int64_t wordsPerBlock) {
+    constexpr int64_t lanesPerBlock = 8;
+    return superBlockPartials(b, loc, x, codes, wordsPerBlock, {subScales}, {},
+                              [wordsPerBlock](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                Value sum =
+                                    subBlockCodeSum(b, l, args.take_front(lanesPerBlock),
+                                                    args.slice(lanesPerBlock, wordsPerBlock), i32Constant(b, l, 0));
+                                Value sc =
+                                    b.create<arith::AndIOp>(l, scaleMinBits(b, l, args[lanesPerBlock + wordsPerBlock]),
+                                                            i32Constant(b, l, 0xFF));
+                                return b.create<arith::AddIOp>(l, args.back(), b.create<arith::MulIOp>(l, sum, sc));
+                              });
   }
 
   /// A q4_K or q5_K sub-block's scale-min pair (an f16 element of the scales) as the i32 of its
@@ -460,16 +432,21 @@ private:
     return {low, b.create<arith::ShRSIOp>(l, pair, i32Constant(b, l, 8))};
   }
 
-  /// q6_K: [M, N/P, K/32, P] i32 sums per block of sc_0 * sum(code_x * c) over run 0 plus sc_1 *
-  /// the same over run 1 (exact: below 2^25), from the activation lanes `x` [M, K/32, 8] (lanes
-  /// 0-3 run 0's, 4-7 run 1's), the weight's 6 lanes per block (3 per run) and `runScales` [N/P,
-  /// K/32, P] (loops m, panel, column, block and a unit loop, the reduction the schedule tiles).
+  /// q6_K: [M, N/P, K/256, P] i32 sums per super-block (superBlockPartials) of sc_r * (sum(code_x
+  /// * c) - 32 sum(code_x)) over each block's two runs r: the true codes c - 32, weighed by the
+  /// runs' int8 scales, exact in i32 (below 2^29), from the activation lanes of `x` (lanes 0-3 run
+  /// 0's, 4-7 run 1's) and its compensations (32 times each run's code sum), the weight's 6 lanes
+  /// per block (3 per run) and `runScales` [N/P, K/32, P].
   /// Each run's 4 code lanes are nibbles of its lanes 0 and 1 with their top bits from lane 2
   /// (kernels/FormatKernels.h's q6_KRunWords), each multiplied with one activation lane by lane_dot_u8i8.
-  static Value q6Partials(OpBuilder &b, Location loc, Value x, Value codes, Value runScales) {
+  static Value q6Partials(OpBuilder &b, Location loc, const QuantizedActivations &x, Value codes, Value runScales) {
     constexpr int64_t wordsPerBlock = 2 * PackedMatmulOp::kQ6_KWordsPerRun;
-    return wholeBlockPartials(
-        b, loc, x, codes, wordsPerBlock, runScales, [](OpBuilder &b, Location l, ValueRange args) -> Value {
+    const int64_t blocks = rankedType(x.lanes).getDimSize(1);
+    Value pairs = splitDim(b, loc, x.compensations, 1, {blocks, 2});
+    return superBlockPartials(
+        b, loc, x.lanes, codes, wordsPerBlock, {runScales},
+        {sliceAt(b, loc, pairs, 2, 0), sliceAt(b, loc, pairs, 2, 1)},
+        [](OpBuilder &b, Location l, ValueRange args) -> Value {
           Value nibbles = i32Constant(b, l, 0x0F0F0F0F), tops = i32Constant(b, l, 0x30303030);
           auto runSum = [&](ValueRange lanes, Value low, Value odd, Value high) -> Value {
             // Lanes 0-3 of the run: low nibbles of `low`, of `odd`, high nibbles of `low`, of `odd`,
@@ -491,48 +468,36 @@ private:
           Value first = runSum(args.slice(0, 4), args[8], args[9], args[10]);
           Value second = runSum(args.slice(4, 4), args[11], args[12], args[13]);
           auto [scale0, scale1] = runScalePair(b, l, args[14]);
-          Value scaled = b.create<arith::AddIOp>(l, b.create<arith::MulIOp>(l, first, scale0),
-                                                 b.create<arith::MulIOp>(l, second, scale1));
-          return b.create<arith::AddIOp>(l, args[15], scaled);
+          // 32 times each run's code sum, an integer below 2^17 (exact in f32).
+          Type i32 = b.getI32Type();
+          Value true0 = b.create<arith::SubIOp>(l, first, b.create<arith::FPToSIOp>(l, i32, args[15]));
+          Value true1 = b.create<arith::SubIOp>(l, second, b.create<arith::FPToSIOp>(l, i32, args[16]));
+          Value scaled = b.create<arith::AddIOp>(l, b.create<arith::MulIOp>(l, true0, scale0),
+                                                 b.create<arith::MulIOp>(l, true1, scale1));
+          return b.create<arith::AddIOp>(l, args[17], scaled);
         });
   }
 
-  /// q6_K: [M, N/P, P] sums over blocks of d_x * d * (partial - 32 (sc_0 * sum_0(code_x) + sc_1 *
-  /// sum_1(code_x))), the difference exact in i32 and below 2^24 (so exact in f32), from the run
-  /// scale pairs [N/P, K/32, P] and the super-blocks' d rows [N/P, K/256, P] at block / 8 (loops m,
-  /// panel, column, block).
-  static Value scaledRunPairs(OpBuilder &b, Location loc, Value partials, Value runScales, Value superScales,
-                              const QuantizedActivations &x, Value init) {
+  /// q6_K: [M, N/P, P] sums over super-blocks of d_x * d * partial (q6Partials), from the
+  /// super-blocks' d rows `superScales` [N/P, K/256, P] and the activations' scales per
+  /// super-block `xScales` [M, K/256] (loops m, panel, column, super-block).
+  static Value scaledSuperBlockPartials(OpBuilder &b, Location loc, Value partials, Value superScales, Value xScales,
+                                        Value init) {
     MLIRContext *ctx = b.getContext();
-    constexpr int64_t blocksPerSuper = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
-    AffineExpr mDim, panel, column, blockDim;
-    bindDims(ctx, mDim, panel, column, blockDim);
-    AffineMap perRowBlock = AffineMap::get(4, 0, {mDim, blockDim}, ctx);
-    const int64_t blocks = rankedType(partials).getDimSize(2);
-    Value pairs = splitDim(b, loc, x.compensations, 1, {blocks, 2});
-    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, blockDim, column}, ctx),
-                                        AffineMap::get(4, 0, {panel, blockDim, column}, ctx),
-                                        AffineMap::get(4, 0, {panel, blockDim.floorDiv(blocksPerSuper), column}, ctx),
-                                        perRowBlock,
-                                        perRowBlock,
-                                        perRowBlock};
+    AffineExpr mDim, panel, column, superDim;
+    bindDims(ctx, mDim, panel, column, superDim);
+    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, superDim, column}, ctx),
+                                        AffineMap::get(4, 0, {panel, superDim, column}, ctx),
+                                        AffineMap::get(4, 0, {mDim, superDim}, ctx)};
     SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
                                            IteratorType::reduction};
-    return buildGeneric(
-        b, loc, init,
-        {partials, runScales, superScales, x.scales, sliceAt(b, loc, pairs, 2, 0), sliceAt(b, loc, pairs, 2, 1)},
-        inputMaps, AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
-        [](OpBuilder &b, Location l, ValueRange args) -> Value {
-          Type f32 = b.getF32Type(), i32 = b.getI32Type();
-          auto [scale0, scale1] = runScalePair(b, l, args[1]);
-          // 32 sc sum(code_x) per run, each below 2^23, their sum below 2^24: exact in f32.
-          Value compensation =
-              b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, scale1), args[5],
-                                    b.create<arith::MulFOp>(l, b.create<arith::SIToFPOp>(l, f32, scale0), args[4]));
-          Value sum = b.create<arith::SubIOp>(l, args[0], b.create<arith::FPToSIOp>(l, i32, compensation));
-          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), args[3]);
-          return b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, sum), scale, args[6]);
-        });
+    return buildGeneric(b, loc, init, {partials, superScales, xScales}, inputMaps,
+                        AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
+                        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                          Type f32 = b.getF32Type();
+                          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[1]), args[2]);
+                          return b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, args[3]);
+                        });
   }
 };
 

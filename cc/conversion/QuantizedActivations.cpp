@@ -192,13 +192,15 @@ QuantizedActivations quantizeActivationsPerSuperBlock(OpBuilder &b, Location loc
 QuantizedActivations quantizeActivationRuns(OpBuilder &b, Location loc, Value lhs) {
   constexpr int64_t run = PackedMatmulOp::kQ6_KRunSize, lanesPerRun = run / 4;
   const int64_t blockSize = PackedMatmulOp::kBlockSize;
-  // The block scales; quantizeActivations' lanes and compensations go unused (and die).
-  const Value blockScales = quantizeActivations(b, loc, lhs, 1).scales;
   ArrayRef<int64_t> shape = rankedType(lhs).getShape();
   const int64_t m = shape[0], runs = shape[1] / run, blocks = shape[1] / blockSize;
   Type f32 = b.getF32Type();
-  // Each block's d beside each of its two runs, [M * K/16].
-  Value flatScales = repeatEach(b, loc, blockScales, 2);
+  const Value superScales =
+      b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, shape[1] / PackedMatmulOp::kSuperBlockSize}, f32),
+                                      rowScales(b, loc, rowsOf(b, loc, lhs, PackedMatmulOp::kSuperBlockSize)),
+                                      SmallVector<ReassociationIndices>{{0, 1}});
+  // Each super-block's d beside each of its 16 runs, [M * K/16].
+  Value flatScales = repeatEach(b, loc, superScales, PackedMatmulOp::kSuperBlockSize / run);
   Value runScales = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, runs}, f32), flatScales,
                                                     SmallVector<ReassociationIndices>{{0, 1}});
   // Runs as rows of 16: their code sums are row reductions.
@@ -212,7 +214,7 @@ QuantizedActivations quantizeActivationRuns(OpBuilder &b, Location loc, Value lh
                                                        SmallVector<ReassociationIndices>{{0}, {1}, {2, 3}});
   Value runCompensations = b.create<tensor::ExpandShapeOp>(loc, RankedTensorType::get({m, runs}, f32), compensations,
                                                            SmallVector<ReassociationIndices>{{0, 1}});
-  return {blockLanes, blockScales, runCompensations};
+  return {blockLanes, superScales, runCompensations};
 }
 
 } // namespace gpt::conversion

@@ -36,11 +36,11 @@ QuantizedActivations quantizeActivations(mlir::OpBuilder &b, mlir::Location loc,
 /// (what the weight's sub-block min multiplies; exact in f32).
 QuantizedActivations quantizeActivationsPerSuperBlock(mlir::OpBuilder &b, mlir::Location loc, mlir::Value lhs);
 
-/// q6_K's activations: quantized per block of 32 as quantizeActivations does (the same codes and
-/// scales), laid out per run of 16 weights, so that no lane mixes two runs (each has its own
-/// weight scale): `lanes` [M, K/32, 8], lane 4 h + l of block b holding the codes of
-/// x[32 b + 16 h + l + 4 i] in byte i, and `compensations` [M, K/16] f32, 32 times each run's
-/// code sum (exact in f32).
+/// q6_K's activations: quantized per super-block of 256 as quantizeActivationsPerSuperBlock does
+/// (llama.cpp's q8_K; `scales` [M, K/256]), laid out per run of 16 weights, so that no lane mixes
+/// two runs (each has its own weight scale): `lanes` [M, K/32, 8], lane 4 h + l of block b holding
+/// the codes of x[32 b + 16 h + l + 4 i] in byte i, and `compensations` [M, K/16] f32, 32 times
+/// each run's code sum (exact in f32).
 QuantizedActivations quantizeActivationRuns(mlir::OpBuilder &b, mlir::Location loc, mlir::Value lhs);
 
 } // namespace gpt::conversion

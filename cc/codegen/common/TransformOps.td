@@ -155,8 +155,8 @@ def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [Functiona
       instead of the column of M activations (`K` apart) broadcast and transposed that the
       vectorizer reads, which lowers to a serial gather and shuffles;
     - unrolls the partial sums' loop over the block's lanes (8 steps for q8_0, 4 for q4_0): the
-      JIT's LLVM pipeline does not unroll. Partial sums whose step is a whole block (q4_k's and
-      q5_k's 8 sub-blocks of a super-block, `gpt.block_partials = 8`) keep that loop: unrolled,
+      JIT's LLVM pipeline does not unroll. Partial sums whose step is a whole block (the
+      K-quants' 8 blocks of a super-block, `gpt.block_partials = 8`) keep that loop: unrolled,
       LLVM hoisted 8 blocks' loads ahead of their use and spilled.
     A tile of a bf16 packed matmul (accumulating with `transformer.lane_dot_bf16`, stepped one
     lane of K at a time) gets the second and third steps only. The other targets (f32 tiles) are returned,

@@ -70,11 +70,11 @@ def test_block_quantized_forward_matches_reference_on_dequantized_weights(fmt, s
         assert relative_error(f32, expected) > 10 * RTOL
 
 
-@pytest.mark.parametrize("fmt", ["q4_k", "q5_k"])
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "q6_k"])
 def test_k_quant_matmuls_take_their_activations_per_super_block(fmt):
-    """llama.cpp's q4_K x q8_K: a q4_k or q5_k matmul's input is quantized to int8 with one scale per
-    super-block of 256 (each sub-block's integer sum is weighed by its 6-bit scale in i32 before one
-    conversion per super-block). The qkv projection's output, as the KV cache keeps it in f32 (keys
+    """llama.cpp's q4_K x q8_K (q6_K x q8_K): a K-quant matmul's input is quantized to int8 with one
+    scale per super-block of 256 (each block's integer sums are weighed by their 6- or 8-bit scales
+    in i32 before one conversion per super-block). The qkv projection's output, as the KV cache keeps it in f32 (keys
     and values of 8 prompt tokens, then of one decoded token), against numpy's product of the
     model's own weight values (its state_dict) and the layer norm's output quantized per 256 and
     per 32: at float32 rounding from the first, far from the second. A position may sit one code
