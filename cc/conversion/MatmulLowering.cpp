@@ -12,6 +12,7 @@
 #include "mlir/Transforms/DialectConversion.h"
 
 #include <limits>
+#include <optional>
 
 namespace gpt::conversion {
 using namespace mlir;
@@ -118,8 +119,12 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       Value partials = subBlockScaledPartials(rewriter, loc, x.lanes, adaptor.getRhs(), subScales,
                                               format == WeightFormat::Q5_K ? PackedMatmulOp::kQ5_KWordsPerBlock
                                                                            : PackedMatmulOp::kBlockSize / 8);
-      panels = scaledSuperBlocks(rewriter, loc, partials, subScales,
-                                 scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks), x,
+      // The super-blocks' (d, dmin) row pairs.
+      Value pairs =
+          splitDim(rewriter, loc, scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks),
+                   1, {rankedType(x.scales).getDimSize(1), 2});
+      Value d = sliceAt(rewriter, loc, pairs, 2, 0), dmin = sliceAt(rewriter, loc, pairs, 2, 1);
+      panels = scaledSuperBlocks(rewriter, loc, partials, d, x.scales, SuperBlockMins{dmin, subScales, x.compensations},
                                  init);
       break;
     }
@@ -128,9 +133,9 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       Value scales = adaptor.getScales();
       const int64_t blocks = rankedType(x.lanes).getDimSize(1);
       Value partials = q6Partials(rewriter, loc, x, adaptor.getRhs(), scaleRows(rewriter, loc, scales, 0, blocks));
-      panels = scaledSuperBlockPartials(
-          rewriter, loc, partials, scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks),
-          x.scales, init);
+      panels = scaledSuperBlocks(rewriter, loc, partials,
+                                 scaleRows(rewriter, loc, scales, blocks, rankedType(scales).getDimSize(1) - blocks),
+                                 x.scales, std::nullopt, init);
       break;
     }
     }
@@ -202,37 +207,34 @@ private:
     Value pairs = splitDim(b, loc, x, 2, {2, lanesPerBlock});
     return blockPartials(b, loc, {sliceAt(b, loc, pairs, 2, 0), sliceAt(b, loc, pairs, 2, 1)}, codes, lanesPerBlock,
                          [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                           Value nibbles = i32Constant(b, l, 0x0F0F0F0F);
-                           Value low = b.create<arith::AndIOp>(l, args[2], nibbles);
-                           Value shifted = b.create<arith::ShRUIOp>(l, args[2], i32Constant(b, l, 4));
-                           Value high = b.create<arith::AndIOp>(l, shifted, nibbles);
-                           Value sum = b.create<LaneDotU8I8Op>(l, args[3], low, args[0]);
-                           return b.create<LaneDotU8I8Op>(l, sum, high, args[1]);
+                           return nibbleCodeSum(b, l, args.take_front(2), args.slice(2, 1), {}, args[3]);
                          });
   }
 
-  /// The dot product of one block of 32 activation codes (`lanes`, its 8 lanes) with a q4_K or
-  /// q5_K sub-block's codes for one column (`words`, kernels/FormatKernels.h's q4_K and q5_K
-  /// sections), added to `sum`. Nibble word o holds in its low nibbles the codes lane o multiplies,
-  /// in its high nibbles lane o + 4's. q5_K's fifth word has in bit j code j's fifth bit: lane l
-  /// (its byte i: code l + 8 i) takes bits l + 8 i, moved to bit 4 of byte i by one shift (left by
-  /// 4 - l, right by l - 4) and a mask, or'ed into its nibbles.
-  static Value subBlockCodeSum(OpBuilder &b, Location l, ValueRange lanes, ValueRange words, Value sum) {
-    constexpr int64_t nibbleWords = PackedMatmulOp::kBlockSize / 8;
-    Value nibbles = i32Constant(b, l, 0x0F0F0F0F), fifthBits = i32Constant(b, l, 0x10101010);
+  /// `sum` plus the dot products of nibble-packed weight codes with activation lanes: word o of
+  /// `nibbleWords` holds in its low nibbles the codes `lanes[o]` multiplies, in its high nibbles
+  /// those of `lanes[o + nibbleWords.size()]` (q4_0's lane order: one word and two lanes per step
+  /// of q4_0's and q4_1's partial sums; a whole q4_K or q5_K block, 4 words and 8 lanes,
+  /// kernels/FormatKernels.h). q5_K's `fifths` word has in bit j code j's fifth bit: lane l (its
+  /// byte i: code l + 8 i) takes bits l + 8 i, moved to bit 4 of byte i by one shift (left by 4 -
+  /// l, right by l - 4) and a mask, or'ed into its nibbles.
+  static Value nibbleCodeSum(OpBuilder &b, Location l, ValueRange lanes, ValueRange nibbleWords, Value fifths,
+                             Value sum) {
+    const int64_t words = nibbleWords.size();
+    Value nibbles = i32Constant(b, l, 0x0F0F0F0F), fifthBits = fifths ? i32Constant(b, l, 0x10101010) : Value();
     auto code = [&](Value nibble, int64_t lane) -> Value {
-      if (words.size() == nibbleWords) return nibble;
-      Value fifths = words.back();
+      if (!fifths) return nibble;
       Value moved = lane < 4   ? b.create<arith::ShLIOp>(l, fifths, i32Constant(b, l, 4 - lane))
                     : lane > 4 ? b.create<arith::ShRUIOp>(l, fifths, i32Constant(b, l, lane - 4))
                                : fifths;
       return b.create<arith::OrIOp>(l, nibble, b.create<arith::AndIOp>(l, moved, fifthBits));
     };
-    for (int64_t o = 0; o < nibbleWords; ++o) {
-      Value low = b.create<arith::AndIOp>(l, words[o], nibbles);
-      Value high = b.create<arith::AndIOp>(l, b.create<arith::ShRUIOp>(l, words[o], i32Constant(b, l, 4)), nibbles);
+    for (int64_t o = 0; o < words; ++o) {
+      Value low = b.create<arith::AndIOp>(l, nibbleWords[o], nibbles);
+      Value high =
+          b.create<arith::AndIOp>(l, b.create<arith::ShRUIOp>(l, nibbleWords[o], i32Constant(b, l, 4)), nibbles);
       sum = b.create<LaneDotU8I8Op>(l, sum, code(low, o), lanes[o]);
-      sum = b.create<LaneDotU8I8Op>(l, sum, code(high, o + nibbleWords), lanes[o + nibbleWords]);
+      sum = b.create<LaneDotU8I8Op>(l, sum, code(high, o + words), lanes[o + words]);
     }
     return sum;
   }
@@ -291,16 +293,17 @@ private:
   static Value subBlockScaledPartials(OpBuilder &b, Location loc, Value x, Value codes, Value subScales,
                                       int64_t wordsPerBlock) {
     constexpr int64_t lanesPerBlock = 8;
-    return superBlockPartials(b, loc, x, codes, wordsPerBlock, {subScales}, {},
-                              [wordsPerBlock](OpBuilder &b, Location l, ValueRange args) -> Value {
-                                Value sum =
-                                    subBlockCodeSum(b, l, args.take_front(lanesPerBlock),
-                                                    args.slice(lanesPerBlock, wordsPerBlock), i32Constant(b, l, 0));
-                                Value sc =
-                                    b.create<arith::AndIOp>(l, scaleMinBits(b, l, args[lanesPerBlock + wordsPerBlock]),
-                                                            i32Constant(b, l, 0xFF));
-                                return b.create<arith::AddIOp>(l, args.back(), b.create<arith::MulIOp>(l, sum, sc));
-                              });
+    return superBlockPartials(
+        b, loc, x, codes, wordsPerBlock, {subScales}, {},
+        [wordsPerBlock](OpBuilder &b, Location l, ValueRange args) -> Value {
+          constexpr int64_t nibbleWords = PackedMatmulOp::kBlockSize / 8;
+          Value fifths = wordsPerBlock > nibbleWords ? args[lanesPerBlock + nibbleWords] : Value();
+          Value sum = nibbleCodeSum(b, l, args.take_front(lanesPerBlock), args.slice(lanesPerBlock, nibbleWords),
+                                    fifths, i32Constant(b, l, 0));
+          Value sc = b.create<arith::AndIOp>(l, scaleMinBits(b, l, args[lanesPerBlock + wordsPerBlock]),
+                                             i32Constant(b, l, 0xFF));
+          return b.create<arith::AddIOp>(l, args.back(), b.create<arith::MulIOp>(l, sum, sc));
+        });
   }
 
   /// A q4_K or q5_K sub-block's scale-min pair (an f16 element of the scales) as the i32 of its
@@ -361,13 +364,18 @@ private:
                         });
   }
 
-  /// q4_K and q5_K: [M, N/P, P] sums over super-blocks of d_x * (d * partial - dmin * sum over
-  /// its sub-blocks of m * sum(code_x)), from the super-block partials (superBlockPartials), the
-  /// sub-blocks' (sc | m << 8) bits `subScales` [N/P, K/32, P] (8 of them per super-block and
-  /// column) and the super-blocks' (d, dmin) rows `superScales` [N/P, 2 K/256, P] (loops m, panel,
-  /// column, super-block). The min term's sum is exact in f32 (below 2^22).
-  static Value scaledSuperBlocks(OpBuilder &b, Location loc, Value partials, Value subScales, Value superScales,
-                                 const QuantizedActivations &x, Value init) {
+  /// The min term of q4_K's and q5_K's scaled sum: the super-blocks' dmin rows [N/P, K/256, P], the
+  /// sub-blocks' (sc | m << 8) bits [N/P, K/32, P] and the activations' code sums [M, K/32].
+  struct SuperBlockMins {
+    Value dmin, subScales, codeSums;
+  };
+
+  /// The K-quants: [M, N/P, P] sums over super-blocks of d_x * d * partial (superBlockPartials),
+  /// less, for q4_K and q5_K, d_x * dmin * the sum over its sub-blocks of m * sum(code_x) (exact in
+  /// f32: below 2^22), from the super-blocks' d rows `d` [N/P, K/256, P] and the activations' scales
+  /// per super-block `xScales` [M, K/256] (loops m, panel, column, super-block).
+  static Value scaledSuperBlocks(OpBuilder &b, Location loc, Value partials, Value d, Value xScales,
+                                 std::optional<SuperBlockMins> mins, Value init) {
     MLIRContext *ctx = b.getContext();
     constexpr int64_t subBlocks = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
     const int64_t superBlocks = rankedType(partials).getDimSize(2);
@@ -375,42 +383,47 @@ private:
     bindDims(ctx, mDim, panel, column, superDim);
     AffineMap perRowSuper = AffineMap::get(4, 0, {mDim, superDim}, ctx);
     AffineMap perColumnSuper = AffineMap::get(4, 0, {panel, superDim, column}, ctx);
-    SmallVector<Value> inputs = {partials};
-    SmallVector<AffineMap> maps = {AffineMap::get(4, 0, {mDim, panel, superDim, column}, ctx)};
-    Value pairs = splitDim(b, loc, superScales, 1, {superBlocks, 2});
-    for (int64_t half = 0; half < 2; ++half) {
-      inputs.push_back(sliceAt(b, loc, pairs, 2, half));
+    SmallVector<Value> inputs = {partials, d};
+    SmallVector<AffineMap> maps = {AffineMap::get(4, 0, {mDim, panel, superDim, column}, ctx), perColumnSuper};
+    if (mins) {
+      inputs.push_back(mins->dmin);
       maps.push_back(perColumnSuper);
     }
-    inputs.push_back(x.scales);
+    inputs.push_back(xScales);
     maps.push_back(perRowSuper);
-    Value subScalesBySuper = splitDim(b, loc, subScales, 1, {superBlocks, subBlocks});
-    Value codeSums = splitDim(b, loc, x.compensations, 1, {superBlocks, subBlocks});
-    for (int64_t sub = 0; sub < subBlocks; ++sub) {
-      inputs.push_back(sliceAt(b, loc, subScalesBySuper, 2, sub));
-      maps.push_back(perColumnSuper);
-      inputs.push_back(sliceAt(b, loc, codeSums, 2, sub));
-      maps.push_back(perRowSuper);
+    if (mins) {
+      Value subScalesBySuper = splitDim(b, loc, mins->subScales, 1, {superBlocks, subBlocks});
+      Value codeSums = splitDim(b, loc, mins->codeSums, 1, {superBlocks, subBlocks});
+      for (int64_t sub = 0; sub < subBlocks; ++sub) {
+        inputs.push_back(sliceAt(b, loc, subScalesBySuper, 2, sub));
+        maps.push_back(perColumnSuper);
+        inputs.push_back(sliceAt(b, loc, codeSums, 2, sub));
+        maps.push_back(perRowSuper);
+      }
     }
     SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
                                            IteratorType::reduction};
+    const bool withMins = mins.has_value();
     return buildGeneric(
         b, loc, init, inputs, maps, AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
-        [](OpBuilder &b, Location l, ValueRange args) -> Value {
+        [withMins](OpBuilder &b, Location l, ValueRange args) -> Value {
           Type f32 = b.getF32Type();
-          Value mins;
-          for (int64_t sub = 0; sub < subBlocks; ++sub) {
+          Value dx = args[withMins ? 3 : 2];
+          Value minSum;
+          for (int64_t sub = 0; withMins && sub < subBlocks; ++sub) {
             Value bits = scaleMinBits(b, l, args[4 + 2 * sub]);
             Value m = b.create<arith::UIToFPOp>(l, f32, b.create<arith::ShRUIOp>(l, bits, i32Constant(b, l, 8)));
             Value codeSum = args[5 + 2 * sub];
-            mins = mins ? b.create<math::FmaOp>(l, m, codeSum, mins).getResult()
-                        : b.create<arith::MulFOp>(l, m, codeSum).getResult();
+            minSum = minSum ? b.create<math::FmaOp>(l, m, codeSum, minSum).getResult()
+                            : b.create<arith::MulFOp>(l, m, codeSum).getResult();
           }
-          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[1]), args[3]);
-          Value minScale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), args[3]);
+          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[1]), dx);
+          Value minScale =
+              withMins ? b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[2]), dx) : Value();
           // The scaled partial first, then the min term: each fma updates the accumulator in place.
           Value withScaled = b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, args.back());
-          return b.create<math::FmaOp>(l, mins, b.create<arith::NegFOp>(l, minScale), withScaled);
+          if (!withMins) return withScaled;
+          return b.create<math::FmaOp>(l, minSum, b.create<arith::NegFOp>(l, minScale), withScaled);
         });
   }
 
@@ -476,28 +489,6 @@ private:
                                                  b.create<arith::MulIOp>(l, true1, scale1));
           return b.create<arith::AddIOp>(l, args[17], scaled);
         });
-  }
-
-  /// q6_K: [M, N/P, P] sums over super-blocks of d_x * d * partial (q6Partials), from the
-  /// super-blocks' d rows `superScales` [N/P, K/256, P] and the activations' scales per
-  /// super-block `xScales` [M, K/256] (loops m, panel, column, super-block).
-  static Value scaledSuperBlockPartials(OpBuilder &b, Location loc, Value partials, Value superScales, Value xScales,
-                                        Value init) {
-    MLIRContext *ctx = b.getContext();
-    AffineExpr mDim, panel, column, superDim;
-    bindDims(ctx, mDim, panel, column, superDim);
-    SmallVector<AffineMap> inputMaps = {AffineMap::get(4, 0, {mDim, panel, superDim, column}, ctx),
-                                        AffineMap::get(4, 0, {panel, superDim, column}, ctx),
-                                        AffineMap::get(4, 0, {mDim, superDim}, ctx)};
-    SmallVector<IteratorType> iterators = {IteratorType::parallel, IteratorType::parallel, IteratorType::parallel,
-                                           IteratorType::reduction};
-    return buildGeneric(b, loc, init, {partials, superScales, xScales}, inputMaps,
-                        AffineMap::get(4, 0, {mDim, panel, column}, ctx), iterators,
-                        [](OpBuilder &b, Location l, ValueRange args) -> Value {
-                          Type f32 = b.getF32Type();
-                          Value scale = b.create<arith::MulFOp>(l, b.create<arith::ExtFOp>(l, f32, args[1]), args[2]);
-                          return b.create<math::FmaOp>(l, b.create<arith::SIToFPOp>(l, f32, args[0]), scale, args[3]);
-                        });
   }
 };
 

@@ -22,7 +22,7 @@ import sys
 import time
 
 
-def run_one(path: str, weights: str, ctx: int, pp: int, tg: int) -> dict:
+def run_one(path: str, weights: str, ctx: int, pp: int, tg: int, target_cpu: str) -> dict:
     """One load and run in this process (the child)."""
     import numpy as np
 
@@ -33,7 +33,8 @@ def run_one(path: str, weights: str, ctx: int, pp: int, tg: int) -> dict:
             return int(status.read().split("VmRSS:")[1].split()[0]) / 2**20
 
     start = time.perf_counter()
-    model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights=weights, kv_cache="f16"), context=ctx)
+    options = gpt.CompileOptions(weights=weights, kv_cache="f16", target_cpu=target_cpu)
+    model = gpt.GPT.from_gguf(path, options, context=ctx)
     load = time.perf_counter() - start
     after_load = rss_gib()
     ids = np.random.default_rng(0).integers(0, model.config.vocab_size, pp).tolist()
@@ -63,10 +64,11 @@ def main() -> None:
     parser.add_argument("--pp", type=int, default=128)
     parser.add_argument("--tg", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--target-cpu", default="host", help="CompileOptions.target_cpu, e.g. haswell")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_one(args.path, args.child, args.ctx, args.pp, args.tg)))
+        print(json.dumps(run_one(args.path, args.child, args.ctx, args.pp, args.tg, args.target_cpu)))
         return
     choices = args.weights.split(",")
     results: dict[str, list[dict]] = {w: [] for w in choices}
@@ -74,7 +76,7 @@ def main() -> None:
         order = choices[round_ % len(choices) :] + choices[: round_ % len(choices)]
         for weights in order:
             command = [sys.executable, __file__, args.path, "--child", weights, "--ctx", str(args.ctx)]
-            command += ["--pp", str(args.pp), "--tg", str(args.tg)]
+            command += ["--pp", str(args.pp), "--tg", str(args.tg), "--target-cpu", args.target_cpu]
             out = subprocess.run(command, capture_output=True, text=True, check=True, env=os.environ)
             results[weights].append(json.loads(out.stdout.strip().splitlines()[-1]))
     print("command: PYTHONPATH=bazel-bin/python python3 " + " ".join(["tools/bench/bench_gguf.py", *sys.argv[1:]]))

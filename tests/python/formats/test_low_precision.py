@@ -90,10 +90,10 @@ def test_k_quant_matmuls_take_their_activations_per_super_block(fmt):
     cache = model.new_cache(16)
     model.prefill(ids[:-1], cache)
     model.decode(ids[-1], cache)
-    # [heads, positions, head size] -> [positions, heads * head size], as the projection writes them.
+    # Layer 0's [heads, positions, head size] -> [positions, heads * head size], as the projection writes them.
     keys, values = (
-        np.asarray(views[0])[:, : len(ids)].transpose(1, 0, 2).reshape(len(ids), -1)
-        for views in (cache._key_views, cache._value_views)
+        np.asarray(buffers[0])[:, : len(ids)].transpose(1, 0, 2).reshape(len(ids), -1)
+        for buffers in (cache._keys, cache._values)
     )
     x = state["transformer.wte.weight"][ids] + state["transformer.wpe.weight"][: len(ids)]
     h = layer_norm(x, state["transformer.h.0.ln_1.weight"], state["transformer.h.0.ln_1.bias"], 1e-5)
