@@ -116,3 +116,30 @@ func.func @huge_buffer(%v: f32) {
   memref.dealloc %0 : memref<9223372036854775807x32xf32>
   return
 }
+
+// Within max-frame-bytes, buffers allocated in loops take the frame first, smallest first: they
+// would cost a malloc and free on every iteration, the entry block's one a call. In program order
+// the entry block's buffer and the larger loop buffer would have taken this frame of 200 bytes.
+// FRAME-LABEL: func.func @loops_first
+// FRAME-DAG: memref.alloca() {alignment = 64 : i64} : memref<16xf32>
+// FRAME-DAG: memref.alloca() {alignment = 64 : i64} : memref<32xf32>
+// FRAME: memref.alloc() : memref<32xf32>
+// FRAME: scf.for
+// FRAME-NOT: memref.alloc
+// FRAME: return
+func.func @loops_first(%v: f32) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %once = memref.alloc() : memref<32xf32>
+  memref.store %v, %once[%c0] : memref<32xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    scf.for %j = %c0 to %c4 step %c1 {
+      %larger = memref.alloc() : memref<32xf32>
+      memref.store %v, %larger[%c0] : memref<32xf32>
+    }
+    %smaller = memref.alloc() : memref<16xf32>
+    memref.store %v, %smaller[%c0] : memref<16xf32>
+  }
+  return
+}

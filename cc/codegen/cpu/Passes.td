@@ -181,7 +181,9 @@ def StackAllocateTemporaries : Pass<"gpt-stack-allocate-temporaries", "::mlir::f
     iteration's buffer outlives it. Inside an `scf.forall` with a static trip count (the
     attention's loop over heads, whose iterations run at once on OpenMP threads) each iteration
     gets a cache-line aligned slot of one stack buffer, which it views with the allocation's
-    type (`memref.view`). This is what keeps a decode step free of heap allocation: LayerNorm
+    type (`memref.view`). When `max-frame-bytes` cannot hold them all, buffers allocated in loops
+    take the frame first, smallest first (each would cost a malloc and free per iteration), and
+    the entry block's after them. This is what keeps a decode step free of heap allocation: LayerNorm
     outputs, heads, the attention's running state and the buffers a caller passes for a callee's
     results.
 

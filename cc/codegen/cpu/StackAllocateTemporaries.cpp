@@ -9,7 +9,9 @@
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/LoopLikeInterface.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <optional>
@@ -89,25 +91,30 @@ public:
   void runOnOperation() override {
     func::FuncOp function = getOperation();
     if (function.isExternal()) return;
-    SmallVector<memref::AllocOp> candidates;
-    function.walk([&](memref::AllocOp alloc) { candidates.push_back(alloc); });
+    SmallVector<Candidate> candidates;
+    function.walk([&](memref::AllocOp alloc) {
+      if (std::optional<Candidate> candidate = candidateFor(alloc, function)) candidates.push_back(*candidate);
+    });
+    // The frame holds the buffers that save the most heap calls first: one allocated in a loop is
+    // allocated on every iteration, one in the entry block once a call. Among those in loops the
+    // smallest go first, since a call to malloc and free costs the same at any size and a small
+    // buffer has the least work to amortize it over (a q4_K register tile of 512 bytes in the
+    // matmul's super-block loop, beside an attention tile of 16 KiB a head). In program order,
+    // a long KV cache's attention buffers took the frame and left the matmuls' tiles on the heap:
+    // 8B prefill at two threads lost a fifth of its time to malloc and free.
+    llvm::stable_sort(candidates, [](const Candidate &a, const Candidate &b) {
+      return std::make_pair(!a.inLoop, a.inLoop ? a.frameBytes : 0) <
+             std::make_pair(!b.inLoop, b.inLoop ? b.frameBytes : 0);
+    });
 
     IRRewriter rewriter(&getContext());
     Block &entry = function.front();
     int64_t total = 0;
-    for (memref::AllocOp alloc : candidates) {
+    for (const Candidate &candidate : candidates) {
+      memref::AllocOp alloc = candidate.alloc;
       MemRefType type = alloc.getType();
-      if (!type.hasStaticShape() || !type.getLayout().isIdentity() || !type.getElementType().isIntOrFloat()) continue;
-      std::optional<int64_t> bytes = bufferBytes(type);
-      if (!bytes || *bytes > maxBufferBytes) continue;
-      Placement placement = placementOf(alloc, function);
-      if (!placement.allowed || escapes(alloc)) continue;
-      // Slots of a forall's iterations start on cache lines.
-      int64_t slotBytes = llvm::alignTo(*bytes, kStackAlignment);
-      int64_t frameBytes = *bytes;
-      if (placement.forall && llvm::MulOverflow(placement.iterations, slotBytes, frameBytes)) continue;
-      if (frameBytes > maxFrameBytes - total) continue;
-      total += frameBytes;
+      if (candidate.frameBytes > maxFrameBytes - total) continue;
+      total += candidate.frameBytes;
       int64_t alignment = std::max<int64_t>(alloc.getAlignment().value_or(0), kStackAlignment);
       // An alloca is part of the frame only in the entry block: one inside a loop would grow the
       // stack on every iteration. Allocations in the entry block stay where they are.
@@ -115,6 +122,7 @@ public:
         rewriter.setInsertionPoint(alloc);
       else
         rewriter.setInsertionPointToStart(&entry);
+      Placement placement = candidate.placement;
       if (!placement.forall) {
         auto alloca = rewriter.create<memref::AllocaOp>(alloc.getLoc(), type, rewriter.getI64IntegerAttr(alignment));
         rewriter.replaceOp(alloc, alloca.getResult());
@@ -122,14 +130,40 @@ public:
       }
       // One byte buffer with a slot per forall iteration; the iteration views its own slot with
       // the allocation's type (memref.view keeps the identity layout, so no user changes).
-      auto bytesType = MemRefType::get({placement.iterations * slotBytes}, rewriter.getI8Type());
+      auto bytesType = MemRefType::get({placement.iterations * candidate.slotBytes}, rewriter.getI8Type());
       auto slots = rewriter.create<memref::AllocaOp>(alloc.getLoc(), bytesType, rewriter.getI64IntegerAttr(alignment));
       rewriter.setInsertionPoint(alloc);
       Value iteration = placement.forall.getInductionVar(0);
-      Value offset = rewriter.create<arith::MulIOp>(alloc.getLoc(), iteration,
-                                                    rewriter.create<arith::ConstantIndexOp>(alloc.getLoc(), slotBytes));
+      Value offset = rewriter.create<arith::MulIOp>(
+          alloc.getLoc(), iteration, rewriter.create<arith::ConstantIndexOp>(alloc.getLoc(), candidate.slotBytes));
       rewriter.replaceOpWithNewOp<memref::ViewOp>(alloc, type, slots, offset, ValueRange{});
     }
+  }
+
+private:
+  /// An allocation that may move to the frame, and what it would take there.
+  struct Candidate {
+    memref::AllocOp alloc;
+    Placement placement;
+    int64_t slotBytes;  // one iteration's buffer, rounded up to a cache line
+    int64_t frameBytes; // the buffer, or a slot for each iteration of its scf.forall
+    bool inLoop;        // allocated on every iteration of some loop
+  };
+
+  std::optional<Candidate> candidateFor(memref::AllocOp alloc, func::FuncOp function) const {
+    MemRefType type = alloc.getType();
+    if (!type.hasStaticShape() || !type.getLayout().isIdentity() || !type.getElementType().isIntOrFloat())
+      return std::nullopt;
+    std::optional<int64_t> bytes = bufferBytes(type);
+    if (!bytes || *bytes > maxBufferBytes) return std::nullopt;
+    Placement placement = placementOf(alloc, function);
+    if (!placement.allowed || escapes(alloc)) return std::nullopt;
+    // Slots of a forall's iterations start on cache lines.
+    Candidate candidate{alloc, placement, llvm::alignTo(*bytes, kStackAlignment), *bytes, false};
+    if (placement.forall && llvm::MulOverflow(placement.iterations, candidate.slotBytes, candidate.frameBytes))
+      return std::nullopt;
+    candidate.inLoop = alloc->getParentOfType<LoopLikeOpInterface>() != nullptr;
+    return candidate;
   }
 };
 
