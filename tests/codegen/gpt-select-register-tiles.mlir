@@ -49,15 +49,16 @@ func.func @dynamic(%a: tensor<?x64xf32>, %b: tensor<64x96xf32>, %c: tensor<?x96x
 // -----
 
 // With threads, each marked op also records how many contiguous pieces to split it into: the
-// largest of 8/4/2 not above the thread count that leaves whole tiles (matmul: N = 96 is 3 tiles
-// wide, so it is not split; N = 128 splits in 4 (threads=4) or 2 (threads=2); batch matmul: the
-// 2 batches split in 2). An op under 2^18 iterations (the last matmul, 16x128x64) is not worth a
-// fork and join and is never split.
+// largest of 8/4/2 not above the thread count that leaves whole tiles, each cut into 4 or 2 pieces
+// where whole tiles allow (the OpenMP loop hands pieces out on demand) (matmul: N = 96 is 3 tiles
+// wide, so it is not split; N = 128 splits in 4, one per thread (threads=4) or two (threads=2);
+// batch matmul: the 2 batches split in 2). An op under 2^18 iterations (the last matmul,
+// 16x128x64) is not worth a fork and join and is never split.
 // RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles=threads=2 | FileCheck %s --check-prefix=THREADS2
 // RUN: gpt-opt %s --split-input-file --gpt-select-register-tiles=threads=4 | FileCheck %s --check-prefix=THREADS4
 // THREADS2-LABEL: func.func @threads
 // THREADS2: linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%{{.*}}, %{{.*}} : tensor<64x64xf32>, tensor<64x96xf32>)
-// THREADS2: linalg.matmul {gpt.parallel_chunks = [0, 2], gpt.register_tile = [8, 32, 1]}
+// THREADS2: linalg.matmul {gpt.parallel_chunks = [0, 4], gpt.register_tile = [8, 32, 1]}
 // THREADS2: linalg.batch_matmul {gpt.parallel_chunks = [2], gpt.register_tile = [1, 8, 8, 1]}
 // THREADS2: linalg.matmul {gpt.register_tile = [8, 32, 1]} ins(%{{.*}}, %{{.*}} : tensor<16x64xf32>, tensor<64x128xf32>)
 // THREADS4-LABEL: func.func @threads
@@ -168,8 +169,8 @@ func.func @packed_few_rows(%a4: tensor<4x2048xf32>, %a2: tensor<2x2048xf32>, %w:
 // CHECK-NOT: gpt.register_tile
 // CHECK: return
 // THREADS2-LABEL: func.func @elementwise
-// THREADS2: gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 32]
-// THREADS2: gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 1, 16]
+// THREADS2: gpt.parallel_chunks = [0, 8], gpt.register_tile = [1, 32]
+// THREADS2: gpt.parallel_chunks = [0, 8], gpt.register_tile = [1, 1, 16]
 func.func @elementwise(%a: tensor<512x512xf32>, %b: tensor<8x256x144xf32>, %c: tensor<4x6xf32>, %r: tensor<512xf32>,
                        %table: tensor<600x512xf32>) -> (tensor<512x512xf32>, tensor<8x256x144xf32>, tensor<4x6xf32>, tensor<512xf32>, tensor<512x512xf32>) {
   %0 = linalg.generic {indexing_maps = [#e2, #e2], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<512x512xf32>) outs(%a : tensor<512x512xf32>) {
@@ -365,7 +366,7 @@ func.func @block_quantized(%x: tensor<16x2x8xi32>, %w: tensor<6x2x8x32xi32>, %d:
 // CHECK-LABEL: func.func @block_quantized_decode
 // CHECK: gpt.packed_matmul, gpt.register_tile = [1, 2, 32, 1], gpt.tile_interchange = [1, 0, 2, 3]
 // THREADS2-LABEL: func.func @block_quantized_decode
-// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = [0, 2], gpt.register_tile = [1, 2, 32, 1]
+// THREADS2: gpt.packed_matmul, gpt.parallel_chunks = [0, 4], gpt.register_tile = [1, 2, 32, 1]
 func.func @block_quantized_decode(%x: tensor<1x24x8xi32>, %w: tensor<24x24x8x32xi32>, %d: tensor<24x24x32xf16>,
                                   %dx: tensor<1x24xf32>, %comp: tensor<1x24xf32>,
                                   %zeros: tensor<1x24x24x32xi32>, %init: tensor<1x24x32xf32>) -> tensor<1x24x32xf32> {
@@ -520,7 +521,7 @@ func.func @fill_without_inputs(%init: tensor<2x4x16xf32>) -> tensor<2x4x16xf32> 
 // 2^32 * 2^32 * 16 iterations: the work estimate saturates instead of wrapping to 0 (signed
 // overflow), so the op is split like any large one.
 // THREADS4-LABEL: func.func @work_overflow
-// THREADS4: gpt.parallel_chunks = [0, 4], gpt.register_tile = [1, 1, 16]
+// THREADS4: gpt.parallel_chunks = [0, 16], gpt.register_tile = [1, 1, 16]
 // CHECK-LABEL: func.func @work_overflow
 #id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 func.func @work_overflow(%x: tensor<4294967296x4294967296x16xf32>) -> tensor<4294967296x4294967296x16xf32> {

@@ -156,6 +156,34 @@ def BarePointerCalls : Pass<"gpt-bare-pointer-calls", "::mlir::ModuleOp"> {
   }];
 }
 
+def ShareLoopsDynamically : Pass<"gpt-share-loops-dynamically"> {
+  let summary = "Give every OpenMP worksharing loop a dynamic schedule";
+  let description = [{
+    Runs after `--convert-scf-to-openmp`, whose `omp.wsloop`s have no schedule (static: thread t
+    takes the t-th contiguous share of the iterations). Each gets `schedule(dynamic)`: a thread that
+    finishes an iteration takes the next one not yet taken. The loops are the schedule's pieces of
+    a matmul or elementwise op (`gpt.parallel_chunks`, several per thread) and the attention's
+    heads. With static shares every op waited for its slowest thread: profiled on a 2-vCPU VM,
+    the calling thread of a decode step ran its equal share of each matmul about 20% longer than
+    the other thread, which spun in the barrier for that time. Which thread computes an iteration does not change what it computes:
+    the results are the same bits.
+
+    Before:
+    ```mlir
+    omp.wsloop {
+      omp.loop_nest (%i) : index = (%c0) to (%c8) step (%c1) { ... }
+    }
+    ```
+    After:
+    ```mlir
+    omp.wsloop schedule(dynamic) {
+      omp.loop_nest (%i) : index = (%c0) to (%c8) step (%c1) { ... }
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::omp::OpenMPDialect"];
+}
+
 def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
   let summary = "Inline memref.alloca_scope regions that allocate nothing on the stack";
   let description = [{
@@ -266,7 +294,9 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
     - With `threads` > 1, `gpt.parallel_chunks = [0, ..., k]` (pieces per loop) on ops of at
       least 2^18 iterations outside any scf.forall: k is the largest of 8, 4, 2 not above
       `threads` that splits the op's split dimension (matmul N, packed matmul and elementwise
-      dim 1, batch matmul the heads) into whole tiles.
+      dim 1, batch matmul the heads) into whole tiles, times 4 or 2 pieces per thread where
+      whole tiles allow (`--gpt-share-loops-dynamically` hands them out on demand). An op fused
+      into its epilogue keeps one piece per thread (`gpt.epilogue_chunks`).
     - AMX: where the module's `gpt.target` has `amx-bf16`, a bf16 packed matmul (body
       `transformer.lane_dot_bf16`) with a multiple of 16 rows (prefill, not decode) gets
       `gpt.amx_tile = [rows, columns, k words]` and `gpt.amx_chunks = k` instead of a register tile

@@ -95,6 +95,7 @@ void addBufferizedStage(OpPassManager &pm, const PipelineOptions &options) {
     mlir::ConvertSCFToOpenMPPassOptions openmp;
     openmp.numThreads = static_cast<unsigned>(options.threads);
     pm.addPass(mlir::createConvertSCFToOpenMPPass(openmp));
+    pm.addPass(codegen::createShareLoopsDynamically());
     pm.addPass(codegen::createInlineAllocaScopes());
     pm.addPass(mlir::createCanonicalizerPass());
   }
