@@ -159,7 +159,7 @@ private:
     Placement placement = placementOf(alloc, function);
     if (!placement.allowed || escapes(alloc)) return std::nullopt;
     // Slots of a forall's iterations start on cache lines.
-    Candidate candidate{alloc, placement, llvm::alignTo(*bytes, kStackAlignment), *bytes, false};
+    Candidate candidate{alloc, placement, static_cast<int64_t>(llvm::alignTo(*bytes, kStackAlignment)), *bytes, false};
     if (placement.forall && llvm::MulOverflow(placement.iterations, candidate.slotBytes, candidate.frameBytes))
       return std::nullopt;
     candidate.inLoop = alloc->getParentOfType<LoopLikeOpInterface>() != nullptr;
