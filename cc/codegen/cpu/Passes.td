@@ -165,8 +165,8 @@ def ShareLoopsDynamically : Pass<"gpt-share-loops-dynamically"> {
     a matmul or elementwise op (`gpt.parallel_chunks`, several per thread) and the attention's
     heads. With static shares every op waited for its slowest thread: profiled on a 2-vCPU VM,
     the calling thread of a decode step ran its equal share of each matmul about 20% longer than
-    the other thread, which spun in the barrier for that time. Which thread computes an iteration does not change what it computes:
-    the results are the same bits.
+    the other thread, which spun in the barrier for that time. Which thread computes an iteration
+    does not change what it computes: the results are the same bits.
 
     Before:
     ```mlir
