@@ -103,8 +103,8 @@ public:
     // a long KV cache's attention buffers took the frame and left the matmuls' tiles on the heap:
     // 8B prefill at two threads lost a fifth of its time to malloc and free.
     llvm::stable_sort(candidates, [](const Candidate &a, const Candidate &b) {
-      return std::make_pair(!a.inLoop, a.inLoop ? a.frameBytes : 0) <
-             std::make_pair(!b.inLoop, b.inLoop ? b.frameBytes : 0);
+      if (a.inLoop != b.inLoop) return a.inLoop;
+      return a.inLoop && a.frameBytes < b.frameBytes; // the entry block's keep program order
     });
 
     IRRewriter rewriter(&getContext());
