@@ -287,6 +287,30 @@ func.func @epilogue(%x: tensor<16x2048xf32>, %w: tensor<6x2048x32xf32>, %b: tens
   return %1, %2, %3 : tensor<16x6x32xf32>, tensor<16x6x32xf32>, tensor<16x6x32xf32>
 }
 
+// The epilogue's pieces as the matmul alone would get them: one per thread cut into 4 where the
+// panels allow (16 panels: 8 pieces on two threads, 16 on four), for the OpenMP loop to hand out.
+// THREADS2-LABEL: func.func @epilogue_pieces
+// THREADS2: gpt.epilogue_chunks = 8 : i64
+// THREADS4-LABEL: func.func @epilogue_pieces
+// THREADS4: gpt.epilogue_chunks = 16 : i64
+func.func @epilogue_pieces(%x: tensor<16x2048xf32>, %w: tensor<16x2048x32xf32>, %b: tensor<16x32xf32>,
+                           %init: tensor<16x16x32xf32>) -> tensor<16x16x32xf32> {
+  %0 = linalg.generic {indexing_maps = [#pA, #pB, #pC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x2048xf32>, tensor<16x2048x32xf32>) outs(%init : tensor<16x16x32xf32>) attrs = {gpt.packed_matmul} {
+  ^bb0(%a: f32, %c: f32, %acc: f32):
+    %m = arith.mulf %a, %c : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<16x16x32xf32>
+  %1 = linalg.generic {indexing_maps = [#bias, #e3, #e3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%b, %0 : tensor<16x32xf32>, tensor<16x16x32xf32>) outs(%init : tensor<16x16x32xf32>) {
+  ^bb0(%c: f32, %a: f32, %o: f32):
+    %s = arith.addf %a, %c : f32
+    linalg.yield %s : f32
+  } -> tensor<16x16x32xf32>
+  return %1 : tensor<16x16x32xf32>
+}
+
 // -----
 
 // A block-quantized packed matmul: the scaled sum over blocks (loops M, panel, column, block)

@@ -192,6 +192,43 @@ func.func @epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tenso
   return %out : tensor<16x4x32xf32>
 }
 
+// Split for threads: an epilogue with `gpt.epilogue_chunks = 4` becomes a forall of 4 pieces,
+// one panel each, with the matmul and its fill fused into each piece and then into its tiles, as
+// above.
+// EPILOGUE-LABEL: func.func @split_epilogue
+// EPILOGUE: scf.forall (%[[I:.*]]) in (4)
+// EPILOGUE: scf.for %{{.*}} = %c0 to %c16 step %c8
+// EPILOGUE: scf.for %{{.*}} = %c0 to %c64 step %c1 iter_args(%{{.*}} = %cst) -> (vector<8x1x32xf32>)
+// EPILOGUE-COUNT-8: vector.outerproduct
+// EPILOGUE: math.tanh %{{.*}} : vector<8x1x32xf32>
+// EPILOGUE: scf.forall.in_parallel
+// EPILOGUE-NOT: linalg.generic
+// EPILOGUE-NOT: linalg.fill
+// CHECK-LABEL: func.func @split_epilogue
+func.func @split_epilogue(%x: tensor<16x64xf32>, %w: tensor<4x64x32xf32>, %bias: tensor<4x32xf32>) -> tensor<16x4x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<16x4x32xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e0 : tensor<16x4x32xf32>) -> tensor<16x4x32xf32>
+  %p = linalg.generic {indexing_maps = [#fA, #fB, #fC], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<16x64xf32>, tensor<4x64x32xf32>) outs(%init : tensor<16x4x32xf32>)
+      attrs = {gpt.packed_matmul, gpt.reduction_step = [0, 0, 0, 1]} {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<16x4x32xf32>
+  %e1 = tensor.empty() : tensor<16x4x32xf32>
+  %out = linalg.generic {indexing_maps = [#f3, #fbias, #f3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%p, %bias : tensor<16x4x32xf32>, tensor<4x32xf32>) outs(%e1 : tensor<16x4x32xf32>)
+      attrs = {gpt.epilogue_tile = [8, 1, 32], gpt.tile_interchange = [1, 0, 2], gpt.epilogue_operand = 0 : i64, gpt.epilogue_chunks = 4 : i64} {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %s = arith.addf %a, %b : f32
+    %t = math.tanh %s : f32
+    linalg.yield %t : f32
+  } -> tensor<16x4x32xf32>
+  return %out : tensor<16x4x32xf32>
+}
+
 // A q8_0 packed matmul in its bias epilogue: the scaled sum over blocks is fused into the
 // epilogue's tiles (4 rows) like an f32 matmul and stepped one block at a time; there
 // transform.gpt.vectorize_block_matmul fuses the block's partial sums, starting from i32 zeros,

@@ -93,7 +93,7 @@ struct AmxTile {
 struct EpilogueFusion {
   LoopTile tile;
   int64_t matmulOperand = 0; // which input of the generic the matmul is
-  int64_t chunks = 1;        // pieces for threads: 1 or 2
+  int64_t chunks = 1;        // pieces for threads, split by panel
 };
 
 bool isPackedMatmul(mlir::Operation *op);

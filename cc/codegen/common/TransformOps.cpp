@@ -147,7 +147,12 @@ DiagnosedSilenceableFailure SplitForThreadsOp::apply(transform::TransformRewrite
   Builder b(getContext());
   for (Operation *target : state.getPayloadOps(getTarget())) {
     std::optional<SmallVector<int64_t>> pieces = getParallelChunks(target);
-    if (!pieces) return payloadFailure(*this, target->getLoc(), "expected a '" + attr::kParallelChunks + "'");
+    // An epilogue generic is split by panel (its loops are the matmul's M, panel, column).
+    if (std::optional<EpilogueFusion> fusion = getEpilogueFusion(target); !pieces && fusion)
+      pieces = SmallVector<int64_t>{0, fusion->chunks};
+    if (!pieces)
+      return payloadFailure(*this, target->getLoc(),
+                            "expected a '" + attr::kParallelChunks + "' or an '" + attr::kEpilogueChunks + "'");
     linalg::ForallTilingResult split;
     DiagnosedSilenceableFailure diag = transform::tileToForallOpImpl(
         rewriter, state, cast<transform::TransformOpInterface>(getOperation()), target,

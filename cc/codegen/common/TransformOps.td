@@ -76,8 +76,9 @@ def TileReductionByAttributeOp
 def SplitForThreadsOp : GptTransformOp<"split_for_threads", [FunctionalStyleTransformOpTrait, MemoryEffectsOpInterface]> {
   let summary = "Split each target into the pieces its gpt.parallel_chunks records, one scf.forall";
   let description = [{
-    For each target, reads the number of pieces per loop from `gpt.parallel_chunks` and does
-    what `transform.structured.tile_using_forall %target num_threads [...]` does with them.
+    For each target, reads the number of pieces per loop from `gpt.parallel_chunks` (or, for an
+    epilogue generic, `gpt.epilogue_chunks` pieces of its panel loop: `[0, k]`) and does what
+    `transform.structured.tile_using_forall %target num_threads [...]` does with them.
     Returns the pieces (ops inside the `scf.forall`, keeping the target's attributes) and the
     `scf.forall` loops.
 

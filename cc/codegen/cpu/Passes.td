@@ -296,7 +296,8 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
       `threads` that splits the op's split dimension (matmul N, packed matmul and elementwise
       dim 1, batch matmul the heads) into whole tiles, times 4 or 2 pieces per thread where
       whole tiles allow (`--gpt-share-loops-dynamically` hands them out on demand). An op fused
-      into its epilogue keeps one piece per thread (`gpt.epilogue_chunks`).
+      into its epilogue is split likewise by panel, its pieces recorded on the epilogue
+      (`gpt.epilogue_chunks`).
     - AMX: where the module's `gpt.target` has `amx-bf16`, a bf16 packed matmul (body
       `transformer.lane_dot_bf16`) with a multiple of 16 rows (prefill, not decode) gets
       `gpt.amx_tile = [rows, columns, k words]` and `gpt.amx_chunks = k` instead of a register tile

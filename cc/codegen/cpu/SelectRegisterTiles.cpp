@@ -318,8 +318,8 @@ void markFirstFittingChoice(const target::TileParameters &tiles, linalg::LinalgO
     if (!isCandidate(op, choice) || !tilesEvenly(op, choice.tile)) continue;
     // Epilogue fusion: the bias/GELU/residual generic after a packed matmul drives the
     // loops, and the schedule computes each matmul tile inside them, so the accumulator
-    // goes through the epilogue in registers and is written once. The schedule handles 1
-    // or 2 threads' pieces; other counts keep the two ops apart.
+    // goes through the epilogue in registers and is written once, split into pieces for
+    // threads as the matmul alone would be.
     linalg::GenericOp epilogue;
     int64_t chunks = parallelChunks(tiles, op, choice, threads);
     // Two panels per tile, but not at the cost of threads: where the panels do not split into
@@ -329,13 +329,13 @@ void markFirstFittingChoice(const target::TileParameters &tiles, linalg::LinalgO
       onePanel.tile[1] = 1;
       if (chunks < parallelChunks(tiles, op, onePanel, threads)) continue;
     }
-    if ((choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul) && chunks <= 2)
+    if (choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul)
       if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
         // The epilogue's loops are the matmul's parallel ones: (M, panel, column).
         int64_t parallel = op.getNumParallelLoops();
         LoopTile tile{SmallVector<int64_t>(ArrayRef<int64_t>(choice.tile).take_front(parallel)),
                       SmallVector<int64_t>(ArrayRef<int64_t>(choice.interchange).take_front(parallel))};
-        setEpilogueFusion(epilogue, EpilogueFusion{tile, *operand, chunks});
+        setEpilogueFusion(epilogue, EpilogueFusion{tile, *operand, balancedPieces(op, choice, chunks)});
         SmallVector<int64_t> step(parallel, 0);
         step.append(op.getNumReductionLoops(), 1);
         setReductionStep(op, step);

@@ -34,15 +34,16 @@ module attributes {transform.with_named_sequence} {
       transform.structured.vectorize %plainMatmulTile : !transform.any_op
       transform.structured.vectorize %tile : !transform.any_op
     }
-    // Two threads: the generic is first split into two pieces along the panels (an scf.forall),
-    // with the matmul and its fill fused into each piece, then tiled as above.
-    %splitEpilogues = transform.structured.match ops{["linalg.generic"]} attributes{gpt.epilogue_chunks = 2} in %root
+    // Threads: the epilogues left (the one-piece ones above are vectorized and gone) are first
+    // split into their `gpt.epilogue_chunks` pieces along the panels (an scf.forall), with the
+    // matmul and its fill fused into each piece, then tiled as above.
+    %splitEpilogues = transform.gpt.match_attribute "gpt.epilogue_chunks" in %root
         : (!transform.any_op) -> !transform.any_op
     transform.foreach %splitEpilogues : !transform.any_op {
     ^bb0(%epilogue: !transform.any_op):
       %matmul, %fill = transform.gpt.get_epilogue_matmul %epilogue
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-      %chunk, %forall = transform.structured.tile_using_forall %epilogue num_threads [0, 2]
+      %chunk, %forall = transform.gpt.split_for_threads %epilogue
           : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
       %matmulChunk, %forall2 = transform.gpt.fuse_into_loop %matmul into %forall
           : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
