@@ -69,7 +69,7 @@ using IteratorType = utils::IteratorType;
 ///   in i32, with transformer.lane_dot_u8i8 (marked `gpt.block_partials`); for the K-quants,
 ///   whose activations have one scale per super-block of 256 (llama.cpp's q4_K x q8_K), the sums
 ///   per super-block of each block's sum times its integer scale, still in i32;
-/// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x` (q4_1:
+/// - their scaled sum over blocks, `out += (partial - compensation) * d_w * d_x` (q4_1 and q5_1:
 ///   `out += d_x * (d_w * partial + min_w * compensation)`; q4_K and q5_K, per super-block:
 ///   `out += d_x * (d * partial - dmin * sum over sub-blocks of m * compensation)`; q6_K: `out +=
 ///   d_x * d * partial`), the packed
@@ -79,6 +79,8 @@ using IteratorType = utils::IteratorType;
 /// Float accumulation uses math.fma: the JIT does not contract a mulf and an addf into one.
 struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
   using OpConversionPattern::OpConversionPattern;
+  /// A K-quant super-block's blocks of 32.
+  static constexpr int64_t kSubBlocks = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
   LogicalResult matchAndRewrite(PackedMatmulOp op, OpAdaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
@@ -101,11 +103,16 @@ struct PackedMatmulLowering : OpConversionPattern<PackedMatmulOp> {
       break;
     case WeightFormat::Q8_0:
     case WeightFormat::Q4_0:
-    case WeightFormat::Q4_1: {
-      const bool q8 = format == WeightFormat::Q8_0, withMins = op.getWeightFormat().hasMins;
-      QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, q8 ? 128 : withMins ? 1 : 8);
-      Value partials = q8 ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
-                          : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
+    case WeightFormat::Q4_1:
+    case WeightFormat::Q5_0:
+    case WeightFormat::Q5_1: {
+      // The unsigned codes' offset from the true ones (none where a min takes its place).
+      const bool withMins = op.getWeightFormat().hasMins;
+      const int64_t offset = withMins ? 1 : format == WeightFormat::Q8_0 ? 128 : format == WeightFormat::Q5_0 ? 16 : 8;
+      QuantizedActivations x = quantizeActivations(rewriter, loc, lhs, offset);
+      Value partials = format == WeightFormat::Q8_0           ? q8Partials(rewriter, loc, x.lanes, adaptor.getRhs())
+                       : op.getWeightFormat().codeBits() == 5 ? q5Partials(rewriter, loc, x.lanes, adaptor.getRhs())
+                                                              : q4Partials(rewriter, loc, x.lanes, adaptor.getRhs());
       panels = withMins ? scaledBlocksWithMins(rewriter, loc, partials, adaptor.getScales(), x, init)
                         : scaledBlocks(rewriter, loc, partials, adaptor.getScales(), x, init);
       break;
@@ -211,11 +218,26 @@ private:
                          });
   }
 
+  /// q5_0 and q5_1: [M, N/P, K/32, P] i32 block sums of a whole block a step (groupedBlockPartials
+  /// with groups of one block): its 4 nibble words and its fifth bits (q5_K's lane words, the
+  /// codes unsigned; q5_0's compensation takes 16 * sum(code_x) back out) against its 8
+  /// activation lanes. The fifth bits go to each lane by constant shifts, as q5_K's do, which a
+  /// loop over the block's lanes would make variable.
+  static Value q5Partials(OpBuilder &b, Location loc, Value x, Value codes) {
+    constexpr int64_t lanesPerBlock = 8, nibbleWords = PackedMatmulOp::kBlockSize / 8;
+    return groupedBlockPartials(b, loc, x, codes, PackedMatmulOp::kQ5_KWordsPerBlock, 1, {}, {},
+                                [](OpBuilder &b, Location l, ValueRange args) -> Value {
+                                  return nibbleCodeSum(b, l, args.take_front(lanesPerBlock),
+                                                       args.slice(lanesPerBlock, nibbleWords),
+                                                       args[lanesPerBlock + nibbleWords], args.back());
+                                });
+  }
+
   /// `sum` plus the dot products of nibble-packed weight codes with activation lanes: word o of
   /// `nibbleWords` holds in its low nibbles the codes `lanes[o]` multiplies, in its high nibbles
   /// those of `lanes[o + nibbleWords.size()]` (q4_0's lane order: one word and two lanes per step
-  /// of q4_0's and q4_1's partial sums; a whole q4_K or q5_K block, 4 words and 8 lanes,
-  /// kernels/FormatKernels.h). q5_K's `fifths` word has in bit j code j's fifth bit: lane l (its
+  /// of q4_0's and q4_1's partial sums; a whole q4_K, q5_K, q5_0 or q5_1 block, 4 words and 8
+  /// lanes, kernels/FormatKernels.h). The 5-bit formats' `fifths` word has in bit j code j's fifth bit: lane l (its
   /// byte i: code l + 8 i) takes bits l + 8 i, moved to bit 4 of byte i by one shift (left by 4 -
   /// l, right by l - 4) and a mask, or'ed into its nibbles.
   static Value nibbleCodeSum(OpBuilder &b, Location l, ValueRange lanes, ValueRange nibbleWords, Value fifths,
@@ -239,62 +261,63 @@ private:
     return sum;
   }
 
-  /// [M, N/P, K/256, P] i32 sums over each super-block's 8 blocks of what `body` makes of a block
-  /// (the K-quants with llama.cpp's q8_K activations: one scale per super-block, so that the
-  /// blocks' sums, each weighed by its own integer scales, add up exactly in i32). Loops m,
-  /// panel, column, super-block and block, the last the reduction, which the schedule tiles by one
-  /// and keeps a loop. The body's arguments: the block's 8 activation lanes of `x` [M, K/32, 8], its
-  /// `wordsPerBlock` words of `codes` [N/P, K/32 * wordsPerBlock, P] for one column, the block's
-  /// value of each of `perColumnBlock` ([N/P, K/32, P]) and of `perRowBlock` ([M, K/32]), and the
-  /// accumulator.
-  static Value superBlockPartials(OpBuilder &b, Location loc, Value x, Value codes, int64_t wordsPerBlock,
-                                  ValueRange perColumnBlock, ValueRange perRowBlock, BodyBuilder body) {
+  /// [M, N/P, K/(32 g), P] i32 sums over each group of `g` blocks of what `body` makes of a whole
+  /// block: the K-quants' super-blocks (g = 8) with llama.cpp's q8_K activations, one scale per
+  /// super-block, so that the blocks' sums, each weighed by its own integer scales, add up exactly
+  /// in i32; q5_0's and q5_1's single blocks (g = 1). Loops m, panel, column, group and block, the
+  /// last the reduction, which the schedule tiles by one (and keeps a loop where g > 1). The
+  /// body's arguments: the block's 8 activation lanes of `x` [M, K/32, 8], its `wordsPerBlock`
+  /// words of `codes` [N/P, K/32 * wordsPerBlock, P] for one column, the block's value of each of
+  /// `perColumnBlock` ([N/P, K/32, P]) and of `perRowBlock` ([M, K/32]), and the accumulator.
+  static Value groupedBlockPartials(OpBuilder &b, Location loc, Value x, Value codes, int64_t wordsPerBlock,
+                                    int64_t blocksPerGroup, ValueRange perColumnBlock, ValueRange perRowBlock,
+                                    BodyBuilder body) {
     MLIRContext *ctx = b.getContext();
-    constexpr int64_t lanesPerBlock = 8, subBlocks = PackedMatmulOp::kSuperBlockSize / PackedMatmulOp::kBlockSize;
+    constexpr int64_t lanesPerBlock = 8;
     ArrayRef<int64_t> packed = rankedType(codes).getShape();
-    const int64_t m = rankedType(x).getDimSize(0), superBlocks = rankedType(x).getDimSize(1) / subBlocks;
-    Value init = zeros(b, loc, {m, packed[0], superBlocks, packed[2]}, b.getI32Type());
-    AffineExpr mDim, panel, column, superDim, sub;
-    bindDims(ctx, mDim, panel, column, superDim, sub);
-    AffineMap perRow = AffineMap::get(5, 0, {mDim, superDim, sub}, ctx);
-    AffineMap perColumn = AffineMap::get(5, 0, {panel, superDim, sub, column}, ctx);
+    const int64_t m = rankedType(x).getDimSize(0), groups = rankedType(x).getDimSize(1) / blocksPerGroup;
+    Value init = zeros(b, loc, {m, packed[0], groups, packed[2]}, b.getI32Type());
+    AffineExpr mDim, panel, column, group, sub;
+    bindDims(ctx, mDim, panel, column, group, sub);
+    AffineMap perRow = AffineMap::get(5, 0, {mDim, group, sub}, ctx);
+    AffineMap perColumn = AffineMap::get(5, 0, {panel, group, sub, column}, ctx);
     SmallVector<Value> inputs;
     SmallVector<AffineMap> maps;
-    Value lanes = splitDim(b, loc, x, 1, {superBlocks, subBlocks});
+    Value lanes = splitDim(b, loc, x, 1, {groups, blocksPerGroup});
     for (int64_t lane = 0; lane < lanesPerBlock; ++lane) {
       inputs.push_back(sliceAt(b, loc, lanes, 3, lane));
       maps.push_back(perRow);
     }
-    Value words = splitDim(b, loc, codes, 1, {superBlocks, subBlocks, wordsPerBlock});
+    Value words = splitDim(b, loc, codes, 1, {groups, blocksPerGroup, wordsPerBlock});
     for (int64_t w = 0; w < wordsPerBlock; ++w) {
       inputs.push_back(sliceAt(b, loc, words, 3, w));
       maps.push_back(perColumn);
     }
     for (Value value : perColumnBlock) {
-      inputs.push_back(splitDim(b, loc, value, 1, {superBlocks, subBlocks}));
+      inputs.push_back(splitDim(b, loc, value, 1, {groups, blocksPerGroup}));
       maps.push_back(perColumn);
     }
     for (Value value : perRowBlock) {
-      inputs.push_back(splitDim(b, loc, value, 1, {superBlocks, subBlocks}));
+      inputs.push_back(splitDim(b, loc, value, 1, {groups, blocksPerGroup}));
       maps.push_back(perRow);
     }
     SmallVector<IteratorType> iterators(4, IteratorType::parallel);
     iterators.push_back(IteratorType::reduction);
-    Value partials = buildGeneric(b, loc, init, inputs, maps,
-                                  AffineMap::get(5, 0, {mDim, panel, superDim, column}, ctx), iterators, body);
-    gpt::codegen::markBlockPartials(partials.getDefiningOp(), subBlocks);
+    Value partials = buildGeneric(b, loc, init, inputs, maps, AffineMap::get(5, 0, {mDim, panel, group, column}, ctx),
+                                  iterators, body);
+    gpt::codegen::markBlockPartials(partials.getDefiningOp(), blocksPerGroup);
     return partials;
   }
 
   /// q4_K and q5_K: [M, N/P, K/256, P] i32 sums per super-block of sc * sum(code_x * code_w) over
-  /// its 8 sub-blocks (superBlockPartials), sc the sub-block's 6-bit scale (llama.cpp's q4_K x
+  /// its 8 sub-blocks (groupedBlockPartials), sc the sub-block's 6-bit scale (llama.cpp's q4_K x
   /// q8_K), exact in i32 (below 2^26), from the sub-blocks' (sc | m << 8) bits `subScales` [N/P,
   /// K/32, P].
   static Value subBlockScaledPartials(OpBuilder &b, Location loc, Value x, Value codes, Value subScales,
                                       int64_t wordsPerBlock) {
     constexpr int64_t lanesPerBlock = 8;
-    return superBlockPartials(
-        b, loc, x, codes, wordsPerBlock, {subScales}, {},
+    return groupedBlockPartials(
+        b, loc, x, codes, wordsPerBlock, kSubBlocks, {subScales}, {},
         [wordsPerBlock](OpBuilder &b, Location l, ValueRange args) -> Value {
           constexpr int64_t nibbleWords = PackedMatmulOp::kBlockSize / 8;
           Value fifths = wordsPerBlock > nibbleWords ? args[lanesPerBlock + nibbleWords] : Value();
@@ -370,7 +393,7 @@ private:
     Value dmin, subScales, codeSums;
   };
 
-  /// The K-quants: [M, N/P, P] sums over super-blocks of d_x * d * partial (superBlockPartials),
+  /// The K-quants: [M, N/P, P] sums over super-blocks of d_x * d * partial (groupedBlockPartials),
   /// less, for q4_K and q5_K, d_x * dmin * the sum over its sub-blocks of m * sum(code_x) (exact in
   /// f32: below 2^22), from the super-blocks' d rows `d` [N/P, K/256, P] and the activations' scales
   /// per super-block `xScales` [M, K/256] (loops m, panel, column, super-block).
@@ -445,7 +468,7 @@ private:
     return {low, b.create<arith::ShRSIOp>(l, pair, i32Constant(b, l, 8))};
   }
 
-  /// q6_K: [M, N/P, K/256, P] i32 sums per super-block (superBlockPartials) of sc_r * (sum(code_x
+  /// q6_K: [M, N/P, K/256, P] i32 sums per super-block (groupedBlockPartials) of sc_r * (sum(code_x
   /// * c) - 32 sum(code_x)) over each block's two runs r: the true codes c - 32, weighed by the
   /// runs' int8 scales, exact in i32 (below 2^29), from the activation lanes of `x` (lanes 0-3 run
   /// 0's, 4-7 run 1's) and its compensations (32 times each run's code sum), the weight's 6 lanes
@@ -456,8 +479,8 @@ private:
     constexpr int64_t wordsPerBlock = 2 * PackedMatmulOp::kQ6_KWordsPerRun;
     const int64_t blocks = rankedType(x.lanes).getDimSize(1);
     Value pairs = splitDim(b, loc, x.compensations, 1, {blocks, 2});
-    return superBlockPartials(
-        b, loc, x.lanes, codes, wordsPerBlock, {runScales},
+    return groupedBlockPartials(
+        b, loc, x.lanes, codes, wordsPerBlock, kSubBlocks, {runScales},
         {sliceAt(b, loc, pairs, 2, 0), sliceAt(b, loc, pairs, 2, 1)},
         [](OpBuilder &b, Location l, ValueRange args) -> Value {
           Value nibbles = i32Constant(b, l, 0x0F0F0F0F), tops = i32Constant(b, l, 0x30303030);

@@ -209,7 +209,8 @@ def Transformer_PackedMatmulOp : Transformer_Op<"packed_matmul",
     /// q4_K's super-block (QK_K) and its scale rows: 8 sub-blocks' scale and min, d and dmin.
     static constexpr int64_t kSuperBlockSize = 256;
     static constexpr int64_t kQ4_KScaleRows = 10;
-    /// q5_K's lane words per sub-block: q4_K's 4 nibble words and one of fifth bits (q4_K's scales).
+    /// q5_K's lane words per sub-block: q4_K's 4 nibble words and one of fifth bits (q4_K's scales);
+    /// q5_0's and q5_1's per block likewise.
     static constexpr int64_t kQ5_KWordsPerBlock = 5;
     /// q6_K's runs of 16 weights (one int8 scale each), their 3 lanes, and its scale rows per
     /// super-block: 8 rows of two run scales, and d.

@@ -1,7 +1,8 @@
-// A GGUF file's blocks of formats the compiler does not store (llama.cpp's K-quants, q5_0, q5_1)
-// rewritten as blocks of a format it does, without a float32 copy of the tensor: how a Q4_K_M file
-// loads in its own precision. The tables here, a row per GGUF block type and per conversion, are
-// how everything outside the kernels reaches a type's kernels (FormatKernels.h).
+// A GGUF file's blocks rewritten as blocks of another format the compiler stores (q4_K's as q4_1,
+// any type's as q8_0), without a float32 copy of the tensor: how a fused weight of parts of
+// several types, or a file asked for another format, loads. The tables here, a row per GGUF block
+// type and per conversion, are how everything outside the kernels reaches a type's kernels
+// (FormatKernels.h).
 #ifndef GPT_CC_KERNELS_BLOCKTRANSCODING_H
 #define GPT_CC_KERNELS_BLOCKTRANSCODING_H
 

@@ -353,6 +353,10 @@ void q5_KBlockWords(const uint8_t *codes, uint32_t *words);
 /// of `width`.
 void packQ5_KLanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed,
                    int64_t threads = 1);
+/// packQ5_KLanes for any `rows` a multiple of `rowMultiple` (named `multipleName` in errors;
+/// q5_0's and q5_1's: 32), `what` naming the caller.
+void packFiveBitLanes(const char *what, int64_t rowMultiple, const char *multipleName, const uint8_t *codes,
+                      int64_t rows, int64_t cols, int64_t width, uint32_t *packed, int64_t threads = 1);
 /// The [rows, cols] f32 matrix of q5_k lanes and q5_K's scales: each weight (d * scale) * q - dmin
 /// * min in f32, as gguf's dequantize computes it.
 void dequantizeQ5_KLanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
@@ -365,14 +369,46 @@ void repackQ5_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
 void dequantizeQ5_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 void widenQ5_KBlock(const uint8_t *block, float *values);
 
-// ---- q5_0 and q5_1: GGUF types read, never stored ------------------------------------------------
+// ---- q5_0 and q5_1 ------------------------------------------------------------------------------
 // q5_0 {fp16 d; uint32 qh; 16 bytes of low nibbles}: w = d * (q - 16), bit i of qh code i's fifth
-// bit; q5_1 {fp16 d, m; qh; nibbles}: w = d * q + m. Widened to f32 as dequantizeQ4_KRows widens
-// q4_K's (K a positive multiple of 32), or converted into q8_0 a block at a time (q8_0's section).
+// bit; q5_1 {fp16 d, m; qh; nibbles}: w = d * q + m. Lanes: q5_K's words of the block's codes
+// (kQ5_KWordsPerBlock a block and column: q4_0's 4 nibble words and qh itself, [N/P, K * 5/32,
+// P]), 5.5 and 6 bits per weight with the scales, the file's. Scales [N/P, K/32, P] (q5_0) or
+// q4_1's scale and min rows [N/P, K/16, P] (q5_1).
 
 constexpr int64_t kQ5_0BlockBytes = 2 + 4 + kQuantBlock / 2;
 constexpr int64_t kQ5_1BlockBytes = 4 + 4 + kQuantBlock / 2;
 
+/// q5_0 of a row-major [K, N] matrix (K a multiple of 32), as llama.cpp's quantize_row_q5_0_ref:
+/// per block d = the weight of largest magnitude / -16, `scales[b][n]` = toFp16(d), codes =
+/// min(31, trunc(w / d + 16.5)) (with w times 1 / d), 16 where d = 0. Packed by packQ5_0Lanes.
+void quantizeQ5_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
+                  int64_t threads = 1);
+/// q5_1 as quantizeQ4_1 with 31 steps (llama.cpp's quantize_row_q5_1_ref): codes in [0, 31], each
+/// block's scale and min in `scales` rows 2 b and 2 b + 1. Packed by packQ5_0Lanes.
+void quantizeQ5_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
+                  int64_t threads = 1);
+/// q5_0 and q5_1 lanes of a [rows, cols] matrix of codes in [0, 31]: packFiveBitLanes of 32-row blocks.
+void packQ5_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed,
+                   int64_t threads = 1);
+/// The [rows, cols] f32 matrix of q5_0 lanes and scales: d * (q - 16).
+void dequantizeQ5_0Lanes(const uint32_t *lanes, const uint16_t *scales, int64_t rows, int64_t cols, int64_t width,
+                         float *matrix);
+/// The [rows, cols] f32 matrix of q5_1 lanes and scales and mins: d * q + m, product and sum
+/// rounded apart as llama.cpp's dequantizer computes them.
+void dequantizeQ5_1Lanes(const uint32_t *lanes, const uint16_t *scalesAndMins, int64_t rows, int64_t cols,
+                         int64_t width, float *matrix);
+/// q5_0 (q5_1, or q5_0 converted) blocks repacked into their lanes and scales (fp16 fields checked
+/// to be finite); padding columns get zero words and scales. K a positive multiple of 32.
+void repackQ5_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads = 1);
+void repackQ5_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
+                    uint16_t *scales, int64_t threads = 1);
+/// A q5_0 block as the q5_1 block of the same weights: d, a min of -16 d (exact in fp16; one beyond
+/// its range is std::invalid_argument), the same qh and nibbles.
+void q5_0AsQ5_1(const uint8_t *block, uint8_t *out);
+/// q5_0 and q5_1 blocks widened to f32 as dequantizeQ4_KRows widens q4_K's (K a positive multiple
+/// of 32); the q8_0 conversions widen with them (q8_0's section).
 void dequantizeQ5_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 void widenQ5_0Block(const uint8_t *block, float *values);
 void dequantizeQ5_1Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);

@@ -35,13 +35,14 @@ const std::vector<WeightFormatTraits> &weightFormats() {
   // q4_k ranks between q4_0 and q4_1: its sub-block scales are 6-bit multiples of one d, where
   // q4_1's are any fp16, so "auto" keeps a Q4_K tensor as itself (the least precise kept format
   // its blocks convert to).
-  // q5_k and q6_k rank between q4_1 and q8_0: a Q5_K or Q6_K tensor is kept as itself, in its
-  // 5.625 or 6.5625 bits, not widened to q8_0's 8.5.
+  // The 5- and 6-bit formats rank between q4_1 and q8_0, q5_0 below q5_k below q5_1 (as q4_0, q4_k,
+  // q4_1): a Q5_0, Q5_K, Q5_1 or Q6_K tensor is kept as itself, in its 5.5 to 6.5625 bits, not
+  // widened to q8_0's 8.5.
   static const std::vector<WeightFormatTraits> table = {
-      {WeightFormat::F32, "f32", 1, 4, 1, false, 0, WeightFormat::F32, 7, nullptr, nullptr, nullptr, nullptr, nullptr},
-      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, 0, WeightFormat::BF16, 6, nullptr, nullptr,
+      {WeightFormat::F32, "f32", 1, 4, 1, false, 0, WeightFormat::F32, 9, nullptr, nullptr, nullptr, nullptr, nullptr},
+      {WeightFormat::BF16, "bf16", 1, 2, kBf16RowsPerWord, false, 0, WeightFormat::BF16, 8, nullptr, nullptr,
        packBf16Lanes, nullptr, dequantizeBf16},
-      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, 1, WeightFormat::Q8_0, 5,
+      {WeightFormat::Q8_0, "q8_0", kQuantBlock, kQ8_0BlockBytes, kQ8_0RowsPerWord, false, 1, WeightFormat::Q8_0, 7,
        quantizeQ8_0Codes, packQ8_0Codes, nullptr, repackQ8_0Rows, dequantizeQ8_0Lanes},
       {WeightFormat::Q4_0, "q4_0", kQuantBlock, kQ4_0BlockBytes, kQ4_0RowsPerWord, false, 1, WeightFormat::Q8_0, 0,
        quantizeQ4_0, packQ4_0Lanes, nullptr, repackQ4_0Rows, dequantizeQ4_0Lanes},
@@ -49,10 +50,14 @@ const std::vector<WeightFormatTraits> &weightFormats() {
        quantizeQ4_1, packQ4_0Lanes, nullptr, repackQ4_1Rows, dequantizeQ4_1Lanes},
       {WeightFormat::Q4_K, "q4_k", kSuperBlock, kQ4_KBlockBytes, kQ4_0RowsPerWord, true, kQ4_KScaleRows,
        WeightFormat::Q8_0, 1, quantizeQ4_K, packQ4_0Lanes, nullptr, repackQ4_KRows, dequantizeQ4_KLanes},
-      {WeightFormat::Q6_K, "q6_k", kSuperBlock, kQ6_KBlockBytes, 0, false, kQ6_KScaleRows, WeightFormat::Q8_0, 4,
+      {WeightFormat::Q6_K, "q6_k", kSuperBlock, kQ6_KBlockBytes, 0, false, kQ6_KScaleRows, WeightFormat::Q8_0, 6,
        quantizeQ6_K, packQ6_KLanes, nullptr, repackQ6_KRows, dequantizeQ6_KLanes, 6},
-      {WeightFormat::Q5_K, "q5_k", kSuperBlock, kQ5_KBlockBytes, 0, true, kQ4_KScaleRows, WeightFormat::Q8_0, 3,
+      {WeightFormat::Q5_K, "q5_k", kSuperBlock, kQ5_KBlockBytes, 0, true, kQ4_KScaleRows, WeightFormat::Q8_0, 4,
        quantizeQ5_K, packQ5_KLanes, nullptr, repackQ5_KRows, dequantizeQ5_KLanes, 5},
+      {WeightFormat::Q5_0, "q5_0", kQuantBlock, kQ5_0BlockBytes, 0, false, 1, WeightFormat::Q8_0, 3, quantizeQ5_0,
+       packQ5_0Lanes, nullptr, repackQ5_0Rows, dequantizeQ5_0Lanes, 5},
+      {WeightFormat::Q5_1, "q5_1", kQuantBlock, kQ5_1BlockBytes, 0, true, 2, WeightFormat::Q8_0, 5, quantizeQ5_1,
+       packQ5_0Lanes, nullptr, repackQ5_1Rows, dequantizeQ5_1Lanes, 5},
   };
   return table;
 }
@@ -127,7 +132,8 @@ const std::vector<GgufBlockType> &ggufBlockTypes() {
 const std::vector<ConversionsInto> &conversionsIntoFormats() {
   // q8_0 takes every type: codes it can hold as they are, the others widened and requantized. q4_1
   // takes the types whose blocks are q4_1 blocks already (q4_0's with a min of -8 d, each of q4_K's
-  // sub-blocks). q4_0, q4_K, q5_K and q6_K are kept as themselves only (their repackings).
+  // sub-blocks), q5_1 q5_0's (a min of -16 d). q4_0, q4_K, q5_0, q5_K and q6_K are kept as
+  // themselves only (their repackings).
   static const std::vector<ConversionsInto> table = {
       {"q8_0",
        {{kQ8_0Type, nullptr},
@@ -143,6 +149,8 @@ const std::vector<ConversionsInto> &conversionsIntoFormats() {
       {"q4_k", {{kQ4_KType, nullptr}}},
       {"q6_k", {{kQ6_KType, nullptr}}},
       {"q5_k", {{kQ5_KType, nullptr}}},
+      {"q5_0", {{kQ5_0Type, nullptr}}},
+      {"q5_1", {{kQ5_1Type, nullptr}, {kQ5_0Type, q5_0AsQ5_1}}},
   };
   return table;
 }
@@ -150,8 +158,8 @@ const std::vector<ConversionsInto> &conversionsIntoFormats() {
 const char *conversionsTaken() {
   // Written out, not made from the table: the error's words are what users and tests read. Kept
   // beside the table so that the two change together.
-  return "q8_0 takes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k; q4_1 takes q4_0, q4_1 and q4_k; q4_0, "
-         "q4_k, q5_k and q6_k only themselves";
+  return "q8_0 takes q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k; q4_1 takes q4_0, q4_1 and q4_k; q5_1 "
+         "takes q5_0 and q5_1; q4_0, q4_k, q5_0, q5_k and q6_k only themselves";
 }
 
 } // namespace kernels

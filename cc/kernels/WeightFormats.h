@@ -46,6 +46,8 @@ enum class WeightFormat {
   Q4_K, ///< q4_0's lanes, llama.cpp's q4_K numbers: per 256 weights an f16 d and dmin, per 32 a 6-bit scale and min
   Q6_K, ///< 6-bit codes, 16 in 3 words, llama.cpp's q6_K numbers: per 256 weights an f16 d, per 16 an int8 scale
   Q5_K, ///< q4_K's lanes and numbers with a fifth bit per code: 32 codes in 5 words
+  Q5_0, ///< q5_K's lanes, one f16 scale per block of 32 (w = (code - 16) * scale)
+  Q5_1, ///< q5_K's lanes, q4_1's f16 scale and min per block of 32 (w = code * scale + min)
 };
 
 /// One format's facts and kernels. The block formats (codes and per-block fp16 scales, two
@@ -56,10 +58,11 @@ struct WeightFormatTraits {
   int64_t blockValues; ///< weights per block (1 for the float formats)
   int64_t blockBytes;  ///< bytes of one block as llama.cpp lays it out (a GGUF file's)
   int64_t rowsPerWord; ///< rows of K one 32-bit argument word holds (f32: 1, a float; 0 where a code spans words)
-  bool hasMins;        ///< a min beside each scale (q4_1, q4_k)
-  int64_t scaleRows;   ///< 16-bit scale values per block and column: 0 (floats), 1, 2 (q4_1), 10 (q4_k, q5_k), 9 (q6_k)
-  WeightFormat head;   ///< the format a model in this one stores its [V, D] tables and LM head in
-  int precision;       ///< higher is more precise: the order "auto" picks the nearest kept format by
+  bool hasMins;        ///< a min beside each scale (q4_1, q4_k, q5_k, q5_1)
+  int64_t
+      scaleRows; ///< 16-bit scale values per block and column: 0 (floats), 1, 2 (q4_1, q5_1), 10 (q4_k, q5_k), 9 (q6_k)
+  WeightFormat head; ///< the format a model in this one stores its [V, D] tables and LM head in
+  int precision;     ///< higher is more precise: the order "auto" picks the nearest kept format by
   /// Quantizes a row-major [K, N] matrix along K into a code per weight (q8_0's are int8) and fp16
   /// scales [K / blockValues * scaleRowsPerBlock(), N].
   void (*quantize)(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads);
@@ -77,7 +80,7 @@ struct WeightFormatTraits {
 
   bool blockQuantized() const { return quantize != nullptr; }
   /// Bits of a weight's code where its bits are spread over several words (rowsPerWord 0): q6_k's 6
-  /// (16 codes in 3 words), q5_k's 5 (32 in 5).
+  /// (16 codes in 3 words), q5_k's, q5_0's and q5_1's 5 (32 in 5).
   int64_t spreadCodeBits = 0;
 
   /// Bits of one weight's code in the lanes: 32 / rowsPerWord, or spreadCodeBits.

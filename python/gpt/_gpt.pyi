@@ -28,7 +28,8 @@ def weight_formats() -> list[tuple[str, int, int, int, bool, str, tuple[str, ...
     """The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values,
     block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks
     into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column, code_bits:
-    bits of one weight's code in the lanes (q6_k: 6, 16 codes in 3 words; q5_k: 5, 32 in 5; rows_per_word 0))."""
+    bits of one weight's code in the lanes (q6_k: 6, 16 codes in 3 words; q5_k, q5_0 and q5_1: 5, 32 in 5;
+    rows_per_word 0))."""
 
 def gguf_block_types() -> list[tuple[str, int, int, dict[str, int]]]:
     """The GGUF block types the loaders read (cc/kernels/BlockTranscoding.h), a row per type: (name, values:
@@ -110,7 +111,7 @@ class CompiledModel:
         bytes per row], or a list of them: a fused weight's parts, rows in order)} for weights repacked
         from a file's blocks, given as None in `weights`. The format is the stored one (a block format
         of weight_formats()), a GGUF block type that exactly one stored format converts as it is
-        repacked (gguf_block_types(): "q5_0" or "q5_1", stored as q8_0), or "FORMAT:TYPE,..."
+        repacked (gguf_block_types(); none now: each is a stored format), or "FORMAT:TYPE,..."
         naming each part's type. A NaN or infinite block scale raises ValueError naming the weight,
         the block and the row."""
 

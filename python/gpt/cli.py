@@ -93,7 +93,7 @@ flags.DEFINE_enum(
     ("auto", *WEIGHT_FORMATS),
     "format of the matmul weights, as llama.cpp names them (all but f32: fewer bytes to stream); auto: each "
     "tensor of a GGUF file in the format nearest its own, as llama.cpp runs it (Q4_K: q4_k; "
-    "Q5_K: q5_k; Q6_K: q6_k; Q5_0, Q5_1: q8_0; F16: f32), f32 for anything else",
+    "Q5_K: q5_k; Q6_K: q6_k; Q5_0: q5_0; Q5_1: q5_1; F16: f32), f32 for anything else",
 )
 # f16 by default, as llama.cpp's commands store their cache: half the memory of f32, logits within
 # 1.4e-4 of an f32 cache's over 320 greedy tokens (test_kv_cache_formats). The Python API does the

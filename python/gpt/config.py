@@ -329,8 +329,8 @@ class CompileOptions:
     vectorized pipeline, the block formats an n_embd that is a multiple of 32, and bf16 an even n_embd.
     `weights="auto"`, the default, keeps each matmul weight of a GGUF file (GPT.from_gguf) in the
     format nearest its own type, as llama.cpp computes each tensor in its own (gpt.kept_formats: a
-    Q4_K_M file's q4_K tensors as q4_k, its q6_K ones as q6_k, a fused weight with parts of both and
-    q5_0 ones as q8_0); the model's options then say what it chose:
+    Q4_K_M file's q4_K tensors as q4_k, its q6_K ones as q6_k, its q5_0 ones as q5_0, a fused weight
+    with parts of q4_K and q6_K as q8_0); the model's options then say what it chose:
     `weights` the format most weights are in, and `weight_formats` the others, as {compiler
     parameter name: format} (also settable by hand). Any other model, and a GGUF file compiled by
     the "baseline" or "fused" pipeline, takes "auto" as "f32"; weights="f32" widens a GGUF file's

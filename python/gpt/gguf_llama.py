@@ -156,8 +156,8 @@ def read(
 def _kept_formats(config: GPTConfig, tensors: dict, keep_quantized: str | None) -> dict[str, str]:
     """GGUF name -> the format the layers' matmul weights are given to the model in as blocks (the
     others are widened): per compiler weight, since q, k and v (and gate and up) are fused into one
-    weight of one format (kept_formats.given_format: "q5_1" for q5_1 blocks the model repacks as
-    q8_0 itself)."""
+    weight of one format (kept_formats.given_format: "q8_0:q4_k,q4_k,q6_k" for parts the model
+    converts as it repacks them)."""
     groups = [
         [architectures.layer_name(p.gguf, i) for p, i in parts]
         for parts in architectures.compiler_groups(config).values()

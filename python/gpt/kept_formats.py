@@ -9,10 +9,13 @@ block of 32, each sub-block becomes such a block with its scale and min (d times
 rounded once to fp16. A q5_K tensor is kept as q5_k, q4_k's numbers with 5-bit codes, 5.625 bits per
 weight. A q6_K tensor is kept as q6_k, its own numbers (each super-block's fp16 d, each run of 16
 weights' int8 scale, the 6-bit codes), 6.5625 bits per weight, the file's.
-q5_0 is a q8_0 block with 5-bit codes: kept exactly. q5_1 (and q5_K or q6_K asked for q8_0) hold a
-min or sub-block scales that q8_0 cannot: each block is widened and quantized to q8_0, half a step of
-1/127 of a block's largest weight at most, finer than the file's own 5 or 6 bits. A format is kept only in one at
-least as precise, never in fewer bits (llama.cpp computes each tensor in its own type)."""
+q5_0 and q5_1 tensors are kept as q5_0 and q5_1, the file's numbers (each block's fp16 scale, and
+min, and the 5-bit codes in q5_k's lane words), 5.5 and 6 bits per weight; a fused weight with q5_0
+and q5_1 parts is kept as q5_1 (a q5_0 block is a q5_1 block with a min of -16 d). Asked for q8_0, q5_0
+becomes a q8_0 block exactly; q5_1, q5_K and q6_K hold a min or sub-block scales that q8_0 cannot:
+each block is widened and quantized to q8_0, half a step of 1/127 of a block's largest weight at
+most, finer than the file's own 5 or 6 bits. A format is kept only in one at least as precise, never
+in fewer bits (llama.cpp computes each tensor in its own type)."""
 
 from __future__ import annotations
 

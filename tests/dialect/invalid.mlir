@@ -415,7 +415,7 @@ func.func @packed_matmul_contraction_mismatch(%a: tensor<4x8xf32>, %b: tensor<2x
 // -----
 
 func.func @packed_matmul_unknown_format(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>) {
-  // expected-error @+1 {{no weight format 'q3_k' (f32, bf16, q8_0, q4_0, q4_1, q4_k, q6_k or q5_k)}}
+  // expected-error @+1 {{no weight format 'q3_k' (f32, bf16, q8_0, q4_0, q4_1, q4_k, q6_k, q5_k, q5_0 or q5_1)}}
   %0 = transformer.packed_matmul q3_k %a, %b : (tensor<4x64xf32>, tensor<2x16x32xi32>) -> tensor<*xf32>
   return
 }
@@ -424,7 +424,7 @@ func.func @packed_matmul_unknown_format(%a: tensor<4x64xf32>, %b: tensor<2x16x32
 
 // The generic form skips the parser's check of the name; the verifier makes the same one.
 func.func @packed_matmul_unknown_format_generic(%a: tensor<4x64xf32>, %b: tensor<2x16x32xi32>) {
-  // expected-error @+1 {{has no weight format 'q3_k' (f32, bf16, q8_0, q4_0, q4_1, q4_k, q6_k or q5_k)}}
+  // expected-error @+1 {{has no weight format 'q3_k' (f32, bf16, q8_0, q4_0, q4_1, q4_k, q6_k, q5_k, q5_0 or q5_1)}}
   %0 = "transformer.packed_matmul"(%a, %b) <{format = "q3_k", operandSegmentSizes = array<i32: 1, 1, 0>}> : (tensor<4x64xf32>, tensor<2x16x32xi32>) -> tensor<*xf32>
   return
 }

@@ -10,7 +10,16 @@ import gpt
 CFG = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=96, block_size=32)
 IDS = [3, 17, 95, 0, 42, 42, 7, 60, 1, 88, 23]
 T = gguf.GGMLQuantizationType
-QTYPES = {"f32": T.F32, "f16": T.F16, "bf16": T.BF16, "q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1}
+QTYPES = {
+    "f32": T.F32,
+    "f16": T.F16,
+    "bf16": T.BF16,
+    "q8_0": T.Q8_0,
+    "q4_0": T.Q4_0,
+    "q4_1": T.Q4_1,
+    "q5_0": T.Q5_0,
+    "q5_1": T.Q5_1,
+}
 # HF GPT-2's Conv1D matmul weights, which llama.cpp stores transposed (torch Linear layout).
 MATMUL_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 

@@ -77,8 +77,13 @@ void q5_KBlockWords(const uint8_t *codes, uint32_t *words) {
 }
 
 void packQ5_KLanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed, int64_t threads) {
-  checkLaneShape("packQ5_KLanes", rows, cols, width, kSuperBlock, "q5_K's super-block");
-  checkCodeBits<5>("packQ5_KLanes", codes, rows, cols);
+  packFiveBitLanes("packQ5_KLanes", kSuperBlock, "q5_K's super-block", codes, rows, cols, width, packed, threads);
+}
+
+void packFiveBitLanes(const char *what, int64_t rowMultiple, const char *multipleName, const uint8_t *codes,
+                      int64_t rows, int64_t cols, int64_t width, uint32_t *packed, int64_t threads) {
+  checkLaneShape(what, rows, cols, width, rowMultiple, multipleName);
+  checkCodeBits<5>(what, codes, rows, cols);
   const int64_t blocks = rows / kQuantBlock, panelRows = blocks * kQ5_KWordsPerBlock;
   parallelFor(cols / width, threads, [&](int64_t firstPanel, int64_t endPanel) {
     uint8_t block[kQuantBlock];

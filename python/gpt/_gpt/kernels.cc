@@ -97,7 +97,8 @@ void initKernels(py::module_ &m) {
       "The weight-format table (cc/kernels/WeightFormats.h), a row per format in its order: (name, block_values, "
       "block_bytes, rows_per_word, has_mins, head_format, converts_from: the GGUF block types set_weights repacks "
       "into it, precision: higher is more precise, scale_rows: 16-bit scale values per block and column, "
-      "code_bits: bits of one weight's code in the lanes (q6_k: 6, 16 codes in 3 words; q5_k: 5, 32 in 5; "
+      "code_bits: bits of one weight's code in the lanes (q6_k: 6, 16 codes in 3 words; q5_k, q5_0 and q5_1: 5, 32 "
+      "in 5; "
       "rows_per_word 0)).");
   initBlockTypes(m);
 }

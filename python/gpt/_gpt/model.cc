@@ -55,7 +55,8 @@ struct GivenFormat {
 };
 
 /// `format` as set_weights takes it for a weight of `partCount` parts: a block-quantized weight
-/// format ("q4_k"); a GGUF block type that only one of them converts ("q5_0": q8_0), for every part;
+/// format ("q4_k"); a GGUF block type that only one of them converts (none now: every type set_weights
+/// takes is a stored format of its own), for every part;
 /// or "FORMAT:TYPE,TYPE,..." naming each part's type, in order. std::invalid_argument naming the
 /// weight and the choices (from the format tables) otherwise.
 GivenFormat parseGivenFormat(const std::string &name, const std::string &format, size_t partCount) {
@@ -88,8 +89,9 @@ GivenFormat parseGivenFormat(const std::string &name, const std::string &format,
   }
   const WeightFormatTraits *row = findWeightFormat(stored);
   if (!row || !row->blockQuantized())
-    throw std::invalid_argument(name + ": quantized weights are " + blockFormatNames() + ", a GGUF block type (" +
-                                alternatives(otherTypes) + ") or FORMAT:TYPE,..., got '" + format + "'");
+    throw std::invalid_argument(name + ": quantized weights are " + blockFormatNames() +
+                                (otherTypes.empty() ? "" : ", a GGUF block type (" + alternatives(otherTypes) + ")") +
+                                " or FORMAT:TYPE,..., got '" + format + "'");
   if (types.empty()) types.assign(partCount, format);
   for (std::string &type : types)
     if (type == stored) type.clear();

@@ -204,7 +204,7 @@ def test_bf16_prefill_uses_amx_tiles_only_where_the_target_has_them(target, tmp_
     assert "%tmm" not in disassemble(f32, tmp_path, pipeline_seq_len=64)
 
 
-# The code unpacking's shift and mask of each byte (q5_k's fifth bits, q6_k's top bits, the high
+# The code unpacking's shift and mask of each byte (the 5-bit formats' fifth bits, q6_k's top bits, the high
 # nibbles) as one vgf2p8affineqb where the target has GFNI, in one-row tiles only: a tile of several
 # rows keeps the pipes it runs on busy with its dots (Zen 4), and keeps the shift and the and. Per
 # target: the intrinsic, and whether its prefill tiles of a block format have several rows (AVX2's
@@ -217,9 +217,10 @@ GFNI_TARGETS = {
 }
 
 
+@pytest.mark.parametrize("fmt", ["q5_k", "q5_0", "q5_1"])
 @pytest.mark.parametrize("target", sorted(GFNI_TARGETS))
-def test_decode_unpacks_codes_with_gfni_where_the_target_has_it(target):
-    options = gpt.CompileOptions(weights="q5_k", threads=1, disk_cache=False, target_cpu=target)
+def test_decode_unpacks_codes_with_gfni_where_the_target_has_it(target, fmt):
+    options = gpt.CompileOptions(weights=fmt, threads=1, disk_cache=False, target_cpu=target)
     model = gpt.GPT.random(config(MID), options=options)
     decode, prefill = model.ir("llvm", entry="step"), model.ir("llvm", entry="step", seq_len=16)
     intrinsic, rows_share_words = GFNI_TARGETS[target]

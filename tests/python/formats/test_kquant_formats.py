@@ -306,7 +306,7 @@ def test_a_q4_k_m_file_of_a_width_no_super_block_tiles_keeps_its_down_projection
     assert counts.get("Q4_K") and counts.get("Q6_K") and counts.get("Q5_0"), counts
     model = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="auto", disk_cache=False))
     formats = dict(model.options.weight_formats)
-    assert model.options.weights == "q8_0"  # Q5_0's blocks, widened to q8_0 exactly
+    assert model.options.weights == "q5_0"  # Q5_0's blocks, kept as they are (5.5 bits a weight)
     assert {formats[f"model.layers.{i}.mlp.down_proj.weight"] for i in range(3)} == {"q4_k", "q6_k"}
     reference = gpt.GPT.from_gguf(path, gpt.CompileOptions(weights="f32", disk_cache=False))
     ids = [5, 17, 2, 200, 33, 8, 91, 4]
@@ -419,8 +419,8 @@ def q4_0_as_q4_1(blocks: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize(
     "qtype, stored, given",
     [
-        (T.Q5_0, "q8_0", "q5_0"),
-        (T.Q5_1, "q8_0", "q5_1"),
+        (T.Q5_0, "q8_0", "q8_0:q5_0"),
+        (T.Q5_1, "q8_0", "q8_0:q5_1"),
         (T.Q5_K, "q8_0", "q8_0:q5_k"),
         (T.Q6_K, "q8_0", "q8_0:q6_k"),
         (T.Q4_K, "q8_0", "q8_0:q4_k"),
@@ -428,6 +428,7 @@ def q4_0_as_q4_1(blocks: np.ndarray) -> np.ndarray:
         (T.Q4_1, "q8_0", "q8_0:q4_1"),
         (T.Q4_K, "q4_1", "q4_1:q4_k"),
         (T.Q4_0, "q4_1", "q4_1:q4_0"),
+        (T.Q5_0, "q5_1", "q5_1:q5_0"),
     ],
     ids=lambda value: getattr(value, "name", value),
 )
@@ -444,8 +445,10 @@ def test_blocks_converted_as_they_are_repacked_are_the_bits_of_a_converted_copy(
     assert kept_formats.given_format([qtype.name], stored) == given
     if stored == "q8_0":
         copy = gpt_kernels_testing.transcode_rows(qtype.name.lower(), "q8_0", blocks)
+    elif qtype in (T.Q4_K, T.Q5_0):
+        copy = gpt_kernels_testing.transcode_rows(qtype.name.lower(), stored, blocks)
     else:
-        copy = gpt_kernels_testing.transcode_rows("q4_k", "q4_1", blocks) if qtype == T.Q4_K else q4_0_as_q4_1(blocks)
+        copy = q4_0_as_q4_1(blocks)
 
     def model(fmt, rows):
         options = gpt.CompileOptions(weights=stored, disk_cache=False)

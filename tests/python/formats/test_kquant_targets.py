@@ -1,4 +1,5 @@
-"""The K-quant formats (q4_k, q5_k, q6_k) on every named target: cross-compiled (whatever the host),
+"""The K-quant formats (q4_k, q5_k, q6_k) and the 5-bit block formats (q5_0, q5_1, whose codes
+unpack as q5_k's) on every named target: cross-compiled (whatever the host),
 their matmuls stay on the target's integer dot products, and where the host can run a fallback
 target's code (no VNNI: the bytes widened to 16 bits) its logits are the host's bit for bit."""
 
@@ -12,7 +13,7 @@ import gpt
 from machine_code import disassemble, objdump
 from shapes import MID, config, exercising_weights, token_ids
 
-KQUANTS = ("q4_k", "q5_k", "q6_k")
+KQUANTS = ("q4_k", "q5_k", "q6_k", "q5_0", "q5_1")
 # The int8 dot product each named target's code multiplies with: the codes are unsigned, so there
 # is no AMX form and Sapphire Rapids keeps vpdpbusd; without VNNI the bytes are widened to 16 bits
 # (vpmaddwd), at the target's own vector width.

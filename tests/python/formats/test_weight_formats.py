@@ -16,8 +16,8 @@ K, N, WIDTH = 64, 16, 8
 
 
 def test_the_table_has_one_row_per_format_in_enum_order():
-    assert list(ROWS) == ["f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_k"]
-    assert BLOCK_FORMATS == ["q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_k"]
+    assert list(ROWS) == ["f32", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_k", "q5_0", "q5_1"]
+    assert BLOCK_FORMATS == ["q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_k", "q5_0", "q5_1"]
 
 
 @pytest.mark.parametrize("name", BLOCK_FORMATS)
@@ -34,7 +34,10 @@ def test_block_bytes_are_what_quantize_writes_per_block(name):
     fp16_fields = scales.size // blocks
     assert fp16_fields == row.scale_rows == {"q4_k": 10, "q5_k": 10, "q6_k": 9}.get(name, 2 if row.has_mins else 1)
     packed_scales = 16 if name in ("q4_k", "q5_k") else 2 * fp16_fields  # d, dmin and 12 bytes of 6-bit fields
-    assert row.code_bits == {"q6_k": 6, "q5_k": 5}.get(name) or row.code_bits == 32 // row.rows_per_word
+    assert (
+        row.code_bits == {"q6_k": 6, "q5_k": 5, "q5_0": 5, "q5_1": 5}.get(name)
+        or row.code_bits == 32 // row.rows_per_word
+    )
     assert row.block_bytes == row.block_values * row.code_bits // 8 + packed_scales
 
 
@@ -47,6 +50,7 @@ def test_repack_reads_rows_of_block_bytes_into_lanes_of_rows_per_word(name):
     assert lanes.shape == (N // WIDTH, k * row.code_bits // 32, WIDTH)
     expected = {
         "q4_1": (2, WIDTH),
+        "q5_1": (2, WIDTH),
         "q4_k": (k // 256 * row.scale_rows, WIDTH),
         "q5_k": (k // 256 * row.scale_rows, WIDTH),
         "q6_k": (k // 256 * row.scale_rows, WIDTH),
@@ -72,13 +76,16 @@ def test_the_lm_head_is_stored_in_the_rows_head_format(name):
     multiple = _gpt.tile_parameters()["vocab_multiple"]
     padded_vocab = -(-cfg.vocab_size // multiple) * multiple
     assert stored["lm_head.weight_t"] == cfg.n_embd * padded_vocab // head.rows_per_word * 4
-    assert head.name == ("q8_0" if name in ("q4_0", "q4_1", "q4_k", "q5_k", "q6_k") else name)
+    assert head.name == ("q8_0" if name in ("q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "q5_0", "q5_1") else name)
 
 
 def test_precision_order_is_bits_per_weight_order():
+    # A more precise format never has fewer bits per weight (formats of equal bits rank by their
+    # numbers: q4_0 below q4_k below q4_1, q5_0 below q5_k below q5_1).
     by_precision = sorted(ROWS, key=lambda name: ROWS[name].precision)
-    by_bytes = sorted(ROWS, key=lambda name: ROWS[name].block_bytes / ROWS[name].block_values)
-    assert by_precision == by_bytes
+    bits = [ROWS[name].block_bytes / ROWS[name].block_values for name in by_precision]
+    assert bits == sorted(bits)
+    assert by_precision[:6] == ["q4_0", "q4_k", "q4_1", "q5_0", "q5_k", "q5_1"]
 
 
 def test_the_python_tables_are_the_rows():
@@ -104,12 +111,14 @@ def test_the_python_tables_are_the_rows():
         "Q4_0": "q4_0",
         "Q4_1": "q4_1",
         "Q4_K": "q4_k",
-        "Q5_0": "q8_0",
-        "Q5_1": "q8_0",
+        "Q5_0": "q5_0",
+        "Q5_1": "q5_1",
         "Q5_K": "q5_k",
         "Q6_K": "q6_k",
     }
-    assert kept_formats.REPACKED_AS == {"q5_0": "q8_0", "q5_1": "q8_0"}
+    # Every GGUF block type is a kept format of its own: none is given by its own name to be kept
+    # in another.
+    assert kept_formats.REPACKED_AS == {}
 
 
 def test_converts_from_is_what_set_weights_repacks():
@@ -120,7 +129,7 @@ def test_converts_from_is_what_set_weights_repacks():
     name = "transformer.h.0.mlp.c_proj.weight"
     weights = [exercising_weights(cfg)[n] for n, _ in model._compiled.supplied_parameters()]
     blocks = np.zeros((cfg.n_embd, 4 * cfg.n_embd // 32 * ROWS["q4_1"].block_bytes), np.uint8)
-    with pytest.raises(ValueError, match="q4_0, q4_k, q5_k and q6_k only themselves"):
+    with pytest.raises(ValueError, match="q4_0, q4_k, q5_0, q5_k and q6_k only themselves"):
         model._compiled.set_weights(weights, {name: ("q4_0:q4_1", [blocks])})
 
 

@@ -147,7 +147,7 @@ def test_a_gguf_round_trips_through_save_gguf_of_the_loaded_model(tmp_path, weig
 
 def test_save_gguf_refusals(tmp_path, weights):
     with pytest.raises(ValueError, match="format must be one of"):
-        save_gguf(weights, CFG, tmp_path / "x.gguf", "q5_0")
+        save_gguf(weights, CFG, tmp_path / "x.gguf", "q3_k")
     rope = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=96, block_size=32, pos_embedding="rope")
     with pytest.raises(ValueError, match="pos_embedding='rope' cannot be written"):
         save_gguf(gpt.GPT.random(rope), None, tmp_path / "x.gguf")
