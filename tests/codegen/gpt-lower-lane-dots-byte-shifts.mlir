@@ -74,3 +74,69 @@ func.func @across_bytes(%h: vector<16xi32>, %w: vector<16xi32>) -> (vector<16xi3
   %3 = arith.andi %d, %fifths : vector<4x16xi32>
   return %0, %1, %2, %3 : vector<16xi32>, vector<16xi32>, vector<16xi32>, vector<4x16xi32>
 }
+
+// The 5-bit formats' codes of lanes 1 and 5 (nibbleCodeSum: word w's low and high nibbles with the
+// fifth bits of f shifted left by 3 and right by 1) take 3 vgf2p8affineqb for the pair, not 4 and
+// a shift: g moves bit 1 of each byte of f to bit 4 and bit 5 to bit 0 (matrix bytes 3 and 7:
+// 0x02 and 0x20, the qword 0x2000000002000000); lane 1's code is (w & 0x0F) | (g & 0xF0); lane 5's
+// is (w & 0xF0) | (g & 0x0F) with its nibbles moved down and bit 0 up to bit 4 (bytes 7-4: 0x10,
+// 0x20, 0x40, 0x80, byte 3: 0x01, the qword 0x1020408001000000). Each code computes g (CSE shares
+// it later). Not for words shared by the rows of a tile, nor without GFNI.
+// ZMM-LABEL: func.func @five_bit_pair
+// ZMM-DAG: %[[TOGETHER:.*]] = arith.constant dense<2305843009247248384> : vector<8xi64>
+// ZMM-DAG: %[[SWAPPED:.*]] = arith.constant dense<1161999622378356736> : vector<8xi64>
+// ZMM-DAG: %[[LOW:.*]] = arith.constant dense<252645135> : vector<16xi32>
+// ZMM-DAG: %[[HIGH:.*]] = arith.constant dense<-252645136> : vector<16xi32>
+// ZMM: %[[T:.*]] = vector.bitcast %[[TOGETHER]] : vector<8xi64> to vector<64xi8>
+// ZMM: %[[G:.*]] = llvm.call_intrinsic "llvm.x86.vgf2p8affineqb.512"(%{{.*}}, %[[T]], %{{.*}})
+// ZMM: %[[GW:.*]] = vector.bitcast %[[G]] : vector<64xi8> to vector<16xi32>
+// ZMM: %[[GH:.*]] = arith.andi %[[GW]], %[[HIGH]] : vector<16xi32>
+// ZMM: %[[WL:.*]] = arith.andi %{{.*}}, %[[LOW]] : vector<16xi32>
+// ZMM: %[[LANE1:.*]] = arith.ori %[[WL]], %[[GH]] : vector<16xi32>
+// ZMM: %[[T2:.*]] = vector.bitcast %[[TOGETHER]] : vector<8xi64> to vector<64xi8>
+// ZMM: %[[S:.*]] = vector.bitcast %[[SWAPPED]] : vector<8xi64> to vector<64xi8>
+// ZMM: %[[G2:.*]] = llvm.call_intrinsic "llvm.x86.vgf2p8affineqb.512"(%{{.*}}, %[[T2]], %{{.*}})
+// ZMM: %[[G2W:.*]] = vector.bitcast %[[G2]] : vector<64xi8> to vector<16xi32>
+// ZMM: %[[GL:.*]] = arith.andi %[[G2W]], %[[LOW]] : vector<16xi32>
+// ZMM: %[[WH:.*]] = arith.andi %{{.*}}, %[[HIGH]] : vector<16xi32>
+// ZMM: %[[PAIR:.*]] = arith.ori %[[WH]], %[[GL]] : vector<16xi32>
+// ZMM: %[[PB:.*]] = vector.bitcast %[[PAIR]] : vector<16xi32> to vector<64xi8>
+// ZMM: %[[LANE5:.*]] = llvm.call_intrinsic "llvm.x86.vgf2p8affineqb.512"(%[[PB]], %[[S]], %{{.*}})
+// ZMM: %[[LANE5W:.*]] = vector.bitcast %[[LANE5]]
+// ZMM-NOT: llvm.call_intrinsic
+// ZMM: return %[[LANE1]], %[[LANE5W]]
+// ZMM-LABEL: func.func @five_bit_pair_shared_by_rows
+// ZMM-NOT: arith.constant dense<2305843009247248384>
+// ZMM: return
+// PLAIN-LABEL: func.func @five_bit_pair
+// PLAIN-NOT: llvm.call_intrinsic
+// PLAIN: return
+func.func @five_bit_pair(%w: vector<16xi32>, %f: vector<16xi32>) -> (vector<16xi32>, vector<16xi32>) {
+  %nibbles = arith.constant dense<252645135> : vector<16xi32>
+  %fifth = arith.constant dense<269488144> : vector<16xi32>
+  %one = arith.constant dense<1> : vector<16xi32>
+  %three = arith.constant dense<3> : vector<16xi32>
+  %four = arith.constant dense<4> : vector<16xi32>
+  %low = arith.andi %w, %nibbles : vector<16xi32>
+  %up = arith.shli %f, %three : vector<16xi32>
+  %lowFifth = arith.andi %up, %fifth : vector<16xi32>
+  %lane1 = arith.ori %low, %lowFifth : vector<16xi32>
+  %shifted = arith.shrui %w, %four : vector<16xi32>
+  %high = arith.andi %shifted, %nibbles : vector<16xi32>
+  %down = arith.shrui %f, %one : vector<16xi32>
+  %highFifth = arith.andi %down, %fifth : vector<16xi32>
+  %lane5 = arith.ori %high, %highFifth : vector<16xi32>
+  return %lane1, %lane5 : vector<16xi32>, vector<16xi32>
+}
+
+func.func @five_bit_pair_shared_by_rows(%word: vector<16xi32>, %f: vector<4x16xi32>) -> vector<4x16xi32> {
+  %w = vector.broadcast %word : vector<16xi32> to vector<4x16xi32>
+  %nibbles = arith.constant dense<252645135> : vector<4x16xi32>
+  %fifth = arith.constant dense<269488144> : vector<4x16xi32>
+  %three = arith.constant dense<3> : vector<4x16xi32>
+  %low = arith.andi %w, %nibbles : vector<4x16xi32>
+  %up = arith.shli %f, %three : vector<4x16xi32>
+  %lowFifth = arith.andi %up, %fifth : vector<4x16xi32>
+  %lane1 = arith.ori %low, %lowFifth : vector<4x16xi32>
+  return %lane1 : vector<4x16xi32>
+}

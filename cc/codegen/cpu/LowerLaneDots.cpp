@@ -214,6 +214,31 @@ bool sharedByRows(Value words) {
   return broadcast && (!source || source.getNumElements() < broadcast.getResultVectorType().getNumElements());
 }
 
+/// The qword `matrix` of vgf2p8affineqb as the instruction's byte operand for `lanes` i32 lanes
+/// (16: the 512-bit instruction, 8: the 256-bit one).
+Value affineMatrix(OpBuilder &b, Location loc, int64_t lanes, uint64_t matrix) {
+  return b.create<vector::BitCastOp>(
+      loc, VectorType::get({4 * lanes}, b.getI8Type()),
+      b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(VectorType::get({lanes / 2}, b.getI64Type()),
+                                                              b.getI64IntegerAttr(static_cast<int64_t>(matrix)))));
+}
+
+/// One vgf2p8affineqb of every byte of `piece` (i32 lanes) with `matrixBytes` (affineMatrix's), no
+/// byte xored in.
+Value byteAffine(OpBuilder &b, Location loc, Value piece, Value matrixBytes) {
+  auto pieceType = cast<VectorType>(piece.getType());
+  auto bytesType = cast<VectorType>(matrixBytes.getType());
+  const StringRef intrinsic =
+      pieceType.getNumElements() == 16 ? "llvm.x86.vgf2p8affineqb.512" : "llvm.x86.vgf2p8affineqb.256";
+  // The instruction's immediate, a byte it xors into every result byte: none.
+  Value noXor = b.create<LLVM::ConstantOp>(loc, b.getI8Type(), b.getI8IntegerAttr(0));
+  Value bytes = b.create<vector::BitCastOp>(loc, bytesType, piece);
+  Value moved =
+      b.create<LLVM::CallIntrinsicOp>(loc, TypeRange{bytesType}, intrinsic, ValueRange{bytes, matrixBytes, noXor})
+          .getResult(0);
+  return b.create<vector::BitCastOp>(loc, pieceType, moved);
+}
+
 /// `(x << c) & m` or `(x >> c) & m` on i32 lanes whose mask `m` repeats one byte and keeps only
 /// bits that come from their own byte (the 5-bit formats' fifth bits moved to bit 4, `& 0x10101010`;
 /// q6_k's top bits, `& 0x30303030`; the high nibbles, `(x >> 4) & 0x0F0F0F0F`): each byte shifted
@@ -255,26 +280,102 @@ struct ByteShiftAndMaskAsAffine : OpRewritePattern<arith::AndIOp> {
 
 private:
   void rewrite(PatternRewriter &rewriter, arith::AndIOp op, Value words, uint64_t matrix) const {
-    Location loc = op.getLoc();
-    auto pieceType = VectorType::get({pieceLanes}, rewriter.getI32Type());
-    auto bytesType = VectorType::get({4 * pieceLanes}, rewriter.getI8Type());
-    const StringRef intrinsic = pieceLanes == 16 ? "llvm.x86.vgf2p8affineqb.512" : "llvm.x86.vgf2p8affineqb.256";
-    Value matrixBytes = rewriter.create<vector::BitCastOp>(
-        loc, bytesType,
-        rewriter.create<arith::ConstantOp>(
-            loc, DenseElementsAttr::get(VectorType::get({pieceLanes / 2}, rewriter.getI64Type()),
-                                        rewriter.getI64IntegerAttr(static_cast<int64_t>(matrix)))));
-    // The instruction's immediate, a byte it xors into every result byte: none.
-    Value noXor = rewriter.create<LLVM::ConstantOp>(loc, rewriter.getI8Type(), rewriter.getI8IntegerAttr(0));
+    Value matrixBytes = affineMatrix(rewriter, op.getLoc(), pieceLanes, matrix);
     // The type was checked by matchAndRewrite: the rewrite cannot fail.
-    (void)rewritePerPiece(
-        rewriter, op, ValueRange{words}, pieceLanes, [&](PatternRewriter &b, Location l, ValueRange pieces) -> Value {
-          Value bytes = b.create<vector::BitCastOp>(l, bytesType, pieces[0]);
-          Value moved =
-              b.create<LLVM::CallIntrinsicOp>(l, TypeRange{bytesType}, intrinsic, ValueRange{bytes, matrixBytes, noXor})
-                  .getResult(0);
-          return b.create<vector::BitCastOp>(l, pieceType, moved);
-        });
+    (void)rewritePerPiece(rewriter, op, ValueRange{words}, pieceLanes,
+                          [&](PatternRewriter &b, Location l, ValueRange pieces) -> Value {
+                            return byteAffine(b, l, pieces[0], matrixBytes);
+                          });
+  }
+
+  int64_t pieceLanes;
+};
+
+/// Bits of byte i of `bits` moved by one vgf2p8affineqb: output bit `to[k]` of every byte is its
+/// input bit `from[k]`, the others zero.
+uint64_t bitMoveMatrix(ArrayRef<std::pair<int64_t, int64_t>> fromTo) {
+  uint64_t matrix = 0;
+  for (auto [from, to] : fromTo) matrix |= uint64_t{1} << from << (8 * (7 - to));
+  return matrix;
+}
+
+/// The 5-bit formats' codes of one nibble word `w` and its block's fifth-bit word `f` (their lanes
+/// o and o + 4, MatmulLowering.cpp's nibbleCodeSum) on a target with GFNI, in 4 instructions
+/// instead of 5: the pair's fifth bits are first moved together, lane o's (bits o + 8 i) to bit 4
+/// and lane o + 4's (bits o + 4 + 8 i) to bit 0 of byte i, one vgf2p8affineqb `g` shared by both
+/// codes; lane o's code is then `(w & 0x0F) | (g & 0xF0)` (one vpternlogd), and lane o + 4's is
+/// `(w & 0xF0) | (g & 0x0F)` with its nibbles swapped down and its fifth bit up by a second
+/// vgf2p8affineqb. The nibbleCodeSum form shifts and masks `f` for each lane apart (two
+/// vgf2p8affineqb) and the high nibble once more (a third), all on the pipes vpdpbusd runs on.
+/// Matches either code's `or` (lane o's `(w & 0x0F) | ((f << (4 - o)) & 0x10)`, lane o + 4's
+/// `((w >> 4) & 0x0F) | ((f >> o) & 0x10)`); CSE shares `g` between the two rewrites. Decode's
+/// one-row tiles only, as ByteShiftAndMaskAsAffine.
+struct FiveBitCodePairAsAffine : OpRewritePattern<arith::OrIOp> {
+  FiveBitCodePairAsAffine(MLIRContext *context, int64_t pieceLanes)
+      : OpRewritePattern(context, /*benefit=*/2), pieceLanes(pieceLanes) {}
+
+  LogicalResult matchAndRewrite(arith::OrIOp op, PatternRewriter &rewriter) const override {
+    auto type = dyn_cast<VectorType>(op.getType());
+    if (!type || type.isScalable() || !type.getElementType().isInteger(32) || type.getShape().back() % pieceLanes)
+      return failure();
+    for (auto [nibblePart, fifthPart] : {std::pair{op.getLhs(), op.getRhs()}, std::pair{op.getRhs(), op.getLhs()}}) {
+      Value words, fifths;
+      int64_t shift = 0; // of the fifth bits: left by 4 - o (lane o), right by o (lane o + 4)
+      if (!maskedShift(fifthPart, 0x10, fifths, shift)) continue;
+      int64_t nibbleShift = 0;
+      if (!maskedShift(nibblePart, 0x0F, words, nibbleShift)) continue;
+      if (sharedByRows(words) || sharedByRows(fifths)) continue;
+      const bool high = nibbleShift == -4;
+      if (nibbleShift != 0 && !high) continue;
+      // Lane o's fifth bits come by shifting left 4 - o (1 .. 4), lane o + 4's right by o (0 .. 3).
+      const int64_t lane = high ? -shift : 4 - shift;
+      if (lane < 0 || lane > 3) continue;
+      Value together = affineMatrix(rewriter, op.getLoc(), pieceLanes, bitMoveMatrix({{lane, 4}, {lane + 4, 0}}));
+      Value swapped = high ? affineMatrix(rewriter, op.getLoc(), pieceLanes,
+                                          bitMoveMatrix({{4, 0}, {5, 1}, {6, 2}, {7, 3}, {0, 4}}))
+                           : Value();
+      (void)rewritePerPiece(rewriter, op, ValueRange{words, fifths}, pieceLanes,
+                            [&](PatternRewriter &b, Location l, ValueRange pieces) -> Value {
+                              Type pieceType = pieces[0].getType();
+                              auto mask = [&](Value v, int64_t m) {
+                                return b.create<arith::AndIOp>(l, v, i32Splat(b, l, pieceType, m)).getResult();
+                              };
+                              Value g = byteAffine(b, l, pieces[1], together);
+                              if (!high)
+                                return b.create<arith::OrIOp>(l, mask(pieces[0], 0x0F0F0F0F), mask(g, 0xF0F0F0F0));
+                              Value pair = b.create<arith::OrIOp>(l, mask(pieces[0], 0xF0F0F0F0), mask(g, 0x0F0F0F0F));
+                              return byteAffine(b, l, pair, swapped);
+                            });
+      return success();
+    }
+    return failure();
+  }
+
+private:
+  /// True for `(x << s) & m` (`shift` = s), `(x >> s) & m` (`shift` = -s) or `x & m` (`shift` = 0)
+  /// with `m` the byte `byte` in every byte of the lane; `source` is x.
+  static bool maskedShift(Value value, uint8_t byte, Value &source, int64_t &shift) {
+    auto andOp = value.getDefiningOp<arith::AndIOp>();
+    if (!andOp) return false;
+    for (auto [shifted, mask] :
+         {std::pair{andOp.getLhs(), andOp.getRhs()}, std::pair{andOp.getRhs(), andOp.getLhs()}}) {
+      DenseIntElementsAttr maskValue, amountValue;
+      if (!matchPattern(mask, m_Constant(&maskValue)) || !maskValue.isSplat() ||
+          static_cast<uint32_t>(maskValue.getSplatValue<APInt>().getZExtValue()) != byte * 0x01010101u)
+        continue;
+      Operation *shiftOp = shifted.getDefiningOp();
+      if (shiftOp && isa<arith::ShLIOp, arith::ShRUIOp>(shiftOp) &&
+          matchPattern(shiftOp->getOperand(1), m_Constant(&amountValue)) && amountValue.isSplat()) {
+        const int64_t amount = amountValue.getSplatValue<APInt>().getSExtValue();
+        source = shiftOp->getOperand(0);
+        shift = isa<arith::ShLIOp>(shiftOp) ? amount : -amount;
+        return true;
+      }
+      source = shifted;
+      shift = 0;
+      return true;
+    }
+    return false;
   }
 
   int64_t pieceLanes;
@@ -300,7 +401,13 @@ public:
     }
     patterns.add<LowerLaneDotBf16>(&getContext(), bf16Dots);
     patterns.add<LowerLaneDotU8I8>(&getContext(), int8Dots);
-    if (affineLanes) patterns.add<ByteShiftAndMaskAsAffine>(&getContext(), affineLanes);
+    if (affineLanes) {
+      // First the 5-bit codes' pairs, whose shifts and masks the pattern below would take apart.
+      RewritePatternSet pairs(&getContext());
+      pairs.add<FiveBitCodePairAsAffine>(&getContext(), affineLanes);
+      if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(pairs)))) return signalPassFailure();
+      patterns.add<ByteShiftAndMaskAsAffine>(&getContext(), affineLanes);
+    }
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) signalPassFailure();
   }
 };

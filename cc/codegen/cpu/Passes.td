@@ -72,7 +72,11 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
     a high nibble; `(x << 3) & 0x10101010`, q5_k's fifth bits of a lane; q6_k's top bits). Where
     the target has `gfni` such a pair becomes one `llvm.x86.vgf2p8affineqb.512` per 16 lanes (with
     `avx512bw`) or `.256` per 8 (with `avx2`): a bit matrix per byte with the shift and the mask
-    in it, one instruction for two.
+    in it, one instruction for two. The 5-bit formats' two codes of a nibble word (its low nibbles
+    or'ed with one lane's fifth bits, its high nibbles with another's) take 3 of them instead of 4
+    and a shift: one moves both lanes' fifth bits at once (to bits 4 and 0), a select makes the
+    low code, and the high nibbles with their fifth bit go down and up in one more. These rewrites
+    apply to decode's one-row tiles only (words not broadcast to a tile's rows).
 
     ```mlir
     // before, on a target with avx512bf16
