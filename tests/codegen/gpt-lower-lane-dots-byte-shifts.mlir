@@ -90,15 +90,15 @@ func.func @across_bytes(%h: vector<16xi32>, %w: vector<16xi32>) -> (vector<16xi3
 // ZMM: %[[T:.*]] = vector.bitcast %[[TOGETHER]] : vector<8xi64> to vector<64xi8>
 // ZMM: %[[G:.*]] = llvm.call_intrinsic "llvm.x86.vgf2p8affineqb.512"(%{{.*}}, %[[T]], %{{.*}})
 // ZMM: %[[GW:.*]] = vector.bitcast %[[G]] : vector<64xi8> to vector<16xi32>
-// ZMM: %[[GH:.*]] = arith.andi %[[GW]], %[[HIGH]] : vector<16xi32>
 // ZMM: %[[WL:.*]] = arith.andi %{{.*}}, %[[LOW]] : vector<16xi32>
+// ZMM: %[[GH:.*]] = arith.andi %[[GW]], %[[HIGH]] : vector<16xi32>
 // ZMM: %[[LANE1:.*]] = arith.ori %[[WL]], %[[GH]] : vector<16xi32>
 // ZMM: %[[T2:.*]] = vector.bitcast %[[TOGETHER]] : vector<8xi64> to vector<64xi8>
 // ZMM: %[[S:.*]] = vector.bitcast %[[SWAPPED]] : vector<8xi64> to vector<64xi8>
 // ZMM: %[[G2:.*]] = llvm.call_intrinsic "llvm.x86.vgf2p8affineqb.512"(%{{.*}}, %[[T2]], %{{.*}})
 // ZMM: %[[G2W:.*]] = vector.bitcast %[[G2]] : vector<64xi8> to vector<16xi32>
-// ZMM: %[[GL:.*]] = arith.andi %[[G2W]], %[[LOW]] : vector<16xi32>
 // ZMM: %[[WH:.*]] = arith.andi %{{.*}}, %[[HIGH]] : vector<16xi32>
+// ZMM: %[[GL:.*]] = arith.andi %[[G2W]], %[[LOW]] : vector<16xi32>
 // ZMM: %[[PAIR:.*]] = arith.ori %[[WH]], %[[GL]] : vector<16xi32>
 // ZMM: %[[PB:.*]] = vector.bitcast %[[PAIR]] : vector<16xi32> to vector<64xi8>
 // ZMM: %[[LANE5:.*]] = llvm.call_intrinsic "llvm.x86.vgf2p8affineqb.512"(%[[PB]], %[[S]], %{{.*}})

@@ -340,11 +340,12 @@ struct FiveBitCodePairAsAffine : OpRewritePattern<arith::OrIOp> {
                               auto mask = [&](Value v, int64_t m) {
                                 return b.create<arith::AndIOp>(l, v, i32Splat(b, l, pieceType, m)).getResult();
                               };
+                              // Named apart: the order the IR is built in is the order written.
                               Value g = byteAffine(b, l, pieces[1], together);
-                              if (!high)
-                                return b.create<arith::OrIOp>(l, mask(pieces[0], 0x0F0F0F0F), mask(g, 0xF0F0F0F0));
-                              Value pair = b.create<arith::OrIOp>(l, mask(pieces[0], 0xF0F0F0F0), mask(g, 0x0F0F0F0F));
-                              return byteAffine(b, l, pair, swapped);
+                              Value nibbles = mask(pieces[0], high ? 0xF0F0F0F0 : 0x0F0F0F0F);
+                              Value fifthBits = mask(g, high ? 0x0F0F0F0F : 0xF0F0F0F0);
+                              Value merged = b.create<arith::OrIOp>(l, nibbles, fifthBits);
+                              return high ? byteAffine(b, l, merged, swapped) : merged;
                             });
       return success();
     }
