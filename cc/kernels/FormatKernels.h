@@ -196,6 +196,9 @@ constexpr int64_t kQ4_1BlockBytes = 4 + kQuantBlock / 2;
 /// [0, 15], 0 where d = 0. Its codes are packed by packQ4_0Lanes.
 void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales,
                   int64_t threads = 1);
+/// quantizeQ4_1 with codes in [0, `steps`] (q4_1: 15, q5_1: 31).
+void quantizeWithMins(const float *matrix, int64_t rows, int64_t cols, int steps, uint8_t *codes, uint16_t *scales,
+                      int64_t threads = 1);
 /// The [rows, cols] f32 matrix of q4_0 lanes and each block's fp16 scale and min
 /// [cols / width, rows / 32, 2, width]: code * scale + min in f32, as llama.cpp's
 /// dequantize_row_q4_1 computes it.

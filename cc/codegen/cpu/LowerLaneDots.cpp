@@ -15,6 +15,8 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
 
+#include <optional>
+
 namespace gpt::codegen {
 using namespace mlir;
 using mlir::transformer::LaneDotBf16Op;
@@ -239,6 +241,33 @@ Value byteAffine(OpBuilder &b, Location loc, Value piece, Value matrixBytes) {
   return b.create<vector::BitCastOp>(loc, pieceType, moved);
 }
 
+/// `(x << s) & m`, `(x >> s) & m` or `x & m` on i32 lanes, `m` one byte repeated in every byte of
+/// the lane: x, the shift (s, -s or 0) and that byte.
+struct MaskedShift {
+  Value source;
+  int64_t shift;
+  uint8_t byte;
+};
+std::optional<MaskedShift> matchMaskedShift(Value value) {
+  auto andOp = value.getDefiningOp<arith::AndIOp>();
+  if (!andOp) return std::nullopt;
+  for (auto [shifted, mask] : {std::pair{andOp.getLhs(), andOp.getRhs()}, std::pair{andOp.getRhs(), andOp.getLhs()}}) {
+    DenseIntElementsAttr maskValue, amountValue;
+    if (!matchPattern(mask, m_Constant(&maskValue)) || !maskValue.isSplat()) continue;
+    const uint32_t word = static_cast<uint32_t>(maskValue.getSplatValue<APInt>().getZExtValue());
+    const uint8_t byte = word & 0xFF;
+    if (word != byte * 0x01010101u) continue;
+    Operation *shiftOp = shifted.getDefiningOp();
+    if (shiftOp && isa<arith::ShLIOp, arith::ShRUIOp>(shiftOp) &&
+        matchPattern(shiftOp->getOperand(1), m_Constant(&amountValue)) && amountValue.isSplat()) {
+      const int64_t amount = amountValue.getSplatValue<APInt>().getSExtValue();
+      return MaskedShift{shiftOp->getOperand(0), isa<arith::ShLIOp>(shiftOp) ? amount : -amount, byte};
+    }
+    return MaskedShift{shifted, 0, byte};
+  }
+  return std::nullopt;
+}
+
 /// `(x << c) & m` or `(x >> c) & m` on i32 lanes whose mask `m` repeats one byte and keeps only
 /// bits that come from their own byte (the 5-bit formats' fifth bits moved to bit 4, `& 0x10101010`;
 /// q6_k's top bits, `& 0x30303030`; the high nibbles, `(x >> 4) & 0x0F0F0F0F`): each byte shifted
@@ -257,25 +286,12 @@ struct ByteShiftAndMaskAsAffine : OpRewritePattern<arith::AndIOp> {
     auto type = dyn_cast<VectorType>(op.getType());
     if (!type || type.isScalable() || !type.getElementType().isInteger(32) || type.getShape().back() % pieceLanes)
       return failure();
-    for (auto [shifted, mask] : {std::pair{op.getLhs(), op.getRhs()}, std::pair{op.getRhs(), op.getLhs()}}) {
-      DenseIntElementsAttr maskValue, amountValue;
-      if (!matchPattern(mask, m_Constant(&maskValue)) || !maskValue.isSplat()) continue;
-      const uint32_t word = static_cast<uint32_t>(maskValue.getSplatValue<APInt>().getZExtValue());
-      const uint8_t byte = word & 0xFF;
-      if (word != byte * 0x01010101u) continue;
-      Operation *shift = shifted.getDefiningOp();
-      if (!shift || !isa<arith::ShLIOp, arith::ShRUIOp>(shift) ||
-          !matchPattern(shift->getOperand(1), m_Constant(&amountValue)) || !amountValue.isSplat())
-        continue;
-      const int64_t amount = amountValue.getSplatValue<APInt>().getSExtValue();
-      if (amount <= 0 || amount >= 8) continue;
-      std::optional<uint64_t> matrix = byteShiftMatrix(isa<arith::ShLIOp>(shift) ? amount : -amount, byte);
-      if (!matrix) continue;
-      if (sharedByRows(shift->getOperand(0))) continue;
-      rewrite(rewriter, op, shift->getOperand(0), *matrix);
-      return success();
-    }
-    return failure();
+    std::optional<MaskedShift> masked = matchMaskedShift(op.getResult());
+    if (!masked || masked->shift == 0 || masked->shift <= -8 || masked->shift >= 8) return failure();
+    std::optional<uint64_t> matrix = byteShiftMatrix(masked->shift, masked->byte);
+    if (!matrix || sharedByRows(masked->source)) return failure();
+    rewrite(rewriter, op, masked->source, *matrix);
+    return success();
   }
 
 private:
@@ -319,11 +335,11 @@ struct FiveBitCodePairAsAffine : OpRewritePattern<arith::OrIOp> {
     if (!type || type.isScalable() || !type.getElementType().isInteger(32) || type.getShape().back() % pieceLanes)
       return failure();
     for (auto [nibblePart, fifthPart] : {std::pair{op.getLhs(), op.getRhs()}, std::pair{op.getRhs(), op.getLhs()}}) {
-      Value words, fifths;
-      int64_t shift = 0; // of the fifth bits: left by 4 - o (lane o), right by o (lane o + 4)
-      if (!maskedShift(fifthPart, 0x10, fifths, shift)) continue;
-      int64_t nibbleShift = 0;
-      if (!maskedShift(nibblePart, 0x0F, words, nibbleShift)) continue;
+      std::optional<MaskedShift> fifthBits = matchMaskedShift(fifthPart), nibbleBits = matchMaskedShift(nibblePart);
+      if (!fifthBits || fifthBits->byte != 0x10 || !nibbleBits || nibbleBits->byte != 0x0F) continue;
+      Value words = nibbleBits->source, fifths = fifthBits->source;
+      // Of the fifth bits: left by 4 - o (lane o), right by o (lane o + 4).
+      const int64_t shift = fifthBits->shift, nibbleShift = nibbleBits->shift;
       if (sharedByRows(words) || sharedByRows(fifths)) continue;
       const bool high = nibbleShift == -4;
       if (nibbleShift != 0 && !high) continue;
@@ -353,32 +369,6 @@ struct FiveBitCodePairAsAffine : OpRewritePattern<arith::OrIOp> {
   }
 
 private:
-  /// True for `(x << s) & m` (`shift` = s), `(x >> s) & m` (`shift` = -s) or `x & m` (`shift` = 0)
-  /// with `m` the byte `byte` in every byte of the lane; `source` is x.
-  static bool maskedShift(Value value, uint8_t byte, Value &source, int64_t &shift) {
-    auto andOp = value.getDefiningOp<arith::AndIOp>();
-    if (!andOp) return false;
-    for (auto [shifted, mask] :
-         {std::pair{andOp.getLhs(), andOp.getRhs()}, std::pair{andOp.getRhs(), andOp.getLhs()}}) {
-      DenseIntElementsAttr maskValue, amountValue;
-      if (!matchPattern(mask, m_Constant(&maskValue)) || !maskValue.isSplat() ||
-          static_cast<uint32_t>(maskValue.getSplatValue<APInt>().getZExtValue()) != byte * 0x01010101u)
-        continue;
-      Operation *shiftOp = shifted.getDefiningOp();
-      if (shiftOp && isa<arith::ShLIOp, arith::ShRUIOp>(shiftOp) &&
-          matchPattern(shiftOp->getOperand(1), m_Constant(&amountValue)) && amountValue.isSplat()) {
-        const int64_t amount = amountValue.getSplatValue<APInt>().getSExtValue();
-        source = shiftOp->getOperand(0);
-        shift = isa<arith::ShLIOp>(shiftOp) ? amount : -amount;
-        return true;
-      }
-      source = shifted;
-      shift = 0;
-      return true;
-    }
-    return false;
-  }
-
   int64_t pieceLanes;
 };
 

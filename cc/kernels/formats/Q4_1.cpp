@@ -14,6 +14,12 @@
 namespace gpt::kernels {
 
 void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads) {
+  quantizeWithMins(matrix, rows, cols, 15, codes, scales, threads);
+}
+
+void quantizeWithMins(const float *matrix, int64_t rows, int64_t cols, int steps, uint8_t *codes, uint16_t *scales,
+                      int64_t threads) {
+  const float top = static_cast<float>(steps);
   forEachBlockColumn(rows, cols, kQuantBlock, "the quantization block", threads, [&](int64_t block, int64_t n) {
     const int64_t first = block * kQuantBlock;
     float lo = matrix[first * cols + n], hi = lo;
@@ -21,14 +27,14 @@ void quantizeQ4_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *code
       lo = std::min(lo, matrix[k * cols + n]);
       hi = std::max(hi, matrix[k * cols + n]);
     }
-    const float d = (hi - lo) / 15.0f, inverse = d == 0.0f ? 0.0f : 1.0f / d;
+    const float d = (hi - lo) / top, inverse = d == 0.0f ? 0.0f : 1.0f / d;
     scales[(2 * block) * cols + n] = toFp16(d);
     scales[(2 * block + 1) * cols + n] = toFp16(lo);
     for (int64_t k = first; k < first + kQuantBlock; ++k) {
       // Two statements, as llama.cpp writes them: no multiply-add contracted into one rounding.
       const float scaled = (matrix[k * cols + n] - lo) * inverse;
       const float shifted = scaled + 0.5f;
-      codes[k * cols + n] = static_cast<uint8_t>(std::min(15.0f, std::trunc(shifted)));
+      codes[k * cols + n] = static_cast<uint8_t>(std::min(top, std::trunc(shifted)));
     }
   });
 }

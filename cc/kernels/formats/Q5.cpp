@@ -90,23 +90,7 @@ void quantizeQ5_0(const float *matrix, int64_t rows, int64_t cols, uint8_t *code
 }
 
 void quantizeQ5_1(const float *matrix, int64_t rows, int64_t cols, uint8_t *codes, uint16_t *scales, int64_t threads) {
-  forEachBlockColumn(rows, cols, kQuantBlock, "the quantization block", threads, [&](int64_t block, int64_t n) {
-    const int64_t first = block * kQuantBlock;
-    float lo = matrix[first * cols + n], hi = lo;
-    for (int64_t k = first; k < first + kQuantBlock; ++k) {
-      lo = std::min(lo, matrix[k * cols + n]);
-      hi = std::max(hi, matrix[k * cols + n]);
-    }
-    const float d = (hi - lo) / 31.0f, inverse = d == 0.0f ? 0.0f : 1.0f / d;
-    scales[(2 * block) * cols + n] = toFp16(d);
-    scales[(2 * block + 1) * cols + n] = toFp16(lo);
-    for (int64_t k = first; k < first + kQuantBlock; ++k) {
-      // Two statements, as llama.cpp writes them: no multiply-add contracted into one rounding.
-      const float scaled = (matrix[k * cols + n] - lo) * inverse;
-      const float shifted = scaled + 0.5f;
-      codes[k * cols + n] = static_cast<uint8_t>(std::min(31.0f, std::trunc(shifted)));
-    }
-  });
+  quantizeWithMins(matrix, rows, cols, 31, codes, scales, threads);
 }
 
 void packQ5_0Lanes(const uint8_t *codes, int64_t rows, int64_t cols, int64_t width, uint32_t *packed, int64_t threads) {
