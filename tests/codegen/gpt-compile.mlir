@@ -12,9 +12,10 @@
 // RUN: gpt-opt %s --pass-pipeline='builtin.module(gpt-compile{level=default target-cpu=haswell})' | FileCheck %s --check-prefix=HASWELL
 // HASWELL: module attributes {gpt.target = {cpu = "haswell", features = ["avx2", "fma"]
 
-// Two threads: the matmul's N halves run as an OpenMP worksharing loop with 2 threads.
+// Two threads: the matmul's pieces of N run in an OpenMP parallel region of 2 threads, each
+// taking the next piece from a shared counter (--gpt-share-loops-dynamically).
 // OPENMP: omp.parallel num_threads(%{{.*}} : i32)
-// OPENMP: omp.wsloop
+// OPENMP: llvm.atomicrmw add
 
 // The default level multiplies in 32-wide vectors (the register tile's N); the others do not.
 // LLVM-LABEL: llvm.func @mlp

@@ -36,7 +36,7 @@
 // TILES: memref.reinterpret_cast {{.*}} to offset: [0], sizes: [512, 32], strides: [32, 1]
 // TILES: memref.reinterpret_cast %[[SUMS]] to offset: [0], sizes: [256, 48], strides: [48, 1]
 // TILES: memref.reinterpret_cast %[[TOTALS]] to offset: [0], sizes: [64, 32], strides: [32, 1]
-// TILES: omp.wsloop
+// TILES: memref.atomic_rmw addi
 // TILES-COUNT-2: vector.store %cst{{.*}} : memref<64x32xf32>, vector<16xf32>
 // TILES: amx.tile_load {{.*}} : memref<32x128xi32, strided<[128, 1]>> into vector<16x32xi8>
 // TILES: amx.tile_load {{.*}} : memref<32x128xi32, strided<[128, 1]>> into vector<16x32xi8>
@@ -144,7 +144,7 @@ module attributes {gpt.target = {cpu = "sapphirerapids", triple = "x86_64-pc-lin
 // SELECT-LABEL: module attributes {gpt.target = {cpu = "sapphirerapids"
 // SELECT: gpt.amx_chunks = 1 : i64, gpt.amx_tile = [16, 32, 8], gpt.packed_matmul
 // TILES-LABEL: func.func @sixteen_rows
-// TILES-NOT: omp.wsloop
+// TILES-NOT: memref.atomic_rmw
 // TILES: vector.load %{{.*}} : memref<16x2x32xf32>, vector<16xf32>
 // TILES: vector.store {{.*}} : memref<16x32xf32>, vector<16xf32>
 // TILES-COUNT-2: amx.tile_muli

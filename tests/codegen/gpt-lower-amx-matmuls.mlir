@@ -18,7 +18,7 @@
 // TILES: memref.reinterpret_cast {{.*}} to offset: [0], sizes: [32, 512], strides: [512, 1]
 // TILES: memref.reinterpret_cast {{.*}} to offset: [0], sizes: [4096, 32], strides: [32, 1]
 // TILES: memref.reinterpret_cast {{.*}} to offset: [0], sizes: [32, 256], strides: [256, 1]
-// TILES: omp.wsloop
+// TILES: memref.atomic_rmw addi
 // TILES-COUNT-4: amx.tile_load {{.*}} into vector<16x16xf32>
 // TILES: amx.tile_load {{.*}} : memref<32x512xi32, strided<[512, 1]>> into vector<16x32xbf16>
 // TILES: amx.tile_load {{.*}} : memref<32x512xi32, strided<[512, 1]>> into vector<16x32xbf16>

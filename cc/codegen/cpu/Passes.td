@@ -161,31 +161,53 @@ def BarePointerCalls : Pass<"gpt-bare-pointer-calls", "::mlir::ModuleOp"> {
 }
 
 def ShareLoopsDynamically : Pass<"gpt-share-loops-dynamically"> {
-  let summary = "Give every OpenMP worksharing loop a dynamic schedule";
+  let summary = "Hand out every OpenMP worksharing loop's iterations on demand, from a shared counter";
   let description = [{
     Runs after `--convert-scf-to-openmp`, whose `omp.wsloop`s have no schedule (static: thread t
-    takes the t-th contiguous share of the iterations). Each gets `schedule(dynamic)`: a thread that
-    finishes an iteration takes the next one not yet taken. The loops are the schedule's pieces of
-    a matmul or elementwise op (`gpt.parallel_chunks`, several per thread) and the attention's
-    heads. With static shares every op waited for its slowest thread: profiled on a 2-vCPU VM,
-    the calling thread of a decode step ran its equal share of each matmul about 20% longer than
-    the other thread, which spun in the barrier for that time. Which thread computes an iteration
-    does not change what it computes: the results are the same bits.
+    takes the t-th contiguous share of the iterations). The loops are the schedule's pieces of a
+    matmul or elementwise op (`gpt.parallel_chunks`, several per thread) and the attention's heads.
+    With static shares every op waited for its slowest thread: profiled on a 2-vCPU VM, the
+    calling thread of a decode step ran its equal share of each matmul about 20% longer than the
+    other thread, which spun in the barrier for that time.
+
+    Each loop becomes one in which a thread takes the next iteration number from a counter with
+    an atomic add, until the numbers run out: the counter is an i64 stack slot of the function
+    (64-byte aligned), set to 0 just before the `omp.parallel` forks. `schedule(dynamic)` would do
+    the same through libomp's dispatch, which takes more steps per iteration, and Debian's libomp
+    (built with KMP_DEBUG) formats a trace message with `vsnprintf` on every one of them: about 4%
+    of a 1.7B model's decode step. A loop this cannot rewrite (a schedule, reduction, linear or
+    ordered clause, a nest of several blocks, a nested parallel region) gets `schedule(dynamic)`
+    unless it has a schedule. Which thread computes an iteration does not change what it
+    computes: the results are the same bits.
 
     Before:
     ```mlir
-    omp.wsloop {
-      omp.loop_nest (%i) : index = (%c0) to (%c8) step (%c1) { ... }
+    omp.parallel {
+      omp.wsloop {
+        omp.loop_nest (%i) : index = (%c0) to (%c8) step (%c1) { body(%i); omp.yield }
+      }
     }
     ```
     After:
     ```mlir
-    omp.wsloop schedule(dynamic) {
-      omp.loop_nest (%i) : index = (%c0) to (%c8) step (%c1) { ... }
+    %counter = memref.alloca() {alignment = 64 : i64} : memref<i64>   // function entry
+    memref.store %c0_i64, %counter[] : memref<i64>
+    omp.parallel {
+      scf.while : () -> () {
+        %n = memref.atomic_rmw addi %c1_i64, %counter[] : (i64, memref<i64>) -> i64
+        %more = arith.cmpi slt, %n, %c8_i64 : i64
+        scf.condition(%more) %n : i64
+      } do {
+      ^bb0(%n: i64):
+        %i = ...lower bound + index_cast(%n) * step...
+        body(%i)
+        scf.yield
+      }
     }
     ```
   }];
-  let dependentDialects = ["::mlir::omp::OpenMPDialect"];
+  let dependentDialects = ["::mlir::omp::OpenMPDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect"];
 }
 
 def InlineAllocaScopes : Pass<"gpt-inline-alloca-scopes"> {
