@@ -24,7 +24,10 @@ def zeroed_in_small_pages(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     if nbytes == 0:
         return np.zeros(shape, dtype)
-    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as error:  # as np.zeros would say it
+        raise MemoryError(f"a KV cache buffer of {nbytes} bytes {shape} could not be mapped: {error}") from error
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # where the system's setting is "always"
         memory.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(memory, dtype).reshape(shape)
