@@ -244,7 +244,10 @@ def emit_gguf(doc: GGUFDoc):
         elif value_type == STRING:
             string(item if isinstance(item, bytes) else str(item).encode(), "string length")
         elif value_type == ARRAY:
-            element_type, items = item if isinstance(item, tuple) else (0, [])
+            # (element type, elements); anything else a mutation left where an array is (an int,
+            # or a pair doubled into a 4-tuple by the tokenizer mutation) is an empty array.
+            is_pair = isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], (list, tuple))
+            element_type, items = item if is_pair and isinstance(item[0], int) else (0, [])
             number("I", element_type, "array type")
             number("Q", len(items), "array length")
             for element in items:

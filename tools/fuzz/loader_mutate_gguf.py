@@ -486,7 +486,8 @@ def mutate_tokenizer(rng: random.Random, doc: GGUFDoc) -> str:
     operation = rng.randrange(5)
     if key == b"tokenizer.ggml.tokens" and items:
         i = rng.randrange(len(items))
-        items[i] = rng.choice((b"", b"\x00", rng.choice(tokens), random_text(rng), items[i] + items[i]))
+        doubled = items[i] + items[i] if isinstance(items[i], bytes) else b"xx"  # an element may be anything by now
+        items[i] = rng.choice((b"", b"\x00", rng.choice(tokens), random_text(rng), doubled))
     elif key == b"tokenizer.ggml.merges":
         # Pairs of real tokens whose concatenation may or may not be a token: what a BPE checks.
         a, b = rng.choice(tokens), rng.choice(tokens)

@@ -503,6 +503,23 @@ DOCUMENTED_REFUSALS = {
 }
 
 
+def test_the_fuzzers_writer_takes_whatever_a_mutation_leaves_in_an_array(monkeypatch):
+    """A token list whose elements had become arrays, one doubled by the tokenizer mutation into a
+    4-tuple, stopped a CI run's fuzzing campaign in the writer (a ValueError unpacking it). The
+    writer now puts an empty array where an array's value is not an (element type, elements) pair,
+    and the mutation doubles only byte strings."""
+    monkeypatch.syspath_prepend(os.path.join("tools", "fuzz"))  # in the runfiles, as FUZZER
+    import loader_formats as formats
+
+    doubled_pair = (4, [1]) + (4, [1])
+    tokens = (formats.ARRAY, [(formats.STRING, [b"a"]), doubled_pair, 7])
+    doc = formats.GGUFDoc(3, [[b"tokenizer.ggml.tokens", formats.ARRAY, tokens]], [])
+    raw, _, _ = formats.emit_gguf(doc)
+    assert formats.parse_gguf(raw).kvs == [
+        [b"tokenizer.ggml.tokens", formats.ARRAY, (formats.ARRAY, [(formats.STRING, [b"a"]), (0, []), (0, [])])]
+    ]
+
+
 def test_the_loader_fuzzer_mutates_and_finds_nothing(tmp_path):
     """A few seconds of fuzzing: hundreds of mutated inputs of each kind (GGUF files of GPT-2 and
     of a Llama with a SentencePiece vocabulary, HF directories with their tokenizer and chat
