@@ -21,8 +21,8 @@ namespace {
 constexpr int64_t kCounterAlignment = 64;
 
 /// True when `wsloop` can take its iterations from a counter: no clause that libomp's own
-/// dispatch would have to honour (a schedule chosen on purpose, reductions, linear
-/// variables, ordered), one loop nest of one block, directly in an omp.parallel that no other encloses (the
+/// dispatch would have to honour (a schedule chosen on purpose, reductions, linear variables,
+/// ordered), one loop nest of one block, directly in an omp.parallel that no other encloses (the
 /// counter lives in the function's frame, reset before the fork), inside a function.
 bool canCount(omp::WsloopOp wsloop) {
   if (wsloop.getScheduleVal() || !wsloop.getReductionVars().empty() || !wsloop.getLinearVars().empty() ||
@@ -81,14 +81,10 @@ void countIterations(omp::WsloopOp wsloop, OpBuilder &builder) {
 
   // The loop's result (the first number past the end) is the condition's operand; nothing uses it.
   auto loop = builder.create<scf::WhileOp>(loc, TypeRange{builder.getI64Type()}, ValueRange{});
-  {
-    Block *before = builder.createBlock(&loop.getBefore());
-    Value taken =
-        builder.create<memref::AtomicRMWOp>(loc, arith::AtomicRMWKind::addi, increment, counter, ValueRange{});
-    Value more = builder.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, taken, totalI64);
-    builder.create<scf::ConditionOp>(loc, more, ValueRange{taken});
-    (void)before;
-  }
+  builder.createBlock(&loop.getBefore());
+  Value taken = builder.create<memref::AtomicRMWOp>(loc, arith::AtomicRMWKind::addi, increment, counter, ValueRange{});
+  Value more = builder.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, taken, totalI64);
+  builder.create<scf::ConditionOp>(loc, more, ValueRange{taken});
   Block *after = builder.createBlock(&loop.getAfter(), {}, {builder.getI64Type()}, {loc});
   Value number = builder.create<arith::IndexCastOp>(loc, builder.getIndexType(), after->getArgument(0));
   SmallVector<Value> inductionVariables(tripCounts.size());
