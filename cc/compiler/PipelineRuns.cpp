@@ -33,6 +33,16 @@ bool verifyEachPass() {
   return each;
 }
 
+/// Whether each pass manager prints MLIR's pass timing to stderr when it finishes
+/// (GPT_PASS_TIMING=1): where a compile's time goes, per pass, without a profiler.
+bool timePasses() {
+  static const bool timed = [] {
+    const char *setting = std::getenv("GPT_PASS_TIMING");
+    return setting && *setting && std::string_view(setting) != "0";
+  }();
+  return timed;
+}
+
 /// Runs what `addPasses` adds to a module pass manager on `module` and verifies the result; throws
 /// CompileError with `failure` and MLIR's diagnostics.
 template <typename AddPasses> void runPasses(mlir::ModuleOp module, const std::string &failure, AddPasses addPasses) {
@@ -40,6 +50,7 @@ template <typename AddPasses> void runPasses(mlir::ModuleOp module, const std::s
   DiagnosticCapture diagnostics(context);
   mlir::PassManager pm(&context, mlir::ModuleOp::getOperationName());
   pm.enableVerifier(verifyEachPass());
+  if (timePasses()) pm.enableTiming();
   addPasses(pm);
   if (mlir::failed(pm.run(module)) || mlir::failed(mlir::verify(module))) {
     throw CompileError(diagnostics.message(failure));

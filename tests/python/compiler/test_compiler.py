@@ -1,4 +1,9 @@
-"""Tests of gpt.run_pipeline: text IR in, pass pipeline run by the C++ core, text IR out."""
+"""Tests of gpt.run_pipeline: text IR in, pass pipeline run by the C++ core, text IR out; and of the
+JIT's pass timing report (GPT_PASS_TIMING)."""
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -123,3 +128,20 @@ def test_deeply_nested_input_is_a_compiler_error_not_a_stack_overflow():
         gpt.run_pipeline(arrays, "canonicalize")
     # Up to the limit, input parses and runs.
     assert gpt.run_pipeline("module {\n" * 999 + "}\n" * 999, "canonicalize").count("module {") == 999
+
+
+@pytest.mark.parametrize("setting, timed", [("1", True), ("0", False)])
+def test_pass_timing_is_printed_when_asked_for(setting, timed):
+    # The JIT's pass managers (not gpt.run_pipeline's) print MLIR's timing report, pass by pass, to
+    # stderr under GPT_PASS_TIMING=1: a model's compile, in a process of its own (the setting is
+    # read once).
+    script = (
+        "import gpt\n"
+        "cfg = gpt.GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=64, block_size=16)\n"
+        "gpt.GPT.random(cfg, seed=0, options=gpt.CompileOptions(disk_cache=False)).forward([1, 2])\n"
+    )
+    env = dict(os.environ, GPT_PASS_TIMING=setting)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    for pass_name in ("ApplySchedule", "OneShotBufferize", "ConvertVectorToLLVMPass"):
+        assert (pass_name in done.stderr) == timed, done.stderr[-2000:]
+    assert done.stderr.count("Total Execution Time") == (2 if timed else 0), done.stderr[-2000:]

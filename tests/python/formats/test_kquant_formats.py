@@ -20,6 +20,7 @@ import gpt.gguf.container
 import gpt.gguf_file
 import gpt.loading
 from gpt import gguf_llama, kept_formats
+from machine_code import disassemble
 
 T = gguf.GGMLQuantizationType
 spec = importlib.util.spec_from_file_location("make_gguf", os.path.join("tools", "dev", "make_gguf.py"))
@@ -215,6 +216,29 @@ def test_a_q4_k_m_file_runs_in_its_own_q4_k_and_q6_k(q4_k_m_file):
     spread = theirs.std()
     assert np.abs(ours - theirs).max() < 0.25 * spread
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
+
+
+def test_the_regions_both_kinds_of_layer_share_are_compiled_once(q4_k_m_file, tmp_path):
+    # The two block functions (layers with Q6_K v and down, and the others) run the same regions but
+    # for v and down: after LLVM's MergeFunctions each shared OpenMP region of gpt_block_1 is
+    # gpt_block's, its own symbol (where one is left) a jump there.
+    model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
+    text = disassemble(model, tmp_path, 4)
+    bodies, name = {}, None
+    for line in text.splitlines():
+        if line.endswith(">:"):
+            name = line.split("<", 1)[1][:-2]
+            bodies[name] = []
+        elif name and "\t" in line and line.strip():
+            bodies[name].append(line.split("\t", 1)[1].strip())
+    regions = {kind: [n for n in bodies if n.startswith(f"{kind}..omp_par")] for kind in ("gpt_block", "gpt_block_1")}
+    assert len(regions["gpt_block"]) >= 5, sorted(bodies)
+    jumps = [
+        n for n in regions["gpt_block_1"] if bodies[n][0].startswith("jmp") and "<gpt_block..omp_par" in bodies[n][0]
+    ]
+    compiled = sorted(set(regions["gpt_block_1"]) - set(jumps))
+    # Only v and down differ (q4_k against q6_k): two regions of gpt_block_1's own, not all of them.
+    assert len(compiled) == 2, {n: bodies[n][:2] for n in regions["gpt_block_1"]}
 
 
 def test_an_untied_q6_k_head_is_kept_in_q6_k(tmp_path):
