@@ -20,26 +20,26 @@ void setPipelineOptions(PipelineOptions &pipeline, const CompileOptions &options
 
 namespace {
 
+/// Whether the environment variable `name` is set to something other than "" or "0".
+bool switchedOn(const char *name) {
+  const char *setting = std::getenv(name);
+  return setting && *setting && std::string_view(setting) != "0";
+}
+
 /// Whether the verifier runs after every pass (GPT_VERIFY_EACH_PASS=1) rather than once on the
 /// pipeline's result. After every pass it was about a third of the MLIR pipeline's time, a tenth
 /// of a compile; the modules here are the builder's, not a user's, and gpt-opt (the FileCheck
 /// tests, the fuzzer) still verifies after each pass, so a pass that breaks the IR is caught
 /// there and names itself.
 bool verifyEachPass() {
-  static const bool each = [] {
-    const char *setting = std::getenv("GPT_VERIFY_EACH_PASS");
-    return setting && *setting && std::string_view(setting) != "0";
-  }();
+  static const bool each = switchedOn("GPT_VERIFY_EACH_PASS");
   return each;
 }
 
 /// Whether each pass manager prints MLIR's pass timing to stderr when it finishes
 /// (GPT_PASS_TIMING=1): where a compile's time goes, per pass, without a profiler.
 bool timePasses() {
-  static const bool timed = [] {
-    const char *setting = std::getenv("GPT_PASS_TIMING");
-    return setting && *setting && std::string_view(setting) != "0";
-  }();
+  static const bool timed = switchedOn("GPT_PASS_TIMING");
   return timed;
 }
 

@@ -34,3 +34,15 @@ def disassemble(model, tmp_path, pipeline_seq_len=64):
     return subprocess.run(
         [objdump(), "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True, check=True
     ).stdout
+
+
+def function_bodies(disassembly):
+    """{function name: its instructions (mnemonic and operands)} of `llvm-objdump -d` text."""
+    bodies, name = {}, None
+    for line in disassembly.splitlines():
+        if line.endswith(">:"):
+            name = line.split("<", 1)[1][:-2]
+            bodies[name] = []
+        elif name and "\t" in line and line.strip():
+            bodies[name].append(line.split("\t", 1)[1].strip())
+    return bodies

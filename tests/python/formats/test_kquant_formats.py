@@ -20,7 +20,7 @@ import gpt.gguf.container
 import gpt.gguf_file
 import gpt.loading
 from gpt import gguf_llama, kept_formats
-from machine_code import disassemble
+from machine_code import disassemble, function_bodies
 
 T = gguf.GGMLQuantizationType
 spec = importlib.util.spec_from_file_location("make_gguf", os.path.join("tools", "dev", "make_gguf.py"))
@@ -223,14 +223,7 @@ def test_the_regions_both_kinds_of_layer_share_are_compiled_once(q4_k_m_file, tm
     # for v and down: after LLVM's MergeFunctions each shared OpenMP region of gpt_block_1 is
     # gpt_block's, its own symbol (where one is left) a jump there.
     model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
-    text = disassemble(model, tmp_path, 4)
-    bodies, name = {}, None
-    for line in text.splitlines():
-        if line.endswith(">:"):
-            name = line.split("<", 1)[1][:-2]
-            bodies[name] = []
-        elif name and "\t" in line and line.strip():
-            bodies[name].append(line.split("\t", 1)[1].strip())
+    bodies = function_bodies(disassemble(model, tmp_path, 4))
     regions = {kind: [n for n in bodies if n.startswith(f"{kind}..omp_par")] for kind in ("gpt_block", "gpt_block_1")}
     assert len(regions["gpt_block"]) >= 5, sorted(bodies)
     jumps = [
