@@ -294,25 +294,19 @@ class Chat:
         self._cache, self._ids, self._text, self._pending, self._pending_text = None, [], "", [], ""
         return prompt_ids(self._tokenizer, self._spec, rendered), reprefilled
 
-    def _ensure_room(self, needed: int) -> None:
-        """A cache for `needed` positions: a power of two (at least 256), so that a few compiled
-        programs serve a whole conversation; a larger one is filled again from the tokens."""
-        if self._cache is not None and needed <= self._cache.max_len:
-            return
-        capacity = 256
-        while capacity < needed:
-            capacity *= 2
-        capacity = min(capacity, self._model.config.block_size)
-        cache = self._model.new_cache(capacity)
-        if self._ids:
-            self._model.prefill(self._ids, cache)
-        self._cache = cache
+    def _ensure_room(self) -> None:
+        """The conversation's cache, made at its first turn (and after one that prefilled it all):
+        a cache of the model's whole context, which uses memory for the positions written and runs
+        the same compiled programs at every length (KVCache), so a conversation that grows never
+        recompiles or refills it."""
+        if self._cache is None:
+            self._cache = self._model.new_cache()
 
     def _answer(self, rendered: str, new_ids: list[int], reprefilled: bool) -> Iterator[str]:
         model, end_ids = self._model, self._spec.end_ids
         temperature, top_k, top_p = self._sampling
         max_new = min(self._max_new_tokens, model.config.block_size - len(self._ids) - len(new_ids))
-        self._ensure_room(len(self._ids) + len(new_ids) + max_new)
+        self._ensure_room()
         start = time.perf_counter()
         logits = model.prefill(new_ids, self._cache)
         self._ids += new_ids

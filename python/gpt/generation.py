@@ -229,8 +229,9 @@ class GenerationMixin:
         return None if self._generation is None else GenerationStats(**self._generation)
 
     def _generation_cache_len(self, needed: int) -> int:
-        """Cache capacity for a generation of `needed` positions: a power of two (>= 64), so a few
-        programs serve every length, and attention does not scan a block_size-long cache."""
+        """Cache capacity for a generation of `needed` positions: a power of two (>= 64), so that
+        a windowed model's few programs (min(window, capacity) slots) serve every length. (A model
+        without a window runs the same programs at every capacity: see KVCache.)"""
         length = 64
         while length < needed:
             length *= 2

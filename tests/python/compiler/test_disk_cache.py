@@ -435,7 +435,7 @@ def test_programs_compiled_at_the_same_time_are_those_compiled_one_after_the_oth
 
     def compile_step(tokens, offset):
         together.wait()
-        at_once._compiled.compile_for(tokens, offset, 64)
+        at_once._compiled.compile_for(tokens, offset, CFG.block_size)
 
     shapes = [(len(ids), 0)] * 3 + [(1, len(ids))]  # three callers of the prefill, one of decode
     threads = [threading.Thread(target=compile_step, args=shape) for shape in shapes]
@@ -443,15 +443,18 @@ def test_programs_compiled_at_the_same_time_are_those_compiled_one_after_the_oth
         thread.start()
     for thread in threads:
         thread.join()
-    assert set(at_once.compiled_steps()) == {(32, 64), (1, 64)}
+    assert set(at_once.compiled_steps()) == {(32, CFG.block_size), (1, CFG.block_size)}
     cache = at_once.new_cache(64)
     prefill_logits = at_once.prefill(ids, cache)
     decode_logits = at_once.decode(7, cache)
-    assert set(at_once.compiled_steps()) == {(32, 64), (1, 64)}  # the calls compiled nothing more
+    assert set(at_once.compiled_steps()) == {
+        (32, CFG.block_size),
+        (1, CFG.block_size),
+    }  # the calls compiled nothing more
 
     one_by_one = model(tmp_path / "one_by_one")
-    one_by_one._compiled.compile_for(len(ids), 0, 64)
-    one_by_one._compiled.compile_for(1, len(ids), 64)
+    one_by_one._compiled.compile_for(len(ids), 0, CFG.block_size)
+    one_by_one._compiled.compile_for(1, len(ids), CFG.block_size)
     cache = one_by_one.new_cache(64)
     np.testing.assert_array_equal(one_by_one.prefill(ids, cache), prefill_logits)
     np.testing.assert_array_equal(one_by_one.decode(7, cache), decode_logits)
@@ -470,17 +473,17 @@ def test_a_prefill_compiles_its_decode_step_meanwhile_and_the_decode_call_waits_
     cache = ahead.new_cache(64)
     prefill_logits = ahead.prefill(ids, cache)
     deadline = time.monotonic() + 300  # generous: the decode step compiles in the background
-    while not ahead._compiled.is_compiled_for(1, len(ids), 64) and time.monotonic() < deadline:
+    while not ahead._compiled.is_compiled_for(1, len(ids), CFG.block_size) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert ahead._compiled.is_compiled_for(1, len(ids), 64), "the prefill did not compile the decode step"
+    assert ahead._compiled.is_compiled_for(1, len(ids), CFG.block_size), "the prefill did not compile the decode step"
     decode_logits = ahead.decode(7, cache)
-    assert set(ahead.compiled_steps()) == {(32, 64), (1, 64)}
+    assert set(ahead.compiled_steps()) == {(32, CFG.block_size), (1, CFG.block_size)}
 
     # One thread: nothing compiles ahead, and the programs compute the same.
     alone = model(tmp_path / "alone", threads=1)
     cache = alone.new_cache(64)
     np.testing.assert_array_equal(alone.prefill(ids, cache), prefill_logits)
-    assert set(alone.compiled_steps()) == {(32, 64)}
+    assert set(alone.compiled_steps()) == {(32, CFG.block_size)}
     np.testing.assert_array_equal(alone.decode(7, cache), decode_logits)
 
     fresh = model(tmp_path / "generate")

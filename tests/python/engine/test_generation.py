@@ -75,17 +75,23 @@ def test_chunked_prefill_equals_one_prefill():
     assert len(one) == len(two) == 30
 
 
-def test_prefill_near_the_end_of_the_cache_does_not_overflow():
-    """17 tokens at position 40 of a 64-long cache: the 32-token bucket would not fit, so the
-    step is compiled for exactly 17 tokens; the logits still match forward."""
+def test_prefill_near_the_end_of_the_context_does_not_overflow():
+    """17 tokens at position 104 of a 128-position context: the 32-token bucket would not fit, so
+    the step is compiled for exactly 17 tokens; the logits still match forward. A cache of 64
+    positions runs the context's programs (its slots are the context's), so the 17 tokens it
+    takes at position 40 fill a bucket of 32."""
     cfg = config(NANO)
     model = gpt.GPT.from_weights(cfg, exercising_weights(cfg))
-    ids = token_ids(cfg, 57)
-    cache = model.new_cache(64)
-    model.prefill(ids[:40], cache)
-    logits = model.prefill(ids[40:], cache)
-    assert (17, 64) in model.compiled_steps()
+    ids = token_ids(cfg, 121)
+    cache = model.new_cache()
+    model.prefill(ids[:104], cache)
+    logits = model.prefill(ids[104:], cache)
+    assert (17, 128) in model.compiled_steps()
     assert relative_error(logits, model.forward(ids)[-1]) < RTOL
+    short = model.new_cache(64)
+    model.prefill(ids[:40], short)
+    assert relative_error(model.prefill(ids[40:57], short), model.forward(ids[:57])[-1]) < RTOL
+    assert (32, 128) in model.compiled_steps() and short.slots == 128
 
 
 def test_decode_never_recompiles_as_the_position_grows():

@@ -218,17 +218,25 @@ def test_a_template_that_rewrites_earlier_turns_prefills_it_all_again(model):
     assert answer == reference_answer(model, tokenizer, spec, chat.messages[:-1], 8)
 
 
-def test_the_cache_grows_with_the_conversation(model):
+def test_one_cache_and_one_decode_program_serve_a_growing_conversation(model):
+    """The conversation's cache is the context's from the first turn: a turn that takes it past
+    256 and 512 positions neither replaces it (prefilling everything again) nor compiles another
+    decode program."""
     tokenizer = AsciiTokenizer()
     end, _ = end_token(model, tokenizer, "hello")
     spec = spec_ending_at(tokenizer, end)
     chat = Chat(model, tokenizer, spec, max_new_tokens=8)
     "".join(chat.send("hello"))
-    assert chat._cache.max_len == 256
-    long = "x" * 300
-    answer = "".join(chat.send(long))
-    assert chat._cache.max_len == 512 and not chat.last_turn.reprefilled
-    assert answer == reference_answer(model, tokenizer, spec, chat.messages[:-1], 8)
+    cache = chat._cache
+    assert cache.max_len == cache.slots == 1024
+    decode_programs = {key for key in model.compiled_steps() if key[0] == 1}
+    for text in ("x" * 300, "z" * 300):
+        answer = "".join(chat.send(text))
+        assert chat._cache is cache and not chat.last_turn.reprefilled
+        assert chat.last_turn.prefilled_tokens < 350  # the new turn, not the conversation
+        assert answer == reference_answer(model, tokenizer, spec, chat.messages[:-1], 8)
+    assert len(cache) > 600
+    assert {key for key in model.compiled_steps() if key[0] == 1} == decode_programs == {(1, 1024)}
     with pytest.raises(chat_module.ConversationFull, match="past the model.s context of 1024"):
         chat.send("y" * 1000)
 
