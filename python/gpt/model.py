@@ -128,7 +128,6 @@ class GPT(GenerationMixin):
         self._packed_weights_hit = weight_cache.bind(self._compiled, arguments, options, _packed_source)
         if not self._packed_weights_hit and _packed_source and weight_cache.directory(options):
             _prepare_compiler_meanwhile()
-            self._compile_first_decode_meanwhile()
         if not self._packed_weights_hit:
             try:
                 self._compiled.set_weights(arguments, quantized)
@@ -475,19 +474,6 @@ class GPT(GenerationMixin):
                 self._compile_decode_meanwhile(len(cache) + len(ids), cache.slots)
             self._compile_interruptibly(len(ids), len(cache), cache.slots)
         return cache._run(self._compiled.step, ids)[0, : self._config.vocab_size]
-
-    def _compile_first_decode_meanwhile(self) -> None:
-        """On a first load of a model file, starts compiling the decode step on a thread of its
-        own (_compile_decode_meanwhile) before the weights are repacked: a program depends on
-        the configuration and the weights' formats, not on their values, and every cache of a
-        model without an attention window runs the same decode program (KVCache), so it is known
-        before any prompt is. It compiles in what the load leaves of the cores, and the first
-        token waits only for its prefill's program. A windowed model's decode depends on its
-        cache's length, and a model that runs forward() only never decodes: neither starts it."""
-        cfg = self._config
-        if cfg.attention_window is not None or cfg.attention_mask is not None:
-            return
-        self._compile_decode_meanwhile(0, cfg.block_size)
 
     def _compile_decode_meanwhile(self, offset: int, cache_len: int) -> None:
         """Starts compiling the decode step after a prefill (a cache of `cache_len` positions) on
