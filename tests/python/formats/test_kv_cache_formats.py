@@ -297,12 +297,14 @@ def resident_pages(array):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="reads Linux's /proc/self/pagemap")
 def test_a_cache_holds_the_pages_its_positions_use():
-    """A head's positions lie max_len rows apart (2 MiB here): four tokens write one page per head
-    and layer. In transparent huge pages (numpy's choice for large arrays) they made the kernel
-    zero every 2 MiB page of the buffers, the whole cache, on the first prefill."""
+    """Every cache has the context's slots, a short one too, and a head's positions lie the
+    context's rows apart (2 MiB here): four tokens write one page per head and layer. In
+    transparent huge pages (numpy's choice for large arrays) they made the kernel zero every 2 MiB
+    page of the buffers, the whole cache, on the first prefill."""
     cfg = gpt.GPTConfig(**dict(LLAMA_SHAPE, n_embd=256, block_size=8192))
     model = gpt.GPT.random(cfg, seed=1, options=options("f32"))
-    cache = model.new_cache(8192)
+    cache = model.new_cache(16)
+    assert cache.slots == 8192 and cache.max_len == 16
     model.prefill([1, 2, 3, 4], cache)
     assert cache.nbytes == 2 * cfg.n_layer * cfg.n_kv_head * 8192 * cfg.head_size * 4  # 16 MiB
     written = cfg.n_layer * cfg.n_kv_head  # pages: 4 rows of 256 bytes in each head's first page
@@ -314,6 +316,51 @@ def test_a_cache_holds_the_pages_its_positions_use():
         assert resident <= 4 * written, (resident, buffer.nbytes // 4096)
     # The prefill wrote into these arrays' own pages (not into a copy): its keys are there.
     assert np.all(cache._keys[:, :, :4] != 0) and np.all(cache._values[:, :, :4] != 0)
+
+
+def memory_and_swap_bytes():
+    with open("/proc/meminfo") as meminfo:
+        fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in meminfo}
+    return fields["MemTotal"] + fields["SwapTotal"]
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/sys/vm/overcommit_memory") or open("/proc/sys/vm/overcommit_memory").read().strip() != "0",
+    reason="Linux's heuristic overcommit (mode 0) refuses one map larger than memory and swap unless it is MAP_NORESERVE",
+)
+def test_a_cache_buffer_larger_than_memory_is_address_space_only():
+    """A cache reserves its model's whole context (an 8B model's 128K positions in f32 are 32 GiB
+    a buffer): the buffer is reserved with MAP_NORESERVE, which the kernel does not weigh against
+    memory and swap, and holds only the pages written."""
+    size = 2 * memory_and_swap_bytes()
+    buffer = gpt.cache.zeroed_in_small_pages((size,), np.uint8)
+    buffer[-1] = 7
+    buffer[size // 2] = 9
+    assert buffer[-1] == 7 and buffer[size // 2] == 9 and buffer[0] == 0
+    assert resident_pages(buffer[-4096:]) == 1
+
+
+def test_a_cache_whose_context_cannot_be_reserved_holds_its_own_length(monkeypatch):
+    """Where the context's address space is refused (MemoryError), a cache holds max_len slots, as
+    caches did before they all had the context's, and computes the same logits."""
+    cfg = gpt.GPTConfig(**LLAMA_SHAPE)
+    model = gpt.GPT.random(cfg, seed=2, options=options("f32"))
+    ids = [int(t) for t in token_ids(cfg, 12, seed=3)]
+    whole = model.new_cache(24)
+    expected = [model.prefill(ids[:8], whole)] + [model.decode(t, whole) for t in ids[8:]]
+    reserve = gpt.cache.zeroed_in_small_pages
+
+    def refuse_the_context(shape, dtype):
+        if shape[2] == cfg.block_size:
+            raise MemoryError("refused")
+        return reserve(shape, dtype)
+
+    monkeypatch.setattr(gpt.cache, "zeroed_in_small_pages", refuse_the_context)
+    own = model.new_cache(24)
+    assert own.slots == 24 and whole.slots == cfg.block_size
+    got = [model.prefill(ids[:8], own)] + [model.decode(t, own) for t in ids[8:]]
+    np.testing.assert_allclose(np.array(got), np.array(expected), rtol=RTOL["f32"], atol=1e-6)
+    assert {(1, 24), (1, cfg.block_size)} <= set(model.compiled_steps())
 
 
 LONG_SHAPE = dict(architecture="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, n_ff=256, vocab_size=512)
