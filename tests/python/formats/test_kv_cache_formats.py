@@ -324,10 +324,16 @@ def memory_and_swap_bytes():
     return fields["MemTotal"] + fields["SwapTotal"]
 
 
-@pytest.mark.skipif(
-    not os.path.exists("/proc/sys/vm/overcommit_memory") or open("/proc/sys/vm/overcommit_memory").read().strip() != "0",
-    reason="Linux's heuristic overcommit (mode 0) refuses one map larger than memory and swap unless it is MAP_NORESERVE",
-)
+def heuristic_overcommit():
+    """Whether Linux overcommits heuristically (mode 0): one map larger than memory and swap is
+    refused, unless it is MAP_NORESERVE."""
+    if not os.path.exists("/proc/sys/vm/overcommit_memory"):
+        return False
+    with open("/proc/sys/vm/overcommit_memory") as mode:
+        return mode.read().strip() == "0"
+
+
+@pytest.mark.skipif(not heuristic_overcommit(), reason="needs Linux's heuristic overcommit (mode 0)")
 def test_a_cache_buffer_larger_than_memory_is_address_space_only():
     """A cache reserves its model's whole context (an 8B model's 128K positions in f32 are 32 GiB
     a buffer): the buffer is reserved with MAP_NORESERVE, which the kernel does not weigh against
