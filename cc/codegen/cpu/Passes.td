@@ -96,6 +96,43 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
   ];
 }
 
+def PrefetchDecodeLanes : Pass<"gpt-prefetch-decode-lanes"> {
+  let summary = "Prefetch a decode step's quantized weight lanes some bytes ahead of their reads";
+  let description = [{
+    A decode step's block-quantized matmuls read two weight panels at a time (a
+    `vector.transfer_read` of `vector<2xWxiN>` over the panel dimension and the lanes) in a loop
+    over the blocks of K, and stream every weight once. Where a core keeps too few misses in
+    flight for its hardware prefetchers to reach the memory's rate, a software prefetch of the
+    same lanes `bytes-ahead` bytes on lets it: before each such read, one `memref.prefetch`
+    (locality 3: `prefetcht0`) per cache line the read covers, in both panels, at the loop's
+    index advanced by ceil(bytes-ahead / the bytes of one step). Past the last block of a panel the
+    address lies in the next one (the panels are contiguous), which the next piece reads: a
+    prefetch never faults.
+
+    `bytes-ahead` -1 (the default) takes the module's `gpt.target`'s choice
+    (decodeLanePrefetchBytes: 1 KiB on the Intel server cores where it was measured, else none);
+    0 adds nothing. It matches only reads of a static, identity-layout integer memref of rank 3 or
+    more whose first vector dimension (2) is the memref's first and whose second is its last, in an
+    `scf.for` from 0 by 1 whose induction variable is one middle index.
+
+    ```mlir
+    scf.for %s = %c0 to %c8 step %c1 {
+      // added (bytes-ahead=1024, 512 bytes a step): lines of panels %p and %p + 1, block %s + 2
+      memref.prefetch %w[%p, %b, %s2, %c0, %c0], read, locality<3>, data : memref<128x8x8x4x32xi32>
+      ...
+      %l = vector.transfer_read %w[%p, %b, %s, %c0, %c0], %z {permutation_map = (d0, d4)} : memref<128x8x8x4x32xi32>, vector<2x32xi32>
+    ```
+  }];
+  let options = [
+    Option<"bytesAhead", "bytes-ahead", "int64_t", /*default=*/"-1",
+           "bytes ahead of each read to prefetch (-1: the target's choice, 0: none)">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::memref::MemRefDialect",
+  ];
+}
+
 def PrefetchWeightPanels : Pass<"gpt-prefetch-weight-panels"> {
   let summary = "Prefetch the next weight panel while a few-row matmul runs over the current one";
   let description = [{

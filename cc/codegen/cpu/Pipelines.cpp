@@ -113,6 +113,7 @@ void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(codegen::createLowerLaneDots());
   // After buffer deallocation, which rejects memref.prefetch (it has no memory effects interface).
   pm.addPass(codegen::createPrefetchWeightPanels());
+  pm.addPass(codegen::createPrefetchDecodeLanes());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createBufferizationToMemRefPass());
   pm.addPass(mlir::createConvertVectorToSCFPass(mlir::VectorTransferToSCFOptions().enableFullUnroll()));
