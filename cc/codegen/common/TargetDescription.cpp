@@ -13,7 +13,7 @@ bool TargetDescription::has(llvm::StringRef feature) const { return llvm::is_con
 bool TargetDescription::isX86() const { return llvm::StringRef(triple).starts_with("x86_64"); }
 
 int64_t decodeLanePrefetchBytes(const TargetDescription &target) {
-  static const char *const kStreamBoundServerCores[] = {"sapphirerapids", "emeraldrapids", "graniterapids"};
+  static const char *const kStreamBoundServerCores[] = {"sapphirerapids", "emeraldrapids"};
   if (!target.isX86()) return 0;
   return llvm::is_contained(kStreamBoundServerCores, llvm::StringRef(target.cpu)) ? 1024 : 0;
 }

@@ -27,11 +27,12 @@ struct TargetDescription {
 
 /// How far ahead (bytes) a decode step's block-quantized matmuls prefetch their weight lanes
 /// (--gpt-prefetch-decode-lanes), 0 for none. A decode step streams every weight once, one matrix
-/// row pair after another, and on the Intel server cores LLVM names sapphirerapids, emeraldrapids
-/// and graniterapids a core keeps too few misses in flight for its hardware prefetchers to reach the
-/// memory's rate: a software prefetch 1 KiB ahead made a 1.7B Q4_K_M decode step 10-20% faster on a
-/// sapphirerapids VM (docs/JOURNAL.md). On AMD's Zen 4 the same prefetch in a C model of the loop
-/// gained nothing consistent, so other CPUs keep none until measured.
+/// row pair after another, and on the Intel server cores LLVM names sapphirerapids and
+/// emeraldrapids a core keeps too few misses in flight for its hardware prefetchers to reach the
+/// memory's rate: a software prefetch 1 KiB ahead made decode steps 5-23% faster on an Emerald
+/// Rapids VM (family 6 model 207, which LLVM's host detection names sapphirerapids; docs/JOURNAL.md).
+/// On AMD's Zen 4 the same prefetch in a C model of the loop gained nothing consistent, so other
+/// CPUs keep none until measured.
 int64_t decodeLanePrefetchBytes(const TargetDescription &target);
 
 /// "aarch64:neoverse-v1" -> ("aarch64-unknown-linux-gnu", "neoverse-v1"); a CPU name without an
