@@ -1,5 +1,6 @@
 // --gpt-prefetch-decode-lanes: a decode step's two-panel reads of quantized weight lanes prefetch
 // the same lanes some bytes ahead (Passes.td).
+#include "cc/TargetParameters.h"
 #include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/codegen/common/TargetDescription.h"
 #include "cc/codegen/cpu/Passes.h"
@@ -19,7 +20,7 @@ using namespace mlir;
 
 namespace {
 
-constexpr int64_t kCacheLineBytes = 64;
+using target::kCacheLineBytes;
 
 /// A two-panel lane read and where its loop steps: `dim` is the index the loop's induction
 /// variable gives, `stepBytes` the bytes between two of its values.

@@ -1,5 +1,6 @@
 // --gpt-prefetch-weight-panels: a few-row packed matmul prefetches its next weight panel, one cache
 // line per K step, spread over its row tiles.
+#include "cc/TargetParameters.h"
 #include "cc/codegen/cpu/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -19,7 +20,7 @@ using namespace mlir;
 
 namespace {
 
-constexpr int64_t kCacheLineBytes = 64;
+using target::kCacheLineBytes;
 
 /// A K loop of a packed matmul's register tile, and what the prefetch needs to know of it.
 struct PanelLoop {

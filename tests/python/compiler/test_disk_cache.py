@@ -447,10 +447,8 @@ def test_programs_compiled_at_the_same_time_are_those_compiled_one_after_the_oth
     cache = at_once.new_cache(64)
     prefill_logits = at_once.prefill(ids, cache)
     decode_logits = at_once.decode(7, cache)
-    assert set(at_once.compiled_steps()) == {
-        (32, CFG.block_size),
-        (1, CFG.block_size),
-    }  # the calls compiled nothing more
+    compiled = {(32, CFG.block_size), (1, CFG.block_size)}
+    assert set(at_once.compiled_steps()) == compiled  # the calls compiled nothing more
 
     one_by_one = model(tmp_path / "one_by_one")
     one_by_one._compiled.compile_for(len(ids), 0, CFG.block_size)
