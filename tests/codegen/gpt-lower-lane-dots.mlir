@@ -96,3 +96,67 @@ func.func @scalars(%f: f32, %i: i32, %a: i32, %b: i32) -> (f32, i32) {
   %1 = transformer.lane_dot_u8i8 %i, %a, %b : i32 -> i32
   return %0, %1 : f32, i32
 }
+
+// A block format's codes are masked bytes below 128 (here a q4 word's two nibbles and a 6-bit
+// code): without vpdpbusd, vpmaddubsw multiplies them with the signed bytes into exact i16 pair
+// sums. A chain of dots (each the next one's accumulator) adds those sums in i16 while their bound
+// (2 * 128 * the largest code) stays below 32768, then one vpmaddwd by ones per group: here the two
+// nibble dots share one (2 * 3840), the 6-bit dot (16128) joins them (23808), and the second
+// 6-bit dot starts a group of its own.
+// AVX2-LABEL: func.func @small_code_chain
+// AVX2: %[[ONES:.*]] = arith.constant dense<1> : vector<16xi16>
+// AVX2: %[[P0:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.ub.sw"(%{{.*}}, %{{.*}}) : (vector<32xi8>, vector<32xi8>) -> vector<16xi16>
+// AVX2: %[[P1:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.ub.sw"
+// AVX2: %[[G01:.*]] = arith.addi %[[P0]], %[[P1]] : vector<16xi16>
+// AVX2: %[[P2:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.ub.sw"
+// AVX2: %[[G012:.*]] = arith.addi %[[G01]], %[[P2]] : vector<16xi16>
+// AVX2: %[[W0:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"(%[[G012]], %[[ONES]]) : (vector<16xi16>, vector<16xi16>) -> vector<8xi32>
+// AVX2: %[[S0:.*]] = arith.addi %{{.*}}, %[[W0]] : vector<8xi32>
+// AVX2: %[[P3:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.ub.sw"
+// AVX2: %[[W1:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"(%[[P3]], %[[ONES]])
+// AVX2: arith.addi %[[S0]], %[[W1]] : vector<8xi32>
+// AVX2-COUNT-4: llvm.call_intrinsic "llvm.x86.avx2.pmadd.ub.sw"
+// AVX2-NOT: transformer.lane_dot_u8i8
+// AVX2-NOT: arith.muli
+// AVX2-LABEL: func.func @q8_offset_codes
+// With AVX-512 BW: the same on 16 lanes.
+// AVX512BW-LABEL: func.func @small_code_chain
+// AVX512BW-COUNT-3: llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"(%{{.*}}, %{{.*}}) : (vector<64xi8>, vector<64xi8>) -> vector<32xi16>
+// AVX512BW: llvm.call_intrinsic "llvm.x86.avx512.pmaddw.d.512"
+// AVX512BW: llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+// AVX512BW: llvm.call_intrinsic "llvm.x86.avx512.pmaddw.d.512"
+// AVX512BW-LABEL: func.func @q8_offset_codes
+// With vpdpbusd, one instruction per dot as before.
+// AVXVNNI-LABEL: func.func @small_code_chain
+// AVXVNNI-COUNT-8: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"
+// AVXVNNI-NOT: pmadd
+func.func @small_code_chain(%acc: vector<16xi32>, %w: vector<16xi32>, %six: vector<16xi32>,
+                            %x0: vector<16xi32>, %x1: vector<16xi32>, %x2: vector<16xi32>, %x3: vector<16xi32>) -> vector<16xi32> {
+  %nibbles = arith.constant dense<0x0F0F0F0F> : vector<16xi32>
+  %six_bits = arith.constant dense<0x3F3F3F3F> : vector<16xi32>
+  %four = arith.constant dense<4> : vector<16xi32>
+  %low = arith.andi %w, %nibbles : vector<16xi32>
+  %shifted = arith.shrui %w, %four : vector<16xi32>
+  %high = arith.andi %shifted, %nibbles : vector<16xi32>
+  %code = arith.andi %six, %six_bits : vector<16xi32>
+  %0 = transformer.lane_dot_u8i8 %acc, %low, %x0 : vector<16xi32> -> vector<16xi32>
+  %1 = transformer.lane_dot_u8i8 %0, %high, %x1 : vector<16xi32> -> vector<16xi32>
+  %2 = transformer.lane_dot_u8i8 %1, %code, %x2 : vector<16xi32> -> vector<16xi32>
+  %3 = transformer.lane_dot_u8i8 %2, %code, %x3 : vector<16xi32> -> vector<16xi32>
+  return %3 : vector<16xi32>
+}
+
+// q8_0's codes with their top bit flipped (xor 0x80808080) reach 255, where vpmaddubsw's pair
+// sums would saturate: the exact vpmaddwd form, two per piece.
+// AVX2: arith.xori
+// AVX2-NOT: pmadd.ub.sw
+// AVX2-COUNT-4: llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"
+// AVX512BW-NOT: pmaddubs
+// AVX512BW-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.pmaddw.d.512"
+// AVX512BW-NOT: pmaddubs
+func.func @q8_offset_codes(%acc: vector<16xi32>, %w: vector<16xi32>, %x: vector<16xi32>) -> vector<16xi32> {
+  %flip = arith.constant dense<0x80808080> : vector<16xi32>
+  %offset = arith.xori %w, %flip : vector<16xi32>
+  %0 = transformer.lane_dot_u8i8 %acc, %offset, %x : vector<16xi32> -> vector<16xi32>
+  return %0 : vector<16xi32>
+}

@@ -13,8 +13,11 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
 
+#include <algorithm>
 #include <optional>
 
 namespace gpt::codegen {
@@ -98,7 +101,8 @@ LogicalResult callPerPiece(PatternRewriter &rewriter, Operation *op, StringRef i
 /// added into i32, exact): each lane's unsigned bytes 0, 2 and 1, 3 zero-extended into 16-bit
 /// halves, its signed bytes likewise sign-extended, then two vpmaddwd (bytes 0 and 2, bytes 1 and
 /// 3) added to the accumulator. The sums are exact, as vpdpbusd's are, so the results are
-/// bit-identical; vpmaddubsw would be one instruction fewer but saturates its i16 pair sums.
+/// bit-identical. For unsigned bytes of any size (q8_0's offset codes): vpmaddubsw, which
+/// lowerI16Chain uses for the codes below 128, could saturate its i16 pair sums here.
 Value pairDotU8I8(PatternRewriter &b, Location loc, StringRef intrinsic, Value acc, Value lhs, Value rhs) {
   auto laneType = cast<VectorType>(acc.getType());
   auto halves = VectorType::get({2 * laneType.getShape().back()}, b.getI16Type());
@@ -116,6 +120,42 @@ Value pairDotU8I8(PatternRewriter &b, Location loc, StringRef intrinsic, Value a
   };
   Value sum = b.create<arith::AddIOp>(loc, acc, pairDot(evenUnsigned, evenSigned));
   return b.create<arith::AddIOp>(loc, sum, pairDot(oddUnsigned, oddSigned));
+}
+
+/// The bits an i32 lane of `value` can have set, from the constants, masks, ors and constant
+/// shifts that made it (every bit where something else did): what bounds the unsigned codes of a
+/// block format (a nibble `& 0x0F0F0F0F`, a 5-bit code with its fifth bit or'ed in, q6_K's 6 bits).
+uint32_t possiblySetBits(Value value, int depth = 0) {
+  constexpr uint32_t kAny = ~0u;
+  auto vector = dyn_cast<VectorType>(value.getType());
+  if (depth > 12 || !(vector ? vector.getElementType() : value.getType()).isInteger(32)) return kAny;
+  DenseIntElementsAttr splatValue;
+  IntegerAttr scalarValue;
+  if (matchPattern(value, m_Constant(&splatValue)))
+    return splatValue.isSplat() ? static_cast<uint32_t>(splatValue.getSplatValue<APInt>().getZExtValue()) : kAny;
+  if (matchPattern(value, m_Constant(&scalarValue))) return static_cast<uint32_t>(scalarValue.getInt());
+  Operation *op = value.getDefiningOp();
+  if (!op) return kAny;
+  auto of = [&](Value operand) { return possiblySetBits(operand, depth + 1); };
+  if (isa<arith::AndIOp>(op)) return of(op->getOperand(0)) & of(op->getOperand(1));
+  if (isa<arith::OrIOp, arith::XOrIOp>(op)) return of(op->getOperand(0)) | of(op->getOperand(1));
+  if (isa<arith::ShLIOp, arith::ShRUIOp>(op)) {
+    const uint32_t amount = of(op->getOperand(1));
+    if (amount >= 32) return kAny; // not a known constant, or a shift out of every bit
+    return isa<arith::ShLIOp>(op) ? of(op->getOperand(0)) << amount : of(op->getOperand(0)) >> amount;
+  }
+  // Lanes moved, not changed.
+  if (isa<vector::BroadcastOp, vector::ExtractOp, vector::ExtractStridedSliceOp, vector::ShapeCastOp>(op))
+    return of(op->getOperand(0));
+  return kAny;
+}
+
+/// The largest byte of an i32 lane of `value` as an unsigned number (255 where unknown).
+int64_t largestUnsignedByte(Value value) {
+  const uint32_t bits = possiblySetBits(value);
+  int64_t largest = 0;
+  for (int64_t byte = 0; byte < 4; ++byte) largest = std::max<int64_t>(largest, (bits >> (8 * byte)) & 0xFF);
+  return largest;
 }
 
 struct LowerLaneDotBf16 : OpRewritePattern<LaneDotBf16Op> {
@@ -153,8 +193,92 @@ struct Int8Dots {
   int64_t pmaddwdBits = 0; // vpmaddwd on 512 (AVX512-BW) or 256 (AVX2) bits; 0: none
 };
 
+/// The i16 pair sums of vpmaddubsw are exact while two products of an unsigned byte of at most `u`
+/// and a signed one (at most 128 in magnitude) fit: 2 * 128 * u <= 32767, so u <= 127.
+constexpr int64_t kLargestPairSum = 32767;
+
+/// The bound of the i16 pair sums of each lane dot whose unsigned bytes are below 128 (the block
+/// formats' 4-, 5- and 6-bit codes; not q8_0's offset codes, up to 255), taken before any pattern
+/// runs: the GFNI patterns below rewrite the masks the bounds are read from.
+using PairSumBounds = llvm::DenseMap<Operation *, int64_t>;
+PairSumBounds pairSumBounds(Operation *root) {
+  PairSumBounds bounds;
+  root->walk([&](LaneDotU8I8Op op) {
+    const int64_t bound = 2 * 128 * largestUnsignedByte(op.getLhs());
+    if (bound <= kLargestPairSum) bounds[op] = bound;
+  });
+  return bounds;
+}
+
+/// The lane dot that takes `op`'s result as its accumulator, where that is its only use and both
+/// can be summed in 16 bits.
+LaneDotU8I8Op nextInChain(LaneDotU8I8Op op, const PairSumBounds &bounds) {
+  if (!bounds.count(op) || !op->hasOneUse()) return nullptr;
+  auto next = dyn_cast<LaneDotU8I8Op>(*op->getUsers().begin());
+  return next && next.getAccumulator() == op.getResult() && bounds.count(next) ? next : nullptr;
+}
+
+/// The lane dots ending at `last` (one whose result no such lane dot takes) that vpmaddubsw can
+/// sum in i16, first to last, each the accumulator of the next; empty when `last` cannot be.
+SmallVector<LaneDotU8I8Op> chainEndingAt(LaneDotU8I8Op last, const PairSumBounds &bounds) {
+  SmallVector<LaneDotU8I8Op> chain;
+  if (!bounds.count(last) || nextInChain(last, bounds)) return chain;
+  chain.push_back(last);
+  while (auto previous = chain.back().getAccumulator().getDefiningOp<LaneDotU8I8Op>()) {
+    if (nextInChain(previous, bounds) != chain.back()) break;
+    chain.push_back(previous);
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+/// A chain of lane dots on `pieceLanes` i32 lanes with vpmaddubsw (`bytePairs`: unsigned bytes by
+/// signed ones, pairs summed in i16) and vpmaddwd by ones (`wordPairs`: i16 pairs summed into i32),
+/// as llama.cpp's AVX2 dots: consecutive dots' i16 sums added in i16 while their bound stays below
+/// 32768 (8 of a 4-bit code's, 4 of a 5-bit one's, 2 of a 6-bit one's), then one vpmaddwd per
+/// group. Exact, so bit-identical to vpdpbusd, in 1 to 2 multiplies per 32 bytes where
+/// pairDotU8I8 takes two and six shifts and masks.
+LogicalResult lowerI16Chain(PatternRewriter &rewriter, ArrayRef<LaneDotU8I8Op> chain, const PairSumBounds &bounds,
+                            int64_t pieceLanes, StringRef bytePairs, StringRef wordPairs) {
+  SmallVector<Value> operands = {LaneDotU8I8Op(chain.front()).getAccumulator()};
+  for (LaneDotU8I8Op dot : chain) {
+    operands.push_back(dot.getLhs());
+    operands.push_back(dot.getRhs());
+  }
+  auto bytes = VectorType::get({4 * pieceLanes}, rewriter.getI8Type());
+  auto words = VectorType::get({2 * pieceLanes}, rewriter.getI16Type());
+  return rewritePerPiece(
+      rewriter, chain.back(), operands, pieceLanes, [&](PatternRewriter &b, Location loc, ValueRange pieces) -> Value {
+        Value ones = splat(b, loc, words, b.getI16IntegerAttr(1));
+        Value sum = pieces[0];
+        Value group; // the i16 sums of the dots since the last vpmaddwd
+        int64_t groupBound = 0;
+        auto flush = [&] {
+          Value pairs =
+              b.create<LLVM::CallIntrinsicOp>(loc, TypeRange{sum.getType()}, wordPairs, ValueRange{group, ones})
+                  .getResult(0);
+          sum = b.create<arith::AddIOp>(loc, sum, pairs);
+          group = nullptr;
+          groupBound = 0;
+        };
+        for (auto [i, dot] : llvm::enumerate(chain)) {
+          const int64_t bound = bounds.lookup(dot);
+          if (group && groupBound + bound > kLargestPairSum) flush();
+          Value x = b.create<vector::BitCastOp>(loc, bytes, pieces[1 + 2 * i]);
+          Value y = b.create<vector::BitCastOp>(loc, bytes, pieces[2 + 2 * i]);
+          Value products =
+              b.create<LLVM::CallIntrinsicOp>(loc, TypeRange{words}, bytePairs, ValueRange{x, y}).getResult(0);
+          group = group ? b.create<arith::AddIOp>(loc, group, products).getResult() : products;
+          groupBound += bound;
+        }
+        flush();
+        return sum;
+      });
+}
+
 struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
-  LowerLaneDotU8I8(MLIRContext *context, Int8Dots dots) : OpRewritePattern(context), dots(dots) {}
+  LowerLaneDotU8I8(MLIRContext *context, Int8Dots dots, PairSumBounds bounds)
+      : OpRewritePattern(context), dots(dots), bounds(std::move(bounds)) {}
 
   LogicalResult matchAndRewrite(LaneDotU8I8Op op, PatternRewriter &rewriter) const override {
     auto i32Lanes = [&](int64_t lanes) { return VectorType::get({lanes}, rewriter.getI32Type()); };
@@ -165,6 +289,18 @@ struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
       return success();
     if (dots.pmaddwdBits == 512 || dots.pmaddwdBits == 256) {
       const int64_t lanes = dots.pmaddwdBits / 32;
+      const bool wide = lanes == kLanes;
+      auto type = dyn_cast<VectorType>(op.getType());
+      if (type && !type.isScalable() && type.getShape().back() % lanes == 0) {
+        // A dot inside a chain is lowered with the chain's last one.
+        if (nextInChain(op, bounds)) return failure();
+        SmallVector<LaneDotU8I8Op> chain = chainEndingAt(op, bounds);
+        if (!chain.empty() &&
+            succeeded(lowerI16Chain(rewriter, chain, bounds, lanes,
+                                    wide ? "llvm.x86.avx512.pmaddubs.w.512" : "llvm.x86.avx2.pmadd.ub.sw",
+                                    wide ? "llvm.x86.avx512.pmaddw.d.512" : "llvm.x86.avx2.pmadd.wd")))
+          return success();
+      }
       StringRef intrinsic = lanes == kLanes ? "llvm.x86.avx512.pmaddw.d.512" : "llvm.x86.avx2.pmadd.wd";
       if (succeeded(rewritePerPiece(rewriter, op, op->getOperands(), lanes,
                                     [&](PatternRewriter &b, Location loc, ValueRange pieces) {
@@ -190,6 +326,7 @@ struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
   }
 
   Int8Dots dots;
+  PairSumBounds bounds; // empty where the target has vpdpbusd
 };
 
 /// The qword matrix of `vgf2p8affineqb` that computes `(byte << shift) & mask` (`shift` < 0:
@@ -391,7 +528,8 @@ public:
       if (x86 && target->has("gfni")) affineLanes = target->has("avx512bw") ? 16 : target->has("avx2") ? 8 : 0;
     }
     patterns.add<LowerLaneDotBf16>(&getContext(), bf16Dots);
-    patterns.add<LowerLaneDotU8I8>(&getContext(), int8Dots);
+    const bool pairSums = !int8Dots.vnni512 && !int8Dots.vnni256 && int8Dots.pmaddwdBits;
+    patterns.add<LowerLaneDotU8I8>(&getContext(), int8Dots, pairSums ? pairSumBounds(getOperation()) : PairSumBounds());
     if (affineLanes) {
       // First the 5-bit codes' pairs, whose shifts and masks the pattern below would take apart.
       RewritePatternSet pairs(&getContext());

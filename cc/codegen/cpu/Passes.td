@@ -59,8 +59,13 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
     - `lane_dot_u8i8` with `avx512vnni`: `llvm.x86.avx512.vpdpbusd.512` (`vpdpbusd`).
     Without AVX512-VNNI, `lane_dot_u8i8` takes the next best the target has: with `avxvnni`
     (Alder Lake and later without AVX-512) `llvm.x86.avx512.vpdpbusd.256` per 8 lanes (`{vex}
-    vpdpbusd` on ymm); with `avx512bw` (512 bits) or `avx2` (256) the bytes widened to 16 bits by
-    shifts and masks and two `vpmaddwd` per piece (exact, so bit-identical to vpdpbusd).
+    vpdpbusd` on ymm); with `avx512bw` (512 bits) or `avx2` (256), where the unsigned bytes are
+    known to be below 128 (the block formats' 4-, 5- and 6-bit codes, bounded by the masks that
+    unpack them), `vpmaddubsw` into 16-bit pair sums that cannot saturate, the sums of a chain of
+    dots (each the next one's accumulator) added in 16 bits while their bound stays below 32768,
+    then one `vpmaddwd` by ones per group, as llama.cpp's AVX2 dots; otherwise (q8_0's offset codes,
+    up to 255) the bytes widened to 16 bits by shifts and masks and two `vpmaddwd` per piece. Both
+    are exact, so bit-identical to vpdpbusd.
     Elsewhere (a CPU without any of them, a scalar or an odd-sized vector) they become the same
     arithmetic in integer and float ops: bf16 halves widened by shifts and masks and two FMAs
     (high pair first, as `vdpbf16ps` adds them); bytes extracted by shifts and four integer

@@ -94,6 +94,10 @@ def test_each_target_gets_the_instructions_it_has(target, fmt, tmp_path):
             int8_dot = r"vpdpbusd\s+.*%zmm"
         assert re.search(int8_dot, asm), f"{target}: no {int8_dot}"
         assert "vpmulld" not in asm, f"{target}: the int8 dot products fell back to 32-bit multiplies"
+        # Without VNNI, q4_1's 4-bit codes go through vpmaddubsw (their pair sums cannot saturate);
+        # q8_0's offset codes (up to 255) could, so they stay widened to 16 bits.
+        if int8_dot.startswith("vpmaddwd"):
+            assert ("vpmaddubsw" in asm) == (fmt == "q4_1"), f"{target} {fmt}: vpmaddubsw where it is not exact"
     if fmt == "f32":
         assert "vpdpbusd" not in asm and "vdpbf16ps" not in asm, target
 

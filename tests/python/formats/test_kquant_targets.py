@@ -15,12 +15,12 @@ from shapes import MID, config, exercising_weights, token_ids
 
 KQUANTS = ("q4_k", "q5_k", "q6_k", "q5_0", "q5_1")
 # The int8 dot product each named target's code multiplies with: the codes are unsigned, so there
-# is no AMX form and Sapphire Rapids keeps vpdpbusd; without VNNI the bytes are widened to 16 bits
-# (vpmaddwd), at the target's own vector width.
+# is no AMX form and Sapphire Rapids keeps vpdpbusd; without VNNI the codes (below 128) multiply the
+# activation bytes with vpmaddubsw into 16-bit pair sums, at the target's own vector width.
 DOT_PRODUCTS = {
-    "haswell": r"vpmaddwd\s+.*%ymm",
+    "haswell": r"vpmaddubsw\s+.*%ymm",
     "alderlake": r"vpdpbusd\s+.*%ymm",
-    "skylake-avx512": r"vpmaddwd\s+.*%zmm",
+    "skylake-avx512": r"vpmaddubsw\s+.*%zmm",
     "znver4": r"vpdpbusd\s+.*%zmm",
     "sapphirerapids": r"vpdpbusd\s+.*%zmm",
 }
