@@ -160,3 +160,20 @@ func.func @q8_offset_codes(%acc: vector<16xi32>, %w: vector<16xi32>, %x: vector<
   %0 = transformer.lane_dot_u8i8 %acc, %offset, %x : vector<16xi32> -> vector<16xi32>
   return %0 : vector<16xi32>
 }
+
+// A shift by an amount that is not a constant bounds nothing, even when the amount's own bits are
+// few: here the top bits of the bytes shifted right by 0 or 1, bytes of up to 128 (a shift by the
+// amount's bits, 1, would have bounded them by 64): the widened vpmaddwd form.
+// AVX2-LABEL: func.func @unknown_shift
+// AVX2-NOT: pmadd.ub.sw
+// AVX2: llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"
+// AVX2-NOT: pmadd.ub.sw
+func.func @unknown_shift(%acc: vector<8xi32>, %w: vector<8xi32>, %x: vector<8xi32>, %s: vector<8xi32>) -> vector<8xi32> {
+  %tops = arith.constant dense<0x80808080> : vector<8xi32>
+  %one = arith.constant dense<1> : vector<8xi32>
+  %amount = arith.andi %s, %one : vector<8xi32>
+  %top = arith.andi %w, %tops : vector<8xi32>
+  %shifted = arith.shrui %top, %amount : vector<8xi32>
+  %0 = transformer.lane_dot_u8i8 %acc, %shifted, %x : vector<8xi32> -> vector<8xi32>
+  return %0 : vector<8xi32>
+}

@@ -140,8 +140,15 @@ uint32_t possiblySetBits(Value value, int depth = 0) {
   if (isa<arith::AndIOp>(op)) return of(op->getOperand(0)) & of(op->getOperand(1));
   if (isa<arith::OrIOp, arith::XOrIOp>(op)) return of(op->getOperand(0)) | of(op->getOperand(1));
   if (isa<arith::ShLIOp, arith::ShRUIOp>(op)) {
-    const uint32_t amount = of(op->getOperand(1));
-    if (amount >= 32) return kAny; // not a known constant, or a shift out of every bit
+    // By a constant only: the bits an unknown amount can have set do not bound the shift.
+    DenseIntElementsAttr splatAmount;
+    IntegerAttr scalarAmount;
+    int64_t amount = -1;
+    if (matchPattern(op->getOperand(1), m_Constant(&splatAmount)) && splatAmount.isSplat())
+      amount = splatAmount.getSplatValue<APInt>().getZExtValue();
+    else if (matchPattern(op->getOperand(1), m_Constant(&scalarAmount)))
+      amount = scalarAmount.getInt();
+    if (amount < 0 || amount >= 32) return kAny;
     return isa<arith::ShLIOp>(op) ? of(op->getOperand(0)) << amount : of(op->getOperand(0)) >> amount;
   }
   // Lanes moved, not changed.
