@@ -297,21 +297,19 @@ struct LowerLaneDotU8I8 : OpRewritePattern<LaneDotU8I8Op> {
     if (dots.pmaddwdBits == 512 || dots.pmaddwdBits == 256) {
       const int64_t lanes = dots.pmaddwdBits / 32;
       const bool wide = lanes == kLanes;
+      const StringRef bytePairs = wide ? "llvm.x86.avx512.pmaddubs.w.512" : "llvm.x86.avx2.pmadd.ub.sw";
+      const StringRef wordPairs = wide ? "llvm.x86.avx512.pmaddw.d.512" : "llvm.x86.avx2.pmadd.wd";
       auto type = dyn_cast<VectorType>(op.getType());
       if (type && !type.isScalable() && type.getShape().back() % lanes == 0) {
         // A dot inside a chain is lowered with the chain's last one.
         if (nextInChain(op, bounds)) return failure();
         SmallVector<LaneDotU8I8Op> chain = chainEndingAt(op, bounds);
-        if (!chain.empty() &&
-            succeeded(lowerI16Chain(rewriter, chain, bounds, lanes,
-                                    wide ? "llvm.x86.avx512.pmaddubs.w.512" : "llvm.x86.avx2.pmadd.ub.sw",
-                                    wide ? "llvm.x86.avx512.pmaddw.d.512" : "llvm.x86.avx2.pmadd.wd")))
+        if (!chain.empty() && succeeded(lowerI16Chain(rewriter, chain, bounds, lanes, bytePairs, wordPairs)))
           return success();
       }
-      StringRef intrinsic = lanes == kLanes ? "llvm.x86.avx512.pmaddw.d.512" : "llvm.x86.avx2.pmadd.wd";
       if (succeeded(rewritePerPiece(rewriter, op, op->getOperands(), lanes,
                                     [&](PatternRewriter &b, Location loc, ValueRange pieces) {
-                                      return pairDotU8I8(b, loc, intrinsic, pieces[0], pieces[1], pieces[2]);
+                                      return pairDotU8I8(b, loc, wordPairs, pieces[0], pieces[1], pieces[2]);
                                     })))
         return success();
     }
