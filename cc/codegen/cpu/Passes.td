@@ -350,6 +350,11 @@ def SelectRegisterTiles : Pass<"gpt-select-register-tiles", "::mlir::func::FuncO
       `gpt.packed_matmul`, loops M, panel, column, K) `[8, 1, 32, 1]` down to `[1, 1, 32, 1]`
       (decode) for 32 registers of 512 bits, `[2, 1, 32, 1]` down for AVX2's 16 of 256 (the rows
       whose accumulators fill half the register file), with `gpt.tile_interchange = [1, 0, 2, 3]` (panel loop outermost);
+      block-quantized ones (their partial sums marked `gpt.block_partials`) half those rows, and
+      on AVX2 without VNNI, where that is one row, `[4, 1, 32, 1]` or `[2, 1, 32, 1]` for blocks of 32 whose
+      codes are below 128 (q4_0, q4_1, q5_0, q5_1: the bound `--gpt-lower-lane-dots` reads,
+      cc/codegen/cpu/CodeByteBounds.h), `[2, 1, 32, 1]` for the K-quants' super-blocks, and one
+      row for q8_0's offset codes;
       `linalg.matmul` (attention's blocks among them) `[8, 32, 1]` down to `[1, 8, 1]`;
       `linalg.batch_matmul` `[1, 8, 8, 1]` or `[1, 1, 8, 1]`; elementwise generics (rank 2 or 3,
       no gather) one vector of 32, 16 or 8 lanes of their innermost dimension.

@@ -1,6 +1,8 @@
 // --gpt-select-register-tiles: records the register tile of every matmul it can tile evenly.
 #include "cc/codegen/cpu/Passes.h"
 
+#include "cc/codegen/cpu/CodeByteBounds.h"
+
 #include "cc/TargetParameters.h"
 #include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/dialect/TransformerDialect.h"
@@ -27,7 +29,17 @@ namespace {
 /// it. The first matching row wins, so each op kind lists its tiles from the largest down.
 /// Adding a tile shape is adding a row: the schedule applies whatever tile an op carries.
 struct TileChoice {
-  enum class Kind { PackedMatmul, BlockPackedMatmul, Matmul, BatchMatmul, Elementwise };
+  enum class Kind {
+    PackedMatmul,
+    BlockPackedMatmul,
+    // Block-quantized matmuls whose codes are below 128 (CodeByteBounds.h): blocks of 32 (q4_0,
+    // q4_1, q5_0, q5_1), and super-blocks (the K-quants).
+    NarrowBlockPackedMatmul,
+    NarrowSuperBlockPackedMatmul,
+    Matmul,
+    BatchMatmul,
+    Elementwise
+  };
   Kind kind;
   SmallVector<int64_t> tile;        // loop order of the op: ([batch,] M, N, K), or (M, panel, column, K)
   SmallVector<int64_t> interchange; // the tiled loops' order, outermost first; empty: the op's own
@@ -36,12 +48,18 @@ struct TileChoice {
 
 using Kind = TileChoice::Kind;
 
+/// The kinds of packed matmuls (transformer.packed_matmul's generics), which can take an epilogue.
+bool packedKind(Kind kind) {
+  return kind == Kind::PackedMatmul || kind == Kind::BlockPackedMatmul || kind == Kind::NarrowBlockPackedMatmul ||
+         kind == Kind::NarrowSuperBlockPackedMatmul;
+}
+
 /// The tile table for a target's register file (`tiles`) and packed weights in panels of
 /// `panelWidth` columns (the builder packs them in the target's panel width; IR from elsewhere may
 /// have another). Accumulators take at most half the registers; the rest hold the weight lanes and
 /// the broadcast activations (AVX-512's 32 zmm: 8 rows x 2 registers of a 32-wide panel; AVX2's
 /// 16 ymm: 4 rows x 2 registers of a 16-wide panel, or 2 rows x 4 registers of a 32-wide one).
-SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t panelWidth) {
+SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t panelWidth, bool byteProductChains) {
   const int64_t packedRows = tiles.rowsFor(panelWidth);
   SmallVector<TileChoice> table;
   // Matmuls against panel-packed weights (transformer.packed_matmul): `packedRows` rows x one
@@ -60,6 +78,22 @@ SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t p
   // Block-quantized packed matmuls keep two accumulators per output, the block's i32 sums and
   // the f32 total: half the rows, so that both fit with the weight lanes and the broadcast
   // activations.
+  //
+  // Where that is one row (AVX2's 16 ymm) and the dots are vpmaddubsw chains (x86 without VNNI,
+  // --gpt-lower-lane-dots), the formats whose codes are below 128 take more rows anyway: a row's
+  // share of a weight word's unpacking (a mask, a shift) and of the chain's widening is most of
+  // its work, so the rows' spills cost less than unpacking each word once per row. Measured on a
+  // Zen 3 (SmolLM2-1.7B, pp512, docs/JOURNAL.md): blocks of 32 in 4 rows, q4_0 10-20% and q5_0
+  // 35% faster; K-quants, which keep a super-block's sub-block sums and scales besides, in 2 rows,
+  // q6_k 30% and q4_k 1-6% (no faster in 4). q8_0's offset codes keep one row: two vpmaddwd a
+  // byte pair and their widened halves leave no registers to share (one row 1.1-1.4x faster than
+  // 2 or 4). Targets with vpdpbusd (Alder Lake's AVX-VNNI) or NEON's dot products were not
+  // measured and keep one row.
+  if (packedRows / 2 == 1 && byteProductChains) {
+    table.push_back({Kind::NarrowBlockPackedMatmul, {4, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
+    table.push_back({Kind::NarrowBlockPackedMatmul, {2, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
+    table.push_back({Kind::NarrowSuperBlockPackedMatmul, {2, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
+  }
   if (packedRows >= 2) table.push_back({Kind::BlockPackedMatmul, {packedRows / 2, 1, panelWidth, 1}, {1, 0, 2, 3}, 1});
   // Then every smaller row count down to 2 (AVX-512: 3 and 2 rows), so that a verification step
   // of a few rows that do not divide by the largest tile (3, 6, 9 tokens) still unpacks each
@@ -90,12 +124,18 @@ SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t p
 /// True for the ops a row of the table may describe: named matmuls, and the linalg.generic that
 /// --transformer-to-linalg emits for a packed matmul (marked `gpt.packed_matmul`).
 bool isCandidate(linalg::LinalgOp op, const TileChoice &choice) {
-  const bool blockQuantized = op.getNumDpsInputs() > 0 && isBlockPartials(op.getDpsInputs()[0].getDefiningOp());
+  Operation *partials = op.getNumDpsInputs() > 0 ? op.getDpsInputs()[0].getDefiningOp() : nullptr;
+  const bool blockQuantized = isBlockPartials(partials);
+  const bool packed = isa<linalg::GenericOp>(op) && isPackedMatmul(op);
   switch (choice.kind) {
   case Kind::PackedMatmul:
-    return isa<linalg::GenericOp>(op) && isPackedMatmul(op) && !blockQuantized;
+    return packed && !blockQuantized;
   case Kind::BlockPackedMatmul:
-    return isa<linalg::GenericOp>(op) && isPackedMatmul(op) && blockQuantized;
+    return packed && blockQuantized;
+  case Kind::NarrowBlockPackedMatmul:
+  case Kind::NarrowSuperBlockPackedMatmul:
+    return packed && blockQuantized && multipliesNarrowCodes(partials) &&
+           (blocksPerStep(partials) > 1) == (choice.kind == Kind::NarrowSuperBlockPackedMatmul);
   case Kind::Matmul:
     return isa<linalg::MatmulOp>(op);
   case Kind::BatchMatmul:
@@ -341,7 +381,7 @@ void markFirstFittingChoice(const target::TileParameters &tiles, linalg::LinalgO
       onePanel.tile[1] = 1;
       if (chunks < parallelChunks(tiles, op, onePanel, threads)) continue;
     }
-    if (choice.kind == Kind::PackedMatmul || choice.kind == Kind::BlockPackedMatmul)
+    if (packedKind(choice.kind))
       if (std::optional<unsigned> operand = epilogueOperand(op, epilogue)) {
         // The epilogue's loops are the matmul's parallel ones: (M, panel, column).
         int64_t parallel = op.getNumParallelLoops();
@@ -376,6 +416,8 @@ public:
       return signalPassFailure();
     }
     const target::TileParameters tiles = target::tileParameters(bits, registers);
+    // x86 without vpdpbusd: --gpt-lower-lane-dots sums the narrow codes' dots in vpmaddubsw chains.
+    const bool byteProductChains = target && target->isX86() && !target->has("avxvnni") && !target->has("avx512vnni");
     // One table per panel width the module's packed weights have (the builder's: the target's).
     llvm::SmallDenseMap<int64_t, SmallVector<TileChoice>, 2> tables;
     auto tableFor = [&](linalg::LinalgOp op) -> const SmallVector<TileChoice> & {
@@ -384,7 +426,7 @@ public:
       if (isPackedMatmul(op) && result && result.getRank() == 3 && !result.isDynamicDim(2))
         panelWidth = result.getDimSize(2);
       auto [it, inserted] = tables.try_emplace(panelWidth);
-      if (inserted) it->second = tileTable(tiles, panelWidth);
+      if (inserted) it->second = tileTable(tiles, panelWidth, byteProductChains);
       return it->second;
     };
     // bf16 and q8_0 prefill matmuls on AMX tiles where the target has them (only the module's
