@@ -4,11 +4,13 @@
 // (q4_0, q4_1, q5_0, q5_1) 4 rows, or 2 where 4 do not divide the rows; super-blocks (the
 // K-quants, whose partials span several blocks a step) 2 rows. q8_0's offset codes (up to 255)
 // keep one row. AVX-512's block tiles are 4 rows of their own; Alder Lake's (AVX2 with
-// vpdpbusd, not measured) keep one row.
+// vpdpbusd) and Sandy Bridge's (256-bit AVX without AVX2: plain arithmetic), not measured, keep
+// one row.
 // RUN: gpt-opt %s --split-input-file --gpt-set-target="cpu=haswell" --gpt-select-register-tiles | FileCheck %s
 // RUN: gpt-opt %s --split-input-file --gpt-set-target="cpu=znver3" --gpt-select-register-tiles | FileCheck %s
 // RUN: gpt-opt %s --split-input-file --gpt-set-target="cpu=znver4" --gpt-select-register-tiles | FileCheck %s --check-prefix=AVX512
 // RUN: gpt-opt %s --split-input-file --gpt-set-target="cpu=alderlake" --gpt-select-register-tiles | FileCheck %s --check-prefix=VNNI
+// RUN: gpt-opt %s --split-input-file --gpt-set-target="cpu=sandybridge" --gpt-select-register-tiles | FileCheck %s --check-prefix=VNNI
 
 #bA = affine_map<(m, p, j, b, i) -> (m, b, i)>
 #bW = affine_map<(m, p, j, b, i) -> (p, b, i, j)>

@@ -79,7 +79,7 @@ SmallVector<TileChoice> tileTable(const target::TileParameters &tiles, int64_t p
   // the f32 total: half the rows, so that both fit with the weight lanes and the broadcast
   // activations.
   //
-  // Where that is one row (AVX2's 16 ymm) and the dots are vpmaddubsw chains (x86 without VNNI,
+  // Where that is one row (AVX2's 16 ymm) and the dots are vpmaddubsw chains (AVX2 without VNNI,
   // --gpt-lower-lane-dots), the formats whose codes are below 128 take more rows anyway: a row's
   // share of a weight word's unpacking (a mask, a shift) and of the chain's widening is most of
   // its work, so the rows' spills cost less than unpacking each word once per row. Measured on a
@@ -416,8 +416,10 @@ public:
       return signalPassFailure();
     }
     const target::TileParameters tiles = target::tileParameters(bits, registers);
-    // x86 without vpdpbusd: --gpt-lower-lane-dots sums the narrow codes' dots in vpmaddubsw chains.
-    const bool byteProductChains = target && target->isX86() && !target->has("avxvnni") && !target->has("avx512vnni");
+    // AVX2 without vpdpbusd: --gpt-lower-lane-dots sums the narrow codes' dots in vpmaddubsw chains
+    // (without AVX2, as on Sandy Bridge's 256-bit AVX, in plain arithmetic: not measured).
+    const bool byteProductChains =
+        target && target->isX86() && target->has("avx2") && !target->has("avxvnni") && !target->has("avx512vnni");
     // One table per panel width the module's packed weights have (the builder's: the target's).
     llvm::SmallDenseMap<int64_t, SmallVector<TileChoice>, 2> tables;
     auto tableFor = [&](linalg::LinalgOp op) -> const SmallVector<TileChoice> & {
