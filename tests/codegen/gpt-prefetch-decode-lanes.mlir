@@ -2,7 +2,7 @@
 // (vector<2x32xi32> over the panel and the lane columns) in a loop over blocks prefetches the same
 // lanes bytes-ahead on: one prefetch per cache line (32 i32 = two lines) in each of its two panels,
 // at the loop's index plus ceil(bytes-ahead / the bytes of one step). The default takes the
-// module's gpt.target's choice: 1 KiB on sapphirerapids, none on znver4 or without a target.
+// module's gpt.target's choice: 1 KiB on sapphirerapids and CPUs with AMX, none on znver4 or without a target.
 // RUN: gpt-opt %s --split-input-file --gpt-prefetch-decode-lanes=bytes-ahead=1024 --canonicalize | FileCheck %s
 // RUN: gpt-opt %s --split-input-file --gpt-prefetch-decode-lanes | FileCheck %s --check-prefix=TARGET
 
@@ -77,5 +77,35 @@ module attributes {gpt.target = {cpu = "znver4", triple = "x86_64-pc-linux-gnu",
       scf.yield %next, %nextf : vector<32xi32>, vector<2x32xf32>
     }
     return %sums#0, %sums#1 : vector<32xi32>, vector<2x32xf32>
+  }
+}
+
+// -----
+
+// A CPU with AMX is an Intel server core whatever a VM names it (family 6 model 167, which LLVM
+// names rocketlake, a client core without AMX): the target's choice is 1 KiB there too.
+// CHECK-LABEL: func.func @amx_core_lanes
+// TARGET-LABEL: func.func @amx_core_lanes
+// TARGET: memref.prefetch
+// TARGET-COUNT-3: memref.prefetch
+// TARGET-NOT: memref.prefetch
+#amx_lanes = affine_map<(d0, d1, d2, d3, d4) -> (d0, d4)>
+module attributes {gpt.target = {cpu = "rocketlake", triple = "x86_64-pc-linux-gnu", vector_bits = 512 : i64,
+                                 vector_registers = 32 : i64,
+                                 features = ["avx512f", "avx512bw", "avx512vnni", "amx-bf16", "amx-int8"]}} {
+  func.func @amx_core_lanes(%w: memref<16x8x8x4x32xi32>, %p: index, %b: index) -> vector<2x32xi32> {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c3 = arith.constant 3 : index
+    %c8 = arith.constant 8 : index
+    %z = arith.constant 0 : i32
+    %init = arith.constant dense<0> : vector<2x32xi32>
+    %sum = scf.for %s = %c0 to %c8 step %c1 iter_args(%acc = %init) -> (vector<2x32xi32>) {
+      %l = vector.transfer_read %w[%p, %b, %s, %c3, %c0], %z {in_bounds = [true, true], permutation_map = #amx_lanes}
+          : memref<16x8x8x4x32xi32>, vector<2x32xi32>
+      %next = arith.addi %acc, %l : vector<2x32xi32>
+      scf.yield %next : vector<2x32xi32>
+    }
+    return %sum : vector<2x32xi32>
   }
 }

@@ -15,7 +15,9 @@ bool TargetDescription::isX86() const { return llvm::StringRef(triple).starts_wi
 int64_t decodeLanePrefetchBytes(const TargetDescription &target) {
   static const char *const kStreamBoundServerCores[] = {"sapphirerapids", "emeraldrapids"};
   if (!target.isX86()) return 0;
-  return llvm::is_contained(kStreamBoundServerCores, llvm::StringRef(target.cpu)) ? 1024 : 0;
+  const bool serverCore = llvm::is_contained(kStreamBoundServerCores, llvm::StringRef(target.cpu)) ||
+                          target.has("amx-int8") || target.has("amx-bf16");
+  return serverCore ? 1024 : 0;
 }
 
 std::pair<std::string, std::string> splitTargetName(const std::string &name, const std::string &defaultTriple) {
