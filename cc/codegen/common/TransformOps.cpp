@@ -3,6 +3,7 @@
 #include "cc/codegen/common/TransformOps.h"
 
 #include "cc/codegen/common/CodegenAttributes.h"
+#include "cc/codegen/common/ElementwiseOnSplats.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -56,6 +57,10 @@ public:
 };
 
 } // namespace
+
+void ApplyElementwiseOnSplatsPatternsOp::populatePatterns(RewritePatternSet &patterns) {
+  populateElementwiseOnSplatsPatterns(patterns);
+}
 
 void registerTransformExtension(DialectRegistry &registry) { registry.addExtensions<TransformExtension>(); }
 

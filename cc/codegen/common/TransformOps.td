@@ -173,4 +173,27 @@ def VectorizeBlockMatmulOp : GptTransformOp<"vectorize_block_matmul", [Functiona
   let assemblyFormat = "$target attr-dict `:` functional-type(operands, results)";
 }
 
+def ApplyElementwiseOnSplatsPatternsOp : Op<Transform_Dialect, "apply_patterns.gpt.elementwise_on_splats",
+    [DeclareOpInterfaceMethods<PatternDescriptorOpInterface>]> {
+  let cppNamespace = "::gpt::codegen";
+  let summary = "Elementwise ops on a broadcast value computed once, before the broadcast";
+  let description = [{
+    Inside `transform.apply_patterns`: a `vector.transpose` of a `vector.broadcast` of a
+    one-element vector becomes a broadcast to the transposed shape, and an elementwise arith or
+    math op whose operands are such broadcasts (of one shape) or splat constants is computed on
+    the one-element vectors and broadcast after (ElementwiseOnSplats.h). With
+    `reduction_to_contract`, whose reordering moves elementwise ops before transposes, a row's
+    broadcast statistic (RMSNorm's rsqrt) otherwise stays a [N, 1] vector: N scalar ops and N
+    extract/insert pairs in every step of the row's loop.
+
+    ```mlir
+    transform.apply_patterns to %funcs {
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.gpt.elementwise_on_splats
+    } : !transform.any_op
+    ```
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
 #endif // GPT_CC_CODEGEN_TRANSFORMOPS_TD
