@@ -115,7 +115,8 @@ def PrefetchDecodeLanes : Pass<"gpt-prefetch-decode-lanes"> {
     prefetch never faults.
 
     `bytes-ahead` -1 (the default) takes the module's `gpt.target`'s choice
-    (decodeLanePrefetchBytes: 1 KiB on sapphirerapids and emeraldrapids, where it was measured, else none);
+    (decodeLanePrefetchBytes: 1 KiB on sapphirerapids, emeraldrapids and CPUs with AMX, where it
+    was measured, else none);
     0 adds nothing. It matches only reads of a static, identity-layout integer memref of rank 3 or
     more whose first vector dimension (2) is the memref's first and whose second is its last, in an
     `scf.for` from 0 by 1 whose induction variable is one middle index.
