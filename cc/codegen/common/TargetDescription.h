@@ -31,11 +31,11 @@ struct TargetDescription {
 /// emeraldrapids a core keeps too few misses in flight for its hardware prefetchers to reach the
 /// memory's rate: a software prefetch 1 KiB ahead made decode steps 5-23% faster on an Emerald
 /// Rapids VM (family 6 model 207, which LLVM's host detection names sapphirerapids; docs/JOURNAL.md).
-/// A CPU with AMX (int8 or bf16) is one of those server cores whatever its name: AMX is on Intel's Xeons from
-/// Sapphire Rapids on and nowhere else, and a VM may report another model (family 6 model 167,
-/// which LLVM names rocketlake, a client core without AMX): there 1 KiB made decode steps 10-14%
-/// faster (q4_0, q8_0, Q4_K_M at SmolLM2-1.7B). On AMD's Zen 4 the same prefetch in a C model of the
-/// loop gained nothing consistent, so other CPUs keep none until measured.
+/// A CPU with AMX (int8 or bf16) is one of those server cores whatever its name: AMX is on Intel's
+/// Xeons from Sapphire Rapids on and nowhere else, and a VM may report another model (family 6
+/// model 167, which LLVM names rocketlake, a client core without AMX): there 1 KiB made decode
+/// steps 10-14% faster (q4_0, q8_0, Q4_K_M at SmolLM2-1.7B). On AMD's Zen 4 the same prefetch in a
+/// C model of the loop gained nothing consistent, so other CPUs keep none until measured.
 int64_t decodeLanePrefetchBytes(const TargetDescription &target);
 
 /// "aarch64:neoverse-v1" -> ("aarch64-unknown-linux-gnu", "neoverse-v1"); a CPU name without an
