@@ -13,8 +13,8 @@ namespace gpt::codegen {
 /// - an elementwise op (arith, math) on vectors whose operands are each such a broadcast or a
 ///   splat constant, at least one a broadcast, computes on the one-element vectors and
 ///   broadcasts its result.
-/// Linalg's vectorizer reads a value indexed by the outer loop only (a row's RMSNorm statistic,
-/// a softmax row's sum) as a broadcast along the vector's minor dim, which the transfer lowering
+/// Linalg's vectorizer reads a value indexed by the outer loop only (a row's RMSNorm statistic)
+/// as a broadcast along the vector's minor dim, which the transfer lowering
 /// turns into a broadcast to [N, 1] and a transpose; `reduction_to_contract`'s reordering then
 /// moves the elementwise ops that use it (the norm's scale, its rsqrt) before that transpose, onto
 /// the [N, 1] vector, which lowers to N scalar ops and N extract/insert pairs per vector.

@@ -178,13 +178,9 @@ def ApplyElementwiseOnSplatsPatternsOp : Op<Transform_Dialect, "apply_patterns.g
   let cppNamespace = "::gpt::codegen";
   let summary = "Elementwise ops on a broadcast value computed once, before the broadcast";
   let description = [{
-    Inside `transform.apply_patterns`: a `vector.transpose` of a `vector.broadcast` of a
-    one-element vector becomes a broadcast to the transposed shape, and an elementwise arith or
-    math op whose operands are such broadcasts (of one shape) or splat constants is computed on
-    the one-element vectors and broadcast after (ElementwiseOnSplats.h). With
-    `reduction_to_contract`, whose reordering moves elementwise ops before transposes, a row's
-    broadcast statistic (RMSNorm's rsqrt) otherwise stays a [N, 1] vector: N scalar ops and N
-    extract/insert pairs in every step of the row's loop.
+    Inside `transform.apply_patterns`: the patterns of ElementwiseOnSplats.h (an elementwise op
+    on broadcasts of a one-element vector computed on that vector, then broadcast), which keep
+    `reduction_to_contract` from leaving a row's statistic on a [N, 1] vector.
 
     ```mlir
     transform.apply_patterns to %funcs {

@@ -105,10 +105,8 @@ module attributes {transform.with_named_sequence} {
     %funcs = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
     // reduction_to_contract must run before canonicalization, or the unit-dim reductions fold
     // into scalar adds and the contraction is lost to about 1500 scalar insert/extract ops.
-    // elementwise_on_splats: a row's broadcast value (RMSNorm's statistic) read along the row is a
-    // broadcast to [N, 1] and a transpose, and reduction_to_contract moves the ops on it (rsqrt)
-    // before the transpose; computed once and broadcast instead of N scalar ops and N
-    // extract/insert pairs per vector.
+    // elementwise_on_splats undoes what its reordering does to a row's broadcast statistic
+    // (cc/codegen/common/ElementwiseOnSplats.h).
     transform.apply_patterns to %funcs {
       transform.apply_patterns.vector.reduction_to_contract
       transform.apply_patterns.vector.transfer_permutation_patterns
