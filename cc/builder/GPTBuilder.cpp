@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -67,24 +68,6 @@ struct NamedWeights {
     return {find(name), find(name + ".scales"), format == formats.end() ? WeightFormat::F32 : format->second};
   }
 };
-
-/// Layer `layer`'s weights from the weights by name (with their ".scales").
-LayerWeights layerWeights(const GPTConfig &config, const NamedWeights &weights, int64_t layer) {
-  LayerWeights w;
-  for (const LayerParameter &p : layerParameters(config))
-    w.weights[p.weight] = weights.matmul(layerPrefix(config, layer) + p.name);
-  return w;
-}
-
-/// Layer `layer`'s weights in the order of the block's weight arguments (layer 0's specs).
-SmallVector<Value> layerOperands(const GPTConfig &config, const NamedWeights &weights,
-                                 ArrayRef<ParameterSpec> layerSpecs, int64_t layer) {
-  SmallVector<Value> operands;
-  const size_t prefix = layerPrefix(config, 0).size();
-  for (const ParameterSpec &spec : layerSpecs)
-    operands.push_back(weights.values.at(layerPrefix(config, layer) + spec.name.substr(prefix)));
-  return operands;
-}
 
 /// Creates `name` with `argTypes -> resultTypes`: inputs are read-only for bufferization, except
 /// the arguments at `updatedInPlace` (KV caches), and public entry points get a C interface for the
@@ -148,51 +131,32 @@ struct BlockSignature {
   }
 };
 
-/// One transformer layer as a private function (transformerLayer): `@gpt_block(x: [T, D],
-/// positions: [T], layer weights) -> [T, D]`; with a cache `@gpt_block_cached(x, positions,
-/// offset: index, k, v: [H, cacheLen, d], weights) -> (x, k, v)`; with paged pools
-/// `@gpt_block_paged(x, positions, sequences, slots: [T], tables: [B, M], k, v: [N, H, S, d],
-/// weights) -> (x, k, v)`, the caches updated in place. Every layer has the same shapes, so the
-/// model calls one compiled copy n_layer times instead of unrolling n_layer copies: compile time
-/// does not grow with depth.
-func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BlockSignature &signature,
-                        ArrayRef<ParameterSpec> layerSpecs, int64_t window, StringRef suffix) {
-  SmallVector<Type> argTypes = {signature.activations};
-  argTypes.append(signature.inputs);
-  SmallVector<Type> resultTypes = {signature.activations};
-  SmallVector<unsigned> caches; // updated in place: the last two inputs
-  if (signature.cached()) {
-    resultTypes.append({signature.cache, signature.cache});
-    caches = {unsigned(argTypes.size() - 2), unsigned(argTypes.size() - 1)};
-  }
-  const int64_t firstWeight = argTypes.size();
-  for (const ParameterSpec &spec : layerSpecs) argTypes.push_back(weightType(b, spec));
-  func::FuncOp fn = createFunction(b, loc, (signature.name() + suffix).str(), argTypes, resultTypes,
-                                   /*entryPoint=*/false, caches);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(&fn.front());
-  GraphBuilder g(b, loc, config, LayerAttention::of(config, window));
-  const NamedWeights byName(layerSpecs, fn.getArguments().drop_front(firstWeight));
-  AttentionInputs in = AttentionInputs::fromArguments(signature.kind, signature.activations.getDimSize(0),
-                                                      fn.getArguments().slice(1, signature.inputs.size()));
-  Value x = transformerLayer(g, fn.getArgument(0), layerWeights(config, byName, 0), in);
-  SmallVector<Value> results = {g.castTo(x, signature.activations)};
-  if (signature.cached()) results.append({g.castTo(in.key, signature.cache), g.castTo(in.value, signature.cache)});
-  b.create<func::ReturnOp>(loc, results);
-  return fn;
-}
+/// The block functions of a model's layers. Every layer has the same shapes, but a quantization
+/// mix stores some layers' weights in other formats (WeightStorage::formatOverrides: a Q4_K_M file's
+/// Q6_K v and down in some layers, Q4_K in the others), and Gemma's layers attend in windows of
+/// their own (GPTConfig::layerWindows). Layers with the same window share one block function.
+/// Where its layers store a weight in more than one format, the block takes each format's weight
+/// as an argument of its own and an index argument that says which one a call reads
+/// (GraphBuilder::matmulOfChoice): the regions the layers share are compiled once, in MLIR and in
+/// LLVM, instead of once per mix of formats.
+struct LayerBlocks {
+  struct Block {
+    int64_t window = 0; ///< GPTConfig::windowOf its layers
+    /// For each of a layer's weight specs (layer 0's names, in parameterSpecs order): the formats
+    /// the block's layers store it in, in the order first met. A block argument each.
+    std::vector<std::vector<ParameterSpec>> formatsAt;
+    /// The spec positions whose weight comes in more than one format, each with an index argument.
+    std::vector<size_t> chosen;
+    /// For each spec position and format: the first layer that stores it so. A call passes that
+    /// layer's tensor for a format its own layer does not have: an argument of the right type that
+    /// the call's branches never read.
+    std::vector<std::vector<int64_t>> firstLayerOf;
+  };
+  std::vector<Block> blocks;
+  std::vector<size_t> blockOf;               ///< each layer's block
+  std::vector<std::vector<size_t>> formatOf; ///< each layer's format index at each spec position
 
-/// The layers' weight specs, named as layer 0's (the block function's arguments): every layer has
-/// the same shapes and layouts, but a quantization mix stores some layers' weights in other
-/// formats (WeightStorage::formatOverrides), and Gemma's layers attend in windows of their own
-/// (GPTConfig::layerWindows). Layers alike share one block function; each distinct list of
-/// formats and window is a variant with a block of its own.
-struct LayerVariants {
-  std::vector<std::vector<ParameterSpec>> variants; ///< variant 0 is layer 0's
-  std::vector<int64_t> windows;                     ///< each variant's window (GPTConfig::windowOf)
-  std::vector<size_t> ofLayer;                      ///< each layer's variant
-
-  LayerVariants(const GPTConfig &config, const WeightStorage &storage) {
+  LayerBlocks(const GPTConfig &config, const WeightStorage &storage) {
     const std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
     const std::string first = layerPrefix(config, 0);
     for (int64_t i = 0; i < config.nLayer; ++i) {
@@ -208,25 +172,145 @@ struct LayerVariants {
             renamed.source = asFirstLayer(spec.source);
             layer.push_back(std::move(renamed));
           }
+      // A block for each window and list of weights (a weight stored f32 in one layer and
+      // block-quantized in another has no scales there: a list of its own).
       const int64_t window = config.windowOf(i);
-      auto alike = [&](size_t v) {
-        return windows[v] == window &&
-               std::equal(variants[v].begin(), variants[v].end(), layer.begin(), layer.end(),
-                          [](const ParameterSpec &a, const ParameterSpec &b) { return a.format == b.format; });
+      auto alike = [&](const Block &block) {
+        return block.window == window && std::equal(block.formatsAt.begin(), block.formatsAt.end(), layer.begin(),
+                                                    layer.end(), [](const auto &formats, const ParameterSpec &spec) {
+                                                      return formats.front().name == spec.name &&
+                                                             formats.front().scalesOf == spec.scalesOf;
+                                                    });
       };
       size_t found = 0;
-      while (found < variants.size() && !alike(found)) ++found;
-      ofLayer.push_back(found);
-      if (found == variants.size()) {
-        variants.push_back(std::move(layer));
-        windows.push_back(window);
+      while (found < blocks.size() && !alike(blocks[found])) ++found;
+      if (found == blocks.size())
+        blocks.push_back({window,
+                          std::vector<std::vector<ParameterSpec>>(layer.size()),
+                          {},
+                          std::vector<std::vector<int64_t>>(layer.size())});
+      Block &block = blocks[found];
+      std::vector<size_t> formats;
+      for (auto [at, spec] : llvm::enumerate(layer)) {
+        std::vector<ParameterSpec> &known = block.formatsAt[at];
+        size_t format = 0;
+        while (format < known.size() && known[format].format != spec.format) ++format;
+        if (format == known.size()) {
+          known.push_back(spec);
+          block.firstLayerOf[at].push_back(i);
+          if (format == 1 && !spec.isScales()) block.chosen.push_back(at);
+        }
+        formats.push_back(format);
       }
+      blockOf.push_back(found);
+      formatOf.push_back(std::move(formats));
     }
+    for (Block &block : blocks) std::sort(block.chosen.begin(), block.chosen.end());
   }
 
-  /// The block functions' name suffixes: none for variant 0 (every layer's, without a mix).
-  static std::string suffix(size_t variant) { return variant ? "_" + std::to_string(variant) : ""; }
+  /// The weights of layer `layer`'s call of its block, in the block's argument order
+  /// (Block::formatsAt): its own tensor in its own format, and for each other format the tensor of
+  /// the first layer that has it (Block::firstLayerOf).
+  SmallVector<Value> weightOperands(const GPTConfig &config, const NamedWeights &weights, int64_t layer) const {
+    const Block &block = blocks[blockOf[layer]];
+    const size_t prefix = layerPrefix(config, 0).size();
+    SmallVector<Value> operands;
+    for (auto [at, formats] : llvm::enumerate(block.formatsAt))
+      for (auto [format, spec] : llvm::enumerate(formats)) {
+        const int64_t from = format == formatOf[layer][at] ? layer : block.firstLayerOf[at][format];
+        operands.push_back(weights.values.at(layerPrefix(config, from) + spec.name.substr(prefix)));
+      }
+    return operands;
+  }
+
+  /// The index arguments of layer `layer`'s call: its format at each of Block::chosen.
+  SmallVector<Value> choiceOperands(OpBuilder &b, Location loc, int64_t layer) const {
+    SmallVector<Value> operands;
+    for (size_t at : blocks[blockOf[layer]].chosen)
+      operands.push_back(b.create<arith::ConstantIndexOp>(loc, formatOf[layer][at]));
+    return operands;
+  }
+
+  /// The block functions' name suffixes: none for block 0 (every layer's, without windows).
+  static std::string suffix(size_t block) { return block ? "_" + std::to_string(block) : ""; }
 };
+
+/// A block function's weights by what they are, from its arguments: the index arguments from
+/// `firstChoice` on, one per Block::chosen, and the weights from `firstWeight` on, each spec
+/// position's formats in turn (Block::formatsAt).
+LayerWeights blockWeights(const GPTConfig &config, const LayerBlocks::Block &block, func::FuncOp fn,
+                          int64_t firstChoice, int64_t firstWeight) {
+  // Each spec position's arguments, by format.
+  std::map<std::string, std::vector<std::pair<const ParameterSpec *, Value>>> weights, scales;
+  int64_t argument = firstWeight;
+  std::map<std::string, Value> choices;
+  for (auto [at, formats] : llvm::enumerate(block.formatsAt)) {
+    for (const ParameterSpec &spec : formats) {
+      auto &named = spec.isScales() ? scales[spec.scalesOf] : weights[spec.name];
+      named.push_back({&spec, fn.getArgument(argument++)});
+    }
+    if (auto chosen = llvm::find(block.chosen, at); chosen != block.chosen.end())
+      choices[formats.front().name] = fn.getArgument(firstChoice + (chosen - block.chosen.begin()));
+  }
+  auto matmulWeight = [&](const std::string &name, const ParameterSpec &spec, Value weight) {
+    MatmulWeight w{weight, Value(), spec.format};
+    if (auto found = scales.find(name); found != scales.end())
+      for (auto [scalesSpec, value] : found->second)
+        if (scalesSpec->format == spec.format) w.scales = value;
+    return w;
+  };
+  LayerWeights w;
+  for (const LayerParameter &p : layerParameters(config)) {
+    auto found = weights.find(layerPrefix(config, 0) + p.name);
+    if (found == weights.end()) continue;
+    auto [spec, value] = found->second.front();
+    MatmulWeight weight = matmulWeight(found->first, *spec, value);
+    if (found->second.size() > 1) {
+      for (auto [other, otherValue] : found->second)
+        weight.formats.push_back(matmulWeight(found->first, *other, otherValue));
+      weight.choice = choices.at(found->first);
+    }
+    w.weights[p.weight] = weight;
+  }
+  return w;
+}
+
+/// One transformer layer as a private function (transformerLayer): `@gpt_block(x: [T, D],
+/// positions: [T], layer weights) -> [T, D]`; with a cache `@gpt_block_cached(x, positions,
+/// offset: index, k, v: [H, cacheLen, d], weights) -> (x, k, v)`; with paged pools
+/// `@gpt_block_paged(x, positions, sequences, slots: [T], tables: [B, M], k, v: [N, H, S, d],
+/// weights) -> (x, k, v)`, the caches updated in place. Every layer has the same shapes, so the
+/// model calls one compiled copy n_layer times instead of unrolling n_layer copies: compile time
+/// does not grow with depth.
+func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BlockSignature &signature,
+                        const LayerBlocks::Block &block, StringRef suffix) {
+  SmallVector<Type> argTypes = {signature.activations};
+  argTypes.append(signature.inputs);
+  SmallVector<Type> resultTypes = {signature.activations};
+  SmallVector<unsigned> caches; // updated in place: the last two inputs
+  if (signature.cached()) {
+    resultTypes.append({signature.cache, signature.cache});
+    caches = {unsigned(argTypes.size() - 2), unsigned(argTypes.size() - 1)};
+  }
+  const int64_t firstChoice = argTypes.size();
+  argTypes.append(block.chosen.size(), b.getIndexType());
+  const int64_t firstWeight = argTypes.size();
+  for (const std::vector<ParameterSpec> &formats : block.formatsAt)
+    for (const ParameterSpec &spec : formats) argTypes.push_back(weightType(b, spec));
+  func::FuncOp fn = createFunction(b, loc, (signature.name() + suffix).str(), argTypes, resultTypes,
+                                   /*entryPoint=*/false, caches);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&fn.front());
+  const int64_t rows = signature.activations.getDimSize(0);
+  GraphBuilder g(b, loc, config, LayerAttention::of(config, block.window), rows);
+  AttentionInputs in =
+      AttentionInputs::fromArguments(signature.kind, rows, fn.getArguments().slice(1, signature.inputs.size()));
+  Value x = transformerLayer(g, fn.getArgument(0), blockWeights(config, block, fn, firstChoice, firstWeight), in);
+  SmallVector<Value> results = {g.castTo(x, signature.activations)};
+  if (signature.cached()) results.append({g.castTo(in.key, signature.cache), g.castTo(in.value, signature.cache)});
+  b.create<func::ReturnOp>(loc, results);
+  return fn;
+}
 
 /// The arguments of `entry` as function arguments, typed: every one but the Logits result.
 struct EntryFunctionArguments {
@@ -326,7 +410,7 @@ struct EntryShape {
 OwningOpRef<ModuleOp> buildEntryModule(MLIRContext &ctx, const GPTConfig &config, const WeightStorage &storage,
                                        const EntryShape &shape) {
   ctx.loadDialect<TransformerDialect, arith::ArithDialect, func::FuncDialect, bufferization::BufferizationDialect,
-                  tensor::TensorDialect>();
+                  scf::SCFDialect, tensor::TensorDialect>();
   const char *name = shape.entry == EntryPoint::Forward ? "forward"
                      : shape.entry == EntryPoint::Step  ? "step"
                                                         : "batch_step";
@@ -336,12 +420,11 @@ OwningOpRef<ModuleOp> buildEntryModule(MLIRContext &ctx, const GPTConfig &config
   b.setInsertionPointToEnd(module->getBody());
 
   std::vector<ParameterSpec> specs = parameterSpecs(config, storage);
-  const LayerVariants layers(config, storage);
+  const LayerBlocks layers(config, storage);
   const BlockSignature signature(b, config, shape.entry, shape.tokens, shape.cacheLen, shape.batch, storage.kvCache);
   SmallVector<func::FuncOp> blocks;
-  for (auto [variant, layerSpecs] : llvm::enumerate(layers.variants))
-    blocks.push_back(
-        buildBlock(b, loc, config, signature, layerSpecs, layers.windows[variant], LayerVariants::suffix(variant)));
+  for (auto [index, block] : llvm::enumerate(layers.blocks))
+    blocks.push_back(buildBlock(b, loc, config, signature, block, LayerBlocks::suffix(index)));
   EntryFunctionArguments arguments = entryFunctionArguments(b, shape.entry, config, specs, shape.tokens, shape.cacheLen,
                                                             storage.kvCache, shape.batch, shape.logitsRows);
   auto logitsType = RankedTensorType::get({shape.logitsRows, config.paddedVocabSize(storage.tiles)}, b.getF32Type());
@@ -359,11 +442,11 @@ OwningOpRef<ModuleOp> buildEntryModule(MLIRContext &ctx, const GPTConfig &config
   Value x = g.castTo(g.embed(weights, in.ids, in.positions), signature.activations);
   SmallVector<Value> updatedCaches;
   for (int64_t layer = 0; layer < config.nLayer; ++layer) {
-    const size_t variant = layers.ofLayer[layer];
     SmallVector<Value> operands = {x};
     operands.append(in.attentionInputs(signature.kind, shape.tokens, layer).operands());
-    operands.append(layerOperands(config, in.byName, layers.variants[variant], layer));
-    auto call = b.create<func::CallOp>(loc, blocks[variant], operands);
+    operands.append(layers.choiceOperands(b, loc, layer));
+    operands.append(layers.weightOperands(config, in.byName, layer));
+    auto call = b.create<func::CallOp>(loc, blocks[layers.blockOf[layer]], operands);
     x = call.getResult(0);
     updatedCaches.append(call.getResults().begin() + 1, call.getResults().end());
   }

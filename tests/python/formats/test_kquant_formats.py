@@ -180,10 +180,11 @@ def test_a_q4_k_m_file_runs_in_its_own_q4_k_and_q6_k(q4_k_m_file):
         expected[f"model.layers.{i}.mlp.down_proj.weight"] = "q6_k"
     assert formats == expected
     assert "q8_0" not in model.ir("transformer", 4)
-    # Two block functions: the layers with more bits and the others.
+    # One block function for both kinds of layer: v and down behind a branch on the format index
+    # each call passes (0: the q6_k of layer 0, 1: q4_k), so each layer reads its own format.
     ir = model.ir("transformer", 4)
-    assert "func.func private @gpt_block(" in ir and "func.func private @gpt_block_1(" in ir
-    assert "@gpt_block_2(" not in ir
+    assert "func.func private @gpt_block(" in ir and "@gpt_block_1(" not in ir
+    assert ir.count("scf.if") == 2
 
     # A q4_K weight is given to the model as the file's own blocks (no copy of the tensor) and
     # kept in its own numbers: the values are gguf's dequantization of them, exactly.
@@ -218,20 +219,18 @@ def test_a_q4_k_m_file_runs_in_its_own_q4_k_and_q6_k(q4_k_m_file):
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] > 0.999
 
 
-def test_the_regions_both_kinds_of_layer_share_are_compiled_once(q4_k_m_file, tmp_path):
-    # The two block functions (layers with Q6_K v and down, and the others) run the same regions but
-    # for v and down: after LLVM's MergeFunctions each shared OpenMP region of gpt_block_1 is
-    # gpt_block's, its own symbol (where one is left) a jump there.
+def test_both_kinds_of_layer_share_one_block_function(q4_k_m_file, tmp_path):
+    # The layers with Q6_K v and down and the others call one block function (two were compiled
+    # before, the regions they share merged only after LLVM's own passes). It holds one OpenMP
+    # region for each matmul and the attention: q and k, v, attention, o, gate and up, down; and
+    # one more for v and for down, in the other format.
     model = gpt.GPT.from_gguf(q4_k_m_file, gpt.CompileOptions(weights="auto", disk_cache=False))
     bodies = function_bodies(disassemble(model, tmp_path, 4))
-    regions = {kind: [n for n in bodies if n.startswith(f"{kind}..omp_par")] for kind in ("gpt_block", "gpt_block_1")}
-    assert len(regions["gpt_block"]) >= 5, sorted(bodies)
-    jumps = [
-        n for n in regions["gpt_block_1"] if bodies[n][0].startswith("jmp") and "<gpt_block..omp_par" in bodies[n][0]
-    ]
-    compiled = sorted(set(regions["gpt_block_1"]) - set(jumps))
-    # Only v and down differ (q4_k against q6_k): two regions of gpt_block_1's own, not all of them.
-    assert len(compiled) == 2, {n: bodies[n][:2] for n in regions["gpt_block_1"]}
+    assert not [n for n in bodies if n.startswith("gpt_block_1")], sorted(bodies)
+    regions = [n for n in bodies if n.startswith("gpt_block..omp_par")]
+    assert len(regions) == 5 + 2, sorted(regions)
+    # Each compiled: none is a jump to another (what MergeFunctions leaves of a duplicate).
+    assert not [n for n in regions if bodies[n][0].startswith("jmp")]
 
 
 def test_an_untied_q6_k_head_is_kept_in_q6_k(tmp_path):
