@@ -279,9 +279,10 @@ LayerWeights blockWeights(const GPTConfig &config, const LayerBlocks::Block &blo
 /// positions: [T], layer weights) -> [T, D]`; with a cache `@gpt_block_cached(x, positions,
 /// offset: index, k, v: [H, cacheLen, d], weights) -> (x, k, v)`; with paged pools
 /// `@gpt_block_paged(x, positions, sequences, slots: [T], tables: [B, M], k, v: [N, H, S, d],
-/// weights) -> (x, k, v)`, the caches updated in place. Every layer has the same shapes, so the
-/// model calls one compiled copy n_layer times instead of unrolling n_layer copies: compile time
-/// does not grow with depth.
+/// weights) -> (x, k, v)`, the caches updated in place. The weights are `block`'s: a format index
+/// for each weight its layers store in several formats, then every weight in each of its formats
+/// (LayerBlocks). Every layer has the same shapes, so the model calls one compiled copy n_layer
+/// times instead of unrolling n_layer copies: compile time does not grow with depth.
 func::FuncOp buildBlock(OpBuilder &b, Location loc, const GPTConfig &config, const BlockSignature &signature,
                         const LayerBlocks::Block &block, StringRef suffix) {
   SmallVector<Type> argTypes = {signature.activations};
