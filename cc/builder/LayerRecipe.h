@@ -166,7 +166,7 @@ public:
 
   /// x times formats[choice], the others behind branches that a call does not take: one block
   /// function for layers that differ only in some weights' formats compiles every region they
-  /// share once (a Q4_K_M file's two kinds of layer compiled in 1.2 s instead of 2.2, JOURNAL).
+  /// share once (the prefill and decode of a 1.7B Q4_K_M file in 1.8 CPU-s instead of 2.2, JOURNAL).
   /// scf.if, not an index switch: bufferization and every pass after it know it.
   Value matmulOfChoice(Value x, ArrayRef<MatmulWeight> formats, Value choice) {
     auto weight = cast<RankedTensorType>(formats.front().weight.getType());
@@ -186,7 +186,7 @@ public:
     return branch.getResult(0);
   }
   /// x w + bias, or x w where the architecture has no bias (null).
-  Value linear(Value x, MatmulWeight w, Value bias) {
+  Value linear(Value x, const MatmulWeight &w, Value bias) {
     Value product = matmul(x, w);
     return bias ? add(product, bias) : product;
   }
