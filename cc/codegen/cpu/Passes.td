@@ -102,7 +102,7 @@ def LowerLaneDots : Pass<"gpt-lower-lane-dots"> {
 }
 
 def PrefetchDecodeLanes : Pass<"gpt-prefetch-decode-lanes"> {
-  let summary = "Prefetch a decode step's quantized weight lanes some bytes ahead of their reads";
+  let summary = "Prefetch the quantized weight lanes of a decode step or a few-token step some bytes ahead";
   let description = [{
     A decode step's block-quantized matmuls read two weight panels at a time (a
     `vector.transfer_read` of `vector<2xWxiN>` over the panel dimension and the lanes) in a loop
@@ -114,12 +114,20 @@ def PrefetchDecodeLanes : Pass<"gpt-prefetch-decode-lanes"> {
     address lies in the next one (the panels are contiguous), which the next piece reads: a
     prefetch never faults.
 
+    A step of a few tokens (speculative verification, a short prompt) reads one panel at a time in
+    tiles of a few rows (`vector<WxiN>` over the lanes), and streams its weights the same way: such
+    a read is prefetched too, in its one panel, where at most 4 row tiles read the panel (the
+    constant trip counts of the enclosing `scf.for` loops whose induction variables the read does
+    not use). Where more do (a prefill), each tile after the first finds the panel in the cache
+    and the prefetches only take issue slots: a 256-token prefill ran 11% slower with them.
+
     `bytes-ahead` -1 (the default) takes the module's `gpt.target`'s choice
     (decodeLanePrefetchBytes: 1 KiB on sapphirerapids, emeraldrapids and CPUs with AMX, where it
     was measured, else none);
     0 adds nothing. It matches only reads of a static, identity-layout integer memref of rank 3 or
-    more whose first vector dimension (2) is the memref's first and whose second is its last, in an
-    `scf.for` from 0 by 1 whose induction variable is one middle index.
+    more whose first vector dimension (2) is the memref's first and whose second is its last (or
+    whose one vector dimension is its last), in an `scf.for` from 0 by 1 whose induction variable
+    is one middle index.
 
     ```mlir
     scf.for %s = %c0 to %c8 step %c1 {

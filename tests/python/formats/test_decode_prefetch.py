@@ -1,6 +1,7 @@
-"""The decode step's software prefetch of its weight lanes (--gpt-prefetch-decode-lanes), chosen
-by the target CPU: on sapphirerapids every block-quantized format's one-row matmuls prefetch their
-lanes 1 KiB ahead, on znver4 none do, and the prefill's many-row matmuls are left to the hardware.
+"""The software prefetch of weight lanes (--gpt-prefetch-decode-lanes), chosen by the target CPU:
+on sapphirerapids every block-quantized format's one-row matmuls (decode) and its matmuls of a few
+row tiles (a step of a few tokens: speculative verification, a short prompt) prefetch their lanes
+1 KiB ahead, on znver4 none do, and a prefill's matmuls of many row tiles are left to the hardware.
 Cross-compiled, so whatever the host; the logits do not change (a prefetch has no effect on
 values), which the host's own run checks where it is one of the two."""
 
@@ -32,9 +33,14 @@ def test_decode_prefetches_its_lanes_where_the_target_chooses_to(fmt):
     # Four lines (two panels, two cache lines of lanes) for every two-panel read of a matmul's loop.
     assert chosen > 0 and chosen % 4 == 0, chosen
     assert none == 0
-    # The prefill's matmuls of many rows get none of them: its logits row (the LM head of the last
-    # row) is the only one-row matmul it has, the same prefetches as decode's head.
-    assert prefetches(models["sapphirerapids"], 16) < chosen
+    # A step of 2 tokens (one tile of rows) prefetches its one-panel reads too: two lines each.
+    few, many = prefetches(models["sapphirerapids"], 2), prefetches(models["sapphirerapids"], 32)
+    assert prefetches(models["znver4"], 2) == 0
+    # A prefill of 32 tokens (8 tiles of 4 rows on AVX-512) gets none in its matmuls: each tile
+    # after the first finds the panel in the cache. Its logits row (the LM head of the last row) is
+    # the only one-row matmul it has, the same prefetches as decode's head.
+    assert many < chosen
+    assert few > many and (few - many) % 2 == 0, (few, many)
 
 
 def test_the_prefetch_changes_no_logit():
@@ -49,8 +55,8 @@ def test_the_prefetch_changes_no_logit():
 
     def decoded(model):
         cache = model.new_cache(32)
-        model.prefill(ids[:8], cache)
-        return np.array([model.decode(t, cache) for t in ids[8:]])
+        prompt = model.prefill(ids[:8], cache)  # 8 rows: two tiles, prefetched as well
+        return np.array([prompt] + [model.decode(t, cache) for t in ids[8:]])
 
     # skylake-avx512: no prefetch, and its code without VNNI is the host's bit for bit
     # (test_kquant_targets), so any difference would be the prefetch's.
