@@ -51,27 +51,34 @@ module attributes {gpt.target = {cpu = "sapphirerapids", triple = "x86_64-pc-lin
 
 // -----
 
-// znver4 chooses none; a read of f32 is not a lane read.
+// znver4 chooses none; a read of f32 is not a lane read, nor one panel of bytes (a q8_0 KV cache's
+// rows, which attention reads in the same form as a few-row tile reads its lane words).
 // CHECK-LABEL: func.func @not_lanes
 // CHECK-NOT: memref.prefetch
 // TARGET-LABEL: func.func @not_lanes
 // TARGET-NOT: memref.prefetch
 #two_panels = affine_map<(d0, d1, d2) -> (d0, d2)>
+#cache_row = affine_map<(d0, d1, d2) -> (d2)>
 module attributes {gpt.target = {cpu = "znver4", triple = "x86_64-pc-linux-gnu", vector_bits = 512 : i64,
                                  vector_registers = 32 : i64, features = ["avx512f", "avx512bw", "avx512vnni"]}} {
-  func.func @not_lanes(%f: memref<16x8x32xf32>, %p: index) -> vector<2x32xf32> {
+  func.func @not_lanes(%f: memref<16x8x32xf32>, %kv: memref<16x8x64xi8>, %p: index) -> (vector<2x32xf32>, vector<64xi8>) {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %c8 = arith.constant 8 : index
     %zf = arith.constant 0.0 : f32
+    %zb = arith.constant 0 : i8
     %initf = arith.constant dense<0.0> : vector<2x32xf32>
-    %sum = scf.for %k = %c0 to %c8 step %c1 iter_args(%accf = %initf) -> (vector<2x32xf32>) {
+    %initb = arith.constant dense<0> : vector<64xi8>
+    %sums:2 = scf.for %k = %c0 to %c8 step %c1 iter_args(%accf = %initf, %accb = %initb) -> (vector<2x32xf32>, vector<64xi8>) {
       %lf = vector.transfer_read %f[%p, %k, %c0], %zf {in_bounds = [true, true], permutation_map = #two_panels}
           : memref<16x8x32xf32>, vector<2x32xf32>
+      %row = vector.transfer_read %kv[%p, %k, %c0], %zb {in_bounds = [true], permutation_map = #cache_row}
+          : memref<16x8x64xi8>, vector<64xi8>
       %nextf = arith.addf %accf, %lf : vector<2x32xf32>
-      scf.yield %nextf : vector<2x32xf32>
+      %nextb = arith.addi %accb, %row : vector<64xi8>
+      scf.yield %nextf, %nextb : vector<2x32xf32>, vector<64xi8>
     }
-    return %sum : vector<2x32xf32>
+    return %sums#0, %sums#1 : vector<2x32xf32>, vector<64xi8>
   }
 }
 

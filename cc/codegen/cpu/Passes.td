@@ -126,8 +126,8 @@ def PrefetchDecodeLanes : Pass<"gpt-prefetch-decode-lanes"> {
     was measured, else none);
     0 adds nothing. It matches only reads of a static, identity-layout integer memref of rank 3 or
     more whose first vector dimension (2) is the memref's first and whose second is its last (or
-    whose one vector dimension is its last), in an `scf.for` from 0 by 1 whose induction variable
-    is one middle index.
+    whose one vector dimension is its last, of i32 lane words), in an `scf.for` from 0 by 1 whose
+    induction variable is one middle index.
 
     ```mlir
     scf.for %s = %c0 to %c8 step %c1 {

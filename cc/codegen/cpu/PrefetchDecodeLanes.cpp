@@ -74,8 +74,8 @@ int64_t rereads(vector::TransferReadOp read, scf::ForOp loop) {
 
 /// The read when it is a lane read (Passes.td): of a static, identity-layout integer memref, a
 /// decode step's two panels (vector<2xW> over the memref's first and last dimensions) or one panel
-/// (vector<W> over its last) that at most kMostRowTilesPrefetched row tiles read, in an scf.for from
-/// 0 by 1 whose induction variable is exactly one middle index.
+/// of i32 lane words (vector<W> over its last) that at most kMostRowTilesPrefetched row tiles read,
+/// in an scf.for from 0 by 1 whose induction variable is exactly one middle index.
 std::optional<LaneRead> matchLaneRead(vector::TransferReadOp read) {
   auto weight = dyn_cast<MemRefType>(read.getSource().getType());
   VectorType lanes = read.getVectorType();
@@ -88,8 +88,10 @@ std::optional<LaneRead> matchLaneRead(vector::TransferReadOp read) {
   const bool twoPanels =
       lanes.getRank() == 2 && lanes.getDimSize(0) == 2 && weight.getDimSize(0) >= 2 &&
       map == AffineMap::get(rank, 0, {getAffineDimExpr(0, context), getAffineDimExpr(rank - 1, context)}, context);
-  const bool onePanel =
-      lanes.getRank() == 1 && map == AffineMap::get(rank, 0, {getAffineDimExpr(rank - 1, context)}, context);
+  // One panel: a weight's lane words (i32, WeightFormats.h), not a q8_0 KV cache's bytes, whose
+  // rows attention reads in the same form.
+  const bool onePanel = lanes.getRank() == 1 && weight.getElementTypeBitWidth() == 32 &&
+                        map == AffineMap::get(rank, 0, {getAffineDimExpr(rank - 1, context)}, context);
   if (!twoPanels && !onePanel) return std::nullopt;
   auto loop = dyn_cast<scf::ForOp>(read->getParentOp());
   if (!loop || getConstantIntValue(loop.getLowerBound()) != 0 || getConstantIntValue(loop.getStep()) != 1)
