@@ -116,9 +116,9 @@ def PrefetchDecodeLanes : Pass<"gpt-prefetch-decode-lanes"> {
 
     A step of a few tokens (speculative verification, a short prompt) reads one panel at a time in
     tiles of a few rows (`vector<WxiN>` over the lanes), and streams its weights the same way: such
-    a read is prefetched too, in its one panel, where at most 4 row tiles read the panel (the
-    constant trip counts of the enclosing `scf.for` loops whose induction variables the read does
-    not use). Where more do (a prefill), each tile after the first finds the panel in the cache
+    a read is prefetched too, in its one panel, where at most 4 row tiles read the panel (its
+    loop's parent, when the panel index does not change in it, as `--gpt-prefetch-weight-panels`
+    finds row tiles: RowTiles.h). Where more do (a prefill), each tile after the first finds the panel in the cache
     and the prefetches only take issue slots: a 256-token prefill ran 11% slower with them.
 
     `bytes-ahead` -1 (the default) takes the module's `gpt.target`'s choice

@@ -4,6 +4,7 @@
 #include "cc/codegen/common/CodegenAttributes.h"
 #include "cc/codegen/common/TargetDescription.h"
 #include "cc/codegen/cpu/Passes.h"
+#include "cc/codegen/cpu/RowTiles.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -11,9 +12,6 @@
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/DenseSet.h"
-
-#include <algorithm>
 
 namespace gpt::codegen {
 using namespace mlir;
@@ -39,38 +37,6 @@ struct LaneRead {
 /// them, steps of 2-8 tokens (one tile) of SmolLM2-1.7B ran 12-16% faster on an AMX Xeon and of 16
 /// tokens (4 tiles) 3-9%; in every tile, a 256-token prefill (64) ran 11% slower (docs/JOURNAL.md).
 constexpr int64_t kMostRowTilesPrefetched = 4;
-
-/// Whether `value` is computed from `iv`, through the ops that define it.
-bool dependsOn(Value value, Value iv) {
-  SmallVector<Value> work = {value};
-  DenseSet<Value> seen;
-  while (!work.empty()) {
-    Value v = work.pop_back_val();
-    if (v == iv) return true;
-    if (!seen.insert(v).second) continue;
-    if (Operation *definition = v.getDefiningOp()) llvm::append_range(work, definition->getOperands());
-  }
-  return false;
-}
-
-/// How many times the loops around `loop` run its reads of `read`'s lanes again unchanged: the
-/// product of the constant trip counts of the enclosing scf.for loops whose induction variable
-/// `read` does not depend on (a matmul's loop over its row tiles).
-int64_t rereads(vector::TransferReadOp read, scf::ForOp loop) {
-  int64_t count = 1;
-  for (auto outer = loop->getParentOfType<scf::ForOp>(); outer; outer = outer->getParentOfType<scf::ForOp>()) {
-    std::optional<int64_t> lower = getConstantIntValue(outer.getLowerBound()),
-                           upper = getConstantIntValue(outer.getUpperBound()),
-                           step = getConstantIntValue(outer.getStep());
-    if (!lower || !upper || !step || *step <= 0) continue;
-    Value iv = outer.getInductionVar();
-    if (dependsOn(read.getSource(), iv) ||
-        llvm::any_of(read.getIndices(), [&](Value index) { return dependsOn(index, iv); }))
-      continue;
-    count *= std::max<int64_t>(1, (*upper - *lower + *step - 1) / *step);
-  }
-  return count;
-}
 
 /// The read when it is a lane read (Passes.td): of a static, identity-layout integer memref, a
 /// decode step's two panels (vector<2xW> over the memref's first and last dimensions) or one panel
@@ -105,7 +71,7 @@ std::optional<LaneRead> matchLaneRead(vector::TransferReadOp read) {
   if (!dim) return std::nullopt;
   int64_t stepBytes = weight.getElementTypeBitWidth() / 8;
   for (int64_t i = *dim + 1; i < rank; ++i) stepBytes *= weight.getDimSize(i);
-  if (onePanel && rereads(read, loop) > kMostRowTilesPrefetched) return std::nullopt;
+  if (onePanel && rowTilesAround(loop, read.getIndices()[0]).tiles > kMostRowTilesPrefetched) return std::nullopt;
   return LaneRead{read, loop, *dim, stepBytes, twoPanels ? 2 : 1};
 }
 

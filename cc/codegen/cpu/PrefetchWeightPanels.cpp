@@ -2,6 +2,7 @@
 // line per K step, spread over its row tiles.
 #include "cc/TargetParameters.h"
 #include "cc/codegen/cpu/Passes.h"
+#include "cc/codegen/cpu/RowTiles.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -30,19 +31,6 @@ struct PanelLoop {
   int64_t panels, rows, linesPerRow, tiles, tileStep;
 };
 
-/// The row tiles around `kLoop`: (loop, tiles, step) when its parent is a loop from 0 by a
-/// constant step in which the weight's `panel` index does not change; else (null, 1, 0): a single
-/// tile (whose loop canonicalization removed), the parent being the loop over panels.
-std::tuple<scf::ForOp, int64_t, int64_t> rowTiles(scf::ForOp kLoop, Value panel) {
-  auto tileLoop = dyn_cast_or_null<scf::ForOp>(kLoop->getParentOp());
-  if (!tileLoop || !tileLoop.isDefinedOutsideOfLoop(panel) || getConstantIntValue(tileLoop.getLowerBound()) != 0)
-    return {nullptr, 1, 0};
-  std::optional<int64_t> step = getConstantIntValue(tileLoop.getStep()),
-                         end = getConstantIntValue(tileLoop.getUpperBound());
-  if (!step || !end || *step <= 0 || *end % *step != 0) return {nullptr, 1, 0};
-  return {tileLoop, *end / *step, *step};
-}
-
 /// The weight read of `kLoop` when the loop nest is the one described in Passes.td.
 std::optional<PanelLoop> matchPanelLoop(scf::ForOp kLoop, int64_t minTiles, int64_t maxTiles) {
   if (getConstantIntValue(kLoop.getLowerBound()) != 0 || getConstantIntValue(kLoop.getStep()) != 1) return std::nullopt;
@@ -58,7 +46,7 @@ std::optional<PanelLoop> matchPanelLoop(scf::ForOp kLoop, int64_t minTiles, int6
     if (indices[1] != kLoop.getInductionVar() || getConstantIntValue(indices[2]) != 0 ||
         !kLoop.isDefinedOutsideOfLoop(panel))
       continue;
-    auto [tileLoop, tiles, tileStep] = rowTiles(kLoop, panel);
+    auto [tileLoop, tiles, tileStep] = rowTilesAround(kLoop, panel);
     if (tiles < minTiles || tiles > maxTiles) continue;
     const int64_t rowBytes = weight.getDimSize(2) * weight.getElementTypeBitWidth() / 8;
     if (rowBytes % kCacheLineBytes != 0) continue;
