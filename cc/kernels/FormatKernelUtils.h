@@ -139,6 +139,13 @@ struct ConvertedBlocks {
     columns.assign(width, {0, 0});
   }
   void column(int64_t c, size_t part, int64_t row) { columns[c] = {part, row}; }
+  /// Whether every part's blocks are the format's own blocks of 32 weights: handed out where they
+  /// lie in the file, no conversion, so that a walk may read them without operator().
+  bool ownBlocksOnly() const {
+    for (const BlockConversion *conversion : conversions)
+      if (conversion->convert || conversion->values != kQuantBlock) return false;
+    return true;
+  }
   /// Block b (of 32 weights) of column c's row. Inline for a block of the format's own, of 32
   /// weights: the walk's every step, 53 million at 1.7B Q8_0, where a division and a call per
   /// block took most of the repack's time; out of line otherwise.
@@ -262,13 +269,14 @@ void forEachPanelStep(const std::vector<BlockRows> &parts, const Source &source,
 
 /// The walk of a repack into lanes of 32-weight blocks (34 or 18 bytes): within a panel, one block
 /// step at a time across all its columns, so that each word row of the panel is written front to
-/// back. Calls `visitStep(panel, i, blocks)`, blocks[c] being column c's block of step i
-/// (`source(row, i, c)`) or null for a padding column.
+/// back. Calls `visitStep(panel, i, rows, blocksOf, blocks)` with the panel's rows (null for a
+/// padding column), this thread's source, whose `blocksOf(rows[c], i, c)` is column c's block of
+/// step i, and room for the step's `width` block pointers.
 ///
 /// A step reads a block from each of the panel's 32 rows: more streams than the hardware prefetcher
 /// follows, and a q8_0 repack waited on those reads (its samples sat on the first load of each
 /// block). So each step also asks for its share of the next panel's rows, front to back, one row
-/// after another. With four columns' words stored together (GgufRepacking.cpp), 143 MB of q8_0
+/// after another. With four columns' words stored together (repackLanes), 143 MB of q8_0
 /// blocks repack in 46 ms instead of 62 on one thread (tools/bench/bench_repack.py).
 template <typename Source, typename VisitStep>
 void forEachPanelStepAcross(const std::vector<BlockRows> &parts, const Source &source, int64_t k, int64_t paddedN,
@@ -290,8 +298,7 @@ void forEachPanelStepAcross(const std::vector<BlockRows> &parts, const Source &s
                      __builtin_prefetch(next.rows[column] + offset);
                      offset += kLineBytes;
                    }
-                   for (int64_t c = 0; c < width; ++c) blocks[c] = rows[c] ? blocksOf(rows[c], i, c) : nullptr;
-                   visitStep(panel, i, blocks.data());
+                   visitStep(panel, i, rows.data(), blocksOf, blocks.data());
                  }
                });
 }
@@ -352,12 +359,95 @@ struct LaneFormat {
   void (*blockWords)(const uint8_t *codes, uint32_t *words);
 };
 
-/// Repacks the parts' rows of blocks (of `format` or of a type blockConversion converts into it)
+/// Writes four columns' lane words (`words[q][w]`, word w of column q, w < `wordsPerBlock`, a
+/// multiple of 4) into their word rows `width` apart: each row's four words in one 16-byte store,
+/// where a word at a time took four.
+inline void storeFourColumns(const uint32_t (*words)[kMostLaneWordsPerBlock], int64_t wordsPerBlock, uint32_t *rows,
+                             int64_t width) {
+#ifdef __SSE2__
+  for (int64_t w = 0; w < wordsPerBlock; w += 4) {
+    // A 4 x 4 transpose of 32-bit words: column q's words w .. w + 3 in, row w + j's columns out.
+    const __m128i c0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(words[0] + w));
+    const __m128i c1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(words[1] + w));
+    const __m128i c2 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(words[2] + w));
+    const __m128i c3 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(words[3] + w));
+    const __m128i low01 = _mm_unpacklo_epi32(c0, c1), high01 = _mm_unpackhi_epi32(c0, c1);
+    const __m128i low23 = _mm_unpacklo_epi32(c2, c3), high23 = _mm_unpackhi_epi32(c2, c3);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(rows + w * width), _mm_unpacklo_epi64(low01, low23));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(rows + (w + 1) * width), _mm_unpackhi_epi64(low01, low23));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(rows + (w + 2) * width), _mm_unpacklo_epi64(high01, high23));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(rows + (w + 3) * width), _mm_unpackhi_epi64(high01, high23));
+  }
+#else
+  for (int64_t w = 0; w < wordsPerBlock; ++w)
+    for (int64_t q = 0; q < 4; ++q) rows[w * width + q] = words[q][w];
+#endif
+}
+
+/// The checks every repackLanes makes before it writes: K a positive multiple of 32 and of each
+/// part's block, and the columns (checkedColumns); std::invalid_argument naming `format` otherwise.
+void checkLaneRepack(const LaneFormat &format, const ConvertedBlocks &source, const std::vector<BlockRows> &parts,
+                     int64_t k, int64_t paddedN, int64_t width);
+
+/// Repacks the parts' rows of blocks (of `Format` or of a type blockConversion converts into it)
 /// into lane words [paddedN / w, K / 32 * wordsPerBlock, w] made by the format's blockWords and the
 /// header values [paddedN / w, K / 32, halves, w]. Columns n .. paddedN - 1 get zero scales and
 /// mins and padWord words. `checked`: every block's fp16 fields checked to be finite.
-void repackLanes(const LaneFormat &format, const std::vector<BlockRows> &parts, bool checked, int64_t k,
-                 int64_t paddedN, int64_t width, uint32_t *codes, uint16_t *scales, int64_t threads);
+///
+/// A template over the format, instantiated in its own file, so that its blockWords compiles
+/// inline. Parts all in the format's own blocks (a Q8_0 file's tensors into q8_0, the common case)
+/// take their blocks where they lie and test a step's fp16 fields once, the source's per-block
+/// check naming the block only when one fails. The per-block source lookup and check, and
+/// blockWords called through a pointer, took a fifth of the repack: 143 MB of q8_0 blocks in
+/// 59 ms on one thread and 34 on two, 47-50 and 26-28 without them (tools/bench/bench_repack.py,
+/// the AMX Xeon of 2026-12-03); a first load of the 1.7B Q8_0 file 0.89 -> 0.70 s.
+template <const LaneFormat &Format>
+void repackLanes(const std::vector<BlockRows> &parts, bool checked, int64_t k, int64_t paddedN, int64_t width,
+                 uint32_t *codes, uint16_t *scales, int64_t threads) {
+  // A part of a type with no conversion into the format is reported before a bad K.
+  ConvertedBlocks source(parts, Format.name, Format.blockBytes, checked);
+  checkLaneRepack(Format, source, parts, k, paddedN, width);
+  constexpr int64_t halves = Format.halves, wordsPerBlock = Format.wordsPerBlock;
+  static_assert(wordsPerBlock <= kMostLaneWordsPerBlock);
+  const int64_t perRow = k / kQuantBlock, panelRows = perRow * wordsPerBlock;
+  const bool ownBlocks = source.ownBlocksOnly();
+  const bool fourAtOnce = width % 4 == 0 && wordsPerBlock % 4 == 0;
+  forEachPanelStepAcross(
+      parts, source, k, paddedN, width, threads,
+      [&](int64_t panel, int64_t b, const uint8_t *const *rows, ConvertedBlocks &blocksOf, const uint8_t **blocks) {
+        // Own blocks where they lie; others through the source, which converts and checks them.
+        if (ownBlocks)
+          for (int64_t c = 0; c < width; ++c) blocks[c] = rows[c] ? rows[c] + b * Format.blockBytes : nullptr;
+        else
+          for (int64_t c = 0; c < width; ++c) blocks[c] = rows[c] ? blocksOf(rows[c], b, c) : nullptr;
+        uint16_t *scaleRow = scales + (panel * perRow + b) * halves * width;
+        bool nonFinite = false; // some fp16 field has every exponent bit set: NaN or inf
+        for (int64_t c = 0; c < width; ++c)
+          for (int64_t h = 0; h < halves; ++h) {
+            uint16_t value = 0;
+            if (blocks[c]) std::memcpy(&value, blocks[c] + 2 * h, sizeof value);
+            scaleRow[h * width + c] = value;
+            nonFinite |= (value & 0x7C00u) == 0x7C00u;
+          }
+        if (ownBlocks && checked && nonFinite) // the source's check names the first and throws
+          for (int64_t c = 0; c < width; ++c)
+            if (rows[c]) blocksOf(rows[c], b, c);
+        uint32_t *codeRows = codes + (panel * panelRows + b * wordsPerBlock) * width;
+        for (int64_t c = 0; c < width; c += fourAtOnce ? 4 : 1) {
+          const int64_t columns = fourAtOnce ? 4 : 1;
+          uint32_t words[4][kMostLaneWordsPerBlock];
+          for (int64_t q = 0; q < columns; ++q)
+            if (blocks[c + q])
+              Format.blockWords(blocks[c + q] + 2 * halves, words[q]);
+            else
+              std::fill(words[q], words[q] + wordsPerBlock, Format.padWord);
+          if (fourAtOnce)
+            storeFourColumns(words, wordsPerBlock, codeRows + c, width);
+          else
+            for (int64_t w = 0; w < wordsPerBlock; ++w) codeRows[w * width + c] = words[0][w];
+        }
+      });
+}
 
 // ---- widening a GGUF tensor's blocks to f32 ----------------------------------------------------
 

@@ -80,7 +80,7 @@ constexpr LaneFormat kQ4_0Lanes{"repackQ4_0Rows",   "q4_0",        kQ4_0BlockByt
 
 void repackQ4_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackLanes(kQ4_0Lanes, parts, true, k, paddedN, width, codes, scales, threads);
+  repackLanes<kQ4_0Lanes>(parts, true, k, paddedN, width, codes, scales, threads);
 }
 
 void dequantizeQ4_0Rows(const uint8_t *blocks, int64_t k, int64_t n, float *out) {

@@ -80,7 +80,7 @@ constexpr LaneFormat kQ4_1Lanes{"repackQ4_1Rows", "q4_1", kQ4_1BlockBytes, 2, kQ
 
 void repackQ4_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackLanes(kQ4_1Lanes, parts, true, k, paddedN, width, codes, scales, threads);
+  repackLanes<kQ4_1Lanes>(parts, true, k, paddedN, width, codes, scales, threads);
 }
 
 void q4_0AsQ4_1(const uint8_t *block, uint8_t *out) {

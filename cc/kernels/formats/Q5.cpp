@@ -116,12 +116,12 @@ void dequantizeQ5_1Lanes(const uint32_t *lanes, const uint16_t *scalesAndMins, i
 
 void repackQ5_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackLanes(kQ5_0Lanes, parts, true, k, paddedN, width, codes, scales, threads);
+  repackLanes<kQ5_0Lanes>(parts, true, k, paddedN, width, codes, scales, threads);
 }
 
 void repackQ5_1Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackLanes(kQ5_1Lanes, parts, true, k, paddedN, width, codes, scales, threads);
+  repackLanes<kQ5_1Lanes>(parts, true, k, paddedN, width, codes, scales, threads);
 }
 
 void q5_0AsQ5_1(const uint8_t *block, uint8_t *out) {

@@ -168,12 +168,12 @@ constexpr LaneFormat kQ8_0Lanes{"repackQ8_0Rows", "q8_0", kQ8_0BlockBytes, 1, kQ
 // file's tensors, each block's fp16 fields checked.
 void repackQ8_0Rows(const uint8_t *blocks, int64_t k, int64_t n, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackLanes(kQ8_0Lanes, {{blocks, n}}, false, k, paddedN, width, codes, scales, threads);
+  repackLanes<kQ8_0Lanes>({{blocks, n}}, false, k, paddedN, width, codes, scales, threads);
 }
 
 void repackQ8_0Rows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
-  repackLanes(kQ8_0Lanes, parts, true, k, paddedN, width, codes, scales, threads);
+  repackLanes<kQ8_0Lanes>(parts, true, k, paddedN, width, codes, scales, threads);
 }
 
 void quantizeRowsToQ8_0Lanes(const float *matrix, int64_t n, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,

@@ -122,6 +122,23 @@ def test_repacking_refuses_blocks_that_are_not_whole_rows():
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_a_non_finite_scale_is_named_by_the_first_such_block_of_its_step(fmt):
+    """The repack of a file's own blocks checks a step's 32 scales with one test and names the
+    block by its row as the per-block check does: of two bad blocks in one step (block 2 of rows
+    45 and 37, both in the second panel), the lower column's; of two steps, the earlier one's."""
+    k, n = 128, 50
+    blocks = gguf.quants.quantize(np.ones((n, k), np.float32), QTYPES[fmt]).reshape(n, k // 32, -1)
+    blocks[45, 2, :2] = np.array([np.nan], np.float16).view(np.uint8)
+    blocks[37, 2, :2] = np.array([-np.inf], np.float16).view(np.uint8)
+    blocks[36, 3, :2] = np.array([np.inf], np.float16).view(np.uint8)
+    with pytest.raises(ValueError, match=rf"{fmt} block 2 of row 37 \(values 64 to 95\) has fp16 scale -inf"):
+        gpt_kernels_testing.repack_rows(fmt, blocks.reshape(-1), k, 64, 32, threads=2)
+    blocks[37, 2, :2] = np.array([1.0], np.float16).view(np.uint8)
+    with pytest.raises(ValueError, match=rf"{fmt} block 2 of row 45 \(values 64 to 95\) has fp16 scale nan"):
+        gpt_kernels_testing.repack_rows(fmt, blocks.reshape(-1), k, 64, 32)
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
 def test_repacked_and_requantized_weights_are_stored_alike(tmp_path, weights, fmt):
     """A file loaded in its own format (its blocks repacked) stores bit for bit what the float32
     detour (dequantize, quantize again at load) stores: the same lanes read back the same."""
