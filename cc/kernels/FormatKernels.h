@@ -269,8 +269,6 @@ void widenQ4_KLayoutBlock(const uint8_t *block, const uint8_t *highs, const uint
 /// Sub-block s (of 8) of a q4_K super-block's 128 bytes of `nibbles` as the 16 bytes of a 32-weight
 /// block's codes (q4_0's: code m in the low nibble of byte m, code m + 16 in its high one).
 void q4_KSubBlockBytes(const uint8_t *nibbles, int64_t s, uint8_t *bytes);
-/// The same as its 4 lane words (q4_0BlockWords' layout), made with no byte array between.
-void q4_KSubBlockWords(const uint8_t *nibbles, int64_t s, uint32_t *words);
 
 // ---- q6_K --------------------------------------------------------------------------------------
 // A super-block of 256 weights: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales (one

@@ -4,7 +4,7 @@ spends its CPU on): milliseconds to repack random blocks of a format, on 1 and 2
     bazel build //tests/python:gpt_kernels_testing.so
     PYTHONPATH=bazel-bin/tests/python:tools/bench python3 tools/bench/bench_repack.py --formats q8_0,q4_0
 
-Rows of K = 2048 weights (SmolLM2-1.7B's width), 65536 of them (143 MB of q8_0, 75 MB of q4_0), into
+Rows of K = 2048 weights (SmolLM2-1.7B's width), 65536 of them (143 MB of q8_0, 75 MB of q4_0, 75 of q4_k), into
 panels of 32 columns, through gpt_kernels_testing.repack_rows: the load's own kernels. Each figure is
 the best of 5 repacks after one that is not counted (its output pages are fresh; the later ones reuse
 the memory the previous one freed, so the page faults a real load also pays are left out).
@@ -17,15 +17,18 @@ import gpt_kernels_testing
 import numpy as np
 from machine import describe_cpu
 
-BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
-HALVES = {"q8_0": 1, "q4_0": 1, "q4_1": 2}  # fp16 fields at the start of a block (scale, min)
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q4_k": 144, "q6_k": 210}
+BLOCK_VALUES = {"q4_k": 256, "q6_k": 256}  # 32 for the others
+# Where each block's fp16 fields lie (scale, min; q4_K's d and dmin; q6_K's d, last).
+HALF_OFFSETS = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q4_k": (0, 2), "q6_k": (208,)}
 
 
 def random_blocks(fmt: str, k: int, n: int) -> np.ndarray:
     """Rows of random blocks whose fp16 fields are 1.0 (finite, as the repack checks)."""
-    blocks = np.random.default_rng(0).integers(0, 256, size=(n, k // 32, BLOCK_BYTES[fmt]), dtype=np.uint8)
-    for h in range(HALVES[fmt]):
-        blocks[:, :, 2 * h], blocks[:, :, 2 * h + 1] = 0x00, 0x3C
+    per_row = k // BLOCK_VALUES.get(fmt, 32)
+    blocks = np.random.default_rng(0).integers(0, 256, size=(n, per_row, BLOCK_BYTES[fmt]), dtype=np.uint8)
+    for offset in HALF_OFFSETS[fmt]:
+        blocks[:, :, offset], blocks[:, :, offset + 1] = 0x00, 0x3C
     return blocks.reshape(n, -1)
 
 

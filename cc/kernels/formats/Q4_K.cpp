@@ -84,22 +84,6 @@ void q4_KSubBlockBytes(const uint8_t *nibbles, int64_t s, uint8_t *bytes) {
     bytes[m] = static_cast<uint8_t>(((pairs[m] >> shift) & 0x0F) | (((pairs[m + 16] >> shift) & 0x0F) << 4));
 }
 
-void q4_KSubBlockWords(const uint8_t *nibbles, int64_t s, uint32_t *words) {
-#ifdef __SSE2__
-  const uint8_t *bytes = nibbles + 32 * (s / 2);
-  const int shift = 4 * static_cast<int>(s % 2);
-  const __m128i mask = _mm_set1_epi8(0x0F), count = _mm_cvtsi32_si128(shift);
-  const __m128i low = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bytes));
-  const __m128i high = _mm_loadu_si128(reinterpret_cast<const __m128i *>(bytes + 16));
-  nibbleLaneWords(_mm_and_si128(_mm_srl_epi16(low, count), mask), _mm_and_si128(_mm_srl_epi16(high, count), mask),
-                  words);
-#else
-  uint8_t q4_0Bytes[kQuantBlock / 2];
-  q4_KSubBlockBytes(nibbles, s, q4_0Bytes);
-  q4_0BlockWords(q4_0Bytes, words);
-#endif
-}
-
 void repackQ4_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t paddedN, int64_t width, uint32_t *codes,
                     uint16_t *scales, int64_t threads) {
   constexpr int64_t subBlocks = kSuperBlock / kQuantBlock;
