@@ -23,9 +23,6 @@
 
 #include <cstdint>
 #include <vector>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 namespace gpt::kernels {
 
@@ -318,10 +315,6 @@ void repackQ6_KRows(const std::vector<BlockRows> &parts, int64_t k, int64_t padd
                     uint16_t *scales, int64_t threads = 1);
 /// A q6_K super-block's 256 codes (0 .. 63) in K order, from its low nibbles and 2-bit highs.
 void q6_KCodes(const uint8_t *block, uint8_t *codes);
-#ifdef __SSE2__
-/// Run h (0 .. 15) of those codes, 16 h .. 16 h + 15, one per byte: q6_KCodes 16 at a time.
-__m128i q6_KRunCodes(const uint8_t *block, int64_t h);
-#endif
 /// q6_K super-blocks widened to f32 as dequantizeQ4_KRows widens q4_K's.
 void dequantizeQ6_KRows(const uint8_t *blocks, int64_t k, int64_t n, float *out, int64_t threads = 1);
 void widenQ6_KBlock(const uint8_t *block, float *values);
