@@ -117,8 +117,8 @@ void q6_KCodes(const uint8_t *block, uint8_t *codes) {
                                                            ((high[32 * g + j] >> (2 * s)) & 0x03) << 4);
 }
 
-#ifdef __SSE2__
 namespace {
+#ifdef __SSE2__
 /// Run h (0 .. 15) of those codes, 16 h .. 16 h + 15, one per byte: q6_KCodes 16 at a time. Inline
 /// in its loops over h, whose shifts it then knows: out of line it was 15% of a q6_K repack.
 inline __m128i q6_KRunCodes(const uint8_t *block, int64_t h) {
@@ -131,10 +131,8 @@ inline __m128i q6_KRunCodes(const uint8_t *block, int64_t h) {
   top = _mm_and_si128(_mm_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * s))), pair);
   return _mm_or_si128(codes, _mm_slli_epi16(top, 4));
 }
-} // namespace
 #endif
 
-namespace {
 constexpr int64_t kQ6_KRuns = kSuperBlock / kQ6_KRunValues;
 
 /// A q6_K super-block's 16 runs as their lane words, run h's 3 at words[3 h ..] (q6_KCodes, then
