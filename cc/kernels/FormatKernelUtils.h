@@ -171,8 +171,8 @@ struct ConvertedBlocks {
     if (checked) checkHalves(*conversions[columns[c].first], block, c, index);
   }
   /// Block b (of 32 weights) of column c's row. Inline for a block of the format's own, of 32
-  /// weights: the walk's every step, 53 million at 1.7B Q8_0, where a division and a call per
-  /// block took most of the repack's time; out of line otherwise.
+  /// weights (a weight whose other parts are converted: the walks take a weight of own blocks only
+  /// without this, ownBlocksOnly); out of line otherwise.
   const uint8_t *operator()(const uint8_t *row, int64_t b, int64_t c) {
     const BlockConversion &conversion = *conversions[columns[c].first];
     if (conversion.convert || conversion.values != kQuantBlock) return convertedOrWhole(conversion, row, b, c);
