@@ -33,8 +33,8 @@ func.func @row_statistic(%s: vector<1xf32>, %x: vector<1x32xf32>) -> vector<1x32
 }
 
 // A compare's result takes the compare's element type; a select of two broadcasts and a splat
-// too. A broadcast of more than one element, and an operand that is neither a broadcast nor a
-// splat, are left alone.
+// too. Broadcasts from sources of different shapes, and an operand that is neither a broadcast
+// nor a splat, are left alone.
 // CHECK-LABEL: func.func @kinds
 // CHECK: %[[C:.*]] = arith.cmpf ogt, %{{.*}}, %{{.*}} : vector<1xf32>
 // CHECK: %[[SEL:.*]] = arith.select %[[C]], %{{.*}}, %{{.*}} : vector<1xi1>, vector<1xf32>
@@ -52,6 +52,28 @@ func.func @kinds(%a: vector<1xf32>, %b: vector<1xf32>, %wide: vector<4xf32>, %v:
   %w = arith.addf %bw, %bb : vector<8x4xf32>
   %u = arith.addf %ba, %v : vector<8x4xf32>
   return %sel, %w, %u : vector<8x4xf32>, vector<8x4xf32>, vector<8x4xf32>
+}
+
+// A register tile's column values: a [32] vector of a K-quant's scale-min bits broadcast to the
+// tile's 4 rows, its min (bits 8-15) decoded and converted once on the [32] vector, then
+// broadcast; without the patterns, once per row on the [4, 32] vector.
+// CHECK-LABEL: func.func @column_values
+// CHECK-SAME: (%[[BITS:.*]]: vector<32xi32>, %[[ROWS:.*]]: vector<4x32xf32>)
+// CHECK: %[[SHIFT:.*]] = arith.constant dense<8> : vector<32xi32>
+// CHECK: %[[M:.*]] = arith.shrui %[[BITS]], %[[SHIFT]] : vector<32xi32>
+// CHECK: %[[F:.*]] = arith.uitofp %[[M]] : vector<32xi32> to vector<32xf32>
+// CHECK: %[[B:.*]] = vector.broadcast %[[F]] : vector<32xf32> to vector<4x32xf32>
+// CHECK: arith.mulf %[[B]], %[[ROWS]] : vector<4x32xf32>
+// PLAIN-LABEL: func.func @column_values
+// PLAIN: arith.shrui %{{.*}}, %{{.*}} : vector<4x32xi32>
+// PLAIN: arith.uitofp %{{.*}} : vector<4x32xi32> to vector<4x32xf32>
+func.func @column_values(%bits: vector<32xi32>, %rows: vector<4x32xf32>) -> vector<4x32xf32> {
+  %c8 = arith.constant dense<8> : vector<4x32xi32>
+  %b = vector.broadcast %bits : vector<32xi32> to vector<4x32xi32>
+  %m = arith.shrui %b, %c8 : vector<4x32xi32>
+  %f = arith.uitofp %m : vector<4x32xi32> to vector<4x32xf32>
+  %p = arith.mulf %f, %rows : vector<4x32xf32>
+  return %p : vector<4x32xf32>
 }
 
 module attributes {transform.with_named_sequence} {

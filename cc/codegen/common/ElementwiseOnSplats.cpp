@@ -22,6 +22,14 @@ Value broadcastElement(Value value) {
   return source && source.getNumElements() == 1 ? broadcast.getSource() : Value();
 }
 
+/// The vector (of any shape) a vector.broadcast fills its result from, else null; broadcasts of
+/// scalars are left alone, as in broadcastElement.
+Value broadcastSource(Value value) {
+  auto broadcast = value.getDefiningOp<vector::BroadcastOp>();
+  if (!broadcast || !isa<VectorType>(broadcast.getSource().getType())) return Value();
+  return broadcast.getSource();
+}
+
 /// transpose(broadcast(e)) -> broadcast(e): every lane holds e's element in either order.
 struct TransposeOfSplat : OpRewritePattern<vector::TransposeOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -34,8 +42,10 @@ struct TransposeOfSplat : OpRewritePattern<vector::TransposeOp> {
   }
 };
 
-/// op(broadcast(a), splat c, ...) -> broadcast(op(a, c, ...)) for an elementwise op: computed
-/// once instead of once per lane.
+/// op(broadcast(a), splat c, ...) -> broadcast(op(a, c, ...)) for an elementwise op whose
+/// broadcast operands all come from vectors of one shape: computed once per element of the source
+/// instead of once per lane of the result (a vector<32xi32> broadcast to vector<4x32xi32>: once
+/// instead of four times). The same op on the same values: the same bits.
 struct ElementwiseOnSplats : OpTraitRewritePattern<OpTrait::Elementwise> {
   using OpTraitRewritePattern::OpTraitRewritePattern;
 
@@ -45,18 +55,18 @@ struct ElementwiseOnSplats : OpTraitRewritePattern<OpTrait::Elementwise> {
       return failure();
     auto resultType = dyn_cast<VectorType>(op->getResult(0).getType());
     if (!resultType) return failure();
-    // The elements' shape (vector<1xT>, vector<1x1xT>) is the first broadcast operand's; the
-    // others must have it too, or be splat constants made in it.
+    // The sources' shape (vector<1xT>, vector<32xT>) is the first broadcast operand's; the others
+    // must have it too, or be splat constants made in it.
     VectorType shape;
     for (Value operand : op->getOperands())
-      if (Value element = broadcastElement(operand)) {
+      if (Value element = broadcastSource(operand)) {
         shape = cast<VectorType>(element.getType());
         break;
       }
-    if (!shape) return rewriter.notifyMatchFailure(op, "no operand is a broadcast of one element");
+    if (!shape) return rewriter.notifyMatchFailure(op, "no operand is a broadcast of a vector");
     SmallVector<Value> elements;
     for (Value operand : op->getOperands()) {
-      if (Value element = broadcastElement(operand)) {
+      if (Value element = broadcastSource(operand)) {
         if (cast<VectorType>(element.getType()).getShape() != shape.getShape())
           return rewriter.notifyMatchFailure(op, "broadcasts from vectors of different shapes");
         elements.push_back(element);

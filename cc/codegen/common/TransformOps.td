@@ -179,8 +179,9 @@ def ApplyElementwiseOnSplatsPatternsOp : Op<Transform_Dialect, "apply_patterns.g
   let summary = "Elementwise ops on a broadcast value computed once, before the broadcast";
   let description = [{
     Inside `transform.apply_patterns`: the patterns of ElementwiseOnSplats.h (an elementwise op
-    on broadcasts of a one-element vector computed on that vector, then broadcast), which keep
-    `reduction_to_contract` from leaving a row's statistic on a [N, 1] vector.
+    on broadcasts from vectors of one shape computed on that shape, then broadcast), which keep
+    `reduction_to_contract` from leaving a row's statistic on a [N, 1] vector, and a register
+    tile from decoding a column's scale once per row.
 
     ```mlir
     transform.apply_patterns to %funcs {

@@ -308,13 +308,35 @@ std::optional<uint64_t> byteShiftMatrix(int64_t shift, uint8_t mask) {
   return matrix;
 }
 
+/// Whether `broadcast` fills more lanes than its source has: one value for several rows.
+bool widens(vector::BroadcastOp broadcast) {
+  auto source = dyn_cast<VectorType>(broadcast.getSourceType());
+  return !source || source.getNumElements() < broadcast.getResultVectorType().getNumElements();
+}
+
 /// True when `words` are weight lanes shared by the rows of a tile of several: the schedule
 /// broadcasts a weight read to every row of a multi-row tile (prefill), and reads decode's one-row
 /// tile as it is.
 bool sharedByRows(Value words) {
   auto broadcast = words.getDefiningOp<vector::BroadcastOp>();
-  auto source = broadcast ? dyn_cast<VectorType>(broadcast.getSourceType()) : nullptr;
-  return broadcast && (!source || source.getNumElements() < broadcast.getResultVectorType().getNumElements());
+  return broadcast && widens(broadcast);
+}
+
+/// True when `codes`, unpacked from weight lanes, reach the rows of a tile of several through a
+/// broadcast (directly, or after further elementwise unpacking): the schedule's
+/// elementwise_on_splats patterns move the unpacking of lanes every row shares before their
+/// broadcast, so it runs once per tile on the lanes as read, as decode's does.
+bool broadcastToRows(Value codes, int depth = 0) {
+  for (Operation *user : codes.getUsers()) {
+    if (auto broadcast = dyn_cast<vector::BroadcastOp>(user)) {
+      if (widens(broadcast)) return true;
+      continue;
+    }
+    if (depth < 3 && user->getNumResults() == 1 && isa<arith::ArithDialect>(user->getDialect()) &&
+        OpTrait::hasElementwiseMappableTraits(user) && broadcastToRows(user->getResult(0), depth + 1))
+      return true;
+  }
+  return false;
 }
 
 /// The qword `matrix` of vgf2p8affineqb as the instruction's byte operand for `lanes` i32 lanes
@@ -375,10 +397,10 @@ std::optional<MaskedShift> matchMaskedShift(Value value) {
 /// and masked on its own, which one `vgf2p8affineqb` does (GFNI: Zen 4, Ice Lake, Alder Lake and
 /// later) with the mask in its bit matrix, where the i32 form is a shift and an `and`. Rewritten
 /// per `pieceLanes` lanes (a 512- or 256-bit instruction) of each row, and only where the words
-/// are not shared by the rows of a tile (decode's one-row tiles): Zen 4 runs vgf2p8affineqb on the
-/// pipes vpdpbusd runs on, so in a tile of several rows, whose dots keep those pipes busy, the shift
-/// and the `and` on the others are faster (SmolLM2-1.7B Q5_K_M pp512 10% slower with it, decode at
-/// one thread 7% faster).
+/// are not shared by the rows of a tile (decode's one-row tiles; sharedByRows, broadcastToRows): Zen 4 runs
+/// vgf2p8affineqb on the pipes vpdpbusd runs on, so in a tile of several rows, whose dots keep those pipes busy, the
+/// shift and the `and` on the others are faster (SmolLM2-1.7B Q5_K_M pp512 10% slower with it, decode at one thread 7%
+/// faster).
 struct ByteShiftAndMaskAsAffine : OpRewritePattern<arith::AndIOp> {
   ByteShiftAndMaskAsAffine(MLIRContext *context, int64_t pieceLanes)
       : OpRewritePattern(context), pieceLanes(pieceLanes) {}
@@ -390,7 +412,7 @@ struct ByteShiftAndMaskAsAffine : OpRewritePattern<arith::AndIOp> {
     std::optional<MaskedShift> masked = matchMaskedShift(op.getResult());
     if (!masked || masked->shift == 0 || masked->shift <= -8 || masked->shift >= 8) return failure();
     std::optional<uint64_t> matrix = byteShiftMatrix(masked->shift, masked->byte);
-    if (!matrix || sharedByRows(masked->source)) return failure();
+    if (!matrix || sharedByRows(masked->source) || broadcastToRows(op.getResult())) return failure();
     rewrite(rewriter, op, masked->source, *matrix);
     return success();
   }
@@ -441,7 +463,7 @@ struct FiveBitCodePairAsAffine : OpRewritePattern<arith::OrIOp> {
       Value words = nibbleBits->source, fifths = fifthBits->source;
       // Of the fifth bits: left by 4 - o (lane o), right by o (lane o + 4).
       const int64_t shift = fifthBits->shift, nibbleShift = nibbleBits->shift;
-      if (sharedByRows(words) || sharedByRows(fifths)) continue;
+      if (sharedByRows(words) || sharedByRows(fifths) || broadcastToRows(op.getResult())) continue;
       const bool high = nibbleShift == -4;
       if (nibbleShift != 0 && !high) continue;
       // Lane o's fifth bits come by shifting left 4 - o (1 .. 4), lane o + 4's right by o (0 .. 3).
@@ -495,11 +517,15 @@ public:
     const bool pairSums = !int8Dots.vnni512 && !int8Dots.vnni256 && int8Dots.pmaddwdBits;
     patterns.add<LowerLaneDotU8I8>(&getContext(), int8Dots, pairSums ? pairSumBounds(getOperation()) : PairSumBounds());
     if (affineLanes) {
-      // First the 5-bit codes' pairs, whose shifts and masks the pattern below would take apart.
-      RewritePatternSet pairs(&getContext());
+      // Before the dots are lowered, while a multi-row tile's broadcasts still show which codes its
+      // rows share (broadcastToRows). First the 5-bit codes' pairs, whose shifts and masks the
+      // pattern after them would take apart.
+      RewritePatternSet pairs(&getContext()), shifts(&getContext());
       pairs.add<FiveBitCodePairAsAffine>(&getContext(), affineLanes);
-      if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(pairs)))) return signalPassFailure();
-      patterns.add<ByteShiftAndMaskAsAffine>(&getContext(), affineLanes);
+      shifts.add<ByteShiftAndMaskAsAffine>(&getContext(), affineLanes);
+      if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(pairs))) ||
+          failed(applyPatternsAndFoldGreedily(getOperation(), std::move(shifts))))
+        return signalPassFailure();
     }
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns)))) signalPassFailure();
   }
