@@ -140,6 +140,7 @@ void addLLVMStage(OpPassManager &pm, const PipelineOptions &options) {
   pm.addPass(mlir::createConvertControlFlowToLLVMPass());
   pm.addPass(mlir::createConvertFuncToLLVMPass());
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+  pm.addPass(codegen::createNarrowParallelCaptures());
 }
 
 void addPipelineUpTo(OpPassManager &pm, Stage last, const PipelineOptions &options) {
