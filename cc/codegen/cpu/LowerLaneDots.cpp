@@ -397,10 +397,10 @@ std::optional<MaskedShift> matchMaskedShift(Value value) {
 /// and masked on its own, which one `vgf2p8affineqb` does (GFNI: Zen 4, Ice Lake, Alder Lake and
 /// later) with the mask in its bit matrix, where the i32 form is a shift and an `and`. Rewritten
 /// per `pieceLanes` lanes (a 512- or 256-bit instruction) of each row, and only where the words
-/// are not shared by the rows of a tile (decode's one-row tiles; sharedByRows, broadcastToRows): Zen 4 runs
-/// vgf2p8affineqb on the pipes vpdpbusd runs on, so in a tile of several rows, whose dots keep those pipes busy, the
-/// shift and the `and` on the others are faster (SmolLM2-1.7B Q5_K_M pp512 10% slower with it, decode at one thread 7%
-/// faster).
+/// are not shared by the rows of a tile (decode's one-row tiles; sharedByRows, broadcastToRows):
+/// Zen 4 runs vgf2p8affineqb on the pipes vpdpbusd runs on, so in a tile of several rows, whose
+/// dots keep those pipes busy, the shift and the `and` on the others are faster (SmolLM2-1.7B
+/// Q5_K_M pp512 10% slower with it, decode at one thread 7% faster).
 struct ByteShiftAndMaskAsAffine : OpRewritePattern<arith::AndIOp> {
   ByteShiftAndMaskAsAffine(MLIRContext *context, int64_t pieceLanes)
       : OpRewritePattern(context), pieceLanes(pieceLanes) {}
