@@ -14,19 +14,19 @@ import argparse
 import time
 
 import gpt_kernels_testing
+import gguf
 import numpy as np
 from machine import describe_cpu
 
-BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q4_k": 144, "q6_k": 210}
-BLOCK_VALUES = {"q4_k": 256, "q6_k": 256}  # 32 for the others
-# Where each block's fp16 fields lie (scale, min; q4_K's d and dmin; q6_K's d, last).
+# The formats measured, and where each block's fp16 fields lie (scale, min; q4_K's d and dmin; q6_K's
+# d, last); each block's weights and bytes are gguf's (GGML_QUANT_SIZES).
 HALF_OFFSETS = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q4_k": (0, 2), "q6_k": (208,)}
 
 
 def random_blocks(fmt: str, k: int, n: int) -> np.ndarray:
     """Rows of random blocks whose fp16 fields are 1.0 (finite, as the repack checks)."""
-    per_row = k // BLOCK_VALUES.get(fmt, 32)
-    blocks = np.random.default_rng(0).integers(0, 256, size=(n, per_row, BLOCK_BYTES[fmt]), dtype=np.uint8)
+    values, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt.upper()]]
+    blocks = np.random.default_rng(0).integers(0, 256, size=(n, k // values, block_bytes), dtype=np.uint8)
     for offset in HALF_OFFSETS[fmt]:
         blocks[:, :, offset], blocks[:, :, offset + 1] = 0x00, 0x3C
     return blocks.reshape(n, -1)
@@ -44,7 +44,7 @@ def best_ms(fmt: str, blocks: np.ndarray, k: int, n: int, threads: int) -> float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--formats", default="q8_0,q4_0", help=f"of {', '.join(BLOCK_BYTES)}, comma-separated")
+    parser.add_argument("--formats", default="q8_0,q4_0", help=f"of {', '.join(HALF_OFFSETS)}, comma-separated")
     args = parser.parse_args()
     k, n = 2048, 65536
     command = "PYTHONPATH=bazel-bin/tests/python:tools/bench python3 tools/bench/bench_repack.py"
