@@ -13,8 +13,8 @@ the memory the previous one freed, so the page faults a real load also pays are 
 import argparse
 import time
 
-import gpt_kernels_testing
 import gguf
+import gpt_kernels_testing
 import numpy as np
 from machine import describe_cpu
 
